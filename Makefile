@@ -1,0 +1,61 @@
+# keiro-go — `make help` lists the targets.
+SHELL := /usr/bin/env bash
+GO ?= go
+DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
+export DATABASE_URL
+KEIRO_TEST_DATABASE_URL ?= $(DATABASE_URL)
+export KEIRO_TEST_DATABASE_URL
+
+# Packages whose concurrency matters run under the race detector in `make test`.
+RACE_PKGS := ./outbox/... ./inbox/... ./events/... ./migrations/...
+FUZZTIME ?= 10s
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: demo
+demo: ## Run the end-to-end demo (embedded Kafka, local PostgreSQL at DATABASE_URL). N=orders.
+	$(GO) run ./cmd/demo $(if $(N),-n $(N)) $(DEMO_FLAGS)
+
+.PHONY: build
+build: ## Build every package and the binaries into ./bin.
+	$(GO) build ./...
+	$(GO) build -o bin/ ./cmd/relay ./cmd/consumer
+
+.PHONY: test
+test: vet ## Run the whole test suite (PostgreSQL required; race detector on the storage packages; short fuzz runs).
+	$(GO) test -count=1 -timeout 20m -race $(RACE_PKGS)
+	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -E '/(outbox|inbox|events|migrations)(/|$$)')
+	$(MAKE) --no-print-directory fuzz-short
+
+.PHONY: vet
+vet: ## gofmt check and go vet.
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+.PHONY: fuzz-short
+fuzz-short: ## Run every fuzz target briefly (FUZZTIME each, default 10s).
+	@set -e; for spec in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs grep -h -o '^func Fuzz[A-Za-z0-9_]*' /dev/null | sort -u | sed 's/func //'); do \
+	  pkg=$$(grep -rl --include='*_test.go' "^func $$spec(" . | head -1 | xargs dirname); \
+	  echo "fuzz $$pkg $$spec"; \
+	  $(GO) test -run='^$$' -fuzz="^$$spec$$" -fuzztime=$(FUZZTIME) $$pkg; \
+	done
+
+.PHONY: bench
+bench: ## Run the benchmarks recorded in BENCHMARKS.md.
+	$(GO) test -run='^$$' -bench=. -benchmem -count=1 -timeout 60m ./envelope/ ./schema/ ./outbox/ ./inbox/ ./events/
+
+.PHONY: chaos
+chaos: ## Run the chaos test for longer than CI does (CHAOS_DURATION, default 5m).
+	KEIRO_CHAOS_DURATION=$${CHAOS_DURATION:-5m} $(GO) test -count=1 -timeout 60m -run Chaos -v ./e2e/
+
+.PHONY: compose-check
+compose-check: ## Validate docker-compose.yml and the Dockerfile (no engine needed).
+	$(GO) test -count=1 ./internal/composecheck/
+
+.PHONY: clean
+clean: ## Remove build output.
+	rm -rf bin/
