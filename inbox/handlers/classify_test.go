@@ -1,0 +1,8 @@
+package handlers
+
+import "errors"
+
+func isPermanent(err error) bool {
+	var pe *permanentError
+	return errors.As(err, &pe)
+}

@@ -1,0 +1,239 @@
+package handlers
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/keiro-go/keiro/envelope"
+)
+
+// Defaults of [HTTPConfig].
+const (
+	// DefaultHTTPTimeout bounds one delivery request, response included.
+	DefaultHTTPTimeout = 10 * time.Second
+	// DefaultMaxErrorBody is how many bytes of a failed response's body an error keeps.
+	DefaultMaxErrorBody = 512
+)
+
+// HeaderIdempotencyKey is the request header that carries the delivery's idempotency key.
+const HeaderIdempotencyKey = "Idempotency-Key"
+
+// maxDrain bounds how much of a successful response body is read (to reuse the connection).
+const maxDrain = 64 << 10
+
+// HTTPConfig configures [NewHTTP].
+type HTTPConfig struct {
+	// URL is the endpoint each event is POSTed to; its scheme (http or https) selects TLS.
+	// Required.
+	URL string
+	// Consumer is the inbox consumer name, the first part of the Idempotency-Key. Required.
+	Consumer string
+	// Timeout bounds one request, reading the response included; a timeout is retried.
+	// Defaults to DefaultHTTPTimeout.
+	Timeout time.Duration
+	// Header holds extra request headers, for example Authorization. Their values are treated
+	// as secrets and never appear in errors. Content-Type, Idempotency-Key, traceparent and
+	// tracestate are always set by the handler and cannot be overridden. Defaults to none.
+	Header http.Header
+	// Client sends the requests; its Timeout and CheckRedirect are left alone, so set them
+	// yourself when you pass one. Defaults to a client on a clone of http.DefaultTransport that
+	// does not follow redirects (a redirect answer is permanent).
+	Client *http.Client
+	// DecodePayload turns non-JSON payloads (Avro) into JSON. Defaults to nil: non-JSON
+	// payloads are sent as base64 with "payload_encoding": "base64".
+	DecodePayload PayloadDecoder
+	// DedupeKey returns the part of the Idempotency-Key that identifies the message; it must
+	// be the inbox's dedupe key so that the service and the inbox agree on what a duplicate
+	// is. Defaults to the event's MessageID (the inbox's default policy).
+	DedupeKey func(envelope.Event) string
+	// MaxErrorBody bounds how many bytes of a failed response's body an error keeps.
+	// Defaults to DefaultMaxErrorBody.
+	MaxErrorBody int
+}
+
+func (c *HTTPConfig) setDefaults() {
+	if c.Timeout == 0 {
+		c.Timeout = DefaultHTTPTimeout
+	}
+	if c.MaxErrorBody == 0 {
+		c.MaxErrorBody = DefaultMaxErrorBody
+	}
+	if c.DedupeKey == nil {
+		c.DedupeKey = func(ev envelope.Event) string { return ev.MessageID }
+	}
+	if c.Client == nil {
+		c.Client = &http.Client{
+			Transport:     http.DefaultTransport.(*http.Transport).Clone(),
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	}
+}
+
+func (c *HTTPConfig) validate() error {
+	var errs []error
+	if c.URL == "" {
+		errs = append(errs, errors.New("URL is required"))
+	} else if u, err := url.Parse(c.URL); err != nil {
+		errs = append(errs, errors.New("URL is not a valid URL")) // err may echo credentials
+	} else if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		errs = append(errs, fmt.Errorf("URL must be an absolute http:// or https:// URL, got scheme %q", u.Scheme))
+	}
+	if c.Consumer == "" {
+		errs = append(errs, errors.New("Consumer is required (it is part of the Idempotency-Key)"))
+	}
+	if c.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("Timeout must not be negative, got %s", c.Timeout))
+	}
+	if c.MaxErrorBody < 0 {
+		errs = append(errs, fmt.Errorf("MaxErrorBody must not be negative, got %d", c.MaxErrorBody))
+	}
+	return errors.Join(errs...)
+}
+
+// HTTP delivers each event as a JSON [Document] in a POST request. It gives at-least-once
+// delivery to the service, which dedupes by the Idempotency-Key header (see the package doc).
+type HTTP struct {
+	cfg  HTTPConfig
+	host string
+}
+
+// NewHTTP validates cfg and returns the handler.
+func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("http handler config: %w", err)
+	}
+	u, _ := url.Parse(cfg.URL)
+	return &HTTP{cfg: cfg, host: u.Host}, nil
+}
+
+// CloseIdleConnections closes the idle keep-alive connections of the handler's client; call
+// it when the consumer stops.
+func (h *HTTP) CloseIdleConnections() { h.cfg.Client.CloseIdleConnections() }
+
+// IdempotencyKey returns the Idempotency-Key sent for ev: <consumer>:<source>:<dedupe key>.
+func (h *HTTP) IdempotencyKey(ev envelope.Event) string {
+	return h.cfg.Consumer + ":" + ev.Source + ":" + h.cfg.DedupeKey(ev)
+}
+
+// Handle POSTs ev to the configured URL. It has the inbox Handler signature; tx is not used,
+// because the HTTP effect cannot join the transaction. A nil result means the service answered
+// 2xx. Errors are classified as described in the package doc.
+func (h *HTTP) Handle(ctx context.Context, _ pgx.Tx, ev envelope.Event) error {
+	body, err := MarshalDocument(ctx, ev, h.cfg.DecodePayload)
+	if err != nil {
+		if errors.Is(err, ErrInvalidJSONPayload) {
+			return permanent(err)
+		}
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.cfg.URL, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("build request to %s: %w", h.host, err)
+	}
+	for k, vs := range h.cfg.Header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	req.Header.Set("Content-Type", envelope.ContentTypeJSON)
+	req.Header.Set(HeaderIdempotencyKey, h.IdempotencyKey(ev))
+	req.Header.Del(envelope.HeaderTraceparent)
+	req.Header.Del(envelope.HeaderTracestate)
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
+
+	resp, err := h.cfg.Client.Do(req)
+	if err != nil {
+		// Timeouts, refused connections, resets, TLS failures: all worth retrying, and an
+		// operator can fix the configuration meanwhile. *url.Error never carries header values.
+		return fmt.Errorf("deliver message %q to %s: %w", ev.MessageID, h.host, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+		return nil
+	}
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, int64(h.cfg.MaxErrorBody)))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+	serr := &StatusError{
+		StatusCode: resp.StatusCode,
+		Body:       strings.ToValidUTF8(string(snippet), "\uFFFD"),
+		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
+	}
+	err = fmt.Errorf("deliver message %q to %s: %w", ev.MessageID, h.host, serr)
+	if !serr.Retryable() {
+		return permanent(err)
+	}
+	return err
+}
+
+// StatusError is a non-2xx answer of the HTTP endpoint.
+type StatusError struct {
+	// StatusCode is the HTTP status.
+	StatusCode int
+	// Body is the start of the response body, at most HTTPConfig.MaxErrorBody bytes.
+	Body string
+	// RetryAfter is the Retry-After header's delay, zero when absent or unparsable.
+	RetryAfter time.Duration
+}
+
+// Error returns "HTTP <status> <text>: <body snippet>".
+func (e *StatusError) Error() string {
+	s := "HTTP " + strconv.Itoa(e.StatusCode)
+	if t := http.StatusText(e.StatusCode); t != "" {
+		s += " " + t
+	}
+	if e.Body != "" {
+		s += ": " + e.Body
+	}
+	return s
+}
+
+// Retryable reports whether the status is worth retrying: 408, 429 and 5xx.
+func (e *StatusError) Retryable() bool {
+	return e.StatusCode == http.StatusRequestTimeout || e.StatusCode == http.StatusTooManyRequests || e.StatusCode >= 500
+}
+
+// RetryAfter returns the delay the HTTP endpoint asked for with Retry-After somewhere in err's
+// chain, and whether it asked. Runners use it as a minimum backoff.
+func RetryAfter(err error) (time.Duration, bool) {
+	var se *StatusError
+	if errors.As(err, &se) && se.RetryAfter > 0 {
+		return se.RetryAfter, true
+	}
+	return 0, false
+}
+
+// parseRetryAfter reads a Retry-After value: delay-seconds or an HTTP-date.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n <= 0 {
+			return 0
+		}
+		if n > int64(24*time.Hour/time.Second) {
+			n = int64(24 * time.Hour / time.Second)
+		}
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}

@@ -1,0 +1,101 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/keiro-go/keiro/envelope"
+)
+
+// PermanentSQLState is the SQLSTATE a function raises to poison the message it was given:
+//
+//	RAISE EXCEPTION 'unknown customer %', doc->>'key' USING ERRCODE = 'KP001';
+//
+// Class 22 (data exception) errors are permanent too; every other error is retried.
+const PermanentSQLState = "KP001"
+
+var identifier = `[A-Za-z_][A-Za-z0-9_$]{0,62}`
+
+// functionName matches "name" or "schema.name", each part a plain SQL identifier.
+var functionName = regexp.MustCompile(`^(` + identifier + `)(?:\.(` + identifier + `))?$`)
+
+// SQLConfig configures [NewSQL].
+type SQLConfig struct {
+	// Function is the PostgreSQL function called as SELECT <Function>($1::jsonb) with the
+	// event's [Document]: "name" or "schema.name", each part a plain identifier (letters,
+	// digits, _ and $). Parts are quoted as given, so they are case-sensitive; an unqualified
+	// name is resolved through the connection's search_path, so prefer qualifying it.
+	// Required.
+	Function string
+	// DecodePayload turns non-JSON payloads (Avro) into JSON. Defaults to nil: non-JSON
+	// payloads are passed as base64 with "payload_encoding": "base64".
+	DecodePayload PayloadDecoder
+}
+
+func (c *SQLConfig) validate() error {
+	if c.Function == "" {
+		return errors.New("Function is required")
+	}
+	if !functionName.MatchString(c.Function) {
+		return fmt.Errorf("Function %q is not a [schema.]name of plain identifiers (letters, digits, _ and $, at most 63 bytes each)", c.Function)
+	}
+	return nil
+}
+
+// SQL calls a PostgreSQL function inside the inbox transaction, so the function's writes and
+// the inbox row commit together: exactly-once effects (see the package doc).
+type SQL struct {
+	query  string
+	decode PayloadDecoder
+}
+
+// NewSQL validates cfg and returns the handler.
+func NewSQL(cfg SQLConfig) (*SQL, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("sql handler config: %w", err)
+	}
+	m := functionName.FindStringSubmatch(cfg.Function)
+	id := pgx.Identifier{m[1]}
+	if m[2] != "" {
+		id = pgx.Identifier{m[1], m[2]}
+	}
+	return &SQL{query: "SELECT " + id.Sanitize() + "($1::jsonb)", decode: cfg.DecodePayload}, nil
+}
+
+// Query returns the statement the handler runs, for logs and docs.
+func (s *SQL) Query() string { return s.query }
+
+// Handle calls the function with ev's document in tx. It has the inbox Handler signature.
+func (s *SQL) Handle(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
+	doc, err := MarshalDocument(ctx, ev, s.decode)
+	if err != nil {
+		if errors.Is(err, ErrInvalidJSONPayload) {
+			return permanent(err)
+		}
+		return err
+	}
+	if _, err := tx.Exec(ctx, s.query, string(doc)); err != nil {
+		err = fmt.Errorf("call %s for message %q: %w", s.query[len("SELECT "):strings.IndexByte(s.query, '(')], ev.MessageID, err)
+		if IsPermanentSQLError(err) {
+			return permanent(err)
+		}
+		return err
+	}
+	return nil
+}
+
+// IsPermanentSQLError reports whether err carries a PostgreSQL error that the same input will
+// always produce: SQLSTATE [PermanentSQLState] or class 22 (data exception).
+func IsPermanentSQLError(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	return pe.Code == PermanentSQLState || strings.HasPrefix(pe.Code, "22")
+}

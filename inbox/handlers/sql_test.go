@@ -1,0 +1,141 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/internal/testdb"
+)
+
+// effectsFixture creates, in the test schema, a table of effects and a function apply_event
+// that inserts one row per document, raises a transient error for payload {"mode":"transient"},
+// KP001 for {"mode":"poison"}, and a class 22 error when "amount" is not a number.
+func effectsFixture(t *testing.T, db *testdb.DB) {
+	t.Helper()
+	_, err := db.Pool.Exec(context.Background(), fmt.Sprintf(`
+CREATE TABLE %[1]s.effects (message_id text PRIMARY KEY, amount int NOT NULL, doc jsonb NOT NULL);
+CREATE FUNCTION %[1]s.apply_event(doc jsonb) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  IF doc->'payload'->>'mode' = 'transient' THEN
+    RAISE EXCEPTION 'ledger busy' USING ERRCODE = '40001';
+  END IF;
+  IF doc->'payload'->>'mode' = 'poison' THEN
+    RAISE EXCEPTION 'unknown account %%', doc->>'key' USING ERRCODE = 'KP001';
+  END IF;
+  INSERT INTO %[1]s.effects VALUES (doc->>'message_id', (doc->'payload'->>'amount')::int, doc);
+END $$;`, db.Schema))
+	require.NoError(t, err)
+}
+
+func runInTx(t *testing.T, db *testdb.DB, h *SQL, ev envelope.Event) error {
+	t.Helper()
+	var herr error
+	err := pgx.BeginFunc(context.Background(), db.Pool, func(tx pgx.Tx) error {
+		herr = h.Handle(context.Background(), tx, ev)
+		return herr
+	})
+	if herr != nil {
+		return herr
+	}
+	require.NoError(t, err)
+	return nil
+}
+
+func TestSQLCallsFunctionInTransaction(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	effectsFixture(t, db)
+	h, err := NewSQL(SQLConfig{Function: db.Schema + ".apply_event"})
+	require.NoError(t, err)
+	require.Equal(t, `SELECT "`+db.Schema+`"."apply_event"($1::jsonb)`, h.Query())
+
+	ev := testEvent()
+	require.NoError(t, runInTx(t, db, h, ev))
+
+	var amount int
+	var key, source string
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		`SELECT amount, doc->>'key', doc->>'source' FROM `+db.Schema+`.effects WHERE message_id = $1`, ev.MessageID).Scan(&amount, &key, &source))
+	require.Equal(t, 42, amount)
+	require.Equal(t, "order-7", key)
+	require.Equal(t, "ordering", source)
+
+	// The effect belongs to the caller's transaction: a rollback removes it.
+	ev.MessageID = "msg-rolled-back"
+	tx, err := db.Pool.Begin(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, h.Handle(context.Background(), tx, ev))
+	require.NoError(t, tx.Rollback(context.Background()))
+	var n int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM `+db.Schema+`.effects`).Scan(&n))
+	require.Equal(t, 1, n)
+}
+
+func TestSQLErrorClassification(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	effectsFixture(t, db)
+	h, err := NewSQL(SQLConfig{Function: db.Schema + ".apply_event"})
+	require.NoError(t, err)
+
+	cases := []struct {
+		name      string
+		payload   string
+		permanent bool
+		code      string
+	}{
+		{"transient serialization failure", `{"mode":"transient"}`, false, "40001"},
+		{"KP001 raised by the function", `{"mode":"poison"}`, true, "KP001"},
+		{"class 22 data exception", `{"amount":"lots"}`, true, "22P02"},
+		{"integrity violation is retried", `{}`, false, "23502"},
+	}
+	for i, tc := range cases {
+		ev := testEvent()
+		ev.MessageID = fmt.Sprintf("m-%d", i)
+		ev.Payload = []byte(tc.payload)
+		err := runInTx(t, db, h, ev)
+		require.Error(t, err, tc.name)
+		require.Equal(t, tc.permanent, isPermanent(err), "%s: %v", tc.name, err)
+		var pe *pgconn.PgError
+		require.True(t, errors.As(err, &pe), tc.name)
+		require.Equal(t, tc.code, pe.Code, tc.name)
+		require.Contains(t, err.Error(), ev.MessageID)
+	}
+
+	ev := testEvent()
+	ev.Payload = []byte(`not json`)
+	err = runInTx(t, db, h, ev)
+	require.ErrorIs(t, err, ErrInvalidJSONPayload)
+	require.True(t, isPermanent(err))
+}
+
+func TestSQLMissingFunctionIsRetryable(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	h, err := NewSQL(SQLConfig{Function: db.Schema + ".not_there"})
+	require.NoError(t, err)
+	err = runInTx(t, db, h, testEvent())
+	require.Error(t, err)
+	require.False(t, isPermanent(err), "an operator can still create the function: %v", err)
+}
+
+func TestSQLFunctionNameValidation(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []string{"", "a.b.c", "f(); DROP TABLE x", `"quoted"`, "1abc", "schema.", ".fn", "fn--", "f n"} {
+		_, err := NewSQL(SQLConfig{Function: bad})
+		require.Error(t, err, "%q", bad)
+	}
+	h, err := NewSQL(SQLConfig{Function: "Billing.Apply_Event$1"})
+	require.NoError(t, err)
+	require.Equal(t, `SELECT "Billing"."Apply_Event$1"($1::jsonb)`, h.Query())
+	h, err = NewSQL(SQLConfig{Function: "apply"})
+	require.NoError(t, err)
+	require.Equal(t, `SELECT "apply"($1::jsonb)`, h.Query())
+}
