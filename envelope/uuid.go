@@ -40,6 +40,12 @@ func ParseUUID(s string) (UUID, error) {
 // String returns the lowercase hyphenated form.
 func (u UUID) String() string {
 	var b [36]byte
+	return string(u.appendText(b[:0]))
+}
+
+// appendText appends the lowercase hyphenated form to dst.
+func (u UUID) appendText(dst []byte) []byte {
+	var b [36]byte
 	hex.Encode(b[0:8], u[0:4])
 	b[8] = '-'
 	hex.Encode(b[9:13], u[4:6])
@@ -49,7 +55,7 @@ func (u UUID) String() string {
 	hex.Encode(b[19:23], u[8:10])
 	b[23] = '-'
 	hex.Encode(b[24:], u[10:])
-	return string(b[:])
+	return append(dst, b[:]...)
 }
 
 // IsZero reports whether u is the nil UUID.
