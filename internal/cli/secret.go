@@ -1,0 +1,96 @@
+package cli
+
+import (
+	"log/slog"
+	"net/url"
+	"regexp"
+	"strings"
+)
+
+// Redacted is what a secret prints as.
+const Redacted = "******"
+
+// Secret is a string that never prints: String, GoString, Format verbs through String,
+// slog (LogValue) and text/JSON marshalling all yield [Redacted]. Use [Secret.Reveal] where the
+// value itself is needed (to authenticate). An empty Secret prints as "".
+type Secret string
+
+// Reveal returns the secret value.
+func (s Secret) Reveal() string { return string(s) }
+
+// String returns [Redacted], or "" for an empty secret.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return Redacted
+}
+
+// GoString returns the same as String, so %#v does not leak the value either.
+func (s Secret) GoString() string { return `"` + s.String() + `"` }
+
+// LogValue implements slog.LogValuer.
+func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
+
+// MarshalText implements encoding.TextMarshaler with the redacted form.
+func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// DSN is a PostgreSQL connection string (a postgres:// URL or a key=value list) whose password
+// is redacted whenever it is printed or logged. Use [DSN.Reveal] to connect.
+type DSN string
+
+// Reveal returns the connection string with its password.
+func (d DSN) Reveal() string { return string(d) }
+
+// String returns the connection string with any password replaced by [Redacted].
+func (d DSN) String() string { return RedactDSN(string(d)) }
+
+// GoString returns the same as String, quoted.
+func (d DSN) GoString() string { return `"` + d.String() + `"` }
+
+// LogValue implements slog.LogValuer.
+func (d DSN) LogValue() slog.Value { return slog.StringValue(d.String()) }
+
+// MarshalText implements encoding.TextMarshaler with the redacted form.
+func (d DSN) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+var kvPassword = regexp.MustCompile(`(?i)(^|\s)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)`)
+
+// RedactDSN replaces the password of a connection string with [Redacted]: the user:pass@ part
+// of a URL (any scheme, including kafka or http URLs), a password query parameter, and
+// password=… in key=value form. A string it cannot parse is redacted whole when it could hold
+// a password, so that a malformed secret is not printed either.
+func RedactDSN(s string) string {
+	if s == "" {
+		return ""
+	}
+	if strings.Contains(s, "://") {
+		u, err := url.Parse(s)
+		if err != nil {
+			if strings.Contains(s, "@") {
+				return Redacted
+			}
+			return s
+		}
+		if u.User != nil {
+			if _, ok := u.User.Password(); ok {
+				u.User = url.UserPassword(u.User.Username(), redactMarker)
+			}
+		}
+		q := u.Query()
+		for k := range q {
+			if strings.EqualFold(k, "password") || strings.EqualFold(k, "sslpassword") {
+				q.Set(k, redactMarker)
+			}
+		}
+		if len(q) > 0 {
+			u.RawQuery = q.Encode()
+		}
+		// url.UserPassword percent-encodes; put the marker in afterwards so it reads plainly.
+		return strings.ReplaceAll(u.String(), redactMarker, Redacted)
+	}
+	return kvPassword.ReplaceAllString(s, "${1}${2}"+Redacted)
+}
+
+// redactMarker stands in for a password while the URL is re-encoded (url escapes '*').
+const redactMarker = "KEIROREDACTEDPASSWORD"
