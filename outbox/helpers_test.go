@@ -1,0 +1,55 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/outbox"
+)
+
+// event returns a valid event for topic with the given key (nil for none).
+func event(id, topic string, key *string, payload string) envelope.Event {
+	return envelope.Event{
+		MessageID:   id,
+		Source:      "ordering",
+		Destination: topic,
+		Key:         key,
+		EventType:   "OrderPlaced",
+		ContentType: envelope.ContentTypeJSON,
+		Payload:     []byte(payload),
+		OccurredAt:  time.Date(2026, 11, 29, 8, 0, 0, 123456000, time.UTC),
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// enqueue writes events in one committed transaction.
+func enqueue(t testing.TB, pool *pgxpool.Pool, st *outbox.Store, events ...envelope.Event) []outbox.EnqueueResult {
+	t.Helper()
+	var res []outbox.EnqueueResult
+	err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
+		var err error
+		res, err = st.EnqueueTx(context.Background(), tx, events...)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("enqueue: %v", err)
+	}
+	return res
+}
+
+// keyedEvents returns n events spread over keys keys, message ids "m-<i>" and payload "<key>:<i>".
+func keyedEvents(topic string, n, keys int) []envelope.Event {
+	evs := make([]envelope.Event, n)
+	for i := range n {
+		k := fmt.Sprintf("k%d", i%keys)
+		evs[i] = event(fmt.Sprintf("m-%06d", i), topic, &k, fmt.Sprintf(`{"i":%d}`, i))
+	}
+	return evs
+}

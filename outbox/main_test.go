@@ -1,0 +1,15 @@
+package outbox_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// pgxpool's background health check and kfake's listeners are closed by t.Cleanup;
+		// these are process-wide helpers of the libraries that outlive a test by design.
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+	)
+}

@@ -1,0 +1,445 @@
+package outbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/migrations"
+	"github.com/keiro-go/keiro/tracing"
+)
+
+// DefaultSchema is the PostgreSQL schema the package-level helpers use.
+const DefaultSchema = migrations.DefaultSchema
+
+// ErrIdentityConflict reports an enqueue whose (source, message id) is already in the outbox
+// with different content. The retained row is never overwritten; the caller should roll the
+// transaction back. The error names the message id and the differing field classes, never
+// their values. Test for it with errors.Is; the concrete type is *IdentityConflictError.
+var ErrIdentityConflict = errors.New("outbox: message id already enqueued with different content")
+
+// IdentityConflictError is the error EnqueueTx returns for an identity conflict.
+type IdentityConflictError struct {
+	// Source and MessageID identify the message.
+	Source, MessageID string
+	// Fields lists the differing field classes (keiro's ConflictField names: routing, schema,
+	// payload, occurred_at, causal, trace, attributes, provenance).
+	Fields []string
+}
+
+// Error implements error.
+func (e *IdentityConflictError) Error() string {
+	return fmt.Sprintf("outbox: message %q of source %q already enqueued with different %s",
+		e.MessageID, e.Source, strings.Join(e.Fields, ", "))
+}
+
+// Is reports whether target is ErrIdentityConflict.
+func (e *IdentityConflictError) Is(target error) bool { return target == ErrIdentityConflict }
+
+// EnqueueOutcome says what EnqueueTx did with one event.
+type EnqueueOutcome int
+
+const (
+	// Inserted means a new row was written.
+	Inserted EnqueueOutcome = iota + 1
+	// Duplicate means a row with the same (source, message id) and identical content was
+	// already there; nothing was written.
+	Duplicate
+	// Conflict means a row with the same (source, message id) but different content was
+	// already there; nothing was written and EnqueueTx returned an error.
+	Conflict
+)
+
+// String returns "inserted", "duplicate" or "conflict".
+func (o EnqueueOutcome) String() string {
+	switch o {
+	case Inserted:
+		return "inserted"
+	case Duplicate:
+		return "duplicate"
+	case Conflict:
+		return "conflict"
+	}
+	return fmt.Sprintf("EnqueueOutcome(%d)", int(o))
+}
+
+// EnqueueResult reports the fate of one enqueued event, in the order the events were given.
+type EnqueueResult struct {
+	// OutboxID is the row's id: the new row's for Inserted, the retained row's otherwise.
+	OutboxID envelope.UUID
+	// MessageID is the event's message id.
+	MessageID string
+	// Outcome says whether the row was inserted, a duplicate or a conflict.
+	Outcome EnqueueOutcome
+}
+
+// StoreOptions tunes a Store.
+type StoreOptions struct {
+	// DisableKeyLocks turns off the per-key advisory locks EnqueueTx takes. Only producers that
+	// already serialise same-key enqueues (for example a single writer per key, or an event
+	// store subscription) should set it: without the locks two transactions enqueuing the same
+	// key concurrently may commit in the opposite order of their seq, and the relay would then
+	// publish them out of commit order. Defaults to false (locks taken).
+	DisableKeyLocks bool
+}
+
+// Store reads and writes one schema's outbox table. It holds no connection: every method takes
+// the transaction or Querier to run on. A Store is safe for concurrent use.
+type Store struct {
+	schema string
+	opts   StoreOptions
+	q      queries
+}
+
+// NewStore returns a Store for the outbox in schema, which must be a valid schema name
+// (lowercase letters, digits and underscores). At most one StoreOptions may be given.
+func NewStore(schema string, opts ...StoreOptions) (*Store, error) {
+	if err := migrations.ValidateSchema(schema); err != nil {
+		return nil, fmt.Errorf("new outbox store: %w", err)
+	}
+	if len(opts) > 1 {
+		return nil, errors.New("new outbox store: at most one StoreOptions")
+	}
+	s := &Store{schema: schema, q: newQueries(schema)}
+	if len(opts) == 1 {
+		s.opts = opts[0]
+	}
+	return s, nil
+}
+
+// Schema returns the schema the Store addresses.
+func (s *Store) Schema() string { return s.schema }
+
+// NotifyChannel returns the LISTEN/NOTIFY channel EnqueueTx notifies: "<schema>.keiro_outbox".
+func (s *Store) NotifyChannel() string { return s.schema + ".keiro_outbox" }
+
+var defaultStore, _ = NewStore(DefaultSchema)
+
+// EnqueueTx enqueues events with [Store.EnqueueTx] on the outbox of schema "keiro".
+func EnqueueTx(ctx context.Context, tx pgx.Tx, events ...envelope.Event) ([]EnqueueResult, error) {
+	return defaultStore.EnqueueTx(ctx, tx, events...)
+}
+
+// EnqueueTx writes events to the outbox inside the caller's transaction tx. The rows become
+// visible to the relay only when tx commits, and vanish if it rolls back; the relay is woken by
+// a NOTIFY that PostgreSQL delivers at commit.
+//
+// Every event is validated first; if any is invalid nothing is written and the joined
+// problems are returned. An event without a TraceContext gets the trace context of ctx's span.
+// All events are written in one round trip. Enqueuing is idempotent on (source, message id):
+// an identical event already present is reported as Duplicate; one with different content is
+// reported as Conflict and EnqueueTx returns an error wrapping [ErrIdentityConflict] (the
+// transaction should then be rolled back). Unless StoreOptions.DisableKeyLocks is set, the call
+// takes a transaction-scoped advisory lock per distinct keyed (source, key), so concurrent
+// same-key producers serialise and their rows are published in commit order.
+func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, events ...envelope.Event) ([]EnqueueResult, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	var problems []error
+	for i := range events {
+		if err := events[i].Validate(); err != nil {
+			problems = append(problems, fmt.Errorf("event %d (message id %q): %w", i, events[i].MessageID, err))
+		}
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("enqueue outbox events: %w", errors.Join(problems...))
+	}
+	var ambient *envelope.TraceContext
+	a := newEnqueueArgs(len(events))
+	for i := range events {
+		e := &events[i]
+		tc := e.TraceContext
+		if tc == nil {
+			if ambient == nil {
+				ambient = tracing.FromContext(ctx)
+			}
+			tc = ambient
+		}
+		a.add(envelope.NewUUIDv7(), e, tc)
+	}
+	rows, err := tx.Query(ctx, s.q.enqueue, a.args(!s.opts.DisableKeyLocks)...)
+	if err != nil {
+		return nil, fmt.Errorf("enqueue outbox events: %w", err)
+	}
+	inserted := make(map[[16]byte]struct{}, len(events))
+	for rows.Next() {
+		var id [16]byte
+		var n int64
+		if err := rows.Scan(&id, &n); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("enqueue outbox events: %w", err)
+		}
+		inserted[id] = struct{}{}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("enqueue outbox events: %w", err)
+	}
+	results := make([]EnqueueResult, len(events))
+	var missing []int
+	for i := range events {
+		results[i] = EnqueueResult{OutboxID: envelope.UUID(a.ids[i]), MessageID: events[i].MessageID, Outcome: Inserted}
+		if _, ok := inserted[a.ids[i]]; !ok {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) == 0 {
+		return results, nil
+	}
+	return s.resolveExisting(ctx, tx, events, a, results, missing)
+}
+
+// resolveExisting classifies the events that were not inserted as Duplicate or Conflict by
+// comparing them with the retained rows.
+func (s *Store) resolveExisting(ctx context.Context, tx pgx.Tx, events []envelope.Event, a *enqueueArgs,
+	results []EnqueueResult, missing []int) ([]EnqueueResult, error) {
+	srcs := make([]string, len(missing))
+	mids := make([]string, len(missing))
+	for j, i := range missing {
+		srcs[j], mids[j] = events[i].Source, events[i].MessageID
+	}
+	rows, err := tx.Query(ctx, s.q.enqueueExisting, srcs, mids)
+	if err != nil {
+		return nil, fmt.Errorf("enqueue outbox events: read existing rows: %w", err)
+	}
+	type ident struct{ source, messageID string }
+	existing := make(map[ident]storedEvent, len(missing))
+	for rows.Next() {
+		var r storedEvent
+		if err := r.scan(rows); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("enqueue outbox events: read existing rows: %w", err)
+		}
+		existing[ident{r.ev.Source, r.ev.MessageID}] = r
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("enqueue outbox events: read existing rows: %w", err)
+	}
+	var conflicts []error
+	for _, i := range missing {
+		r, ok := existing[ident{events[i].Source, events[i].MessageID}]
+		if !ok {
+			return nil, fmt.Errorf("enqueue outbox events: message %q of source %q was neither inserted nor found",
+				events[i].MessageID, events[i].Source)
+		}
+		results[i].OutboxID = r.id
+		if fields := conflictFields(&events[i], &r.ev); len(fields) > 0 {
+			results[i].Outcome = Conflict
+			conflicts = append(conflicts, &IdentityConflictError{Source: events[i].Source, MessageID: events[i].MessageID, Fields: fields})
+		} else {
+			results[i].Outcome = Duplicate
+		}
+	}
+	if len(conflicts) > 0 {
+		return results, fmt.Errorf("enqueue outbox events: %w", errors.Join(conflicts...))
+	}
+	return results, nil
+}
+
+// enqueueArgs are the column arrays of one enqueue statement.
+type enqueueArgs struct {
+	ids                                       [][16]byte
+	messageID, source, destination, eventType []string
+	key                                       []*string
+	schemaVersion                             []int64
+	contentType                               []string
+	registry, subject, fingerprint            []*string
+	versionRef, schemaID                      []*int64
+	sourceEventID, causationID, correlationID []*[16]byte
+	sourceGlobalPosition                      []*int64
+	traceparent, tracestate                   []*string
+	payload                                   [][]byte
+	attributes                                []*string
+	occurredAt                                []time.Time
+}
+
+func newEnqueueArgs(n int) *enqueueArgs {
+	return &enqueueArgs{
+		ids: make([][16]byte, 0, n), messageID: make([]string, 0, n), source: make([]string, 0, n),
+		destination: make([]string, 0, n), eventType: make([]string, 0, n), key: make([]*string, 0, n),
+		schemaVersion: make([]int64, 0, n), contentType: make([]string, 0, n),
+		payload: make([][]byte, 0, n), occurredAt: make([]time.Time, 0, n),
+	}
+}
+
+func uuidPtr(u *envelope.UUID) *[16]byte {
+	if u == nil {
+		return nil
+	}
+	b := [16]byte(*u)
+	return &b
+}
+
+func (a *enqueueArgs) add(id envelope.UUID, e *envelope.Event, tc *envelope.TraceContext) {
+	a.ids = append(a.ids, id)
+	a.messageID = append(a.messageID, e.MessageID)
+	a.source = append(a.source, e.Source)
+	a.destination = append(a.destination, e.Destination)
+	a.key = append(a.key, e.Key)
+	a.eventType = append(a.eventType, e.EventType)
+	a.schemaVersion = append(a.schemaVersion, e.SchemaVersion)
+	a.contentType = append(a.contentType, e.ContentType)
+	var ref envelope.SchemaRef
+	if e.SchemaRef != nil {
+		ref = *e.SchemaRef
+	}
+	a.registry = append(a.registry, ref.Registry)
+	a.subject = append(a.subject, ref.Subject)
+	a.versionRef = append(a.versionRef, ref.Version)
+	a.schemaID = append(a.schemaID, ref.SchemaID)
+	a.fingerprint = append(a.fingerprint, ref.Fingerprint)
+	a.sourceEventID = append(a.sourceEventID, uuidPtr(e.SourceEventID))
+	a.sourceGlobalPosition = append(a.sourceGlobalPosition, e.SourceGlobalPosition)
+	a.causationID = append(a.causationID, uuidPtr(e.CausationID))
+	a.correlationID = append(a.correlationID, uuidPtr(e.CorrelationID))
+	var tp, ts *string
+	if tc != nil && tc.Traceparent != "" {
+		tp = &tc.Traceparent
+		if tc.Tracestate != "" {
+			ts = &tc.Tracestate
+		}
+	}
+	a.traceparent = append(a.traceparent, tp)
+	a.tracestate = append(a.tracestate, ts)
+	payload := e.Payload
+	if payload == nil {
+		payload = []byte{}
+	}
+	a.payload = append(a.payload, payload)
+	var attrs *string
+	if e.Attributes != nil {
+		s := string(e.Attributes)
+		attrs = &s
+	}
+	a.attributes = append(a.attributes, attrs)
+	a.occurredAt = append(a.occurredAt, e.OccurredAt)
+}
+
+func (a *enqueueArgs) args(lockKeys bool) []any {
+	return []any{a.ids, a.messageID, a.source, a.destination, a.key, a.eventType, a.schemaVersion,
+		a.contentType, a.registry, a.subject, a.versionRef, a.schemaID, a.fingerprint,
+		a.sourceEventID, a.sourceGlobalPosition, a.causationID, a.correlationID,
+		a.traceparent, a.tracestate, a.payload, a.attributes, a.occurredAt, lockKeys}
+}
+
+// storedEvent is an outbox row's event columns.
+type storedEvent struct {
+	id envelope.UUID
+	ev envelope.Event
+}
+
+// scan reads the columns selected by sqlEnqueueExisting (and the event part of rowColumns).
+func (r *storedEvent) scan(row pgx.Row) error {
+	var (
+		id                             [16]byte
+		key, registry, subject, fp     *string
+		versionRef, schemaID, position *int64
+		sourceEventID, causation, corr *[16]byte
+		tp, ts, attrs                  *string
+	)
+	e := &r.ev
+	if err := row.Scan(&id, &e.Source, &e.MessageID, &e.Destination, &key, &e.EventType,
+		&e.SchemaVersion, &e.ContentType, &registry, &subject, &versionRef, &schemaID, &fp,
+		&sourceEventID, &position, &causation, &corr, &tp, &ts, &e.Payload, &attrs, &e.OccurredAt); err != nil {
+		return err
+	}
+	r.id = id
+	fillEvent(e, key, registry, subject, fp, versionRef, schemaID, position, sourceEventID, causation, corr, tp, ts, attrs)
+	return nil
+}
+
+func fillEvent(e *envelope.Event, key, registry, subject, fp *string, versionRef, schemaID, position *int64,
+	sourceEventID, causation, corr *[16]byte, tp, ts, attrs *string) {
+	e.Key = key
+	if registry != nil || subject != nil || fp != nil || versionRef != nil || schemaID != nil {
+		e.SchemaRef = &envelope.SchemaRef{Registry: registry, Subject: subject, Version: versionRef, SchemaID: schemaID, Fingerprint: fp}
+	}
+	e.SourceGlobalPosition = position
+	toUUID := func(b *[16]byte) *envelope.UUID {
+		if b == nil {
+			return nil
+		}
+		u := envelope.UUID(*b)
+		return &u
+	}
+	e.SourceEventID, e.CausationID, e.CorrelationID = toUUID(sourceEventID), toUUID(causation), toUUID(corr)
+	if tp != nil {
+		e.TraceContext = &envelope.TraceContext{Traceparent: *tp}
+		if ts != nil {
+			e.TraceContext.Tracestate = *ts
+		}
+	}
+	if attrs != nil {
+		e.Attributes = json.RawMessage(*attrs)
+	}
+	e.OccurredAt = e.OccurredAt.UTC()
+}
+
+// conflictFields names the field classes in which the new event differs from the stored one
+// (keiro's ConflictField classes). The trace class is compared only when the new event carries
+// its own TraceContext: a retry from another request naturally has another ambient trace.
+func conflictFields(n, old *envelope.Event) []string {
+	var f []string
+	if n.Destination != old.Destination || !eqPtr(n.Key, old.Key) {
+		f = append(f, "routing")
+	}
+	var nr, or envelope.SchemaRef
+	if n.SchemaRef != nil {
+		nr = *n.SchemaRef
+	}
+	if old.SchemaRef != nil {
+		or = *old.SchemaRef
+	}
+	if n.EventType != old.EventType || n.SchemaVersion != old.SchemaVersion || n.ContentType != old.ContentType ||
+		!eqPtr(nr.Registry, or.Registry) || !eqPtr(nr.Subject, or.Subject) || !eqPtr(nr.Version, or.Version) ||
+		!eqPtr(nr.SchemaID, or.SchemaID) || !eqPtr(nr.Fingerprint, or.Fingerprint) {
+		f = append(f, "schema")
+	}
+	if !bytes.Equal(n.Payload, old.Payload) {
+		f = append(f, "payload")
+	}
+	if !n.OccurredAt.Truncate(time.Microsecond).Equal(old.OccurredAt) {
+		f = append(f, "occurred_at")
+	}
+	if !eqPtr(n.CausationID, old.CausationID) || !eqPtr(n.CorrelationID, old.CorrelationID) {
+		f = append(f, "causal")
+	}
+	if n.TraceContext != nil && (old.TraceContext == nil || *n.TraceContext != *old.TraceContext) {
+		f = append(f, "trace")
+	}
+	if !jsonEqual(n.Attributes, old.Attributes) {
+		f = append(f, "attributes")
+	}
+	if !eqPtr(n.SourceEventID, old.SourceEventID) || !eqPtr(n.SourceGlobalPosition, old.SourceGlobalPosition) {
+		f = append(f, "provenance")
+	}
+	return f
+}
+
+func eqPtr[T comparable](a, b *T) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return *a == *b
+}
+
+func jsonEqual(a, b json.RawMessage) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return bytes.Equal(a, b)
+	}
+	return reflect.DeepEqual(x, y)
+}

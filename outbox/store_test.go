@@ -1,0 +1,268 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/outbox"
+)
+
+func TestNewStoreRejectsBadSchema(t *testing.T) {
+	for _, s := range []string{"", "Bad", "a;drop table x", "1abc"} {
+		_, err := outbox.NewStore(s)
+		require.Error(t, err, "schema %q", s)
+	}
+}
+
+func TestEnqueueInsertDuplicateConflict(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	st, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	e := event("m-1", "billing.orders.v1", ptr("order-1"), `{"a":1}`)
+	e.Attributes = []byte(`{"x": 1, "y": [1,2]}`)
+	res := enqueue(t, db.Pool, st, e)
+	require.Len(t, res, 1)
+	require.Equal(t, outbox.Inserted, res[0].Outcome)
+	require.Equal(t, "m-1", res[0].MessageID)
+	first := res[0].OutboxID
+
+	// Same content (attributes with other whitespace): duplicate, same outbox id.
+	dup := e
+	dup.Attributes = []byte(`{"y":[1,2],"x":1}`)
+	res = enqueue(t, db.Pool, st, dup)
+	require.Equal(t, outbox.Duplicate, res[0].Outcome)
+	require.Equal(t, first, res[0].OutboxID)
+
+	// Different payload and key: conflict, error names the classes but not the values.
+	bad := e
+	bad.Payload = []byte(`{"a":2}`)
+	bad.Key = ptr("order-2")
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	res, err = st.EnqueueTx(ctx, tx, bad)
+	require.ErrorIs(t, err, outbox.ErrIdentityConflict)
+	var ice *outbox.IdentityConflictError
+	require.True(t, errors.As(err, &ice))
+	require.Equal(t, []string{"routing", "payload"}, ice.Fields)
+	require.Contains(t, err.Error(), `"m-1"`)
+	require.NotContains(t, err.Error(), "order-2")
+	require.NotContains(t, err.Error(), `"a":2`)
+	require.Equal(t, outbox.Conflict, res[0].Outcome)
+	require.NoError(t, tx.Rollback(ctx))
+
+	var n int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM keiro_outbox").Scan(&n))
+	require.Equal(t, 1, n)
+}
+
+func TestEnqueueManyInOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	st, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	ctx := context.Background()
+	evs := keyedEvents("billing.orders.v1", 1000, 7)
+	evs[3].Key = nil
+	evs[4].SchemaRef = &envelope.SchemaRef{Subject: ptr("orders-value"), SchemaID: ptr(int64(42))}
+	evs[5].CausationID = ptr(envelope.NewUUIDv7())
+
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	res, err := st.EnqueueTx(ctx, tx, evs...)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	require.Len(t, res, 1000)
+	for i, r := range res {
+		require.Equal(t, outbox.Inserted, r.Outcome)
+		require.Equal(t, evs[i].MessageID, r.MessageID)
+	}
+
+	// seq follows the given order, and outbox ids are time-ordered.
+	rows, err := db.Pool.Query(ctx, "SELECT message_id, message_key, schema_subject, schema_id, causation_id IS NOT NULL FROM keiro_outbox ORDER BY seq")
+	require.NoError(t, err)
+	i := 0
+	for rows.Next() {
+		var mid string
+		var key, subj *string
+		var sid *int64
+		var hasCause bool
+		require.NoError(t, rows.Scan(&mid, &key, &subj, &sid, &hasCause))
+		require.Equal(t, evs[i].MessageID, mid)
+		require.Equal(t, evs[i].Key == nil, key == nil)
+		require.Equal(t, i == 4, subj != nil && *subj == "orders-value" && *sid == 42)
+		require.Equal(t, i == 5, hasCause)
+		i++
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, 1000, i)
+}
+
+func TestEnqueueValidationErrors(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	st, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	ctx := context.Background()
+	good := event("ok", "t1", nil, "{}")
+	bad1 := event("", "t1", nil, "{}")
+	bad2 := event("b2", "", nil, "{}")
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = st.EnqueueTx(ctx, tx, good, bad1, bad2)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "event 1")
+	require.Contains(t, err.Error(), "MessageID")
+	require.Contains(t, err.Error(), "event 2")
+	require.Contains(t, err.Error(), "Destination")
+	require.NoError(t, tx.Commit(ctx))
+	var n int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM keiro_outbox").Scan(&n))
+	require.Zero(t, n, "nothing may be written when one event is invalid")
+}
+
+func TestEnqueueCapturesTraceContext(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	st, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	tid, _ := trace.TraceIDFromHex("0af7651916cd43dd8448eb211c80319c")
+	sid, _ := trace.SpanIDFromHex("b7ad6b7169203331")
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled})
+	ctx := trace.ContextWithSpanContext(context.Background(), sc)
+
+	own := event("own", "t1", nil, "{}")
+	own.TraceContext = &envelope.TraceContext{Traceparent: "00-11111111111111111111111111111111-2222222222222222-01", Tracestate: "a=b"}
+	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		_, err := st.EnqueueTx(ctx, tx, event("ambient", "t1", nil, "{}"), own)
+		return err
+	})
+	require.NoError(t, err)
+	got := map[string]string{}
+	rows, err := db.Pool.Query(ctx, "SELECT message_id, traceparent || '|' || coalesce(tracestate, '') FROM keiro_outbox")
+	require.NoError(t, err)
+	for rows.Next() {
+		var m, tp string
+		require.NoError(t, rows.Scan(&m, &tp))
+		got[m] = tp
+	}
+	require.Equal(t, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01|", got["ambient"])
+	require.Equal(t, "00-11111111111111111111111111111111-2222222222222222-01|a=b", got["own"])
+}
+
+func TestEnqueueNotifiesOnCommitOnly(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	st, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	listener, err := pgx.Connect(ctx, db.ConnString)
+	require.NoError(t, err)
+	defer listener.Close(context.Background())
+	_, err = listener.Exec(ctx, `LISTEN "`+st.NotifyChannel()+`"`)
+	require.NoError(t, err)
+
+	// Rolled back: no notification. Then committed: one notification (deduplicated per tx).
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = st.EnqueueTx(ctx, tx, event("rb", "t1", nil, "{}"))
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(ctx))
+	tx, err = db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = st.EnqueueTx(ctx, tx, event("c1", "t1", nil, "{}"))
+	require.NoError(t, err)
+	_, err = st.EnqueueTx(ctx, tx, event("c2", "t1", nil, "{}"))
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	// A marker notification sent after the commit bounds the wait without a sleep.
+	_, err = db.Pool.Exec(ctx, `SELECT pg_notify($1, 'marker')`, st.NotifyChannel())
+	require.NoError(t, err)
+	var got []string
+	for {
+		n, err := listener.WaitForNotification(ctx)
+		require.NoError(t, err)
+		got = append(got, n.Payload)
+		if n.Payload == "marker" {
+			break
+		}
+	}
+	require.Equal(t, []string{"", "marker"}, got)
+}
+
+// TestEnqueueConcurrentSameKeyCommitOrder: transaction A enqueues key k and stays open; B
+// enqueues k concurrently. With key locks B waits for A (seen in pg_stat_activity), so B's row
+// commits after A's and has the larger seq. With DisableKeyLocks B does not wait and can commit
+// first, which is the ordering hole the locks close.
+func TestEnqueueConcurrentSameKeyCommitOrder(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	st, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	txA, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer txA.Rollback(ctx)
+	_, err = st.EnqueueTx(ctx, txA, event("a", "t1", ptr("k"), "{}"))
+	require.NoError(t, err)
+
+	txB, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer txB.Rollback(ctx)
+	var pidB int
+	require.NoError(t, txB.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pidB))
+	done := make(chan error, 1)
+	go func() {
+		_, err := st.EnqueueTx(ctx, txB, event("b", "t1", ptr("k"), "{}"), event("other", "t1", ptr("k2"), "{}"))
+		done <- err
+	}()
+	// Wait until B is blocked on the advisory lock (observed state, not a sleep).
+	for {
+		var waiting bool
+		require.NoError(t, db.Pool.QueryRow(ctx,
+			"SELECT coalesce(bool_or(wait_event_type = 'Lock' AND wait_event = 'advisory'), false) FROM pg_stat_activity WHERE pid = $1", pidB).Scan(&waiting))
+		if waiting {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("B enqueued while A held key k (err %v): same-key producers are not serialised", err)
+		default:
+		}
+	}
+	require.NoError(t, txA.Commit(ctx))
+	require.NoError(t, <-done)
+	require.NoError(t, txB.Commit(ctx))
+	var seqA, seqB int64
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT (SELECT seq FROM keiro_outbox WHERE message_id='a'), (SELECT seq FROM keiro_outbox WHERE message_id='b')").Scan(&seqA, &seqB))
+	require.Less(t, seqA, seqB)
+
+	// Opt-out: no waiting, so a later seq can commit first.
+	free, err := outbox.NewStore(db.Schema, outbox.StoreOptions{DisableKeyLocks: true})
+	require.NoError(t, err)
+	txC, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer txC.Rollback(ctx)
+	_, err = free.EnqueueTx(ctx, txC, event("c", "t1", ptr("k"), "{}"))
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		_, err := free.EnqueueTx(ctx, tx, event("d", "t1", ptr("k"), "{}"))
+		return err
+	}))
+	require.NoError(t, txC.Commit(ctx))
+}
