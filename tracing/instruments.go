@@ -1,0 +1,169 @@
+package tracing
+
+import (
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// ScopeName is the OpenTelemetry instrumentation scope of every keiro meter and tracer.
+const ScopeName = "keiro"
+
+// Meter returns the "keiro" meter of mp, or of the global MeterProvider when mp is nil. With no
+// SDK installed the global provider is a no-op, so instruments cost next to nothing.
+func Meter(mp metric.MeterProvider) metric.Meter {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	return mp.Meter(ScopeName)
+}
+
+// Tracer returns the "keiro" tracer of tp, or of the global TracerProvider when tp is nil.
+func Tracer(tp trace.TracerProvider) trace.Tracer {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	return tp.Tracer(ScopeName)
+}
+
+// Kind is the kind of a metric instrument.
+type Kind int
+
+// Instrument kinds.
+const (
+	// Counter is a monotonic sum (Int64Counter); Prometheus exposes it with a _total suffix.
+	Counter Kind = iota + 1
+	// Gauge is a last value (Int64Gauge, Float64Gauge or an observable gauge).
+	Gauge
+	// Histogram is an explicit-bucket histogram (Float64Histogram); Prometheus exposes
+	// _bucket, _sum and _count series.
+	Histogram
+)
+
+// String returns "counter", "gauge" or "histogram".
+func (k Kind) String() string {
+	switch k {
+	case Counter:
+		return "counter"
+	case Gauge:
+		return "gauge"
+	case Histogram:
+		return "histogram"
+	}
+	return "unknown"
+}
+
+// Metric names of the product's vocabulary. Prometheus sees them translated: dots become
+// underscores, unit "s" adds _seconds, counters add _total, curly-brace units add nothing
+// (keiro.outbox.published → keiro_outbox_published_total).
+const (
+	// MetricOutboxEnqueued names a counter; {event}; attributes source, outcome.
+	MetricOutboxEnqueued = "keiro.outbox.enqueued"
+	// MetricOutboxPublished names a counter; {event}; attribute destination.
+	MetricOutboxPublished = "keiro.outbox.published"
+	// MetricOutboxRetried names a counter; {event}; attribute destination.
+	MetricOutboxRetried = "keiro.outbox.retried"
+	// MetricOutboxDeadlettered names a counter; {event}; attribute destination.
+	MetricOutboxDeadlettered = "keiro.outbox.deadlettered"
+	// MetricOutboxRejected names a counter; {event}; attribute destination.
+	MetricOutboxRejected = "keiro.outbox.rejected"
+	// MetricOutboxReclaimed names a counter; {event}.
+	MetricOutboxReclaimed = "keiro.outbox.reclaimed"
+	// MetricOutboxBacklog names a gauge; {event}: pending+failed+publishing rows.
+	MetricOutboxBacklog = "keiro.outbox.backlog"
+	// MetricOutboxOldestPending names a gauge; s: age of the oldest unpublished row.
+	MetricOutboxOldestPending = "keiro.outbox.oldest_pending.age"
+	// MetricOutboxDead names a gauge; {event}: dead+rejected rows.
+	MetricOutboxDead = "keiro.outbox.dead"
+	// MetricOutboxPublishLatency names a histogram; s: row created_at to broker ack; attribute destination.
+	MetricOutboxPublishLatency = "keiro.outbox.publish.latency"
+	// MetricOutboxBatchSize names a histogram; {event}: rows per claimed batch.
+	MetricOutboxBatchSize = "keiro.outbox.batch.size"
+
+	// MetricInboxProcessed names a counter; {message}; attributes consumer, topic.
+	MetricInboxProcessed = "keiro.inbox.processed"
+	// MetricInboxDuplicates names a counter; {message}; attributes consumer, topic.
+	MetricInboxDuplicates = "keiro.inbox.duplicates"
+	// MetricInboxFailed names a counter; {message}; attributes consumer, topic.
+	MetricInboxFailed = "keiro.inbox.failed"
+	// MetricInboxPoisoned names a counter; {message}; attributes consumer, topic.
+	MetricInboxPoisoned = "keiro.inbox.poisoned"
+	// MetricInboxDeadlettered names a counter; {message}; attributes consumer, topic.
+	MetricInboxDeadlettered = "keiro.inbox.deadlettered"
+	// MetricInboxHandlerDuration names a histogram; s; attributes consumer, topic.
+	MetricInboxHandlerDuration = "keiro.inbox.handler.duration"
+	// MetricInboxBacklog names a gauge; {message}: failed inbox rows.
+	MetricInboxBacklog = "keiro.inbox.backlog"
+	// MetricConsumerLag names a gauge; {message}; attributes topic, partition.
+	MetricConsumerLag = "keiro.consumer.lag"
+)
+
+// Metric describes one instrument of keiro's vocabulary.
+type Metric struct {
+	// Name is the OpenTelemetry instrument name.
+	Name string
+	// Kind is counter, gauge or histogram.
+	Kind Kind
+	// Unit is the UCUM unit ("s", "{event}", "{message}").
+	Unit string
+	// Description is the instrument description (Prometheus HELP).
+	Description string
+	// Attributes are the only attribute keys its data points carry.
+	Attributes []attribute.Key
+	// Buckets are the explicit histogram bucket boundaries [Setup] installs through a view;
+	// nil for counters and gauges.
+	Buckets []float64
+}
+
+// LatencyBuckets are the bucket boundaries (seconds) of keiro's duration histograms: from 1 ms
+// (a relay on a warm connection) to 5 minutes (a backlog draining after an outage).
+var LatencyBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+
+// BatchSizeBuckets are the bucket boundaries of keiro.outbox.batch.size.
+var BatchSizeBuckets = []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000}
+
+// MetricNames lists every metric keiro emits, with its kind, unit and attributes. The
+// dashboard test and [Setup]'s histogram views are built from it; instrument creators should
+// use the same Name, Unit and Description.
+var MetricNames = []Metric{
+	{Name: MetricOutboxEnqueued, Kind: Counter, Unit: "{event}", Attributes: []attribute.Key{SourceKey, OutcomeKey},
+		Description: "Outbox enqueue calls, by outcome: inserted (new row), duplicate (same identity and content), conflict (same identity, different content)."},
+	{Name: MetricOutboxPublished, Kind: Counter, Unit: "{event}", Attributes: []attribute.Key{DestinationKey},
+		Description: "Outbox rows acknowledged by the broker and marked sent."},
+	{Name: MetricOutboxRetried, Kind: Counter, Unit: "{event}", Attributes: []attribute.Key{DestinationKey},
+		Description: "Outbox publishes that failed transiently and were scheduled for retry."},
+	{Name: MetricOutboxDeadlettered, Kind: Counter, Unit: "{event}", Attributes: []attribute.Key{DestinationKey},
+		Description: "Outbox rows marked dead after exhausting their attempts."},
+	{Name: MetricOutboxRejected, Kind: Counter, Unit: "{event}", Attributes: []attribute.Key{DestinationKey},
+		Description: "Outbox rows rejected at once by a permanent broker error (too large, invalid topic, not authorised)."},
+	{Name: MetricOutboxReclaimed, Kind: Counter, Unit: "{event}",
+		Description: "Outbox rows whose claim lease expired and were made claimable again."},
+	{Name: MetricOutboxBacklog, Kind: Gauge, Unit: "{event}",
+		Description: "Outbox rows not yet published: pending, failed and publishing."},
+	{Name: MetricOutboxOldestPending, Kind: Gauge, Unit: "s",
+		Description: "Age of the oldest unpublished outbox row (0 when the backlog is empty)."},
+	{Name: MetricOutboxDead, Kind: Gauge, Unit: "{event}",
+		Description: "Outbox rows in a terminal failure state (dead and rejected) waiting for an operator."},
+	{Name: MetricOutboxPublishLatency, Kind: Histogram, Unit: "s", Attributes: []attribute.Key{DestinationKey}, Buckets: LatencyBuckets,
+		Description: "Time from the outbox row's creation to the broker's acknowledgement."},
+	{Name: MetricOutboxBatchSize, Kind: Histogram, Unit: "{event}", Buckets: BatchSizeBuckets,
+		Description: "Rows per claimed outbox batch."},
+
+	{Name: MetricInboxProcessed, Kind: Counter, Unit: "{message}", Attributes: []attribute.Key{ConsumerKey, TopicKey},
+		Description: "Messages whose handler ran and committed with the inbox row."},
+	{Name: MetricInboxDuplicates, Kind: Counter, Unit: "{message}", Attributes: []attribute.Key{ConsumerKey, TopicKey},
+		Description: "Messages already recorded in the inbox; the handler did not run."},
+	{Name: MetricInboxFailed, Kind: Counter, Unit: "{message}", Attributes: []attribute.Key{ConsumerKey, TopicKey},
+		Description: "Handler failures that will be retried."},
+	{Name: MetricInboxPoisoned, Kind: Counter, Unit: "{message}", Attributes: []attribute.Key{ConsumerKey, TopicKey},
+		Description: "Messages that failed permanently or past the attempt ceiling."},
+	{Name: MetricInboxDeadlettered, Kind: Counter, Unit: "{message}", Attributes: []attribute.Key{ConsumerKey, TopicKey},
+		Description: "Messages written to the dead-letter topic."},
+	{Name: MetricInboxHandlerDuration, Kind: Histogram, Unit: "s", Attributes: []attribute.Key{ConsumerKey, TopicKey}, Buckets: LatencyBuckets,
+		Description: "Duration of the handler and its inbox transaction."},
+	{Name: MetricInboxBacklog, Kind: Gauge, Unit: "{message}",
+		Description: "Inbox rows in the failed state."},
+	{Name: MetricConsumerLag, Kind: Gauge, Unit: "{message}", Attributes: []attribute.Key{TopicKey, PartitionKey},
+		Description: "Records between the group's committed offset and the partition's high watermark."},
+}
