@@ -1,0 +1,167 @@
+package events
+
+import "strings"
+
+// All of the event store's SQL lives in this file. Every statement names its tables through the
+// {{schema}} placeholder, replaced once by [newQueries] with a schema name that
+// migrations.ValidateSchema accepted, so no statement relies on search_path and none is built
+// from user input at run time.
+
+// The stream-row writes, one per expected-version kind. Each returns the stream's new version
+// and the writing transaction's xid8. pg_current_xact_id() runs after the row write, so the
+// transaction has its xid before the events INSERT draws any global position: the gap guard in
+// subscription.go depends on that order (see docs/architecture.md, "Event store").
+const (
+	sqlStreamAny = `INSERT INTO {{schema}}.keiro_streams AS st (stream_name, category, version)
+    VALUES ($1, $2, $3)
+    ON CONFLICT (stream_name) DO UPDATE SET version = st.version + excluded.version, updated_at = now()
+    RETURNING st.version AS version, pg_current_xact_id() AS xid`
+	sqlStreamNoStream = `INSERT INTO {{schema}}.keiro_streams AS st (stream_name, category, version)
+    VALUES ($1, $2, $3)
+    ON CONFLICT (stream_name) DO NOTHING
+    RETURNING st.version AS version, pg_current_xact_id() AS xid`
+	sqlStreamExists = `UPDATE {{schema}}.keiro_streams AS st SET version = st.version + $3, updated_at = now()
+    WHERE st.stream_name = $1 AND st.category = $2
+    RETURNING st.version AS version, pg_current_xact_id() AS xid`
+	sqlStreamExact = `UPDATE {{schema}}.keiro_streams AS st SET version = st.version + $3, updated_at = now()
+    WHERE st.stream_name = $1 AND st.category = $2 AND st.version = $14
+    RETURNING st.version AS version, pg_current_xact_id() AS xid`
+)
+
+// sqlAppendTail inserts the events after the stream write s. The INSERT reads s's row, so the
+// xid exists before nextval runs; rows are inserted in ordinality order, so global positions
+// grow with stream versions. $13 says whether to NOTIFY (delivered at commit).
+const sqlAppendTail = `
+, ins AS (
+    INSERT INTO {{schema}}.keiro_events (event_id, stream_name, category, stream_version, event_type,
+        schema_version, data, metadata, correlation_id, causation_id, traceparent, tracestate, tx_id)
+    SELECT e.event_id, $1, $2, s.version - $3 + e.ord, e.event_type, e.schema_version, e.data,
+        e.metadata, e.correlation_id, e.causation_id, e.traceparent, e.tracestate, s.xid
+    FROM s CROSS JOIN unnest($4::uuid[], $5::text[], $6::integer[], $7::jsonb[], $8::jsonb[],
+        $9::uuid[], $10::uuid[], $11::text[], $12::text[]) WITH ORDINALITY
+        AS e(event_id, event_type, schema_version, data, metadata, correlation_id, causation_id,
+             traceparent, tracestate, ord)
+    ORDER BY e.ord
+    RETURNING global_position, stream_version, recorded_at
+), notified AS (
+    SELECT pg_notify('{{channel}}', '') FROM (SELECT 1 FROM ins LIMIT 1) x WHERE $13::boolean
+)
+SELECT global_position, stream_version, recorded_at, (SELECT count(*) FROM notified)
+FROM ins ORDER BY stream_version`
+
+// sqlStreamVersion reads a stream's current version (no row: the stream does not exist).
+const sqlStreamVersion = `SELECT version FROM {{schema}}.keiro_streams WHERE stream_name = $1`
+
+// recordedColumns are the columns scanned by scanRecorded, in order.
+const recordedColumns = `global_position, event_id, stream_name, stream_version, event_type,
+    schema_version, data, metadata, correlation_id, causation_id, traceparent, tracestate, recorded_at`
+
+// sqlExistingIDs reads the stored events whose ids a caller supplied, with whether each has the
+// same stream, type, schema version and data as the event being appended.
+const sqlExistingIDs = `
+SELECT ` + recordedColumnsE + `,
+    (e.stream_name = $2 AND e.event_type = i.event_type AND e.schema_version = i.schema_version
+     AND e.data = i.data) AS same
+FROM unnest($1::uuid[], $3::text[], $4::integer[], $5::jsonb[]) AS i(event_id, event_type, schema_version, data)
+JOIN {{schema}}.keiro_events e ON e.event_id = i.event_id
+ORDER BY e.global_position`
+
+const recordedColumnsE = `e.global_position, e.event_id, e.stream_name, e.stream_version, e.event_type,
+    e.schema_version, e.data, e.metadata, e.correlation_id, e.causation_id, e.traceparent,
+    e.tracestate, e.recorded_at`
+
+// Stream reads page by stream version.
+const (
+	sqlReadStreamForward = `SELECT ` + recordedColumns + ` FROM {{schema}}.keiro_events
+    WHERE stream_name = $1 AND stream_version > $2 ORDER BY stream_version LIMIT $3`
+	sqlReadStreamBackward = `SELECT ` + recordedColumns + ` FROM {{schema}}.keiro_events
+    WHERE stream_name = $1 AND stream_version < $2 ORDER BY stream_version DESC LIMIT $3`
+)
+
+// Log reads page by global position, up to an inclusive bound.
+const (
+	sqlReadAll = `SELECT ` + recordedColumns + ` FROM {{schema}}.keiro_events
+    WHERE global_position > $1 AND global_position <= $2 ORDER BY global_position LIMIT $3`
+	sqlReadCategory = `SELECT ` + recordedColumns + ` FROM {{schema}}.keiro_events
+    WHERE category = $4 AND global_position > $1 AND global_position <= $2
+    ORDER BY global_position LIMIT $3`
+)
+
+// sqlHead reads the newest global position (0 for an empty log).
+const sqlHead = `SELECT coalesce(max(global_position), 0) FROM {{schema}}.keiro_events`
+
+// sqlFence reads, in one statement (hence one snapshot), the snapshot's xmin and xmax and the
+// newest global position visible in it.
+const sqlFence = `SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint,
+    (SELECT coalesce(max(global_position), 0) FROM {{schema}}.keiro_events)
+FROM pg_current_snapshot() AS s`
+
+// Subscription checkpoints.
+const (
+	sqlSubscriptionEnsure = `INSERT INTO {{schema}}.keiro_subscriptions (name) VALUES ($1)
+    ON CONFLICT (name) DO NOTHING`
+	sqlSubscriptionLock = `SELECT position FROM {{schema}}.keiro_subscriptions WHERE name = $1 FOR UPDATE`
+	sqlSubscriptionSave = `UPDATE {{schema}}.keiro_subscriptions SET position = $2, updated_at = now()
+    WHERE name = $1`
+	sqlSubscriptionPosition = `SELECT position FROM {{schema}}.keiro_subscriptions WHERE name = $1`
+	sqlSubscriptionReset    = `INSERT INTO {{schema}}.keiro_subscriptions AS s (name, position, rebuilt_at)
+    VALUES ($1, $2, now())
+    ON CONFLICT (name) DO UPDATE SET position = $2, rebuilt_at = now(), updated_at = now()`
+	// sqlSubscriptionAdvisoryLock keys the one-active-instance lock by schema and name.
+	sqlSubscriptionAdvisoryLock   = `SELECT pg_advisory_lock(hashtextextended('{{schema}}.keiro_subscriptions.' || $1, 0))`
+	sqlSubscriptionAdvisoryUnlock = `SELECT pg_advisory_unlock(hashtextextended('{{schema}}.keiro_subscriptions.' || $1, 0))`
+)
+
+// Snapshots.
+const (
+	sqlSnapshotRead = `SELECT stream_version, state_version, state FROM {{schema}}.keiro_snapshots
+    WHERE stream_name = $1`
+	// sqlSnapshotWrite keeps the newest snapshot of a compatible state version; a different
+	// state version replaces the row whatever its stream version (so a rollback can re-seed).
+	sqlSnapshotWrite = `INSERT INTO {{schema}}.keiro_snapshots AS s (stream_name, stream_version, state_version, state)
+    VALUES ($1, $2, $3, $4)
+    ON CONFLICT (stream_name) DO UPDATE
+    SET stream_version = excluded.stream_version, state_version = excluded.state_version,
+        state = excluded.state, updated_at = now()
+    WHERE s.stream_version <= excluded.stream_version OR s.state_version <> excluded.state_version`
+)
+
+// queries holds the statements with the schema substituted.
+type queries struct {
+	streamAny, streamNoStream, streamExists, streamExact string
+	streamVersion, existingIDs                           string
+	readStreamForward, readStreamBackward                string
+	readAll, readCategory, head, fence                   string
+	subEnsure, subLock, subSave, subPosition, subReset   string
+	subAdvisoryLock, subAdvisoryUnlock                   string
+	snapshotRead, snapshotWrite                          string
+}
+
+func newQueries(schema, channel string) queries {
+	r := strings.NewReplacer("{{schema}}", schema, "{{channel}}", channel)
+	tail := r.Replace(sqlAppendTail)
+	cte := func(s string) string { return "WITH s AS (" + r.Replace(s) + ")" + tail }
+	return queries{
+		streamAny:          cte(sqlStreamAny),
+		streamNoStream:     cte(sqlStreamNoStream),
+		streamExists:       cte(sqlStreamExists),
+		streamExact:        cte(sqlStreamExact),
+		streamVersion:      r.Replace(sqlStreamVersion),
+		existingIDs:        r.Replace(sqlExistingIDs),
+		readStreamForward:  r.Replace(sqlReadStreamForward),
+		readStreamBackward: r.Replace(sqlReadStreamBackward),
+		readAll:            r.Replace(sqlReadAll),
+		readCategory:       r.Replace(sqlReadCategory),
+		head:               r.Replace(sqlHead),
+		fence:              r.Replace(sqlFence),
+		subEnsure:          r.Replace(sqlSubscriptionEnsure),
+		subLock:            r.Replace(sqlSubscriptionLock),
+		subSave:            r.Replace(sqlSubscriptionSave),
+		subPosition:        r.Replace(sqlSubscriptionPosition),
+		subReset:           r.Replace(sqlSubscriptionReset),
+		subAdvisoryLock:    r.Replace(sqlSubscriptionAdvisoryLock),
+		subAdvisoryUnlock:  r.Replace(sqlSubscriptionAdvisoryUnlock),
+		snapshotRead:       r.Replace(sqlSnapshotRead),
+		snapshotWrite:      r.Replace(sqlSnapshotWrite),
+	}
+}

@@ -1,0 +1,511 @@
+package events
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/migrations"
+	"github.com/keiro-go/keiro/tracing"
+)
+
+// DefaultPageSize is the number of events a read fetches per round trip.
+const DefaultPageSize = 256
+
+// Querier runs SQL: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// StoreConfig configures a Store.
+type StoreConfig struct {
+	// Schema is the PostgreSQL schema holding the event store tables (migration 003). Defaults
+	// to migrations.DefaultSchema ("keiro").
+	Schema string
+	// PageSize is the number of events fetched per round trip by the read iterators and by
+	// hydration. Defaults to DefaultPageSize.
+	PageSize int
+	// DisableNotify stops appends from sending a NOTIFY on NotifyChannel. Subscriptions then
+	// find new events by polling only. Defaults to false (notify).
+	DisableNotify bool
+	// TracerProvider provides the tracer for append spans. Defaults to otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
+	// MeterProvider provides the meter for the store's and runners' instruments. Defaults to
+	// otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
+}
+
+func (c *StoreConfig) applyDefaults() {
+	if c.Schema == "" {
+		c.Schema = migrations.DefaultSchema
+	}
+	if c.PageSize == 0 {
+		c.PageSize = DefaultPageSize
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
+	}
+}
+
+func (c *StoreConfig) validate() error {
+	var errs []error
+	if err := migrations.ValidateSchema(c.Schema); err != nil {
+		errs = append(errs, fmt.Errorf("Schema: %w", err))
+	}
+	if c.PageSize < 1 {
+		errs = append(errs, fmt.Errorf("PageSize: %d is not positive", c.PageSize))
+	}
+	return errors.Join(errs...)
+}
+
+// Store reads and appends events in one schema. It holds no connection: every method takes the
+// transaction or Querier to run on. A Store is safe for concurrent use.
+type Store struct {
+	cfg     StoreConfig
+	channel string
+	q       queries
+	tracer  trace.Tracer
+	metrics *metrics
+}
+
+// NewStore returns a Store for cfg, reporting every configuration problem at once.
+func NewStore(cfg StoreConfig) (*Store, error) {
+	cfg.applyDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("new event store: %w", err)
+	}
+	m, err := newMetrics(cfg.MeterProvider)
+	if err != nil {
+		return nil, fmt.Errorf("new event store: %w", err)
+	}
+	ch := notifyChannel(cfg.Schema)
+	return &Store{
+		cfg: cfg, channel: ch, q: newQueries(cfg.Schema, ch), metrics: m,
+		tracer: cfg.TracerProvider.Tracer(instrumentationScope),
+	}, nil
+}
+
+// notifyChannel is "<schema>_keiro_events", or a hashed form when that exceeds PostgreSQL's
+// 63-byte identifier limit.
+func notifyChannel(schema string) string {
+	ch := schema + "_keiro_events"
+	if len(ch) <= 63 {
+		return ch
+	}
+	sum := sha256.Sum256([]byte(schema))
+	return "keiro_events_" + hex.EncodeToString(sum[:16])
+}
+
+// Schema returns the schema the Store addresses.
+func (s *Store) Schema() string { return s.cfg.Schema }
+
+// NotifyChannel returns the LISTEN/NOTIFY channel appends notify at commit.
+func (s *Store) NotifyChannel() string { return s.channel }
+
+// ExpectedVersion is the stream state an append requires. The zero value is Any.
+type ExpectedVersion struct {
+	kind    expectKind
+	version int64
+}
+
+type expectKind uint8
+
+const (
+	expectAny expectKind = iota
+	expectNoStream
+	expectStreamExists
+	expectExact
+)
+
+var (
+	// Any appends whatever the stream's state.
+	Any = ExpectedVersion{kind: expectAny}
+	// NoStream appends only if the stream has no events.
+	NoStream = ExpectedVersion{kind: expectNoStream}
+	// StreamExists appends only if the stream has at least one event.
+	StreamExists = ExpectedVersion{kind: expectStreamExists}
+)
+
+// Exact appends only if the stream is at version n (its n-th event is the last). Exact(0) is
+// NoStream.
+func Exact(n int64) ExpectedVersion {
+	if n <= 0 {
+		return NoStream
+	}
+	return ExpectedVersion{kind: expectExact, version: n}
+}
+
+// String describes the expectation ("any", "no stream", "stream exists", "version 3").
+func (e ExpectedVersion) String() string {
+	switch e.kind {
+	case expectNoStream:
+		return "no stream"
+	case expectStreamExists:
+		return "stream exists"
+	case expectExact:
+		return fmt.Sprintf("version %d", e.version)
+	}
+	return "any"
+}
+
+// Metadata is what an event carries besides its data.
+type Metadata struct {
+	// CorrelationID groups the events of one business flow, if any.
+	CorrelationID *envelope.UUID
+	// CausationID is the id of the message or event that caused this one, if any.
+	CausationID *envelope.UUID
+	// TraceContext is the W3C trace context of the writing span, if any. AppendTx fills it from
+	// ctx when nil.
+	TraceContext *envelope.TraceContext
+	// Extra is free-form JSON (an object by convention), for example {"actor":"agent-7"}. Nil
+	// means none.
+	Extra json.RawMessage
+}
+
+// EventData is an event to append.
+type EventData struct {
+	// ID is the event's globally unique id. The zero UUID means "mint a UUIDv7". A caller-chosen
+	// id makes the append idempotent: appending the same id with the same content again is a
+	// no-op success.
+	ID envelope.UUID
+	// Type is the event's type tag, for example "OrderPlaced". Required.
+	Type string
+	// SchemaVersion is the version of Data's schema.
+	SchemaVersion int32
+	// Data is the event's JSON payload. Required; it must be valid JSON.
+	Data json.RawMessage
+	// Metadata is the event's metadata.
+	Metadata Metadata
+}
+
+// RecordedEvent is a stored event.
+type RecordedEvent struct {
+	// GlobalPosition is the event's position in the whole log (1-based, increasing in append
+	// order; holes are possible where a transaction rolled back).
+	GlobalPosition int64
+	// ID is the event's unique id.
+	ID envelope.UUID
+	// StreamName is the event's stream.
+	StreamName string
+	// StreamVersion is the event's 1-based version within its stream.
+	StreamVersion int64
+	// Type is the event's type tag.
+	Type string
+	// SchemaVersion is the version of Data's schema.
+	SchemaVersion int32
+	// Data is the JSON payload (as normalised by PostgreSQL's jsonb).
+	Data json.RawMessage
+	// Metadata is the event's metadata.
+	Metadata Metadata
+	// RecordedAt is the appending transaction's start time.
+	RecordedAt time.Time
+}
+
+// Category returns the category of the event's stream.
+func (e RecordedEvent) Category() string { return Category(e.StreamName) }
+
+// AppendResult reports an append.
+type AppendResult struct {
+	// StreamVersion is the stream's version after the append (the last event's version).
+	StreamVersion int64
+	// GlobalPosition is the last appended event's global position.
+	GlobalPosition int64
+	// Events are the appended events, in order, as stored.
+	Events []RecordedEvent
+	// Duplicate reports an idempotent repeat: every event id was already stored with the same
+	// content, nothing was written, and Events are the stored events.
+	Duplicate bool
+}
+
+// AppendTx appends events to stream inside the caller's transaction tx, if the stream matches
+// expected. The events become visible to readers and subscriptions only when tx commits and
+// vanish if it rolls back; subscriptions are woken by a NOTIFY delivered at commit.
+//
+// On a version mismatch AppendTx writes nothing and returns a *WrongExpectedVersionError (the
+// transaction stays usable). Events whose ID is set are idempotent: if every such id is already
+// stored with the same stream, type, schema version and data, AppendTx writes nothing and
+// reports Duplicate; different content, or a batch only partly stored, returns
+// ErrEventIDConflict. Appends to one stream serialise on the stream's row until commit; appends
+// to different streams do not contend.
+func (s *Store) AppendTx(ctx context.Context, tx pgx.Tx, stream string, expected ExpectedVersion, events ...EventData) (res AppendResult, err error) {
+	ctx, span := s.tracer.Start(ctx, "append "+Category(stream), trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(attribute.String(attrStreamName, stream), attribute.String(attrDBSystem, "postgresql")))
+	defer func() {
+		if err != nil {
+			span.SetStatus(codes.Error, truncate(err.Error(), 256))
+		} else {
+			span.SetAttributes(attribute.Int64(attrEventsAppended, int64(len(res.Events))))
+		}
+		span.End()
+	}()
+	if err := ValidateStreamName(stream); err != nil {
+		return AppendResult{}, fmt.Errorf("append to %s: %w", stream, err)
+	}
+	if len(events) == 0 {
+		return AppendResult{}, fmt.Errorf("append to %s: no events", stream)
+	}
+	a, callerIDs, err := newAppendArgs(ctx, events)
+	if err != nil {
+		return AppendResult{}, fmt.Errorf("append to %s: %w", stream, err)
+	}
+	if callerIDs {
+		dup, ok, err := s.checkExisting(ctx, tx, stream, a)
+		if err != nil {
+			return AppendResult{}, err
+		}
+		if ok {
+			return dup, nil
+		}
+	}
+	category := Category(stream)
+	k := int64(len(events))
+	args := []any{stream, category, k, a.ids, a.types, a.schemaVersions, a.data, a.metadata,
+		a.correlation, a.causation, a.traceparent, a.tracestate, !s.cfg.DisableNotify}
+	var q string
+	switch expected.kind {
+	case expectAny:
+		q = s.q.streamAny
+	case expectNoStream:
+		q = s.q.streamNoStream
+	case expectStreamExists:
+		q = s.q.streamExists
+	case expectExact:
+		q = s.q.streamExact
+		args = append(args, expected.version)
+	}
+	rows, err := tx.Query(ctx, q, args...)
+	if err != nil {
+		return AppendResult{}, s.appendError(stream, err)
+	}
+	res.Events = make([]RecordedEvent, 0, len(events))
+	for rows.Next() {
+		var pos, version, notified int64
+		var at time.Time
+		if err := rows.Scan(&pos, &version, &at, &notified); err != nil {
+			rows.Close()
+			return AppendResult{}, s.appendError(stream, err)
+		}
+		i := len(res.Events)
+		res.Events = append(res.Events, RecordedEvent{
+			GlobalPosition: pos, ID: envelope.UUID(a.ids[i]), StreamName: stream, StreamVersion: version,
+			Type: events[i].Type, SchemaVersion: events[i].SchemaVersion, Data: events[i].Data,
+			Metadata: a.recordedMetadata(i), RecordedAt: at,
+		})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return AppendResult{}, s.appendError(stream, err)
+	}
+	if len(res.Events) == 0 {
+		var actual int64
+		err := tx.QueryRow(ctx, s.q.streamVersion, stream).Scan(&actual)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return AppendResult{}, fmt.Errorf("append to %s: read stream version after a conflict: %w", stream, err)
+		}
+		return AppendResult{}, &WrongExpectedVersionError{Stream: stream, Expected: expected, Actual: actual}
+	}
+	if len(res.Events) != len(events) {
+		return AppendResult{}, fmt.Errorf("append to %s: %d of %d events inserted", stream, len(res.Events), len(events))
+	}
+	last := res.Events[len(res.Events)-1]
+	res.StreamVersion, res.GlobalPosition = last.StreamVersion, last.GlobalPosition
+	return res, nil
+}
+
+func (s *Store) appendError(stream string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "keiro_events_event_id_key" {
+		// A concurrent transaction stored one of the caller's ids first; tx is now aborted.
+		return fmt.Errorf("append to %s: %w (stored concurrently; the transaction is aborted): %w", stream, ErrEventIDConflict, err)
+	}
+	return fmt.Errorf("append to %s: %w", stream, err)
+}
+
+// checkExisting looks up caller-supplied ids. ok reports a complete identical duplicate.
+func (s *Store) checkExisting(ctx context.Context, tx pgx.Tx, stream string, a *appendArgs) (AppendResult, bool, error) {
+	rows, err := tx.Query(ctx, s.q.existingIDs, a.ids, stream, a.types, a.schemaVersions, a.data)
+	if err != nil {
+		return AppendResult{}, false, fmt.Errorf("append to %s: look up event ids: %w", stream, err)
+	}
+	var stored []RecordedEvent
+	allSame := true
+	for rows.Next() {
+		var same bool
+		ev, err := scanRecorded(rows, &same)
+		if err != nil {
+			rows.Close()
+			return AppendResult{}, false, fmt.Errorf("append to %s: look up event ids: %w", stream, err)
+		}
+		allSame = allSame && same
+		stored = append(stored, ev)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return AppendResult{}, false, fmt.Errorf("append to %s: look up event ids: %w", stream, err)
+	}
+	switch {
+	case len(stored) == 0:
+		return AppendResult{}, false, nil
+	case !allSame:
+		return AppendResult{}, false, fmt.Errorf("append to %s: %w: %s", stream, ErrEventIDConflict, idList(stored))
+	case len(stored) != len(a.ids):
+		return AppendResult{}, false, fmt.Errorf("append to %s: %w: only %d of %d ids are stored (%s)",
+			stream, ErrEventIDConflict, len(stored), len(a.ids), idList(stored))
+	}
+	s.metrics.duplicates.Add(ctx, 1)
+	last := stored[len(stored)-1]
+	return AppendResult{StreamVersion: last.StreamVersion, GlobalPosition: last.GlobalPosition, Events: stored, Duplicate: true}, true, nil
+}
+
+func idList(evs []RecordedEvent) string {
+	s := ""
+	for i, e := range evs {
+		if i > 0 {
+			s += ", "
+		}
+		if i == 3 {
+			return s + "…"
+		}
+		s += e.ID.String()
+	}
+	return s
+}
+
+// appendArgs are the column arrays of one append statement.
+type appendArgs struct {
+	ids                     [][16]byte
+	types                   []string
+	schemaVersions          []int32
+	data, metadata          []json.RawMessage
+	correlation, causation  []*[16]byte
+	traceparent, tracestate []*string
+}
+
+func newAppendArgs(ctx context.Context, events []EventData) (*appendArgs, bool, error) {
+	n := len(events)
+	a := &appendArgs{
+		ids: make([][16]byte, n), types: make([]string, n), schemaVersions: make([]int32, n),
+		data: make([]json.RawMessage, n), metadata: make([]json.RawMessage, n),
+		correlation: make([]*[16]byte, n), causation: make([]*[16]byte, n),
+		traceparent: make([]*string, n), tracestate: make([]*string, n),
+	}
+	var problems []error
+	callerIDs := false
+	var ambient *envelope.TraceContext
+	ambientDone := false
+	for i := range events {
+		e := &events[i]
+		if e.ID.IsZero() {
+			a.ids[i] = envelope.NewUUIDv7()
+		} else {
+			a.ids[i] = e.ID
+			callerIDs = true
+		}
+		if e.Type == "" {
+			problems = append(problems, fmt.Errorf("event %d: Type is empty", i))
+		}
+		if !json.Valid(e.Data) {
+			problems = append(problems, fmt.Errorf("event %d (%s): Data is not valid JSON", i, e.Type))
+		}
+		if e.Metadata.Extra != nil && !json.Valid(e.Metadata.Extra) {
+			problems = append(problems, fmt.Errorf("event %d (%s): Metadata.Extra is not valid JSON", i, e.Type))
+		}
+		a.types[i], a.schemaVersions[i], a.data[i], a.metadata[i] = e.Type, e.SchemaVersion, e.Data, e.Metadata.Extra
+		a.correlation[i], a.causation[i] = uuidPtr(e.Metadata.CorrelationID), uuidPtr(e.Metadata.CausationID)
+		tc := e.Metadata.TraceContext
+		if tc == nil {
+			if !ambientDone {
+				ambient, ambientDone = tracing.FromContext(ctx), true
+			}
+			tc = ambient
+		}
+		if tc != nil && tc.Traceparent != "" {
+			a.traceparent[i] = &tc.Traceparent
+			if tc.Tracestate != "" {
+				a.tracestate[i] = &tc.Tracestate
+			}
+		}
+	}
+	return a, callerIDs, errors.Join(problems...)
+}
+
+func (a *appendArgs) recordedMetadata(i int) Metadata {
+	m := Metadata{CorrelationID: uuidFrom(a.correlation[i]), CausationID: uuidFrom(a.causation[i]), Extra: a.metadata[i]}
+	if a.traceparent[i] != nil {
+		m.TraceContext = &envelope.TraceContext{Traceparent: *a.traceparent[i]}
+		if a.tracestate[i] != nil {
+			m.TraceContext.Tracestate = *a.tracestate[i]
+		}
+	}
+	return m
+}
+
+func uuidPtr(u *envelope.UUID) *[16]byte {
+	if u == nil {
+		return nil
+	}
+	b := [16]byte(*u)
+	return &b
+}
+
+func uuidFrom(b *[16]byte) *envelope.UUID {
+	if b == nil {
+		return nil
+	}
+	u := envelope.UUID(*b)
+	return &u
+}
+
+// scanRecorded scans recordedColumns, then extra destinations.
+func scanRecorded(row pgx.Row, extra ...any) (RecordedEvent, error) {
+	var (
+		e          RecordedEvent
+		id         [16]byte
+		data, meta []byte
+		corr, caus *[16]byte
+		tp, ts     *string
+	)
+	dest := append([]any{&e.GlobalPosition, &id, &e.StreamName, &e.StreamVersion, &e.Type,
+		&e.SchemaVersion, &data, &meta, &corr, &caus, &tp, &ts, &e.RecordedAt}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return RecordedEvent{}, err
+	}
+	e.ID = envelope.UUID(id)
+	e.Data = data
+	if meta != nil {
+		e.Metadata.Extra = meta
+	}
+	e.Metadata.CorrelationID, e.Metadata.CausationID = uuidFrom(corr), uuidFrom(caus)
+	if tp != nil {
+		e.Metadata.TraceContext = &envelope.TraceContext{Traceparent: *tp}
+		if ts != nil {
+			e.Metadata.TraceContext.Tracestate = *ts
+		}
+	}
+	return e, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

@@ -1,0 +1,49 @@
+package events
+
+import (
+	"errors"
+	"fmt"
+
+	"go.opentelemetry.io/otel/metric"
+)
+
+// instrumentationScope is the OpenTelemetry scope of every span and instrument of the package.
+const instrumentationScope = "keiro"
+
+// Span attribute keys (keiro §1.6.1 and the OpenTelemetry database conventions).
+const (
+	attrStreamName     = "keiro.stream.name"
+	attrRetryAttempt   = "keiro.retry.attempt"
+	attrEventsAppended = "keiro.events.appended"
+	attrDBSystem       = "db.system.name"
+	attrErrorType      = "error.type"
+	attrSubscription   = "keiro.subscription.name"
+)
+
+// metrics are the store's and command runners' instruments. Data points carry no attributes
+// except the bounded subscription name on keiro.projection.lag.
+type metrics struct {
+	conflicts, retries, duplicates metric.Int64Counter
+	snapshotWriteFailures          metric.Int64Counter
+	snapshotHits, snapshotMisses   metric.Int64Counter
+	meter                          metric.Meter
+}
+
+func newMetrics(mp metric.MeterProvider) (*metrics, error) {
+	m := &metrics{meter: mp.Meter(instrumentationScope)}
+	var errs []error
+	counter := func(name, desc, unit string) metric.Int64Counter {
+		c, err := m.meter.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("create instrument %s: %w", name, err))
+		}
+		return c
+	}
+	m.conflicts = counter("keiro.command.conflicts", "Appends of a command that met a version conflict.", "{conflict}")
+	m.retries = counter("keiro.command.retries", "Command attempts retried after a conflict.", "{retry}")
+	m.duplicates = counter("keiro.command.duplicates", "Appends whose event ids were already stored (idempotent repeats and id conflicts).", "{append}")
+	m.snapshotWriteFailures = counter("keiro.snapshot.write.failures", "Advisory snapshots that could not be encoded or written.", "{snapshot}")
+	m.snapshotHits = counter("keiro.snapshot.hits", "Hydrations seeded from a snapshot.", "{hydration}")
+	m.snapshotMisses = counter("keiro.snapshot.misses", "Hydrations that found no usable snapshot (absent, other state version, undecodable).", "{hydration}")
+	return m, errors.Join(errs...)
+}
