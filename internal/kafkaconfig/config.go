@@ -1,0 +1,251 @@
+package kafkaconfig
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/keiro-go/keiro/internal/cli"
+)
+
+// SASL mechanisms accepted by [SASL.Mechanism].
+const (
+	MechanismPlain       = "PLAIN"
+	MechanismScramSHA256 = "SCRAM-SHA-256"
+	MechanismScramSHA512 = "SCRAM-SHA-512"
+)
+
+// Config is how a binary connects to Kafka.
+type Config struct {
+	// Brokers are the seed brokers, host:port. Required (no default).
+	Brokers []string `help:"Kafka seed brokers, host:port, comma separated (required)." placeholder:"HOST:PORT,..."`
+	// ClientID is the client id sent to brokers (visible in broker logs and quotas). Defaults to
+	// franz-go's ("kgo") unless the binary sets its own before calling Opts.
+	ClientID string `help:"Kafka client id (defaults to the binary's name)." placeholder:"ID"`
+	// TLS configures encryption and certificates. Defaults to plaintext.
+	TLS TLS `embed:"" prefix:"kafka-tls-"`
+	// SASL configures authentication. Defaults to none.
+	SASL SASL `embed:"" prefix:"kafka-sasl-"`
+}
+
+// TLS configures the connection's encryption.
+type TLS struct {
+	// Enabled turns TLS on. Defaults to false. The other TLS fields require it.
+	Enabled bool `help:"Connect to Kafka with TLS."`
+	// CAFile is a PEM bundle of the CAs that sign the brokers' certificates. Defaults to the
+	// system pool.
+	CAFile string `name:"ca-file" help:"PEM file of CAs that sign the brokers' certificates (default: system pool)." placeholder:"PATH" type:"path"`
+	// CertFile is the client certificate (PEM) for mutual TLS; requires KeyFile. Defaults to no
+	// client certificate.
+	CertFile string `help:"Client certificate PEM file for mutual TLS (needs --kafka-tls-key-file)." placeholder:"PATH" type:"path"`
+	// KeyFile is the client certificate's private key (PEM); requires CertFile. Defaults to none.
+	KeyFile string `help:"Client private key PEM file for mutual TLS (needs --kafka-tls-cert-file)." placeholder:"PATH" type:"path"`
+	// InsecureSkipVerify disables verification of the brokers' certificates. For tests only.
+	// Defaults to false.
+	InsecureSkipVerify bool `help:"Do not verify the brokers' certificates (tests only)."`
+	// ServerName overrides the name checked in the brokers' certificates. Defaults to the host
+	// of each broker address.
+	ServerName string `help:"Name to verify in the brokers' certificates (default: each broker's host)." placeholder:"NAME"`
+}
+
+// SASL configures authentication.
+type SASL struct {
+	// Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (case-insensitive). Defaults to none:
+	// no authentication.
+	Mechanism string `help:"SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (default: none)." placeholder:"MECHANISM"`
+	// Username is the SASL user. Required with a mechanism.
+	Username string `help:"SASL username." placeholder:"USER"`
+	// Password is the SASL password. Required with a mechanism; never printed.
+	Password cli.Secret `help:"SASL password (never printed)."`
+}
+
+// ValidateFlags reports every problem of the configuration, joined, each naming its flag:
+// missing or malformed brokers, an unknown mechanism, credentials without a mechanism (or the
+// reverse), TLS files without TLS, a certificate without its key, and files that cannot be read
+// or parsed.
+func (c *Config) ValidateFlags() error {
+	var p cli.Problems
+	if len(c.Brokers) == 0 {
+		p.Add("brokers", "is required: list the Kafka seed brokers as host:port,host:port")
+	}
+	for _, b := range c.Brokers {
+		host, port, err := net.SplitHostPort(strings.TrimSpace(b))
+		if err != nil || host == "" || port == "" {
+			p.Add("brokers", "%q is not host:port", b)
+		}
+	}
+	c.validateTLS(&p)
+	c.validateSASL(&p)
+	return p.Err()
+}
+
+func (c *Config) validateTLS(p *cli.Problems) {
+	t := c.TLS
+	if !t.Enabled {
+		for _, f := range []struct{ flag, v string }{
+			{"kafka-tls-ca-file", t.CAFile}, {"kafka-tls-cert-file", t.CertFile},
+			{"kafka-tls-key-file", t.KeyFile}, {"kafka-tls-server-name", t.ServerName},
+		} {
+			if f.v != "" {
+				p.Add(f.flag, "is set but TLS is off: add --kafka-tls-enabled")
+			}
+		}
+		if t.InsecureSkipVerify {
+			p.Add("kafka-tls-insecure-skip-verify", "is set but TLS is off: add --kafka-tls-enabled")
+		}
+		return
+	}
+	if t.CAFile != "" {
+		if _, err := loadCAs(t.CAFile); err != nil {
+			p.AddErr("kafka-tls-ca-file", err)
+		}
+	}
+	switch {
+	case t.CertFile != "" && t.KeyFile == "":
+		p.Add("kafka-tls-key-file", "is required with --kafka-tls-cert-file")
+	case t.CertFile == "" && t.KeyFile != "":
+		p.Add("kafka-tls-cert-file", "is required with --kafka-tls-key-file")
+	case t.CertFile != "":
+		certOK := checkReadable(p, "kafka-tls-cert-file", t.CertFile)
+		keyOK := checkReadable(p, "kafka-tls-key-file", t.KeyFile)
+		if certOK && keyOK {
+			if _, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile); err != nil {
+				p.Add("kafka-tls-cert-file", "load client certificate %s with key %s: %v", t.CertFile, t.KeyFile, err)
+			}
+		}
+	}
+}
+
+func checkReadable(p *cli.Problems, flag, path string) bool {
+	if _, err := os.ReadFile(path); err != nil {
+		p.Add(flag, "cannot read %s: %v", path, err)
+		return false
+	}
+	return true
+}
+
+func (c *Config) validateSASL(p *cli.Problems) {
+	s := c.SASL
+	if s.Mechanism == "" {
+		if s.Username != "" {
+			p.Add("kafka-sasl-username", "is set but no mechanism is: add --kafka-sasl-mechanism")
+		}
+		if s.Password != "" {
+			p.Add("kafka-sasl-password", "is set but no mechanism is: add --kafka-sasl-mechanism")
+		}
+		return
+	}
+	switch strings.ToUpper(s.Mechanism) {
+	case MechanismPlain, MechanismScramSHA256, MechanismScramSHA512:
+	default:
+		p.Add("kafka-sasl-mechanism", "unknown mechanism %q: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", s.Mechanism)
+	}
+	if s.Username == "" {
+		p.Add("kafka-sasl-username", "is required with --kafka-sasl-mechanism")
+	}
+	if s.Password == "" {
+		p.Add("kafka-sasl-password", "is required with --kafka-sasl-mechanism")
+	}
+}
+
+// Warnings lists configurations that work but are unsafe (PLAIN without TLS, certificate
+// verification off), for the binary to log at startup.
+func (c *Config) Warnings() []string {
+	var w []string
+	if strings.EqualFold(c.SASL.Mechanism, MechanismPlain) && !c.TLS.Enabled {
+		w = append(w, "SASL PLAIN without TLS sends the password in clear text; add --kafka-tls-enabled")
+	}
+	if c.TLS.Enabled && c.TLS.InsecureSkipVerify {
+		w = append(w, "Kafka TLS certificate verification is off (--kafka-tls-insecure-skip-verify)")
+	}
+	return w
+}
+
+// Opts returns the franz-go options for the configuration: seed brokers, client id, a TLS
+// dialer and the SASL mechanism. Call ValidateFlags first; Opts still fails, naming the
+// flag, on a configuration it cannot use.
+func (c *Config) Opts() ([]kgo.Opt, error) {
+	if err := c.ValidateFlags(); err != nil {
+		return nil, err
+	}
+	brokers := make([]string, len(c.Brokers))
+	for i, b := range c.Brokers {
+		brokers[i] = strings.TrimSpace(b)
+	}
+	opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
+	if c.ClientID != "" {
+		opts = append(opts, kgo.ClientID(c.ClientID))
+	}
+	if c.TLS.Enabled {
+		tc, err := c.TLS.Config()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, kgo.DialTLSConfig(tc))
+	}
+	if m := c.SASL.mechanism(); m != nil {
+		opts = append(opts, kgo.SASL(m))
+	}
+	return opts, nil
+}
+
+func (s SASL) mechanism() sasl.Mechanism {
+	switch strings.ToUpper(s.Mechanism) {
+	case MechanismPlain:
+		return plain.Auth{User: s.Username, Pass: s.Password.Reveal()}.AsMechanism()
+	case MechanismScramSHA256:
+		return scram.Auth{User: s.Username, Pass: s.Password.Reveal()}.AsSha256Mechanism()
+	case MechanismScramSHA512:
+		return scram.Auth{User: s.Username, Pass: s.Password.Reveal()}.AsSha512Mechanism()
+	}
+	return nil
+}
+
+// Config builds the *tls.Config: minimum TLS 1.2, the CA bundle (or the system pool), the
+// client certificate and the server name.
+func (t TLS) Config() (*tls.Config, error) {
+	tc := &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		ServerName:         t.ServerName,
+		InsecureSkipVerify: t.InsecureSkipVerify, //nolint:gosec // explicit operator choice, warned about
+	}
+	if t.CAFile != "" {
+		pool, err := loadCAs(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("--kafka-tls-ca-file: %w", err)
+		}
+		tc.RootCAs = pool
+	}
+	if t.CertFile != "" || t.KeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--kafka-tls-cert-file: load client certificate %s with key %s: %w", t.CertFile, t.KeyFile, err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
+// ErrNoCertificates reports a CA file with no PEM certificate in it.
+var ErrNoCertificates = errors.New("no PEM certificate found")
+
+func loadCAs(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read %s: %w", path, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("load CA bundle %s: %w", path, ErrNoCertificates)
+	}
+	return pool, nil
+}
