@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/inbox"
 )
 
 // Defaults of [HTTPConfig].
@@ -56,7 +57,7 @@ type HTTPConfig struct {
 	// DedupeKey returns the part of the Idempotency-Key that identifies the message; it must
 	// be the inbox's dedupe key so that the service and the inbox agree on what a duplicate
 	// is. Defaults to the event's MessageID (the inbox's default policy).
-	DedupeKey func(envelope.Event) string
+	DedupeKey func(ctx context.Context, ev envelope.Event) string
 	// MaxErrorBody bounds how many bytes of a failed response's body an error keeps.
 	// Defaults to DefaultMaxErrorBody.
 	MaxErrorBody int
@@ -70,7 +71,7 @@ func (c *HTTPConfig) setDefaults() {
 		c.MaxErrorBody = DefaultMaxErrorBody
 	}
 	if c.DedupeKey == nil {
-		c.DedupeKey = func(ev envelope.Event) string { return ev.MessageID }
+		c.DedupeKey = func(_ context.Context, ev envelope.Event) string { return ev.MessageID }
 	}
 	if c.Client == nil {
 		c.Client = &http.Client{
@@ -123,8 +124,8 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 func (h *HTTP) CloseIdleConnections() { h.cfg.Client.CloseIdleConnections() }
 
 // IdempotencyKey returns the Idempotency-Key sent for ev: <consumer>:<source>:<dedupe key>.
-func (h *HTTP) IdempotencyKey(ev envelope.Event) string {
-	return h.cfg.Consumer + ":" + ev.Source + ":" + h.cfg.DedupeKey(ev)
+func (h *HTTP) IdempotencyKey(ctx context.Context, ev envelope.Event) string {
+	return h.cfg.Consumer + ":" + ev.Source + ":" + h.cfg.DedupeKey(ctx, ev)
 }
 
 // Handle POSTs ev to the configured URL. It has the inbox Handler signature; tx is not used,
@@ -134,7 +135,7 @@ func (h *HTTP) Handle(ctx context.Context, _ pgx.Tx, ev envelope.Event) error {
 	body, err := MarshalDocument(ctx, ev, h.cfg.DecodePayload)
 	if err != nil {
 		if errors.Is(err, ErrInvalidJSONPayload) {
-			return permanent(err)
+			return inbox.Permanent(err)
 		}
 		return err
 	}
@@ -150,7 +151,7 @@ func (h *HTTP) Handle(ctx context.Context, _ pgx.Tx, ev envelope.Event) error {
 		}
 	}
 	req.Header.Set("Content-Type", envelope.ContentTypeJSON)
-	req.Header.Set(HeaderIdempotencyKey, h.IdempotencyKey(ev))
+	req.Header.Set(HeaderIdempotencyKey, h.IdempotencyKey(ctx, ev))
 	req.Header.Del(envelope.HeaderTraceparent)
 	req.Header.Del(envelope.HeaderTracestate)
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
@@ -175,7 +176,7 @@ func (h *HTTP) Handle(ctx context.Context, _ pgx.Tx, ev envelope.Event) error {
 	}
 	err = fmt.Errorf("deliver message %q to %s: %w", ev.MessageID, h.host, serr)
 	if !serr.Retryable() {
-		return permanent(err)
+		return inbox.Permanent(err)
 	}
 	return err
 }

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/inbox"
 )
 
 // captured is one request the test server saw.
@@ -123,7 +124,7 @@ func TestHTTPBinaryPayloadIsBase64(t *testing.T) {
 	t.Parallel()
 	srv, seen := newServer(t, func(w http.ResponseWriter, _ *http.Request) {})
 	h := newHTTP(t, srv.URL, func(c *HTTPConfig) {
-		c.DedupeKey = func(ev envelope.Event) string { return "custom-" + ev.MessageID }
+		c.DedupeKey = func(_ context.Context, ev envelope.Event) string { return "custom-" + ev.MessageID }
 	})
 	ev := testEvent()
 	ev.ContentType = "application/vnd.apache.avro+binary"
@@ -183,7 +184,7 @@ func TestHTTPDecoderErrorKeepsItsClass(t *testing.T) {
 	ev.ContentType = "application/avro"
 	err := h.Handle(context.Background(), nil, ev)
 	require.ErrorIs(t, err, transient)
-	require.False(t, isPermanent(err))
+	require.False(t, inbox.IsPermanent(err))
 }
 
 func TestHTTPStatusClassification(t *testing.T) {
@@ -224,7 +225,7 @@ func TestHTTPStatusClassification(t *testing.T) {
 			h := newHTTP(t, srv.URL)
 			err := h.Handle(context.Background(), nil, testEvent())
 			require.Error(t, err)
-			require.Equal(t, tc.permanent, isPermanent(err), "permanent classification of %d: %v", tc.status, err)
+			require.Equal(t, tc.permanent, inbox.IsPermanent(err), "permanent classification of %d: %v", tc.status, err)
 			var se *StatusError
 			require.ErrorAs(t, err, &se)
 			require.Equal(t, tc.status, se.StatusCode)
@@ -252,7 +253,7 @@ func TestHTTPTimeoutIsRetryable(t *testing.T) {
 	err := h.Handle(context.Background(), nil, testEvent())
 	require.Error(t, err)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.False(t, isPermanent(err))
+	require.False(t, inbox.IsPermanent(err))
 }
 
 func TestHTTPConnectionRefusedIsRetryable(t *testing.T) {
@@ -264,7 +265,7 @@ func TestHTTPConnectionRefusedIsRetryable(t *testing.T) {
 	h := newHTTP(t, "http://"+addr+"/events")
 	err = h.Handle(context.Background(), nil, testEvent())
 	require.Error(t, err)
-	require.False(t, isPermanent(err))
+	require.False(t, inbox.IsPermanent(err))
 	var se *StatusError
 	require.False(t, errors.As(err, &se))
 }
@@ -277,7 +278,7 @@ func TestHTTPInvalidJSONPayloadIsPermanent(t *testing.T) {
 	ev.Payload = []byte(`{"amount": `)
 	err := h.Handle(context.Background(), nil, ev)
 	require.ErrorIs(t, err, ErrInvalidJSONPayload)
-	require.True(t, isPermanent(err))
+	require.True(t, inbox.IsPermanent(err))
 	require.Empty(t, seen, "nothing is sent for a malformed payload")
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/inbox"
 )
 
 // PermanentSQLState is the SQLSTATE a function raises to poison the message it was given:
@@ -76,14 +77,14 @@ func (s *SQL) Handle(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
 	doc, err := MarshalDocument(ctx, ev, s.decode)
 	if err != nil {
 		if errors.Is(err, ErrInvalidJSONPayload) {
-			return permanent(err)
+			return inbox.Permanent(err)
 		}
 		return err
 	}
 	if _, err := tx.Exec(ctx, s.query, string(doc)); err != nil {
 		err = fmt.Errorf("call %s for message %q: %w", s.query[len("SELECT "):strings.IndexByte(s.query, '(')], ev.MessageID, err)
 		if IsPermanentSQLError(err) {
-			return permanent(err)
+			return inbox.Permanent(err)
 		}
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/internal/testdb"
 )
 
@@ -102,7 +103,7 @@ func TestSQLErrorClassification(t *testing.T) {
 		ev.Payload = []byte(tc.payload)
 		err := runInTx(t, db, h, ev)
 		require.Error(t, err, tc.name)
-		require.Equal(t, tc.permanent, isPermanent(err), "%s: %v", tc.name, err)
+		require.Equal(t, tc.permanent, inbox.IsPermanent(err), "%s: %v", tc.name, err)
 		var pe *pgconn.PgError
 		require.True(t, errors.As(err, &pe), tc.name)
 		require.Equal(t, tc.code, pe.Code, tc.name)
@@ -113,7 +114,7 @@ func TestSQLErrorClassification(t *testing.T) {
 	ev.Payload = []byte(`not json`)
 	err = runInTx(t, db, h, ev)
 	require.ErrorIs(t, err, ErrInvalidJSONPayload)
-	require.True(t, isPermanent(err))
+	require.True(t, inbox.IsPermanent(err))
 }
 
 func TestSQLMissingFunctionIsRetryable(t *testing.T) {
@@ -123,7 +124,7 @@ func TestSQLMissingFunctionIsRetryable(t *testing.T) {
 	require.NoError(t, err)
 	err = runInTx(t, db, h, testEvent())
 	require.Error(t, err)
-	require.False(t, isPermanent(err), "an operator can still create the function: %v", err)
+	require.False(t, inbox.IsPermanent(err), "an operator can still create the function: %v", err)
 }
 
 func TestSQLFunctionNameValidation(t *testing.T) {

@@ -1,0 +1,203 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Entry is one stored inbox row.
+type Entry struct {
+	// Source is the producing bounded context (the event's Source).
+	Source string
+	// DedupeKey is the key the message was deduplicated under.
+	DedupeKey string
+	// Delivery is the stored envelope and Kafka coordinates. For completed rows written in
+	// DedupeOnly mode the payload is empty and attributes, trace and schema fields are unset.
+	Delivery Delivery
+	// Status is "completed" or "failed".
+	Status string
+	// Attempts is the number of failed attempts.
+	Attempts int
+	// Poisoned reports a failed row that redeliveries no longer run (see Outcome
+	// PreviouslyFailed); RetryFailed clears it.
+	Poisoned bool
+	// LastError is the last handler error of a failed row.
+	LastError string
+	// ReceivedAt is when the row was first written.
+	ReceivedAt time.Time
+	// CompletedAt is when the row completed, if it did.
+	CompletedAt *time.Time
+	// FailedAt is when the last attempt failed, if one did.
+	FailedAt *time.Time
+}
+
+// Key identifies an inbox row of a Store's consumer.
+type Key struct {
+	// Source is the event's Source.
+	Source string
+	// DedupeKey is the row's dedupe key.
+	DedupeKey string
+}
+
+// Lookup returns the row of (source, dedupeKey), or [ErrNotFound].
+func (s *Store) Lookup(ctx context.Context, db DBTX, k Key) (Entry, error) {
+	e, err := scanEntry(db.QueryRow(ctx, s.sql.lookup, s.cfg.Consumer, k.Source, k.DedupeKey))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Entry{}, fmt.Errorf("look up inbox row %s/%s: %w", k.Source, k.DedupeKey, ErrNotFound)
+	}
+	if err != nil {
+		return Entry{}, fmt.Errorf("look up inbox row %s/%s: %w", k.Source, k.DedupeKey, err)
+	}
+	return e, nil
+}
+
+// Defaults of ListOptions.
+const (
+	// DefaultListLimit is the page size of ListFailed.
+	DefaultListLimit = 100
+)
+
+// ListOptions selects a page of failed rows.
+type ListOptions struct {
+	// Source keeps only rows of this source. Defaults to "" (all sources).
+	Source string
+	// Limit is the page size. Defaults to DefaultListLimit.
+	Limit int
+	// After continues after this entry (pass the last entry of the previous page). Defaults to
+	// nil (the first page).
+	After *Entry
+}
+
+// ListFailed returns failed rows of the store's consumer, oldest failure first, for the
+// `consumer inbox failed list` command.
+func (s *Store) ListFailed(ctx context.Context, db DBTX, opts ListOptions) ([]Entry, error) {
+	if opts.Limit <= 0 {
+		opts.Limit = DefaultListLimit
+	}
+	afterAt, afterSrc, afterKey := time.Time{}, "", ""
+	if opts.After != nil && opts.After.FailedAt != nil {
+		afterAt, afterSrc, afterKey = *opts.After.FailedAt, opts.After.Source, opts.After.DedupeKey
+	}
+	rows, err := db.Query(ctx, s.sql.listFailed, s.cfg.Consumer, opts.Source, afterAt, afterSrc, afterKey, opts.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list failed inbox rows: %w", err)
+	}
+	defer rows.Close()
+	var out []Entry
+	for rows.Next() {
+		e, err := scanEntry(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list failed inbox rows: %w", err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list failed inbox rows: %w", err)
+	}
+	return out, nil
+}
+
+// RetryFilter selects the failed rows RetryFailed resets.
+type RetryFilter struct {
+	// Keys lists the rows to reset.
+	Keys []Key
+	// All resets every failed row of the consumer; Keys is then ignored.
+	All bool
+}
+
+// RetryFailed resets failed rows (attempt count 0, not poisoned) so that the next delivery of
+// each runs the handler again, with a fresh attempt budget. It returns how many rows it reset.
+//
+// A reset alone does not run anything: the consumer runner already committed the offset of a
+// poisoned message (after dead-lettering it), so Kafka will not redeliver it unless the
+// dead-letter topic is replayed or offsets are rewound. To re-run a failed message now, from
+// its stored envelope, use [Store.Reprocess] (the `consumer inbox failed retry` command does).
+func (s *Store) RetryFailed(ctx context.Context, db DBTX, f RetryFilter) (int64, error) {
+	var (
+		tag interface{ RowsAffected() int64 }
+		err error
+	)
+	switch {
+	case f.All:
+		tag, err = db.Exec(ctx, s.sql.retryAll, s.cfg.Consumer)
+	case len(f.Keys) > 0:
+		srcs, keys := make([]string, len(f.Keys)), make([]string, len(f.Keys))
+		for i, k := range f.Keys {
+			srcs[i], keys[i] = k.Source, k.DedupeKey
+		}
+		tag, err = db.Exec(ctx, s.sql.retryKeys, s.cfg.Consumer, srcs, keys)
+	default:
+		return 0, errors.New("retry failed inbox rows: name the rows (Keys) or set All")
+	}
+	if err != nil {
+		return 0, fmt.Errorf("retry failed inbox rows: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Reprocess re-runs h for the failed row k from its stored full envelope, inside an inbox
+// transaction, whatever its attempt count: success marks it completed (Processed); failure
+// records one more attempt (HandlerFailed or Poisoned). A completed row is a Duplicate and h
+// does not run. A missing row returns [ErrNotFound].
+func (s *Store) Reprocess(ctx context.Context, db TxBeginner, k Key, h Handler) (Result, error) {
+	var e Entry
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var err error
+		e, err = s.Lookup(ctx, tx, k)
+		return err
+	})
+	if err != nil {
+		return Result{}, fmt.Errorf("reprocess inbox row: %w", err)
+	}
+	if e.Status == "completed" {
+		return Result{Outcome: Duplicate, DedupeKey: k.DedupeKey, Attempts: e.Attempts}, nil
+	}
+	e.Delivery.Event.Source = k.Source
+	return s.process(ctx, db, e.Delivery, k.DedupeKey, h, true)
+}
+
+// Defaults of retention.
+const (
+	// DefaultRetention is the dedupe window: completed rows older than this are deleted by
+	// the consumer's maintenance. A redelivery after the window runs the handler again.
+	DefaultRetention = 7 * 24 * time.Hour
+	// DefaultDeleteBatch is how many rows one retention statement deletes.
+	DefaultDeleteBatch = 1000
+)
+
+// DeleteCompleted deletes the consumer's completed rows that completed more than olderThan
+// ago, batch rows per statement (each its own short transaction, to keep locks and WAL bursts
+// small), and returns how many it deleted. Failed rows are kept for operators.
+//
+// The retention defines the dedupe window: a message redelivered after its row was deleted is
+// processed again. Keep olderThan well above the longest redelivery delay you expect (topic
+// retention when offsets can be rewound, replays of dead-letter topics).
+func (s *Store) DeleteCompleted(ctx context.Context, db DBTX, olderThan time.Duration, batch int) (int64, error) {
+	if batch <= 0 {
+		batch = DefaultDeleteBatch
+	}
+	var total int64
+	for {
+		tag, err := db.Exec(ctx, s.sql.deleteCompleted, s.cfg.Consumer, intervalText(olderThan), batch)
+		if err != nil {
+			return total, fmt.Errorf("delete completed inbox rows: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(batch) {
+			return total, nil
+		}
+	}
+}
+
+// CountFailed returns the number of failed rows of the consumer (the keiro.inbox.backlog gauge).
+func (s *Store) CountFailed(ctx context.Context, db DBTX) (int64, error) {
+	var n int64
+	if err := db.QueryRow(ctx, s.sql.countFailed, s.cfg.Consumer).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count failed inbox rows: %w", err)
+	}
+	return n, nil
+}

@@ -1,0 +1,38 @@
+// Package inbox gives a Kafka consumer exactly-once effects in PostgreSQL: each message's
+// handler runs in one transaction with a dedupe row, so a redelivered message never runs its
+// effects twice.
+//
+// # Guarantees
+//
+//   - Idempotent receive within the retention window. The inbox row keyed by
+//     (consumer, source, dedupe key) and the handler's writes commit in one transaction
+//     ([Store.Process]). The row is inserted first, under the primary key, so two deliveries
+//     racing in two processes serialise on the key: the second waits for the first to commit
+//     and classifies as [Duplicate] without running the handler.
+//   - The consumer name is part of the key: two bounded contexts sharing a database never
+//     deduplicate each other's messages (keiro keyed by source only).
+//   - Failures are explicit. A handler error, a panic, an SQL error that aborted the
+//     transaction although the handler returned nil ([ErrTxAborted]), or a handler that rolled
+//     back the transaction ([ErrHandlerRolledBack]) all roll back the effects and record a
+//     failed attempt in a separate transaction with the full envelope. After
+//     StoreConfig.MaxAttempts attempts, or at once for a [Permanent] error, the message is
+//     [Poisoned]; later deliveries classify as [PreviouslyFailed] and never run it again
+//     until an operator resets it ([Store.RetryFailed]) or re-runs it ([Store.Reprocess]).
+//   - The dedupe window is the retention of completed rows ([Store.DeleteCompleted],
+//     [DefaultRetention] = 7 days): a message redelivered after its row was deleted is
+//     processed again. Failed rows are never deleted by retention.
+//   - Exactly-once is promised for the effects written through the handler's transaction
+//     only. Calls to other systems from a handler happen at least once; keep them idempotent.
+//
+// # Consumer runner
+//
+// [Consumer] reads Kafka in a consumer group with auto-commit off, processes each partition
+// in order (partitions in parallel, bounded) through the Store, and commits an offset only
+// after the record's inbox transaction committed or the record was dead-lettered (produce
+// acknowledged). Undecodable records and poisoned messages go to the dead-letter topic with
+// the original key, value and headers plus keiro-dlq-* headers; nothing is dropped. Handler
+// failures below the ceiling are retried in place with backoff (the partition waits, which
+// keeps per-key order). Database outages are retried with backoff and never dead-letter.
+// On partition revocation and on shutdown, in-flight work finishes and its offsets are
+// committed before the partitions are released.
+package inbox

@@ -1,0 +1,87 @@
+package inbox
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrDedupePolicyUnsatisfied reports a delivery from which the configured [DedupePolicy] cannot
+// compute a key (for example SourceEventIdentity on an event with neither a source event id nor
+// a global position). It is returned as an error, not as a [Result]; errors.As to
+// *[DedupePolicyError] for the policy's name.
+var ErrDedupePolicyUnsatisfied = errors.New("inbox: dedupe policy unsatisfied")
+
+// DedupePolicyError is the typed form of [ErrDedupePolicyUnsatisfied]: it names the policy and
+// what was missing.
+type DedupePolicyError struct {
+	// Policy is the name of the policy that could not be satisfied.
+	Policy string
+	// Reason says what the delivery lacked.
+	Reason string
+}
+
+// Error implements error.
+func (e *DedupePolicyError) Error() string {
+	return fmt.Sprintf("inbox: dedupe policy %s unsatisfied: %s", e.Policy, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrDedupePolicyUnsatisfied) hold.
+func (e *DedupePolicyError) Is(target error) bool { return target == ErrDedupePolicyUnsatisfied }
+
+// ErrTxAborted is a handler failure: the handler returned nil, but an SQL error inside it had
+// already aborted the transaction, so nothing it did (nor the inbox row) was committed. keiro
+// reported such a delivery as processed; this package records a failed attempt instead.
+var ErrTxAborted = errors.New("inbox: handler returned nil but its transaction was aborted by an SQL error; its effects were discarded")
+
+// ErrHandlerRolledBack is a handler failure: the handler rolled back the inbox transaction
+// itself (keiro's "condemn"). Its effects were discarded and a failed attempt is recorded.
+var ErrHandlerRolledBack = errors.New("inbox: handler rolled back the inbox transaction; its effects were discarded")
+
+// ErrTxOwned is returned to a handler that calls Commit on the transaction it was given: the
+// inbox owns that transaction and commits it, together with the dedupe row, after the handler
+// returns. Nested transactions (tx.Begin, savepoints) may be committed freely.
+var ErrTxOwned = errors.New("inbox: the handler's transaction is committed by the inbox, not by the handler")
+
+// ErrNotFound reports that no inbox row matches the given consumer, source and dedupe key.
+var ErrNotFound = errors.New("inbox: row not found")
+
+// PanicError is a handler failure caused by a panic inside the handler. The panic is recovered,
+// the transaction rolled back, and the failure recorded like any other handler error.
+type PanicError struct {
+	// Value is the value passed to panic.
+	Value any
+	// Stack is the goroutine's stack at the point of the panic.
+	Stack []byte
+}
+
+// Error implements error.
+func (e *PanicError) Error() string { return fmt.Sprintf("inbox: handler panicked: %v", e.Value) }
+
+// Unwrap returns the panic value when it is an error.
+func (e *PanicError) Unwrap() error {
+	if err, ok := e.Value.(error); ok {
+		return err
+	}
+	return nil
+}
+
+type permanentError struct{ err error }
+
+func (p *permanentError) Error() string { return "permanent: " + p.err.Error() }
+func (p *permanentError) Unwrap() error { return p.err }
+
+// Permanent marks err as permanent: a handler that returns it is not retried; its delivery is
+// poisoned at once (the consumer runner dead-letters it). Permanent(nil) is nil. A schema
+// decoder hook may use it as well to say the payload itself is bad.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err, or any error it wraps, was marked with [Permanent].
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}

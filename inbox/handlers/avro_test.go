@@ -1,0 +1,81 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/sr"
+	"github.com/twmb/franz-go/pkg/sr/srfake"
+
+	"github.com/keiro-go/keiro/inbox"
+	"github.com/keiro-go/keiro/schema"
+)
+
+const orderSchema = `{"type":"record","name":"Order","namespace":"billing","fields":[
+  {"name":"id","type":"string"},{"name":"amount","type":"long"}]}`
+
+func TestAvroDecoderRendersJSON(t *testing.T) {
+	t.Parallel()
+	fake := srfake.NewRegistry()
+	srv := httptest.NewServer(fake.Handler())
+	t.Cleanup(srv.Close)
+	reg, err := schema.NewRegistry(schema.RegistryConfig{URL: srv.URL, MaxAttempts: 1, RequestTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(reg.Close)
+	_, _, err = fake.RegisterSchema("billing.orders.v1-value", sr.Schema{Schema: orderSchema, Type: sr.TypeAvro})
+	require.NoError(t, err)
+	ser, err := schema.NewSerializer(reg, orderSchema, schema.SerializerConfig{})
+	require.NoError(t, err)
+	des, err := schema.NewDeserializer(reg, schema.DeserializerConfig{})
+	require.NoError(t, err)
+	decode := AvroDecoder(des)
+	ctx := context.Background()
+
+	ev := testEvent()
+	require.NoError(t, ser.Encode(ctx, &ev, map[string]any{"id": "o-1", "amount": int64(42)}))
+	require.True(t, schema.IsAvroContentType(ev.ContentType), ev.ContentType)
+
+	doc, err := NewDocument(ctx, ev, decode)
+	require.NoError(t, err)
+	require.Empty(t, doc.PayloadEncoding)
+	var payload map[string]any
+	require.NoError(t, json.Unmarshal(doc.Payload, &payload))
+	require.Equal(t, map[string]any{"id": "o-1", "amount": float64(42)}, payload)
+
+	// Bytes that are not a Confluent frame can never decode: permanent.
+	bad := ev
+	bad.Payload = []byte{9, 9, 9}
+	_, err = NewDocument(ctx, bad, decode)
+	require.Error(t, err)
+	require.True(t, inbox.IsPermanent(err), "%v", err)
+
+	// JSON and other content types are not the decoder's business.
+	js, err := decode(ctx, testEvent())
+	require.NoError(t, err)
+	require.Nil(t, js)
+}
+
+func TestAvroDecoderRegistryDownIsRetryable(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(srv.Close)
+	reg, err := schema.NewRegistry(schema.RegistryConfig{URL: srv.URL, MaxAttempts: 1, RequestTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(reg.Close)
+	des, err := schema.NewDeserializer(reg, schema.DeserializerConfig{})
+	require.NoError(t, err)
+	ev := testEvent()
+	ev.ContentType = "application/vnd.confluent.avro"
+	ev.Payload = schema.AppendFrameHeader(nil, 77)
+	ev.Payload = append(ev.Payload, 2, 'x')
+	_, err = AvroDecoder(des)(context.Background(), ev)
+	require.Error(t, err)
+	require.False(t, inbox.IsPermanent(err), "%v", err)
+}

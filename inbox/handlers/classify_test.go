@@ -1,8 +1,0 @@
-package handlers
-
-import "errors"
-
-func isPermanent(err error) bool {
-	var pe *permanentError
-	return errors.As(err, &pe)
-}

@@ -1,0 +1,335 @@
+package inbox
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/keiro-go/keiro/envelope"
+)
+
+// envelopeColumns are the per-row columns bound from a Delivery, in the order of
+// rowColumns.args and of the unnest(...) list in the statements below.
+const envelopeColumns = `source, dedupe_key, message_id, message_key, source_event_id,
+	source_global_position, destination, event_type, schema_version, content_type,
+	schema_registry, schema_subject, schema_version_ref, schema_id, schema_fingerprint,
+	causation_id, correlation_id, traceparent, tracestate, kafka_topic, kafka_partition,
+	kafka_offset, payload_bytes, attributes, occurred_at`
+
+const unnestRows = `unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::uuid[], $7::int8[],
+	$8::text[], $9::text[], $10::int8[], $11::text[], $12::text[], $13::text[], $14::int8[],
+	$15::int8[], $16::text[], $17::uuid[], $18::uuid[], $19::text[], $20::text[], $21::text[],
+	$22::int4[], $23::int8[], $24::bytea[], $25::text[], $26::timestamptz[]) AS r(` + envelopeColumns + `)`
+
+const selectRow = `$1, r.source, r.dedupe_key, r.message_id, r.message_key, r.source_event_id,
+	r.source_global_position, r.destination, r.event_type, r.schema_version, r.content_type,
+	r.schema_registry, r.schema_subject, r.schema_version_ref, r.schema_id, r.schema_fingerprint,
+	r.causation_id, r.correlation_id, r.traceparent, r.tracestate, r.kafka_topic, r.kafka_partition,
+	r.kafka_offset, r.payload_bytes, r.attributes::jsonb, r.occurred_at`
+
+// statements holds the SQL of one Store, with its validated schema name substituted.
+type statements struct {
+	insertCompleted string
+	recordFailure   string
+	lockExisting    string
+	lockExistingAll string
+	markCompleted   string
+	markCompletedDO string
+	lookup          string
+	listFailed      string
+	retryKeys       string
+	retryAll        string
+	deleteCompleted string
+	countFailed     string
+}
+
+func newStatements(schema string) statements {
+	t := schema + ".keiro_inbox"
+	const storedCols = `consumer, ` + envelopeColumns
+	return statements{
+		// insert-first: the dedupe row, completed, inserted before the handler runs in the same
+		// transaction. A concurrent insert of the same key blocks on the primary key until the
+		// first transaction ends.
+		insertCompleted: `INSERT INTO ` + t + ` (` + storedCols + `, status, attempt_count, completed_at)
+SELECT ` + selectRow + `, 'completed', 0, now()
+FROM ` + unnestRows + `
+ON CONFLICT (consumer, source, dedupe_key) DO NOTHING
+RETURNING source, dedupe_key`,
+		// A failed attempt, in its own transaction after the handler's rolled back. Never flips a
+		// row that another process completed meanwhile (WHERE status = 'failed').
+		recordFailure: `INSERT INTO ` + t + ` (` + storedCols + `, status, attempt_count, poisoned, failed_at, last_error)
+SELECT ` + selectRow + `, 'failed', 1, $28 OR 1 >= $29, now(), $27
+FROM ` + unnestRows + `
+ON CONFLICT (consumer, source, dedupe_key) DO UPDATE
+SET attempt_count = keiro_inbox.attempt_count + 1,
+    poisoned = keiro_inbox.poisoned OR $28 OR keiro_inbox.attempt_count + 1 >= $29,
+    failed_at = now(),
+    last_error = EXCLUDED.last_error
+WHERE keiro_inbox.status = 'failed'
+RETURNING attempt_count, poisoned`,
+		lockExisting: `SELECT status, attempt_count, poisoned, coalesce(last_error, '') FROM ` + t + `
+WHERE consumer = $1 AND source = $2 AND dedupe_key = $3 FOR UPDATE`,
+		lockExistingAll: `SELECT i.source, i.dedupe_key, i.status, i.attempt_count, i.poisoned FROM ` + t + ` i
+JOIN unnest($2::text[], $3::text[]) AS k(source, dedupe_key)
+  ON i.source = k.source AND i.dedupe_key = k.dedupe_key
+WHERE i.consumer = $1 FOR UPDATE OF i`,
+		markCompleted: `UPDATE ` + t + `
+SET status = 'completed', completed_at = now(), poisoned = false, last_error = NULL
+WHERE consumer = $1 AND source = $2 AND dedupe_key = $3`,
+		markCompletedDO: `UPDATE ` + t + `
+SET status = 'completed', completed_at = now(), poisoned = false, last_error = NULL,
+    payload_bytes = '', attributes = NULL, traceparent = NULL, tracestate = NULL,
+    schema_version = NULL, schema_registry = NULL, schema_subject = NULL,
+    schema_version_ref = NULL, schema_id = NULL, schema_fingerprint = NULL
+WHERE consumer = $1 AND source = $2 AND dedupe_key = $3`,
+		lookup: `SELECT ` + envelopeColumns + `, received_at, status, attempt_count, poisoned,
+	completed_at, failed_at, coalesce(last_error, '')
+FROM ` + t + ` WHERE consumer = $1 AND source = $2 AND dedupe_key = $3`,
+		listFailed: `SELECT ` + envelopeColumns + `, received_at, status, attempt_count, poisoned,
+	completed_at, failed_at, coalesce(last_error, '')
+FROM ` + t + `
+WHERE consumer = $1 AND status = 'failed' AND ($2 = '' OR source = $2)
+  AND (failed_at, source, dedupe_key) > ($3, $4, $5)
+ORDER BY failed_at, source, dedupe_key
+LIMIT $6`,
+		retryKeys: `UPDATE ` + t + ` i SET attempt_count = 0, poisoned = false
+FROM unnest($2::text[], $3::text[]) AS k(source, dedupe_key)
+WHERE i.consumer = $1 AND i.status = 'failed' AND i.source = k.source AND i.dedupe_key = k.dedupe_key`,
+		retryAll: `UPDATE ` + t + ` SET attempt_count = 0, poisoned = false
+WHERE consumer = $1 AND status = 'failed'`,
+		deleteCompleted: `DELETE FROM ` + t + ` WHERE ctid = ANY (ARRAY (
+  SELECT ctid FROM ` + t + `
+  WHERE consumer = $1 AND status = 'completed' AND completed_at < now() - $2::interval
+  LIMIT $3))`,
+		countFailed: `SELECT count(*) FROM ` + t + ` WHERE consumer = $1 AND status = 'failed'`,
+	}
+}
+
+// rowColumns holds one array per bound column, for unnest.
+type rowColumns struct {
+	source, dedupeKey, messageID, messageKey []pgtype.Text
+	sourceEventID                            []pgtype.UUID
+	sourceGlobalPosition                     []pgtype.Int8
+	destination, eventType                   []pgtype.Text
+	schemaVersion                            []pgtype.Int8
+	contentType                              []pgtype.Text
+	schemaRegistry, schemaSubject            []pgtype.Text
+	schemaVersionRef, schemaID               []pgtype.Int8
+	schemaFingerprint                        []pgtype.Text
+	causationID, correlationID               []pgtype.UUID
+	traceparent, tracestate, kafkaTopic      []pgtype.Text
+	kafkaPartition                           []pgtype.Int4
+	kafkaOffset                              []pgtype.Int8
+	payload                                  [][]byte
+	attributes                               []pgtype.Text
+	occurredAt                               []pgtype.Timestamptz
+}
+
+func newRowColumns(n int) *rowColumns {
+	return &rowColumns{
+		source: make([]pgtype.Text, 0, n), dedupeKey: make([]pgtype.Text, 0, n),
+		messageID: make([]pgtype.Text, 0, n), messageKey: make([]pgtype.Text, 0, n),
+		sourceEventID: make([]pgtype.UUID, 0, n), sourceGlobalPosition: make([]pgtype.Int8, 0, n),
+		destination: make([]pgtype.Text, 0, n), eventType: make([]pgtype.Text, 0, n),
+		schemaVersion: make([]pgtype.Int8, 0, n), contentType: make([]pgtype.Text, 0, n),
+		schemaRegistry: make([]pgtype.Text, 0, n), schemaSubject: make([]pgtype.Text, 0, n),
+		schemaVersionRef: make([]pgtype.Int8, 0, n), schemaID: make([]pgtype.Int8, 0, n),
+		schemaFingerprint: make([]pgtype.Text, 0, n), causationID: make([]pgtype.UUID, 0, n),
+		correlationID: make([]pgtype.UUID, 0, n), traceparent: make([]pgtype.Text, 0, n),
+		tracestate: make([]pgtype.Text, 0, n), kafkaTopic: make([]pgtype.Text, 0, n),
+		kafkaPartition: make([]pgtype.Int4, 0, n), kafkaOffset: make([]pgtype.Int8, 0, n),
+		payload: make([][]byte, 0, n), attributes: make([]pgtype.Text, 0, n),
+		occurredAt: make([]pgtype.Timestamptz, 0, n),
+	}
+}
+
+func text(s string) pgtype.Text { return pgtype.Text{String: s, Valid: true} }
+
+// nonEmpty stores "" as NULL (keiro's read-back maps NULL to "").
+func nonEmpty(s string) pgtype.Text { return pgtype.Text{String: s, Valid: s != ""} }
+
+func optText(s *string) pgtype.Text {
+	if s == nil {
+		return pgtype.Text{}
+	}
+	return text(*s)
+}
+
+func optInt(i *int64) pgtype.Int8 {
+	if i == nil {
+		return pgtype.Int8{}
+	}
+	return pgtype.Int8{Int64: *i, Valid: true}
+}
+
+func optUUID(u *envelope.UUID) pgtype.UUID {
+	if u == nil {
+		return pgtype.UUID{}
+	}
+	return pgtype.UUID{Bytes: [16]byte(*u), Valid: true}
+}
+
+// add appends one delivery. full=false leaves out what the dedupe-only persistence mode does
+// not store: payload, attributes, trace context, schema version and schema reference.
+func (c *rowColumns) add(source, key string, d *Delivery, full bool) {
+	ev := &d.Event
+	c.source = append(c.source, text(source))
+	c.dedupeKey = append(c.dedupeKey, text(key))
+	c.messageID = append(c.messageID, nonEmpty(ev.MessageID))
+	c.messageKey = append(c.messageKey, optText(ev.Key))
+	c.sourceEventID = append(c.sourceEventID, optUUID(ev.SourceEventID))
+	c.sourceGlobalPosition = append(c.sourceGlobalPosition, optInt(ev.SourceGlobalPosition))
+	c.destination = append(c.destination, nonEmpty(ev.Destination))
+	c.eventType = append(c.eventType, nonEmpty(ev.EventType))
+	c.contentType = append(c.contentType, text(ev.ContentType))
+	c.causationID = append(c.causationID, optUUID(ev.CausationID))
+	c.correlationID = append(c.correlationID, optUUID(ev.CorrelationID))
+	if d.Kafka != nil {
+		c.kafkaTopic = append(c.kafkaTopic, text(d.Kafka.Topic))
+		c.kafkaPartition = append(c.kafkaPartition, pgtype.Int4{Int32: d.Kafka.Partition, Valid: true})
+		c.kafkaOffset = append(c.kafkaOffset, pgtype.Int8{Int64: d.Kafka.Offset, Valid: true})
+	} else {
+		c.kafkaTopic = append(c.kafkaTopic, pgtype.Text{})
+		c.kafkaPartition = append(c.kafkaPartition, pgtype.Int4{})
+		c.kafkaOffset = append(c.kafkaOffset, pgtype.Int8{})
+	}
+	if ev.OccurredAt.IsZero() {
+		c.occurredAt = append(c.occurredAt, pgtype.Timestamptz{})
+	} else {
+		c.occurredAt = append(c.occurredAt, pgtype.Timestamptz{Time: ev.OccurredAt, Valid: true})
+	}
+	if !full {
+		c.payload = append(c.payload, []byte{})
+		c.attributes = append(c.attributes, pgtype.Text{})
+		c.traceparent = append(c.traceparent, pgtype.Text{})
+		c.tracestate = append(c.tracestate, pgtype.Text{})
+		c.schemaVersion = append(c.schemaVersion, pgtype.Int8{})
+		c.schemaRegistry = append(c.schemaRegistry, pgtype.Text{})
+		c.schemaSubject = append(c.schemaSubject, pgtype.Text{})
+		c.schemaVersionRef = append(c.schemaVersionRef, pgtype.Int8{})
+		c.schemaID = append(c.schemaID, pgtype.Int8{})
+		c.schemaFingerprint = append(c.schemaFingerprint, pgtype.Text{})
+		return
+	}
+	payload := ev.Payload
+	if payload == nil {
+		payload = []byte{}
+	}
+	c.payload = append(c.payload, payload)
+	if len(ev.Attributes) == 0 {
+		c.attributes = append(c.attributes, pgtype.Text{})
+	} else {
+		c.attributes = append(c.attributes, text(string(ev.Attributes)))
+	}
+	if ev.TraceContext != nil {
+		c.traceparent = append(c.traceparent, text(ev.TraceContext.Traceparent))
+		c.tracestate = append(c.tracestate, nonEmpty(ev.TraceContext.Tracestate))
+	} else {
+		c.traceparent = append(c.traceparent, pgtype.Text{})
+		c.tracestate = append(c.tracestate, pgtype.Text{})
+	}
+	c.schemaVersion = append(c.schemaVersion, pgtype.Int8{Int64: ev.SchemaVersion, Valid: true})
+	ref := ev.SchemaRef
+	if ref == nil {
+		ref = &envelope.SchemaRef{}
+	}
+	c.schemaRegistry = append(c.schemaRegistry, optText(ref.Registry))
+	c.schemaSubject = append(c.schemaSubject, optText(ref.Subject))
+	c.schemaVersionRef = append(c.schemaVersionRef, optInt(ref.Version))
+	c.schemaID = append(c.schemaID, optInt(ref.SchemaID))
+	c.schemaFingerprint = append(c.schemaFingerprint, optText(ref.Fingerprint))
+}
+
+// args returns $2..$26 for the unnest statements.
+func (c *rowColumns) args() []any {
+	return []any{c.source, c.dedupeKey, c.messageID, c.messageKey, c.sourceEventID,
+		c.sourceGlobalPosition, c.destination, c.eventType, c.schemaVersion, c.contentType,
+		c.schemaRegistry, c.schemaSubject, c.schemaVersionRef, c.schemaID, c.schemaFingerprint,
+		c.causationID, c.correlationID, c.traceparent, c.tracestate, c.kafkaTopic,
+		c.kafkaPartition, c.kafkaOffset, c.payload, c.attributes, c.occurredAt}
+}
+
+// scanRow reads the columns of envelopeColumns plus the bookkeeping columns of lookup and
+// listFailed into an Entry.
+func scanEntry(row interface{ Scan(...any) error }) (Entry, error) {
+	var (
+		e                                             Entry
+		source, key, msgID, msgKey, dest, evType, ct  pgtype.Text
+		srcEvID, causID, corrID                       pgtype.UUID
+		srcPos, schemaVer, verRef, schemaID, kafkaOff pgtype.Int8
+		reg, subj, fp, tp, ts, kafkaTopic, attrs      pgtype.Text
+		kafkaPart                                     pgtype.Int4
+		payload                                       []byte
+		occurred, received, completed, failed         pgtype.Timestamptz
+		attempts                                      int32
+	)
+	err := row.Scan(&source, &key, &msgID, &msgKey, &srcEvID, &srcPos, &dest, &evType, &schemaVer,
+		&ct, &reg, &subj, &verRef, &schemaID, &fp, &causID, &corrID, &tp, &ts, &kafkaTopic,
+		&kafkaPart, &kafkaOff, &payload, &attrs, &occurred,
+		&received, &e.Status, &attempts, &e.Poisoned, &completed, &failed, &e.LastError)
+	if err != nil {
+		return Entry{}, err
+	}
+	e.Source, e.DedupeKey, e.Attempts = source.String, key.String, int(attempts)
+	e.ReceivedAt = received.Time
+	if completed.Valid {
+		t := completed.Time
+		e.CompletedAt = &t
+	}
+	if failed.Valid {
+		t := failed.Time
+		e.FailedAt = &t
+	}
+	ev := &e.Delivery.Event
+	ev.MessageID, ev.Source, ev.Destination, ev.EventType = msgID.String, source.String, dest.String, evType.String
+	ev.ContentType, ev.SchemaVersion, ev.Payload = ct.String, schemaVer.Int64, payload
+	if msgKey.Valid {
+		k := msgKey.String
+		ev.Key = &k
+	}
+	uuidPtr := func(u pgtype.UUID) *envelope.UUID {
+		if !u.Valid {
+			return nil
+		}
+		v := envelope.UUID(u.Bytes)
+		return &v
+	}
+	intPtr := func(i pgtype.Int8) *int64 {
+		if !i.Valid {
+			return nil
+		}
+		v := i.Int64
+		return &v
+	}
+	strPtr := func(s pgtype.Text) *string {
+		if !s.Valid {
+			return nil
+		}
+		v := s.String
+		return &v
+	}
+	ev.SourceEventID, ev.CausationID, ev.CorrelationID = uuidPtr(srcEvID), uuidPtr(causID), uuidPtr(corrID)
+	ev.SourceGlobalPosition = intPtr(srcPos)
+	if reg.Valid || subj.Valid || verRef.Valid || schemaID.Valid || fp.Valid {
+		ev.SchemaRef = &envelope.SchemaRef{Registry: strPtr(reg), Subject: strPtr(subj),
+			Version: intPtr(verRef), SchemaID: intPtr(schemaID), Fingerprint: strPtr(fp)}
+	}
+	if tp.Valid {
+		ev.TraceContext = &envelope.TraceContext{Traceparent: tp.String, Tracestate: ts.String}
+	}
+	if attrs.Valid {
+		ev.Attributes = []byte(attrs.String)
+	}
+	if occurred.Valid {
+		ev.OccurredAt = occurred.Time.UTC()
+	} else {
+		ev.OccurredAt = time.Unix(0, 0).UTC()
+	}
+	if kafkaTopic.Valid && kafkaPart.Valid && kafkaOff.Valid {
+		e.Delivery.Kafka = &KafkaRef{Topic: kafkaTopic.String, Partition: kafkaPart.Int32, Offset: kafkaOff.Int64}
+	}
+	return e, nil
+}
+
+func intervalText(d time.Duration) string { return fmt.Sprintf("%d microseconds", d.Microseconds()) }
