@@ -131,11 +131,11 @@ func (e *Event) AppendHeaders(dst []Header, opts EncodeOptions) []Header {
 	add(HeaderOccurredAt, start)
 	if len(e.Attributes) > 0 {
 		start := len(buf)
-		var b bytes.Buffer
-		if err := json.Compact(&b, e.Attributes); err == nil {
-			buf = append(buf, b.Bytes()...)
+		b := bytes.NewBuffer(buf)
+		if err := json.Compact(b, e.Attributes); err == nil {
+			buf = b.Bytes()
 		} else {
-			buf = append(buf, e.Attributes...)
+			buf = append(buf[:start], e.Attributes...)
 		}
 		add(HeaderAttributes, start)
 	}

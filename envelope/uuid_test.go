@@ -1,0 +1,81 @@
+package envelope_test
+
+import (
+	"bytes"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keiro-go/keiro/envelope"
+)
+
+func TestUUIDv7Monotonic(t *testing.T) {
+	const n = 100000 // far more than 4096 per millisecond: exercises the counter overflow
+	prev := envelope.NewUUIDv7()
+	for range n {
+		u := envelope.NewUUIDv7()
+		if bytes.Compare(prev[:], u[:]) >= 0 {
+			t.Fatalf("not increasing: %s then %s", prev, u)
+		}
+		if u[6]>>4 != 7 || u[8]>>6 != 2 {
+			t.Fatalf("%s: version %d variant %b", u, u[6]>>4, u[8]>>6)
+		}
+		prev = u
+	}
+	ms := int64(prev[0])<<40 | int64(prev[1])<<32 | int64(prev[2])<<24 | int64(prev[3])<<16 | int64(prev[4])<<8 | int64(prev[5])
+	if d := time.Since(time.UnixMilli(ms)); d < -2*time.Second || d > time.Minute {
+		t.Fatalf("timestamp %v is %v from now", time.UnixMilli(ms), d)
+	}
+}
+
+func TestUUIDv7ConcurrentUnique(t *testing.T) {
+	const workers, each = 4, 5000
+	var mu sync.Mutex
+	seen := make(map[envelope.UUID]bool, workers*each)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			local := make([]envelope.UUID, each)
+			for i := range local {
+				local[i] = envelope.NewUUIDv7()
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, u := range local {
+				if seen[u] {
+					t.Errorf("duplicate %s", u)
+				}
+				seen[u] = true
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func TestParseUUID(t *testing.T) {
+	for range 1000 {
+		u := envelope.NewUUIDv7()
+		got, err := envelope.ParseUUID(u.String())
+		if err != nil || got != u {
+			t.Fatalf("ParseUUID(%s) = %s, %v", u, got, err)
+		}
+	}
+	u, err := envelope.ParseUUID("018F0F18-17AA-7000-8000-0000000000AA")
+	if err != nil || u.String() != "018f0f18-17aa-7000-8000-0000000000aa" {
+		t.Fatalf("uppercase: %s, %v", u, err)
+	}
+	if !(envelope.UUID{}).IsZero() || u.IsZero() {
+		t.Fatal("IsZero")
+	}
+	for _, bad := range []string{
+		"", "018f0f18-17aa-7000-8000-0000000000a", "018f0f18-17aa-7000-8000-0000000000aaa",
+		"018f0f1817aa70008000-0000000000aa-xx", "018f0f18-17aa-7000-8000-0000000000ag",
+		"{018f0f18-17aa-7000-8000-0000000000aa}", "018f0f18_17aa_7000_8000_0000000000aa",
+		"+18f0f18-17aa-7000-8000-0000000000aa",
+	} {
+		if _, err := envelope.ParseUUID(bad); !errors.Is(err, envelope.ErrInvalidUUID) {
+			t.Errorf("ParseUUID(%q) err = %v", bad, err)
+		}
+	}
+}
