@@ -1,0 +1,204 @@
+package httpserver_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/keiro-go/keiro/internal/httpserver"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func get(t *testing.T, h http.Handler, path string) (int, string) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	return rec.Code, rec.Body.String()
+}
+
+func TestEndpoints(t *testing.T) {
+	dbUp := true
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "keiro_outbox_backlog 3\n")
+	})
+	h, srv, err := httpserver.NewHandler(httpserver.Config{
+		Metrics: metrics,
+		Checks: []httpserver.Check{
+			{Name: "database", Run: func(context.Context) error {
+				if !dbUp {
+					return errors.New("connection refused")
+				}
+				return nil
+			}},
+			{Name: "kafka", Run: func(context.Context) error { return nil }},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body := get(t, h, "/healthz"); code != 200 || body != "ok\n" {
+		t.Fatalf("healthz: %d %q", code, body)
+	}
+	if code, body := get(t, h, "/metrics"); code != 200 || !strings.Contains(body, "keiro_outbox_backlog") {
+		t.Fatalf("metrics: %d %q", code, body)
+	}
+	code, body := get(t, h, "/readyz")
+	var r httpserver.Readiness
+	if err := json.Unmarshal([]byte(body), &r); err != nil {
+		t.Fatal(err)
+	}
+	if code != 200 || r.Status != "ok" || r.Checks["database"] != "ok" || r.Checks["kafka"] != "ok" {
+		t.Fatalf("readyz: %d %s", code, body)
+	}
+
+	dbUp = false
+	code, body = get(t, h, "/readyz")
+	r = httpserver.Readiness{}
+	if err := json.Unmarshal([]byte(body), &r); err != nil {
+		t.Fatal(err)
+	}
+	if code != http.StatusServiceUnavailable || r.Status != "unavailable" || len(r.Failing) != 1 || r.Failing[0] != "database" ||
+		!strings.Contains(r.Checks["database"], "connection refused") || r.Checks["kafka"] != "ok" {
+		t.Fatalf("readyz with database down: %d %s", code, body)
+	}
+
+	dbUp = true
+	srv.SetDraining()
+	if code, body := get(t, h, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "draining") {
+		t.Fatalf("readyz while draining: %d %s", code, body)
+	}
+	if code, _ := get(t, h, "/healthz"); code != 200 {
+		t.Fatal("healthz must stay up while draining")
+	}
+}
+
+func TestCheckTimeoutNamesTheCheck(t *testing.T) {
+	h, _, err := httpserver.NewHandler(httpserver.Config{
+		CheckTimeout: 50 * time.Millisecond,
+		Checks: []httpserver.Check{{Name: "kafka", Run: func(ctx context.Context) error {
+			<-ctx.Done() // a broker that never answers
+			return ctx.Err()
+		}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body := get(t, h, "/readyz")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, `"kafka"`) || !strings.Contains(body, "deadline exceeded") {
+		t.Fatalf("%d %s", code, body)
+	}
+}
+
+func TestNoMetricsHandler(t *testing.T) {
+	h, _, err := httpserver.NewHandler(httpserver.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := get(t, h, "/metrics"); code != http.StatusNotFound {
+		t.Fatalf("metrics without handler: %d", code)
+	}
+}
+
+func TestInvalidConfigReportsAll(t *testing.T) {
+	_, err := httpserver.Listen(httpserver.Config{
+		Addr:         "no-port",
+		CheckTimeout: -1,
+		Checks:       []httpserver.Check{{Name: ""}, {Name: "a", Run: func(context.Context) error { return nil }}, {Name: "a"}},
+	})
+	if err == nil {
+		t.Fatal("expected error")
+	}
+	for _, want := range []string{"Addr", "CheckTimeout", "Checks[0] has no Name", `duplicate name "a"`, "Checks[2] (a) has no Run"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in %v", want, err)
+		}
+	}
+}
+
+func TestListenPortTaken(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if _, err := httpserver.Listen(httpserver.Config{Addr: ln.Addr().String()}); err == nil || !strings.Contains(err.Error(), "listen for http") {
+		t.Fatalf("want listen error, got %v", err)
+	}
+}
+
+// Serve answers on the bound port and, when its context ends, lets an in-flight request finish
+// before returning nil.
+func TestServeGracefulShutdown(t *testing.T) {
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	srv, err := httpserver.Listen(httpserver.Config{
+		Addr:         "127.0.0.1:0",
+		CheckTimeout: 10 * time.Second,
+		Checks: []httpserver.Check{{Name: "slow", Run: func(ctx context.Context) error {
+			close(entered)
+			<-release
+			return nil
+		}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(srv.Addr(), "127.0.0.1:") || strings.HasSuffix(srv.Addr(), ":0") {
+		t.Fatalf("addr %q", srv.Addr())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx) }()
+
+	resp, err := http.Get("http://" + srv.Addr() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("healthz %d", resp.StatusCode)
+	}
+
+	type result struct {
+		code int
+		err  error
+	}
+	inflight := make(chan result, 1)
+	go func() {
+		resp, err := http.Get("http://" + srv.Addr() + "/readyz")
+		if err != nil {
+			inflight <- result{err: err}
+			return
+		}
+		resp.Body.Close()
+		inflight <- result{code: resp.StatusCode}
+	}()
+	<-entered
+	cancel()
+	select {
+	case err := <-served:
+		t.Fatalf("Serve returned %v while a request was in flight", err)
+	default:
+	}
+	close(release)
+	if r := <-inflight; r.err != nil || r.code != 200 {
+		t.Fatalf("in-flight request: %+v", r)
+	}
+	if err := <-served; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	if _, err := http.Get("http://" + srv.Addr() + "/healthz"); err == nil {
+		t.Fatal("server still answers after shutdown")
+	}
+	http.DefaultClient.CloseIdleConnections()
+}
