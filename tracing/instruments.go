@@ -58,44 +58,44 @@ func (k Kind) String() string {
 // underscores, unit "s" adds _seconds, counters add _total, curly-brace units add nothing
 // (keiro.outbox.published → keiro_outbox_published_total).
 const (
-	// MetricOutboxEnqueued names a counter; {event}; attributes source, outcome.
+	// MetricOutboxEnqueued names a counter in {event}; attributes source, outcome.
 	MetricOutboxEnqueued = "keiro.outbox.enqueued"
-	// MetricOutboxPublished names a counter; {event}; attribute destination.
+	// MetricOutboxPublished names a counter in {event}; attribute destination.
 	MetricOutboxPublished = "keiro.outbox.published"
-	// MetricOutboxRetried names a counter; {event}; attribute destination.
+	// MetricOutboxRetried names a counter in {event}; attribute destination.
 	MetricOutboxRetried = "keiro.outbox.retried"
-	// MetricOutboxDeadlettered names a counter; {event}; attribute destination.
+	// MetricOutboxDeadlettered names a counter in {event}; attribute destination.
 	MetricOutboxDeadlettered = "keiro.outbox.deadlettered"
-	// MetricOutboxRejected names a counter; {event}; attribute destination.
+	// MetricOutboxRejected names a counter in {event}; attribute destination.
 	MetricOutboxRejected = "keiro.outbox.rejected"
-	// MetricOutboxReclaimed names a counter; {event}.
+	// MetricOutboxReclaimed names a counter in {event}.
 	MetricOutboxReclaimed = "keiro.outbox.reclaimed"
-	// MetricOutboxBacklog names a gauge; {event}: pending+failed+publishing rows.
+	// MetricOutboxBacklog names a gauge in {event}: pending+failed+publishing rows.
 	MetricOutboxBacklog = "keiro.outbox.backlog"
-	// MetricOutboxOldestPending names a gauge; s: age of the oldest unpublished row.
+	// MetricOutboxOldestPending names a gauge in s: age of the oldest unpublished row.
 	MetricOutboxOldestPending = "keiro.outbox.oldest_pending.age"
-	// MetricOutboxDead names a gauge; {event}: dead+rejected rows.
+	// MetricOutboxDead names a gauge in {event}: dead+rejected rows.
 	MetricOutboxDead = "keiro.outbox.dead"
-	// MetricOutboxPublishLatency names a histogram; s: row created_at to broker ack; attribute destination.
+	// MetricOutboxPublishLatency names a histogram in s: row created_at to broker ack; attribute destination.
 	MetricOutboxPublishLatency = "keiro.outbox.publish.latency"
-	// MetricOutboxBatchSize names a histogram; {event}: rows per claimed batch.
+	// MetricOutboxBatchSize names a histogram in {event}: rows per claimed batch.
 	MetricOutboxBatchSize = "keiro.outbox.batch.size"
 
-	// MetricInboxProcessed names a counter; {message}; attributes consumer, topic.
+	// MetricInboxProcessed names a counter in {message}; attributes consumer, topic.
 	MetricInboxProcessed = "keiro.inbox.processed"
-	// MetricInboxDuplicates names a counter; {message}; attributes consumer, topic.
+	// MetricInboxDuplicates names a counter in {message}; attributes consumer, topic.
 	MetricInboxDuplicates = "keiro.inbox.duplicates"
-	// MetricInboxFailed names a counter; {message}; attributes consumer, topic.
+	// MetricInboxFailed names a counter in {message}; attributes consumer, topic.
 	MetricInboxFailed = "keiro.inbox.failed"
-	// MetricInboxPoisoned names a counter; {message}; attributes consumer, topic.
+	// MetricInboxPoisoned names a counter in {message}; attributes consumer, topic.
 	MetricInboxPoisoned = "keiro.inbox.poisoned"
-	// MetricInboxDeadlettered names a counter; {message}; attributes consumer, topic.
+	// MetricInboxDeadlettered names a counter in {message}; attributes consumer, topic.
 	MetricInboxDeadlettered = "keiro.inbox.deadlettered"
-	// MetricInboxHandlerDuration names a histogram; s; attributes consumer, topic.
+	// MetricInboxHandlerDuration names a histogram in s; attributes consumer, topic.
 	MetricInboxHandlerDuration = "keiro.inbox.handler.duration"
-	// MetricInboxBacklog names a gauge; {message}: failed inbox rows.
+	// MetricInboxBacklog names a gauge in {message}: failed inbox rows.
 	MetricInboxBacklog = "keiro.inbox.backlog"
-	// MetricConsumerLag names a gauge; {message}; attributes topic, partition.
+	// MetricConsumerLag names a gauge in {message}; attributes topic, partition.
 	MetricConsumerLag = "keiro.consumer.lag"
 )
 
