@@ -1,0 +1,497 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/keiro-go/keiro/envelope"
+)
+
+// Defaults of ConsumerConfig.
+const (
+	// DefaultDeadLetterTopic names the dead-letter topic of each source topic; "{topic}" is
+	// replaced by the record's topic.
+	DefaultDeadLetterTopic = "{topic}.dlq"
+	// DefaultMaxConcurrentPartitions bounds how many partitions are processed at once.
+	DefaultMaxConcurrentPartitions = 8
+	// DefaultBatchSize is 1: each record in its own inbox transaction.
+	DefaultBatchSize = 1
+	// DefaultMaxBufferedRecords is the per-partition backlog at which fetching that partition
+	// is paused until its worker catches up.
+	DefaultMaxBufferedRecords = 2000
+	// DefaultRetryInitial is the first backoff after a handler failure, a database outage or
+	// a failed dead-letter produce.
+	DefaultRetryInitial = 100 * time.Millisecond
+	// DefaultRetryMax caps the backoff.
+	DefaultRetryMax = 10 * time.Second
+	// DefaultShutdownTimeout bounds how long shutdown and revocation wait for in-flight work.
+	DefaultShutdownTimeout = 30 * time.Second
+	// DefaultMaintenanceInterval is how often the backlog gauge is sampled and retention runs.
+	DefaultMaintenanceInterval = 30 * time.Second
+	// DefaultCommitEvery is the most records processed between two offset commits of a partition.
+	DefaultCommitEvery = 500
+)
+
+// Dead-letter header names added to the original headers of a dead-lettered record.
+const (
+	HeaderDLQReason    = "keiro-dlq-reason"
+	HeaderDLQError     = "keiro-dlq-error"
+	HeaderDLQAttempts  = "keiro-dlq-attempts"
+	HeaderDLQTopic     = "keiro-dlq-topic"
+	HeaderDLQPartition = "keiro-dlq-partition"
+	HeaderDLQOffset    = "keiro-dlq-offset"
+	HeaderDLQConsumer  = "keiro-dlq-consumer"
+	HeaderDLQAt        = "keiro-dlq-at"
+)
+
+// Values of the keiro-dlq-reason header.
+const (
+	// ReasonDecode: the record is not a valid keiro envelope (the error names the header).
+	ReasonDecode = "decode"
+	// ReasonSchema: the SchemaDecoder rejected the payload permanently.
+	ReasonSchema = "schema"
+	// ReasonDedupe: the dedupe policy cannot compute a key for the record.
+	ReasonDedupe = "dedupe"
+	// ReasonPoisoned: the handler failed MaxAttempts times.
+	ReasonPoisoned = "poisoned"
+	// ReasonPermanent: the handler returned a Permanent error.
+	ReasonPermanent = "permanent"
+)
+
+// Retry is a capped exponential backoff with jitter.
+type Retry struct {
+	// Initial is the first delay. Defaults to DefaultRetryInitial.
+	Initial time.Duration
+	// Max caps the delay. Defaults to DefaultRetryMax.
+	Max time.Duration
+}
+
+func (r Retry) delay(n int) time.Duration {
+	d := r.Initial
+	for i := 0; i < n && d < r.Max; i++ {
+		d *= 2
+	}
+	d = min(d, r.Max)
+	// ±20% jitter so that partitions retrying together spread out.
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+// Commit describes one offset commit, for ConsumerConfig.OnCommitted.
+type Commit struct {
+	// Topic and Partition name the partition.
+	Topic     string
+	Partition int32
+	// Offset is the committed offset: the next record to read.
+	Offset int64
+	// Records is how many records this commit covers.
+	Records int
+}
+
+// ConsumerConfig configures a Consumer.
+type ConsumerConfig struct {
+	// Brokers are the seed brokers. Required unless KafkaOpts sets kgo.SeedBrokers.
+	Brokers []string
+	// KafkaOpts are passed to kgo.NewClient after the consumer's own options (TLS, SASL,
+	// client id, fetch tuning). Options that break the runner's guarantees (auto-commit,
+	// consumer group callbacks) must not be set. Defaults to none.
+	KafkaOpts []kgo.Opt
+	// Group is the Kafka consumer group. Required.
+	Group string
+	// Topics are the topics to consume. Required.
+	Topics []string
+	// TopicsRegex makes Topics regular expressions matched against all topics. Defaults to false.
+	TopicsRegex bool
+	// Store configures the inbox. Store.Consumer defaults to Group; its MeterProvider and
+	// TracerProvider default to this config's.
+	Store StoreConfig
+	// DeadLetterTopic is the topic poisoned and undecodable records go to; "{topic}" is
+	// replaced by the source topic. Defaults to DefaultDeadLetterTopic ("{topic}.dlq").
+	DeadLetterTopic string
+	// MaxConcurrentPartitions bounds how many partitions are processed at once. Defaults to
+	// DefaultMaxConcurrentPartitions.
+	MaxConcurrentPartitions int
+	// BatchSize > 1 processes up to BatchSize records of a partition in one inbox
+	// transaction (Store.ProcessBatch). Under a handler failure the failed record is retried
+	// after its batch mates, so strict per-key order of effects holds only with 1.
+	// Defaults to DefaultBatchSize (1).
+	BatchSize int
+	// MaxBufferedRecords is the per-partition backlog at which fetching the partition pauses.
+	// Defaults to DefaultMaxBufferedRecords.
+	MaxBufferedRecords int
+	// CommitEvery is the most records processed between two offset commits of a partition.
+	// Defaults to DefaultCommitEvery.
+	CommitEvery int
+	// Retry is the backoff between handler retries (below the attempt ceiling), database
+	// outages, transient SchemaDecoder failures and failed dead-letter produces. Defaults to
+	// {DefaultRetryInitial, DefaultRetryMax}.
+	Retry Retry
+	// SchemaDecoder, when set, rewrites each decoded event before the inbox sees it (for
+	// example Avro to JSON). An error wrapped with Permanent dead-letters the record (reason
+	// "schema"); any other error is transient (registry unreachable) and retried with backoff.
+	// Defaults to nil.
+	SchemaDecoder func(ctx context.Context, ev *envelope.Event) error
+	// Retention is how long completed inbox rows are kept (the dedupe window); a negative
+	// value disables retention in this process. Defaults to DefaultRetention.
+	Retention time.Duration
+	// MaintenanceInterval is how often the backlog gauge is sampled and retention runs.
+	// Defaults to DefaultMaintenanceInterval.
+	MaintenanceInterval time.Duration
+	// ShutdownTimeout bounds how long shutdown and revocation wait for in-flight work before
+	// abandoning it (abandoned records are redelivered). Defaults to DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+	// MeterProvider supplies the "keiro" meter. Defaults to otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
+	// TracerProvider supplies the "keiro" tracer. Defaults to otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
+	// Logger receives operational messages. Defaults to slog.Default().
+	Logger *slog.Logger
+	// OnCommitted, when set, is called after each successful offset commit, from the
+	// partition's goroutine. Defaults to nil.
+	OnCommitted func(Commit)
+	// OnDeadLettered, when set, is called after a record's dead-letter produce was
+	// acknowledged (before its offset is committed). Defaults to nil.
+	OnDeadLettered func(r *kgo.Record, reason string)
+}
+
+func (c *ConsumerConfig) setDefaults() {
+	if c.Store.Consumer == "" {
+		c.Store.Consumer = c.Group
+	}
+	if c.Store.MeterProvider == nil {
+		c.Store.MeterProvider = c.MeterProvider
+	}
+	if c.Store.TracerProvider == nil {
+		c.Store.TracerProvider = c.TracerProvider
+	}
+	if c.DeadLetterTopic == "" {
+		c.DeadLetterTopic = DefaultDeadLetterTopic
+	}
+	if c.MaxConcurrentPartitions == 0 {
+		c.MaxConcurrentPartitions = DefaultMaxConcurrentPartitions
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.MaxBufferedRecords == 0 {
+		c.MaxBufferedRecords = DefaultMaxBufferedRecords
+	}
+	if c.CommitEvery == 0 {
+		c.CommitEvery = DefaultCommitEvery
+	}
+	if c.Retry.Initial == 0 {
+		c.Retry.Initial = DefaultRetryInitial
+	}
+	if c.Retry.Max == 0 {
+		c.Retry.Max = DefaultRetryMax
+	}
+	if c.Retention == 0 {
+		c.Retention = DefaultRetention
+	}
+	if c.MaintenanceInterval == 0 {
+		c.MaintenanceInterval = DefaultMaintenanceInterval
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+func (c *ConsumerConfig) validate() error {
+	var errs []error
+	if len(c.Brokers) == 0 && len(c.KafkaOpts) == 0 {
+		errs = append(errs, errors.New("Brokers: required (or pass kgo.SeedBrokers in KafkaOpts)"))
+	}
+	if c.Group == "" {
+		errs = append(errs, errors.New("Group: required; name the consumer group"))
+	}
+	if len(c.Topics) == 0 {
+		errs = append(errs, errors.New("Topics: required; name at least one topic"))
+	}
+	if c.TopicsRegex {
+		for _, t := range c.Topics {
+			if _, err := regexp.Compile(t); err != nil {
+				errs = append(errs, fmt.Errorf("Topics: %q is not a regular expression: %w", t, err))
+			}
+		}
+	}
+	if c.MaxConcurrentPartitions < 1 {
+		errs = append(errs, fmt.Errorf("MaxConcurrentPartitions: must be at least 1, got %d", c.MaxConcurrentPartitions))
+	}
+	if c.BatchSize < 1 {
+		errs = append(errs, fmt.Errorf("BatchSize: must be at least 1, got %d", c.BatchSize))
+	}
+	if c.MaxBufferedRecords < 1 {
+		errs = append(errs, fmt.Errorf("MaxBufferedRecords: must be at least 1, got %d", c.MaxBufferedRecords))
+	}
+	if c.CommitEvery < 1 {
+		errs = append(errs, fmt.Errorf("CommitEvery: must be at least 1, got %d", c.CommitEvery))
+	}
+	if c.Retry.Initial < 0 || c.Retry.Max < c.Retry.Initial {
+		errs = append(errs, fmt.Errorf("Retry: need 0 <= Initial <= Max, got %v and %v", c.Retry.Initial, c.Retry.Max))
+	}
+	if c.MaintenanceInterval < 0 || c.ShutdownTimeout < 0 {
+		errs = append(errs, errors.New("MaintenanceInterval, ShutdownTimeout: must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// Stats are cumulative counters of a Consumer, for tests and health endpoints.
+type Stats struct {
+	// Processed counts records whose handler committed.
+	Processed int64
+	// Duplicates counts records skipped as already processed.
+	Duplicates int64
+	// HandlerFailures counts failed handler attempts.
+	HandlerFailures int64
+	// DeadLettered counts records produced to the dead-letter topic.
+	DeadLettered int64
+	// Committed counts records whose offsets were committed.
+	Committed int64
+	// StorageErrors counts database errors (outages) that were retried.
+	StorageErrors int64
+}
+
+// Consumer runs a Kafka consumer group whose records go through the inbox. Create it with
+// NewConsumer and run it with Run.
+type Consumer struct {
+	pool  *pgxpool.Pool
+	cfg   ConsumerConfig
+	h     Handler
+	store *Store
+	in    *instruments
+	log   *slog.Logger
+	sem   chan struct{}
+
+	mu      sync.Mutex
+	workers map[topicPartition]*partitionWorker
+	cl      *kgo.Client
+	baseCtx context.Context
+
+	processed, duplicates, handlerFailures, deadLettered, committed, storageErrors atomic.Int64
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// NewConsumer validates cfg and returns a Consumer that runs h for each record.
+func NewConsumer(pool *pgxpool.Pool, cfg ConsumerConfig, h Handler) (*Consumer, error) {
+	cfg.setDefaults()
+	var errs []error
+	if pool == nil {
+		errs = append(errs, errors.New("pool: required"))
+	}
+	if h == nil {
+		errs = append(errs, errors.New("handler: required"))
+	}
+	errs = append(errs, cfg.validate())
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("inbox consumer config: %w", err)
+	}
+	store, err := NewStore(cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	store.group = cfg.Group
+	return &Consumer{
+		pool: pool, cfg: cfg, h: h, store: store, in: store.in, log: cfg.Logger,
+		sem:     make(chan struct{}, cfg.MaxConcurrentPartitions),
+		workers: map[topicPartition]*partitionWorker{},
+	}, nil
+}
+
+// Store returns the consumer's inbox store (for operator commands).
+func (c *Consumer) Store() *Store { return c.store }
+
+// Stats returns the consumer's cumulative counters.
+func (c *Consumer) Stats() Stats {
+	return Stats{
+		Processed: c.processed.Load(), Duplicates: c.duplicates.Load(),
+		HandlerFailures: c.handlerFailures.Load(), DeadLettered: c.deadLettered.Load(),
+		Committed: c.committed.Load(), StorageErrors: c.storageErrors.Load(),
+	}
+}
+
+// Run consumes until ctx is cancelled, then finishes in-flight work, commits its offsets,
+// leaves the group and returns nil. It returns an error if the Kafka client cannot be built.
+// Run may be called once.
+func (c *Consumer) Run(ctx context.Context) error {
+	opts := []kgo.Opt{
+		kgo.ConsumerGroup(c.cfg.Group),
+		kgo.DisableAutoCommit(),
+		kgo.OnPartitionsAssigned(c.assigned),
+		kgo.OnPartitionsRevoked(c.revoked),
+		kgo.OnPartitionsLost(c.lost),
+		kgo.ConsumeTopics(c.cfg.Topics...),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	}
+	if c.cfg.TopicsRegex {
+		opts = append(opts, kgo.ConsumeRegex())
+	}
+	if len(c.cfg.Brokers) > 0 {
+		opts = append(opts, kgo.SeedBrokers(c.cfg.Brokers...))
+	}
+	opts = append(opts, c.cfg.KafkaOpts...)
+	c.mu.Lock()
+	c.baseCtx = context.WithoutCancel(ctx)
+	c.mu.Unlock()
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("create kafka consumer client: %w", err)
+	}
+	c.mu.Lock()
+	c.cl = cl
+	c.mu.Unlock()
+
+	var wg sync.WaitGroup
+	mctx, stopMaintenance := context.WithCancel(ctx)
+	wg.Go(func() { c.maintain(mctx) })
+
+	for {
+		fetches := cl.PollRecords(ctx, c.cfg.MaxBufferedRecords)
+		if ctx.Err() != nil || fetches.IsClientClosed() {
+			break
+		}
+		fetches.EachError(func(topic string, p int32, err error) {
+			if !errors.Is(err, context.Canceled) {
+				c.log.Warn("kafka fetch error", "topic", topic, "partition", p, "error", err)
+			}
+		})
+		fetches.EachPartition(c.dispatch)
+	}
+	stopMaintenance()
+	wg.Wait()
+	c.stopWorkers(nil, true)
+	cl.Close()
+	return nil
+}
+
+func (c *Consumer) assigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for topic, parts := range assigned {
+		for _, p := range parts {
+			tp := topicPartition{topic, p}
+			if _, ok := c.workers[tp]; ok {
+				continue
+			}
+			w := newPartitionWorker(c, cl, tp)
+			c.workers[tp] = w
+			go w.run()
+		}
+	}
+}
+
+func (c *Consumer) revoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	c.stopWorkers(revoked, true)
+}
+
+func (c *Consumer) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	c.stopWorkers(lost, false)
+}
+
+// stopWorkers stops the workers of parts (all when nil) and waits for them: each finishes the
+// record it is on and, when commit is true, commits what it completed.
+func (c *Consumer) stopWorkers(parts map[string][]int32, commit bool) {
+	c.mu.Lock()
+	var stopping []*partitionWorker
+	for tp, w := range c.workers {
+		if parts != nil && !containsPartition(parts, tp) {
+			continue
+		}
+		delete(c.workers, tp)
+		stopping = append(stopping, w)
+	}
+	c.mu.Unlock()
+	for _, w := range stopping {
+		w.stop(commit)
+	}
+	if len(stopping) == 0 {
+		return
+	}
+	timer := time.NewTimer(c.cfg.ShutdownTimeout)
+	defer timer.Stop()
+	for _, w := range stopping {
+		select {
+		case <-w.done:
+		case <-timer.C:
+			c.log.Warn("in-flight work did not finish within the shutdown timeout; abandoning it (it will be redelivered)",
+				"topic", w.tp.topic, "partition", w.tp.partition)
+			for _, w := range stopping {
+				w.cancel()
+			}
+			for _, w := range stopping {
+				<-w.done
+			}
+			return
+		}
+	}
+}
+
+func containsPartition(parts map[string][]int32, tp topicPartition) bool {
+	for _, p := range parts[tp.topic] {
+		if p == tp.partition {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Consumer) dispatch(p kgo.FetchTopicPartition) {
+	if len(p.Records) == 0 {
+		return
+	}
+	c.mu.Lock()
+	w := c.workers[topicPartition{p.Topic, p.Partition}]
+	c.mu.Unlock()
+	if w == nil {
+		return // revoked meanwhile; the new owner reads these records from the committed offset
+	}
+	w.enqueue(p.Records, p.HighWatermark)
+}
+
+// maintain samples the backlog gauge and runs retention every MaintenanceInterval. Concurrent
+// instances may both delete; each statement deletes a small batch, so that is harmless.
+func (c *Consumer) maintain(ctx context.Context) {
+	t := time.NewTicker(c.cfg.MaintenanceInterval)
+	defer t.Stop()
+	attrs := metric.WithAttributes(attribute.String("consumer", c.cfg.Store.Consumer))
+	for {
+		if n, err := c.store.CountFailed(ctx, c.pool); err == nil {
+			c.in.backlog.Record(ctx, n, attrs)
+		} else if ctx.Err() == nil {
+			c.log.Warn("sample inbox backlog", "error", err)
+		}
+		if c.cfg.Retention > 0 {
+			if _, err := c.store.DeleteCompleted(ctx, c.pool, c.cfg.Retention, DefaultDeleteBatch); err != nil && ctx.Err() == nil {
+				c.log.Warn("inbox retention", "error", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (c *Consumer) deadLetterTopic(topic string) string {
+	return strings.ReplaceAll(c.cfg.DeadLetterTopic, "{topic}", topic)
+}

@@ -1,0 +1,392 @@
+package inbox
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/keiro-go/keiro/envelope"
+)
+
+// partitionWorker processes one assigned partition in offset order.
+type partitionWorker struct {
+	c  *Consumer
+	cl *kgo.Client
+	tp topicPartition
+
+	mu     sync.Mutex
+	queue  []*kgo.Record
+	hwm    int64
+	paused bool
+
+	wake     chan struct{}
+	quit     chan struct{}
+	quitOnce sync.Once
+	noCommit atomic.Bool
+	done     chan struct{}
+	ctx      context.Context
+	cancel   context.CancelFunc
+}
+
+func newPartitionWorker(c *Consumer, cl *kgo.Client, tp topicPartition) *partitionWorker {
+	ctx, cancel := context.WithCancel(c.baseCtx)
+	// A partition paused under a previous assignment would otherwise stay paused.
+	cl.ResumeFetchPartitions(map[string][]int32{tp.topic: {tp.partition}})
+	return &partitionWorker{
+		c: c, cl: cl, tp: tp, wake: make(chan struct{}, 1), quit: make(chan struct{}),
+		done: make(chan struct{}), ctx: ctx, cancel: cancel,
+	}
+}
+
+func (w *partitionWorker) partitions() map[string][]int32 {
+	return map[string][]int32{w.tp.topic: {w.tp.partition}}
+}
+
+// enqueue hands fetched records to the worker, pausing the partition's fetches when the
+// backlog reaches MaxBufferedRecords (back-pressure for slow handlers).
+func (w *partitionWorker) enqueue(recs []*kgo.Record, hwm int64) {
+	w.mu.Lock()
+	w.queue = append(w.queue, recs...)
+	w.hwm = hwm
+	if !w.paused && len(w.queue) >= w.c.cfg.MaxBufferedRecords {
+		w.paused = true
+		w.cl.PauseFetchPartitions(w.partitions())
+	}
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *partitionWorker) take(n int) []*kgo.Record {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	k := min(n, len(w.queue))
+	recs := w.queue[:k:k]
+	w.queue = w.queue[k:]
+	if len(w.queue) == 0 {
+		w.queue = nil
+	}
+	if w.paused && len(w.queue) <= w.c.cfg.MaxBufferedRecords/2 {
+		w.paused = false
+		w.cl.ResumeFetchPartitions(w.partitions())
+	}
+	return recs
+}
+
+func (w *partitionWorker) stop(commit bool) {
+	if !commit {
+		w.noCommit.Store(true)
+	}
+	w.quitOnce.Do(func() { close(w.quit) })
+}
+
+func (w *partitionWorker) quitting() bool {
+	select {
+	case <-w.quit:
+		return true
+	default:
+		return false
+	}
+}
+
+func (w *partitionWorker) run() {
+	defer close(w.done)
+	defer w.cancel()
+	defer func() {
+		w.mu.Lock()
+		if w.paused {
+			w.paused = false
+			w.cl.ResumeFetchPartitions(w.partitions())
+		}
+		w.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-w.quit:
+			return
+		case <-w.wake:
+		}
+		for !w.quitting() {
+			recs := w.take(w.c.cfg.CommitEvery)
+			if len(recs) == 0 {
+				break
+			}
+			select {
+			case w.c.sem <- struct{}{}:
+			case <-w.quit:
+				return
+			}
+			n := w.processChunk(recs)
+			<-w.c.sem
+			if n > 0 {
+				w.commit(recs[n-1], n)
+			}
+			if n < len(recs) {
+				return // abandoned while stopping
+			}
+		}
+	}
+}
+
+// processChunk handles recs in order and returns how many, from the start, are done
+// (committed to the inbox or dead-lettered), so that their offsets may be committed.
+func (w *partitionWorker) processChunk(recs []*kgo.Record) int {
+	if w.c.cfg.BatchSize <= 1 {
+		for i, r := range recs {
+			if i > 0 && w.quitting() {
+				return i
+			}
+			d, done, ok := w.prepare(r)
+			if !ok {
+				return i
+			}
+			if !done && !w.processOne(r, d) {
+				return i
+			}
+		}
+		return len(recs)
+	}
+	for start := 0; start < len(recs); start += w.c.cfg.BatchSize {
+		if start > 0 && w.quitting() {
+			return start
+		}
+		end := min(start+w.c.cfg.BatchSize, len(recs))
+		n := w.processBatch(recs[start:end])
+		if n < end-start {
+			return start + n
+		}
+	}
+	return len(recs)
+}
+
+// prepare decodes r. done means r was dead-lettered (nothing left to do); ok=false means the
+// worker is stopping and r was abandoned.
+func (w *partitionWorker) prepare(r *kgo.Record) (d Delivery, done, ok bool) {
+	ev, err := envelope.Decode(toEnvelopeRecord(r))
+	if err != nil {
+		return d, true, w.deadLetter(r, ReasonDecode, err, 0)
+	}
+	if dec := w.c.cfg.SchemaDecoder; dec != nil {
+		for n := 0; ; n++ {
+			err := dec(w.ctx, &ev)
+			if err == nil {
+				break
+			}
+			if IsPermanent(err) {
+				return d, true, w.deadLetter(r, ReasonSchema, err, 0)
+			}
+			w.c.log.Warn("schema decoding failed; retrying", "topic", r.Topic, "partition", r.Partition,
+				"offset", r.Offset, "error", err)
+			if !w.sleep(n) {
+				return d, false, false
+			}
+		}
+	}
+	d = Delivery{Event: ev, Kafka: &KafkaRef{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}}
+	if _, err := w.c.store.DedupeKey(d); err != nil {
+		return d, true, w.deadLetter(r, ReasonDedupe, err, 0)
+	}
+	return d, false, true
+}
+
+// processOne runs the inbox for one record until it is processed, a duplicate or
+// dead-lettered. It returns false if the worker stopped first.
+func (w *partitionWorker) processOne(r *kgo.Record, d Delivery) bool {
+	storageFailures := 0
+	for {
+		res, err := w.c.store.Process(w.ctx, w.c.pool, d, w.c.h)
+		if err != nil {
+			w.c.storageErrors.Add(1)
+			w.c.log.Warn("inbox storage error; retrying", "topic", r.Topic, "partition", r.Partition,
+				"offset", r.Offset, "error", err)
+			if !w.sleep(storageFailures) {
+				return false
+			}
+			storageFailures++
+			continue
+		}
+		storageFailures = 0
+		if ok, done := w.settle(r, res); done {
+			return ok
+		}
+		if !w.sleep(res.Attempts - 1) {
+			return false
+		}
+	}
+}
+
+// settle acts on a result. done=false means a handler failure below the ceiling: retry.
+func (w *partitionWorker) settle(r *kgo.Record, res Result) (ok, done bool) {
+	switch res.Outcome {
+	case Processed:
+		w.c.processed.Add(1)
+		return true, true
+	case Duplicate:
+		w.c.duplicates.Add(1)
+		return true, true
+	case HandlerFailed:
+		w.c.handlerFailures.Add(1)
+		w.c.log.Warn("handler failed; retrying", "topic", r.Topic, "partition", r.Partition,
+			"offset", r.Offset, "attempts", res.Attempts, "error", res.Err)
+		return false, false
+	case Poisoned:
+		w.c.handlerFailures.Add(1)
+		reason := ReasonPoisoned
+		if IsPermanent(res.Err) {
+			reason = ReasonPermanent
+		}
+		return w.deadLetter(r, reason, res.Err, res.Attempts), true
+	default: // PreviouslyFailed: poisoned by an earlier delivery whose offset was not committed
+		return w.deadLetter(r, ReasonPoisoned, res.Err, res.Attempts), true
+	}
+}
+
+// processBatch runs recs through Store.ProcessBatch and settles each result in order. It
+// returns how many records, from the start, are done.
+func (w *partitionWorker) processBatch(recs []*kgo.Record) int {
+	ds := make([]Delivery, 0, len(recs))
+	idx := make([]int, 0, len(recs))
+	for i, r := range recs {
+		d, done, ok := w.prepare(r)
+		if !ok {
+			return i
+		}
+		if !done {
+			ds = append(ds, d)
+			idx = append(idx, i)
+		}
+	}
+	if len(ds) == 0 {
+		return len(recs)
+	}
+	var results []Result
+	for n := 0; ; n++ {
+		var err error
+		results, err = w.c.store.ProcessBatch(w.ctx, w.c.pool, ds, w.c.h)
+		if err == nil {
+			break
+		}
+		w.c.storageErrors.Add(1)
+		w.c.log.Warn("inbox storage error; retrying the batch", "topic", w.tp.topic, "partition", w.tp.partition, "error", err)
+		if !w.sleep(n) {
+			return idx[0]
+		}
+	}
+	for j, res := range results {
+		r := recs[idx[j]]
+		ok, done := w.settle(r, res)
+		if !done {
+			if !w.sleep(res.Attempts-1) || !w.processOne(r, ds[j]) {
+				return idx[j]
+			}
+			continue
+		}
+		if !ok {
+			return idx[j]
+		}
+	}
+	return len(recs)
+}
+
+// sleep waits the n-th backoff delay; false means the worker is stopping.
+func (w *partitionWorker) sleep(n int) bool {
+	t := time.NewTimer(w.c.cfg.Retry.delay(max(n, 0)))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-w.quit:
+		return false
+	case <-w.ctx.Done():
+		return false
+	}
+}
+
+const maxDLQErrorLen = 4 << 10
+
+// deadLetter produces r to the dead-letter topic and waits for the acknowledgement, retrying
+// failed produces; it never drops. false means the worker stopped first (r is not committed
+// and will be redelivered).
+func (w *partitionWorker) deadLetter(r *kgo.Record, reason string, cause error, attempts int) bool {
+	errText := ""
+	if cause != nil {
+		errText = cause.Error()
+		if len(errText) > maxDLQErrorLen {
+			errText = errText[:maxDLQErrorLen]
+		}
+	}
+	c := w.c
+	topic := c.deadLetterTopic(r.Topic)
+	for n := 0; ; n++ {
+		headers := make([]kgo.RecordHeader, 0, len(r.Headers)+8)
+		headers = append(headers, r.Headers...)
+		headers = append(headers,
+			kgo.RecordHeader{Key: HeaderDLQReason, Value: []byte(reason)},
+			kgo.RecordHeader{Key: HeaderDLQError, Value: []byte(errText)},
+			kgo.RecordHeader{Key: HeaderDLQAttempts, Value: []byte(strconv.Itoa(attempts))},
+			kgo.RecordHeader{Key: HeaderDLQTopic, Value: []byte(r.Topic)},
+			kgo.RecordHeader{Key: HeaderDLQPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
+			kgo.RecordHeader{Key: HeaderDLQOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
+			kgo.RecordHeader{Key: HeaderDLQConsumer, Value: []byte(c.cfg.Store.Consumer)},
+			kgo.RecordHeader{Key: HeaderDLQAt, Value: []byte(time.Now().UTC().Format(time.RFC3339Nano))},
+		)
+		out := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: headers}
+		err := w.cl.ProduceSync(w.ctx, out).FirstErr()
+		if err == nil {
+			c.deadLettered.Add(1)
+			c.in.deadlettered.Add(w.ctx, 1, metric.WithAttributes(
+				attribute.String("consumer", c.cfg.Store.Consumer), attribute.String("topic", r.Topic)))
+			c.log.Warn("record dead-lettered", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
+				"dead_letter_topic", topic, "reason", reason, "error", errText)
+			if c.cfg.OnDeadLettered != nil {
+				c.cfg.OnDeadLettered(r, reason)
+			}
+			return true
+		}
+		c.log.Error("dead-letter produce failed; retrying (the partition waits)", "dead_letter_topic", topic,
+			"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "error", err)
+		if !w.sleep(n) {
+			return false
+		}
+	}
+}
+
+// commit commits the offset after last, unless the partition was lost.
+func (w *partitionWorker) commit(last *kgo.Record, n int) {
+	if w.noCommit.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(w.c.baseCtx, w.c.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := w.cl.CommitRecords(ctx, last); err != nil {
+		w.c.log.Warn("offset commit failed; the records will be redelivered and classify as duplicates",
+			"topic", last.Topic, "partition", last.Partition, "offset", last.Offset+1, "error", err)
+		return
+	}
+	w.c.committed.Add(int64(n))
+	w.mu.Lock()
+	lag := max(w.hwm-(last.Offset+1), 0)
+	w.mu.Unlock()
+	w.c.in.lag.Record(ctx, lag, metric.WithAttributes(attribute.String("topic", last.Topic),
+		attribute.String("partition", strconv.Itoa(int(last.Partition)))))
+	if w.c.cfg.OnCommitted != nil {
+		w.c.cfg.OnCommitted(Commit{Topic: last.Topic, Partition: last.Partition, Offset: last.Offset + 1, Records: n})
+	}
+}
+
+func toEnvelopeRecord(r *kgo.Record) envelope.Record {
+	hs := make([]envelope.Header, len(r.Headers))
+	for i, h := range r.Headers {
+		hs[i] = envelope.Header{Key: h.Key, Value: h.Value}
+	}
+	return envelope.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key,
+		Value: r.Value, Headers: hs, Timestamp: r.Timestamp}
+}
