@@ -1,0 +1,405 @@
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/keiro-go/keiro/envelope"
+)
+
+// Runner defaults.
+const (
+	// DefaultRetryLimit is the number of retries after a version conflict (4 attempts in all).
+	DefaultRetryLimit = 3
+	// DefaultRetryBackoff is the base of the exponential backoff between attempts.
+	DefaultRetryBackoff = 5 * time.Millisecond
+	// DefaultMaxRetryBackoff caps the backoff between attempts.
+	DefaultMaxRetryBackoff = 100 * time.Millisecond
+	// DefaultSnapshotVersion is the state version written with snapshots.
+	DefaultSnapshotVersion = 1
+)
+
+// Decider is an aggregate: the state a stream's events fold into, and the decision a command
+// takes on that state. Decide and Evolve must be pure (no I/O, no clock reads through side
+// channels the runner cannot replay) and must not modify their state argument in place: the
+// runner reuses Initial for every hydration and may re-run Decide after a conflict.
+type Decider[S, C, E any] struct {
+	// Initial is the state of a stream with no events.
+	Initial S
+	// Decide returns the events cmd produces in state, or an error that rejects cmd. No events
+	// means a no-op: nothing is appended.
+	Decide func(state S, cmd C) ([]E, error)
+	// Evolve returns the state after event.
+	Evolve func(state S, event E) S
+}
+
+// DB is what Run needs from a database handle: a *pgxpool.Pool satisfies it.
+type DB interface {
+	Querier
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Hook runs inside the append transaction, after the events are written and before commit:
+// inline projections and outbox.Store.EnqueueTx belong here. An error rolls the whole command
+// back (nothing appended) and is returned by Run.
+type Hook func(ctx context.Context, tx pgx.Tx, res Result) error
+
+// Result reports a command run.
+type Result struct {
+	// StreamVersion is the stream's version after the command (unchanged for a no-op).
+	StreamVersion int64
+	// GlobalPosition is the global position of the last appended event; 0 when nothing was
+	// appended (positions start at 1).
+	GlobalPosition int64
+	// Events are the appended events, in order (empty for a no-op).
+	Events []RecordedEvent
+	// Attempts is the number of attempts the command took (1 without conflicts).
+	Attempts int
+	// Duplicate reports that the command's event ids (RunOptions.EventIDs) were already stored
+	// with the same content: nothing was appended and hooks did not run again.
+	Duplicate bool
+}
+
+// RunnerConfig configures a Runner.
+type RunnerConfig[S any] struct {
+	// RetryLimit is the number of retries after a version conflict; negative disables retries.
+	// Defaults to DefaultRetryLimit.
+	RetryLimit int
+	// RetryBackoff is the base of the jittered exponential backoff before a retry: attempt n
+	// waits about RetryBackoff·2^(n−1), capped at MaxRetryBackoff, ±50 %. Negative disables the
+	// wait. Defaults to DefaultRetryBackoff.
+	RetryBackoff time.Duration
+	// MaxRetryBackoff caps the backoff. Defaults to DefaultMaxRetryBackoff.
+	MaxRetryBackoff time.Duration
+	// Hooks run, in order, inside every append transaction, before RunOptions.Hook. Defaults to
+	// none.
+	Hooks []Hook
+	// SnapshotEvery writes an advisory snapshot of the state after commit whenever an append
+	// crosses a multiple of SnapshotEvery versions; hydration then replays only the tail. Zero
+	// disables snapshots. Snapshot failures never fail a committed command: they are counted
+	// (keiro.snapshot.write.failures) and logged. Defaults to 0.
+	SnapshotEvery int64
+	// SnapshotVersion identifies the state's encoding: snapshots of another version are ignored
+	// (and replaced). Bump it when S changes shape. Defaults to DefaultSnapshotVersion.
+	SnapshotVersion int32
+	// EncodeSnapshot encodes the state for a snapshot. Defaults to json.Marshal.
+	EncodeSnapshot func(S) ([]byte, error)
+	// DecodeSnapshot decodes a snapshot. Defaults to json.Unmarshal into a zero S.
+	DecodeSnapshot func([]byte) (S, error)
+	// TracerProvider provides the tracer for command spans. Defaults to otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
+	// Logger receives snapshot failures. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *RunnerConfig[S]) applyDefaults() {
+	if c.RetryLimit == 0 {
+		c.RetryLimit = DefaultRetryLimit
+	}
+	if c.RetryBackoff == 0 {
+		c.RetryBackoff = DefaultRetryBackoff
+	}
+	if c.MaxRetryBackoff == 0 {
+		c.MaxRetryBackoff = DefaultMaxRetryBackoff
+	}
+	if c.SnapshotVersion == 0 {
+		c.SnapshotVersion = DefaultSnapshotVersion
+	}
+	if c.EncodeSnapshot == nil {
+		c.EncodeSnapshot = func(s S) ([]byte, error) { return json.Marshal(s) }
+	}
+	if c.DecodeSnapshot == nil {
+		c.DecodeSnapshot = func(b []byte) (S, error) {
+			var s S
+			err := json.Unmarshal(b, &s)
+			return s, err
+		}
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+func (c *RunnerConfig[S]) validate() error {
+	var errs []error
+	if c.MaxRetryBackoff < 0 {
+		errs = append(errs, fmt.Errorf("MaxRetryBackoff: %v is negative", c.MaxRetryBackoff))
+	}
+	if c.SnapshotEvery < 0 {
+		errs = append(errs, fmt.Errorf("SnapshotEvery: %d is negative", c.SnapshotEvery))
+	}
+	for i, h := range c.Hooks {
+		if h == nil {
+			errs = append(errs, fmt.Errorf("Hooks[%d]: nil", i))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Runner runs commands against one kind of aggregate: hydrate, decide, append at the expected
+// version, retry on conflict. A Runner is safe for concurrent use.
+type Runner[S, C, E any] struct {
+	store   *Store
+	decider Decider[S, C, E]
+	codec   Codec[E]
+	cfg     RunnerConfig[S]
+	tracer  trace.Tracer
+
+	beforeAppend func(ctx context.Context, stream string, attempt int) // test seam
+}
+
+// NewRunner returns a Runner, reporting every configuration problem at once.
+func NewRunner[S, C, E any](store *Store, d Decider[S, C, E], codec Codec[E], cfg RunnerConfig[S]) (*Runner[S, C, E], error) {
+	cfg.applyDefaults()
+	errs := []error{cfg.validate()}
+	if store == nil {
+		errs = append(errs, errors.New("store is nil"))
+	}
+	if d.Decide == nil || d.Evolve == nil {
+		errs = append(errs, errors.New("Decider needs Decide and Evolve"))
+	}
+	if codec == nil {
+		errs = append(errs, errors.New("codec is nil"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("new command runner: %w", err)
+	}
+	return &Runner[S, C, E]{store: store, decider: d, codec: codec, cfg: cfg,
+		tracer: cfg.TracerProvider.Tracer(instrumentationScope)}, nil
+}
+
+// RunOptions are per-command options.
+type RunOptions struct {
+	// EventIDs are assigned in order to the emitted events (surplus events get fresh UUIDv7s).
+	// Deriving them from a command id makes a command idempotent: re-running it after an
+	// unknown outcome reports Duplicate instead of appending twice.
+	EventIDs []envelope.UUID
+	// Metadata is stamped on every emitted event: correlation and causation ids, trace context
+	// (default: the span in ctx) and Extra JSON.
+	Metadata Metadata
+	// Hook runs in the append transaction after RunnerConfig.Hooks.
+	Hook Hook
+}
+
+// Run executes cmd on stream. It hydrates the state (from a snapshot when one is usable), calls
+// Decide, and appends the events at the hydrated version in one transaction on db together with
+// the hooks. A version conflict rehydrates and decides again after a jittered backoff, up to
+// RetryLimit times, then fails with a *RetryExhaustedError. A rejected command (Decide's error)
+// is returned wrapped, never retried. Zero events is a no-op that opens no transaction.
+func (r *Runner[S, C, E]) Run(ctx context.Context, db DB, stream string, cmd C, opts ...RunOptions) (res Result, err error) {
+	var o RunOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	ctx, span := r.tracer.Start(ctx, stream, trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(attribute.String(attrStreamName, stream)))
+	var class string
+	defer func() {
+		span.SetAttributes(attribute.String(attrDBSystem, "postgresql"), attribute.Int64(attrRetryAttempt, int64(res.Attempts)))
+		if err != nil {
+			span.SetAttributes(attribute.String(attrErrorType, class))
+			span.SetStatus(codes.Error, truncate(err.Error(), 256))
+		} else {
+			span.SetAttributes(attribute.Int64(attrEventsAppended, int64(len(res.Events))))
+		}
+		span.End()
+	}()
+	if err := ValidateStreamName(stream); err != nil {
+		class = "invalid_stream"
+		return res, fmt.Errorf("run command: %w", err)
+	}
+	for attempt := 1; ; attempt++ {
+		res.Attempts = attempt
+		state, version, err := r.Load(ctx, db, stream)
+		if err != nil {
+			class = "hydration_failed"
+			return res, err
+		}
+		res.StreamVersion = version
+		emitted, err := r.decider.Decide(state, cmd)
+		if err != nil {
+			class = "command_rejected"
+			return res, fmt.Errorf("command on %s rejected: %w", stream, err)
+		}
+		if len(emitted) == 0 {
+			return res, nil
+		}
+		data := make([]EventData, len(emitted))
+		for i, e := range emitted {
+			if data[i], err = r.codec.Encode(e); err != nil {
+				class = "encode_failed"
+				return res, fmt.Errorf("command on %s: %w", stream, err)
+			}
+			if i < len(o.EventIDs) {
+				data[i].ID = o.EventIDs[i]
+			}
+			data[i].Metadata = o.Metadata
+		}
+		if r.beforeAppend != nil {
+			r.beforeAppend(ctx, stream, attempt)
+		}
+		out, err := r.appendTx(ctx, db, stream, Exact(version), data, o.Hook)
+		switch {
+		case err == nil:
+			out.Attempts = attempt
+			if !out.Duplicate {
+				r.maybeSnapshot(ctx, db, stream, version, state, emitted, out.StreamVersion)
+			}
+			return out, nil
+		case errors.Is(err, ErrWrongExpectedVersion):
+			r.store.metrics.conflicts.Add(ctx, 1)
+			if attempt > r.cfg.RetryLimit {
+				class = "retry_exhausted"
+				return res, &RetryExhaustedError{Stream: stream, Attempts: attempt, Last: err}
+			}
+			if err := r.backoff(ctx, attempt); err != nil {
+				class = "cancelled"
+				return res, fmt.Errorf("command on %s: wait to retry: %w", stream, err)
+			}
+			r.store.metrics.retries.Add(ctx, 1)
+		case errors.Is(err, ErrEventIDConflict):
+			r.store.metrics.duplicates.Add(ctx, 1)
+			class = "duplicate_event"
+			return res, fmt.Errorf("command on %s: %w", stream, err)
+		default:
+			class = "store_failed"
+			return res, fmt.Errorf("command on %s: %w", stream, err)
+		}
+	}
+}
+
+// appendTx appends and runs the hooks in one transaction.
+func (r *Runner[S, C, E]) appendTx(ctx context.Context, db DB, stream string, expected ExpectedVersion, data []EventData, hook Hook) (Result, error) {
+	var out Result
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		ar, err := r.store.AppendTx(ctx, tx, stream, expected, data...)
+		if err != nil {
+			return err
+		}
+		out = Result{StreamVersion: ar.StreamVersion, GlobalPosition: ar.GlobalPosition, Events: ar.Events, Duplicate: ar.Duplicate}
+		if ar.Duplicate {
+			return nil
+		}
+		for _, h := range r.cfg.Hooks {
+			if err := h(ctx, tx, out); err != nil {
+				return fmt.Errorf("hook: %w", err)
+			}
+		}
+		if hook != nil {
+			if err := hook(ctx, tx, out); err != nil {
+				return fmt.Errorf("hook: %w", err)
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// backoff waits before retry attempt+1: min(max, base·2^(attempt−1)) scaled by a random factor
+// in [0.5, 1.5).
+func (r *Runner[S, C, E]) backoff(ctx context.Context, attempt int) error {
+	if r.cfg.RetryBackoff < 0 {
+		return ctx.Err()
+	}
+	exp := r.cfg.RetryBackoff << min(attempt-1, 30)
+	if exp > r.cfg.MaxRetryBackoff || exp <= 0 {
+		exp = r.cfg.MaxRetryBackoff
+	}
+	d := exp/2 + rand.N(exp+1)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Load hydrates stream: the state its events fold into and its version (0: no events). It
+// starts from a snapshot when snapshots are enabled and a compatible one exists, and replays
+// the rest page by page. Stored versions must be contiguous (ErrHydrationGap otherwise).
+func (r *Runner[S, C, E]) Load(ctx context.Context, q Querier, stream string) (S, int64, error) {
+	state, version := r.decider.Initial, int64(0)
+	if r.cfg.SnapshotEvery > 0 {
+		if s, v, ok := r.readSnapshot(ctx, q, stream); ok {
+			state, version = s, v
+		}
+	}
+	for e, err := range r.store.ReadStream(ctx, q, stream, Forward, version) {
+		if err != nil {
+			return r.decider.Initial, 0, fmt.Errorf("hydrate %s: %w", stream, err)
+		}
+		if e.StreamVersion != version+1 {
+			return r.decider.Initial, 0, fmt.Errorf("hydrate %s: %w: expected version %d, found %d", stream, ErrHydrationGap, version+1, e.StreamVersion)
+		}
+		de, err := r.codec.Decode(e)
+		if err != nil {
+			return r.decider.Initial, 0, fmt.Errorf("hydrate %s: %w", stream, err)
+		}
+		state, version = r.decider.Evolve(state, de), e.StreamVersion
+	}
+	return state, version, nil
+}
+
+func (r *Runner[S, C, E]) readSnapshot(ctx context.Context, q Querier, stream string) (S, int64, bool) {
+	var (
+		version      int64
+		stateVersion int32
+		raw          []byte
+	)
+	err := q.QueryRow(ctx, r.store.q.snapshotRead, stream).Scan(&version, &stateVersion, &raw)
+	if err != nil || stateVersion != r.cfg.SnapshotVersion {
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			r.cfg.Logger.WarnContext(ctx, "keiro: read snapshot failed; replaying the whole stream", "stream", stream, "error", err)
+		}
+		r.store.metrics.snapshotMisses.Add(ctx, 1)
+		return r.decider.Initial, 0, false
+	}
+	s, err := r.cfg.DecodeSnapshot(raw)
+	if err != nil {
+		r.cfg.Logger.WarnContext(ctx, "keiro: undecodable snapshot; replaying the whole stream", "stream", stream, "error", err)
+		r.store.metrics.snapshotMisses.Add(ctx, 1)
+		return r.decider.Initial, 0, false
+	}
+	r.store.metrics.snapshotHits.Add(ctx, 1)
+	return s, version, true
+}
+
+// maybeSnapshot writes a snapshot after commit when the append (pre, post] crossed a multiple
+// of SnapshotEvery. Failures are counted and logged, never returned.
+func (r *Runner[S, C, E]) maybeSnapshot(ctx context.Context, db Querier, stream string, pre int64, state S, emitted []E, post int64) {
+	n := r.cfg.SnapshotEvery
+	if n <= 0 || post/n <= pre/n {
+		return
+	}
+	for _, e := range emitted {
+		state = r.decider.Evolve(state, e)
+	}
+	fail := func(what string, err error) {
+		r.store.metrics.snapshotWriteFailures.Add(ctx, 1)
+		r.cfg.Logger.WarnContext(ctx, "keiro: snapshot "+what+" failed; the command is committed", "stream", stream, "version", post, "error", err)
+	}
+	raw, err := r.cfg.EncodeSnapshot(state)
+	if err != nil {
+		fail("encode", err)
+		return
+	}
+	if _, err := db.Exec(context.WithoutCancel(ctx), r.store.q.snapshotWrite, stream, post, r.cfg.SnapshotVersion, raw); err != nil {
+		fail("write", err)
+	}
+}
