@@ -1,6 +1,9 @@
 package outbox
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // All of the outbox's SQL lives in this file. Every statement names its tables through the
 // {{schema}} placeholder, replaced once by [newQueries] with a schema name that
@@ -65,12 +68,142 @@ JOIN unnest($1::text[], $2::text[]) AS k(source, message_id)
 // queries holds the statements with the schema substituted.
 type queries struct {
 	enqueue, enqueueExisting string
+	claim                    map[Policy]string
+	mark                     string
 }
 
 func newQueries(schema string) queries {
+	expand := func(q string) string {
+		return strings.NewReplacer(
+			"{{claimable_r}}", fmt.Sprintf(claimable, "r"),
+			"{{claimable_e}}", fmt.Sprintf(claimable, "e"),
+		).Replace(q)
+	}
 	r := strings.NewReplacer("{{schema}}", schema)
+	claim := func(pre, post string) string {
+		q := strings.NewReplacer("{{pre}}", pre, "{{post}}", post).Replace(sqlClaim)
+		return r.Replace(expand(q))
+	}
 	return queries{
 		enqueue:         r.Replace(sqlEnqueue),
 		enqueueExisting: r.Replace(sqlEnqueueExisting),
+		claim: map[Policy]string{
+			PerKeyHeadOfLine: claim(preKey, postKey),
+			StopTheLine:      claim(preKey, postKey),
+			PerSourceStream:  claim(preSource, postSource),
+			BestEffort:       claim("TRUE", "TRUE"),
+		},
+		mark: r.Replace(sqlMark),
 	}
 }
+
+// claimable is the predicate of a row the relay may claim now: pending or failed and due, or
+// publishing with an expired lease (its relay died or stalled; the attempt it used stays
+// counted).
+const claimable = `((%[1]s.status IN ('pending', 'failed') AND %[1]s.next_attempt_at <= now())
+     OR (%[1]s.status = 'publishing' AND %[1]s.lease_until <= now()))`
+
+// sqlClaim claims up to $4 rows in seq order in one statement (keiro §1.3.4 with seq as the
+// order, a claim token and a lease):
+//
+//   - candidate: claimable rows, oldest first, locked FOR UPDATE SKIP LOCKED, minus rows whose
+//     group has an earlier non-terminal row that is not claimable ({{pre}}: in backoff, or
+//     publishing under a live lease).
+//   - ready: candidates whose every earlier non-terminal group row is itself a candidate
+//     ({{post}}). A head locked by another claimer was skipped, so its tail is dropped here
+//     and never jumps it.
+//   - the UPDATE moves ready rows to publishing with a fresh claim token ($1) and lease
+//     (now() + $3 microseconds), counting an attempt. A row re-claimed after its lease expired
+//     with no attempt left ($2 = max attempts) goes dead instead.
+//
+// $5 optionally restricts the destinations (NULL = all).
+const sqlClaim = `
+WITH candidate AS (
+    SELECT r.outbox_id, r.seq, r.source, r.message_key, r.status
+    FROM {{schema}}.keiro_outbox r
+    WHERE r.status IN ('pending', 'failed', 'publishing') AND ` + `{{claimable_r}}` + `
+      AND ($5::text[] IS NULL OR r.destination = ANY($5::text[]))
+      AND {{pre}}
+    ORDER BY r.seq
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED
+), ready AS (
+    SELECT c.outbox_id, c.status FROM candidate c WHERE {{post}}
+), updated AS (
+    UPDATE {{schema}}.keiro_outbox o SET
+        status = CASE WHEN o.status = 'publishing' AND o.attempt_count >= $2 THEN 'dead' ELSE 'publishing' END,
+        attempt_count = CASE WHEN o.status = 'publishing' AND o.attempt_count >= $2 THEN o.attempt_count ELSE o.attempt_count + 1 END,
+        claim_token = CASE WHEN o.status = 'publishing' AND o.attempt_count >= $2 THEN NULL ELSE $1::uuid END,
+        lease_until = CASE WHEN o.status = 'publishing' AND o.attempt_count >= $2 THEN NULL ELSE now() + $3::bigint * interval '1 microsecond' END,
+        last_error = CASE WHEN o.status = 'publishing' AND o.attempt_count >= $2 THEN 'lease expired after final attempt' ELSE o.last_error END,
+        updated_at = now()
+    FROM ready
+    WHERE o.outbox_id = ready.outbox_id
+    RETURNING ready.status AS old_status, o.*
+)
+SELECT u.old_status, u.status, u.seq, u.attempt_count, u.created_at,
+    u.outbox_id, u.source, u.message_id, u.destination, u.message_key, u.event_type,
+    u.schema_version, u.content_type, u.schema_registry, u.schema_subject, u.schema_version_ref,
+    u.schema_id, u.schema_fingerprint, u.source_event_id, u.source_global_position,
+    u.causation_id, u.correlation_id, u.traceparent, u.tracestate, u.payload_bytes,
+    u.attributes::text, u.occurred_at
+FROM updated u ORDER BY u.seq`
+
+// Claim filters per ordering policy. "nonterminal" rows are pending, failed or publishing.
+const (
+	preKey = `(r.message_key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM {{schema}}.keiro_outbox e
+        WHERE e.source = r.source AND e.message_key = r.message_key AND e.seq < r.seq
+          AND e.status IN ('pending', 'failed', 'publishing') AND NOT {{claimable_e}}))`
+	postKey = `(c.message_key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM {{schema}}.keiro_outbox e
+        WHERE e.source = c.source AND e.message_key = c.message_key AND e.seq < c.seq
+          AND e.status IN ('pending', 'failed', 'publishing')
+          AND e.outbox_id NOT IN (SELECT outbox_id FROM candidate)))`
+	preSource = `NOT EXISTS (
+        SELECT 1 FROM {{schema}}.keiro_outbox e
+        WHERE e.source = r.source AND e.seq < r.seq
+          AND e.status IN ('pending', 'failed', 'publishing') AND NOT {{claimable_e}})`
+	postSource = `NOT EXISTS (
+        SELECT 1 FROM {{schema}}.keiro_outbox e
+        WHERE e.source = c.source AND e.seq < c.seq
+          AND e.status IN ('pending', 'failed', 'publishing')
+          AND e.outbox_id NOT IN (SELECT outbox_id FROM candidate))`
+)
+
+// sqlMark applies one batch's outcomes in one statement, fenced by the claim token: a row that
+// is no longer publishing under token $1 (re-claimed after its lease expired, or requeued) is
+// left alone. $2..$8 are parallel arrays (id, outcome, error text, retry delay in microseconds,
+// partition, offset, rejection code); $9 is the attempt ceiling at which a failure goes dead.
+// Outcomes: sent; failed (or dead when the ceiling is reached); skipped (failed, attempt
+// refunded, due now); released (pending, attempt refunded); rejected (terminal).
+const sqlMark = `
+WITH m AS (
+    SELECT * FROM unnest($2::uuid[], $3::text[], $4::text[], $5::bigint[], $6::int[], $7::bigint[], $8::text[])
+        AS m(id, outcome, err, delay_us, part, off, code)
+)
+UPDATE {{schema}}.keiro_outbox o SET
+    status = CASE m.outcome
+        WHEN 'sent' THEN 'sent'
+        WHEN 'rejected' THEN 'rejected'
+        WHEN 'released' THEN 'pending'
+        WHEN 'skipped' THEN 'failed'
+        ELSE CASE WHEN o.attempt_count >= $9 THEN 'dead' ELSE 'failed' END END,
+    attempt_count = CASE WHEN m.outcome IN ('skipped', 'released') THEN greatest(o.attempt_count - 1, 0) ELSE o.attempt_count END,
+    next_attempt_at = CASE m.outcome
+        WHEN 'failed' THEN now() + m.delay_us * interval '1 microsecond'
+        WHEN 'skipped' THEN now()
+        WHEN 'released' THEN now()
+        ELSE o.next_attempt_at END,
+    last_error = CASE m.outcome WHEN 'sent' THEN NULL WHEN 'released' THEN o.last_error ELSE m.err END,
+    published_at = CASE WHEN m.outcome = 'sent' THEN now() ELSE o.published_at END,
+    kafka_partition = CASE WHEN m.outcome = 'sent' THEN m.part ELSE o.kafka_partition END,
+    kafka_offset = CASE WHEN m.outcome = 'sent' THEN m.off ELSE o.kafka_offset END,
+    rejected_at = CASE WHEN m.outcome = 'rejected' THEN now() ELSE o.rejected_at END,
+    rejection_code = CASE WHEN m.outcome = 'rejected' THEN m.code ELSE o.rejection_code END,
+    claim_token = NULL,
+    lease_until = NULL,
+    updated_at = now()
+FROM m
+WHERE o.outbox_id = m.id AND o.claim_token = $1::uuid AND o.status = 'publishing'
+RETURNING o.outbox_id, m.outcome, o.status`

@@ -40,7 +40,12 @@ CREATE TABLE {{.schema}}.keiro_outbox (
     created_at             timestamptz NOT NULL DEFAULT now(),
     updated_at             timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT keiro_outbox_source_message_id_key UNIQUE (source, message_id),
-    CONSTRAINT keiro_outbox_seq_key UNIQUE (seq)
+    CONSTRAINT keiro_outbox_seq_key UNIQUE (seq),
+    -- keiro §1.4 item 2: a rejected row carries when and why; the code is a lowercase token.
+    CONSTRAINT keiro_outbox_rejection_check CHECK (
+        (status = 'rejected') = (rejected_at IS NOT NULL AND rejection_code IS NOT NULL)),
+    CONSTRAINT keiro_outbox_rejection_code_check CHECK (
+        rejection_code IS NULL OR rejection_code ~ '^[a-z][a-z0-9._-]{0,63}$')
 );
 
 -- Claimable rows only: stays small however many sent rows are retained.
@@ -49,6 +54,10 @@ CREATE INDEX keiro_outbox_claim_idx ON {{.schema}}.keiro_outbox (seq)
 
 -- Head-of-line checks: earlier non-terminal rows of the same (source, key).
 CREATE INDEX keiro_outbox_head_of_line_idx ON {{.schema}}.keiro_outbox (source, message_key, seq)
+    WHERE status IN ('pending', 'failed', 'publishing');
+
+-- PerSourceStream checks: earlier non-terminal rows of the same source, any key.
+CREATE INDEX keiro_outbox_source_order_idx ON {{.schema}}.keiro_outbox (source, seq)
     WHERE status IN ('pending', 'failed', 'publishing');
 
 -- Retention of sent rows.

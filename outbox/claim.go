@@ -1,0 +1,232 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/keiro-go/keiro/envelope"
+)
+
+// Querier runs SQL. pgx.Tx, *pgx.Conn and *pgxpool.Pool satisfy it.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Policy is an ordering policy (keiro §1.3.6): what a claim must respect and how a failure in
+// a batch affects the rows after it.
+type Policy int
+
+const (
+	// PerKeyHeadOfLine orders rows per (source, key): a row is claimed only when every earlier
+	// non-terminal row of its (source, key) is claimed with it, and a failure holds back the
+	// rest of its key. Rows without a key are unordered. The default.
+	PerKeyHeadOfLine Policy = iota
+	// PerSourceStream orders all rows of a source, whatever their key (null keys included).
+	// Kafka itself orders only within a partition, so a total order needs a single-partition
+	// destination.
+	PerSourceStream
+	// StopTheLine claims like PerKeyHeadOfLine, but the first failure halts the relay: the rest
+	// of the batch is held back and Run returns an error naming the row, for manual review.
+	StopTheLine
+	// BestEffort claims every due row, unordered: a failure affects only its own row.
+	BestEffort
+)
+
+var policyNames = [...]string{"per-key", "per-source", "stop-the-line", "best-effort"}
+
+// String returns the policy's name: "per-key", "per-source", "stop-the-line" or "best-effort".
+func (p Policy) String() string {
+	if p >= 0 && int(p) < len(policyNames) {
+		return policyNames[p]
+	}
+	return fmt.Sprintf("Policy(%d)", int(p))
+}
+
+// ParsePolicy parses a policy name as returned by [Policy.String].
+func ParsePolicy(s string) (Policy, error) {
+	for i, n := range policyNames {
+		if strings.EqualFold(s, n) {
+			return Policy(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown ordering policy %q (want one of %s)", s, strings.Join(policyNames[:], ", "))
+}
+
+func (p Policy) valid() bool { return p >= 0 && int(p) < len(policyNames) }
+
+// claimedRow is one row returned by a claim.
+type claimedRow struct {
+	id        envelope.UUID
+	seq       int64
+	attempt   int
+	createdAt time.Time
+	event     envelope.Event
+	// reclaimed: the row was publishing under an expired lease.
+	reclaimed bool
+	// dead: the row was re-claimed after its lease expired with no attempt left and went dead
+	// in the claim itself; it must not be published.
+	dead bool
+}
+
+// claim claims up to limit rows under policy, with a fresh claim token and a lease. Rows come
+// back in seq order.
+func (s *Store) claim(ctx context.Context, q Querier, policy Policy, limit int, lease time.Duration,
+	maxAttempts int, destinations []string) (envelope.UUID, []claimedRow, error) {
+	token := envelope.NewUUIDv7()
+	var dest any
+	if len(destinations) > 0 {
+		dest = destinations
+	}
+	rows, err := q.Query(ctx, s.q.claim[policy], [16]byte(token), maxAttempts, lease.Microseconds(), limit, dest)
+	if err != nil {
+		return token, nil, fmt.Errorf("claim outbox batch: %w", err)
+	}
+	defer rows.Close()
+	var out []claimedRow
+	for rows.Next() {
+		var (
+			r                              claimedRow
+			oldStatus, status              string
+			id                             [16]byte
+			key, registry, subject, fp     *string
+			versionRef, schemaID, position *int64
+			sourceEventID, causation, corr *[16]byte
+			tp, ts, attrs                  *string
+		)
+		e := &r.event
+		if err := rows.Scan(&oldStatus, &status, &r.seq, &r.attempt, &r.createdAt,
+			&id, &e.Source, &e.MessageID, &e.Destination, &key, &e.EventType,
+			&e.SchemaVersion, &e.ContentType, &registry, &subject, &versionRef, &schemaID, &fp,
+			&sourceEventID, &position, &causation, &corr, &tp, &ts, &e.Payload, &attrs, &e.OccurredAt); err != nil {
+			return token, nil, fmt.Errorf("claim outbox batch: %w", err)
+		}
+		r.id = id
+		r.reclaimed = oldStatus == statusPublishing
+		r.dead = status == statusDead
+		fillEvent(e, key, registry, subject, fp, versionRef, schemaID, position, sourceEventID, causation, corr, tp, ts, attrs)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return token, nil, fmt.Errorf("claim outbox batch: %w", err)
+	}
+	return token, out, nil
+}
+
+// Row statuses.
+const (
+	statusPending    = "pending"
+	statusPublishing = "publishing"
+	statusSent       = "sent"
+	statusFailed     = "failed"
+	statusDead       = "dead"
+	statusRejected   = "rejected"
+)
+
+// outcome is what the relay decided for one claimed row.
+type outcome uint8
+
+const (
+	outcomeSent outcome = iota + 1
+	outcomeFailed
+	outcomeSkipped
+	outcomeReleased
+	outcomeRejected
+)
+
+var outcomeNames = [...]string{outcomeSent: "sent", outcomeFailed: "failed", outcomeSkipped: "skipped",
+	outcomeReleased: "released", outcomeRejected: "rejected"}
+
+func (o outcome) String() string { return outcomeNames[o] }
+
+// skippedError is the last_error of a row held back because an earlier row of its group failed
+// (keiro's text, used for every policy).
+const skippedError = "skipped: earlier record for the same key failed"
+
+// mark is one row's outcome, ready to write.
+type mark struct {
+	id        envelope.UUID
+	outcome   outcome
+	err       string
+	delay     time.Duration
+	partition int32
+	offset    int64
+	code      string
+}
+
+// transitions counts the rows a mark statement actually moved, by resulting state.
+type transitions struct {
+	sent, failed, dead, skipped, released, rejected int
+}
+
+func (t transitions) total() int {
+	return t.sent + t.failed + t.dead + t.skipped + t.released + t.rejected
+}
+
+// markBatch writes a batch's outcomes in one statement (so one transaction), fenced by token.
+// Rows no longer publishing under token are left untouched and not counted.
+func (s *Store) markBatch(ctx context.Context, q Querier, token envelope.UUID, marks []mark, maxAttempts int) (transitions, error) {
+	var t transitions
+	if len(marks) == 0 {
+		return t, nil
+	}
+	n := len(marks)
+	ids := make([][16]byte, n)
+	outs := make([]string, n)
+	errs := make([]*string, n)
+	delays := make([]int64, n)
+	parts := make([]int32, n)
+	offs := make([]int64, n)
+	codes := make([]*string, n)
+	for i, m := range marks {
+		ids[i] = m.id
+		outs[i] = m.outcome.String()
+		if m.err != "" {
+			errs[i] = &marks[i].err
+		}
+		delays[i] = m.delay.Microseconds()
+		parts[i], offs[i] = m.partition, m.offset
+		if m.code != "" {
+			codes[i] = &marks[i].code
+		}
+	}
+	rows, err := q.Query(ctx, s.q.mark, [16]byte(token), ids, outs, errs, delays, parts, offs, codes, maxAttempts)
+	if err != nil {
+		return t, fmt.Errorf("mark outbox batch: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id [16]byte
+		var out, status string
+		if err := rows.Scan(&id, &out, &status); err != nil {
+			return t, fmt.Errorf("mark outbox batch: %w", err)
+		}
+		switch {
+		case out == "sent":
+			t.sent++
+		case out == "rejected":
+			t.rejected++
+		case out == "skipped":
+			t.skipped++
+		case out == "released":
+			t.released++
+		case status == statusDead:
+			t.dead++
+		default:
+			t.failed++
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return t, fmt.Errorf("mark outbox batch: %w", err)
+	}
+	return t, nil
+}
+
+var errNoOutcome = errors.New("publisher returned no outcome")

@@ -1,0 +1,283 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/internal/testdb"
+)
+
+func ev(id string, key *string) envelope.Event {
+	return envelope.Event{MessageID: id, Source: "ordering", Destination: "t1", Key: key,
+		EventType: "E", ContentType: envelope.ContentTypeJSON, Payload: []byte("{}"),
+		OccurredAt: time.Unix(0, 0).UTC()}
+}
+
+func k(s string) *string { return &s }
+
+func setup(t *testing.T, events ...envelope.Event) (*testdb.DB, *Store) {
+	t.Helper()
+	db := testdb.New(t)
+	st, err := NewStore(db.Schema)
+	require.NoError(t, err)
+	if len(events) > 0 {
+		require.NoError(t, pgx.BeginFunc(context.Background(), db.Pool, func(tx pgx.Tx) error {
+			_, err := st.EnqueueTx(context.Background(), tx, events...)
+			return err
+		}))
+	}
+	return db, st
+}
+
+func ids(rows []claimedRow) []string {
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = r.event.MessageID
+	}
+	return out
+}
+
+func status(t *testing.T, db *testdb.DB, id string) (st string, attempts int) {
+	t.Helper()
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		"SELECT status, attempt_count FROM keiro_outbox WHERE message_id = $1", id).Scan(&st, &attempts))
+	return st, attempts
+}
+
+func TestClaimPerKeyRunsAndNullKeys(t *testing.T) {
+	t.Parallel()
+	db, st := setup(t, ev("a1", k("A")), ev("n1", nil), ev("a2", k("A")), ev("b1", k("B")), ev("n2", nil), ev("a3", k("A")))
+	ctx := context.Background()
+	_, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a1", "n1", "a2", "b1", "n2", "a3"}, ids(rows))
+	for _, r := range rows {
+		require.Equal(t, 1, r.attempt)
+	}
+	// All publishing: nothing more to claim (no tail while the head is publishing).
+	_, rows, err = st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil)
+	require.NoError(t, err)
+	require.Empty(t, rows)
+}
+
+func TestClaimBackoffHeadDoesNotStarveOtherKeys(t *testing.T) {
+	t.Parallel()
+	db, st := setup(t, ev("a1", k("A")), ev("a2", k("A")), ev("b1", k("B")), ev("b2", k("B")))
+	ctx := context.Background()
+	tok, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 1, time.Minute, 10, nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a1"}, ids(rows))
+	tr, err := st.markBatch(ctx, db.Pool, tok, []mark{{id: rows[0].id, outcome: outcomeFailed, err: "boom", delay: time.Hour}}, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, tr.failed)
+	_, rows, err = st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"b1", "b2"}, ids(rows))
+	s, _ := status(t, db, "a2")
+	require.Equal(t, "pending", s)
+}
+
+func TestClaimPolicies(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		policy Policy
+		want   []string
+	}{
+		// a1 is in backoff: per-key holds a2 only; per-source holds everything after a1;
+		// best-effort claims everything due.
+		{PerKeyHeadOfLine, []string{"b1", "n1", "b2"}},
+		{StopTheLine, []string{"b1", "n1", "b2"}},
+		{PerSourceStream, nil},
+		{BestEffort, []string{"a2", "b1", "n1", "b2"}},
+	} {
+		t.Run(tc.policy.String(), func(t *testing.T) {
+			t.Parallel()
+			db, st := setup(t, ev("a1", k("A")), ev("a2", k("A")), ev("b1", k("B")), ev("n1", nil), ev("b2", k("B")))
+			ctx := context.Background()
+			tok, rows, err := st.claim(ctx, db.Pool, tc.policy, 1, time.Minute, 10, nil)
+			require.NoError(t, err)
+			require.Equal(t, []string{"a1"}, ids(rows))
+			_, err = st.markBatch(ctx, db.Pool, tok, []mark{{id: rows[0].id, outcome: outcomeFailed, err: "x", delay: time.Hour}}, 10)
+			require.NoError(t, err)
+			_, rows, err = st.claim(ctx, db.Pool, tc.policy, 10, time.Minute, 10, nil)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, nilIfEmpty(ids(rows)))
+		})
+	}
+}
+
+func nilIfEmpty(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}
+
+// A head locked by another, uncommitted claimer must not be jumped by its tail.
+func TestClaimTailNeverJumpsLockedHead(t *testing.T) {
+	t.Parallel()
+	db, st := setup(t, ev("a1", k("A")), ev("a2", k("A")), ev("a3", k("A")), ev("b1", k("B")))
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, "SELECT 1 FROM keiro_outbox WHERE message_id = 'a1' FOR UPDATE")
+	require.NoError(t, err)
+	for _, p := range []Policy{PerKeyHeadOfLine, PerSourceStream} {
+		_, rows, err := st.claim(ctx, db.Pool, p, 10, time.Minute, 10, nil)
+		require.NoError(t, err)
+		if p == PerKeyHeadOfLine {
+			require.Equal(t, []string{"b1"}, ids(rows), p.String())
+		} else {
+			require.Empty(t, rows, p.String())
+		}
+	}
+}
+
+func TestMarkFencingAndTransitions(t *testing.T) {
+	t.Parallel()
+	db, st := setup(t, ev("s", k("S")), ev("f", k("F")), ev("f2", k("F")), ev("r", k("R")), ev("d", k("D")))
+	ctx := context.Background()
+	tok, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil)
+	require.NoError(t, err)
+	require.Len(t, rows, 5)
+	byID := map[string]envelope.UUID{}
+	for _, r := range rows {
+		byID[r.event.MessageID] = r.id
+	}
+	// A stale token changes nothing.
+	tr, err := st.markBatch(ctx, db.Pool, envelope.NewUUIDv7(), []mark{{id: byID["s"], outcome: outcomeSent}}, 10)
+	require.NoError(t, err)
+	require.Zero(t, tr.total())
+	s, _ := status(t, db, "s")
+	require.Equal(t, "publishing", s)
+
+	tr, err = st.markBatch(ctx, db.Pool, tok, []mark{
+		{id: byID["s"], outcome: outcomeSent, partition: 2, offset: 7},
+		{id: byID["f"], outcome: outcomeFailed, err: "broker unreachable", delay: time.Hour},
+		{id: byID["f2"], outcome: outcomeSkipped, err: skippedError},
+		{id: byID["r"], outcome: outcomeRejected, err: "too large", code: "message_too_large"},
+		{id: byID["d"], outcome: outcomeFailed, err: "x"},
+	}, 1)
+	require.NoError(t, err)
+	// maxAttempts 1: both failures are dead.
+	require.Equal(t, transitions{sent: 1, dead: 2, skipped: 1, rejected: 1}, tr)
+	var part int32
+	var off int64
+	var pub *time.Time
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT kafka_partition, kafka_offset, published_at FROM keiro_outbox WHERE message_id='s'").Scan(&part, &off, &pub))
+	require.Equal(t, int32(2), part)
+	require.Equal(t, int64(7), off)
+	require.NotNil(t, pub)
+	s, a := status(t, db, "f2")
+	require.Equal(t, "failed", s)
+	require.Equal(t, 0, a)
+	var code string
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT rejection_code FROM keiro_outbox WHERE message_id='r'").Scan(&code))
+	require.Equal(t, "message_too_large", code)
+
+	// A late mark of the same claim after the marks: no transition.
+	tr, err = st.markBatch(ctx, db.Pool, tok, []mark{{id: byID["s"], outcome: outcomeFailed, err: "late"}}, 10)
+	require.NoError(t, err)
+	require.Zero(t, tr.total())
+	s, _ = status(t, db, "s")
+	require.Equal(t, "sent", s)
+}
+
+func TestExpiredLeaseIsReclaimedAndFenced(t *testing.T) {
+	t.Parallel()
+	db, st := setup(t, ev("a1", k("A")), ev("a2", k("A")))
+	ctx := context.Background()
+	tok1, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 1, time.Minute, 3, nil)
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	// A live lease: nothing claimable (a2 blocked by the publishing head).
+	_, rows, err = st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 3, nil)
+	require.NoError(t, err)
+	require.Empty(t, rows)
+	_, err = db.Pool.Exec(ctx, "UPDATE keiro_outbox SET lease_until = now() - interval '1 second' WHERE message_id = 'a1'")
+	require.NoError(t, err)
+	tok2, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 3, nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a1", "a2"}, ids(rows))
+	require.True(t, rows[0].reclaimed)
+	require.False(t, rows[1].reclaimed)
+	require.Equal(t, 2, rows[0].attempt)
+	// The first claimer's late mark is fenced out.
+	tr, err := st.markBatch(ctx, db.Pool, tok1, []mark{{id: rows[0].id, outcome: outcomeSent}}, 3)
+	require.NoError(t, err)
+	require.Zero(t, tr.total())
+	tr, err = st.markBatch(ctx, db.Pool, tok2, []mark{{id: rows[0].id, outcome: outcomeSent}, {id: rows[1].id, outcome: outcomeSent}}, 3)
+	require.NoError(t, err)
+	require.Equal(t, 2, tr.sent)
+}
+
+func TestLeaseExpiredAfterFinalAttemptGoesDead(t *testing.T) {
+	t.Parallel()
+	db, st := setup(t, ev("a1", k("A")), ev("a2", k("A")))
+	ctx := context.Background()
+	_, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 1, time.Minute, 1, nil)
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	_, err = db.Pool.Exec(ctx, "UPDATE keiro_outbox SET lease_until = now() - interval '1 second' WHERE message_id = 'a1'")
+	require.NoError(t, err)
+	_, rows, err = st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 1, nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a1", "a2"}, ids(rows))
+	require.True(t, rows[0].dead)
+	require.False(t, rows[1].dead)
+	var s, le string
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT status, last_error FROM keiro_outbox WHERE message_id='a1'").Scan(&s, &le))
+	require.Equal(t, "dead", s)
+	require.Equal(t, "lease expired after final attempt", le)
+}
+
+func TestClaimDestinationsFilter(t *testing.T) {
+	t.Parallel()
+	e2 := ev("x", nil)
+	e2.Destination = "t2"
+	db, st := setup(t, ev("a", nil), e2)
+	_, rows, err := st.claim(context.Background(), db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, []string{"t2"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"x"}, ids(rows))
+}
+
+// TestClaimExplainUsesIndex checks the claim plan with many retained sent rows: it must reach
+// rows through the partial claim index, never a sequential scan of the table.
+func TestClaimExplainUsesIndex(t *testing.T) {
+	t.Parallel()
+	db, st := setup(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, fmt.Sprintf(`
+INSERT INTO %s.keiro_outbox (outbox_id, message_id, source, destination, message_key, event_type,
+    schema_version, content_type, payload_bytes, occurred_at, status, published_at)
+SELECT gen_random_uuid(), 'm' || g, 'ordering', 't1', 'k' || (g %% 1000), 'E', 1, 'application/json',
+    '\x00', now(), 'sent', now()
+FROM generate_series(1, 100000) g`, db.Schema))
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		_, err := st.EnqueueTx(ctx, tx, ev("p1", k("k1")), ev("p2", nil))
+		return err
+	}))
+	_, err = db.Pool.Exec(ctx, "ANALYZE "+db.Schema+".keiro_outbox")
+	require.NoError(t, err)
+	for p, q := range st.q.claim {
+		rows, err := db.Pool.Query(ctx, "EXPLAIN "+q, [16]byte(envelope.NewUUIDv7()), 10, int64(60e6), 512, nil)
+		require.NoError(t, err)
+		var plan string
+		for rows.Next() {
+			var line string
+			require.NoError(t, rows.Scan(&line))
+			plan += line + "\n"
+		}
+		require.NoError(t, rows.Err())
+		require.NotContains(t, plan, "Seq Scan on keiro_outbox", "policy %s plan:\n%s", p, plan)
+		require.Contains(t, plan, "keiro_outbox_claim_idx", "policy %s plan:\n%s", p, plan)
+	}
+}
