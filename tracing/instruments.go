@@ -97,6 +97,19 @@ const (
 	MetricInboxBacklog = "keiro.inbox.backlog"
 	// MetricConsumerLag names a gauge in {message}; attributes topic, partition.
 	MetricConsumerLag = "keiro.consumer.lag"
+
+	// MetricCommandConflicts names a counter in {conflict}: appends that met a version conflict.
+	MetricCommandConflicts = "keiro.command.conflicts"
+	// MetricCommandRetries names a counter in {retry}: command attempts retried after a conflict.
+	MetricCommandRetries = "keiro.command.retries"
+	// MetricCommandDuplicates names a counter in {append}: appends whose event ids were stored.
+	MetricCommandDuplicates = "keiro.command.duplicates"
+	// MetricSnapshotWriteFailures names a counter in {snapshot}.
+	MetricSnapshotWriteFailures = "keiro.snapshot.write.failures"
+	// MetricSnapshotHits names a counter in {hydration}: hydrations seeded from a snapshot.
+	MetricSnapshotHits = "keiro.snapshot.hits"
+	// MetricSnapshotMisses names a counter in {hydration}: hydrations without a usable snapshot.
+	MetricSnapshotMisses = "keiro.snapshot.misses"
 )
 
 // Metric describes one instrument of keiro's vocabulary.
@@ -166,4 +179,17 @@ var MetricNames = []Metric{
 		Description: "Inbox rows in the failed state."},
 	{Name: MetricConsumerLag, Kind: Gauge, Unit: "{message}", Attributes: []attribute.Key{TopicKey, PartitionKey},
 		Description: "Records between the group's committed offset and the partition's high watermark."},
+
+	{Name: MetricCommandConflicts, Kind: Counter, Unit: "{conflict}",
+		Description: "Appends of a command that met a version conflict."},
+	{Name: MetricCommandRetries, Kind: Counter, Unit: "{retry}",
+		Description: "Command attempts retried after a conflict."},
+	{Name: MetricCommandDuplicates, Kind: Counter, Unit: "{append}",
+		Description: "Appends whose event ids were already stored (idempotent repeats and id conflicts)."},
+	{Name: MetricSnapshotWriteFailures, Kind: Counter, Unit: "{snapshot}",
+		Description: "Advisory snapshots that could not be encoded or written."},
+	{Name: MetricSnapshotHits, Kind: Counter, Unit: "{hydration}",
+		Description: "Hydrations seeded from a snapshot."},
+	{Name: MetricSnapshotMisses, Kind: Counter, Unit: "{hydration}",
+		Description: "Hydrations that found no usable snapshot (absent, other state version, undecodable)."},
 }
