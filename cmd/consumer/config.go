@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/inbox/handlers"
 	"github.com/keiro-go/keiro/internal/cli"
 	"github.com/keiro-go/keiro/migrations"
@@ -17,13 +18,17 @@ import (
 // EnvPrefix prefixes every flag's environment variable: --group reads KEIRO_CONSUMER_GROUP.
 const EnvPrefix = "KEIRO_CONSUMER"
 
-// Defaults of the flags that have one (kept in sync with the default:"…" tags).
+// Defaults of the flags that have one (kept in sync with the default:"…" tags, which a test
+// checks against --help).
 const (
-	DefaultHTTPTimeout  = handlers.DefaultHTTPTimeout
-	DefaultMaxAttempts  = 5
-	DefaultBatchSize    = 100
-	DefaultConcurrency  = 1
-	DefaultRetention    = 30 * 24 * time.Hour
+	DefaultHTTPTimeout     = handlers.DefaultHTTPTimeout
+	DefaultMaxAttempts     = inbox.DefaultMaxAttempts
+	DefaultBatchSize       = inbox.DefaultBatchSize
+	DefaultConcurrency     = inbox.DefaultMaxConcurrentPartitions
+	DefaultRetention       = inbox.DefaultRetention
+	DefaultShutdownTimeout = inbox.DefaultShutdownTimeout
+	DefaultDLQTopic        = inbox.DefaultDeadLetterTopic
+	// DefaultHTTPAddr is loopback, one port above the relay's, so both fit on one host.
 	DefaultHTTPAddr     = "127.0.0.1:9465"
 	DefaultDedupePolicy = "message-id"
 	DefaultPersistence  = "full"

@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"github.com/keiro-go/keiro/internal/cli"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -28,8 +31,24 @@ func TestHelpListsEveryFlagWithItsVariable(t *testing.T) {
 	} {
 		require.Regexp(t, `\$`+EnvPrefix+"_"+v+`[;)]`, out, "help of run lists $%s_%s", EnvPrefix, v)
 	}
-	require.Contains(t, out, "default: 720h")
-	require.Contains(t, out, "default: "+DefaultHTTPAddr)
+	for flag, def := range map[string]any{
+		"max-attempts": DefaultMaxAttempts, "batch-size": DefaultBatchSize, "concurrency": DefaultConcurrency,
+		"retention": DefaultRetention, "shutdown-timeout": DefaultShutdownTimeout, "dlq-topic": DefaultDLQTopic,
+		"http-addr": DefaultHTTPAddr, "dedupe-policy": DefaultDedupePolicy, "persistence": DefaultPersistence,
+		"http-timeout": DefaultHTTPTimeout,
+	} {
+		want := fmt.Sprint(def)
+		if d, ok := def.(time.Duration); ok {
+			want = d.String() // 168h0m0s is written 168h in the tags
+			if strings.HasSuffix(want, "m0s") {
+				want = strings.TrimSuffix(want, "0s")
+			}
+			if strings.HasSuffix(want, "h0m") {
+				want = strings.TrimSuffix(want, "0m")
+			}
+		}
+		require.Regexp(t, `--`+flag+`="?`+regexp.QuoteMeta(want)+`"?\s`, out, "default of --%s", flag)
+	}
 
 	code, out, _ = runArgs(t, "--help")
 	require.Equal(t, 0, code)

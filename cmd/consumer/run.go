@@ -3,27 +3,41 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/internal/cli"
+	"github.com/keiro-go/keiro/internal/httpserver"
+	"github.com/keiro-go/keiro/internal/kafkaconfig"
+	"github.com/keiro-go/keiro/migrations"
+	"github.com/keiro-go/keiro/tracing"
 )
+
+// clientID is the Kafka client id unless --client-id sets one.
+const clientID = "keiro-consumer"
 
 // runCmd consumes and processes messages until SIGTERM.
 type runCmd struct {
-	ID identityFlags `embed:""`
-	H  handlerFlags  `embed:""`
+	ID    identityFlags      `embed:""`
+	H     handlerFlags       `embed:""`
+	Kafka kafkaconfig.Config `embed:""`
 
-	Brokers      []string      `help:"Kafka bootstrap brokers, host:port, comma separated (required)." placeholder:"HOST:PORT"`
-	Topics       []string      `help:"Topics to consume, comma separated (required)." placeholder:"TOPIC"`
-	DLQTopic     string        `name:"dlq-topic" help:"Dead-letter topic for poisoned messages (original bytes and headers plus the reason). Empty: poisoned messages stay only in the inbox as failed rows." placeholder:"TOPIC"`
-	MaxAttempts  int           `help:"Handler attempts before a message is poisoned." default:"5"`
-	BatchSize    int           `help:"Records processed per inbox transaction at most." default:"100"`
-	Concurrency  int           `help:"Partitions processed in parallel." default:"1"`
-	DedupePolicy string        `help:"Dedupe key: message-id, source-event (source event id or global position) or kafka-delivery (topic:partition:offset)." default:"message-id"`
-	Persistence  string        `help:"What a completed inbox row keeps: full (the envelope) or dedupe-only." default:"full"`
-	Retention    time.Duration `help:"How long completed inbox rows are kept, the dedupe window; 0 keeps them forever." default:"720h"`
-	HTTPAddr     string        `name:"http-addr" help:"Address of /healthz, /readyz and /metrics; empty disables." default:"127.0.0.1:9465"`
-	Migrate      bool          `help:"Apply database migrations before consuming."`
+	Topics          []string      `help:"Topics to consume, comma separated (required)." placeholder:"TOPIC"`
+	DLQTopic        string        `name:"dlq-topic" help:"Dead-letter topic of poisoned and undecodable records (original key, value and headers plus keiro-dlq-* headers); {topic} is replaced by the source topic." default:"{topic}.dlq"`
+	MaxAttempts     int           `help:"Handler attempts before a message is poisoned and dead-lettered." default:"5"`
+	BatchSize       int           `help:"Records of a partition processed in one inbox transaction; above 1, a failed record is retried after its batch mates, so strict per-key order of effects holds only with 1." default:"1"`
+	Concurrency     int           `help:"Partitions processed in parallel at most." default:"8"`
+	DedupePolicy    string        `help:"Dedupe key: message-id, source-event (source event id, else global position) or kafka-delivery (topic:partition:offset)." default:"message-id"`
+	Persistence     string        `help:"What a completed inbox row keeps: full (the envelope) or dedupe-only." default:"full"`
+	Retention       time.Duration `help:"How long completed inbox rows are kept: the dedupe window. 0 keeps them forever." default:"168h"`
+	ShutdownTimeout time.Duration `help:"How long SIGTERM waits for in-flight messages before abandoning them (they are redelivered)." default:"30s"`
+	HTTPAddr        string        `name:"http-addr" help:"Address of /healthz, /readyz and /metrics (loopback by default); empty disables." default:"127.0.0.1:9465"`
+	Migrate         bool          `help:"Apply database migrations before consuming (otherwise pending migrations are an error)."`
 }
 
 // ValidateFlags reports every problem with the run configuration.
@@ -32,16 +46,19 @@ func (c *runCmd) ValidateFlags() error {
 	if c.ID.Group == "" {
 		p.Add("group", "is required (or set $%s_GROUP)", EnvPrefix)
 	}
-	if len(c.Brokers) == 0 {
-		p.Add("brokers", "is required (or set $%s_BROKERS)", EnvPrefix)
-	}
 	if len(c.Topics) == 0 {
 		p.Add("topics", "is required (or set $%s_TOPICS)", EnvPrefix)
 	}
 	for _, t := range c.Topics {
-		if t == c.DLQTopic && t != "" {
+		if t == "" {
+			p.Add("topics", "contains an empty topic name")
+		}
+		if t == c.DLQTopic {
 			p.Add("dlq-topic", "%q is also consumed; use a topic the consumer does not read", t)
 		}
+	}
+	if c.DLQTopic == "" {
+		p.Add("dlq-topic", "must not be empty (default {topic}.dlq)")
 	}
 	if c.MaxAttempts < 1 {
 		p.Add("max-attempts", "must be at least 1, got %d", c.MaxAttempts)
@@ -65,10 +82,168 @@ func (c *runCmd) ValidateFlags() error {
 	if c.Retention < 0 {
 		p.Add("retention", "must not be negative, got %s", c.Retention)
 	}
+	if c.ShutdownTimeout <= 0 {
+		p.Add("shutdown-timeout", "must be positive, got %s", c.ShutdownTimeout)
+	}
 	return p.Err()
 }
 
-// Run consumes until ctx is cancelled (SIGTERM).
+// Run consumes until ctx is cancelled (SIGTERM or SIGINT), then finishes in-flight messages,
+// commits their offsets, leaves the group and returns nil.
 func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
-	return errors.New("run: not wired yet (waiting for the inbox consumer)")
+	log, err := g.LogFlags.Logger(env.Stderr)
+	if err != nil {
+		return err
+	}
+	for _, w := range c.Kafka.Warnings() {
+		log.Warn(w)
+	}
+	tel, err := tracing.Setup(ctx, tracing.Options{ServiceName: "keiro-consumer"})
+	if err != nil {
+		return fmt.Errorf("set up telemetry: %w", err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := tel.Shutdown(sctx); err != nil {
+			log.Warn("flush telemetry", "err", err)
+		}
+	}()
+
+	pool, err := openPool(ctx, g.DB.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := c.checkSchema(ctx, pool, g.DB.Schema, log); err != nil {
+		return err
+	}
+
+	policy := dedupePolicy(c.DedupePolicy)
+	h, err := buildHandler(&c.H, c.ID.consumerName(), policy, log)
+	if err != nil {
+		return err
+	}
+	defer h.close()
+
+	kopts, err := c.kafkaOpts()
+	if err != nil {
+		return err
+	}
+	retention := c.Retention
+	if retention == 0 {
+		retention = -1 // keep forever
+	}
+	consumer, err := inbox.NewConsumer(pool, inbox.ConsumerConfig{
+		KafkaOpts: kopts,
+		Group:     c.ID.Group,
+		Topics:    c.Topics,
+		Store: inbox.StoreConfig{
+			Schema:       g.DB.Schema,
+			Consumer:     c.ID.consumerName(),
+			DedupePolicy: policy,
+			Persistence:  persistence(c.Persistence),
+			MaxAttempts:  c.MaxAttempts,
+		},
+		DeadLetterTopic:         c.DLQTopic,
+		MaxConcurrentPartitions: c.Concurrency,
+		BatchSize:               c.BatchSize,
+		Retention:               retention,
+		ShutdownTimeout:         c.ShutdownTimeout,
+		Logger:                  log,
+	}, h.handle)
+	if err != nil {
+		return err
+	}
+
+	// The HTTP endpoints stop after the consumer: /readyz answers 503 while draining.
+	httpCtx, stopHTTP := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHTTP()
+	httpDone := make(chan error, 1)
+	if c.HTTPAddr != "" {
+		srv, err := httpserver.Listen(httpserver.Config{
+			Addr:    c.HTTPAddr,
+			Metrics: tel.MetricsHandler(),
+			Checks:  []httpserver.Check{{Name: "database", Run: pool.Ping}, {Name: "kafka", Run: c.pingKafka(kopts)}},
+		})
+		if err != nil {
+			return err
+		}
+		go func() { httpDone <- srv.Serve(httpCtx) }()
+		go func() {
+			<-ctx.Done()
+			srv.SetDraining()
+		}()
+		log.Info("serving /healthz, /readyz and /metrics", "addr", srv.Addr())
+	} else {
+		httpDone <- nil
+	}
+
+	log.Info("consuming", "group", c.ID.Group, "consumer", c.ID.consumerName(), "topics", c.Topics,
+		"handler", c.H.Handler, "dedupe_policy", c.DedupePolicy, "schema", g.DB.Schema)
+	runErr := consumer.Run(ctx)
+	stopHTTP()
+	httpErr := <-httpDone
+	if runErr != nil {
+		return fmt.Errorf("consume: %w", runErr)
+	}
+	if httpErr != nil {
+		return httpErr
+	}
+	st := consumer.Stats()
+	log.Info("stopped", "processed", st.Processed, "duplicates", st.Duplicates,
+		"dead_lettered", st.DeadLettered, "committed", st.Committed)
+	return nil
+}
+
+// checkSchema applies migrations when --migrate is set, and otherwise refuses to start on a
+// schema that is missing migrations.
+func (c *runCmd) checkSchema(ctx context.Context, pool *pgxpool.Pool, schema string, log *slog.Logger) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire a connection: %w", err)
+	}
+	defer conn.Release()
+	if c.Migrate {
+		if err := migrations.Migrate(ctx, conn.Conn(), schema); err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+	}
+	st, err := migrations.GetStatus(ctx, conn.Conn(), schema)
+	if err != nil {
+		return err
+	}
+	if st.Pending() {
+		return fmt.Errorf("schema %s is at version %d of %d: run `consumer migrate` or pass --migrate", schema, st.Current, st.Latest)
+	}
+	log.Debug("schema up to date", "schema", schema, "version", st.Current)
+	return nil
+}
+
+// kafkaOpts are the Kafka client options of the flags.
+func (c *runCmd) kafkaOpts() ([]kgo.Opt, error) {
+	k := c.Kafka
+	if k.ClientID == "" {
+		k.ClientID = clientID
+	}
+	opts, err := k.Opts()
+	if err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	return opts, nil
+}
+
+// pingKafka is the readiness check of Kafka: a short-lived client that reaches a broker.
+func (c *runCmd) pingKafka(opts []kgo.Opt) func(context.Context) error {
+	return func(ctx context.Context) error {
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		if err := cl.Ping(ctx); err != nil {
+			return errors.New("no Kafka broker reachable")
+		}
+		return nil
+	}
 }
