@@ -1,0 +1,299 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/migrations"
+	"github.com/keiro-go/keiro/outbox"
+)
+
+func testEvent(id, source, topic string, key *string) envelope.Event {
+	return envelope.Event{
+		MessageID:   id,
+		Source:      source,
+		Destination: topic,
+		Key:         key,
+		EventType:   "OrderPlaced",
+		ContentType: envelope.ContentTypeJSON,
+		Payload:     []byte(`{"id":"` + id + `"}`),
+		OccurredAt:  time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC),
+	}
+}
+
+// seed enqueues events through the outbox API and returns their outbox ids by message id.
+func seed(t *testing.T, db *testdb.DB, events ...envelope.Event) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	st, err := outbox.NewStore(db.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		_, err := st.EnqueueTx(ctx, tx, events...)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("enqueue: %v", err)
+	}
+	ids := map[string]string{}
+	rows, err := db.Pool.Query(ctx, fmt.Sprintf("SELECT message_id, outbox_id::text FROM %s.keiro_outbox", db.Schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m, id string
+	if _, err := pgx.ForEachRow(rows, []any{&m, &id}, func() error { ids[m] = id; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// setStatus forces rows into a state, as the relay would have left them.
+func setStatus(t *testing.T, db *testdb.DB, status, lastError string, messageIDs ...string) {
+	t.Helper()
+	_, err := db.Pool.Exec(context.Background(), fmt.Sprintf(`UPDATE %s.keiro_outbox
+		SET status = $1, last_error = NULLIF($2, ''), attempt_count = 3,
+		    rejection_code = CASE WHEN $1 = 'rejected' THEN 'message_too_large' END,
+		    rejected_at = CASE WHEN $1 = 'rejected' THEN now() END,
+		    published_at = CASE WHEN $1 = 'sent' THEN now() END
+		WHERE message_id = ANY($3)`, db.Schema), status, lastError, messageIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func statusOf(t *testing.T, db *testdb.DB, messageID string) (status string, attempts int) {
+	t.Helper()
+	err := db.Pool.QueryRow(context.Background(), fmt.Sprintf(
+		"SELECT status, attempt_count FROM %s.keiro_outbox WHERE message_id = $1", db.Schema), messageID).Scan(&status, &attempts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return status, attempts
+}
+
+func k(s string) *string { return &s }
+
+func TestMigrateCommand(t *testing.T) {
+	t.Parallel()
+	schema := testdb.NewSchema(t)
+	for i := range 2 { // idempotent
+		r := invoke(t, "--database-url="+testdb.URL(), "--schema="+schema, "migrate")
+		if r.code != 0 {
+			t.Fatalf("migrate #%d: exit %d: %s", i, r.code, r.stderr)
+		}
+		want := fmt.Sprintf("schema %s at version %d of %d", schema, migrations.Latest(), migrations.Latest())
+		if !strings.Contains(r.stdout, want) || !strings.Contains(r.stdout, "001_outbox.sql") {
+			t.Fatalf("migrate output:\n%s", r.stdout)
+		}
+	}
+	// The tables exist now: status works.
+	if r := invoke(t, "--database-url="+testdb.URL(), "--schema="+schema, "status"); r.code != 0 {
+		t.Fatalf("status after migrate: %d %s", r.code, r.stderr)
+	}
+}
+
+func TestStatusOnUnmigratedSchema(t *testing.T) {
+	t.Parallel()
+	schema := testdb.NewSchema(t)
+	r := invoke(t, "--database-url="+testdb.URL(), "--schema="+schema, "status")
+	if r.code != 1 || !strings.Contains(r.stderr, "relay migrate") {
+		t.Fatalf("want a failure telling to migrate, got %d %s", r.code, r.stderr)
+	}
+}
+
+func TestStatusCommand(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	seed(t, db,
+		testEvent("a1", "ordering", "orders", k("o1")),
+		testEvent("a2", "ordering", "orders", k("o2")),
+		testEvent("a3", "ordering", "orders", k("o3")),
+		testEvent("b1", "billing", "invoices", nil),
+		testEvent("b2", "billing", "invoices", nil),
+	)
+	setStatus(t, db, "sent", "", "a1")
+	setStatus(t, db, "dead", "broker down", "a2")
+	setStatus(t, db, "rejected", "too large", "b2")
+	// The oldest pending row is a3 (or b1): make it a minute old.
+	if _, err := db.Pool.Exec(context.Background(), fmt.Sprintf(
+		"UPDATE %s.keiro_outbox SET created_at = now() - interval '90 seconds' WHERE message_id = 'a3'", db.Schema)); err != nil {
+		t.Fatal(err)
+	}
+
+	r := invoke(t, "--database-url="+testdb.URL(), "--schema="+db.Schema, "status", "--json")
+	if r.code != 0 {
+		t.Fatalf("status --json: %d %s", r.code, r.stderr)
+	}
+	var st outboxStatus
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+		t.Fatalf("%v\n%s", err, r.stdout)
+	}
+	if st.Destinations["orders"]["pending"] != 1 || st.Destinations["orders"]["sent"] != 1 ||
+		st.Destinations["orders"]["dead"] != 1 || st.Destinations["invoices"]["pending"] != 1 ||
+		st.Destinations["invoices"]["rejected"] != 1 {
+		t.Fatalf("counts: %+v", st.Destinations)
+	}
+	if st.Totals["pending"] != 2 || st.Backlog != 2 || st.Dead != 2 {
+		t.Fatalf("totals %+v backlog %d dead %d", st.Totals, st.Backlog, st.Dead)
+	}
+	if st.OldestPendingAgeSeconds == nil || *st.OldestPendingAgeSeconds < 89 || *st.OldestPendingAgeSeconds > 600 {
+		t.Fatalf("oldest pending age: %v", st.OldestPendingAgeSeconds)
+	}
+
+	r = invoke(t, "--database-url="+testdb.URL(), "--schema="+db.Schema, "status")
+	if r.code != 0 {
+		t.Fatalf("status: %d %s", r.code, r.stderr)
+	}
+	for _, want := range []string{"DESTINATION", "PENDING", "REJECTED", "orders", "invoices", "TOTAL",
+		"backlog (pending+failed+publishing): 2", "oldest pending: 1m3", "dead or rejected: 2 (see `relay dead list`)"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("status table lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
+func TestStatusEmptyOutbox(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	r := invoke(t, "--database-url="+testdb.URL(), "--schema="+db.Schema, "status", "--json")
+	var st outboxStatus
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &st) != nil {
+		t.Fatalf("%d %s %s", r.code, r.stdout, r.stderr)
+	}
+	if st.OldestPendingAgeSeconds != nil || st.Backlog != 0 || st.Dead != 0 {
+		t.Fatalf("empty outbox: %+v", st)
+	}
+}
+
+func TestDeadListAndRequeue(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ids := seed(t, db,
+		testEvent("d1", "ordering", "orders", k("o1")),
+		testEvent("d2", "ordering", "orders", k("o2")),
+		testEvent("d3", "billing", "invoices", nil),
+		testEvent("d4", "billing", "payments", nil),
+		testEvent("p1", "ordering", "orders", k("o9")),
+		testEvent("s1", "ordering", "orders", k("o8")),
+	)
+	setStatus(t, db, "dead", "kafka: NOT_ENOUGH_REPLICAS after 10 attempts", "d1", "d2", "d3")
+	setStatus(t, db, "rejected", "record too large", "d4")
+	setStatus(t, db, "sent", "", "s1")
+	base := []string{"--database-url=" + testdb.URL(), "--schema=" + db.Schema}
+	run := func(args ...string) result { return invoke(t, append(base, args...)...) }
+
+	r := run("dead", "list")
+	if r.code != 0 {
+		t.Fatalf("dead list: %d %s", r.code, r.stderr)
+	}
+	for _, id := range []string{ids["d1"], ids["d2"], ids["d3"], ids["d4"]} {
+		if !strings.Contains(r.stdout, id) {
+			t.Errorf("dead list lacks %s:\n%s", id, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, ids["p1"]) || strings.Contains(r.stdout, ids["s1"]) {
+		t.Errorf("dead list shows live rows:\n%s", r.stdout)
+	}
+	if !strings.Contains(r.stdout, "NOT_ENOUGH_REPLICAS") || !strings.Contains(r.stdout, "message_too_large: record too large") {
+		t.Errorf("dead list lacks the reasons:\n%s", r.stdout)
+	}
+
+	r = run("dead", "list", "--source=ordering", "--json")
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if r.code != 0 || len(lines) != 2 {
+		t.Fatalf("dead list --source: %d\n%s", r.code, r.stdout)
+	}
+	var row deadRow
+	if err := json.Unmarshal([]byte(lines[0]), &row); err != nil || row.OutboxID != ids["d1"] || row.Key == nil || *row.Key != "o1" || row.Attempts != 3 {
+		t.Fatalf("first dead row: %+v %v", row, err)
+	}
+	r = run("dead", "list", "--destination=payments", "--json")
+	if strings.Count(r.stdout, "\n") != 1 || !strings.Contains(r.stdout, ids["d4"]) {
+		t.Fatalf("dead list --destination:\n%s", r.stdout)
+	}
+	r = run("dead", "list", "--limit=1")
+	if !strings.Contains(r.stdout, ids["d1"]) || strings.Contains(r.stdout, ids["d2"]) || !strings.Contains(r.stderr, "raise --limit") {
+		t.Fatalf("dead list --limit=1:\n%s\n%s", r.stdout, r.stderr)
+	}
+
+	// Requeue by id: the row is pending again with a fresh attempt budget; the warning is printed.
+	r = run("dead", "requeue", ids["d1"])
+	if r.code != 0 || strings.TrimSpace(r.stdout) != ids["d1"] || !strings.Contains(r.stderr, "AFTER later events of") {
+		t.Fatalf("requeue by id: %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if s, a := statusOf(t, db, "d1"); s != "pending" || a != 0 {
+		t.Fatalf("d1 after requeue: %s attempts %d", s, a)
+	}
+	// Live and unknown ids are not touched, and the command says so with a failure.
+	r = run("dead", "requeue", ids["p1"], ids["s1"], "00000000-0000-7000-8000-000000000000")
+	if r.code != 1 || !strings.Contains(r.stderr, "not requeued") || !strings.Contains(r.stderr, ids["s1"]) {
+		t.Fatalf("requeue of live rows: %d\n%s", r.code, r.stderr)
+	}
+	if s, _ := statusOf(t, db, "s1"); s != "sent" {
+		t.Fatalf("a sent row was requeued: %s", s)
+	}
+
+	// By source: only that source's dead rows.
+	r = run("dead", "requeue", "--source=billing")
+	if r.code != 0 || strings.Count(r.stdout, "\n") != 2 {
+		t.Fatalf("requeue --source: %d\n%s", r.code, r.stdout)
+	}
+	if s, _ := statusOf(t, db, "d4"); s != "pending" {
+		t.Fatalf("rejected row of billing not requeued: %s", s)
+	}
+	if s, _ := statusOf(t, db, "d2"); s != "dead" {
+		t.Fatalf("ordering row requeued by --source=billing: %s", s)
+	}
+
+	// --all needs --yes; with it, every remaining dead row.
+	if r = run("dead", "requeue", "--all"); r.code != 2 {
+		t.Fatalf("--all without --yes: %d", r.code)
+	}
+	if s, _ := statusOf(t, db, "d2"); s != "dead" {
+		t.Fatal("--all without --yes changed rows")
+	}
+	r = run("dead", "requeue", "--all", "--yes")
+	if r.code != 0 || strings.TrimSpace(r.stdout) != ids["d2"] {
+		t.Fatalf("requeue --all: %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	r = run("status", "--json")
+	var st outboxStatus
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.Dead != 0 || st.Totals["pending"] != 5 {
+		t.Fatalf("status after requeues: %+v %v", st, err)
+	}
+}
+
+// A requeue wakes listening relays through the outbox's NOTIFY channel.
+func TestRequeueNotifies(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	seed(t, db, testEvent("n1", "ordering", "orders", k("o1")))
+	setStatus(t, db, "dead", "x", "n1")
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, testdb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, fmt.Sprintf(`LISTEN "%s.keiro_outbox"`, db.Schema)); err != nil {
+		t.Fatal(err)
+	}
+	if r := invoke(t, "--database-url="+testdb.URL(), "--schema="+db.Schema, "dead", "requeue", "--all", "--yes"); r.code != 0 {
+		t.Fatalf("requeue: %d %s", r.code, r.stderr)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n, err := conn.WaitForNotification(wctx)
+	if err != nil || n.Channel != db.Schema+".keiro_outbox" {
+		t.Fatalf("no notification: %v %+v", err, n)
+	}
+}

@@ -1,0 +1,244 @@
+package main
+
+import (
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/internal/cli"
+	"github.com/keiro-go/keiro/internal/httpserver"
+	"github.com/keiro-go/keiro/internal/kafkaconfig"
+	"github.com/keiro-go/keiro/migrations"
+	"github.com/keiro-go/keiro/outbox"
+)
+
+// EnvPrefix prefixes every flag's environment variable: --batch-size reads
+// KEIRO_RELAY_BATCH_SIZE.
+const EnvPrefix = "KEIRO_RELAY"
+
+// Defaults of the relay's flags. The default:"…" tags read them through kong variables, so
+// this is the one place they are set.
+const (
+	DefaultClientID            = "keiro-relay"
+	DefaultPolicy              = "per-key" // outbox.PerKeyHeadOfLine
+	DefaultBatchSize           = 100
+	DefaultMaxInFlight         = 4
+	DefaultMaxAttempts         = 10
+	DefaultBackoffInitial      = time.Second
+	DefaultBackoffMax          = 5 * time.Minute
+	DefaultLease               = 30 * time.Second
+	DefaultPollInterval        = time.Second
+	DefaultShutdownTimeout     = 25 * time.Second
+	DefaultRetention           = 7 * 24 * time.Hour
+	DefaultMaintenanceInterval = 30 * time.Second
+	DefaultHTTPAddr            = httpserver.DefaultAddr
+	DefaultDeadListLimit       = 100
+)
+
+// policies are the names --policy accepts (outbox.ParsePolicy).
+var policies = []string{
+	outbox.PerKeyHeadOfLine.String(), outbox.PerSourceStream.String(),
+	outbox.StopTheLine.String(), outbox.BestEffort.String(),
+}
+
+const description = `keiro's outbox relay: publishes the rows of the PostgreSQL outbox table to Kafka, at least
+once and in order per (source, key), and gives operators the tools to inspect and requeue dead
+rows. Every flag can be set with the environment variable shown next to it; a flag on the command
+line wins. "relay" alone runs the relay.`
+
+// vars feeds the defaults above into the default:"${…}" tags.
+func vars() kong.Vars {
+	d := func(v time.Duration) string { return v.String() }
+	return kong.Vars{
+		"client_id":            DefaultClientID,
+		"policy":               DefaultPolicy,
+		"policies":             strings.Join(policies, ", "),
+		"batch_size":           strconv.Itoa(DefaultBatchSize),
+		"max_in_flight":        strconv.Itoa(DefaultMaxInFlight),
+		"max_attempts":         strconv.Itoa(DefaultMaxAttempts),
+		"backoff_initial":      d(DefaultBackoffInitial),
+		"backoff_max":          d(DefaultBackoffMax),
+		"lease":                d(DefaultLease),
+		"poll_interval":        d(DefaultPollInterval),
+		"shutdown_timeout":     d(DefaultShutdownTimeout),
+		"retention":            d(DefaultRetention),
+		"maintenance_interval": d(DefaultMaintenanceInterval),
+		"http_addr":            DefaultHTTPAddr,
+		"dead_list_limit":      strconv.Itoa(DefaultDeadListLimit),
+		"schema":               migrations.DefaultSchema,
+	}
+}
+
+// app is the relay's command line, with the given output streams.
+func app() cli.App {
+	return cli.App{
+		Name:        "relay",
+		Description: description,
+		EnvPrefix:   EnvPrefix,
+		Options:     []kong.Option{vars()},
+	}
+}
+
+// grammar is the command line: flags shared by every command, then the commands.
+type grammar struct {
+	cli.LogFlags `embed:""`
+	DB           dbFlags `embed:""`
+
+	Run     runCmd     `cmd:"" default:"withargs" help:"Publish outbox rows to Kafka (the default command)."`
+	Migrate migrateCmd `cmd:"" help:"Apply the embedded database migrations and print their status."`
+	Status  statusCmd  `cmd:"" help:"Print outbox row counts per status and destination, the oldest pending age and dead rows."`
+	Dead    deadCmd    `cmd:"" help:"List and requeue dead and rejected rows."`
+}
+
+// dbFlags locate the outbox table.
+type dbFlags struct {
+	DatabaseURL cli.DSN `help:"PostgreSQL connection URL (required); TLS through sslmode. The password is never printed." placeholder:"URL"`
+	Schema      string  `help:"Schema holding keiro's tables." default:"${schema}"`
+}
+
+// ValidateFlags reports a missing URL and a bad schema name.
+func (f *dbFlags) ValidateFlags() error {
+	var p cli.Problems
+	if f.DatabaseURL == "" {
+		p.Add("database-url", "is required (or set $%s_DATABASE_URL)", EnvPrefix)
+	}
+	p.AddErr("schema", migrations.ValidateSchema(f.Schema))
+	return p.Err()
+}
+
+// runCmd publishes outbox rows until SIGINT/SIGTERM.
+type runCmd struct {
+	Kafka kafkaconfig.Config `embed:""`
+
+	Policy              string        `help:"Ordering policy: ${policies}." default:"${policy}" placeholder:"POLICY"`
+	BatchSize           int           `help:"Rows claimed per batch." default:"${batch_size}"`
+	MaxInFlight         int           `help:"Claimed batches being published at once (per-key order is kept)." default:"${max_in_flight}"`
+	MaxAttempts         int           `help:"Publish attempts before a row goes dead." default:"${max_attempts}"`
+	BackoffInitial      time.Duration `help:"First retry delay; doubles per attempt, with jitter." default:"${backoff_initial}"`
+	BackoffMax          time.Duration `help:"Longest retry delay." default:"${backoff_max}"`
+	Lease               time.Duration `help:"How long a claim is owned before another relay may reclaim the row." default:"${lease}"`
+	PollInterval        time.Duration `help:"Poll period; also the fallback when no NOTIFY arrives." default:"${poll_interval}"`
+	PollOnly            bool          `help:"Do not LISTEN for NOTIFY (for PgBouncer in transaction mode); poll only."`
+	ShutdownTimeout     time.Duration `help:"On SIGTERM, how long in-flight rows may take to finish before they are released." default:"${shutdown_timeout}"`
+	Retention           time.Duration `help:"How long sent rows are kept before deletion; 0 keeps them forever." default:"${retention}"`
+	MaintenanceInterval time.Duration `help:"Period of lease reclaim, retention and gauges (one relay at a time)." default:"${maintenance_interval}"`
+	Destinations        []string      `help:"Only publish rows for these destinations (topics), comma separated (default: all)." placeholder:"TOPIC,..."`
+	Migrate             bool          `help:"Apply database migrations before starting."`
+	HTTPAddr            string        `name:"http-addr" help:"Address of /healthz, /readyz and /metrics; empty disables." default:"${http_addr}" placeholder:"HOST:PORT"`
+}
+
+// ValidateFlags reports every problem of the run flags (the Kafka group reports its own).
+func (c *runCmd) ValidateFlags() error {
+	var p cli.Problems
+	if _, err := outbox.ParsePolicy(c.Policy); err != nil {
+		p.Add("policy", "unknown policy %q: use %s", c.Policy, strings.Join(policies, ", "))
+	}
+	positive := func(flag string, v int) {
+		if v < 1 {
+			p.Add(flag, "must be at least 1, got %d", v)
+		}
+	}
+	positive("batch-size", c.BatchSize)
+	positive("max-in-flight", c.MaxInFlight)
+	positive("max-attempts", c.MaxAttempts)
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{
+		{"backoff-initial", c.BackoffInitial}, {"backoff-max", c.BackoffMax}, {"lease", c.Lease},
+		{"poll-interval", c.PollInterval}, {"shutdown-timeout", c.ShutdownTimeout},
+		{"maintenance-interval", c.MaintenanceInterval},
+	} {
+		if d.v <= 0 {
+			p.Add(d.flag, "must be positive, got %s", d.v)
+		}
+	}
+	if c.BackoffInitial > 0 && c.BackoffMax > 0 && c.BackoffMax < c.BackoffInitial {
+		p.Add("backoff-max", "must be at least --backoff-initial (%s), got %s", c.BackoffInitial, c.BackoffMax)
+	}
+	if c.Retention < 0 {
+		p.Add("retention", "must not be negative (0 keeps sent rows forever), got %s", c.Retention)
+	}
+	for _, d := range c.Destinations {
+		if strings.TrimSpace(d) == "" {
+			p.Add("destinations", "contains an empty topic name")
+		}
+	}
+	if c.HTTPAddr != "" {
+		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+			p.Add("http-addr", "%q is not host:port (empty disables the server)", c.HTTPAddr)
+		}
+	}
+	return p.Err()
+}
+
+// migrateCmd applies migrations.
+type migrateCmd struct{}
+
+// statusCmd prints the outbox's state.
+type statusCmd struct {
+	JSON bool `name:"json" help:"Print JSON instead of a table."`
+}
+
+// deadCmd groups the operator commands for dead and rejected rows.
+type deadCmd struct {
+	List    deadListCmd    `cmd:"" help:"List dead and rejected rows, oldest first."`
+	Requeue deadRequeueCmd `cmd:"" help:"Make dead or rejected rows pending again (see the ordering warning it prints)."`
+}
+
+// deadListCmd lists dead rows.
+type deadListCmd struct {
+	Source      string `help:"Only rows of this source." placeholder:"SOURCE"`
+	Destination string `help:"Only rows for this destination (topic)." placeholder:"TOPIC"`
+	Limit       int    `help:"Most rows listed." default:"${dead_list_limit}"`
+	JSON        bool   `name:"json" help:"Print JSON lines instead of a table."`
+}
+
+// ValidateFlags reports a bad limit.
+func (c *deadListCmd) ValidateFlags() error {
+	var p cli.Problems
+	if c.Limit < 1 {
+		p.Add("limit", "must be at least 1, got %d", c.Limit)
+	}
+	return p.Err()
+}
+
+// deadRequeueCmd requeues dead rows by id, by source/destination, or all of them.
+type deadRequeueCmd struct {
+	IDs         []string `arg:"" optional:"" name:"id" help:"Outbox ids (UUIDs) of the rows to requeue."`
+	Source      string   `help:"Requeue every dead/rejected row of this source." placeholder:"SOURCE"`
+	Destination string   `help:"Requeue every dead/rejected row for this destination (topic)." placeholder:"TOPIC"`
+	All         bool     `help:"Requeue every dead and rejected row (needs --yes)."`
+	Yes         bool     `help:"Confirm --all."`
+}
+
+// ValidateFlags requires exactly one way of selecting rows and well-formed ids.
+func (c *deadRequeueCmd) ValidateFlags() error {
+	var p cli.Problems
+	byFilter := c.Source != "" || c.Destination != ""
+	modes := 0
+	for _, on := range []bool{len(c.IDs) > 0, byFilter, c.All} {
+		if on {
+			modes++
+		}
+	}
+	switch {
+	case modes == 0:
+		p.Add("all", "say which rows: give outbox ids, --source/--destination, or --all --yes")
+	case modes > 1:
+		p.Add("all", "choose one of: outbox ids, --source/--destination, --all")
+	}
+	if c.All && !c.Yes {
+		p.Add("yes", "--all requeues every dead row; add --yes to confirm")
+	}
+	for _, id := range c.IDs {
+		if _, err := envelope.ParseUUID(id); err != nil {
+			p.Add("id", "%q is not a UUID", id)
+		}
+	}
+	return p.Err()
+}

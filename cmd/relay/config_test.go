@@ -1,0 +1,191 @@
+package main
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keiro-go/keiro/internal/cli"
+	"github.com/keiro-go/keiro/outbox"
+)
+
+func parse(t *testing.T, args ...string) (*grammar, error) {
+	t.Helper()
+	var out strings.Builder
+	a := app()
+	a.Stdout, a.Stderr = &out, &out
+	g := &grammar{}
+	_, err := a.Parse(g, args)
+	return g, err
+}
+
+func TestDefaults(t *testing.T) {
+	g, err := parse(t, "--database-url=postgres://h/db", "--brokers=k:9092")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := g.Run
+	want := runCmd{
+		Policy: DefaultPolicy, BatchSize: DefaultBatchSize, MaxInFlight: DefaultMaxInFlight,
+		MaxAttempts: DefaultMaxAttempts, BackoffInitial: DefaultBackoffInitial, BackoffMax: DefaultBackoffMax,
+		Lease: DefaultLease, PollInterval: DefaultPollInterval, ShutdownTimeout: DefaultShutdownTimeout,
+		Retention: DefaultRetention, MaintenanceInterval: DefaultMaintenanceInterval, HTTPAddr: DefaultHTTPAddr,
+	}
+	r.Kafka = want.Kafka
+	if !reflect.DeepEqual(r, want) {
+		t.Fatalf("defaults:\n got %+v\nwant %+v", r, want)
+	}
+	if g.DB.Schema != "keiro" || g.LogLevel != "info" || g.LogFormat != "text" {
+		t.Fatalf("globals: %+v %+v", g.DB, g.LogFlags)
+	}
+	if p, err := outbox.ParsePolicy(DefaultPolicy); err != nil || p != outbox.PerKeyHeadOfLine {
+		t.Fatalf("DefaultPolicy %q is not per-key head-of-line: %v", DefaultPolicy, err)
+	}
+}
+
+// The environment variables docker-compose.yml uses, and flag-over-env precedence.
+func TestEnvAndPrecedence(t *testing.T) {
+	t.Setenv("KEIRO_RELAY_DATABASE_URL", "postgres://u:pw@db/app")
+	t.Setenv("KEIRO_RELAY_BROKERS", "k1:9092,k2:9092")
+	t.Setenv("KEIRO_RELAY_SCHEMA", "tenant_a")
+	t.Setenv("KEIRO_RELAY_HTTP_ADDR", "0.0.0.0:9000")
+	t.Setenv("KEIRO_RELAY_MIGRATE", "true")
+	t.Setenv("KEIRO_RELAY_BATCH_SIZE", "500")
+	t.Setenv("KEIRO_RELAY_LEASE", "1m")
+	t.Setenv("KEIRO_RELAY_KAFKA_SASL_MECHANISM", "SCRAM-SHA-512")
+	t.Setenv("KEIRO_RELAY_KAFKA_SASL_USERNAME", "relay")
+	t.Setenv("KEIRO_RELAY_KAFKA_SASL_PASSWORD", "pw2")
+	g, err := parse(t, "--batch-size=7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := g.Run
+	if g.DB.DatabaseURL.Reveal() != "postgres://u:pw@db/app" || g.DB.Schema != "tenant_a" ||
+		!reflect.DeepEqual(r.Kafka.Brokers, []string{"k1:9092", "k2:9092"}) || r.HTTPAddr != "0.0.0.0:9000" ||
+		!r.Migrate || r.Lease != time.Minute || r.Kafka.SASL.Password.Reveal() != "pw2" {
+		t.Fatalf("env not applied: %+v %+v", g.DB, r)
+	}
+	if r.BatchSize != 7 {
+		t.Fatalf("flag must win over KEIRO_RELAY_BATCH_SIZE: %d", r.BatchSize)
+	}
+	// An empty KEIRO_RELAY_HTTP_ADDR disables the server.
+	t.Setenv("KEIRO_RELAY_HTTP_ADDR", "")
+	g, err = parse(t)
+	if err != nil || g.Run.HTTPAddr != "" {
+		t.Fatalf("empty http addr: %q %v", g.Run.HTTPAddr, err)
+	}
+}
+
+func TestEveryProblemNamedAtOnce(t *testing.T) {
+	t.Setenv("KEIRO_RELAY_MAX_ATTEMPTS", "many")
+	_, err := parse(t,
+		"--schema=Bad-Schema", "--policy=random", "--batch-size=0", "--max-in-flight=-1",
+		"--backoff-initial=10s", "--backoff-max=1s", "--lease=soon", "--poll-interval=0s",
+		"--retention=-1h", "--http-addr=nowhere", "--log-format=xml",
+		"--kafka-sasl-mechanism=GSSAPI", "--kafka-tls-ca-file=/nonexistent")
+	if err == nil {
+		t.Fatal("expected errors")
+	}
+	msg := err.Error()
+	for _, flag := range []string{
+		"--database-url:", "--schema:", "--policy:", "--batch-size:", "--max-in-flight:",
+		"--max-attempts:", `KEIRO_RELAY_MAX_ATTEMPTS="many"`, "--backoff-max:", "--lease:", "--poll-interval:",
+		"--retention:", "--http-addr:", "--log-format:", "--brokers:", "--kafka-sasl-mechanism:",
+		"--kafka-sasl-username:", "--kafka-tls-ca-file:",
+	} {
+		if !strings.Contains(msg, flag) {
+			t.Errorf("problem with %s not reported:\n%s", flag, msg)
+		}
+	}
+	var joined interface{ Unwrap() []error }
+	if !errors.As(err, &joined) || len(joined.Unwrap()) < 16 {
+		t.Errorf("want every problem as its own error, got:\n%s", msg)
+	}
+}
+
+// Operator commands do not need Kafka: --brokers is a run flag only.
+func TestAdminCommandsNeedNoBrokers(t *testing.T) {
+	for _, args := range [][]string{
+		{"status"}, {"migrate"}, {"dead", "list"}, {"dead", "requeue", "--all", "--yes"},
+	} {
+		if _, err := parse(t, append([]string{"--database-url=postgres://h/db"}, args...)...); err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+}
+
+func TestRequeueSelection(t *testing.T) {
+	cases := map[string]struct {
+		args []string
+		want string
+	}{
+		"nothing":      {[]string{"dead", "requeue"}, "--all: say which rows"},
+		"all, no yes":  {[]string{"dead", "requeue", "--all"}, "--yes: --all requeues every dead row"},
+		"two modes":    {[]string{"dead", "requeue", "--all", "--yes", "--source=s"}, "choose one of"},
+		"bad id":       {[]string{"dead", "requeue", "not-a-uuid"}, `--id: "not-a-uuid" is not a UUID`},
+		"bad limit":    {[]string{"dead", "list", "--limit=0"}, "--limit: must be at least 1"},
+		"unknown flag": {[]string{"dead", "list", "--frobnicate"}, "unknown flag --frobnicate"},
+	}
+	for name, c := range cases {
+		_, err := parse(t, append([]string{"--database-url=postgres://h/db"}, c.args...)...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: want %q, got %v", name, c.want, err)
+		}
+	}
+}
+
+// --help lists every flag with its environment variable and default, and never a secret.
+func TestHelp(t *testing.T) {
+	t.Setenv("KEIRO_RELAY_DATABASE_URL", "postgres://u:envsecret@db/app")
+	t.Setenv("KEIRO_RELAY_KAFKA_SASL_PASSWORD", "saslsecret")
+	for _, args := range [][]string{{"--help"}, {"run", "--help"}, {"dead", "requeue", "--help"}, {"status", "--help"}} {
+		r := invoke(t, args...)
+		if r.code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, r.code, r.stderr)
+		}
+		h := strings.Join(strings.Fields(r.stdout), " ")
+		if strings.Contains(h, "envsecret") || strings.Contains(h, "saslsecret") {
+			t.Fatalf("%v: help prints a secret:\n%s", args, r.stdout)
+		}
+		for _, f := range []string{"--database-url", "$KEIRO_RELAY_DATABASE_URL", "--schema", "default: keiro", "--log-level", "--log-format"} {
+			if !strings.Contains(h, f) {
+				t.Errorf("%v: help lacks %q", args, f)
+			}
+		}
+	}
+	r := invoke(t, "run", "--help")
+	h := strings.Join(strings.Fields(r.stdout), " ")
+	flags := []struct{ flag, def string }{
+		{"brokers", ""}, {"client-id", ""}, {"kafka-tls-enabled", ""}, {"kafka-tls-ca-file", ""},
+		{"kafka-tls-cert-file", ""}, {"kafka-tls-key-file", ""}, {"kafka-tls-insecure-skip-verify", ""},
+		{"kafka-tls-server-name", ""}, {"kafka-sasl-mechanism", ""}, {"kafka-sasl-username", ""},
+		{"kafka-sasl-password", ""}, {"policy", "per-key"}, {"batch-size", "100"}, {"max-in-flight", "4"},
+		{"max-attempts", "10"}, {"backoff-initial", "1s"}, {"backoff-max", "5m0s"}, {"lease", "30s"},
+		{"poll-interval", "1s"}, {"poll-only", ""}, {"shutdown-timeout", "25s"}, {"retention", "168h0m0s"},
+		{"maintenance-interval", "30s"}, {"destinations", ""}, {"migrate", ""}, {"http-addr", "127.0.0.1:9464"},
+	}
+	for _, f := range flags {
+		env := "$KEIRO_RELAY_" + strings.ToUpper(strings.ReplaceAll(f.flag, "-", "_"))
+		if !strings.Contains(h, "--"+f.flag) || !strings.Contains(h, env) {
+			t.Errorf("run help lacks --%s or %s", f.flag, env)
+		}
+		if f.def != "" && !strings.Contains(h, "default: "+f.def) {
+			t.Errorf("run help lacks default %s of --%s", f.def, f.flag)
+		}
+	}
+}
+
+func TestSecretsNotPrintedOnError(t *testing.T) {
+	r := invoke(t, "--database-url=postgres://u:dbsecret@127.0.0.1:1/x?connect_timeout=1", "status")
+	if r.code == 0 {
+		t.Fatal("status against a closed port must fail")
+	}
+	if strings.Contains(r.stderr+r.stdout, "dbsecret") {
+		t.Fatalf("password printed:\n%s", r.stderr)
+	}
+	if !strings.Contains(r.stderr, "u:"+cli.Redacted+"@127.0.0.1:1") {
+		t.Fatalf("error should name the redacted URL:\n%s", r.stderr)
+	}
+}

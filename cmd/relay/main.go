@@ -1,0 +1,19 @@
+// Command relay is keiro's outbox relay: it publishes the rows of the PostgreSQL outbox table to
+// Kafka, at least once and in order per (source, key), and gives operators commands to migrate
+// the schema, inspect the outbox and requeue dead rows. See docs/relay.md.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	a := app()
+	a.Stdout, a.Stderr = os.Stdout, os.Stderr
+	os.Exit(a.Run(ctx, &grammar{}, os.Args[1:]))
+}

@@ -1,0 +1,34 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("KEIRO_RELAY_TEST_HELPER") != "" {
+		// Not used: the end-to-end test builds the real binary.
+		os.Exit(2)
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// result is what one in-process invocation of the relay's command line produced.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// invoke runs the relay's command line in-process with args.
+func invoke(t *testing.T, args ...string) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	a := app()
+	a.Stdout, a.Stderr = &out, &errb
+	code := a.Run(context.Background(), &grammar{}, args)
+	return result{code: code, stdout: out.String(), stderr: errb.String()}
+}
