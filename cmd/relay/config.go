@@ -21,20 +21,21 @@ import (
 const EnvPrefix = "KEIRO_RELAY"
 
 // Defaults of the relay's flags. The default:"…" tags read them through kong variables, so
-// this is the one place they are set.
+// this is the one place they are set; the relay's come from the outbox library.
 const (
 	DefaultClientID            = "keiro-relay"
 	DefaultPolicy              = "per-key" // outbox.PerKeyHeadOfLine
-	DefaultBatchSize           = 100
-	DefaultMaxInFlight         = 4
-	DefaultMaxAttempts         = 10
-	DefaultBackoffInitial      = time.Second
-	DefaultBackoffMax          = 5 * time.Minute
-	DefaultLease               = 30 * time.Second
-	DefaultPollInterval        = time.Second
-	DefaultShutdownTimeout     = 25 * time.Second
-	DefaultRetention           = 7 * 24 * time.Hour
-	DefaultMaintenanceInterval = 30 * time.Second
+	DefaultBatchSize           = outbox.DefaultBatchSize
+	DefaultMaxInFlight         = outbox.DefaultMaxInFlightBatches
+	DefaultMaxAttempts         = outbox.DefaultMaxAttempts
+	DefaultBackoffInitial      = outbox.DefaultBackoffInitial
+	DefaultBackoffMax          = outbox.DefaultBackoffMax
+	DefaultBackoffMultiplier   = outbox.DefaultBackoffMultiplier
+	DefaultLease               = outbox.DefaultLease
+	DefaultPollInterval        = outbox.DefaultPollInterval
+	DefaultShutdownTimeout     = outbox.DefaultShutdownTimeout
+	DefaultRetention           = outbox.DefaultRetention
+	DefaultMaintenanceInterval = outbox.DefaultMaintenanceInterval
 	DefaultHTTPAddr            = httpserver.DefaultAddr
 	DefaultDeadListLimit       = 100
 )
@@ -62,6 +63,7 @@ func vars() kong.Vars {
 		"max_attempts":         strconv.Itoa(DefaultMaxAttempts),
 		"backoff_initial":      d(DefaultBackoffInitial),
 		"backoff_max":          d(DefaultBackoffMax),
+		"backoff_multiplier":   strconv.FormatFloat(DefaultBackoffMultiplier, 'g', -1, 64),
 		"lease":                d(DefaultLease),
 		"poll_interval":        d(DefaultPollInterval),
 		"shutdown_timeout":     d(DefaultShutdownTimeout),
@@ -120,6 +122,7 @@ type runCmd struct {
 	MaxAttempts         int           `help:"Publish attempts before a row goes dead." default:"${max_attempts}"`
 	BackoffInitial      time.Duration `help:"First retry delay; doubles per attempt, with jitter." default:"${backoff_initial}"`
 	BackoffMax          time.Duration `help:"Longest retry delay." default:"${backoff_max}"`
+	BackoffMultiplier   float64       `help:"Growth of the retry delay per attempt (at least 1)." default:"${backoff_multiplier}"`
 	Lease               time.Duration `help:"How long a claim is owned before another relay may reclaim the row." default:"${lease}"`
 	PollInterval        time.Duration `help:"Poll period; also the fallback when no NOTIFY arrives." default:"${poll_interval}"`
 	PollOnly            bool          `help:"Do not LISTEN for NOTIFY (for PgBouncer in transaction mode); poll only."`
@@ -128,6 +131,7 @@ type runCmd struct {
 	MaintenanceInterval time.Duration `help:"Period of lease reclaim, retention and gauges (one relay at a time)." default:"${maintenance_interval}"`
 	Destinations        []string      `help:"Only publish rows for these destinations (topics), comma separated (default: all)." placeholder:"TOPIC,..."`
 	Migrate             bool          `help:"Apply database migrations before starting."`
+	MaxRecordBytes      int           `help:"Largest record produced; larger rows are rejected (message_too_large). Set to the topic's max.message.bytes if lower; 0 uses the producer's batch limit."`
 	HTTPAddr            string        `name:"http-addr" help:"Address of /healthz, /readyz and /metrics; empty disables." default:"${http_addr}" placeholder:"HOST:PORT"`
 }
 
@@ -156,6 +160,15 @@ func (c *runCmd) ValidateFlags() error {
 		if d.v <= 0 {
 			p.Add(d.flag, "must be positive, got %s", d.v)
 		}
+	}
+	if c.BackoffMultiplier < 1 {
+		p.Add("backoff-multiplier", "must be at least 1, got %g", c.BackoffMultiplier)
+	}
+	if c.Lease > 0 && c.Lease < time.Second {
+		p.Add("lease", "must be at least 1s, got %s", c.Lease)
+	}
+	if c.MaxRecordBytes < 0 {
+		p.Add("max-record-bytes", "must not be negative (0 means the producer's limit), got %d", c.MaxRecordBytes)
 	}
 	if c.BackoffInitial > 0 && c.BackoffMax > 0 && c.BackoffMax < c.BackoffInitial {
 		p.Add("backoff-max", "must be at least --backoff-initial (%s), got %s", c.BackoffInitial, c.BackoffMax)

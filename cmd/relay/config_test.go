@@ -30,7 +30,8 @@ func TestDefaults(t *testing.T) {
 	want := runCmd{
 		Policy: DefaultPolicy, BatchSize: DefaultBatchSize, MaxInFlight: DefaultMaxInFlight,
 		MaxAttempts: DefaultMaxAttempts, BackoffInitial: DefaultBackoffInitial, BackoffMax: DefaultBackoffMax,
-		Lease: DefaultLease, PollInterval: DefaultPollInterval, ShutdownTimeout: DefaultShutdownTimeout,
+		BackoffMultiplier: DefaultBackoffMultiplier,
+		Lease:             DefaultLease, PollInterval: DefaultPollInterval, ShutdownTimeout: DefaultShutdownTimeout,
 		Retention: DefaultRetention, MaintenanceInterval: DefaultMaintenanceInterval, HTTPAddr: DefaultHTTPAddr,
 	}
 	r.Kafka = want.Kafka
@@ -82,7 +83,7 @@ func TestEveryProblemNamedAtOnce(t *testing.T) {
 	t.Setenv("KEIRO_RELAY_MAX_ATTEMPTS", "many")
 	_, err := parse(t,
 		"--schema=Bad-Schema", "--policy=random", "--batch-size=0", "--max-in-flight=-1",
-		"--backoff-initial=10s", "--backoff-max=1s", "--lease=soon", "--poll-interval=0s",
+		"--backoff-initial=10s", "--backoff-max=1s", "--lease=soon", "--backoff-multiplier=0.5", "--poll-interval=0s",
 		"--retention=-1h", "--http-addr=nowhere", "--log-format=xml",
 		"--kafka-sasl-mechanism=GSSAPI", "--kafka-tls-ca-file=/nonexistent")
 	if err == nil {
@@ -91,7 +92,7 @@ func TestEveryProblemNamedAtOnce(t *testing.T) {
 	msg := err.Error()
 	for _, flag := range []string{
 		"--database-url:", "--schema:", "--policy:", "--batch-size:", "--max-in-flight:",
-		"--max-attempts:", `KEIRO_RELAY_MAX_ATTEMPTS="many"`, "--backoff-max:", "--lease:", "--poll-interval:",
+		"--max-attempts:", `KEIRO_RELAY_MAX_ATTEMPTS="many"`, "--backoff-multiplier:", "--backoff-max:", "--lease:", "--poll-interval:",
 		"--retention:", "--http-addr:", "--log-format:", "--brokers:", "--kafka-sasl-mechanism:",
 		"--kafka-sasl-username:", "--kafka-tls-ca-file:",
 	} {
@@ -161,10 +162,10 @@ func TestHelp(t *testing.T) {
 		{"brokers", ""}, {"client-id", ""}, {"kafka-tls-enabled", ""}, {"kafka-tls-ca-file", ""},
 		{"kafka-tls-cert-file", ""}, {"kafka-tls-key-file", ""}, {"kafka-tls-insecure-skip-verify", ""},
 		{"kafka-tls-server-name", ""}, {"kafka-sasl-mechanism", ""}, {"kafka-sasl-username", ""},
-		{"kafka-sasl-password", ""}, {"policy", "per-key"}, {"batch-size", "100"}, {"max-in-flight", "4"},
-		{"max-attempts", "10"}, {"backoff-initial", "1s"}, {"backoff-max", "5m0s"}, {"lease", "30s"},
-		{"poll-interval", "1s"}, {"poll-only", ""}, {"shutdown-timeout", "25s"}, {"retention", "168h0m0s"},
-		{"maintenance-interval", "30s"}, {"destinations", ""}, {"migrate", ""}, {"http-addr", "127.0.0.1:9464"},
+		{"kafka-sasl-password", ""}, {"policy", "per-key"}, {"batch-size", "512"}, {"max-in-flight", "4"},
+		{"max-attempts", "10"}, {"backoff-initial", "1s"}, {"backoff-max", "5m0s"}, {"lease", "1m0s"},
+		{"poll-interval", "1s"}, {"poll-only", ""}, {"shutdown-timeout", "10s"}, {"retention", "24h0m0s"},
+		{"maintenance-interval", "30s"}, {"backoff-multiplier", "2"}, {"max-record-bytes", ""}, {"destinations", ""}, {"migrate", ""}, {"http-addr", "127.0.0.1:9464"},
 	}
 	for _, f := range flags {
 		env := "$KEIRO_RELAY_" + strings.ToUpper(strings.ReplaceAll(f.flag, "-", "_"))
