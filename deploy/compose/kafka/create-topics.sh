@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Creates the demo topics on the compose Kafka; idempotent. KEIRO_TOPICS lists name:partitions.
+# Creates the demo topics on the compose Kafka; idempotent. TOPICS lists name:partitions.
 set -euo pipefail
 bootstrap=${KAFKA_BOOTSTRAP:-kafka:9092}
-for spec in ${KEIRO_TOPICS:?set KEIRO_TOPICS to "name:partitions ..."}; do
+for spec in ${TOPICS:?set TOPICS to "name:partitions ..."}; do
   name=${spec%%:*}
   partitions=${spec##*:}
   /opt/kafka/bin/kafka-topics.sh --bootstrap-server "$bootstrap" --create --if-not-exists \

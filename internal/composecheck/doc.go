@@ -1,0 +1,12 @@
+// Package composecheck validates the repository's docker-compose.yml and Dockerfile without a
+// Docker engine, so CI catches a broken demo stack: the compose file must load with compose-go
+// (the Compose specification's reference parser); every depends_on target must exist, with a
+// healthcheck when the condition is service_healthy; build contexts, Dockerfiles, build
+// targets and bind-mounted host paths must exist; published host ports must not collide; and
+// the KEIRO_* variables given to the relay and consumer must be ones their binaries read
+// ([AllowedEnv]). The Dockerfile must be parse-sane: every FROM stage a COPY --from or FROM
+// names is defined earlier, every COPY source exists in the build context and is not excluded
+// by .dockerignore, and every ./cmd package it builds exists.
+//
+// Run it with `go test ./internal/composecheck/` (the Makefile's compose-check target).
+package composecheck
