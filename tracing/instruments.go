@@ -76,7 +76,7 @@ const (
 	MetricOutboxOldestPending = "keiro.outbox.oldest_pending.age"
 	// MetricOutboxDead names a gauge in {event}: dead+rejected rows.
 	MetricOutboxDead = "keiro.outbox.dead"
-	// MetricOutboxPublishLatency names a histogram in s: row created_at to broker ack; attribute destination.
+	// MetricOutboxPublishLatency names a histogram in s: row created_at to broker ack.
 	MetricOutboxPublishLatency = "keiro.outbox.publish.latency"
 	// MetricOutboxBatchSize names a histogram in {event}: rows per claimed batch.
 	MetricOutboxBatchSize = "keiro.outbox.batch.size"
@@ -158,7 +158,7 @@ var MetricNames = []Metric{
 		Description: "Age of the oldest unpublished outbox row (0 when the backlog is empty)."},
 	{Name: MetricOutboxDead, Kind: Gauge, Unit: "{event}",
 		Description: "Outbox rows in a terminal failure state (dead and rejected) waiting for an operator."},
-	{Name: MetricOutboxPublishLatency, Kind: Histogram, Unit: "s", Attributes: []attribute.Key{DestinationKey}, Buckets: LatencyBuckets,
+	{Name: MetricOutboxPublishLatency, Kind: Histogram, Unit: "s", Buckets: LatencyBuckets,
 		Description: "Time from the outbox row's creation to the broker's acknowledgement."},
 	{Name: MetricOutboxBatchSize, Kind: Histogram, Unit: "{event}", Buckets: BatchSizeBuckets,
 		Description: "Rows per claimed outbox batch."},
