@@ -49,7 +49,7 @@ func (d *Deserializer) Decode(ctx context.Context, payload []byte) (any, *Schema
 	if err != nil {
 		return nil, nil, err
 	}
-	v, err := decodeBody(sch.codec, sch.ID, body)
+	v, err := decodeBody(sch.codecs, sch.codec, sch.ID, body)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -69,7 +69,7 @@ func (d *Deserializer) DecodeJSON(ctx context.Context, payload []byte) ([]byte, 
 				Detail: "the writer schema cannot be used for plain JSON", Err: err}
 		}
 	}
-	v, err := decodeBody(codec, sch.ID, body)
+	v, err := decodeBody(sch.codecs, codec, sch.ID, body)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +130,16 @@ func (d *Deserializer) writer(ctx context.Context, payload []byte) (*Schema, []b
 	return sch, body, nil
 }
 
-func decodeBody(codec *goavro.Codec, id int, body []byte) (v any, err error) {
+// decodeBody checks body against the schema's shape (bounded, allocation-free), then decodes it.
+func decodeBody(cs *codecs, codec *goavro.Codec, id int, body []byte) (v any, err error) {
+	if err := checkBody(cs.shape, body); err != nil {
+		var trailing errTrailing
+		if errors.As(err, &trailing) {
+			return nil, &DecodeError{Kind: ErrPayloadMismatch, SchemaID: id, Detail: trailing.Error()}
+		}
+		return nil, &DecodeError{Kind: ErrPayloadMismatch, SchemaID: id,
+			Detail: "the Avro body does not decode with its writer schema", Err: err}
+	}
 	defer func() {
 		// goavro is not known to panic on bad input, but a decoder of outside bytes must
 		// never take the process down.

@@ -243,6 +243,7 @@ type Schema struct {
 // codecs holds a schema's compiled codecs, shared by the cache entries of one schema text.
 type codecs struct {
 	codec     *goavro.Codec
+	shape     *shape
 	plainOnce sync.Once
 	plain     *goavro.Codec
 	plainErr  error
@@ -352,12 +353,16 @@ func (r *Registry) compile(text string) (*codecs, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidSchema, err)
 	}
+	sh, err := newShape(codec.CanonicalSchema())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidSchema, err)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if c := r.compiled[text]; c != nil {
 		return c, nil
 	}
-	c = &codecs{codec: codec}
+	c = &codecs{codec: codec, shape: sh}
 	r.compiled[text] = c
 	return c, nil
 }
