@@ -91,7 +91,7 @@ const (
 	MetricInboxPoisoned = "keiro.inbox.poisoned"
 	// MetricInboxDeadlettered names a counter in {message}; attributes consumer, topic.
 	MetricInboxDeadlettered = "keiro.inbox.deadlettered"
-	// MetricInboxHandlerDuration names a histogram in s; attributes consumer, topic.
+	// MetricInboxHandlerDuration names a histogram in s: time in the handler.
 	MetricInboxHandlerDuration = "keiro.inbox.handler.duration"
 	// MetricInboxBacklog names a gauge in {message}: failed inbox rows.
 	MetricInboxBacklog = "keiro.inbox.backlog"
@@ -173,7 +173,7 @@ var MetricNames = []Metric{
 		Description: "Messages that failed permanently or past the attempt ceiling."},
 	{Name: MetricInboxDeadlettered, Kind: Counter, Unit: "{message}", Attributes: []attribute.Key{ConsumerKey, TopicKey},
 		Description: "Messages written to the dead-letter topic."},
-	{Name: MetricInboxHandlerDuration, Kind: Histogram, Unit: "s", Attributes: []attribute.Key{ConsumerKey, TopicKey}, Buckets: LatencyBuckets,
+	{Name: MetricInboxHandlerDuration, Kind: Histogram, Unit: "s", Buckets: LatencyBuckets,
 		Description: "Duration of the handler and its inbox transaction."},
 	{Name: MetricInboxBacklog, Kind: Gauge, Unit: "{message}",
 		Description: "Inbox rows in the failed state."},
