@@ -22,7 +22,7 @@ func sqlFixture(t *testing.T, db *testdb.DB) {
 	_, err := db.Pool.Exec(context.Background(), fmt.Sprintf(`
 CREATE TABLE %[1]s.ctl (fail boolean NOT NULL);
 INSERT INTO %[1]s.ctl VALUES (false);
-CREATE TABLE %[1]s.effects (message_id text PRIMARY KEY, amount int NOT NULL);
+CREATE TABLE %[1]s.effects (message_id text NOT NULL, amount int NOT NULL); -- no unique key: duplicates would show
 CREATE FUNCTION %[1]s.apply_event(doc jsonb) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
   IF (SELECT fail FROM %[1]s.ctl) THEN
@@ -52,6 +52,8 @@ func effects(t *testing.T, db *testdb.DB) map[string]int {
 		var id string
 		var n int
 		require.NoError(t, rows.Scan(&id, &n))
+		_, dup := out[id]
+		require.False(t, dup, "effect of %s applied twice", id)
 		out[id] = n
 	}
 	require.NoError(t, rows.Err())

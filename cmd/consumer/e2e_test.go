@@ -1,0 +1,359 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/inbox"
+	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/internal/testkafka"
+)
+
+// proc is a consumer binary running in the background.
+type proc struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	done chan struct{}
+	code int
+
+	mu     sync.Mutex
+	stderr strings.Builder
+	lines  chan string // stderr lines, for waitLog
+}
+
+// startBinary starts the consumer with env and args; it is killed if still running when t ends.
+func startBinary(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(baseEnv(), env...)
+	errPipe, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	cmd.Stdout = io.Discard
+	require.NoError(t, cmd.Start())
+	p := &proc{t: t, cmd: cmd, done: make(chan struct{}), lines: make(chan string, 1024)}
+	go func() {
+		sc := bufio.NewScanner(errPipe)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.stderr.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+			select {
+			case p.lines <- sc.Text():
+			default:
+			}
+		}
+		close(p.lines)
+		err := cmd.Wait()
+		p.code = 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			p.code = ee.ExitCode()
+		} else if err != nil {
+			p.code = -1
+		}
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+func (p *proc) log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stderr.String()
+}
+
+// waitLog waits for a stderr line matching re and returns its submatches.
+func (p *proc) waitLog(re *regexp.Regexp, timeout time.Duration) []string {
+	p.t.Helper()
+	deadline := time.After(timeout)
+	for {
+		select {
+		case l, ok := <-p.lines:
+			if !ok {
+				p.t.Fatalf("consumer exited before logging %s:\n%s", re, p.log())
+			}
+			if m := re.FindStringSubmatch(l); m != nil {
+				return m
+			}
+		case <-deadline:
+			p.t.Fatalf("consumer did not log %s within %s:\n%s", re, timeout, p.log())
+		}
+	}
+}
+
+// stop sends SIGTERM and returns the exit code.
+func (p *proc) stop(timeout time.Duration) int {
+	p.t.Helper()
+	require.NoError(p.t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-p.done:
+		return p.code
+	case <-time.After(timeout):
+		p.t.Fatalf("consumer did not exit within %s of SIGTERM:\n%s", timeout, p.log())
+		return -1
+	}
+}
+
+// produce writes events as keiro records (key, payload, keiro headers) to topic.
+func produce(t *testing.T, cl *kgo.Client, topic string, evs ...envelope.Event) {
+	t.Helper()
+	recs := make([]*kgo.Record, 0, len(evs))
+	for i := range evs {
+		ev := &evs[i]
+		r := &kgo.Record{Topic: topic, Value: ev.Payload}
+		if ev.Key != nil {
+			r.Key = []byte(*ev.Key)
+		}
+		for _, h := range ev.Headers() {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+		}
+		recs = append(recs, r)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, cl.ProduceSync(ctx, recs...).FirstErr())
+}
+
+// waitFor polls cond until it holds; the condition is the signal (the binary is another
+// process), the interval only bounds the polling rate.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	require.Eventually(t, cond, timeout, 20*time.Millisecond, what)
+}
+
+// committedAll reports whether group committed every record of topic.
+func committedAll(t *testing.T, adm *kadm.Client, group, topic string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	require.NoError(t, err)
+	offs, err := adm.FetchOffsets(ctx, group)
+	if err != nil {
+		return false
+	}
+	ok := true
+	ends.Each(func(o kadm.ListedOffset) {
+		c, found := offs.Lookup(o.Topic, o.Partition)
+		if o.Offset > 0 && (!found || c.At != o.Offset) {
+			ok = false
+		}
+	})
+	return ok
+}
+
+func e2eEnv(db *testdb.DB, kc *testkafka.Cluster, group, topic string, extra ...string) []string {
+	return append([]string{
+		"KEIRO_CONSUMER_DATABASE_URL=" + testdb.URL(),
+		"KEIRO_CONSUMER_SCHEMA=" + db.Schema,
+		"KEIRO_CONSUMER_BROKERS=" + strings.Join(kc.Brokers, ","),
+		"KEIRO_CONSUMER_GROUP=" + group,
+		"KEIRO_CONSUMER_TOPICS=" + topic,
+		"KEIRO_CONSUMER_HTTP_ADDR=127.0.0.1:0",
+		"KEIRO_CONSUMER_LOG_LEVEL=debug",
+	}, extra...)
+}
+
+var servingRe = regexp.MustCompile(`msg="serving /healthz, /readyz and /metrics" addr=(\S+)`)
+
+func TestRunSQLModeEffectsExactlyOnce(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	sqlFixture(t, db)
+	kc := testkafka.New(t)
+	const topic = "orders.v1"
+	kc.CreateTopic(t, topic, 3)
+	cl := kc.Client(t)
+
+	var evs []envelope.Event
+	want := map[string]int{}
+	for i := range 30 {
+		ev := orderEvent(fmt.Sprintf("o-%02d", i), i)
+		evs = append(evs, ev)
+		want[ev.MessageID] = i
+	}
+	// Duplicates: the producer republished a third of the messages (same message id).
+	evs = append(evs, evs[:10]...)
+	produce(t, cl, topic, evs...)
+
+	p := startBinary(t, e2eEnv(db, kc, "billing", topic,
+		"KEIRO_CONSUMER_HANDLER=sql", "KEIRO_CONSUMER_SQL_FUNCTION="+db.Schema+".apply_event"))
+	addr := p.waitLog(servingRe, 30*time.Second)[1]
+
+	adm := kadm.NewClient(cl)
+	waitFor(t, 30*time.Second, "every record committed", func() bool { return committedAll(t, adm, "billing", topic) })
+	require.Equal(t, want, effects(t, db))
+
+	// Health endpoints answer on the logged address.
+	for path, code := range map[string]int{"/healthz": 200, "/readyz": 200, "/metrics": 200} {
+		resp, err := http.Get("http://" + addr + path)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		require.Equal(t, code, resp.StatusCode, path)
+	}
+
+	// More duplicates while running, and one new message.
+	produce(t, cl, topic, evs[5], evs[20], orderEvent("o-new", 99))
+	want["o-new"] = 99
+	waitFor(t, 30*time.Second, "new records committed", func() bool { return committedAll(t, adm, "billing", topic) })
+	require.Equal(t, want, effects(t, db))
+
+	require.Equal(t, 0, p.stop(30*time.Second), p.log())
+	require.Contains(t, p.log(), `msg=stopped`)
+
+	// A restarted consumer finds nothing to redo; effects stay exactly once.
+	p = startBinary(t, e2eEnv(db, kc, "billing", topic,
+		"KEIRO_CONSUMER_HANDLER=sql", "KEIRO_CONSUMER_SQL_FUNCTION="+db.Schema+".apply_event"))
+	p.waitLog(servingRe, 30*time.Second)
+	produce(t, cl, topic, evs[0])
+	waitFor(t, 30*time.Second, "redelivery committed", func() bool { return committedAll(t, adm, "billing", topic) })
+	require.Equal(t, 0, p.stop(30*time.Second), p.log())
+	require.Equal(t, want, effects(t, db))
+}
+
+func TestRunHTTPModeWithDeadLetters(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	kc := testkafka.New(t)
+	const topic = "payments.v1"
+	kc.CreateTopic(t, topic, 1)
+	kc.CreateTopic(t, topic+".dlq", 1)
+	cl := kc.Client(t)
+
+	type req struct {
+		key string
+		doc map[string]any
+	}
+	var (
+		mu   sync.Mutex
+		reqs []req
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var doc map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&doc); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		reqs = append(reqs, req{key: r.Header.Get("Idempotency-Key"), doc: doc})
+		mu.Unlock()
+		if r.Header.Get("Authorization") != "Bearer t0ken" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		if doc["message_id"] == "p-rejected" {
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			_, _ = io.WriteString(w, `{"error":"unknown account"}`)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	t.Cleanup(srv.Close)
+
+	good := orderEvent("p-1", 10)
+	rejected := orderEvent("p-rejected", 20)
+	produce(t, cl, topic, good, rejected, good)
+	// A record without keiro headers cannot be decoded: it is dead-lettered as is.
+	ctx := context.Background()
+	require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte("junk"), Value: []byte("not an event")}).FirstErr())
+
+	p := startBinary(t, e2eEnv(db, kc, "ledger", topic,
+		"KEIRO_CONSUMER_HANDLER=http", "KEIRO_CONSUMER_HTTP_URL="+srv.URL+"/events",
+		"KEIRO_CONSUMER_HTTP_HEADER=Authorization: Bearer t0ken", "KEIRO_CONSUMER_NAME=ledger-inbox"))
+	p.waitLog(servingRe, 30*time.Second)
+
+	dlq := kc.ConsumeAll(t, 2, 30*time.Second, topic+".dlq")
+	require.Len(t, dlq, 2, p.log())
+	reasons := map[string]*kgo.Record{}
+	for _, r := range dlq {
+		for _, h := range r.Headers {
+			if h.Key == inbox.HeaderDLQReason {
+				reasons[string(h.Value)] = r
+			}
+		}
+	}
+	require.Contains(t, reasons, inbox.ReasonDecode)
+	require.Equal(t, "not an event", string(reasons[inbox.ReasonDecode].Value))
+	require.Contains(t, reasons, inbox.ReasonPermanent)
+	perm := reasons[inbox.ReasonPermanent]
+	require.Equal(t, `{"amount":20}`, string(perm.Value), "the original bytes are dead-lettered")
+	var dlqErr string
+	for _, h := range perm.Headers {
+		if h.Key == inbox.HeaderDLQError {
+			dlqErr = string(h.Value)
+		}
+	}
+	require.Contains(t, dlqErr, "422")
+	require.Contains(t, dlqErr, "unknown account")
+
+	adm := kadm.NewClient(cl)
+	waitFor(t, 30*time.Second, "every record committed", func() bool { return committedAll(t, adm, "ledger", topic) })
+	require.Equal(t, 0, p.stop(30*time.Second), p.log())
+
+	mu.Lock()
+	defer mu.Unlock()
+	var keys []string
+	for _, r := range reqs {
+		keys = append(keys, r.key)
+	}
+	// p-1 was delivered twice to Kafka but reached the service once; p-rejected once.
+	require.ElementsMatch(t, []string{"ledger-inbox:ordering:p-1", "ledger-inbox:ordering:p-rejected"}, keys)
+	for _, r := range reqs {
+		if r.doc["message_id"] == "p-1" {
+			require.Equal(t, map[string]any{"amount": float64(10)}, r.doc["payload"])
+			require.Equal(t, "k-p-1", r.doc["key"])
+		}
+	}
+
+	// The rejected message is a failed row an operator can see.
+	r := runBinary(t, 30*time.Second, []string{"KEIRO_CONSUMER_DATABASE_URL=" + testdb.URL(), "KEIRO_CONSUMER_SCHEMA=" + db.Schema},
+		"inbox", "failed", "list", "--name=ledger-inbox")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "ordering:p-rejected")
+	require.Contains(t, r.stdout, "payments.v1/0@1")
+}
+
+func TestRunRefusesUnmigratedSchema(t *testing.T) {
+	t.Parallel()
+	schema := testdb.NewSchema(t)
+	kc := testkafka.New(t)
+	env := []string{
+		"KEIRO_CONSUMER_DATABASE_URL=" + testdb.URL(), "KEIRO_CONSUMER_SCHEMA=" + schema,
+		"KEIRO_CONSUMER_BROKERS=" + strings.Join(kc.Brokers, ","), "KEIRO_CONSUMER_GROUP=g",
+		"KEIRO_CONSUMER_TOPICS=t", "KEIRO_CONSUMER_HANDLER=sql", "KEIRO_CONSUMER_SQL_FUNCTION=f",
+		"KEIRO_CONSUMER_HTTP_ADDR=",
+	}
+	r := runBinary(t, 30*time.Second, env)
+	require.Equal(t, 1, r.code, r.stderr)
+	require.Contains(t, r.stderr, "run `consumer migrate` or pass --migrate")
+
+	// --migrate applies them, then consumes until SIGTERM.
+	p := startBinary(t, append(env, "KEIRO_CONSUMER_MIGRATE=true", "KEIRO_CONSUMER_LOG_LEVEL=debug"))
+	p.waitLog(regexp.MustCompile(`msg=consuming`), 30*time.Second)
+	require.Equal(t, 0, p.stop(30*time.Second), p.log())
+}
