@@ -138,4 +138,3 @@ func (c *JSONCodec[E]) Decode(r RecordedEvent) (E, error) {
 	}
 	return e, nil
 }
-

@@ -73,9 +73,27 @@ func (s *Store) readLog(ctx context.Context, q Querier, after, upTo int64, categ
 	}
 }
 
+// readLogPage reads one page of positions in (after, upTo], of one category when category is
+// not "".
+func (s *Store) readLogPage(ctx context.Context, q Querier, after, upTo int64, category string, limit int) iter.Seq2[RecordedEvent, error] {
+	return func(yield func(RecordedEvent, error) bool) {
+		nop := func(RecordedEvent) {}
+		if category == "" {
+			s.pageN(ctx, q, yield, "read all", nop, limit, s.q.readAll, after, upTo, limit)
+		} else {
+			s.pageN(ctx, q, yield, "read category "+category, nop, limit, s.q.readCategory, after, upTo, limit, category)
+		}
+	}
+}
+
 // page runs one page query, yields its rows and reports how many there were and whether to go on.
 func (s *Store) page(ctx context.Context, q Querier, yield func(RecordedEvent, error) bool, what string,
 	advance func(RecordedEvent), sql string, args ...any) (int, bool) {
+	return s.pageN(ctx, q, yield, what, advance, s.cfg.PageSize, sql, args...)
+}
+
+func (s *Store) pageN(ctx context.Context, q Querier, yield func(RecordedEvent, error) bool, what string,
+	advance func(RecordedEvent), size int, sql string, args ...any) (int, bool) {
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		yield(RecordedEvent{}, fmt.Errorf("%s: %w", what, err))
@@ -83,7 +101,7 @@ func (s *Store) page(ctx context.Context, q Querier, yield func(RecordedEvent, e
 	}
 	// Buffer the page so that the consumer may use q (for example the same transaction)
 	// while iterating.
-	buf := make([]RecordedEvent, 0, s.cfg.PageSize)
+	buf := make([]RecordedEvent, 0, size)
 	for rows.Next() {
 		e, err := scanRecorded(rows)
 		if err != nil {

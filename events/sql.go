@@ -90,11 +90,17 @@ const (
 // sqlHead reads the newest global position (0 for an empty log).
 const sqlHead = `SELECT coalesce(max(global_position), 0) FROM {{schema}}.keiro_events`
 
-// sqlFence reads, in one statement (hence one snapshot), the snapshot's xmin and xmax and the
-// newest global position visible in it.
-const sqlFence = `SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint,
-    (SELECT coalesce(max(global_position), 0) FROM {{schema}}.keiro_events)
-FROM pg_current_snapshot() AS s`
+// sqlHorizon reads, in one snapshot, its xmin (the oldest transaction still running) and the
+// newest visible global position. It assigns no transaction id.
+const sqlHorizon = `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
+    (SELECT coalesce(max(global_position), 0) FROM {{schema}}.keiro_events)`
+
+// sqlFence assigns the reader's statement a transaction id and reads the newest global position
+// visible in the statement's snapshot. The snapshot is taken before the xid is assigned, so
+// every transaction that drew a position ≤ that head already had an xid smaller than the
+// returned one (appends assign their xid before drawing positions).
+const sqlFence = `SELECT pg_current_xact_id()::text::bigint,
+    (SELECT coalesce(max(global_position), 0) FROM {{schema}}.keiro_events)`
 
 // Subscription checkpoints.
 const (
@@ -131,7 +137,7 @@ type queries struct {
 	streamAny, streamNoStream, streamExists, streamExact string
 	streamVersion, existingIDs                           string
 	readStreamForward, readStreamBackward                string
-	readAll, readCategory, head, fence                   string
+	readAll, readCategory, head, fence, horizon          string
 	subEnsure, subLock, subSave, subPosition, subReset   string
 	subAdvisoryLock, subAdvisoryUnlock                   string
 	snapshotRead, snapshotWrite                          string
@@ -154,6 +160,7 @@ func newQueries(schema, channel string) queries {
 		readCategory:       r.Replace(sqlReadCategory),
 		head:               r.Replace(sqlHead),
 		fence:              r.Replace(sqlFence),
+		horizon:            r.Replace(sqlHorizon),
 		subEnsure:          r.Replace(sqlSubscriptionEnsure),
 		subLock:            r.Replace(sqlSubscriptionLock),
 		subSave:            r.Replace(sqlSubscriptionSave),
