@@ -258,13 +258,6 @@ func (s *Schema) plainCodec() (*goavro.Codec, error) {
 	return s.plain, s.plainErr
 }
 
-// Fingerprint returns the codec's schema fingerprint as this package writes it into
-// SchemaRef.Fingerprint: the CRC-64-AVRO (Rabin) fingerprint of the schema's Parsing
-// Canonical Form (goavro's Codec.Rabin), as 16 lowercase hexadecimal digits, most
-// significant first. (Avro's single-object encoding carries the same number little-endian.)
-func Fingerprint(c *goavro.Codec) string {
-	return fmt.Sprintf("%016x", c.Rabin)
-}
 
 // Registry is a caching Confluent Schema Registry client. Answers that never change are
 // cached for the life of the Registry: schemas by id, by subject and version, and the
