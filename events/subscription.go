@@ -268,7 +268,9 @@ func (s *Subscription) exit(ctx context.Context, err error) error {
 	return err
 }
 
-func (s *Store) metricsMeter(mp metric.MeterProvider) metric.Meter { return mp.Meter(instrumentationScope) }
+func (s *Store) metricsMeter(mp metric.MeterProvider) metric.Meter {
+	return mp.Meter(instrumentationScope)
+}
 
 // worker is one Run's state: the locked session, the checkpoint and the pending fences.
 type worker struct {

@@ -336,7 +336,7 @@ func TestProjectionExactlyOnceUnderKills(t *testing.T) {
 	_, err := db.Pool.Exec(ctx, projectorDDL)
 	require.NoError(t, err)
 	rng := rand.New(rand.NewPCG(7, 7))
-	const nEvents = 3000
+	const nEvents = 2000
 	for i := 0; i < nEvents; {
 		k := 1 + rng.IntN(5)
 		batch := make([]events.EventData, k)
@@ -362,7 +362,7 @@ func TestProjectionExactlyOnceUnderKills(t *testing.T) {
 		restarts++
 		require.Less(t, restarts, 500, "no progress")
 		mu.Lock()
-		kill := time.Duration(rng.IntN(100)) * time.Millisecond
+		kill := time.Duration(5+rng.IntN(150)) * time.Millisecond
 		mu.Unlock()
 		rctx, cancel := context.WithTimeout(ctx, kill)
 		err = sub.Run(rctx)
