@@ -258,7 +258,6 @@ func (s *Schema) plainCodec() (*goavro.Codec, error) {
 	return s.plain, s.plainErr
 }
 
-
 // Registry is a caching Confluent Schema Registry client. Answers that never change are
 // cached for the life of the Registry: schemas by id, by subject and version, and the
 // (id, version) of a schema text under a subject, so steady-state encoding and decoding make
@@ -610,7 +609,7 @@ func retry(ctx context.Context, r *Registry, op string, notFound error, call fun
 		rerr := classify(op, err, notFound)
 		if !rerr.retryable() || attempt >= r.cfg.MaxAttempts {
 			if rerr.Kind == ErrRegistryUnavailable {
-				rerr.Op = fmt.Sprintf("%s (%d attempts)", op, attempt)
+				rerr.Op = fmt.Sprintf("%s (%d %s)", op, attempt, plural(attempt, "attempt", "attempts"))
 			}
 			return nil, rerr
 		}
@@ -624,6 +623,13 @@ func retry(ctx context.Context, r *Registry, op string, notFound error, call fun
 		}
 		backoff = min(2*backoff, r.cfg.MaxBackoff)
 	}
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 func (e *RegistryError) retryable() bool {
