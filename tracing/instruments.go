@@ -110,7 +110,17 @@ const (
 	MetricSnapshotHits = "keiro.snapshot.hits"
 	// MetricSnapshotMisses names a counter in {hydration}: hydrations without a usable snapshot.
 	MetricSnapshotMisses = "keiro.snapshot.misses"
+	// MetricProjectionLag names a gauge in {event}: log head minus a subscription's checkpoint;
+	// attribute keiro.subscription.name.
+	MetricProjectionLag = "keiro.projection.lag"
+	// MetricOutboxIdentityConflict names a counter in {event}: integration-producer enqueues
+	// whose deterministic message id was stored with different content.
+	MetricOutboxIdentityConflict = "keiro.outbox.identity.conflict"
 )
+
+// SubscriptionNameKey is "keiro.subscription.name", the bounded attribute of
+// keiro.projection.lag (an event-store subscription's configured name).
+const SubscriptionNameKey = attribute.Key("keiro.subscription.name")
 
 // Metric describes one instrument of keiro's vocabulary.
 type Metric struct {
@@ -192,4 +202,8 @@ var MetricNames = []Metric{
 		Description: "Hydrations seeded from a snapshot."},
 	{Name: MetricSnapshotMisses, Kind: Counter, Unit: "{hydration}",
 		Description: "Hydrations that found no usable snapshot (absent, other state version, undecodable)."},
+	{Name: MetricProjectionLag, Kind: Gauge, Unit: "{event}", Attributes: []attribute.Key{SubscriptionNameKey},
+		Description: "Events between the log's head and the subscription's checkpoint."},
+	{Name: MetricOutboxIdentityConflict, Kind: Counter, Unit: "{event}",
+		Description: "Producer enqueues whose deterministic message id was already stored with different content."},
 }
