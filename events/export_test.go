@@ -29,3 +29,6 @@ func CatchUpOnce(s *Subscription, conn *pgx.Conn) func(ctx context.Context) erro
 		return w.catchUp(ctx)
 	}
 }
+
+// ProducerIdentityBytes exposes the canonical identity bytes.
+var ProducerIdentityBytes = producerIdentityBytes

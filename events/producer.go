@@ -1,0 +1,251 @@
+package events
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/outbox"
+)
+
+// ProducerIdentityVersion is the version of the deterministic producer identity (keiro's
+// Keiro.Outbox.Identity v1). Its bytes are frozen.
+const ProducerIdentityVersion = 1
+
+var messageIDPrefix = regexp.MustCompile(`^[a-z]{1,63}$`)
+
+// ErrInvalidMessageIDPrefix reports a message id prefix that breaks keiro's TypeID prefix rule.
+var ErrInvalidMessageIDPrefix = errors.New("invalid message id prefix")
+
+// ValidateMessageIDPrefix checks keiro's rule for producer message id prefixes: 1 to 63
+// lowercase latin letters.
+func ValidateMessageIDPrefix(prefix string) error {
+	if !messageIDPrefix.MatchString(prefix) {
+		return fmt.Errorf("%w %q: use 1 to 63 lowercase latin letters, for example \"msg\"", ErrInvalidMessageIDPrefix, prefix)
+	}
+	return nil
+}
+
+// ProducerIdentity is the deterministic identity of one integration event minted from one
+// private event.
+type ProducerIdentity struct {
+	// Digest is SHA-256 of the canonical identity bytes.
+	Digest [32]byte
+	// OutboxID is a UUIDv8 made of the digest's first 16 bytes.
+	OutboxID envelope.UUID
+	// MessageID is prefix + "_v1_" + the digest in lowercase hex.
+	MessageID string
+}
+
+// NewProducerIdentity derives the identity of emission number emission of the private event
+// sourceEventID by producer name of bounded context source, byte for byte as keiro does
+// (Keiro.Outbox.Identity v1): six fields, each an unsigned 64-bit big-endian length followed by
+// the bytes — ASCII "keiro.producer.outbox", the version as u16 big-endian, UTF-8 source, UTF-8
+// name, the 16 UUID bytes, emission as u32 big-endian — hashed with SHA-256. The prefix is not
+// part of the hash. The same inputs always give the same ids, so a replay enqueues duplicates
+// that the outbox recognises, never new messages.
+func NewProducerIdentity(prefix, source, name string, sourceEventID envelope.UUID, emission uint32) ProducerIdentity {
+	sum := sha256.Sum256(producerIdentityBytes(source, name, sourceEventID, emission))
+	var id envelope.UUID
+	copy(id[:], sum[:16])
+	id[6] = id[6]&0x0f | 0x80 // version 8
+	id[8] = id[8]&0x3f | 0x80 // RFC 9562 variant
+	return ProducerIdentity{Digest: sum, OutboxID: id, MessageID: prefix + "_v1_" + hex.EncodeToString(sum[:])}
+}
+
+func producerIdentityBytes(source, name string, id envelope.UUID, emission uint32) []byte {
+	var version [2]byte
+	binary.BigEndian.PutUint16(version[:], ProducerIdentityVersion)
+	var idx [4]byte
+	binary.BigEndian.PutUint32(idx[:], emission)
+	fields := [][]byte{[]byte("keiro.producer.outbox"), version[:], []byte(source), []byte(name), id[:], idx[:]}
+	var b []byte
+	for _, f := range fields {
+		b = binary.BigEndian.AppendUint64(b, uint64(len(f)))
+		b = append(b, f...)
+	}
+	return b
+}
+
+// MapFunc maps a private event to the integration events it publishes (none to skip it). The
+// producer fills MessageID (deterministic; leave it empty), Source (when empty), and the
+// provenance and causal fields the mapper leaves unset; see ProducerConfig. It must be
+// deterministic: a replay must map an event to the same integration events.
+type MapFunc func(e RecordedEvent) ([]envelope.Event, error)
+
+// ProducerConfig configures an integration Producer.
+type ProducerConfig struct {
+	// Name identifies the producer: it is the subscription's checkpoint name and part of every
+	// message id's hash, so renaming it re-publishes history under new ids. Required.
+	Name string
+	// Source is the producing bounded context, stamped on every event and part of the hash.
+	// Required.
+	Source string
+	// MessageIDPrefix starts every message id ("msg" → "msg_v1_<sha256 hex>"): 1 to 63
+	// lowercase latin letters. Required.
+	MessageIDPrefix string
+	// Map maps private events to integration events. Required.
+	Map MapFunc
+	// Outbox is the outbox the events are enqueued to, in the checkpoint's transaction. Required.
+	Outbox *outbox.Store
+	// Category restricts the producer to one category's streams. Defaults to "" (whole log).
+	Category string
+	// BatchSize is the number of private events per transaction. Defaults to DefaultBatchSize.
+	BatchSize int
+	// PollInterval: see SubscriptionConfig. Defaults to DefaultPollInterval.
+	PollInterval time.Duration
+	// DisableListen: see SubscriptionConfig. Defaults to false.
+	DisableListen bool
+	// AfterCommit: see SubscriptionConfig. Defaults to nil.
+	AfterCommit func(position int64)
+	// MeterProvider provides the meter for keiro.projection.lag and
+	// keiro.outbox.identity.conflict. Defaults to otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
+	// Logger: see SubscriptionConfig. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *ProducerConfig) validate() error {
+	var errs []error
+	if c.Source == "" {
+		errs = append(errs, errors.New("Source: required"))
+	}
+	if err := ValidateMessageIDPrefix(c.MessageIDPrefix); err != nil {
+		errs = append(errs, fmt.Errorf("MessageIDPrefix: %w", err))
+	}
+	if c.Map == nil {
+		errs = append(errs, errors.New("Map: required"))
+	}
+	if c.Outbox == nil {
+		errs = append(errs, errors.New("Outbox: required"))
+	}
+	return errors.Join(errs...)
+}
+
+// Producer is the integration producer: a subscription that maps private events to integration
+// events and enqueues them to the outbox in the same transaction as its checkpoint, under
+// deterministic message ids. A replay (Rebuild, a crash before the checkpoint) enqueues
+// duplicates that the outbox recognises, so the relay never publishes a second id for one fact.
+// If the outbox already holds a message id with different content (the mapper changed), the
+// batch rolls back and Run stops with an error wrapping outbox.ErrIdentityConflict.
+type Producer struct {
+	cfg       ProducerConfig
+	sub       *Subscription
+	conflicts metric.Int64Counter
+}
+
+// NewProducer returns a Producer, reporting every configuration problem at once.
+func NewProducer(store *Store, pool *pgxpool.Pool, cfg ProducerConfig) (*Producer, error) {
+	verr := cfg.validate()
+	p := &Producer{cfg: cfg}
+	sub, serr := NewBatchSubscription(store, pool, SubscriptionConfig{
+		Name: cfg.Name, Category: cfg.Category, BatchSize: cfg.BatchSize, PollInterval: cfg.PollInterval,
+		DisableListen: cfg.DisableListen, AfterCommit: cfg.AfterCommit, MeterProvider: cfg.MeterProvider, Logger: cfg.Logger,
+	}, p.handle)
+	if err := errors.Join(verr, serr); err != nil {
+		return nil, fmt.Errorf("new integration producer %q: %w", cfg.Name, err)
+	}
+	p.sub = sub
+	c, err := sub.cfg.MeterProvider.Meter(instrumentationScope).Int64Counter("keiro.outbox.identity.conflict",
+		metric.WithDescription("Producer enqueues whose deterministic message id was already stored with different content."),
+		metric.WithUnit("{event}"))
+	if err != nil {
+		return nil, fmt.Errorf("new integration producer %q: %w", cfg.Name, err)
+	}
+	p.conflicts = c
+	return p, nil
+}
+
+// Run runs the producer's subscription; see Subscription.Run.
+func (p *Producer) Run(ctx context.Context) error { return p.sub.Run(ctx) }
+
+// Subscription returns the producer's subscription (for Position and Rebuild).
+func (p *Producer) Subscription() *Subscription { return p.sub }
+
+// Events maps e and stamps the producer's fields on the result, without enqueuing.
+func (p *Producer) Events(e RecordedEvent) ([]envelope.Event, error) {
+	out, err := p.cfg.Map(e)
+	if err != nil {
+		return nil, fmt.Errorf("map event %s (%s@%d): %w", e.ID, e.StreamName, e.StreamVersion, err)
+	}
+	for i := range out {
+		ie := &out[i]
+		if ie.MessageID != "" {
+			return nil, fmt.Errorf("map event %s: integration event %d sets MessageID; leave it empty, the producer derives it", e.ID, i)
+		}
+		if ie.Source == "" {
+			ie.Source = p.cfg.Source
+		} else if ie.Source != p.cfg.Source {
+			return nil, fmt.Errorf("map event %s: integration event %d has source %q, the producer's is %q", e.ID, i, ie.Source, p.cfg.Source)
+		}
+		ie.MessageID = NewProducerIdentity(p.cfg.MessageIDPrefix, p.cfg.Source, p.cfg.Name, e.ID, uint32(i)).MessageID
+		if ie.SourceEventID == nil {
+			id := e.ID
+			ie.SourceEventID = &id
+		}
+		if ie.SourceGlobalPosition == nil {
+			pos := e.GlobalPosition
+			ie.SourceGlobalPosition = &pos
+		}
+		if ie.CausationID == nil {
+			id := e.ID
+			ie.CausationID = &id
+		}
+		if ie.CorrelationID == nil {
+			ie.CorrelationID = e.Metadata.CorrelationID
+		}
+		if ie.TraceContext == nil {
+			ie.TraceContext = e.Metadata.TraceContext
+		}
+		if ie.OccurredAt.IsZero() {
+			ie.OccurredAt = e.RecordedAt
+		}
+		ie.OccurredAt = ie.OccurredAt.UTC().Truncate(time.Microsecond)
+	}
+	return out, nil
+}
+
+func (p *Producer) handle(ctx context.Context, tx pgx.Tx, batch []RecordedEvent) error {
+	var all []envelope.Event
+	for _, e := range batch {
+		out, err := p.Events(e)
+		if err != nil {
+			return err
+		}
+		all = append(all, out...)
+	}
+	if len(all) == 0 {
+		return nil
+	}
+	// No ambient span: an event without a trace context must not pick up the producer's, or
+	// a replay would store a different row than the first run.
+	ctx = trace.ContextWithSpanContext(ctx, trace.SpanContext{})
+	res, err := p.cfg.Outbox.EnqueueTx(ctx, tx, all...)
+	if err != nil {
+		if errors.Is(err, outbox.ErrIdentityConflict) {
+			n := int64(0)
+			for _, r := range res {
+				if r.Outcome == outbox.Conflict {
+					n++
+				}
+			}
+			p.conflicts.Add(ctx, max(n, 1))
+			return fmt.Errorf("integration producer %s: the outbox already holds these message ids with different content "+
+				"(did the mapper change?); the checkpoint stays put until this is resolved: %w", p.cfg.Name, err)
+		}
+		return fmt.Errorf("integration producer %s: enqueue: %w", p.cfg.Name, err)
+	}
+	return nil
+}
