@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -139,10 +138,11 @@ const (
 	outcomeSkipped
 	outcomeReleased
 	outcomeRejected
+	outcomeDeferred
 )
 
 var outcomeNames = [...]string{outcomeSent: "sent", outcomeFailed: "failed", outcomeSkipped: "skipped",
-	outcomeReleased: "released", outcomeRejected: "rejected"}
+	outcomeReleased: "released", outcomeRejected: "rejected", outcomeDeferred: "deferred"}
 
 func (o outcome) String() string { return outcomeNames[o] }
 
@@ -163,11 +163,11 @@ type mark struct {
 
 // transitions counts the rows a mark statement actually moved, by resulting state.
 type transitions struct {
-	sent, failed, dead, skipped, released, rejected int
+	sent, failed, dead, skipped, released, rejected, deferred int
 }
 
 func (t transitions) total() int {
-	return t.sent + t.failed + t.dead + t.skipped + t.released + t.rejected
+	return t.sent + t.failed + t.dead + t.skipped + t.released + t.rejected + t.deferred
 }
 
 // markBatch writes a batch's outcomes in one statement (so one transaction), fenced by token.
@@ -217,6 +217,8 @@ func (s *Store) markBatch(ctx context.Context, q Querier, token envelope.UUID, m
 			t.skipped++
 		case out == "released":
 			t.released++
+		case out == "deferred":
+			t.deferred++
 		case status == statusDead:
 			t.dead++
 		default:
@@ -229,4 +231,4 @@ func (s *Store) markBatch(ctx context.Context, q Querier, token envelope.UUID, m
 	return t, nil
 }
 
-var errNoOutcome = errors.New("publisher returned no outcome")
+var errNoRows = pgx.ErrNoRows

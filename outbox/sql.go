@@ -70,13 +70,16 @@ type queries struct {
 	enqueue, enqueueExisting string
 	claim                    map[Policy]string
 	mark                     string
+	retention, gauges        string
+	status, listDead         string
+	requeue, lookup          string
 }
 
 func newQueries(schema string) queries {
 	expand := func(q string) string {
 		return strings.NewReplacer(
 			"{{claimable_r}}", fmt.Sprintf(claimable, "r"),
-			"{{claimable_e}}", fmt.Sprintf(claimable, "e"),
+			"{{claimable_h}}", fmt.Sprintf(claimable, "h"),
 		).Replace(q)
 	}
 	r := strings.NewReplacer("{{schema}}", schema)
@@ -91,9 +94,15 @@ func newQueries(schema string) queries {
 			PerKeyHeadOfLine: claim(preKey, postKey),
 			StopTheLine:      claim(preKey, postKey),
 			PerSourceStream:  claim(preSource, postSource),
-			BestEffort:       claim("TRUE", "TRUE"),
+			BestEffort:       claim("TRUE", postNone),
 		},
-		mark: r.Replace(sqlMark),
+		mark:      r.Replace(sqlMark),
+		retention: r.Replace(sqlRetention),
+		gauges:    r.Replace(sqlGauges),
+		status:    r.Replace(sqlStatus),
+		listDead:  r.Replace(sqlListDead),
+		requeue:   r.Replace(sqlRequeue),
+		lookup:    r.Replace(sqlLookup),
 	}
 }
 
@@ -106,12 +115,14 @@ const claimable = `((%[1]s.status IN ('pending', 'failed') AND %[1]s.next_attemp
 // sqlClaim claims up to $4 rows in seq order in one statement (keiro §1.3.4 with seq as the
 // order, a claim token and a lease):
 //
-//   - candidate: claimable rows, oldest first, locked FOR UPDATE SKIP LOCKED, minus rows whose
-//     group has an earlier non-terminal row that is not claimable ({{pre}}: in backoff, or
-//     publishing under a live lease).
-//   - ready: candidates whose every earlier non-terminal group row is itself a candidate
-//     ({{post}}). A head locked by another claimer was skipped, so its tail is dropped here
-//     and never jumps it.
+//   - candidate: claimable rows, oldest first, locked FOR UPDATE SKIP LOCKED, keeping only rows
+//     whose group head (the group's first non-terminal row, found through the head-of-line or
+//     source-order index) is claimable ({{pre}}). A head in backoff or publishing under a live
+//     lease blocks its whole group.
+//   - gaps/ready ({{post}}): per group in the candidates, the first non-terminal row that is NOT
+//     a candidate (locked by another claimer, or blocked); candidates after that gap are
+//     dropped, so a tail never jumps a head another claimer holds. Finding the gap walks the
+//     group's rows once, so a hot key costs O(batch), not O(batch²).
 //   - the UPDATE moves ready rows to publishing with a fresh claim token ($1) and lease
 //     (now() + $3 microseconds), counting an attempt. A row re-claimed after its lease expired
 //     with no attempt left ($2 = max attempts) goes dead instead.
@@ -127,9 +138,7 @@ WITH candidate AS (
     ORDER BY r.seq
     LIMIT $4
     FOR UPDATE SKIP LOCKED
-), ready AS (
-    SELECT c.outbox_id, c.status FROM candidate c WHERE {{post}}
-), updated AS (
+), {{post}}, updated AS (
     UPDATE {{schema}}.keiro_outbox o SET
         status = CASE WHEN o.status = 'publishing' AND o.attempt_count >= $2 THEN 'dead' ELSE 'publishing' END,
         attempt_count = CASE WHEN o.status = 'publishing' AND o.attempt_count >= $2 THEN o.attempt_count ELSE o.attempt_count + 1 END,
@@ -149,26 +158,45 @@ SELECT u.old_status, u.status, u.seq, u.attempt_count, u.created_at,
     u.attributes::text, u.occurred_at
 FROM updated u ORDER BY u.seq`
 
-// Claim filters per ordering policy. "nonterminal" rows are pending, failed or publishing.
+// Claim filters per ordering policy. "non-terminal" rows are pending, failed or publishing.
 const (
-	preKey = `(r.message_key IS NULL OR NOT EXISTS (
-        SELECT 1 FROM {{schema}}.keiro_outbox e
-        WHERE e.source = r.source AND e.message_key = r.message_key AND e.seq < r.seq
-          AND e.status IN ('pending', 'failed', 'publishing') AND NOT {{claimable_e}}))`
-	postKey = `(c.message_key IS NULL OR NOT EXISTS (
-        SELECT 1 FROM {{schema}}.keiro_outbox e
-        WHERE e.source = c.source AND e.message_key = c.message_key AND e.seq < c.seq
+	preKey = `(r.message_key IS NULL OR (
+        SELECT {{claimable_h}} FROM {{schema}}.keiro_outbox h
+        WHERE h.source = r.source AND h.message_key = r.message_key
+          AND h.status IN ('pending', 'failed', 'publishing')
+        ORDER BY h.seq LIMIT 1))`
+	postKey = `gaps AS MATERIALIZED (
+    SELECT k.source, k.message_key, g.seq
+    FROM (SELECT DISTINCT source, message_key FROM candidate WHERE message_key IS NOT NULL) k
+    CROSS JOIN LATERAL (
+        SELECT e.seq FROM {{schema}}.keiro_outbox e
+        WHERE e.source = k.source AND e.message_key = k.message_key
           AND e.status IN ('pending', 'failed', 'publishing')
-          AND e.outbox_id NOT IN (SELECT outbox_id FROM candidate)))`
-	preSource = `NOT EXISTS (
-        SELECT 1 FROM {{schema}}.keiro_outbox e
-        WHERE e.source = r.source AND e.seq < r.seq
-          AND e.status IN ('pending', 'failed', 'publishing') AND NOT {{claimable_e}})`
-	postSource = `NOT EXISTS (
-        SELECT 1 FROM {{schema}}.keiro_outbox e
-        WHERE e.source = c.source AND e.seq < c.seq
-          AND e.status IN ('pending', 'failed', 'publishing')
-          AND e.outbox_id NOT IN (SELECT outbox_id FROM candidate))`
+          AND e.outbox_id NOT IN (SELECT outbox_id FROM candidate)
+        ORDER BY e.seq LIMIT 1) g
+), ready AS (
+    SELECT c.outbox_id, c.status FROM candidate c
+    LEFT JOIN gaps g ON g.source = c.source AND g.message_key = c.message_key
+    WHERE g.seq IS NULL OR c.seq < g.seq
+)`
+	preSource = `(
+        SELECT {{claimable_h}} FROM {{schema}}.keiro_outbox h
+        WHERE h.source = r.source AND h.status IN ('pending', 'failed', 'publishing')
+        ORDER BY h.seq LIMIT 1)` // through the claim index: per-source is rare, keep writes cheap
+	postSource = `gaps AS MATERIALIZED (
+    SELECT k.source, g.seq
+    FROM (SELECT DISTINCT source FROM candidate) k
+    CROSS JOIN LATERAL (
+        SELECT e.seq FROM {{schema}}.keiro_outbox e
+        WHERE e.source = k.source AND e.status IN ('pending', 'failed', 'publishing')
+          AND e.outbox_id NOT IN (SELECT outbox_id FROM candidate)
+        ORDER BY e.seq LIMIT 1) g
+), ready AS (
+    SELECT c.outbox_id, c.status FROM candidate c
+    LEFT JOIN gaps g ON g.source = c.source
+    WHERE g.seq IS NULL OR c.seq < g.seq
+)`
+	postNone = `ready AS (SELECT c.outbox_id, c.status FROM candidate c)`
 )
 
 // sqlMark applies one batch's outcomes in one statement, fenced by the claim token: a row that
@@ -176,7 +204,8 @@ const (
 // left alone. $2..$8 are parallel arrays (id, outcome, error text, retry delay in microseconds,
 // partition, offset, rejection code); $9 is the attempt ceiling at which a failure goes dead.
 // Outcomes: sent; failed (or dead when the ceiling is reached); skipped (failed, attempt
-// refunded, due now); released (pending, attempt refunded); rejected (terminal).
+// refunded, due now); deferred (failed during a Kafka outage, attempt refunded, due after the
+// delay); released (pending, attempt refunded); rejected (terminal).
 const sqlMark = `
 WITH m AS (
     SELECT * FROM unnest($2::uuid[], $3::text[], $4::text[], $5::bigint[], $6::int[], $7::bigint[], $8::text[])
@@ -188,10 +217,12 @@ UPDATE {{schema}}.keiro_outbox o SET
         WHEN 'rejected' THEN 'rejected'
         WHEN 'released' THEN 'pending'
         WHEN 'skipped' THEN 'failed'
+        WHEN 'deferred' THEN 'failed'
         ELSE CASE WHEN o.attempt_count >= $9 THEN 'dead' ELSE 'failed' END END,
-    attempt_count = CASE WHEN m.outcome IN ('skipped', 'released') THEN greatest(o.attempt_count - 1, 0) ELSE o.attempt_count END,
+    attempt_count = CASE WHEN m.outcome IN ('skipped', 'released', 'deferred') THEN greatest(o.attempt_count - 1, 0) ELSE o.attempt_count END,
     next_attempt_at = CASE m.outcome
         WHEN 'failed' THEN now() + m.delay_us * interval '1 microsecond'
+        WHEN 'deferred' THEN now() + m.delay_us * interval '1 microsecond'
         WHEN 'skipped' THEN now()
         WHEN 'released' THEN now()
         ELSE o.next_attempt_at END,
@@ -207,3 +238,57 @@ UPDATE {{schema}}.keiro_outbox o SET
 FROM m
 WHERE o.outbox_id = m.id AND o.claim_token = $1::uuid AND o.status = 'publishing'
 RETURNING o.outbox_id, m.outcome, o.status`
+
+// sqlRetention deletes at most $2 sent rows published before now() - $1 microseconds, oldest
+// first, through the sent_gc index. Small batches keep row locks and WAL bursts short.
+const sqlRetention = `
+DELETE FROM {{schema}}.keiro_outbox
+WHERE outbox_id IN (
+    SELECT outbox_id FROM {{schema}}.keiro_outbox
+    WHERE status = 'sent' AND published_at < now() - $1::bigint * interval '1 microsecond'
+    ORDER BY published_at
+    LIMIT $2)`
+
+// sqlGauges samples the backlog, the oldest pending age and the dead count, through the
+// partial indexes.
+const sqlGauges = `
+SELECT
+    (SELECT count(*) FROM {{schema}}.keiro_outbox WHERE status IN ('pending', 'failed', 'publishing')),
+    coalesce((SELECT extract(epoch FROM now() - created_at)::float8 FROM {{schema}}.keiro_outbox
+              WHERE status IN ('pending', 'failed', 'publishing') AND status <> 'publishing'
+              ORDER BY seq LIMIT 1), 0),
+    (SELECT count(*) FROM {{schema}}.keiro_outbox WHERE status IN ('dead', 'rejected'))`
+
+// sqlStatus counts rows per status and destination.
+const sqlStatus = `
+SELECT status, destination, count(*), min(created_at)
+FROM {{schema}}.keiro_outbox GROUP BY status, destination ORDER BY status, destination`
+
+// sqlListDead lists dead and rejected rows after seq $1, optionally of one source ($2) and one
+// destination ($3), at most $4.
+const sqlListDead = `
+SELECT seq, outbox_id, message_id, source, destination, message_key, status, attempt_count,
+    last_error, rejection_code, updated_at
+FROM {{schema}}.keiro_outbox
+WHERE status IN ('dead', 'rejected') AND seq > $1
+  AND ($2::text IS NULL OR source = $2) AND ($3::text IS NULL OR destination = $3)
+ORDER BY seq LIMIT $4`
+
+// sqlRequeue puts dead and rejected rows back to pending with a fresh attempt budget:
+// the ids in $1, or every row of source $2, or all ($3).
+const sqlRequeue = `
+UPDATE {{schema}}.keiro_outbox SET status = 'pending', attempt_count = 0, next_attempt_at = now(),
+    rejected_at = NULL, rejection_code = NULL, claim_token = NULL, lease_until = NULL, updated_at = now()
+WHERE status IN ('dead', 'rejected')
+  AND (outbox_id = ANY($1::uuid[]) OR ($2::text IS NOT NULL AND source = $2) OR $3::boolean)`
+
+// sqlLookup reads one row by outbox id.
+const sqlLookup = `
+SELECT seq, status, attempt_count, next_attempt_at, last_error, published_at, kafka_partition,
+    kafka_offset, rejection_code, created_at, updated_at,
+    outbox_id, source, message_id, destination, message_key, event_type,
+    schema_version, content_type, schema_registry, schema_subject, schema_version_ref,
+    schema_id, schema_fingerprint, source_event_id, source_global_position,
+    causation_id, correlation_id, traceparent, tracestate, payload_bytes,
+    attributes::text, occurred_at
+FROM {{schema}}.keiro_outbox WHERE outbox_id = $1`

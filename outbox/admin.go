@@ -1,0 +1,235 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/keiro-go/keiro/envelope"
+)
+
+// Status is an overview of the outbox, for `relay status`.
+type Status struct {
+	// Counts lists the number of rows per status and destination.
+	Counts []StatusCount
+	// Backlog is the number of rows pending, failed or publishing.
+	Backlog int64
+	// OldestPendingAge is the age of the oldest pending or failed row (0 if none).
+	OldestPendingAge time.Duration
+	// Dead is the number of dead and rejected rows (kept for operators).
+	Dead int64
+}
+
+// StatusCount is the number of rows with one status and destination.
+type StatusCount struct {
+	Status, Destination string
+	Count               int64
+}
+
+// Status counts the outbox's rows per status and destination. It scans the whole table
+// (including retained sent rows): an operator command, not a hot path.
+func (s *Store) Status(ctx context.Context, q Querier) (Status, error) {
+	var st Status
+	rows, err := q.Query(ctx, s.q.status)
+	if err != nil {
+		return st, fmt.Errorf("outbox status: %w", err)
+	}
+	var oldest time.Time
+	for rows.Next() {
+		var c StatusCount
+		var first time.Time
+		if err := rows.Scan(&c.Status, &c.Destination, &c.Count, &first); err != nil {
+			rows.Close()
+			return st, fmt.Errorf("outbox status: %w", err)
+		}
+		st.Counts = append(st.Counts, c)
+		switch c.Status {
+		case statusPending, statusFailed, statusPublishing:
+			st.Backlog += c.Count
+			if c.Status != statusPublishing && (oldest.IsZero() || first.Before(oldest)) {
+				oldest = first
+			}
+		case statusDead, statusRejected:
+			st.Dead += c.Count
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return st, fmt.Errorf("outbox status: %w", err)
+	}
+	if !oldest.IsZero() {
+		var now time.Time
+		if err := q.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+			return st, fmt.Errorf("outbox status: %w", err)
+		}
+		st.OldestPendingAge = now.Sub(oldest)
+	}
+	return st, nil
+}
+
+// ListDeadOptions filters ListDead.
+type ListDeadOptions struct {
+	// Source, if set, lists only rows of this source.
+	Source string
+	// Destination, if set, lists only rows for this topic.
+	Destination string
+	// Limit is the most rows returned. Defaults to 100.
+	Limit int
+	// After continues a listing: pass the previous page's last DeadRow.Seq. Defaults to 0.
+	After int64
+}
+
+// DeadRow is a dead or rejected outbox row.
+type DeadRow struct {
+	// Seq orders rows; pass the last one as ListDeadOptions.After for the next page.
+	Seq int64
+	// OutboxID is the row's id.
+	OutboxID envelope.UUID
+	// MessageID, Source, Destination and Key identify the message.
+	MessageID, Source, Destination string
+	Key                            *string
+	// Status is "dead" or "rejected".
+	Status string
+	// Attempts is the number of publish attempts made.
+	Attempts int
+	// LastError is the last failure's text.
+	LastError string
+	// RejectionCode is the Kafka error name of a rejection ("message_too_large"), else "".
+	RejectionCode string
+	// UpdatedAt is when the row reached its status.
+	UpdatedAt time.Time
+}
+
+// ListDead lists dead and rejected rows in seq order.
+func (s *Store) ListDead(ctx context.Context, q Querier, opts ListDeadOptions) ([]DeadRow, error) {
+	if opts.Limit <= 0 {
+		opts.Limit = 100
+	}
+	rows, err := q.Query(ctx, s.q.listDead, opts.After, nullString(opts.Source), nullString(opts.Destination), opts.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list dead outbox rows: %w", err)
+	}
+	defer rows.Close()
+	var out []DeadRow
+	for rows.Next() {
+		var d DeadRow
+		var id [16]byte
+		var lastErr, code *string
+		if err := rows.Scan(&d.Seq, &id, &d.MessageID, &d.Source, &d.Destination, &d.Key, &d.Status,
+			&d.Attempts, &lastErr, &code, &d.UpdatedAt); err != nil {
+			return nil, fmt.Errorf("list dead outbox rows: %w", err)
+		}
+		d.OutboxID = id
+		if lastErr != nil {
+			d.LastError = *lastErr
+		}
+		if code != nil {
+			d.RejectionCode = *code
+		}
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list dead outbox rows: %w", err)
+	}
+	return out, nil
+}
+
+func nullString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// RequeueFilter selects the dead and rejected rows to requeue. At least one field must be set.
+type RequeueFilter struct {
+	// IDs requeues these rows.
+	IDs []envelope.UUID
+	// Source requeues every dead or rejected row of this source.
+	Source string
+	// All requeues every dead or rejected row.
+	All bool
+}
+
+// Requeue moves the selected dead and rejected rows back to pending with a fresh attempt budget,
+// due now, and returns how many moved. Only dead and rejected rows are affected. A requeued row
+// keeps its seq: if later rows of its key were published while it was dead, it now arrives
+// after them (its key's order is broken for that message, which is why it was dead).
+func (s *Store) Requeue(ctx context.Context, q Querier, f RequeueFilter) (int64, error) {
+	if len(f.IDs) == 0 && f.Source == "" && !f.All {
+		return 0, errors.New("requeue outbox rows: empty filter (set IDs, Source or All)")
+	}
+	ids := make([][16]byte, len(f.IDs))
+	for i, id := range f.IDs {
+		ids[i] = id
+	}
+	tag, err := q.Exec(ctx, s.q.requeue, ids, nullString(f.Source), f.All)
+	if err != nil {
+		return 0, fmt.Errorf("requeue outbox rows: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Row is an outbox row as stored, for inspection.
+type Row struct {
+	// Seq is the row's position in the outbox's order.
+	Seq int64
+	// OutboxID is the row's id.
+	OutboxID envelope.UUID
+	// Event is the enqueued event.
+	Event envelope.Event
+	// Status is pending, publishing, sent, failed, dead or rejected.
+	Status string
+	// Attempts is the number of publish attempts counted.
+	Attempts int
+	// NextAttemptAt is when a pending or failed row becomes due.
+	NextAttemptAt time.Time
+	// LastError is the last failure's text, if any.
+	LastError string
+	// RejectionCode is set on rejected rows.
+	RejectionCode string
+	// PublishedAt, Partition and Offset are set on sent rows.
+	PublishedAt *time.Time
+	Partition   *int32
+	Offset      *int64
+	// CreatedAt and UpdatedAt are the row's timestamps.
+	CreatedAt, UpdatedAt time.Time
+}
+
+// ErrNotFound reports a lookup of an outbox id that is not in the outbox.
+var ErrNotFound = errors.New("outbox row not found")
+
+// Lookup reads one row by outbox id, or returns an error wrapping ErrNotFound.
+func (s *Store) Lookup(ctx context.Context, q Querier, id envelope.UUID) (Row, error) {
+	var (
+		r                              Row
+		rid                            [16]byte
+		lastErr, code                  *string
+		key, registry, subject, fp     *string
+		versionRef, schemaID, position *int64
+		sourceEventID, causation, corr *[16]byte
+		tp, ts, attrs                  *string
+	)
+	e := &r.Event
+	err := q.QueryRow(ctx, s.q.lookup, [16]byte(id)).Scan(&r.Seq, &r.Status, &r.Attempts, &r.NextAttemptAt,
+		&lastErr, &r.PublishedAt, &r.Partition, &r.Offset, &code, &r.CreatedAt, &r.UpdatedAt,
+		&rid, &e.Source, &e.MessageID, &e.Destination, &key, &e.EventType,
+		&e.SchemaVersion, &e.ContentType, &registry, &subject, &versionRef, &schemaID, &fp,
+		&sourceEventID, &position, &causation, &corr, &tp, &ts, &e.Payload, &attrs, &e.OccurredAt)
+	if err != nil {
+		if errors.Is(err, errNoRows) {
+			return r, fmt.Errorf("lookup outbox row %s: %w", id, ErrNotFound)
+		}
+		return r, fmt.Errorf("lookup outbox row %s: %w", id, err)
+	}
+	r.OutboxID = rid
+	if lastErr != nil {
+		r.LastError = *lastErr
+	}
+	if code != nil {
+		r.RejectionCode = *code
+	}
+	fillEvent(e, key, registry, subject, fp, versionRef, schemaID, position, sourceEventID, causation, corr, tp, ts, attrs)
+	return r, nil
+}

@@ -1,0 +1,226 @@
+package outbox
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/keiro-go/keiro/migrations"
+)
+
+// Defaults of RelayConfig.
+const (
+	// DefaultBatchSize is 512 rows per claim. keiro uses 32; one claim, one produce flush and one
+	// mark statement cost about the same for 32 rows as for 512, so larger batches amortise
+	// the round trips (see BENCHMARKS.md "Relay"), while 512 rows of 1 KiB stay well under a
+	// Kafka request.
+	DefaultBatchSize = 512
+	// DefaultMaxInFlightBatches is 4 claimed batches between claim and mark at once.
+	DefaultMaxInFlightBatches = 4
+	// DefaultMaxAttempts is keiro's 10 attempts before a row goes dead.
+	DefaultMaxAttempts = 10
+	// DefaultBackoffInitial is the first retry delay.
+	DefaultBackoffInitial = time.Second
+	// DefaultBackoffMax caps the retry delay.
+	DefaultBackoffMax = 5 * time.Minute
+	// DefaultBackoffMultiplier grows the delay per attempt.
+	DefaultBackoffMultiplier = 2.0
+	// DefaultLease is how long a claim is exclusive before another relay may take it over.
+	DefaultLease = time.Minute
+	// DefaultPollInterval is how often the relay claims without a notification.
+	DefaultPollInterval = time.Second
+	// DefaultShutdownTimeout bounds the wait for in-flight produces on shutdown.
+	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultRetention keeps sent rows for a day (for inspection and lookups) before deletion.
+	DefaultRetention = 24 * time.Hour
+	// DefaultRetentionBatch deletes sent rows 1000 per statement, so no lock is held long.
+	DefaultRetentionBatch = 1000
+	// DefaultMaintenanceInterval is how often retention and gauge sampling run.
+	DefaultMaintenanceInterval = 30 * time.Second
+)
+
+// Backoff is a capped exponential backoff with equal jitter: the delay before retry n (1-based)
+// is d = min(Max, Initial × Multiplier^(n-1)), drawn uniformly from [d/2, d].
+type Backoff struct {
+	// Initial is the delay after the first failure. Defaults to DefaultBackoffInitial.
+	Initial time.Duration
+	// Max caps the delay. Defaults to DefaultBackoffMax.
+	Max time.Duration
+	// Multiplier grows the delay per attempt; at least 1. Defaults to DefaultBackoffMultiplier.
+	Multiplier float64
+}
+
+// RelayConfig configures a Relay. The zero value is valid: every field has a default.
+type RelayConfig struct {
+	// Schema is the PostgreSQL schema holding keiro_outbox. Defaults to DefaultSchema ("keiro").
+	Schema string
+	// Policy is the ordering policy. Defaults to PerKeyHeadOfLine.
+	Policy Policy
+	// BatchSize is the most rows one claim takes. Defaults to DefaultBatchSize.
+	BatchSize int
+	// MaxInFlightBatches is how many claimed batches may be between claim and mark at once
+	// (claiming, producing and marking overlap). Per-key order holds regardless: a key with a
+	// row in flight is not claimable. Defaults to DefaultMaxInFlightBatches.
+	MaxInFlightBatches int
+	// MaxAttempts is the number of attempts before a failing row goes dead. Failures while
+	// Kafka is unreachable do not use attempts (see the package doc). Defaults to
+	// DefaultMaxAttempts.
+	MaxAttempts int
+	// Backoff spaces the retries of a failed row. Defaults to the Default* backoff constants.
+	Backoff Backoff
+	// Lease is how long a claim stays exclusive. A row still publishing when its lease expires
+	// (its relay died or stalled) is claimed again by any relay. It must comfortably exceed
+	// the produce time of a batch. Defaults to DefaultLease.
+	Lease time.Duration
+	// PollInterval is how often the relay claims when no notification arrives. Defaults to
+	// DefaultPollInterval.
+	PollInterval time.Duration
+	// PollOnly disables LISTEN/NOTIFY (needed behind PgBouncer in transaction mode): the relay
+	// then only polls. Defaults to false.
+	PollOnly bool
+	// ShutdownTimeout bounds how long Run waits for in-flight produces after its context is
+	// cancelled; rows still claimed then are released. Defaults to DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+	// Retention is how long sent rows are kept; negative keeps them forever. Defaults to
+	// DefaultRetention.
+	Retention time.Duration
+	// RetentionBatch is the most sent rows one retention statement deletes. Defaults to
+	// DefaultRetentionBatch.
+	RetentionBatch int
+	// MaintenanceInterval is how often the maintenance pass (retention, gauges) runs; one
+	// relay at a time does it. Defaults to DefaultMaintenanceInterval.
+	MaintenanceInterval time.Duration
+	// MaxRecordBytes is the largest record (key, value and headers) the relay produces; a
+	// larger row is rejected with code message_too_large before it reaches Kafka. Set it to
+	// the topic's max.message.bytes if that is lower. Defaults to the client's
+	// ProducerBatchMaxBytes.
+	MaxRecordBytes int
+	// Destinations, if set, restricts the relay to rows for these topics (other rows are left
+	// to other relays). Defaults to all topics.
+	Destinations []string
+	// MeterProvider provides the "keiro" meter. Defaults to otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
+	// TracerProvider provides the "keiro" tracer. Defaults to otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
+	// Logger receives the relay's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+	// OnBatch, if set, is called after each batch is marked, with what happened. It runs on the
+	// relay's goroutine: keep it fast. Meant for tests and diagnostics. Defaults to nil.
+	OnBatch func(BatchResult)
+}
+
+// BatchResult reports one marked batch (rows actually transitioned).
+type BatchResult struct {
+	// Claimed is the number of rows claimed.
+	Claimed int
+	// Published, Retried, Skipped, Dead, Rejected and Released count rows moved to sent,
+	// failed, failed-with-refund, dead, rejected and pending.
+	Published, Retried, Skipped, Dead, Rejected, Released int
+	// Reclaimed counts rows taken over from an expired lease.
+	Reclaimed int
+	// HaltedOn is the outbox id of the row that halted a StopTheLine relay, if any.
+	HaltedOn *string
+}
+
+func (c *RelayConfig) setDefaults() {
+	if c.Schema == "" {
+		c.Schema = DefaultSchema
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.MaxInFlightBatches == 0 {
+		c.MaxInFlightBatches = DefaultMaxInFlightBatches
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.Backoff.Initial == 0 {
+		c.Backoff.Initial = DefaultBackoffInitial
+	}
+	if c.Backoff.Max == 0 {
+		c.Backoff.Max = max(DefaultBackoffMax, c.Backoff.Initial)
+	}
+	if c.Backoff.Multiplier == 0 {
+		c.Backoff.Multiplier = DefaultBackoffMultiplier
+	}
+	if c.Lease == 0 {
+		c.Lease = DefaultLease
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.Retention == 0 {
+		c.Retention = DefaultRetention
+	}
+	if c.RetentionBatch == 0 {
+		c.RetentionBatch = DefaultRetentionBatch
+	}
+	if c.MaintenanceInterval == 0 {
+		c.MaintenanceInterval = DefaultMaintenanceInterval
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// validate reports every problem with the (defaulted) config, each naming its field.
+func (c *RelayConfig) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if err := migrations.ValidateSchema(c.Schema); err != nil {
+		bad("Schema: %w", err)
+	}
+	if !c.Policy.valid() {
+		bad("Policy: unknown policy %d", int(c.Policy))
+	}
+	if c.BatchSize < 1 {
+		bad("BatchSize must be at least 1, got %d", c.BatchSize)
+	}
+	if c.MaxInFlightBatches < 1 {
+		bad("MaxInFlightBatches must be at least 1, got %d", c.MaxInFlightBatches)
+	}
+	if c.MaxAttempts < 1 {
+		bad("MaxAttempts must be at least 1, got %d", c.MaxAttempts)
+	}
+	if c.Backoff.Initial < 0 {
+		bad("Backoff.Initial must be positive, got %s", c.Backoff.Initial)
+	}
+	if c.Backoff.Max < c.Backoff.Initial {
+		bad("Backoff.Max (%s) must be at least Backoff.Initial (%s)", c.Backoff.Max, c.Backoff.Initial)
+	}
+	if c.Backoff.Multiplier < 1 {
+		bad("Backoff.Multiplier must be at least 1, got %g", c.Backoff.Multiplier)
+	}
+	if c.Lease < time.Second {
+		bad("Lease must be at least 1s, got %s", c.Lease)
+	}
+	if c.PollInterval < 0 {
+		bad("PollInterval must be positive, got %s", c.PollInterval)
+	}
+	if c.ShutdownTimeout < 0 {
+		bad("ShutdownTimeout must not be negative, got %s", c.ShutdownTimeout)
+	}
+	if c.RetentionBatch < 1 {
+		bad("RetentionBatch must be at least 1, got %d", c.RetentionBatch)
+	}
+	if c.MaintenanceInterval < 0 {
+		bad("MaintenanceInterval must be positive, got %s", c.MaintenanceInterval)
+	}
+	if c.MaxRecordBytes < 0 {
+		bad("MaxRecordBytes must not be negative, got %d", c.MaxRecordBytes)
+	}
+	for i, d := range c.Destinations {
+		if d == "" {
+			bad("Destinations[%d] is empty", i)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,662 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/tracing"
+)
+
+// ErrHalted is wrapped by the error Run returns when a StopTheLine relay halted on a failed row.
+var ErrHalted = errors.New("outbox relay halted (stop-the-line)")
+
+// Relay publishes outbox rows to Kafka: it claims batches, produces them with its franz-go
+// client, and marks every row with its outcome. Any number of relays (in any number of
+// processes) may drain one table. Create one with NewRelay and start it with Run.
+type Relay struct {
+	pool   *pgxpool.Pool
+	client *kgo.Client
+	cfg    RelayConfig
+	store  *Store
+	inst   *instruments
+	tracer trace.Tracer
+	log    *slog.Logger
+
+	maxRecordBytes int
+	wake           chan struct{}
+	outageStreak   atomic.Int64
+	running        atomic.Bool
+
+	stats struct {
+		claimed, batches, published, retried, skipped, dead, rejected, released, reclaimed,
+		deferred, claimErrors, markErrors atomic.Int64
+	}
+}
+
+// Stats is a snapshot of a relay's counters since NewRelay.
+type Stats struct {
+	// Batches is the number of batches marked.
+	Batches int64
+	// Claimed is the number of rows claimed.
+	Claimed int64
+	// Published, Retried, Skipped, Dead, Rejected and Released count rows moved to sent,
+	// failed (attempt used), failed (held back, attempt refunded), dead, rejected and pending.
+	Published, Retried, Skipped, Dead, Rejected, Released int64
+	// Deferred counts rows put back without using an attempt because Kafka was unavailable.
+	Deferred int64
+	// Reclaimed counts rows taken over from an expired lease.
+	Reclaimed int64
+	// ClaimErrors and MarkErrors count failed claim and mark statements (retried).
+	ClaimErrors, MarkErrors int64
+}
+
+// Stats returns a snapshot of the relay's counters.
+func (r *Relay) Stats() Stats {
+	s := &r.stats
+	return Stats{Batches: s.batches.Load(), Claimed: s.claimed.Load(), Published: s.published.Load(),
+		Retried: s.retried.Load(), Skipped: s.skipped.Load(), Dead: s.dead.Load(), Rejected: s.rejected.Load(),
+		Released: s.released.Load(), Deferred: s.deferred.Load(), Reclaimed: s.reclaimed.Load(),
+		ClaimErrors: s.claimErrors.Load(), MarkErrors: s.markErrors.Load()}
+}
+
+// NewRelay returns a relay that drains the outbox of cfg.Schema through pool and produces with
+// client. The client must have been built with [ProducerOpts] (acks=all, idempotent, manual
+// flushing); NewRelay rejects one that is not. The relay does not close pool or client.
+func NewRelay(pool *pgxpool.Pool, client *kgo.Client, cfg RelayConfig) (*Relay, error) {
+	cfg.setDefaults()
+	var errs []error
+	if pool == nil {
+		errs = append(errs, errors.New("pool is nil"))
+	}
+	if client == nil {
+		errs = append(errs, errors.New("client is nil"))
+	}
+	if err := cfg.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	maxRecord := cfg.MaxRecordBytes
+	if client != nil {
+		if acks, ok := client.OptValue(kgo.RequiredAcks).(kgo.Acks); !ok || acks != kgo.AllISRAcks() {
+			errs = append(errs, errors.New("client: RequiredAcks must be AllISRAcks; build it with outbox.ProducerOpts()"))
+		}
+		if dis, _ := client.OptValue(kgo.DisableIdempotentWrite).(bool); dis {
+			errs = append(errs, errors.New("client: idempotent writes are disabled; build it with outbox.ProducerOpts()"))
+		}
+		if manual, _ := client.OptValue(kgo.ManualFlushing).(bool); !manual {
+			errs = append(errs, errors.New("client: ManualFlushing is required; build it with outbox.ProducerOpts()"))
+		}
+		if n, ok := client.OptValue(kgo.MaxBufferedRecords).(int64); ok && n < int64(cfg.BatchSize*cfg.MaxInFlightBatches) {
+			errs = append(errs, fmt.Errorf("client: MaxBufferedRecords (%d) must be at least BatchSize × MaxInFlightBatches (%d)",
+				n, cfg.BatchSize*cfg.MaxInFlightBatches))
+		}
+		if b, ok := client.OptValue(kgo.ProducerBatchMaxBytes).(int32); ok && (maxRecord == 0 || int(b) < maxRecord) {
+			maxRecord = int(b)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("new outbox relay: %w", err)
+	}
+	if maxRecord == 0 {
+		maxRecord = 1_000_012 // franz-go's default ProducerBatchMaxBytes
+	}
+	if cfg.Policy == StopTheLine {
+		cfg.MaxInFlightBatches = 1 // a halt must leave nothing after the failed row in flight
+	}
+	store, err := NewStore(cfg.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("new outbox relay: %w", err)
+	}
+	inst, err := newInstruments(cfg.MeterProvider)
+	if err != nil {
+		return nil, fmt.Errorf("new outbox relay: create instruments: %w", err)
+	}
+	tp := cfg.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	return &Relay{
+		pool: pool, client: client, cfg: cfg, store: store, inst: inst,
+		tracer: tp.Tracer(scope), log: cfg.Logger.With("component", "outbox-relay", "schema", cfg.Schema),
+		maxRecordBytes: maxRecord, wake: make(chan struct{}, 1),
+	}, nil
+}
+
+// batch is one claim travelling through the pipeline.
+type batch struct {
+	token envelope.UUID
+	rows  []claimedRow
+
+	mu      sync.Mutex
+	results []produceResult // per row, written by produce callbacks
+	closed  bool            // set when the producer stops waiting: late callbacks are ignored
+}
+
+type produceResult struct {
+	done      bool
+	err       error
+	partition int32
+	offset    int64
+	rejectMsg string // pre-produce rejection (too large)
+}
+
+// Run drains the outbox until ctx is cancelled, then shuts down gracefully: it stops claiming,
+// waits up to ShutdownTimeout for in-flight produces, marks what finished, releases the rest
+// back to pending (attempt refunded) and returns nil. Under StopTheLine it returns an error
+// wrapping ErrHalted at the first failed row. A relay runs once at a time.
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return errors.New("outbox relay: already running")
+	}
+	defer r.running.Store(false)
+
+	// stop ends claiming (ctx cancelled or halt); hard ends waiting for produce and marks.
+	stopCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	hardCtx, hardCancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer hardCancel()
+	go func() {
+		select {
+		case <-stopCtx.Done():
+		case <-hardCtx.Done():
+			return
+		}
+		t := time.NewTimer(r.cfg.ShutdownTimeout)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			hardCancel()
+		case <-hardCtx.Done():
+		}
+	}()
+
+	slots := make(chan struct{}, r.cfg.MaxInFlightBatches)
+	claimed := make(chan *batch, r.cfg.MaxInFlightBatches)
+	produced := make(chan *batch, r.cfg.MaxInFlightBatches)
+	var wg sync.WaitGroup
+	var haltErr atomic.Pointer[error]
+
+	if !r.cfg.PollOnly {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.listen(stopCtx) }()
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); r.maintain(stopCtx) }()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(claimed)
+		r.claimLoop(stopCtx, slots, claimed)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(produced)
+		for b := range claimed {
+			group := []*batch{b}
+		more:
+			for {
+				select {
+				case nb, ok := <-claimed:
+					if !ok {
+						break more
+					}
+					group = append(group, nb)
+				default:
+					break more
+				}
+			}
+			if stopCtx.Err() == nil {
+				t0 := time.Now()
+				r.produce(hardCtx, group)
+				r.log.Debug("produced", "batches", len(group), "took", time.Since(t0))
+			}
+			for _, b := range group {
+				produced <- b
+			}
+		}
+	}()
+	for b := range produced {
+		res := r.markOutcome(hardCtx, b)
+		<-slots
+		r.signal()
+		if res.HaltedOn != nil && haltErr.Load() == nil {
+			err := fmt.Errorf("%w on outbox row %s", ErrHalted, *res.HaltedOn)
+			haltErr.Store(&err)
+			stop(err)
+		}
+	}
+	stop(nil)
+	wg.Wait()
+	if e := haltErr.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// signal wakes the claim loop without blocking.
+func (r *Relay) signal() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// claimLoop claims batches while slots are free, waking on notifications, marks and polls.
+func (r *Relay) claimLoop(ctx context.Context, slots chan struct{}, out chan<- *batch) {
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	var dbBackoff int
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		t0 := time.Now()
+		token, rows, err := r.store.claim(ctx, r.pool, r.cfg.Policy, r.cfg.BatchSize, r.cfg.Lease, r.cfg.MaxAttempts, r.cfg.Destinations)
+		r.log.Debug("claimed", "rows", len(rows), "took", time.Since(t0), "err", err)
+		if err != nil {
+			<-slots
+			if ctx.Err() != nil {
+				return
+			}
+			r.stats.claimErrors.Add(1)
+			dbBackoff++
+			d := Backoff{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}.delay(dbBackoff)
+			r.log.Warn("claim failed; retrying", "err", err, "retry_in", d)
+			if !sleepCtx(ctx, d) {
+				return
+			}
+			continue
+		}
+		dbBackoff = 0
+		if len(rows) > 0 {
+			r.stats.claimed.Add(int64(len(rows)))
+			r.inst.batchSize.Record(ctx, int64(len(rows)))
+			b := &batch{token: token, rows: rows, results: make([]produceResult, len(rows))}
+			out <- b
+			if len(rows) == r.cfg.BatchSize {
+				continue // more is likely waiting
+			}
+		} else {
+			<-slots
+		}
+		// Wait for a notification, a finished batch or the poll interval.
+		if !poll.Stop() {
+			select {
+			case <-poll.C:
+			default:
+			}
+		}
+		poll.Reset(r.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wake:
+		case <-poll.C:
+		}
+	}
+}
+
+// sleepCtx waits d or until ctx is done; it reports whether d elapsed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// produce buffers every record of the batches, flushes them, and waits for every outcome (or
+// ctx). Buffering the whole batch before the flush is what keeps per-key order: if Kafka fails
+// a partition's request, franz-go fails every later buffered record of that partition.
+func (r *Relay) produce(ctx context.Context, batches []*batch) {
+	var pending atomic.Int64
+	pending.Store(1)
+	allDone := make(chan struct{})
+	finish := func() {
+		if pending.Add(-1) == 0 {
+			close(allDone)
+		}
+	}
+	var headers []envelope.Header
+	for _, b := range batches {
+		for i := range b.rows {
+			row := &b.rows[i]
+			if row.dead {
+				continue
+			}
+			e := &row.event
+			rec := &kgo.Record{Topic: e.Destination, Value: e.Payload}
+			if e.Key != nil {
+				rec.Key = []byte(*e.Key)
+			}
+			spanCtx, span := r.tracer.Start(tracing.ContextWith(context.Background(), e.TraceContext),
+				"send "+e.Destination, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
+					attribute.String("messaging.system", "kafka"),
+					attribute.String("messaging.operation.type", "send"),
+					attribute.String("messaging.operation.name", "send"),
+					attribute.String("messaging.destination.name", e.Destination),
+					attribute.String("messaging.message.id", e.MessageID),
+					attribute.Int("keiro.outbox.attempt", row.attempt),
+				))
+			if e.Key != nil {
+				span.SetAttributes(attribute.String("messaging.kafka.message.key", *e.Key))
+			}
+			ev := *e
+			if span.IsRecording() {
+				if tc := tracing.FromContext(spanCtx); tc != nil {
+					ev.TraceContext = tc
+				}
+			}
+			headers = ev.AppendHeaders(headers[:0], envelope.EncodeOptions{})
+			rec.Headers = make([]kgo.RecordHeader, len(headers))
+			for j, h := range headers {
+				rec.Headers[j] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
+			}
+			if size := recordSize(rec); size > r.maxRecordBytes {
+				msg := fmt.Sprintf("record of about %d bytes exceeds the %d-byte limit (MaxRecordBytes / ProducerBatchMaxBytes)", size, r.maxRecordBytes)
+				b.results[i] = produceResult{done: true, rejectMsg: msg}
+				span.SetAttributes(attribute.String("keiro.outbox.rejection_code", "message_too_large"))
+				span.End()
+				continue
+			}
+			pending.Add(1)
+			created := row.createdAt
+			idx := i
+			r.client.Produce(ctx, rec, func(rec *kgo.Record, err error) {
+				if err == nil {
+					r.inst.latency.Record(context.Background(), time.Since(created).Seconds())
+					span.SetAttributes(
+						attribute.String("messaging.destination.partition.id", strconv.Itoa(int(rec.Partition))),
+						attribute.Int64("messaging.kafka.offset", rec.Offset))
+				} else {
+					span.RecordError(err)
+					span.SetStatus(codes.Error, err.Error())
+				}
+				span.End()
+				b.mu.Lock()
+				if !b.closed {
+					b.results[idx] = produceResult{done: true, err: err, partition: rec.Partition, offset: rec.Offset}
+				}
+				b.mu.Unlock()
+				finish()
+			})
+		}
+	}
+	finish()
+	if err := r.client.Flush(ctx); err != nil && ctx.Err() == nil {
+		r.log.Warn("flush failed", "err", err)
+	}
+	select {
+	case <-allDone:
+	case <-ctx.Done():
+	}
+	for _, b := range batches {
+		b.mu.Lock()
+		b.closed = true
+		b.mu.Unlock()
+	}
+}
+
+// groupKey returns the ordering group of a row under the policy ("" = a group of its own).
+func groupKey(p Policy, e *envelope.Event) string {
+	switch p {
+	case StopTheLine:
+		return "all"
+	case PerSourceStream:
+		return e.Source
+	case BestEffort:
+		return ""
+	}
+	if e.Key == nil {
+		return ""
+	}
+	return e.Source + "\x00" + *e.Key
+}
+
+// markOutcome turns a batch's produce results into marks (keiro §1.3.5 step 4, with rejection
+// and outage handling), writes them in one statement, and records metrics.
+func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
+	b.mu.Lock()
+	results := append([]produceResult(nil), b.results...)
+	b.closed = true
+	b.mu.Unlock()
+
+	res := BatchResult{Claimed: len(b.rows)}
+	failedGroups := map[string]bool{}
+	marks := make([]mark, 0, len(b.rows))
+	anyOK, anyOutage := false, false
+	deadOnClaim := map[string]int{}
+	for i := range b.rows {
+		row := &b.rows[i]
+		if row.reclaimed {
+			res.Reclaimed++
+		}
+		if row.dead {
+			deadOnClaim[row.event.Destination]++
+			continue
+		}
+		pr := results[i]
+		g := groupKey(r.cfg.Policy, &row.event)
+		m := mark{id: row.id}
+		switch {
+		case pr.rejectMsg != "":
+			m.outcome, m.code, m.err = outcomeRejected, "message_too_large", pr.rejectMsg
+		case pr.done && pr.err == nil:
+			m.outcome, m.partition, m.offset = outcomeSent, pr.partition, pr.offset
+			anyOK = true
+		case g != "" && failedGroups[g]:
+			m.outcome, m.err = outcomeSkipped, skippedError
+		case !pr.done:
+			m.outcome = outcomeReleased // shutdown before an outcome: back to pending
+		default:
+			class, code := classify(pr.err)
+			switch class {
+			case classPermanent:
+				m.outcome, m.code, m.err = outcomeRejected, code, truncate(pr.err.Error())
+			case classOutage:
+				m.outcome, m.err = outcomeDeferred, truncate(pr.err.Error())
+				anyOutage = true
+			default:
+				m.outcome, m.err = outcomeFailed, truncate(pr.err.Error())
+				m.delay = r.cfg.Backoff.delay(row.attempt)
+			}
+			if m.outcome != outcomeRejected {
+				if g != "" {
+					failedGroups[g] = true
+				}
+				if r.cfg.Policy == StopTheLine && res.HaltedOn == nil {
+					id := row.id.String()
+					res.HaltedOn = &id
+				}
+			}
+		}
+		marks = append(marks, m)
+	}
+	if anyOK {
+		r.outageStreak.Store(0)
+	}
+	if anyOutage {
+		n := r.outageStreak.Add(1)
+		d := r.cfg.Backoff.delay(int(n))
+		for i := range marks {
+			if marks[i].outcome == outcomeDeferred {
+				marks[i].delay = d
+			}
+		}
+		r.log.Warn("Kafka unavailable; rows deferred without using an attempt", "retry_in", d)
+	}
+
+	var t transitions
+	t0 := time.Now()
+	defer func() { r.log.Debug("marked", "rows", len(marks), "took", time.Since(t0)) }()
+	for attempt := 1; ; attempt++ {
+		var err error
+		t, err = r.store.markBatch(ctx, r.pool, b.token, marks, r.cfg.MaxAttempts)
+		if err == nil {
+			break
+		}
+		r.stats.markErrors.Add(1)
+		if ctx.Err() != nil {
+			r.log.Error("marking outbox batch abandoned at shutdown; rows will be re-claimed after their lease", "err", err)
+			break
+		}
+		d := Backoff{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}.delay(attempt)
+		r.log.Warn("mark failed; retrying", "err", err, "retry_in", d)
+		if !sleepCtx(ctx, d) {
+			break
+		}
+	}
+	res.Published, res.Retried, res.Skipped = t.sent, t.failed, t.skipped
+	res.Dead, res.Rejected, res.Released = t.dead, t.rejected, t.released
+	res.Retried += t.deferred
+	for _, n := range deadOnClaim {
+		res.Dead += n
+	}
+	r.record(ctx, b, marks, t, deadOnClaim)
+	s := &r.stats
+	s.batches.Add(1)
+	s.published.Add(int64(t.sent))
+	s.retried.Add(int64(t.failed))
+	s.deferred.Add(int64(t.deferred))
+	s.skipped.Add(int64(t.skipped))
+	s.dead.Add(int64(res.Dead))
+	s.rejected.Add(int64(t.rejected))
+	s.released.Add(int64(t.released))
+	s.reclaimed.Add(int64(res.Reclaimed))
+	if r.cfg.OnBatch != nil {
+		r.cfg.OnBatch(res)
+	}
+	return res
+}
+
+// record adds a batch's counts to the metrics, per destination. Counts follow the intended
+// marks when the statement moved every row (the usual case) and are scaled down to the real
+// transitions otherwise.
+func (r *Relay) record(ctx context.Context, b *batch, marks []mark, t transitions, deadOnClaim map[string]int) {
+	type counts struct{ sent, retried, rejected, failed int }
+	per := map[string]*counts{}
+	for i, m := range marks {
+		_ = i
+		var dest string
+		for j := range b.rows {
+			if b.rows[j].id == m.id {
+				dest = b.rows[j].event.Destination
+				break
+			}
+		}
+		c := per[dest]
+		if c == nil {
+			c = &counts{}
+			per[dest] = c
+		}
+		switch m.outcome {
+		case outcomeSent:
+			c.sent++
+		case outcomeFailed, outcomeDeferred, outcomeSkipped:
+			c.retried++
+		case outcomeRejected:
+			c.rejected++
+		}
+	}
+	if t.total() != len(marks) {
+		// Some rows were fenced out (their lease had passed to another relay): report the
+		// statement's totals under no destination rather than counts that did not happen.
+		per = map[string]*counts{"": {sent: t.sent, retried: t.failed + t.deferred + t.skipped, rejected: t.rejected}}
+	}
+	for dest, c := range per {
+		attrs := destinationAttr(dest)
+		if c.sent > 0 {
+			r.inst.published.Add(ctx, int64(c.sent), attrs)
+		}
+		if c.retried > 0 {
+			r.inst.retried.Add(ctx, int64(c.retried), attrs)
+		}
+		if c.rejected > 0 {
+			r.inst.rejected.Add(ctx, int64(c.rejected), attrs)
+		}
+	}
+	if t.dead > 0 {
+		// Failures that reached the ceiling: attribute them to the batch's destinations.
+		r.inst.deadlettered.Add(ctx, int64(t.dead), destinationAttr(b.rows[0].event.Destination))
+	}
+	for dest, n := range deadOnClaim {
+		r.inst.deadlettered.Add(ctx, int64(n), destinationAttr(dest))
+	}
+	if n := countReclaimed(b); n > 0 {
+		r.inst.reclaimed.Add(ctx, int64(n))
+	}
+}
+
+func countReclaimed(b *batch) int {
+	n := 0
+	for i := range b.rows {
+		if b.rows[i].reclaimed {
+			n++
+		}
+	}
+	return n
+}
+
+// truncate bounds an error text stored in last_error.
+func truncate(s string) string {
+	const max = 1024
+	if len(s) <= max {
+		return s
+	}
+	return s[:max]
+}
+
+// listen holds a LISTEN connection and signals the claim loop on every notification; it
+// reconnects with backoff when the connection dies.
+func (r *Relay) listen(ctx context.Context) {
+	channel := pgx.Identifier{r.store.NotifyChannel()}.Sanitize()
+	for attempt := 0; ; {
+		err := func() error {
+			conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig.Copy())
+			if err != nil {
+				return fmt.Errorf("connect listener: %w", err)
+			}
+			defer conn.Close(context.WithoutCancel(ctx))
+			if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
+				return fmt.Errorf("listen: %w", err)
+			}
+			attempt = 0
+			r.signal() // notifications may have been missed while disconnected
+			for {
+				if _, err := conn.WaitForNotification(ctx); err != nil {
+					return fmt.Errorf("wait for notification: %w", err)
+				}
+				r.signal()
+			}
+		}()
+		if ctx.Err() != nil {
+			return
+		}
+		attempt++
+		d := Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}.delay(attempt)
+		r.log.Warn("outbox listener lost; polling until it reconnects", "err", err, "retry_in", d)
+		if !sleepCtx(ctx, d) {
+			return
+		}
+	}
+}

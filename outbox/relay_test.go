@@ -1,0 +1,173 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/outbox"
+)
+
+// progress counts rows that reached a terminal state across relays and signals waiters.
+type progress struct {
+	mu      sync.Mutex
+	settled int
+	changed chan struct{}
+}
+
+func newProgress() *progress { return &progress{changed: make(chan struct{}, 1)} }
+
+func (p *progress) onBatch(b outbox.BatchResult) {
+	p.mu.Lock()
+	p.settled += b.Published + b.Dead + b.Rejected
+	p.mu.Unlock()
+	select {
+	case p.changed <- struct{}{}:
+	default:
+	}
+}
+
+// wait blocks until n rows settled or the timeout passes.
+func (p *progress) wait(t testing.TB, n int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		p.mu.Lock()
+		s := p.settled
+		p.mu.Unlock()
+		if s >= n {
+			return
+		}
+		select {
+		case <-p.changed:
+		case <-deadline.C:
+			t.Fatalf("only %d of %d rows settled within %s", s, n, timeout)
+		}
+	}
+}
+
+// startRelay runs a relay until the test ends, and checks Run's result then.
+func startRelay(t testing.TB, db *testdb.DB, kc *testkafka.Cluster, cfg outbox.RelayConfig, kopts ...kgo.Opt) (*outbox.Relay, context.CancelFunc) {
+	t.Helper()
+	cfg.Schema = db.Schema
+	client := kc.Client(t, append(outbox.ProducerOpts(), kopts...)...)
+	r, err := outbox.NewRelay(db.Pool, client, cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, outbox.ErrHalted) {
+			t.Errorf("relay Run: %v", err)
+		}
+	})
+	return r, cancel
+}
+
+// checkOrder decodes records, drops duplicates by message id (keeping the first), and checks
+// that every key's payload indexes are strictly increasing. It returns the distinct count and
+// the number of duplicates.
+func checkOrder(t testing.TB, recs []*kgo.Record) (distinct, dups int) {
+	t.Helper()
+	seen := map[string]bool{}
+	last := map[string]int{}
+	for _, r := range recs {
+		hs := make([]envelope.Header, len(r.Headers))
+		for i, h := range r.Headers {
+			hs[i] = envelope.Header{Key: h.Key, Value: h.Value}
+		}
+		e, err := envelope.Decode(envelope.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
+			Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp})
+		require.NoError(t, err)
+		if seen[e.MessageID] {
+			dups++
+			continue
+		}
+		seen[e.MessageID] = true
+		var i int
+		_, err = fmt.Sscanf(string(r.Value), `{"i":%d}`, &i)
+		require.NoError(t, err, "payload %q", r.Value)
+		k := string(r.Key)
+		if prev, ok := last[k]; ok {
+			require.Greater(t, i, prev, "key %s: message %d after %d", k, i, prev)
+		}
+		last[k] = i
+	}
+	return len(seen), dups
+}
+
+func TestRelayPublishesInOrder(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	kc := testkafka.New(t)
+	kc.CreateTopic(t, "orders", 4)
+	st, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	const n = 2000
+	evs := keyedEvents("orders", n, 37)
+	for i := 0; i < n; i += 500 {
+		enqueue(t, db.Pool, st, evs[i:i+500]...)
+	}
+	p := newProgress()
+	r, _ := startRelay(t, db, kc, outbox.RelayConfig{BatchSize: 128, OnBatch: p.onBatch, Logger: testLogger(t)})
+	t0 := time.Now()
+	p.wait(t, n, 60*time.Second)
+	t.Logf("drained in %s", time.Since(t0))
+
+	recs := kc.ConsumeAll(t, n, 30*time.Second, "orders")
+	require.Len(t, recs, n)
+	distinct, dups := checkOrder(t, recs)
+	require.Equal(t, n, distinct)
+	require.Zero(t, dups)
+	s := r.Stats()
+	require.Equal(t, int64(n), s.Published)
+	require.Zero(t, s.Retried+s.Dead+s.Rejected)
+
+	// Every row is sent with its partition and offset.
+	var sent int
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		"SELECT count(*) FROM keiro_outbox WHERE status = 'sent' AND kafka_offset IS NOT NULL AND published_at IS NOT NULL").Scan(&sent))
+	require.Equal(t, n, sent)
+	// Headers: the event round-trips through the envelope codec.
+	hs := make([]envelope.Header, len(recs[0].Headers))
+	for i, h := range recs[0].Headers {
+		hs[i] = envelope.Header{Key: h.Key, Value: h.Value}
+	}
+	e, err := envelope.Decode(envelope.Record{Topic: "orders", Key: recs[0].Key, Value: recs[0].Value, Headers: hs})
+	require.NoError(t, err)
+	require.Equal(t, "ordering", e.Source)
+	require.Equal(t, "OrderPlaced", e.EventType)
+	_ = strconv.Itoa
+	_ = atomic.Int64{}
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	lvl := slog.LevelWarn
+	if os.Getenv("KEIRO_TEST_DEBUG") != "" {
+		lvl = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: lvl}))
+}
+
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
