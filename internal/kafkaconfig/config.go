@@ -27,10 +27,11 @@ const (
 // Config is how a binary connects to Kafka.
 type Config struct {
 	// Brokers are the seed brokers, host:port. Required (no default).
-	Brokers []string `help:"Kafka seed brokers, host:port, comma separated (required)." placeholder:"HOST:PORT,..."`
-	// ClientID is the client id sent to brokers (visible in broker logs and quotas). Defaults to
-	// franz-go's ("kgo") unless the binary sets its own before calling Opts.
-	ClientID string `help:"Kafka client id (defaults to the binary's name)." placeholder:"ID"`
+	Brokers []string `help:"Kafka seed brokers, host:port, comma separated (required)." placeholder:"HOST:PORT"`
+	// ClientID is the client id sent to brokers (visible in broker logs and quotas). As a flag
+	// it defaults to the kong variable kafka_client_id (a binary sets it to its name, e.g.
+	// "keiro-relay"); empty leaves franz-go's default ("kgo").
+	ClientID string `help:"Kafka client id, shown in broker logs and quotas." default:"${kafka_client_id=}" placeholder:"ID"`
 	// TLS configures encryption and certificates. Defaults to plaintext.
 	TLS TLS `embed:"" prefix:"kafka-tls-"`
 	// SASL configures authentication. Defaults to none.
