@@ -13,8 +13,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/cli"
 	"github.com/keiro-go/keiro/migrations"
+	"github.com/keiro-go/keiro/outbox"
 )
 
 // connect opens one connection for an operator command.
@@ -38,9 +40,6 @@ func redactErr(err error, dsn cli.DSN) error {
 	}
 	return err
 }
-
-// sql puts the schema into a statement.
-func (f *dbFlags) sql(stmt string) string { return fmt.Sprintf(stmt, f.Schema) }
 
 // Run applies the migrations and prints their status.
 func (c *migrateCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
@@ -86,7 +85,7 @@ type outboxStatus struct {
 	Backlog int64 `json:"backlog"`
 	// Dead counts dead and rejected rows (for `relay dead list`).
 	Dead int64 `json:"dead"`
-	// OldestPendingAgeSeconds is the age of the oldest row still to publish; null when none.
+	// OldestPendingAgeSeconds is the age of the oldest pending or failed row; null when none.
 	OldestPendingAgeSeconds *float64 `json:"oldest_pending_age_seconds"`
 }
 
@@ -122,31 +121,27 @@ func readStatus(ctx context.Context, conn *pgx.Conn, db *dbFlags) (outboxStatus,
 	if mst.Current == 0 {
 		return st, fmt.Errorf("schema %s has no outbox table: run `relay migrate` (or `relay run --migrate`)", db.Schema)
 	}
-	rows, err := conn.Query(ctx, db.sql(sqlStatusCounts))
+	store, err := outbox.NewStore(db.Schema)
 	if err != nil {
-		return st, fmt.Errorf("count outbox rows: %w", err)
+		return st, err
 	}
-	var dest, status string
-	var n int64
-	_, err = pgx.ForEachRow(rows, []any{&dest, &status, &n}, func() error {
-		if st.Destinations[dest] == nil {
-			st.Destinations[dest] = map[string]int64{}
-		}
-		st.Destinations[dest][status] = n
-		st.Totals[status] += n
-		switch status {
-		case "pending", "failed", "publishing":
-			st.Backlog += n
-		case "dead", "rejected":
-			st.Dead += n
-		}
-		return nil
-	})
+	ost, err := store.Status(ctx, conn)
 	if err != nil {
-		return st, fmt.Errorf("count outbox rows: %w", err)
+		return st, err
 	}
-	if err := conn.QueryRow(ctx, db.sql(sqlOldestPending)).Scan(&st.OldestPendingAgeSeconds); err != nil {
-		return st, fmt.Errorf("read oldest pending age: %w", err)
+	waiting := false
+	for _, c := range ost.Counts {
+		if st.Destinations[c.Destination] == nil {
+			st.Destinations[c.Destination] = map[string]int64{}
+		}
+		st.Destinations[c.Destination][c.Status] = c.Count
+		st.Totals[c.Status] += c.Count
+		waiting = waiting || c.Status == "pending" || c.Status == "failed"
+	}
+	st.Backlog, st.Dead = ost.Backlog, ost.Dead
+	if waiting {
+		age := ost.OldestPendingAge.Seconds()
+		st.OldestPendingAgeSeconds = &age
 	}
 	return st, nil
 }
@@ -180,9 +175,9 @@ func printStatus(w io.Writer, st outboxStatus) {
 	fmt.Fprintf(w, "backlog (pending+failed+publishing): %d\n", st.Backlog)
 	if st.OldestPendingAgeSeconds != nil {
 		age := time.Duration(*st.OldestPendingAgeSeconds * float64(time.Second)).Round(time.Second)
-		fmt.Fprintf(w, "oldest pending: %s\n", age)
+		fmt.Fprintf(w, "oldest pending or failed: %s\n", age)
 	} else {
-		fmt.Fprintln(w, "oldest pending: none")
+		fmt.Fprintln(w, "oldest pending or failed: none")
 	}
 	fmt.Fprintf(w, "dead or rejected: %d", st.Dead)
 	if st.Dead > 0 {
@@ -193,19 +188,17 @@ func printStatus(w io.Writer, st outboxStatus) {
 
 // deadRow is one row of `relay dead list`.
 type deadRow struct {
-	OutboxID     string    `json:"outbox_id"`
-	Seq          int64     `json:"seq"`
-	Source       string    `json:"source"`
-	Destination  string    `json:"destination"`
-	MessageID    string    `json:"message_id"`
-	Key          *string   `json:"key"`
-	EventType    string    `json:"event_type"`
-	Status       string    `json:"status"`
-	Attempts     int32     `json:"attempts"`
-	LastError    string    `json:"last_error,omitempty"`
-	RejectedCode string    `json:"rejection_code,omitempty"`
-	CreatedAt    time.Time `json:"created_at"`
-	UpdatedAt    time.Time `json:"updated_at"`
+	OutboxID      string    `json:"outbox_id"`
+	Seq           int64     `json:"seq"`
+	Source        string    `json:"source"`
+	Destination   string    `json:"destination"`
+	MessageID     string    `json:"message_id"`
+	Key           *string   `json:"key"`
+	Status        string    `json:"status"`
+	Attempts      int       `json:"attempts"`
+	LastError     string    `json:"last_error,omitempty"`
+	RejectionCode string    `json:"rejection_code,omitempty"`
+	UpdatedAt     time.Time `json:"updated_at"`
 }
 
 // Run lists dead and rejected rows.
@@ -215,9 +208,19 @@ func (c *deadListCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	rows, err := listDead(ctx, conn, &g.DB, c.Source, c.Destination, c.Limit)
+	store, err := outbox.NewStore(g.DB.Schema)
 	if err != nil {
 		return err
+	}
+	dead, err := store.ListDead(ctx, conn, outbox.ListDeadOptions{Source: c.Source, Destination: c.Destination, Limit: c.Limit})
+	if err != nil {
+		return err
+	}
+	rows := make([]deadRow, len(dead))
+	for i, d := range dead {
+		rows[i] = deadRow{OutboxID: d.OutboxID.String(), Seq: d.Seq, Source: d.Source, Destination: d.Destination,
+			MessageID: d.MessageID, Key: d.Key, Status: d.Status, Attempts: d.Attempts, LastError: d.LastError,
+			RejectionCode: d.RejectionCode, UpdatedAt: d.UpdatedAt}
 	}
 	if c.JSON {
 		enc := json.NewEncoder(env.Stdout)
@@ -226,46 +229,27 @@ func (c *deadListCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 				return err
 			}
 		}
-		return nil
-	}
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "OUTBOX ID\tSTATUS\tSOURCE\tDESTINATION\tKEY\tTYPE\tATTEMPTS\tUPDATED\tERROR")
-	for _, r := range rows {
-		key := "-"
-		if r.Key != nil {
-			key = *r.Key
+	} else {
+		tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "OUTBOX ID\tSTATUS\tSOURCE\tDESTINATION\tKEY\tMESSAGE ID\tATTEMPTS\tUPDATED\tERROR")
+		for _, r := range rows {
+			key := "-"
+			if r.Key != nil {
+				key = *r.Key
+			}
+			reason := r.LastError
+			if r.RejectionCode != "" {
+				reason = r.RejectionCode + ": " + reason
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.OutboxID, r.Status, r.Source, r.Destination,
+				key, r.MessageID, r.Attempts, r.UpdatedAt.UTC().Format(time.RFC3339), oneLine(reason, 120))
 		}
-		reason := r.LastError
-		if r.RejectedCode != "" {
-			reason = r.RejectedCode + ": " + reason
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.OutboxID, r.Status, r.Source, r.Destination,
-			key, r.EventType, r.Attempts, r.UpdatedAt.UTC().Format(time.RFC3339), oneLine(reason, 120))
+		_ = tw.Flush()
 	}
-	_ = tw.Flush()
 	if len(rows) == c.Limit {
 		fmt.Fprintf(env.Stderr, "relay: listed the first %d rows; raise --limit to see more\n", c.Limit)
 	}
 	return nil
-}
-
-func listDead(ctx context.Context, conn *pgx.Conn, db *dbFlags, source, destination string, limit int) ([]deadRow, error) {
-	rows, err := conn.Query(ctx, db.sql(sqlDeadList), nullable(source), nullable(destination), limit)
-	if err != nil {
-		return nil, fmt.Errorf("list dead outbox rows: %w", err)
-	}
-	var out []deadRow
-	var r deadRow
-	_, err = pgx.ForEachRow(rows, []any{&r.OutboxID, &r.Seq, &r.Source, &r.Destination, &r.MessageID, &r.Key,
-		&r.EventType, &r.Status, &r.Attempts, &r.LastError, &r.RejectedCode, &r.CreatedAt, &r.UpdatedAt}, func() error {
-		out = append(out, r)
-		r = deadRow{}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list dead outbox rows: %w", err)
-	}
-	return out, nil
 }
 
 // requeueWarning is printed by every requeue: the ordering guarantee does not reach back in
@@ -274,74 +258,63 @@ const requeueWarning = `warning: a requeued row keeps its place (seq) in the out
 after it may already be on Kafka: consumers can receive the requeued event AFTER later events of
 its key. Requeue only events whose consumers tolerate that (idempotent, or ordered by version).`
 
-// Run requeues the selected rows.
+// Run requeues the selected rows in one transaction and wakes listening relays.
 func (c *deadRequeueCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 	conn, err := g.DB.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	fmt.Fprintln(env.Stderr, requeueWarning)
-	var ids []string
-	if len(c.IDs) > 0 {
-		ids = c.IDs
-	}
-	requeued, err := requeue(ctx, conn, &g.DB, ids, c.Source, c.Destination)
+	store, err := outbox.NewStore(g.DB.Schema)
 	if err != nil {
 		return err
 	}
-	for _, id := range requeued {
-		fmt.Fprintln(env.Stdout, id)
-	}
-	fmt.Fprintf(env.Stderr, "relay: requeued %d row(s)\n", len(requeued))
-	if len(ids) > 0 && len(requeued) < len(ids) {
-		done := map[string]bool{}
-		for _, id := range requeued {
-			done[id] = true
+	fmt.Fprintln(env.Stderr, requeueWarning)
+	filter := outbox.RequeueFilter{Source: c.Source, All: c.All}
+	var skipped []string // ids that are not dead or rejected
+	var n int64
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		for _, s := range c.IDs {
+			id, _ := envelope.ParseUUID(s) // validated
+			row, err := store.Lookup(ctx, tx, id)
+			switch {
+			case errors.Is(err, outbox.ErrNotFound):
+				skipped = append(skipped, s+" (no such row)")
+				continue
+			case err != nil:
+				return err
+			case row.Status != "dead" && row.Status != "rejected":
+				skipped = append(skipped, s+" ("+row.Status+")")
+				continue
+			}
+			filter.IDs = append(filter.IDs, id)
 		}
-		var missing []string
-		for _, id := range ids {
-			if !done[strings.ToLower(id)] {
-				missing = append(missing, id)
+		if len(c.IDs) > 0 && len(filter.IDs) == 0 {
+			return nil // nothing to requeue; an empty filter would be refused
+		}
+		var err error
+		if n, err = store.Requeue(ctx, tx, filter); err != nil {
+			return err
+		}
+		if n > 0 {
+			if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", store.NotifyChannel()); err != nil {
+				return fmt.Errorf("notify relays: %w", err)
 			}
 		}
-		return &cli.ExitError{Code: cli.ExitFailure, Err: fmt.Errorf(
-			"not requeued (no such row, or not dead/rejected): %s", strings.Join(missing, ", "))}
-	}
-	return nil
-}
-
-func requeue(ctx context.Context, conn *pgx.Conn, db *dbFlags, ids []string, source, destination string) ([]string, error) {
-	var out []string
-	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		var idArg any
-		if ids != nil {
-			idArg = ids
-		}
-		rows, err := tx.Query(ctx, db.sql(sqlRequeue), idArg, nullable(source), nullable(destination))
-		if err != nil {
-			return err
-		}
-		var id string
-		if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { out = append(out, id); return nil }); err != nil {
-			return err
-		}
-		if len(out) > 0 {
-			_, err = tx.Exec(ctx, sqlNotify, db.Schema+".keiro_outbox")
-		}
-		return err
+		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("requeue dead outbox rows: %w", err)
+		return err
 	}
-	return out, nil
-}
-
-func nullable(s string) *string {
-	if s == "" {
-		return nil
+	for _, id := range filter.IDs {
+		fmt.Fprintln(env.Stdout, id)
 	}
-	return &s
+	fmt.Fprintf(env.Stderr, "relay: requeued %d row(s)\n", n)
+	if len(skipped) > 0 {
+		return &cli.ExitError{Code: cli.ExitFailure, Err: fmt.Errorf(
+			"not requeued (only dead and rejected rows are): %s", strings.Join(skipped, ", "))}
+	}
+	return nil
 }
 
 func oneLine(s string, max int) string {

@@ -55,7 +55,7 @@ line wins. "relay" alone runs the relay.`
 func vars() kong.Vars {
 	d := func(v time.Duration) string { return v.String() }
 	return kong.Vars{
-		"client_id":            DefaultClientID,
+		"kafka_client_id":      DefaultClientID,
 		"policy":               DefaultPolicy,
 		"policies":             strings.Join(policies, ", "),
 		"batch_size":           strconv.Itoa(DefaultBatchSize),
@@ -129,7 +129,7 @@ type runCmd struct {
 	ShutdownTimeout     time.Duration `help:"On SIGTERM, how long in-flight rows may take to finish before they are released." default:"${shutdown_timeout}"`
 	Retention           time.Duration `help:"How long sent rows are kept before deletion; 0 keeps them forever." default:"${retention}"`
 	MaintenanceInterval time.Duration `help:"Period of lease reclaim, retention and gauges (one relay at a time)." default:"${maintenance_interval}"`
-	Destinations        []string      `help:"Only publish rows for these destinations (topics), comma separated (default: all)." placeholder:"TOPIC,..."`
+	Destinations        []string      `help:"Only publish rows for these destinations (topics), comma separated (default: all)." placeholder:"TOPIC"`
 	Migrate             bool          `help:"Apply database migrations before starting."`
 	MaxRecordBytes      int           `help:"Largest record produced; larger rows are rejected (message_too_large). Set to the topic's max.message.bytes if lower; 0 uses the producer's batch limit."`
 	HTTPAddr            string        `name:"http-addr" help:"Address of /healthz, /readyz and /metrics; empty disables." default:"${http_addr}" placeholder:"HOST:PORT"`
@@ -220,30 +220,28 @@ func (c *deadListCmd) ValidateFlags() error {
 	return p.Err()
 }
 
-// deadRequeueCmd requeues dead rows by id, by source/destination, or all of them.
+// deadRequeueCmd requeues dead rows by id, by source, or all of them.
 type deadRequeueCmd struct {
-	IDs         []string `arg:"" optional:"" name:"id" help:"Outbox ids (UUIDs) of the rows to requeue."`
-	Source      string   `help:"Requeue every dead/rejected row of this source." placeholder:"SOURCE"`
-	Destination string   `help:"Requeue every dead/rejected row for this destination (topic)." placeholder:"TOPIC"`
-	All         bool     `help:"Requeue every dead and rejected row (needs --yes)."`
-	Yes         bool     `help:"Confirm --all."`
+	IDs    []string `arg:"" optional:"" name:"id" help:"Outbox ids (UUIDs) of the rows to requeue."`
+	Source string   `help:"Requeue every dead/rejected row of this source." placeholder:"SOURCE"`
+	All    bool     `help:"Requeue every dead and rejected row (needs --yes)."`
+	Yes    bool     `help:"Confirm --all."`
 }
 
 // ValidateFlags requires exactly one way of selecting rows and well-formed ids.
 func (c *deadRequeueCmd) ValidateFlags() error {
 	var p cli.Problems
-	byFilter := c.Source != "" || c.Destination != ""
 	modes := 0
-	for _, on := range []bool{len(c.IDs) > 0, byFilter, c.All} {
+	for _, on := range []bool{len(c.IDs) > 0, c.Source != "", c.All} {
 		if on {
 			modes++
 		}
 	}
 	switch {
 	case modes == 0:
-		p.Add("all", "say which rows: give outbox ids, --source/--destination, or --all --yes")
+		p.Add("all", "say which rows: give outbox ids, --source, or --all --yes")
 	case modes > 1:
-		p.Add("all", "choose one of: outbox ids, --source/--destination, --all")
+		p.Add("all", "choose one of: outbox ids, --source, --all")
 	}
 	if c.All && !c.Yes {
 		p.Add("yes", "--all requeues every dead row; add --yes to confirm")

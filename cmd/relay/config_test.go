@@ -34,6 +34,9 @@ func TestDefaults(t *testing.T) {
 		Lease:             DefaultLease, PollInterval: DefaultPollInterval, ShutdownTimeout: DefaultShutdownTimeout,
 		Retention: DefaultRetention, MaintenanceInterval: DefaultMaintenanceInterval, HTTPAddr: DefaultHTTPAddr,
 	}
+	if r.Kafka.ClientID != DefaultClientID {
+		t.Fatalf("client id %q", r.Kafka.ClientID)
+	}
 	r.Kafka = want.Kafka
 	if !reflect.DeepEqual(r, want) {
 		t.Fatalf("defaults:\n got %+v\nwant %+v", r, want)
@@ -159,7 +162,7 @@ func TestHelp(t *testing.T) {
 	r := invoke(t, "run", "--help")
 	h := strings.Join(strings.Fields(r.stdout), " ")
 	flags := []struct{ flag, def string }{
-		{"brokers", ""}, {"client-id", ""}, {"kafka-tls-enabled", ""}, {"kafka-tls-ca-file", ""},
+		{"brokers", ""}, {"client-id", "keiro-relay"}, {"kafka-tls-enabled", ""}, {"kafka-tls-ca-file", ""},
 		{"kafka-tls-cert-file", ""}, {"kafka-tls-key-file", ""}, {"kafka-tls-insecure-skip-verify", ""},
 		{"kafka-tls-server-name", ""}, {"kafka-sasl-mechanism", ""}, {"kafka-sasl-username", ""},
 		{"kafka-sasl-password", ""}, {"policy", "per-key"}, {"batch-size", "512"}, {"max-in-flight", "4"},

@@ -1,0 +1,292 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/outbox"
+)
+
+var build struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// relayBinary builds cmd/relay once per test run.
+func relayBinary(t *testing.T) string {
+	t.Helper()
+	build.once.Do(func() {
+		dir, err := os.MkdirTemp("", "keiro-relay-e2e")
+		if err != nil {
+			build.err = err
+			return
+		}
+		build.path = filepath.Join(dir, "relay")
+		out, err := exec.Command("go", "build", "-o", build.path, ".").CombinedOutput()
+		if err != nil {
+			build.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if build.err != nil {
+		t.Fatal(build.err)
+	}
+	return build.path
+}
+
+// process is a running relay binary whose stderr lines are collected.
+type process struct {
+	cmd   *exec.Cmd
+	mu    sync.Mutex
+	lines []string
+	added chan struct{} // signalled on each new line
+	done  chan struct{} // closed when the process exited
+	err   error
+}
+
+func start(t *testing.T, env []string, args ...string) *process {
+	t.Helper()
+	cmd := exec.Command(relayBinary(t), args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = io.Discard
+	p := &process{cmd: cmd, added: make(chan struct{}, 1), done: make(chan struct{})}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.lines = append(p.lines, sc.Text())
+			p.mu.Unlock()
+			select {
+			case p.added <- struct{}{}:
+			default:
+			}
+		}
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("relay stderr:\n%s", p.output())
+		}
+	})
+	return p
+}
+
+func (p *process) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.lines, "\n")
+}
+
+// waitLine waits for a stderr line matching re and returns its submatches.
+func (p *process) waitLine(t *testing.T, re *regexp.Regexp, timeout time.Duration) []string {
+	t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		p.mu.Lock()
+		for _, l := range p.lines {
+			if m := re.FindStringSubmatch(l); m != nil {
+				p.mu.Unlock()
+				return m
+			}
+		}
+		p.mu.Unlock()
+		select {
+		case <-p.added:
+		case <-p.done:
+			t.Fatalf("relay exited (%v) before logging %s", p.err, re)
+		case <-deadline.C:
+			t.Fatalf("no log line matching %s within %s", re, timeout)
+		}
+	}
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// listening matches the address log line in text (addr=…) and JSON ("addr":"…") format.
+var listening = regexp.MustCompile(`http server listening.*addr"?[=:]"?([0-9.]+:[0-9]+)`)
+
+// TestEndToEnd builds the binary, runs it against a fresh schema (migrated by --migrate) and a
+// kfake cluster, sees enqueued rows on Kafka, checks the HTTP endpoints, and stops it with
+// SIGTERM: exit 0 within --shutdown-timeout.
+func TestEndToEnd(t *testing.T) {
+	schema := testdb.NewSchema(t)
+	kc := testkafka.New(t)
+	kc.CreateTopic(t, "orders", 3)
+	const shutdownTimeout = 5 * time.Second
+	p := start(t, []string{
+		"KEIRO_RELAY_DATABASE_URL=" + testdb.URL(),
+		"KEIRO_RELAY_SCHEMA=" + schema,
+		"KEIRO_RELAY_BROKERS=" + strings.Join(kc.Brokers, ","),
+		"KEIRO_RELAY_HTTP_ADDR=127.0.0.1:0",
+		"KEIRO_RELAY_MIGRATE=true",
+		"OTEL_SERVICE_NAME=relay-e2e",
+	}, "--log-format=json", "--poll-interval=200ms", "--shutdown-timeout="+shutdownTimeout.String())
+	addr := p.waitLine(t, listening, 30*time.Second)[1]
+	if !strings.HasPrefix(addr, "127.0.0.1:") {
+		t.Fatalf("http addr %q", addr)
+	}
+	base := "http://" + addr
+
+	if code, body := httpGet(t, base+"/healthz"); code != 200 || body != "ok\n" {
+		t.Fatalf("healthz: %d %q", code, body)
+	}
+	code, body := httpGet(t, base+"/readyz")
+	if code != 200 || !strings.Contains(body, `"database":"ok"`) || !strings.Contains(body, `"kafka":"ok"`) {
+		t.Fatalf("readyz: %d %s", code, body)
+	}
+
+	// Enqueue in a business transaction; the relay publishes.
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, testdb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	st, err := outbox.NewStore(schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 50
+	events := make([]envelope.Event, n)
+	for i := range events {
+		key := fmt.Sprintf("order-%d", i%5)
+		events[i] = testEvent(fmt.Sprintf("m-%03d", i), "ordering", "orders", &key)
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := st.EnqueueTx(ctx, tx, events...)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	recs := kc.ConsumeAll(t, n, 30*time.Second, "orders")
+	if len(recs) != n {
+		t.Fatalf("consumed %d of %d records", len(recs), n)
+	}
+	// Per-key order: message ids of one key arrive in enqueue order.
+	last := map[string]string{}
+	for _, r := range recs {
+		ev, err := envelope.Decode(envelope.Record{Key: r.Key, Value: r.Value, Headers: headersOf(r.Headers)})
+		if err != nil {
+			t.Fatalf("decode record: %v", err)
+		}
+		k := string(r.Key)
+		if ev.MessageID <= last[k] {
+			t.Fatalf("key %s: %s after %s", k, ev.MessageID, last[k])
+		}
+		last[k] = ev.MessageID
+	}
+
+	code, body = httpGet(t, base+"/metrics")
+	// The batch-size histogram is recorded at claim, before the records were produced, so it is
+	// there by now (the published counter is recorded after the mark, which may still be running).
+	if code != 200 || !strings.Contains(body, "keiro_outbox_batch_size") || !strings.Contains(body, "go_goroutines") {
+		t.Fatalf("metrics: %d\n%s", code, body)
+	}
+
+	// SIGTERM: exit 0 within the shutdown timeout.
+	began := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(shutdownTimeout + 5*time.Second):
+		t.Fatalf("relay still running %s after SIGTERM", time.Since(began))
+	}
+	if p.err != nil {
+		t.Fatalf("relay exit: %v", p.err)
+	}
+	if took := time.Since(began); took > shutdownTimeout {
+		t.Fatalf("shutdown took %s, over --shutdown-timeout=%s", took, shutdownTimeout)
+	}
+	out := p.output()
+	if !strings.Contains(out, "relay stopped") || !strings.Contains(out, `"published":50`) {
+		t.Fatalf("no orderly stop logged:\n%s", out)
+	}
+	// Every acknowledged row was marked sent before the process exited.
+	r := invoke(t, "--database-url="+testdb.URL(), "--schema="+schema, "status", "--json")
+	var status outboxStatus
+	if err := json.Unmarshal([]byte(r.stdout), &status); err != nil || status.Totals["sent"] != n || status.Backlog != 0 {
+		t.Fatalf("after shutdown: %+v %v %s", status, err, r.stderr)
+	}
+}
+
+func headersOf(hs []kgo.RecordHeader) []envelope.Header {
+	out := make([]envelope.Header, len(hs))
+	for i, h := range hs {
+		out[i] = envelope.Header{Key: h.Key, Value: h.Value}
+	}
+	return out
+}
+
+// The relay refuses to start on an unmigrated schema without --migrate, and says what to do.
+func TestRunRefusesUnmigratedSchema(t *testing.T) {
+	schema := testdb.NewSchema(t)
+	kc := testkafka.New(t)
+	p := start(t, nil, "--database-url="+testdb.URL(), "--schema="+schema, "--brokers="+kc.Brokers[0], "--http-addr=")
+	<-p.done
+	if ee, ok := p.err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("want exit 1, got %v", p.err)
+	}
+	if !strings.Contains(p.output(), "run `relay migrate` or start with --migrate") {
+		t.Fatalf("stderr:\n%s", p.output())
+	}
+}
+
+// A configuration error exits 2 and reports every problem, from the real binary.
+func TestBinaryConfigErrors(t *testing.T) {
+	p := start(t, []string{"KEIRO_RELAY_BATCH_SIZE=0"}, "--policy=nope")
+	<-p.done
+	if ee, ok := p.err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+		t.Fatalf("want exit 2, got %v", p.err)
+	}
+	for _, want := range []string{"--database-url: is required", "--brokers: is required", "--batch-size: must be at least 1", `--policy: unknown policy "nope"`} {
+		if !strings.Contains(p.output(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, p.output())
+		}
+	}
+}

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keiro-go/keiro/internal/cli"
+	"github.com/keiro-go/keiro/internal/httpserver"
+	"github.com/keiro-go/keiro/migrations"
+	"github.com/keiro-go/keiro/outbox"
+	"github.com/keiro-go/keiro/tracing"
+)
+
+// serviceName is the OpenTelemetry service.name of the relay (OTEL_SERVICE_NAME overrides it).
+const serviceName = "keiro-relay"
+
+// shutdownReserve is the part of --shutdown-timeout kept for releasing rows, stopping the HTTP
+// server and flushing telemetry after the relay stops waiting for in-flight produces.
+const shutdownReserve = 2 * time.Second
+
+// relayConfig maps the flags onto the outbox library's configuration.
+func (c *runCmd) relayConfig(schema string, log *slog.Logger) outbox.RelayConfig {
+	policy, _ := outbox.ParsePolicy(c.Policy) // validated
+	retention := c.Retention
+	if retention == 0 {
+		retention = -1 // the flag's 0 means forever; the library's is negative
+	}
+	return outbox.RelayConfig{
+		Schema:              schema,
+		Policy:              policy,
+		BatchSize:           c.BatchSize,
+		MaxInFlightBatches:  c.MaxInFlight,
+		MaxAttempts:         c.MaxAttempts,
+		Backoff:             outbox.Backoff{Initial: c.BackoffInitial, Max: c.BackoffMax, Multiplier: c.BackoffMultiplier},
+		Lease:               c.Lease,
+		PollInterval:        c.PollInterval,
+		PollOnly:            c.PollOnly,
+		ShutdownTimeout:     relayShutdownTimeout(c.ShutdownTimeout),
+		Retention:           retention,
+		MaintenanceInterval: c.MaintenanceInterval,
+		MaxRecordBytes:      c.MaxRecordBytes,
+		Destinations:        c.Destinations,
+		Logger:              log,
+	}
+}
+
+// relayShutdownTimeout is how long the relay waits for in-flight produces: the whole
+// --shutdown-timeout less a reserve for what follows (at least half of it is left to produces).
+func relayShutdownTimeout(total time.Duration) time.Duration {
+	return max(total-shutdownReserve, total/2)
+}
+
+// kafkaOpts are the relay client's options: the outbox's producer options (acks=all,
+// idempotent, manual flushing), then brokers, TLS and SASL.
+func (c *runCmd) kafkaOpts() ([]kgo.Opt, error) {
+	kc := c.Kafka
+	if kc.ClientID == "" {
+		kc.ClientID = DefaultClientID
+	}
+	conn, err := kc.Opts()
+	if err != nil {
+		return nil, err
+	}
+	return append(outbox.ProducerOpts(), conn...), nil
+}
+
+// Run publishes outbox rows until ctx ends (SIGINT or SIGTERM), then stops claiming, lets
+// in-flight rows finish or releases them, and returns nil within --shutdown-timeout.
+func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
+	log, err := g.Logger(env.Stderr)
+	if err != nil {
+		return err
+	}
+	log.Info("relay starting", "database", g.DB.DatabaseURL, "schema", g.DB.Schema, "brokers", c.Kafka.Brokers,
+		"policy", c.Policy, "batch_size", c.BatchSize, "max_in_flight", c.MaxInFlight, "poll_only", c.PollOnly,
+		"destinations", c.Destinations)
+	for _, w := range c.Kafka.Warnings() {
+		log.Warn(w)
+	}
+
+	tel, err := tracing.Setup(ctx, tracing.Options{ServiceName: serviceName})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownReserve)
+		defer cancel()
+		if err := tel.Shutdown(sctx); err != nil {
+			log.Warn("telemetry shutdown", "err", err)
+		}
+	}()
+
+	if err := prepareSchema(ctx, g, c.Migrate, log); err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, g.DB.DatabaseURL.Reveal())
+	if err != nil {
+		return fmt.Errorf("open database pool for %s: %w", g.DB.DatabaseURL, redactErr(err, g.DB.DatabaseURL))
+	}
+	defer pool.Close()
+
+	kopts, err := c.kafkaOpts()
+	if err != nil {
+		return err
+	}
+	client, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return fmt.Errorf("create kafka client: %w", err)
+	}
+	defer client.Close()
+
+	cfg := c.relayConfig(g.DB.Schema, log)
+	cfg.MeterProvider, cfg.TracerProvider = tel.MeterProvider(), tel.TracerProvider()
+	relay, err := outbox.NewRelay(pool, client, cfg)
+	if err != nil {
+		return err
+	}
+
+	// The HTTP server outlives ctx: /readyz turns 503 when shutdown starts, /metrics stays up
+	// until the relay has stopped.
+	httpCtx, stopHTTP := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHTTP()
+	httpDone := make(chan error, 1)
+	if c.HTTPAddr != "" {
+		srv, err := httpserver.Listen(httpserver.Config{
+			Addr:            c.HTTPAddr,
+			Metrics:         tel.MetricsHandler(),
+			ShutdownTimeout: shutdownReserve,
+			Checks: []httpserver.Check{
+				{Name: "database", Run: pool.Ping},
+				{Name: "kafka", Run: client.Ping},
+			},
+		})
+		if err != nil {
+			return err
+		}
+		log.Info("http server listening", "addr", srv.Addr())
+		go func() { httpDone <- srv.Serve(httpCtx) }()
+		go func() {
+			select {
+			case <-ctx.Done():
+				srv.SetDraining()
+			case <-httpCtx.Done():
+			}
+		}()
+	} else {
+		httpDone <- nil
+	}
+
+	relayDone := make(chan error, 1)
+	go func() { relayDone <- relay.Run(ctx) }()
+	log.Info("relay running")
+
+	var runErr error
+	select {
+	case runErr = <-relayDone:
+	case <-ctx.Done():
+		log.Info("shutting down: no new claims; finishing in-flight rows", "timeout", c.ShutdownTimeout)
+		deadline := time.NewTimer(c.ShutdownTimeout)
+		defer deadline.Stop()
+		select {
+		case runErr = <-relayDone:
+		case <-deadline.C:
+			// The process exits now; rows still claimed are reclaimed when their lease ends.
+			return &cli.ExitError{Code: cli.ExitFailure, Err: fmt.Errorf(
+				"shutdown did not finish within --shutdown-timeout=%s; claimed rows will be retried after --lease=%s",
+				c.ShutdownTimeout, c.Lease)}
+		}
+	}
+	stopHTTP()
+	httpErr := <-httpDone
+	st := relay.Stats()
+	log.Info("relay stopped", "published", st.Published, "retried", st.Retried, "dead", st.Dead,
+		"rejected", st.Rejected, "released", st.Released, "batches", st.Batches)
+	if runErr != nil {
+		return fmt.Errorf("relay: %w", runErr)
+	}
+	if httpErr != nil {
+		log.Warn("http server", "err", httpErr)
+	}
+	return nil
+}
+
+// prepareSchema applies the migrations when asked, and otherwise refuses to start on a schema
+// that is behind the binary (the claim SQL needs the current tables).
+func prepareSchema(ctx context.Context, g *grammar, migrate bool, log *slog.Logger) error {
+	conn, err := g.DB.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if migrate {
+		if err := migrations.Migrate(ctx, conn, g.DB.Schema); err != nil {
+			return err
+		}
+	}
+	st, err := migrations.GetStatus(ctx, conn, g.DB.Schema)
+	if err != nil {
+		return err
+	}
+	switch {
+	case st.Current < st.Latest:
+		return fmt.Errorf("schema %s is at migration %d of %d: run `relay migrate` or start with --migrate",
+			g.DB.Schema, st.Current, st.Latest)
+	case st.Current > st.Latest:
+		log.Warn("schema is newer than this binary; an older relay may not understand it",
+			"schema", g.DB.Schema, "version", st.Current, "binary_version", st.Latest)
+	}
+	if migrate {
+		log.Info("schema migrated", "schema", g.DB.Schema, "version", st.Current)
+	}
+	return nil
+}
