@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/linkedin/goavro/v2"
@@ -98,8 +99,8 @@ type Serializer struct {
 	recordName string
 	fp         string
 
-	mu       sync.RWMutex
-	subjects map[string]*registered // subject → registry identity
+	mu       sync.Mutex                             // serialises writers of subjects
+	subjects atomic.Pointer[map[string]*registered] // topic → registry identity; copy on write
 }
 
 type registered struct {
@@ -114,11 +115,17 @@ type refValues struct {
 	version, id                    int64
 }
 
+// refBox is a SchemaRef and the values it points at, in one allocation.
+type refBox struct {
+	ref  envelope.SchemaRef
+	vals refValues
+}
+
 func (r *registered) newRef() *envelope.SchemaRef {
-	v := new(refValues)
-	*v = r.vals
-	return &envelope.SchemaRef{Registry: &v.registry, Subject: &v.subject, Version: &v.version,
-		SchemaID: &v.id, Fingerprint: &v.fingerprint}
+	b := &refBox{vals: r.vals}
+	b.ref = envelope.SchemaRef{Registry: &b.vals.registry, Subject: &b.vals.subject, Version: &b.vals.version,
+		SchemaID: &b.vals.id, Fingerprint: &b.vals.fingerprint}
+	return &b.ref
 }
 
 // NewSerializer returns a Serializer writing values of the Avro schema text. The schema is
@@ -139,7 +146,8 @@ func NewSerializer(reg *Registry, text string, cfg SerializerConfig) (*Serialize
 		return nil, fmt.Errorf("new Avro serializer: %w", err)
 	}
 	s := &Serializer{reg: reg, cfg: cfg, text: text, codec: codec, recordName: fullName(codec),
-		fp: Fingerprint(codec), subjects: make(map[string]*registered)}
+		fp: Fingerprint(codec)}
+	s.subjects.Store(&map[string]*registered{})
 	if cfg.JSON == PlainJSON {
 		if s.plain, err = goavro.NewCodecForStandardJSONFull(text); err != nil {
 			return nil, fmt.Errorf("new Avro serializer: schema: %w: %v", ErrInvalidSchema, err)
@@ -228,10 +236,7 @@ func (s *Serializer) AppendEncode(ctx context.Context, dst []byte, topic string,
 // registered resolves the registry identity of the writer schema for topic, from the cache
 // when possible.
 func (s *Serializer) registered(ctx context.Context, topic string) (*registered, error) {
-	s.mu.RLock()
-	r := s.subjects[topic]
-	s.mu.RUnlock()
-	if r != nil {
+	if r := (*s.subjects.Load())[topic]; r != nil {
 		return r, nil
 	}
 	subject, err := s.Subject(topic)
@@ -259,11 +264,17 @@ func (s *Serializer) registered(ctx context.Context, topic string) (*registered,
 	if sch.ID < 0 || int64(sch.ID) > int64(^uint32(0)) {
 		return nil, fmt.Errorf("encode Avro payload: registry returned schema id %d, outside the 4-byte frame", sch.ID)
 	}
-	r = &registered{subject: subject, vals: refValues{registry: s.reg.Name(), subject: subject,
+	r := &registered{subject: subject, vals: refValues{registry: s.reg.Name(), subject: subject,
 		fingerprint: s.fp, version: int64(sch.Version), id: int64(sch.ID)}}
 	copy(r.header[:], AppendFrameHeader(nil, uint32(sch.ID)))
 	s.mu.Lock()
-	s.subjects[topic] = r
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	old := *s.subjects.Load()
+	next := make(map[string]*registered, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[topic] = r
+	s.subjects.Store(&next)
 	return r, nil
 }
