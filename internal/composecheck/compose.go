@@ -15,14 +15,15 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 )
 
-// LoadProject loads the compose file at path with compose-go, interpolating variables from env
-// only (nil: none, so every ${VAR:-default} takes its default) and resolving relative paths
-// against the file's directory.
+// LoadProject loads the compose file at path with compose-go, with every profile enabled,
+// interpolating variables from env only (nil: none, so every ${VAR:-default} takes its
+// default) and resolving relative paths against the file's directory.
 func LoadProject(ctx context.Context, path string, env []string) (*types.Project, error) {
 	opts, err := cli.NewProjectOptions([]string{path},
 		cli.WithWorkingDirectory(filepath.Dir(path)),
 		cli.WithEnv(env),
 		cli.WithResolvedPaths(true),
+		cli.WithProfiles([]string{"*"}), // check services behind profiles too
 	)
 	if err != nil {
 		return nil, fmt.Errorf("compose options for %s: %w", path, err)

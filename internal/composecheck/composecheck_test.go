@@ -28,7 +28,7 @@ func TestComposeFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"postgres", "kafka", "schema-registry", "jaeger", "prometheus", "grafana", "relay", "consumer"} {
+	for _, want := range []string{"postgres", "kafka", "schema-registry", "jaeger", "prometheus", "grafana", "relay", "consumer", "kafka-init", "demo-orders"} {
 		if _, ok := p.Services[want]; !ok {
 			t.Errorf("service %q missing", want)
 		}

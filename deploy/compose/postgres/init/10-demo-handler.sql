@@ -20,7 +20,7 @@ CREATE TABLE IF NOT EXISTS billing.orders_received (
 CREATE OR REPLACE FUNCTION billing.apply_order_event(doc jsonb) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF doc->>'event_type' IS NULL THEN
+    IF coalesce(doc->>'event_type', '') = '' THEN
         -- Poison: the same input always fails, so the consumer dead-letters it at once.
         RAISE EXCEPTION 'event without event_type: %', doc->>'message_id' USING ERRCODE = 'KP001';
     END IF;
