@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/outbox"
@@ -52,4 +53,9 @@ func keyedEvents(topic string, n, keys int) []envelope.Event {
 		evs[i] = event(fmt.Sprintf("m-%06d", i), topic, &k, fmt.Sprintf(`{"i":%d}`, i))
 	}
 	return evs
+}
+
+// outboxOpts are the relay client's options in tests: ProducerOpts with fast franz-go retries.
+func outboxOpts() []kgo.Opt {
+	return append(outbox.ProducerOpts(), kgo.RetryBackoffFn(func(int) time.Duration { return 5 * time.Millisecond }))
 }

@@ -159,12 +159,14 @@ SELECT u.old_status, u.status, u.seq, u.attempt_count, u.created_at,
 FROM updated u ORDER BY u.seq`
 
 // Claim filters per ordering policy. "non-terminal" rows are pending, failed or publishing.
+// Each lookup orders by the full key of the index meant to serve it (head-of-line or
+// source-order), so the planner picks that index even before the table has statistics.
 const (
 	preKey = `(r.message_key IS NULL OR (
         SELECT {{claimable_h}} FROM {{schema}}.keiro_outbox h
         WHERE h.source = r.source AND h.message_key = r.message_key
           AND h.status IN ('pending', 'failed', 'publishing')
-        ORDER BY h.seq LIMIT 1))`
+        ORDER BY h.source, h.message_key, h.seq LIMIT 1))`
 	postKey = `gaps AS MATERIALIZED (
     SELECT k.source, k.message_key, g.seq
     FROM (SELECT DISTINCT source, message_key FROM candidate WHERE message_key IS NOT NULL) k
@@ -173,7 +175,7 @@ const (
         WHERE e.source = k.source AND e.message_key = k.message_key
           AND e.status IN ('pending', 'failed', 'publishing')
           AND e.outbox_id NOT IN (SELECT outbox_id FROM candidate)
-        ORDER BY e.seq LIMIT 1) g
+        ORDER BY e.source, e.message_key, e.seq LIMIT 1) g
 ), ready AS (
     SELECT c.outbox_id, c.status FROM candidate c
     LEFT JOIN gaps g ON g.source = c.source AND g.message_key = c.message_key
@@ -182,7 +184,7 @@ const (
 	preSource = `(
         SELECT {{claimable_h}} FROM {{schema}}.keiro_outbox h
         WHERE h.source = r.source AND h.status IN ('pending', 'failed', 'publishing')
-        ORDER BY h.seq LIMIT 1)` // through the claim index: per-source is rare, keep writes cheap
+        ORDER BY h.source, h.seq LIMIT 1)`
 	postSource = `gaps AS MATERIALIZED (
     SELECT k.source, g.seq
     FROM (SELECT DISTINCT source FROM candidate) k
@@ -190,7 +192,7 @@ const (
         SELECT e.seq FROM {{schema}}.keiro_outbox e
         WHERE e.source = k.source AND e.status IN ('pending', 'failed', 'publishing')
           AND e.outbox_id NOT IN (SELECT outbox_id FROM candidate)
-        ORDER BY e.seq LIMIT 1) g
+        ORDER BY e.source, e.seq LIMIT 1) g
 ), ready AS (
     SELECT c.outbox_id, c.status FROM candidate c
     LEFT JOIN gaps g ON g.source = c.source

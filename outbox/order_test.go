@@ -1,0 +1,79 @@
+package outbox_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/outbox"
+)
+
+// TestOrderUnderProduceFailuresAllPolicies: three relays drain one table while one produce
+// request in three fails (UNKNOWN_SERVER_ERROR, which franz-go does not retry, so the relay
+// sees the failures). Every key's sequence must be strictly increasing, and with no crash no
+// message may appear twice.
+func TestOrderUnderProduceFailuresAllPolicies(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []outbox.Policy{outbox.PerKeyHeadOfLine, outbox.PerSourceStream, outbox.StopTheLine, outbox.BestEffort} {
+		t.Run(policy.String(), func(t *testing.T) {
+			t.Parallel()
+			db := testdb.New(t)
+			kc := testkafka.New(t)
+			kc.CreateTopic(t, "orders", 3)
+			st, err := outbox.NewStore(db.Schema)
+			require.NoError(t, err)
+			n := 1200
+			if testing.Short() {
+				n = 300
+			}
+			evs := keyedEvents("orders", n, 25)
+			for i := 0; i < n; i += 300 {
+				enqueue(t, db.Pool, st, evs[i:i+300]...)
+			}
+			f := injectFaults(kc)
+			f.set(func(f *faults) { f.every, f.code = 3, kerr.UnknownServerError.Code })
+
+			p := newProgress()
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			var halts atomic.Int64
+			errs := make(chan error, 3)
+			for range 3 {
+				client := kc.Client(t, outboxOpts()...)
+				r, err := outbox.NewRelay(db.Pool, client, outbox.RelayConfig{
+					Schema: db.Schema, Policy: policy, BatchSize: 64, MaxAttempts: 1000,
+					Backoff:      outbox.Backoff{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond},
+					PollInterval: 20 * time.Millisecond, OnBatch: p.onBatch, Logger: testLogger(t),
+				})
+				require.NoError(t, err)
+				wg.Add(1)
+				go func() { defer wg.Done(); errs <- runRestarting(ctx, r, &halts) }()
+			}
+			p.wait(t, n, 90*time.Second)
+			cancel()
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				require.NoError(t, err)
+			}
+			require.Positive(t, f.failed.Load(), "no failure was injected")
+			if policy == outbox.StopTheLine {
+				require.Positive(t, halts.Load(), "stop-the-line never halted")
+			}
+			recs := kc.ConsumeAll(t, n, 30*time.Second, "orders")
+			distinct, dups := checkRecords(t, recs, policy != outbox.BestEffort)
+			require.Equal(t, n, distinct)
+			require.Zero(t, dups, "duplicates without a crash")
+			var sent int
+			require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM keiro_outbox WHERE status = 'sent'").Scan(&sent))
+			require.Equal(t, n, sent)
+		})
+	}
+}
