@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 )
 
 // EncodeOptions tunes [Event.AppendHeaders] and [Event.Record].
@@ -223,10 +225,10 @@ func FormatTime(t time.Time) string { return string(appendTime(nil, t)) }
 // the record value. Header values are kept byte for byte (no UTF-8 check), except
 // keiro-attributes, which is stored compacted.
 func Decode(r Record) (Event, error) {
-	var h headerIndex
-	h.index(r.Headers)
+	h := new(headerIndex)
+	h.index(r.Headers, r.Key)
 	if !h.has(idxSource) && !h.has(idxMessageID) && h.hasCE {
-		return decodeCloudEvents(r, &h)
+		return decodeCloudEvents(r, h)
 	}
 	var e Event
 	var err error
@@ -257,7 +259,7 @@ func Decode(r Record) (Event, error) {
 	if e.Attributes, err = h.attributes(); err != nil {
 		return Event{}, err
 	}
-	setKeyPayload(&e, r)
+	setKeyPayload(&e, r, h)
 	return e, nil
 }
 
@@ -309,14 +311,17 @@ func decodeCloudEvents(r Record, h *headerIndex) (Event, error) {
 	if e.Attributes, err = h.attributes(); err != nil {
 		return Event{}, err
 	}
-	setKeyPayload(&e, r)
+	setKeyPayload(&e, r, h)
 	return e, nil
 }
 
-func setKeyPayload(e *Event, r Record) {
+// setKeyPayload sets the key (a copy, from the start of h.text) and the payload (aliased).
+// It runs last, so the block decodeOptional may have allocated is reused.
+func setKeyPayload(e *Event, r Record, h *headerIndex) {
 	if r.Key != nil {
-		k := string(r.Key)
-		e.Key = &k
+		blk := h.block()
+		blk.key = h.text[:len(r.Key)]
+		e.Key = &blk.key
 	}
 	e.Payload = r.Value
 }
@@ -359,15 +364,31 @@ var indexNames = [idxCount]string{
 	HeaderCEID, HeaderCESource, HeaderCEType, HeaderCESpecVersion, HeaderCETime,
 }
 
-// headerIndex records the first header of each known name, found in one pass.
+// headerIndex records the first header of each known name, found in one pass. The values of
+// those headers are copied into one string (text) that the event's string fields slice, and
+// the event's pointer fields point into one lazily allocated block, so that decoding costs a
+// handful of allocations rather than one per field.
 type headerIndex struct {
 	hdrs  []Header
 	pos   [idxCount]int32 // 1 + index into hdrs; 0 means absent
+	off   [idxCount]int32 // start of the value in text
+	text  string
 	hasCE bool
+	blk   *decodeBlock
 }
 
-func (h *headerIndex) index(hdrs []Header) {
+// decodeBlock holds the values an Event points to.
+type decodeBlock struct {
+	ref                                 SchemaRef
+	registry, subject, fingerprint, key string
+	version, schemaID, position         int64
+	sourceEventID, causation, corr      UUID
+	trace                               TraceContext
+}
+
+func (h *headerIndex) index(hdrs []Header, key []byte) {
 	h.hdrs = hdrs
+	n := len(key)
 	for i := range hdrs {
 		k := hdrs[i].Key
 		if len(k) > 3 && k[:3] == "ce_" {
@@ -376,8 +397,26 @@ func (h *headerIndex) index(hdrs []Header) {
 		j := headerSlot(k)
 		if j >= 0 && h.pos[j] == 0 {
 			h.pos[j] = int32(i + 1)
+			n += len(hdrs[i].Value)
 		}
 	}
+	var b strings.Builder
+	b.Grow(n)
+	b.Write(key)
+	for j, p := range h.pos {
+		if p != 0 {
+			h.off[j] = int32(b.Len())
+			b.Write(hdrs[p-1].Value)
+		}
+	}
+	h.text = b.String()
+}
+
+func (h *headerIndex) block() *decodeBlock {
+	if h.blk == nil {
+		h.blk = new(decodeBlock)
+	}
+	return h.blk
 }
 
 func headerSlot(k string) int {
@@ -438,7 +477,10 @@ func (h *headerIndex) has(i int) bool { return h.pos[i] != 0 }
 
 func (h *headerIndex) raw(i int) []byte { return h.hdrs[h.pos[i]-1].Value }
 
-func (h *headerIndex) value(i int) string { return string(h.raw(i)) }
+func (h *headerIndex) value(i int) string {
+	start := int(h.off[i])
+	return h.text[start : start+len(h.raw(i))]
+}
 
 func (h *headerIndex) required(i int) (string, error) {
 	if !h.has(i) {
@@ -462,15 +504,15 @@ func (h *headerIndex) int(i int) (int64, error) {
 	return v, nil
 }
 
-func (h *headerIndex) optionalString(i int) *string {
+func (h *headerIndex) optionalString(i int, dst *string) *string {
 	if !h.has(i) {
 		return nil
 	}
-	s := h.value(i)
-	return &s
+	*dst = h.value(i)
+	return dst
 }
 
-func (h *headerIndex) optionalInt(i int) (*int64, error) {
+func (h *headerIndex) optionalInt(i int, dst *int64) (*int64, error) {
 	if !h.has(i) {
 		return nil, nil
 	}
@@ -478,54 +520,97 @@ func (h *headerIndex) optionalInt(i int) (*int64, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &v, nil
+	*dst = v
+	return dst, nil
 }
 
-func (h *headerIndex) optionalUUID(i int) (*UUID, error) {
+func (h *headerIndex) optionalUUID(i int, dst *UUID) (*UUID, error) {
 	if !h.has(i) {
 		return nil, nil
 	}
-	u, err := ParseUUID(string(h.raw(i)))
+	u, err := ParseUUID(h.value(i))
 	if err != nil {
 		return nil, newHeaderError(InvalidUUIDHeader, indexNames[i], h.raw(i))
 	}
-	return &u, nil
+	*dst = u
+	return dst, nil
 }
 
 // decodeOptional reads the schema reference, the source event, causation, correlation and
 // trace headers, in keiro's order.
 func (h *headerIndex) decodeOptional(e *Event) error {
+	var b decodeBlock // filled here, moved to the heap only when something is set
 	var ref SchemaRef
 	var err error
-	ref.Registry = h.optionalString(idxSchemaRegistry)
-	ref.Subject = h.optionalString(idxSchemaSubject)
-	if ref.Version, err = h.optionalInt(idxSchemaVersionRef); err != nil {
+	ref.Registry = h.optionalString(idxSchemaRegistry, &b.registry)
+	ref.Subject = h.optionalString(idxSchemaSubject, &b.subject)
+	if ref.Version, err = h.optionalInt(idxSchemaVersionRef, &b.version); err != nil {
 		return err
 	}
-	if ref.SchemaID, err = h.optionalInt(idxSchemaID); err != nil {
+	if ref.SchemaID, err = h.optionalInt(idxSchemaID, &b.schemaID); err != nil {
 		return err
 	}
-	ref.Fingerprint = h.optionalString(idxSchemaFingerprint)
-	if ref != (SchemaRef{}) {
-		e.SchemaRef = &ref
-	}
-	if e.SourceEventID, err = h.optionalUUID(idxSourceEventID); err != nil {
+	ref.Fingerprint = h.optionalString(idxSchemaFingerprint, &b.fingerprint)
+	var sourceEventID, causation, correlation *UUID
+	var position *int64
+	if sourceEventID, err = h.optionalUUID(idxSourceEventID, &b.sourceEventID); err != nil {
 		return err
 	}
-	if e.SourceGlobalPosition, err = h.optionalInt(idxSourceGlobalPosition); err != nil {
+	if position, err = h.optionalInt(idxSourceGlobalPosition, &b.position); err != nil {
 		return err
 	}
-	if e.CausationID, err = h.optionalUUID(idxCausationID); err != nil {
+	if causation, err = h.optionalUUID(idxCausationID, &b.causation); err != nil {
 		return err
 	}
-	if e.CorrelationID, err = h.optionalUUID(idxCorrelationID); err != nil {
+	if correlation, err = h.optionalUUID(idxCorrelationID, &b.corr); err != nil {
 		return err
 	}
-	if h.has(idxTraceparent) {
-		e.TraceContext = &TraceContext{Traceparent: h.value(idxTraceparent)}
-		if h.has(idxTracestate) {
-			e.TraceContext.Tracestate = h.value(idxTracestate)
+	hasTrace := h.has(idxTraceparent)
+	if ref == (SchemaRef{}) && sourceEventID == nil && position == nil && causation == nil && correlation == nil && !hasTrace {
+		return nil
+	}
+	blk := h.block()
+	key := blk.key
+	*blk = b
+	blk.key = key
+	pick := func(p *string, v *string) *string {
+		if p == nil {
+			return nil
 		}
+		return v
+	}
+	if ref != (SchemaRef{}) {
+		blk.ref = SchemaRef{
+			Registry:    pick(ref.Registry, &blk.registry),
+			Subject:     pick(ref.Subject, &blk.subject),
+			Fingerprint: pick(ref.Fingerprint, &blk.fingerprint),
+		}
+		if ref.Version != nil {
+			blk.ref.Version = &blk.version
+		}
+		if ref.SchemaID != nil {
+			blk.ref.SchemaID = &blk.schemaID
+		}
+		e.SchemaRef = &blk.ref
+	}
+	if sourceEventID != nil {
+		e.SourceEventID = &blk.sourceEventID
+	}
+	if position != nil {
+		e.SourceGlobalPosition = &blk.position
+	}
+	if causation != nil {
+		e.CausationID = &blk.causation
+	}
+	if correlation != nil {
+		e.CorrelationID = &blk.corr
+	}
+	if hasTrace {
+		blk.trace = TraceContext{Traceparent: h.value(idxTraceparent)}
+		if h.has(idxTracestate) {
+			blk.trace.Tracestate = h.value(idxTracestate)
+		}
+		e.TraceContext = &blk.trace
 	}
 	return nil
 }
@@ -707,15 +792,11 @@ func IsJSONContentType(raw string) bool {
 	return true
 }
 
-// trimSpace trims the characters Haskell's Data.Text.strip removes that can occur in ASCII
-// header text: space, tab, newline, vertical tab, form feed and carriage return.
+// trimSpace trims what Haskell's Data.Text.strip removes: Data.Char.isSpace characters, that is
+// space, tab, newline, vertical tab, form feed, carriage return, no-break space and the other
+// Unicode space separators (category Zs).
 func trimSpace(s string) string {
-	isSpace := func(c byte) bool { return c == ' ' || (c >= '\t' && c <= '\r') }
-	for len(s) > 0 && isSpace(s[0]) {
-		s = s[1:]
-	}
-	for len(s) > 0 && isSpace(s[len(s)-1]) {
-		s = s[:len(s)-1]
-	}
-	return s
+	return strings.TrimFunc(s, func(c rune) bool {
+		return c == ' ' || (c >= '\t' && c <= '\r') || c == 0xa0 || (c > 0x377 && unicode.Is(unicode.Zs, c))
+	})
 }

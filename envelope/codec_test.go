@@ -638,6 +638,9 @@ func TestIsJSONContentType(t *testing.T) {
 		{"  application/json  ", true},
 		{"\tapplication/json\r\n;x", true},
 		{"application/json;", true},
+		{"\u00a0application/json\u3000; charset=utf-8", true}, // Haskell isSpace: NBSP, ideographic space
+		{"\u0085application/json", false},                     // NEL is not isSpace in Haskell
+		{"\u2028application/json", false},                     // nor is the line separator (Zl)
 		{"application/vnd.apache.avro+binary", false},
 		{"application/avro", false},
 		{"application/problem+json", false},
