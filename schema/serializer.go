@@ -87,6 +87,9 @@ func (c SerializerConfig) validate() error {
 	return errors.Join(errs...)
 }
 
+// maxSizeHint caps the buffer Encode preallocates.
+const maxSizeHint = 64 << 10
+
 // Serializer turns values of one writer schema into Confluent-framed Avro payloads on
 // envelope events, for enqueuing into the outbox. Its registry answers are cached, so
 // steady-state encoding makes no HTTP request. It is safe for concurrent use.
@@ -98,6 +101,8 @@ type Serializer struct {
 	plain      *goavro.Codec
 	recordName string
 	fp         string
+
+	sizeHint atomic.Int64 // largest payload so far, up to maxSizeHint
 
 	mu       sync.Mutex                             // serialises writers of subjects
 	subjects atomic.Pointer[map[string]*registered] // topic → registry identity; copy on write
@@ -207,11 +212,15 @@ func (s *Serializer) Encode(ctx context.Context, ev *envelope.Event, value any) 
 		}
 		value = native
 	}
-	buf := make([]byte, 0, 64)
+	// Size the buffer like the previous payload, so that goavro rarely has to grow it.
+	buf := make([]byte, 0, max(64, s.sizeHint.Load()))
 	buf = append(buf, reg.header[:]...)
 	buf, err = s.codec.BinaryFromNative(buf, value)
 	if err != nil {
 		return fmt.Errorf("encode Avro payload for %s: %w: %v", reg.subject, ErrInvalidValue, err)
+	}
+	if n := int64(len(buf)); n > s.sizeHint.Load() && n <= maxSizeHint {
+		s.sizeHint.Store(n)
 	}
 	ev.Payload = buf
 	ev.ContentType = ContentTypeAvro
