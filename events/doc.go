@@ -1,0 +1,52 @@
+// Package events is keiro-go's in-transaction layer: an event store in PostgreSQL, a generic
+// command runner, projections (inline and asynchronous) and the integration producer that
+// feeds the outbox.
+//
+// # Event store
+//
+// [Store.AppendTx] appends to a stream ("<category>-<id>", for example "order-42") inside the
+// caller's transaction, under an expected version ([Any], [NoStream], [StreamExists],
+// [Exact]). A mismatch returns a *[WrongExpectedVersionError] and writes nothing. Events get a
+// stream version (contiguous from 1) and a global position (increasing in append order, with
+// holes where a transaction rolled back). Caller-chosen event ids are idempotent: the same id
+// with the same content is a no-op success (AppendResult.Duplicate), different content is
+// [ErrEventIDConflict]. Reads ([Store.ReadStream], [Store.ReadAll], [Store.ReadCategory]) are
+// iterators that fetch one page per round trip; nothing loads a whole stream or log into memory.
+//
+// # Command runner
+//
+// A [Decider] (Initial, Decide, Evolve) plus a [Codec] make a [Runner]. [Runner.Run] hydrates
+// the state (from an advisory snapshot when one is usable), decides, and appends at the
+// hydrated version in one transaction together with the configured [Hook]s — inline
+// projections and outbox enqueues belong there, so they commit with the events or not at all.
+// Conflicts are retried with jittered exponential backoff and end in *[RetryExhaustedError].
+// Snapshots are written after commit and never fail a committed command.
+//
+// # Subscriptions and projections
+//
+// A [Subscription] delivers the log (or one category) in global-position order. The handler
+// runs in the same transaction that advances the checkpoint, so database projections are
+// exactly-once: a crash or cancellation at any point leaves either the batch and its
+// checkpoint, or neither. Only one Run per subscription name is active across processes (a
+// session advisory lock); others wait as standbys. Appends NOTIFY at commit and subscriptions
+// LISTEN, with polling as the fallback. [Subscription.Rebuild] resets the checkpoint and runs a
+// truncate hook in one transaction.
+//
+// No event is ever skipped: a global position is drawn from a sequence when a transaction
+// inserts, so a reader can see position 11 committed while position 10's transaction is still
+// running. A subscription therefore only reads up to positions it has proven final: it takes a
+// "fence" (a fresh transaction id X and the newest visible position H) and reads up to H only
+// once the database's oldest running transaction is newer than X — every transaction that drew
+// a position ≤ H had its id before X and has ended. docs/architecture.md has the proof.
+//
+// # Integration producer
+//
+// A [Producer] is a subscription that maps private events to integration events and enqueues
+// them with outbox.Store.EnqueueTx in the checkpoint's transaction. Message ids are derived
+// from (source, producer name, source event id, emission index) exactly as keiro does
+// ([NewProducerIdentity]), so replays enqueue recognised duplicates, never new messages; a
+// mapper that changed history makes the batch roll back and Run stop with an error wrapping
+// outbox.ErrIdentityConflict.
+//
+// All SQL addresses tables through the configured schema (migration 003), never search_path.
+package events
