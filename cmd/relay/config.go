@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"github.com/keiro-go/keiro/internal/cli"
 	"github.com/keiro-go/keiro/internal/httpserver"
 	"github.com/keiro-go/keiro/internal/kafkaconfig"
+	"github.com/keiro-go/keiro/internal/schemacli"
 	"github.com/keiro-go/keiro/migrations"
 	"github.com/keiro-go/keiro/outbox"
 )
@@ -94,6 +97,31 @@ type grammar struct {
 	Migrate migrateCmd `cmd:"" help:"Apply the embedded database migrations and print their status."`
 	Status  statusCmd  `cmd:"" help:"Print outbox row counts per status and destination, the oldest pending age and dead rows."`
 	Dead    deadCmd    `cmd:"" help:"List and requeue dead and rejected rows."`
+	Schema  schemaCmd  `cmd:"" help:"Register or check Avro schemas in the Schema Registry (relay schema --help)."`
+}
+
+// schemaCmd hands its arguments to internal/schemacli. It is in the grammar for --help; run
+// dispatches "relay schema …" before parsing, so the relay's database flags are not needed.
+type schemaCmd struct {
+	Args []string `arg:"" optional:"" passthrough:"" help:"register|check SUBJECT FILE.avsc and the registry flags."`
+}
+
+// Run runs the schema command (reached when relay flags precede "schema").
+func (c *schemaCmd) Run(ctx context.Context, env *cli.Env) error {
+	if code := schemacli.Run(ctx, c.Args, env.Stdout, env.Stderr); code != 0 {
+		return &cli.ExitError{Code: code}
+	}
+	return nil
+}
+
+// run is the whole command line: it returns the process exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "schema" {
+		return schemacli.Run(ctx, args[1:], stdout, stderr)
+	}
+	a := app()
+	a.Stdout, a.Stderr = stdout, stderr
+	return a.Run(ctx, &grammar{}, args)
 }
 
 // dbFlags locate the outbox table.

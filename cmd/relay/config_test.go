@@ -2,10 +2,15 @@ package main
 
 import (
 	"errors"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/sr/srfake"
 
 	"github.com/keiro-go/keiro/internal/cli"
 	"github.com/keiro-go/keiro/outbox"
@@ -192,4 +197,45 @@ func TestSecretsNotPrintedOnError(t *testing.T) {
 	if !strings.Contains(r.stderr, "u:"+cli.Redacted+"@127.0.0.1:1") {
 		t.Fatalf("error should name the redacted URL:\n%s", r.stderr)
 	}
+}
+
+// `relay schema …` reaches internal/schemacli without the relay's database flags, and its
+// problems come back with its exit code.
+func TestSchemaSubcommand(t *testing.T) {
+	r := invoke(t, "schema", "--help")
+	if r.code != 0 || !strings.Contains(r.stdout, "register") || !strings.Contains(r.stdout, "--registry-url") {
+		t.Fatalf("schema --help: %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	r = invoke(t, "schema", "check", "orders-value", "/nonexistent.avsc")
+	if r.code != 2 || !strings.Contains(r.stderr, "--registry-url") || strings.Contains(r.stderr, "--database-url") {
+		t.Fatalf("schema check without registry: %d\n%s", r.code, r.stderr)
+	}
+	r = invoke(t, "--help")
+	if !strings.Contains(r.stdout, "schema") {
+		t.Fatalf("relay --help does not list schema:\n%s", r.stdout)
+	}
+	r = invoke(t, "--database-url=postgres://h/db", "schema", "check", "s", "/nonexistent.avsc")
+	if r.code != 2 || !strings.Contains(r.stderr, "--registry-url") {
+		t.Fatalf("schema after relay flags: %d\n%s", r.code, r.stderr)
+	}
+}
+
+func TestSchemaRegisterAgainstFakeRegistry(t *testing.T) {
+	reg := srfake.NewRegistry()
+	srv := httptest.NewServer(reg.Handler())
+	defer srv.Close()
+	file := filepath.Join(t.TempDir(), "order.avsc")
+	avsc := `{"type":"record","name":"Order","fields":[{"name":"id","type":"string"}]}`
+	if err := os.WriteFile(file, []byte(avsc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := invoke(t, "schema", "register", "orders-value", file, "--registry-url="+srv.URL)
+	if r.code != 0 {
+		t.Fatalf("register: %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	r = invoke(t, "schema", "check", "orders-value", file, "--registry-url="+srv.URL)
+	if r.code != 0 {
+		t.Fatalf("check: %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	srv.CloseClientConnections()
 }

@@ -146,6 +146,8 @@ func httpGet(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+func regexpMust(s string) *regexp.Regexp { return regexp.MustCompile(s) }
+
 // listening matches the address log line in text (addr=…) and JSON ("addr":"…") format.
 var listening = regexp.MustCompile(`http server listening.*addr"?[=:]"?([0-9.]+:[0-9]+)`)
 

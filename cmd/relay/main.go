@@ -13,7 +13,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	a := app()
-	a.Stdout, a.Stderr = os.Stdout, os.Stderr
-	os.Exit(a.Run(ctx, &grammar{}, os.Args[1:]))
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }

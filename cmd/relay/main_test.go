@@ -27,8 +27,6 @@ type result struct {
 func invoke(t *testing.T, args ...string) result {
 	t.Helper()
 	var out, errb bytes.Buffer
-	a := app()
-	a.Stdout, a.Stderr = &out, &errb
-	code := a.Run(context.Background(), &grammar{}, args)
+	code := run(context.Background(), args, &out, &errb)
 	return result{code: code, stdout: out.String(), stderr: errb.String()}
 }
