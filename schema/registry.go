@@ -604,7 +604,7 @@ func retry(ctx context.Context, r *Registry, op string, notFound error, call fun
 			return got, nil
 		}
 		if cerr := ctx.Err(); cerr != nil {
-			return nil, fmt.Errorf("%s: %w", op, cerr)
+			return nil, fmt.Errorf("%s: %w (last error: %v)", op, cerr, err)
 		}
 		rerr := classify(op, err, notFound)
 		if !rerr.retryable() || attempt >= r.cfg.MaxAttempts {

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/schema"
@@ -409,4 +410,56 @@ func sameJSON(t *testing.T, a, b []byte) bool {
 		t.Fatalf("not JSON: %s", b)
 	}
 	return reflect.DeepEqual(va, vb)
+}
+
+func TestRegisterRefusals(t *testing.T) {
+	t.Parallel()
+	fake := newFakeRegistry(t)
+	answers := map[string]string{
+		"incompatible-value": `{"error_code":409,"message":"Schema being registered is incompatible with an earlier schema"}`,
+		"invalid-value":      `{"error_code":42201,"message":"Invalid schema"}`,
+	}
+	fake.Intercept(func(w http.ResponseWriter, r *http.Request) bool {
+		for subject, body := range answers {
+			if r.Method == http.MethodPost && r.URL.Path == "/subjects/"+subject+"/versions" {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(map[bool]int{true: http.StatusConflict, false: http.StatusUnprocessableEntity}[subject == "incompatible-value"])
+				fmt.Fprint(w, body)
+				return true
+			}
+		}
+		return false
+	})
+	reg := newRegistry(t, fake.URL())
+	for subject, want := range map[string]error{"incompatible-value": schema.ErrIncompatibleSchema, "invalid-value": schema.ErrInvalidSchema} {
+		_, err := reg.RegisterSchema(context.Background(), subject, orderSchema)
+		if !errors.Is(err, want) || schema.IsRetryable(err) || !strings.Contains(err.Error(), subject) {
+			t.Errorf("%s: err = %v, want permanent %v naming the subject", subject, err, want)
+		}
+		if n := fake.requests("POST /subjects/" + subject + "/versions"); n != 1 {
+			t.Errorf("%s: %d requests, a refusal is not retried", subject, n)
+		}
+	}
+}
+
+// A caller's context ends the backoff wait at once.
+func TestRetryHonoursContext(t *testing.T) {
+	t.Parallel()
+	fake := newFakeRegistry(t)
+	first := make(chan struct{})
+	var once sync.Once
+	fake.Intercept(func(w http.ResponseWriter, r *http.Request) bool {
+		once.Do(func() { close(first) })
+		http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
+		return true
+	})
+	reg := newRegistry(t, fake.URL(), func(c *schema.RegistryConfig) {
+		c.MaxAttempts, c.MinBackoff, c.MaxBackoff = 10, time.Hour, time.Hour
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-first; cancel() }()
+	_, err := reg.SchemaByID(ctx, 7)
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("err = %v, want context.Canceled mentioning the last error", err)
+	}
 }
