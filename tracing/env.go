@@ -80,8 +80,8 @@ func readEnv(getenv func(string) string) (envConfig, error) {
 
 	cfg.serviceName = get(EnvServiceName)
 
-	attrs, err := parseResourceAttributes(get(EnvResourceAttributes))
-	if err != nil {
+	attrs, attrErrs := parseResourceAttributes(get(EnvResourceAttributes))
+	for _, err := range attrErrs {
 		errs = append(errs, fmt.Errorf("%s: %w", EnvResourceAttributes, err))
 	}
 	cfg.resourceAttrs = attrs
@@ -163,8 +163,8 @@ func readEnv(getenv func(string) string) (envConfig, error) {
 }
 
 // parseResourceAttributes parses OTEL_RESOURCE_ATTRIBUTES: comma-separated key=value pairs,
-// values percent-decoded.
-func parseResourceAttributes(s string) ([]attribute.KeyValue, error) {
+// values percent-decoded. It returns one error per malformed pair.
+func parseResourceAttributes(s string) ([]attribute.KeyValue, []error) {
 	if s == "" {
 		return nil, nil
 	}
@@ -187,7 +187,7 @@ func parseResourceAttributes(s string) ([]attribute.KeyValue, error) {
 		}
 		attrs = append(attrs, attribute.String(k, val))
 	}
-	return attrs, errors.Join(errs...)
+	return attrs, errs
 }
 
 // parseSampler maps OTEL_TRACES_SAMPLER/_ARG to a sampler. Unset means parent-based always-on,
