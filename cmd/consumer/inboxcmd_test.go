@@ -81,6 +81,12 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	r := runBinary(t, 30*time.Second, env, "status")
 	require.Equal(t, 0, r.code, r.stderr)
 	require.NotContains(t, r.stdout, "pending")
+
+	empty := testdb.NewSchema(t)
+	r = runBinary(t, 30*time.Second, []string{"KEIRO_CONSUMER_DATABASE_URL=" + testdb.URL(), "KEIRO_CONSUMER_SCHEMA=" + empty}, "status")
+	require.Equal(t, 1, r.code, r.stdout)
+	require.Contains(t, r.stdout, "at version 0 of")
+	require.Contains(t, r.stderr, "migrations pending")
 }
 
 func TestMigrateReportsUnreachableDatabase(t *testing.T) {
@@ -158,6 +164,10 @@ func TestInboxFailedListAndRetry(t *testing.T) {
 	r = runBinary(t, 30*time.Second, env, "inbox", "failed", "retry", "ordering:m-1")
 	require.Equal(t, 0, r.code, r.stdout+r.stderr)
 	require.Contains(t, r.stdout, "ordering:m-1\tduplicate")
+
+	r = runBinary(t, 30*time.Second, env, "status")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "consumer billing: 1 failed rows")
 
 	r = runBinary(t, 30*time.Second, env, "inbox", "failed", "retry")
 	require.Equal(t, 2, r.code)
