@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -159,8 +160,9 @@ func TestEndToEnd(t *testing.T) {
 	kc := testkafka.New(t)
 	kc.CreateTopic(t, "orders", 3)
 	const shutdownTimeout = 5 * time.Second
+	dsn, password := withPassword(t, testdb.URL())
 	p := start(t, []string{
-		"KEIRO_RELAY_DATABASE_URL=" + testdb.URL(),
+		"KEIRO_RELAY_DATABASE_URL=" + dsn,
 		"KEIRO_RELAY_SCHEMA=" + schema,
 		"KEIRO_RELAY_BROKERS=" + strings.Join(kc.Brokers, ","),
 		"KEIRO_RELAY_HTTP_ADDR=127.0.0.1:0",
@@ -249,12 +251,31 @@ func TestEndToEnd(t *testing.T) {
 	if !strings.Contains(out, "relay stopped") || !strings.Contains(out, `"published":50`) {
 		t.Fatalf("no orderly stop logged:\n%s", out)
 	}
+	if strings.Contains(out, password) || !strings.Contains(out, ":******@") {
+		t.Fatalf("the database password is printed, or the URL not logged redacted:\n%s", out)
+	}
 	// Every acknowledged row was marked sent before the process exited.
 	r := invoke(t, "--database-url="+testdb.URL(), "--schema="+schema, "status", "--json")
 	var status outboxStatus
 	if err := json.Unmarshal([]byte(r.stdout), &status); err != nil || status.Totals["sent"] != n || status.Backlog != 0 {
 		t.Fatalf("after shutdown: %+v %v %s", status, err, r.stderr)
 	}
+}
+
+// withPassword returns dsn with a password (one is added when it has none: the test server
+// trusts local connections and ignores it), and that password.
+func withPassword(t *testing.T, dsn string) (string, string) {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil || u.User == nil {
+		t.Fatalf("test database URL %q needs a user", dsn)
+	}
+	if pw, ok := u.User.Password(); ok {
+		return dsn, pw
+	}
+	const pw = "e2e-hunter2-secret"
+	u.User = url.UserPassword(u.User.Username(), pw)
+	return u.String(), pw
 }
 
 func headersOf(hs []kgo.RecordHeader) []envelope.Header {
