@@ -116,8 +116,10 @@ func (e *RegistryError) Is(target error) bool { return e.Kind != nil && target =
 // Unwrap returns the underlying error.
 func (e *RegistryError) Unwrap() error { return e.Err }
 
-// IsRetryable reports whether err is worth retrying later: the registry was unavailable or a
-// context ended. Every other error from this package is permanent for the same input.
+// IsRetryable reports whether err is worth retrying later: it matches ErrRegistryUnavailable
+// (the registry could not be reached, or rejected our credentials, and the answer was not
+// cached). Every other error from this package is permanent for the same input, except the
+// caller's own context ending.
 func IsRetryable(err error) bool {
 	return errors.Is(err, ErrRegistryUnavailable)
 }
