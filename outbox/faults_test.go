@@ -78,3 +78,10 @@ func runRestarting(ctx context.Context, r *outbox.Relay, halts *atomic.Int64) er
 	}
 }
 
+// Short names for the control hook's signature.
+type (
+	kmsgReq  = kmsg.Request
+	kmsgResp = kmsg.Response
+)
+
+const kmsgProduce = kmsg.Produce

@@ -57,5 +57,6 @@ func keyedEvents(topic string, n, keys int) []envelope.Event {
 
 // outboxOpts are the relay client's options in tests: ProducerOpts with fast franz-go retries.
 func outboxOpts() []kgo.Opt {
-	return append(outbox.ProducerOpts(), kgo.RetryBackoffFn(func(int) time.Duration { return 5 * time.Millisecond }))
+	return append(outbox.ProducerOpts(), kgo.RetryBackoffFn(func(int) time.Duration { return 5 * time.Millisecond }),
+		kgo.MetadataMinAge(10*time.Millisecond))
 }

@@ -39,8 +39,12 @@ type Relay struct {
 
 	maxRecordBytes int
 	wake           chan struct{}
-	outageStreak   atomic.Int64
-	running        atomic.Bool
+	// suspects are rows that were refused with a record-level error while sharing a partition
+	// with other records: they are produced alone next time, to learn whether they are the
+	// poison or a bystander.
+	suspects     sync.Map // envelope.UUID → struct{}
+	outageStreak atomic.Int64
+	running      atomic.Bool
 
 	stats struct {
 		claimed, batches, published, retried, skipped, dead, rejected, released, reclaimed,
@@ -146,12 +150,21 @@ type batch struct {
 	closed  bool            // set when the producer stops waiting: late callbacks are ignored
 }
 
+// tp names a topic partition.
+type tp struct {
+	topic     string
+	partition int32
+}
+
 type produceResult struct {
 	done      bool
 	err       error
 	partition int32
 	offset    int64
 	rejectMsg string // pre-produce rejection (too large)
+	// shared: other records of the flush went to the same partition, so a record-level
+	// refusal (MESSAGE_TOO_LARGE, ...) cannot be pinned on this record.
+	shared bool
 }
 
 // Run drains the outbox until ctx is cancelled, then shuts down gracefully: it stops claiming,
@@ -325,10 +338,57 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// produce buffers every record of the batches, flushes them, and waits for every outcome (or
-// ctx). Buffering the whole batch before the flush is what keeps per-key order: if Kafka fails
-// a partition's request, franz-go fails every later buffered record of that partition.
+// produce publishes the batches' rows: first every suspect row alone (each in its own flush),
+// then the rest in one flush. Rows whose group already failed in the first phase are left
+// without a result (they are skipped when marked).
 func (r *Relay) produce(ctx context.Context, batches []*batch) {
+	var rest []rowRef
+	failed := map[string]bool{}
+	for _, b := range batches {
+		for i := range b.rows {
+			ref := rowRef{b, i}
+			if _, ok := r.suspects.Load(b.rows[i].id); ok && !b.rows[i].dead {
+				r.flush(ctx, []rowRef{ref})
+				res := b.results[i]
+				if res.done && res.err != nil {
+					if class, _ := classify(res.err); class != classPermanent {
+						if g := groupKey(r.cfg.Policy, &b.rows[i].event); g != "" {
+							failed[g] = true
+						}
+					}
+				}
+				continue
+			}
+			rest = append(rest, ref)
+		}
+	}
+	if len(failed) > 0 {
+		kept := rest[:0]
+		for _, ref := range rest {
+			if !failed[groupKey(r.cfg.Policy, &ref.b.rows[ref.i].event)] {
+				kept = append(kept, ref)
+			}
+		}
+		rest = kept
+	}
+	r.flush(ctx, rest)
+	for _, b := range batches {
+		b.mu.Lock()
+		b.closed = true
+		b.mu.Unlock()
+	}
+}
+
+// rowRef points at one row of a batch.
+type rowRef struct {
+	b *batch
+	i int
+}
+
+// flush buffers every record of refs, flushes them, and waits for every outcome (or ctx).
+// Buffering the whole set before the flush is what keeps per-key order: if Kafka fails a
+// partition's request, franz-go fails every later buffered record of that partition.
+func (r *Relay) flush(ctx context.Context, refs []rowRef) {
 	var pending atomic.Int64
 	pending.Store(1)
 	allDone := make(chan struct{})
@@ -338,71 +398,79 @@ func (r *Relay) produce(ctx context.Context, batches []*batch) {
 		}
 	}
 	var headers []envelope.Header
-	for _, b := range batches {
-		for i := range b.rows {
-			row := &b.rows[i]
-			if row.dead {
-				continue
-			}
-			e := &row.event
-			rec := &kgo.Record{Topic: e.Destination, Value: e.Payload}
-			if e.Key != nil {
-				rec.Key = []byte(*e.Key)
-			}
-			spanCtx, span := r.tracer.Start(tracing.ContextWith(context.Background(), e.TraceContext),
-				"send "+e.Destination, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
-					attribute.String("messaging.system", "kafka"),
-					attribute.String("messaging.operation.type", "send"),
-					attribute.String("messaging.operation.name", "send"),
-					attribute.String("messaging.destination.name", e.Destination),
-					attribute.String("messaging.message.id", e.MessageID),
-					attribute.Int("keiro.outbox.attempt", row.attempt),
-				))
-			if e.Key != nil {
-				span.SetAttributes(attribute.String("messaging.kafka.message.key", *e.Key))
-			}
-			ev := *e
-			if span.IsRecording() {
-				if tc := tracing.FromContext(spanCtx); tc != nil {
-					ev.TraceContext = tc
-				}
-			}
-			headers = ev.AppendHeaders(headers[:0], envelope.EncodeOptions{})
-			rec.Headers = make([]kgo.RecordHeader, len(headers))
-			for j, h := range headers {
-				rec.Headers[j] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
-			}
-			if size := recordSize(rec); size > r.maxRecordBytes {
-				msg := fmt.Sprintf("record of about %d bytes exceeds the %d-byte limit (MaxRecordBytes / ProducerBatchMaxBytes)", size, r.maxRecordBytes)
-				b.results[i] = produceResult{done: true, rejectMsg: msg}
-				span.SetAttributes(attribute.String("keiro.outbox.rejection_code", "message_too_large"))
-				span.End()
-				continue
-			}
-			pending.Add(1)
-			created := row.createdAt
-			idx := i
-			r.client.Produce(ctx, rec, func(rec *kgo.Record, err error) {
-				if err == nil {
-					r.inst.latency.Record(context.Background(), time.Since(created).Seconds())
-					span.SetAttributes(
-						attribute.String("messaging.destination.partition.id", strconv.Itoa(int(rec.Partition))),
-						attribute.Int64("messaging.kafka.offset", rec.Offset))
-				} else {
-					span.RecordError(err)
-					span.SetStatus(codes.Error, err.Error())
-				}
-				span.End()
-				b.mu.Lock()
-				if !b.closed {
-					b.results[idx] = produceResult{done: true, err: err, partition: rec.Partition, offset: rec.Offset}
-				}
-				b.mu.Unlock()
-				finish()
-			})
+	var mu sync.Mutex
+	perPartition := map[tp]int{}
+	var produced []rowRef
+	for _, ref := range refs {
+		b, i := ref.b, ref.i
+		row := &b.rows[i]
+		if row.dead {
+			continue
 		}
+		e := &row.event
+		rec := &kgo.Record{Topic: e.Destination, Value: e.Payload}
+		if e.Key != nil {
+			rec.Key = []byte(*e.Key)
+		}
+		spanCtx, span := r.tracer.Start(tracing.ContextWith(context.Background(), e.TraceContext),
+			"send "+e.Destination, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
+				attribute.String("messaging.system", "kafka"),
+				attribute.String("messaging.operation.type", "send"),
+				attribute.String("messaging.operation.name", "send"),
+				attribute.String("messaging.destination.name", e.Destination),
+				attribute.String("messaging.message.id", e.MessageID),
+				attribute.Int("keiro.outbox.attempt", row.attempt),
+			))
+		if e.Key != nil {
+			span.SetAttributes(attribute.String("messaging.kafka.message.key", *e.Key))
+		}
+		ev := *e
+		if span.IsRecording() {
+			if tc := tracing.FromContext(spanCtx); tc != nil {
+				ev.TraceContext = tc
+			}
+		}
+		headers = ev.AppendHeaders(headers[:0], envelope.EncodeOptions{})
+		rec.Headers = make([]kgo.RecordHeader, len(headers))
+		for j, h := range headers {
+			rec.Headers[j] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
+		}
+		if size := recordSize(rec); size > r.maxRecordBytes {
+			msg := fmt.Sprintf("record of about %d bytes exceeds the %d-byte limit (MaxRecordBytes / ProducerBatchMaxBytes)", size, r.maxRecordBytes)
+			b.results[i] = produceResult{done: true, rejectMsg: msg}
+			span.SetAttributes(attribute.String("keiro.outbox.rejection_code", "message_too_large"))
+			span.End()
+			continue
+		}
+		pending.Add(1)
+		produced = append(produced, ref)
+		created := row.createdAt
+		r.client.Produce(ctx, rec, func(rec *kgo.Record, err error) {
+			if err == nil {
+				r.inst.latency.Record(context.Background(), time.Since(created).Seconds())
+				span.SetAttributes(
+					attribute.String("messaging.destination.partition.id", strconv.Itoa(int(rec.Partition))),
+					attribute.Int64("messaging.kafka.offset", rec.Offset))
+			} else {
+				span.RecordError(err)
+				span.SetStatus(codes.Error, err.Error())
+			}
+			span.End()
+			mu.Lock()
+			perPartition[tp{rec.Topic, rec.Partition}]++
+			mu.Unlock()
+			b.mu.Lock()
+			if !b.closed {
+				b.results[i] = produceResult{done: true, err: err, partition: rec.Partition, offset: rec.Offset}
+			}
+			b.mu.Unlock()
+			finish()
+		})
 	}
 	finish()
+	if len(produced) == 0 {
+		return
+	}
 	if err := r.client.Flush(ctx); err != nil && ctx.Err() == nil {
 		r.log.Warn("flush failed", "err", err)
 	}
@@ -410,11 +478,21 @@ func (r *Relay) produce(ctx context.Context, batches []*batch) {
 	case <-allDone:
 	case <-ctx.Done():
 	}
-	for _, b := range batches {
-		b.mu.Lock()
-		b.closed = true
-		b.mu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	for _, ref := range produced {
+		ref.b.mu.Lock()
+		res := &ref.b.results[ref.i]
+		if res.done && res.err != nil && perPartition[tp{ref.b.rows[ref.i].event.Destination, res.partition}] > 1 {
+			res.shared = true
+		}
+		ref.b.mu.Unlock()
 	}
+}
+
+// recordLevel are the rejection codes that concern one record (as opposed to its topic).
+var recordLevel = map[string]bool{
+	"message_too_large": true, "record_list_too_large": true, "invalid_record": true, "corrupt_message": true,
 }
 
 // groupKey returns the ordering group of a row under the policy ("" = a group of its own).
@@ -464,12 +542,21 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 		case pr.done && pr.err == nil:
 			m.outcome, m.partition, m.offset = outcomeSent, pr.partition, pr.offset
 			anyOK = true
+			r.suspects.Delete(row.id)
 		case g != "" && failedGroups[g]:
 			m.outcome, m.err = outcomeSkipped, skippedError
 		case !pr.done:
 			m.outcome = outcomeReleased // shutdown before an outcome: back to pending
 		default:
 			class, code := classify(pr.err)
+			if class == classPermanent && recordLevel[code] && pr.shared {
+				// Kafka refused a request holding other records too: retry this row alone
+				// before rejecting it, so a bystander of a poison record is not rejected.
+				r.suspects.Store(row.id, struct{}{})
+				class = classTransient
+			} else {
+				r.suspects.Delete(row.id)
+			}
 			switch class {
 			case classPermanent:
 				m.outcome, m.code, m.err = outcomeRejected, code, truncate(pr.err.Error())
@@ -510,8 +597,12 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 	t0 := time.Now()
 	defer func() { r.log.Debug("marked", "rows", len(marks), "took", time.Since(t0)) }()
 	for attempt := 1; ; attempt++ {
+		// Each attempt gets its own deadline, so the marks of a shutdown still get one try
+		// after the hard deadline passed.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		var err error
-		t, err = r.store.markBatch(ctx, r.pool, b.token, marks, r.cfg.MaxAttempts)
+		t, err = r.store.markBatch(actx, r.pool, b.token, marks, r.cfg.MaxAttempts)
+		cancel()
 		if err == nil {
 			break
 		}

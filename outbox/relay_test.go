@@ -62,10 +62,16 @@ func (p *progress) wait(t testing.TB, n int, timeout time.Duration) {
 }
 
 // startRelay runs a relay until the test ends, and checks Run's result then.
-func startRelay(t testing.TB, db *testdb.DB, kc *testkafka.Cluster, cfg outbox.RelayConfig, kopts ...kgo.Opt) (*outbox.Relay, context.CancelFunc) {
+func startRelay(t testing.TB, db *testdb.DB, kc *testkafka.Cluster, cfg outbox.RelayConfig) (*outbox.Relay, context.CancelFunc) {
+	t.Helper()
+	return startRelayOpts(t, db, kc, outbox.ProducerOpts(), cfg)
+}
+
+// startRelayOpts is startRelay with the client's options.
+func startRelayOpts(t testing.TB, db *testdb.DB, kc *testkafka.Cluster, kopts []kgo.Opt, cfg outbox.RelayConfig) (*outbox.Relay, context.CancelFunc) {
 	t.Helper()
 	cfg.Schema = db.Schema
-	client := kc.Client(t, append(outbox.ProducerOpts(), kopts...)...)
+	client := kc.Client(t, kopts...)
 	r, err := outbox.NewRelay(db.Pool, client, cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,0 +1,294 @@
+package outbox_test
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/outbox"
+)
+
+// TestRelayCrashRecoveryThroughLease: a relay "crashed" after claiming a batch and producing
+// part of it (the rows stay publishing, some records are on Kafka). Once the lease expires a new
+// relay re-claims the rows: every committed row reaches Kafka, and the only duplicates are
+// records of the crashed relay's in-flight batch.
+func TestRelayCrashRecoveryThroughLease(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	kc := testkafka.New(t)
+	kc.CreateTopic(t, "orders", 3)
+	st, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	const n = 400
+	enqueue(t, db.Pool, st, keyedEvents("orders", n, 10)...)
+	ctx := context.Background()
+
+	// The crashed relay's claim: the first 100 rows, publishing under a lease now expired.
+	rows, err := db.Pool.Query(ctx, `
+UPDATE keiro_outbox SET status = 'publishing', attempt_count = 1, claim_token = gen_random_uuid(),
+    lease_until = now() - interval '1 second'
+WHERE seq IN (SELECT seq FROM keiro_outbox ORDER BY seq LIMIT 100)
+RETURNING message_id, message_key, payload_bytes, seq`)
+	require.NoError(t, err)
+	type inflight struct {
+		id, key string
+		value   []byte
+		seq     int64
+	}
+	var batch []inflight
+	for rows.Next() {
+		var f inflight
+		require.NoError(t, rows.Scan(&f.id, &f.key, &f.value, &f.seq))
+		batch = append(batch, f)
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, batch, 100)
+	// It had produced the first half (in seq order, as franz-go would per partition).
+	inFlight := map[string]bool{}
+	pc := kc.Client(t)
+	for i := range batch {
+		for j := i + 1; j < len(batch); j++ {
+			if batch[j].seq < batch[i].seq {
+				batch[i], batch[j] = batch[j], batch[i]
+			}
+		}
+	}
+	for _, f := range batch[:50] {
+		h := []kgo.RecordHeader{{Key: "keiro-message-id", Value: []byte(f.id)}, {Key: "keiro-source", Value: []byte("ordering")},
+			{Key: "keiro-destination", Value: []byte("orders")}, {Key: "keiro-event-type", Value: []byte("OrderPlaced")},
+			{Key: "keiro-schema-version", Value: []byte("0")}, {Key: "content-type", Value: []byte("application/json")},
+			{Key: "keiro-occurred-at", Value: []byte("2026-11-29T08:00:00.123456Z")}}
+		require.NoError(t, pc.ProduceSync(ctx, &kgo.Record{Topic: "orders", Key: []byte(f.key), Value: f.value, Headers: h}).FirstErr())
+	}
+	for _, f := range batch {
+		inFlight[f.id] = true
+	}
+
+	p := newProgress()
+	r, _ := startRelay(t, db, kc, outbox.RelayConfig{OnBatch: p.onBatch, Logger: testLogger(t)})
+	p.wait(t, n, 60*time.Second)
+	require.Equal(t, int64(100), r.Stats().Reclaimed)
+
+	recs := kc.ConsumeAll(t, n+50, 30*time.Second, "orders")
+	distinct, dups := checkOrder(t, recs)
+	require.Equal(t, n, distinct)
+	require.Equal(t, 50, dups)
+	seen := map[string]int{}
+	for _, rec := range recs {
+		for _, h := range rec.Headers {
+			if h.Key == "keiro-message-id" {
+				seen[string(h.Value)]++
+			}
+		}
+	}
+	for id, c := range seen {
+		if c > 1 {
+			require.True(t, inFlight[id], "duplicate %s was not in flight", id)
+		}
+	}
+	var attempts int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT max(attempt_count) FROM keiro_outbox").Scan(&attempts))
+	require.Equal(t, 2, attempts, "a reclaimed row counts the crashed attempt and its own")
+}
+
+// TestRelayGracefulShutdownReleasesInFlight: Run's context is cancelled while a produce hangs
+// on the broker; after ShutdownTimeout the relay releases the claimed rows to pending with
+// their attempt refunded and returns nil. A new relay then publishes everything.
+func TestRelayGracefulShutdownReleasesInFlight(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	kc := testkafka.New(t)
+	kc.CreateTopic(t, "orders", 2)
+	st, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	const n = 100
+	enqueue(t, db.Pool, st, keyedEvents("orders", n, 5)...)
+
+	release := make(chan struct{})
+	held := make(chan struct{}, 1)
+	kc.ControlKey(int16(kmsgProduce), func(kmsgReq) (kmsgResp, error, bool) {
+		kc.KeepControl()
+		select {
+		case held <- struct{}{}:
+		default:
+		}
+		kc.SleepControl(func() { <-release })
+		return nil, nil, false
+	})
+	client := kc.Client(t, outboxOpts()...)
+	r, err := outbox.NewRelay(db.Pool, client, outbox.RelayConfig{Schema: db.Schema, ShutdownTimeout: 100 * time.Millisecond, Logger: testLogger(t)})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	<-held // a produce request is held by the broker
+	cancel()
+	require.NoError(t, <-done)
+	s := r.Stats()
+	require.Equal(t, int64(n), s.Released)
+	var pending, attempts int
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		"SELECT count(*), coalesce(max(attempt_count), 0) FROM keiro_outbox WHERE status = 'pending'").Scan(&pending, &attempts))
+	require.Equal(t, n, pending)
+	require.Zero(t, attempts)
+	close(release)
+
+	p := newProgress()
+	startRelay(t, db, kc, outbox.RelayConfig{OnBatch: p.onBatch, Logger: testLogger(t)})
+	p.wait(t, n, 60*time.Second)
+	recs := kc.ConsumeAll(t, n, 30*time.Second, "orders")
+	distinct, _ := checkOrder(t, recs)
+	require.Equal(t, n, distinct)
+}
+
+// TestRelaySurvivesBrokerOutage: every produce fails (NOT_LEADER_FOR_PARTITION, retriable) for a
+// while. Rows are deferred without using attempts (MaxAttempts 2 would kill them otherwise);
+// when the broker heals everything is published and nothing is dead.
+func TestRelaySurvivesBrokerOutage(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	kc := testkafka.New(t)
+	kc.CreateTopic(t, "orders", 2)
+	st, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	f := injectFaults(kc)
+	f.set(func(f *faults) { f.all, f.code = true, kerr.NotLeaderForPartition.Code })
+	const n = 200
+	enqueue(t, db.Pool, st, keyedEvents("orders", n, 20)...)
+
+	deferred := make(chan struct{}, 1)
+	p := newProgress()
+	var r *outbox.Relay
+	r, _ = startRelayOpts(t, db, kc, outboxOpts(), outbox.RelayConfig{
+		MaxAttempts: 2, Backoff: outbox.Backoff{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond},
+		PollInterval: 10 * time.Millisecond, Logger: testLogger(t),
+		OnBatch: func(b outbox.BatchResult) {
+			p.onBatch(b)
+			if b.Retried > 0 {
+				select {
+				case deferred <- struct{}{}:
+				default:
+				}
+			}
+		},
+	})
+	// Let the outage last for several failed rounds: more than MaxAttempts.
+	for range 3 {
+		<-deferred
+	}
+	require.GreaterOrEqual(t, r.Stats().Deferred, int64(3))
+	f.set(func(f *faults) { f.all = false })
+	p.wait(t, n, 60*time.Second)
+	var dead int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM keiro_outbox WHERE status IN ('dead', 'rejected')").Scan(&dead))
+	require.Zero(t, dead)
+	recs := kc.ConsumeAll(t, n, 30*time.Second, "orders")
+	distinct, dups := checkOrder(t, recs)
+	require.Equal(t, n, distinct)
+	require.Zero(t, dups)
+}
+
+// TestRelayRecoversFromKilledConnections: every PostgreSQL connection of the relay (pool and
+// LISTEN connection) is terminated; the relay reconnects by itself and keeps publishing, woken
+// again by notifications.
+func TestRelayRecoversFromKilledConnections(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	kc := testkafka.New(t)
+	kc.CreateTopic(t, "orders", 2)
+	st, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	app := "relaykill_" + db.Schema
+	cfg, err := pgxpool.ParseConfig(db.ConnString)
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+
+	p := newProgress()
+	client := kc.Client(t, outboxOpts()...)
+	r, err := outbox.NewRelay(pool, client, outbox.RelayConfig{Schema: db.Schema, OnBatch: p.onBatch,
+		PollInterval: time.Hour, Logger: testLogger(t)}) // only notifications wake it
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() { cancel(); require.NoError(t, <-done) }()
+
+	enqueue(t, db.Pool, st, keyedEvents("orders", 50, 5)...)
+	p.wait(t, 50, 30*time.Second)
+	var killed int
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		"SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1", app).Scan(&killed))
+	require.Positive(t, killed)
+	evs := keyedEvents("orders", 150, 5)[50:]
+	// Enqueue until the relay, reconnected, has published them: NOTIFYs sent before its
+	// listener is back are lost, later ones wake it.
+	enqueue(t, db.Pool, st, evs[:50]...)
+	for i := 50; i < 100; i += 10 {
+		enqueue(t, db.Pool, st, evs[i:i+10]...)
+	}
+	p.wait(t, 150, 60*time.Second)
+	recs := kc.ConsumeAll(t, 150, 30*time.Second, "orders")
+	distinct, _ := checkOrder(t, recs)
+	require.Equal(t, 150, distinct)
+}
+
+// TestRelayRejectsPoisonRows: one row is bigger than the broker accepts
+// (message.max.bytes = 20000). It is rejected with code message_too_large and a readable
+// reason, without blocking its key, and the rows produced with it are not rejected. A row bigger
+// than MaxRecordBytes is rejected before it reaches Kafka.
+func TestRelayRejectsPoisonRows(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	kc := testkafka.New(t, kfake.BrokerConfigs(map[string]string{"message.max.bytes": "20000"}))
+	kc.CreateTopic(t, "orders", 1)
+	st, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	evs := keyedEvents("orders", 30, 3)
+	pad := func(i, size int) []byte { // incompressible, so compression cannot hide the size
+		b := make([]byte, size)
+		_, _ = rand.Read(b)
+		return append([]byte(fmt.Sprintf(`{"i":%d}`, i)), b...)
+	}
+	evs[13].Payload = pad(13, 30_000)  // refused by the broker, produced with others
+	evs[20].Payload = pad(20, 200_000) // over MaxRecordBytes: refused before Kafka
+	enqueue(t, db.Pool, st, evs...)
+
+	p := newProgress()
+	startRelay(t, db, kc, outbox.RelayConfig{OnBatch: p.onBatch, MaxRecordBytes: 100_000,
+		Backoff: outbox.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}, PollInterval: 10 * time.Millisecond,
+		Logger: testLogger(t)})
+	p.wait(t, 30, 60*time.Second)
+
+	ctx := context.Background()
+	dead, err := st.ListDead(ctx, db.Pool, outbox.ListDeadOptions{})
+	require.NoError(t, err)
+	require.Len(t, dead, 2)
+	for _, d := range dead {
+		require.Equal(t, "rejected", d.Status)
+		require.Equal(t, "message_too_large", d.RejectionCode)
+		require.NotEmpty(t, d.LastError)
+	}
+	require.Equal(t, evs[13].MessageID, dead[0].MessageID)
+	require.Equal(t, evs[20].MessageID, dead[1].MessageID)
+	require.Contains(t, dead[1].LastError, "exceeds the 100000-byte limit")
+	var sent int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM keiro_outbox WHERE status = 'sent'").Scan(&sent))
+	require.Equal(t, 28, sent)
+	recs := kc.ConsumeAll(t, 28, 30*time.Second, "orders")
+	distinct, dups := checkOrder(t, recs)
+	require.Equal(t, 28, distinct)
+	require.Zero(t, dups)
+}
