@@ -246,8 +246,8 @@ func TestRunHTTPModeWithDeadLetters(t *testing.T) {
 	cl := kc.Client(t)
 
 	type req struct {
-		key string
-		doc map[string]any
+		key, traceparent string
+		doc              map[string]any
 	}
 	var (
 		mu   sync.Mutex
@@ -260,7 +260,7 @@ func TestRunHTTPModeWithDeadLetters(t *testing.T) {
 			return
 		}
 		mu.Lock()
-		reqs = append(reqs, req{key: r.Header.Get("Idempotency-Key"), doc: doc})
+		reqs = append(reqs, req{key: r.Header.Get("Idempotency-Key"), doc: doc, traceparent: r.Header.Get("traceparent")})
 		mu.Unlock()
 		if r.Header.Get("Authorization") != "Bearer t0ken" {
 			w.WriteHeader(http.StatusUnauthorized)
@@ -276,6 +276,7 @@ func TestRunHTTPModeWithDeadLetters(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	good := orderEvent("p-1", 10)
+	good.TraceContext = &envelope.TraceContext{Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
 	rejected := orderEvent("p-rejected", 20)
 	produce(t, cl, topic, good, rejected, good)
 	// A record without keiro headers cannot be decoded: it is dead-lettered as is.
@@ -327,6 +328,7 @@ func TestRunHTTPModeWithDeadLetters(t *testing.T) {
 		if r.doc["message_id"] == "p-1" {
 			require.Equal(t, map[string]any{"amount": float64(10)}, r.doc["payload"])
 			require.Equal(t, "k-p-1", r.doc["key"])
+			require.Contains(t, r.traceparent, "-4bf92f3577b34da6a3ce929d0e0e4736-", "the service joins the producer's trace")
 		}
 	}
 

@@ -33,11 +33,11 @@ func TestMain(m *testing.M) {
 	code := 0
 	func() {
 		defer func() { _ = os.RemoveAll(dir) }()
-		// kfake and pgx leave no goroutines behind once closed; the HTTP servers of the tests
-		// keep idle-connection goroutines only until Close.
+		// kfake, pgx pools, HTTP servers and the binaries' output readers are all closed by
+		// the tests' cleanups: nothing may be left running.
 		code = m.Run()
 		if code == 0 {
-			if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {
+			if err := goleak.Find(); err != nil {
 				fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
 				code = 1
 			}
