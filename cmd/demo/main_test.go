@@ -1,0 +1,104 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/keiro-go/keiro/internal/testdb"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestDemoRunsAndHoldsItsInvariants(t *testing.T) {
+	t.Parallel()
+	for _, avro := range []bool{false, true} {
+		name := "json"
+		if avro {
+			name = "avro"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var out bytes.Buffer
+			rep, err := Run(context.Background(), Config{
+				Orders: 120, Customers: 7, Producers: 3, Duplicates: 9, Avro: avro,
+				DatabaseURL: testdb.URL(), Schema: testdb.NewSchema(t), Timeout: time.Minute,
+			}, &out)
+			require.NoError(t, err, out.String())
+			require.True(t, rep.OK(), out.String())
+			s := out.String()
+			require.Contains(t, s, "kcat -b 127.0.0.1:")
+			require.Regexp(t, `orders placed\s+120\s+ok`, s)
+			require.Regexp(t, `duplicates suppressed\s+9\s+ok`, s)
+			require.Regexp(t, `effects applied \(invoices\)\s+120 \(120 distinct orders\)\s+ok`, s)
+			require.Regexp(t, `per-key order verified\s+7 customers\s+ok`, s)
+			require.Contains(t, s, "all invariants hold")
+		})
+	}
+}
+
+func TestOrderViolationsDetectsSwapsGapsAndLosses(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, billingDDL(db.Schema))
+	require.NoError(t, err)
+	ins := func(customer string, seqs ...int64) {
+		for _, s := range seqs {
+			_, err := db.Pool.Exec(ctx, `INSERT INTO `+db.Schema+`.billing_invoices (order_id, customer, customer_seq, amount, message_id) VALUES ('o', $1, $2, 1, 'm')`, customer, s)
+			require.NoError(t, err)
+		}
+	}
+	ins("good", 1, 2, 3)
+	ins("swapped", 1, 3, 2)
+	ins("lost", 1, 2)
+	ins("twice", 1, 1, 2)
+	ins("stray", 1)
+	v, err := orderViolations(ctx, db.Pool, db.Schema, map[string]int64{"good": 3, "swapped": 3, "lost": 3, "twice": 2})
+	require.NoError(t, err)
+	joined := strings.Join(v, "\n")
+	require.Len(t, v, 4, joined)
+	require.Contains(t, joined, "swapped: position 2 applied seq 3")
+	require.Contains(t, joined, "lost: 2 applied, 3 placed")
+	require.Contains(t, joined, "twice: 3 applied, 2 placed")
+	require.Contains(t, joined, "stray: 1 applied, 0 placed")
+	require.NotContains(t, joined, "good")
+}
+
+func TestReportFailsOnABrokenInvariant(t *testing.T) {
+	t.Parallel()
+	r := &Report{Checks: []Check{{Name: "a", Value: "1", OK: true}, {Name: "b", Value: "2", OK: false}}}
+	require.False(t, r.OK())
+	var out bytes.Buffer
+	r.Print(&out)
+	require.Regexp(t, `b\s+2\s+FAILED`, out.String())
+	require.NotContains(t, out.String(), "all invariants hold")
+}
+
+func TestRealMainExitCodes(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 2, realMain([]string{"-n", "x"}, &stdout, &stderr))
+	require.Equal(t, 2, realMain([]string{"stray"}, &stdout, &stderr))
+	require.Equal(t, 0, realMain([]string{"--help"}, &stdout, &stderr))
+	require.Contains(t, stderr.String(), "-brokers")
+
+	// Bad configuration is reported at once, every problem together.
+	stderr.Reset()
+	require.Equal(t, 1, realMain([]string{"-n", "-3", "--schema", "Bad-Name", "--schema-registry", "http://r"}, &stdout, &stderr))
+	for _, want := range []string{"-n must be positive", "--schema", "--schema-registry needs --avro"} {
+		require.Contains(t, stderr.String(), want)
+	}
+
+	// An unreachable database fails with a hint, exit 1.
+	stderr.Reset()
+	require.Equal(t, 1, realMain([]string{"--database-url", "postgres://nobody@127.0.0.1:1/x?connect_timeout=2", "-n", "3"}, &stdout, &stderr))
+	require.Contains(t, stderr.String(), "set DATABASE_URL")
+}
