@@ -286,7 +286,9 @@ func (r *Runner[S, C, E]) Run(ctx context.Context, db DB, stream string, cmd C, 
 func (r *Runner[S, C, E]) appendTx(ctx context.Context, db DB, stream string, expected ExpectedVersion, data []EventData, hook Hook) (Result, error) {
 	var out Result
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		ar, err := r.store.AppendTx(ctx, tx, stream, expected, data...)
+		// Notify after commit, not inside the transaction: PostgreSQL would otherwise hold its
+		// global notify lock through this transaction's WAL flush, serialising all writers.
+		ar, err := r.store.appendTx(ctx, tx, stream, expected, false, data)
 		if err != nil {
 			return err
 		}
@@ -306,6 +308,12 @@ func (r *Runner[S, C, E]) appendTx(ctx context.Context, db DB, stream string, ex
 		}
 		return nil
 	})
+	if err == nil && !out.Duplicate && !r.store.cfg.DisableNotify {
+		if nerr := r.store.Notify(context.WithoutCancel(ctx), db); nerr != nil {
+			// Subscriptions still find the events at their next poll.
+			r.cfg.Logger.WarnContext(ctx, "keiro: notify after commit failed", "stream", stream, "error", nerr)
+		}
+	}
 	return out, err
 }
 

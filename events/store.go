@@ -237,7 +237,10 @@ type AppendResult struct {
 
 // AppendTx appends events to stream inside the caller's transaction tx, if the stream matches
 // expected. The events become visible to readers and subscriptions only when tx commits and
-// vanish if it rolls back; subscriptions are woken by a NOTIFY delivered at commit.
+// vanish if it rolls back; subscriptions are woken by a NOTIFY delivered at commit. (PostgreSQL
+// serialises the commits of notifying transactions on a global lock held through the WAL flush;
+// writers that need many concurrent commits per second can set StoreConfig.DisableNotify and
+// call Store.Notify after committing, as the command runner does.)
 //
 // On a version mismatch AppendTx writes nothing and returns a *WrongExpectedVersionError (the
 // transaction stays usable). Events whose ID is set are idempotent: if every such id is already
@@ -245,7 +248,21 @@ type AppendResult struct {
 // reports Duplicate; different content, or a batch only partly stored, returns
 // ErrEventIDConflict. Appends to one stream serialise on the stream's row until commit; appends
 // to different streams do not contend.
-func (s *Store) AppendTx(ctx context.Context, tx pgx.Tx, stream string, expected ExpectedVersion, events ...EventData) (res AppendResult, err error) {
+func (s *Store) AppendTx(ctx context.Context, tx pgx.Tx, stream string, expected ExpectedVersion, events ...EventData) (AppendResult, error) {
+	return s.appendTx(ctx, tx, stream, expected, !s.cfg.DisableNotify, events)
+}
+
+// Notify wakes the subscriptions listening on NotifyChannel. Appends notify by themselves
+// unless StoreConfig.DisableNotify is set; the command runner calls Notify after its commit
+// instead (see Runner.Run).
+func (s *Store) Notify(ctx context.Context, q Querier) error {
+	if _, err := q.Exec(ctx, `SELECT pg_notify($1, '')`, s.channel); err != nil {
+		return fmt.Errorf("notify %s: %w", s.channel, err)
+	}
+	return nil
+}
+
+func (s *Store) appendTx(ctx context.Context, tx pgx.Tx, stream string, expected ExpectedVersion, notify bool, events []EventData) (res AppendResult, err error) {
 	ctx, span := s.tracer.Start(ctx, "append "+Category(stream), trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(attribute.String(attrStreamName, stream), attribute.String(attrDBSystem, "postgresql")))
 	defer func() {
@@ -278,7 +295,7 @@ func (s *Store) AppendTx(ctx context.Context, tx pgx.Tx, stream string, expected
 	category := Category(stream)
 	k := int64(len(events))
 	args := []any{stream, category, k, a.ids, a.types, a.schemaVersions, a.data, a.metadata,
-		a.correlation, a.causation, a.traceparent, a.tracestate, !s.cfg.DisableNotify}
+		a.correlation, a.causation, a.traceparent, a.tracestate, notify}
 	var q string
 	switch expected.kind {
 	case expectAny:
