@@ -31,8 +31,12 @@ const (
 	// DefaultBatchSize is 1: each record in its own inbox transaction.
 	DefaultBatchSize = 1
 	// DefaultMaxBufferedRecords is the per-partition backlog at which fetching that partition
-	// is paused until its worker catches up.
-	DefaultMaxBufferedRecords = 2000
+	// is paused until its worker has worked it down to half.
+	DefaultMaxBufferedRecords = 5000
+	// DefaultFetchMaxWait is the consumer's kgo.FetchMaxWait: a resumed partition is fetched
+	// only after the broker's in-flight long poll returns, so a short wait keeps a paused
+	// partition from idling (franz-go's default is 5s). Override it through KafkaOpts.
+	DefaultFetchMaxWait = 200 * time.Millisecond
 	// DefaultRetryInitial is the first backoff after a handler failure, a database outage or
 	// a failed dead-letter produce.
 	DefaultRetryInitial = 100 * time.Millisecond
@@ -129,6 +133,10 @@ type ConsumerConfig struct {
 	// after its batch mates, so strict per-key order of effects holds only with 1.
 	// Defaults to DefaultBatchSize (1).
 	BatchSize int
+	// BatchHandler, when set, replaces the Handler passed to NewConsumer (which may then be
+	// nil): with BatchSize > 1 it receives each batch's events at once
+	// (Store.ProcessBatchWith), otherwise one-event slices. Defaults to nil.
+	BatchHandler BatchHandler
 	// MaxBufferedRecords is the per-partition backlog at which fetching the partition pauses.
 	// Defaults to DefaultMaxBufferedRecords.
 	MaxBufferedRecords int
@@ -298,8 +306,11 @@ func NewConsumer(pool *pgxpool.Pool, cfg ConsumerConfig, h Handler) (*Consumer, 
 	if pool == nil {
 		errs = append(errs, errors.New("pool: required"))
 	}
-	if h == nil {
-		errs = append(errs, errors.New("handler: required"))
+	if h == nil && cfg.BatchHandler == nil {
+		errs = append(errs, errors.New("handler: required (or set BatchHandler)"))
+	}
+	if cfg.BatchHandler != nil {
+		h = cfg.BatchHandler.Handler()
 	}
 	errs = append(errs, cfg.validate())
 	if err := errors.Join(errs...); err != nil {
@@ -341,6 +352,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		kgo.OnPartitionsLost(c.lost),
 		kgo.ConsumeTopics(c.cfg.Topics...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(DefaultFetchMaxWait),
 	}
 	if c.cfg.TopicsRegex {
 		opts = append(opts, kgo.ConsumeRegex())

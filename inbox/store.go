@@ -407,6 +407,21 @@ func (s *Store) runHandler(ctx context.Context, tx pgx.Tx, ev envelope.Event, h 
 	return h(ctx, htx, ev)
 }
 
+func (s *Store) runBatchHandler(ctx context.Context, tx pgx.Tx, evs []envelope.Event, bh BatchHandler) (err error) {
+	htx := &handlerTx{Tx: tx}
+	start := time.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r, Stack: debug.Stack()}
+		}
+		s.in.handlerDuration.Record(ctx, time.Since(start).Seconds())
+		if err == nil && htx.rolledBack {
+			err = ErrHandlerRolledBack
+		}
+	}()
+	return bh(ctx, htx, evs)
+}
+
 func isTxAborted(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "25P02" || errors.Is(err, pgx.ErrTxClosed)

@@ -270,7 +270,11 @@ func (w *partitionWorker) processBatch(recs []*kgo.Record) int {
 	var results []Result
 	for n := 0; ; n++ {
 		var err error
-		results, err = w.c.store.ProcessBatch(w.ctx, w.c.pool, ds, w.c.h)
+		if bh := w.c.cfg.BatchHandler; bh != nil {
+			results, err = w.c.store.ProcessBatchWith(w.ctx, w.c.pool, ds, bh)
+		} else {
+			results, err = w.c.store.ProcessBatch(w.ctx, w.c.pool, ds, w.c.h)
+		}
 		if err == nil {
 			break
 		}

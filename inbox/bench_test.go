@@ -1,0 +1,151 @@
+package inbox_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/inbox"
+	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/internal/testkafka"
+)
+
+// The consumer benchmarks push b.N records through kfake → consumer → inbox → a one-row SQL
+// handler, and report msgs/s from the first poll to the last offset commit. Run them with a
+// fixed count so the figures are comparable:
+//
+//	go test -run XXX -bench 'Consumer|RawBatchedInsert' -benchtime 100000x ./inbox
+//
+// BenchmarkRawBatchedInsert is the limit: the same effect rows inserted by a bare loop of
+// batched INSERTs (unnest, 100 rows per transaction), no Kafka, no inbox.
+
+const benchPartitions = 4
+
+func benchRecords(b *testing.B, n int, topic string, dupEvery int) []*kgo.Record {
+	b.Helper()
+	recs := make([]*kgo.Record, 0, n)
+	var evs []envelope.Event
+	for len(recs) < n {
+		ev := newEvent("ordering", topic)
+		k := fmt.Sprintf("key-%d", len(recs)%64)
+		ev.Key = &k
+		evs = append(evs, ev)
+		recs = append(recs, toKgo(ev.Record(envelope.EncodeOptions{})))
+		if dupEvery > 0 && len(recs) < n && len(evs)%dupEvery == 0 {
+			// a redelivery of an earlier message, later in the stream
+			old := evs[len(evs)/2]
+			recs = append(recs, toKgo(old.Record(envelope.EncodeOptions{})))
+		}
+	}
+	return recs
+}
+
+func benchConsumer(b *testing.B, batchSize int, dupEvery int, batchHandler bool) {
+	db := testdb.New(b)
+	fx := newEffects(b, db)
+	kc := testkafka.New(b)
+	topic := "bench.orders.v1"
+	kc.CreateTopic(b, topic, benchPartitions)
+	prod := kc.Client(b, kgo.ProducerBatchMaxBytes(1<<20))
+	recs := benchRecords(b, b.N, topic, dupEvery)
+	for i := 0; i < len(recs); i += 5000 {
+		produce(b, prod, recs[i:min(i+5000, len(recs))]...)
+	}
+	h := func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
+		_, err := tx.Exec(ctx, `INSERT INTO `+fx.table+` (message_id, msg_key, payload) VALUES ($1, $2, $3)`,
+			ev.MessageID, ev.Key, string(ev.Payload))
+		return err
+	}
+	var bh inbox.BatchHandler
+	if batchHandler {
+		// The same one row per message, written by one INSERT per batch.
+		bh = func(ctx context.Context, tx pgx.Tx, evs []envelope.Event) error {
+			ids, keys, payloads := make([]string, len(evs)), make([]*string, len(evs)), make([]string, len(evs))
+			for i, ev := range evs {
+				ids[i], keys[i], payloads[i] = ev.MessageID, ev.Key, string(ev.Payload)
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO `+fx.table+` (message_id, msg_key, payload)
+				SELECT * FROM unnest($1::text[], $2::text[], $3::text[])`, ids, keys, payloads)
+			return err
+		}
+	}
+	p := newProgress()
+	c, err := inbox.NewConsumer(db.Pool, inbox.ConsumerConfig{
+		Brokers: kc.Brokers, Group: "bench", Topics: []string{topic}, BatchSize: batchSize, BatchHandler: bh,
+		Store:       inbox.StoreConfig{Schema: db.Schema, Persistence: inbox.DedupeOnly},
+		OnCommitted: p.onCommitted, Logger: slog.New(slog.DiscardHandler),
+		KafkaOpts: []kgo.Opt{kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+			kgo.FetchMaxBytes(64 << 20), kgo.FetchMaxPartitionBytes(16 << 20)},
+	}, h)
+	require.NoError(b, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	b.ResetTimer()
+	start := time.Now()
+	go func() { done <- c.Run(ctx) }()
+	p.waitCommitted(b, topic, 1, time.Minute)
+	first := time.Since(start)
+	p.waitCommitted(b, topic, int64(len(recs)), 10*time.Minute)
+	elapsed := time.Since(start)
+	b.StopTimer()
+	cancel()
+	require.NoError(b, <-done)
+	st := c.Stats()
+	require.EqualValues(b, len(recs), st.Processed+st.Duplicates)
+	b.ReportMetric(float64(len(recs))/elapsed.Seconds(), "msgs/s")
+	b.ReportMetric(first.Seconds(), "s-to-first-commit")
+	b.ReportMetric(0, "ns/op")
+}
+
+// One inbox transaction per record, the handler inserting one row.
+func BenchmarkConsumerSingle(b *testing.B) { benchConsumer(b, 1, 0, false) }
+
+// 100 records per inbox transaction, the per-event handler inserting one row each.
+func BenchmarkConsumerBatch(b *testing.B) { benchConsumer(b, 100, 0, false) }
+
+// 100 records per inbox transaction, a BatchHandler inserting their rows in one statement.
+func BenchmarkConsumerBatchHandler(b *testing.B) { benchConsumer(b, 100, 0, true) }
+
+// Every other record is a redelivery of an earlier message (50% duplicates).
+func BenchmarkConsumerSingleDuplicateHeavy(b *testing.B) { benchConsumer(b, 1, 1, false) }
+
+func BenchmarkConsumerBatchDuplicateHeavy(b *testing.B) { benchConsumer(b, 100, 1, false) }
+
+func BenchmarkConsumerBatchHandlerDuplicateHeavy(b *testing.B) { benchConsumer(b, 100, 1, true) }
+
+func BenchmarkRawBatchedInsert(b *testing.B) {
+	ctx := context.Background()
+	db := testdb.New(b)
+	fx := newEffects(b, db)
+	ids := make([]string, b.N)
+	keys := make([]string, b.N)
+	payloads := make([]string, b.N)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("msg-%d-%s", i, envelope.NewUUIDv7())
+		keys[i] = fmt.Sprintf("key-%d", i%64)
+		payloads[i] = fmt.Sprintf(`{"n":%d}`, i)
+	}
+	const batch = 100
+	q := `INSERT INTO ` + fx.table + ` (message_id, msg_key, payload) SELECT * FROM unnest($1::text[], $2::text[], $3::text[])`
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i += batch {
+		j := min(i+batch, b.N)
+		err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, q, ids[i:j], keys[i:j], payloads[i:j])
+			return err
+		})
+		require.NoError(b, err)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+	b.ReportMetric(0, "ns/op")
+}
