@@ -126,8 +126,9 @@ func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 	httpCtx, stopHTTP := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopHTTP()
 	httpDone := make(chan error, 1)
+	var srv *httpserver.Server
 	if c.HTTPAddr != "" {
-		srv, err := httpserver.Listen(httpserver.Config{
+		srv, err = httpserver.Listen(httpserver.Config{
 			Addr:            c.HTTPAddr,
 			Metrics:         tel.MetricsHandler(),
 			ShutdownTimeout: shutdownReserve,
@@ -141,13 +142,6 @@ func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 		}
 		log.Info("http server listening", "addr", srv.Addr())
 		go func() { httpDone <- srv.Serve(httpCtx) }()
-		go func() {
-			select {
-			case <-ctx.Done():
-				srv.SetDraining()
-			case <-httpCtx.Done():
-			}
-		}()
 	} else {
 		httpDone <- nil
 	}
@@ -160,6 +154,9 @@ func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 	select {
 	case runErr = <-relayDone:
 	case <-ctx.Done():
+		if srv != nil {
+			srv.SetDraining() // load balancers stop routing before the relay stops
+		}
 		log.Info("shutting down: no new claims; finishing in-flight rows", "timeout", c.ShutdownTimeout)
 		deadline := time.NewTimer(c.ShutdownTimeout)
 		defer deadline.Stop()

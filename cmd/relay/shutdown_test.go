@@ -41,7 +41,8 @@ func TestShutdownReleasesInFlightRows(t *testing.T) {
 
 	const shutdownTimeout = 4 * time.Second
 	p := start(t, nil, "--database-url="+testdb.URL(), "--schema="+db.Schema, "--brokers="+kc.Brokers[0],
-		"--http-addr=", "--poll-interval=100ms", "--shutdown-timeout="+shutdownTimeout.String())
+		"--http-addr=127.0.0.1:0", "--poll-interval=100ms", "--shutdown-timeout="+shutdownTimeout.String())
+	base := "http://" + p.waitLine(t, listening, 30*time.Second)[1]
 	p.waitLine(t, regexpMust(`relay running`), 30*time.Second)
 
 	ctx := context.Background()
@@ -72,6 +73,18 @@ func TestShutdownReleasesInFlightRows(t *testing.T) {
 	began := time.Now()
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
+	}
+	// While it drains, /readyz says so (load balancers stop routing), /healthz and /metrics
+	// still answer.
+	p.waitLine(t, regexpMust(`shutting down`), 10*time.Second)
+	if code, body := httpGet(t, base+"/readyz"); code != 503 || !strings.Contains(body, "draining") {
+		t.Fatalf("readyz while draining: %d %s", code, body)
+	}
+	if code, _ := httpGet(t, base+"/healthz"); code != 200 {
+		t.Fatalf("healthz while draining: %d", code)
+	}
+	if code, _ := httpGet(t, base+"/metrics"); code != 200 {
+		t.Fatalf("metrics while draining: %d", code)
 	}
 	select {
 	case <-p.done:
