@@ -173,7 +173,7 @@ func TestRelayConfigValidationNamesEveryField(t *testing.T) {
 	_, err := outbox.NewRelay(db.Pool, client, outbox.RelayConfig{
 		Schema: "Bad-Schema", Policy: outbox.Policy(9), BatchSize: -1, MaxInFlightBatches: -2, MaxAttempts: -3,
 		Backoff: outbox.Backoff{Initial: -time.Second, Max: -2 * time.Second, Multiplier: 0.5},
-		Lease: time.Millisecond, PollInterval: -1, ShutdownTimeout: -1, RetentionBatch: -1,
+		Lease:   time.Millisecond, PollInterval: -1, ShutdownTimeout: -1, RetentionBatch: -1,
 		MaintenanceInterval: -1, MaxRecordBytes: -1, Destinations: []string{""},
 	})
 	require.Error(t, err)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/migrations"
@@ -89,6 +91,9 @@ type StoreOptions struct {
 	// key concurrently may commit in the opposite order of their seq, and the relay would then
 	// publish them out of commit order. Defaults to false (locks taken).
 	DisableKeyLocks bool
+	// MeterProvider provides the "keiro" meter for keiro.outbox.enqueued. Defaults to
+	// otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
 }
 
 // Store reads and writes one schema's outbox table. It holds no connection: every method takes
@@ -97,6 +102,7 @@ type Store struct {
 	schema string
 	opts   StoreOptions
 	q      queries
+	inst   *instruments
 }
 
 // NewStore returns a Store for the outbox in schema, which must be a valid schema name
@@ -112,6 +118,11 @@ func NewStore(schema string, opts ...StoreOptions) (*Store, error) {
 	if len(opts) == 1 {
 		s.opts = opts[0]
 	}
+	inst, err := newInstruments(s.opts.MeterProvider)
+	if err != nil {
+		return nil, fmt.Errorf("new outbox store: create instruments: %w", err)
+	}
+	s.inst = inst
 	return s, nil
 }
 
@@ -192,15 +203,35 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, events ...envelope.Eve
 			missing = append(missing, i)
 		}
 	}
-	if len(missing) == 0 {
-		return results, nil
+	if len(missing) > 0 {
+		results, err = s.resolveExisting(ctx, tx, events, results, missing)
 	}
-	return s.resolveExisting(ctx, tx, events, a, results, missing)
+	s.count(ctx, events, results)
+	return results, err
+}
+
+// count adds the results to keiro.outbox.enqueued, per source and outcome.
+func (s *Store) count(ctx context.Context, events []envelope.Event, results []EnqueueResult) {
+	if results == nil {
+		return
+	}
+	type k struct {
+		source  string
+		outcome EnqueueOutcome
+	}
+	n := map[k]int64{}
+	for i, r := range results {
+		n[k{events[i].Source, r.Outcome}]++
+	}
+	for key, c := range n {
+		s.inst.enqueued.Add(ctx, c, metric.WithAttributeSet(attribute.NewSet(
+			attribute.String("source", key.source), attribute.String("outcome", key.outcome.String()))))
+	}
 }
 
 // resolveExisting classifies the events that were not inserted as Duplicate or Conflict by
 // comparing them with the retained rows.
-func (s *Store) resolveExisting(ctx context.Context, tx pgx.Tx, events []envelope.Event, a *enqueueArgs,
+func (s *Store) resolveExisting(ctx context.Context, tx pgx.Tx, events []envelope.Event,
 	results []EnqueueResult, missing []int) ([]EnqueueResult, error) {
 	srcs := make([]string, len(missing))
 	mids := make([]string, len(missing))
