@@ -1,0 +1,260 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/inbox"
+	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/internal/testkafka"
+)
+
+func TestProcessBatchWithBatchHandler(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	fx := newEffects(t, db)
+	s := newStore(t, db)
+	var ds []inbox.Delivery
+	for range 6 {
+		ds = append(ds, inbox.Delivery{Event: newEvent("ordering", "t")})
+	}
+	poison := ds[3].Event.MessageID
+	var calls []int
+	bh := func(ctx context.Context, tx pgx.Tx, evs []envelope.Event) error {
+		calls = append(calls, len(evs))
+		for _, ev := range evs {
+			if err := fx.handler()(ctx, tx, ev); err != nil {
+				return err
+			}
+			if ev.MessageID == poison {
+				return inbox.Permanent(errors.New("poison"))
+			}
+		}
+		return nil
+	}
+	// Two already processed: only the other four reach the batch handler.
+	_, err := s.ProcessBatch(ctx, db.Pool, ds[:2], fx.handler())
+	require.NoError(t, err)
+	res, err := s.ProcessBatchWith(ctx, db.Pool, ds, bh)
+	require.NoError(t, err)
+	require.Equal(t, []int{4, 1, 1, 1, 1}, calls, "one batch call, then one-event fallbacks")
+	want := []inbox.Outcome{inbox.Duplicate, inbox.Duplicate, inbox.Processed, inbox.Poisoned, inbox.Processed, inbox.Processed}
+	for i, r := range res {
+		require.Equal(t, want[i], r.Outcome, "item %d", i)
+	}
+	for i, d := range ds {
+		n := 1
+		if i == 3 {
+			n = 0
+		}
+		require.Equal(t, n, fx.count(t, d.Event.MessageID))
+	}
+	// Without failures, one call for the whole batch.
+	calls = nil
+	var more []inbox.Delivery
+	for range 5 {
+		more = append(more, inbox.Delivery{Event: newEvent("ordering", "t")})
+	}
+	res, err = s.ProcessBatchWith(ctx, db.Pool, more, bh)
+	require.NoError(t, err)
+	require.Equal(t, []int{5}, calls)
+	for _, r := range res {
+		require.Equal(t, inbox.Processed, r.Outcome)
+	}
+}
+
+func TestStoreMetrics(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	fx := newEffects(t, db)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(ctx) }()
+	s := newStore(t, db, func(c *inbox.StoreConfig) { c.MeterProvider = mp; c.MaxAttempts = 2 })
+	ev := newEvent("ordering", "billing.orders.v1")
+	d := inbox.Delivery{Event: ev, Kafka: &inbox.KafkaRef{Topic: "billing.orders.v1"}}
+	for range 2 {
+		_, err := s.Process(ctx, db.Pool, d, fx.handler())
+		require.NoError(t, err)
+	}
+	bad := inbox.Delivery{Event: newEvent("ordering", "billing.orders.v1"), Kafka: d.Kafka}
+	for range 2 {
+		_, err := s.Process(ctx, db.Pool, bad, func(context.Context, pgx.Tx, envelope.Event) error { return errors.New("no") })
+		require.NoError(t, err)
+	}
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(ctx, &rm))
+	sums := map[string]int64{}
+	var sawHistogram bool
+	for _, sm := range rm.ScopeMetrics {
+		require.Equal(t, "keiro", sm.Scope.Name)
+		for _, m := range sm.Metrics {
+			switch data := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range data.DataPoints {
+					c, _ := p.Attributes.Value("consumer")
+					tp, _ := p.Attributes.Value("topic")
+					require.Equal(t, "billing", c.AsString())
+					require.Equal(t, "billing.orders.v1", tp.AsString())
+					sums[m.Name] += p.Value
+				}
+			case metricdata.Histogram[float64]:
+				if m.Name == "keiro.inbox.handler.duration" {
+					sawHistogram = data.DataPoints[0].Count == 3
+				}
+			}
+		}
+	}
+	require.Equal(t, map[string]int64{
+		"keiro.inbox.processed": 1, "keiro.inbox.duplicates": 1,
+		"keiro.inbox.failed": 2, "keiro.inbox.poisoned": 1,
+	}, sums)
+	require.True(t, sawHistogram, "three handler runs recorded")
+}
+
+// signalHandler is a slog.Handler that reports messages containing a substring.
+type signalHandler struct {
+	substr string
+	hits   chan string
+}
+
+func (h *signalHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *signalHandler) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.substr) {
+		select {
+		case h.hits <- r.Message:
+		default:
+		}
+	}
+	return nil
+}
+func (h *signalHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *signalHandler) WithGroup(string) slog.Handler      { return h }
+
+// A dead-letter produce that fails (the topic does not exist yet) is retried, never dropped,
+// and the offset is not committed until it succeeds.
+func TestConsumerRetriesFailingDeadLetterProduce(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	fx := newEffects(t, db)
+	kc := testkafka.New(t)
+	const topic = "billing.dlqfail.v1"
+	kc.CreateTopic(t, topic, 1)
+	prod := kc.Client(t)
+	evs := keyedEvents("ordering", topic, 3, 1)
+	produceEvents(t, prod, evs...)
+
+	sig := &signalHandler{substr: "dead-letter produce failed", hits: make(chan string, 1)}
+	p := newProgress()
+	var dead atomic.Int64
+	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
+		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic}, DeadLetterTopic: "late-dlq",
+		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
+		Logger:         slog.New(sig),
+		OnDeadLettered: func(*kgo.Record, string) { dead.Add(1) },
+	}, func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
+		if ev.MessageID == evs[1].MessageID {
+			return inbox.Permanent(errors.New("reject"))
+		}
+		return fx.handler()(ctx, tx, ev)
+	})
+	select {
+	case <-sig.hits:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no failed dead-letter produce was reported")
+	}
+	require.LessOrEqual(t, p.total(topic), int64(1), "nothing past the poisoned record is committed")
+	require.EqualValues(t, 0, dead.Load())
+	kc.CreateTopic(t, "late-dlq", 1)
+	p.waitCommitted(t, topic, 3, 60*time.Second)
+	r.stop(t)
+	require.EqualValues(t, 1, dead.Load())
+	recs := kc.ConsumeAll(t, 1, 10*time.Second, "late-dlq")
+	require.Len(t, recs, 1)
+	require.Equal(t, evs[1].Payload, recs[0].Value)
+	require.Equal(t, 1, fx.count(t, evs[2].MessageID))
+}
+
+func TestConsumerSchemaDecoder(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	fx := newEffects(t, db)
+	kc := testkafka.New(t)
+	const topic = "billing.schema.v1"
+	kc.CreateTopic(t, topic, 1)
+	kc.CreateTopic(t, topic+".dlq", 1)
+	prod := kc.Client(t)
+	evs := keyedEvents("ordering", topic, 4, 1)
+	evs[2].Payload = []byte("not avro")
+	produceEvents(t, prod, evs...)
+
+	var mu sync.Mutex
+	registryDown := 2 // the registry fails twice before answering
+	dec := func(_ context.Context, ev *envelope.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if registryDown > 0 {
+			registryDown--
+			return errors.New("schema registry unreachable")
+		}
+		if string(ev.Payload) == "not avro" {
+			return inbox.Permanent(errors.New("payload is not Confluent-framed"))
+		}
+		ev.Payload = []byte(`{"decoded":` + string(ev.Payload) + `}`)
+		return nil
+	}
+	p := newProgress()
+	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
+		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic},
+		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted, SchemaDecoder: dec,
+	}, fx.handler())
+	p.waitCommitted(t, topic, 4, 30*time.Second)
+	r.stop(t)
+	require.EqualValues(t, 3, r.c.Stats().Processed)
+	require.EqualValues(t, 1, r.c.Stats().DeadLettered)
+	var payload string
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT payload FROM `+fx.table+` WHERE message_id = $1`, evs[0].MessageID).Scan(&payload))
+	require.Equal(t, `{"decoded":{"i":0}}`, payload)
+	dlq := kc.ConsumeAll(t, 1, 10*time.Second, topic+".dlq")
+	require.Len(t, dlq, 1)
+	require.Equal(t, inbox.ReasonSchema, header(dlq[0], inbox.HeaderDLQReason))
+	require.Equal(t, []byte("not avro"), dlq[0].Value, "the original bytes, not the decoded ones")
+}
+
+// A tiny buffer forces the partition to pause and resume over and over; nothing stalls or is
+// lost, and per-key order holds.
+func TestConsumerBackPressure(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	fx := newEffects(t, db)
+	kc := testkafka.New(t)
+	const topic = "billing.pressure.v1"
+	kc.CreateTopic(t, topic, 2)
+	prod := kc.Client(t)
+	evs := keyedEvents("ordering", topic, 200, 5)
+	produceEvents(t, prod, evs...)
+	p := newProgress()
+	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
+		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic},
+		MaxBufferedRecords: 4, CommitEvery: 3, MaxConcurrentPartitions: 1,
+		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
+	}, fx.handler())
+	p.waitCommitted(t, topic, 200, 60*time.Second)
+	r.stop(t)
+	requireOncePerMessageInKeyOrder(t, fx, evs)
+}
