@@ -20,7 +20,7 @@ func Example() {
 			_ = c.Close(ctx)
 		}
 	}()
-	err := Run(ctx, Config{DatabaseURL: testdb.URL(), Schema: schema, OrderIDs: []string{"1001","1002","1003"}}, os.Stdout)
+	err := Run(ctx, Config{DatabaseURL: testdb.URL(), Schema: schema, OrderIDs: []string{"1001", "1002", "1003"}}, os.Stdout)
 	if err != nil {
 		fmt.Println(err)
 	}
