@@ -266,6 +266,11 @@ func TestRunHTTPModeWithDeadLetters(t *testing.T) {
 			w.WriteHeader(http.StatusUnauthorized)
 			return
 		}
+		if doc["message_id"] == "p-down" {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
 		if doc["message_id"] == "p-rejected" {
 			w.WriteHeader(http.StatusUnprocessableEntity)
 			_, _ = io.WriteString(w, `{"error":"unknown account"}`)
@@ -278,18 +283,19 @@ func TestRunHTTPModeWithDeadLetters(t *testing.T) {
 	good := orderEvent("p-1", 10)
 	good.TraceContext = &envelope.TraceContext{Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
 	rejected := orderEvent("p-rejected", 20)
-	produce(t, cl, topic, good, rejected, good)
+	produce(t, cl, topic, good, rejected, good, orderEvent("p-down", 30))
 	// A record without keiro headers cannot be decoded: it is dead-lettered as is.
 	ctx := context.Background()
 	require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte("junk"), Value: []byte("not an event")}).FirstErr())
 
 	p := startBinary(t, e2eEnv(db, kc, "ledger", topic,
 		"KEIRO_CONSUMER_HANDLER=http", "KEIRO_CONSUMER_HTTP_URL="+srv.URL+"/events",
-		"KEIRO_CONSUMER_HTTP_HEADER=Authorization: Bearer t0ken", "KEIRO_CONSUMER_NAME=ledger-inbox"))
+		"KEIRO_CONSUMER_HTTP_HEADER=Authorization: Bearer t0ken", "KEIRO_CONSUMER_NAME=ledger-inbox",
+		"KEIRO_CONSUMER_MAX_ATTEMPTS=2"))
 	p.waitLog(servingRe, 30*time.Second)
 
-	dlq := kc.ConsumeAll(t, 2, 30*time.Second, topic+".dlq")
-	require.Len(t, dlq, 2, p.log())
+	dlq := kc.ConsumeAll(t, 3, 30*time.Second, topic+".dlq")
+	require.Len(t, dlq, 3, p.log())
 	reasons := map[string]*kgo.Record{}
 	for _, r := range dlq {
 		for _, h := range r.Headers {
@@ -300,6 +306,8 @@ func TestRunHTTPModeWithDeadLetters(t *testing.T) {
 	}
 	require.Contains(t, reasons, inbox.ReasonDecode)
 	require.Equal(t, "not an event", string(reasons[inbox.ReasonDecode].Value))
+	require.Contains(t, reasons, inbox.ReasonPoisoned, "p-down failed --max-attempts times")
+	require.Equal(t, `{"amount":30}`, string(reasons[inbox.ReasonPoisoned].Value))
 	require.Contains(t, reasons, inbox.ReasonPermanent)
 	perm := reasons[inbox.ReasonPermanent]
 	require.Equal(t, `{"amount":20}`, string(perm.Value), "the original bytes are dead-lettered")
@@ -322,8 +330,10 @@ func TestRunHTTPModeWithDeadLetters(t *testing.T) {
 	for _, r := range reqs {
 		keys = append(keys, r.key)
 	}
-	// p-1 was delivered twice to Kafka but reached the service once; p-rejected once.
-	require.ElementsMatch(t, []string{"ledger-inbox:ordering:p-1", "ledger-inbox:ordering:p-rejected"}, keys)
+	// p-1 was delivered twice to Kafka but reached the service once; p-rejected once; p-down
+	// was tried --max-attempts times, always with the same key.
+	require.ElementsMatch(t, []string{"ledger-inbox:ordering:p-1", "ledger-inbox:ordering:p-rejected",
+		"ledger-inbox:ordering:p-down", "ledger-inbox:ordering:p-down"}, keys)
 	for _, r := range reqs {
 		if r.doc["message_id"] == "p-1" {
 			require.Equal(t, map[string]any{"amount": float64(10)}, r.doc["payload"])
@@ -337,6 +347,7 @@ func TestRunHTTPModeWithDeadLetters(t *testing.T) {
 		"inbox", "failed", "list", "--name=ledger-inbox")
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, "ordering:p-rejected")
+	require.Contains(t, r.stdout, "ordering:p-down")
 	require.Contains(t, r.stdout, "payments.v1/0@1")
 }
 
@@ -358,4 +369,79 @@ func TestRunRefusesUnmigratedSchema(t *testing.T) {
 	p := startBinary(t, append(env, "KEIRO_CONSUMER_MIGRATE=true", "KEIRO_CONSUMER_LOG_LEVEL=debug"))
 	p.waitLog(regexp.MustCompile(`msg=consuming`), 30*time.Second)
 	require.Equal(t, 0, p.stop(30*time.Second), p.log())
+}
+
+func TestRunSIGTERMFinishesInFlightMessage(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	kc := testkafka.New(t)
+	const topic = "slow.v1"
+	kc.CreateTopic(t, topic, 1)
+	cl := kc.Client(t)
+
+	arrived, release := make(chan string, 4), make(chan struct{})
+	var calls sync.Map
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var doc map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&doc)
+		id, _ := doc["message_id"].(string)
+		n, _ := calls.LoadOrStore(id, new(int))
+		*n.(*int)++
+		arrived <- id
+		<-release
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+
+	produce(t, cl, topic, orderEvent("s-1", 1))
+	env := e2eEnv(db, kc, "slow", topic, "KEIRO_CONSUMER_HANDLER=http", "KEIRO_CONSUMER_HTTP_URL="+srv.URL,
+		"KEIRO_CONSUMER_HTTP_TIMEOUT=60s")
+	p := startBinary(t, env)
+	addr := p.waitLog(servingRe, 30*time.Second)[1]
+	select {
+	case id := <-arrived:
+		require.Equal(t, "s-1", id)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no delivery:\n%s", p.log())
+	}
+	// SIGTERM while the service is still answering: the consumer waits for the answer,
+	// commits the inbox row and the offset, and exits 0.
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	waitFor(t, 10*time.Second, "/readyz turns 503 once SIGTERM is received", func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusServiceUnavailable
+	})
+	close(release)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("consumer did not exit after SIGTERM:\n%s", p.log())
+	}
+	require.Equal(t, 0, p.code, p.log())
+	adm := kadm.NewClient(cl)
+	require.True(t, committedAll(t, adm, "slow", topic), "the in-flight message's offset was committed:\n%s", p.log())
+
+	// Restarted, the consumer does not deliver s-1 again.
+	produce(t, cl, topic, orderEvent("s-2", 2))
+	p = startBinary(t, env)
+	select {
+	case id := <-arrived:
+		require.Equal(t, "s-2", id)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no delivery:\n%s", p.log())
+	}
+	require.Equal(t, 0, p.stop(30*time.Second), p.log())
+	n, _ := calls.Load("s-1")
+	require.Equal(t, 1, *n.(*int))
 }
