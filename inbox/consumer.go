@@ -479,8 +479,7 @@ func (c *Consumer) dispatch(p kgo.FetchTopicPartition) {
 	w.enqueue(p.Records, p.HighWatermark)
 }
 
-// maintain samples the backlog gauge and runs retention every MaintenanceInterval. Concurrent
-// instances may both delete; each statement deletes a small batch, so that is harmless.
+// maintain samples the backlog gauge and runs retention every MaintenanceInterval.
 func (c *Consumer) maintain(ctx context.Context) {
 	t := time.NewTicker(c.cfg.MaintenanceInterval)
 	defer t.Stop()
@@ -492,7 +491,7 @@ func (c *Consumer) maintain(ctx context.Context) {
 			c.log.Warn("sample inbox backlog", "error", err)
 		}
 		if c.cfg.Retention > 0 {
-			if _, err := c.store.DeleteCompleted(ctx, c.pool, c.cfg.Retention, DefaultDeleteBatch); err != nil && ctx.Err() == nil {
+			if err := c.retain(ctx); err != nil && ctx.Err() == nil {
 				c.log.Warn("inbox retention", "error", err)
 			}
 		}
@@ -502,6 +501,32 @@ func (c *Consumer) maintain(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// retain deletes completed rows past the retention, in small batches, while holding a session
+// advisory lock per (schema, consumer) so that only one instance at a time does it.
+func (c *Consumer) retain(ctx context.Context) error {
+	conn, err := c.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire connection for retention: %w", err)
+	}
+	defer conn.Release()
+	const key = `hashtextextended('keiro.inbox.retention.' || $1 || '.' || $2, 0)`
+	var locked bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+key+`)`, c.store.cfg.Schema, c.store.cfg.Consumer).Scan(&locked); err != nil {
+		return fmt.Errorf("take retention lock: %w", err)
+	}
+	if !locked {
+		return nil // another instance is on it
+	}
+	defer func() {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(`+key+`)`, c.store.cfg.Schema, c.store.cfg.Consumer)
+	}()
+	n, err := c.store.DeleteCompleted(ctx, conn, c.cfg.Retention, DefaultDeleteBatch)
+	if n > 0 {
+		c.log.Info("inbox retention deleted completed rows", "rows", n, "older_than", c.cfg.Retention)
+	}
+	return err
 }
 
 func (c *Consumer) deadLetterTopic(topic string) string {

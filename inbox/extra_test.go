@@ -258,3 +258,51 @@ func TestConsumerBackPressure(t *testing.T) {
 	r.stop(t)
 	requireOncePerMessageInKeyOrder(t, fx, evs)
 }
+
+// The consumer's maintenance deletes completed rows past the retention and samples the
+// backlog gauge.
+func TestConsumerMaintenance(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	fx := newEffects(t, db)
+	s := newStore(t, db)
+	var ds []inbox.Delivery
+	for range 3 {
+		ds = append(ds, inbox.Delivery{Event: newEvent("ordering", "t")})
+	}
+	_, err := s.ProcessBatch(ctx, db.Pool, ds[:2], fx.handler())
+	require.NoError(t, err)
+	_, err = s.Process(ctx, db.Pool, ds[2], func(context.Context, pgx.Tx, envelope.Event) error { return errors.New("x") })
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `UPDATE `+db.Schema+`.keiro_inbox SET completed_at = now() - interval '2 hours', failed_at = now() - interval '2 hours'`)
+	require.NoError(t, err)
+
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(ctx) }()
+	kc := testkafka.New(t)
+	kc.CreateTopic(t, "maint", 1)
+	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
+		Brokers: kc.Brokers, Group: "billing", Topics: []string{"maint"},
+		Store:     inbox.StoreConfig{Schema: db.Schema},
+		Retention: time.Hour, MaintenanceInterval: 10 * time.Millisecond, MeterProvider: mp,
+	}, fx.handler())
+	require.Eventually(t, func() bool {
+		var n int
+		_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+db.Schema+`.keiro_inbox`).Scan(&n)
+		return n == 1
+	}, 30*time.Second, 10*time.Millisecond, "old completed rows deleted, the failed one kept")
+	r.stop(t)
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(ctx, &rm))
+	var backlog int64 = -1
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if g, ok := m.Data.(metricdata.Gauge[int64]); ok && m.Name == "keiro.inbox.backlog" {
+				backlog = g.DataPoints[0].Value
+			}
+		}
+	}
+	require.EqualValues(t, 1, backlog)
+}
