@@ -1,7 +1,3 @@
-// Command consumer is keiro's Kafka consumer sidecar: it reads integration events from Kafka in
-// a consumer group, records each in the PostgreSQL inbox and hands it to a handler (an HTTP
-// endpoint or a PostgreSQL function), so that a redelivered message never runs its effects
-// twice. See docs/consumer.md.
 package main
 
 import (
