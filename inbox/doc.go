@@ -35,4 +35,37 @@
 // keeps per-key order). Database outages are retried with backoff and never dead-letter.
 // On partition revocation and on shutdown, in-flight work finishes and its offsets are
 // committed before the partitions are released.
+//
+// # Decisions
+//
+//   - Attempt ceiling: [DefaultMaxAttempts] = 5 failed attempts, retried in place with capped
+//     exponential backoff and jitter ([DefaultRetryInitial] 100ms doubling to
+//     [DefaultRetryMax] 10s), so a poison message holds its partition for about 20s before it
+//     is dead-lettered. A failed attempt is counted only when the handler itself failed: a
+//     lost database connection is an outage, retried without limit and never dead-lettered.
+//   - Dead-letter topic: one per source topic, [DefaultDeadLetterTopic] = "{topic}.dlq"
+//     (configurable, "{topic}" is substituted; a single fixed name is allowed). The original
+//     key, value and headers are kept, and keiro-dlq-reason (decode | schema | dedupe |
+//     poisoned | permanent), keiro-dlq-error, keiro-dlq-attempts, keiro-dlq-topic,
+//     keiro-dlq-partition, keiro-dlq-offset, keiro-dlq-consumer and keiro-dlq-at (RFC 3339)
+//     are appended. A failing dead-letter produce is retried and the partition waits: a
+//     record is never skipped.
+//   - A poisoned row stays "failed" with poisoned=true. Redeliveries classify as
+//     [PreviouslyFailed] and are dead-lettered again (the first dead-letter produce may not
+//     have been followed by an offset commit). [Store.RetryFailed] resets rows so that a
+//     redelivery runs them again; since the runner already committed their offsets, the
+//     operator command `consumer inbox failed retry` uses [Store.Reprocess], which re-runs the
+//     handler from the stored full envelope inside an inbox transaction.
+//   - Batching: BatchSize > 1 processes up to BatchSize records of one partition in one
+//     transaction ([Store.ProcessBatch]; with a [BatchHandler], [Store.ProcessBatchWith]).
+//     If a handler fails, the batch rolls back and falls back to one transaction per record,
+//     so a failing record is retried after its batch mates: strict per-key order of effects
+//     under failures holds only with BatchSize 1 (the default).
+//   - Back-pressure: each partition buffers at most ConsumerConfig.MaxBufferedRecords records;
+//     beyond that its fetching is paused (kgo.PauseFetchPartitions) until the worker has
+//     worked the backlog down to half. The consumer sets kgo.FetchMaxWait to
+//     [DefaultFetchMaxWait] so a resumed partition is refetched promptly.
+//   - Retention runs in every consumer instance, under a PostgreSQL advisory lock per
+//     (schema, consumer) so only one deletes at a time, [DefaultDeleteBatch] rows per
+//     statement.
 package inbox
