@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -211,11 +213,14 @@ func TestConsumerEndToEnd(t *testing.T) {
 		handlerSpans.Store(ev.MessageID, trace.SpanContextFromContext(ctx))
 		return fx.handler()(ctx, tx, ev)
 	}
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
 	p := newProgress()
 	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
 		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic},
 		Store:          inbox.StoreConfig{Schema: db.Schema},
-		TracerProvider: tp, OnCommitted: p.onCommitted,
+		TracerProvider: tp, MeterProvider: mp, OnCommitted: p.onCommitted,
 	}, h)
 	p.waitCommitted(t, topic, 61, 30*time.Second)
 	r.stop(t)
@@ -226,6 +231,25 @@ func TestConsumerEndToEnd(t *testing.T) {
 	require.EqualValues(t, 1, st.Duplicates)
 	require.EqualValues(t, 0, st.DeadLettered)
 	require.EqualValues(t, 61, st.Committed)
+
+	// The lag gauge has one point per partition, 0 once everything is committed.
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	lagPoints := 0
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if g, ok := m.Data.(metricdata.Gauge[int64]); ok && m.Name == "keiro.consumer.lag" {
+				for _, dp := range g.DataPoints {
+					_, hasTopic := dp.Attributes.Value("topic")
+					_, hasPartition := dp.Attributes.Value("partition")
+					require.True(t, hasTopic && hasPartition)
+					require.EqualValues(t, 0, dp.Value)
+					lagPoints++
+				}
+			}
+		}
+	}
+	require.Equal(t, 3, lagPoints)
 
 	// Spans: one `process <topic>` per record, continuing the producer's trace.
 	var spans []sdktrace.ReadOnlySpan

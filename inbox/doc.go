@@ -40,7 +40,7 @@
 //
 //   - Attempt ceiling: [DefaultMaxAttempts] = 5 failed attempts, retried in place with capped
 //     exponential backoff and jitter ([DefaultRetryInitial] 100ms doubling to
-//     [DefaultRetryMax] 10s), so a poison message holds its partition for about 20s before it
+//     [DefaultRetryMax] 10s), so a poison message holds its partition for about 1.5s before it
 //     is dead-lettered. A failed attempt is counted only when the handler itself failed: a
 //     lost database connection is an outage, retried without limit and never dead-lettered.
 //   - Dead-letter topic: one per source topic, [DefaultDeadLetterTopic] = "{topic}.dlq"
