@@ -362,6 +362,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	opts = append(opts, c.cfg.KafkaOpts...)
 	c.mu.Lock()
+	if c.baseCtx != nil {
+		c.mu.Unlock()
+		return errors.New("inbox consumer: Run called twice; create a new Consumer")
+	}
 	c.baseCtx = context.WithoutCancel(ctx)
 	c.mu.Unlock()
 	cl, err := kgo.NewClient(opts...)
