@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -311,5 +312,34 @@ func TestBinaryConfigErrors(t *testing.T) {
 		if !strings.Contains(p.output(), want) {
 			t.Errorf("stderr lacks %q:\n%s", want, p.output())
 		}
+	}
+}
+
+// /readyz names the dependency that is down: here Kafka (nothing listens at the broker address),
+// while PostgreSQL is fine; /healthz stays 200.
+func TestReadyzNamesFailingKafka(t *testing.T) {
+	db := testdb.New(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadBroker := ln.Addr().String()
+	ln.Close()
+	p := start(t, nil, "--database-url="+testdb.URL(), "--schema="+db.Schema, "--brokers="+deadBroker,
+		"--http-addr=127.0.0.1:0", "--shutdown-timeout=3s")
+	base := "http://" + p.waitLine(t, listening, 30*time.Second)[1]
+	code, body := httpGet(t, base+"/readyz")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, `"failing":["kafka"]`) || !strings.Contains(body, `"database":"ok"`) {
+		t.Fatalf("readyz with Kafka down: %d %s", code, body)
+	}
+	if code, _ := httpGet(t, base+"/healthz"); code != 200 {
+		t.Fatalf("healthz: %d", code)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+	if p.err != nil {
+		t.Fatalf("exit with Kafka down: %v", p.err)
 	}
 }
