@@ -445,3 +445,45 @@ func TestRunSIGTERMFinishesInFlightMessage(t *testing.T) {
 	n, _ := calls.Load("s-1")
 	require.Equal(t, 1, *n.(*int))
 }
+
+func TestRunReadinessFollowsKafkaOutage(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	sqlFixture(t, db)
+	kc := testkafka.New(t)
+	const topic = "outage.v1"
+	kc.CreateTopic(t, topic, 1)
+	produce(t, kc.Client(t), topic, orderEvent("x-1", 1))
+
+	p := startBinary(t, e2eEnv(db, kc, "outage", topic, "KEIRO_CONSUMER_HANDLER=sql",
+		"KEIRO_CONSUMER_SQL_FUNCTION="+db.Schema+".apply_event", "KEIRO_CONSUMER_SHUTDOWN_TIMEOUT=5s"))
+	addr := p.waitLog(servingRe, 30*time.Second)[1]
+	waitFor(t, 30*time.Second, "x-1 applied", func() bool { return len(effects(t, db)) == 1 })
+
+	readyz := func() (int, inboxReadiness) {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return 0, inboxReadiness{}
+		}
+		defer resp.Body.Close()
+		var body inboxReadiness
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		return resp.StatusCode, body
+	}
+	code, body := readyz()
+	require.Equal(t, http.StatusOK, code, "%+v", body)
+
+	kc.Close()
+	waitFor(t, 30*time.Second, "/readyz reports Kafka down", func() bool {
+		code, body := readyz()
+		return code == http.StatusServiceUnavailable && len(body.Failing) == 1 && body.Failing[0] == "kafka"
+	})
+	// Shutdown with the brokers gone still ends within the shutdown timeout, with status 0.
+	require.Equal(t, 0, p.stop(60*time.Second), p.log())
+}
+
+// inboxReadiness is the part of the /readyz body the tests read.
+type inboxReadiness struct {
+	Status  string   `json:"status"`
+	Failing []string `json:"failing"`
+}
