@@ -48,6 +48,10 @@ fuzz-short: ## Run every fuzz target briefly (FUZZTIME each, default 10s).
 bench: ## Run the benchmarks recorded in BENCHMARKS.md.
 	$(GO) test -run='^$$' -bench=. -benchmem -count=1 -timeout 60m ./envelope/ ./schema/ ./outbox/ ./inbox/ ./events/
 
+.PHONY: bench-peers
+bench-peers: ## Run keiro's relay and consumer side by side with Watermill and a SKIP LOCKED loop (bench/, PEERS_FLAGS).
+	cd bench && $(GO) run ./cmd/peers $(PEERS_FLAGS)
+
 .PHONY: chaos
 chaos: ## Run the chaos test for longer than CI does (CHAOS_DURATION, default 5m).
 	KEIRO_CHAOS_DURATION=$${CHAOS_DURATION:-5m} $(GO) test -count=1 -timeout 60m -run Chaos -v ./e2e/

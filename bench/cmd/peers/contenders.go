@@ -62,7 +62,11 @@ func runKeiroRelay(ctx context.Context, o options, pool *pgxpool.Pool) error {
 		return err
 	}
 	defer cl.Close()
-	relay, err := outbox.NewRelay(pool, cl, outbox.RelayConfig{Schema: o.childSchema, Logger: slog.New(slog.DiscardHandler)})
+	logger := slog.New(slog.DiscardHandler)
+	if os.Getenv("PEERS_DEBUG") != "" { // the relay's debug log (claims, produce times) on stderr
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	relay, err := outbox.NewRelay(pool, cl, outbox.RelayConfig{Schema: o.childSchema, Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -273,7 +277,7 @@ func runKeiroConsumer(ctx context.Context, o options, pool *pgxpool.Pool, batchS
 	return c.Run(ctx)
 }
 
-func runWatermillConsumer(ctx context.Context, o options, pool *pgxpool.Pool) error {
+func runWatermillConsumer(ctx context.Context, o options, pool *pgxpool.Pool, byUUID bool) error {
 	logger := watermill.NopLogger{}
 	sc := kafka.DefaultSaramaSubscriberConfig()
 	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
@@ -290,7 +294,11 @@ func runWatermillConsumer(ctx context.Context, o options, pool *pgxpool.Pool) er
 	// that the run ends even if the deduplicator drops distinct messages.
 	var handled atomic.Int64
 	var once sync.Once
-	dedup := (&middleware.Deduplicator{}).Middleware
+	d := &middleware.Deduplicator{}
+	if byUUID { // key on the message uuid instead of a 32-bit hash of the payload
+		d.KeyFactory = func(m *message.Message) (string, error) { return m.UUID, nil }
+	}
+	dedup := d.Middleware
 	router.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc {
 		inner := dedup(h)
 		return func(m *message.Message) ([]*message.Message, error) {
@@ -351,7 +359,9 @@ func runChild(ctx context.Context, o options) error {
 	case "keiro-consumer-b100":
 		runErr = runKeiroConsumer(ctx, o, pool, 100)
 	case "watermill-consumer":
-		runErr = runWatermillConsumer(ctx, o, pool)
+		runErr = runWatermillConsumer(ctx, o, pool, false)
+	case "watermill-consumer-uuid":
+		runErr = runWatermillConsumer(ctx, o, pool, true)
 	default:
 		return fmt.Errorf("unknown contender %q", o.child)
 	}

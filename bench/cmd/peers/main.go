@@ -150,6 +150,9 @@ var contenders = []contender{
 	{name: "watermill-consumer", scenarios: []string{"consume"}, kind: kindConsume,
 		settings:  "watermill-kafka/v3 Subscriber (DefaultSaramaSubscriberConfig, Offsets.Initial=Oldest), Router with middleware.Deduplicator{} defaults (Adler-32 of payload, in-memory 1 min window), handler INSERTs the effect (autocommit)",
 		guarantee: "at least once; duplicates suppressed only within one process and 1 min; a crash or rebalance between INSERT and offset commit re-runs the effect"},
+	{name: "watermill-consumer-uuid", scenarios: []string{"consume"}, kind: kindConsume,
+		settings:  "as watermill-consumer but Deduplicator.KeyFactory returns the message uuid (tuned: the default Adler-32 payload hash collides on similar payloads and drops distinct messages)",
+		guarantee: "at least once; duplicates suppressed only within one process and 1 min"},
 }
 
 const (
