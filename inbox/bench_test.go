@@ -23,10 +23,20 @@ import (
 //
 //	go test -run XXX -bench 'Consumer|RawBatchedInsert' -benchtime 100000x ./inbox
 //
+// Under -short every benchmark stops at 10k records.
+//
 // BenchmarkRawBatchedInsert is the limit: the same effect rows inserted by a bare loop of
 // batched INSERTs (unnest, 100 rows per transaction), no Kafka, no inbox.
 
 const benchPartitions = 4
+
+// benchSize is b.N, capped at 10k records under -short.
+func benchSize(b *testing.B) int {
+	if testing.Short() {
+		return min(b.N, 10_000)
+	}
+	return b.N
+}
 
 func benchRecords(b *testing.B, n int, topic string, dupEvery int) []*kgo.Record {
 	b.Helper()
@@ -54,7 +64,7 @@ func benchConsumer(b *testing.B, batchSize int, dupEvery int, batchHandler bool)
 	topic := "bench.orders.v1"
 	kc.CreateTopic(b, topic, benchPartitions)
 	prod := kc.Client(b, kgo.ProducerBatchMaxBytes(1<<20))
-	recs := benchRecords(b, b.N, topic, dupEvery)
+	recs := benchRecords(b, benchSize(b), topic, dupEvery)
 	for i := 0; i < len(recs); i += 5000 {
 		produce(b, prod, recs[i:min(i+5000, len(recs))]...)
 	}
@@ -124,9 +134,10 @@ func BenchmarkRawBatchedInsert(b *testing.B) {
 	ctx := context.Background()
 	db := testdb.New(b)
 	fx := newEffects(b, db)
-	ids := make([]string, b.N)
-	keys := make([]string, b.N)
-	payloads := make([]string, b.N)
+	n := benchSize(b)
+	ids := make([]string, n)
+	keys := make([]string, n)
+	payloads := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("msg-%d-%s", i, envelope.NewUUIDv7())
 		keys[i] = fmt.Sprintf("key-%d", i%64)
@@ -136,8 +147,8 @@ func BenchmarkRawBatchedInsert(b *testing.B) {
 	q := `INSERT INTO ` + fx.table + ` (message_id, msg_key, payload) SELECT * FROM unnest($1::text[], $2::text[], $3::text[])`
 	b.ResetTimer()
 	start := time.Now()
-	for i := 0; i < b.N; i += batch {
-		j := min(i+batch, b.N)
+	for i := 0; i < n; i += batch {
+		j := min(i+batch, n)
 		err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, q, ids[i:j], keys[i:j], payloads[i:j])
 			return err
@@ -146,6 +157,6 @@ func BenchmarkRawBatchedInsert(b *testing.B) {
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+	b.ReportMetric(float64(n)/elapsed.Seconds(), "msgs/s")
 	b.ReportMetric(0, "ns/op")
 }
