@@ -1,0 +1,44 @@
+package main
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/keiro-go/keiro/outbox"
+)
+
+// Every run flag reaches the outbox library's configuration.
+func TestRelayConfigMapping(t *testing.T) {
+	g, err := parse(t, "--database-url=postgres://h/db", "--schema=tenant_b", "--brokers=k:9092",
+		"--policy=stop-the-line", "--batch-size=64", "--max-in-flight=2", "--max-attempts=3",
+		"--backoff-initial=250ms", "--backoff-max=30s", "--backoff-multiplier=1.5", "--lease=45s",
+		"--poll-interval=500ms", "--poll-only", "--shutdown-timeout=20s", "--retention=0",
+		"--maintenance-interval=1m", "--max-record-bytes=4096", "--destinations=orders,invoices")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := g.Run.relayConfig(g.DB.Schema, nil)
+	want := outbox.RelayConfig{
+		Schema: "tenant_b", Policy: outbox.StopTheLine, BatchSize: 64, MaxInFlightBatches: 2, MaxAttempts: 3,
+		Backoff: outbox.Backoff{Initial: 250 * time.Millisecond, Max: 30 * time.Second, Multiplier: 1.5},
+		Lease:   45 * time.Second, PollInterval: 500 * time.Millisecond, PollOnly: true,
+		ShutdownTimeout: 18 * time.Second, Retention: -1, MaintenanceInterval: time.Minute,
+		MaxRecordBytes: 4096, Destinations: []string{"orders", "invoices"},
+	}
+	if !reflect.DeepEqual(cfg, want) {
+		t.Fatalf("relay config:\n got %+v\nwant %+v", cfg, want)
+	}
+
+	g, err = parse(t, "--database-url=postgres://h/db", "--brokers=k:9092", "--retention=72h", "--shutdown-timeout=3s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = g.Run.relayConfig(g.DB.Schema, nil)
+	if cfg.Retention != 72*time.Hour || cfg.Policy != outbox.PerKeyHeadOfLine || cfg.Destinations != nil {
+		t.Fatalf("retention %s policy %s destinations %v", cfg.Retention, cfg.Policy, cfg.Destinations)
+	}
+	if cfg.ShutdownTimeout != 1500*time.Millisecond { // max(3s-2s, 3s/2)
+		t.Fatalf("relay shutdown timeout for 3s: %s", cfg.ShutdownTimeout)
+	}
+}
