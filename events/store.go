@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -84,6 +85,8 @@ type Store struct {
 	q       queries
 	tracer  trace.Tracer
 	metrics *metrics
+
+	notifyPending, notifyRunning atomic.Bool
 }
 
 // NewStore returns a Store for cfg, reporting every configuration problem at once.
@@ -112,6 +115,28 @@ func notifyChannel(schema string) string {
 	}
 	sum := sha256.Sum256([]byte(schema))
 	return "keiro_events_" + hex.EncodeToString(sum[:16])
+}
+
+// notifyAsync sends a NOTIFY from a background goroutine, coalescing calls made while one is
+// in flight into one more NOTIFY. At most one goroutine runs per Store; it ends as soon as no
+// call is pending. Failures are ignored: subscriptions also poll.
+func (s *Store) notifyAsync(q Querier) {
+	s.notifyPending.Store(true)
+	if !s.notifyRunning.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		for {
+			for s.notifyPending.Swap(false) {
+				_ = s.Notify(context.Background(), q)
+			}
+			s.notifyRunning.Store(false)
+			// A call that set pending after the loop and lost the CAS above must not be lost.
+			if !s.notifyPending.Load() || !s.notifyRunning.CompareAndSwap(false, true) {
+				return
+			}
+		}
+	}()
 }
 
 // Schema returns the schema the Store addresses.
@@ -262,7 +287,7 @@ func (s *Store) Notify(ctx context.Context, q Querier) error {
 	return nil
 }
 
-func (s *Store) appendTx(ctx context.Context, tx pgx.Tx, stream string, expected ExpectedVersion, notify bool, events []EventData) (res AppendResult, err error) {
+func (s *Store) appendTx(ctx context.Context, tx Querier, stream string, expected ExpectedVersion, notify bool, events []EventData) (res AppendResult, err error) {
 	ctx, span := s.tracer.Start(ctx, "append "+Category(stream), trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(attribute.String(attrStreamName, stream), attribute.String(attrDBSystem, "postgresql")))
 	defer func() {
@@ -357,7 +382,7 @@ func (s *Store) appendError(stream string, err error) error {
 }
 
 // checkExisting looks up caller-supplied ids. ok reports a complete identical duplicate.
-func (s *Store) checkExisting(ctx context.Context, tx pgx.Tx, stream string, a *appendArgs) (AppendResult, bool, error) {
+func (s *Store) checkExisting(ctx context.Context, tx Querier, stream string, a *appendArgs) (AppendResult, bool, error) {
 	rows, err := tx.Query(ctx, s.q.existingIDs, a.ids, stream, a.types, a.schemaVersions, a.data)
 	if err != nil {
 		return AppendResult{}, false, fmt.Errorf("append to %s: look up event ids: %w", stream, err)
