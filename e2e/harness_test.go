@@ -137,7 +137,13 @@ func (p *proc) term(t *testing.T, timeout time.Duration) int {
 	select {
 	case <-p.done:
 	case <-time.After(timeout):
-		t.Fatalf("%s did not exit within %s of SIGTERM:\n%s", p.name, timeout, p.log())
+		// A goroutine dump (Go prints it on SIGQUIT) says where it hangs.
+		_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-p.done:
+		case <-time.After(5 * time.Second):
+		}
+		t.Fatalf("%s did not exit within %s of SIGTERM:\n%s", p.name, timeout, tail(p.log(), 400))
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
