@@ -206,4 +206,3 @@ func exitStderr(err error) string {
 	}
 	return ""
 }
-
