@@ -11,6 +11,7 @@ import (
 
 	"github.com/keiro-go/keiro/internal/cli"
 	"github.com/keiro-go/keiro/internal/httpserver"
+	"github.com/keiro-go/keiro/internal/kafkaconfig"
 	"github.com/keiro-go/keiro/migrations"
 	"github.com/keiro-go/keiro/outbox"
 	"github.com/keiro-go/keiro/tracing"
@@ -108,7 +109,7 @@ func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 	if err != nil {
 		return err
 	}
-	client, err := kgo.NewClient(kopts...)
+	client, err := kgo.NewClient(append(kopts, kafkaconfig.Logger(log))...)
 	if err != nil {
 		return fmt.Errorf("create kafka client: %w", err)
 	}
