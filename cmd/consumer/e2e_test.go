@@ -208,14 +208,18 @@ func TestRunSQLModeEffectsExactlyOnce(t *testing.T) {
 	waitFor(t, 30*time.Second, "every record committed", func() bool { return committedAll(t, adm, "billing", topic) })
 	require.Equal(t, want, effects(t, db))
 
-	// Health endpoints answer on the logged address.
+	// Health endpoints answer on the logged address; /metrics has the inbox counters.
+	bodies := map[string]string{}
 	for path, code := range map[string]int{"/healthz": 200, "/readyz": 200, "/metrics": 200} {
 		resp, err := http.Get("http://" + addr + path)
 		require.NoError(t, err)
-		_, _ = io.Copy(io.Discard, resp.Body)
+		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		require.Equal(t, code, resp.StatusCode, path)
+		bodies[path] = string(b)
 	}
+	require.Regexp(t, `keiro_inbox_processed\S*\{[^}]*consumer="billing"[^}]*\} 30`, bodies["/metrics"])
+	require.Regexp(t, `keiro_inbox_duplicates\S*\{[^}]*\} 10`, bodies["/metrics"])
 
 	// More duplicates while running, and one new message.
 	produce(t, cl, topic, evs[5], evs[20], orderEvent("o-new", 99))

@@ -78,5 +78,5 @@ func runBinary(t *testing.T, timeout time.Duration, env []string, args ...string
 // baseEnv is the environment of a started binary: PATH and HOME only, so that no
 // KEIRO_CONSUMER_* variable of the developer's shell leaks in.
 func baseEnv() []string {
-	return []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "OTEL_SDK_DISABLED=true"}
+	return []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
 }
