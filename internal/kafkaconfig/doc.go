@@ -12,4 +12,6 @@
 // Guarantees: [Config.Opts] never returns options that connect in plaintext when TLS is
 // enabled, and never sends SASL credentials unless a mechanism is configured. PLAIN sends the
 // password in clear: use it only with TLS (validation warns through [Config.Warnings]).
+//
+// [Logger] routes franz-go's own logs (connection and metadata failures) to a slog.Logger.
 package kafkaconfig
