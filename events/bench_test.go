@@ -196,7 +196,7 @@ func BenchmarkCatchUp(b *testing.B) {
 	})
 }
 
-func newCounterRunnerNotify(b *testing.B, db *testdb.DB, notify bool) (*events.Store, *events.Runner[counterState, counterCmd, counterEvent]) {
+func newCounterRunnerNotify(b testing.TB, db *testdb.DB, notify bool) (*events.Store, *events.Runner[counterState, counterCmd, counterEvent]) {
 	s, err := events.NewStore(events.StoreConfig{Schema: db.Schema, DisableNotify: !notify})
 	if err != nil {
 		b.Fatal(err)

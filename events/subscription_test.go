@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -510,4 +511,25 @@ func TestSubscriptionLagAndHandlerError(t *testing.T) {
 	pos, err := sub.Position(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, int64(1), pos, "the failed batch rolled back")
+}
+
+// TestSubscriptionPollOnly: without LISTEN (PgBouncer transaction mode) new events are found by
+// polling.
+func TestSubscriptionPollOnly(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	s := newStore(t, db, events.StoreConfig{DisableNotify: true})
+	p := newProgress()
+	var n atomic.Int64
+	sub, err := events.NewSubscription(s, db.Pool, events.SubscriptionConfig{Name: "poll", DisableListen: true,
+		PollInterval: 20 * time.Millisecond, AfterCommit: p.commit},
+		func(context.Context, pgx.Tx, events.RecordedEvent) error { n.Add(1); return nil })
+	require.NoError(t, err)
+	_, errc := runSub(t, sub)
+	for i := range 3 {
+		_, err := appendTx(t, db, s, "order-1", events.Any, ev("E", `{}`))
+		require.NoError(t, err)
+		p.waitFor(t, head(t, s, db), errc)
+		require.Equal(t, int64(i+1), n.Load())
+	}
 }
