@@ -42,7 +42,9 @@ type Relay struct {
 	// suspects are rows that were refused with a record-level error while sharing a partition
 	// with other records: they are produced alone next time, to learn whether they are the
 	// poison or a bystander.
-	suspects     sync.Map // envelope.UUID → struct{}
+	suspects sync.Map // envelope.UUID → struct{}
+	// ackHook, if set (benchmarks), is called with each acknowledged row's message id.
+	ackHook      func(messageID string)
 	outageStreak atomic.Int64
 	running      atomic.Bool
 
@@ -447,6 +449,9 @@ func (r *Relay) flush(ctx context.Context, refs []rowRef) {
 		created := row.createdAt
 		r.client.Produce(ctx, rec, func(rec *kgo.Record, err error) {
 			if err == nil {
+				if r.ackHook != nil {
+					r.ackHook(e.MessageID)
+				}
 				r.inst.latency.Record(context.Background(), time.Since(created).Seconds())
 				span.SetAttributes(
 					attribute.String("messaging.destination.partition.id", strconv.Itoa(int(rec.Partition))),

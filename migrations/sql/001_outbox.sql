@@ -40,7 +40,8 @@ CREATE TABLE {{.schema}}.keiro_outbox (
     created_at             timestamptz NOT NULL DEFAULT now(),
     updated_at             timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT keiro_outbox_source_message_id_key UNIQUE (source, message_id),
-    CONSTRAINT keiro_outbox_seq_key UNIQUE (seq),
+    -- seq is unique by construction (identity, never supplied); no unique index, because
+    -- every status change is a non-HOT update that inserts into every index.
     -- keiro §1.4 item 2: a rejected row carries when and why; the code is a lowercase token.
     CONSTRAINT keiro_outbox_rejection_check CHECK (
         (status = 'rejected') = (rejected_at IS NOT NULL AND rejection_code IS NOT NULL)),

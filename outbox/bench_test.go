@@ -1,0 +1,328 @@
+package outbox
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/internal/testkafka"
+)
+
+// Benchmarks of the relay next to their limits, measured in the same run. Run them with
+//
+//	go test ./outbox/ -run '^$' -bench . -benchtime 1x
+//
+// (add -short for smaller sizes). See BENCHMARKS.md, section "Relay".
+
+func benchSizes() (rows, keys int) {
+	if testing.Short() {
+		return 20_000, 1_000
+	}
+	return 200_000, 10_000
+}
+
+// fill enqueues n events of 1 KiB payload over keys keys, in transactions of 2,000, and
+// analyzes the table (the steady state autovacuum keeps).
+func fill(b testing.TB, db *testdb.DB, st *Store, topic string, n, keys int) {
+	b.Helper()
+	ctx := context.Background()
+	payload := bytes.Repeat([]byte("x"), 1024-16)
+	for i := 0; i < n; i += 2000 {
+		evs := make([]envelope.Event, 0, 2000)
+		for j := i; j < min(n, i+2000); j++ {
+			k := "k" + strconv.Itoa(j%keys)
+			evs = append(evs, envelope.Event{MessageID: "m" + strconv.Itoa(j), Source: "ordering",
+				Destination: topic, Key: &k, EventType: "E", ContentType: envelope.ContentTypeJSON,
+				Payload: append([]byte(fmt.Sprintf(`{"i":%09d}`, j)), payload...), OccurredAt: time.Now().UTC()})
+		}
+		require.NoError(b, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			_, err := st.EnqueueTx(ctx, tx, evs...)
+			return err
+		}))
+	}
+	_, err := db.Pool.Exec(ctx, "ANALYZE keiro_outbox")
+	require.NoError(b, err)
+}
+
+// rssMB returns the process's resident set size in MiB.
+func rssMB() float64 {
+	data, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(data))
+	pages, _ := strconv.ParseFloat(f[1], 64)
+	return pages * float64(os.Getpagesize()) / (1 << 20)
+}
+
+// drainRelay runs a relay over n pre-enqueued rows until all are published and returns the
+// elapsed time and the peak RSS seen meanwhile.
+func drainRelay(b *testing.B, db *testdb.DB, kc *testkafka.Cluster, n int) (time.Duration, float64) {
+	client := kc.Client(b, ProducerOpts()...)
+	var published atomic.Int64
+	all := make(chan struct{})
+	cfg := RelayConfig{Schema: db.Schema, OnBatch: func(br BatchResult) {
+		if published.Add(int64(br.Published)) == int64(n) {
+			close(all)
+		}
+	}}
+	if os.Getenv("KEIRO_BENCH_DEBUG") != "" {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	r, err := NewRelay(db.Pool, client, cfg)
+	require.NoError(b, err)
+	var peak atomic.Uint64
+	stopSampling := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopSampling:
+				return
+			case <-t.C:
+				if v := uint64(rssMB()); v > peak.Load() {
+					peak.Store(v)
+				}
+			}
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	b.StartTimer()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	<-all
+	elapsed := time.Since(start)
+	b.StopTimer()
+	cancel()
+	require.NoError(b, <-done)
+	close(stopSampling)
+	wg.Wait()
+	return elapsed, float64(peak.Load())
+}
+
+// BenchmarkDrain drains pre-enqueued rows (1 KiB payload, default policy) with the relay and,
+// in the same run, with a raw claim+mark SQL loop of the same batch size and no Kafka.
+func BenchmarkDrain(b *testing.B) {
+	n, keys := benchSizes()
+	b.Run("raw-claim-mark", func(b *testing.B) {
+		for range b.N {
+			b.StopTimer()
+			db := testdb.New(b)
+			st, err := NewStore(db.Schema)
+			require.NoError(b, err)
+			fill(b, db, st, "orders", n, keys)
+			ctx := context.Background()
+			b.StartTimer()
+			start := time.Now()
+			done := 0
+			for done < n {
+				tok, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, DefaultBatchSize, DefaultLease, DefaultMaxAttempts, nil)
+				require.NoError(b, err)
+				marks := make([]mark, len(rows))
+				for i, r := range rows {
+					marks[i] = mark{id: r.id, outcome: outcomeSent, offset: int64(i)}
+				}
+				tr, err := st.markBatch(ctx, db.Pool, tok, marks, DefaultMaxAttempts)
+				require.NoError(b, err)
+				done += tr.sent
+			}
+			b.ReportMetric(float64(n)/time.Since(start).Seconds(), "msgs/s")
+		}
+	})
+	b.Run("relay", func(b *testing.B) {
+		for range b.N {
+			b.StopTimer()
+			db := testdb.New(b)
+			kc := testkafka.New(b)
+			kc.CreateTopic(b, "orders", 6)
+			st, err := NewStore(db.Schema)
+			require.NoError(b, err)
+			fill(b, db, st, "orders", n, keys)
+			runtime.GC()
+			base := rssMB()
+			elapsed, peak := drainRelay(b, db, kc, n)
+			b.ReportMetric(float64(n)/elapsed.Seconds(), "msgs/s")
+			b.ReportMetric(peak, "peakRSS-MiB")
+			b.ReportMetric(base, "startRSS-MiB")
+		}
+	})
+}
+
+// BenchmarkSteadyLatency offers 2,000 msgs/s (20 rows per transaction every 10 ms, 200 keys) and
+// measures enqueue commit → broker ack latency per message.
+func BenchmarkSteadyLatency(b *testing.B) {
+	dur := 10 * time.Second
+	if testing.Short() {
+		dur = 3 * time.Second
+	}
+	for range b.N {
+		db := testdb.New(b)
+		kc := testkafka.New(b)
+		kc.CreateTopic(b, "orders", 6)
+		st, err := NewStore(db.Schema)
+		require.NoError(b, err)
+		client := kc.Client(b, ProducerOpts()...)
+		var mu sync.Mutex
+		committed := map[string]time.Time{}
+		acked := map[string]time.Time{}
+		var lat []time.Duration
+		r, err := NewRelay(db.Pool, client, RelayConfig{Schema: db.Schema})
+		require.NoError(b, err)
+		r.ackHook = func(id string) {
+			now := time.Now()
+			mu.Lock()
+			if c, ok := committed[id]; ok {
+				lat = append(lat, now.Sub(c))
+				delete(committed, id)
+			} else {
+				acked[id] = now // acked before the producer recorded its commit
+			}
+			mu.Unlock()
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		b.ResetTimer()
+		tick := time.NewTicker(10 * time.Millisecond)
+		end := time.Now().Add(dur)
+		i := 0
+		payload := bytes.Repeat([]byte("x"), 1000)
+		for time.Now().Before(end) {
+			<-tick.C
+			evs := make([]envelope.Event, 20)
+			for j := range evs {
+				k := "k" + strconv.Itoa(i%200)
+				evs[j] = envelope.Event{MessageID: "m" + strconv.Itoa(i), Source: "ordering", Destination: "orders",
+					Key: &k, EventType: "E", ContentType: envelope.ContentTypeJSON, Payload: payload, OccurredAt: time.Now().UTC()}
+				i++
+			}
+			require.NoError(b, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+				_, err := st.EnqueueTx(ctx, tx, evs...)
+				return err
+			}))
+			now := time.Now()
+			mu.Lock()
+			for _, e := range evs {
+				if a, ok := acked[e.MessageID]; ok {
+					lat = append(lat, max(0, a.Sub(now)))
+					delete(acked, e.MessageID)
+				} else {
+					committed[e.MessageID] = now
+				}
+			}
+			mu.Unlock()
+		}
+		tick.Stop()
+		b.StopTimer()
+		cancel()
+		require.NoError(b, <-done)
+		mu.Lock()
+		slices.Sort(lat)
+		if len(lat) > 0 {
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+			b.ReportMetric(float64(len(lat))/dur.Seconds(), "acked-msgs/s")
+		}
+		b.ReportMetric(float64(i)/dur.Seconds(), "offered-msgs/s")
+		mu.Unlock()
+	}
+}
+
+// BenchmarkHotKey drains 2,000 rows of a single key.
+func BenchmarkHotKey(b *testing.B) {
+	for range b.N {
+		b.StopTimer()
+		db := testdb.New(b)
+		kc := testkafka.New(b)
+		kc.CreateTopic(b, "orders", 6)
+		st, err := NewStore(db.Schema)
+		require.NoError(b, err)
+		fill(b, db, st, "orders", 2000, 1)
+		elapsed, _ := drainRelay(b, db, kc, 2000)
+		b.ReportMetric(float64(elapsed.Milliseconds()), "drain-ms")
+	}
+}
+
+// BenchmarkClaimLatency measures one claim of 512 rows (the release that makes them claimable
+// again is not timed) on a table that also retains many sent rows, next to the same claim on a
+// table without them. KEIRO_BENCH_PLAN=1 logs the EXPLAIN ANALYZE of the claim.
+func BenchmarkClaimLatency(b *testing.B) {
+	retained := 1_000_000
+	if testing.Short() {
+		retained = 100_000
+	}
+	for _, sent := range []int{0, retained} {
+		b.Run(fmt.Sprintf("sent=%d", sent), func(b *testing.B) {
+			db := testdb.New(b)
+			st, err := NewStore(db.Schema)
+			require.NoError(b, err)
+			ctx := context.Background()
+			if sent > 0 {
+				_, err := db.Pool.Exec(ctx, fmt.Sprintf(`
+INSERT INTO keiro_outbox (outbox_id, message_id, source, destination, message_key, event_type,
+    schema_version, content_type, payload_bytes, occurred_at, status, published_at, attempt_count)
+SELECT gen_random_uuid(), 's' || g, 'ordering', 'orders', 'k' || (g %% 10000), 'E', 1,
+    'application/json', convert_to(repeat('x', 1000), 'UTF8'), now(), 'sent', now(), 1
+FROM generate_series(1, %d) g`, sent))
+				require.NoError(b, err)
+			}
+			fill(b, db, st, "orders", 2048, 1000)
+			_, err = db.Pool.Exec(ctx, "VACUUM ANALYZE keiro_outbox")
+			require.NoError(b, err)
+			var plan strings.Builder
+			rows, err := db.Pool.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF) "+st.q.claim[PerKeyHeadOfLine],
+				[16]byte(envelope.NewUUIDv7()), 10, int64(60e6), 512, nil)
+			require.NoError(b, err)
+			for rows.Next() {
+				var l string
+				require.NoError(b, rows.Scan(&l))
+				plan.WriteString(l + "\n")
+			}
+			require.NoError(b, rows.Err())
+			require.NotContains(b, plan.String(), "Seq Scan on keiro_outbox r")
+			if os.Getenv("KEIRO_BENCH_PLAN") != "" {
+				b.Log("\n" + plan.String())
+			}
+			_, err = db.Pool.Exec(ctx, "UPDATE keiro_outbox SET status = 'pending', claim_token = NULL, lease_until = NULL WHERE status = 'publishing'")
+			require.NoError(b, err)
+			b.ResetTimer()
+			var total time.Duration
+			for range b.N {
+				start := time.Now()
+				tok, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 512, time.Minute, 1<<30, nil)
+				total += time.Since(start)
+				require.NoError(b, err)
+				require.NotEmpty(b, rows)
+				b.StopTimer()
+				marks := make([]mark, len(rows))
+				for i, r := range rows {
+					marks[i] = mark{id: r.id, outcome: outcomeReleased}
+				}
+				_, err = st.markBatch(ctx, db.Pool, tok, marks, 1<<30)
+				require.NoError(b, err)
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(total.Microseconds())/float64(b.N)/1000, "claim-ms")
+		})
+	}
+}
