@@ -36,7 +36,7 @@ var build struct {
 }
 
 // relayBinary builds cmd/relay once per test run.
-func relayBinary(t *testing.T) string {
+func relayBinary(t testing.TB) string {
 	t.Helper()
 	build.once.Do(func() {
 		dir, err := os.MkdirTemp("", "keiro-relay-e2e")
@@ -66,7 +66,7 @@ type process struct {
 	err   error
 }
 
-func start(t *testing.T, env []string, args ...string) *process {
+func start(t testing.TB, env []string, args ...string) *process {
 	t.Helper()
 	cmd := exec.Command(relayBinary(t), args...)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
@@ -114,7 +114,7 @@ func (p *process) output() string {
 }
 
 // waitLine waits for a stderr line matching re and returns its submatches.
-func (p *process) waitLine(t *testing.T, re *regexp.Regexp, timeout time.Duration) []string {
+func (p *process) waitLine(t testing.TB, re *regexp.Regexp, timeout time.Duration) []string {
 	t.Helper()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
