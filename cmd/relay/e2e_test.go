@@ -343,3 +343,17 @@ func TestReadyzNamesFailingKafka(t *testing.T) {
 		t.Fatalf("exit with Kafka down: %v", p.err)
 	}
 }
+
+// A bad OTEL_* variable is a configuration error (exit 2) naming the variable.
+func TestBadOTelEnvIsAUsageError(t *testing.T) {
+	db := testdb.New(t)
+	p := start(t, []string{"OTEL_TRACES_SAMPLER=sometimes"}, "--database-url="+testdb.URL(), "--schema="+db.Schema,
+		"--brokers=127.0.0.1:1", "--http-addr=")
+	<-p.done
+	if ee, ok := p.err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+		t.Fatalf("want exit 2, got %v\n%s", p.err, p.output())
+	}
+	if !strings.Contains(p.output(), "OTEL_TRACES_SAMPLER") {
+		t.Fatalf("the variable is not named:\n%s", p.output())
+	}
+}

@@ -86,7 +86,7 @@ func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 
 	tel, err := tracing.Setup(ctx, tracing.Options{ServiceName: serviceName})
 	if err != nil {
-		return err
+		return &cli.ExitError{Code: cli.ExitUsage, Err: err} // a bad OTEL_* variable
 	}
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownReserve)
