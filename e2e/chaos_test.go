@@ -39,7 +39,7 @@ const (
 	chaosKillEvery       = time.Second
 	chaosOutageEvery     = 7 // kills between two broker outages
 	chaosOutage          = 1500 * time.Millisecond
-	chaosDrainTimeout    = 4 * time.Minute
+	chaosDrainTimeout    = 4 * time.Minute // at least; 3× the chaos duration for long runs
 	// The consumer binary keeps franz-go's 45 s session timeout; a SIGKILLed member would hold
 	// its partitions that long. The test broker shortens the sessions its members ask for, as
 	// a broker's group.max.session.timeout.ms would not: this keeps CI bounded.
@@ -262,7 +262,8 @@ func TestChaos(t *testing.T) {
 	}
 	drainBegan := time.Now()
 	var drained bool
-	for deadline := time.Now().Add(chaosDrainTimeout); time.Now().Before(deadline); {
+	drainTimeout := max(chaosDrainTimeout, 3*duration)
+	for deadline := time.Now().Add(drainTimeout); time.Now().Before(deadline); {
 		checkCrashes()
 		var applied, notSent int64
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+db.Schema+`.effects`).Scan(&applied))
@@ -285,7 +286,7 @@ func TestChaos(t *testing.T) {
 			t.Logf("%s log tail:\n%s", s.p.name, tail(s.p.log(), 40))
 		}
 	}
-	require.True(t, drained, "drained within %s", chaosDrainTimeout)
+	require.True(t, drained, "drained within %s", drainTimeout)
 	for _, s := range slots {
 		require.Equal(t, 0, s.p.term(t, 30*time.Second), "%s exit code after SIGTERM:\n%s", s.p.name, tail(s.p.log(), 30))
 	}
