@@ -1,32 +1,110 @@
 // Package outbox is keiro-go's transactional outbox: integration events written in the
-// producer's own PostgreSQL transaction (EnqueueTx) and published to Kafka by a relay (Relay)
-// that runs as a sidecar or inside the service.
+// producer's own PostgreSQL transaction ([Store.EnqueueTx]) and published to Kafka by a relay
+// ([Relay]) that runs as a sidecar (cmd/relay) or inside the service.
 //
 // # Enqueue
 //
-// [Store.EnqueueTx] writes events in the caller's transaction, in one round trip. Rows are
-// visible to the relay only after commit; a rollback leaves nothing. Enqueuing is idempotent on
-// (source, message id): identical content is a Duplicate, different content an identity
-// Conflict (error [ErrIdentityConflict]; roll back). The trace context of the caller's span is
-// stored on the row so the relay's send span continues the business transaction's trace.
+// [Store.EnqueueTx] validates the events and writes them in the caller's transaction, in one
+// statement. Rows are visible to the relay only after commit; a rollback leaves nothing. The
+// relay is woken by a NOTIFY on "<schema>.keiro_outbox", which PostgreSQL delivers at commit.
+// Enqueuing is idempotent on (source, message id): identical content is a Duplicate, different
+// content an identity Conflict (an error wrapping [ErrIdentityConflict], naming the differing
+// field classes; roll back). The trace context of the caller's span is stored on the row when
+// the event carries none, so the relay's send span continues the business transaction's trace.
 //
-// Per-key order across concurrent producers: keiro orders by a column assigned at insert, so
-// two transactions enqueuing the same key concurrently could commit in the opposite order. By
+// Per-key order across concurrent producers. keiro orders by a value assigned at insert, so two
+// transactions enqueuing the same key concurrently could commit in the opposite order. By
 // default EnqueueTx takes a transaction-scoped advisory lock per distinct keyed (source, key)
-// (pg_advisory_xact_lock on hashtextextended(schema, source, key), in sorted order, in the
-// same statement as the insert), so same-key producers serialise and seq order equals commit
-// order for every key. Producers that already serialise same-key writes can opt out with
-// StoreOptions.DisableKeyLocks. Hash collisions only serialise unrelated keys, never reorder.
+// (pg_advisory_xact_lock(hashtextextended(schema‖source‖key)), in sorted order, inside the
+// insert statement, before any seq is assigned): same-key producers serialise, and seq order is
+// commit order for every key. Producers that already serialise same-key writes may set
+// StoreOptions.DisableKeyLocks. A hash collision only serialises two unrelated keys.
+//
+// # Relay
+//
+// A relay claims batches (BatchSize rows, one statement, FOR UPDATE SKIP LOCKED) in seq order,
+// moving them to 'publishing' with a fresh claim token and a lease; produces them with its own
+// franz-go client (built with [ProducerOpts]: acks=all, idempotent, manual flushing); and marks
+// every row of the batch in one statement fenced by the claim token, so a mark that arrives
+// after the row was re-claimed changes nothing. Up to MaxInFlightBatches batches overlap
+// (claiming, producing and marking run concurrently). It wakes on LISTEN/NOTIFY (a dedicated
+// connection, reconnected with backoff) and polls every PollInterval (PollOnly for PgBouncer in
+// transaction mode). Any number of relays may drain one table.
+//
+// A row whose lease expires while 'publishing' (its relay died or stalled) is claimable again by
+// any relay; the attempt it used stays counted, and a row re-claimed that way with no attempt
+// left goes 'dead' ("lease expired after final attempt").
 //
 // # Guarantees
 //
-//   - At least once: a committed row is published until Kafka acknowledges it (or it is
-//     rejected as permanently unpublishable, or it exhausts its attempts and goes dead).
-//   - Duplicates on Kafka only for rows whose produce was in flight when a relay died, lost its
-//     lease, or failed after the broker had written the record; consumers deduplicate by
-//     message id (the inbox does).
-//   - Per (source, key) order under the default policy, with any number of relays on one table:
-//     a key's row is claimable only when every earlier non-terminal row of the key is being
-//     claimed in the same statement; the relay never lets a later same-key record reach Kafka
-//     after an earlier one failed.
+//   - At least once: a committed row is published until Kafka acknowledges it, unless it is
+//     rejected as unpublishable or exhausts MaxAttempts (then it is kept as 'rejected' or 'dead'
+//     for operators: [Store.ListDead], [Store.Requeue]).
+//   - Duplicates on Kafka only for rows whose produce was in flight when their relay died, lost
+//     its lease, or was shut down past ShutdownTimeout. Consumers deduplicate by message id (the
+//     inbox does).
+//   - Per (source, key) order under PerKeyHeadOfLine (the default), with any number of relays: a
+//     row is claimed only when every earlier non-terminal row of its key is claimed in the same
+//     statement, so a key is in at most one batch at a time; inside a batch the records of a
+//     key go to one partition in order, and because the relay buffers a whole batch before
+//     flushing, a failed produce request fails every later record of its partition (franz-go
+//     keeps the idempotent sequence intact) — a later record of a key never reaches Kafka after
+//     an earlier one failed. Rows without a key are unordered.
+//
+// # Ordering policies
+//
+// [PerKeyHeadOfLine] (default), [PerSourceStream] (every row of a source, null keys included;
+// Kafka orders only within a partition, so a total order needs a single-partition topic),
+// [StopTheLine] (claims like per-key, one batch in flight; the first failure halts: the rest of
+// the batch is held back and Run returns an error wrapping [ErrHalted] naming the row — restart
+// the relay after review) and [BestEffort] (no order: a failure affects only its own row).
+// After a failure in a group (a key, a source, or the whole StopTheLine batch), later rows of the
+// group that Kafka did not acknowledge are "skipped": back to 'failed' with their attempt
+// refunded, due at once (still blocked behind the failed row). Rows Kafka did acknowledge are
+// marked sent: re-sending them would only add duplicates.
+//
+// # Failures
+//
+//   - Transient (for example UNKNOWN_TOPIC_OR_PARTITION once franz-go gives up, or an
+//     unclassified error): 'failed', attempt used, retried after a capped exponential backoff
+//     with equal jitter (d/2..d); 'dead' once MaxAttempts attempts are used. A topic created
+//     late therefore loses nothing; one that never appears ends dead and can be requeued.
+//   - Outage (retriable Kafka errors such as NOT_LEADER_FOR_PARTITION after franz-go's own
+//     retries, request or delivery timeouts, connection errors, CLUSTER_AUTHORIZATION_FAILED):
+//     'failed' WITHOUT using an attempt, retried after a relay-wide backoff that grows with the
+//     outage and resets at the first success. An outage of any length kills no row; MaxAttempts
+//     only bounds rows that Kafka keeps refusing.
+//   - Permanent (MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_TOPIC_EXCEPTION,
+//     TOPIC_AUTHORIZATION_FAILED, INVALID_RECORD, CORRUPT_MESSAGE,
+//     UNSUPPORTED_FOR_MESSAGE_FORMAT, POLICY_VIOLATION, and any record larger than
+//     MaxRecordBytes / the client's ProducerBatchMaxBytes, detected before producing):
+//     terminal 'rejected' at once with rejection_code (the Kafka error name in lowercase) and a
+//     readable last_error. A rejection does not block its key. Kafka refuses a whole request for
+//     one oversized record, so a record-level refusal of a record that shared its partition's
+//     request with others is first retried alone (the bystanders are retried normally) and
+//     rejected only if it fails alone.
+//
+// # Shutdown
+//
+// When Run's context is cancelled the relay stops claiming, waits up to ShutdownTimeout for
+// in-flight produces, marks what finished, releases rows still without an outcome back to
+// 'pending' with their attempt refunded, and returns nil.
+//
+// # Maintenance
+//
+// One relay per schema at a time (a session advisory lock) deletes sent rows older than
+// Retention, RetentionBatch rows per statement, and samples the backlog, oldest-pending-age and
+// dead gauges, every MaintenanceInterval. Dead and rejected rows are never deleted.
+//
+// # Telemetry
+//
+// Metrics (scope "keiro"): keiro.outbox.enqueued {source, outcome}, keiro.outbox.published,
+// .retried, .deadlettered, .rejected {destination}, keiro.outbox.reclaimed, gauges
+// keiro.outbox.backlog, keiro.outbox.oldest_pending.age, keiro.outbox.dead, histograms
+// keiro.outbox.publish.latency (row creation → broker ack) and keiro.outbox.batch.size. One
+// producer span "send <topic>" per record, child of the trace context stored on the row; the
+// record's traceparent carries the send span when it is recording, else the stored context.
+//
+// The claim relies on PostgreSQL's statistics (autovacuum) for its plan; a freshly bulk-loaded
+// table is claimed correctly but more slowly until it is analyzed.
 package outbox
