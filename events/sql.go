@@ -92,8 +92,10 @@ const sqlHead = `SELECT coalesce(max(global_position), 0) FROM {{schema}}.keiro_
 
 // sqlHorizon reads, in one snapshot, its xmin (the oldest transaction still running) and the
 // newest visible global position. It assigns no transaction id.
+// It also reads the subscription's stored checkpoint, so a Rebuild is noticed while idle.
 const sqlHorizon = `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
-    (SELECT coalesce(max(global_position), 0) FROM {{schema}}.keiro_events)`
+    (SELECT coalesce(max(global_position), 0) FROM {{schema}}.keiro_events),
+    (SELECT position FROM {{schema}}.keiro_subscriptions WHERE name = $1)`
 
 // sqlFence assigns the reader's statement a transaction id and reads the newest global position
 // visible in the statement's snapshot. The snapshot is taken before the xid is assigned, so
@@ -110,9 +112,14 @@ const (
 	sqlSubscriptionSave = `UPDATE {{schema}}.keiro_subscriptions SET position = $2, updated_at = now()
     WHERE name = $1`
 	sqlSubscriptionPosition = `SELECT position FROM {{schema}}.keiro_subscriptions WHERE name = $1`
-	sqlSubscriptionReset    = `INSERT INTO {{schema}}.keiro_subscriptions AS s (name, position, rebuilt_at)
+	// sqlSubscriptionReset also wakes the running instance (the NOTIFY is delivered at commit).
+	sqlSubscriptionReset = `WITH reset AS (
+    INSERT INTO {{schema}}.keiro_subscriptions AS s (name, position, rebuilt_at)
     VALUES ($1, $2, now())
-    ON CONFLICT (name) DO UPDATE SET position = $2, rebuilt_at = now(), updated_at = now()`
+    ON CONFLICT (name) DO UPDATE SET position = $2, rebuilt_at = now(), updated_at = now()
+    RETURNING 1
+)
+SELECT pg_notify('{{channel}}', '') FROM reset`
 	// sqlSubscriptionAdvisoryLock keys the one-active-instance lock by schema and name.
 	sqlSubscriptionAdvisoryLock   = `SELECT pg_advisory_lock(hashtextextended('{{schema}}.keiro_subscriptions.' || $1, 0))`
 	sqlSubscriptionAdvisoryUnlock = `SELECT pg_advisory_unlock(hashtextextended('{{schema}}.keiro_subscriptions.' || $1, 0))`

@@ -279,6 +279,7 @@ type worker struct {
 	cp     int64
 	fences []fence // pending, oldest first
 	fenced int64   // newest head fenced so far
+	final  int64   // newest position proven final
 	retry  time.Duration
 }
 
@@ -302,7 +303,7 @@ func (w *worker) safePosition(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	safe := w.ripen(xmin)
+	safe := max(w.final, w.ripen(xmin))
 	if head > w.fenced && head > w.cp && len(w.fences) < maxFences {
 		var f fence
 		if err := w.conn.QueryRow(ctx, w.s.store.q.fence).Scan(&f.xid, &f.head); err != nil {
@@ -316,15 +317,28 @@ func (w *worker) safePosition(ctx context.Context) (int64, error) {
 		}
 		safe = max(safe, w.ripen(xmin))
 	}
+	w.final = safe
 	return safe, nil
 }
 
 func (w *worker) horizon(ctx context.Context) (xmin, head int64, err error) {
-	if err := w.conn.QueryRow(ctx, w.s.store.q.horizon).Scan(&xmin, &head); err != nil {
+	var stored *int64
+	if err := w.conn.QueryRow(ctx, w.s.store.q.horizon, w.s.cfg.Name).Scan(&xmin, &head, &stored); err != nil {
 		return 0, 0, fmt.Errorf("run subscription %s: read snapshot horizon: %w", w.s.cfg.Name, err)
 	}
 	w.s.head.Store(head)
+	if stored != nil && *stored != w.cp {
+		w.moved(ctx, *stored)
+	}
 	return xmin, head, nil
+}
+
+// moved adopts a checkpoint that Rebuild (or an operator) changed under the running instance.
+func (w *worker) moved(ctx context.Context, stored int64) {
+	w.s.cfg.Logger.InfoContext(ctx, "keiro: subscription checkpoint moved; continuing from it",
+		"subscription", w.s.cfg.Name, "from", w.cp, "to", stored)
+	w.cp = stored
+	w.s.position.Store(stored)
 }
 
 // ripen drops the fences whose transactions have all ended and returns the newest such head.
@@ -378,10 +392,7 @@ func (w *worker) batch(ctx context.Context, safe int64) error {
 	}
 	if stored != w.cp {
 		// Rebuild reset the checkpoint (or an operator moved it): continue from there.
-		s.cfg.Logger.InfoContext(ctx, "keiro: subscription checkpoint moved; continuing from it",
-			"subscription", s.cfg.Name, "from", w.cp, "to", stored)
-		w.cp = stored
-		s.position.Store(stored)
+		w.moved(ctx, stored)
 		return nil
 	}
 	batch := make([]RecordedEvent, 0, s.cfg.BatchSize)
