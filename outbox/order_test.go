@@ -77,3 +77,33 @@ func TestOrderUnderProduceFailuresAllPolicies(t *testing.T) {
 		})
 	}
 }
+
+// TestStopTheLineHaltsAndNamesTheRow: the first produce fails; Run returns ErrHalted naming the
+// failed row, which is failed with an attempt used, while the rest of its batch is held back with
+// attempts refunded.
+func TestStopTheLineHaltsAndNamesTheRow(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	kc := testkafka.New(t)
+	kc.CreateTopic(t, "orders", 1)
+	st, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	res := enqueue(t, db.Pool, st, keyedEvents("orders", 10, 3)...)
+	f := injectFaults(kc)
+	f.set(func(f *faults) { f.every, f.code = 1, kerr.UnknownServerError.Code })
+	client := kc.Client(t, outboxOpts()...)
+	r, err := outbox.NewRelay(db.Pool, client, outbox.RelayConfig{Schema: db.Schema, Policy: outbox.StopTheLine, Logger: testLogger(t)})
+	require.NoError(t, err)
+	err = r.Run(context.Background())
+	require.ErrorIs(t, err, outbox.ErrHalted)
+	require.Contains(t, err.Error(), res[0].OutboxID.String())
+	row, err := st.Lookup(context.Background(), db.Pool, res[0].OutboxID)
+	require.NoError(t, err)
+	require.Equal(t, "failed", row.Status)
+	require.Equal(t, 1, row.Attempts)
+	var skipped, attempts int
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		"SELECT count(*), max(attempt_count) FROM keiro_outbox WHERE last_error = 'skipped: earlier record for the same key failed'").Scan(&skipped, &attempts))
+	require.Equal(t, 9, skipped)
+	require.Zero(t, attempts)
+}
