@@ -312,10 +312,15 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 		dupsReady = cfg.Duplicates == 0
 		drained   bool
 	)
+	var lastProgress string
 	printProgress := func() {
 		rs, cs := relay.Stats(), consumer.Stats()
-		fmt.Fprintf(progress, "%6.1fs  placed %d/%d  published %d  consumed %d  duplicates suppressed %d\n",
-			time.Since(began).Seconds(), placed.Load(), cfg.Orders, rs.Published, cs.Processed+cs.Duplicates, cs.Duplicates)
+		line := fmt.Sprintf("placed %d/%d  published %d  consumed %d  duplicates suppressed %d",
+			placed.Load(), cfg.Orders, rs.Published, cs.Processed+cs.Duplicates, cs.Duplicates)
+		if line != lastProgress {
+			lastProgress = line
+			fmt.Fprintf(progress, "%6.1fs  %s\n", time.Since(began).Seconds(), line)
+		}
 	}
 	pwgDone := false
 loop:
