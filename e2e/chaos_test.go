@@ -204,7 +204,10 @@ func TestChaos(t *testing.T) {
 			select {
 			case <-s.p.done:
 				if !s.killed {
-					crashes = append(crashes, fmt.Sprintf("%s exited by itself:\n%s", s.p.name, tail(s.p.log(), 30)))
+					crash := fmt.Sprintf("%s exited by itself (code %d) at %s:\n%s", s.p.name, s.p.exitCode(),
+						time.Since(began).Round(time.Millisecond), tail(s.p.log(), 30))
+					t.Log(crash)
+					crashes = append(crashes, crash)
 				}
 				s.p, s.killed = s.start(), false
 			default:
@@ -287,10 +290,10 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	require.True(t, drained, "drained within %s", drainTimeout)
+	require.Empty(t, crashes, "processes exited without being killed")
 	for _, s := range slots {
 		require.Equal(t, 0, s.p.term(t, 30*time.Second), "%s exit code after SIGTERM:\n%s", s.p.name, tail(s.p.log(), 30))
 	}
-	require.Empty(t, crashes, "processes exited without being killed")
 
 	o := readOutcome(t, db, kc, topic, want)
 	report := fmt.Sprintf(`chaos: %d events over %d keys in %s of chaos (+%s drain)

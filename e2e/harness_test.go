@@ -150,6 +150,13 @@ func (p *proc) term(t *testing.T, timeout time.Duration) int {
 	return p.code
 }
 
+// exitCode is the exit code once the process has exited (-1 for a signal).
+func (p *proc) exitCode() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.code
+}
+
 func (p *proc) log() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
