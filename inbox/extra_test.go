@@ -306,3 +306,50 @@ func TestConsumerMaintenance(t *testing.T) {
 	}
 	require.EqualValues(t, 1, backlog)
 }
+
+// A partition retrying a failing handler gives up its concurrency slot while it backs off, so
+// other partitions keep flowing even with MaxConcurrentPartitions = 1.
+func TestConsumerRetryingPartitionDoesNotStarveOthers(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	fx := newEffects(t, db)
+	kc := testkafka.New(t)
+	const blocked, free = "billing.blocked.v1", "billing.free.v1"
+	kc.CreateTopic(t, blocked, 1)
+	kc.CreateTopic(t, free, 1)
+	prod := kc.Client(t)
+	stuck := keyedEvents("ordering", blocked, 1, 1)
+	flowing := keyedEvents("ordering", free, 20, 2)
+	produceEvents(t, prod, stuck...)
+
+	fixed := make(chan struct{})
+	retrying := make(chan struct{})
+	var failures atomic.Int64
+	h := func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
+		if ev.MessageID == stuck[0].MessageID {
+			select {
+			case <-fixed:
+			default:
+				if failures.Add(1) == 3 {
+					close(retrying)
+				}
+				return errors.New("downstream not ready")
+			}
+		}
+		return fx.handler()(ctx, tx, ev)
+	}
+	p := newProgress()
+	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
+		Brokers: kc.Brokers, Group: "billing", Topics: []string{blocked, free}, MaxConcurrentPartitions: 1,
+		Store: inbox.StoreConfig{Schema: db.Schema, MaxAttempts: 1_000_000}, OnCommitted: p.onCommitted,
+		Retry: inbox.Retry{Initial: time.Millisecond, Max: 5 * time.Millisecond},
+	}, h)
+	<-retrying
+	produceEvents(t, prod, flowing...) // only after the blocked partition is stuck retrying
+	p.waitCommitted(t, free, 20, 30*time.Second)
+	require.EqualValues(t, 0, p.total(blocked))
+	close(fixed)
+	p.waitCommitted(t, blocked, 1, 30*time.Second)
+	r.stop(t)
+	require.Equal(t, 1, fx.count(t, stuck[0].MessageID))
+}

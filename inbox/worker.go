@@ -300,8 +300,12 @@ func (w *partitionWorker) processBatch(recs []*kgo.Record) int {
 	return len(recs)
 }
 
-// sleep waits the n-th backoff delay; false means the worker is stopping.
+// sleep waits the n-th backoff delay; false means the worker is stopping. It is called while
+// the worker holds a concurrency slot, which it gives up while waiting so that a partition in
+// backoff does not starve the others.
 func (w *partitionWorker) sleep(n int) bool {
+	<-w.c.sem
+	defer func() { w.c.sem <- struct{}{} }()
 	t := time.NewTimer(w.c.cfg.Retry.delay(max(n, 0)))
 	defer t.Stop()
 	select {
