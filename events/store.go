@@ -26,6 +26,10 @@ import (
 // DefaultPageSize is the number of events a read fetches per round trip.
 const DefaultPageSize = 256
 
+// notifyTimeout bounds one asynchronous NOTIFY, so a hung database cannot keep the notifying
+// goroutine alive.
+const notifyTimeout = 5 * time.Second
+
 // Querier runs SQL: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
 type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
@@ -128,7 +132,9 @@ func (s *Store) notifyAsync(q Querier) {
 	go func() {
 		for {
 			for s.notifyPending.Swap(false) {
-				_ = s.Notify(context.Background(), q)
+				ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
+				_ = s.Notify(ctx, q)
+				cancel()
 			}
 			s.notifyRunning.Store(false)
 			// A call that set pending after the loop and lost the CAS above must not be lost.
