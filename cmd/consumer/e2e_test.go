@@ -230,11 +230,21 @@ func TestRunSQLModeEffectsExactlyOnce(t *testing.T) {
 	require.Equal(t, 0, p.stop(30*time.Second), p.log())
 	require.Contains(t, p.log(), `msg=stopped`)
 
-	// A restarted consumer finds nothing to redo; effects stay exactly once.
-	p = startBinary(t, e2eEnv(db, kc, "billing", topic,
+	// A restarted consumer, now in batches of 16 (one round trip for the function calls of a
+	// batch), finds nothing to redo; new messages and more duplicates apply exactly once.
+	p = startBinary(t, e2eEnv(db, kc, "billing", topic, "KEIRO_CONSUMER_BATCH_SIZE=16",
 		"KEIRO_CONSUMER_HANDLER=sql", "KEIRO_CONSUMER_SQL_FUNCTION="+db.Schema+".apply_event"))
 	p.waitLog(servingRe, 30*time.Second)
-	produce(t, cl, topic, evs[0])
+	more := []envelope.Event{evs[0]}
+	for i := range 40 {
+		ev := orderEvent(fmt.Sprintf("b-%02d", i), 100+i)
+		want[ev.MessageID] = 100 + i
+		more = append(more, ev)
+		if i%4 == 0 {
+			more = append(more, ev)
+		}
+	}
+	produce(t, cl, topic, more...)
 	waitFor(t, 30*time.Second, "redelivery committed", func() bool { return committedAll(t, adm, "billing", topic) })
 	require.Equal(t, 0, p.stop(30*time.Second), p.log())
 	require.Equal(t, want, effects(t, db))

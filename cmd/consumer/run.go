@@ -148,6 +148,7 @@ func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 		DeadLetterTopic:         c.DLQTopic,
 		MaxConcurrentPartitions: c.Concurrency,
 		BatchSize:               c.BatchSize,
+		BatchHandler:            h.batch, // sql: one round trip for the calls of a batch
 		Retention:               retention,
 		ShutdownTimeout:         c.ShutdownTimeout,
 		Logger:                  log,

@@ -49,7 +49,9 @@ func persistence(name string) inbox.Persistence {
 // builtHandler is the configured handler and what must be released when the command ends.
 type builtHandler struct {
 	handle inbox.Handler
-	close  func()
+	// batch is the handler's batch form, nil when it has none (http).
+	batch inbox.BatchHandler
+	close func()
 }
 
 // buildHandler builds the handler of --handler for the inbox consumer named consumer, whose
@@ -98,7 +100,7 @@ func buildHandler(f *handlerFlags, consumer string, policy inbox.DedupePolicy, l
 		if err != nil {
 			return nil, err
 		}
-		b.handle = h.Handle
+		b.handle, b.batch = h.Handle, h.HandleBatch
 	default:
 		return nil, fmt.Errorf("unknown handler mode %q: use http or sql", f.Handler)
 	}

@@ -7,11 +7,18 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/internal/testdb"
 )
+
+// benchSeq numbers benchmark messages, unique across runs of -count.
+var benchSeq atomic.Int64
 
 // BenchmarkDocument measures building and encoding the JSON document of one event.
 func BenchmarkDocument(b *testing.B) {
@@ -40,9 +47,8 @@ CREATE FUNCTION %[1]s.apply_event(doc jsonb) RETURNS void LANGUAGE sql AS $$
 	ctx := context.Background()
 
 	b.Run("limit=raw-insert-commit", func(b *testing.B) {
-		i := 0
 		for b.Loop() {
-			i++
+			i := benchSeq.Add(1)
 			tx, err := db.Pool.Begin(ctx)
 			if err != nil {
 				b.Fatal(err)
@@ -66,10 +72,8 @@ CREATE FUNCTION %[1]s.apply_event(doc jsonb) RETURNS void LANGUAGE sql AS $$
 			b.Fatal(err)
 		}
 		ev := testEvent()
-		i := 0
 		for b.Loop() {
-			i++
-			ev.MessageID = fmt.Sprintf("inbox-%d", i)
+			ev.MessageID = fmt.Sprintf("inbox-%d", benchSeq.Add(1))
 			res, err := store.Process(ctx, db.Pool, inbox.Delivery{Event: ev}, h.Handle)
 			if err != nil || res.Outcome != inbox.Processed {
 				b.Fatalf("process: %v %v", res.Outcome, err)
@@ -120,5 +124,86 @@ func BenchmarkHTTPMode(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	})
+}
+
+// BenchmarkSQLModeBatch compares batches of 100 messages through the inbox with the SQL
+// handler's batch path (inbox rows + 100 pipelined function calls + one commit) with its limit:
+// one multi-row INSERT of the same 100 effect rows and a commit.
+func BenchmarkSQLModeBatch(b *testing.B) {
+	const batch = 100
+	db := testdb.New(b)
+	_, err := db.Pool.Exec(context.Background(), fmt.Sprintf(`
+CREATE TABLE %[1]s.effects (message_id text NOT NULL, amount int NOT NULL);
+CREATE FUNCTION %[1]s.apply_event(doc jsonb) RETURNS void LANGUAGE sql AS $$
+  INSERT INTO %[1]s.effects VALUES (doc->>'message_id', (doc->'payload'->>'amount')::int) $$;`, db.Schema))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+
+	b.Run("limit=raw-batched-insert", func(b *testing.B) {
+		ids, amounts := make([]string, batch), make([]int32, batch)
+		n := 0
+		for b.Loop() {
+			for j := range batch {
+				n++
+				ids[j], amounts[j] = fmt.Sprintf("raw-%d", n), 42
+			}
+			tx, err := db.Pool.Begin(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO `+db.Schema+`.effects SELECT * FROM unnest($1::text[], $2::int[])`, ids, amounts); err != nil {
+				b.Fatal(err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "msgs/s")
+	})
+	b.Run("inbox-batch+no-op-handler", func(b *testing.B) {
+		// The inbox's share: dedupe rows of the batch and the commit, no effects.
+		store, err := inbox.NewStore(inbox.StoreConfig{Schema: db.Schema, Consumer: "bench-noop"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		noop := func(context.Context, pgx.Tx, []envelope.Event) error { return nil }
+		ds := make([]inbox.Delivery, batch)
+		for b.Loop() {
+			for j := range ds {
+				ev := testEvent()
+				ev.MessageID = fmt.Sprintf("noop-%d", benchSeq.Add(1))
+				ds[j] = inbox.Delivery{Event: ev}
+			}
+			if _, err := store.ProcessBatchWith(ctx, db.Pool, ds, noop); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "msgs/s")
+	})
+	b.Run("inbox+sql-handler-batch", func(b *testing.B) {
+		h, err := NewSQL(SQLConfig{Function: db.Schema + ".apply_event"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		store, err := inbox.NewStore(inbox.StoreConfig{Schema: db.Schema, Consumer: "bench"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ds := make([]inbox.Delivery, batch)
+		for b.Loop() {
+			for j := range ds {
+				ev := testEvent()
+				ev.MessageID = fmt.Sprintf("inbox-%d", benchSeq.Add(1))
+				ds[j] = inbox.Delivery{Event: ev}
+			}
+			res, err := store.ProcessBatchWith(ctx, db.Pool, ds, h.HandleBatch)
+			if err != nil || res[batch-1].Outcome != inbox.Processed {
+				b.Fatalf("process batch: %v", err)
+			}
+		}
+		b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "msgs/s")
 	})
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/internal/testdb"
 )
@@ -96,4 +97,74 @@ func TestHTTPThroughInboxCallsServiceOnce(t *testing.T) {
 	first, second := <-seen, <-seen
 	require.Equal(t, first.header.Get(HeaderIdempotencyKey), second.header.Get(HeaderIdempotencyKey),
 		"a retry carries the same Idempotency-Key")
+}
+
+func TestSQLBatchThroughInbox(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	effectsFixture(t, db)
+	h, err := NewSQL(SQLConfig{Function: db.Schema + ".apply_event"})
+	require.NoError(t, err)
+	store := newStore(t, db, 3)
+	ctx := context.Background()
+
+	var ds []inbox.Delivery
+	for i := range 5 {
+		ev := testEvent()
+		ev.MessageID = "b-" + string(rune('a'+i))
+		ds = append(ds, inbox.Delivery{Event: ev})
+	}
+	poison := testEvent()
+	poison.MessageID = "b-poison"
+	poison.Payload = []byte(`{"mode":"poison"}`)
+	batch := append([]inbox.Delivery{ds[0], ds[1]}, inbox.Delivery{Event: poison}, ds[2], ds[0])
+
+	results, err := store.ProcessBatchWith(ctx, db.Pool, batch, h.HandleBatch)
+	require.NoError(t, err)
+	var outcomes []inbox.Outcome
+	for _, r := range results {
+		outcomes = append(outcomes, r.Outcome)
+	}
+	// The poison message fails the batch call; the inbox re-runs each delivery alone, so the
+	// others still apply, the in-batch repeat is a duplicate, and the poison is poisoned.
+	require.Equal(t, []inbox.Outcome{inbox.Processed, inbox.Processed, inbox.Poisoned, inbox.Processed, inbox.Duplicate}, outcomes)
+
+	results, err = store.ProcessBatchWith(ctx, db.Pool, ds, h.HandleBatch)
+	require.NoError(t, err)
+	outcomes = outcomes[:0]
+	for _, r := range results {
+		outcomes = append(outcomes, r.Outcome)
+	}
+	require.Equal(t, []inbox.Outcome{inbox.Duplicate, inbox.Duplicate, inbox.Duplicate, inbox.Processed, inbox.Processed}, outcomes)
+
+	var n, distinct int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT message_id) FROM `+db.Schema+`.effects`).Scan(&n, &distinct))
+	require.Equal(t, 5, n)
+	require.Equal(t, 5, distinct)
+}
+
+func TestSQLHandleBatchClassifiesTheFailingCall(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	effectsFixture(t, db)
+	h, err := NewSQL(SQLConfig{Function: db.Schema + ".apply_event"})
+	require.NoError(t, err)
+	ctx := context.Background()
+	a, bad, c := testEvent(), testEvent(), testEvent()
+	a.MessageID, bad.MessageID, c.MessageID = "a", "bad", "c"
+	bad.Payload = []byte(`{"amount":"many"}`)
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	err = h.HandleBatch(ctx, tx, []envelope.Event{a, bad, c})
+	require.Error(t, err)
+	require.True(t, inbox.IsPermanent(err), "%v", err)
+	require.Contains(t, err.Error(), `"bad"`)
+
+	c.Payload = []byte(`not json`)
+	tx2, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx2.Rollback(ctx) }()
+	err = h.HandleBatch(ctx, tx2, []envelope.Event{a, c})
+	require.ErrorIs(t, err, ErrInvalidJSONPayload)
 }

@@ -74,21 +74,70 @@ func (s *SQL) Query() string { return s.query }
 
 // Handle calls the function with ev's document in tx. It has the inbox Handler signature.
 func (s *SQL) Handle(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
+	doc, err := s.document(ctx, ev)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, s.query, doc); err != nil {
+		return s.callError(ev, err)
+	}
+	return nil
+}
+
+// HandleBatch calls the function once per event, in order, in tx, sending all the calls in one
+// round trip (a pgx batch). It has the inbox BatchHandler signature: with the consumer's
+// BatchSize above 1 the effects of a whole batch cost one round trip and one commit. The first
+// failing call's error is returned, classified as by Handle; the inbox then rolls the batch back
+// and re-runs its events one by one, so a poison message never discards its batch mates.
+func (s *SQL) HandleBatch(ctx context.Context, tx pgx.Tx, evs []envelope.Event) error {
+	if len(evs) == 1 {
+		return s.Handle(ctx, tx, evs[0])
+	}
+	b := &pgx.Batch{}
+	for _, ev := range evs {
+		doc, err := s.document(ctx, ev)
+		if err != nil {
+			return err
+		}
+		b.Queue(s.query, doc)
+	}
+	br := tx.SendBatch(ctx, b)
+	for _, ev := range evs {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return s.callError(ev, err)
+		}
+	}
+	if err := br.Close(); err != nil {
+		return fmt.Errorf("call %s for a batch of %d: %w", s.function(), len(evs), err)
+	}
+	return nil
+}
+
+// document is ev's document as text, with a malformed JSON payload made permanent.
+func (s *SQL) document(ctx context.Context, ev envelope.Event) (string, error) {
 	doc, err := MarshalDocument(ctx, ev, s.decode)
 	if err != nil {
 		if errors.Is(err, ErrInvalidJSONPayload) {
-			return inbox.Permanent(err)
+			return "", inbox.Permanent(err)
 		}
-		return err
+		return "", err
 	}
-	if _, err := tx.Exec(ctx, s.query, string(doc)); err != nil {
-		err = fmt.Errorf("call %s for message %q: %w", s.query[len("SELECT "):strings.IndexByte(s.query, '(')], ev.MessageID, err)
-		if IsPermanentSQLError(err) {
-			return inbox.Permanent(err)
-		}
-		return err
+	return string(doc), nil
+}
+
+// callError wraps the error of the call for ev and classifies it.
+func (s *SQL) callError(ev envelope.Event, err error) error {
+	err = fmt.Errorf("call %s for message %q: %w", s.function(), ev.MessageID, err)
+	if IsPermanentSQLError(err) {
+		return inbox.Permanent(err)
 	}
-	return nil
+	return err
+}
+
+// function is the quoted function name of the query.
+func (s *SQL) function() string {
+	return s.query[len("SELECT "):strings.IndexByte(s.query, '(')]
 }
 
 // IsPermanentSQLError reports whether err carries a PostgreSQL error that the same input will
