@@ -77,6 +77,7 @@ func enqueue(ctx context.Context, conn *pgx.Conn, c contender, schema, topic str
 // seen every event on the topic (or max-drain passed).
 func (p *parent) drain(ctx context.Context, conn *pgx.Conn, schema, topic string, c contender, gen *generator) (result, error) {
 	n := p.o.drainN
+	start := time.Now()
 	for done := 0; done < n; {
 		k := min(1000, n-done)
 		if err := enqueue(ctx, conn, c, schema, topic, gen.batch(k)); err != nil {
@@ -84,7 +85,9 @@ func (p *parent) drain(ctx context.Context, conn *pgx.Conn, schema, topic string
 		}
 		done += k
 	}
-	if _, err := conn.Exec(ctx, "VACUUM ANALYZE"); err != nil { // same table state for every contender
+	enqueueTook := time.Since(start)
+	// Same table state for every contender (only this run's tables: the database is shared).
+	if _, err := conn.Exec(ctx, fmt.Sprintf("VACUUM ANALYZE %[1]s.keiro_outbox, %[1]s.bench_outbox, %[1]s.watermill_forwarder_topic", schema)); err != nil {
 		return result{}, fmt.Errorf("vacuum: %w", err)
 	}
 	v, err := newVerifier(p.brokers, topic, n)
@@ -106,7 +109,9 @@ func (p *parent) drain(ctx context.Context, conn *pgx.Conn, schema, topic string
 	if err != nil {
 		return result{}, err
 	}
-	return v.result(c.name, "drain", t0, cpu, rss), nil
+	r := v.result(c.name, "drain", t0, cpu, rss)
+	r.enqueue = enqueueTook
+	return r, nil
 }
 
 // steadyState starts the contender, offers p.o.rate events per second for p.o.steady (each
@@ -302,8 +307,8 @@ func (v *verifier) result(name, scenario string, t0 time.Time, cpu time.Duration
 // the ratio of keiro's figure to each peer's.
 func printTable(w io.Writer, scenario string, cs []contender, all []result) {
 	type agg struct {
-		rate, p50, p99, cpu, rss float64
-		notes                    []string
+		rate, p50, p99, cpu, rss, enq float64
+		notes                         []string
 	}
 	med := func(xs []float64) float64 {
 		slices.Sort(xs)
@@ -311,7 +316,7 @@ func printTable(w io.Writer, scenario string, cs []contender, all []result) {
 	}
 	aggs := map[string]agg{}
 	for _, c := range cs {
-		var rate, p50, p99, cpu, rss []float64
+		var rate, p50, p99, cpu, rss, enq []float64
 		var notes []string
 		for _, r := range all {
 			if r.scenario != scenario || r.contender != c.name {
@@ -322,12 +327,13 @@ func printTable(w io.Writer, scenario string, cs []contender, all []result) {
 			p99 = append(p99, r.p99.Seconds()*1000)
 			cpu = append(cpu, r.cpu.Seconds())
 			rss = append(rss, float64(r.maxRSSKiB)/1024)
+			enq = append(enq, r.enqueue.Seconds())
 			if r.note != "" {
 				notes = append(notes, strings.TrimPrefix(r.note, " — "))
 			}
 		}
 		if len(rate) > 0 {
-			aggs[c.name] = agg{med(rate), med(p50), med(p99), med(cpu), med(rss), notes}
+			aggs[c.name] = agg{med(rate), med(p50), med(p99), med(cpu), med(rss), med(enq), notes}
 		}
 	}
 	ours := "keiro"
@@ -339,8 +345,8 @@ func printTable(w io.Writer, scenario string, cs []contender, all []result) {
 		fmt.Fprintln(w, "| contender | msgs/s | CPU s | peak RSS MiB | ours/peer msgs/s | guarantee | notes |")
 		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---|---|")
 	} else {
-		fmt.Fprintln(w, "| contender | msgs/s | p50 ms | p99 ms | CPU s | peak RSS MiB | ours/peer msgs/s | peer/ours p99 | notes |")
-		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---|")
+		fmt.Fprintln(w, "| contender | msgs/s | p50 ms | p99 ms | CPU s | peak RSS MiB | ours/peer msgs/s | peer/ours p99 | enqueue s | notes |")
+		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 	}
 	o, haveOurs := aggs[ours]
 	for _, c := range cs {
@@ -359,7 +365,11 @@ func printTable(w io.Writer, scenario string, cs []contender, all []result) {
 		if scenario == "consume" {
 			fmt.Fprintf(w, "| %s | %.0f | %.2f | %.0f | %s | %s | %s |\n", c.name, a.rate, a.cpu, a.rss, ratio, c.guarantee, notes)
 		} else {
-			fmt.Fprintf(w, "| %s | %.0f | %.1f | %.1f | %.2f | %.0f | %s | %s | %s |\n", c.name, a.rate, a.p50, a.p99, a.cpu, a.rss, ratio, p99ratio, notes)
+			enq := "—"
+			if scenario == "drain" {
+				enq = fmt.Sprintf("%.1f", a.enq)
+			}
+			fmt.Fprintf(w, "| %s | %.0f | %.1f | %.1f | %.2f | %.0f | %s | %s | %s | %s |\n", c.name, a.rate, a.p50, a.p99, a.cpu, a.rss, ratio, p99ratio, enq, notes)
 		}
 	}
 }
