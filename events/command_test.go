@@ -243,8 +243,19 @@ func TestRunRetriesConflicts(t *testing.T) {
 // once or reported as conflicted, and versions stay contiguous.
 func TestConcurrentCommandsOneStream(t *testing.T) {
 	t.Parallel()
+	// With a generous budget every command lands by retry; with none, many are reported as
+	// conflicted — and those must not be stored.
+	for _, limit := range []int{20, -1} {
+		t.Run(fmt.Sprintf("retries=%d", limit), func(t *testing.T) {
+			t.Parallel()
+			concurrentCommands(t, limit)
+		})
+	}
+}
+
+func concurrentCommands(t *testing.T, limit int) {
 	db := testdb.New(t)
-	s, r := newCounterRunner(t, db, nil, events.RunnerConfig[counterState]{RetryLimit: 20, RetryBackoff: time.Millisecond})
+	s, r := newCounterRunner(t, db, nil, events.RunnerConfig[counterState]{RetryLimit: limit, RetryBackoff: time.Millisecond})
 	ctx := context.Background()
 	const workers, perWorker = 8, 25
 	var (
@@ -286,6 +297,9 @@ func TestConcurrentCommandsOneStream(t *testing.T) {
 		seen[a.N] = true
 	}
 	t.Logf("%d applied, %d conflicted", len(applied), conflicts)
+	if limit < 0 {
+		require.Positive(t, conflicts, "8 writers without retries must meet conflicts")
+	}
 }
 
 func TestRunHooks(t *testing.T) {
