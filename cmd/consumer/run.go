@@ -98,6 +98,9 @@ func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 	for _, w := range c.Kafka.Warnings() {
 		log.Warn(w)
 	}
+	if c.H.Handler == "http" && c.BatchSize > 1 {
+		log.Warn("--batch-size above 1 in http mode: when one delivery of a batch fails, the whole batch rolls back and is re-run one by one, so the service sees its batch mates again (with the same Idempotency-Key)")
+	}
 	tel, err := tracing.Setup(ctx, tracing.Options{ServiceName: "keiro-consumer"})
 	if err != nil {
 		return fmt.Errorf("set up telemetry: %w", err)
