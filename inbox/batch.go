@@ -27,7 +27,7 @@ import (
 // filter such deliveries. A database error returns (nil, err): some deliveries may have
 // committed (in the one-at-a-time fallback); retrying the batch classifies those as Duplicate.
 func (s *Store) ProcessBatch(ctx context.Context, db TxBeginner, ds []Delivery, h Handler) ([]Result, error) {
-	return s.processBatch(ctx, db, ds, h, nil)
+	return s.processBatch(ctx, db, ds, h, nil, false)
 }
 
 // BatchHandler applies the effects of several events at once through tx, the inbox
@@ -48,10 +48,14 @@ func (bh BatchHandler) Handler() Handler {
 // it fails, the batch rolls back and each of those deliveries goes through [Store.Process]
 // with bh given a one-event slice, so a poison message never discards its batch mates.
 func (s *Store) ProcessBatchWith(ctx context.Context, db TxBeginner, ds []Delivery, bh BatchHandler) ([]Result, error) {
-	return s.processBatch(ctx, db, ds, bh.Handler(), bh)
+	return s.processBatch(ctx, db, ds, bh.Handler(), bh, false)
 }
 
-func (s *Store) processBatch(ctx context.Context, db TxBeginner, ds []Delivery, h Handler, bh BatchHandler) ([]Result, error) {
+// processBatch implements ProcessBatch and ProcessBatchWith. stopAtFailure makes the
+// one-at-a-time fallback stop at the first HandlerFailed result, leaving the later unique
+// deliveries unattempted (Outcome 0), so that the consumer can retry the failed one first and
+// keep per-key order.
+func (s *Store) processBatch(ctx context.Context, db TxBeginner, ds []Delivery, h Handler, bh BatchHandler, stopAtFailure bool) ([]Result, error) {
 	results := make([]Result, len(ds))
 	seen := make(map[[2]string]bool, len(ds))
 	unique := make([]int, 0, len(ds))
@@ -87,6 +91,9 @@ func (s *Store) processBatch(ctx context.Context, db TxBeginner, ds []Delivery, 
 			return nil, err
 		}
 		results[i] = r
+		if stopAtFailure && r.Outcome == HandlerFailed {
+			break
+		}
 	}
 	s.countInBatchDuplicates(ctx, ds, unique, results)
 	return results, nil

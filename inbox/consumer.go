@@ -129,9 +129,9 @@ type ConsumerConfig struct {
 	// DefaultMaxConcurrentPartitions.
 	MaxConcurrentPartitions int
 	// BatchSize > 1 processes up to BatchSize records of a partition in one inbox
-	// transaction (Store.ProcessBatch). Under a handler failure the failed record is retried
-	// after its batch mates, so strict per-key order of effects holds only with 1.
-	// Defaults to DefaultBatchSize (1).
+	// transaction (Store.ProcessBatch). If a handler fails, the batch rolls back and its
+	// records run one at a time; the failed record is retried in place before the records
+	// after it, so per-key order of effects is kept. Defaults to DefaultBatchSize (1).
 	BatchSize int
 	// BatchHandler, when set, replaces the Handler passed to NewConsumer (which may then be
 	// nil): with BatchSize > 1 it receives each batch's events at once

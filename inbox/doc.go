@@ -58,9 +58,10 @@
 //     handler from the stored full envelope inside an inbox transaction.
 //   - Batching: BatchSize > 1 processes up to BatchSize records of one partition in one
 //     transaction ([Store.ProcessBatch]; with a [BatchHandler], [Store.ProcessBatchWith]).
-//     If a handler fails, the batch rolls back and falls back to one transaction per record,
-//     so a failing record is retried after its batch mates: strict per-key order of effects
-//     under failures holds only with BatchSize 1 (the default).
+//     If a handler fails, the batch rolls back and falls back to one transaction per record;
+//     the runner stops that fallback at the first failed record and retries it in place
+//     before the records after it, so per-key order of effects holds in batch mode too.
+//     (Store.ProcessBatch called directly runs every record of the fallback.)
 //   - Back-pressure: each partition buffers at most ConsumerConfig.MaxBufferedRecords records;
 //     beyond that its fetching is paused (kgo.PauseFetchPartitions) until the worker has
 //     worked the backlog down to half. The consumer sets kgo.FetchMaxWait to

@@ -353,3 +353,33 @@ func TestConsumerRetryingPartitionDoesNotStarveOthers(t *testing.T) {
 	r.stop(t)
 	require.Equal(t, 1, fx.count(t, stuck[0].MessageID))
 }
+
+// In batch mode a transient failure in the middle of a batch is retried in place before the
+// records after it: the effects of one key keep their order.
+func TestConsumerBatchPathKeepsKeyOrderUnderFailures(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	fx := newEffects(t, db)
+	kc := testkafka.New(t)
+	const topic = "billing.batchorder.v1"
+	kc.CreateTopic(t, topic, 1)
+	prod := kc.Client(t)
+	evs := keyedEvents("ordering", topic, 25, 1)
+	produceEvents(t, prod, evs...)
+	var failures atomic.Int64
+	h := func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
+		if ev.MessageID == evs[4].MessageID && failures.Add(1) <= 2 {
+			return errors.New("transient")
+		}
+		return fx.handler()(ctx, tx, ev)
+	}
+	p := newProgress()
+	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
+		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic}, BatchSize: 10,
+		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
+	}, h)
+	p.waitCommitted(t, topic, 25, 30*time.Second)
+	r.stop(t)
+	require.EqualValues(t, 3, failures.Load())
+	requireOncePerMessageInKeyOrder(t, fx, evs)
+}

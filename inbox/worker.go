@@ -270,11 +270,7 @@ func (w *partitionWorker) processBatch(recs []*kgo.Record) int {
 	var results []Result
 	for n := 0; ; n++ {
 		var err error
-		if bh := w.c.cfg.BatchHandler; bh != nil {
-			results, err = w.c.store.ProcessBatchWith(w.ctx, w.c.pool, ds, bh)
-		} else {
-			results, err = w.c.store.ProcessBatch(w.ctx, w.c.pool, ds, w.c.h)
-		}
+		results, err = w.c.store.processBatch(w.ctx, w.c.pool, ds, w.c.h, w.c.cfg.BatchHandler, true)
 		if err == nil {
 			break
 		}
@@ -286,6 +282,13 @@ func (w *partitionWorker) processBatch(recs []*kgo.Record) int {
 	}
 	for j, res := range results {
 		r := recs[idx[j]]
+		if res.Outcome == 0 {
+			// Not attempted: an earlier record of the batch failed and was retried first.
+			if !w.processOne(r, ds[j]) {
+				return idx[j]
+			}
+			continue
+		}
 		ok, done := w.settle(r, res)
 		if !done {
 			if !w.sleep(res.Attempts-1) || !w.processOne(r, ds[j]) {
