@@ -48,8 +48,19 @@ func runParallel(writers, n int, op func(i int) error) (time.Duration, error) {
 // rounds of 100 operations per writer, so load from elsewhere on the machine hits both alike;
 // "ratio" is runner/raw throughput.
 func BenchmarkCommand(b *testing.B) {
-	for _, writers := range []int{1, 8} {
-		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
+	for _, mode := range []string{"hydrate", "assume-new"} {
+		for _, writers := range []int{1, 8} {
+			benchmarkCommand(b, mode, writers)
+		}
+	}
+}
+
+// benchmarkCommand: mode "hydrate" is the default path; "assume-new" sets RunOptions.AssumeNew
+// (creation commands skip the hydration round trip).
+func benchmarkCommand(b *testing.B, mode string, writers int) {
+	{
+		opts := events.RunOptions{AssumeNew: mode == "assume-new"}
+		b.Run(fmt.Sprintf("%s/writers=%d", mode, writers), func(b *testing.B) {
 			db := testdb.New(b)
 			_, r := newCounterRunnerNotify(b, db, os.Getenv("KEIRO_BENCH_NOTIFY") != "off")
 			ctx := context.Background()
@@ -63,7 +74,7 @@ func BenchmarkCommand(b *testing.B) {
 			sql := fmt.Sprintf(`INSERT INTO %s.raw_events (event_id, stream_name, event_type, data) VALUES ($1, $2, $3, $4)`, db.Schema)
 			run := time.Now().UnixNano()
 			command := func(i int) error {
-				_, err := r.Run(ctx, db.Pool, fmt.Sprintf("counter-%d.%d", run, i), counterCmd{N: 1})
+				_, err := r.Run(ctx, db.Pool, fmt.Sprintf("counter-%d.%d", run, i), counterCmd{N: 1}, opts)
 				return err
 			}
 			raw := func(i int) error {

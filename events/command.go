@@ -193,6 +193,11 @@ type RunOptions struct {
 	Metadata Metadata
 	// Hook runs in the append transaction after RunnerConfig.Hooks.
 	Hook Hook
+	// AssumeNew skips the first hydration and decides on Decider.Initial, appending with
+	// NoStream: one round trip less for commands that create their stream (PlaceOrder). If
+	// the stream exists after all, the append conflicts and the runner hydrates and decides
+	// again at once (no backoff, no retry consumed).
+	AssumeNew bool
 }
 
 // Run executes cmd on stream. It hydrates the state (from a snapshot when one is usable), calls
@@ -222,15 +227,24 @@ func (r *Runner[S, C, E]) Run(ctx context.Context, db DB, stream string, cmd C, 
 		class = "invalid_stream"
 		return res, fmt.Errorf("run command: %w", err)
 	}
+	guessNew := o.AssumeNew
 	for attempt := 1; ; attempt++ {
 		res.Attempts = attempt
-		state, version, err := r.Load(ctx, db, stream)
-		if err != nil {
-			class = "hydration_failed"
-			return res, err
+		state, version := r.decider.Initial, int64(0)
+		if !guessNew {
+			if state, version, err = r.Load(ctx, db, stream); err != nil {
+				class = "hydration_failed"
+				return res, err
+			}
 		}
 		res.StreamVersion = version
 		emitted, err := r.decider.Decide(state, cmd)
+		if guessNew && (err != nil || len(emitted) == 0) {
+			// A rejection or no-op decided on a guessed state proves nothing: look for real.
+			guessNew = false
+			attempt--
+			continue
+		}
 		if err != nil {
 			class = "command_rejected"
 			return res, fmt.Errorf("command on %s rejected: %w", stream, err)
@@ -260,6 +274,10 @@ func (r *Runner[S, C, E]) Run(ctx context.Context, db DB, stream string, cmd C, 
 				r.maybeSnapshot(ctx, db, stream, version, state, emitted, out.StreamVersion)
 			}
 			return out, nil
+		case errors.Is(err, ErrWrongExpectedVersion) && guessNew:
+			// The stream exists: hydrate and decide for real, without counting a retry.
+			guessNew = false
+			attempt--
 		case errors.Is(err, ErrWrongExpectedVersion):
 			r.store.metrics.conflicts.Add(ctx, 1)
 			if attempt > r.cfg.RetryLimit {

@@ -239,6 +239,38 @@ func TestRunRetriesConflicts(t *testing.T) {
 	require.Equal(t, int64(1+2), tm.counter(t, "keiro.command.retries"))
 }
 
+func TestRunAssumeNew(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	tm := newTelemetry()
+	s, r := newCounterRunner(t, db, tm, events.RunnerConfig[counterState]{})
+	ctx := context.Background()
+	guess := events.RunOptions{AssumeNew: true}
+	res, err := r.Run(ctx, db.Pool, "counter-1", counterCmd{N: 2}, guess)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), res.StreamVersion)
+	require.Equal(t, 1, res.Attempts)
+
+	// The stream exists: the guess conflicts, the runner hydrates and decides on the real state.
+	res, err = r.Run(ctx, db.Pool, "counter-1", counterCmd{N: 3}, guess)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), res.StreamVersion)
+	require.Equal(t, 1, res.Attempts)
+	require.Zero(t, tm.counter(t, "keiro.command.conflicts"))
+	require.Zero(t, tm.counter(t, "keiro.command.retries"))
+	state, _, err := r.Load(ctx, db.Pool, "counter-1")
+	require.NoError(t, err)
+	require.Equal(t, counterState{Total: 5, Events: 2}, state)
+
+	// A no-op or rejection on the guessed state is re-decided on the real one.
+	noop, err := r.Run(ctx, db.Pool, "counter-1", counterCmd{N: 0}, guess)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), noop.StreamVersion)
+	_, err = r.Run(ctx, db.Pool, "counter-1", counterCmd{N: -1}, guess)
+	require.ErrorContains(t, err, "negative amount")
+	require.Len(t, collect(t, s.ReadStream(ctx, db.Pool, "counter-1", events.Forward, 0)), 2)
+}
+
 // TestConcurrentCommandsOneStream: 8 goroutines on one stream; every command is applied exactly
 // once or reported as conflicted, and versions stay contiguous.
 func TestConcurrentCommandsOneStream(t *testing.T) {
