@@ -30,7 +30,7 @@ type runCmd struct {
 	Topics          []string      `help:"Topics to consume, comma separated (required)." placeholder:"TOPIC"`
 	DLQTopic        string        `name:"dlq-topic" help:"Dead-letter topic of poisoned and undecodable records (original key, value and headers plus keiro-dlq-* headers); {topic} is replaced by the source topic." default:"{topic}.dlq"`
 	MaxAttempts     int           `help:"Handler attempts before a message is poisoned and dead-lettered." default:"5"`
-	BatchSize       int           `help:"Records of a partition processed in one inbox transaction; above 1, a failed record is retried after its batch mates, so strict per-key order of effects holds only with 1." default:"1"`
+	BatchSize       int           `help:"Records of a partition processed in one inbox transaction (sql mode: the batch's calls in one round trip); if one fails, the batch rolls back and its records run one at a time, in order." default:"1"`
 	Concurrency     int           `help:"Partitions processed in parallel at most." default:"8"`
 	DedupePolicy    string        `help:"Dedupe key: message-id, source-event (source event id, else global position) or kafka-delivery (topic:partition:offset)." default:"message-id"`
 	Persistence     string        `help:"What a completed inbox row keeps: full (the envelope) or dedupe-only." default:"full"`
