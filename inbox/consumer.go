@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -341,7 +342,8 @@ func (c *Consumer) Stats() Stats {
 }
 
 // Run consumes until ctx is cancelled, then finishes in-flight work, commits its offsets,
-// leaves the group and returns nil. It returns an error if the Kafka client cannot be built.
+// leaves the group and returns nil. It returns an error if the Kafka client cannot be built or
+// Kafka refuses the consumer's credentials or permissions (after stopping its work).
 // Run may be called once.
 func (c *Consumer) Run(ctx context.Context) error {
 	opts := []kgo.Opt{
@@ -375,18 +377,27 @@ func (c *Consumer) Run(ctx context.Context) error {
 	c.mu.Lock()
 	c.cl = cl
 	c.mu.Unlock()
+	if err := cl.Ping(ctx); err != nil && isFatalKafkaError(err) {
+		cl.Close()
+		return fmt.Errorf("connect to kafka: %w (check the credentials of group %s)", err, c.cfg.Group)
+	}
 
 	var wg sync.WaitGroup
 	mctx, stopMaintenance := context.WithCancel(ctx)
 	wg.Go(func() { c.maintain(mctx) })
 
-	for {
+	var fatal error
+	for fatal == nil {
 		fetches := cl.PollRecords(ctx, c.cfg.MaxBufferedRecords)
 		if ctx.Err() != nil || fetches.IsClientClosed() {
 			break
 		}
 		fetches.EachError(func(topic string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) {
+			switch {
+			case errors.Is(err, context.Canceled):
+			case isFatalKafkaError(err):
+				fatal = fmt.Errorf("consume %s: %w (check the credentials and ACLs of group %s)", topic, err, c.cfg.Group)
+			default:
 				c.log.Warn("kafka fetch error", "topic", topic, "partition", p, "error", err)
 			}
 		})
@@ -394,9 +405,15 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	stopMaintenance()
 	wg.Wait()
-	c.stopWorkers(nil, true)
+	c.stopWorkers(nil, fatal == nil)
 	cl.Close()
-	return nil
+	return fatal
+}
+
+// isFatalKafkaError reports errors that retrying cannot fix: authentication and authorization.
+func isFatalKafkaError(err error) bool {
+	return errors.Is(err, kerr.GroupAuthorizationFailed) || errors.Is(err, kerr.TopicAuthorizationFailed) ||
+		errors.Is(err, kerr.ClusterAuthorizationFailed) || errors.Is(err, kerr.SaslAuthenticationFailed)
 }
 
 func (c *Consumer) assigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {

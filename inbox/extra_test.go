@@ -383,3 +383,4 @@ func TestConsumerBatchPathKeepsKeyOrderUnderFailures(t *testing.T) {
 	require.EqualValues(t, 3, failures.Load())
 	requireOncePerMessageInKeyOrder(t, fx, evs)
 }
+
