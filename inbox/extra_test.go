@@ -383,4 +383,3 @@ func TestConsumerBatchPathKeepsKeyOrderUnderFailures(t *testing.T) {
 	require.EqualValues(t, 3, failures.Load())
 	requireOncePerMessageInKeyOrder(t, fx, evs)
 }
-
