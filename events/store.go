@@ -26,6 +26,10 @@ import (
 // DefaultPageSize is the number of events a read fetches per round trip.
 const DefaultPageSize = 256
 
+// notifyCoalesce is the window in which the command runner's commits share one NOTIFY; it is
+// also the most a subscription's wake-up is delayed by it.
+const notifyCoalesce = time.Millisecond
+
 // notifyTimeout bounds one asynchronous NOTIFY, so a hung database cannot keep the notifying
 // goroutine alive.
 const notifyTimeout = 5 * time.Second
@@ -122,7 +126,7 @@ func notifyChannel(schema string) string {
 }
 
 // notifyAsync sends a NOTIFY from a background goroutine, coalescing calls made while one is
-// in flight into one more NOTIFY. At most one goroutine runs per Store; it ends as soon as no
+// in flight, or within notifyCoalesce after it, into one more NOTIFY. At most one goroutine runs per Store; it ends as soon as no
 // call is pending. Failures are ignored: subscriptions also poll.
 func (s *Store) notifyAsync(q Querier) {
 	s.notifyPending.Store(true)
@@ -135,6 +139,10 @@ func (s *Store) notifyAsync(q Querier) {
 				ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
 				_ = s.Notify(ctx, q)
 				cancel()
+				// Let the commits of the next moment share one NOTIFY: every NOTIFY wakes every
+				// listening backend of the database, and costs the committer CPU.
+				t := time.NewTimer(notifyCoalesce)
+				<-t.C
 			}
 			s.notifyRunning.Store(false)
 			// A call that set pending after the loop and lost the CAS above must not be lost.
