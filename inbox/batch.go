@@ -150,17 +150,38 @@ func (s *Store) tryBatch(ctx context.Context, db TxBeginner, ds []Delivery, uniq
 			poisoned bool
 		}
 		found := map[[2]string]existing{}
-		rows, err := tx.Query(ctx, s.sql.lockExistingAll, s.cfg.Consumer, srcs, keys)
-		if err != nil {
-			return false, fmt.Errorf("read existing inbox rows: %w", err)
-		}
-		var src, key string
-		var e existing
-		if _, err := pgx.ForEachRow(rows, []any{&src, &key, &e.status, &e.attempts, &e.poisoned}, func() error {
-			found[[2]string{src, key}] = e
+		read := func(q string, srcs, keys []string) error {
+			rows, err := tx.Query(ctx, q, s.cfg.Consumer, srcs, keys)
+			if err != nil {
+				return fmt.Errorf("read existing inbox rows: %w", err)
+			}
+			var src, key string
+			var e existing
+			if _, err := pgx.ForEachRow(rows, []any{&src, &key, &e.status, &e.attempts, &e.poisoned}, func() error {
+				found[[2]string{src, key}] = e
+				return nil
+			}); err != nil {
+				return fmt.Errorf("read existing inbox rows: %w", err)
+			}
 			return nil
-		}); err != nil {
-			return false, fmt.Errorf("read existing inbox rows: %w", err)
+		}
+		if err := read(s.sql.readExistingAll, srcs, keys); err != nil {
+			return false, err
+		}
+		// Failed rows may be rerun: lock them (completed rows are terminal and stay unlocked).
+		var failedSrcs, failedKeys []string
+		for k, e := range found {
+			if e.status == "failed" {
+				failedSrcs, failedKeys = append(failedSrcs, k[0]), append(failedKeys, k[1])
+			}
+		}
+		if len(failedSrcs) > 0 {
+			for i := range failedSrcs {
+				delete(found, [2]string{failedSrcs[i], failedKeys[i]})
+			}
+			if err := read(s.sql.lockExistingAll, failedSrcs, failedKeys); err != nil {
+				return false, err
+			}
 		}
 		if len(found) != len(srcs) {
 			return false, nil // rows vanished under retention: let the single path sort it out

@@ -32,7 +32,9 @@ const selectRow = `$1, r.source, r.dedupe_key, r.message_id, r.message_key, r.so
 type statements struct {
 	insertCompleted string
 	recordFailure   string
+	readExisting    string
 	lockExisting    string
+	readExistingAll string
 	lockExistingAll string
 	markCompleted   string
 	markCompletedDO string
@@ -68,8 +70,17 @@ SET attempt_count = keiro_inbox.attempt_count + 1,
     last_error = EXCLUDED.last_error
 WHERE keiro_inbox.status = 'failed'
 RETURNING attempt_count, poisoned`,
+		// Completed rows are terminal, so reading them needs no lock (and a duplicate-heavy
+		// stream writes nothing); failed rows are re-read FOR UPDATE so that two deliveries of a
+		// failed message never rerun it concurrently.
+		readExisting: `SELECT status, attempt_count, poisoned, coalesce(last_error, '') FROM ` + t + `
+WHERE consumer = $1 AND source = $2 AND dedupe_key = $3`,
 		lockExisting: `SELECT status, attempt_count, poisoned, coalesce(last_error, '') FROM ` + t + `
 WHERE consumer = $1 AND source = $2 AND dedupe_key = $3 FOR UPDATE`,
+		readExistingAll: `SELECT i.source, i.dedupe_key, i.status, i.attempt_count, i.poisoned FROM ` + t + ` i
+JOIN unnest($2::text[], $3::text[]) AS k(source, dedupe_key)
+  ON i.source = k.source AND i.dedupe_key = k.dedupe_key
+WHERE i.consumer = $1`,
 		lockExistingAll: `SELECT i.source, i.dedupe_key, i.status, i.attempt_count, i.poisoned FROM ` + t + ` i
 JOIN unnest($2::text[], $3::text[]) AS k(source, dedupe_key)
   ON i.source = k.source AND i.dedupe_key = k.dedupe_key

@@ -271,7 +271,10 @@ func (s *Store) attempt(ctx context.Context, db TxBeginner, d Delivery, key stri
 			poisoned bool
 			lastErr  string
 		)
-		err := tx.QueryRow(ctx, s.sql.lockExisting, s.cfg.Consumer, source, key).Scan(&status, &attempts, &poisoned, &lastErr)
+		err := tx.QueryRow(ctx, s.sql.readExisting, s.cfg.Consumer, source, key).Scan(&status, &attempts, &poisoned, &lastErr)
+		if err == nil && status == "failed" {
+			err = tx.QueryRow(ctx, s.sql.lockExisting, s.cfg.Consumer, source, key).Scan(&status, &attempts, &poisoned, &lastErr)
+		}
 		if errors.Is(err, pgx.ErrNoRows) {
 			return res, true, nil
 		}
