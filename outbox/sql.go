@@ -83,18 +83,18 @@ func newQueries(schema string) queries {
 		).Replace(q)
 	}
 	r := strings.NewReplacer("{{schema}}", schema)
-	claim := func(pre, post string) string {
-		q := strings.NewReplacer("{{pre}}", pre, "{{post}}", post).Replace(sqlClaim)
+	claim := func(join, pre, post string) string {
+		q := strings.NewReplacer("{{prejoin}}", join, "{{pre}}", pre, "{{post}}", post).Replace(sqlClaim)
 		return r.Replace(expand(q))
 	}
 	return queries{
 		enqueue:         r.Replace(sqlEnqueue),
 		enqueueExisting: r.Replace(sqlEnqueueExisting),
 		claim: map[Policy]string{
-			PerKeyHeadOfLine: claim(preKey, postKey),
-			StopTheLine:      claim(preKey, postKey),
-			PerSourceStream:  claim(preSource, postSource),
-			BestEffort:       claim("TRUE", postNone),
+			PerKeyHeadOfLine: claim(preJoinKey, preKey, postKey),
+			StopTheLine:      claim(preJoinKey, preKey, postKey),
+			PerSourceStream:  claim(preJoinSource, preSource, postSource),
+			BestEffort:       claim("", "TRUE", postNone),
 		},
 		mark:      r.Replace(sqlMark),
 		retention: r.Replace(sqlRetention),
@@ -131,13 +131,13 @@ const claimable = `((%[1]s.status IN ('pending', 'failed') AND %[1]s.next_attemp
 const sqlClaim = `
 WITH candidate AS (
     SELECT r.outbox_id, r.seq, r.source, r.message_key, r.status
-    FROM {{schema}}.keiro_outbox r
+    FROM {{schema}}.keiro_outbox r {{prejoin}}
     WHERE r.status IN ('pending', 'failed', 'publishing') AND ` + `{{claimable_r}}` + `
       AND ($5::text[] IS NULL OR r.destination = ANY($5::text[]))
       AND {{pre}}
     ORDER BY r.seq
     LIMIT $4
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF r SKIP LOCKED
 ), {{post}}, updated AS (
     UPDATE {{schema}}.keiro_outbox o SET
         status = CASE WHEN o.status = 'publishing' AND o.attempt_count >= $2 THEN 'dead' ELSE 'publishing' END,
@@ -162,11 +162,14 @@ FROM updated u ORDER BY u.seq`
 // Each lookup orders by the full key of the index meant to serve it (head-of-line or
 // source-order), so the planner picks that index even before the table has statistics.
 const (
-	preKey = `(r.message_key IS NULL OR (
-        SELECT {{claimable_h}} FROM {{schema}}.keiro_outbox h
+	// The group head is looked up in a LATERAL join, so the planner can memoize it per key
+	// (a hot key's batch probes the index once, not once per row).
+	preJoinKey = `LEFT JOIN LATERAL (
+        SELECT {{claimable_h}} AS ok FROM {{schema}}.keiro_outbox h
         WHERE h.source = r.source AND h.message_key = r.message_key
           AND h.status IN ('pending', 'failed', 'publishing')
-        ORDER BY h.source, h.message_key, h.seq LIMIT 1))`
+        ORDER BY h.source, h.message_key, h.seq LIMIT 1) head ON true`
+	preKey = `(r.message_key IS NULL OR head.ok)`
 	postKey = `gaps AS MATERIALIZED (
     SELECT k.source, k.message_key, g.seq
     FROM (SELECT DISTINCT source, message_key FROM candidate WHERE message_key IS NOT NULL) k
@@ -181,10 +184,11 @@ const (
     LEFT JOIN gaps g ON g.source = c.source AND g.message_key = c.message_key
     WHERE g.seq IS NULL OR c.seq < g.seq
 )`
-	preSource = `(
-        SELECT {{claimable_h}} FROM {{schema}}.keiro_outbox h
+	preJoinSource = `LEFT JOIN LATERAL (
+        SELECT {{claimable_h}} AS ok FROM {{schema}}.keiro_outbox h
         WHERE h.source = r.source AND h.status IN ('pending', 'failed', 'publishing')
-        ORDER BY h.source, h.seq LIMIT 1)`
+        ORDER BY h.source, h.seq LIMIT 1) head ON true`
+	preSource = `head.ok`
 	postSource = `gaps AS MATERIALIZED (
     SELECT k.source, g.seq
     FROM (SELECT DISTINCT source FROM candidate) k
