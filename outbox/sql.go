@@ -169,7 +169,7 @@ const (
         WHERE h.source = r.source AND h.message_key = r.message_key
           AND h.status IN ('pending', 'failed', 'publishing')
         ORDER BY h.source, h.message_key, h.seq LIMIT 1) head ON true`
-	preKey = `(r.message_key IS NULL OR head.ok)`
+	preKey  = `(r.message_key IS NULL OR head.ok)`
 	postKey = `gaps AS MATERIALIZED (
     SELECT k.source, k.message_key, g.seq
     FROM (SELECT DISTINCT source, message_key FROM candidate WHERE message_key IS NOT NULL) k
@@ -188,7 +188,7 @@ const (
         SELECT {{claimable_h}} AS ok FROM {{schema}}.keiro_outbox h
         WHERE h.source = r.source AND h.status IN ('pending', 'failed', 'publishing')
         ORDER BY h.source, h.seq LIMIT 1) head ON true`
-	preSource = `head.ok`
+	preSource  = `head.ok`
 	postSource = `gaps AS MATERIALIZED (
     SELECT k.source, g.seq
     FROM (SELECT DISTINCT source FROM candidate) k
