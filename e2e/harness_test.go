@@ -130,24 +130,32 @@ func (p *proc) kill() {
 	<-p.done
 }
 
-// term sends SIGTERM and returns the exit code.
+// term sends SIGTERM and returns the exit code; t fails if the process outlives timeout.
 func (p *proc) term(t *testing.T, timeout time.Duration) int {
 	t.Helper()
+	code, err := p.stop(timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code
+}
+
+// stop sends SIGTERM and waits up to timeout for the exit. If the process hangs, it gets a
+// SIGQUIT (Go prints every goroutine's stack) and the error carries the end of its output.
+// Unlike term it may run on any goroutine.
+func (p *proc) stop(timeout time.Duration) (int, error) {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
 	case <-time.After(timeout):
-		// A goroutine dump (Go prints it on SIGQUIT) says where it hangs.
 		_ = p.cmd.Process.Signal(syscall.SIGQUIT)
 		select {
 		case <-p.done:
 		case <-time.After(5 * time.Second):
 		}
-		t.Fatalf("%s did not exit within %s of SIGTERM:\n%s", p.name, timeout, tail(p.log(), 400))
+		return -1, fmt.Errorf("%s did not exit within %s of SIGTERM:\n%s", p.name, timeout, tail(p.log(), 400))
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.code
+	return p.exitCode(), nil
 }
 
 // exitCode is the exit code once the process has exited (-1 for a signal).

@@ -1,0 +1,56 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/internal/testkafka"
+)
+
+// TestConsumerShutdownDuringRebalance: SIGTERM must end the consumer within about its
+// --shutdown-timeout even while the group is rebalancing after members died.
+//
+// KNOWN ISSUE, so it runs only with KEIRO_E2E_KNOWN_ISSUES=1: inbox.(*Consumer).Run ends with
+// an unbounded kgo (*Client).Close, whose LeaveGroup waits for an in-flight JoinGroup; the
+// consumer then exits ~57 s after SIGTERM (franz-go's 60 s rebalance timeout) instead of 5 s
+// (about one run in three here).
+func TestConsumerShutdownDuringRebalance(t *testing.T) {
+	if os.Getenv("KEIRO_E2E_KNOWN_ISSUES") != "1" {
+		t.Skip("known issue (unbounded kgo Client.Close in inbox.Consumer.Run); set KEIRO_E2E_KNOWN_ISSUES=1 to run")
+	}
+	db := testdb.New(t)
+	effectsFixture(t, db)
+	kc := testkafka.New(t)
+	const topic, group = "e2e.shutdown.v1", "shutdown"
+	kc.CreateTopic(t, topic, 6)
+	kc.ControlKey(int16(kmsg.JoinGroup), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		if jr, ok := r.(*kmsg.JoinGroupRequest); ok {
+			jr.SessionTimeoutMillis = int32(chaosSessionTimeout.Milliseconds())
+			jr.RebalanceTimeoutMillis = int32(chaosRebalanceTimeout.Milliseconds())
+		}
+		return nil, nil, false
+	})
+	env := consumerEnv(db, kc, group, topic)
+	a := startProc(t, "a", consumerBin, consumerAddrRe, env)
+	a.waitAddr(t, 30*time.Second)
+	for i := range 6 {
+		b := startProc(t, fmt.Sprintf("b%d", i), consumerBin, consumerAddrRe, env)
+		b.waitAddr(t, 30*time.Second)
+		if i%2 == 0 {
+			b.kill() // a dead member the group must time out
+			continue
+		}
+		t0 := time.Now()
+		require.Equal(t, 0, b.term(t, 60*time.Second))
+		require.Less(t, time.Since(t0), 15*time.Second, "b%d exit after SIGTERM (--shutdown-timeout=5s)", i)
+	}
+	t0 := time.Now()
+	require.Equal(t, 0, a.term(t, 90*time.Second))
+	require.Less(t, time.Since(t0), 15*time.Second, "exit after SIGTERM (--shutdown-timeout=5s)")
+}
