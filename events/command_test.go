@@ -445,6 +445,20 @@ func TestSnapshots(t *testing.T) {
 	require.Equal(t, counterState{Total: 5, Events: 4}, state)
 	require.Equal(t, misses+1, tm.counter(t, "keiro.snapshot.misses"))
 
+	// A runner with another state version ignores the snapshot and replays everything.
+	_, err = db.Pool.Exec(ctx, fmt.Sprintf(`UPDATE %s.keiro_snapshots SET state = '{"total":100,"events":4}'`, db.Schema))
+	require.NoError(t, err)
+	_, v2 := newCounterRunner(t, db, tm, events.RunnerConfig[counterState]{SnapshotEvery: 2, SnapshotVersion: 2})
+	state, _, err = v2.Load(ctx, db.Pool, "counter-1")
+	require.NoError(t, err)
+	require.Equal(t, 5, state.Total)
+
+	// Hydration refuses a stream with a hole in its versions.
+	_, err = db.Pool.Exec(ctx, fmt.Sprintf(`DELETE FROM %s.keiro_events WHERE stream_name = 'counter-1' AND stream_version = 2`, db.Schema))
+	require.NoError(t, err)
+	_, _, err = v2.Load(ctx, db.Pool, "counter-1")
+	require.ErrorIs(t, err, events.ErrHydrationGap)
+
 	// A snapshot that cannot be encoded never fails the committed command.
 	_, bad := newCounterRunner(t, db, tm, events.RunnerConfig[counterState]{SnapshotEvery: 1,
 		EncodeSnapshot: func(counterState) ([]byte, error) { return nil, errors.New("encoder broke") }})
