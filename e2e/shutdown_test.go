@@ -18,8 +18,8 @@ import (
 //
 // KNOWN ISSUE, so it runs only with KEIRO_E2E_KNOWN_ISSUES=1: inbox.(*Consumer).Run ends with
 // an unbounded kgo (*Client).Close, whose LeaveGroup waits for an in-flight JoinGroup; the
-// consumer then exits ~57 s after SIGTERM (franz-go's 60 s rebalance timeout) instead of 5 s
-// (about one run in three here).
+// consumer then exits ~57 s after SIGTERM (franz-go's 60 s rebalance timeout) instead of 5 s.
+// The hang is intermittent: this scenario reproduced it in 2 of 7 runs on a loaded machine.
 func TestConsumerShutdownDuringRebalance(t *testing.T) {
 	if os.Getenv("KEIRO_E2E_KNOWN_ISSUES") != "1" {
 		t.Skip("known issue (unbounded kgo Client.Close in inbox.Consumer.Run); set KEIRO_E2E_KNOWN_ISSUES=1 to run")
@@ -36,18 +36,21 @@ func TestConsumerShutdownDuringRebalance(t *testing.T) {
 		}
 		return nil, nil, false
 	})
-	env := consumerEnv(db, kc, group, topic)
+	env := consumerEnv(db, kc, group, topic, "KEIRO_CONSUMER_LOG_LEVEL=debug")
 	a := startProc(t, "a", consumerBin, consumerAddrRe, env)
 	a.waitAddr(t, 30*time.Second)
 	for i := range 6 {
 		b := startProc(t, fmt.Sprintf("b%d", i), consumerBin, consumerAddrRe, env)
 		b.waitAddr(t, 30*time.Second)
+		// Not synchronisation: the pauses place the next signal at different points of the
+		// broker's session-timeout timeline of the member killed before (no signal marks them).
+		time.Sleep(time.Duration(i) * 300 * time.Millisecond)
 		if i%2 == 0 {
 			b.kill() // a dead member the group must time out
 			continue
 		}
 		t0 := time.Now()
-		require.Equal(t, 0, b.term(t, 60*time.Second))
+		require.Equal(t, 0, b.term(t, 90*time.Second))
 		require.Less(t, time.Since(t0), 15*time.Second, "b%d exit after SIGTERM (--shutdown-timeout=5s)", i)
 	}
 	t0 := time.Now()
