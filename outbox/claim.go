@@ -77,16 +77,56 @@ type claimedRow struct {
 
 // claim claims up to limit rows under policy, with a fresh claim token and a lease. Rows come
 // back in seq order.
-func (s *Store) claim(ctx context.Context, q Querier, policy Policy, limit int, lease time.Duration,
-	maxAttempts int, destinations []string) (envelope.UUID, []claimedRow, error) {
-	token := envelope.NewUUIDv7()
+//
+// The claim runs in its own short transaction with bitmap and sequential scans disabled, sent
+// as one pipelined batch (one round trip): without statistics (a freshly loaded table) the
+// planner would otherwise sort every claimable row instead of walking the claim index in seq
+// order and stopping at the limit. q must not be inside a transaction.
+func (s *Store) claim(ctx context.Context, q batchSender, policy Policy, limit int, lease time.Duration,
+	maxAttempts int, destinations []string) (token envelope.UUID, out []claimedRow, err error) {
+	token = envelope.NewUUIDv7()
 	var dest any
 	if len(destinations) > 0 {
 		dest = destinations
 	}
-	rows, err := q.Query(ctx, s.q.claim[policy], [16]byte(token), maxAttempts, lease.Microseconds(), limit, dest)
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SET LOCAL enable_bitmapscan = off")
+	b.Queue("SET LOCAL enable_seqscan = off")
+	b.Queue(s.q.claim[policy], [16]byte(token), maxAttempts, lease.Microseconds(), limit, dest)
+	b.Queue("COMMIT")
+	br := q.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("claim outbox batch: %w", cerr)
+			out = nil
+		}
+	}()
+	for range 3 {
+		if _, err := br.Exec(); err != nil {
+			return token, nil, fmt.Errorf("claim outbox batch: %w", err)
+		}
+	}
+	out, err = s.readClaim(br)
 	if err != nil {
-		return token, nil, fmt.Errorf("claim outbox batch: %w", err)
+		return token, nil, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return token, nil, fmt.Errorf("claim outbox batch: commit: %w", err)
+	}
+	return token, out, nil
+}
+
+// batchSender sends a pipelined batch: *pgxpool.Pool and *pgx.Conn satisfy it.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// readClaim reads the claim statement's rows.
+func (s *Store) readClaim(br pgx.BatchResults) ([]claimedRow, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, fmt.Errorf("claim outbox batch: %w", err)
 	}
 	defer rows.Close()
 	var out []claimedRow
@@ -105,7 +145,7 @@ func (s *Store) claim(ctx context.Context, q Querier, policy Policy, limit int, 
 			&id, &e.Source, &e.MessageID, &e.Destination, &key, &e.EventType,
 			&e.SchemaVersion, &e.ContentType, &registry, &subject, &versionRef, &schemaID, &fp,
 			&sourceEventID, &position, &causation, &corr, &tp, &ts, &e.Payload, &attrs, &e.OccurredAt); err != nil {
-			return token, nil, fmt.Errorf("claim outbox batch: %w", err)
+			return nil, fmt.Errorf("claim outbox batch: %w", err)
 		}
 		r.id = id
 		r.reclaimed = oldStatus == statusPublishing
@@ -114,9 +154,9 @@ func (s *Store) claim(ctx context.Context, q Querier, policy Policy, limit int, 
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
-		return token, nil, fmt.Errorf("claim outbox batch: %w", err)
+		return nil, fmt.Errorf("claim outbox batch: %w", err)
 	}
-	return token, out, nil
+	return out, nil
 }
 
 // Row statuses.

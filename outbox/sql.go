@@ -159,8 +159,10 @@ SELECT u.old_status, u.status, u.seq, u.attempt_count, u.created_at,
 FROM updated u ORDER BY u.seq`
 
 // Claim filters per ordering policy. "non-terminal" rows are pending, failed or publishing.
-// Each lookup orders by the full key of the index meant to serve it (head-of-line or
-// source-order), so the planner picks that index even before the table has statistics.
+// Per-key lookups go through the head-of-line index; per-source lookups walk the claim index in
+// seq order (PerSourceStream is rare and has few sources: a dedicated (source, seq) index would
+// tempt the planner away from the head-of-line index for per-key lookups when statistics are
+// missing, and costs every write).
 const (
 	// The group head is looked up in a LATERAL join, so the planner can memoize it per key
 	// (a hot key's batch probes the index once, not once per row).

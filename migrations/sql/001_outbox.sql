@@ -57,10 +57,6 @@ CREATE INDEX keiro_outbox_claim_idx ON {{.schema}}.keiro_outbox (seq)
 CREATE INDEX keiro_outbox_head_of_line_idx ON {{.schema}}.keiro_outbox (source, message_key, seq)
     WHERE status IN ('pending', 'failed', 'publishing');
 
--- PerSourceStream checks: the first non-terminal row of a source, any key.
-CREATE INDEX keiro_outbox_source_order_idx ON {{.schema}}.keiro_outbox (source, seq)
-    WHERE status IN ('pending', 'failed', 'publishing');
-
 -- Retention of sent rows.
 CREATE INDEX keiro_outbox_sent_gc_idx ON {{.schema}}.keiro_outbox (published_at)
     WHERE status = 'sent';
