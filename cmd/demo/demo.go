@@ -114,7 +114,7 @@ func (c *Config) applyDefaults() {
 		c.Topic = DefaultTopic
 		if len(c.Brokers) > 0 {
 			// A real broker keeps earlier runs' records; a fresh topic keeps the counts exact.
-			c.Topic += "." + strconv.FormatInt(time.Now().Unix(), 10)
+			c.Topic += "." + strconv.FormatInt(time.Now().UnixNano(), 36)
 		}
 	}
 	if c.Partitions == 0 {

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/internal/testkafka"
 )
 
 func TestMain(m *testing.M) {
@@ -41,6 +42,25 @@ func TestDemoRunsAndHoldsItsInvariants(t *testing.T) {
 			require.Regexp(t, `per-key order verified\s+7 customers\s+ok`, s)
 			require.Contains(t, s, "all invariants hold")
 		})
+	}
+}
+
+// TestDemoAgainstAnExternalBroker runs the --brokers path: topics are created on the given
+// broker with a per-run suffix, so earlier runs' records never reach the counts.
+func TestDemoAgainstAnExternalBroker(t *testing.T) {
+	t.Parallel()
+	kc := testkafka.New(t)
+	schemaName := testdb.NewSchema(t)
+	for run := range 2 {
+		var out bytes.Buffer
+		rep, err := Run(context.Background(), Config{
+			Orders: 40, Customers: 5, Duplicates: 3, Brokers: kc.Brokers,
+			DatabaseURL: testdb.URL(), Schema: schemaName, Timeout: time.Minute, Quiet: true,
+		}, &out)
+		require.NoError(t, err, "run %d: %s", run, out.String())
+		require.True(t, rep.OK(), "run %d: %s", run, out.String())
+		require.Regexp(t, `effects applied \(invoices\)\s+40 \(40 distinct orders\)\s+ok`, out.String())
+		require.NotContains(t, out.String(), "kcat", "quiet prints only the table")
 	}
 }
 
