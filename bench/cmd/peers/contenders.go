@@ -339,6 +339,15 @@ func runChild(ctx context.Context, o options) error {
 		return err
 	}
 	cfg.MaxConns = int32(o.maxConnsChild)
+	if d := os.Getenv("PEERS_AUTO_EXPLAIN"); d != "" {
+		// Diagnostics: log the plans of this contender's slow statements (at least d, e.g.
+		// "500ms") with their actual row counts to the PostgreSQL server log. Superuser only.
+		cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			_, err := c.Exec(ctx, "LOAD 'auto_explain'; SET auto_explain.log_analyze = on; "+
+				"SET auto_explain.log_min_duration = '"+d+"'")
+			return err
+		}
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err
@@ -370,5 +379,6 @@ func runChild(ctx context.Context, o options) error {
 	if errors.Is(runErr, context.Canceled) {
 		runErr = nil
 	}
+	fmt.Printf("hwm %d\n", vmHWM())
 	return runErr
 }

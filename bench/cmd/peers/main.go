@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -377,24 +378,56 @@ func (cp *childProc) waitLine(ctx context.Context, want string, timeout time.Dur
 }
 
 // stop closes the child's stdin (its signal to shut down gracefully), waits for it and
-// returns its CPU time (user+system) and peak RSS in KiB.
+// returns its CPU time (user+system, from wait4's rusage) and its peak RSS in KiB. The peak RSS
+// is the VmHWM the child reports on exit: wait4's ru_maxrss is not used because Linux carries
+// the parent's high-water mark into a child across fork+exec, which would charge the parent's
+// memory (kfake, the verifier) to every contender.
 func (cp *childProc) stop() (time.Duration, int64, error) {
 	_ = cp.stdin.Close()
-	done := make(chan error, 1)
-	go func() { done <- cp.cmd.Wait() }()
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(60 * time.Second):
-		_ = cp.cmd.Process.Kill()
-		err = errors.Join(errors.New("child did not stop within 60s; killed"), <-done)
+	var hwm int64
+	var errs []error
+	timeout := time.After(60 * time.Second)
+read:
+	for {
+		select {
+		case l, ok := <-cp.lines:
+			if !ok {
+				break read
+			}
+			if v, found := strings.CutPrefix(l, "hwm "); found {
+				hwm, _ = strconv.ParseInt(v, 10, 64)
+			}
+		case <-timeout:
+			_ = cp.cmd.Process.Kill()
+			errs = append(errs, errors.New("child did not stop within 60s; killed"))
+			timeout = nil
+		}
+	}
+	// Wait closes the stdout pipe, so it runs only after every line was read.
+	if err := cp.cmd.Wait(); err != nil {
+		errs = append(errs, err)
 	}
 	ru, ok := cp.cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	if !ok {
-		return 0, 0, errors.Join(err, errors.New("no rusage"))
+		return 0, 0, errors.Join(append(errs, errors.New("no rusage"))...)
 	}
 	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	return cpu, ru.Maxrss, err
+	return cpu, hwm, errors.Join(errs...)
+}
+
+// vmHWM returns this process's peak resident set size in KiB (VmHWM in /proc/self/status).
+func vmHWM() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for l := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 func randomHex(n int) string {

@@ -303,11 +303,12 @@ func (v *verifier) result(name, scenario string, t0 time.Time, cpu time.Duration
 	return r
 }
 
-// printTable prints one scenario's results as Markdown: medians over runs per contender, and
-// the ratio of keiro's figure to each peer's.
+// printTable prints one scenario's results as Markdown: medians over runs per contender (with
+// the msgs/s range when there are several runs), and the ratio of keiro's medians to each peer's.
 func printTable(w io.Writer, scenario string, cs []contender, all []result) {
 	type agg struct {
 		rate, p50, p99, cpu, rss, enq float64
+		rateRange                     string
 		notes                         []string
 	}
 	med := func(xs []float64) float64 {
@@ -333,7 +334,11 @@ func printTable(w io.Writer, scenario string, cs []contender, all []result) {
 			}
 		}
 		if len(rate) > 0 {
-			aggs[c.name] = agg{med(rate), med(p50), med(p99), med(cpu), med(rss), med(enq), notes}
+			a := agg{med(rate), med(p50), med(p99), med(cpu), med(rss), med(enq), "", notes}
+			if len(rate) > 1 { // rate is sorted by med
+				a.rateRange = fmt.Sprintf(" (%.0f–%.0f)", rate[0], rate[len(rate)-1])
+			}
+			aggs[c.name] = a
 		}
 	}
 	ours := "keiro"
@@ -363,13 +368,13 @@ func printTable(w io.Writer, scenario string, cs []contender, all []result) {
 		}
 		notes := strings.Join(a.notes, "; ")
 		if scenario == "consume" {
-			fmt.Fprintf(w, "| %s | %.0f | %.2f | %.0f | %s | %s | %s |\n", c.name, a.rate, a.cpu, a.rss, ratio, c.guarantee, notes)
+			fmt.Fprintf(w, "| %s | %.0f%s | %.2f | %.0f | %s | %s | %s |\n", c.name, a.rate, a.rateRange, a.cpu, a.rss, ratio, c.guarantee, notes)
 		} else {
 			enq := "—"
 			if scenario == "drain" {
 				enq = fmt.Sprintf("%.1f", a.enq)
 			}
-			fmt.Fprintf(w, "| %s | %.0f | %.1f | %.1f | %.2f | %.0f | %s | %s | %s | %s |\n", c.name, a.rate, a.p50, a.p99, a.cpu, a.rss, ratio, p99ratio, enq, notes)
+			fmt.Fprintf(w, "| %s | %.0f%s | %.1f | %.1f | %.2f | %.0f | %s | %s | %s | %s |\n", c.name, a.rate, a.rateRange, a.p50, a.p99, a.cpu, a.rss, ratio, p99ratio, enq, notes)
 		}
 	}
 }
