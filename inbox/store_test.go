@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -588,4 +589,57 @@ func TestNewStoreValidation(t *testing.T) {
 	for _, field := range []string{"Schema", "Consumer", "MaxAttempts", "Persistence"} {
 		require.ErrorContains(t, err, field)
 	}
+}
+
+// Two deliveries of a previously failed message race: the rerun is serialised on the failed
+// row's lock, so the handler's effects commit once.
+func TestConcurrentRerunOfFailedMessageRunsOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	fx := newEffects(t, db)
+	pool2, err := pgxpool.New(ctx, db.ConnString)
+	require.NoError(t, err)
+	defer pool2.Close()
+	s := newStore(t, db)
+	ev := newEvent("ordering", "t")
+	res, err := s.Process(ctx, db.Pool, inbox.Delivery{Event: ev}, func(context.Context, pgx.Tx, envelope.Event) error {
+		return errors.New("first attempt fails")
+	})
+	require.NoError(t, err)
+	require.Equal(t, inbox.HandlerFailed, res.Outcome)
+
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	blocking := func(ctx context.Context, tx pgx.Tx, e envelope.Event) error {
+		close(entered)
+		<-release
+		return fx.handler()(ctx, tx, e)
+	}
+	var ran2 atomic.Int64
+	counting := func(ctx context.Context, tx pgx.Tx, e envelope.Event) error {
+		ran2.Add(1)
+		return fx.handler()(ctx, tx, e)
+	}
+	var wg sync.WaitGroup
+	var r1, r2 inbox.Result
+	var e1, e2 error
+	wg.Go(func() { r1, e1 = s.Process(ctx, db.Pool, inbox.Delivery{Event: ev}, blocking) })
+	<-entered
+	wg.Go(func() { r2, e2 = s.Process(ctx, pool2, inbox.Delivery{Event: ev}, counting) })
+	require.Eventually(t, func() bool {
+		var waiting int
+		_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE%' AND query LIKE '%`+db.Schema+`.keiro_inbox%'`).Scan(&waiting)
+		return waiting > 0
+	}, 10*time.Second, 5*time.Millisecond)
+	close(release)
+	wg.Wait()
+	require.NoError(t, e1)
+	require.NoError(t, e2)
+	require.Equal(t, inbox.Processed, r1.Outcome)
+	require.Equal(t, 1, r1.Attempts)
+	require.Equal(t, inbox.Duplicate, r2.Outcome)
+	require.Zero(t, ran2.Load())
+	require.Equal(t, 1, fx.count(t, ev.MessageID))
 }
