@@ -117,41 +117,42 @@ WHERE consumer = $1 AND status = 'failed'`,
 	}
 }
 
-// rowColumns holds one array per bound column, for unnest.
+// rowColumns holds one array per bound column, for unnest. FlatArray encodes without
+// reflection.
 type rowColumns struct {
-	source, dedupeKey, messageID, messageKey []pgtype.Text
-	sourceEventID                            []pgtype.UUID
-	sourceGlobalPosition                     []pgtype.Int8
-	destination, eventType                   []pgtype.Text
-	schemaVersion                            []pgtype.Int8
-	contentType                              []pgtype.Text
-	schemaRegistry, schemaSubject            []pgtype.Text
-	schemaVersionRef, schemaID               []pgtype.Int8
-	schemaFingerprint                        []pgtype.Text
-	causationID, correlationID               []pgtype.UUID
-	traceparent, tracestate, kafkaTopic      []pgtype.Text
-	kafkaPartition                           []pgtype.Int4
-	kafkaOffset                              []pgtype.Int8
-	payload                                  [][]byte
-	attributes                               []pgtype.Text
-	occurredAt                               []pgtype.Timestamptz
+	source, dedupeKey, messageID, messageKey pgtype.FlatArray[pgtype.Text]
+	sourceEventID                            pgtype.FlatArray[pgtype.UUID]
+	sourceGlobalPosition                     pgtype.FlatArray[pgtype.Int8]
+	destination, eventType                   pgtype.FlatArray[pgtype.Text]
+	schemaVersion                            pgtype.FlatArray[pgtype.Int8]
+	contentType                              pgtype.FlatArray[pgtype.Text]
+	schemaRegistry, schemaSubject            pgtype.FlatArray[pgtype.Text]
+	schemaVersionRef, schemaID               pgtype.FlatArray[pgtype.Int8]
+	schemaFingerprint                        pgtype.FlatArray[pgtype.Text]
+	causationID, correlationID               pgtype.FlatArray[pgtype.UUID]
+	traceparent, tracestate, kafkaTopic      pgtype.FlatArray[pgtype.Text]
+	kafkaPartition                           pgtype.FlatArray[pgtype.Int4]
+	kafkaOffset                              pgtype.FlatArray[pgtype.Int8]
+	payload                                  pgtype.FlatArray[[]byte]
+	attributes                               pgtype.FlatArray[pgtype.Text]
+	occurredAt                               pgtype.FlatArray[pgtype.Timestamptz]
 }
 
 func newRowColumns(n int) *rowColumns {
 	return &rowColumns{
-		source: make([]pgtype.Text, 0, n), dedupeKey: make([]pgtype.Text, 0, n),
-		messageID: make([]pgtype.Text, 0, n), messageKey: make([]pgtype.Text, 0, n),
-		sourceEventID: make([]pgtype.UUID, 0, n), sourceGlobalPosition: make([]pgtype.Int8, 0, n),
-		destination: make([]pgtype.Text, 0, n), eventType: make([]pgtype.Text, 0, n),
-		schemaVersion: make([]pgtype.Int8, 0, n), contentType: make([]pgtype.Text, 0, n),
-		schemaRegistry: make([]pgtype.Text, 0, n), schemaSubject: make([]pgtype.Text, 0, n),
-		schemaVersionRef: make([]pgtype.Int8, 0, n), schemaID: make([]pgtype.Int8, 0, n),
-		schemaFingerprint: make([]pgtype.Text, 0, n), causationID: make([]pgtype.UUID, 0, n),
-		correlationID: make([]pgtype.UUID, 0, n), traceparent: make([]pgtype.Text, 0, n),
-		tracestate: make([]pgtype.Text, 0, n), kafkaTopic: make([]pgtype.Text, 0, n),
-		kafkaPartition: make([]pgtype.Int4, 0, n), kafkaOffset: make([]pgtype.Int8, 0, n),
-		payload: make([][]byte, 0, n), attributes: make([]pgtype.Text, 0, n),
-		occurredAt: make([]pgtype.Timestamptz, 0, n),
+		source: make(pgtype.FlatArray[pgtype.Text], 0, n), dedupeKey: make(pgtype.FlatArray[pgtype.Text], 0, n),
+		messageID: make(pgtype.FlatArray[pgtype.Text], 0, n), messageKey: make(pgtype.FlatArray[pgtype.Text], 0, n),
+		sourceEventID: make(pgtype.FlatArray[pgtype.UUID], 0, n), sourceGlobalPosition: make(pgtype.FlatArray[pgtype.Int8], 0, n),
+		destination: make(pgtype.FlatArray[pgtype.Text], 0, n), eventType: make(pgtype.FlatArray[pgtype.Text], 0, n),
+		schemaVersion: make(pgtype.FlatArray[pgtype.Int8], 0, n), contentType: make(pgtype.FlatArray[pgtype.Text], 0, n),
+		schemaRegistry: make(pgtype.FlatArray[pgtype.Text], 0, n), schemaSubject: make(pgtype.FlatArray[pgtype.Text], 0, n),
+		schemaVersionRef: make(pgtype.FlatArray[pgtype.Int8], 0, n), schemaID: make(pgtype.FlatArray[pgtype.Int8], 0, n),
+		schemaFingerprint: make(pgtype.FlatArray[pgtype.Text], 0, n), causationID: make(pgtype.FlatArray[pgtype.UUID], 0, n),
+		correlationID: make(pgtype.FlatArray[pgtype.UUID], 0, n), traceparent: make(pgtype.FlatArray[pgtype.Text], 0, n),
+		tracestate: make(pgtype.FlatArray[pgtype.Text], 0, n), kafkaTopic: make(pgtype.FlatArray[pgtype.Text], 0, n),
+		kafkaPartition: make(pgtype.FlatArray[pgtype.Int4], 0, n), kafkaOffset: make(pgtype.FlatArray[pgtype.Int8], 0, n),
+		payload: make(pgtype.FlatArray[[]byte], 0, n), attributes: make(pgtype.FlatArray[pgtype.Text], 0, n),
+		occurredAt: make(pgtype.FlatArray[pgtype.Timestamptz], 0, n),
 	}
 }
 

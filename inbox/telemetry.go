@@ -87,6 +87,14 @@ func (in *instruments) startProcessSpan(ctx context.Context, group string, d *De
 		topic = d.Kafka.Topic
 	}
 	pctx := tracing.ContextWith(ctx, d.Event.TraceContext)
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+	if sc := trace.SpanContextFromContext(pctx); sc.IsValid() && sc.IsRemote() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+	}
+	ctx, span := in.tracer.Start(pctx, "process "+topic, opts...)
+	if !span.IsRecording() {
+		return ctx, span // no SDK or not sampled: skip building the attributes
+	}
 	attrs := []attribute.KeyValue{
 		attribute.String("messaging.system", "kafka"),
 		attribute.String("messaging.operation.type", "process"),
@@ -107,14 +115,15 @@ func (in *instruments) startProcessSpan(ctx context.Context, group string, d *De
 	if d.Event.MessageID != "" {
 		attrs = append(attrs, attribute.String("messaging.message.id", d.Event.MessageID))
 	}
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...)}
-	if sc := trace.SpanContextFromContext(pctx); sc.IsValid() && sc.IsRemote() {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
-	}
-	return in.tracer.Start(pctx, "process "+topic, opts...)
+	span.SetAttributes(attrs...)
+	return ctx, span
 }
 
 func endProcessSpan(span trace.Span, res Result, err error) {
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
 	outcome := "failed"
 	switch res.Outcome {
 	case Processed:
