@@ -64,7 +64,8 @@ type RelayConfig struct {
 	BatchSize int
 	// MaxInFlightBatches is how many claimed batches may be between claim and mark at once
 	// (claiming, producing and marking overlap). Per-key order holds regardless: a key with a
-	// row in flight is not claimable. Defaults to DefaultMaxInFlightBatches.
+	// row in flight is not claimable. StopTheLine always uses 1. Defaults to
+	// DefaultMaxInFlightBatches.
 	MaxInFlightBatches int
 	// MaxAttempts is the number of attempts before a failing row goes dead. Failures while
 	// Kafka is unreachable do not use attempts (see the package doc). Defaults to
