@@ -199,11 +199,18 @@ type mark struct {
 	partition int32
 	offset    int64
 	code      string
+	// dest is the row's destination, for per-destination metrics (not written).
+	dest string
 }
+
+// destCounts are one destination's real transitions in a mark statement.
+type destCounts struct{ sent, retried, dead, rejected int }
 
 // transitions counts the rows a mark statement actually moved, by resulting state.
 type transitions struct {
 	sent, failed, dead, skipped, released, rejected, deferred int
+	// byDest splits sent, retried (failed, deferred, skipped), dead and rejected per destination.
+	byDest map[string]*destCounts
 }
 
 func (t transitions) total() int {
@@ -242,27 +249,43 @@ func (s *Store) markBatch(ctx context.Context, q Querier, token envelope.UUID, m
 		return t, fmt.Errorf("mark outbox batch: %w", err)
 	}
 	defer rows.Close()
+	dest := make(map[[16]byte]string, n)
+	for _, m := range marks {
+		dest[m.id] = m.dest
+	}
+	t.byDest = map[string]*destCounts{}
 	for rows.Next() {
 		var id [16]byte
 		var out, status string
 		if err := rows.Scan(&id, &out, &status); err != nil {
 			return t, fmt.Errorf("mark outbox batch: %w", err)
 		}
+		d := t.byDest[dest[id]]
+		if d == nil {
+			d = &destCounts{}
+			t.byDest[dest[id]] = d
+		}
 		switch {
 		case out == "sent":
 			t.sent++
+			d.sent++
 		case out == "rejected":
 			t.rejected++
+			d.rejected++
 		case out == "skipped":
 			t.skipped++
+			d.retried++
 		case out == "released":
 			t.released++
 		case out == "deferred":
 			t.deferred++
+			d.retried++
 		case status == statusDead:
 			t.dead++
+			d.dead++
 		default:
 			t.failed++
+			d.retried++
 		}
 	}
 	if err := rows.Err(); err != nil {

@@ -167,6 +167,8 @@ func TestMarkFencingAndTransitions(t *testing.T) {
 	}, 1)
 	require.NoError(t, err)
 	// maxAttempts 1: both failures are dead.
+	require.Equal(t, map[string]*destCounts{"": {sent: 1, dead: 2, retried: 1, rejected: 1}}, tr.byDest)
+	tr.byDest = nil
 	require.Equal(t, transitions{sent: 1, dead: 2, skipped: 1, rejected: 1}, tr)
 	var part int32
 	var off int64

@@ -540,7 +540,7 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 		}
 		pr := results[i]
 		g := groupKey(r.cfg.Policy, &row.event)
-		m := mark{id: row.id}
+		m := mark{id: row.id, dest: row.event.Destination}
 		switch {
 		case pr.rejectMsg != "":
 			m.outcome, m.code, m.err = outcomeRejected, "message_too_large", pr.rejectMsg
@@ -628,7 +628,7 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 	for _, n := range deadOnClaim {
 		res.Dead += n
 	}
-	r.record(ctx, b, marks, t, deadOnClaim)
+	r.record(ctx, b, t, deadOnClaim)
 	s := &r.stats
 	s.batches.Add(1)
 	s.published.Add(int64(t.sent))
@@ -645,41 +645,9 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 	return res
 }
 
-// record adds a batch's counts to the metrics, per destination. Counts follow the intended
-// marks when the statement moved every row (the usual case) and are scaled down to the real
-// transitions otherwise.
-func (r *Relay) record(ctx context.Context, b *batch, marks []mark, t transitions, deadOnClaim map[string]int) {
-	type counts struct{ sent, retried, rejected, failed int }
-	per := map[string]*counts{}
-	for i, m := range marks {
-		_ = i
-		var dest string
-		for j := range b.rows {
-			if b.rows[j].id == m.id {
-				dest = b.rows[j].event.Destination
-				break
-			}
-		}
-		c := per[dest]
-		if c == nil {
-			c = &counts{}
-			per[dest] = c
-		}
-		switch m.outcome {
-		case outcomeSent:
-			c.sent++
-		case outcomeFailed, outcomeDeferred, outcomeSkipped:
-			c.retried++
-		case outcomeRejected:
-			c.rejected++
-		}
-	}
-	if t.total() != len(marks) {
-		// Some rows were fenced out (their lease had passed to another relay): report the
-		// statement's totals under no destination rather than counts that did not happen.
-		per = map[string]*counts{"": {sent: t.sent, retried: t.failed + t.deferred + t.skipped, rejected: t.rejected}}
-	}
-	for dest, c := range per {
+// record adds a batch's real transitions to the metrics, per destination.
+func (r *Relay) record(ctx context.Context, b *batch, t transitions, deadOnClaim map[string]int) {
+	for dest, c := range t.byDest {
 		attrs := destinationAttr(dest)
 		if c.sent > 0 {
 			r.inst.published.Add(ctx, int64(c.sent), attrs)
@@ -690,10 +658,9 @@ func (r *Relay) record(ctx context.Context, b *batch, marks []mark, t transition
 		if c.rejected > 0 {
 			r.inst.rejected.Add(ctx, int64(c.rejected), attrs)
 		}
-	}
-	if t.dead > 0 {
-		// Failures that reached the ceiling: attribute them to the batch's destinations.
-		r.inst.deadlettered.Add(ctx, int64(t.dead), destinationAttr(b.rows[0].event.Destination))
+		if c.dead > 0 {
+			r.inst.deadlettered.Add(ctx, int64(c.dead), attrs)
+		}
 	}
 	for dest, n := range deadOnClaim {
 		r.inst.deadlettered.Add(ctx, int64(n), destinationAttr(dest))
