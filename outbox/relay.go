@@ -351,7 +351,9 @@ func (r *Relay) produce(ctx context.Context, batches []*batch) {
 			ref := rowRef{b, i}
 			if _, ok := r.suspects.Load(b.rows[i].id); ok && !b.rows[i].dead {
 				r.flush(ctx, []rowRef{ref})
+				b.mu.Lock()
 				res := b.results[i]
+				b.mu.Unlock()
 				if res.done && res.err != nil {
 					if class, _ := classify(res.err); class != classPermanent {
 						if g := groupKey(r.cfg.Policy, &b.rows[i].event); g != "" {
