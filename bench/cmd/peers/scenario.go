@@ -329,8 +329,8 @@ func printTable(w io.Writer, scenario string, cs []contender, all []result) {
 			cpu = append(cpu, r.cpu.Seconds())
 			rss = append(rss, float64(r.maxRSSKiB)/1024)
 			enq = append(enq, r.enqueue.Seconds())
-			if r.note != "" {
-				notes = append(notes, strings.TrimPrefix(r.note, " — "))
+			if n := strings.TrimPrefix(r.note, " — "); n != "" && !slices.Contains(notes, n) {
+				notes = append(notes, n)
 			}
 		}
 		if len(rate) > 0 {
@@ -360,7 +360,7 @@ func printTable(w io.Writer, scenario string, cs []contender, all []result) {
 			continue
 		}
 		ratio, p99ratio := "—", "—"
-		if haveOurs && c.name != ours && a.rate > 0 {
+		if haveOurs && !strings.HasPrefix(c.name, "keiro") && a.rate > 0 {
 			ratio = fmt.Sprintf("%.1f×", o.rate/a.rate)
 			if o.p99 > 0 {
 				p99ratio = fmt.Sprintf("%.1f×", a.p99/o.p99)
@@ -382,7 +382,7 @@ func printTable(w io.Writer, scenario string, cs []contender, all []result) {
 func printSettings(w io.Writer, only []string) {
 	fmt.Fprintln(w, "\nSettings (each as its documentation recommends unless marked tuned):")
 	for _, c := range contenders {
-		if only != nil && !slices.Contains(only, c.name) {
+		if only == nil && c.optional || only != nil && !slices.Contains(only, c.name) {
 			continue
 		}
 		fmt.Fprintf(w, "- **%s**: %s. Guarantee: %s.\n", c.name, c.settings, c.guarantee)
