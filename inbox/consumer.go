@@ -406,8 +406,33 @@ func (c *Consumer) Run(ctx context.Context) error {
 	stopMaintenance()
 	wg.Wait()
 	c.stopWorkers(nil, fatal == nil)
-	cl.Close()
+	c.closeClient(ctx, cl)
 	return fatal
+}
+
+// closeClient leaves the group and closes the Kafka client within ShutdownTimeout. Offsets of
+// finished work are already committed when it runs, so if leaving the group hangs (a JoinGroup
+// in flight during a rebalance can hold franz-go's Close for the broker's rebalance timeout) the
+// client is abandoned: the broker expires the member after its session timeout and nothing is
+// lost, but the process is not held hostage.
+func (c *Consumer) closeClient(ctx context.Context, cl *kgo.Client) {
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := cl.LeaveGroupContext(lctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		c.log.Warn("leave consumer group", "group", c.cfg.Group, "error", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		cl.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-lctx.Done():
+		c.log.Warn("kafka client did not close within the shutdown timeout; abandoning it "+
+			"(offsets are committed; the group expires this member after its session timeout)",
+			"group", c.cfg.Group, "timeout", c.cfg.ShutdownTimeout)
+	}
 }
 
 // isFatalKafkaError reports errors that retrying cannot fix: authentication and authorization.
