@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -175,7 +176,7 @@ func (p *parent) consume(ctx context.Context, conn *pgx.Conn, schema, topic stri
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: watermillUUIDHeader, Value: []byte(ev.MessageID)})
 		cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
 			if err != nil {
-				fmt.Println("pre-produce:", err)
+				fmt.Fprintln(os.Stderr, "pre-produce:", err)
 			}
 		})
 	}
