@@ -215,10 +215,6 @@ const (
 // refunded, due now); deferred (failed during a Kafka outage, attempt refunded, due after the
 // delay); released (pending, attempt refunded); rejected (terminal).
 const sqlMark = `
-WITH m AS MATERIALIZED (
-    SELECT * FROM unnest($2::uuid[], $3::text[], $4::text[], $5::bigint[], $6::int[], $7::bigint[], $8::text[])
-        AS m(id, outcome, err, delay_us, part, off, code)
-)
 UPDATE {{schema}}.keiro_outbox o SET
     status = CASE m.outcome
         WHEN 'sent' THEN 'sent'
@@ -243,9 +239,9 @@ UPDATE {{schema}}.keiro_outbox o SET
     claim_token = NULL,
     lease_until = NULL,
     updated_at = now()
-FROM m
-WHERE o.outbox_id = ANY($2::uuid[]) AND o.outbox_id = m.id
-  AND o.claim_token = $1::uuid AND o.status = 'publishing'
+FROM unnest($2::uuid[], $3::text[], $4::text[], $5::bigint[], $6::int[], $7::bigint[], $8::text[])
+    AS m(id, outcome, err, delay_us, part, off, code)
+WHERE o.outbox_id = m.id AND o.claim_token = $1::uuid AND o.status = 'publishing'
 RETURNING o.outbox_id, m.outcome, o.status`
 
 // sqlRetention deletes at most $2 sent rows published before now() - $1 microseconds, oldest
