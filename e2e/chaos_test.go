@@ -109,7 +109,9 @@ func TestChaos(t *testing.T) {
 	kc.ControlKey(int16(kmsg.Fetch), failWhileDown)
 
 	relayEnvs := relayEnv(db, kc, "KEIRO_RELAY_LEASE=5s", "KEIRO_RELAY_LOG_LEVEL=warn")
-	consumerEnvs := consumerEnv(db, kc, group, topic, "KEIRO_CONSUMER_LOG_LEVEL=info")
+	consumerEnvs := consumerEnv(db, kc, group, topic, "KEIRO_CONSUMER_LOG_LEVEL=info",
+		"KEIRO_CONSUMER_SESSION_TIMEOUT="+chaosSessionTimeout.String(),
+		"KEIRO_CONSUMER_REBALANCE_TIMEOUT="+chaosRebalanceTimeout.String())
 	var slots []*slot
 	for i := range chaosRelays {
 		s := &slot{kind: "relay", i: i}
@@ -118,8 +120,14 @@ func TestChaos(t *testing.T) {
 	}
 	for i := range chaosConsumers {
 		s := &slot{kind: "consumer", i: i}
+		// Consumer 0 runs the one-message path, the others the batch path (a failure inside a
+		// batch falls back to one at a time), so both are killed mid-transaction.
+		envs := append(consumerEnvs[:len(consumerEnvs):len(consumerEnvs)], "KEIRO_CONSUMER_BATCH_SIZE=1")
+		if i > 0 {
+			envs[len(envs)-1] = "KEIRO_CONSUMER_BATCH_SIZE=32"
+		}
 		s.start = func() *proc {
-			return startProc(t, fmt.Sprintf("consumer-%d", i), consumerBin, consumerAddrRe, consumerEnvs)
+			return startProc(t, fmt.Sprintf("consumer-%d", i), consumerBin, consumerAddrRe, envs)
 		}
 		slots = append(slots, s)
 	}
@@ -265,13 +273,17 @@ func TestChaos(t *testing.T) {
 	}
 	drainBegan := time.Now()
 	var drained bool
+	var lastApplied, lastNotSent int64
+	var lastCommitted bool
 	drainTimeout := max(chaosDrainTimeout, 3*duration)
 	for deadline := time.Now().Add(drainTimeout); time.Now().Before(deadline); {
 		checkCrashes()
 		var applied, notSent int64
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+db.Schema+`.effects`).Scan(&applied))
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+db.Schema+`.keiro_outbox WHERE status <> 'sent'`).Scan(&notSent))
-		if applied >= want64 && notSent == 0 && committedAll(ctx, adm, group, topic) {
+		committed := committedAll(ctx, adm, group, topic)
+		lastApplied, lastNotSent, lastCommitted = applied, notSent, committed
+		if applied >= want64 && notSent == 0 && committed {
 			drained = true
 			break
 		}
@@ -285,6 +297,20 @@ func TestChaos(t *testing.T) {
 		survivorsDup += lastDup[s.p]
 	}
 	if !drained {
+		t.Logf("not drained: %d of %d effects applied, %d outbox rows not sent, all offsets committed: %v",
+			lastApplied, want64, lastNotSent, lastCommitted)
+		rows, err := db.Pool.Query(ctx, `SELECT status, count(*), min(attempt_count), max(attempt_count), max(last_error) FROM `+db.Schema+`.keiro_outbox GROUP BY status`)
+		if err == nil {
+			for rows.Next() {
+				var st string
+				var n, mina, maxa int64
+				var le *string
+				if rows.Scan(&st, &n, &mina, &maxa, &le) == nil {
+					t.Logf("outbox %s: %d rows, attempts %d..%d, last error %v", st, n, mina, maxa, deref(le))
+				}
+			}
+			rows.Close()
+		}
 		for _, s := range slots {
 			t.Logf("%s log tail:\n%s", s.p.name, tail(s.p.log(), 40))
 		}
@@ -344,4 +370,11 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
