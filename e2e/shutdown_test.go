@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -14,16 +13,10 @@ import (
 )
 
 // TestConsumerShutdownDuringRebalance: SIGTERM must end the consumer within about its
-// --shutdown-timeout even while the group is rebalancing after members died.
-//
-// KNOWN ISSUE, so it runs only with KEIRO_E2E_KNOWN_ISSUES=1: inbox.(*Consumer).Run ends with
-// an unbounded kgo (*Client).Close, whose LeaveGroup waits for an in-flight JoinGroup; the
-// consumer then exits ~57 s after SIGTERM (franz-go's 60 s rebalance timeout) instead of 5 s.
-// The hang is intermittent: this scenario reproduced it in 2 of 7 runs on a loaded machine.
+// --shutdown-timeout even while the group is rebalancing after members died. (An unbounded
+// kgo Client.Close, whose LeaveGroup waits for an in-flight JoinGroup, once held the process
+// for franz-go's 60 s rebalance timeout; inbox.Consumer now bounds leaving and closing.)
 func TestConsumerShutdownDuringRebalance(t *testing.T) {
-	if os.Getenv("KEIRO_E2E_KNOWN_ISSUES") != "1" {
-		t.Skip("known issue (unbounded kgo Client.Close in inbox.Consumer.Run); set KEIRO_E2E_KNOWN_ISSUES=1 to run")
-	}
 	db := testdb.New(t)
 	effectsFixture(t, db)
 	kc := testkafka.New(t)
