@@ -56,7 +56,7 @@ func enqueueKeiro(ctx context.Context, tx pgx.Tx, schema, topic string, msgs []m
 	return err
 }
 
-func runKeiroRelay(ctx context.Context, o options, pool *pgxpool.Pool, batchSize int) error {
+func runKeiroRelay(ctx context.Context, o options, pool *pgxpool.Pool, batchSize, inFlight int) error {
 	cl, err := kgo.NewClient(append(outbox.ProducerOpts(), kgo.SeedBrokers(strings.Split(o.childBrokers, ",")...))...)
 	if err != nil {
 		return err
@@ -66,7 +66,8 @@ func runKeiroRelay(ctx context.Context, o options, pool *pgxpool.Pool, batchSize
 	if os.Getenv("PEERS_DEBUG") != "" { // the relay's debug log (claims, produce times) on stderr
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	relay, err := outbox.NewRelay(pool, cl, outbox.RelayConfig{Schema: o.childSchema, Logger: logger, BatchSize: batchSize})
+	relay, err := outbox.NewRelay(pool, cl, outbox.RelayConfig{Schema: o.childSchema, Logger: logger, BatchSize: batchSize,
+		MaxInFlightBatches: inFlight})
 	if err != nil {
 		return err
 	}
@@ -356,9 +357,11 @@ func runChild(ctx context.Context, o options) error {
 	var runErr error
 	switch o.child {
 	case "keiro":
-		runErr = runKeiroRelay(ctx, o, pool, 0)
+		runErr = runKeiroRelay(ctx, o, pool, 0, 0)
 	case "keiro-b2048":
-		runErr = runKeiroRelay(ctx, o, pool, 2048)
+		runErr = runKeiroRelay(ctx, o, pool, 2048, 0)
+	case "keiro-if1":
+		runErr = runKeiroRelay(ctx, o, pool, 0, 1)
 	case "watermill-default":
 		runErr = runWatermillForwarder(ctx, o, pool, false)
 	case "watermill-tuned":
