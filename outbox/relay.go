@@ -106,6 +106,9 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, cfg RelayConfig) (*Relay, 
 		if manual, _ := client.OptValue(kgo.ManualFlushing).(bool); !manual {
 			errs = append(errs, errors.New("client: ManualFlushing is required; build it with outbox.ProducerOpts()"))
 		}
+		if n, ok := client.OptValue(kgo.MaxProduceRequestsInflightPerBroker).(int); !ok || n != 1 {
+			errs = append(errs, errors.New("client: MaxProduceRequestsInflightPerBroker must be 1 (a failed request must not be overtaken); build it with outbox.ProducerOpts()"))
+		}
 		if n, ok := client.OptValue(kgo.MaxBufferedRecords).(int64); ok && n < int64(cfg.BatchSize*cfg.MaxInFlightBatches) {
 			errs = append(errs, fmt.Errorf("client: MaxBufferedRecords (%d) must be at least BatchSize × MaxInFlightBatches (%d)",
 				n, cfg.BatchSize*cfg.MaxInFlightBatches))
