@@ -46,7 +46,7 @@ fuzz-short: ## Run every fuzz target briefly (FUZZTIME each, default 10s).
 
 .PHONY: bench
 bench: ## Run the benchmarks recorded in BENCHMARKS.md.
-	$(GO) test -run='^$$' -bench=. -benchmem -count=1 -timeout 60m ./envelope/ ./schema/ ./outbox/ ./inbox/ ./events/
+	$(GO) test -run='^$$' -bench=. -benchmem -count=1 -timeout 60m ./envelope/ ./schema/ ./outbox/ ./inbox/ ./inbox/handlers/ ./events/ ./tracing/ ./cmd/relay/
 
 .PHONY: bench-peers
 bench-peers: ## Run keiro's relay and consumer side by side with Watermill and a SKIP LOCKED loop (bench/, PEERS_FLAGS).
