@@ -33,13 +33,9 @@ const (
 // acks from all in-sync replicas, idempotent writes (franz-go's default, not disabled), manual
 // flushing (the relay buffers a whole batch and flushes it, so a failure of a partition fails
 // every later record of that partition and no later same-key record can overtake a failed one),
-// one produce request in flight per broker (a broker that has no state for the producer
-// accepts any first sequence (KIP-360), so with two requests in flight a failed first request
-// could be overtaken by the second one, carrying later records of the same key),
 // bounded record retries and timeouts so the relay classifies errors itself. Append seed
 // brokers, TLS and SASL options after them. NewRelay rejects a client built without
-// acks=all, with idempotency disabled, without manual flushing, or with more than one produce
-// request in flight per broker.
+// acks=all, with idempotency disabled, or without manual flushing.
 //
 // The relay needs a client of its own: manual flushing means other producers sharing it
 // would have to flush too.
@@ -47,7 +43,6 @@ func ProducerOpts() []kgo.Opt {
 	return []kgo.Opt{
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ManualFlushing(),
-		kgo.MaxProduceRequestsInflightPerBroker(1),
 		kgo.MaxBufferedRecords(DefaultMaxBufferedRecords),
 		kgo.RecordRetries(DefaultRecordRetries),
 		kgo.ProduceRequestTimeout(DefaultProduceRequestTimeout),
