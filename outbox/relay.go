@@ -106,9 +106,6 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, cfg RelayConfig) (*Relay, 
 		if manual, _ := client.OptValue(kgo.ManualFlushing).(bool); !manual {
 			errs = append(errs, errors.New("client: ManualFlushing is required; build it with outbox.ProducerOpts()"))
 		}
-		if n, ok := client.OptValue(kgo.MaxProduceRequestsInflightPerBroker).(int); !ok || n != 1 {
-			errs = append(errs, errors.New("client: MaxProduceRequestsInflightPerBroker must be 1 (a failed request must not be overtaken); build it with outbox.ProducerOpts()"))
-		}
 		if n, ok := client.OptValue(kgo.MaxBufferedRecords).(int64); ok && n < int64(cfg.BatchSize*cfg.MaxInFlightBatches) {
 			errs = append(errs, fmt.Errorf("client: MaxBufferedRecords (%d) must be at least BatchSize × MaxInFlightBatches (%d)",
 				n, cfg.BatchSize*cfg.MaxInFlightBatches))
@@ -218,7 +215,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	go func() {
 		defer wg.Done()
 		defer close(claimed)
-		r.claimLoop(stopCtx, slots, claimed)
+		r.claimLoop(stopCtx, hardCtx, slots, claimed)
 	}()
 	wg.Add(1)
 	go func() {
@@ -275,7 +272,12 @@ func (r *Relay) signal() {
 }
 
 // claimLoop claims batches while slots are free, waking on notifications, marks and polls.
-func (r *Relay) claimLoop(ctx context.Context, slots chan struct{}, out chan<- *batch) {
+//
+// A claim is not cancelled when ctx (stop) is: cancelling it could lose the reply of a claim
+// that committed, leaving its rows publishing, unmarked, until their lease expires (a halt or a
+// shutdown would stall their keys for a lease). It runs under hard (cancelled at the shutdown
+// deadline) and its batch always enters the pipeline, which releases it unproduced after a stop.
+func (r *Relay) claimLoop(ctx, hard context.Context, slots chan struct{}, out chan<- *batch) {
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	var dbBackoff int
@@ -286,7 +288,7 @@ func (r *Relay) claimLoop(ctx context.Context, slots chan struct{}, out chan<- *
 			return
 		}
 		t0 := time.Now()
-		token, rows, err := r.store.claim(ctx, r.pool, r.cfg.Policy, r.cfg.BatchSize, r.cfg.Lease, r.cfg.MaxAttempts, r.cfg.Destinations)
+		token, rows, err := r.store.claim(hard, r.pool, r.cfg.Policy, r.cfg.BatchSize, r.cfg.Lease, r.cfg.MaxAttempts, r.cfg.Destinations)
 		r.log.Debug("claimed", "rows", len(rows), "took", time.Since(t0), "err", err)
 		if err != nil {
 			<-slots
