@@ -132,7 +132,7 @@ const sqlClaim = `
 WITH candidate AS (
     SELECT r.outbox_id, r.seq, r.source, r.message_key, r.status
     FROM {{schema}}.keiro_outbox r {{prejoin}}
-    WHERE r.status IN ('pending', 'failed', 'publishing') AND ` + `{{claimable_r}}` + `
+    WHERE r.phase = 0 AND ` + `{{claimable_r}}` + `
       AND ($5::text[] IS NULL OR r.destination = ANY($5::text[]))
       AND {{pre}}
     ORDER BY r.seq
@@ -169,7 +169,7 @@ const (
 	preJoinKey = `LEFT JOIN LATERAL (
         SELECT {{claimable_h}} AS ok FROM {{schema}}.keiro_outbox h
         WHERE h.source = r.source AND h.message_key = r.message_key
-          AND h.status IN ('pending', 'failed', 'publishing')
+          AND h.phase = 0
         ORDER BY h.source, h.message_key, h.seq LIMIT 1) head ON true`
 	preKey  = `(r.message_key IS NULL OR head.ok)`
 	postKey = `gaps AS MATERIALIZED (
@@ -178,7 +178,7 @@ const (
     CROSS JOIN LATERAL (
         SELECT e.seq FROM {{schema}}.keiro_outbox e
         WHERE e.source = k.source AND e.message_key = k.message_key
-          AND e.status IN ('pending', 'failed', 'publishing')
+          AND e.phase = 0
           AND e.outbox_id NOT IN (SELECT outbox_id FROM candidate)
         ORDER BY e.source, e.message_key, e.seq LIMIT 1) g
 ), ready AS (
@@ -188,7 +188,7 @@ const (
 )`
 	preJoinSource = `LEFT JOIN LATERAL (
         SELECT {{claimable_h}} AS ok FROM {{schema}}.keiro_outbox h
-        WHERE h.source = r.source AND h.status IN ('pending', 'failed', 'publishing')
+        WHERE h.source = r.source AND h.phase = 0
         ORDER BY h.source, h.seq LIMIT 1) head ON true`
 	preSource  = `head.ok`
 	postSource = `gaps AS MATERIALIZED (
@@ -196,7 +196,7 @@ const (
     FROM (SELECT DISTINCT source FROM candidate) k
     CROSS JOIN LATERAL (
         SELECT e.seq FROM {{schema}}.keiro_outbox e
-        WHERE e.source = k.source AND e.status IN ('pending', 'failed', 'publishing')
+        WHERE e.source = k.source AND e.phase = 0
           AND e.outbox_id NOT IN (SELECT outbox_id FROM candidate)
         ORDER BY e.source, e.seq LIMIT 1) g
 ), ready AS (
@@ -250,7 +250,7 @@ const sqlRetention = `
 DELETE FROM {{schema}}.keiro_outbox
 WHERE outbox_id IN (
     SELECT outbox_id FROM {{schema}}.keiro_outbox
-    WHERE status = 'sent' AND published_at < now() - $1::bigint * interval '1 microsecond'
+    WHERE phase = 1 AND published_at < now() - $1::bigint * interval '1 microsecond'
     ORDER BY published_at
     LIMIT $2)`
 
@@ -258,11 +258,11 @@ WHERE outbox_id IN (
 // partial indexes.
 const sqlGauges = `
 SELECT
-    (SELECT count(*) FROM {{schema}}.keiro_outbox WHERE status IN ('pending', 'failed', 'publishing')),
+    (SELECT count(*) FROM {{schema}}.keiro_outbox WHERE phase = 0),
     coalesce((SELECT extract(epoch FROM now() - created_at)::float8 FROM {{schema}}.keiro_outbox
-              WHERE status IN ('pending', 'failed', 'publishing') AND status <> 'publishing'
+              WHERE phase = 0 AND status <> 'publishing'
               ORDER BY seq LIMIT 1), 0),
-    (SELECT count(*) FROM {{schema}}.keiro_outbox WHERE status IN ('dead', 'rejected'))`
+    (SELECT count(*) FROM {{schema}}.keiro_outbox WHERE phase = 2)`
 
 // sqlStatus counts rows per status and destination.
 const sqlStatus = `
@@ -275,7 +275,7 @@ const sqlListDead = `
 SELECT seq, outbox_id, message_id, source, destination, message_key, status, attempt_count,
     last_error, rejection_code, updated_at
 FROM {{schema}}.keiro_outbox
-WHERE status IN ('dead', 'rejected') AND seq > $1
+WHERE phase = 2 AND seq > $1
   AND ($2::text IS NULL OR source = $2) AND ($3::text IS NULL OR destination = $3)
 ORDER BY seq LIMIT $4`
 
@@ -284,7 +284,7 @@ ORDER BY seq LIMIT $4`
 const sqlRequeue = `
 UPDATE {{schema}}.keiro_outbox SET status = 'pending', attempt_count = 0, next_attempt_at = now(),
     rejected_at = NULL, rejection_code = NULL, claim_token = NULL, lease_until = NULL, updated_at = now()
-WHERE status IN ('dead', 'rejected')
+WHERE phase = 2
   AND (outbox_id = ANY($1::uuid[]) OR ($2::text IS NOT NULL AND source = $2) OR $3::boolean)`
 
 // sqlLookup reads one row by outbox id.
