@@ -122,7 +122,9 @@ const claimable = `((%[1]s.status IN ('pending', 'failed') AND %[1]s.next_attemp
 //   - gaps/ready ({{post}}): per group in the candidates, the first non-terminal row that is NOT
 //     a candidate (locked by another claimer, or blocked); candidates after that gap are
 //     dropped, so a tail never jumps a head another claimer holds. Finding the gap walks the
-//     group's rows once, so a hot key costs O(batch), not O(batch²).
+//     group's rows once, so a hot key costs O(batch), not O(batch²). Candidates meet their
+//     group's gap through a window over candidates ∪ gaps (a sort), not a join: with few rows
+//     estimated the planner joined them by a nested loop, 512×512 comparisons per claim.
 //   - the UPDATE moves ready rows to publishing with a fresh claim token ($1) and lease
 //     (now() + $3 microseconds), counting an attempt. A row re-claimed after its lease expired
 //     with no attempt left ($2 = max attempts) goes dead instead.
@@ -182,9 +184,16 @@ const (
           AND e.outbox_id NOT IN (SELECT outbox_id FROM candidate)
         ORDER BY e.source, e.message_key, e.seq LIMIT 1) g
 ), ready AS (
-    SELECT c.outbox_id, c.status FROM candidate c
-    LEFT JOIN gaps g ON g.source = c.source AND g.message_key = c.message_key
-    WHERE g.seq IS NULL OR c.seq < g.seq
+    SELECT y.outbox_id, y.status FROM (
+        SELECT x.outbox_id, x.status, x.seq, x.gap,
+            min(x.seq) FILTER (WHERE x.gap) OVER (PARTITION BY x.source, x.message_key) AS gap_seq
+        FROM (
+            SELECT c.outbox_id, c.status, c.seq, c.source, c.message_key, false AS gap FROM candidate c
+            UNION ALL
+            SELECT NULL, NULL, g.seq, g.source, g.message_key, true FROM gaps g
+        ) x
+    ) y
+    WHERE NOT y.gap AND (y.gap_seq IS NULL OR y.seq < y.gap_seq)
 )`
 	preJoinSource = `LEFT JOIN LATERAL (
         SELECT {{claimable_h}} AS ok FROM {{schema}}.keiro_outbox h
@@ -200,9 +209,16 @@ const (
           AND e.outbox_id NOT IN (SELECT outbox_id FROM candidate)
         ORDER BY e.source, e.seq LIMIT 1) g
 ), ready AS (
-    SELECT c.outbox_id, c.status FROM candidate c
-    LEFT JOIN gaps g ON g.source = c.source
-    WHERE g.seq IS NULL OR c.seq < g.seq
+    SELECT y.outbox_id, y.status FROM (
+        SELECT x.outbox_id, x.status, x.seq, x.gap,
+            min(x.seq) FILTER (WHERE x.gap) OVER (PARTITION BY x.source) AS gap_seq
+        FROM (
+            SELECT c.outbox_id, c.status, c.seq, c.source, false AS gap FROM candidate c
+            UNION ALL
+            SELECT NULL, NULL, g.seq, g.source, true FROM gaps g
+        ) x
+    ) y
+    WHERE NOT y.gap AND (y.gap_seq IS NULL OR y.seq < y.gap_seq)
 )`
 	postNone = `ready AS (SELECT c.outbox_id, c.status FROM candidate c)`
 )
