@@ -98,6 +98,7 @@ func checkRecords(t testing.TB, recs []*kgo.Record, ordered bool) (distinct, dup
 	t.Helper()
 	seen := map[string]bool{}
 	last := map[string]int{}
+	lastRec := map[string]*kgo.Record{}
 	for _, r := range recs {
 		hs := make([]envelope.Header, len(r.Headers))
 		for i, h := range r.Headers {
@@ -115,12 +116,28 @@ func checkRecords(t testing.TB, recs []*kgo.Record, ordered bool) (distinct, dup
 		_, err = fmt.Sscanf(string(r.Value), `{"i":%d}`, &i)
 		require.NoError(t, err, "payload %q", r.Value)
 		k := string(r.Key)
-		if prev, ok := last[k]; ok && ordered {
-			require.Greater(t, i, prev, "key %s: message %d after %d", k, i, prev)
+		if prev, ok := last[k]; ok && ordered && i <= prev {
+			p := lastRec[k]
+			t.Fatalf("key %s: message %d after %d (this record: partition %d offset %d producer %d/%d; "+
+				"previous: partition %d offset %d producer %d/%d)\n%s", k, i, prev,
+				r.Partition, r.Offset, r.ProducerID, r.ProducerEpoch,
+				p.Partition, p.Offset, p.ProducerID, p.ProducerEpoch, keyHistory(recs, k))
 		}
 		last[k] = i
+		lastRec[k] = r
 	}
 	return len(seen), dups
+}
+
+// keyHistory lists every record of key k (duplicates included), for a failure message.
+func keyHistory(recs []*kgo.Record, k string) string {
+	var b strings.Builder
+	for _, r := range recs {
+		if string(r.Key) == k {
+			fmt.Fprintf(&b, "  p%d@%d pid %d/%d %s\n", r.Partition, r.Offset, r.ProducerID, r.ProducerEpoch, r.Value)
+		}
+	}
+	return b.String()
 }
 
 func TestRelayPublishesInOrder(t *testing.T) {
