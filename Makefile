@@ -26,10 +26,10 @@ build: ## Build every package and the binaries into ./bin.
 	$(GO) build -o bin/ ./cmd/relay ./cmd/consumer
 
 .PHONY: test
-test: vet ## Run the whole test suite (PostgreSQL required; race detector on the storage packages; short fuzz runs).
+test: vet ## Run the whole test suite (PostgreSQL required; short fuzz runs; race detector on the storage packages).
+	$(MAKE) --no-print-directory fuzz-short
 	$(GO) test -count=1 -timeout 20m -race $(RACE_PKGS)
 	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -E '/(outbox|inbox|events|migrations)(/|$$)')
-	$(MAKE) --no-print-directory fuzz-short
 
 .PHONY: vet
 vet: ## gofmt check and go vet.
