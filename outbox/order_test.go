@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/keiro-go/keiro/internal/testdb"
 	"github.com/keiro-go/keiro/internal/testkafka"
 	"github.com/keiro-go/keiro/outbox"
@@ -68,6 +70,7 @@ func TestOrderUnderProduceFailuresAllPolicies(t *testing.T) {
 				require.Positive(t, halts.Load(), "stop-the-line never halted")
 			}
 			recs := kc.ConsumeAll(t, n, 30*time.Second, "orders")
+			logFalseAcks(t, db, recs)
 			distinct, dups := checkRecords(t, recs, policy != outbox.BestEffort)
 			require.Equal(t, n, distinct)
 			require.Zero(t, dups, "duplicates without a crash")
@@ -106,4 +109,27 @@ func TestStopTheLineHaltsAndNamesTheRow(t *testing.T) {
 		"SELECT count(*), max(attempt_count) FROM keiro_outbox WHERE last_error = 'skipped: earlier record for the same key failed'").Scan(&skipped, &attempts))
 	require.Equal(t, 9, skipped)
 	require.Zero(t, attempts)
+}
+
+// logFalseAcks logs every sent row whose recorded (partition, offset) does not hold its own
+// message on Kafka: an acknowledgement of a record that was never written there.
+func logFalseAcks(t *testing.T, db *testdb.DB, recs []*kgo.Record) {
+	t.Helper()
+	at := map[[2]int64]string{}
+	for _, r := range recs {
+		at[[2]int64{int64(r.Partition), r.Offset}] = string(r.Value)
+	}
+	rows, err := db.Pool.Query(context.Background(),
+		"SELECT message_id, convert_from(payload_bytes, 'UTF8'), kafka_partition, kafka_offset FROM keiro_outbox WHERE status = 'sent' ORDER BY seq")
+	require.NoError(t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var id, payload string
+		var p, off int64
+		require.NoError(t, rows.Scan(&id, &payload, &p, &off))
+		if got := at[[2]int64{p, off}]; got != payload {
+			t.Logf("FALSE ACK: %s %s recorded at p%d@%d, which holds %q", id, payload, p, off, got)
+		}
+	}
+	require.NoError(t, rows.Err())
 }
