@@ -81,6 +81,7 @@ func drainRelay(b *testing.B, db *testdb.DB, kc *testkafka.Cluster, n int) (time
 			close(all)
 		}
 	}}
+	cfg.BatchSize, cfg.MaxInFlightBatches = envInt("KEIRO_BENCH_BATCH"), envInt("KEIRO_BENCH_INFLIGHT")
 	if os.Getenv("KEIRO_BENCH_DEBUG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -118,6 +119,12 @@ func drainRelay(b *testing.B, db *testdb.DB, kc *testkafka.Cluster, n int) (time
 	close(stopSampling)
 	wg.Wait()
 	return elapsed, float64(peak.Load())
+}
+
+// envInt reads an integer setting of a benchmark experiment (0 when unset: the default).
+func envInt(name string) int {
+	n, _ := strconv.Atoi(os.Getenv(name))
+	return n
 }
 
 // rawClaim and rawMark are the simplest correct SKIP LOCKED claim and mark (no ordering, no

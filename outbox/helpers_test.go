@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -57,6 +58,12 @@ func keyedEvents(topic string, n, keys int) []envelope.Event {
 
 // outboxOpts are the relay client's options in tests: ProducerOpts with fast franz-go retries.
 func outboxOpts() []kgo.Opt {
-	return append(outbox.ProducerOpts(), kgo.RetryBackoffFn(func(int) time.Duration { return 5 * time.Millisecond }),
+	opts := append(outbox.ProducerOpts(), kgo.RetryBackoffFn(func(int) time.Duration { return 5 * time.Millisecond }),
 		kgo.MetadataMinAge(10*time.Millisecond))
+	if os.Getenv("KEIRO_TEST_KGO_LOG") != "" {
+		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelInfo, func() string {
+			return time.Now().Format("15:04:05.000000 ")
+		})))
+	}
+	return opts
 }

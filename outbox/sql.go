@@ -84,7 +84,11 @@ func newQueries(schema string) queries {
 	}
 	r := strings.NewReplacer("{{schema}}", schema)
 	claim := func(join, pre, post string) string {
-		q := strings.NewReplacer("{{prejoin}}", join, "{{pre}}", pre, "{{post}}", post).Replace(sqlClaim)
+		headSeq := "NULL::bigint"
+		if join != "" {
+			headSeq = "head.seq"
+		}
+		q := strings.NewReplacer("{{prejoin}}", join, "{{pre}}", pre, "{{post}}", post, "{{head_seq}}", headSeq).Replace(sqlClaim)
 		return r.Replace(expand(q))
 	}
 	return queries{
@@ -122,7 +126,10 @@ const claimable = `((%[1]s.status IN ('pending', 'failed') AND %[1]s.next_attemp
 //   - gaps/ready ({{post}}): per group in the candidates, the first non-terminal row that is NOT
 //     a candidate (locked by another claimer, or blocked); candidates after that gap are
 //     dropped, so a tail never jumps a head another claimer holds. Finding the gap walks the
-//     group's rows once, so a hot key costs O(batch), not O(batch²). Candidates meet their
+//     group's rows once, so a hot key costs O(batch), not O(batch²). A key whose only
+//     candidate is its head (the head lookup's row, in the same snapshot) cannot have a gap
+//     before it and is not probed: in a drain over many keys that is almost every key, and
+//     the probe was a quarter of the claim. Candidates meet their
 //     group's gap through a window over candidates ∪ gaps (a sort), not a join: with few rows
 //     estimated the planner joined them by a nested loop, 512×512 comparisons per claim.
 //   - the UPDATE moves ready rows to publishing with a fresh claim token ($1) and lease
@@ -132,7 +139,7 @@ const claimable = `((%[1]s.status IN ('pending', 'failed') AND %[1]s.next_attemp
 // $5 optionally restricts the destinations (NULL = all).
 const sqlClaim = `
 WITH candidate AS (
-    SELECT r.outbox_id, r.seq, r.source, r.message_key, r.status
+    SELECT r.outbox_id, r.seq, r.source, r.message_key, r.status, {{head_seq}} AS head_seq
     FROM {{schema}}.keiro_outbox r {{prejoin}}
     WHERE r.phase = 0 AND ` + `{{claimable_r}}` + `
       AND ($5::text[] IS NULL OR r.destination = ANY($5::text[]))
@@ -169,14 +176,16 @@ const (
 	// The group head is looked up in a LATERAL join, so the planner can memoize it per key
 	// (a hot key's batch probes the index once, not once per row).
 	preJoinKey = `LEFT JOIN LATERAL (
-        SELECT {{claimable_h}} AS ok FROM {{schema}}.keiro_outbox h
+        SELECT {{claimable_h}} AS ok, h.seq FROM {{schema}}.keiro_outbox h
         WHERE h.source = r.source AND h.message_key = r.message_key
           AND h.phase = 0
         ORDER BY h.source, h.message_key, h.seq LIMIT 1) head ON true`
 	preKey  = `(r.message_key IS NULL OR head.ok)`
 	postKey = `gaps AS MATERIALIZED (
     SELECT k.source, k.message_key, g.seq
-    FROM (SELECT DISTINCT source, message_key FROM candidate WHERE message_key IS NOT NULL) k
+    FROM (SELECT source, message_key FROM candidate WHERE message_key IS NOT NULL
+          GROUP BY source, message_key
+          HAVING count(*) > 1 OR min(seq) <> min(head_seq)) k
     CROSS JOIN LATERAL (
         SELECT e.seq FROM {{schema}}.keiro_outbox e
         WHERE e.source = k.source AND e.message_key = k.message_key
@@ -196,7 +205,7 @@ const (
     WHERE NOT y.gap AND (y.gap_seq IS NULL OR y.seq < y.gap_seq)
 )`
 	preJoinSource = `LEFT JOIN LATERAL (
-        SELECT {{claimable_h}} AS ok FROM {{schema}}.keiro_outbox h
+        SELECT {{claimable_h}} AS ok, h.seq FROM {{schema}}.keiro_outbox h
         WHERE h.source = r.source AND h.phase = 0
         ORDER BY h.source, h.seq LIMIT 1) head ON true`
 	preSource  = `head.ok`
