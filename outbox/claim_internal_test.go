@@ -3,14 +3,17 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/internal/testkafka"
 )
 
 func ev(id string, key *string) envelope.Event {
@@ -281,5 +284,32 @@ FROM generate_series(1, 100000) g`, db.Schema))
 		require.NoError(t, rows.Err())
 		require.NotContains(t, plan, "Seq Scan on keiro_outbox", "policy %s plan:\n%s", p, plan)
 		require.Contains(t, plan, "keiro_outbox_claim_idx", "policy %s plan:\n%s", p, plan)
+	}
+}
+
+// TestMarkOutcomeCountsOrderBroken: when Kafka acknowledges a row after an earlier row of its
+// key failed in the same flush, the relay marks the truth (the acked row is sent, the failed one
+// retried) and reports the broken order; a failure followed by a success of another key, a
+// rejected row, or a keyless row is not a break.
+func TestMarkOutcomeCountsOrderBroken(t *testing.T) {
+	t.Parallel()
+	db, st := setup(t, ev("a1", k("A")), ev("b1", k("B")), ev("a2", k("A")), ev("c1", k("C")), ev("c2", k("C")), ev("n1", nil), ev("n2", nil))
+	kc := testkafka.New(t)
+	r, err := NewRelay(db.Pool, kc.Client(t, ProducerOpts()...), RelayConfig{Schema: db.Schema, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	ctx := context.Background()
+	token, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a1", "b1", "a2", "c1", "c2", "n1", "n2"}, ids(rows))
+	fail := produceResult{done: true, err: kerr.UnknownServerError}
+	ok := produceResult{done: true, partition: 0, offset: 7}
+	tooLarge := produceResult{done: true, err: kerr.MessageTooLarge}
+	b := &batch{token: token, rows: rows, results: []produceResult{fail, ok, ok, tooLarge, ok, fail, ok}}
+	res := r.markOutcome(ctx, b)
+	require.Equal(t, 1, res.OrderBroken, "a2 acked after a1 failed")
+	require.EqualValues(t, 1, r.Stats().OrderBroken)
+	for id, want := range map[string]string{"a1": "failed", "a2": "sent", "b1": "sent", "c1": "rejected", "c2": "sent", "n1": "failed", "n2": "sent"} {
+		got, _ := status(t, db, id)
+		require.Equal(t, want, got, id)
 	}
 }

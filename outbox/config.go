@@ -125,6 +125,11 @@ type BatchResult struct {
 	Reclaimed int
 	// HaltedOn is the outbox id of the row that halted a StopTheLine relay, if any.
 	HaltedOn *string
+	// OrderBroken counts rows Kafka acknowledged after an earlier row of their key in the same
+	// flush failed: the key is out of order on the topic. franz-go fails every later record of
+	// a partition once one fails, so this should stay 0; the relay logs each at error level
+	// and counts them in keiro.outbox.order_broken.
+	OrderBroken int
 }
 
 func (c *RelayConfig) setDefaults() {

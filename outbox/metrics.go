@@ -18,6 +18,7 @@ type instruments struct {
 	deadlettered metric.Int64Counter
 	rejected     metric.Int64Counter
 	reclaimed    metric.Int64Counter
+	orderBroken  metric.Int64Counter
 	backlog      metric.Int64Gauge
 	oldestAge    metric.Float64Gauge
 	dead         metric.Int64Gauge
@@ -46,6 +47,7 @@ func newInstruments(mp metric.MeterProvider) (*instruments, error) {
 	in.deadlettered = counter("keiro.outbox.deadlettered", "Outbox rows that exhausted their attempts and went dead.", "{event}")
 	in.rejected = counter("keiro.outbox.rejected", "Outbox rows Kafka refused permanently (rejected).", "{event}")
 	in.reclaimed = counter("keiro.outbox.reclaimed", "Outbox rows re-claimed after their lease expired.", "{event}")
+	in.orderBroken = counter("keiro.outbox.order_broken", "Outbox rows Kafka acknowledged after an earlier row of their key failed in the same flush (should stay 0).", "{event}")
 	if err != nil {
 		return nil, err
 	}

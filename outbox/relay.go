@@ -50,7 +50,7 @@ type Relay struct {
 
 	stats struct {
 		claimed, batches, published, retried, skipped, dead, rejected, released, reclaimed,
-		deferred, claimErrors, markErrors atomic.Int64
+		deferred, claimErrors, markErrors, orderBroken atomic.Int64
 	}
 }
 
@@ -69,6 +69,9 @@ type Stats struct {
 	Reclaimed int64
 	// ClaimErrors and MarkErrors count failed claim and mark statements (retried).
 	ClaimErrors, MarkErrors int64
+	// OrderBroken counts rows acknowledged by Kafka after an earlier row of their key failed
+	// in the same flush (see BatchResult.OrderBroken); it should stay 0.
+	OrderBroken int64
 }
 
 // Stats returns a snapshot of the relay's counters.
@@ -77,7 +80,7 @@ func (r *Relay) Stats() Stats {
 	return Stats{Batches: s.batches.Load(), Claimed: s.claimed.Load(), Published: s.published.Load(),
 		Retried: s.retried.Load(), Skipped: s.skipped.Load(), Dead: s.dead.Load(), Rejected: s.rejected.Load(),
 		Released: s.released.Load(), Deferred: s.deferred.Load(), Reclaimed: s.reclaimed.Load(),
-		ClaimErrors: s.claimErrors.Load(), MarkErrors: s.markErrors.Load()}
+		ClaimErrors: s.claimErrors.Load(), MarkErrors: s.markErrors.Load(), OrderBroken: s.orderBroken.Load()}
 }
 
 // NewRelay returns a relay that drains the outbox of cfg.Schema through pool and produces with
@@ -533,6 +536,11 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 
 	res := BatchResult{Claimed: len(b.rows)}
 	failedGroups := map[string]bool{}
+	// failedKeys holds the keys with a row this flush did not get onto Kafka, to catch a later
+	// row of the same key that did: Kafka would then hold the key out of order. franz-go fails
+	// every later record of a partition after a failed one, so this should never happen; if a
+	// broker or client ever breaks that, operators hear of it.
+	failedKeys := map[string]bool{}
 	marks := make([]mark, 0, len(b.rows))
 	anyOK, anyOutage := false, false
 	deadOnClaim := map[string]int{}
@@ -555,6 +563,12 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 			m.outcome, m.partition, m.offset = outcomeSent, pr.partition, pr.offset
 			anyOK = true
 			r.suspects.Delete(row.id)
+			if k := groupKey(PerKeyHeadOfLine, &row.event); k != "" && failedKeys[k] {
+				res.OrderBroken++
+				r.log.Error("a record reached Kafka after an earlier record of its key failed: the key is out of order on the topic",
+					"outbox_id", row.id.String(), "message_id", row.event.MessageID, "destination", row.event.Destination,
+					"partition", pr.partition, "offset", pr.offset)
+			}
 		case g != "" && failedGroups[g]:
 			m.outcome, m.err = outcomeSkipped, skippedError
 		case !pr.done:
@@ -589,7 +603,16 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 				}
 			}
 		}
+		if m.outcome != outcomeSent && m.outcome != outcomeRejected && pr.done {
+			if k := groupKey(PerKeyHeadOfLine, &row.event); k != "" {
+				failedKeys[k] = true
+			}
+		}
 		marks = append(marks, m)
+	}
+	if res.OrderBroken > 0 {
+		r.inst.orderBroken.Add(ctx, int64(res.OrderBroken))
+		r.stats.orderBroken.Add(int64(res.OrderBroken))
 	}
 	if anyOK {
 		r.outageStreak.Store(0)

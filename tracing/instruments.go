@@ -70,6 +70,9 @@ const (
 	MetricOutboxRejected = "keiro.outbox.rejected"
 	// MetricOutboxReclaimed names a counter in {event}.
 	MetricOutboxReclaimed = "keiro.outbox.reclaimed"
+	// MetricOutboxOrderBroken names a counter in {event}: rows Kafka acknowledged after an
+	// earlier row of their key failed in the same flush. It should stay 0; alert on it.
+	MetricOutboxOrderBroken = "keiro.outbox.order_broken"
 	// MetricOutboxBacklog names a gauge in {event}: pending+failed+publishing rows.
 	MetricOutboxBacklog = "keiro.outbox.backlog"
 	// MetricOutboxOldestPending names a gauge in s: age of the oldest unpublished row.
@@ -162,6 +165,8 @@ var MetricNames = []Metric{
 		Description: "Outbox rows rejected at once by a permanent broker error (too large, invalid topic, not authorised)."},
 	{Name: MetricOutboxReclaimed, Kind: Counter, Unit: "{event}",
 		Description: "Outbox rows whose claim lease expired and were made claimable again."},
+	{Name: MetricOutboxOrderBroken, Kind: Counter, Unit: "{event}",
+		Description: "Outbox rows Kafka acknowledged after an earlier row of their key failed in the same flush: the key is out of order on the topic. Should stay 0."},
 	{Name: MetricOutboxBacklog, Kind: Gauge, Unit: "{event}",
 		Description: "Outbox rows not yet published: pending, failed and publishing."},
 	{Name: MetricOutboxOldestPending, Kind: Gauge, Unit: "s",
