@@ -171,13 +171,13 @@ func TestRelayConfigValidationNamesEveryField(t *testing.T) {
 	kc := testkafka.New(t)
 	client := kc.Client(t, outbox.ProducerOpts()...)
 	_, err := outbox.NewRelay(db.Pool, client, outbox.RelayConfig{
-		Schema: "Bad-Schema", Policy: outbox.Policy(9), BatchSize: -1, MaxInFlightBatches: -2, MaxAttempts: -3,
+		Schema: "Bad-Schema", Policy: outbox.Policy(9), BatchSize: -1, MaxInFlightBatches: -2, ClaimConcurrency: -4, MaxAttempts: -3,
 		Backoff: outbox.Backoff{Initial: -time.Second, Max: -2 * time.Second, Multiplier: 0.5},
 		Lease:   time.Millisecond, PollInterval: -1, ShutdownTimeout: -1, RetentionBatch: -1,
 		MaintenanceInterval: -1, MaxRecordBytes: -1, Destinations: []string{""},
 	})
 	require.Error(t, err)
-	for _, field := range []string{"Schema", "Policy", "BatchSize", "MaxInFlightBatches", "MaxAttempts",
+	for _, field := range []string{"Schema", "Policy", "BatchSize", "MaxInFlightBatches", "ClaimConcurrency", "MaxAttempts",
 		"Backoff.Initial", "Backoff.Max", "Backoff.Multiplier", "Lease", "PollInterval", "ShutdownTimeout",
 		"RetentionBatch", "MaintenanceInterval", "MaxRecordBytes", "Destinations[0]"} {
 		require.Contains(t, err.Error(), field)

@@ -21,6 +21,10 @@ const (
 	DefaultBatchSize = 512
 	// DefaultMaxInFlightBatches is 4 claimed batches between claim and mark at once.
 	DefaultMaxInFlightBatches = 4
+	// DefaultClaimConcurrency is 2 claim statements at once per relay. A claim is the relay's
+	// longest step and runs on one PostgreSQL backend; two keep a second core busy (drain
+	// +18 % on the 2-core reference machine, BENCHMARKS.md "Relay"), more did not help there.
+	DefaultClaimConcurrency = 2
 	// DefaultMaxAttempts is keiro's 10 attempts before a row goes dead.
 	DefaultMaxAttempts = 10
 	// DefaultBackoffInitial is the first retry delay.
@@ -67,6 +71,12 @@ type RelayConfig struct {
 	// row in flight is not claimable. StopTheLine always uses 1. Defaults to
 	// DefaultMaxInFlightBatches.
 	MaxInFlightBatches int
+	// ClaimConcurrency is how many claims may run at once, each taking a free in-flight slot
+	// (it is capped at MaxInFlightBatches). Concurrent claims never share a row or break a
+	// key's order (the claim locks with SKIP LOCKED and drops a key's rows after one it could
+	// not take), exactly as several relays on one table. StopTheLine always uses 1. Defaults to
+	// DefaultClaimConcurrency.
+	ClaimConcurrency int
 	// MaxAttempts is the number of attempts before a failing row goes dead. Failures while
 	// Kafka is unreachable do not use attempts (see the package doc). Defaults to
 	// DefaultMaxAttempts.
@@ -142,6 +152,9 @@ func (c *RelayConfig) setDefaults() {
 	if c.MaxInFlightBatches == 0 {
 		c.MaxInFlightBatches = DefaultMaxInFlightBatches
 	}
+	if c.ClaimConcurrency == 0 {
+		c.ClaimConcurrency = DefaultClaimConcurrency
+	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = DefaultMaxAttempts
 	}
@@ -192,6 +205,9 @@ func (c *RelayConfig) validate() error {
 	}
 	if c.MaxInFlightBatches < 1 {
 		bad("MaxInFlightBatches must be at least 1, got %d", c.MaxInFlightBatches)
+	}
+	if c.ClaimConcurrency < 1 {
+		bad("ClaimConcurrency must be at least 1, got %d", c.ClaimConcurrency)
 	}
 	if c.MaxAttempts < 1 {
 		bad("MaxAttempts must be at least 1, got %d", c.MaxAttempts)

@@ -126,6 +126,7 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, cfg RelayConfig) (*Relay, 
 	if cfg.Policy == StopTheLine {
 		cfg.MaxInFlightBatches = 1 // a halt must leave nothing after the failed row in flight
 	}
+	cfg.ClaimConcurrency = min(cfg.ClaimConcurrency, cfg.MaxInFlightBatches)
 	store, err := NewStore(cfg.Schema)
 	if err != nil {
 		return nil, fmt.Errorf("new outbox relay: %w", err)
@@ -214,11 +215,20 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); r.maintain(stopCtx) }()
+	// Claimers share the in-flight slots; claimed closes when the last one stops.
+	var claimers sync.WaitGroup
+	for range r.cfg.ClaimConcurrency {
+		claimers.Add(1)
+		go func() {
+			defer claimers.Done()
+			r.claimLoop(stopCtx, hardCtx, slots, claimed)
+		}()
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		defer close(claimed)
-		r.claimLoop(stopCtx, hardCtx, slots, claimed)
+		claimers.Wait()
+		close(claimed)
 	}()
 	wg.Add(1)
 	go func() {
@@ -275,6 +285,7 @@ func (r *Relay) signal() {
 }
 
 // claimLoop claims batches while slots are free, waking on notifications, marks and polls.
+// ClaimConcurrency of them run at once; a wake-up reaches one of them, and each polls.
 //
 // A claim is not cancelled when ctx (stop) is: cancelling it could lose the reply of a claim
 // that committed, leaving its rows publishing, unmarked, until their lease expires (a halt or a

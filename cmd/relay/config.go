@@ -30,6 +30,7 @@ const (
 	DefaultPolicy              = "per-key" // outbox.PerKeyHeadOfLine
 	DefaultBatchSize           = outbox.DefaultBatchSize
 	DefaultMaxInFlight         = outbox.DefaultMaxInFlightBatches
+	DefaultClaimConcurrency    = outbox.DefaultClaimConcurrency
 	DefaultMaxAttempts         = outbox.DefaultMaxAttempts
 	DefaultBackoffInitial      = outbox.DefaultBackoffInitial
 	DefaultBackoffMax          = outbox.DefaultBackoffMax
@@ -63,6 +64,7 @@ func vars() kong.Vars {
 		"policies":             strings.Join(policies, ", "),
 		"batch_size":           strconv.Itoa(DefaultBatchSize),
 		"max_in_flight":        strconv.Itoa(DefaultMaxInFlight),
+		"claim_concurrency":    strconv.Itoa(DefaultClaimConcurrency),
 		"max_attempts":         strconv.Itoa(DefaultMaxAttempts),
 		"backoff_initial":      d(DefaultBackoffInitial),
 		"backoff_max":          d(DefaultBackoffMax),
@@ -147,6 +149,7 @@ type runCmd struct {
 	Policy              string        `help:"Ordering policy: ${policies}." default:"${policy}" placeholder:"POLICY"`
 	BatchSize           int           `help:"Rows claimed per batch." default:"${batch_size}"`
 	MaxInFlight         int           `help:"Claimed batches being published at once (per-key order is kept)." default:"${max_in_flight}"`
+	ClaimConcurrency    int           `help:"Claim statements running at once (at most max-in-flight; per-key order is kept)." default:"${claim_concurrency}"`
 	MaxAttempts         int           `help:"Publish attempts before a row goes dead." default:"${max_attempts}"`
 	BackoffInitial      time.Duration `help:"First retry delay; doubles per attempt, with jitter." default:"${backoff_initial}"`
 	BackoffMax          time.Duration `help:"Longest retry delay." default:"${backoff_max}"`
@@ -176,6 +179,7 @@ func (c *runCmd) ValidateFlags() error {
 	}
 	positive("batch-size", c.BatchSize)
 	positive("max-in-flight", c.MaxInFlight)
+	positive("claim-concurrency", c.ClaimConcurrency)
 	positive("max-attempts", c.MaxAttempts)
 	for _, d := range []struct {
 		flag string

@@ -33,7 +33,7 @@ func TestDefaults(t *testing.T) {
 	}
 	r := g.Run
 	want := runCmd{
-		Policy: DefaultPolicy, BatchSize: DefaultBatchSize, MaxInFlight: DefaultMaxInFlight,
+		Policy: DefaultPolicy, BatchSize: DefaultBatchSize, MaxInFlight: DefaultMaxInFlight, ClaimConcurrency: DefaultClaimConcurrency,
 		MaxAttempts: DefaultMaxAttempts, BackoffInitial: DefaultBackoffInitial, BackoffMax: DefaultBackoffMax,
 		BackoffMultiplier: DefaultBackoffMultiplier,
 		Lease:             DefaultLease, PollInterval: DefaultPollInterval, ShutdownTimeout: DefaultShutdownTimeout,
@@ -90,7 +90,7 @@ func TestEnvAndPrecedence(t *testing.T) {
 func TestEveryProblemNamedAtOnce(t *testing.T) {
 	t.Setenv("KEIRO_RELAY_MAX_ATTEMPTS", "many")
 	_, err := parse(t,
-		"--schema=Bad-Schema", "--policy=random", "--batch-size=0", "--max-in-flight=-1",
+		"--schema=Bad-Schema", "--policy=random", "--batch-size=0", "--max-in-flight=-1", "--claim-concurrency=0",
 		"--backoff-initial=10s", "--backoff-max=1s", "--lease=soon", "--backoff-multiplier=0.5", "--poll-interval=0s",
 		"--retention=-1h", "--http-addr=nowhere", "--log-format=xml",
 		"--kafka-sasl-mechanism=GSSAPI", "--kafka-tls-ca-file=/nonexistent")
@@ -99,7 +99,7 @@ func TestEveryProblemNamedAtOnce(t *testing.T) {
 	}
 	msg := err.Error()
 	for _, flag := range []string{
-		"--database-url:", "--schema:", "--policy:", "--batch-size:", "--max-in-flight:",
+		"--database-url:", "--schema:", "--policy:", "--batch-size:", "--max-in-flight:", "--claim-concurrency:",
 		"--max-attempts:", `KEIRO_RELAY_MAX_ATTEMPTS="many"`, "--backoff-multiplier:", "--backoff-max:", "--lease:", "--poll-interval:",
 		"--retention:", "--http-addr:", "--log-format:", "--brokers:", "--kafka-sasl-mechanism:",
 		"--kafka-sasl-username:", "--kafka-tls-ca-file:",
@@ -170,7 +170,7 @@ func TestHelp(t *testing.T) {
 		{"brokers", ""}, {"client-id", "keiro-relay"}, {"kafka-tls-enabled", ""}, {"kafka-tls-ca-file", ""},
 		{"kafka-tls-cert-file", ""}, {"kafka-tls-key-file", ""}, {"kafka-tls-insecure-skip-verify", ""},
 		{"kafka-tls-server-name", ""}, {"kafka-sasl-mechanism", ""}, {"kafka-sasl-username", ""},
-		{"kafka-sasl-password", ""}, {"policy", "per-key"}, {"batch-size", "512"}, {"max-in-flight", "4"},
+		{"kafka-sasl-password", ""}, {"policy", "per-key"}, {"batch-size", "512"}, {"max-in-flight", "4"}, {"claim-concurrency", "2"},
 		{"max-attempts", "10"}, {"backoff-initial", "1s"}, {"backoff-max", "5m0s"}, {"lease", "1m0s"},
 		{"poll-interval", "1s"}, {"poll-only", ""}, {"shutdown-timeout", "10s"}, {"retention", "24h0m0s"},
 		{"maintenance-interval", "30s"}, {"backoff-multiplier", "2"}, {"max-record-bytes", ""}, {"destinations", ""}, {"migrate", ""}, {"http-addr", "127.0.0.1:9464"},

@@ -36,6 +36,7 @@ func (c *runCmd) relayConfig(schema string, log *slog.Logger) outbox.RelayConfig
 		Policy:              policy,
 		BatchSize:           c.BatchSize,
 		MaxInFlightBatches:  c.MaxInFlight,
+		ClaimConcurrency:    c.ClaimConcurrency,
 		MaxAttempts:         c.MaxAttempts,
 		Backoff:             outbox.Backoff{Initial: c.BackoffInitial, Max: c.BackoffMax, Multiplier: c.BackoffMultiplier},
 		Lease:               c.Lease,
@@ -78,7 +79,7 @@ func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 		return err
 	}
 	log.Info("relay starting", "database", g.DB.DatabaseURL, "schema", g.DB.Schema, "brokers", c.Kafka.Brokers,
-		"policy", c.Policy, "batch_size", c.BatchSize, "max_in_flight", c.MaxInFlight, "poll_only", c.PollOnly,
+		"policy", c.Policy, "batch_size", c.BatchSize, "max_in_flight", c.MaxInFlight, "claim_concurrency", c.ClaimConcurrency, "poll_only", c.PollOnly,
 		"destinations", c.Destinations)
 	for _, w := range c.Kafka.Warnings() {
 		log.Warn(w)

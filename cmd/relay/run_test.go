@@ -11,7 +11,7 @@ import (
 // Every run flag reaches the outbox library's configuration.
 func TestRelayConfigMapping(t *testing.T) {
 	g, err := parse(t, "--database-url=postgres://h/db", "--schema=tenant_b", "--brokers=k:9092",
-		"--policy=stop-the-line", "--batch-size=64", "--max-in-flight=2", "--max-attempts=3",
+		"--policy=stop-the-line", "--batch-size=64", "--max-in-flight=2", "--claim-concurrency=3", "--max-attempts=3",
 		"--backoff-initial=250ms", "--backoff-max=30s", "--backoff-multiplier=1.5", "--lease=45s",
 		"--poll-interval=500ms", "--poll-only", "--shutdown-timeout=20s", "--retention=0",
 		"--maintenance-interval=1m", "--max-record-bytes=4096", "--destinations=orders,invoices")
@@ -20,7 +20,7 @@ func TestRelayConfigMapping(t *testing.T) {
 	}
 	cfg := g.Run.relayConfig(g.DB.Schema, nil)
 	want := outbox.RelayConfig{
-		Schema: "tenant_b", Policy: outbox.StopTheLine, BatchSize: 64, MaxInFlightBatches: 2, MaxAttempts: 3,
+		Schema: "tenant_b", Policy: outbox.StopTheLine, BatchSize: 64, MaxInFlightBatches: 2, ClaimConcurrency: 3, MaxAttempts: 3,
 		Backoff: outbox.Backoff{Initial: 250 * time.Millisecond, Max: 30 * time.Second, Multiplier: 1.5},
 		Lease:   45 * time.Second, PollInterval: 500 * time.Millisecond, PollOnly: true,
 		ShutdownTimeout: 18 * time.Second, Retention: -1, MaintenanceInterval: time.Minute,
