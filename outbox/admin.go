@@ -146,8 +146,11 @@ func nullString(s string) *string {
 type RequeueFilter struct {
 	// IDs requeues these rows.
 	IDs []envelope.UUID
-	// Source requeues every dead or rejected row of this source.
+	// Source requeues every dead or rejected row of this source (of Destination too, if set).
 	Source string
+	// Destination requeues every dead or rejected row for this destination (of Source too, if
+	// set): after a topic's outage or ACL mistake is fixed, its rejected rows go back together.
+	Destination string
 	// All requeues every dead or rejected row.
 	All bool
 }
@@ -157,14 +160,14 @@ type RequeueFilter struct {
 // keeps its seq: if later rows of its key were published while it was dead, it now arrives
 // after them (its key's order is broken for that message, which is why it was dead).
 func (s *Store) Requeue(ctx context.Context, q Querier, f RequeueFilter) (int64, error) {
-	if len(f.IDs) == 0 && f.Source == "" && !f.All {
-		return 0, errors.New("requeue outbox rows: empty filter (set IDs, Source or All)")
+	if len(f.IDs) == 0 && f.Source == "" && f.Destination == "" && !f.All {
+		return 0, errors.New("requeue outbox rows: empty filter (set IDs, Source, Destination or All)")
 	}
 	ids := make([][16]byte, len(f.IDs))
 	for i, id := range f.IDs {
 		ids[i] = id
 	}
-	tag, err := q.Exec(ctx, s.q.requeue, ids, nullString(f.Source), f.All)
+	tag, err := q.Exec(ctx, s.q.requeue, ids, nullString(f.Source), f.All, nullString(f.Destination))
 	if err != nil {
 		return 0, fmt.Errorf("requeue outbox rows: %w", err)
 	}

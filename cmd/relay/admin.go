@@ -270,7 +270,7 @@ func (c *deadRequeueCmd) Run(ctx context.Context, g *grammar, env *cli.Env) erro
 		return err
 	}
 	fmt.Fprintln(env.Stderr, requeueWarning)
-	filter := outbox.RequeueFilter{Source: c.Source, All: c.All}
+	filter := outbox.RequeueFilter{Source: c.Source, Destination: c.Destination, All: c.All}
 	var skipped []string // ids that are not dead or rejected
 	var n int64
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {

@@ -244,6 +244,14 @@ func TestDeadListAndRequeue(t *testing.T) {
 		t.Fatalf("a sent row was requeued: %s", s)
 	}
 
+	// Source and destination combine: billing has no dead row for "orders-none".
+	r = run("dead", "requeue", "--source=billing", "--destination=orders-none")
+	if r.code != 0 || !strings.Contains(r.stderr, "requeued 0 row(s)") {
+		t.Fatalf("requeue --source --destination: %d\n%s", r.code, r.stderr)
+	}
+	if r = run("dead", "requeue", ids["d2"], "--destination=payments"); r.code != 2 || !strings.Contains(r.stderr, "choose one of") {
+		t.Fatalf("requeue by id and destination: %d\n%s", r.code, r.stderr)
+	}
 	// By source: only that source's dead rows.
 	r = run("dead", "requeue", "--source=billing")
 	if r.code != 0 || !strings.Contains(r.stderr, "requeued 2 row(s)") {

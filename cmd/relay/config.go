@@ -252,28 +252,29 @@ func (c *deadListCmd) ValidateFlags() error {
 	return p.Err()
 }
 
-// deadRequeueCmd requeues dead rows by id, by source, or all of them.
+// deadRequeueCmd requeues dead rows by id, by source and/or destination, or all of them.
 type deadRequeueCmd struct {
-	IDs    []string `arg:"" optional:"" name:"id" help:"Outbox ids (UUIDs) of the rows to requeue."`
-	Source string   `help:"Requeue every dead/rejected row of this source." placeholder:"SOURCE"`
-	All    bool     `help:"Requeue every dead and rejected row (needs --yes)."`
-	Yes    bool     `help:"Confirm --all."`
+	IDs         []string `arg:"" optional:"" name:"id" help:"Outbox ids (UUIDs) of the rows to requeue."`
+	Source      string   `help:"Requeue every dead/rejected row of this source (and of --destination, if given)." placeholder:"SOURCE"`
+	Destination string   `help:"Requeue every dead/rejected row for this destination (topic) (and of --source, if given)." placeholder:"TOPIC"`
+	All         bool     `help:"Requeue every dead and rejected row (needs --yes)."`
+	Yes         bool     `help:"Confirm --all."`
 }
 
 // ValidateFlags requires exactly one way of selecting rows and well-formed ids.
 func (c *deadRequeueCmd) ValidateFlags() error {
 	var p cli.Problems
 	modes := 0
-	for _, on := range []bool{len(c.IDs) > 0, c.Source != "", c.All} {
+	for _, on := range []bool{len(c.IDs) > 0, c.Source != "" || c.Destination != "", c.All} {
 		if on {
 			modes++
 		}
 	}
 	switch {
 	case modes == 0:
-		p.Add("all", "say which rows: give outbox ids, --source, or --all --yes")
+		p.Add("all", "say which rows: give outbox ids, --source and/or --destination, or --all --yes")
 	case modes > 1:
-		p.Add("all", "choose one of: outbox ids, --source, --all")
+		p.Add("all", "choose one of: outbox ids, --source/--destination, --all")
 	}
 	if c.All && !c.Yes {
 		p.Add("yes", "--all requeues every dead row; add --yes to confirm")
