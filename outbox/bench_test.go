@@ -82,6 +82,7 @@ func drainRelay(b *testing.B, db *testdb.DB, kc *testkafka.Cluster, n int) (time
 		}
 	}}
 	cfg.BatchSize, cfg.MaxInFlightBatches = envInt("KEIRO_BENCH_BATCH"), envInt("KEIRO_BENCH_INFLIGHT")
+	cfg.ClaimConcurrency = envInt("KEIRO_BENCH_CLAIMERS")
 	if os.Getenv("KEIRO_BENCH_DEBUG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -247,7 +248,7 @@ func BenchmarkSteadyLatency(b *testing.B) {
 		committed := map[string]time.Time{}
 		acked := map[string]time.Time{}
 		var lat []time.Duration
-		r, err := NewRelay(db.Pool, client, RelayConfig{Schema: db.Schema})
+		r, err := NewRelay(db.Pool, client, RelayConfig{Schema: db.Schema, ClaimConcurrency: envInt("KEIRO_BENCH_CLAIMERS")})
 		require.NoError(b, err)
 		r.ackHook = func(id string) {
 			now := time.Now()
