@@ -30,10 +30,14 @@ import (
 // (add -short for smaller sizes). See BENCHMARKS.md, section "Relay".
 
 func benchSizes() (rows, keys int) {
+	rows, keys = 200_000, 10_000
 	if testing.Short() {
-		return 20_000, 1_000
+		rows, keys = 20_000, 1_000
 	}
-	return 200_000, 10_000
+	if k := envInt("KEIRO_BENCH_KEYS"); k > 0 {
+		keys = k
+	}
+	return rows, keys
 }
 
 // fill enqueues n events of 1 KiB payload over keys keys, in transactions of 2,000, and

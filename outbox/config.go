@@ -71,8 +71,9 @@ type RelayConfig struct {
 	// row in flight is not claimable. StopTheLine always uses 1. Defaults to
 	// DefaultMaxInFlightBatches.
 	MaxInFlightBatches int
-	// ClaimConcurrency is how many claims may run at once, each taking a free in-flight slot
-	// (it is capped at MaxInFlightBatches). Concurrent claims never share a row or break a
+	// ClaimConcurrency is how many claims may run at once while the outbox is backlogged (the
+	// last claim was full; in a steady trickle one claimer answers), each taking a free
+	// in-flight slot (it is capped at MaxInFlightBatches). Concurrent claims never share a row or break a
 	// key's order (the claim locks with SKIP LOCKED and drops a key's rows after one it could
 	// not take), exactly as several relays on one table. StopTheLine always uses 1. Defaults to
 	// DefaultClaimConcurrency.

@@ -47,6 +47,9 @@ type Relay struct {
 	ackHook      func(messageID string)
 	outageStreak atomic.Int64
 	running      atomic.Bool
+	// backlogged is set while claims come back full; backlog wakes the extra claimers then.
+	backlogged atomic.Bool
+	backlog    chan struct{}
 
 	stats struct {
 		claimed, batches, published, retried, skipped, dead, rejected, released, reclaimed,
@@ -142,7 +145,7 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, cfg RelayConfig) (*Relay, 
 	return &Relay{
 		pool: pool, client: client, cfg: cfg, store: store, inst: inst,
 		tracer: tp.Tracer(scope), log: cfg.Logger.With("component", "outbox-relay", "schema", cfg.Schema),
-		maxRecordBytes: maxRecord, wake: make(chan struct{}, 1),
+		maxRecordBytes: maxRecord, wake: make(chan struct{}, 1), backlog: make(chan struct{}, cfg.ClaimConcurrency),
 	}, nil
 }
 
@@ -217,11 +220,11 @@ func (r *Relay) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); r.maintain(stopCtx) }()
 	// Claimers share the in-flight slots; claimed closes when the last one stops.
 	var claimers sync.WaitGroup
-	for range r.cfg.ClaimConcurrency {
+	for i := range r.cfg.ClaimConcurrency {
 		claimers.Add(1)
 		go func() {
 			defer claimers.Done()
-			r.claimLoop(stopCtx, hardCtx, slots, claimed)
+			r.claimLoop(stopCtx, hardCtx, i > 0, slots, claimed)
 		}()
 	}
 	wg.Add(1)
@@ -285,17 +288,27 @@ func (r *Relay) signal() {
 }
 
 // claimLoop claims batches while slots are free, waking on notifications, marks and polls.
-// ClaimConcurrency of them run at once; a wake-up reaches one of them, and each polls.
+// ClaimConcurrency of them run at once; the extra ones only while claims come back full.
 //
 // A claim is not cancelled when ctx (stop) is: cancelling it could lose the reply of a claim
 // that committed, leaving its rows publishing, unmarked, until their lease expires (a halt or a
 // shutdown would stall their keys for a lease). It runs under hard (cancelled at the shutdown
 // deadline) and its batch always enters the pipeline, which releases it unproduced after a stop.
-func (r *Relay) claimLoop(ctx, hard context.Context, slots chan struct{}, out chan<- *batch) {
+func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan struct{}, out chan<- *batch) {
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	var dbBackoff int
 	for {
+		// An extra claimer works only while the outbox is backlogged (the last claim was full):
+		// in a steady trickle one claimer answers every notification and two would only race
+		// for the same few rows.
+		for extra && !r.backlogged.Load() {
+			select {
+			case <-r.backlog:
+			case <-ctx.Done():
+				return
+			}
+		}
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
@@ -319,6 +332,17 @@ func (r *Relay) claimLoop(ctx, hard context.Context, slots chan struct{}, out ch
 			continue
 		}
 		dbBackoff = 0
+		if full := len(rows) == r.cfg.BatchSize; full != r.backlogged.Load() {
+			r.backlogged.Store(full)
+			if full {
+				for range r.cfg.ClaimConcurrency - 1 {
+					select {
+					case r.backlog <- struct{}{}:
+					default:
+					}
+				}
+			}
+		}
 		if len(rows) > 0 {
 			r.stats.claimed.Add(int64(len(rows)))
 			r.inst.batchSize.Record(ctx, int64(len(rows)))

@@ -56,7 +56,7 @@ func enqueueKeiro(ctx context.Context, tx pgx.Tx, schema, topic string, msgs []m
 	return err
 }
 
-func runKeiroRelay(ctx context.Context, o options, pool *pgxpool.Pool, batchSize, inFlight int) error {
+func runKeiroRelay(ctx context.Context, o options, pool *pgxpool.Pool, batchSize, inFlight, claimers int) error {
 	cl, err := kgo.NewClient(append(outbox.ProducerOpts(), kgo.SeedBrokers(strings.Split(o.childBrokers, ",")...))...)
 	if err != nil {
 		return err
@@ -67,7 +67,7 @@ func runKeiroRelay(ctx context.Context, o options, pool *pgxpool.Pool, batchSize
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	relay, err := outbox.NewRelay(pool, cl, outbox.RelayConfig{Schema: o.childSchema, Logger: logger, BatchSize: batchSize,
-		MaxInFlightBatches: inFlight})
+		MaxInFlightBatches: inFlight, ClaimConcurrency: claimers})
 	if err != nil {
 		return err
 	}
@@ -357,11 +357,13 @@ func runChild(ctx context.Context, o options) error {
 	var runErr error
 	switch o.child {
 	case "keiro":
-		runErr = runKeiroRelay(ctx, o, pool, 0, 0)
+		runErr = runKeiroRelay(ctx, o, pool, 0, 0, 0)
 	case "keiro-b2048":
-		runErr = runKeiroRelay(ctx, o, pool, 2048, 0)
+		runErr = runKeiroRelay(ctx, o, pool, 2048, 0, 0)
 	case "keiro-if1":
-		runErr = runKeiroRelay(ctx, o, pool, 0, 1)
+		runErr = runKeiroRelay(ctx, o, pool, 0, 1, 0)
+	case "keiro-c1":
+		runErr = runKeiroRelay(ctx, o, pool, 0, 0, 1)
 	case "watermill-default":
 		runErr = runWatermillForwarder(ctx, o, pool, false)
 	case "watermill-tuned":

@@ -133,10 +133,13 @@ type contender struct {
 
 var contenders = []contender{
 	{name: "keiro", scenarios: []string{"drain", "steady"}, kind: kindKeiro,
-		settings:  "outbox.ProducerOpts() (acks=all, idempotent, manual flush); RelayConfig zero value: batch 512, 4 batches in flight, LISTEN/NOTIFY + 1 s poll, PerKeyHeadOfLine",
+		settings:  "outbox.ProducerOpts() (acks=all, idempotent, manual flush); RelayConfig zero value: batch 512, 4 batches in flight, 2 claims at once, LISTEN/NOTIFY + 1 s poll, PerKeyHeadOfLine",
 		guarantee: "at least once, per-key order, durable retries/dead state"},
 	{name: "keiro-b2048", scenarios: []string{"drain", "steady"}, kind: kindKeiro,
 		settings:  "as keiro with RelayConfig.BatchSize 2048 (tuned: with 1000 keys a 512-row claim holds one row per key, so per-key head-of-line lets only ~2 batches be in flight)",
+		guarantee: "as keiro", optional: true},
+	{name: "keiro-c1", scenarios: []string{"drain", "steady"}, kind: kindKeiro,
+		settings:  "as keiro with RelayConfig.ClaimConcurrency 1 (one claim at a time, the setting before 2 became the default)",
 		guarantee: "as keiro", optional: true},
 	{name: "keiro-if1", scenarios: []string{"drain", "steady"}, kind: kindKeiro,
 		settings:  "as keiro with RelayConfig.MaxInFlightBatches 1 (experiment: no claim while a batch is in flight, so no empty claims behind blocked keys)",
