@@ -47,6 +47,9 @@ type Relay struct {
 	ackHook      func(messageID string)
 	outageStreak atomic.Int64
 	running      atomic.Bool
+	// signals counts wake-ups (notifications, finished batches), so a claimer can tell that one
+	// happened while its claim ran.
+	signals atomic.Int64
 	// backlogged is set while claims come back full; backlog wakes the extra claimers then.
 	backlogged atomic.Bool
 	backlog    chan struct{}
@@ -281,6 +284,7 @@ func (r *Relay) Run(ctx context.Context) error {
 
 // signal wakes the claim loop without blocking.
 func (r *Relay) signal() {
+	r.signals.Add(1)
 	select {
 	case r.wake <- struct{}{}:
 	default:
@@ -315,6 +319,7 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 			return
 		}
 		t0 := time.Now()
+		signalsBefore := r.signals.Load()
 		token, rows, err := r.store.claim(hard, r.pool, r.cfg.Policy, r.cfg.BatchSize, r.cfg.Lease, r.cfg.MaxAttempts, r.cfg.Destinations)
 		r.log.Debug("claimed", "rows", len(rows), "took", time.Since(t0), "err", err)
 		if err != nil {
@@ -353,6 +358,12 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 			}
 		} else {
 			<-slots
+		}
+		if r.signals.Load() != signalsBefore {
+			// A batch finished or rows arrived while this claim ran: its snapshot may predate
+			// them, and the wake-up may have gone to a claimer that is now busy (or been
+			// dropped, the channel holds one). Claim again rather than sleep until the poll.
+			continue
 		}
 		// Wait for a notification, a finished batch or the poll interval.
 		if !poll.Stop() {
