@@ -359,6 +359,11 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 		} else {
 			<-slots
 		}
+		if extra {
+			// Wake-ups and polls are the first claimer's: an extra claimer that took one would
+			// only go back to waiting for a backlog, and the wake-up would be lost.
+			continue
+		}
 		if r.signals.Load() != signalsBefore {
 			// A batch finished or rows arrived while this claim ran: its snapshot may predate
 			// them, and the wake-up may have gone to a claimer that is now busy (or been
