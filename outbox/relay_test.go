@@ -199,3 +199,29 @@ func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
 }
+
+// TestRelayNeverWaitsForThePollWhileWorkRemains: with the poll an hour away, a backlog over a
+// few hot keys (every claim but the first of a round comes back empty while the keys are in
+// flight) drains on wake-ups alone. A wake-up lost between two claimers — one given to a claimer
+// that is about to sleep — would leave the relay idle for the hour.
+func TestRelayNeverWaitsForThePollWhileWorkRemains(t *testing.T) {
+	t.Parallel()
+	kc := testkafka.New(t)
+	kc.CreateTopic(t, "orders", 3)
+	const n = 3000
+	evs := keyedEvents("orders", n, 3)
+	for _, claimers := range []int{1, 2, 4} {
+		t.Run(fmt.Sprintf("claimers=%d", claimers), func(t *testing.T) {
+			db := testdb.New(t)
+			st, err := outbox.NewStore(db.Schema)
+			require.NoError(t, err)
+			for i := 0; i < n; i += 1000 {
+				enqueue(t, db.Pool, st, evs[i:i+1000]...)
+			}
+			p := newProgress()
+			startRelay(t, db, kc, outbox.RelayConfig{BatchSize: 100, MaxInFlightBatches: 4, ClaimConcurrency: claimers,
+				PollInterval: time.Hour, OnBatch: p.onBatch, Logger: testLogger(t)})
+			p.wait(t, n, 60*time.Second)
+		})
+	}
+}
