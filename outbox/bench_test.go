@@ -412,3 +412,57 @@ FROM generate_series(1, %d) g`, sent))
 		})
 	}
 }
+
+// BenchmarkEnqueue writes 1,000 events of 1 KiB per transaction with EnqueueTx (per-key locks,
+// NOTIFY, duplicate detection) and, as its limit, with a plain INSERT … SELECT FROM unnest of the
+// same columns (no locks, no NOTIFY) into the same table.
+func BenchmarkEnqueue(b *testing.B) {
+	const perTx = 1000
+	payload := bytes.Repeat([]byte("x"), 1024)
+	events := func(round int) []envelope.Event {
+		evs := make([]envelope.Event, perTx)
+		for j := range evs {
+			k := "k" + strconv.Itoa(j%100)
+			evs[j] = envelope.Event{MessageID: fmt.Sprintf("m%d-%d", round, j), Source: "ordering",
+				Destination: "orders", Key: &k, EventType: "E", ContentType: envelope.ContentTypeJSON,
+				Payload: payload, OccurredAt: time.Now().UTC()}
+		}
+		return evs
+	}
+	b.Run("enqueue-tx", func(b *testing.B) {
+		db := testdb.New(b)
+		st, err := NewStore(db.Schema)
+		require.NoError(b, err)
+		ctx := context.Background()
+		b.ResetTimer()
+		for i := range b.N {
+			evs := events(i)
+			require.NoError(b, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+				_, err := st.EnqueueTx(ctx, tx, evs...)
+				return err
+			}))
+		}
+		b.ReportMetric(float64(b.N*perTx)/b.Elapsed().Seconds(), "events/s")
+	})
+	b.Run("raw-insert", func(b *testing.B) {
+		db := testdb.New(b)
+		ctx := context.Background()
+		q := fmt.Sprintf(`INSERT INTO %s.keiro_outbox (outbox_id, message_id, source, destination, message_key,
+    event_type, schema_version, content_type, payload_bytes, occurred_at)
+SELECT u.id, u.mid, 'ordering', 'orders', u.k, 'E', 1, 'application/json', u.p, now()
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[]) AS u(id, mid, k, p)`, db.Schema)
+		b.ResetTimer()
+		for i := range b.N {
+			ids, mids, keys, payloads := make([][16]byte, perTx), make([]string, perTx), make([]string, perTx), make([][]byte, perTx)
+			for j := range perTx {
+				ids[j] = envelope.NewUUIDv7()
+				mids[j] = fmt.Sprintf("m%d-%d", i, j)
+				keys[j] = "k" + strconv.Itoa(j%100)
+				payloads[j] = payload
+			}
+			_, err := db.Pool.Exec(ctx, q, ids, mids, keys, payloads)
+			require.NoError(b, err)
+		}
+		b.ReportMetric(float64(b.N*perTx)/b.Elapsed().Seconds(), "events/s")
+	})
+}
