@@ -318,6 +318,14 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 		case <-ctx.Done():
 			return
 		}
+		if !extra {
+			// A wake-up that came before this claim is answered by it; leaving it buffered
+			// would buy one more (possibly empty, with a deep backlog costly) claim after it.
+			select {
+			case <-r.wake:
+			default:
+			}
+		}
 		t0 := time.Now()
 		signalsBefore := r.signals.Load()
 		token, rows, err := r.store.claim(hard, r.pool, r.cfg.Policy, r.cfg.BatchSize, r.cfg.Lease, r.cfg.MaxAttempts, r.cfg.Destinations)
