@@ -147,38 +147,11 @@ func TestConcurrentDeliveriesRunEffectsOnce(t *testing.T) {
 	s1, s2 := newStore(t, db), newStore(t, db)
 	ev := newEvent("ordering", "t")
 
-	entered := make(chan struct{})
-	release := make(chan struct{})
-	blocking := func(ctx context.Context, tx pgx.Tx, e envelope.Event) error {
-		close(entered)
-		<-release
-		return fx.handler()(ctx, tx, e)
-	}
-	var ran2 int
-	counting := func(ctx context.Context, tx pgx.Tx, e envelope.Event) error {
-		ran2++
-		return fx.handler()(ctx, tx, e)
-	}
-	var wg sync.WaitGroup
-	var r1, r2 inbox.Result
-	var e1, e2 error
-	wg.Go(func() { r1, e1 = s1.Process(ctx, db.Pool, inbox.Delivery{Event: ev}, blocking) })
-	<-entered
-	wg.Go(func() { r2, e2 = s2.Process(ctx, pool2, inbox.Delivery{Event: ev}, counting) })
 	// Release the first handler once the second insert is waiting on the row lock.
-	require.Eventually(t, func() bool {
-		var waiting int
-		_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO `+db.Schema+`.keiro_inbox%'`).Scan(&waiting)
-		return waiting > 0
-	}, 10*time.Second, 5*time.Millisecond)
-	close(release)
-	wg.Wait()
-	require.NoError(t, e1)
-	require.NoError(t, e2)
+	r1, r2, ran2 := raceDeliveries(t, db, fx, s1, s2, pool2, ev, `INSERT INTO `+db.Schema+`.keiro_inbox%`)
 	require.Equal(t, inbox.Processed, r1.Outcome)
 	require.Equal(t, inbox.Duplicate, r2.Outcome)
-	require.Equal(t, 0, ran2)
+	require.Zero(t, ran2)
 	require.Equal(t, 1, fx.count(t, ev.MessageID))
 }
 
@@ -609,6 +582,23 @@ func TestConcurrentRerunOfFailedMessageRunsOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, inbox.HandlerFailed, res.Outcome)
 
+	// Release the first handler once the second delivery waits on the failed row's lock.
+	r1, r2, ran2 := raceDeliveries(t, db, fx, s, s, pool2, ev, `%`+db.Schema+`.keiro_inbox%FOR UPDATE%`)
+	require.Equal(t, inbox.Processed, r1.Outcome)
+	require.Equal(t, 1, r1.Attempts)
+	require.Equal(t, inbox.Duplicate, r2.Outcome)
+	require.Zero(t, ran2)
+	require.Equal(t, 1, fx.count(t, ev.MessageID))
+}
+
+// raceDeliveries delivers ev twice at once: through first on db.Pool, whose handler blocks inside
+// its transaction until another backend waits on a lock in a statement LIKE waitLike, and through
+// second on pool2. Both calls must succeed; it returns their results and how many times the second
+// delivery's handler ran.
+func raceDeliveries(t *testing.T, db *testdb.DB, fx *effects, first, second *inbox.Store, pool2 *pgxpool.Pool,
+	ev envelope.Event, waitLike string) (r1, r2 inbox.Result, ran2 int64) {
+	t.Helper()
+	ctx := context.Background()
 	entered := make(chan struct{})
 	release := make(chan struct{})
 	blocking := func(ctx context.Context, tx pgx.Tx, e envelope.Event) error {
@@ -616,30 +606,25 @@ func TestConcurrentRerunOfFailedMessageRunsOnce(t *testing.T) {
 		<-release
 		return fx.handler()(ctx, tx, e)
 	}
-	var ran2 atomic.Int64
+	var ran atomic.Int64
 	counting := func(ctx context.Context, tx pgx.Tx, e envelope.Event) error {
-		ran2.Add(1)
+		ran.Add(1)
 		return fx.handler()(ctx, tx, e)
 	}
 	var wg sync.WaitGroup
-	var r1, r2 inbox.Result
 	var e1, e2 error
-	wg.Go(func() { r1, e1 = s.Process(ctx, db.Pool, inbox.Delivery{Event: ev}, blocking) })
+	wg.Go(func() { r1, e1 = first.Process(ctx, db.Pool, inbox.Delivery{Event: ev}, blocking) })
 	<-entered
-	wg.Go(func() { r2, e2 = s.Process(ctx, pool2, inbox.Delivery{Event: ev}, counting) })
+	wg.Go(func() { r2, e2 = second.Process(ctx, pool2, inbox.Delivery{Event: ev}, counting) })
 	require.Eventually(t, func() bool {
 		var waiting int
 		_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE%' AND query LIKE '%`+db.Schema+`.keiro_inbox%'`).Scan(&waiting)
+			WHERE wait_event_type = 'Lock' AND query LIKE $1`, waitLike).Scan(&waiting)
 		return waiting > 0
 	}, 10*time.Second, 5*time.Millisecond)
 	close(release)
 	wg.Wait()
 	require.NoError(t, e1)
 	require.NoError(t, e2)
-	require.Equal(t, inbox.Processed, r1.Outcome)
-	require.Equal(t, 1, r1.Attempts)
-	require.Equal(t, inbox.Duplicate, r2.Outcome)
-	require.Zero(t, ran2.Load())
-	require.Equal(t, 1, fx.count(t, ev.MessageID))
+	return r1, r2, ran.Load()
 }

@@ -63,6 +63,16 @@ func fill(b testing.TB, db *testdb.DB, st *Store, topic string, n, keys int) {
 	require.NoError(b, err)
 }
 
+// filledOutbox returns a fresh schema whose outbox holds n rows over keys keys (see fill).
+func filledOutbox(b testing.TB, n, keys int) (*testdb.DB, *Store) {
+	b.Helper()
+	db := testdb.New(b)
+	st, err := NewStore(db.Schema)
+	require.NoError(b, err)
+	fill(b, db, st, "orders", n, keys)
+	return db, st
+}
+
 // rssMB returns the process's resident set size in MiB.
 func rssMB() float64 {
 	data, err := os.ReadFile("/proc/self/statm")
@@ -161,10 +171,7 @@ func BenchmarkDrain(b *testing.B) {
 	b.Run("raw-skip-locked", func(b *testing.B) {
 		for range b.N {
 			b.StopTimer()
-			db := testdb.New(b)
-			st, err := NewStore(db.Schema)
-			require.NoError(b, err)
-			fill(b, db, st, "orders", n, keys)
+			db, _ := filledOutbox(b, n, keys)
 			claimSQL, markSQL := fmt.Sprintf(rawClaim, db.Schema), fmt.Sprintf(rawMark, db.Schema)
 			ctx := context.Background()
 			b.StartTimer()
@@ -192,10 +199,7 @@ func BenchmarkDrain(b *testing.B) {
 	b.Run("claim-mark", func(b *testing.B) {
 		for range b.N {
 			b.StopTimer()
-			db := testdb.New(b)
-			st, err := NewStore(db.Schema)
-			require.NoError(b, err)
-			fill(b, db, st, "orders", n, keys)
+			db, st := filledOutbox(b, n, keys)
 			ctx := context.Background()
 			b.StartTimer()
 			start := time.Now()
@@ -217,12 +221,9 @@ func BenchmarkDrain(b *testing.B) {
 	b.Run("relay", func(b *testing.B) {
 		for range b.N {
 			b.StopTimer()
-			db := testdb.New(b)
 			kc := testkafka.New(b)
 			kc.CreateTopic(b, "orders", 6)
-			st, err := NewStore(db.Schema)
-			require.NoError(b, err)
-			fill(b, db, st, "orders", n, keys)
+			db, _ := filledOutbox(b, n, keys)
 			runtime.GC()
 			base := rssMB()
 			elapsed, peak := drainRelay(b, db, kc, n)

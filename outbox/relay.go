@@ -614,6 +614,7 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 		}
 		pr := results[i]
 		g := groupKey(r.cfg.Policy, &row.event)
+		key := groupKey(PerKeyHeadOfLine, &row.event) // for the order-broken check, whatever the policy
 		m := mark{id: row.id, dest: row.event.Destination}
 		switch {
 		case pr.rejectMsg != "":
@@ -622,7 +623,7 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 			m.outcome, m.partition, m.offset = outcomeSent, pr.partition, pr.offset
 			anyOK = true
 			r.suspects.Delete(row.id)
-			if k := groupKey(PerKeyHeadOfLine, &row.event); k != "" && failedKeys[k] {
+			if key != "" && failedKeys[key] {
 				res.OrderBroken++
 				r.log.Error("a record reached Kafka after an earlier record of its key failed: the key is out of order on the topic",
 					"outbox_id", row.id.String(), "message_id", row.event.MessageID, "destination", row.event.Destination,
@@ -662,10 +663,8 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 				}
 			}
 		}
-		if m.outcome != outcomeSent && m.outcome != outcomeRejected && pr.done {
-			if k := groupKey(PerKeyHeadOfLine, &row.event); k != "" {
-				failedKeys[k] = true
-			}
+		if m.outcome != outcomeSent && m.outcome != outcomeRejected && pr.done && key != "" {
+			failedKeys[key] = true
 		}
 		marks = append(marks, m)
 	}
