@@ -138,17 +138,13 @@ func TestDedupePolicies(t *testing.T) {
 // its transaction until the second has reached the database. Effects commit exactly once.
 func TestConcurrentDeliveriesRunEffectsOnce(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	db := testdb.New(t)
 	fx := newEffects(t, db)
-	pool2, err := pgxpool.New(ctx, db.ConnString)
-	require.NoError(t, err)
-	defer pool2.Close()
 	s1, s2 := newStore(t, db), newStore(t, db)
 	ev := newEvent("ordering", "t")
 
 	// Release the first handler once the second insert is waiting on the row lock.
-	r1, r2, ran2 := raceDeliveries(t, db, fx, s1, s2, pool2, ev, `INSERT INTO `+db.Schema+`.keiro_inbox%`)
+	r1, r2, ran2 := raceDeliveries(t, db, fx, s1, s2, ev, `INSERT INTO `+db.Schema+`.keiro_inbox%`)
 	require.Equal(t, inbox.Processed, r1.Outcome)
 	require.Equal(t, inbox.Duplicate, r2.Outcome)
 	require.Zero(t, ran2)
@@ -571,9 +567,6 @@ func TestConcurrentRerunOfFailedMessageRunsOnce(t *testing.T) {
 	ctx := context.Background()
 	db := testdb.New(t)
 	fx := newEffects(t, db)
-	pool2, err := pgxpool.New(ctx, db.ConnString)
-	require.NoError(t, err)
-	defer pool2.Close()
 	s := newStore(t, db)
 	ev := newEvent("ordering", "t")
 	res, err := s.Process(ctx, db.Pool, inbox.Delivery{Event: ev}, func(context.Context, pgx.Tx, envelope.Event) error {
@@ -583,7 +576,7 @@ func TestConcurrentRerunOfFailedMessageRunsOnce(t *testing.T) {
 	require.Equal(t, inbox.HandlerFailed, res.Outcome)
 
 	// Release the first handler once the second delivery waits on the failed row's lock.
-	r1, r2, ran2 := raceDeliveries(t, db, fx, s, s, pool2, ev, `%`+db.Schema+`.keiro_inbox%FOR UPDATE%`)
+	r1, r2, ran2 := raceDeliveries(t, db, fx, s, s, ev, `%`+db.Schema+`.keiro_inbox%FOR UPDATE%`)
 	require.Equal(t, inbox.Processed, r1.Outcome)
 	require.Equal(t, 1, r1.Attempts)
 	require.Equal(t, inbox.Duplicate, r2.Outcome)
@@ -593,12 +586,15 @@ func TestConcurrentRerunOfFailedMessageRunsOnce(t *testing.T) {
 
 // raceDeliveries delivers ev twice at once: through first on db.Pool, whose handler blocks inside
 // its transaction until another backend waits on a lock in a statement LIKE waitLike, and through
-// second on pool2. Both calls must succeed; it returns their results and how many times the second
+// second on a pool of its own (another process). Both calls must succeed; it returns their results and how many times the second
 // delivery's handler ran.
-func raceDeliveries(t *testing.T, db *testdb.DB, fx *effects, first, second *inbox.Store, pool2 *pgxpool.Pool,
+func raceDeliveries(t *testing.T, db *testdb.DB, fx *effects, first, second *inbox.Store,
 	ev envelope.Event, waitLike string) (r1, r2 inbox.Result, ran2 int64) {
 	t.Helper()
 	ctx := context.Background()
+	pool2, err := pgxpool.New(ctx, db.ConnString)
+	require.NoError(t, err)
+	defer pool2.Close()
 	entered := make(chan struct{})
 	release := make(chan struct{})
 	blocking := func(ctx context.Context, tx pgx.Tx, e envelope.Event) error {
