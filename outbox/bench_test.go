@@ -144,7 +144,10 @@ func envInt(name string) int {
 
 // rawClaim and rawMark are the simplest correct SKIP LOCKED claim and mark (no ordering, no
 // lease expiry, no attempt ceiling): the limit the relay's drain rate is compared with. The
-// claim returns the columns a publisher needs.
+// claim returns the columns a publisher needs. rawLockClaim and rawLockMark are the simplest
+// single-write loop: the claim only locks (SELECT … FOR UPDATE SKIP LOCKED) in a transaction
+// that the mark commits, so each row is written once (unordered, no lease: a publisher must
+// hold the transaction open across the produce).
 const (
 	rawClaim = `
 UPDATE %[1]s.keiro_outbox o SET status = 'publishing', claim_token = $1,
@@ -160,42 +163,93 @@ UPDATE %[1]s.keiro_outbox o SET status = 'sent', published_at = now(), claim_tok
     lease_until = NULL, kafka_partition = 0, kafka_offset = m.off, updated_at = now()
 FROM unnest($2::uuid[], $3::bigint[]) AS m(id, off)
 WHERE o.outbox_id = m.id AND o.claim_token = $1`
+	rawLockClaim = `
+SELECT o.outbox_id, o.seq, o.source, o.message_id, o.destination, o.message_key, o.event_type,
+    o.content_type, o.traceparent, o.tracestate, o.payload_bytes, o.attributes, o.occurred_at, o.created_at
+FROM %[1]s.keiro_outbox o
+WHERE phase = 0 AND status IN ('pending', 'failed') AND next_attempt_at <= now()
+ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED`
+	rawLockMark = `
+UPDATE %[1]s.keiro_outbox o SET status = 'sent', published_at = now(), attempt_count = o.attempt_count + 1,
+    kafka_partition = 0, kafka_offset = m.off, updated_at = now()
+FROM unnest($1::uuid[], $2::bigint[]) AS m(id, off)
+WHERE o.outbox_id = m.id`
 )
 
+// rawDrain drains n rows with workers loops of claim + mark, each pair in one transaction if
+// inTx (the single-write loop), else as two statements (two transactions).
+func rawDrain(b *testing.B, db *testdb.DB, n, workers int, claim, mark string, inTx bool) float64 {
+	claimSQL, markSQL := fmt.Sprintf(claim, db.Schema), fmt.Sprintf(mark, db.Schema)
+	ctx := context.Background()
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range workers {
+		wg.Go(func() {
+			for done.Load() < int64(n) {
+				// The two-write loop fences its mark with a claim token; the single-write one
+				// needs none (its transaction holds the locks).
+				var tok []any
+				if !inTx {
+					tok = []any{[16]byte(envelope.NewUUIDv7())}
+				}
+				step := func(q Querier) (int64, error) {
+					rows, err := q.Query(ctx, claimSQL, append(tok, DefaultBatchSize)...)
+					if err != nil {
+						return 0, err
+					}
+					var ids [][16]byte
+					var offs []int64
+					for rows.Next() {
+						ids = append(ids, [16]byte(rows.RawValues()[0]))
+						offs = append(offs, int64(len(offs)))
+					}
+					if err := rows.Err(); err != nil {
+						return 0, err
+					}
+					tag, err := q.Exec(ctx, markSQL, append(tok, ids, offs)...)
+					return tag.RowsAffected(), err
+				}
+				var got int64
+				var err error
+				if inTx {
+					err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { got, err = step(tx); return err })
+				} else {
+					got, err = step(db.Pool)
+				}
+				require.NoError(b, err)
+				if got == 0 {
+					return // the rest is locked by the other workers
+				}
+				done.Add(got)
+			}
+		})
+	}
+	wg.Wait()
+	return float64(n) / time.Since(start).Seconds()
+}
+
 // BenchmarkDrain drains pre-enqueued rows (1 KiB payload, default policy) with the relay and,
-// in the same run, with the simplest SKIP LOCKED claim+mark loop (raw-skip-locked, the limit)
-// and with the relay's own claim and mark statements (claim-mark), both of the same batch size
-// and without Kafka.
+// in the same run, with raw loops (the limits, no ordering, no Kafka): raw-skip-locked is the
+// simplest SKIP LOCKED claim + mark (two writes per row) in one loop, -x2 in two concurrent
+// loops (the relay pipelines too); raw-locked-tx-x2 is the single-write loop in two. claim-mark
+// is the relay's own claim and mark statements in one loop, without Kafka. All use the
+// relay's batch size.
 func BenchmarkDrain(b *testing.B) {
 	n, keys := benchSizes()
-	b.Run("raw-skip-locked", func(b *testing.B) {
-		for range b.N {
-			b.StopTimer()
-			db, _ := filledOutbox(b, n, keys)
-			claimSQL, markSQL := fmt.Sprintf(rawClaim, db.Schema), fmt.Sprintf(rawMark, db.Schema)
-			ctx := context.Background()
-			b.StartTimer()
-			start := time.Now()
-			done := 0
-			for done < n {
-				tok := envelope.NewUUIDv7()
-				rows, err := db.Pool.Query(ctx, claimSQL, [16]byte(tok), DefaultBatchSize)
-				require.NoError(b, err)
-				var ids [][16]byte
-				var offs []int64
-				for rows.Next() {
-					raw := rows.RawValues()
-					ids = append(ids, [16]byte(raw[0]))
-					offs = append(offs, int64(len(offs)))
-				}
-				require.NoError(b, rows.Err())
-				tag, err := db.Pool.Exec(ctx, markSQL, [16]byte(tok), ids, offs)
-				require.NoError(b, err)
-				done += int(tag.RowsAffected())
+	raw := func(name string, workers int, claim, mark string, inTx bool) {
+		b.Run(name, func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				db, _ := filledOutbox(b, n, keys)
+				b.StartTimer()
+				b.ReportMetric(rawDrain(b, db, n, workers, claim, mark, inTx), "msgs/s")
 			}
-			b.ReportMetric(float64(n)/time.Since(start).Seconds(), "msgs/s")
-		}
-	})
+		})
+	}
+	raw("raw-skip-locked", 1, rawClaim, rawMark, false)
+	raw("raw-skip-locked-x2", 2, rawClaim, rawMark, false)
+	raw("raw-locked-tx-x2", 2, rawLockClaim, rawLockMark, true)
 	b.Run("claim-mark", func(b *testing.B) {
 		for range b.N {
 			b.StopTimer()
