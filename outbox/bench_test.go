@@ -521,3 +521,72 @@ FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[]) AS u(id, mid, k, p)
 		b.ReportMetric(float64(b.N*perTx)/b.Elapsed().Seconds(), "events/s")
 	})
 }
+
+// BenchmarkEnqueueConcurrent commits small transactions (one 200-byte event each, a key per
+// producer) from 16 producers at once, with EnqueueTx's NOTIFY (the default), without it
+// (StoreOptions.DisableNotify, relays poll), and without it but with one Store.Notify per
+// commit, next to a raw INSERT + COMMIT of the same row (the limit).
+func BenchmarkEnqueueConcurrent(b *testing.B) {
+	const producers = 16
+	payload := bytes.Repeat([]byte("x"), 200)
+	type commitFunc func(ctx context.Context, p, i int) error
+	run := func(b *testing.B, setup func(db *testdb.DB) commitFunc) {
+		commit := setup(testdb.New(b))
+		ctx := context.Background()
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		b.ResetTimer()
+		for p := range producers {
+			wg.Go(func() {
+				for {
+					i := int(next.Add(1))
+					if i > b.N {
+						return
+					}
+					require.NoError(b, commit(ctx, p, i))
+				}
+			})
+		}
+		wg.Wait()
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commits/s")
+	}
+	for _, c := range []struct {
+		name        string
+		opts        StoreOptions
+		notifyAfter bool
+	}{{"notify-in-tx", StoreOptions{}, false}, {"no-notify", StoreOptions{DisableNotify: true}, false},
+		{"notify-after-commit", StoreOptions{DisableNotify: true}, true}} {
+		b.Run(c.name, func(b *testing.B) {
+			run(b, func(db *testdb.DB) commitFunc {
+				st, err := NewStore(db.Schema, c.opts)
+				require.NoError(b, err)
+				return func(ctx context.Context, p, i int) error {
+					k := "k" + strconv.Itoa(p)
+					e := envelope.Event{MessageID: "m" + strconv.Itoa(i), Source: "ordering", Destination: "orders",
+						Key: &k, EventType: "E", ContentType: envelope.ContentTypeJSON, Payload: payload, OccurredAt: time.Now().UTC()}
+					if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+						_, err := st.EnqueueTx(ctx, tx, e)
+						return err
+					}); err != nil {
+						return err
+					}
+					if c.notifyAfter {
+						return st.Notify(ctx, db.Pool)
+					}
+					return nil
+				}
+			})
+		})
+	}
+	b.Run("raw-insert", func(b *testing.B) {
+		run(b, func(db *testdb.DB) commitFunc {
+			q := fmt.Sprintf(`INSERT INTO %s.keiro_outbox (outbox_id, message_id, source, destination,
+    message_key, event_type, schema_version, content_type, payload_bytes, occurred_at)
+VALUES ($1, $2, 'ordering', 'orders', $3, 'E', 1, 'application/json', $4, now())`, db.Schema)
+			return func(ctx context.Context, p, i int) error {
+				_, err := db.Pool.Exec(ctx, q, [16]byte(envelope.NewUUIDv7()), "m"+strconv.Itoa(i), "k"+strconv.Itoa(p), payload)
+				return err
+			}
+		})
+	})
+}

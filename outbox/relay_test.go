@@ -225,3 +225,25 @@ func TestRelayNeverWaitsForThePollWhileWorkRemains(t *testing.T) {
 		})
 	}
 }
+
+// TestRelayWokenByStoreNotify: rows of a producer built with DisableNotify reach a relay that
+// polls once an hour when the producer calls Store.Notify after its commit.
+func TestRelayWokenByStoreNotify(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	kc := testkafka.New(t)
+	kc.CreateTopic(t, "orders", 1)
+	st, err := outbox.NewStore(db.Schema, outbox.StoreOptions{DisableNotify: true})
+	require.NoError(t, err)
+	p := newProgress()
+	startRelay(t, db, kc, outbox.RelayConfig{PollInterval: time.Hour, OnBatch: p.onBatch, Logger: testLogger(t)})
+	for i, batch := range [][]envelope.Event{keyedEvents("orders", 10, 2)[:5], keyedEvents("orders", 10, 2)[5:]} {
+		enqueue(t, db.Pool, st, batch...)
+		require.NoError(t, st.Notify(context.Background(), db.Pool))
+		p.wait(t, 5*(i+1), 20*time.Second)
+	}
+	recs := kc.ConsumeAll(t, 10, 10*time.Second, "orders")
+	distinct, dups := checkOrder(t, recs)
+	require.Equal(t, 10, distinct)
+	require.Zero(t, dups)
+}

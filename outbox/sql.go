@@ -14,7 +14,8 @@ import (
 // advisory lock per distinct keyed (source, key), in hash order, before any row gets its seq:
 // the INSERT reads the one-row locks CTE, so the locks are held before nextval runs. Same-key
 // enqueuing transactions therefore serialise and seq order equals commit order per key. With
-// $23 = false (StoreOptions.DisableKeyLocks) no lock is taken.
+// $23 = false (StoreOptions.DisableKeyLocks) no lock is taken; with $24 = false
+// (StoreOptions.DisableNotify) no NOTIFY is sent.
 const sqlEnqueue = `
 WITH input AS (
     SELECT * FROM unnest(
@@ -49,7 +50,7 @@ WITH input AS (
     ON CONFLICT (source, message_id) DO NOTHING
     RETURNING outbox_id
 ), notified AS (
-    SELECT pg_notify('{{schema}}.keiro_outbox', '') FROM (SELECT 1 FROM ins LIMIT 1) x
+    SELECT pg_notify('{{schema}}.keiro_outbox', '') FROM (SELECT 1 FROM ins WHERE $24::boolean LIMIT 1) x
 )
 SELECT outbox_id, (SELECT count(*) FROM notified) FROM ins`
 

@@ -91,6 +91,13 @@ type StoreOptions struct {
 	// key concurrently may commit in the opposite order of their seq, and the relay would then
 	// publish them out of commit order. Defaults to false (locks taken).
 	DisableKeyLocks bool
+	// DisableNotify stops EnqueueTx from sending a NOTIFY in the caller's transaction. A NOTIFY
+	// takes a database-wide lock from the commit until its WAL flush completes, so committing
+	// transactions that notified queue up behind each other: at high commit concurrency the
+	// producers' commit rate drops (BENCHMARKS.md "Enqueue"). Without it relays find new rows
+	// by polling (RelayConfig.PollInterval), or the producer wakes them after commit with
+	// [Store.Notify], outside any transaction. Defaults to false (notify on commit).
+	DisableNotify bool
 	// MeterProvider provides the "keiro" meter for keiro.outbox.enqueued. Defaults to
 	// otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
@@ -131,6 +138,18 @@ func (s *Store) Schema() string { return s.schema }
 
 // NotifyChannel returns the LISTEN/NOTIFY channel EnqueueTx notifies: "<schema>.keiro_outbox".
 func (s *Store) NotifyChannel() string { return s.schema + ".keiro_outbox" }
+
+// Notify wakes the relays listening on the Store's channel, on q outside any transaction (a
+// pool or connection), for producers built with StoreOptions.DisableNotify: call it after the
+// enqueuing transaction committed. Notifications sent at once are coalesced by PostgreSQL per
+// listening session, and a relay claims everything due when woken, so one call after a burst
+// of commits is enough.
+func (s *Store) Notify(ctx context.Context, q Querier) error {
+	if _, err := q.Exec(ctx, "SELECT pg_notify($1, '')", s.NotifyChannel()); err != nil {
+		return fmt.Errorf("notify outbox relays: %w", err)
+	}
+	return nil
+}
 
 var defaultStore, _ = NewStore(DefaultSchema)
 
@@ -177,7 +196,7 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, events ...envelope.Eve
 		}
 		a.add(envelope.NewUUIDv7(), e, tc)
 	}
-	rows, err := tx.Query(ctx, s.q.enqueue, a.args(!s.opts.DisableKeyLocks)...)
+	rows, err := tx.Query(ctx, s.q.enqueue, a.args(!s.opts.DisableKeyLocks, !s.opts.DisableNotify)...)
 	if err != nil {
 		return nil, fmt.Errorf("enqueue outbox events: %w", err)
 	}
@@ -356,11 +375,11 @@ func (a *enqueueArgs) add(id envelope.UUID, e *envelope.Event, tc *envelope.Trac
 	a.occurredAt = append(a.occurredAt, e.OccurredAt)
 }
 
-func (a *enqueueArgs) args(lockKeys bool) []any {
+func (a *enqueueArgs) args(lockKeys, notify bool) []any {
 	return []any{a.ids, a.messageID, a.source, a.destination, a.key, a.eventType, a.schemaVersion,
 		a.contentType, a.registry, a.subject, a.versionRef, a.schemaID, a.fingerprint,
 		a.sourceEventID, a.sourceGlobalPosition, a.causationID, a.correlationID,
-		a.traceparent, a.tracestate, a.payload, a.attributes, a.occurredAt, lockKeys}
+		a.traceparent, a.tracestate, a.payload, a.attributes, a.occurredAt, lockKeys, notify}
 }
 
 // storedEvent is an outbox row's event columns.

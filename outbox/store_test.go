@@ -203,6 +203,42 @@ func TestEnqueueNotifiesOnCommitOnly(t *testing.T) {
 	require.Equal(t, []string{"", "marker"}, got)
 }
 
+// TestEnqueueWithoutNotify: with DisableNotify a committed enqueue sends nothing; Store.Notify,
+// called after the commit, wakes the listeners once, and reports a failure.
+func TestEnqueueWithoutNotify(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	st, err := outbox.NewStore(db.Schema, outbox.StoreOptions{DisableNotify: true})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	listener, err := pgx.Connect(ctx, db.ConnString)
+	require.NoError(t, err)
+	defer listener.Close(context.Background())
+	_, err = listener.Exec(ctx, `LISTEN "`+st.NotifyChannel()+`"`)
+	require.NoError(t, err)
+
+	enqueue(t, db.Pool, st, event("quiet", "t1", nil, "{}"))
+	require.NoError(t, st.Notify(ctx, db.Pool))
+	_, err = db.Pool.Exec(ctx, `SELECT pg_notify($1, 'marker')`, st.NotifyChannel())
+	require.NoError(t, err)
+	var got []string
+	for {
+		n, err := listener.WaitForNotification(ctx)
+		require.NoError(t, err)
+		got = append(got, n.Payload)
+		if n.Payload == "marker" {
+			break
+		}
+	}
+	require.Equal(t, []string{"", "marker"}, got, "only Store.Notify's notification, none from the enqueue")
+
+	closed, err := pgx.Connect(ctx, db.ConnString)
+	require.NoError(t, err)
+	require.NoError(t, closed.Close(ctx))
+	require.ErrorContains(t, st.Notify(ctx, closed), "notify outbox relays")
+}
+
 // TestEnqueueConcurrentSameKeyCommitOrder: transaction A enqueues key k and stays open; B
 // enqueues k concurrently. With key locks B waits for A (seen in pg_stat_activity), so B's row
 // commits after A's and has the larger seq. With DisableKeyLocks B does not wait and can commit
