@@ -162,6 +162,31 @@ func TestEnqueueCapturesTraceContext(t *testing.T) {
 	require.Equal(t, "00-11111111111111111111111111111111-2222222222222222-01|a=b", got["own"])
 }
 
+// listen LISTENs on st's channel and returns a function that reads the payloads of every
+// notification received so far: it sends a marker notification and reads up to it, which
+// bounds the wait without a sleep.
+func listen(t *testing.T, ctx context.Context, db *testdb.DB, st *outbox.Store) func() []string {
+	t.Helper()
+	listener, err := pgx.Connect(ctx, db.ConnString)
+	require.NoError(t, err)
+	t.Cleanup(func() { listener.Close(context.Background()) })
+	_, err = listener.Exec(ctx, `LISTEN "`+st.NotifyChannel()+`"`)
+	require.NoError(t, err)
+	return func() []string {
+		_, err := db.Pool.Exec(ctx, `SELECT pg_notify($1, 'marker')`, st.NotifyChannel())
+		require.NoError(t, err)
+		var got []string
+		for {
+			n, err := listener.WaitForNotification(ctx)
+			require.NoError(t, err)
+			if n.Payload == "marker" {
+				return got
+			}
+			got = append(got, n.Payload)
+		}
+	}
+}
+
 func TestEnqueueNotifiesOnCommitOnly(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -169,11 +194,7 @@ func TestEnqueueNotifiesOnCommitOnly(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	listener, err := pgx.Connect(ctx, db.ConnString)
-	require.NoError(t, err)
-	defer listener.Close(context.Background())
-	_, err = listener.Exec(ctx, `LISTEN "`+st.NotifyChannel()+`"`)
-	require.NoError(t, err)
+	notifications := listen(t, ctx, db, st)
 
 	// Rolled back: no notification. Then committed: one notification (deduplicated per tx).
 	tx, err := db.Pool.Begin(ctx)
@@ -188,19 +209,7 @@ func TestEnqueueNotifiesOnCommitOnly(t *testing.T) {
 	_, err = st.EnqueueTx(ctx, tx, event("c2", "t1", nil, "{}"))
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
-	// A marker notification sent after the commit bounds the wait without a sleep.
-	_, err = db.Pool.Exec(ctx, `SELECT pg_notify($1, 'marker')`, st.NotifyChannel())
-	require.NoError(t, err)
-	var got []string
-	for {
-		n, err := listener.WaitForNotification(ctx)
-		require.NoError(t, err)
-		got = append(got, n.Payload)
-		if n.Payload == "marker" {
-			break
-		}
-	}
-	require.Equal(t, []string{"", "marker"}, got)
+	require.Equal(t, []string{""}, notifications())
 }
 
 // TestEnqueueWithoutNotify: with DisableNotify a committed enqueue sends nothing; Store.Notify,
@@ -212,26 +221,11 @@ func TestEnqueueWithoutNotify(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	listener, err := pgx.Connect(ctx, db.ConnString)
-	require.NoError(t, err)
-	defer listener.Close(context.Background())
-	_, err = listener.Exec(ctx, `LISTEN "`+st.NotifyChannel()+`"`)
-	require.NoError(t, err)
+	notifications := listen(t, ctx, db, st)
 
 	enqueue(t, db.Pool, st, event("quiet", "t1", nil, "{}"))
 	require.NoError(t, st.Notify(ctx, db.Pool))
-	_, err = db.Pool.Exec(ctx, `SELECT pg_notify($1, 'marker')`, st.NotifyChannel())
-	require.NoError(t, err)
-	var got []string
-	for {
-		n, err := listener.WaitForNotification(ctx)
-		require.NoError(t, err)
-		got = append(got, n.Payload)
-		if n.Payload == "marker" {
-			break
-		}
-	}
-	require.Equal(t, []string{"", "marker"}, got, "only Store.Notify's notification, none from the enqueue")
+	require.Equal(t, []string{""}, notifications(), "only Store.Notify's notification, none from the enqueue")
 
 	closed, err := pgx.Connect(ctx, db.ConnString)
 	require.NoError(t, err)
