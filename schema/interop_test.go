@@ -1,6 +1,7 @@
 package schema_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -115,12 +116,19 @@ func TestInteropPythonAvro(t *testing.T) {
 		if !reflect.DeepEqual(normalise(got), normalise(want)) {
 			t.Fatalf("go decoded\n%#v\nwant\n%#v", normalise(got), normalise(want))
 		}
-		// And our bytes for the same value are Python's bytes.
+		// And our bytes for the same value are Python's bytes, but for the order of the map's
+		// entries: Avro leaves it open and a Go map has none, so compare with the entries of
+		// "tags" in either order.
 		ev := envelope.Event{Destination: "orders.v1"}
 		if err := ser.Encode(ctx, &ev, want); err != nil {
 			t.Fatal(err)
 		}
-		if !reflect.DeepEqual(ev.Payload, payload) {
+		lang, empty := []byte("\x08lang\x0cpython"), []byte("\x0aempty\x00")
+		swapped := bytes.Replace(payload, append(append([]byte{}, lang...), empty...), append(append([]byte{}, empty...), lang...), 1)
+		if bytes.Equal(swapped, payload) {
+			t.Fatalf("python's bytes hold no \"lang\", \"empty\" map entries:\n% x", payload)
+		}
+		if !bytes.Equal(ev.Payload, payload) && !bytes.Equal(ev.Payload, swapped) {
 			t.Fatalf("go encodes\n% x\npython wrote\n% x", ev.Payload, payload)
 		}
 	})
