@@ -525,7 +525,8 @@ FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[]) AS u(id, mid, k, p)
 // BenchmarkEnqueueConcurrent commits small transactions (one 200-byte event each, a key per
 // producer) from 16 producers at once, with EnqueueTx's NOTIFY (the default), without it
 // (StoreOptions.DisableNotify, relays poll), and without it but with one Store.Notify per
-// commit, next to a raw INSERT + COMMIT of the same row (the limit).
+// commit, next to a raw BEGIN, INSERT of the same row, COMMIT (the limit: a producer's
+// transaction has the same round trips).
 func BenchmarkEnqueueConcurrent(b *testing.B) {
 	const producers = 16
 	payload := bytes.Repeat([]byte("x"), 200)
@@ -555,7 +556,8 @@ func BenchmarkEnqueueConcurrent(b *testing.B) {
 		opts        StoreOptions
 		notifyAfter bool
 	}{{"notify-in-tx", StoreOptions{}, false}, {"no-notify", StoreOptions{DisableNotify: true}, false},
-		{"notify-after-commit", StoreOptions{DisableNotify: true}, true}} {
+		{"notify-after-commit", StoreOptions{DisableNotify: true}, true},
+		{"no-notify-no-key-locks", StoreOptions{DisableNotify: true, DisableKeyLocks: true}, false}} {
 		b.Run(c.name, func(b *testing.B) {
 			run(b, func(db *testdb.DB) commitFunc {
 				st, err := NewStore(db.Schema, c.opts)
@@ -584,8 +586,10 @@ func BenchmarkEnqueueConcurrent(b *testing.B) {
     message_key, event_type, schema_version, content_type, payload_bytes, occurred_at)
 VALUES ($1, $2, 'ordering', 'orders', $3, 'E', 1, 'application/json', $4, now())`, db.Schema)
 			return func(ctx context.Context, p, i int) error {
-				_, err := db.Pool.Exec(ctx, q, [16]byte(envelope.NewUUIDv7()), "m"+strconv.Itoa(i), "k"+strconv.Itoa(p), payload)
-				return err
+				return pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+					_, err := tx.Exec(ctx, q, [16]byte(envelope.NewUUIDv7()), "m"+strconv.Itoa(i), "k"+strconv.Itoa(p), payload)
+					return err
+				})
 			}
 		})
 	})
