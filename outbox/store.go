@@ -94,9 +94,10 @@ type StoreOptions struct {
 	// DisableNotify stops EnqueueTx from sending a NOTIFY in the caller's transaction. A NOTIFY
 	// takes a database-wide lock from the commit until its WAL flush completes, so committing
 	// transactions that notified queue up behind each other: at high commit concurrency the
-	// producers' commit rate drops (halved at 16 producers, BENCHMARKS.md "Enqueue"). Without it relays find new rows
-	// by polling (RelayConfig.PollInterval), or the producer wakes them after commit with
-	// [Store.Notify], outside any transaction. Defaults to false (notify on commit).
+	// producers' commit rate drops (halved at 16 producers, BENCHMARKS.md "Enqueue"). Without
+	// it relays find new rows by polling (RelayConfig.PollInterval), or the producer wakes
+	// them after commit with [Store.Notify], outside any transaction. Defaults to false
+	// (notify on commit).
 	DisableNotify bool
 	// MeterProvider provides the "keiro" meter for keiro.outbox.enqueued. Defaults to
 	// otel.GetMeterProvider().
