@@ -259,7 +259,7 @@ func BenchmarkDrain(b *testing.B) {
 			start := time.Now()
 			done := 0
 			for done < n {
-				tok, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, DefaultBatchSize, DefaultLease, DefaultMaxAttempts, nil)
+				tok, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, DefaultBatchSize, DefaultLease, DefaultMaxAttempts, nil, 0)
 				require.NoError(b, err)
 				marks := make([]mark, len(rows))
 				for i, r := range rows {
@@ -432,7 +432,7 @@ FROM generate_series(1, %d) g`, sent))
 			require.NoError(b, err)
 			var plan strings.Builder
 			rows, err := db.Pool.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF) "+st.q.claim[PerKeyHeadOfLine],
-				[16]byte(envelope.NewUUIDv7()), 10, int64(60e6), 512, nil)
+				[16]byte(envelope.NewUUIDv7()), 10, int64(60e6), 512, nil, nil)
 			require.NoError(b, err)
 			for rows.Next() {
 				var l string
@@ -450,7 +450,7 @@ FROM generate_series(1, %d) g`, sent))
 			var total time.Duration
 			for range b.N {
 				start := time.Now()
-				tok, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 512, time.Minute, 1<<30, nil)
+				tok, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 512, time.Minute, 1<<30, nil, 0)
 				total += time.Since(start)
 				require.NoError(b, err)
 				require.NotEmpty(b, rows)

@@ -76,24 +76,28 @@ type claimedRow struct {
 }
 
 // claim claims up to limit rows under policy, with a fresh claim token and a lease. Rows come
-// back in seq order.
+// back in seq order. A positive scanBudget restricts the claim to the first scanBudget open
+// rows in seq order (the rest of the backlog is left to an unbounded claim).
 //
 // The claim runs in its own short transaction with bitmap and sequential scans disabled, sent
 // as one pipelined batch (one round trip): without statistics (a freshly loaded table) the
 // planner would otherwise sort every claimable row instead of walking the claim index in seq
 // order and stopping at the limit. q must not be inside a transaction.
 func (s *Store) claim(ctx context.Context, q batchSender, policy Policy, limit int, lease time.Duration,
-	maxAttempts int, destinations []string) (token envelope.UUID, out []claimedRow, err error) {
+	maxAttempts int, destinations []string, scanBudget int) (token envelope.UUID, out []claimedRow, err error) {
 	token = envelope.NewUUIDv7()
-	var dest any
+	var dest, budget any
 	if len(destinations) > 0 {
 		dest = destinations
+	}
+	if scanBudget > 0 {
+		budget = int64(scanBudget)
 	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue("SET LOCAL enable_bitmapscan = off")
 	b.Queue("SET LOCAL enable_seqscan = off")
-	b.Queue(s.q.claim[policy], [16]byte(token), maxAttempts, lease.Microseconds(), limit, dest)
+	b.Queue(s.q.claim[policy], [16]byte(token), maxAttempts, lease.Microseconds(), limit, dest, budget)
 	b.Queue("COMMIT")
 	br := q.SendBatch(ctx, b)
 	defer func() {

@@ -57,14 +57,14 @@ func TestClaimPerKeyRunsAndNullKeys(t *testing.T) {
 	t.Parallel()
 	db, st := setup(t, ev("a1", k("A")), ev("n1", nil), ev("a2", k("A")), ev("b1", k("B")), ev("n2", nil), ev("a3", k("A")))
 	ctx := context.Background()
-	_, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil)
+	_, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a1", "n1", "a2", "b1", "n2", "a3"}, ids(rows))
 	for _, r := range rows {
 		require.Equal(t, 1, r.attempt)
 	}
 	// All publishing: nothing more to claim (no tail while the head is publishing).
-	_, rows, err = st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil)
+	_, rows, err = st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
 	require.NoError(t, err)
 	require.Empty(t, rows)
 }
@@ -73,13 +73,13 @@ func TestClaimBackoffHeadDoesNotStarveOtherKeys(t *testing.T) {
 	t.Parallel()
 	db, st := setup(t, ev("a1", k("A")), ev("a2", k("A")), ev("b1", k("B")), ev("b2", k("B")))
 	ctx := context.Background()
-	tok, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 1, time.Minute, 10, nil)
+	tok, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 1, time.Minute, 10, nil, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a1"}, ids(rows))
 	tr, err := st.markBatch(ctx, db.Pool, tok, []mark{{id: rows[0].id, outcome: outcomeFailed, err: "boom", delay: time.Hour}}, 10)
 	require.NoError(t, err)
 	require.Equal(t, 1, tr.failed)
-	_, rows, err = st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil)
+	_, rows, err = st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"b1", "b2"}, ids(rows))
 	s, _ := status(t, db, "a2")
@@ -103,12 +103,12 @@ func TestClaimPolicies(t *testing.T) {
 			t.Parallel()
 			db, st := setup(t, ev("a1", k("A")), ev("a2", k("A")), ev("b1", k("B")), ev("n1", nil), ev("b2", k("B")))
 			ctx := context.Background()
-			tok, rows, err := st.claim(ctx, db.Pool, tc.policy, 1, time.Minute, 10, nil)
+			tok, rows, err := st.claim(ctx, db.Pool, tc.policy, 1, time.Minute, 10, nil, 0)
 			require.NoError(t, err)
 			require.Equal(t, []string{"a1"}, ids(rows))
 			_, err = st.markBatch(ctx, db.Pool, tok, []mark{{id: rows[0].id, outcome: outcomeFailed, err: "x", delay: time.Hour}}, 10)
 			require.NoError(t, err)
-			_, rows, err = st.claim(ctx, db.Pool, tc.policy, 10, time.Minute, 10, nil)
+			_, rows, err = st.claim(ctx, db.Pool, tc.policy, 10, time.Minute, 10, nil, 0)
 			require.NoError(t, err)
 			require.Equal(t, tc.want, nilIfEmpty(ids(rows)))
 		})
@@ -133,7 +133,7 @@ func TestClaimTailNeverJumpsLockedHead(t *testing.T) {
 	_, err = tx.Exec(ctx, "SELECT 1 FROM keiro_outbox WHERE message_id = 'a1' FOR UPDATE")
 	require.NoError(t, err)
 	for _, p := range []Policy{PerKeyHeadOfLine, PerSourceStream} {
-		_, rows, err := st.claim(ctx, db.Pool, p, 10, time.Minute, 10, nil)
+		_, rows, err := st.claim(ctx, db.Pool, p, 10, time.Minute, 10, nil, 0)
 		require.NoError(t, err)
 		if p == PerKeyHeadOfLine {
 			require.Equal(t, []string{"b1"}, ids(rows), p.String())
@@ -147,7 +147,7 @@ func TestMarkFencingAndTransitions(t *testing.T) {
 	t.Parallel()
 	db, st := setup(t, ev("s", k("S")), ev("f", k("F")), ev("f2", k("F")), ev("r", k("R")), ev("d", k("D")))
 	ctx := context.Background()
-	tok, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil)
+	tok, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
 	require.NoError(t, err)
 	require.Len(t, rows, 5)
 	byID := map[string]envelope.UUID{}
@@ -199,16 +199,16 @@ func TestExpiredLeaseIsReclaimedAndFenced(t *testing.T) {
 	t.Parallel()
 	db, st := setup(t, ev("a1", k("A")), ev("a2", k("A")))
 	ctx := context.Background()
-	tok1, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 1, time.Minute, 3, nil)
+	tok1, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 1, time.Minute, 3, nil, 0)
 	require.NoError(t, err)
 	require.Len(t, rows, 1)
 	// A live lease: nothing claimable (a2 blocked by the publishing head).
-	_, rows, err = st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 3, nil)
+	_, rows, err = st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 3, nil, 0)
 	require.NoError(t, err)
 	require.Empty(t, rows)
 	_, err = db.Pool.Exec(ctx, "UPDATE keiro_outbox SET lease_until = now() - interval '1 second' WHERE message_id = 'a1'")
 	require.NoError(t, err)
-	tok2, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 3, nil)
+	tok2, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 3, nil, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a1", "a2"}, ids(rows))
 	require.True(t, rows[0].reclaimed)
@@ -227,12 +227,12 @@ func TestLeaseExpiredAfterFinalAttemptGoesDead(t *testing.T) {
 	t.Parallel()
 	db, st := setup(t, ev("a1", k("A")), ev("a2", k("A")))
 	ctx := context.Background()
-	_, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 1, time.Minute, 1, nil)
+	_, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 1, time.Minute, 1, nil, 0)
 	require.NoError(t, err)
 	require.Len(t, rows, 1)
 	_, err = db.Pool.Exec(ctx, "UPDATE keiro_outbox SET lease_until = now() - interval '1 second' WHERE message_id = 'a1'")
 	require.NoError(t, err)
-	_, rows, err = st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 1, nil)
+	_, rows, err = st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 1, nil, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a1", "a2"}, ids(rows))
 	require.True(t, rows[0].dead)
@@ -248,9 +248,31 @@ func TestClaimDestinationsFilter(t *testing.T) {
 	e2 := ev("x", nil)
 	e2.Destination = "t2"
 	db, st := setup(t, ev("a", nil), e2)
-	_, rows, err := st.claim(context.Background(), db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, []string{"t2"})
+	_, rows, err := st.claim(context.Background(), db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, []string{"t2"}, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"x"}, ids(rows))
+}
+
+// TestClaimScanBudget: a claim with a scan budget considers only the first open rows in seq
+// order (in flight or not); with fewer open rows than the budget, all of them.
+func TestClaimScanBudget(t *testing.T) {
+	t.Parallel()
+	db, st := setup(t, ev("a1", k("A")), ev("a2", k("A")), ev("a3", k("A")), ev("a4", k("A")), ev("a5", k("A")),
+		ev("b1", k("B")), ev("c1", k("C")))
+	ctx := context.Background()
+	claim := func(budget int) []string {
+		t.Helper()
+		_, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, budget)
+		require.NoError(t, err)
+		return ids(rows)
+	}
+	_, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 1, time.Minute, 10, nil, 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a1"}, ids(rows)) // key A in flight
+	require.Empty(t, claim(5), "the first five open rows are key A's")
+	require.Equal(t, []string{"b1"}, claim(6))
+	require.Empty(t, claim(6), "b1 is in flight now")
+	require.Equal(t, []string{"c1"}, claim(100), "fewer open rows than the budget: all of them")
 }
 
 // TestClaimExplainUsesIndex checks the claim plan with many retained sent rows: it must reach
@@ -273,17 +295,19 @@ FROM generate_series(1, 100000) g`, db.Schema))
 	_, err = db.Pool.Exec(ctx, "ANALYZE "+db.Schema+".keiro_outbox")
 	require.NoError(t, err)
 	for p, q := range st.q.claim {
-		rows, err := db.Pool.Query(ctx, "EXPLAIN "+q, [16]byte(envelope.NewUUIDv7()), 10, int64(60e6), 512, nil)
-		require.NoError(t, err)
-		var plan string
-		for rows.Next() {
-			var line string
-			require.NoError(t, rows.Scan(&line))
-			plan += line + "\n"
+		for _, budget := range []any{nil, int64(2048)} {
+			rows, err := db.Pool.Query(ctx, "EXPLAIN "+q, [16]byte(envelope.NewUUIDv7()), 10, int64(60e6), 512, nil, budget)
+			require.NoError(t, err)
+			var plan string
+			for rows.Next() {
+				var line string
+				require.NoError(t, rows.Scan(&line))
+				plan += line + "\n"
+			}
+			require.NoError(t, rows.Err())
+			require.NotContains(t, plan, "Seq Scan on keiro_outbox", "policy %s, budget %v, plan:\n%s", p, budget, plan)
+			require.Contains(t, plan, "keiro_outbox_claim_idx", "policy %s, budget %v, plan:\n%s", p, budget, plan)
 		}
-		require.NoError(t, rows.Err())
-		require.NotContains(t, plan, "Seq Scan on keiro_outbox", "policy %s plan:\n%s", p, plan)
-		require.Contains(t, plan, "keiro_outbox_claim_idx", "policy %s plan:\n%s", p, plan)
 	}
 }
 
@@ -298,7 +322,7 @@ func TestMarkOutcomeCountsOrderBroken(t *testing.T) {
 	r, err := NewRelay(db.Pool, kc.Client(t, ProducerOpts()...), RelayConfig{Schema: db.Schema, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	ctx := context.Background()
-	token, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil)
+	token, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a1", "b1", "a2", "c1", "c2", "n1", "n2"}, ids(rows))
 	fail := produceResult{done: true, err: kerr.UnknownServerError}

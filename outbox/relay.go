@@ -43,6 +43,13 @@ type Relay struct {
 	// with other records: they are produced alone next time, to learn whether they are the
 	// poison or a bystander.
 	suspects sync.Map // envelope.UUID → struct{}
+	// topics are the destinations this relay's client has published to. The first record
+	// for any other topic is produced alone: franz-go holds records for a topic it has no
+	// metadata for aside and hands them to their partitions one by one once the metadata
+	// arrives; during a flush the first ones can go out (and fail) in one request while the
+	// rest are still being handed over and go out in the next, so a failure could be followed
+	// by a success of later records of the same key.
+	topics sync.Map // topic name → struct{}
 	// ackHook, if set (benchmarks), is called with each acknowledged row's message id.
 	ackHook      func(messageID string)
 	outageStreak atomic.Int64
@@ -302,6 +309,7 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	var dbBackoff int
+	var lastUnbounded time.Time
 	for {
 		// An extra claimer works only while the outbox is backlogged (the last claim was full):
 		// in a steady trickle one claimer answers every notification and two would only race
@@ -328,7 +336,17 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 		}
 		t0 := time.Now()
 		signalsBefore := r.signals.Load()
-		token, rows, err := r.store.claim(hard, r.pool, r.cfg.Policy, r.cfg.BatchSize, r.cfg.Lease, r.cfg.MaxAttempts, r.cfg.Destinations)
+		// A claim looks only as far as a full batch behind every other batch in flight: when
+		// the keys near the front are all in flight (a backlog over few keys), an unbounded
+		// claim walks the whole backlog to find nothing, and the first claimer did so after
+		// every full claim (a drain over 100 keys ran at 2.8k msgs/s). The first claimer still
+		// scans everything once per poll interval, so a row behind a blocked front (keys in
+		// backoff) waits at most that long.
+		budget := r.cfg.MaxInFlightBatches * r.cfg.BatchSize
+		if !extra && time.Since(lastUnbounded) >= r.cfg.PollInterval {
+			budget, lastUnbounded = 0, time.Now()
+		}
+		token, rows, err := r.store.claim(hard, r.pool, r.cfg.Policy, r.cfg.BatchSize, r.cfg.Lease, r.cfg.MaxAttempts, r.cfg.Destinations, budget)
 		r.log.Debug("claimed", "rows", len(rows), "took", time.Since(t0), "err", err)
 		if err != nil {
 			<-slots
@@ -407,42 +425,57 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// produce publishes the batches' rows: first every suspect row alone (each in its own flush),
-// then the rest in one flush. Rows whose group already failed in the first phase are left
-// without a result (they are skipped when marked).
+// produce publishes the batches' rows in order, in as few flushes as it can: a suspect row
+// and the first row for a topic the client has not published to yet (see Relay.topics) each
+// get a flush of their own, after the rows before them were flushed. A row whose group failed
+// in an earlier flush of this call is not produced (it is skipped or released when marked).
 func (r *Relay) produce(ctx context.Context, batches []*batch) {
-	var rest []rowRef
 	failed := map[string]bool{}
-	for _, b := range batches {
-		for i := range b.rows {
-			ref := rowRef{b, i}
-			if _, ok := r.suspects.Load(b.rows[i].id); ok && !b.rows[i].dead {
-				r.flush(ctx, []rowRef{ref})
-				b.mu.Lock()
-				res := b.results[i]
-				b.mu.Unlock()
-				if res.done && res.err != nil {
-					if class, _ := classify(res.err); class != classPermanent {
-						if g := groupKey(r.cfg.Policy, &b.rows[i].event); g != "" {
-							failed[g] = true
-						}
-					}
-				}
-				continue
-			}
-			rest = append(rest, ref)
-		}
-	}
-	if len(failed) > 0 {
-		kept := rest[:0]
-		for _, ref := range rest {
-			if !failed[groupKey(r.cfg.Policy, &ref.b.rows[ref.i].event)] {
+	send := func(refs []rowRef) {
+		kept := refs[:0]
+		for _, ref := range refs {
+			if g := groupKey(r.cfg.Policy, &ref.b.rows[ref.i].event); g == "" || !failed[g] {
 				kept = append(kept, ref)
 			}
 		}
-		rest = kept
+		if len(kept) == 0 {
+			return
+		}
+		r.flush(ctx, kept)
+		for _, ref := range kept {
+			row := &ref.b.rows[ref.i]
+			ref.b.mu.Lock()
+			res := ref.b.results[ref.i]
+			ref.b.mu.Unlock()
+			switch {
+			case !res.done || res.rejectMsg != "":
+			case res.err == nil:
+				r.topics.Store(row.event.Destination, struct{}{})
+			default:
+				if class, _ := classify(res.err); class != classPermanent {
+					if g := groupKey(r.cfg.Policy, &row.event); g != "" {
+						failed[g] = true
+					}
+				}
+			}
+		}
 	}
-	r.flush(ctx, rest)
+	var pending []rowRef
+	for _, b := range batches {
+		for i := range b.rows {
+			ref := rowRef{b, i}
+			_, suspect := r.suspects.Load(b.rows[i].id)
+			_, known := r.topics.Load(b.rows[i].event.Destination)
+			if (suspect || !known) && !b.rows[i].dead {
+				send(pending)
+				pending = pending[:0]
+				send([]rowRef{ref})
+				continue
+			}
+			pending = append(pending, ref)
+		}
+	}
+	send(pending)
 	for _, b := range batches {
 		b.mu.Lock()
 		b.closed = true

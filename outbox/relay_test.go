@@ -247,3 +247,36 @@ func TestRelayWokenByStoreNotify(t *testing.T) {
 	require.Equal(t, 10, distinct)
 	require.Zero(t, dups)
 }
+
+// TestRelayClaimsPastABlockedFront: claims look only a few batches deep into the backlog, so a
+// front blocked by a key in backoff (here 30 rows, ten times the bounded scan of 3 rows) must
+// not starve a key behind it: the relay scans the whole backlog once per poll interval.
+func TestRelayClaimsPastABlockedFront(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	kc := testkafka.New(t)
+	kc.CreateTopic(t, "orders", 1)
+	st, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	ctx := context.Background()
+	front := keyedEvents("orders", 30, 1) // key k0
+	enqueue(t, db.Pool, st, front...)
+	_, err = db.Pool.Exec(ctx, `UPDATE keiro_outbox SET status = 'failed', next_attempt_at = now() + interval '1 hour'
+        WHERE message_id = $1`, front[0].MessageID)
+	require.NoError(t, err)
+	p := newProgress()
+	startRelay(t, db, kc, outbox.RelayConfig{BatchSize: 3, MaxInFlightBatches: 1, PollInterval: 300 * time.Millisecond,
+		OnBatch: p.onBatch, Logger: testLogger(t)})
+	time.Sleep(400 * time.Millisecond) // the relay's first claims (of the whole backlog) found nothing
+	behind := keyedEvents("orders", 2, 1)
+	for i := range behind {
+		k := "behind"
+		behind[i].Key = &k
+		behind[i].MessageID = fmt.Sprintf("behind-%d", i)
+	}
+	enqueue(t, db.Pool, st, behind...)
+	p.wait(t, 2, 10*time.Second)
+	var pending int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM keiro_outbox WHERE status <> 'sent'").Scan(&pending))
+	require.Equal(t, 30, pending, "the blocked key stays blocked")
+}
