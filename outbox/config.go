@@ -88,8 +88,10 @@ type RelayConfig struct {
 	// (its relay died or stalled) is claimed again by any relay. It must comfortably exceed
 	// the produce time of a batch. Defaults to DefaultLease.
 	Lease time.Duration
-	// PollInterval is how often the relay claims when no notification arrives. Defaults to
-	// DefaultPollInterval.
+	// PollInterval is how often the relay claims when no notification arrives. It is also how
+	// often a claim scans the whole backlog: other claims look only MaxInFlightBatches ×
+	// BatchSize open rows deep, so a row behind a front of blocked keys (in backoff) waits up
+	// to one interval. Defaults to DefaultPollInterval.
 	PollInterval time.Duration
 	// PollOnly disables LISTEN/NOTIFY (needed behind PgBouncer in transaction mode): the relay
 	// then only polls. Defaults to false.

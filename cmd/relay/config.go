@@ -155,7 +155,7 @@ type runCmd struct {
 	BackoffMax          time.Duration `help:"Longest retry delay." default:"${backoff_max}"`
 	BackoffMultiplier   float64       `help:"Growth of the retry delay per attempt (at least 1)." default:"${backoff_multiplier}"`
 	Lease               time.Duration `help:"How long a claim is owned before another relay may reclaim the row." default:"${lease}"`
-	PollInterval        time.Duration `help:"Poll period; also the fallback when no NOTIFY arrives." default:"${poll_interval}"`
+	PollInterval        time.Duration `help:"Poll period; also the fallback when no NOTIFY arrives, and how often a claim scans the whole backlog." default:"${poll_interval}"`
 	PollOnly            bool          `help:"Do not LISTEN for NOTIFY (for PgBouncer in transaction mode); poll only."`
 	ShutdownTimeout     time.Duration `help:"On SIGTERM, how long in-flight rows may take to finish before they are released." default:"${shutdown_timeout}"`
 	Retention           time.Duration `help:"How long sent rows are kept before deletion; 0 keeps them forever." default:"${retention}"`
