@@ -9,9 +9,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/internal/testkafka"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -66,4 +69,16 @@ func outboxOpts() []kgo.Opt {
 		})))
 	}
 	return opts
+}
+
+// rig returns a fresh schema, a kfake cluster with topic "orders" of the given partitions, and
+// the schema's outbox Store: the start of every relay test.
+func rig(t testing.TB, partitions int32) (*testdb.DB, *testkafka.Cluster, *outbox.Store) {
+	t.Helper()
+	db := testdb.New(t)
+	kc := testkafka.New(t)
+	kc.CreateTopic(t, "orders", partitions)
+	st, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	return db, kc, st
 }

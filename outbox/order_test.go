@@ -15,7 +15,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -28,11 +27,7 @@ func TestOrderUnderProduceFailuresAllPolicies(t *testing.T) {
 	for _, policy := range []outbox.Policy{outbox.PerKeyHeadOfLine, outbox.PerSourceStream, outbox.StopTheLine, outbox.BestEffort} {
 		t.Run(policy.String(), func(t *testing.T) {
 			t.Parallel()
-			db := testdb.New(t)
-			kc := testkafka.New(t)
-			kc.CreateTopic(t, "orders", 3)
-			st, err := outbox.NewStore(db.Schema)
-			require.NoError(t, err)
+			db, kc, st := rig(t, 3)
 			n := 1200
 			if testing.Short() {
 				n = 300
@@ -88,11 +83,7 @@ func TestOrderUnderProduceFailuresAllPolicies(t *testing.T) {
 // attempts refunded.
 func TestStopTheLineHaltsAndNamesTheRow(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	kc := testkafka.New(t)
-	kc.CreateTopic(t, "orders", 1)
-	st, err := outbox.NewStore(db.Schema)
-	require.NoError(t, err)
+	db, kc, st := rig(t, 1)
 	res := enqueue(t, db.Pool, st, keyedEvents("orders", 10, 3)...)
 	f := injectFaults(kc)
 	f.set(func(f *faults) { f.every, f.code = 1, kerr.UnknownServerError.Code })
@@ -147,11 +138,7 @@ func TestOrderWhenTheFirstProduceToATopicFails(t *testing.T) {
 	for round := range 3 {
 		t.Run(fmt.Sprint(round), func(t *testing.T) {
 			t.Parallel()
-			db := testdb.New(t)
-			kc := testkafka.New(t)
-			kc.CreateTopic(t, "orders", 1)
-			st, err := outbox.NewStore(db.Schema)
-			require.NoError(t, err)
+			db, kc, st := rig(t, 1)
 			const n = 2000
 			enqueue(t, db.Pool, st, keyedEvents("orders", n, 5)...)
 			var requests atomic.Int64

@@ -24,11 +24,7 @@ import (
 // records of the crashed relay's in-flight batch.
 func TestRelayCrashRecoveryThroughLease(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	kc := testkafka.New(t)
-	kc.CreateTopic(t, "orders", 3)
-	st, err := outbox.NewStore(db.Schema)
-	require.NoError(t, err)
+	db, kc, st := rig(t, 3)
 	const n = 400
 	enqueue(t, db.Pool, st, keyedEvents("orders", n, 10)...)
 	ctx := context.Background()
@@ -106,11 +102,7 @@ RETURNING message_id, message_key, payload_bytes, seq`)
 // their attempt refunded and returns nil. A new relay then publishes everything.
 func TestRelayGracefulShutdownReleasesInFlight(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	kc := testkafka.New(t)
-	kc.CreateTopic(t, "orders", 2)
-	st, err := outbox.NewStore(db.Schema)
-	require.NoError(t, err)
+	db, kc, st := rig(t, 2)
 	const n = 100
 	enqueue(t, db.Pool, st, keyedEvents("orders", n, 5)...)
 
@@ -156,11 +148,7 @@ func TestRelayGracefulShutdownReleasesInFlight(t *testing.T) {
 // when the broker heals everything is published and nothing is dead.
 func TestRelaySurvivesBrokerOutage(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	kc := testkafka.New(t)
-	kc.CreateTopic(t, "orders", 2)
-	st, err := outbox.NewStore(db.Schema)
-	require.NoError(t, err)
+	db, kc, st := rig(t, 2)
 	f := injectFaults(kc)
 	f.set(func(f *faults) { f.all, f.code = true, kerr.NotLeaderForPartition.Code })
 	const n = 200
@@ -203,11 +191,7 @@ func TestRelaySurvivesBrokerOutage(t *testing.T) {
 // again by notifications.
 func TestRelayRecoversFromKilledConnections(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	kc := testkafka.New(t)
-	kc.CreateTopic(t, "orders", 2)
-	st, err := outbox.NewStore(db.Schema)
-	require.NoError(t, err)
+	db, kc, st := rig(t, 2)
 	app := "relaykill_" + db.Schema
 	cfg, err := pgxpool.ParseConfig(db.ConnString)
 	require.NoError(t, err)

@@ -142,11 +142,7 @@ func keyHistory(recs []*kgo.Record, k string) string {
 
 func TestRelayPublishesInOrder(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	kc := testkafka.New(t)
-	kc.CreateTopic(t, "orders", 4)
-	st, err := outbox.NewStore(db.Schema)
-	require.NoError(t, err)
+	db, kc, st := rig(t, 4)
 	const n = 2000
 	evs := keyedEvents("orders", n, 37)
 	for i := 0; i < n; i += 500 {
@@ -253,15 +249,11 @@ func TestRelayWokenByStoreNotify(t *testing.T) {
 // not starve a key behind it: the relay scans the whole backlog once per poll interval.
 func TestRelayClaimsPastABlockedFront(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	kc := testkafka.New(t)
-	kc.CreateTopic(t, "orders", 1)
-	st, err := outbox.NewStore(db.Schema)
-	require.NoError(t, err)
+	db, kc, st := rig(t, 1)
 	ctx := context.Background()
 	front := keyedEvents("orders", 30, 1) // key k0
 	enqueue(t, db.Pool, st, front...)
-	_, err = db.Pool.Exec(ctx, `UPDATE keiro_outbox SET status = 'failed', next_attempt_at = now() + interval '1 hour'
+	_, err := db.Pool.Exec(ctx, `UPDATE keiro_outbox SET status = 'failed', next_attempt_at = now() + interval '1 hour'
         WHERE message_id = $1`, front[0].MessageID)
 	require.NoError(t, err)
 	p := newProgress()
