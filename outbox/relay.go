@@ -310,6 +310,7 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 	defer poll.Stop()
 	var dbBackoff int
 	var lastUnbounded time.Time
+	var deepFull bool // the last full-backlog scan came back full
 	for {
 		// An extra claimer works only while the outbox is backlogged (the last claim was full):
 		// in a steady trickle one claimer answers every notification and two would only race
@@ -339,11 +340,13 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 		// A claim looks only as far as a full batch behind every other batch in flight: when
 		// the keys near the front are all in flight (a backlog over few keys), an unbounded
 		// claim walks the whole backlog to find nothing, and the first claimer did so after
-		// every full claim (a drain over 100 keys ran at 2.8k msgs/s). The first claimer still
-		// scans everything once per poll interval, so a row behind a blocked front (keys in
-		// backoff) waits at most that long.
+		// every full claim (a drain over 100 keys ran at 2.8k msgs/s). The first claimer
+		// still scans everything once per poll interval, so a row behind a blocked front
+		// (keys in backoff) waits at most that long, and keeps doing so while those scans
+		// come back full, so a long blocked front does not slow the rows behind it.
 		budget := r.cfg.MaxInFlightBatches * r.cfg.BatchSize
-		if !extra && time.Since(lastUnbounded) >= r.cfg.PollInterval {
+		scanAll := !extra && (deepFull || time.Since(lastUnbounded) >= r.cfg.PollInterval)
+		if scanAll {
 			budget, lastUnbounded = 0, time.Now()
 		}
 		token, rows, err := r.store.claim(hard, r.pool, r.cfg.Policy, r.cfg.BatchSize, r.cfg.Lease, r.cfg.MaxAttempts, r.cfg.Destinations, budget)
@@ -363,6 +366,9 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 			continue
 		}
 		dbBackoff = 0
+		if scanAll {
+			deepFull = len(rows) == r.cfg.BatchSize
+		}
 		if full := len(rows) == r.cfg.BatchSize; full != r.backlogged.Load() {
 			r.backlogged.Store(full)
 			if full {

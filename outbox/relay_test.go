@@ -271,4 +271,16 @@ func TestRelayClaimsPastABlockedFront(t *testing.T) {
 	var pending int
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM keiro_outbox WHERE status <> 'sent'").Scan(&pending))
 	require.Equal(t, 30, pending, "the blocked key stays blocked")
+
+	// While full-backlog scans come back full, the relay keeps scanning past the blocked
+	// front: 90 rows behind it take 30 claims of 3, well under one poll interval each.
+	more := keyedEvents("orders", 90, 3)
+	for i := range more {
+		k := fmt.Sprintf("more-%d", i%3) // not k0, the blocked key
+		more[i].Key, more[i].MessageID = &k, fmt.Sprintf("more-%d", i)
+	}
+	enqueue(t, db.Pool, st, more...)
+	start := time.Now()
+	p.wait(t, 92, 20*time.Second)
+	require.Less(t, time.Since(start), 5*time.Second, "30 claims paced by the poll interval would take 9 s")
 }
