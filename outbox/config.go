@@ -89,9 +89,10 @@ type RelayConfig struct {
 	// the produce time of a batch. Defaults to DefaultLease.
 	Lease time.Duration
 	// PollInterval is how often the relay claims when no notification arrives. It is also how
-	// often a claim scans the whole backlog: other claims look only MaxInFlightBatches ×
-	// BatchSize open rows deep, so a row behind a front of blocked keys (in backoff) waits up
-	// to one interval. Defaults to DefaultPollInterval.
+	// often a claim scans the whole backlog (and such scans repeat while they come back full):
+	// other claims look only MaxInFlightBatches × BatchSize open rows deep, so a row behind a
+	// front of blocked keys (in backoff) waits up to one interval. Defaults to
+	// DefaultPollInterval.
 	PollInterval time.Duration
 	// PollOnly disables LISTEN/NOTIFY (needed behind PgBouncer in transaction mode): the relay
 	// then only polls. Defaults to false.
