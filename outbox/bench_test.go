@@ -3,6 +3,7 @@ package outbox
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -182,51 +183,62 @@ func rawDrain(b *testing.B, db *testdb.DB, n, workers int, claim, mark string, i
 	claimSQL, markSQL := fmt.Sprintf(claim, db.Schema), fmt.Sprintf(mark, db.Schema)
 	ctx := context.Background()
 	var done atomic.Int64
-	var wg sync.WaitGroup
 	start := time.Now()
-	for range workers {
-		wg.Go(func() {
-			for done.Load() < int64(n) {
-				// The two-write loop fences its mark with a claim token; the single-write one
-				// needs none (its transaction holds the locks).
-				var tok []any
-				if !inTx {
-					tok = []any{[16]byte(envelope.NewUUIDv7())}
-				}
-				step := func(q Querier) (int64, error) {
-					rows, err := q.Query(ctx, claimSQL, append(tok, DefaultBatchSize)...)
-					if err != nil {
-						return 0, err
-					}
-					var ids [][16]byte
-					var offs []int64
-					for rows.Next() {
-						ids = append(ids, [16]byte(rows.RawValues()[0]))
-						offs = append(offs, int64(len(offs)))
-					}
-					if err := rows.Err(); err != nil {
-						return 0, err
-					}
-					tag, err := q.Exec(ctx, markSQL, append(tok, ids, offs)...)
-					return tag.RowsAffected(), err
-				}
-				var got int64
-				var err error
-				if inTx {
-					err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { got, err = step(tx); return err })
-				} else {
-					got, err = step(db.Pool)
-				}
-				require.NoError(b, err)
-				if got == 0 {
-					return // the rest is locked by the other workers
-				}
-				done.Add(got)
+	require.NoError(b, parallel(workers, func(int) error {
+		for done.Load() < int64(n) {
+			// The two-write loop fences its mark with a claim token; the single-write one
+			// needs none (its transaction holds the locks).
+			var tok []any
+			if !inTx {
+				tok = []any{[16]byte(envelope.NewUUIDv7())}
 			}
-		})
+			step := func(q Querier) (int64, error) {
+				rows, err := q.Query(ctx, claimSQL, append(tok, DefaultBatchSize)...)
+				if err != nil {
+					return 0, err
+				}
+				var ids [][16]byte
+				var offs []int64
+				for rows.Next() {
+					ids = append(ids, [16]byte(rows.RawValues()[0]))
+					offs = append(offs, int64(len(offs)))
+				}
+				if err := rows.Err(); err != nil {
+					return 0, err
+				}
+				tag, err := q.Exec(ctx, markSQL, append(tok, ids, offs)...)
+				return tag.RowsAffected(), err
+			}
+			var got int64
+			var err error
+			if inTx {
+				err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { got, err = step(tx); return err })
+			} else {
+				got, err = step(db.Pool)
+			}
+			if err != nil {
+				return err
+			}
+			if got == 0 {
+				return nil // the rest is locked by the other workers
+			}
+			done.Add(got)
+		}
+		return nil
+	}))
+	return float64(n) / time.Since(start).Seconds()
+}
+
+// parallel runs f(0) … f(workers-1) at once and returns their errors joined: a benchmark's
+// workers report failures to the benchmark goroutine instead of calling FailNow themselves.
+func parallel(workers int, f func(worker int) error) error {
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() { errs[w] = f(w) })
 	}
 	wg.Wait()
-	return float64(n) / time.Since(start).Seconds()
+	return errors.Join(errs...)
 }
 
 // BenchmarkDrain drains pre-enqueued rows (1 KiB payload, default policy) with the relay and,
@@ -535,20 +547,18 @@ func BenchmarkEnqueueConcurrent(b *testing.B) {
 		commit := setup(testdb.New(b))
 		ctx := context.Background()
 		var next atomic.Int64
-		var wg sync.WaitGroup
 		b.ResetTimer()
-		for p := range producers {
-			wg.Go(func() {
-				for {
-					i := int(next.Add(1))
-					if i > b.N {
-						return
-					}
-					require.NoError(b, commit(ctx, p, i))
+		require.NoError(b, parallel(producers, func(p int) error {
+			for {
+				i := int(next.Add(1))
+				if i > b.N {
+					return nil
 				}
-			})
-		}
-		wg.Wait()
+				if err := commit(ctx, p, i); err != nil {
+					return err
+				}
+			}
+		}))
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commits/s")
 	}
 	for _, c := range []struct {
