@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -335,5 +336,47 @@ func TestMarkOutcomeCountsOrderBroken(t *testing.T) {
 	for id, want := range map[string]string{"a1": "failed", "a2": "sent", "b1": "sent", "c1": "rejected", "c2": "sent", "n1": "failed", "n2": "sent"} {
 		got, _ := status(t, db, id)
 		require.Equal(t, want, got, id)
+	}
+}
+
+// TestRelayClaimsOnceMoreAfterTakingTheSleepLock: a producer that saw the relay awake does not
+// notify. If it commits after the relay's last claim and before the relay takes the sleep lock
+// (forced here from the hook), only the claim the relay makes with the lock held can find its
+// row: without it the row would wait for the poll, an hour.
+func TestRelayClaimsOnceMoreAfterTakingTheSleepLock(t *testing.T) {
+	t.Parallel()
+	db, st := setup(t)
+	kc := testkafka.New(t)
+	kc.CreateTopic(t, "t1", 1)
+	published := make(chan struct{}, 10)
+	r, err := NewRelay(db.Pool, kc.Client(t, ProducerOpts()...), RelayConfig{Schema: db.Schema, PollInterval: time.Hour,
+		Logger: slog.New(slog.DiscardHandler), OnBatch: func(b BatchResult) {
+			for range b.Published {
+				published <- struct{}{}
+			}
+		}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	var once sync.Once
+	hookErr := make(chan error, 1)
+	r.sleepHook = func() {
+		once.Do(func() {
+			hookErr <- pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+				_, err := st.EnqueueTx(ctx, tx, ev("in-the-window", k("k")))
+				return err
+			})
+		})
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+	require.NoError(t, <-hookErr)
+	select {
+	case <-published:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the row committed just before the relay fell asleep was not published")
 	}
 }

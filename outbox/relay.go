@@ -51,12 +51,17 @@ type Relay struct {
 	// by a success of later records of the same key.
 	topics sync.Map // topic name → struct{}
 	// ackHook, if set (benchmarks), is called with each acknowledged row's message id.
-	ackHook      func(messageID string)
+	ackHook func(messageID string)
+	// sleepHook, if set (tests), runs before each try of the sleep lock.
+	sleepHook    func()
 	outageStreak atomic.Int64
 	running      atomic.Bool
 	// signals counts wake-ups (notifications, finished batches), so a claimer can tell that one
 	// happened while its claim ran.
 	signals atomic.Int64
+	// listening is set while the LISTEN session is up: only then may the relay sleep under
+	// the sleep lock (producers' notifications would otherwise go unheard).
+	listening atomic.Bool
 	// backlogged is set while claims come back full; backlog wakes the extra claimers then.
 	backlogged atomic.Bool
 	backlog    chan struct{}
@@ -308,6 +313,13 @@ func (r *Relay) signal() {
 func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan struct{}, out chan<- *batch) {
 	poll := time.NewTimer(0)
 	defer poll.Stop()
+	// The first claimer of a listening relay sleeps under the sleep lock, so producers notify
+	// only while it sleeps (sleeper, sleepLock).
+	var sl *sleeper
+	if !extra && !r.cfg.PollOnly {
+		sl = &sleeper{cfg: r.pool.Config().ConnConfig, lock: r.store.q.sleepLock, unlck: r.store.q.sleepUnlock}
+		defer sl.close()
+	}
 	var dbBackoff int
 	var lastUnbounded time.Time
 	var deepFull bool // the last full-backlog scan came back full
@@ -380,6 +392,9 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 				}
 			}
 		}
+		if len(rows) > 0 && sl != nil {
+			r.wakeUp(ctx, sl) // busy: producers need not notify
+		}
 		if len(rows) > 0 {
 			r.stats.claimed.Add(int64(len(rows)))
 			r.inst.batchSize.Record(ctx, int64(len(rows)))
@@ -402,6 +417,38 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 			// dropped, the channel holds one). Claim again rather than sleep until the poll.
 			continue
 		}
+		// With nothing in flight (no finished batch will wake it) the relay sleeps under the
+		// sleep lock: it takes the lock, then claims once more, since producers that committed
+		// before did not notify. While a producer that did not notify is still in its
+		// transaction the lock cannot be taken: try again shortly.
+		if sl != nil && !sl.held && len(slots) == 0 && r.listening.Load() {
+			if r.sleepHook != nil {
+				r.sleepHook()
+			}
+			ok, err := sl.try(ctx)
+			if err == nil && sl.failing {
+				sl.failing = false
+				r.log.Info("sleep lock available again")
+			}
+			switch {
+			case err != nil:
+				if ctx.Err() != nil {
+					return
+				}
+				if !sl.failing {
+					sl.failing = true
+					r.log.Warn("sleep lock unavailable; polling until it is back (producers do not notify meanwhile)",
+						"err", err, "poll_interval", r.cfg.PollInterval)
+				}
+			case ok:
+				continue
+			default:
+				if !sleepOrWake(ctx, r.wake, sl.retryIn(r.cfg.PollInterval)) {
+					return
+				}
+				continue
+			}
+		}
 		// Wait for a notification, a finished batch or the poll interval.
 		if !poll.Stop() {
 			select {
@@ -416,7 +463,30 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 		case <-r.wake:
 		case <-poll.C:
 		}
+		if sl != nil {
+			r.wakeUp(ctx, sl)
+		}
 	}
+}
+
+// wakeUp releases the sleep lock, if held: producers stop notifying.
+func (r *Relay) wakeUp(ctx context.Context, sl *sleeper) {
+	if err := sl.release(ctx); err != nil && ctx.Err() == nil {
+		r.log.Warn("sleep lock release failed; its session was closed", "err", err)
+	}
+}
+
+// sleepOrWake waits d, a wake-up or the end of ctx; it reports whether ctx is still live.
+func sleepOrWake(ctx context.Context, wake <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-wake:
+	case <-ctx.Done():
+		return false
+	}
+	return true
 }
 
 // sleepCtx waits d or until ctx is done; it reports whether d elapsed.
@@ -831,6 +901,8 @@ func (r *Relay) listen(ctx context.Context) {
 				return fmt.Errorf("listen: %w", err)
 			}
 			attempt = 0
+			r.listening.Store(true)
+			defer r.listening.Store(false)
 			r.signal() // notifications may have been missed while disconnected
 			for {
 				if _, err := conn.WaitForNotification(ctx); err != nil {

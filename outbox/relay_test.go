@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -220,6 +222,67 @@ func TestRelayNeverWaitsForThePollWhileWorkRemains(t *testing.T) {
 			p.wait(t, n, 60*time.Second)
 		})
 	}
+}
+
+// TestRelayHearsProducersThatDidNotNotify: producers notify only while a relay sleeps, so a
+// row committed by a producer that saw the relay awake must still be claimed without waiting
+// for the poll (an hour here). First a transaction open before the relay starts (the relay
+// cannot fall asleep until it ends, then claims its row); then 8 producers committing small
+// transactions at random moments around the relay's claims and sleeps, with 3 relays on the
+// table (only one can hold the sleep lock at a time).
+func TestRelayHearsProducersThatDidNotNotify(t *testing.T) {
+	t.Parallel()
+	db, kc, st := rig(t, 3)
+	ctx := context.Background()
+	notifications := listen(t, ctx, db, st)
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = st.EnqueueTx(ctx, tx, event("early", "orders", ptr("k"), `{"i":0}`))
+	require.NoError(t, err)
+	p := newProgress()
+	for range 3 {
+		startRelay(t, db, kc, outbox.RelayConfig{PollInterval: time.Hour, OnBatch: p.onBatch, Logger: testLogger(t)})
+	}
+	time.Sleep(300 * time.Millisecond) // the relays claimed nothing and cannot fall asleep
+	require.NoError(t, tx.Commit(ctx))
+	p.wait(t, 1, 5*time.Second)
+	require.Empty(t, notifications(), "the early producer saw no sleeping relay")
+
+	const producers, each = 8, 40
+	var wg sync.WaitGroup
+	errs := make(chan error, producers)
+	for w := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for i := range each {
+				time.Sleep(time.Duration(rng.IntN(4000)) * time.Microsecond)
+				k := fmt.Sprintf("w%d", w)
+				e := event(fmt.Sprintf("w%d-%d", w, i), "orders", &k, fmt.Sprintf(`{"i":%d}`, i))
+				if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+					if _, err := st.EnqueueTx(ctx, tx, e); err != nil {
+						return err
+					}
+					time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond) // other work
+					return nil
+				}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	p.wait(t, 1+producers*each, 20*time.Second)
+	recs := kc.ConsumeAll(t, 1+producers*each, 10*time.Second, "orders")
+	distinct, dups := checkOrder(t, recs)
+	require.Equal(t, 1+producers*each, distinct)
+	require.Zero(t, dups)
 }
 
 // TestRelayWokenByStoreNotify: rows of a producer built with DisableNotify reach a relay that

@@ -50,9 +50,32 @@ WITH input AS (
     ON CONFLICT (source, message_id) DO NOTHING
     RETURNING outbox_id
 ), notified AS (
-    SELECT pg_notify('{{schema}}.keiro_outbox', '') FROM (SELECT 1 FROM ins WHERE $24::boolean LIMIT 1) x
+    SELECT pg_notify('{{schema}}.keiro_outbox', '')
+    FROM (SELECT 1 AS one FROM ins WHERE $24::boolean LIMIT 1) x
+    WHERE x.one = 1 AND NOT pg_try_advisory_xact_lock_shared({{sleep_lock}})
 )
 SELECT outbox_id, (SELECT count(*) FROM notified) FROM ins`
+
+// sleepLock is the advisory lock key (two int4s, a key space apart from the one-int8 keys of
+// the per-key enqueue locks) that makes EnqueueTx notify only while a relay sleeps:
+//
+//   - a relay about to sleep takes it exclusively on its own session (pg_try_advisory_lock) and
+//     holds it until it wakes; it falls asleep only after one more claim with the lock held;
+//   - EnqueueTx, having inserted rows, tries to take it shared until the end of its transaction
+//     and notifies only when that fails: when a relay sleeps (or is falling asleep).
+//
+// A producer that took it shared did not notify, and holds it until its transaction ends, so a
+// relay's try fails until every such producer has committed or rolled back; the relay then
+// claims once more with the lock held and sees their rows. Every later producer finds the lock
+// taken and notifies. No committed row waits for the poll interval, and while the relays are
+// busy, producers skip the NOTIFY, which serializes committers (BENCHMARKS.md "Enqueue").
+const sleepLock = `hashtext('keiro.outbox.sleep'), hashtext('{{schema}}')`
+
+// sqlSleepLock and sqlSleepUnlock take and release the sleep lock on a relay's session.
+const (
+	sqlSleepLock   = `SELECT pg_try_advisory_lock(` + sleepLock + `)`
+	sqlSleepUnlock = `SELECT pg_advisory_unlock(` + sleepLock + `)`
+)
 
 // sqlEnqueueExisting reads back the rows that an enqueue did not insert, to tell a duplicate
 // from an identity conflict.
@@ -74,6 +97,7 @@ type queries struct {
 	retention, gauges        string
 	status, listDead         string
 	requeue, lookup          string
+	sleepLock, sleepUnlock   string
 }
 
 func newQueries(schema string) queries {
@@ -93,7 +117,7 @@ func newQueries(schema string) queries {
 		return r.Replace(expand(q))
 	}
 	return queries{
-		enqueue:         r.Replace(sqlEnqueue),
+		enqueue:         r.Replace(strings.ReplaceAll(sqlEnqueue, "{{sleep_lock}}", sleepLock)),
 		enqueueExisting: r.Replace(sqlEnqueueExisting),
 		claim: map[Policy]string{
 			PerKeyHeadOfLine: claim(preJoinKey, preKey, postKey),
@@ -101,13 +125,15 @@ func newQueries(schema string) queries {
 			PerSourceStream:  claim(preJoinSource, preSource, postSource),
 			BestEffort:       claim("", "TRUE", postNone),
 		},
-		mark:      r.Replace(sqlMark),
-		retention: r.Replace(sqlRetention),
-		gauges:    r.Replace(sqlGauges),
-		status:    r.Replace(sqlStatus),
-		listDead:  r.Replace(sqlListDead),
-		requeue:   r.Replace(sqlRequeue),
-		lookup:    r.Replace(sqlLookup),
+		mark:        r.Replace(sqlMark),
+		retention:   r.Replace(sqlRetention),
+		gauges:      r.Replace(sqlGauges),
+		status:      r.Replace(sqlStatus),
+		listDead:    r.Replace(sqlListDead),
+		requeue:     r.Replace(sqlRequeue),
+		lookup:      r.Replace(sqlLookup),
+		sleepLock:   r.Replace(sqlSleepLock),
+		sleepUnlock: r.Replace(sqlSleepUnlock),
 	}
 }
 

@@ -187,7 +187,15 @@ func listen(t *testing.T, ctx context.Context, db *testdb.DB, st *outbox.Store) 
 	}
 }
 
-func TestEnqueueNotifiesOnCommitOnly(t *testing.T) {
+// sleepLockSQL takes the schema's sleep lock the way a relay about to sleep does (the key is a
+// contract between EnqueueTx and relays, see docs/architecture.md).
+const sleepLockSQL = `SELECT pg_try_advisory_lock(hashtext('keiro.outbox.sleep'), hashtext($1))`
+
+// TestEnqueueNotifiesOnlyWhileARelaySleeps: a committed enqueue notifies only while a relay
+// holds the sleep lock (once per transaction, never on rollback); a producer that did not
+// notify holds the lock shared until its transaction ends, so a relay cannot fall asleep
+// before that producer's row is committed and claimable.
+func TestEnqueueNotifiesOnlyWhileARelaySleeps(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	st, err := outbox.NewStore(db.Schema)
@@ -195,8 +203,27 @@ func TestEnqueueNotifiesOnCommitOnly(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	notifications := listen(t, ctx, db, st)
+	relay, err := pgx.Connect(ctx, db.ConnString)
+	require.NoError(t, err)
+	defer relay.Close(ctx)
+	trySleep := func() bool {
+		t.Helper()
+		var ok bool
+		require.NoError(t, relay.QueryRow(ctx, sleepLockSQL, db.Schema).Scan(&ok))
+		return ok
+	}
+	wake := func() {
+		t.Helper()
+		_, err := relay.Exec(ctx, `SELECT pg_advisory_unlock_all()`)
+		require.NoError(t, err)
+	}
 
-	// Rolled back: no notification. Then committed: one notification (deduplicated per tx).
+	// No relay sleeps: no notification.
+	enqueue(t, db.Pool, st, event("busy", "t1", nil, "{}"))
+	require.Empty(t, notifications(), "a relay that is awake needs no notification")
+
+	// A relay sleeps: rolled back, nothing; committed, one notification for the transaction.
+	require.True(t, trySleep())
 	tx, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	_, err = st.EnqueueTx(ctx, tx, event("rb", "t1", nil, "{}"))
@@ -210,6 +237,29 @@ func TestEnqueueNotifiesOnCommitOnly(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
 	require.Equal(t, []string{""}, notifications())
+	// A duplicate inserts nothing and wakes nobody.
+	enqueue(t, db.Pool, st, event("c1", "t1", nil, "{}"))
+	require.Empty(t, notifications())
+
+	// The relay woke. A producer enqueues without notifying; until it ends its transaction the
+	// relay cannot fall asleep, and afterwards it can (and will claim the row first).
+	wake()
+	tx, err = db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = st.EnqueueTx(ctx, tx, event("straddle", "t1", nil, "{}"))
+	require.NoError(t, err)
+	require.False(t, trySleep(), "a producer that did not notify is still in its transaction")
+	require.NoError(t, tx.Commit(ctx))
+	require.Empty(t, notifications())
+	require.True(t, trySleep())
+
+	// Another schema's relay sleeping does not make this schema's producers notify.
+	wake()
+	var ok bool
+	require.NoError(t, relay.QueryRow(ctx, sleepLockSQL, db.Schema+"_other").Scan(&ok))
+	require.True(t, ok)
+	enqueue(t, db.Pool, st, event("other", "t1", nil, "{}"))
+	require.Empty(t, notifications())
 }
 
 // TestEnqueueWithoutNotify: with DisableNotify a committed enqueue sends nothing; Store.Notify,
@@ -222,6 +272,12 @@ func TestEnqueueWithoutNotify(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	notifications := listen(t, ctx, db, st)
+	sleeping, err := pgx.Connect(ctx, db.ConnString) // a relay asleep: producers would notify
+	require.NoError(t, err)
+	defer sleeping.Close(ctx)
+	var ok bool
+	require.NoError(t, sleeping.QueryRow(ctx, sleepLockSQL, db.Schema).Scan(&ok))
+	require.True(t, ok)
 
 	enqueue(t, db.Pool, st, event("quiet", "t1", nil, "{}"))
 	require.NoError(t, st.Notify(ctx, db.Pool))
