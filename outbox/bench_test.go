@@ -561,17 +561,46 @@ func BenchmarkEnqueueConcurrent(b *testing.B) {
 		}))
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commits/s")
 	}
+	// Variants: the default store with no relay listening (nothing notifies), with a relay
+	// asleep (the sleep lock held: every transaction notifies), with a real relay draining the
+	// table at the same time (it sleeps and wakes with the load), and with notifications off.
 	for _, c := range []struct {
 		name        string
 		opts        StoreOptions
+		asleep      bool
+		relay       bool
 		notifyAfter bool
-	}{{"notify-in-tx", StoreOptions{}, false}, {"no-notify", StoreOptions{DisableNotify: true}, false},
-		{"notify-after-commit", StoreOptions{DisableNotify: true}, true},
-		{"no-notify-no-key-locks", StoreOptions{DisableNotify: true, DisableKeyLocks: true}, false}} {
+	}{{name: "relay-awake"}, {name: "relay-asleep", asleep: true}, {name: "relay-running", relay: true},
+		{name: "relay-running-no-notify", opts: StoreOptions{DisableNotify: true}, relay: true},
+		{name: "no-notify", opts: StoreOptions{DisableNotify: true}},
+		{name: "notify-after-commit", opts: StoreOptions{DisableNotify: true}, notifyAfter: true},
+		{name: "no-notify-no-key-locks", opts: StoreOptions{DisableNotify: true, DisableKeyLocks: true}}} {
 		b.Run(c.name, func(b *testing.B) {
 			run(b, func(db *testdb.DB) commitFunc {
 				st, err := NewStore(db.Schema, c.opts)
 				require.NoError(b, err)
+				if c.asleep {
+					conn, err := pgx.Connect(context.Background(), db.ConnString)
+					require.NoError(b, err)
+					b.Cleanup(func() { conn.Close(context.Background()) })
+					var ok bool
+					require.NoError(b, conn.QueryRow(context.Background(), st.q.sleepLock).Scan(&ok))
+					require.True(b, ok)
+				}
+				if c.relay {
+					kc := testkafka.New(b)
+					kc.CreateTopic(b, "orders", 6)
+					r, err := NewRelay(db.Pool, kc.Client(b, ProducerOpts()...), RelayConfig{Schema: db.Schema,
+						Logger: slog.New(slog.DiscardHandler)})
+					require.NoError(b, err)
+					ctx, cancel := context.WithCancel(context.Background())
+					done := make(chan error, 1)
+					go func() { done <- r.Run(ctx) }()
+					b.Cleanup(func() {
+						cancel()
+						require.NoError(b, <-done)
+					})
+				}
 				return func(ctx context.Context, p, i int) error {
 					k := "k" + strconv.Itoa(p)
 					e := envelope.Event{MessageID: "m" + strconv.Itoa(i), Source: "ordering", Destination: "orders",
