@@ -5,11 +5,14 @@
 // # Enqueue
 //
 // [Store.EnqueueTx] validates the events and writes them in the caller's transaction, in one
-// statement. Rows are visible to the relay only after commit; a rollback leaves nothing. The
-// relay is woken by a NOTIFY on "<schema>.keiro_outbox", which PostgreSQL delivers at commit.
-// A NOTIFY holds a database-wide lock from commit to WAL flush, so at high commit concurrency
-// producers may set StoreOptions.DisableNotify and wake relays after commit with [Store.Notify]
-// (or let them poll).
+// statement. Rows are visible to the relay only after commit; a rollback leaves nothing. A
+// sleeping relay is woken by a NOTIFY on "<schema>.keiro_outbox", which PostgreSQL delivers at
+// commit. A NOTIFY holds a database-wide lock from commit to WAL flush, so committers that
+// notify queue up: EnqueueTx notifies only while a relay sleeps. A relay about to sleep holds an
+// advisory lock (the sleep lock) that producers try to take shared; a producer that took it did
+// not notify, and the relay cannot take it until that producer's transaction ends, so it claims
+// the row before it sleeps (docs/architecture.md, "Wake-ups"). StoreOptions.DisableNotify turns
+// notifications off; [Store.Notify] wakes relays after commit.
 // Enqueuing is idempotent on (source, message id): identical content is a Duplicate, different
 // content an identity Conflict (an error wrapping [ErrIdentityConflict], naming the differing
 // field classes; roll back). The trace context of the caller's span is stored on the row when

@@ -91,13 +91,13 @@ type StoreOptions struct {
 	// key concurrently may commit in the opposite order of their seq, and the relay would then
 	// publish them out of commit order. Defaults to false (locks taken).
 	DisableKeyLocks bool
-	// DisableNotify stops EnqueueTx from sending a NOTIFY in the caller's transaction. A NOTIFY
-	// takes a database-wide lock from the commit until its WAL flush completes, so committing
-	// transactions that notified queue up behind each other: at high commit concurrency the
-	// producers' commit rate drops (halved at 16 producers, BENCHMARKS.md "Enqueue"). Without
-	// it relays find new rows by polling (RelayConfig.PollInterval), or the producer wakes
-	// them after commit with [Store.Notify], outside any transaction. Defaults to false
-	// (notify on commit).
+	// DisableNotify stops EnqueueTx from ever sending a NOTIFY in the caller's transaction. By
+	// default it sends one only while a relay sleeps (see the package doc): a NOTIFY takes a
+	// database-wide lock from the commit until its WAL flush completes, so committing
+	// transactions that notified queue up behind each other (halved commit rate at 16
+	// producers, BENCHMARKS.md "Enqueue"). Without it, relays that sleep find new rows by
+	// polling (RelayConfig.PollInterval), or the producer wakes them after commit with
+	// [Store.Notify], outside any transaction. Defaults to false (notify while a relay sleeps).
 	DisableNotify bool
 	// MeterProvider provides the "keiro" meter for keiro.outbox.enqueued. Defaults to
 	// otel.GetMeterProvider().
