@@ -276,3 +276,54 @@ func TestRelayRejectsPoisonRows(t *testing.T) {
 	require.Equal(t, 28, distinct)
 	require.Zero(t, dups)
 }
+
+// sleepingRelayPID returns the pid of the session holding the schema's sleep lock, or 0.
+func sleepingRelayPID(t *testing.T, db *testdb.DB) int {
+	t.Helper()
+	var pid int
+	err := db.Pool.QueryRow(context.Background(), `
+        SELECT coalesce(max(pid), 0) FROM pg_locks
+        WHERE locktype = 'advisory' AND mode = 'ExclusiveLock' AND granted AND objsubid = 2
+          AND classid::int = hashtext('keiro.outbox.sleep') AND objid::int = hashtext($1)`, db.Schema).Scan(&pid)
+	require.NoError(t, err)
+	return pid
+}
+
+// TestRelayRecoversFromAKilledSleepSession: the session holding the sleep lock dies while the
+// relay sleeps (an administrator, idle_session_timeout). Producers stop notifying, so the next
+// row waits for the poll; then the relay takes the lock on a new session and notifications
+// wake it again.
+func TestRelayRecoversFromAKilledSleepSession(t *testing.T) {
+	t.Parallel()
+	db, kc, st := rig(t, 1)
+	p := newProgress()
+	startRelay(t, db, kc, outbox.RelayConfig{PollInterval: 2 * time.Second, OnBatch: p.onBatch, Logger: testLogger(t)})
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitFor("the relay to sleep under the lock", func() bool { return sleepingRelayPID(t, db) != 0 })
+	first := sleepingRelayPID(t, db)
+	var ok bool
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT pg_terminate_backend($1)`, first).Scan(&ok))
+	require.True(t, ok)
+	waitFor("the killed session to go", func() bool { return sleepingRelayPID(t, db) != first })
+
+	evs := keyedEvents("orders", 2, 1)
+	enqueue(t, db.Pool, st, evs[0]) // nobody holds the lock: no notification, the poll finds it
+	p.wait(t, 1, 6*time.Second)
+	waitFor("the relay to sleep under the lock again", func() bool {
+		pid := sleepingRelayPID(t, db)
+		return pid != 0 && pid != first
+	})
+	t0 := time.Now()
+	enqueue(t, db.Pool, st, evs[1]) // notifies
+	p.wait(t, 2, 5*time.Second)
+	require.Less(t, time.Since(t0), time.Second, "woken by the notification, not the poll (2 s)")
+}
