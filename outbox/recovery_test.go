@@ -327,3 +327,21 @@ func TestRelayRecoversFromAKilledSleepSession(t *testing.T) {
 	p.wait(t, 2, 5*time.Second)
 	require.Less(t, time.Since(t0), time.Second, "woken by the notification, not the poll (2 s)")
 }
+
+// TestPollOnlyRelayNeverTakesTheSleepLock: a poll-only relay hears no notification, so it never
+// takes the sleep lock and its producers never notify; it finds rows by polling.
+func TestPollOnlyRelayNeverTakesTheSleepLock(t *testing.T) {
+	t.Parallel()
+	db, kc, st := rig(t, 1)
+	notifications := listen(t, context.Background(), db, st)
+	p := newProgress()
+	startRelay(t, db, kc, outbox.RelayConfig{PollOnly: true, PollInterval: 50 * time.Millisecond, OnBatch: p.onBatch, Logger: testLogger(t)})
+	evs := keyedEvents("orders", 20, 2)
+	for i := range evs {
+		enqueue(t, db.Pool, st, evs[i])
+		time.Sleep(10 * time.Millisecond)
+		require.Zero(t, sleepingRelayPID(t, db))
+	}
+	p.wait(t, len(evs), 10*time.Second)
+	require.Empty(t, notifications())
+}
