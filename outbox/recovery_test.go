@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -344,4 +345,43 @@ func TestPollOnlyRelayNeverTakesTheSleepLock(t *testing.T) {
 	}
 	p.wait(t, len(evs), 10*time.Second)
 	require.Empty(t, notifications())
+}
+
+// TestRelayClaimsNewRowsWhileABatchIsSlow: a batch in flight wakes the relay when it is marked,
+// so while it is fast the relay need not be notified; a batch held up by the broker must not
+// hold back other keys' new rows: after a short wait the relay sleeps under the sleep lock
+// anyway, producers notify, and the new row is claimed (ready for the next produce) while the
+// first batch is still held. The poll is an hour.
+func TestRelayClaimsNewRowsWhileABatchIsSlow(t *testing.T) {
+	t.Parallel()
+	db, kc, st := rig(t, 1)
+	release := make(chan struct{})
+	held := make(chan struct{}, 1)
+	var once sync.Once
+	kc.ControlKey(int16(kmsgProduce), func(kmsgReq) (kmsgResp, error, bool) {
+		once.Do(func() { // only the first produce is slow
+			held <- struct{}{}
+			kc.SleepControl(func() { <-release })
+		})
+		return nil, nil, false
+	})
+	p := newProgress()
+	startRelay(t, db, kc, outbox.RelayConfig{PollInterval: time.Hour, OnBatch: p.onBatch, Logger: testLogger(t)})
+	evs := keyedEvents("orders", 2, 2)
+	enqueue(t, db.Pool, st, evs[0])
+	<-held
+	enqueue(t, db.Pool, st, evs[1])
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var status string
+		require.NoError(t, db.Pool.QueryRow(context.Background(),
+			`SELECT status FROM keiro_outbox WHERE message_id = $1`, evs[1].MessageID).Scan(&status))
+		if status == "publishing" {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the new row was not claimed while the first batch was held")
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(release)
+	p.wait(t, 2, 10*time.Second)
 }

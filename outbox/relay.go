@@ -62,6 +62,10 @@ type Relay struct {
 	// listening is set while the LISTEN session is up: only then may the relay sleep under
 	// the sleep lock (producers' notifications would otherwise go unheard).
 	listening atomic.Bool
+	// inFlight counts the claimed batches not yet marked; each wakes the first claimer when
+	// marked. (An extra claimer's claim in progress is not counted: if it takes rows, their
+	// batch will; if not, nothing will, and the first claimer must not wait on it.)
+	inFlight atomic.Int64
 	// backlogged is set while claims come back full; backlog wakes the extra claimers then.
 	backlogged atomic.Bool
 	backlog    chan struct{}
@@ -278,6 +282,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}()
 	for b := range produced {
 		res := r.markOutcome(hardCtx, b)
+		r.inFlight.Add(-1)
 		<-slots
 		r.signal()
 		if res.HaltedOn != nil && haltErr.Load() == nil {
@@ -399,6 +404,7 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 			r.stats.claimed.Add(int64(len(rows)))
 			r.inst.batchSize.Record(ctx, int64(len(rows)))
 			b := &batch{token: token, rows: rows, results: make([]produceResult, len(rows))}
+			r.inFlight.Add(1)
 			out <- b
 			if len(rows) == r.cfg.BatchSize {
 				continue // more is likely waiting
@@ -417,37 +423,11 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 			// dropped, the channel holds one). Claim again rather than sleep until the poll.
 			continue
 		}
-		// With nothing in flight (no finished batch will wake it) the relay sleeps under the
-		// sleep lock: it takes the lock, then claims once more, since producers that committed
-		// before did not notify. While a producer that did not notify is still in its
-		// transaction the lock cannot be taken: try again shortly.
-		if sl != nil && !sl.held && len(slots) == 0 && r.listening.Load() {
-			if r.sleepHook != nil {
-				r.sleepHook()
-			}
-			ok, err := sl.try(ctx)
-			if err == nil && sl.failing {
-				sl.failing = false
-				r.log.Info("sleep lock available again")
-			}
-			switch {
-			case err != nil:
-				if ctx.Err() != nil {
-					return
-				}
-				if !sl.failing {
-					sl.failing = true
-					r.log.Warn("sleep lock unavailable; polling until it is back (producers do not notify meanwhile)",
-						"err", err, "poll_interval", r.cfg.PollInterval)
-				}
-			case ok:
-				continue
-			default:
-				if !sleepOrWake(ctx, r.wake, sl.retryIn(r.cfg.PollInterval)) {
-					return
-				}
-				continue
-			}
+		switch r.prepareSleep(ctx, sl) {
+		case sleepStop:
+			return
+		case sleepClaim:
+			continue
 		}
 		// Wait for a notification, a finished batch or the poll interval.
 		if !poll.Stop() {
@@ -469,6 +449,67 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 	}
 }
 
+// sleepAction is what the first claimer does next when its last claim left it nothing to do.
+type sleepAction int
+
+const (
+	sleepWait  sleepAction = iota // wait for a wake-up or the poll
+	sleepClaim                    // claim again
+	sleepStop                     // the relay is stopping
+)
+
+// sleepAfterInFlight is how long the first claimer waits for a batch in flight before it sleeps
+// under the sleep lock anyway: a batch usually comes back within milliseconds and its mark
+// wakes the claimer, which then claims the rows committed meanwhile (producers need not
+// notify); one held up by a slow broker must not hold back other keys' new rows.
+const sleepAfterInFlight = 20 * time.Millisecond
+
+// prepareSleep readies the first claimer of a listening relay to sleep under the sleep lock
+// (sleepLock in sql.go): it takes the lock, then has the claimer claim once more, since
+// producers that committed before did not notify. While a producer that did not notify is
+// still in its transaction the lock cannot be taken: it waits a little and has the claimer
+// claim again. Without the lock's session the relay polls.
+func (r *Relay) prepareSleep(ctx context.Context, sl *sleeper) sleepAction {
+	if sl == nil || sl.held || !r.listening.Load() {
+		return sleepWait
+	}
+	if r.inFlight.Load() > 0 {
+		alive, woken := waitWake(ctx, r.wake, min(sleepAfterInFlight, r.cfg.PollInterval))
+		switch {
+		case !alive:
+			return sleepStop
+		case woken || r.inFlight.Load() == 0:
+			return sleepClaim
+		}
+	}
+	if r.sleepHook != nil {
+		r.sleepHook()
+	}
+	ok, err := sl.try(ctx)
+	if err == nil && sl.failing {
+		sl.failing = false
+		r.log.Info("sleep lock available again")
+	}
+	switch {
+	case err != nil:
+		if ctx.Err() != nil {
+			return sleepStop
+		}
+		if !sl.failing {
+			sl.failing = true
+			r.log.Warn("sleep lock unavailable; polling until it is back (producers do not notify meanwhile)",
+				"err", err, "poll_interval", r.cfg.PollInterval)
+		}
+		return sleepWait
+	case ok:
+		return sleepClaim
+	}
+	if alive, _ := waitWake(ctx, r.wake, sl.retryIn(r.cfg.PollInterval)); !alive {
+		return sleepStop
+	}
+	return sleepClaim
+}
+
 // wakeUp releases the sleep lock, if held: producers stop notifying.
 func (r *Relay) wakeUp(ctx context.Context, sl *sleeper) {
 	if err := sl.release(ctx); err != nil && ctx.Err() == nil {
@@ -476,17 +517,19 @@ func (r *Relay) wakeUp(ctx context.Context, sl *sleeper) {
 	}
 }
 
-// sleepOrWake waits d, a wake-up or the end of ctx; it reports whether ctx is still live.
-func sleepOrWake(ctx context.Context, wake <-chan struct{}, d time.Duration) bool {
+// waitWake waits d, a wake-up or the end of ctx; it reports whether ctx is still live and
+// whether a wake-up came.
+func waitWake(ctx context.Context, wake <-chan struct{}, d time.Duration) (alive, woken bool) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
+		return true, false
 	case <-wake:
+		return true, true
 	case <-ctx.Done():
-		return false
+		return false, false
 	}
-	return true
 }
 
 // sleepCtx waits d or until ctx is done; it reports whether d elapsed.
