@@ -510,8 +510,10 @@ func (r *Relay) prepareSleep(ctx context.Context, sl *sleeper) sleepAction {
 	return sleepClaim
 }
 
-// wakeUp releases the sleep lock, if held: producers stop notifying.
+// wakeUp releases the sleep lock, if held: producers stop notifying. The relay is working
+// again, so its next failed try starts over at the shortest retry.
 func (r *Relay) wakeUp(ctx context.Context, sl *sleeper) {
+	sl.tries = 0
 	if err := sl.release(ctx); err != nil && ctx.Err() == nil {
 		r.log.Warn("sleep lock release failed; its session was closed", "err", err)
 	}

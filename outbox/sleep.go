@@ -20,7 +20,8 @@ type sleeper struct {
 	lock, unlck string
 	conn        *pgx.Conn
 	held        bool
-	// tries counts the failed tries since the lock was last taken: it spaces the next.
+	// tries counts the failed tries since the lock was last taken or the relay last worked:
+	// it spaces the next.
 	tries int
 	// failing is set while the session cannot be opened or used (logged once).
 	failing bool
