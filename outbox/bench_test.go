@@ -595,9 +595,9 @@ func BenchmarkEnqueueConcurrent(b *testing.B) {
 					conn, err := pgx.Connect(context.Background(), db.ConnString)
 					require.NoError(b, err)
 					b.Cleanup(func() { conn.Close(context.Background()) })
-					var ok bool
-					require.NoError(b, conn.QueryRow(context.Background(), st.q.sleepLock).Scan(&ok))
-					require.True(b, ok)
+					var got string
+					require.NoError(b, conn.QueryRow(context.Background(), st.q.sleepLock).Scan(&got))
+					require.Equal(b, "taken", got)
 				}
 				if c.relay {
 					kc := testkafka.New(b)

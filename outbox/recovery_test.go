@@ -385,3 +385,41 @@ func TestRelayClaimsNewRowsWhileABatchIsSlow(t *testing.T) {
 	close(release)
 	p.wait(t, 2, 10*time.Second)
 }
+
+// TestIdleRelaysDoNotSpinOnTheSleepLock: of several idle relays on one table only one can hold
+// the sleep lock; the others see it held exclusively (another relay sleeps, producers notify)
+// and wait for notifications and the poll like it, rather than retrying the lock and claiming
+// every few milliseconds. All of them still publish what is enqueued.
+func TestIdleRelaysDoNotSpinOnTheSleepLock(t *testing.T) {
+	t.Parallel()
+	db, kc, st := rig(t, 1)
+	p := newProgress()
+	var relays []*outbox.Relay
+	for range 3 {
+		r, _ := startRelay(t, db, kc, outbox.RelayConfig{PollInterval: time.Second, OnBatch: p.onBatch, Logger: testLogger(t)})
+		relays = append(relays, r)
+	}
+	claims := func() (n int64) {
+		for _, r := range relays {
+			n += r.Stats().Claims
+		}
+		return n
+	}
+	time.Sleep(500 * time.Millisecond) // settle: one relay asleep under the lock
+	before := claims()
+	time.Sleep(2 * time.Second)
+	idle := claims() - before
+	// Each relay claims at most on its polls (2 in 2 s) and a few times around them; retrying
+	// the lock every 50 ms would be ~80 claims.
+	require.LessOrEqual(t, idle, int64(15), "idle relays claimed %d times in 2 s", idle)
+
+	evs := keyedEvents("orders", 30, 3)
+	for _, e := range evs {
+		enqueue(t, db.Pool, st, e)
+	}
+	p.wait(t, len(evs), 10*time.Second)
+	recs := kc.ConsumeAll(t, len(evs), 10*time.Second, "orders")
+	distinct, dups := checkOrder(t, recs)
+	require.Equal(t, len(evs), distinct)
+	require.Zero(t, dups)
+}

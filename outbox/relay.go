@@ -71,7 +71,7 @@ type Relay struct {
 	backlog    chan struct{}
 
 	stats struct {
-		claimed, batches, published, retried, skipped, dead, rejected, released, reclaimed,
+		claims, claimed, batches, published, retried, skipped, dead, rejected, released, reclaimed,
 		deferred, claimErrors, markErrors, orderBroken atomic.Int64
 	}
 }
@@ -80,8 +80,9 @@ type Relay struct {
 type Stats struct {
 	// Batches is the number of batches marked.
 	Batches int64
-	// Claimed is the number of rows claimed.
-	Claimed int64
+	// Claims is the number of claim statements run (empty ones included); Claimed is the
+	// number of rows they claimed.
+	Claims, Claimed int64
 	// Published, Retried, Skipped, Dead, Rejected and Released count rows moved to sent,
 	// failed (attempt used), failed (held back, attempt refunded), dead, rejected and pending.
 	Published, Retried, Skipped, Dead, Rejected, Released int64
@@ -99,7 +100,7 @@ type Stats struct {
 // Stats returns a snapshot of the relay's counters.
 func (r *Relay) Stats() Stats {
 	s := &r.stats
-	return Stats{Batches: s.batches.Load(), Claimed: s.claimed.Load(), Published: s.published.Load(),
+	return Stats{Batches: s.batches.Load(), Claims: s.claims.Load(), Claimed: s.claimed.Load(), Published: s.published.Load(),
 		Retried: s.retried.Load(), Skipped: s.skipped.Load(), Dead: s.dead.Load(), Rejected: s.rejected.Load(),
 		Released: s.released.Load(), Deferred: s.deferred.Load(), Reclaimed: s.reclaimed.Load(),
 		ClaimErrors: s.claimErrors.Load(), MarkErrors: s.markErrors.Load(), OrderBroken: s.orderBroken.Load()}
@@ -368,6 +369,7 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 		}
 		token, rows, err := r.store.claim(hard, r.pool, r.cfg.Policy, r.cfg.BatchSize, r.cfg.Lease, r.cfg.MaxAttempts, r.cfg.Destinations, budget)
 		r.log.Debug("claimed", "rows", len(rows), "took", time.Since(t0), "err", err)
+		r.stats.claims.Add(1)
 		if err != nil {
 			<-slots
 			if ctx.Err() != nil {
@@ -468,7 +470,8 @@ const sleepAfterInFlight = 20 * time.Millisecond
 // (sleepLock in sql.go): it takes the lock, then has the claimer claim once more, since
 // producers that committed before did not notify. While a producer that did not notify is
 // still in its transaction the lock cannot be taken: it waits a little and has the claimer
-// claim again. Without the lock's session the relay polls.
+// claim again. When another relay sleeps under the lock, producers notify and this relay
+// sleeps without it. Without the lock's session the relay polls.
 func (r *Relay) prepareSleep(ctx context.Context, sl *sleeper) sleepAction {
 	if sl == nil || sl.held || !r.listening.Load() {
 		return sleepWait
@@ -485,7 +488,7 @@ func (r *Relay) prepareSleep(ctx context.Context, sl *sleeper) sleepAction {
 	if r.sleepHook != nil {
 		r.sleepHook()
 	}
-	ok, err := sl.try(ctx)
+	got, err := sl.try(ctx)
 	if err == nil && sl.failing {
 		sl.failing = false
 		r.log.Info("sleep lock available again")
@@ -501,8 +504,10 @@ func (r *Relay) prepareSleep(ctx context.Context, sl *sleeper) sleepAction {
 				"err", err, "poll_interval", r.cfg.PollInterval)
 		}
 		return sleepWait
-	case ok:
+	case got == tryTaken:
 		return sleepClaim
+	case got == tryRelay:
+		return sleepWait
 	}
 	if alive, _ := waitWake(ctx, r.wake, sl.retryIn(r.cfg.PollInterval)); !alive {
 		return sleepStop

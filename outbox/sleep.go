@@ -27,43 +27,55 @@ type sleeper struct {
 	failing bool
 }
 
-// sleepRetryMax bounds the wait between two tries of the sleep lock. A try fails while a
-// producer that did not notify is still in its transaction (its row will need a claim after it
-// commits), and while another relay sleeps (producers then notify, and this relay hears them):
-// the first is short in practice and the second costs one cheap claim per wait.
+// sleepRetryMax bounds the wait between two tries of the sleep lock while producers that did
+// not notify are in their transactions (their rows will need a claim after they commit). A
+// relay that finds another relay asleep under the lock sleeps without it: producers notify, and
+// it hears them too.
 const sleepRetryMax = 50 * time.Millisecond
 
-// retryIn is how long to wait before the next try after a failed one: 1 ms, doubling to
-// sleepRetryMax (never more than poll).
+// retryIn is how long to wait before the next try after one that found producers holding the
+// lock: 1 ms, doubling to sleepRetryMax (never more than poll).
 func (s *sleeper) retryIn(poll time.Duration) time.Duration {
 	d := time.Millisecond << min(s.tries, 10)
 	return min(d, sleepRetryMax, poll)
 }
 
-// try takes the sleep lock without waiting and reports whether it did.
-func (s *sleeper) try(ctx context.Context) (bool, error) {
+// tryResult is the outcome of one try of the sleep lock.
+type tryResult int
+
+const (
+	tryTaken     tryResult = iota // the relay holds it and may sleep after one more claim
+	tryProducers                  // producers that did not notify are in their transactions
+	tryRelay                      // another relay sleeps under it: producers notify
+)
+
+// try takes the sleep lock without waiting, or says who holds it.
+func (s *sleeper) try(ctx context.Context) (tryResult, error) {
 	if s.held {
-		return true, nil
+		return tryTaken, nil
 	}
 	if s.conn == nil {
 		conn, err := pgx.ConnectConfig(ctx, s.cfg.Copy())
 		if err != nil {
-			return false, fmt.Errorf("connect: %w", err)
+			return 0, fmt.Errorf("connect: %w", err)
 		}
 		s.conn = conn
 	}
-	var ok bool
-	if err := s.conn.QueryRow(ctx, s.lock).Scan(&ok); err != nil {
+	var got string
+	if err := s.conn.QueryRow(ctx, s.lock).Scan(&got); err != nil {
 		s.close()
-		return false, fmt.Errorf("take the sleep lock: %w", err)
+		return 0, fmt.Errorf("take the sleep lock: %w", err)
 	}
-	s.held = ok
-	if ok {
-		s.tries = 0
-	} else {
+	switch got {
+	case "taken":
+		s.held, s.tries = true, 0
+		return tryTaken, nil
+	case "producers":
 		s.tries++
+		return tryProducers, nil
 	}
-	return ok, nil
+	s.tries = 0
+	return tryRelay, nil
 }
 
 // release gives the lock back, if held. On an error the session is closed, which releases it.

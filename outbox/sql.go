@@ -71,9 +71,15 @@ SELECT outbox_id, (SELECT count(*) FROM notified) FROM ins`
 // busy, producers skip the NOTIFY, which serializes committers (BENCHMARKS.md "Enqueue").
 const sleepLock = `hashtext('keiro.outbox.sleep'), hashtext('{{schema}}')`
 
-// sqlSleepLock and sqlSleepUnlock take and release the sleep lock on a relay's session.
+// sqlSleepLock tries to take the sleep lock on a relay's session and says why it could not:
+// 'taken'; 'producers' (held shared only: producers that did not notify are in their
+// transactions; probed by taking and releasing it shared); 'relay' (held exclusively: another
+// relay sleeps, and producers notify). sqlSleepUnlock releases it.
 const (
-	sqlSleepLock   = `SELECT pg_try_advisory_lock(` + sleepLock + `)`
+	sqlSleepLock = `SELECT CASE
+    WHEN pg_try_advisory_lock(` + sleepLock + `) THEN 'taken'
+    WHEN pg_try_advisory_lock_shared(` + sleepLock + `) AND pg_advisory_unlock_shared(` + sleepLock + `) THEN 'producers'
+    ELSE 'relay' END`
 	sqlSleepUnlock = `SELECT pg_advisory_unlock(` + sleepLock + `)`
 )
 
