@@ -423,3 +423,35 @@ func TestIdleRelaysDoNotSpinOnTheSleepLock(t *testing.T) {
 	require.Equal(t, len(evs), distinct)
 	require.Zero(t, dups)
 }
+
+// TestRelaysWithDestinationFiltersHearTheirRows: two relays each restricted to one topic. Only
+// one can sleep under the filtered sleep lock; the other must not count on it: a row of its
+// topic committed while the sleeper is awake (here right after a row of the sleeper's topic
+// woke it) sends no notification. It keeps trying the lock instead, so rows of both topics
+// arrive without waiting for the poll (an hour).
+func TestRelaysWithDestinationFiltersHearTheirRows(t *testing.T) {
+	t.Parallel()
+	db, kc, st := rig(t, 1)
+	kc.CreateTopic(t, "billing", 1)
+	p := newProgress()
+	for _, topic := range []string{"orders", "billing"} {
+		startRelay(t, db, kc, outbox.RelayConfig{Destinations: []string{topic}, PollInterval: time.Hour,
+			OnBatch: p.onBatch, Logger: testLogger(t)})
+	}
+	time.Sleep(200 * time.Millisecond) // both idle: one asleep under the lock, one trying
+	const rounds = 20
+	k := "k"
+	for i := range rounds {
+		// Either topic's row first: whichever relay sleeps is woken by one, and the other
+		// row commits while it is awake.
+		first, second := "orders", "billing"
+		if i%2 == 1 {
+			first, second = second, first
+		}
+		enqueue(t, db.Pool, st, event(fmt.Sprintf("a-%d", i), first, &k, fmt.Sprintf(`{"i":%d}`, 2*i)))
+		time.Sleep(time.Duration(i%4) * time.Millisecond)
+		enqueue(t, db.Pool, st, event(fmt.Sprintf("b-%d", i), second, &k, fmt.Sprintf(`{"i":%d}`, 2*i+1)))
+		p.wait(t, 2*(i+1), 5*time.Second)
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -286,6 +286,13 @@ func (r *Relay) Run(ctx context.Context) error {
 		r.inFlight.Add(-1)
 		<-slots
 		r.signal()
+		if len(r.cfg.Destinations) > 0 && !r.cfg.PollOnly && res.Published+res.Dead+res.Rejected > 0 {
+			// Rows that went terminal may have been the heads of keys whose next rows are for
+			// destinations this relay does not publish: wake the relays that do.
+			if err := r.store.Notify(hardCtx, r.pool); err != nil && hardCtx.Err() == nil {
+				r.log.Warn("could not wake the other relays after a batch", "err", err)
+			}
+		}
 		if res.HaltedOn != nil && haltErr.Load() == nil {
 			err := fmt.Errorf("%w on outbox row %s", ErrHalted, *res.HaltedOn)
 			haltErr.Store(&err)
@@ -320,10 +327,13 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	// The first claimer of a listening relay sleeps under the sleep lock, so producers notify
-	// only while it sleeps (sleeper, sleepLock).
+	// only while it sleeps (sleeper, sleepLockAll in sql.go).
 	var sl *sleeper
 	if !extra && !r.cfg.PollOnly {
 		sl = &sleeper{cfg: r.pool.Config().ConnConfig, lock: r.store.q.sleepLock, unlck: r.store.q.sleepUnlock}
+		if len(r.cfg.Destinations) > 0 {
+			sl.lock, sl.unlck, sl.filtered = r.store.q.sleepLockFiltered, r.store.q.sleepUnlockFiltered, true
+		}
 		defer sl.close()
 	}
 	var dbBackoff int
@@ -467,11 +477,13 @@ const (
 const sleepAfterInFlight = 20 * time.Millisecond
 
 // prepareSleep readies the first claimer of a listening relay to sleep under the sleep lock
-// (sleepLock in sql.go): it takes the lock, then has the claimer claim once more, since
+// (sleepLockAll in sql.go): it takes the lock, then has the claimer claim once more, since
 // producers that committed before did not notify. While a producer that did not notify is
 // still in its transaction the lock cannot be taken: it waits a little and has the claimer
-// claim again. When another relay sleeps under the lock, producers notify and this relay
-// sleeps without it. Without the lock's session the relay polls.
+// claim again. When another relay that publishes every destination sleeps under the lock,
+// producers notify and that relay claims whatever this one could: this relay sleeps without
+// it. A relay restricted to some destinations cannot count on another (it may cover other
+// destinations) and keeps trying. Without the lock's session the relay polls.
 func (r *Relay) prepareSleep(ctx context.Context, sl *sleeper) sleepAction {
 	if sl == nil || sl.held || !r.listening.Load() {
 		return sleepWait
@@ -506,7 +518,7 @@ func (r *Relay) prepareSleep(ctx context.Context, sl *sleeper) sleepAction {
 		return sleepWait
 	case got == tryTaken:
 		return sleepClaim
-	case got == tryRelay:
+	case got == tryRelay && !sl.filtered:
 		return sleepWait
 	}
 	if alive, _ := waitWake(ctx, r.wake, sl.retryIn(r.cfg.PollInterval)); !alive {

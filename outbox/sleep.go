@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// sleeper is the relay's side of notify-on-sleep (see sleepLock in sql.go): before the first
+// sleeper is the relay's side of notify-on-sleep (see sleepLockAll in sql.go): before the first
 // claimer sleeps it takes the schema's sleep lock on a session of its own, so producers start
 // notifying, and claims once more with the lock held; it releases the lock when it wakes, so
 // producers stop notifying while it works. One session per relay, opened when first needed and
@@ -20,6 +20,8 @@ type sleeper struct {
 	lock, unlck string
 	conn        *pgx.Conn
 	held        bool
+	// filtered: the relay publishes only some destinations (sleepLockFiltered).
+	filtered bool
 	// tries counts the failed tries since the lock was last taken or the relay last worked:
 	// it spaces the next.
 	tries int
@@ -28,9 +30,8 @@ type sleeper struct {
 }
 
 // sleepRetryMax bounds the wait between two tries of the sleep lock while producers that did
-// not notify are in their transactions (their rows will need a claim after they commit). A
-// relay that finds another relay asleep under the lock sleeps without it: producers notify, and
-// it hears them too.
+// not notify are in their transactions (their rows will need a claim after they commit), and,
+// for a relay restricted to some destinations, while another such relay sleeps under it.
 const sleepRetryMax = 50 * time.Millisecond
 
 // retryIn is how long to wait before the next try after one that found producers holding the
@@ -74,7 +75,11 @@ func (s *sleeper) try(ctx context.Context) (tryResult, error) {
 		s.tries++
 		return tryProducers, nil
 	}
-	s.tries = 0
+	if s.filtered {
+		s.tries++
+	} else {
+		s.tries = 0
+	}
 	return tryRelay, nil
 }
 

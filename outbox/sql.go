@@ -52,35 +52,44 @@ WITH input AS (
 ), notified AS (
     SELECT pg_notify('{{schema}}.keiro_outbox', '')
     FROM (SELECT 1 AS one FROM ins WHERE $24::boolean LIMIT 1) x
-    WHERE x.one = 1 AND NOT pg_try_advisory_xact_lock_shared({{sleep_lock}})
+    WHERE x.one = 1 AND (NOT pg_try_advisory_xact_lock_shared({{sleep_lock_all}})
+                         OR NOT pg_try_advisory_xact_lock_shared({{sleep_lock_filtered}}))
 )
 SELECT outbox_id, (SELECT count(*) FROM notified) FROM ins`
 
-// sleepLock is the advisory lock key (two int4s, a key space apart from the one-int8 keys of
-// the per-key enqueue locks) that makes EnqueueTx notify only while a relay sleeps:
+// The sleep locks are advisory lock keys (two int4s, a key space apart from the one-int8 keys
+// of the per-key enqueue locks) that make EnqueueTx notify only while a relay sleeps:
 //
-//   - a relay about to sleep takes it exclusively on its own session (pg_try_advisory_lock) and
-//     holds it until it wakes; it falls asleep only after one more claim with the lock held;
-//   - EnqueueTx, having inserted rows, tries to take it shared until the end of its transaction
-//     and notifies only when that fails: when a relay sleeps (or is falling asleep).
+//   - a relay about to sleep takes its key exclusively on its own session (pg_try_advisory_lock)
+//     and holds it until it wakes; it falls asleep only after one more claim with the lock held;
+//   - EnqueueTx, having inserted rows, tries to take both keys shared until the end of its
+//     transaction and notifies only when that fails: when a relay sleeps (or is falling asleep).
 //
-// A producer that took it shared did not notify, and holds it until its transaction ends, so a
-// relay's try fails until every such producer has committed or rolled back; the relay then
+// A producer that took them shared did not notify, and holds them until its transaction ends,
+// so a relay's try fails until every such producer has committed or rolled back; the relay then
 // claims once more with the lock held and sees their rows. Every later producer finds the lock
 // taken and notifies. No committed row waits for the poll interval, and while the relays are
 // busy, producers skip the NOTIFY, which serializes committers (BENCHMARKS.md "Enqueue").
-const sleepLock = `hashtext('keiro.outbox.sleep'), hashtext('{{schema}}')`
+//
+// Relays that publish every destination use sleepLockAll; a relay restricted to some
+// destinations uses sleepLockFiltered. Only one relay can hold a key: a relay that finds its key
+// held by another relay sleeps without it if that relay covers every row it could claim (both
+// publish all destinations), and otherwise keeps trying (the sleeper may not claim its rows).
+const (
+	sleepLockAll      = `hashtext('keiro.outbox.sleep'), hashtext('{{schema}}')`
+	sleepLockFiltered = `hashtext('keiro.outbox.sleep.filtered'), hashtext('{{schema}}')`
+)
 
-// sqlSleepLock tries to take the sleep lock on a relay's session and says why it could not:
-// 'taken'; 'producers' (held shared only: producers that did not notify are in their
+// sqlSleepLock tries to take a sleep lock ({{key}}) on a relay's session and says why it could
+// not: 'taken'; 'producers' (held shared only: producers that did not notify are in their
 // transactions; probed by taking and releasing it shared); 'relay' (held exclusively: another
 // relay sleeps, and producers notify). sqlSleepUnlock releases it.
 const (
 	sqlSleepLock = `SELECT CASE
-    WHEN pg_try_advisory_lock(` + sleepLock + `) THEN 'taken'
-    WHEN pg_try_advisory_lock_shared(` + sleepLock + `) AND pg_advisory_unlock_shared(` + sleepLock + `) THEN 'producers'
+    WHEN pg_try_advisory_lock({{key}}) THEN 'taken'
+    WHEN pg_try_advisory_lock_shared({{key}}) AND pg_advisory_unlock_shared({{key}}) THEN 'producers'
     ELSE 'relay' END`
-	sqlSleepUnlock = `SELECT pg_advisory_unlock(` + sleepLock + `)`
+	sqlSleepUnlock = `SELECT pg_advisory_unlock({{key}})`
 )
 
 // sqlEnqueueExisting reads back the rows that an enqueue did not insert, to tell a duplicate
@@ -103,7 +112,9 @@ type queries struct {
 	retention, gauges        string
 	status, listDead         string
 	requeue, lookup          string
-	sleepLock, sleepUnlock   string
+	// sleepLock and sleepUnlock take and release sleepLockAll; the filtered forms, sleepLockFiltered.
+	sleepLock, sleepUnlock                 string
+	sleepLockFiltered, sleepUnlockFiltered string
 }
 
 func newQueries(schema string) queries {
@@ -123,7 +134,8 @@ func newQueries(schema string) queries {
 		return r.Replace(expand(q))
 	}
 	return queries{
-		enqueue:         r.Replace(strings.ReplaceAll(sqlEnqueue, "{{sleep_lock}}", sleepLock)),
+		enqueue: r.Replace(strings.NewReplacer("{{sleep_lock_all}}", sleepLockAll,
+			"{{sleep_lock_filtered}}", sleepLockFiltered).Replace(sqlEnqueue)),
 		enqueueExisting: r.Replace(sqlEnqueueExisting),
 		claim: map[Policy]string{
 			PerKeyHeadOfLine: claim(preJoinKey, preKey, postKey),
@@ -131,15 +143,17 @@ func newQueries(schema string) queries {
 			PerSourceStream:  claim(preJoinSource, preSource, postSource),
 			BestEffort:       claim("", "TRUE", postNone),
 		},
-		mark:        r.Replace(sqlMark),
-		retention:   r.Replace(sqlRetention),
-		gauges:      r.Replace(sqlGauges),
-		status:      r.Replace(sqlStatus),
-		listDead:    r.Replace(sqlListDead),
-		requeue:     r.Replace(sqlRequeue),
-		lookup:      r.Replace(sqlLookup),
-		sleepLock:   r.Replace(sqlSleepLock),
-		sleepUnlock: r.Replace(sqlSleepUnlock),
+		mark:                r.Replace(sqlMark),
+		retention:           r.Replace(sqlRetention),
+		gauges:              r.Replace(sqlGauges),
+		status:              r.Replace(sqlStatus),
+		listDead:            r.Replace(sqlListDead),
+		requeue:             r.Replace(sqlRequeue),
+		lookup:              r.Replace(sqlLookup),
+		sleepLock:           r.Replace(strings.ReplaceAll(sqlSleepLock, "{{key}}", sleepLockAll)),
+		sleepUnlock:         r.Replace(strings.ReplaceAll(sqlSleepUnlock, "{{key}}", sleepLockAll)),
+		sleepLockFiltered:   r.Replace(strings.ReplaceAll(sqlSleepLock, "{{key}}", sleepLockFiltered)),
+		sleepUnlockFiltered: r.Replace(strings.ReplaceAll(sqlSleepUnlock, "{{key}}", sleepLockFiltered)),
 	}
 }
 

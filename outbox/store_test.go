@@ -191,6 +191,9 @@ func listen(t *testing.T, ctx context.Context, db *testdb.DB, st *outbox.Store) 
 // contract between EnqueueTx and relays, see docs/architecture.md).
 const sleepLockSQL = `SELECT pg_try_advisory_lock(hashtext('keiro.outbox.sleep'), hashtext($1))`
 
+// sleepLockFilteredSQL is the same for a relay restricted to some destinations.
+const sleepLockFilteredSQL = `SELECT pg_try_advisory_lock(hashtext('keiro.outbox.sleep.filtered'), hashtext($1))`
+
 // TestEnqueueNotifiesOnlyWhileARelaySleeps: a committed enqueue notifies only while a relay
 // holds the sleep lock (once per transaction, never on rollback); a producer that did not
 // notify holds the lock shared until its transaction ends, so a relay cannot fall asleep
@@ -252,6 +255,14 @@ func TestEnqueueNotifiesOnlyWhileARelaySleeps(t *testing.T) {
 	require.NoError(t, tx.Commit(ctx))
 	require.Empty(t, notifications())
 	require.True(t, trySleep())
+
+	// A relay restricted to some destinations sleeps: producers notify too.
+	wake()
+	var filtered bool
+	require.NoError(t, relay.QueryRow(ctx, sleepLockFilteredSQL, db.Schema).Scan(&filtered))
+	require.True(t, filtered)
+	enqueue(t, db.Pool, st, event("for-a-filtered-relay", "t1", nil, "{}"))
+	require.Equal(t, []string{""}, notifications())
 
 	// Another schema's relay sleeping does not make this schema's producers notify.
 	wake()
