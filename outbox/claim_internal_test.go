@@ -380,3 +380,50 @@ func TestRelayClaimsOnceMoreAfterTakingTheSleepLock(t *testing.T) {
 		t.Fatal("the row committed just before the relay fell asleep was not published")
 	}
 }
+
+// TestSleepLockTry: a try of either sleep lock takes it when it is free, answers "producers"
+// while a producer that did not notify is in its transaction (and leaves it to them), and
+// "relay" while another relay holds it; the two keys are independent.
+func TestSleepLockTry(t *testing.T) {
+	t.Parallel()
+	db, st := setup(t)
+	ctx := context.Background()
+	conns := make([]*pgx.Conn, 2)
+	for i := range conns {
+		c, err := pgx.Connect(ctx, db.ConnString)
+		require.NoError(t, err)
+		defer c.Close(ctx)
+		conns[i] = c
+	}
+	try := func(c *pgx.Conn, q string) string {
+		t.Helper()
+		var got string
+		require.NoError(t, c.QueryRow(ctx, q).Scan(&got))
+		return got
+	}
+	for _, c := range []struct{ name, lock, unlock, other string }{
+		{"all", st.q.sleepLock, st.q.sleepUnlock, st.q.sleepLockFiltered},
+		{"filtered", st.q.sleepLockFiltered, st.q.sleepUnlockFiltered, st.q.sleepLock},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tx, err := db.Pool.Begin(ctx)
+			require.NoError(t, err)
+			_, err = st.EnqueueTx(ctx, tx, ev("p-"+c.name, k("k")))
+			require.NoError(t, err)
+			require.Equal(t, "producers", try(conns[0], c.lock))
+			require.Equal(t, "producers", try(conns[0], c.lock), "the probe leaves the lock to the producer")
+			require.NoError(t, tx.Commit(ctx))
+			require.Equal(t, "taken", try(conns[0], c.lock))
+			require.Equal(t, "relay", try(conns[1], c.lock))
+			require.Equal(t, "taken", try(conns[1], c.other), "the other key is independent")
+			_, err = conns[1].Exec(ctx, `SELECT pg_advisory_unlock_all()`)
+			require.NoError(t, err)
+			var ok bool
+			require.NoError(t, conns[0].QueryRow(ctx, c.unlock).Scan(&ok))
+			require.True(t, ok)
+			require.Equal(t, "taken", try(conns[1], c.lock))
+			_, err = conns[1].Exec(ctx, `SELECT pg_advisory_unlock_all()`)
+			require.NoError(t, err)
+		})
+	}
+}
