@@ -355,6 +355,7 @@ func TestPollOnlyRelayNeverTakesTheSleepLock(t *testing.T) {
 func TestRelayClaimsNewRowsWhileABatchIsSlow(t *testing.T) {
 	t.Parallel()
 	db, kc, st := rig(t, 1)
+	dumpOutboxOnFailure(t, db)
 	release := make(chan struct{})
 	held := make(chan struct{}, 1)
 	var once sync.Once
@@ -432,6 +433,7 @@ func TestIdleRelaysDoNotSpinOnTheSleepLock(t *testing.T) {
 func TestRelaysWithDestinationFiltersHearTheirRows(t *testing.T) {
 	t.Parallel()
 	db, kc, st := rig(t, 1)
+	dumpOutboxOnFailure(t, db)
 	kc.CreateTopic(t, "billing", 1)
 	p := newProgress()
 	for _, topic := range []string{"orders", "billing"} {
@@ -454,4 +456,31 @@ func TestRelaysWithDestinationFiltersHearTheirRows(t *testing.T) {
 		p.wait(t, 2*(i+1), 5*time.Second)
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// TestRelayRetriesWhenTheBackoffEnds: a row that failed is due again after its backoff; the
+// relay that marked it wakes then, rather than at its next poll (an hour here).
+func TestRelayRetriesWhenTheBackoffEnds(t *testing.T) {
+	t.Parallel()
+	db, kc, st := rig(t, 1)
+	dumpOutboxOnFailure(t, db)
+	f := injectFaults(kc)
+	f.set(func(f *faults) { f.all, f.code = true, kerr.UnknownServerError.Code })
+	p := newProgress()
+	startRelayOpts(t, db, kc, outboxOpts(), outbox.RelayConfig{PollInterval: time.Hour,
+		Backoff: outbox.Backoff{Initial: 200 * time.Millisecond, Max: time.Second, Multiplier: 2},
+		OnBatch: p.onBatch, Logger: testLogger(t)})
+	enqueue(t, db.Pool, st, keyedEvents("orders", 3, 1)...)
+	deadline := time.Now().Add(10 * time.Second)
+	for f.failed.Load() == 0 {
+		require.True(t, time.Now().Before(deadline), "no produce failed")
+		time.Sleep(5 * time.Millisecond)
+	}
+	f.set(func(f *faults) { f.all = false })
+	t0 := time.Now()
+	p.wait(t, 3, 10*time.Second)
+	require.Less(t, time.Since(t0), 3*time.Second)
+	recs := kc.ConsumeAll(t, 3, 10*time.Second, "orders")
+	distinct, _ := checkOrder(t, recs)
+	require.Equal(t, 3, distinct)
 }

@@ -427,6 +427,12 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 		if extra {
 			// Wake-ups and polls are the first claimer's: an extra claimer that took one would
 			// only go back to waiting for a backlog, and the wake-up would be lost.
+			if len(rows) == 0 {
+				// Concurrent claims can all come back empty: each skips the rows the others
+				// hold locked and drops the rows behind them. The first claimer may have come
+				// back empty because of this claim and gone to sleep: have it look again.
+				r.signal()
+			}
 			continue
 		}
 		if r.signals.Load() != signalsBefore {
@@ -855,6 +861,18 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 			}
 		}
 		r.log.Warn("Kafka unavailable; rows deferred without using an attempt", "retry_in", d)
+	}
+
+	// Rows going back to failed are due after their delay: wake the claim loop then, rather
+	// than leave them to the next poll.
+	var retryIn time.Duration
+	for _, m := range marks {
+		if (m.outcome == outcomeFailed || m.outcome == outcomeDeferred) && m.delay > 0 && (retryIn == 0 || m.delay < retryIn) {
+			retryIn = m.delay
+		}
+	}
+	if retryIn > 0 {
+		defer time.AfterFunc(retryIn, r.signal)
 	}
 
 	var t transitions

@@ -63,6 +63,35 @@ func (p *progress) wait(t testing.TB, n int, timeout time.Duration) {
 	}
 }
 
+// dumpOutboxOnFailure logs, if the test fails, the outbox's rows per status with when the
+// earliest becomes due, its lease and error: enough to tell a lost wake-up (rows due, none in
+// flight) from a retry in backoff or a stuck batch.
+func dumpOutboxOnFailure(t testing.TB, db *testdb.DB) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		rows, err := db.Pool.Query(context.Background(), `
+            SELECT status, count(*), coalesce(min(next_attempt_at - now())::text, ''),
+                coalesce(min(lease_until - now())::text, ''), max(attempt_count), coalesce(min(last_error), '')
+            FROM keiro_outbox GROUP BY status ORDER BY status`)
+		if err != nil {
+			t.Logf("outbox dump: %v", err)
+			return
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var status, due, lease, lastErr string
+			var n, attempts int
+			if err := rows.Scan(&status, &n, &due, &lease, &attempts, &lastErr); err != nil {
+				t.Logf("outbox dump: %v", err)
+				return
+			}
+			t.Logf("outbox: %d %s (earliest due in %s, lease %s, max attempts %d, error %q)", n, status, due, lease, attempts, lastErr)
+		}
+	})
+}
+
 // startRelay runs a relay until the test ends, and checks Run's result then.
 func startRelay(t testing.TB, db *testdb.DB, kc *testkafka.Cluster, cfg outbox.RelayConfig) (*outbox.Relay, context.CancelFunc) {
 	t.Helper()
@@ -211,6 +240,7 @@ func TestRelayNeverWaitsForThePollWhileWorkRemains(t *testing.T) {
 	for _, claimers := range []int{1, 2, 4} {
 		t.Run(fmt.Sprintf("claimers=%d", claimers), func(t *testing.T) {
 			db := testdb.New(t)
+			dumpOutboxOnFailure(t, db)
 			st, err := outbox.NewStore(db.Schema)
 			require.NoError(t, err)
 			for i := 0; i < n; i += 1000 {
@@ -233,6 +263,7 @@ func TestRelayNeverWaitsForThePollWhileWorkRemains(t *testing.T) {
 func TestRelayHearsProducersThatDidNotNotify(t *testing.T) {
 	t.Parallel()
 	db, kc, st := rig(t, 3)
+	dumpOutboxOnFailure(t, db)
 	ctx := context.Background()
 	notifications := listen(t, ctx, db, st)
 	tx, err := db.Pool.Begin(ctx)
