@@ -605,13 +605,7 @@ func BenchmarkEnqueueConcurrent(b *testing.B) {
 					r, err := NewRelay(db.Pool, kc.Client(b, ProducerOpts()...), RelayConfig{Schema: db.Schema,
 						Logger: slog.New(slog.DiscardHandler)})
 					require.NoError(b, err)
-					ctx, cancel := context.WithCancel(context.Background())
-					done := make(chan error, 1)
-					go func() { done <- r.Run(ctx) }()
-					b.Cleanup(func() {
-						cancel()
-						require.NoError(b, <-done)
-					})
+					runRelay(b, r)
 				}
 				return func(ctx context.Context, p, i int) error {
 					k := "k" + strconv.Itoa(p)

@@ -25,6 +25,18 @@ func ev(id string, key *string) envelope.Event {
 
 func k(s string) *string { return &s }
 
+// runRelay runs r until the test or benchmark ends, then stops it and checks Run's result.
+func runRelay(tb testing.TB, r *Relay) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	tb.Cleanup(func() {
+		cancel()
+		require.NoError(tb, <-done)
+	})
+}
+
 func setup(t *testing.T, events ...envelope.Event) (*testdb.DB, *Store) {
 	t.Helper()
 	db := testdb.New(t)
@@ -356,7 +368,7 @@ func TestRelayClaimsOnceMoreAfterTakingTheSleepLock(t *testing.T) {
 			}
 		}})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx := context.Background()
 	var once sync.Once
 	hookErr := make(chan error, 1)
 	r.sleepHook = func() {
@@ -367,12 +379,7 @@ func TestRelayClaimsOnceMoreAfterTakingTheSleepLock(t *testing.T) {
 			})
 		})
 	}
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	defer func() {
-		cancel()
-		require.NoError(t, <-done)
-	}()
+	runRelay(t, r)
 	require.NoError(t, <-hookErr)
 	select {
 	case <-published:

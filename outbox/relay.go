@@ -330,10 +330,7 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 	// only while it sleeps (sleeper, sleepLockAll in sql.go).
 	var sl *sleeper
 	if !extra && !r.cfg.PollOnly {
-		sl = &sleeper{cfg: r.pool.Config().ConnConfig, lock: r.store.q.sleepLock, unlck: r.store.q.sleepUnlock}
-		if len(r.cfg.Destinations) > 0 {
-			sl.lock, sl.unlck, sl.filtered = r.store.q.sleepLockFiltered, r.store.q.sleepUnlockFiltered, true
-		}
+		sl = newSleeper(r.pool.Config().ConnConfig, &r.store.q, len(r.cfg.Destinations) > 0)
 		defer sl.close()
 	}
 	var dbBackoff int

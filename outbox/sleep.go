@@ -29,6 +29,15 @@ type sleeper struct {
 	failing bool
 }
 
+// newSleeper returns the sleeper of a relay that publishes every destination, or only some
+// (filtered), whose session connects with cfg.
+func newSleeper(cfg *pgx.ConnConfig, q *queries, filtered bool) *sleeper {
+	if filtered {
+		return &sleeper{cfg: cfg, lock: q.sleepLockFiltered, unlck: q.sleepUnlockFiltered, filtered: true}
+	}
+	return &sleeper{cfg: cfg, lock: q.sleepLock, unlck: q.sleepUnlock}
+}
+
 // sleepRetryMax bounds the wait between two tries of the sleep lock while producers that did
 // not notify are in their transactions (their rows will need a claim after they commit), and,
 // for a relay restricted to some destinations, while another such relay sleeps under it.
