@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -104,11 +105,16 @@ func MarshalDocument(ctx context.Context, ev envelope.Event, decode PayloadDecod
 	if err != nil {
 		return nil, err
 	}
-	b, err := json.Marshal(d)
-	if err != nil {
+	// json.Marshal would rewrite <, > and & inside the payload and attributes as \u003c, \u003e
+	// and \u0026: the same JSON value, but not the producer's bytes, which a receiver that checks
+	// a signature or a digest of the payload must see unchanged.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(d); err != nil {
 		return nil, fmt.Errorf("encode document of message %q: %w", ev.MessageID, err)
 	}
-	return b, nil
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 func uuidString(u *envelope.UUID) *string {
