@@ -278,6 +278,47 @@ func TestRelayRejectsPoisonRows(t *testing.T) {
 	require.Zero(t, dups)
 }
 
+// TestPoisonBystanderKeepsItsKeyOrder: the broker refuses a request because of one oversized
+// record, so every record in it fails; the bystanders are retried alone, not rejected. A later
+// record of a bystander's key must not overtake it, even when it goes out in a later flush of
+// the same batch (here the batch is split by the first record for a new topic, flushed alone).
+func TestPoisonBystanderKeepsItsKeyOrder(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	kc := testkafka.New(t, kfake.BrokerConfigs(map[string]string{"message.max.bytes": "20000"}))
+	kc.CreateTopic(t, "orders", 1)
+	kc.CreateTopic(t, "audit", 1)
+	st, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	p := newProgress()
+	r, _ := startRelay(t, db, kc, outbox.RelayConfig{OnBatch: p.onBatch, MaxRecordBytes: 100_000,
+		Backoff: outbox.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}, PollInterval: 10 * time.Millisecond,
+		Logger: testLogger(t)})
+	enqueue(t, db.Pool, st, event("m-0", "orders", ptr("k0"), `{"i":0}`))
+	p.wait(t, 1, 30*time.Second) // the client has published to "orders": its rows share flushes
+
+	big := make([]byte, 30_000) // incompressible, so compression cannot hide the size
+	_, _ = rand.Read(big)
+	enqueue(t, db.Pool, st,
+		event("m-1", "orders", ptr("k1"), `{"i":1}`+string(big)), // refused, with its bystander
+		event("m-2", "orders", ptr("k2"), `{"i":2}`),             // the bystander
+		event("m-3", "audit", ptr("a"), `{"i":3}`),               // first for "audit": flushed alone
+		event("m-4", "orders", ptr("k2"), `{"i":4}`),             // must land after m-2
+		event("m-5", "orders", ptr("k1"), `{"i":5}`),
+	)
+	p.wait(t, 6, 30*time.Second)
+
+	recs := kc.ConsumeAll(t, 4, 30*time.Second, "orders")
+	distinct, _ := checkOrder(t, recs)
+	require.Equal(t, 4, distinct)
+	require.Zero(t, r.Stats().OrderBroken)
+	dead, err := st.ListDead(context.Background(), db.Pool, outbox.ListDeadOptions{})
+	require.NoError(t, err)
+	require.Len(t, dead, 1)
+	require.Equal(t, "m-1", dead[0].MessageID)
+	require.Equal(t, "message_too_large", dead[0].RejectionCode)
+}
+
 // sleepingRelayPID returns the pid of the session holding the schema's sleep lock, or 0.
 func sleepingRelayPID(t *testing.T, db *testdb.DB) int {
 	t.Helper()

@@ -593,7 +593,7 @@ func (r *Relay) produce(ctx context.Context, batches []*batch) {
 			case res.err == nil:
 				r.topics.Store(row.event.Destination, struct{}{})
 			default:
-				if class, _ := classify(res.err); class != classPermanent {
+				if class, _ := res.failureClass(); class != classPermanent {
 					if g := groupKey(r.cfg.Policy, &row.event); g != "" {
 						failed[g] = true
 					}
@@ -738,6 +738,28 @@ func (r *Relay) flush(ctx context.Context, refs []rowRef) {
 	}
 }
 
+// suspect reports a record Kafka refused for good in a request that held other records too:
+// the refusal may concern another record of the request (a poison record fails its
+// bystanders), so the row is retried alone before it is rejected.
+func (res *produceResult) suspect() bool {
+	if res.err == nil || !res.shared {
+		return false
+	}
+	class, code := classify(res.err)
+	return class == classPermanent && recordLevel[code]
+}
+
+// failureClass is how the relay treats a failed record: its error's class, except that a
+// suspect is transient (retried alone). produce and markOutcome must agree on it: a row that
+// will be retried fails its group, so no later row of the group may go out after it.
+func (res *produceResult) failureClass() (errClass, string) {
+	class, code := classify(res.err)
+	if res.suspect() {
+		class = classTransient
+	}
+	return class, code
+}
+
 // recordLevel are the rejection codes that concern one record (as opposed to its topic).
 var recordLevel = map[string]bool{
 	"message_too_large": true, "record_list_too_large": true, "invalid_record": true, "corrupt_message": true,
@@ -808,12 +830,9 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 		case !pr.done:
 			m.outcome = outcomeReleased // shutdown before an outcome: back to pending
 		default:
-			class, code := classify(pr.err)
-			if class == classPermanent && recordLevel[code] && pr.shared {
-				// Kafka refused a request holding other records too: retry this row alone
-				// before rejecting it, so a bystander of a poison record is not rejected.
+			class, code := pr.failureClass()
+			if pr.suspect() {
 				r.suspects.Store(row.id, struct{}{})
-				class = classTransient
 			} else {
 				r.suspects.Delete(row.id)
 			}
