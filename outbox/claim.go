@@ -32,8 +32,10 @@ const (
 	// Kafka itself orders only within a partition, so a total order needs a single-partition
 	// destination.
 	PerSourceStream
-	// StopTheLine claims like PerKeyHeadOfLine, but the first failure halts the relay: the rest
-	// of the batch is held back and Run returns an error naming the row, for manual review.
+	// StopTheLine claims like PerKeyHeadOfLine with one batch in flight and publishes row by
+	// row, a flush each (keiro §1.3.5): the first failure halts the relay, no later row of the
+	// batch is sent (they are skipped, attempts refunded), and Run returns an error naming the
+	// row, for manual review. The slowest policy: one produce round trip per row.
 	StopTheLine
 	// BestEffort claims every due row, unordered: a failure affects only its own row.
 	BestEffort
@@ -296,6 +298,16 @@ func (s *Store) markBatch(ctx context.Context, q Querier, token envelope.UUID, m
 		return t, fmt.Errorf("mark outbox batch: %w", err)
 	}
 	return t, nil
+}
+
+// renewLease extends the lease of the rows ids still publishing under token to lease from now,
+// and returns how many it extended.
+func (s *Store) renewLease(ctx context.Context, q Querier, token envelope.UUID, ids [][16]byte, lease time.Duration) (int64, error) {
+	tag, err := q.Exec(ctx, s.q.renew, [16]byte(token), ids, lease.Microseconds())
+	if err != nil {
+		return 0, fmt.Errorf("renew outbox lease: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 var errNoRows = pgx.ErrNoRows

@@ -254,6 +254,17 @@ func TestLeaseExpiredAfterFinalAttemptGoesDead(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT status, last_error FROM keiro_outbox WHERE message_id='a1'").Scan(&s, &le))
 	require.Equal(t, "dead", s)
 	require.Equal(t, "lease expired after final attempt", le)
+
+	// The error of the attempt before is kept beside the reason (keiro §1.3.3 keeps only it).
+	_, err = db.Pool.Exec(ctx, `UPDATE keiro_outbox SET status = 'publishing', lease_until = now() - interval '1 second',
+        last_error = 'broker timeout' WHERE message_id = 'a2'`)
+	require.NoError(t, err)
+	_, rows, err = st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 1, nil, 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a2"}, ids(rows))
+	require.True(t, rows[0].dead)
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT last_error FROM keiro_outbox WHERE message_id='a2'").Scan(&le))
+	require.Equal(t, "lease expired after final attempt (last error: broker timeout)", le)
 }
 
 func TestClaimDestinationsFilter(t *testing.T) {

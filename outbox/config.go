@@ -85,8 +85,9 @@ type RelayConfig struct {
 	// Backoff spaces the retries of a failed row. Defaults to the Default* backoff constants.
 	Backoff Backoff
 	// Lease is how long a claim stays exclusive. A row still publishing when its lease expires
-	// (its relay died or stalled) is claimed again by any relay. It must comfortably exceed
-	// the produce time of a batch. Defaults to DefaultLease.
+	// (its relay died or lost PostgreSQL) is claimed again by any relay. A live relay renews
+	// the lease of a batch still in flight after a third of it, so Lease bounds how long a dead
+	// relay's rows wait, not how long a produce may take. Defaults to DefaultLease.
 	Lease time.Duration
 	// PollInterval is how often the relay claims when no notification arrives. It is also how
 	// often a claim scans the whole backlog (and such scans repeat while they come back full):

@@ -37,9 +37,10 @@
 // connection, reconnected with backoff) and polls every PollInterval (PollOnly for PgBouncer in
 // transaction mode). Any number of relays may drain one table.
 //
-// A row whose lease expires while 'publishing' (its relay died or stalled) is claimable again by
-// any relay; the attempt it used stays counted, and a row re-claimed that way with no attempt
-// left goes 'dead' ("lease expired after final attempt").
+// A row whose lease expires while 'publishing' (its relay died or lost PostgreSQL: a live relay
+// renews the leases of its batches in flight) is claimable again by any relay; the attempt it
+// used stays counted, and a row re-claimed that way with no attempt left goes 'dead' ("lease
+// expired after final attempt", followed by the previous attempt's error if there was one).
 //
 // # Guarantees
 //
@@ -61,9 +62,9 @@
 //
 // [PerKeyHeadOfLine] (default), [PerSourceStream] (every row of a source, null keys included;
 // Kafka orders only within a partition, so a total order needs a single-partition topic),
-// [StopTheLine] (claims like per-key, one batch in flight; the first failure halts: the rest of
-// the batch is held back and Run returns an error wrapping [ErrHalted] naming the row — restart
-// the relay after review) and [BestEffort] (no order: a failure affects only its own row).
+// [StopTheLine] (claims like per-key, one batch in flight, publishes row by row; the first
+// failure halts: no later row of the batch is sent, and Run returns an error wrapping
+// [ErrHalted] naming the row — restart the relay after review) and [BestEffort] (no order: a failure affects only its own row).
 // After a failure in a group (a key, a source, or the whole StopTheLine batch), later rows of the
 // group that Kafka did not acknowledge are "skipped": back to 'failed' with their attempt
 // refunded, due at once (still blocked behind the failed row). Rows Kafka did acknowledge are

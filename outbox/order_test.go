@@ -104,6 +104,64 @@ func TestStopTheLineHaltsAndNamesTheRow(t *testing.T) {
 	require.Zero(t, attempts)
 }
 
+// TestStopTheLinePublishesRowByRow: under StopTheLine each row is produced alone, in order, so
+// a failed row stops the batch: no later row reaches Kafka, whatever its key or partition (one
+// flush of many partitions would let the other partitions' records through).
+func TestStopTheLinePublishesRowByRow(t *testing.T) {
+	t.Parallel()
+	db, kc, st := rig(t, 3)
+	res := enqueue(t, db.Pool, st, keyedEvents("orders", 12, 12)...)
+	var mu sync.Mutex
+	var sizes []int // records per produce request
+	kc.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		req := kreq.(*kmsg.ProduceRequest)
+		n := 0
+		for _, rt := range req.Topics {
+			for _, rp := range rt.Partitions {
+				var rb kmsg.RecordBatch
+				if err := rb.ReadFrom(rp.Records); err == nil {
+					n += int(rb.NumRecords)
+				}
+			}
+		}
+		mu.Lock()
+		sizes = append(sizes, n)
+		fail := len(sizes) == 4
+		mu.Unlock()
+		if !fail {
+			return nil, nil, false
+		}
+		return produceError(req, kerr.UnknownServerError.Code), nil, true
+	})
+	client := kc.Client(t, outboxOpts()...)
+	r, err := outbox.NewRelay(db.Pool, client, outbox.RelayConfig{Schema: db.Schema, Policy: outbox.StopTheLine, Logger: testLogger(t)})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = r.Run(ctx)
+	require.ErrorIs(t, err, outbox.ErrHalted)
+	require.Contains(t, err.Error(), res[3].OutboxID.String())
+	mu.Lock()
+	require.Equal(t, []int{1, 1, 1, 1}, sizes, "records per produce request")
+	mu.Unlock()
+	for i, rr := range res {
+		row, err := st.Lookup(context.Background(), db.Pool, rr.OutboxID)
+		require.NoError(t, err)
+		switch {
+		case i < 3:
+			require.Equal(t, "sent", row.Status, "row %d", i)
+		case i == 3:
+			require.Equal(t, "failed", row.Status)
+			require.Equal(t, 1, row.Attempts)
+		default:
+			require.Equal(t, "failed", row.Status, "row %d: %+v", i, row)
+			require.Zero(t, row.Attempts, "row %d", i)
+			require.Contains(t, row.LastError, "skipped", "row %d", i)
+		}
+	}
+}
+
 // logFalseAcks logs every sent row whose recorded (partition, offset) does not hold its own
 // message on Kafka: an acknowledgement of a record that was never written there.
 func logFalseAcks(t *testing.T, db *testdb.DB, recs []*kgo.Record) {

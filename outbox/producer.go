@@ -21,8 +21,8 @@ const (
 	DefaultRecordRetries = 5
 	// DefaultProduceRequestTimeout bounds one produce request on the broker.
 	DefaultProduceRequestTimeout = 10 * time.Second
-	// DefaultRecordDeliveryTimeout bounds how long a record may take to be delivered; it must
-	// stay well below the relay's Lease.
+	// DefaultRecordDeliveryTimeout bounds how long a record may take to be delivered, after
+	// which the relay classifies the failure itself (the batch's lease is renewed meanwhile).
 	DefaultRecordDeliveryTimeout = 30 * time.Second
 	// DefaultMaxBufferedRecords bounds the records buffered before a flush; it must be at
 	// least BatchSize × MaxInFlightBatches.

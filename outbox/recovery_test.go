@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -276,6 +277,45 @@ func TestRelayRejectsPoisonRows(t *testing.T) {
 	distinct, dups := checkOrder(t, recs)
 	require.Equal(t, 28, distinct)
 	require.Zero(t, dups)
+}
+
+// TestSlowBatchKeepsItsLease: the broker holds a batch's first produce request for three
+// leases. The relay renews the batch's lease meanwhile, so a second relay on the table takes
+// none of its rows over: every row reaches Kafka once, with one attempt used.
+func TestSlowBatchKeepsItsLease(t *testing.T) {
+	t.Parallel()
+	db, kc, st := rig(t, 1)
+	release := make(chan struct{})
+	var held atomic.Bool
+	kc.ControlKey(int16(kmsgProduce), func(kmsgReq) (kmsgResp, error, bool) {
+		kc.KeepControl()
+		if held.CompareAndSwap(false, true) {
+			<-release // a broker that does not answer
+		}
+		return nil, nil, false
+	})
+	enqueue(t, db.Pool, st, keyedEvents("orders", 20, 4)...)
+	p := newProgress()
+	cfg := outbox.RelayConfig{Lease: time.Second, PollInterval: 50 * time.Millisecond, OnBatch: p.onBatch, Logger: testLogger(t)}
+	a, _ := startRelay(t, db, kc, cfg)
+	deadline := time.Now().Add(10 * time.Second)
+	for !held.Load() {
+		require.True(t, time.Now().Before(deadline), "the relay never produced")
+		time.Sleep(5 * time.Millisecond)
+	}
+	b, _ := startRelay(t, db, kc, cfg)
+	time.Sleep(3 * cfg.Lease) // the outage: three leases long
+	close(release)
+	p.wait(t, 20, 30*time.Second)
+
+	distinct, dups := checkOrder(t, kc.ConsumeAll(t, 20, 30*time.Second, "orders"))
+	require.Equal(t, 20, distinct)
+	require.Zero(t, dups, "rows taken over while their relay still published them")
+	require.Zero(t, a.Stats().Reclaimed+b.Stats().Reclaimed)
+	require.Positive(t, a.Stats().LeaseRenewals)
+	var maxAttempts int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT max(attempt_count) FROM keiro_outbox").Scan(&maxAttempts))
+	require.Equal(t, 1, maxAttempts)
 }
 
 // TestPoisonBystanderKeepsItsKeyOrder: the broker refuses a request because of one oversized

@@ -69,10 +69,12 @@ type Relay struct {
 	// backlogged is set while claims come back full; backlog wakes the extra claimers then.
 	backlogged atomic.Bool
 	backlog    chan struct{}
+	// flying holds the batches claimed and not yet marked, for renewLeases.
+	flying sync.Map // *batch → struct{}
 
 	stats struct {
 		claims, claimed, batches, published, retried, skipped, dead, rejected, released, reclaimed,
-		deferred, claimErrors, markErrors, orderBroken atomic.Int64
+		deferred, claimErrors, markErrors, orderBroken, leaseRenewals atomic.Int64
 	}
 }
 
@@ -90,6 +92,9 @@ type Stats struct {
 	Deferred int64
 	// Reclaimed counts rows taken over from an expired lease.
 	Reclaimed int64
+	// LeaseRenewals counts lease extensions of batches in flight for over a third of the
+	// lease (a slow broker, a queue of batches, a mark retried through a database outage).
+	LeaseRenewals int64
 	// ClaimErrors and MarkErrors count failed claim and mark statements (retried).
 	ClaimErrors, MarkErrors int64
 	// OrderBroken counts rows acknowledged by Kafka after an earlier row of their key failed
@@ -103,7 +108,8 @@ func (r *Relay) Stats() Stats {
 	return Stats{Batches: s.batches.Load(), Claims: s.claims.Load(), Claimed: s.claimed.Load(), Published: s.published.Load(),
 		Retried: s.retried.Load(), Skipped: s.skipped.Load(), Dead: s.dead.Load(), Rejected: s.rejected.Load(),
 		Released: s.released.Load(), Deferred: s.deferred.Load(), Reclaimed: s.reclaimed.Load(),
-		ClaimErrors: s.claimErrors.Load(), MarkErrors: s.markErrors.Load(), OrderBroken: s.orderBroken.Load()}
+		ClaimErrors: s.claimErrors.Load(), MarkErrors: s.markErrors.Load(), OrderBroken: s.orderBroken.Load(),
+		LeaseRenewals: s.leaseRenewals.Load()}
 }
 
 // NewRelay returns a relay that drains the outbox of cfg.Schema through pool and produces with
@@ -177,6 +183,11 @@ type batch struct {
 	mu      sync.Mutex
 	results []produceResult // per row, written by produce callbacks
 	closed  bool            // set when the producer stops waiting: late callbacks are ignored
+	// leasedAt is when the batch's lease last started (its claim, or its last renewal);
+	// marking is set when its mark begins (renewLeases leaves it alone then); lost, once a
+	// renewal found rows taken over by another relay.
+	leasedAt      time.Time
+	marking, lost bool
 }
 
 // tp names a topic partition.
@@ -281,8 +292,18 @@ func (r *Relay) Run(ctx context.Context) error {
 			}
 		}
 	}()
+	renewCtx, stopRenewing := context.WithCancel(hardCtx)
+	wg.Add(1)
+	go func() { defer wg.Done(); r.renewLeases(renewCtx) }()
 	for b := range produced {
 		res := r.markOutcome(hardCtx, b)
+		r.flying.Delete(b)
+		if res.HaltedOn != nil && haltErr.Load() == nil {
+			// Stop before the slot is free: a claim after the halt would only be released.
+			err := fmt.Errorf("%w on outbox row %s", ErrHalted, *res.HaltedOn)
+			haltErr.Store(&err)
+			stop(err)
+		}
 		r.inFlight.Add(-1)
 		<-slots
 		r.signal()
@@ -293,18 +314,74 @@ func (r *Relay) Run(ctx context.Context) error {
 				r.log.Warn("could not wake the other relays after a batch", "err", err)
 			}
 		}
-		if res.HaltedOn != nil && haltErr.Load() == nil {
-			err := fmt.Errorf("%w on outbox row %s", ErrHalted, *res.HaltedOn)
-			haltErr.Store(&err)
-			stop(err)
-		}
 	}
+	stopRenewing()
 	stop(nil)
 	wg.Wait()
 	if e := haltErr.Load(); e != nil {
 		return *e
 	}
 	return nil
+}
+
+// renewLeases extends the lease of every batch in flight for over a third of the lease, so that
+// no other relay takes over rows this one is still publishing (a slow or unreachable broker, a
+// queue of batches behind a slow one, a mark retried through a database outage): a take-over
+// would use an attempt — an outage could kill rows — and publish the rows twice. A relay that
+// dies stops renewing, and its rows come back after at most one lease.
+func (r *Relay) renewLeases(ctx context.Context) {
+	t := time.NewTicker(r.cfg.Lease / 6)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		r.flying.Range(func(k, _ any) bool {
+			b := k.(*batch)
+			b.mu.Lock()
+			due := !b.marking && time.Since(b.leasedAt) >= r.cfg.Lease/3
+			b.mu.Unlock()
+			if due {
+				r.renewLease(ctx, b)
+			}
+			return ctx.Err() == nil
+		})
+	}
+}
+
+// renewLease extends b's lease by one Lease from now.
+func (r *Relay) renewLease(ctx context.Context, b *batch) {
+	ids := make([][16]byte, 0, len(b.rows))
+	for i := range b.rows {
+		if !b.rows[i].dead {
+			ids = append(ids, b.rows[i].id)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	at := time.Now()
+	actx, cancel := context.WithTimeout(ctx, r.cfg.Lease/3)
+	n, err := r.store.renewLease(actx, r.pool, b.token, ids, r.cfg.Lease)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("could not extend the lease of a batch in flight; retrying", "err", err, "rows", len(ids))
+		}
+		return
+	}
+	r.stats.leaseRenewals.Add(1)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.leasedAt = at
+	if lost := len(ids) - int(n); lost > 0 && !b.marking && !b.lost {
+		// (Rows the mark moved while the renewal ran are not lost: marking is set then.)
+		b.lost = true
+		r.log.Warn("a batch in flight lost its lease: another relay may publish its rows too",
+			"rows", lost, "lease", r.cfg.Lease)
+	}
 }
 
 // signal wakes the claim loop without blocking.
@@ -350,6 +427,10 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
+			return
+		}
+		if ctx.Err() != nil { // both were ready: select chose the slot
+			<-slots
 			return
 		}
 		if !extra {
@@ -412,7 +493,8 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 		if len(rows) > 0 {
 			r.stats.claimed.Add(int64(len(rows)))
 			r.inst.batchSize.Record(ctx, int64(len(rows)))
-			b := &batch{token: token, rows: rows, results: make([]produceResult, len(rows))}
+			b := &batch{token: token, rows: rows, results: make([]produceResult, len(rows)), leasedAt: t0}
+			r.flying.Store(b, struct{}{})
 			r.inFlight.Add(1)
 			out <- b
 			if len(rows) == r.cfg.BatchSize {
@@ -568,7 +650,8 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 // produce publishes the batches' rows in order, in as few flushes as it can: a suspect row
 // and the first row for a topic the client has not published to yet (see Relay.topics) each
-// get a flush of their own, after the rows before them were flushed. A row whose group failed
+// get a flush of their own, after the rows before them were flushed; under StopTheLine every
+// row does, so nothing after the first failure is sent. A row whose group failed
 // in an earlier flush of this call is not produced (it is skipped or released when marked).
 func (r *Relay) produce(ctx context.Context, batches []*batch) {
 	failed := map[string]bool{}
@@ -607,7 +690,11 @@ func (r *Relay) produce(ctx context.Context, batches []*batch) {
 			ref := rowRef{b, i}
 			_, suspect := r.suspects.Load(b.rows[i].id)
 			_, known := r.topics.Load(b.rows[i].event.Destination)
-			if (suspect || !known) && !b.rows[i].dead {
+			// StopTheLine publishes row by row (keiro §1.3.5): one flush holds records for
+			// several partitions, and a failure of one partition's request does not stop the
+			// others, so rows after the failed one would reach Kafka.
+			alone := suspect || !known || r.cfg.Policy == StopTheLine
+			if alone && !b.rows[i].dead {
 				send(pending)
 				pending = pending[:0]
 				send([]rowRef{ref})
@@ -786,7 +873,7 @@ func groupKey(p Policy, e *envelope.Event) string {
 func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 	b.mu.Lock()
 	results := append([]produceResult(nil), b.results...)
-	b.closed = true
+	b.closed, b.marking = true, true
 	b.mu.Unlock()
 
 	res := BatchResult{Claimed: len(b.rows)}

@@ -108,7 +108,7 @@ JOIN unnest($1::text[], $2::text[]) AS k(source, message_id)
 type queries struct {
 	enqueue, enqueueExisting string
 	claim                    map[Policy]string
-	mark                     string
+	mark, renew              string
 	retention, gauges        string
 	status, listDead         string
 	requeue, lookup          string
@@ -144,6 +144,7 @@ func newQueries(schema string) queries {
 			BestEffort:       claim("", "TRUE", postNone),
 		},
 		mark:                r.Replace(sqlMark),
+		renew:               r.Replace(sqlRenew),
 		retention:           r.Replace(sqlRetention),
 		gauges:              r.Replace(sqlGauges),
 		status:              r.Replace(sqlStatus),
@@ -205,7 +206,9 @@ WITH candidate AS (
         attempt_count = CASE WHEN o.status = 'publishing' AND o.attempt_count >= $2 THEN o.attempt_count ELSE o.attempt_count + 1 END,
         claim_token = CASE WHEN o.status = 'publishing' AND o.attempt_count >= $2 THEN NULL ELSE $1::uuid END,
         lease_until = CASE WHEN o.status = 'publishing' AND o.attempt_count >= $2 THEN NULL ELSE now() + $3::bigint * interval '1 microsecond' END,
-        last_error = CASE WHEN o.status = 'publishing' AND o.attempt_count >= $2 THEN 'lease expired after final attempt' ELSE o.last_error END,
+        last_error = CASE WHEN o.status = 'publishing' AND o.attempt_count >= $2
+            THEN 'lease expired after final attempt' || coalesce(' (last error: ' || o.last_error || ')', '')
+            ELSE o.last_error END,
         updated_at = now()
     FROM ready
     WHERE o.outbox_id = ready.outbox_id
@@ -320,6 +323,13 @@ FROM unnest($2::uuid[], $3::text[], $4::text[], $5::bigint[], $6::int[], $7::big
     AS m(id, outcome, err, delay_us, part, off, code)
 WHERE o.outbox_id = m.id AND o.claim_token = $1::uuid AND o.status = 'publishing'
 RETURNING o.outbox_id, m.outcome, o.status`
+
+// sqlRenew extends the lease of a batch still in flight: its rows ($2) still publishing under
+// claim token $1 get a lease of $3 microseconds from now. A row that is not (its lease expired
+// and another relay took it over) is left alone and not counted.
+const sqlRenew = `
+UPDATE {{schema}}.keiro_outbox SET lease_until = now() + $3::bigint * interval '1 microsecond'
+WHERE outbox_id = ANY($2::uuid[]) AND claim_token = $1::uuid AND status = 'publishing'`
 
 // sqlRetention deletes at most $2 sent rows published before now() - $1 microseconds, oldest
 // first, through the sent_gc index. Small batches keep row locks and WAL bursts short.

@@ -159,7 +159,7 @@ type runCmd struct {
 	PollOnly            bool          `help:"Do not LISTEN for NOTIFY (for PgBouncer in transaction mode); poll only."`
 	ShutdownTimeout     time.Duration `help:"On SIGTERM, how long in-flight rows may take to finish before they are released." default:"${shutdown_timeout}"`
 	Retention           time.Duration `help:"How long sent rows are kept before deletion; 0 keeps them forever." default:"${retention}"`
-	MaintenanceInterval time.Duration `help:"Period of lease reclaim, retention and gauges (one relay at a time)." default:"${maintenance_interval}"`
+	MaintenanceInterval time.Duration `help:"Period of retention and gauges (one relay at a time)." default:"${maintenance_interval}"`
 	Destinations        []string      `help:"Only publish rows for these destinations (topics), comma separated (default: all)." placeholder:"TOPIC"`
 	Migrate             bool          `help:"Apply database migrations before starting."`
 	MaxRecordBytes      int           `help:"Largest record produced; larger rows are rejected (message_too_large). Set to the topic's max.message.bytes if lower; 0 uses the producer's batch limit."`
