@@ -279,6 +279,53 @@ func TestRelayRejectsPoisonRows(t *testing.T) {
 	require.Zero(t, dups)
 }
 
+// TestRowsGoDeadAfterMaxAttemptsAndFreeTheirKey: while every produce fails with a transient
+// error, the heads of two keys use their three attempts and go dead (the rows behind them are
+// held back without using theirs); once the broker recovers, the rest of the key flows in
+// order: a dead row never blocks its key.
+func TestRowsGoDeadAfterMaxAttemptsAndFreeTheirKey(t *testing.T) {
+	t.Parallel()
+	db, kc, st := rig(t, 1)
+	f := injectFaults(kc)
+	f.set(func(f *faults) { f.all, f.code = true, kerr.UnknownServerError.Code })
+	res := enqueue(t, db.Pool, st,
+		event("a-1", "orders", ptr("A"), `{"i":1}`), event("a-2", "orders", ptr("A"), `{"i":2}`),
+		event("a-3", "orders", ptr("A"), `{"i":3}`), event("b-1", "orders", ptr("B"), `{"i":1}`))
+	var dead atomic.Int64
+	p := newProgress()
+	// One batch at a time, so the broker recovers before anything is claimed after the heads died.
+	r, _ := startRelay(t, db, kc, outbox.RelayConfig{MaxAttempts: 3, MaxInFlightBatches: 1, ClaimConcurrency: 1,
+		Backoff: outbox.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}, PollInterval: 10 * time.Millisecond,
+		Logger: testLogger(t), OnBatch: func(b outbox.BatchResult) {
+			if dead.Add(int64(b.Dead)) == 2 {
+				f.set(func(f *faults) { f.all = false })
+			}
+			p.onBatch(b)
+		}})
+	p.wait(t, 4, 30*time.Second)
+
+	ctx := context.Background()
+	for i, want := range []struct {
+		status   string
+		attempts int
+	}{{"dead", 3}, {"sent", 1}, {"sent", 1}, {"dead", 3}} {
+		row, err := st.Lookup(ctx, db.Pool, res[i].OutboxID)
+		require.NoError(t, err)
+		require.Equal(t, want.status, row.Status, row.Event.MessageID)
+		require.Equal(t, want.attempts, row.Attempts, row.Event.MessageID)
+		if want.status == "dead" {
+			require.Contains(t, row.LastError, "UNKNOWN_SERVER_ERROR")
+		}
+	}
+	distinct, dups := checkOrder(t, kc.ConsumeAll(t, 2, 30*time.Second, "orders"))
+	require.Equal(t, 2, distinct)
+	require.Zero(t, dups)
+	s := r.Stats()
+	require.Equal(t, int64(2), s.Dead)
+	require.Equal(t, int64(4), s.Retried, "two failed attempts of each head before the third killed it")
+	require.Positive(t, s.Skipped)
+}
+
 // TestSlowBatchKeepsItsLease: the broker holds a batch's first produce request for three
 // leases. The relay renews the batch's lease meanwhile, so a second relay on the table takes
 // none of its rows over: every row reaches Kafka once, with one attempt used.
