@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/keiro-go/keiro/envelope"
 )
 
@@ -160,18 +162,32 @@ type RequeueFilter struct {
 // keeps its seq: if later rows of its key were published while it was dead, it now arrives
 // after them (its key's order is broken for that message, which is why it was dead).
 func (s *Store) Requeue(ctx context.Context, q Querier, f RequeueFilter) (int64, error) {
+	ids, err := s.RequeueRows(ctx, q, f)
+	return int64(len(ids)), err
+}
+
+// RequeueRows is Requeue returning the ids of the rows it moved, in seq order.
+func (s *Store) RequeueRows(ctx context.Context, q Querier, f RequeueFilter) ([]envelope.UUID, error) {
 	if len(f.IDs) == 0 && f.Source == "" && f.Destination == "" && !f.All {
-		return 0, errors.New("requeue outbox rows: empty filter (set IDs, Source, Destination or All)")
+		return nil, errors.New("requeue outbox rows: empty filter (set IDs, Source, Destination or All)")
 	}
 	ids := make([][16]byte, len(f.IDs))
 	for i, id := range f.IDs {
 		ids[i] = id
 	}
-	tag, err := q.Exec(ctx, s.q.requeue, ids, nullString(f.Source), f.All, nullString(f.Destination))
+	rows, err := q.Query(ctx, s.q.requeue, ids, nullString(f.Source), f.All, nullString(f.Destination))
 	if err != nil {
-		return 0, fmt.Errorf("requeue outbox rows: %w", err)
+		return nil, fmt.Errorf("requeue outbox rows: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	moved, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (envelope.UUID, error) {
+		var id [16]byte
+		err := r.Scan(&id)
+		return id, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("requeue outbox rows: %w", err)
+	}
+	return moved, nil
 }
 
 // Row is an outbox row as stored, for inspection.

@@ -367,15 +367,19 @@ WHERE phase = 2 AND seq > $1
 ORDER BY seq LIMIT $4`
 
 // sqlRequeue puts dead and rejected rows back to pending with a fresh attempt budget:
-// the ids in $1, or every row of source $2 and/or destination $4, or all ($3).
+// the ids in $1, or every row of source $2 and/or destination $4, or all ($3). It returns
+// their ids in seq order.
 const sqlRequeue = `
+WITH moved AS (
 UPDATE {{schema}}.keiro_outbox SET status = 'pending', attempt_count = 0, next_attempt_at = now(),
     rejected_at = NULL, rejection_code = NULL, claim_token = NULL, lease_until = NULL, updated_at = now()
 WHERE phase = 2
   AND (outbox_id = ANY($1::uuid[])
        OR (($2::text IS NOT NULL OR $4::text IS NOT NULL)
            AND ($2::text IS NULL OR source = $2) AND ($4::text IS NULL OR destination = $4))
-       OR $3::boolean)`
+       OR $3::boolean)
+RETURNING outbox_id, seq)
+SELECT outbox_id FROM moved ORDER BY seq`
 
 // sqlLookup reads one row by outbox id.
 const sqlLookup = `

@@ -272,7 +272,7 @@ func (c *deadRequeueCmd) Run(ctx context.Context, g *grammar, env *cli.Env) erro
 	fmt.Fprintln(env.Stderr, requeueWarning)
 	filter := outbox.RequeueFilter{Source: c.Source, Destination: c.Destination, All: c.All}
 	var skipped []string // ids that are not dead or rejected
-	var n int64
+	var moved []envelope.UUID
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		for _, s := range c.IDs {
 			id, _ := envelope.ParseUUID(s) // validated
@@ -293,10 +293,10 @@ func (c *deadRequeueCmd) Run(ctx context.Context, g *grammar, env *cli.Env) erro
 			return nil // nothing to requeue; an empty filter would be refused
 		}
 		var err error
-		if n, err = store.Requeue(ctx, tx, filter); err != nil {
+		if moved, err = store.RequeueRows(ctx, tx, filter); err != nil {
 			return err
 		}
-		if n > 0 {
+		if len(moved) > 0 {
 			if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", store.NotifyChannel()); err != nil {
 				return fmt.Errorf("notify relays: %w", err)
 			}
@@ -306,10 +306,10 @@ func (c *deadRequeueCmd) Run(ctx context.Context, g *grammar, env *cli.Env) erro
 	if err != nil {
 		return err
 	}
-	for _, id := range filter.IDs {
+	for _, id := range moved {
 		fmt.Fprintln(env.Stdout, id)
 	}
-	fmt.Fprintf(env.Stderr, "relay: requeued %d row(s)\n", n)
+	fmt.Fprintf(env.Stderr, "relay: requeued %d row(s)\n", len(moved))
 	if len(skipped) > 0 {
 		return &cli.ExitError{Code: cli.ExitFailure, Err: fmt.Errorf(
 			"not requeued (only dead and rejected rows are): %s", strings.Join(skipped, ", "))}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -256,6 +257,9 @@ func TestDeadListAndRequeue(t *testing.T) {
 	r = run("dead", "requeue", "--source=billing")
 	if r.code != 0 || !strings.Contains(r.stderr, "requeued 2 row(s)") {
 		t.Fatalf("requeue --source: %d\n%s", r.code, r.stdout)
+	}
+	if got := strings.Fields(r.stdout); len(got) != 2 || !slices.Contains(got, ids["d4"]) {
+		t.Fatalf("requeue --source prints the requeued ids, one per line: %q", r.stdout)
 	}
 	if s, _ := statusOf(t, db, "d4"); s != "pending" {
 		t.Fatalf("rejected row of billing not requeued: %s", s)
