@@ -144,11 +144,15 @@ func (w *partitionWorker) processChunk(recs []*kgo.Record) int {
 			if i > 0 && w.quitting() {
 				return i
 			}
-			d, done, ok := w.prepare(r)
-			if !ok {
+			d, bad, ok := w.prepare(r)
+			switch {
+			case !ok:
 				return i
-			}
-			if !done && !w.processOne(r, d) {
+			case bad != nil:
+				if !w.deadLetter(r, bad.reason, bad.err, 0) {
+					return i
+				}
+			case !w.processOne(r, d):
 				return i
 			}
 		}
@@ -167,12 +171,19 @@ func (w *partitionWorker) processChunk(recs []*kgo.Record) int {
 	return len(recs)
 }
 
-// prepare decodes r. done means r was dead-lettered (nothing left to do); ok=false means the
-// worker is stopping and r was abandoned.
-func (w *partitionWorker) prepare(r *kgo.Record) (d Delivery, done, ok bool) {
+// badRecord is why a record goes to the dead-letter topic without reaching the inbox.
+type badRecord struct {
+	reason string
+	err    error
+}
+
+// prepare decodes r. A non-nil bad means r must be dead-lettered (its caller does so in its
+// turn, after the records before it); ok=false means the worker is stopping and r was
+// abandoned.
+func (w *partitionWorker) prepare(r *kgo.Record) (d Delivery, bad *badRecord, ok bool) {
 	ev, err := envelope.Decode(toEnvelopeRecord(r))
 	if err != nil {
-		return d, true, w.deadLetter(r, ReasonDecode, err, 0)
+		return d, &badRecord{ReasonDecode, err}, true
 	}
 	if dec := w.c.cfg.SchemaDecoder; dec != nil {
 		for n := 0; ; n++ {
@@ -181,20 +192,20 @@ func (w *partitionWorker) prepare(r *kgo.Record) (d Delivery, done, ok bool) {
 				break
 			}
 			if IsPermanent(err) {
-				return d, true, w.deadLetter(r, ReasonSchema, err, 0)
+				return d, &badRecord{ReasonSchema, err}, true
 			}
 			w.c.log.Warn("schema decoding failed; retrying", "topic", r.Topic, "partition", r.Partition,
 				"offset", r.Offset, "error", err)
 			if !w.sleep(n) {
-				return d, false, false
+				return d, nil, false
 			}
 		}
 	}
 	d = Delivery{Event: ev, Kafka: &KafkaRef{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}}
 	if _, err := w.c.store.DedupeKey(d); err != nil {
-		return d, true, w.deadLetter(r, ReasonDedupe, err, 0)
+		return d, &badRecord{ReasonDedupe, err}, true
 	}
-	return d, false, true
+	return d, nil, true
 }
 
 // processOne runs the inbox for one record until it is processed, a duplicate or
@@ -250,25 +261,49 @@ func (w *partitionWorker) settle(r *kgo.Record, res Result) (ok, done bool) {
 }
 
 // processBatch runs recs through Store.ProcessBatch and settles each result in order. It
-// returns how many records, from the start, are done.
+// returns how many records, from the start, are done. A record to dead-letter before the inbox
+// (undecodable, ...) splits the batch: the records before it are processed first, so nothing
+// is committed past a record that was not, and the dead-letter topic never gets a record
+// ahead of the effects of earlier offsets.
 func (w *partitionWorker) processBatch(recs []*kgo.Record) int {
 	ds := make([]Delivery, 0, len(recs))
 	idx := make([]int, 0, len(recs))
 	for i, r := range recs {
-		d, done, ok := w.prepare(r)
+		d, bad, ok := w.prepare(r)
 		if !ok {
+			if len(idx) > 0 {
+				return idx[0] // prepared, not processed
+			}
 			return i
 		}
-		if !done {
+		if bad == nil {
 			ds = append(ds, d)
 			idx = append(idx, i)
+			continue
+		}
+		if n, all := w.runBatch(recs, ds, idx); !all {
+			return n
+		}
+		ds, idx = ds[:0], idx[:0]
+		if !w.deadLetter(r, bad.reason, bad.err, 0) {
+			return i
 		}
 	}
+	if n, all := w.runBatch(recs, ds, idx); !all {
+		return n
+	}
+	return len(recs)
+}
+
+// runBatch processes the deliveries ds (of recs[idx[j]]) in one inbox batch and settles each
+// result in order. all is false when the worker stopped first; n is then the index in recs of
+// the first record not done.
+func (w *partitionWorker) runBatch(recs []*kgo.Record, ds []Delivery, idx []int) (n int, all bool) {
 	if len(ds) == 0 {
-		return len(recs)
+		return 0, true
 	}
 	var results []Result
-	for n := 0; ; n++ {
+	for try := 0; ; try++ {
 		var err error
 		results, err = w.c.store.processBatch(w.ctx, w.c.pool, ds, w.c.h, w.c.cfg.BatchHandler, true)
 		if err == nil {
@@ -276,8 +311,8 @@ func (w *partitionWorker) processBatch(recs []*kgo.Record) int {
 		}
 		w.c.storageErrors.Add(1)
 		w.c.log.Warn("inbox storage error; retrying the batch", "topic", w.tp.topic, "partition", w.tp.partition, "error", err)
-		if !w.sleep(n) {
-			return idx[0]
+		if !w.sleep(try) {
+			return idx[0], false
 		}
 	}
 	for j, res := range results {
@@ -285,22 +320,22 @@ func (w *partitionWorker) processBatch(recs []*kgo.Record) int {
 		if res.Outcome == 0 {
 			// Not attempted: an earlier record of the batch failed and was retried first.
 			if !w.processOne(r, ds[j]) {
-				return idx[j]
+				return idx[j], false
 			}
 			continue
 		}
 		ok, done := w.settle(r, res)
 		if !done {
 			if !w.sleep(res.Attempts-1) || !w.processOne(r, ds[j]) {
-				return idx[j]
+				return idx[j], false
 			}
 			continue
 		}
 		if !ok {
-			return idx[j]
+			return idx[j], false
 		}
 	}
-	return len(recs)
+	return 0, true
 }
 
 // sleep waits the n-th backoff delay; false means the worker is stopping. It is called while
