@@ -75,6 +75,10 @@ const (
 	ReasonPoisoned = "poisoned"
 	// ReasonPermanent: the handler returned a Permanent error.
 	ReasonPermanent = "permanent"
+	// ReasonUnstorable: PostgreSQL refuses the record's content in the inbox row (invalid
+	// UTF-8 or a NUL byte in a text header, \u0000 in the attributes, a dedupe key too long
+	// for the index): retrying could never store it.
+	ReasonUnstorable = "unstorable"
 )
 
 // Retry is a capped exponential backoff with jitter.

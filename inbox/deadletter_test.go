@@ -1,15 +1,21 @@
 package inbox_test
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/internal/testdb"
 	"github.com/keiro-go/keiro/internal/testkafka"
@@ -74,4 +80,60 @@ func TestConsumerStoppedWhileDeadLetteringCommitsOnlyWhatRan(t *testing.T) {
 	require.Equal(t, 1, fx.count(t, good.MessageID), "the good record ran")
 	require.EqualValues(t, 1, p.total(topic), "committed up to the good record, not past the bad one")
 	require.Zero(t, r.c.Stats().DeadLettered)
+}
+
+// TestConsumerUnstorableRecordsAreDeadLettered: records whose content PostgreSQL refuses in the
+// inbox row (\u0000 in the attributes' JSON, a message id too long for the dedupe index) are
+// dead-lettered as "unstorable" instead of being retried forever as a database outage, and the
+// partition moves on; a binary Kafka key is stored (as hex) and the record processed. In batch
+// mode the batch falls back to one record at a time, so only the bad records go.
+func TestConsumerUnstorableRecordsAreDeadLettered(t *testing.T) {
+	t.Parallel()
+	for _, batch := range []int{1, 10} {
+		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
+			t.Parallel()
+			db := testdb.New(t)
+			fx := newEffects(t, db)
+			kc := testkafka.New(t)
+			const topic = "billing.unstorable.v1"
+			kc.CreateTopic(t, topic, 1)
+			kc.CreateTopic(t, topic+".dlq", 1)
+			binaryKey := newEvent("ordering", topic)
+			k := string([]byte{0, 0, 0, 0, 7}) // a Confluent-framed key: magic byte 0, schema id 7
+			binaryKey.Key = &k
+			nulJSON := newEvent("ordering", topic)
+			nulJSON.Attributes = []byte(`{"note":"\u0000"}`)
+			longID := newEvent("ordering", topic)
+			noise := make([]byte, 4500) // incompressible, so the index cannot compress it under its limit
+			_, _ = rand.Read(noise)
+			longID.MessageID = "m-" + base64.RawURLEncoding.EncodeToString(noise)
+			last := newEvent("ordering", topic)
+			produceEvents(t, kc.Client(t), binaryKey, nulJSON, longID, last)
+
+			h := func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
+				ev.Key = nil // the effects table stores keys as text
+				return fx.handler()(ctx, tx, ev)
+			}
+			p := newProgress()
+			r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
+				Brokers: kc.Brokers, Group: "billing", Topics: []string{topic}, BatchSize: batch,
+				Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
+			}, h)
+			p.waitCommitted(t, topic, 4, 30*time.Second)
+			r.stop(t)
+
+			require.Equal(t, 1, fx.count(t, binaryKey.MessageID))
+			require.Equal(t, 1, fx.count(t, last.MessageID))
+			require.Equal(t, 2, fx.count(t, ""), "only the storable records ran")
+			require.Zero(t, r.c.Stats().StorageErrors, "not an outage")
+			var stored string
+			require.NoError(t, db.Pool.QueryRow(context.Background(),
+				"SELECT message_key FROM keiro_inbox WHERE message_id = $1", binaryKey.MessageID).Scan(&stored))
+			require.Equal(t, `\x0000000007`, stored)
+			dlq := dlqRecords(t, kc, topic+".dlq", 2)
+			for _, id := range []string{nulJSON.MessageID, longID.MessageID} {
+				require.Equal(t, inbox.ReasonUnstorable, header(dlq[id], inbox.HeaderDLQReason), id[:min(len(id), 20)])
+			}
+		})
+	}
 }

@@ -1,8 +1,11 @@
 package inbox
 
 import (
+	"encoding/hex"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -161,6 +164,19 @@ func text(s string) pgtype.Text { return pgtype.Text{String: s, Valid: true} }
 // nonEmpty stores "" as NULL (keiro's read-back maps NULL to "").
 func nonEmpty(s string) pgtype.Text { return pgtype.Text{String: s, Valid: s != ""} }
 
+// storableKey stores a Kafka key as text when it is valid UTF-8 without NUL bytes, and as
+// "\x" followed by its bytes in hex otherwise (a binary key, such as a Confluent-framed Avro
+// key, is not text). The column is informational: handlers get the key as it came.
+func storableKey(k *string) pgtype.Text {
+	if k == nil {
+		return pgtype.Text{}
+	}
+	if utf8.ValidString(*k) && !strings.Contains(*k, "\x00") {
+		return text(*k)
+	}
+	return text(`\x` + hex.EncodeToString([]byte(*k)))
+}
+
 func optText(s *string) pgtype.Text {
 	if s == nil {
 		return pgtype.Text{}
@@ -189,7 +205,7 @@ func (c *rowColumns) add(source, key string, d *Delivery, full bool) {
 	c.source = append(c.source, text(source))
 	c.dedupeKey = append(c.dedupeKey, text(key))
 	c.messageID = append(c.messageID, nonEmpty(ev.MessageID))
-	c.messageKey = append(c.messageKey, optText(ev.Key))
+	c.messageKey = append(c.messageKey, storableKey(ev.Key))
 	c.sourceEventID = append(c.sourceEventID, optUUID(ev.SourceEventID))
 	c.sourceGlobalPosition = append(c.sourceGlobalPosition, optInt(ev.SourceGlobalPosition))
 	c.destination = append(c.destination, nonEmpty(ev.Destination))

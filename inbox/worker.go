@@ -214,6 +214,9 @@ func (w *partitionWorker) processOne(r *kgo.Record, d Delivery) bool {
 	storageFailures := 0
 	for {
 		res, err := w.c.store.Process(w.ctx, w.c.pool, d, w.c.h)
+		if err != nil && unstorable(err) {
+			return w.deadLetter(r, ReasonUnstorable, err, 0)
+		}
 		if err != nil {
 			w.c.storageErrors.Add(1)
 			w.c.log.Warn("inbox storage error; retrying", "topic", r.Topic, "partition", r.Partition,
@@ -308,6 +311,16 @@ func (w *partitionWorker) runBatch(recs []*kgo.Record, ds []Delivery, idx []int)
 		results, err = w.c.store.processBatch(w.ctx, w.c.pool, ds, w.c.h, w.c.cfg.BatchHandler, true)
 		if err == nil {
 			break
+		}
+		if unstorable(err) {
+			// A record PostgreSQL cannot store fails the whole batch statement: one at a
+			// time, the others are processed and that one is dead-lettered.
+			for j := range ds {
+				if !w.processOne(recs[idx[j]], ds[j]) {
+					return idx[j], false
+				}
+			}
+			return 0, true
 		}
 		w.c.storageErrors.Add(1)
 		w.c.log.Warn("inbox storage error; retrying the batch", "topic", w.tp.topic, "partition", w.tp.partition, "error", err)
