@@ -46,7 +46,7 @@ func (e *Event) Validate() error {
 		add("MessageID is %d bytes, longer than %d", len(e.MessageID), MaxMessageIDLen)
 	}
 	if e.Destination != "" {
-		if err := validTopic(e.Destination); err != nil {
+		if err := ValidateTopic(e.Destination); err != nil {
 			add("Destination %s: %w", quoteBounded(e.Destination), err)
 		}
 	}
@@ -95,9 +95,12 @@ func (e *Event) Validate() error {
 	return errors.Join(errs...)
 }
 
-// validTopic applies Kafka's topic name rules: 1–249 characters of [a-zA-Z0-9._-], not "."
-// or "..".
-func validTopic(t string) error {
+// ValidateTopic applies Kafka's topic name rules to t: 1–249 characters of [a-zA-Z0-9._-],
+// not "." or "..". The error says what is wrong, without the name.
+func ValidateTopic(t string) error {
+	if t == "" {
+		return errors.New("is empty")
+	}
 	if len(t) > MaxTopicLen {
 		return fmt.Errorf("is %d characters, longer than Kafka's %d", len(t), MaxTopicLen)
 	}

@@ -199,6 +199,7 @@ func TestNewRelayRejectsUnsafeClients(t *testing.T) {
 		"idempotent":             append(outbox.ProducerOpts(), kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite()),
 		"ManualFlushing":         nil,
 		"MaxBufferedRecords (1)": append(outbox.ProducerOpts(), kgo.MaxBufferedRecords(1)),
+		"MaxBufferedBytes":       append(outbox.ProducerOpts(), kgo.MaxBufferedBytes(2000)),
 	} {
 		_, err := outbox.NewRelay(db.Pool, kc.Client(t, opts...), outbox.RelayConfig{Schema: db.Schema})
 		require.Error(t, err, name)

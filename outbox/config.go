@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/migrations"
 )
 
@@ -245,8 +246,8 @@ func (c *RelayConfig) validate() error {
 		bad("MaxRecordBytes must not be negative, got %d", c.MaxRecordBytes)
 	}
 	for i, d := range c.Destinations {
-		if d == "" {
-			bad("Destinations[%d] is empty", i)
+		if err := envelope.ValidateTopic(d); err != nil {
+			bad("Destinations[%d] %q %v", i, d, err)
 		}
 	}
 	return errors.Join(errs...)

@@ -145,6 +145,76 @@ func TestRelayGracefulShutdownReleasesInFlight(t *testing.T) {
 	require.Equal(t, n, distinct)
 }
 
+// TestShutdownDuringAKafkaOutageUsesNoAttempts: Kafka is unreachable and the relay is stopped
+// while its first records still wait for metadata; the shutdown deadline cancels them. Their
+// rows are released with the attempt refunded, even on their last attempt: a rolling restart
+// during an outage must not kill rows.
+func TestShutdownDuringAKafkaOutageUsesNoAttempts(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	st, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	const n = 20
+	enqueue(t, db.Pool, st, keyedEvents("orders", n, 5)...)
+	_, err = db.Pool.Exec(context.Background(), "UPDATE keiro_outbox SET attempt_count = 2")
+	require.NoError(t, err)
+	client, err := kgo.NewClient(append(outbox.ProducerOpts(), kgo.SeedBrokers("127.0.0.1:1"))...) // nothing listens
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	r, err := outbox.NewRelay(db.Pool, client, outbox.RelayConfig{Schema: db.Schema, MaxAttempts: 3,
+		ShutdownTimeout: 300 * time.Millisecond, Logger: testLogger(t)})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var publishing int
+		require.NoError(t, db.Pool.QueryRow(context.Background(),
+			"SELECT count(*) FROM keiro_outbox WHERE status = 'publishing'").Scan(&publishing))
+		if publishing > 0 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the relay never claimed")
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	require.NoError(t, <-done)
+	var dead, other, maxAttempts int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE status = 'dead'),
+        count(*) FILTER (WHERE status NOT IN ('pending', 'failed')), max(attempt_count) FROM keiro_outbox`).Scan(&dead, &other, &maxAttempts))
+	require.Zero(t, dead)
+	require.Zero(t, other)
+	require.Equal(t, 2, maxAttempts, "attempts refunded")
+}
+
+// TestStopTheLineHaltsOnARowDeadInTheClaim: a row re-claimed after its lease expired on its
+// last attempt goes dead in the claim (its last outcome is unknown). StopTheLine halts on it:
+// nothing after it is published.
+func TestStopTheLineHaltsOnARowDeadInTheClaim(t *testing.T) {
+	t.Parallel()
+	db, kc, st := rig(t, 1)
+	res := enqueue(t, db.Pool, st, keyedEvents("orders", 6, 2)...)
+	_, err := db.Pool.Exec(context.Background(), `UPDATE keiro_outbox SET status = 'publishing', attempt_count = 3,
+        claim_token = gen_random_uuid(), lease_until = now() - interval '1 second' WHERE outbox_id = $1`, res[0].OutboxID)
+	require.NoError(t, err)
+	client := kc.Client(t, outboxOpts()...)
+	r, err := outbox.NewRelay(db.Pool, client, outbox.RelayConfig{Schema: db.Schema, Policy: outbox.StopTheLine,
+		MaxAttempts: 3, Logger: testLogger(t)})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = r.Run(ctx)
+	require.ErrorIs(t, err, outbox.ErrHalted)
+	require.Contains(t, err.Error(), res[0].OutboxID.String())
+	var sent int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM keiro_outbox WHERE status = 'sent'").Scan(&sent))
+	require.Zero(t, sent)
+	row, err := st.Lookup(context.Background(), db.Pool, res[0].OutboxID)
+	require.NoError(t, err)
+	require.Equal(t, "dead", row.Status)
+}
+
 // TestRelaySurvivesBrokerOutage: every produce fails (NOT_LEADER_FOR_PARTITION, retriable) for a
 // while. Rows are deferred without using attempts (MaxAttempts 2 would kill them otherwise);
 // when the broker heals everything is published and nothing is dead.

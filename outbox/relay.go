@@ -142,6 +142,11 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, cfg RelayConfig) (*Relay, 
 			errs = append(errs, fmt.Errorf("client: MaxBufferedRecords (%d) must be at least BatchSize × MaxInFlightBatches (%d)",
 				n, cfg.BatchSize*cfg.MaxInFlightBatches))
 		}
+		if n, ok := client.OptValue(kgo.MaxBufferedBytes).(int64); ok && n > 0 {
+			// Past the limit franz-go fails records before buffering them: every claim would
+			// use attempts on rows it never sent.
+			errs = append(errs, fmt.Errorf("client: MaxBufferedBytes (%d) must not be set; bound the buffer with MaxBufferedRecords", n))
+		}
 		if b, ok := client.OptValue(kgo.ProducerBatchMaxBytes).(int32); ok && (maxRecord == 0 || int(b) < maxRecord) {
 			maxRecord = int(b)
 		}
@@ -284,7 +289,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			}
 			if stopCtx.Err() == nil {
 				t0 := time.Now()
-				r.produce(hardCtx, group)
+				r.produce(stopCtx, hardCtx, group)
 				r.log.Debug("produced", "batches", len(group), "took", time.Since(t0))
 			}
 			for _, b := range group {
@@ -341,7 +346,7 @@ func (r *Relay) renewLeases(ctx context.Context) {
 		r.flying.Range(func(k, _ any) bool {
 			b := k.(*batch)
 			b.mu.Lock()
-			due := !b.marking && time.Since(b.leasedAt) >= r.cfg.Lease/3
+			due := time.Since(b.leasedAt) >= r.cfg.Lease/3 // marks too: one retried through an outage
 			b.mu.Unlock()
 			if due {
 				r.renewLease(ctx, b)
@@ -653,9 +658,12 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // get a flush of their own, after the rows before them were flushed; under StopTheLine every
 // row does, so nothing after the first failure is sent. A row whose group failed
 // in an earlier flush of this call is not produced (it is skipped or released when marked).
-func (r *Relay) produce(ctx context.Context, batches []*batch) {
+func (r *Relay) produce(stop, ctx context.Context, batches []*batch) {
 	failed := map[string]bool{}
 	send := func(refs []rowRef) {
+		if stop.Err() != nil {
+			return // stopping: no new flush; the rows are released unproduced
+		}
 		kept := refs[:0]
 		for _, ref := range refs {
 			if g := groupKey(r.cfg.Policy, &ref.b.rows[ref.i].event); g == "" || !failed[g] {
@@ -688,6 +696,12 @@ func (r *Relay) produce(ctx context.Context, batches []*batch) {
 	for _, b := range batches {
 		for i := range b.rows {
 			ref := rowRef{b, i}
+			if b.rows[i].dead && r.cfg.Policy == StopTheLine {
+				send(pending) // the rows before it; nothing after it (markOutcome halts on it)
+				pending = pending[:0]
+				failed[groupKey(StopTheLine, &b.rows[i].event)] = true
+				continue
+			}
 			_, suspect := r.suspects.Load(b.rows[i].id)
 			_, known := r.topics.Load(b.rows[i].event.Destination)
 			// StopTheLine publishes row by row (keiro §1.3.5): one flush holds records for
@@ -893,6 +907,12 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 		}
 		if row.dead {
 			deadOnClaim[row.event.Destination]++
+			if r.cfg.Policy == StopTheLine && res.HaltedOn == nil {
+				// Its last attempt's outcome is unknown (lease expired): review it before the rest.
+				id := row.id.String()
+				res.HaltedOn = &id
+				failedGroups[groupKey(StopTheLine, &row.event)] = true
+			}
 			continue
 		}
 		pr := results[i]
@@ -916,6 +936,14 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 			m.outcome, m.err = outcomeSkipped, skippedError
 		case !pr.done:
 			m.outcome = outcomeReleased // shutdown before an outcome: back to pending
+		case errors.Is(pr.err, context.Canceled):
+			// The shutdown deadline cancelled the produce (franz-go fails at once the records
+			// still waiting for metadata or a producer id): the row is released like one
+			// without an outcome, and the rest of its group is held back.
+			m.outcome = outcomeReleased
+			if g != "" {
+				failedGroups[g] = true
+			}
 		default:
 			class, code := pr.failureClass()
 			if pr.suspect() {

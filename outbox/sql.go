@@ -185,8 +185,8 @@ const claimable = `((%[1]s.status IN ('pending', 'failed') AND %[1]s.next_attemp
 //     with no attempt left ($2 = max attempts) goes dead instead.
 //
 // $5 optionally restricts the destinations (NULL = all). $6 optionally bounds the scan to the
-// first $6 open rows in seq order (NULL = the whole backlog): when every key near the front is
-// in flight, an unbounded claim walks the whole backlog to find nothing.
+// first $6 open rows of those destinations in seq order (NULL = the whole backlog): when every
+// key near the front is in flight, an unbounded claim walks the whole backlog to find nothing.
 const sqlClaim = `
 WITH candidate AS (
     SELECT r.outbox_id, r.seq, r.source, r.message_key, r.status, {{head_seq}} AS head_seq
@@ -194,7 +194,9 @@ WITH candidate AS (
     WHERE r.phase = 0 AND ` + `{{claimable_r}}` + `
       AND ($5::text[] IS NULL OR r.destination = ANY($5::text[]))
       AND ($6::bigint IS NULL OR r.seq <= coalesce(
-          (SELECT b.seq FROM {{schema}}.keiro_outbox b WHERE b.phase = 0 ORDER BY b.seq OFFSET $6 - 1 LIMIT 1),
+          (SELECT b.seq FROM {{schema}}.keiro_outbox b
+           WHERE b.phase = 0 AND ($5::text[] IS NULL OR b.destination = ANY($5::text[]))
+           ORDER BY b.seq OFFSET $6 - 1 LIMIT 1),
           9223372036854775807))
       AND {{pre}}
     ORDER BY r.seq

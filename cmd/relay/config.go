@@ -209,8 +209,8 @@ func (c *runCmd) ValidateFlags() error {
 		p.Add("retention", "must not be negative (0 keeps sent rows forever), got %s", c.Retention)
 	}
 	for _, d := range c.Destinations {
-		if strings.TrimSpace(d) == "" {
-			p.Add("destinations", "contains an empty topic name")
+		if err := envelope.ValidateTopic(d); err != nil {
+			p.Add("destinations", "topic %q %v (names are separated by commas alone, no spaces)", d, err)
 		}
 	}
 	if c.HTTPAddr != "" {

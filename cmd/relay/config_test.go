@@ -92,7 +92,7 @@ func TestEveryProblemNamedAtOnce(t *testing.T) {
 	_, err := parse(t,
 		"--schema=Bad-Schema", "--policy=random", "--batch-size=0", "--max-in-flight=-1", "--claim-concurrency=0",
 		"--backoff-initial=10s", "--backoff-max=1s", "--lease=soon", "--backoff-multiplier=0.5", "--poll-interval=0s",
-		"--retention=-1h", "--http-addr=nowhere", "--log-format=xml",
+		"--retention=-1h", "--http-addr=nowhere", "--log-format=xml", "--destinations=orders, payments",
 		"--kafka-sasl-mechanism=GSSAPI", "--kafka-tls-ca-file=/nonexistent")
 	if err == nil {
 		t.Fatal("expected errors")
@@ -101,7 +101,7 @@ func TestEveryProblemNamedAtOnce(t *testing.T) {
 	for _, flag := range []string{
 		"--database-url:", "--schema:", "--policy:", "--batch-size:", "--max-in-flight:", "--claim-concurrency:",
 		"--max-attempts:", `KEIRO_RELAY_MAX_ATTEMPTS="many"`, "--backoff-multiplier:", "--backoff-max:", "--lease:", "--poll-interval:",
-		"--retention:", "--http-addr:", "--log-format:", "--brokers:", "--kafka-sasl-mechanism:",
+		"--retention:", "--http-addr:", "--log-format:", `--destinations: topic " payments"`, "--brokers:", "--kafka-sasl-mechanism:",
 		"--kafka-sasl-username:", "--kafka-tls-ca-file:",
 	} {
 		if !strings.Contains(msg, flag) {
