@@ -624,3 +624,40 @@ func raceDeliveries(t *testing.T, db *testdb.DB, fx *effects, first, second *inb
 	require.NoError(t, e2)
 	return r1, r2, ran.Load()
 }
+
+// TestProcessTransientConflictUsesNoAttempt: a handler that fails with a deadlock or a
+// serialization failure (concurrent transactions, not the message) gets an error to retry, like
+// a database outage, and no attempt is recorded: with MaxAttempts 1 the message is not poisoned.
+func TestProcessTransientConflictUsesNoAttempt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	fx := newEffects(t, db)
+	s := newStore(t, db, func(c *inbox.StoreConfig) { c.MaxAttempts = 1 })
+	for _, code := range []string{"40P01", "40001", "55P03"} {
+		ev := newEvent("ordering", "billing.orders.v1")
+		d := inbox.Delivery{Event: ev}
+		conflict := func(ctx context.Context, tx pgx.Tx, _ envelope.Event) error {
+			_, err := tx.Exec(ctx, `DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '`+code+`'; END $$`)
+			return err
+		}
+		_, err := s.Process(ctx, db.Pool, d, conflict)
+		require.Error(t, err, code)
+		require.Contains(t, err.Error(), "transient conflict", code)
+		_, err = s.Lookup(ctx, db.Pool, inbox.Key{Source: "ordering", DedupeKey: ev.MessageID})
+		require.ErrorIs(t, err, inbox.ErrNotFound, "%s: no failed row, no attempt", code)
+
+		res, err := s.Process(ctx, db.Pool, d, fx.handler())
+		require.NoError(t, err)
+		require.Equal(t, inbox.Processed, res.Outcome, code)
+		require.Equal(t, 1, fx.count(t, ev.MessageID))
+	}
+	// Marked Permanent, the same error poisons the message.
+	ev := newEvent("ordering", "billing.orders.v1")
+	res, err := s.Process(ctx, db.Pool, inbox.Delivery{Event: ev}, func(ctx context.Context, tx pgx.Tx, _ envelope.Event) error {
+		_, err := tx.Exec(ctx, `DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40P01'; END $$`)
+		return inbox.Permanent(err)
+	})
+	require.NoError(t, err)
+	require.Equal(t, inbox.Poisoned, res.Outcome)
+}
