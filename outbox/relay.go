@@ -492,14 +492,14 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 				}
 			}
 		}
-		if len(rows) > 0 && sl != nil {
-			r.wakeUp(ctx, sl) // busy: producers need not notify
-		}
 		if len(rows) > 0 {
+			b := &batch{token: token, rows: rows, results: make([]produceResult, len(rows)), leasedAt: t0}
+			r.flying.Store(b, struct{}{}) // its lease is renewed from now on
+			if sl != nil {
+				r.wakeUp(ctx, sl) // busy: producers need not notify
+			}
 			r.stats.claimed.Add(int64(len(rows)))
 			r.inst.batchSize.Record(ctx, int64(len(rows)))
-			b := &batch{token: token, rows: rows, results: make([]produceResult, len(rows)), leasedAt: t0}
-			r.flying.Store(b, struct{}{})
 			r.inFlight.Add(1)
 			out <- b
 			if len(rows) == r.cfg.BatchSize {

@@ -50,6 +50,11 @@ func (s *sleeper) retryIn(poll time.Duration) time.Duration {
 	return min(d, sleepRetryMax, poll)
 }
 
+// sleepStatementTimeout bounds connecting the sleep-lock session and each of its statements:
+// on a dead connection (a failover, a dropped TCP flow) the first claimer must not hang; it
+// closes the session and polls until a new one works.
+const sleepStatementTimeout = 5 * time.Second
+
 // tryResult is the outcome of one try of the sleep lock.
 type tryResult int
 
@@ -64,6 +69,8 @@ func (s *sleeper) try(ctx context.Context) (tryResult, error) {
 	if s.held {
 		return tryTaken, nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, sleepStatementTimeout)
+	defer cancel()
 	if s.conn == nil {
 		conn, err := pgx.ConnectConfig(ctx, s.cfg.Copy())
 		if err != nil {
@@ -98,6 +105,8 @@ func (s *sleeper) release(ctx context.Context) error {
 		return nil
 	}
 	s.held = false
+	ctx, cancel := context.WithTimeout(ctx, sleepStatementTimeout)
+	defer cancel()
 	var ok bool
 	err := s.conn.QueryRow(ctx, s.unlck).Scan(&ok)
 	if err == nil && !ok {
