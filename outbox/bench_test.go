@@ -98,6 +98,11 @@ func drainRelay(b *testing.B, db *testdb.DB, kc *testkafka.Cluster, n int) (time
 	}}
 	cfg.BatchSize, cfg.MaxInFlightBatches = envInt("KEIRO_BENCH_BATCH"), envInt("KEIRO_BENCH_INFLIGHT")
 	cfg.ClaimConcurrency = envInt("KEIRO_BENCH_CLAIMERS")
+	if p := os.Getenv("KEIRO_BENCH_POLICY"); p != "" {
+		policy, err := ParsePolicy(p)
+		require.NoError(b, err)
+		cfg.Policy = policy
+	}
 	if os.Getenv("KEIRO_BENCH_DEBUG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
