@@ -509,3 +509,40 @@ func TestJSONCodec(t *testing.T) {
 	_, err = c2.Encode(42)
 	require.Error(t, err)
 }
+
+// TestRunInsideTheCallersTransaction: a runner given the caller's transaction notifies inside it
+// (delivered at commit), never from another goroutine on the caller's connection: the caller
+// keeps using its transaction undisturbed, and a listener hears the commit.
+func TestRunInsideTheCallersTransaction(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	s, r := newCounterRunner(t, db, newTelemetry(), events.RunnerConfig[counterState]{})
+	ctx := context.Background()
+	listener, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer listener.Release()
+	_, err = listener.Exec(ctx, `LISTEN "`+s.NotifyChannel()+`"`)
+	require.NoError(t, err)
+
+	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		for i := range 20 {
+			if _, err := r.Run(ctx, tx, "counter-tx", counterCmd{N: 1}); err != nil {
+				return err
+			}
+			for range 10 { // the caller's own statements, right after each command
+				var n int
+				if err := tx.QueryRow(ctx, "SELECT $1::int", i).Scan(&n); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}))
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = listener.Conn().WaitForNotification(wctx)
+	require.NoError(t, err, "the commit notified the subscriptions")
+	state, _, err := r.Load(ctx, db.Pool, "counter-tx")
+	require.NoError(t, err)
+	require.Equal(t, 20, state.Total)
+}

@@ -30,7 +30,9 @@ const (
 
 // sqlAppendTail inserts the events after the stream write s. The INSERT reads s's row, so the
 // xid exists before nextval runs; rows are inserted in ordinality order, so global positions
-// grow with stream versions. $13 says whether to NOTIFY (delivered at commit).
+// grow with stream versions. $13 says whether to NOTIFY (delivered at commit). It returns the
+// data and metadata as stored (jsonb normalises the caller's bytes), so AppendResult.Events
+// are byte for byte what a later read returns.
 const sqlAppendTail = `
 , ins AS (
     INSERT INTO {{schema}}.keiro_events (event_id, stream_name, category, stream_version, event_type,
@@ -42,11 +44,11 @@ const sqlAppendTail = `
         AS e(event_id, event_type, schema_version, data, metadata, correlation_id, causation_id,
              traceparent, tracestate, ord)
     ORDER BY e.ord
-    RETURNING global_position, stream_version, recorded_at
+    RETURNING global_position, stream_version, recorded_at, data, metadata
 ), notified AS (
     SELECT pg_notify('{{channel}}', '') FROM (SELECT 1 FROM ins LIMIT 1) x WHERE $13::boolean
 )
-SELECT global_position, stream_version, recorded_at, (SELECT count(*) FROM notified)
+SELECT global_position, stream_version, recorded_at, (SELECT count(*) FROM notified), data, metadata
 FROM ins ORDER BY stream_version`
 
 // sqlStreamVersion reads a stream's current version (no row: the stream does not exist).

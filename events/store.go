@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -126,9 +127,19 @@ func notifyChannel(schema string) string {
 }
 
 // notifyAsync sends a NOTIFY from a background goroutine, coalescing calls made while one is
-// in flight, or within notifyCoalesce after it, into one more NOTIFY. At most one goroutine runs per Store; it ends as soon as no
-// call is pending. Failures are ignored: subscriptions also poll.
+// in flight, or within notifyCoalesce after it, into one more NOTIFY. At most one goroutine runs
+// per Store; it ends as soon as no call is pending. Only a pool is used that way; through any
+// other Querier it notifies at once. Failures are ignored: subscriptions also poll.
 func (s *Store) notifyAsync(q Querier) {
+	if _, ok := q.(*pgxpool.Pool); !ok {
+		// A transaction or a single connection must not be used from another goroutine while
+		// its caller goes on: notify now, on the caller's (inside a transaction, PostgreSQL
+		// delivers it when that commits).
+		ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
+		_ = s.Notify(ctx, q)
+		cancel()
+		return
+	}
 	s.notifyPending.Store(true)
 	if !s.notifyRunning.CompareAndSwap(false, true) {
 		return
@@ -355,15 +366,21 @@ func (s *Store) appendTx(ctx context.Context, tx Querier, stream string, expecte
 	for rows.Next() {
 		var pos, version, notified int64
 		var at time.Time
-		if err := rows.Scan(&pos, &version, &at, &notified); err != nil {
+		var data, meta []byte
+		if err := rows.Scan(&pos, &version, &at, &notified, &data, &meta); err != nil {
 			rows.Close()
 			return AppendResult{}, s.appendError(stream, err)
 		}
 		i := len(res.Events)
+		md := a.recordedMetadata(i)
+		md.Extra = nil
+		if meta != nil {
+			md.Extra = meta
+		}
 		res.Events = append(res.Events, RecordedEvent{
 			GlobalPosition: pos, ID: envelope.UUID(a.ids[i]), StreamName: stream, StreamVersion: version,
-			Type: events[i].Type, SchemaVersion: events[i].SchemaVersion, Data: events[i].Data,
-			Metadata: a.recordedMetadata(i), RecordedAt: at,
+			Type: events[i].Type, SchemaVersion: events[i].SchemaVersion, Data: data,
+			Metadata: md, RecordedAt: at,
 		})
 	}
 	rows.Close()

@@ -448,5 +448,18 @@ func (w *worker) wait(ctx context.Context) error {
 	if err != nil && wctx.Err() == nil {
 		return fmt.Errorf("run subscription %s: wait for notification: %w", w.s.cfg.Name, err)
 	}
+	if err == nil {
+		// One pass reads everything committed so far: drop the notifications queued behind
+		// this one (one per appending transaction), or each would buy one more empty pass. pgx
+		// returns queued ones before it looks at the context, and a done context reads
+		// nothing from the connection.
+		done, stop := context.WithCancel(ctx)
+		stop()
+		for {
+			if _, err := w.conn.WaitForNotification(done); err != nil {
+				break
+			}
+		}
+	}
 	return nil
 }
