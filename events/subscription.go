@@ -49,8 +49,11 @@ type SubscriptionConfig struct {
 	// PollInterval is how often the log is checked when no notification arrives (and the only
 	// way new events are found when DisableListen is set). Defaults to DefaultPollInterval.
 	PollInterval time.Duration
-	// DisableListen turns LISTEN/NOTIFY off (for PgBouncer in transaction mode): the
-	// subscription polls only. Defaults to false.
+	// DisableListen turns LISTEN/NOTIFY off (where notifications do not reach the session):
+	// the subscription polls only. Defaults to false. A subscription holds a session advisory
+	// lock for its whole run, so it needs a direct connection or session pooling even then:
+	// behind PgBouncer in transaction mode the lock would stay on a server connection that
+	// PgBouncer hands to others.
 	DisableListen bool
 	// AfterCommit, if set, is called after every committed batch with the new checkpoint.
 	// It must not block for long. Defaults to nil.
@@ -210,7 +213,9 @@ func (s *Subscription) Run(ctx context.Context) (err error) {
 	defer func() {
 		if !clean {
 			// The session may still hold the lock or LISTEN: never return it to the pool.
-			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = conn.Conn().Close(cctx)
+			cancel()
 		}
 		conn.Release()
 	}()
@@ -250,8 +255,11 @@ func (s *Subscription) Run(ctx context.Context) (err error) {
 			break
 		}
 	}
-	// Leave the session clean so the connection can go back to the pool.
-	bg := context.WithoutCancel(ctx)
+	// Leave the session clean so the connection can go back to the pool; on an unresponsive
+	// connection give up after a few seconds (the connection is then destroyed, which ends the
+	// session and its lock).
+	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
 	if _, err := conn.Exec(bg, `UNLISTEN *`); err == nil {
 		if _, err := conn.Exec(bg, s.store.q.subAdvisoryUnlock, s.cfg.Name); err == nil {
 			clean = true

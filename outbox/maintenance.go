@@ -2,9 +2,12 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // maxRetentionBatchesPerPass bounds one maintenance pass, so a huge backlog of old sent rows
@@ -40,8 +43,10 @@ type MaintenanceResult struct {
 	Dead             int64
 }
 
-// maintenanceLockKey is the session advisory lock that makes one relay per schema at a time
-// run maintenance.
+// maintenanceLockKey is the advisory lock that makes one relay per schema at a time run a
+// maintenance statement. Each statement takes it for its own transaction only: no session
+// holds it between statements, so maintenance is safe behind PgBouncer in transaction mode
+// (a session lock would stay on whichever server connection took it).
 func (r *Relay) maintenanceLockKey() int64 {
 	h := fnv.New64a()
 	h.Write([]byte("keiro.outbox.maintenance." + r.cfg.Schema))
@@ -50,45 +55,38 @@ func (r *Relay) maintenanceLockKey() int64 {
 
 // MaintenancePass runs one maintenance pass now if no other relay is running one: it deletes
 // sent rows older than Retention (RetentionBatch per statement) and samples the backlog,
-// oldest-pending-age and dead gauges. Run calls it every MaintenanceInterval; it is exported
-// for tests and operators.
+// oldest-pending-age and dead gauges. Every statement runs only if it gets the maintenance
+// lock; the pass stops at the first that does not (another relay is at it). Run calls it every
+// MaintenanceInterval; it is exported for tests and operators.
 func (r *Relay) MaintenancePass(ctx context.Context) (MaintenanceResult, error) {
 	var res MaintenanceResult
-	conn, err := r.pool.Acquire(ctx)
-	if err != nil {
-		return res, fmt.Errorf("outbox maintenance: acquire connection: %w", err)
-	}
-	defer conn.Release()
 	key := r.maintenanceLockKey()
-	var got bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&got); err != nil {
-		return res, fmt.Errorf("outbox maintenance: take lock: %w", err)
-	}
-	if !got {
-		return res, nil
-	}
-	defer func() {
-		if _, err := conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", key); err != nil {
-			conn.Conn().Close(context.WithoutCancel(ctx)) // closing the session drops the lock
-		}
-	}()
-	res.Ran = true
 	if r.cfg.Retention >= 0 {
 		for range maxRetentionBatchesPerPass {
-			tag, err := conn.Exec(ctx, r.store.q.retention, r.cfg.Retention.Microseconds(), r.cfg.RetentionBatch)
-			if err != nil {
+			var got bool
+			var n int64
+			if err := r.pool.QueryRow(ctx, r.store.q.retention, r.cfg.Retention.Microseconds(), r.cfg.RetentionBatch, key).Scan(&got, &n); err != nil {
 				return res, fmt.Errorf("outbox maintenance: delete sent rows past retention: %w", err)
 			}
-			res.Deleted += tag.RowsAffected()
-			if tag.RowsAffected() < int64(r.cfg.RetentionBatch) {
+			if !got {
+				return res, nil
+			}
+			res.Ran = true
+			res.Deleted += n
+			if n < int64(r.cfg.RetentionBatch) {
 				break
 			}
 		}
 	}
 	var age float64
-	if err := conn.QueryRow(ctx, r.store.q.gauges).Scan(&res.Backlog, &age, &res.Dead); err != nil {
+	err := r.pool.QueryRow(ctx, r.store.q.gauges, key).Scan(&res.Backlog, &age, &res.Dead)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return res, nil // another relay's turn
+	case err != nil:
 		return res, fmt.Errorf("outbox maintenance: sample gauges: %w", err)
 	}
+	res.Ran = true
 	res.OldestPendingAge = time.Duration(age * float64(time.Second))
 	r.inst.backlog.Record(ctx, res.Backlog)
 	r.inst.oldestAge.Record(ctx, age)

@@ -334,24 +334,32 @@ UPDATE {{schema}}.keiro_outbox SET lease_until = now() + $3::bigint * interval '
 WHERE outbox_id = ANY($2::uuid[]) AND claim_token = $1::uuid AND status = 'publishing'`
 
 // sqlRetention deletes at most $2 sent rows published before now() - $1 microseconds, oldest
-// first, through the sent_gc index. Small batches keep row locks and WAL bursts short.
+// first, through the sent_gc index, if it gets the maintenance lock $3 (transaction-scoped, so
+// it is safe behind PgBouncer in transaction mode: no session keeps a lock). It returns
+// whether it got the lock and how many rows it deleted. Small batches keep row locks and WAL
+// bursts short.
 const sqlRetention = `
-DELETE FROM {{schema}}.keiro_outbox
-WHERE outbox_id IN (
-    SELECT outbox_id FROM {{schema}}.keiro_outbox
-    WHERE phase = 1 AND published_at < now() - $1::bigint * interval '1 microsecond'
-    ORDER BY published_at
-    LIMIT $2)`
+WITH lock AS MATERIALIZED (SELECT pg_try_advisory_xact_lock($3) AS got),
+del AS (
+    DELETE FROM {{schema}}.keiro_outbox
+    WHERE outbox_id IN (
+        SELECT outbox_id FROM {{schema}}.keiro_outbox
+        WHERE (SELECT got FROM lock) AND phase = 1 AND published_at < now() - $1::bigint * interval '1 microsecond'
+        ORDER BY published_at
+        LIMIT $2)
+    RETURNING 1)
+SELECT (SELECT got FROM lock), (SELECT count(*) FROM del)`
 
 // sqlGauges samples the backlog, the oldest pending age and the dead count, through the
-// partial indexes.
+// partial indexes, if it gets the maintenance lock $1 (no row otherwise).
 const sqlGauges = `
 SELECT
     (SELECT count(*) FROM {{schema}}.keiro_outbox WHERE phase = 0),
     coalesce((SELECT extract(epoch FROM now() - created_at)::float8 FROM {{schema}}.keiro_outbox
               WHERE phase = 0 AND status <> 'publishing'
               ORDER BY seq LIMIT 1), 0),
-    (SELECT count(*) FROM {{schema}}.keiro_outbox WHERE phase = 2)`
+    (SELECT count(*) FROM {{schema}}.keiro_outbox WHERE phase = 2)
+FROM (SELECT pg_try_advisory_xact_lock($1) AS got) l WHERE l.got`
 
 // sqlStatus counts rows per status and destination.
 const sqlStatus = `
