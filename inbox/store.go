@@ -325,12 +325,6 @@ func (s *Store) attempt(ctx context.Context, db TxBeginner, d Delivery, key stri
 		// The handler failed because the database went away: an outage, not an attempt.
 		return res, false, fmt.Errorf("inbox transaction %s/%s lost its connection: %w", source, key, herr)
 	}
-	if transientConflict(herr) {
-		// A deadlock, a serialization failure or a lock timeout says nothing about the
-		// message: it is retried like a storage error, without using an attempt, so contention
-		// between partitions cannot poison good messages.
-		return res, false, fmt.Errorf("inbox transaction %s/%s: transient conflict: %w", source, key, herr)
-	}
 	_ = tx.Rollback(ctx)
 	res, err = s.recordFailure(ctx, db, &d, key, herr)
 	return res, false, err
@@ -453,14 +447,6 @@ func (s *Store) runBatchHandler(ctx context.Context, tx pgx.Tx, evs []envelope.E
 		}
 	}()
 	return bh(ctx, htx, evs)
-}
-
-// transientConflict reports a handler error that PostgreSQL raised because of concurrent
-// transactions (SQLSTATE class 40: serialization failure, deadlock; 55P03: lock timeout),
-// unless the handler marked it Permanent.
-func transientConflict(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "40") || pe.Code == "55P03") && !IsPermanent(err)
 }
 
 func isTxAborted(err error) bool {
