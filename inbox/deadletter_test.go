@@ -30,18 +30,7 @@ func failProduces(kc *testkafka.Cluster) *atomic.Int64 {
 		kc.KeepControl()
 		req := kreq.(*kmsg.ProduceRequest)
 		refused.Add(1)
-		resp := req.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range req.Topics {
-			t := kmsg.NewProduceResponseTopic()
-			t.Topic, t.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
-				p := kmsg.NewProduceResponseTopicPartition()
-				p.Partition, p.ErrorCode, p.BaseOffset = rp.Partition, kerr.TopicAuthorizationFailed.Code, -1
-				t.Partitions = append(t.Partitions, p)
-			}
-			resp.Topics = append(resp.Topics, t)
-		}
-		return resp, nil, true
+		return testkafka.ProduceError(req, kerr.TopicAuthorizationFailed.Code), nil, true
 	})
 	return &refused
 }

@@ -51,20 +51,7 @@ func (f *faults) set(fn func(f *faults)) {
 }
 
 // produceError answers every partition of req with code.
-func produceError(req *kmsg.ProduceRequest, code int16) *kmsg.ProduceResponse {
-	resp := req.ResponseKind().(*kmsg.ProduceResponse)
-	for _, t := range req.Topics {
-		rt := kmsg.NewProduceResponseTopic()
-		rt.Topic, rt.TopicID = t.Topic, t.TopicID
-		for _, p := range t.Partitions {
-			rp := kmsg.NewProduceResponseTopicPartition()
-			rp.Partition, rp.ErrorCode, rp.BaseOffset = p.Partition, code, -1
-			rt.Partitions = append(rt.Partitions, rp)
-		}
-		resp.Topics = append(resp.Topics, rt)
-	}
-	return resp
-}
+var produceError = testkafka.ProduceError
 
 // runRestarting runs a relay until ctx ends, restarting it when a StopTheLine halt stops it
 // (what an operator would do after review).

@@ -301,17 +301,27 @@ func TestRelayRecoversFromKilledConnections(t *testing.T) {
 	require.Equal(t, 150, distinct)
 }
 
+// poisonRig is rig for poison tests: a broker that refuses records over 20,000 bytes, and
+// topics of one partition.
+func poisonRig(t *testing.T, topics ...string) (*testdb.DB, *testkafka.Cluster, *outbox.Store) {
+	t.Helper()
+	db := testdb.New(t)
+	kc := testkafka.New(t, kfake.BrokerConfigs(map[string]string{"message.max.bytes": "20000"}))
+	for _, topic := range topics {
+		kc.CreateTopic(t, topic, 1)
+	}
+	st, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	return db, kc, st
+}
+
 // TestRelayRejectsPoisonRows: one row is bigger than the broker accepts
 // (message.max.bytes = 20000). It is rejected with code message_too_large and a readable
 // reason, without blocking its key, and the rows produced with it are not rejected. A row bigger
 // than MaxRecordBytes is rejected before it reaches Kafka.
 func TestRelayRejectsPoisonRows(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	kc := testkafka.New(t, kfake.BrokerConfigs(map[string]string{"message.max.bytes": "20000"}))
-	kc.CreateTopic(t, "orders", 1)
-	st, err := outbox.NewStore(db.Schema)
-	require.NoError(t, err)
+	db, kc, st := poisonRig(t, "orders")
 	evs := keyedEvents("orders", 30, 3)
 	pad := func(i, size int) []byte { // incompressible, so compression cannot hide the size
 		b := make([]byte, size)
@@ -441,12 +451,7 @@ func TestSlowBatchKeepsItsLease(t *testing.T) {
 // the same batch (here the batch is split by the first record for a new topic, flushed alone).
 func TestPoisonBystanderKeepsItsKeyOrder(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	kc := testkafka.New(t, kfake.BrokerConfigs(map[string]string{"message.max.bytes": "20000"}))
-	kc.CreateTopic(t, "orders", 1)
-	kc.CreateTopic(t, "audit", 1)
-	st, err := outbox.NewStore(db.Schema)
-	require.NoError(t, err)
+	db, kc, st := poisonRig(t, "orders", "audit")
 	p := newProgress()
 	r, _ := startRelay(t, db, kc, outbox.RelayConfig{OnBatch: p.onBatch, MaxRecordBytes: 100_000,
 		Backoff: outbox.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}, PollInterval: 10 * time.Millisecond,
