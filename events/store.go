@@ -373,10 +373,7 @@ func (s *Store) appendTx(ctx context.Context, tx Querier, stream string, expecte
 		}
 		i := len(res.Events)
 		md := a.recordedMetadata(i)
-		md.Extra = nil
-		if meta != nil {
-			md.Extra = meta
-		}
+		md.Extra = meta // as stored (nil when none)
 		res.Events = append(res.Events, RecordedEvent{
 			GlobalPosition: pos, ID: envelope.UUID(a.ids[i]), StreamName: stream, StreamVersion: version,
 			Type: events[i].Type, SchemaVersion: events[i].SchemaVersion, Data: data,

@@ -214,10 +214,10 @@ func (w *partitionWorker) processOne(r *kgo.Record, d Delivery) bool {
 	storageFailures := 0
 	for {
 		res, err := w.c.store.Process(w.ctx, w.c.pool, d, w.c.h)
-		if err != nil && unstorable(err) {
-			return w.deadLetter(r, ReasonUnstorable, err, 0)
-		}
 		if err != nil {
+			if unstorable(err) {
+				return w.deadLetter(r, ReasonUnstorable, err, 0)
+			}
 			w.c.storageErrors.Add(1)
 			w.c.log.Warn("inbox storage error; retrying", "topic", r.Topic, "partition", r.Partition,
 				"offset", r.Offset, "error", err)

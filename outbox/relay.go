@@ -189,8 +189,9 @@ type batch struct {
 	results []produceResult // per row, written by produce callbacks
 	closed  bool            // set when the producer stops waiting: late callbacks are ignored
 	// leasedAt is when the batch's lease last started (its claim, or its last renewal);
-	// marking is set when its mark begins (renewLeases leaves it alone then); lost, once a
-	// renewal found rows taken over by another relay.
+	// marking is set when its mark begins (rows the mark moves no longer count as renewed, so
+	// a renewal then reports no lost lease); lost, once a renewal found rows taken over by
+	// another relay.
 	leasedAt      time.Time
 	marking, lost bool
 }
@@ -847,7 +848,11 @@ func (res *produceResult) suspect() bool {
 		return false
 	}
 	class, code := classify(res.err)
-	return class == classPermanent && recordLevel[code]
+	return isSuspect(res.shared, class, code)
+}
+
+func isSuspect(shared bool, class errClass, code string) bool {
+	return shared && class == classPermanent && recordLevel[code]
 }
 
 // failureClass is how the relay treats a failed record: its error's class, except that a
@@ -855,7 +860,7 @@ func (res *produceResult) suspect() bool {
 // will be retried fails its group, so no later row of the group may go out after it.
 func (res *produceResult) failureClass() (errClass, string) {
 	class, code := classify(res.err)
-	if res.suspect() {
+	if isSuspect(res.shared, class, code) {
 		class = classTransient
 	}
 	return class, code
