@@ -1,0 +1,261 @@
+package outbox
+
+import (
+	"context"
+	"time"
+)
+
+// claimLoop claims batches while slots are free, waking on notifications, marks and polls.
+// ClaimConcurrency of them run at once; the extra ones only while claims come back full.
+//
+// A claim is not cancelled when ctx (stop) is: cancelling it could lose the reply of a claim
+// that committed, leaving its rows publishing, unmarked, until their lease expires (a halt or a
+// shutdown would stall their keys for a lease). It runs under hard (cancelled at the shutdown
+// deadline) and its batch always enters the pipeline, which releases it unproduced after a stop.
+func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan struct{}, out chan<- *batch) {
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	// The first claimer of a listening relay sleeps under the sleep lock, so producers notify
+	// only while it sleeps (sleeper, sleepLockAll in sql.go).
+	var sl *sleeper
+	if !extra && !r.cfg.PollOnly {
+		sl = newSleeper(r.pool.Config().ConnConfig, &r.store.q, len(r.cfg.Destinations) > 0)
+		defer sl.close()
+	}
+	var dbBackoff int
+	var lastUnbounded time.Time
+	var deepFull bool // the last full-backlog scan came back full
+	for {
+		// An extra claimer works only while the outbox is backlogged (the last claim was full):
+		// in a steady trickle one claimer answers every notification and two would only race
+		// for the same few rows.
+		for extra && !r.backlogged.Load() {
+			select {
+			case <-r.backlog:
+			case <-ctx.Done():
+				return
+			}
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		if ctx.Err() != nil { // both were ready: select chose the slot
+			<-slots
+			return
+		}
+		if !extra {
+			// A wake-up that came before this claim is answered by it; leaving it buffered
+			// would buy one more (possibly empty, with a deep backlog costly) claim after it.
+			select {
+			case <-r.wake:
+			default:
+			}
+		}
+		t0 := time.Now()
+		signalsBefore := r.signals.Load()
+		// A claim looks only as far as a full batch behind every other batch in flight: when
+		// the keys near the front are all in flight (a backlog over few keys), an unbounded
+		// claim walks the whole backlog to find nothing, and the first claimer did so after
+		// every full claim (a drain over 100 keys ran at 2.8k msgs/s). The first claimer
+		// still scans everything once per poll interval, so a row behind a blocked front
+		// (keys in backoff) waits at most that long, and keeps doing so while those scans
+		// come back full, so a long blocked front does not slow the rows behind it.
+		budget := r.cfg.MaxInFlightBatches * r.cfg.BatchSize
+		scanAll := !extra && (deepFull || time.Since(lastUnbounded) >= r.cfg.PollInterval)
+		if scanAll {
+			budget, lastUnbounded = 0, time.Now()
+		}
+		token, rows, err := r.store.claim(hard, r.pool, r.cfg.Policy, r.cfg.BatchSize, r.cfg.Lease, r.cfg.MaxAttempts, r.cfg.Destinations, budget)
+		r.log.Debug("claimed", "rows", len(rows), "took", time.Since(t0), "err", err)
+		r.stats.claims.Add(1)
+		if err != nil {
+			<-slots
+			if ctx.Err() != nil {
+				return
+			}
+			r.stats.claimErrors.Add(1)
+			dbBackoff++
+			d := Backoff{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}.delay(dbBackoff)
+			r.log.Warn("claim failed; retrying", "err", err, "retry_in", d)
+			if !sleepCtx(ctx, d) {
+				return
+			}
+			continue
+		}
+		dbBackoff = 0
+		if scanAll {
+			deepFull = len(rows) == r.cfg.BatchSize
+		}
+		if full := len(rows) == r.cfg.BatchSize; full != r.backlogged.Load() {
+			r.backlogged.Store(full)
+			if full {
+				for range r.cfg.ClaimConcurrency - 1 {
+					select {
+					case r.backlog <- struct{}{}:
+					default:
+					}
+				}
+			}
+		}
+		if len(rows) > 0 {
+			b := &batch{token: token, rows: rows, results: make([]produceResult, len(rows)), leasedAt: t0}
+			r.flying.Store(b, struct{}{}) // its lease is renewed from now on
+			if sl != nil {
+				r.wakeUp(ctx, sl) // busy: producers need not notify
+			}
+			r.stats.claimed.Add(int64(len(rows)))
+			r.inst.batchSize.Record(ctx, int64(len(rows)))
+			r.inFlight.Add(1)
+			out <- b
+			if len(rows) == r.cfg.BatchSize {
+				continue // more is likely waiting
+			}
+		} else {
+			<-slots
+		}
+		if extra {
+			// Wake-ups and polls are the first claimer's: an extra claimer that took one would
+			// only go back to waiting for a backlog, and the wake-up would be lost.
+			if len(rows) == 0 {
+				// Concurrent claims can all come back empty: each skips the rows the others
+				// hold locked and drops the rows behind them. The first claimer may have come
+				// back empty because of this claim and gone to sleep: have it look again.
+				r.signal()
+			}
+			continue
+		}
+		if r.signals.Load() != signalsBefore {
+			// A batch finished or rows arrived while this claim ran: its snapshot may predate
+			// them, and the wake-up may have gone to a claimer that is now busy (or been
+			// dropped, the channel holds one). Claim again rather than sleep until the poll.
+			continue
+		}
+		switch r.prepareSleep(ctx, sl) {
+		case sleepStop:
+			return
+		case sleepClaim:
+			continue
+		}
+		// Wait for a notification, a finished batch or the poll interval.
+		if !poll.Stop() {
+			select {
+			case <-poll.C:
+			default:
+			}
+		}
+		poll.Reset(r.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wake:
+		case <-poll.C:
+		}
+		if sl != nil {
+			r.wakeUp(ctx, sl)
+		}
+	}
+}
+
+// sleepAction is what the first claimer does next when its last claim left it nothing to do.
+type sleepAction int
+
+const (
+	sleepWait  sleepAction = iota // wait for a wake-up or the poll
+	sleepClaim                    // claim again
+	sleepStop                     // the relay is stopping
+)
+
+// sleepAfterInFlight is how long the first claimer waits for a batch in flight before it sleeps
+// under the sleep lock anyway: a batch usually comes back within milliseconds and its mark
+// wakes the claimer, which then claims the rows committed meanwhile (producers need not
+// notify); one held up by a slow broker must not hold back other keys' new rows.
+const sleepAfterInFlight = 20 * time.Millisecond
+
+// prepareSleep readies the first claimer of a listening relay to sleep under the sleep lock
+// (sleepLockAll in sql.go): it takes the lock, then has the claimer claim once more, since
+// producers that committed before did not notify. While a producer that did not notify is
+// still in its transaction the lock cannot be taken: it waits a little and has the claimer
+// claim again. When another relay that publishes every destination sleeps under the lock,
+// producers notify and that relay claims whatever this one could: this relay sleeps without
+// it. A relay restricted to some destinations cannot count on another (it may cover other
+// destinations) and keeps trying. Without the lock's session the relay polls.
+func (r *Relay) prepareSleep(ctx context.Context, sl *sleeper) sleepAction {
+	if sl == nil || sl.held || !r.listening.Load() {
+		return sleepWait
+	}
+	if r.inFlight.Load() > 0 {
+		alive, woken := waitWake(ctx, r.wake, min(sleepAfterInFlight, r.cfg.PollInterval))
+		switch {
+		case !alive:
+			return sleepStop
+		case woken || r.inFlight.Load() == 0:
+			return sleepClaim
+		}
+	}
+	if r.sleepHook != nil {
+		r.sleepHook()
+	}
+	got, err := sl.try(ctx)
+	if err == nil && sl.failing {
+		sl.failing = false
+		r.log.Info("sleep lock available again")
+	}
+	switch {
+	case err != nil:
+		if ctx.Err() != nil {
+			return sleepStop
+		}
+		if !sl.failing {
+			sl.failing = true
+			r.log.Warn("sleep lock unavailable; polling until it is back (producers do not notify meanwhile)",
+				"err", err, "poll_interval", r.cfg.PollInterval)
+		}
+		return sleepWait
+	case got == tryTaken:
+		return sleepClaim
+	case got == tryRelay && !sl.filtered:
+		return sleepWait
+	}
+	if alive, _ := waitWake(ctx, r.wake, sl.retryIn(r.cfg.PollInterval)); !alive {
+		return sleepStop
+	}
+	return sleepClaim
+}
+
+// wakeUp releases the sleep lock, if held: producers stop notifying. The relay is working
+// again, so its next failed try starts over at the shortest retry.
+func (r *Relay) wakeUp(ctx context.Context, sl *sleeper) {
+	sl.tries = 0
+	if err := sl.release(ctx); err != nil && ctx.Err() == nil {
+		r.log.Warn("sleep lock release failed; its session was closed", "err", err)
+	}
+}
+
+// waitWake waits d, a wake-up or the end of ctx; it reports whether ctx is still live and
+// whether a wake-up came.
+func waitWake(ctx context.Context, wake <-chan struct{}, d time.Duration) (alive, woken bool) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true, false
+	case <-wake:
+		return true, true
+	case <-ctx.Done():
+		return false, false
+	}
+}
+
+// sleepCtx waits d or until ctx is done; it reports whether d elapsed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

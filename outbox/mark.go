@@ -1,0 +1,222 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// markOutcome turns a batch's produce results into marks (keiro §1.3.5 step 4, with rejection
+// and outage handling), writes them in one statement, and records metrics.
+func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
+	b.mu.Lock()
+	results := append([]produceResult(nil), b.results...)
+	b.closed, b.marking = true, true
+	b.mu.Unlock()
+
+	res := BatchResult{Claimed: len(b.rows)}
+	failedGroups := map[string]bool{}
+	// failedKeys holds the keys with a row this flush did not get onto Kafka, to catch a later
+	// row of the same key that did: Kafka would then hold the key out of order. franz-go fails
+	// every later record of a partition after a failed one, so this should never happen; if a
+	// broker or client ever breaks that, operators hear of it.
+	failedKeys := map[string]bool{}
+	marks := make([]mark, 0, len(b.rows))
+	anyOK, anyOutage := false, false
+	deadOnClaim := map[string]int{}
+	for i := range b.rows {
+		row := &b.rows[i]
+		if row.reclaimed {
+			res.Reclaimed++
+		}
+		if row.dead {
+			deadOnClaim[row.event.Destination]++
+			if r.cfg.Policy == StopTheLine && res.HaltedOn == nil {
+				// Its last attempt's outcome is unknown (lease expired): review it before the rest.
+				id := row.id.String()
+				res.HaltedOn = &id
+				failedGroups[groupKey(StopTheLine, &row.event)] = true
+			}
+			continue
+		}
+		pr := results[i]
+		g := groupKey(r.cfg.Policy, &row.event)
+		key := groupKey(PerKeyHeadOfLine, &row.event) // for the order-broken check, whatever the policy
+		m := mark{id: row.id, dest: row.event.Destination}
+		switch {
+		case pr.rejectMsg != "":
+			m.outcome, m.code, m.err = outcomeRejected, "message_too_large", pr.rejectMsg
+		case pr.done && pr.err == nil:
+			m.outcome, m.partition, m.offset = outcomeSent, pr.partition, pr.offset
+			anyOK = true
+			r.suspects.Delete(row.id)
+			if key != "" && failedKeys[key] {
+				res.OrderBroken++
+				r.log.Error("a record reached Kafka after an earlier record of its key failed: the key is out of order on the topic",
+					"outbox_id", row.id.String(), "message_id", row.event.MessageID, "destination", row.event.Destination,
+					"partition", pr.partition, "offset", pr.offset)
+			}
+		case g != "" && failedGroups[g]:
+			m.outcome, m.err = outcomeSkipped, skippedError
+		case !pr.done:
+			m.outcome = outcomeReleased // shutdown before an outcome: back to pending
+		case errors.Is(pr.err, context.Canceled):
+			// The shutdown deadline cancelled the produce (franz-go fails at once the records
+			// still waiting for metadata or a producer id): the row is released like one
+			// without an outcome, and the rest of its group is held back.
+			m.outcome = outcomeReleased
+			if g != "" {
+				failedGroups[g] = true
+			}
+		default:
+			class, code := pr.failureClass()
+			if pr.suspect() {
+				r.suspects.Store(row.id, struct{}{})
+			} else {
+				r.suspects.Delete(row.id)
+			}
+			switch class {
+			case classPermanent:
+				m.outcome, m.code, m.err = outcomeRejected, code, truncate(pr.err.Error())
+			case classOutage:
+				m.outcome, m.err = outcomeDeferred, truncate(pr.err.Error())
+				anyOutage = true
+			default:
+				m.outcome, m.err = outcomeFailed, truncate(pr.err.Error())
+				m.delay = r.cfg.Backoff.delay(row.attempt)
+			}
+			if m.outcome != outcomeRejected {
+				if g != "" {
+					failedGroups[g] = true
+				}
+				if r.cfg.Policy == StopTheLine && res.HaltedOn == nil {
+					id := row.id.String()
+					res.HaltedOn = &id
+				}
+			}
+		}
+		if m.outcome != outcomeSent && m.outcome != outcomeRejected && pr.done && key != "" {
+			failedKeys[key] = true
+		}
+		marks = append(marks, m)
+	}
+	if res.OrderBroken > 0 {
+		r.inst.orderBroken.Add(ctx, int64(res.OrderBroken))
+		r.stats.orderBroken.Add(int64(res.OrderBroken))
+	}
+	if anyOK {
+		r.outageStreak.Store(0)
+	}
+	if anyOutage {
+		n := r.outageStreak.Add(1)
+		d := r.cfg.Backoff.delay(int(n))
+		for i := range marks {
+			if marks[i].outcome == outcomeDeferred {
+				marks[i].delay = d
+			}
+		}
+		r.log.Warn("Kafka unavailable; rows deferred without using an attempt", "retry_in", d)
+	}
+
+	// Rows going back to failed are due after their delay: wake the claim loop then, rather
+	// than leave them to the next poll.
+	var retryIn time.Duration
+	for _, m := range marks {
+		if (m.outcome == outcomeFailed || m.outcome == outcomeDeferred) && m.delay > 0 && (retryIn == 0 || m.delay < retryIn) {
+			retryIn = m.delay
+		}
+	}
+	if retryIn > 0 {
+		defer time.AfterFunc(retryIn, r.signal)
+	}
+
+	var t transitions
+	t0 := time.Now()
+	defer func() { r.log.Debug("marked", "rows", len(marks), "took", time.Since(t0)) }()
+	for attempt := 1; ; attempt++ {
+		// Each attempt gets its own deadline, so the marks of a shutdown still get one try
+		// after the hard deadline passed.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		var err error
+		t, err = r.store.markBatch(actx, r.pool, b.token, marks, r.cfg.MaxAttempts)
+		cancel()
+		if err == nil {
+			break
+		}
+		r.stats.markErrors.Add(1)
+		if ctx.Err() != nil {
+			r.log.Error("marking outbox batch abandoned at shutdown; rows will be re-claimed after their lease", "err", err)
+			break
+		}
+		d := Backoff{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}.delay(attempt)
+		r.log.Warn("mark failed; retrying", "err", err, "retry_in", d)
+		if !sleepCtx(ctx, d) {
+			break
+		}
+	}
+	res.Published, res.Retried, res.Skipped = t.sent, t.failed, t.skipped
+	res.Dead, res.Rejected, res.Released = t.dead, t.rejected, t.released
+	res.Retried += t.deferred
+	for _, n := range deadOnClaim {
+		res.Dead += n
+	}
+	r.record(ctx, b, t, deadOnClaim)
+	s := &r.stats
+	s.batches.Add(1)
+	s.published.Add(int64(t.sent))
+	s.retried.Add(int64(t.failed))
+	s.deferred.Add(int64(t.deferred))
+	s.skipped.Add(int64(t.skipped))
+	s.dead.Add(int64(res.Dead))
+	s.rejected.Add(int64(t.rejected))
+	s.released.Add(int64(t.released))
+	s.reclaimed.Add(int64(res.Reclaimed))
+	if r.cfg.OnBatch != nil {
+		r.cfg.OnBatch(res)
+	}
+	return res
+}
+
+// record adds a batch's real transitions to the metrics, per destination.
+func (r *Relay) record(ctx context.Context, b *batch, t transitions, deadOnClaim map[string]int) {
+	for dest, c := range t.byDest {
+		attrs := destinationAttr(dest)
+		if c.sent > 0 {
+			r.inst.published.Add(ctx, int64(c.sent), attrs)
+		}
+		if c.retried > 0 {
+			r.inst.retried.Add(ctx, int64(c.retried), attrs)
+		}
+		if c.rejected > 0 {
+			r.inst.rejected.Add(ctx, int64(c.rejected), attrs)
+		}
+		if c.dead > 0 {
+			r.inst.deadlettered.Add(ctx, int64(c.dead), attrs)
+		}
+	}
+	for dest, n := range deadOnClaim {
+		r.inst.deadlettered.Add(ctx, int64(n), destinationAttr(dest))
+	}
+	if n := countReclaimed(b); n > 0 {
+		r.inst.reclaimed.Add(ctx, int64(n))
+	}
+}
+
+func countReclaimed(b *batch) int {
+	n := 0
+	for i := range b.rows {
+		if b.rows[i].reclaimed {
+			n++
+		}
+	}
+	return n
+}
+
+// truncate bounds an error text stored in last_error.
+func truncate(s string) string {
+	const max = 1024
+	if len(s) <= max {
+		return s
+	}
+	return s[:max]
+}

@@ -1,0 +1,268 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/tracing"
+)
+
+// tp names a topic partition.
+type tp struct {
+	topic     string
+	partition int32
+}
+
+type produceResult struct {
+	done      bool
+	err       error
+	partition int32
+	offset    int64
+	rejectMsg string // pre-produce rejection (too large)
+	// shared: other records of the flush went to the same partition, so a record-level
+	// refusal (MESSAGE_TOO_LARGE, ...) cannot be pinned on this record.
+	shared bool
+}
+
+// produce publishes the batches' rows in order, in as few flushes as it can: a suspect row
+// and the first row for a topic the client has not published to yet (see Relay.topics) each
+// get a flush of their own, after the rows before them were flushed; under StopTheLine every
+// row does, so nothing after the first failure is sent. A row whose group failed
+// in an earlier flush of this call is not produced (it is skipped or released when marked).
+func (r *Relay) produce(stop, ctx context.Context, batches []*batch) {
+	failed := map[string]bool{}
+	send := func(refs []rowRef) {
+		if stop.Err() != nil {
+			return // stopping: no new flush; the rows are released unproduced
+		}
+		kept := refs[:0]
+		for _, ref := range refs {
+			if g := groupKey(r.cfg.Policy, &ref.b.rows[ref.i].event); g == "" || !failed[g] {
+				kept = append(kept, ref)
+			}
+		}
+		if len(kept) == 0 {
+			return
+		}
+		r.flush(ctx, kept)
+		for _, ref := range kept {
+			row := &ref.b.rows[ref.i]
+			ref.b.mu.Lock()
+			res := ref.b.results[ref.i]
+			ref.b.mu.Unlock()
+			switch {
+			case !res.done || res.rejectMsg != "":
+			case res.err == nil:
+				r.topics.Store(row.event.Destination, struct{}{})
+			default:
+				if class, _ := res.failureClass(); class != classPermanent {
+					if g := groupKey(r.cfg.Policy, &row.event); g != "" {
+						failed[g] = true
+					}
+				}
+			}
+		}
+	}
+	var pending []rowRef
+	for _, b := range batches {
+		for i := range b.rows {
+			ref := rowRef{b, i}
+			if b.rows[i].dead && r.cfg.Policy == StopTheLine {
+				send(pending) // the rows before it; nothing after it (markOutcome halts on it)
+				pending = pending[:0]
+				failed[groupKey(StopTheLine, &b.rows[i].event)] = true
+				continue
+			}
+			_, suspect := r.suspects.Load(b.rows[i].id)
+			_, known := r.topics.Load(b.rows[i].event.Destination)
+			// StopTheLine publishes row by row (keiro §1.3.5): one flush holds records for
+			// several partitions, and a failure of one partition's request does not stop the
+			// others, so rows after the failed one would reach Kafka.
+			alone := suspect || !known || r.cfg.Policy == StopTheLine
+			if alone && !b.rows[i].dead {
+				send(pending)
+				pending = pending[:0]
+				send([]rowRef{ref})
+				continue
+			}
+			pending = append(pending, ref)
+		}
+	}
+	send(pending)
+	for _, b := range batches {
+		b.mu.Lock()
+		b.closed = true
+		b.mu.Unlock()
+	}
+}
+
+// rowRef points at one row of a batch.
+type rowRef struct {
+	b *batch
+	i int
+}
+
+// flush buffers every record of refs, flushes them, and waits for every outcome (or ctx).
+// Buffering the whole set before the flush is what keeps per-key order: if Kafka fails a
+// partition's request, franz-go fails every later buffered record of that partition.
+func (r *Relay) flush(ctx context.Context, refs []rowRef) {
+	var pending atomic.Int64
+	pending.Store(1)
+	allDone := make(chan struct{})
+	finish := func() {
+		if pending.Add(-1) == 0 {
+			close(allDone)
+		}
+	}
+	var headers []envelope.Header
+	var mu sync.Mutex
+	perPartition := map[tp]int{}
+	var produced []rowRef
+	for _, ref := range refs {
+		b, i := ref.b, ref.i
+		row := &b.rows[i]
+		if row.dead {
+			continue
+		}
+		e := &row.event
+		rec := &kgo.Record{Topic: e.Destination, Value: e.Payload}
+		if e.Key != nil {
+			rec.Key = []byte(*e.Key)
+		}
+		spanCtx, span := r.tracer.Start(tracing.ContextWith(context.Background(), e.TraceContext),
+			"send "+e.Destination, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
+				attribute.String("messaging.system", "kafka"),
+				attribute.String("messaging.operation.type", "send"),
+				attribute.String("messaging.operation.name", "send"),
+				attribute.String("messaging.destination.name", e.Destination),
+				attribute.String("messaging.message.id", e.MessageID),
+				attribute.Int("keiro.outbox.attempt", row.attempt),
+			))
+		if e.Key != nil {
+			span.SetAttributes(attribute.String("messaging.kafka.message.key", *e.Key))
+		}
+		ev := *e
+		if span.IsRecording() {
+			if tc := tracing.FromContext(spanCtx); tc != nil {
+				ev.TraceContext = tc
+			}
+		}
+		headers = ev.AppendHeaders(headers[:0], envelope.EncodeOptions{})
+		rec.Headers = make([]kgo.RecordHeader, len(headers))
+		for j, h := range headers {
+			rec.Headers[j] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
+		}
+		if size := recordSize(rec); size > r.maxRecordBytes {
+			msg := fmt.Sprintf("record of about %d bytes exceeds the %d-byte limit (MaxRecordBytes / ProducerBatchMaxBytes)", size, r.maxRecordBytes)
+			b.results[i] = produceResult{done: true, rejectMsg: msg}
+			span.SetAttributes(attribute.String("keiro.outbox.rejection_code", "message_too_large"))
+			span.End()
+			continue
+		}
+		pending.Add(1)
+		produced = append(produced, ref)
+		created := row.createdAt
+		r.client.Produce(ctx, rec, func(rec *kgo.Record, err error) {
+			if err == nil {
+				if r.ackHook != nil {
+					r.ackHook(e.MessageID)
+				}
+				r.inst.latency.Record(context.Background(), time.Since(created).Seconds())
+				span.SetAttributes(
+					attribute.String("messaging.destination.partition.id", strconv.Itoa(int(rec.Partition))),
+					attribute.Int64("messaging.kafka.offset", rec.Offset))
+			} else {
+				span.RecordError(err)
+				span.SetStatus(codes.Error, err.Error())
+			}
+			span.End()
+			mu.Lock()
+			perPartition[tp{rec.Topic, rec.Partition}]++
+			mu.Unlock()
+			b.mu.Lock()
+			if !b.closed {
+				b.results[i] = produceResult{done: true, err: err, partition: rec.Partition, offset: rec.Offset}
+			}
+			b.mu.Unlock()
+			finish()
+		})
+	}
+	finish()
+	if len(produced) == 0 {
+		return
+	}
+	if err := r.client.Flush(ctx); err != nil && ctx.Err() == nil {
+		r.log.Warn("flush failed", "err", err)
+	}
+	select {
+	case <-allDone:
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, ref := range produced {
+		ref.b.mu.Lock()
+		res := &ref.b.results[ref.i]
+		if res.done && res.err != nil && perPartition[tp{ref.b.rows[ref.i].event.Destination, res.partition}] > 1 {
+			res.shared = true
+		}
+		ref.b.mu.Unlock()
+	}
+}
+
+// suspect reports a record Kafka refused for good in a request that held other records too:
+// the refusal may concern another record of the request (a poison record fails its
+// bystanders), so the row is retried alone before it is rejected.
+func (res *produceResult) suspect() bool {
+	if res.err == nil || !res.shared {
+		return false
+	}
+	class, code := classify(res.err)
+	return isSuspect(res.shared, class, code)
+}
+
+func isSuspect(shared bool, class errClass, code string) bool {
+	return shared && class == classPermanent && recordLevel[code]
+}
+
+// failureClass is how the relay treats a failed record: its error's class, except that a
+// suspect is transient (retried alone). produce and markOutcome must agree on it: a row that
+// will be retried fails its group, so no later row of the group may go out after it.
+func (res *produceResult) failureClass() (errClass, string) {
+	class, code := classify(res.err)
+	if isSuspect(res.shared, class, code) {
+		class = classTransient
+	}
+	return class, code
+}
+
+// recordLevel are the rejection codes that concern one record (as opposed to its topic).
+var recordLevel = map[string]bool{
+	"message_too_large": true, "record_list_too_large": true, "invalid_record": true, "corrupt_message": true,
+}
+
+// groupKey returns the ordering group of a row under the policy ("" = a group of its own).
+func groupKey(p Policy, e *envelope.Event) string {
+	switch p {
+	case StopTheLine:
+		return "all"
+	case PerSourceStream:
+		return e.Source
+	case BestEffort:
+		return ""
+	}
+	if e.Key == nil {
+		return ""
+	}
+	return e.Source + "\x00" + *e.Key
+}
