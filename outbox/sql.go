@@ -10,12 +10,15 @@ import (
 // migrations.ValidateSchema accepted, so no statement relies on search_path and none is built
 // from user input at run time.
 
-// sqlEnqueue inserts one call's events in one statement. The locks CTE takes a transaction-scoped
-// advisory lock per distinct keyed (source, key), in hash order, before any row gets its seq:
-// the INSERT reads the one-row locks CTE, so the locks are held before nextval runs. Same-key
-// enqueuing transactions therefore serialise and seq order equals commit order per key. With
-// $23 = false (StoreOptions.DisableKeyLocks) no lock is taken; with $24 = false
-// (StoreOptions.DisableNotify) no NOTIFY is sent.
+// sqlEnqueue inserts one call's events in one statement. The outbox's BEFORE INSERT trigger
+// (migration "outbox_order") takes each row's (source, key) transaction-scoped advisory lock,
+// or its declared source's lock, before it draws the row's seq, so same-key enqueuing
+// transactions serialise and seq order equals commit order per key, for every writer. With
+// $23 = true (a call with several keys) the locks CTE first takes the keys' locks in hash order,
+// the same keys the trigger takes (it re-enters them at no wait), so two calls naming the same
+// keys in different orders cannot deadlock; the INSERT reads the one-row locks CTE, so they are
+// held before any row is inserted. With $24 = false (StoreOptions.DisableNotify) no NOTIFY is
+// sent.
 const sqlEnqueue = `
 WITH input AS (
     SELECT * FROM unnest(
@@ -104,9 +107,23 @@ FROM {{schema}}.keiro_outbox o
 JOIN unnest($1::text[], $2::text[]) AS k(source, message_id)
   ON o.source = k.source AND o.message_id = k.message_id`
 
+// sqlDeclareSource and sqlRevokeSource add and remove per-source declarations (a source's
+// writers then take one lock per source instead of one per key); sqlListSources lists them.
+// Each change waits for the outbox's running writers (keiro_outbox_source's statement trigger).
+const (
+	sqlDeclareSource = `
+INSERT INTO {{schema}}.keiro_outbox_source (source)
+SELECT s FROM unnest($1::text[]) AS s
+ON CONFLICT (source) DO NOTHING`
+	sqlRevokeSource = `DELETE FROM {{schema}}.keiro_outbox_source WHERE source = ANY($1::text[])`
+	sqlListSources  = `SELECT source FROM {{schema}}.keiro_outbox_source ORDER BY source`
+)
+
 // queries holds the statements with the schema substituted.
 type queries struct {
 	enqueue, enqueueExisting string
+	// declareSource, revokeSource and listSources manage keiro_outbox_source.
+	declareSource, revokeSource, listSources string
 	claim                    map[Policy]string
 	mark, renew              string
 	retention, gauges        string
@@ -137,6 +154,9 @@ func newQueries(schema string) queries {
 		enqueue: r.Replace(strings.NewReplacer("{{sleep_lock_all}}", sleepLockAll,
 			"{{sleep_lock_filtered}}", sleepLockFiltered).Replace(sqlEnqueue)),
 		enqueueExisting: r.Replace(sqlEnqueueExisting),
+		declareSource:   r.Replace(sqlDeclareSource),
+		revokeSource:    r.Replace(sqlRevokeSource),
+		listSources:     r.Replace(sqlListSources),
 		claim: map[Policy]string{
 			PerKeyHeadOfLine: claim(preJoinKey, preKey, postKey),
 			StopTheLine:      claim(preJoinKey, preKey, postKey),

@@ -85,11 +85,13 @@ type EnqueueResult struct {
 
 // StoreOptions tunes a Store.
 type StoreOptions struct {
-	// DisableKeyLocks turns off the per-key advisory locks EnqueueTx takes. Only producers that
-	// already serialise same-key enqueues (for example a single writer per key, or an event
-	// store subscription) should set it: without the locks two transactions enqueuing the same
-	// key concurrently may commit in the opposite order of their seq, and the relay would then
-	// publish them out of commit order. Defaults to false (locks taken).
+	// DisableKeyLocks is kept for compatibility and has no effect on order: the outbox's insert
+	// trigger takes the per-(source, key) lock for every writer (docs/architecture.md,
+	// "Ordering"). It only stops EnqueueTx from taking the locks of a call's several keys
+	// up front in sorted order, so two such calls naming the same keys in different orders may
+	// deadlock (PostgreSQL then aborts one). Defaults to false.
+	//
+	// Deprecated: the database orders every writer; leave it unset.
 	DisableKeyLocks bool
 	// DisableNotify stops EnqueueTx from ever sending a NOTIFY in the caller's transaction. By
 	// default it sends one only while a relay sleeps (see the package doc): a NOTIFY takes a
@@ -168,9 +170,11 @@ func EnqueueTx(ctx context.Context, tx pgx.Tx, events ...envelope.Event) ([]Enqu
 // All events are written in one round trip. Enqueuing is idempotent on (source, message id):
 // an identical event already present is reported as Duplicate; one with different content is
 // reported as Conflict and EnqueueTx returns an error wrapping [ErrIdentityConflict] (the
-// transaction should then be rolled back). Unless StoreOptions.DisableKeyLocks is set, the call
-// takes a transaction-scoped advisory lock per distinct keyed (source, key), so concurrent
-// same-key producers serialise and their rows are published in commit order.
+// transaction should then be rolled back). Every row takes its (source, key) transaction-scoped
+// advisory lock before it gets its seq (the outbox's insert trigger does it for every writer,
+// or the source's lock for a source declared with [Store.DeclarePerSourceOrder]), so concurrent
+// same-key producers serialise and their rows are published in commit order. A call with
+// several keys takes their locks first, in sorted order, so that two calls never deadlock.
 func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, events ...envelope.Event) ([]EnqueueResult, error) {
 	if len(events) == 0 {
 		return nil, nil
@@ -197,7 +201,7 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, events ...envelope.Eve
 		}
 		a.add(envelope.NewUUIDv7(), e, tc)
 	}
-	rows, err := tx.Query(ctx, s.q.enqueue, a.args(!s.opts.DisableKeyLocks, !s.opts.DisableNotify)...)
+	rows, err := tx.Query(ctx, s.q.enqueue, a.args(!s.opts.DisableKeyLocks && severalKeys(events), !s.opts.DisableNotify)...)
 	if err != nil {
 		return nil, fmt.Errorf("enqueue outbox events: %w", err)
 	}
@@ -228,6 +232,26 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, events ...envelope.Eve
 	}
 	s.count(ctx, events, results)
 	return results, err
+}
+
+// severalKeys reports whether events name more than one keyed (source, key). Only then does
+// EnqueueTx take the key locks itself, in sorted order: the insert trigger takes each row's
+// lock in row order, which is deadlock-free for one key but not for several keys that another
+// transaction locks in another order. For one key the trigger's lock is the only one taken.
+func severalKeys(events []envelope.Event) bool {
+	var first *envelope.Event
+	for i := range events {
+		e := &events[i]
+		if e.Key == nil {
+			continue
+		}
+		if first == nil {
+			first = e
+		} else if e.Source != first.Source || *e.Key != *first.Key {
+			return true
+		}
+	}
+	return false
 }
 
 // count adds the results to keiro.outbox.enqueued, per source and outcome.

@@ -1,0 +1,340 @@
+package outbox_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/outbox"
+)
+
+// The tests in this file write the outbox the way a service in another language does: a plain
+// INSERT from pgx (no EnqueueTx) or from psql, with no keiro code and no lock of its own. The
+// order they get must come from the database alone.
+
+// plainWriter is a client that writes the outbox with plain SQL.
+type plainWriter int
+
+const (
+	pgxWriter plainWriter = iota
+	psqlWriter
+)
+
+func (w plainWriter) String() string { return [...]string{"pgx", "psql"}[w] }
+
+// plainRow is one outbox row written by plain SQL; key nil means a null key.
+type plainRow struct {
+	id, source, topic string
+	key               *string
+	i                 int
+}
+
+// insertSQL is the row's INSERT as a producer without keiro writes it (literals, so psql can
+// run the same text; the values are the test's own).
+func (r plainRow) insertSQL() string {
+	lit := func(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+	key := "NULL"
+	if r.key != nil {
+		key = lit(*r.key)
+	}
+	return fmt.Sprintf(`INSERT INTO keiro_outbox (outbox_id, message_id, source, destination, message_key,
+    event_type, schema_version, content_type, payload_bytes, occurred_at)
+VALUES (gen_random_uuid(), %s, %s, %s, %s, 'OrderPlaced', 1, 'application/json',
+    convert_to(%s, 'UTF8'), now())`, lit(r.id), lit(r.source), lit(r.topic), key, lit(fmt.Sprintf(`{"i":%d}`, r.i)))
+}
+
+// openTx is a producer's transaction that inserted its row and has not committed yet.
+type openTx interface{ commit() error }
+
+type pgxOpenTx struct {
+	conn *pgx.Conn
+	tx   pgx.Tx
+}
+
+func (o *pgxOpenTx) commit() error {
+	defer o.conn.Close(context.Background())
+	return o.tx.Commit(context.Background())
+}
+
+type psqlOpenTx struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bytes.Buffer
+}
+
+func (o *psqlOpenTx) commit() error {
+	_, err := io.WriteString(o.stdin, "COMMIT;\n")
+	if cerr := o.stdin.Close(); err == nil {
+		err = cerr
+	}
+	if werr := o.cmd.Wait(); werr != nil {
+		return fmt.Errorf("psql: %v: %s", werr, o.out)
+	}
+	return err
+}
+
+// psql returns a psql command on db's schema, its sessions named app in pg_stat_activity.
+func psql(t testing.TB, db *testdb.DB, app string, args ...string) *exec.Cmd {
+	t.Helper()
+	path, err := exec.LookPath("psql")
+	require.NoError(t, err, "psql (the PostgreSQL client) is required by the plain-SQL producer tests")
+	cmd := exec.Command(path, append([]string{"-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", testdb.URL()}, args...)...)
+	cmd.Env = append(os.Environ(), "PGAPPNAME="+app, "PGOPTIONS=-c search_path="+db.Schema)
+	return cmd
+}
+
+// connectApp opens a connection on db's schema named app in pg_stat_activity.
+func connectApp(ctx context.Context, t testing.TB, db *testdb.DB, app string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, db.ConnString+"&application_name="+app)
+	require.NoError(t, err)
+	return conn
+}
+
+// begin starts a transaction with w, inserts r and returns once the row is inserted.
+func begin(ctx context.Context, t testing.TB, db *testdb.DB, w plainWriter, app string, r plainRow) openTx {
+	t.Helper()
+	if w == pgxWriter {
+		conn := connectApp(ctx, t, db, app)
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, r.insertSQL())
+		require.NoError(t, err)
+		return &pgxOpenTx{conn: conn, tx: tx}
+	}
+	cmd := psql(t, db, app)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	out := &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	require.NoError(t, cmd.Start())
+	_, err = io.WriteString(stdin, "BEGIN;\n"+r.insertSQL()+";\n")
+	require.NoError(t, err)
+	// The row is inserted once the session holds a transaction id and is idle in it.
+	waitFor(ctx, t, db, "psql inserted "+r.id, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+        WHERE application_name = $1 AND state = 'idle in transaction' AND backend_xid IS NOT NULL)`, app)
+	return &psqlOpenTx{cmd: cmd, stdin: stdin, out: out}
+}
+
+// insert inserts r with w in a transaction of its own, in the background.
+func insert(ctx context.Context, t testing.TB, db *testdb.DB, w plainWriter, app string, r plainRow) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	if w == pgxWriter {
+		conn := connectApp(ctx, t, db, app)
+		go func() {
+			defer conn.Close(context.Background())
+			_, err := conn.Exec(ctx, r.insertSQL())
+			done <- err
+		}()
+		return done
+	}
+	cmd := psql(t, db, app, "-c", r.insertSQL())
+	go func() {
+		if out, err := cmd.CombinedOutput(); err != nil {
+			done <- fmt.Errorf("psql: %v: %s", err, out)
+			return
+		}
+		done <- nil
+	}()
+	return done
+}
+
+// waitFor polls query (one boolean) until it is true, failing t after 30 s.
+func waitFor(ctx context.Context, t testing.TB, db *testdb.DB, what, query string, args ...any) {
+	t.Helper()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(30 * time.Second)
+	for {
+		var ok bool
+		require.NoError(t, db.Pool.QueryRow(ctx, query, args...).Scan(&ok))
+		if ok {
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("waiting for %s: timed out", what)
+		}
+	}
+}
+
+// lateCommit reproduces the interleaving that breaks order without a database-enforced lock:
+// T1 (first) inserts a and keeps its transaction open; T2 (second) inserts b, which is ordered
+// after a, and commits at once. T1 commits only when T2 is seen waiting for a lock (the outbox
+// serialises the two), or when T2 committed and the relay published b (it did not).
+func lateCommit(ctx context.Context, t testing.TB, db *testdb.DB, first, second plainWriter, a, b plainRow) {
+	t.Helper()
+	app := "keiro-test-" + b.id
+	t1 := begin(ctx, t, db, first, "keiro-test-"+a.id, a)
+	done := insert(ctx, t, db, second, app, b)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(30 * time.Second)
+	committed := false
+	for {
+		var blocked, sent bool
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT
+            EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'),
+            EXISTS (SELECT 1 FROM keiro_outbox WHERE message_id = $2 AND status = 'sent')`, app, b.id).Scan(&blocked, &sent))
+		if blocked || sent {
+			break
+		}
+		select {
+		case err := <-done:
+			require.NoError(t, err, "T2 (%s) inserting %s", second, b.id)
+			committed = true
+			done = nil // the relay publishing b is what is awaited now
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("T2 (%s) inserting %s neither waited for T1 nor was published", second, b.id)
+		}
+	}
+	require.NoError(t, t1.commit(), "T1 (%s) committing %s", first, a.id)
+	if !committed {
+		require.NoError(t, <-done, "T2 (%s) inserting %s", second, b.id)
+	}
+}
+
+// noise runs producers that write rows of keys (nil for a null key) with plain INSERTs,
+// rows each, holding each transaction open for up to 3 ms, and returns how many rows they
+// wrote once all committed.
+func noise(ctx context.Context, t testing.TB, db *testdb.DB, source, topic string, producers, rows int, keys []*string) int {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, producers)
+	for p := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range rows {
+				r := plainRow{id: fmt.Sprintf("noise-%d-%d", p, i), source: source, topic: topic,
+					key: keys[rand.IntN(len(keys))], i: i}
+				err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, r.insertSQL()); err != nil {
+						return err
+					}
+					_, err := tx.Exec(ctx, "SELECT pg_sleep($1)", rand.Float64()*0.003)
+					return err
+				})
+				if err != nil {
+					errs <- fmt.Errorf("noise producer %d row %d: %w", p, i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	return producers * rows
+}
+
+// seqInversions reads records and counts, per group (the source, or the source and key; null
+// keys are unordered per key and skipped then), each record whose outbox seq is below the
+// previous one of its group on Kafka. Duplicates (same message id) are dropped. It returns the
+// distinct count, the inversions and a description of the first ones.
+func seqInversions(t testing.TB, db *testdb.DB, recs []*kgo.Record, perSource bool) (distinct, inversions int, report string) {
+	t.Helper()
+	seqs := map[string]int64{}
+	rows, err := db.Pool.Query(context.Background(), "SELECT message_id, seq FROM keiro_outbox")
+	require.NoError(t, err)
+	for rows.Next() {
+		var id string
+		var seq int64
+		require.NoError(t, rows.Scan(&id, &seq))
+		seqs[id] = seq
+	}
+	require.NoError(t, rows.Err())
+	seen := map[string]bool{}
+	last := map[string]int64{}
+	var b strings.Builder
+	for _, r := range recs {
+		hs := make([]envelope.Header, len(r.Headers))
+		for i, h := range r.Headers {
+			hs[i] = envelope.Header{Key: h.Key, Value: h.Value}
+		}
+		e, err := envelope.Decode(envelope.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
+			Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp})
+		require.NoError(t, err)
+		if seen[e.MessageID] {
+			continue
+		}
+		seen[e.MessageID] = true
+		group := e.Source
+		if !perSource {
+			if e.Key == nil {
+				continue
+			}
+			group += "/" + *e.Key
+		}
+		seq, ok := seqs[e.MessageID]
+		require.True(t, ok, "record %s has no outbox row", e.MessageID)
+		if prev, ok := last[group]; ok && seq < prev {
+			inversions++
+			if inversions <= 5 {
+				fmt.Fprintf(&b, "%s: seq %d (%s) after seq %d; ", group, seq, e.MessageID, prev)
+			}
+		}
+		last[group] = seq
+	}
+	return len(seen), inversions, b.String()
+}
+
+// TestPlainSQLProducersKeepKeyOrder: producers that write the outbox with a plain INSERT (pgx
+// without EnqueueTx, and psql) get per-key order from the database itself. For each key a
+// transaction inserts the key's earlier row and commits late, while another inserts its later
+// row and commits at once (every pairing of pgx and psql), with other plain-SQL producers
+// writing shared keys meanwhile and a relay running: Kafka must hold every key in seq order.
+func TestPlainSQLProducersKeepKeyOrder(t *testing.T) {
+	t.Parallel()
+	db, kc, _ := rig(t, 3)
+	dumpOutboxOnFailure(t, db)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p := newProgress()
+	startRelay(t, db, kc, outbox.RelayConfig{PollInterval: 10 * time.Millisecond, OnBatch: p.onBatch, Logger: testLogger(t)})
+
+	pairings := [][2]plainWriter{{pgxWriter, pgxWriter}, {psqlWriter, pgxWriter}, {pgxWriter, psqlWriter}, {psqlWriter, psqlWriter}}
+	const rounds = 2
+	var wg sync.WaitGroup
+	for k, pw := range pairings {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprintf("late-%d", k)
+			for r := range rounds {
+				row := func(i int) plainRow {
+					return plainRow{id: fmt.Sprintf("%s-%d", key, i), source: "ordering", topic: "orders", key: &key, i: i}
+				}
+				lateCommit(ctx, t, db, pw[0], pw[1], row(2*r), row(2*r+1))
+			}
+		}()
+	}
+	n := noise(ctx, t, db, "ordering", "orders", 4, 25, []*string{ptr("n0"), ptr("n1"), ptr("n2"), nil})
+	wg.Wait()
+	n += len(pairings) * rounds * 2
+
+	p.wait(t, n, 60*time.Second)
+	recs := kc.ConsumeAll(t, n, 30*time.Second, "orders")
+	distinct, inversions, report := seqInversions(t, db, recs, false)
+	require.Equal(t, n, distinct)
+	require.Zero(t, inversions, "per-key inversions on Kafka: %s", report)
+}
