@@ -7,7 +7,6 @@ import (
 	"runtime/debug"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -15,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/internal/pgtext"
 	"github.com/keiro-go/keiro/migrations"
 )
 
@@ -350,22 +350,6 @@ func (s *Store) insertCompleted(ctx context.Context, tx pgx.Tx, cols *rowColumns
 // maxErrorLen bounds last_error.
 const maxErrorLen = 8 << 10
 
-// storableText makes s storable in a PostgreSQL text column: invalid UTF-8 and NUL bytes
-// become U+FFFD, and the result is cut to at most max bytes on a character boundary. (A raw
-// cut of a handler's error message could split a character, and the inbox would then fail to
-// record the failure, again and again.)
-func storableText(s string, max int) string {
-	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
-	if len(s) <= max {
-		return s
-	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut]
-}
-
 // unstorable reports an error of the inbox's own statements that the delivery's content
 // causes: PostgreSQL refuses its bytes (class 22: invalid UTF-8 or NUL in a text header, \u0000
 // in the attributes' JSON) or its size (54000: a dedupe key too long for the index). Retrying
@@ -378,7 +362,7 @@ func unstorable(err error) bool {
 // recordFailure records a failed attempt in its own transaction.
 func (s *Store) recordFailure(ctx context.Context, db TxBeginner, d *Delivery, key string, herr error) (Result, error) {
 	res := Result{DedupeKey: key, Err: herr}
-	msg := storableText(herr.Error(), maxErrorLen)
+	msg := pgtext.Storable(herr.Error(), maxErrorLen)
 	cols := newRowColumns(1)
 	cols.add(d.Event.Source, key, d, true)
 	args := append([]any{s.cfg.Consumer}, cols.args()...)

@@ -236,13 +236,18 @@ func TestExpiredLeaseIsReclaimedAndFenced(t *testing.T) {
 	require.Equal(t, 2, tr.sent)
 }
 
+// TestLeaseExpiredAfterFinalAttemptGoesDead: a row whose lease expires on its last attempt after
+// its produce started goes dead in the next claim (its outcome is unknown) and frees its key.
 func TestLeaseExpiredAfterFinalAttemptGoesDead(t *testing.T) {
 	t.Parallel()
 	db, st := setup(t, ev("a1", k("A")), ev("a2", k("A")))
 	ctx := context.Background()
-	_, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 1, time.Minute, 1, nil, 0)
+	tok, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 1, time.Minute, 1, nil, 0)
 	require.NoError(t, err)
 	require.Len(t, rows, 1)
+	moved, err := st.startProduce(ctx, db.Pool, tok, [][16]byte{rows[0].id})
+	require.NoError(t, err)
+	require.True(t, moved[rows[0].id])
 	_, err = db.Pool.Exec(ctx, "UPDATE keiro_outbox SET lease_until = now() - interval '1 second' WHERE message_id = 'a1'")
 	require.NoError(t, err)
 	_, rows, err = st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 1, nil, 0)
@@ -257,7 +262,7 @@ func TestLeaseExpiredAfterFinalAttemptGoesDead(t *testing.T) {
 
 	// The error of the attempt before is kept beside the reason (keiro §1.3.3 keeps only it).
 	_, err = db.Pool.Exec(ctx, `UPDATE keiro_outbox SET status = 'publishing', lease_until = now() - interval '1 second',
-        last_error = 'broker timeout' WHERE message_id = 'a2'`)
+        last_error = 'broker timeout', claim_token = $1 WHERE message_id = 'a2'`, [16]byte(startedToken(envelope.NewUUIDv7())))
 	require.NoError(t, err)
 	_, rows, err = st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 1, nil, 0)
 	require.NoError(t, err)
@@ -265,6 +270,63 @@ func TestLeaseExpiredAfterFinalAttemptGoesDead(t *testing.T) {
 	require.True(t, rows[0].dead)
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT last_error FROM keiro_outbox WHERE message_id='a2'").Scan(&le))
 	require.Equal(t, "lease expired after final attempt (last error: broker timeout)", le)
+}
+
+// TestLeaseExpiryOfALastAttemptThatNeverRan: a claim whose reply was lost after it committed
+// (or a relay stopped before its produce, or a mark abandoned at shutdown) leaves its rows
+// publishing with an attempt counted. On the last attempt, the lease expiry must not make the
+// row dead (the attempt never ran): the next claim takes it for that attempt again, without
+// counting another, and its key stays blocked behind it.
+func TestLeaseExpiryOfALastAttemptThatNeverRan(t *testing.T) {
+	t.Parallel()
+	db, st := setup(t, ev("a1", k("A")), ev("a2", k("A")))
+	ctx := context.Background()
+	_, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 1, time.Minute, 1, nil, 0) // reply "lost"
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	_, err = db.Pool.Exec(ctx, "UPDATE keiro_outbox SET lease_until = now() - interval '1 second' WHERE message_id = 'a1'")
+	require.NoError(t, err)
+	tok, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 1, nil, 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a1", "a2"}, ids(rows))
+	require.False(t, rows[0].dead, "a row went dead on an attempt that never ran")
+	require.True(t, rows[0].reclaimed)
+	require.Equal(t, 1, rows[0].attempt, "the attempt that never ran was counted again")
+	var s string
+	var attempts int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT status, attempt_count FROM keiro_outbox WHERE message_id='a1'").Scan(&s, &attempts))
+	require.Equal(t, "publishing", s)
+	require.Equal(t, 1, attempts)
+	// The re-claimed row is published and marked normally.
+	tr, err := st.markBatch(ctx, db.Pool, tok, []mark{{id: rows[0].id, outcome: outcomeSent}, {id: rows[1].id, outcome: outcomeSent}}, 1)
+	require.NoError(t, err)
+	require.Equal(t, 2, tr.sent)
+}
+
+// TestStartedTokenFencesLikeTheClaimToken: after the produce start of a last attempt is
+// recorded, the batch's renewals and marks still reach its rows, and a relay that lost them
+// records nothing.
+func TestStartedTokenFencesLikeTheClaimToken(t *testing.T) {
+	t.Parallel()
+	db, st := setup(t, ev("a1", k("A")), ev("b1", k("B")))
+	ctx := context.Background()
+	tok, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 1, nil, 0)
+	require.NoError(t, err)
+	require.Len(t, rows, 2)
+	require.NotEqual(t, tok, startedToken(tok))
+	require.Equal(t, byte(0x80), startedToken(tok)[6]&0xf0)
+	moved, err := st.startProduce(ctx, db.Pool, tok, [][16]byte{rows[0].id})
+	require.NoError(t, err)
+	require.Len(t, moved, 1)
+	moved, err = st.startProduce(ctx, db.Pool, envelope.NewUUIDv7(), [][16]byte{rows[1].id})
+	require.NoError(t, err)
+	require.Empty(t, moved, "another token recorded a produce start")
+	n, err := st.renewLease(ctx, db.Pool, tok, [][16]byte{rows[0].id, rows[1].id}, time.Minute)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+	tr, err := st.markBatch(ctx, db.Pool, tok, []mark{{id: rows[0].id, outcome: outcomeSent}, {id: rows[1].id, outcome: outcomeSent}}, 1)
+	require.NoError(t, err)
+	require.Equal(t, 2, tr.sent)
 }
 
 func TestClaimDestinationsFilter(t *testing.T) {

@@ -53,7 +53,7 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 			default:
 			}
 		}
-		t0 := time.Now()
+		t0 := r.now() // the lease starts no earlier than this
 		signalsBefore := r.signals.Load()
 		// A claim looks only as far as a full batch behind every other batch in flight: when
 		// the keys near the front are all in flight (a backlog over few keys), an unbounded
@@ -68,7 +68,7 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 			budget, lastUnbounded = 0, time.Now()
 		}
 		token, rows, err := r.store.claim(hard, r.pool, r.cfg.Policy, r.cfg.BatchSize, r.cfg.Lease, r.cfg.MaxAttempts, r.cfg.Destinations, budget)
-		r.log.Debug("claimed", "rows", len(rows), "took", time.Since(t0), "err", err)
+		r.log.Debug("claimed", "rows", len(rows), "took", r.now().Sub(t0), "err", err)
 		r.stats.claims.Add(1)
 		if err != nil {
 			<-slots

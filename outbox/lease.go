@@ -22,7 +22,7 @@ func (r *Relay) renewLeases(ctx context.Context) {
 		r.flying.Range(func(k, _ any) bool {
 			b := k.(*batch)
 			b.mu.Lock()
-			due := time.Since(b.leasedAt) >= r.cfg.Lease/3 // marks too: one retried through an outage
+			due := r.now().Sub(b.leasedAt) >= r.cfg.Lease/3 // marks too: one retried through an outage
 			b.mu.Unlock()
 			if due {
 				r.renewLease(ctx, b)
@@ -43,7 +43,7 @@ func (r *Relay) renewLease(ctx context.Context, b *batch) {
 	if len(ids) == 0 {
 		return
 	}
-	at := time.Now()
+	at := r.now() // the renewed lease starts no earlier than this
 	actx, cancel := context.WithTimeout(ctx, r.cfg.Lease/3)
 	n, err := r.store.renewLease(actx, r.pool, b.token, ids, r.cfg.Lease)
 	cancel()
@@ -63,4 +63,19 @@ func (r *Relay) renewLease(ctx context.Context, b *batch) {
 		r.log.Warn("a batch in flight lost its lease: another relay may publish its rows too",
 			"rows", lost, "lease", r.cfg.Lease)
 	}
+}
+
+// leaseMargin is the part of a lease a batch must still hold, by the relay's clock, for its rows
+// to be flushed: a quarter. Renewals keep a batch's confirmed lease at most about half a lease
+// old, so a healthy relay never comes near it; a relay that was paused (SIGSTOP, a long GC
+// pause, a frozen VM) or cut off from PostgreSQL past it has lost, or is about to lose, its
+// rows to another relay, and publishing them could put an old copy after their key's later
+// rows. The margin covers the time from the check to the records' arrival at the broker.
+const leaseMargin = 4
+
+// leaseHeld reports whether b still holds its lease with the margin, at now: no renewal found
+// its rows taken over, and less than Lease - Lease/leaseMargin passed since the lease was last
+// confirmed (the claim, or the last renewal). The caller holds b.mu.
+func (r *Relay) leaseHeld(b *batch, now time.Time) bool {
+	return !b.lost && now.Sub(b.leasedAt) < r.cfg.Lease-r.cfg.Lease/leaseMargin
 }

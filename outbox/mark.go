@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/keiro-go/keiro/internal/pgtext"
 )
 
 // markOutcome turns a batch's produce results into marks (keiro §1.3.5 step 4, with rejection
@@ -58,6 +61,12 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 			}
 		case g != "" && failedGroups[g]:
 			m.outcome, m.err = outcomeSkipped, skippedError
+		case pr.leaseLost:
+			// Not produced: the lease was lost or about to expire. Released if still ours.
+			m.outcome = outcomeReleased
+			if g != "" {
+				failedGroups[g] = true
+			}
 		case !pr.done:
 			m.outcome = outcomeReleased // shutdown before an outcome: back to pending
 		case errors.Is(pr.err, context.Canceled):
@@ -77,12 +86,12 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 			}
 			switch class {
 			case classPermanent:
-				m.outcome, m.code, m.err = outcomeRejected, code, truncate(pr.err.Error())
+				m.outcome, m.code, m.err = outcomeRejected, code, errorText(pr.err)
 			case classOutage:
-				m.outcome, m.err = outcomeDeferred, truncate(pr.err.Error())
+				m.outcome, m.err = outcomeDeferred, errorText(pr.err)
 				anyOutage = true
 			default:
-				m.outcome, m.err = outcomeFailed, truncate(pr.err.Error())
+				m.outcome, m.err = outcomeFailed, errorText(pr.err)
 				m.delay = r.cfg.Backoff.delay(row.attempt)
 			}
 			if m.outcome != outcomeRejected {
@@ -133,6 +142,7 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 	var t transitions
 	t0 := time.Now()
 	defer func() { r.log.Debug("marked", "rows", len(marks), "took", time.Since(t0)) }()
+	refused := 0
 	for attempt := 1; ; attempt++ {
 		// Each attempt gets its own deadline, so the marks of a shutdown still get one try
 		// after the hard deadline passed.
@@ -146,6 +156,19 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 		r.stats.markErrors.Add(1)
 		if ctx.Err() != nil {
 			r.log.Error("marking outbox batch abandoned at shutdown; rows will be re-claimed after their lease", "err", err)
+			break
+		}
+		// PostgreSQL answering with an error is retried a few times (a deadlock, a failover);
+		// a mark it keeps refusing would otherwise be retried, and its lease renewed, forever,
+		// pinning its rows and their keys. An unreachable database is retried for as long as it
+		// takes: the rows are safe under their renewed lease meanwhile.
+		if refused = refused + 1; !isRefusal(err) {
+			refused = 0
+		}
+		if refused >= maxMarkRefusals {
+			r.stats.marksAbandoned.Add(1)
+			r.log.Error("PostgreSQL keeps refusing the mark of an outbox batch; giving up: its rows are re-claimed once their lease expires",
+				"err", err, "refusals", refused, "rows", len(marks), "lease", r.cfg.Lease)
 			break
 		}
 		d := Backoff{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}.delay(attempt)
@@ -212,11 +235,22 @@ func countReclaimed(b *batch) int {
 	return n
 }
 
-// truncate bounds an error text stored in last_error.
-func truncate(s string) string {
-	const max = 1024
-	if len(s) <= max {
-		return s
-	}
-	return s[:max]
+// maxErrorBytes bounds an error text stored in last_error.
+const maxErrorBytes = 1024
+
+// errorText is err's text as stored in last_error: valid UTF-8 without NUL bytes, cut on a
+// character boundary (a byte cut through a character would make PostgreSQL refuse the mark).
+func errorText(err error) string {
+	return pgtext.Storable(err.Error(), maxErrorBytes)
+}
+
+// maxMarkRefusals is how many times in a row PostgreSQL may refuse a batch's mark before the
+// relay gives the batch up to its lease.
+const maxMarkRefusals = 5
+
+// isRefusal reports an error PostgreSQL answered (as opposed to a lost connection or a
+// timeout).
+func isRefusal(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe)
 }

@@ -32,6 +32,9 @@ type produceResult struct {
 	// shared: other records of the flush went to the same partition, so a record-level
 	// refusal (MESSAGE_TOO_LARGE, ...) cannot be pinned on this record.
 	shared bool
+	// leaseLost: the row was not produced because its batch's lease was lost or about to
+	// expire (holdLeases).
+	leaseLost bool
 }
 
 // produce publishes the batches' rows in order, in as few flushes as it can: a suspect row
@@ -39,6 +42,13 @@ type produceResult struct {
 // get a flush of their own, after the rows before them were flushed; under StopTheLine every
 // row does, so nothing after the first failure is sent. A row whose group failed
 // in an earlier flush of this call is not produced (it is skipped or released when marked).
+//
+// One flush never holds rows of one group for two destinations: Kafka orders a flush's
+// records only within a partition, and a key's rows on two topics go to two partitions, led
+// by brokers that answer independently. Had they shared a flush, a failure of the first
+// topic's request with a success of the second's would put the key's later row on Kafka
+// first. The later row waits for the next flush instead, which it joins only if the earlier
+// one got through.
 func (r *Relay) produce(stop, ctx context.Context, batches []*batch) {
 	failed := map[string]bool{}
 	send := func(refs []rowRef) {
@@ -51,6 +61,7 @@ func (r *Relay) produce(stop, ctx context.Context, batches []*batch) {
 				kept = append(kept, ref)
 			}
 		}
+		kept = r.holdLeases(ctx, kept, failed)
 		if len(kept) == 0 {
 			return
 		}
@@ -74,36 +85,126 @@ func (r *Relay) produce(stop, ctx context.Context, batches []*batch) {
 		}
 	}
 	var pending []rowRef
+	dest := map[string]string{} // group → the destination of its rows in pending
+	sendPending := func() {
+		send(pending)
+		pending = pending[:0]
+		clear(dest)
+	}
 	for _, b := range batches {
 		for i := range b.rows {
 			ref := rowRef{b, i}
-			if b.rows[i].dead && r.cfg.Policy == StopTheLine {
-				send(pending) // the rows before it; nothing after it (markOutcome halts on it)
-				pending = pending[:0]
-				failed[groupKey(StopTheLine, &b.rows[i].event)] = true
+			row := &b.rows[i]
+			if row.dead && r.cfg.Policy == StopTheLine {
+				sendPending() // the rows before it; nothing after it (markOutcome halts on it)
+				failed[groupKey(StopTheLine, &row.event)] = true
 				continue
 			}
-			_, suspect := r.suspects.Load(b.rows[i].id)
-			_, known := r.topics.Load(b.rows[i].event.Destination)
+			_, suspect := r.suspects.Load(row.id)
+			_, known := r.topics.Load(row.event.Destination)
 			// StopTheLine publishes row by row (keiro §1.3.5): one flush holds records for
 			// several partitions, and a failure of one partition's request does not stop the
 			// others, so rows after the failed one would reach Kafka.
 			alone := suspect || !known || r.cfg.Policy == StopTheLine
-			if alone && !b.rows[i].dead {
-				send(pending)
-				pending = pending[:0]
+			if alone && !row.dead {
+				sendPending()
 				send([]rowRef{ref})
 				continue
+			}
+			if g := groupKey(r.cfg.Policy, &row.event); g != "" && !row.dead {
+				if d, ok := dest[g]; ok && d != row.event.Destination {
+					sendPending()
+				}
+				dest[g] = row.event.Destination
 			}
 			pending = append(pending, ref)
 		}
 	}
-	send(pending)
+	sendPending()
 	for _, b := range batches {
 		b.mu.Lock()
 		b.closed = true
 		b.mu.Unlock()
 	}
+}
+
+// holdLeases returns the rows of refs that may be flushed now: their batch still holds its
+// lease with the margin (leaseHeld). The rows of a batch that does not are left unproduced
+// (released when marked: the mark is fenced, so it changes nothing if another relay took
+// them over) and their groups fail, so no later row of theirs goes out in this call. Rows on
+// their last attempt get their produce start recorded first (Store.startProduce), so that a
+// lease expiry turns them dead only if they may have reached Kafka; a row the record does
+// not find under the batch's token was taken over and is not produced either.
+func (r *Relay) holdLeases(ctx context.Context, refs []rowRef, failed map[string]bool) []rowRef {
+	if r.flushHook != nil {
+		r.flushHook()
+	}
+	lose := func(ref rowRef, why string) {
+		b := ref.b
+		b.results[ref.i] = produceResult{leaseLost: true}
+		if g := groupKey(r.cfg.Policy, &b.rows[ref.i].event); g != "" {
+			failed[g] = true
+		}
+		r.stats.leaseLost.Add(1)
+		if !b.expired {
+			b.expired = true
+			r.log.Warn("a batch's lease was lost or about to expire before its produce; its rows are not published by this relay",
+				"why", why, "lease", r.cfg.Lease, "confirmed_ago", r.now().Sub(b.leasedAt), "rows", len(b.rows))
+		}
+	}
+	now := r.now()
+	kept := refs[:0]
+	var last map[*batch][][16]byte
+	for _, ref := range refs {
+		b := ref.b
+		b.mu.Lock()
+		held := r.leaseHeld(b, now)
+		if !held {
+			lose(ref, "lease")
+		}
+		b.mu.Unlock()
+		if !held {
+			continue
+		}
+		if row := &b.rows[ref.i]; row.attempt >= r.cfg.MaxAttempts && !row.started && !row.dead {
+			if last == nil {
+				last = map[*batch][][16]byte{}
+			}
+			last[b] = append(last[b], row.id)
+		}
+		kept = append(kept, ref)
+	}
+	if len(last) == 0 {
+		return kept
+	}
+	moved := map[[16]byte]bool{}
+	for b, ids := range last {
+		actx, cancel := context.WithTimeout(ctx, r.cfg.Lease/leaseMargin)
+		m, err := r.store.startProduce(actx, r.pool, b.token, ids)
+		cancel()
+		if err != nil {
+			r.log.Warn("could not record the produce start of rows on their last attempt; they are released", "err", err, "rows", len(ids))
+			continue
+		}
+		for id := range m {
+			moved[id] = true
+		}
+	}
+	out := kept[:0]
+	for _, ref := range kept {
+		b, row := ref.b, &ref.b.rows[ref.i]
+		if row.attempt >= r.cfg.MaxAttempts && !row.started && !row.dead {
+			if !moved[row.id] {
+				b.mu.Lock()
+				lose(ref, "last attempt not recorded")
+				b.mu.Unlock()
+				continue
+			}
+			row.started = true
+		}
+		out = append(out, ref)
+	}
+	return out
 }
 
 // rowRef points at one row of a batch.

@@ -49,7 +49,12 @@ type Relay struct {
 	// ackHook, if set (benchmarks), is called with each acknowledged row's message id.
 	ackHook func(messageID string)
 	// sleepHook, if set (tests), runs before each try of the sleep lock.
-	sleepHook    func()
+	sleepHook func()
+	// flushHook, if set (tests), runs before each flush's lease check.
+	flushHook func()
+	// now is the relay's clock (time.Now; tests inject one): leases are timed with its
+	// monotonic reading, so a wall-clock step neither shortens nor stretches them.
+	now          func() time.Time
 	outageStreak atomic.Int64
 	running      atomic.Bool
 	// signals counts wake-ups (notifications, finished batches), so a claimer can tell that one
@@ -70,7 +75,7 @@ type Relay struct {
 
 	stats struct {
 		claims, claimed, batches, published, retried, skipped, dead, rejected, released, reclaimed,
-		deferred, claimErrors, markErrors, orderBroken, leaseRenewals atomic.Int64
+		deferred, claimErrors, markErrors, orderBroken, leaseRenewals, leaseLost, marksAbandoned atomic.Int64
 	}
 }
 
@@ -96,6 +101,13 @@ type Stats struct {
 	// OrderBroken counts rows acknowledged by Kafka after an earlier row of their key failed
 	// in the same flush (see BatchResult.OrderBroken); it should stay 0.
 	OrderBroken int64
+	// LeaseLost counts rows not produced because their batch's lease was lost or too close to
+	// its end when their flush came (the relay was paused, or cut off from PostgreSQL): they
+	// are released, or left to the relay that took them over.
+	LeaseLost int64
+	// MarksAbandoned counts batches whose mark PostgreSQL refused maxMarkRefusals times in a row: their
+	// rows are left to their lease, which is no longer renewed.
+	MarksAbandoned int64
 }
 
 // Stats returns a snapshot of the relay's counters.
@@ -105,7 +117,7 @@ func (r *Relay) Stats() Stats {
 		Retried: s.retried.Load(), Skipped: s.skipped.Load(), Dead: s.dead.Load(), Rejected: s.rejected.Load(),
 		Released: s.released.Load(), Deferred: s.deferred.Load(), Reclaimed: s.reclaimed.Load(),
 		ClaimErrors: s.claimErrors.Load(), MarkErrors: s.markErrors.Load(), OrderBroken: s.orderBroken.Load(),
-		LeaseRenewals: s.leaseRenewals.Load()}
+		LeaseRenewals: s.leaseRenewals.Load(), LeaseLost: s.leaseLost.Load(), MarksAbandoned: s.marksAbandoned.Load()}
 }
 
 // NewRelay returns a relay that drains the outbox of cfg.Schema through pool and produces with
@@ -173,6 +185,7 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, cfg RelayConfig) (*Relay, 
 		pool: pool, client: client, cfg: cfg, store: store, inst: inst,
 		tracer: tp.Tracer(scope), log: cfg.Logger.With("component", "outbox-relay", "schema", cfg.Schema),
 		maxRecordBytes: maxRecord, wake: make(chan struct{}, 1), backlog: make(chan struct{}, cfg.ClaimConcurrency),
+		now: time.Now,
 	}, nil
 }
 
@@ -184,12 +197,16 @@ type batch struct {
 	mu      sync.Mutex
 	results []produceResult // per row, written by produce callbacks
 	closed  bool            // set when the producer stops waiting: late callbacks are ignored
-	// leasedAt is when the batch's lease last started (its claim, or its last renewal);
+	// leasedAt is when the batch's lease last started (its claim, or its last renewal), read
+	// before the statement was sent, so never later than the database's start of the lease;
 	// marking is set when its mark begins (rows the mark moves no longer count as renewed, so
 	// a renewal then reports no lost lease); lost, once a renewal found rows taken over by
 	// another relay.
 	leasedAt      time.Time
 	marking, lost bool
+	// expired is set when a flush found the lease lost or too close to its end: the batch's
+	// rows left are not produced.
+	expired bool
 }
 
 // Run drains the outbox until ctx is cancelled, then shuts down gracefully: it stops claiming,

@@ -125,7 +125,7 @@ type queries struct {
 	// declareSource, revokeSource and listSources manage keiro_outbox_source.
 	declareSource, revokeSource, listSources string
 	claim                    map[Policy]string
-	mark, renew              string
+	mark, renew, start       string
 	retention, gauges        string
 	status, listDead         string
 	requeue, lookup          string
@@ -147,7 +147,8 @@ func newQueries(schema string) queries {
 		if join != "" {
 			headSeq = "head.seq"
 		}
-		q := strings.NewReplacer("{{prejoin}}", join, "{{pre}}", pre, "{{post}}", post, "{{head_seq}}", headSeq).Replace(sqlClaim)
+		q := strings.NewReplacer("{{prejoin}}", join, "{{pre}}", pre, "{{post}}", post, "{{head_seq}}", headSeq,
+			"{{ran_last}}", ranLast).Replace(sqlClaim)
 		return r.Replace(expand(q))
 	}
 	return queries{
@@ -165,6 +166,7 @@ func newQueries(schema string) queries {
 		},
 		mark:                r.Replace(sqlMark),
 		renew:               r.Replace(sqlRenew),
+		start:               r.Replace(sqlStartProduce),
 		retention:           r.Replace(sqlRetention),
 		gauges:              r.Replace(sqlGauges),
 		status:              r.Replace(sqlStatus),
@@ -202,7 +204,11 @@ const claimable = `((%[1]s.status IN ('pending', 'failed') AND %[1]s.next_attemp
 //     estimated the planner joined them by a nested loop, 512×512 comparisons per claim.
 //   - the UPDATE moves ready rows to publishing with a fresh claim token ($1) and lease
 //     (now() + $3 microseconds), counting an attempt. A row re-claimed after its lease expired
-//     with no attempt left ($2 = max attempts) goes dead instead.
+//     on its last attempt ($2 = max attempts) goes dead instead if that attempt's produce
+//     started (its token is a started token, see sqlStartProduce): its outcome is unknown. If
+//     the produce never started (a claim whose reply was lost, a relay paused or stopped
+//     before it produced), the last attempt never ran: the row is claimed for it again,
+//     without counting another attempt.
 //
 // $5 optionally restricts the destinations (NULL = all). $6 optionally bounds the scan to the
 // first $6 open rows of those destinations in seq order (NULL = the whole backlog): when every
@@ -224,11 +230,11 @@ WITH candidate AS (
     FOR UPDATE OF r SKIP LOCKED
 ), {{post}}, updated AS (
     UPDATE {{schema}}.keiro_outbox o SET
-        status = CASE WHEN o.status = 'publishing' AND o.attempt_count >= $2 THEN 'dead' ELSE 'publishing' END,
+        status = CASE WHEN {{ran_last}} THEN 'dead' ELSE 'publishing' END,
         attempt_count = CASE WHEN o.status = 'publishing' AND o.attempt_count >= $2 THEN o.attempt_count ELSE o.attempt_count + 1 END,
-        claim_token = CASE WHEN o.status = 'publishing' AND o.attempt_count >= $2 THEN NULL ELSE $1::uuid END,
-        lease_until = CASE WHEN o.status = 'publishing' AND o.attempt_count >= $2 THEN NULL ELSE now() + $3::bigint * interval '1 microsecond' END,
-        last_error = CASE WHEN o.status = 'publishing' AND o.attempt_count >= $2
+        claim_token = CASE WHEN {{ran_last}} THEN NULL ELSE $1::uuid END,
+        lease_until = CASE WHEN {{ran_last}} THEN NULL ELSE now() + $3::bigint * interval '1 microsecond' END,
+        last_error = CASE WHEN {{ran_last}}
             THEN 'lease expired after final attempt' || coalesce(' (last error: ' || o.last_error || ')', '')
             ELSE o.last_error END,
         updated_at = now()
@@ -243,6 +249,10 @@ SELECT u.old_status, u.status, u.seq, u.attempt_count, u.created_at,
     u.causation_id, u.correlation_id, u.traceparent, u.tracestate, u.payload_bytes,
     u.attributes::text, u.occurred_at
 FROM updated u ORDER BY u.seq`
+
+// ranLast is the claim's test for a row whose lease expired on its last attempt after that
+// attempt's produce started: its token's version digit is 8 (a started token).
+const ranLast = `(o.status = 'publishing' AND o.attempt_count >= $2 AND substr(o.claim_token::text, 15, 1) = '8')`
 
 // Claim filters per ordering policy. "non-terminal" rows are pending, failed or publishing.
 // Per-key lookups go through the head-of-line index; per-source lookups walk the claim index in
@@ -310,8 +320,8 @@ const (
 )
 
 // sqlMark applies one batch's outcomes in one statement, fenced by the claim token: a row that
-// is no longer publishing under token $1 (re-claimed after its lease expired, or requeued) is
-// left alone. $2..$8 are parallel arrays (id, outcome, error text, retry delay in microseconds,
+// is no longer publishing under token $1 or its started form $10 (re-claimed after its lease
+// expired, or requeued) is left alone. $2..$8 are parallel arrays (id, outcome, error text, retry delay in microseconds,
 // partition, offset, rejection code); $9 is the attempt ceiling at which a failure goes dead.
 // Outcomes: sent; failed (or dead when the ceiling is reached); skipped (failed, attempt
 // refunded, due now); deferred (failed during a Kafka outage, attempt refunded, due after the
@@ -343,15 +353,24 @@ UPDATE {{schema}}.keiro_outbox o SET
     updated_at = now()
 FROM unnest($2::uuid[], $3::text[], $4::text[], $5::bigint[], $6::int[], $7::bigint[], $8::text[])
     AS m(id, outcome, err, delay_us, part, off, code)
-WHERE o.outbox_id = m.id AND o.claim_token = $1::uuid AND o.status = 'publishing'
+WHERE o.outbox_id = m.id AND o.claim_token IN ($1::uuid, $10::uuid) AND o.status = 'publishing'
 RETURNING o.outbox_id, m.outcome, o.status`
 
 // sqlRenew extends the lease of a batch still in flight: its rows ($2) still publishing under
-// claim token $1 get a lease of $3 microseconds from now. A row that is not (its lease expired
-// and another relay took it over) is left alone and not counted.
+// claim token $1 or its started form $4 get a lease of $3 microseconds from now. A row that is
+// not (its lease expired and another relay took it over) is left alone and not counted.
 const sqlRenew = `
 UPDATE {{schema}}.keiro_outbox SET lease_until = now() + $3::bigint * interval '1 microsecond'
-WHERE outbox_id = ANY($2::uuid[]) AND claim_token = $1::uuid AND status = 'publishing'`
+WHERE outbox_id = ANY($2::uuid[]) AND claim_token IN ($1::uuid, $4::uuid) AND status = 'publishing'`
+
+// sqlStartProduce records that the produce of rows on their last attempt starts: the rows ($3)
+// still publishing under claim token $1 take its started form $2 (the same token with version
+// digit 8), which the claim reads when their lease expires (ranLast). It returns the rows it
+// moved: a row missing was taken over by another relay and must not be produced.
+const sqlStartProduce = `
+UPDATE {{schema}}.keiro_outbox SET claim_token = $2::uuid
+WHERE outbox_id = ANY($3::uuid[]) AND claim_token = $1::uuid AND status = 'publishing'
+RETURNING outbox_id`
 
 // sqlRetention deletes at most $2 sent rows published before now() - $1 microseconds, oldest
 // first, through the sent_gc index, if it gets the maintenance lock $3 (transaction-scoped, so
