@@ -103,7 +103,9 @@ func TestOutboxOrderMigrationKeepsSeq(t *testing.T) {
 	}
 }
 
-// TestOutboxOrderMigrationOnAFreshSchema: on an empty outbox the first row gets seq 1.
+// TestOutboxOrderMigrationOnAFreshSchema: on an empty outbox the first row gets seq 1, and a
+// writer that bypasses the ordering trigger (triggers off for replication) fails instead of
+// writing a row with no place in the order.
 func TestOutboxOrderMigrationOnAFreshSchema(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -120,5 +122,18 @@ func TestOutboxOrderMigrationOnAFreshSchema(t *testing.T) {
 	}
 	if seq != 1 {
 		t.Fatalf("first seq %d, want 1", seq)
+	}
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO `+schema+`.keiro_outbox (outbox_id, message_id, source, destination,
+            event_type, schema_version, content_type, payload_bytes, occurred_at)
+            VALUES (gen_random_uuid(), 'b', 's', 't', 'E', 1, 'application/json', '\x00', now())`)
+		return err
+	})
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23502" || pgErr.ColumnName != "seq" {
+		t.Fatalf("insert without the trigger: err %v, want a not-null violation on seq", err)
 	}
 }
