@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -34,6 +35,8 @@ const (
 	chaosConsumers       = 2
 	chaosProducers       = 4
 	chaosKeys            = 400
+	chaosPlainProducers  = 2  // plain-SQL writers, sharing their keys
+	chaosPlainKeys       = 20 // keys of the plain-SQL writers
 	chaosBatch           = 20
 	chaosPartitions      = 6
 	chaosKillEvery       = time.Second
@@ -180,6 +183,34 @@ func TestChaos(t *testing.T) {
 			pmu.Unlock()
 		}()
 	}
+	// Plain-SQL producers, as a service without keiro's library writes: each row a plain INSERT
+	// in its own transaction, the writers sharing their keys. The INSERT holds the row's key
+	// (the outbox's insert trigger) until commit, so the number the row gets after it is its
+	// position in the key's commit order; a quarter of the transactions commit late.
+	var plainMu sync.Mutex
+	plainSeqs := map[string]int64{}
+	plainRows := total / 10 / chaosPlainProducers
+	plainPace := time.Duration(float64(duration) * 0.8 / float64(max(1, plainRows)))
+	for p := range chaosPlainProducers {
+		pwg.Add(1)
+		go func() {
+			defer pwg.Done()
+			rng := rand.New(rand.NewPCG(uint64(p), 11))
+			tick := time.NewTicker(plainPace)
+			defer tick.Stop()
+			for i := range plainRows {
+				k := fmt.Sprintf("plain-%02d", rng.IntN(chaosPlainKeys))
+				next := func() int64 { plainMu.Lock(); defer plainMu.Unlock(); plainSeqs[k]++; return plainSeqs[k] }
+				if err := plainEnqueue(ctx, db, topic, k, fmt.Sprintf("plain-%d-%06d", p, i), rng.IntN(4) == 0, next); err != nil {
+					pmu.Lock()
+					perr = errors.Join(perr, err)
+					pmu.Unlock()
+					return
+				}
+				<-tick.C
+			}
+		}()
+	}
 	producersDone := make(chan struct{})
 	go func() { pwg.Wait(); close(producersDone) }()
 
@@ -261,6 +292,9 @@ func TestChaos(t *testing.T) {
 	chaosTook := time.Since(began)
 	pmu.Lock()
 	require.NoError(t, perr, "producers")
+	for k, n := range plainSeqs {
+		want[k] = n
+	}
 	pmu.Unlock()
 	require.Equal(t, int64(total/chaosBatch*chaosBatch), enqueued.Load())
 	checkCrashes()
@@ -342,12 +376,16 @@ func TestChaos(t *testing.T) {
 	}
 
 	o := readOutcome(t, db, kc, topic, want)
-	report := fmt.Sprintf(`chaos: %d events over %d keys in %s of chaos (+%s drain)
+	var plainTotal int64
+	for _, n := range plainSeqs {
+		plainTotal += n
+	}
+	report := fmt.Sprintf(`chaos: %d events (%d by plain SQL) over %d keys in %s of chaos (+%s drain)
 chaos: kills: %d relays, %d consumers; broker outages: %d x %s
 chaos: records in Kafka %d = %d events + %d duplicates published (relay at-least-once)
 chaos: duplicate deliveries suppressed by the inbox >= %.0f (killed consumers counted at their last scrape)
 chaos: effects applied %d (%d distinct); per-key order violations %d; outbox %v; inbox rows not completed %d`,
-		want64, len(want), chaosTook.Round(time.Second), drainTook.Round(time.Second),
+		want64, plainTotal, len(want), chaosTook.Round(time.Second), drainTook.Round(time.Second),
 		kills["relay"], kills["consumer"], outages, chaosOutage,
 		o.topicRecords, want64, o.topicRecords-want64,
 		consumerDup+survivorsDup,
@@ -376,4 +414,29 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// plainEnqueue writes event id of key with plain SQL in a transaction of its own. The row is
+// numbered (next) once its INSERT holds the key, so numbers follow the key's commit order; late
+// holds the transaction open a little longer.
+func plainEnqueue(ctx context.Context, db *testdb.DB, topic, key, id string, late bool, next func() int64) error {
+	return pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		var outboxID [16]byte
+		if err := tx.QueryRow(ctx, `INSERT INTO `+db.Schema+`.keiro_outbox (outbox_id, message_id, source,
+            destination, message_key, event_type, schema_version, content_type, payload_bytes, occurred_at)
+            VALUES (gen_random_uuid(), $1, 'e2e-sql', $2, $3, 'Counted', 1, 'application/json', '', now())
+            RETURNING outbox_id`, id, topic, key).Scan(&outboxID); err != nil {
+			return fmt.Errorf("plain insert %s: %w", id, err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE `+db.Schema+`.keiro_outbox SET payload_bytes = convert_to(format('{"seq":%s}', $2::bigint), 'UTF8')
+            WHERE outbox_id = $1`, outboxID, next()); err != nil {
+			return fmt.Errorf("plain insert %s: number it: %w", id, err)
+		}
+		if late {
+			if _, err := tx.Exec(ctx, `SELECT pg_sleep(0.02)`); err != nil {
+				return fmt.Errorf("plain insert %s: %w", id, err)
+			}
+		}
+		return nil
+	})
 }

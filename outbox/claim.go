@@ -30,7 +30,9 @@ const (
 	PerKeyHeadOfLine Policy = iota
 	// PerSourceStream orders all rows of a source, whatever their key (null keys included).
 	// Kafka itself orders only within a partition, so a total order needs a single-partition
-	// destination.
+	// destination. The order is commit order for sources declared with
+	// [Store.DeclarePerSourceOrder]; for others a transaction that commits late is published
+	// after later rows of its source.
 	PerSourceStream
 	// StopTheLine claims like PerKeyHeadOfLine with one batch in flight and publishes row by
 	// row, a flush each (keiro §1.3.5): the first failure halts the relay, no later row of the

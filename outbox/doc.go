@@ -19,12 +19,16 @@
 // the event carries none, so the relay's send span continues the business transaction's trace.
 //
 // Per-key order across concurrent producers. keiro orders by a value assigned at insert, so two
-// transactions enqueuing the same key concurrently could commit in the opposite order. By
-// default EnqueueTx takes a transaction-scoped advisory lock per distinct keyed (source, key)
-// (pg_advisory_xact_lock(hashtextextended(schema‖source‖key)), in sorted order, inside the
-// insert statement, before any seq is assigned): same-key producers serialise, and seq order is
-// commit order for every key. Producers that already serialise same-key writes may set
-// StoreOptions.DisableKeyLocks. A hash collision only serialises two unrelated keys.
+// transactions enqueuing the same key concurrently could commit in the opposite order. The
+// outbox's BEFORE INSERT trigger (migration "outbox_order") prevents it for every writer,
+// whatever its client (EnqueueTx, the SQL function <schema>.enqueue, a plain INSERT): it takes a
+// transaction-scoped advisory lock per keyed (source, key)
+// (pg_advisory_xact_lock(hashtextextended(schema‖source‖key))) and only then draws seq, so
+// same-key producers serialise and seq order is commit order for every key. EnqueueTx takes a
+// call's several keys' locks first, in sorted order, so its calls never deadlock. A hash
+// collision only serialises two unrelated keys. A source declared with
+// [Store.DeclarePerSourceOrder] takes one lock per source instead (null keys included), which
+// is what makes [PerSourceStream] publish its rows in commit order.
 //
 // # Relay
 //
@@ -60,8 +64,9 @@
 //
 // # Ordering policies
 //
-// [PerKeyHeadOfLine] (default), [PerSourceStream] (every row of a source, null keys included;
-// Kafka orders only within a partition, so a total order needs a single-partition topic),
+// [PerKeyHeadOfLine] (default), [PerSourceStream] (every row of a source, null keys included,
+// in commit order for sources declared with [Store.DeclarePerSourceOrder]; Kafka orders only
+// within a partition, so a total order needs a single-partition topic),
 // [StopTheLine] (claims like per-key, one batch in flight, publishes row by row; the first
 // failure halts: no later row of the batch is sent, and Run returns an error wrapping
 // [ErrHalted] naming the row — restart the relay after review) and [BestEffort] (no order: a failure affects only its own row).

@@ -122,8 +122,6 @@ ON CONFLICT (source) DO NOTHING`
 // queries holds the statements with the schema substituted.
 type queries struct {
 	enqueue, enqueueExisting string
-	// declareSource, revokeSource and listSources manage keiro_outbox_source.
-	declareSource, revokeSource, listSources string
 	claim                    map[Policy]string
 	mark, renew, start       string
 	retention, gauges        string
@@ -132,6 +130,9 @@ type queries struct {
 	// sleepLock and sleepUnlock take and release sleepLockAll; the filtered forms, sleepLockFiltered.
 	sleepLock, sleepUnlock                 string
 	sleepLockFiltered, sleepUnlockFiltered string
+
+	// declareSource, revokeSource and listSources manage keiro_outbox_source.
+	declareSource, revokeSource, listSources string
 }
 
 func newQueries(schema string) queries {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -337,4 +338,204 @@ func TestPlainSQLProducersKeepKeyOrder(t *testing.T) {
 	distinct, inversions, report := seqInversions(t, db, recs, false)
 	require.Equal(t, n, distinct)
 	require.Zero(t, inversions, "per-key inversions on Kafka: %s", report)
+}
+
+// TestPerSourceStreamDeclaredSourceOrder: a source declared per-source is one ordered stream
+// for every writer. Plain-SQL producers (pgx and psql) write rows of mixed keys, null keys
+// included, where a row written first commits late while a row of another key (or none) is
+// inserted and committed meanwhile, with other producers writing the source at the same time
+// and a PerSourceStream relay running: the source's records on its single-partition topic
+// must be in seq order.
+func TestPerSourceStreamDeclaredSourceOrder(t *testing.T) {
+	t.Parallel()
+	db, kc, st := rig(t, 1)
+	dumpOutboxOnFailure(t, db)
+	kc.CreateTopic(t, "ledger", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	require.NoError(t, st.DeclarePerSourceOrder(ctx, db.Pool, "ledger"))
+	p := newProgress()
+	startRelay(t, db, kc, outbox.RelayConfig{Policy: outbox.PerSourceStream, PollInterval: 10 * time.Millisecond,
+		OnBatch: p.onBatch, Logger: testLogger(t)})
+
+	keys := [][2]*string{{nil, nil}, {nil, ptr("x")}, {ptr("a"), ptr("b")}, {ptr("c"), nil}}
+	pairings := [][2]plainWriter{{pgxWriter, pgxWriter}, {psqlWriter, pgxWriter}, {pgxWriter, psqlWriter}, {psqlWriter, psqlWriter}}
+	done := make(chan struct{})
+	var n int
+	go func() {
+		defer close(done)
+		n = noise(ctx, t, db, "ledger", "ledger", 3, 20, []*string{ptr("a"), ptr("x"), nil})
+	}()
+	for k, ks := range keys {
+		row := func(i int) plainRow {
+			return plainRow{id: fmt.Sprintf("late-%d-%d", k, i), source: "ledger", topic: "ledger", key: ks[i], i: i}
+		}
+		lateCommit(ctx, t, db, pairings[k][0], pairings[k][1], row(0), row(1))
+	}
+	<-done
+	n += 2 * len(keys)
+
+	p.wait(t, n, 60*time.Second)
+	recs := kc.ConsumeAll(t, n, 30*time.Second, "ledger")
+	distinct, inversions, report := seqInversions(t, db, recs, true)
+	require.Equal(t, n, distinct)
+	require.Zero(t, inversions, "per-source inversions on Kafka: %s", report)
+}
+
+// TestDeclaringASourceWaitsForRunningWriters: a declaration changes the lock a source's writers
+// take, so it must not overlap a writer still running under the old rule: it waits until that
+// writer commits. Declaring twice does not wait; revoking restores per-key locks; bad input
+// is refused.
+func TestDeclaringASourceWaitsForRunningWriters(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	st, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	writer := begin(ctx, t, db, pgxWriter, "keiro-test-writer", plainRow{id: "w", source: "ledger", topic: "ledger", i: 0})
+	conn := connectApp(ctx, t, db, "keiro-test-declare")
+	defer conn.Close(ctx)
+	done := make(chan error, 1)
+	go func() { done <- st.DeclarePerSourceOrder(ctx, conn, "ledger", "ledger") }()
+	for {
+		var waiting bool
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+            WHERE application_name = 'keiro-test-declare' AND wait_event_type = 'Lock')`).Scan(&waiting))
+		if waiting {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the declaration committed while a writer of the outbox was running (err %v)", err)
+		default:
+		}
+	}
+	require.NoError(t, writer.commit())
+	require.NoError(t, <-done)
+	got, err := st.PerSourceOrdered(ctx, db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, []string{"ledger"}, got)
+
+	// Already declared: nothing to change, so no wait behind a running writer.
+	writer = begin(ctx, t, db, pgxWriter, "keiro-test-writer2", plainRow{id: "w2", source: "other", topic: "ledger", i: 0})
+	require.NoError(t, st.DeclarePerSourceOrder(ctx, db.Pool, "ledger"))
+	require.NoError(t, writer.commit())
+
+	require.NoError(t, st.RevokePerSourceOrder(ctx, db.Pool, "ledger"))
+	got, err = st.PerSourceOrdered(ctx, db.Pool)
+	require.NoError(t, err)
+	require.Empty(t, got)
+
+	require.ErrorContains(t, st.DeclarePerSourceOrder(ctx, db.Pool), "no source given")
+	require.ErrorContains(t, st.DeclarePerSourceOrder(ctx, db.Pool, "a", ""), "source 1 is empty")
+	require.ErrorContains(t, st.RevokePerSourceOrder(ctx, db.Pool), "no source given")
+}
+
+// sqlEnqueue calls <schema>.enqueue with named arguments, the way another language does.
+func sqlEnqueue(ctx context.Context, q outbox.Querier, schema string, args pgx.NamedArgs) (id [16]byte, outcome string, err error) {
+	names := make([]string, 0, len(args))
+	for k := range args {
+		names = append(names, k+" => @"+k)
+	}
+	err = q.QueryRow(ctx, "SELECT outbox_id, outcome FROM "+schema+".enqueue("+strings.Join(names, ", ")+")", args).Scan(&id, &outcome)
+	return id, outcome, err
+}
+
+// TestSQLEnqueueAnswersLikeEnqueueTx: <schema>.enqueue, the cross-language API, inserts, reports
+// an identical retry as a duplicate and a changed event as an identity conflict naming the same
+// field classes as EnqueueTx, agrees with EnqueueTx about rows the other wrote, refuses invalid
+// input, and wakes a sleeping relay.
+func TestSQLEnqueueAnswersLikeEnqueueTx(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	st, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ev := event("m1", "orders", ptr("k1"), `{"i":1}`)
+	args := func(e envelope.Event) pgx.NamedArgs {
+		return pgx.NamedArgs{"source": e.Source, "message_id": e.MessageID, "destination": e.Destination,
+			"event_type": e.EventType, "payload": e.Payload, "occurred_at": e.OccurredAt,
+			"message_key": e.Key, "content_type": e.ContentType}
+	}
+
+	id, outcome, err := sqlEnqueue(ctx, db.Pool, db.Schema, args(ev))
+	require.NoError(t, err)
+	require.Equal(t, "inserted", outcome)
+	row, err := st.Lookup(ctx, db.Pool, envelope.UUID(id))
+	require.NoError(t, err)
+	require.Equal(t, "pending", row.Status)
+	id2, outcome, err := sqlEnqueue(ctx, db.Pool, db.Schema, args(ev))
+	require.NoError(t, err)
+	require.Equal(t, "duplicate", outcome)
+	require.Equal(t, id, id2)
+	res := enqueue(t, db.Pool, st, ev)
+	require.Equal(t, outbox.Duplicate, res[0].Outcome, "EnqueueTx sees the SQL row as the same event")
+	require.Equal(t, envelope.UUID(id), res[0].OutboxID)
+
+	// A changed event: both APIs name the same differing fields.
+	changed := ev
+	changed.Payload = []byte(`{"i":2}`)
+	changed.OccurredAt = ev.OccurredAt.Add(time.Second)
+	changed.Key = ptr("k2")
+	_, _, err = sqlEnqueue(ctx, db.Pool, db.Schema, args(changed))
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "23505", pgErr.Code)
+	require.Equal(t, "conflicting fields: routing,payload,occurred_at", pgErr.Detail)
+	require.Contains(t, pgErr.Message, `message "m1" of source "ordering" already enqueued with different routing, payload, occurred_at`)
+	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { _, err := st.EnqueueTx(ctx, tx, changed); return err })
+	var conflict *outbox.IdentityConflictError
+	require.ErrorAs(t, err, &conflict)
+	require.Equal(t, []string{"routing", "payload", "occurred_at"}, conflict.Fields)
+
+	// A row EnqueueTx wrote, retried through SQL.
+	ev2 := event("m2", "orders", nil, `{"i":3}`)
+	ev2.Attributes = []byte(`{"tenant":"t1","n":1}`)
+	ev2.TraceContext = &envelope.TraceContext{Traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", Tracestate: "a=b"}
+	res = enqueue(t, db.Pool, st, ev2)
+	a2 := args(ev2)
+	a2["attributes"] = `{"n": 1, "tenant": "t1"}`
+	a2["traceparent"], a2["tracestate"] = ev2.TraceContext.Traceparent, ev2.TraceContext.Tracestate
+	id, outcome, err = sqlEnqueue(ctx, db.Pool, db.Schema, a2)
+	require.NoError(t, err)
+	require.Equal(t, "duplicate", outcome)
+	require.Equal(t, res[0].OutboxID, envelope.UUID(id))
+	a2["tracestate"] = "a=c"
+	_, _, err = sqlEnqueue(ctx, db.Pool, db.Schema, a2)
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "conflicting fields: trace", pgErr.Detail)
+
+	// Invalid input: every problem named, nothing written.
+	bad := args(event("", "no topic", nil, "{}"))
+	bad["traceparent"] = "00-zz"
+	bad["schema_version"] = -1
+	_, _, err = sqlEnqueue(ctx, db.Pool, db.Schema, bad)
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "22023", pgErr.Code)
+	for _, want := range []string{"message_id is required", "destination is not a legal Kafka topic",
+		"traceparent is not a W3C traceparent", "schema_version must be 0 or more"} {
+		require.Contains(t, pgErr.Message, want)
+	}
+	nullPayload := args(event("m3", "orders", nil, "{}"))
+	nullPayload["payload"] = nil
+	_, _, err = sqlEnqueue(ctx, db.Pool, db.Schema, nullPayload)
+	require.ErrorContains(t, err, "payload is required")
+
+	// A sleeping relay is woken at commit; an awake one is not.
+	notifications := listen(t, ctx, db, st)
+	sleeper, err := pgx.Connect(ctx, db.ConnString)
+	require.NoError(t, err)
+	defer sleeper.Close(ctx)
+	_, _, err = sqlEnqueue(ctx, db.Pool, db.Schema, args(event("awake", "orders", nil, "{}")))
+	require.NoError(t, err)
+	require.Empty(t, notifications())
+	var slept bool
+	require.NoError(t, sleeper.QueryRow(ctx, sleepLockSQL, db.Schema).Scan(&slept))
+	require.True(t, slept)
+	_, _, err = sqlEnqueue(ctx, db.Pool, db.Schema, args(event("asleep", "orders", nil, "{}")))
+	require.NoError(t, err)
+	require.Equal(t, []string{""}, notifications())
 }

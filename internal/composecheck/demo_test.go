@@ -37,8 +37,8 @@ func readSQL(t *testing.T, rel string, replace map[string]string) string {
 }
 
 // TestDemoSQL runs the compose stack's demo SQL on a real PostgreSQL: the consumer's handler
-// function through the real SQL handler, and the demo producer's outbox INSERT against the
-// current migrations, so neither drifts from the code unnoticed.
+// function through the real SQL handler, and the demo producer's outbox writes (keiro.enqueue)
+// against the current migrations, so neither drifts from the code unnoticed.
 func TestDemoSQL(t *testing.T) {
 	db := testdb.New(t)
 	ctx := context.Background()
@@ -95,6 +95,7 @@ func TestDemoSQL(t *testing.T) {
 	const n = 25
 	enqueueSQL := readSQL(t, "deploy/compose/demo/enqueue-orders.sql", map[string]string{
 		"keiro.keiro_outbox": s + ".keiro_outbox",
+		"keiro.enqueue(":     s + ".enqueue(",
 		":n":                 "25",
 	})
 	if _, err := db.Pool.Exec(ctx, enqueueSQL); err != nil {

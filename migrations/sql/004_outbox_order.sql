@@ -242,9 +242,10 @@ BEGIN
     END IF;
     outbox_id := old.outbox_id;
     IF cardinality(fields) > 0 THEN
-        RAISE EXCEPTION 'outbox: message % of source % already enqueued with different %',
-            quote_ident(message_id), quote_ident(source), array_to_string(fields, ', ')
-            USING ERRCODE = 'unique_violation', CONSTRAINT = 'keiro_outbox_source_message_id_key',
+        RAISE EXCEPTION USING
+            MESSAGE = format('outbox: message "%s" of source "%s" already enqueued with different %s',
+                message_id, source, array_to_string(fields, ', ')),
+            ERRCODE = 'unique_violation', CONSTRAINT = 'keiro_outbox_source_message_id_key',
                   DETAIL = 'conflicting fields: ' || array_to_string(fields, ','),
                   HINT = 'roll the transaction back: a message id names one event; give a changed event a new message id';
     END IF;
