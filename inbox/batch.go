@@ -52,7 +52,7 @@ func (s *Store) ProcessBatchWith(ctx context.Context, db TxBeginner, ds []Delive
 }
 
 // processBatch implements ProcessBatch and ProcessBatchWith. stopAtFailure makes the
-// one-at-a-time fallback stop at the first HandlerFailed result, leaving the later unique
+// one-at-a-time fallback stop at the first HandlerFailed or Deferred result, leaving the later unique
 // deliveries unattempted (Outcome 0), so that the consumer can retry the failed one first and
 // keep per-key order.
 func (s *Store) processBatch(ctx context.Context, db TxBeginner, ds []Delivery, h Handler, bh BatchHandler, stopAtFailure bool) ([]Result, error) {
@@ -91,7 +91,7 @@ func (s *Store) processBatch(ctx context.Context, db TxBeginner, ds []Delivery, 
 			return nil, err
 		}
 		results[i] = r
-		if stopAtFailure && r.Outcome == HandlerFailed {
+		if stopAtFailure && (r.Outcome == HandlerFailed || r.Outcome == Deferred) {
 			break
 		}
 	}

@@ -49,6 +49,9 @@ const (
 	DefaultMaintenanceInterval = 30 * time.Second
 	// DefaultCommitEvery is the most records processed between two offset commits of a partition.
 	DefaultCommitEvery = 500
+	// DefaultMaxContentionRetries is how many times a record whose handler failed on
+	// contention (IsContention) is retried without using an attempt.
+	DefaultMaxContentionRetries = 50
 )
 
 // Dead-letter header names added to the original headers of a dead-lettered record.
@@ -148,10 +151,19 @@ type ConsumerConfig struct {
 	// CommitEvery is the most records processed between two offset commits of a partition.
 	// Defaults to DefaultCommitEvery.
 	CommitEvery int
-	// Retry is the backoff between handler retries (below the attempt ceiling), database
-	// outages, transient SchemaDecoder failures and failed dead-letter produces. Defaults to
+	// Retry is the backoff between handler retries (below the attempt ceiling), deferred
+	// handler failures (contention, outages of the handler's dependencies; an outage's
+	// RetryAfter, up to 5 minutes, is the least wait), database outages, transient
+	// SchemaDecoder failures and failed dead-letter produces. Defaults to
 	// {DefaultRetryInitial, DefaultRetryMax}.
 	Retry Retry
+	// MaxContentionRetries bounds how many times a record whose handler failed on contention
+	// (a deadlock, a serialization failure, a lock timeout: IsContention) is retried without
+	// using an attempt; past it, each such failure is an ordinary failed attempt, so a handler
+	// that always fails that way still ends in the dead-letter topic. An Outage uses no attempt
+	// however long it lasts. A negative value counts contention as an ordinary failure at
+	// once. Defaults to DefaultMaxContentionRetries.
+	MaxContentionRetries int
 	// SchemaDecoder, when set, rewrites each decoded event before the inbox sees it (for
 	// example Avro to JSON). An error wrapped with Permanent dead-letters the record (reason
 	// "schema"); any other error is transient (registry unreachable) and retried with backoff.
@@ -204,6 +216,9 @@ func (c *ConsumerConfig) setDefaults() {
 	}
 	if c.CommitEvery == 0 {
 		c.CommitEvery = DefaultCommitEvery
+	}
+	if c.MaxContentionRetries == 0 {
+		c.MaxContentionRetries = DefaultMaxContentionRetries
 	}
 	if c.Retry.Initial == 0 {
 		c.Retry.Initial = DefaultRetryInitial
@@ -278,6 +293,9 @@ type Stats struct {
 	Committed int64
 	// StorageErrors counts database errors (outages) that were retried.
 	StorageErrors int64
+	// Deferred counts handler failures retried without using an attempt (contention, outages
+	// of the handler's dependencies).
+	Deferred int64
 }
 
 // Consumer runs a Kafka consumer group whose records go through the inbox. Create it with
@@ -296,7 +314,7 @@ type Consumer struct {
 	cl      *kgo.Client
 	baseCtx context.Context
 
-	processed, duplicates, handlerFailures, deadLettered, committed, storageErrors atomic.Int64
+	processed, duplicates, handlerFailures, deadLettered, committed, storageErrors, deferred atomic.Int64
 }
 
 type topicPartition struct {
@@ -341,7 +359,7 @@ func (c *Consumer) Stats() Stats {
 	return Stats{
 		Processed: c.processed.Load(), Duplicates: c.duplicates.Load(),
 		HandlerFailures: c.handlerFailures.Load(), DeadLettered: c.deadLettered.Load(),
-		Committed: c.committed.Load(), StorageErrors: c.storageErrors.Load(),
+		Committed: c.committed.Load(), StorageErrors: c.storageErrors.Load(), Deferred: c.deferred.Load(),
 	}
 }
 

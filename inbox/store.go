@@ -74,6 +74,12 @@ const (
 	// Poisoned: the handler failed and the message reached the attempt ceiling or failed
 	// with a [Permanent] error. It will not run again on redelivery.
 	Poisoned
+	// Deferred: the handler failed because of contention ([IsContention]: a deadlock, a
+	// serialization failure, a lock timeout) or an [Outage] of one of its dependencies, not
+	// because of the message. Its effects were rolled back and no attempt was recorded
+	// (Attempts is the row's unchanged count); retry later. The consumer runner retries with
+	// backoff, and counts contention as an ordinary failure once its own bound is spent.
+	Deferred
 )
 
 // String returns the outcome's name.
@@ -89,6 +95,8 @@ func (o Outcome) String() string {
 		return "handler_failed"
 	case Poisoned:
 		return "poisoned"
+	case Deferred:
+		return "deferred"
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
@@ -100,8 +108,8 @@ type Result struct {
 	// Attempts is the row's failed-attempt count after this call (kept when a retry
 	// succeeds; 0 for a first-time success).
 	Attempts int
-	// Err is the handler's error for HandlerFailed and Poisoned, the stored last error for
-	// PreviouslyFailed, and nil otherwise.
+	// Err is the handler's error for HandlerFailed, Poisoned and Deferred, the stored last
+	// error for PreviouslyFailed, and nil otherwise.
 	Err error
 	// DedupeKey is the key the delivery was deduplicated under.
 	DedupeKey string
@@ -210,7 +218,9 @@ func (s *Store) DedupeKey(d Delivery) (string, error) { return s.cfg.DedupePolic
 //     poisoned → PreviouslyFailed;
 //   - h fails (error, panic, aborted or rolled-back transaction) → rollback, then a separate
 //     transaction records the failed attempt with the full envelope → HandlerFailed, or
-//     Poisoned at the ceiling or for a [Permanent] error.
+//     Poisoned at the ceiling or for a [Permanent] error;
+//   - h fails with contention ([IsContention]) or an [Outage] → rollback, no attempt is
+//     recorded → Deferred (the caller retries later and bounds the retries it allows).
 //
 // The returned error is for the storage, not the handler: an unsatisfiable dedupe policy
 // (*[DedupePolicyError]) or a database failure, after which the outcome is unknown and the
@@ -326,6 +336,11 @@ func (s *Store) attempt(ctx context.Context, db TxBeginner, d Delivery, key stri
 		return res, false, fmt.Errorf("inbox transaction %s/%s lost its connection: %w", source, key, herr)
 	}
 	_ = tx.Rollback(ctx)
+	if kind, _ := deferral(herr); kind != deferNone {
+		// Contention or an outage of a dependency says nothing about the message: no attempt.
+		res.Outcome, res.Err = Deferred, herr
+		return res, false, nil
+	}
 	res, err = s.recordFailure(ctx, db, &d, key, herr)
 	return res, false, err
 }

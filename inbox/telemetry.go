@@ -132,6 +132,8 @@ func endProcessSpan(span trace.Span, res Result, err error) {
 		outcome = "duplicate"
 	case Poisoned:
 		outcome = "poisoned"
+	case Deferred:
+		outcome = "deferred"
 	}
 	if err != nil {
 		span.RecordError(err)

@@ -32,6 +32,10 @@ type partitionWorker struct {
 	done     chan struct{}
 	ctx      context.Context
 	cancel   context.CancelFunc
+
+	// slot reports that the worker holds a concurrency slot (a token in Consumer.sem). Only
+	// the worker's goroutine reads or writes it.
+	slot bool
 }
 
 func newPartitionWorker(c *Consumer, cl *kgo.Client, tp topicPartition) *partitionWorker {
@@ -119,13 +123,11 @@ func (w *partitionWorker) run() {
 			if len(recs) == 0 {
 				break
 			}
-			select {
-			case w.c.sem <- struct{}{}:
-			case <-w.quit:
+			if !w.acquire() {
 				return
 			}
 			n := w.processChunk(recs)
-			<-w.c.sem
+			w.release()
 			if n > 0 {
 				w.commit(recs[n-1], n)
 			}
@@ -212,8 +214,12 @@ func (w *partitionWorker) prepare(r *kgo.Record) (d Delivery, bad *badRecord, ok
 // dead-lettered. It returns false if the worker stopped first.
 func (w *partitionWorker) processOne(r *kgo.Record, d Delivery) bool {
 	storageFailures := 0
+	var df deferrals
 	for {
 		res, err := w.c.store.Process(w.ctx, w.c.pool, d, w.c.h)
+		if err == nil && res.Outcome == Deferred {
+			res, err = w.deferred(r, d, res, &df)
+		}
 		if err != nil {
 			if unstorable(err) {
 				return w.deadLetter(r, ReasonUnstorable, err, 0)
@@ -228,6 +234,12 @@ func (w *partitionWorker) processOne(r *kgo.Record, d Delivery) bool {
 			continue
 		}
 		storageFailures = 0
+		if res.Outcome == Deferred {
+			if !w.sleepFor(df.wait) {
+				return false
+			}
+			continue
+		}
 		if ok, done := w.settle(r, res); done {
 			return ok
 		}
@@ -236,6 +248,41 @@ func (w *partitionWorker) processOne(r *kgo.Record, d Delivery) bool {
 		}
 	}
 }
+
+// deferrals counts one record's handler failures that used no attempt.
+type deferrals struct {
+	contention int // contention failures, bounded by MaxContentionRetries
+	n          int // all deferrals in a row, for the backoff
+	wait       time.Duration
+}
+
+// deferred acts on a Deferred result of d: contention within its bound and outages return it
+// unchanged with df.wait set to the backoff before the retry; contention past its bound is
+// recorded as an ordinary failed attempt, and the result of that is returned instead.
+func (w *partitionWorker) deferred(r *kgo.Record, d Delivery, res Result, df *deferrals) (Result, error) {
+	kind, after := deferral(res.Err)
+	if kind == deferContention {
+		df.contention++
+		if df.contention > max(w.c.cfg.MaxContentionRetries, 0) {
+			// Past its bound, contention counts as the message's failure, so a function that
+			// always raises 40001 still ends in the dead-letter topic.
+			return w.c.store.recordFailure(w.ctx, w.c.pool, &d, res.DedupeKey, res.Err)
+		}
+	}
+	w.c.deferred.Add(1)
+	df.wait = max(w.c.cfg.Retry.delay(df.n), min(after, maxRetryAfter))
+	df.n++
+	what := "dependency outage"
+	if kind == deferContention {
+		what = "contention"
+	}
+	w.c.log.Warn("handler failed on "+what+"; retrying without using an attempt", "topic", r.Topic,
+		"partition", r.Partition, "offset", r.Offset, "retry_in", df.wait, "error", res.Err)
+	return res, nil
+}
+
+// maxRetryAfter caps the delay an outage asks for (an HTTP Retry-After).
+const maxRetryAfter = 5 * time.Minute
 
 // settle acts on a result. done=false means a handler failure below the ceiling: retry.
 func (w *partitionWorker) settle(r *kgo.Record, res Result) (ok, done bool) {
@@ -330,9 +377,10 @@ func (w *partitionWorker) runBatch(recs []*kgo.Record, ds []Delivery, idx []int)
 	}
 	for j, res := range results {
 		r := recs[idx[j]]
-		if res.Outcome == 0 {
-			// Not attempted: an earlier record of the batch failed and was retried first.
-			if !w.processOne(r, ds[j]) {
+		if res.Outcome == 0 || res.Outcome == Deferred {
+			// Not attempted (an earlier record of the batch failed and is retried first), or
+			// deferred by contention or an outage: in place, one at a time.
+			if res.Outcome == Deferred && !w.sleep(0) || !w.processOne(r, ds[j]) {
 				return idx[j], false
 			}
 			continue
@@ -355,17 +403,43 @@ func (w *partitionWorker) runBatch(recs []*kgo.Record, ds []Delivery, idx []int)
 // the worker holds a concurrency slot, which it gives up while waiting so that a partition in
 // backoff does not starve the others.
 func (w *partitionWorker) sleep(n int) bool {
-	<-w.c.sem
-	defer func() { w.c.sem <- struct{}{} }()
-	t := time.NewTimer(w.c.cfg.Retry.delay(max(n, 0)))
+	return w.sleepFor(w.c.cfg.Retry.delay(max(n, 0)))
+}
+
+// sleepFor is sleep for d. Taking the slot back waits for quit and cancellation too, so a
+// worker in backoff never holds up a revocation or a shutdown behind busy partitions.
+func (w *partitionWorker) sleepFor(d time.Duration) bool {
+	w.release()
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
+	case <-w.quit:
+		return false
+	case <-w.ctx.Done():
+		return false
+	}
+	return w.acquire()
+}
+
+// acquire takes a concurrency slot; false means the worker is stopping.
+func (w *partitionWorker) acquire() bool {
+	select {
+	case w.c.sem <- struct{}{}:
+		w.slot = true
 		return true
 	case <-w.quit:
 		return false
 	case <-w.ctx.Done():
 		return false
+	}
+}
+
+// release gives the worker's concurrency slot back, if it holds one.
+func (w *partitionWorker) release() {
+	if w.slot {
+		w.slot = false
+		<-w.c.sem
 	}
 }
 
