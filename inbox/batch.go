@@ -148,6 +148,7 @@ func (s *Store) tryBatch(ctx context.Context, db TxBeginner, ds []Delivery, uniq
 			status   string
 			attempts int32
 			poisoned bool
+			dead     bool
 		}
 		found := map[[2]string]existing{}
 		read := func(q string, srcs, keys []string) error {
@@ -157,7 +158,7 @@ func (s *Store) tryBatch(ctx context.Context, db TxBeginner, ds []Delivery, uniq
 			}
 			var src, key string
 			var e existing
-			if _, err := pgx.ForEachRow(rows, []any{&src, &key, &e.status, &e.attempts, &e.poisoned}, func() error {
+			if _, err := pgx.ForEachRow(rows, []any{&src, &key, &e.status, &e.attempts, &e.poisoned, &e.dead}, func() error {
 				found[[2]string{src, key}] = e
 				return nil
 			}); err != nil {
@@ -197,7 +198,7 @@ func (s *Store) tryBatch(ctx context.Context, db TxBeginner, ds []Delivery, uniq
 			case e.status == "completed":
 				results[i].Outcome = Duplicate
 			case e.poisoned || int(e.attempts) >= s.cfg.MaxAttempts:
-				results[i].Outcome = PreviouslyFailed
+				results[i].Outcome, results[i].DeadLettered = PreviouslyFailed, e.dead
 				results[i].Err = fmt.Errorf("inbox: message previously failed %d times", e.attempts)
 			default:
 				rerun[i] = true

@@ -33,20 +33,21 @@ const selectRow = `$1, r.source, r.dedupe_key, r.message_id, r.message_key, r.so
 
 // statements holds the SQL of one Store, with its validated schema name substituted.
 type statements struct {
-	insertCompleted string
-	recordFailure   string
-	readExisting    string
-	lockExisting    string
-	readExistingAll string
-	lockExistingAll string
-	markCompleted   string
-	markCompletedDO string
-	lookup          string
-	listFailed      string
-	retryKeys       string
-	retryAll        string
-	deleteCompleted string
-	countFailed     string
+	insertCompleted  string
+	recordFailure    string
+	readExisting     string
+	lockExisting     string
+	readExistingAll  string
+	lockExistingAll  string
+	markCompleted    string
+	markCompletedDO  string
+	lookup           string
+	listFailed       string
+	retryKeys        string
+	retryAll         string
+	deleteCompleted  string
+	countFailed      string
+	markDeadLettered string
 }
 
 func newStatements(schema string) statements {
@@ -76,15 +77,15 @@ RETURNING attempt_count, poisoned`,
 		// Completed rows are terminal, so reading them needs no lock (and a duplicate-heavy
 		// stream writes nothing); failed rows are re-read FOR UPDATE so that two deliveries of a
 		// failed message never rerun it concurrently.
-		readExisting: `SELECT status, attempt_count, poisoned, coalesce(last_error, '') FROM ` + t + `
+		readExisting: `SELECT status, attempt_count, poisoned, coalesce(last_error, ''), dead_lettered_at IS NOT NULL FROM ` + t + `
 WHERE consumer = $1 AND source = $2 AND dedupe_key = $3`,
-		lockExisting: `SELECT status, attempt_count, poisoned, coalesce(last_error, '') FROM ` + t + `
+		lockExisting: `SELECT status, attempt_count, poisoned, coalesce(last_error, ''), dead_lettered_at IS NOT NULL FROM ` + t + `
 WHERE consumer = $1 AND source = $2 AND dedupe_key = $3 FOR UPDATE`,
-		readExistingAll: `SELECT i.source, i.dedupe_key, i.status, i.attempt_count, i.poisoned FROM ` + t + ` i
+		readExistingAll: `SELECT i.source, i.dedupe_key, i.status, i.attempt_count, i.poisoned, i.dead_lettered_at IS NOT NULL FROM ` + t + ` i
 JOIN unnest($2::text[], $3::text[]) AS k(source, dedupe_key)
   ON i.source = k.source AND i.dedupe_key = k.dedupe_key
 WHERE i.consumer = $1`,
-		lockExistingAll: `SELECT i.source, i.dedupe_key, i.status, i.attempt_count, i.poisoned FROM ` + t + ` i
+		lockExistingAll: `SELECT i.source, i.dedupe_key, i.status, i.attempt_count, i.poisoned, i.dead_lettered_at IS NOT NULL FROM ` + t + ` i
 JOIN unnest($2::text[], $3::text[]) AS k(source, dedupe_key)
   ON i.source = k.source AND i.dedupe_key = k.dedupe_key
 WHERE i.consumer = $1 FOR UPDATE OF i`,
@@ -107,16 +108,20 @@ WHERE consumer = $1 AND status = 'failed' AND ($2 = '' OR source = $2)
   AND (failed_at, source, dedupe_key) > ($3, $4, $5)
 ORDER BY failed_at, source, dedupe_key
 LIMIT $6`,
-		retryKeys: `UPDATE ` + t + ` i SET attempt_count = 0, poisoned = false
+		retryKeys: `UPDATE ` + t + ` i SET attempt_count = 0, poisoned = false, dead_lettered_at = NULL
 FROM unnest($2::text[], $3::text[]) AS k(source, dedupe_key)
 WHERE i.consumer = $1 AND i.status = 'failed' AND i.source = k.source AND i.dedupe_key = k.dedupe_key`,
-		retryAll: `UPDATE ` + t + ` SET attempt_count = 0, poisoned = false
+		retryAll: `UPDATE ` + t + ` SET attempt_count = 0, poisoned = false, dead_lettered_at = NULL
 WHERE consumer = $1 AND status = 'failed'`,
 		deleteCompleted: `DELETE FROM ` + t + ` WHERE ctid = ANY (ARRAY (
   SELECT ctid FROM ` + t + `
   WHERE consumer = $1 AND status = 'completed' AND completed_at < now() - $2::interval
   LIMIT $3))`,
 		countFailed: `SELECT count(*) FROM ` + t + ` WHERE consumer = $1 AND status = 'failed'`,
+		// The runner's dead-letter produce of a poisoned row was acknowledged: later deliveries
+		// of the message are duplicates.
+		markDeadLettered: `UPDATE ` + t + ` SET dead_lettered_at = now()
+WHERE consumer = $1 AND source = $2 AND dedupe_key = $3 AND status = 'failed'`,
 	}
 }
 

@@ -113,6 +113,9 @@ type Result struct {
 	Err error
 	// DedupeKey is the key the delivery was deduplicated under.
 	DedupeKey string
+	// DeadLettered reports, for PreviouslyFailed, that the consumer runner already produced the
+	// message to the dead-letter topic: this delivery is a redelivery of a dead letter.
+	DeadLettered bool
 }
 
 // Persistence chooses which envelope columns a successfully processed row keeps.
@@ -282,10 +285,11 @@ func (s *Store) attempt(ctx context.Context, db TxBeginner, d Delivery, key stri
 			attempts int32
 			poisoned bool
 			lastErr  string
+			dead     bool
 		)
-		err := tx.QueryRow(ctx, s.sql.readExisting, s.cfg.Consumer, source, key).Scan(&status, &attempts, &poisoned, &lastErr)
+		err := tx.QueryRow(ctx, s.sql.readExisting, s.cfg.Consumer, source, key).Scan(&status, &attempts, &poisoned, &lastErr, &dead)
 		if err == nil && status == "failed" {
-			err = tx.QueryRow(ctx, s.sql.lockExisting, s.cfg.Consumer, source, key).Scan(&status, &attempts, &poisoned, &lastErr)
+			err = tx.QueryRow(ctx, s.sql.lockExisting, s.cfg.Consumer, source, key).Scan(&status, &attempts, &poisoned, &lastErr, &dead)
 		}
 		if errors.Is(err, pgx.ErrNoRows) {
 			return res, true, nil
@@ -299,7 +303,7 @@ func (s *Store) attempt(ctx context.Context, db TxBeginner, d Delivery, key stri
 			res.Outcome = Duplicate
 			return res, false, nil
 		case !force && (poisoned || int(attempts) >= s.cfg.MaxAttempts):
-			res.Outcome = PreviouslyFailed
+			res.Outcome, res.DeadLettered = PreviouslyFailed, dead
 			res.Err = fmt.Errorf("inbox: message previously failed %d times: %s", attempts, lastErr)
 			return res, false, nil
 		}
@@ -419,6 +423,15 @@ func (s *Store) recordFailure(ctx context.Context, db TxBeginner, d *Delivery, k
 		res.Outcome = Poisoned
 	}
 	return res, nil
+}
+
+// markDeadLettered records that the dead-letter produce of the poisoned row (source, key) was
+// acknowledged, so that later deliveries classify as duplicates instead of dead letters.
+func (s *Store) markDeadLettered(ctx context.Context, db DBTX, source, key string) error {
+	if _, err := db.Exec(ctx, s.sql.markDeadLettered, s.cfg.Consumer, source, key); err != nil {
+		return fmt.Errorf("mark inbox row %s/%s dead-lettered: %w", source, key, err)
+	}
+	return nil
 }
 
 // handlerTx is the transaction given to a handler: Commit is refused, Rollback is noted.

@@ -240,7 +240,7 @@ func (w *partitionWorker) processOne(r *kgo.Record, d Delivery) bool {
 			}
 			continue
 		}
-		if ok, done := w.settle(r, res); done {
+		if ok, done := w.settle(r, &d, res); done {
 			return ok
 		}
 		if !w.sleep(res.Attempts - 1) {
@@ -284,8 +284,9 @@ func (w *partitionWorker) deferred(r *kgo.Record, d Delivery, res Result, df *de
 // maxRetryAfter caps the delay an outage asks for (an HTTP Retry-After).
 const maxRetryAfter = 5 * time.Minute
 
-// settle acts on a result. done=false means a handler failure below the ceiling: retry.
-func (w *partitionWorker) settle(r *kgo.Record, res Result) (ok, done bool) {
+// settle acts on the result of d (from r). done=false means a handler failure below the
+// ceiling: retry.
+func (w *partitionWorker) settle(r *kgo.Record, d *Delivery, res Result) (ok, done bool) {
 	switch res.Outcome {
 	case Processed:
 		w.c.processed.Add(1)
@@ -293,6 +294,14 @@ func (w *partitionWorker) settle(r *kgo.Record, res Result) (ok, done bool) {
 	case Duplicate:
 		w.c.duplicates.Add(1)
 		return true, true
+	case PreviouslyFailed:
+		if res.DeadLettered {
+			// A redelivery of a message already in the dead-letter topic: a duplicate.
+			w.c.duplicates.Add(1)
+			return true, true
+		}
+		// Poisoned by an earlier delivery whose dead-letter produce was not acknowledged.
+		return w.deadLetterPoisoned(r, d, ReasonPoisoned, res), true
 	case HandlerFailed:
 		w.c.handlerFailures.Add(1)
 		w.c.log.Warn("handler failed; retrying", "topic", r.Topic, "partition", r.Partition,
@@ -304,10 +313,25 @@ func (w *partitionWorker) settle(r *kgo.Record, res Result) (ok, done bool) {
 		if IsPermanent(res.Err) {
 			reason = ReasonPermanent
 		}
-		return w.deadLetter(r, reason, res.Err, res.Attempts), true
-	default: // PreviouslyFailed: poisoned by an earlier delivery whose offset was not committed
-		return w.deadLetter(r, ReasonPoisoned, res.Err, res.Attempts), true
+		return w.deadLetterPoisoned(r, d, reason, res), true
 	}
+	return false, false // not reached: Deferred is handled before settle
+}
+
+// deadLetterPoisoned dead-letters the poisoned message d and marks its inbox row, so that a
+// redelivery is a duplicate rather than a second dead letter. If the mark fails, a later
+// redelivery dead-letters the message again (the dead-letter topic is at least once).
+func (w *partitionWorker) deadLetterPoisoned(r *kgo.Record, d *Delivery, reason string, res Result) bool {
+	if !w.deadLetter(r, reason, res.Err, res.Attempts) {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(w.c.baseCtx, w.c.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := w.c.store.markDeadLettered(ctx, w.c.pool, d.Event.Source, res.DedupeKey); err != nil {
+		w.c.log.Warn("could not record the dead letter in the inbox; a redelivery will dead-letter the message again",
+			"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "error", err)
+	}
+	return true
 }
 
 // processBatch runs recs through Store.ProcessBatch and settles each result in order. It
@@ -385,7 +409,7 @@ func (w *partitionWorker) runBatch(recs []*kgo.Record, ds []Delivery, idx []int)
 			}
 			continue
 		}
-		ok, done := w.settle(r, res)
+		ok, done := w.settle(r, &ds[j], res)
 		if !done {
 			if !w.sleep(res.Attempts-1) || !w.processOne(r, ds[j]) {
 				return idx[j], false
