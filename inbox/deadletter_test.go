@@ -146,7 +146,9 @@ func TestConsumerRedeliveredDeadLetterIsADuplicate(t *testing.T) {
 			// earlier was poisoned by a run that stopped before dead-lettering it.
 			s := newStore(t, db, func(c *inbox.StoreConfig) { c.MaxAttempts = 1 })
 			res, err := s.Process(context.Background(), db.Pool, inbox.Delivery{Event: earlier},
-				func(context.Context, pgx.Tx, envelope.Event) error { return inbox.Permanent(fmt.Errorf("unprocessable")) })
+				func(context.Context, pgx.Tx, envelope.Event) error {
+					return inbox.Permanent(fmt.Errorf("unprocessable"))
+				})
 			require.NoError(t, err)
 			require.Equal(t, inbox.Poisoned, res.Outcome)
 			produceEvents(t, kc.Client(t), poison, earlier, poison, good, poison)
