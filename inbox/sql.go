@@ -2,7 +2,9 @@ package inbox
 
 import (
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -272,6 +274,65 @@ func (c *rowColumns) add(source, key string, d *Delivery, full bool) {
 	c.schemaVersionRef = append(c.schemaVersionRef, optInt(ref.Version))
 	c.schemaID = append(c.schemaID, optInt(ref.SchemaID))
 	c.schemaFingerprint = append(c.schemaFingerprint, optText(ref.Fingerprint))
+}
+
+// makeStorable rewrites the columns that a DedupeOnly completed row leaves out (trace context,
+// schema reference, attributes) so that PostgreSQL accepts them: text through storableText,
+// attributes with NUL characters replaced by U+FFFD (NULL when they are not JSON). A failed row
+// uses it when its full envelope was refused, so that recording a failure never fails on
+// content that a completed row would not store.
+func (c *rowColumns) makeStorable() {
+	for _, col := range []pgtype.FlatArray[pgtype.Text]{c.traceparent, c.tracestate, c.schemaRegistry,
+		c.schemaSubject, c.schemaFingerprint} {
+		for i := range col {
+			if col[i].Valid {
+				col[i].String = storableText(col[i].String, math.MaxInt)
+			}
+		}
+	}
+	for i := range c.attributes {
+		if c.attributes[i].Valid {
+			c.attributes[i] = storableJSON(c.attributes[i].String)
+		}
+	}
+}
+
+// storableJSON returns doc with every NUL character in its strings and keys replaced by
+// U+FFFD (jsonb refuses \u0000), or NULL when doc is not JSON.
+func storableJSON(doc string) pgtype.Text {
+	if !strings.Contains(doc, `\u0000`) && !strings.Contains(doc, "\x00") && utf8.ValidString(doc) && json.Valid([]byte(doc)) {
+		return text(doc)
+	}
+	dec := json.NewDecoder(strings.NewReader(strings.ToValidUTF8(doc, "\uFFFD")))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return pgtype.Text{}
+	}
+	b, err := json.Marshal(replaceNUL(v))
+	if err != nil {
+		return pgtype.Text{}
+	}
+	return text(string(b))
+}
+
+func replaceNUL(v any) any {
+	switch v := v.(type) {
+	case string:
+		return strings.ReplaceAll(v, "\x00", "\uFFFD")
+	case []any:
+		for i := range v {
+			v[i] = replaceNUL(v[i])
+		}
+		return v
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, e := range v {
+			out[strings.ReplaceAll(k, "\x00", "\uFFFD")] = replaceNUL(e)
+		}
+		return out
+	}
+	return v
 }
 
 // args returns $2..$26 for the unnest statements.

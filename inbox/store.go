@@ -409,6 +409,17 @@ func (s *Store) recordFailure(ctx context.Context, db TxBeginner, d *Delivery, k
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, s.sql.recordFailure, args...).Scan(&attempts, &poisoned)
 	})
+	if unstorable(err) {
+		// The failed row keeps the full envelope, the completed row may not (DedupeOnly): a
+		// header PostgreSQL refuses must not turn a transient failure of a message that could
+		// complete into a dead letter. Store it with the offending characters replaced.
+		cols.makeStorable()
+		args = append([]any{s.cfg.Consumer}, cols.args()...)
+		args = append(args, msg, IsPermanent(herr), s.cfg.MaxAttempts)
+		err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, s.sql.recordFailure, args...).Scan(&attempts, &poisoned)
+		})
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		// Another process completed the message meanwhile; its effects committed once.
