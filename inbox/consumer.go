@@ -309,6 +309,9 @@ type Consumer struct {
 	log   *slog.Logger
 	sem   chan struct{}
 
+	// pollHook, when set (by tests), runs after each poll, before its records are dispatched.
+	pollHook func(kgo.Fetches)
+
 	mu      sync.Mutex
 	workers map[topicPartition]*partitionWorker
 	cl      *kgo.Client
@@ -374,6 +377,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 		kgo.OnPartitionsAssigned(c.assigned),
 		kgo.OnPartitionsRevoked(c.revoked),
 		kgo.OnPartitionsLost(c.lost),
+		// A rebalance waits until the records of a poll are handed to their workers: records
+		// polled before a revocation then go to the old worker (which drops them when it
+		// stops) and never to the worker of a new assignment, ahead of its re-fetch from the
+		// committed offset.
+		kgo.BlockRebalanceOnPoll(),
 		kgo.ConsumeTopics(c.cfg.Topics...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxWait(DefaultFetchMaxWait),
@@ -412,6 +420,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	for fatal == nil {
 		fetches := cl.PollRecords(ctx, c.cfg.MaxBufferedRecords)
 		if ctx.Err() != nil || fetches.IsClientClosed() {
+			cl.AllowRebalance()
 			break
 		}
 		fetches.EachError(func(topic string, p int32, err error) {
@@ -423,7 +432,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 				c.log.Warn("kafka fetch error", "topic", topic, "partition", p, "error", err)
 			}
 		})
+		if c.pollHook != nil {
+			c.pollHook(fetches)
+		}
 		fetches.EachPartition(c.dispatch)
+		cl.AllowRebalance()
 	}
 	stopMaintenance()
 	wg.Wait()
