@@ -29,8 +29,10 @@ const (
 	DefaultDeadLetterTopic = "{topic}.dlq"
 	// DefaultMaxConcurrentPartitions bounds how many partitions are processed at once.
 	DefaultMaxConcurrentPartitions = 8
-	// DefaultBatchSize is 1: each record in its own inbox transaction.
-	DefaultBatchSize = 1
+	// DefaultBatchSize is the most records of a partition in one inbox transaction (group
+	// commit): a worker takes what is already buffered for its partition, up to this many,
+	// without waiting for more.
+	DefaultBatchSize = 500
 	// DefaultMaxBufferedRecords is the per-partition backlog at which fetching that partition
 	// is paused until its worker has worked it down to half.
 	DefaultMaxBufferedRecords = 5000
@@ -136,14 +138,22 @@ type ConsumerConfig struct {
 	// MaxConcurrentPartitions bounds how many partitions are processed at once. Defaults to
 	// DefaultMaxConcurrentPartitions.
 	MaxConcurrentPartitions int
-	// BatchSize > 1 processes up to BatchSize records of a partition in one inbox
-	// transaction (Store.ProcessBatch). If a handler fails, the batch rolls back and its
-	// records run one at a time; the failed record is retried in place before the records
-	// after it, so per-key order of effects is kept. Defaults to DefaultBatchSize (1).
+	// BatchSize is the most records of a partition processed in one inbox transaction (group
+	// commit, Store.ProcessBatch): a partition's worker takes every record already buffered for
+	// the partition, up to BatchSize, without waiting for more, so a trickle keeps the latency
+	// of one record and a backlog gets the throughput of batches. Batching keeps every
+	// guarantee of one record at a time: if a handler fails, the batch rolls back, the records
+	// before the failing one commit in a new transaction, the failing one is retried in place
+	// under the rules of one record at a time (attempts, backoff, dead letters), and the ones
+	// after it wait; per-partition order of effects is strict, effects are exactly once and
+	// offsets are committed only after the records' transactions. Set 1 for handlers that must
+	// run one record per transaction (a handler with effects outside the transaction, such as
+	// an HTTP call, would repeat them for a failed batch's mates). Defaults to DefaultBatchSize.
 	BatchSize int
 	// BatchHandler, when set, replaces the Handler passed to NewConsumer (which may then be
 	// nil): with BatchSize > 1 it receives each batch's events at once
-	// (Store.ProcessBatchWith), otherwise one-event slices. Defaults to nil.
+	// (Store.ProcessBatchWith), otherwise one-event slices; after a failure it is given
+	// one-event slices to find the failing event. Defaults to nil.
 	BatchHandler BatchHandler
 	// MaxBufferedRecords is the per-partition backlog at which fetching the partition pauses.
 	// Defaults to DefaultMaxBufferedRecords.

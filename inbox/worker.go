@@ -369,56 +369,63 @@ func (w *partitionWorker) processBatch(recs []*kgo.Record) int {
 	return len(recs)
 }
 
-// runBatch processes the deliveries ds (of recs[idx[j]]) in one inbox batch and settles each
-// result in order. all is false when the worker stopped first; n is then the index in recs of
-// the first record not done.
+// runBatch processes the deliveries ds (of recs[idx[j]]) in inbox batches and settles each
+// result in order. When a record fails, the records before it have committed; it is retried in
+// place, under the rules of one record at a time, and the records after it wait, then form the
+// next batch. all is false when the worker stopped first; n is then the index in recs of the
+// first record not done.
 func (w *partitionWorker) runBatch(recs []*kgo.Record, ds []Delivery, idx []int) (n int, all bool) {
-	if len(ds) == 0 {
-		return 0, true
-	}
-	var results []Result
-	for try := 0; ; try++ {
-		var err error
-		results, err = w.c.store.processBatch(w.ctx, w.c.pool, ds, w.c.h, w.c.cfg.BatchHandler, true)
-		if err == nil {
-			break
+next:
+	for len(ds) > 0 {
+		var results []Result
+		for try := 0; ; try++ {
+			var err error
+			results, err = w.c.store.processBatch(w.ctx, w.c.pool, ds, w.c.h, w.c.cfg.BatchHandler, true)
+			if err == nil {
+				break
+			}
+			if unstorable(err) {
+				// A record PostgreSQL cannot store fails the whole batch statement: one at a
+				// time, the others are processed and that one is dead-lettered.
+				for j := range ds {
+					if !w.processOne(recs[idx[j]], ds[j]) {
+						return idx[j], false
+					}
+				}
+				return 0, true
+			}
+			w.c.storageErrors.Add(1)
+			w.c.log.Warn("inbox storage error; retrying the batch", "topic", w.tp.topic, "partition", w.tp.partition, "error", err)
+			if !w.sleep(try) {
+				return idx[0], false
+			}
 		}
-		if unstorable(err) {
-			// A record PostgreSQL cannot store fails the whole batch statement: one at a
-			// time, the others are processed and that one is dead-lettered.
-			for j := range ds {
-				if !w.processOne(recs[idx[j]], ds[j]) {
+		for j, res := range results {
+			r := recs[idx[j]]
+			switch res.Outcome {
+			case 0:
+				// Not attempted: an earlier record failed and was retried in place first.
+				ds, idx = ds[j:], idx[j:]
+				continue next
+			case Deferred:
+				// Contention or an outage: in place, under the rules of one record at a time.
+				if !w.sleep(0) || !w.processOne(r, ds[j]) {
 					return idx[j], false
 				}
+				continue
 			}
-			return 0, true
-		}
-		w.c.storageErrors.Add(1)
-		w.c.log.Warn("inbox storage error; retrying the batch", "topic", w.tp.topic, "partition", w.tp.partition, "error", err)
-		if !w.sleep(try) {
-			return idx[0], false
-		}
-	}
-	for j, res := range results {
-		r := recs[idx[j]]
-		if res.Outcome == 0 || res.Outcome == Deferred {
-			// Not attempted (an earlier record of the batch failed and is retried first), or
-			// deferred by contention or an outage: in place, one at a time.
-			if res.Outcome == Deferred && !w.sleep(0) || !w.processOne(r, ds[j]) {
+			ok, done := w.settle(r, &ds[j], res)
+			if !done {
+				if !w.sleep(res.Attempts-1) || !w.processOne(r, ds[j]) {
+					return idx[j], false
+				}
+				continue
+			}
+			if !ok {
 				return idx[j], false
 			}
-			continue
 		}
-		ok, done := w.settle(r, &ds[j], res)
-		if !done {
-			if !w.sleep(res.Attempts-1) || !w.processOne(r, ds[j]) {
-				return idx[j], false
-			}
-			continue
-		}
-		if !ok {
-			return idx[j], false
-		}
+		return 0, true
 	}
 	return 0, true
 }
