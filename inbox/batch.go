@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/trace"
@@ -18,9 +19,11 @@ import (
 //     without touching the database;
 //   - all dedupe rows are inserted by one statement, then each handler runs in the shared
 //     transaction, which commits once;
-//   - if any handler fails (or leaves the transaction unusable), everything is rolled back and
-//     the unique deliveries go through [Store.Process] one at a time, so a poison message never
-//     discards its batch mates and each failure is accounted for individually.
+//   - if a handler fails, everything is rolled back; the deliveries before the failing one
+//     commit together in a new transaction, the failing one goes through [Store.Process] alone
+//     (so a poison message never discards its batch mates and each failure is accounted for
+//     individually), and the ones after it form the next batch. If the transaction breaks in a
+//     way that names no delivery, the rest go through [Store.Process] one at a time.
 //
 // If any delivery's dedupe key cannot be computed, ProcessBatch returns a *[DedupePolicyError]
 // (naming the delivery's index) before touching the database; call [Store.DedupeKey] first to
@@ -45,16 +48,22 @@ func (bh BatchHandler) Handler() Handler {
 
 // ProcessBatchWith is [Store.ProcessBatch] with a [BatchHandler]: bh runs once, in the batch
 // transaction, with the events that are neither duplicates nor poisoned, in input order. If
-// it fails, the batch rolls back and each of those deliveries goes through [Store.Process]
-// with bh given a one-event slice, so a poison message never discards its batch mates.
+// it fails, the batch rolls back and is run again with bh given one-event slices, which finds
+// the failing event; from there on it proceeds as [Store.ProcessBatch] does, so a poison
+// message never discards its batch mates.
 func (s *Store) ProcessBatchWith(ctx context.Context, db TxBeginner, ds []Delivery, bh BatchHandler) ([]Result, error) {
 	return s.processBatch(ctx, db, ds, bh.Handler(), bh, false)
 }
 
-// processBatch implements ProcessBatch and ProcessBatchWith. stopAtFailure makes the
-// one-at-a-time fallback stop at the first HandlerFailed result, leaving the later unique
-// deliveries unattempted (Outcome 0), so that the consumer can retry the failed one first and
-// keep per-key order.
+// processBatch implements ProcessBatch and ProcessBatchWith. stopAtFailure makes it stop at
+// the first HandlerFailed or Deferred result, leaving the later unique deliveries unattempted
+// (Outcome 0), so that the consumer can retry the failed one first and keep per-key order.
+//
+// After a failed batch, the deliveries before the failing one (known when each handler runs
+// on its own; a BatchHandler's batch is re-run that way once to find it) commit together in a
+// new batch transaction, the failing one goes through process alone, and the rest form the
+// next batch. When the failing delivery cannot be told (the commit itself failed), the rest go
+// one at a time.
 func (s *Store) processBatch(ctx context.Context, db TxBeginner, ds []Delivery, h Handler, bh BatchHandler, stopAtFailure bool) ([]Result, error) {
 	results := make([]Result, len(ds))
 	seen := make(map[[2]string]bool, len(ds))
@@ -73,34 +82,67 @@ func (s *Store) processBatch(ctx context.Context, db TxBeginner, ds []Delivery, 
 		seen[k] = true
 		unique = append(unique, i)
 	}
-	if len(unique) == 0 {
-		s.countBatch(ctx, ds, results)
-		return results, nil
+	defer s.countInBatchDuplicates(ctx, ds, unique, results)
+	failed := func(r Result) bool { return r.Outcome == HandlerFailed || r.Outcome == Deferred }
+	// oneAtATime runs pending through process; false means it stopped at a failure.
+	oneAtATime := func(pending []int) (bool, error) {
+		for _, i := range pending {
+			r, err := s.process(ctx, db, ds[i], results[i].DedupeKey, h, false)
+			if err != nil {
+				return false, err
+			}
+			results[i] = r
+			if stopAtFailure && failed(r) {
+				return false, nil
+			}
+		}
+		return true, nil
 	}
-	committed, err := s.tryBatch(ctx, db, ds, unique, h, bh, results)
-	if err != nil {
-		return nil, err
-	}
-	if committed {
-		s.countBatch(ctx, ds, results)
-		return results, nil
-	}
-	for _, i := range unique {
-		r, err := s.process(ctx, db, ds[i], results[i].DedupeKey, h, false)
+	pending := unique
+	for len(pending) > 0 {
+		committed, failedAt, err := s.tryBatch(ctx, db, ds, pending, h, bh, results)
 		if err != nil {
 			return nil, err
 		}
-		results[i] = r
-		if stopAtFailure && r.Outcome == HandlerFailed {
-			break
+		if !committed && failedAt < 0 && bh != nil {
+			// Which event failed the batch handler? Each handler alone, in one transaction.
+			committed, failedAt, err = s.tryBatch(ctx, db, ds, pending, h, nil, results)
+			if err != nil {
+				return nil, err
+			}
 		}
+		if committed {
+			s.countBatch(ctx, ds, results, pending)
+			return results, nil
+		}
+		if failedAt < 0 {
+			if _, err := oneAtATime(pending); err != nil {
+				return nil, err
+			}
+			return results, nil
+		}
+		if prefix := pending[:failedAt]; len(prefix) > 0 {
+			// They ran before the failure: commit them together again.
+			ok, _, err := s.tryBatch(ctx, db, ds, prefix, h, bh, results)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				s.countBatch(ctx, ds, results, prefix)
+			} else if all, err := oneAtATime(prefix); err != nil || !all {
+				return results, err
+			}
+		}
+		if all, err := oneAtATime(pending[failedAt : failedAt+1]); err != nil || !all {
+			return results, err
+		}
+		pending = pending[failedAt+1:]
 	}
-	s.countInBatchDuplicates(ctx, ds, unique, results)
 	return results, nil
 }
 
-func (s *Store) countBatch(ctx context.Context, ds []Delivery, results []Result) {
-	for i := range ds {
+func (s *Store) countBatch(ctx context.Context, ds []Delivery, results []Result, idx []int) {
+	for _, i := range idx {
 		s.in.count(ctx, s.cfg.Consumer, s.topic(&ds[i]), results[i])
 	}
 }
@@ -117,11 +159,21 @@ func (s *Store) countInBatchDuplicates(ctx context.Context, ds []Delivery, uniqu
 }
 
 // tryBatch runs the unique deliveries in one transaction. committed=false (with a nil error)
-// means it rolled back and the caller must fall back to one at a time.
-func (s *Store) tryBatch(ctx context.Context, db TxBeginner, ds []Delivery, unique []int, h Handler, bh BatchHandler, results []Result) (committed bool, err error) {
+// means it rolled back; failedAt is then the position in unique of the delivery whose handler
+// failed, or -1 when that is unknown (a BatchHandler failed, the transaction broke elsewhere).
+func (s *Store) tryBatch(ctx context.Context, db TxBeginner, ds []Delivery, unique []int, h Handler, bh BatchHandler, results []Result) (committed bool, failedAt int, err error) {
+	committed, failedAt, err = s.runBatchTx(ctx, db, ds, unique, h, bh, results)
+	if committed || err != nil {
+		failedAt = -1
+	}
+	return committed, failedAt, err
+}
+
+func (s *Store) runBatchTx(ctx context.Context, db TxBeginner, ds []Delivery, unique []int, h Handler, bh BatchHandler, results []Result) (committed bool, failedAt int, err error) {
+	failedAt = -1
 	tx, err := db.Begin(ctx)
 	if err != nil {
-		return false, fmt.Errorf("begin inbox batch transaction: %w", err)
+		return false, -1, fmt.Errorf("begin inbox batch transaction: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 
@@ -132,7 +184,7 @@ func (s *Store) tryBatch(ctx context.Context, db TxBeginner, ds []Delivery, uniq
 	}
 	inserted, err := s.insertCompleted(ctx, tx, cols)
 	if err != nil {
-		return false, err
+		return false, -1, err
 	}
 	toRun := make([]int, 0, len(unique))
 	rerun := map[int]bool{}
@@ -148,6 +200,7 @@ func (s *Store) tryBatch(ctx context.Context, db TxBeginner, ds []Delivery, uniq
 			status   string
 			attempts int32
 			poisoned bool
+			dead     bool
 		}
 		found := map[[2]string]existing{}
 		read := func(q string, srcs, keys []string) error {
@@ -157,7 +210,7 @@ func (s *Store) tryBatch(ctx context.Context, db TxBeginner, ds []Delivery, uniq
 			}
 			var src, key string
 			var e existing
-			if _, err := pgx.ForEachRow(rows, []any{&src, &key, &e.status, &e.attempts, &e.poisoned}, func() error {
+			if _, err := pgx.ForEachRow(rows, []any{&src, &key, &e.status, &e.attempts, &e.poisoned, &e.dead}, func() error {
 				found[[2]string{src, key}] = e
 				return nil
 			}); err != nil {
@@ -166,7 +219,7 @@ func (s *Store) tryBatch(ctx context.Context, db TxBeginner, ds []Delivery, uniq
 			return nil
 		}
 		if err := read(s.sql.readExistingAll, srcs, keys); err != nil {
-			return false, err
+			return false, -1, err
 		}
 		// Failed rows may be rerun: lock them (completed rows are terminal and stay unlocked).
 		var failedSrcs, failedKeys []string
@@ -180,11 +233,11 @@ func (s *Store) tryBatch(ctx context.Context, db TxBeginner, ds []Delivery, uniq
 				delete(found, [2]string{failedSrcs[i], failedKeys[i]})
 			}
 			if err := read(s.sql.lockExistingAll, failedSrcs, failedKeys); err != nil {
-				return false, err
+				return false, -1, err
 			}
 		}
 		if len(found) != len(srcs) {
-			return false, nil // rows vanished under retention: let the single path sort it out
+			return false, -1, nil // rows vanished under retention: let the single path sort it out
 		}
 		for _, i := range unique {
 			k := [2]string{ds[i].Event.Source, results[i].DedupeKey}
@@ -197,7 +250,7 @@ func (s *Store) tryBatch(ctx context.Context, db TxBeginner, ds []Delivery, uniq
 			case e.status == "completed":
 				results[i].Outcome = Duplicate
 			case e.poisoned || int(e.attempts) >= s.cfg.MaxAttempts:
-				results[i].Outcome = PreviouslyFailed
+				results[i].Outcome, results[i].DeadLettered = PreviouslyFailed, e.dead
 				results[i].Err = fmt.Errorf("inbox: message previously failed %d times", e.attempts)
 			default:
 				rerun[i] = true
@@ -225,8 +278,8 @@ func (s *Store) tryBatch(ctx context.Context, db TxBeginner, ds []Delivery, uniq
 			evs[n] = ds[i].Event
 		}
 		if herr := s.runBatchHandler(ctx, tx, evs, bh); herr != nil {
-			endSpans("batch rolled back after a handler failure; retried one at a time")
-			return false, nil
+			endSpans("batch rolled back after a handler failure; retried event by event")
+			return false, -1, nil
 		}
 	}
 	for _, i := range toRun {
@@ -234,8 +287,8 @@ func (s *Store) tryBatch(ctx context.Context, db TxBeginner, ds []Delivery, uniq
 			hctx, span := s.in.startProcessSpan(ctx, s.group, &ds[i])
 			spans = append(spans, span)
 			if herr := s.runHandler(hctx, tx, ds[i].Event, h); herr != nil {
-				endSpans("batch rolled back after a handler failure; retried one at a time")
-				return false, nil
+				endSpans("batch rolled back after a handler failure; the records before it commit in a new batch, the failing one is retried alone")
+				return false, slices.Index(unique, i), nil
 			}
 		}
 		if rerun[i] {
@@ -246,22 +299,22 @@ func (s *Store) tryBatch(ctx context.Context, db TxBeginner, ds []Delivery, uniq
 			if _, err := tx.Exec(ctx, q, s.cfg.Consumer, ds[i].Event.Source, results[i].DedupeKey); err != nil {
 				endSpans("batch rolled back; retried one at a time")
 				if isTxAborted(err) {
-					return false, nil
+					return false, -1, nil
 				}
-				return false, fmt.Errorf("mark inbox row completed: %w", err)
+				return false, -1, fmt.Errorf("mark inbox row completed: %w", err)
 			}
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		endSpans("batch commit failed")
 		if errors.Is(err, pgx.ErrTxCommitRollback) {
-			return false, nil
+			return false, -1, nil
 		}
-		return false, fmt.Errorf("commit inbox batch transaction: %w", err)
+		return false, -1, fmt.Errorf("commit inbox batch transaction: %w", err)
 	}
 	for n, i := range toRun {
 		results[i].Outcome = Processed
 		endProcessSpan(spans[n], results[i], nil)
 	}
-	return true, nil
+	return true, -1, nil
 }

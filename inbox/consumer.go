@@ -29,8 +29,10 @@ const (
 	DefaultDeadLetterTopic = "{topic}.dlq"
 	// DefaultMaxConcurrentPartitions bounds how many partitions are processed at once.
 	DefaultMaxConcurrentPartitions = 8
-	// DefaultBatchSize is 1: each record in its own inbox transaction.
-	DefaultBatchSize = 1
+	// DefaultBatchSize is the most records of a partition in one inbox transaction (group
+	// commit): a worker takes what is already buffered for its partition, up to this many,
+	// without waiting for more.
+	DefaultBatchSize = 500
 	// DefaultMaxBufferedRecords is the per-partition backlog at which fetching that partition
 	// is paused until its worker has worked it down to half.
 	DefaultMaxBufferedRecords = 5000
@@ -49,6 +51,9 @@ const (
 	DefaultMaintenanceInterval = 30 * time.Second
 	// DefaultCommitEvery is the most records processed between two offset commits of a partition.
 	DefaultCommitEvery = 500
+	// DefaultMaxContentionRetries is how many times a record whose handler failed on
+	// contention (IsContention) is retried without using an attempt.
+	DefaultMaxContentionRetries = 50
 )
 
 // Dead-letter header names added to the original headers of a dead-lettered record.
@@ -133,14 +138,22 @@ type ConsumerConfig struct {
 	// MaxConcurrentPartitions bounds how many partitions are processed at once. Defaults to
 	// DefaultMaxConcurrentPartitions.
 	MaxConcurrentPartitions int
-	// BatchSize > 1 processes up to BatchSize records of a partition in one inbox
-	// transaction (Store.ProcessBatch). If a handler fails, the batch rolls back and its
-	// records run one at a time; the failed record is retried in place before the records
-	// after it, so per-key order of effects is kept. Defaults to DefaultBatchSize (1).
+	// BatchSize is the most records of a partition processed in one inbox transaction (group
+	// commit, Store.ProcessBatch): a partition's worker takes every record already buffered for
+	// the partition, up to BatchSize, without waiting for more, so a trickle keeps the latency
+	// of one record and a backlog gets the throughput of batches. Batching keeps every
+	// guarantee of one record at a time: if a handler fails, the batch rolls back, the records
+	// before the failing one commit in a new transaction, the failing one is retried in place
+	// under the rules of one record at a time (attempts, backoff, dead letters), and the ones
+	// after it wait; per-partition order of effects is strict, effects are exactly once and
+	// offsets are committed only after the records' transactions. Set 1 for handlers that must
+	// run one record per transaction (a handler with effects outside the transaction, such as
+	// an HTTP call, would repeat them for a failed batch's mates). Defaults to DefaultBatchSize.
 	BatchSize int
 	// BatchHandler, when set, replaces the Handler passed to NewConsumer (which may then be
 	// nil): with BatchSize > 1 it receives each batch's events at once
-	// (Store.ProcessBatchWith), otherwise one-event slices. Defaults to nil.
+	// (Store.ProcessBatchWith), otherwise one-event slices; after a failure it is given
+	// one-event slices to find the failing event. Defaults to nil.
 	BatchHandler BatchHandler
 	// MaxBufferedRecords is the per-partition backlog at which fetching the partition pauses.
 	// Defaults to DefaultMaxBufferedRecords.
@@ -148,10 +161,19 @@ type ConsumerConfig struct {
 	// CommitEvery is the most records processed between two offset commits of a partition.
 	// Defaults to DefaultCommitEvery.
 	CommitEvery int
-	// Retry is the backoff between handler retries (below the attempt ceiling), database
-	// outages, transient SchemaDecoder failures and failed dead-letter produces. Defaults to
+	// Retry is the backoff between handler retries (below the attempt ceiling), deferred
+	// handler failures (contention, outages of the handler's dependencies; an outage's
+	// RetryAfter, up to 5 minutes, is the least wait), database outages, transient
+	// SchemaDecoder failures and failed dead-letter produces. Defaults to
 	// {DefaultRetryInitial, DefaultRetryMax}.
 	Retry Retry
+	// MaxContentionRetries bounds how many times a record whose handler failed on contention
+	// (a deadlock, a serialization failure, a lock timeout: IsContention) is retried without
+	// using an attempt; past it, each such failure is an ordinary failed attempt, so a handler
+	// that always fails that way still ends in the dead-letter topic. An Outage uses no attempt
+	// however long it lasts. A negative value counts contention as an ordinary failure at
+	// once. Defaults to DefaultMaxContentionRetries.
+	MaxContentionRetries int
 	// SchemaDecoder, when set, rewrites each decoded event before the inbox sees it (for
 	// example Avro to JSON). An error wrapped with Permanent dead-letters the record (reason
 	// "schema"); any other error is transient (registry unreachable) and retried with backoff.
@@ -204,6 +226,9 @@ func (c *ConsumerConfig) setDefaults() {
 	}
 	if c.CommitEvery == 0 {
 		c.CommitEvery = DefaultCommitEvery
+	}
+	if c.MaxContentionRetries == 0 {
+		c.MaxContentionRetries = DefaultMaxContentionRetries
 	}
 	if c.Retry.Initial == 0 {
 		c.Retry.Initial = DefaultRetryInitial
@@ -278,6 +303,9 @@ type Stats struct {
 	Committed int64
 	// StorageErrors counts database errors (outages) that were retried.
 	StorageErrors int64
+	// Deferred counts handler failures retried without using an attempt (contention, outages
+	// of the handler's dependencies).
+	Deferred int64
 }
 
 // Consumer runs a Kafka consumer group whose records go through the inbox. Create it with
@@ -291,12 +319,15 @@ type Consumer struct {
 	log   *slog.Logger
 	sem   chan struct{}
 
+	// pollHook, when set (by tests), runs after each poll, before its records are dispatched.
+	pollHook func(kgo.Fetches)
+
 	mu      sync.Mutex
 	workers map[topicPartition]*partitionWorker
 	cl      *kgo.Client
 	baseCtx context.Context
 
-	processed, duplicates, handlerFailures, deadLettered, committed, storageErrors atomic.Int64
+	processed, duplicates, handlerFailures, deadLettered, committed, storageErrors, deferred atomic.Int64
 }
 
 type topicPartition struct {
@@ -341,7 +372,7 @@ func (c *Consumer) Stats() Stats {
 	return Stats{
 		Processed: c.processed.Load(), Duplicates: c.duplicates.Load(),
 		HandlerFailures: c.handlerFailures.Load(), DeadLettered: c.deadLettered.Load(),
-		Committed: c.committed.Load(), StorageErrors: c.storageErrors.Load(),
+		Committed: c.committed.Load(), StorageErrors: c.storageErrors.Load(), Deferred: c.deferred.Load(),
 	}
 }
 
@@ -356,6 +387,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 		kgo.OnPartitionsAssigned(c.assigned),
 		kgo.OnPartitionsRevoked(c.revoked),
 		kgo.OnPartitionsLost(c.lost),
+		// A rebalance waits until the records of a poll are handed to their workers: records
+		// polled before a revocation then go to the old worker (which drops them when it
+		// stops) and never to the worker of a new assignment, ahead of its re-fetch from the
+		// committed offset.
+		kgo.BlockRebalanceOnPoll(),
 		kgo.ConsumeTopics(c.cfg.Topics...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxWait(DefaultFetchMaxWait),
@@ -394,6 +430,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	for fatal == nil {
 		fetches := cl.PollRecords(ctx, c.cfg.MaxBufferedRecords)
 		if ctx.Err() != nil || fetches.IsClientClosed() {
+			cl.AllowRebalance()
 			break
 		}
 		fetches.EachError(func(topic string, p int32, err error) {
@@ -405,7 +442,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 				c.log.Warn("kafka fetch error", "topic", topic, "partition", p, "error", err)
 			}
 		})
+		if c.pollHook != nil {
+			c.pollHook(fetches)
+		}
 		fetches.EachPartition(c.dispatch)
+		cl.AllowRebalance()
 	}
 	stopMaintenance()
 	wg.Wait()

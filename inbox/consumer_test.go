@@ -130,6 +130,12 @@ func (r *running) stopOnce(t testing.TB) {
 
 func startConsumer(t testing.TB, pool *pgxpool.Pool, cfg inbox.ConsumerConfig, h inbox.Handler) *running {
 	t.Helper()
+	return startConsumerWith(t, pool, cfg, h)
+}
+
+// startConsumerWith is startConsumer with each of mod applied to the consumer before it runs.
+func startConsumerWith(t testing.TB, pool *pgxpool.Pool, cfg inbox.ConsumerConfig, h inbox.Handler, mod ...func(*inbox.Consumer)) *running {
+	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -140,6 +146,9 @@ func startConsumer(t testing.TB, pool *pgxpool.Pool, cfg inbox.ConsumerConfig, h
 	}
 	c, err := inbox.NewConsumer(pool, cfg, h)
 	require.NoError(t, err)
+	for _, m := range mod {
+		m(c)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{c: c, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- c.Run(ctx) }()

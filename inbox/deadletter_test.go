@@ -126,3 +126,63 @@ func TestConsumerUnstorableRecordsAreDeadLettered(t *testing.T) {
 		})
 	}
 }
+
+// TestConsumerRedeliveredDeadLetterIsADuplicate: a poison message produced twice (a relay's
+// at-least-once duplicate) is dead-lettered once; the second copy finds its row poisoned and
+// dead-lettered and counts as a duplicate. A message poisoned by an earlier run that stopped
+// before its dead-letter produce was acknowledged is still dead-lettered by its next delivery.
+func TestConsumerRedeliveredDeadLetterIsADuplicate(t *testing.T) {
+	t.Parallel()
+	for _, batch := range []int{1, 10} {
+		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
+			t.Parallel()
+			db := testdb.New(t)
+			fx := newEffects(t, db)
+			kc := testkafka.New(t)
+			const topic = "billing.redelivered-poison.v1"
+			kc.CreateTopic(t, topic, 1)
+			kc.CreateTopic(t, topic+".dlq", 1)
+			poison, earlier, good := newEvent("ordering", topic), newEvent("ordering", topic), newEvent("ordering", topic)
+			// earlier was poisoned by a run that stopped before dead-lettering it.
+			s := newStore(t, db, func(c *inbox.StoreConfig) { c.MaxAttempts = 1 })
+			res, err := s.Process(context.Background(), db.Pool, inbox.Delivery{Event: earlier},
+				func(context.Context, pgx.Tx, envelope.Event) error {
+					return inbox.Permanent(fmt.Errorf("unprocessable"))
+				})
+			require.NoError(t, err)
+			require.Equal(t, inbox.Poisoned, res.Outcome)
+			produceEvents(t, kc.Client(t), poison, earlier, poison, good, poison)
+
+			h := func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
+				if ev.MessageID == poison.MessageID {
+					return inbox.Permanent(fmt.Errorf("HTTP 422"))
+				}
+				return fx.handler()(ctx, tx, ev)
+			}
+			p := newProgress()
+			r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
+				Brokers: kc.Brokers, Group: "billing", Topics: []string{topic}, BatchSize: batch,
+				Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
+			}, h)
+			p.waitCommitted(t, topic, 5, 30*time.Second)
+			r.stop(t)
+
+			st := r.c.Stats()
+			require.EqualValues(t, 2, st.DeadLettered, "poison once, earlier once")
+			require.EqualValues(t, 2, st.Duplicates, "the two redeliveries of the dead-lettered poison")
+			require.Equal(t, 1, fx.count(t, good.MessageID))
+			dlq := dlqRecords(t, kc, topic+".dlq", 2)
+			require.Equal(t, inbox.ReasonPermanent, header(dlq[poison.MessageID], inbox.HeaderDLQReason))
+			require.Equal(t, inbox.ReasonPoisoned, header(dlq[earlier.MessageID], inbox.HeaderDLQReason))
+
+			// An operator's reset clears the mark: the next delivery runs (and dead-letters) again.
+			n, err := r.c.Store().RetryFailed(context.Background(), db.Pool, inbox.RetryFilter{All: true})
+			require.NoError(t, err)
+			require.EqualValues(t, 2, n)
+			var marked int
+			require.NoError(t, db.Pool.QueryRow(context.Background(),
+				`SELECT count(*) FROM keiro_inbox WHERE dead_lettered_at IS NOT NULL`).Scan(&marked))
+			require.Zero(t, marked)
+		})
+	}
+}

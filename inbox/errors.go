@@ -3,6 +3,10 @@ package inbox
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrDedupePolicyUnsatisfied reports a delivery from which the configured [DedupePolicy] cannot
@@ -85,3 +89,82 @@ func IsPermanent(err error) bool {
 	var p *permanentError
 	return errors.As(err, &p)
 }
+
+// OutageError is a handler failure caused by something other than the message: a dependency
+// of the handler is down or overloaded (an HTTP target refusing connections or answering 503,
+// a database function being replaced). Create it with [Outage] or [OutageRetryAfter]. The
+// message is not at fault, so no attempt is used: [Store.Process] rolls back and reports
+// [Deferred], and the consumer runner waits with backoff (at least RetryAfter) and retries the
+// message, for as long as the outage lasts.
+type OutageError struct {
+	// Err is the failure.
+	Err error
+	// RetryAfter, when positive, is the least time to wait before retrying, as the dependency
+	// asked (an HTTP Retry-After).
+	RetryAfter time.Duration
+}
+
+// Error implements error.
+func (e *OutageError) Error() string { return "outage: " + e.Err.Error() }
+
+// Unwrap returns the failure.
+func (e *OutageError) Unwrap() error { return e.Err }
+
+// Outage marks err as an outage of a dependency of the handler (see [OutageError]). Outage(nil)
+// is nil. [Permanent] wins over it: Permanent(Outage(err)) poisons the message.
+func Outage(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &OutageError{Err: err}
+}
+
+// OutageRetryAfter is [Outage] with the least delay before a retry (a negative or zero after
+// means none). OutageRetryAfter(nil, …) is nil.
+func OutageRetryAfter(err error, after time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return &OutageError{Err: err, RetryAfter: max(after, 0)}
+}
+
+// IsOutage reports whether err, or any error it wraps, was marked with [Outage] and not with
+// [Permanent].
+func IsOutage(err error) bool {
+	var o *OutageError
+	return errors.As(err, &o) && !IsPermanent(err)
+}
+
+// IsContention reports a PostgreSQL error caused by concurrent transactions rather than by the
+// message: SQLSTATE class 40 (serialization failure, deadlock) or 55P03 (lock not available,
+// such as a lock_timeout), unless err was marked with [Permanent]. Such a handler failure uses
+// no attempt ([Deferred]) until the consumer runner's ConsumerConfig.MaxContentionRetries are
+// spent; after that it counts as an ordinary failure.
+func IsContention(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "40") || pe.Code == "55P03") && !IsPermanent(err)
+}
+
+// deferral classifies a handler failure that uses no attempt: contention or an outage (with
+// the delay the dependency asked for). It returns deferNone for every other failure.
+func deferral(err error) (deferKind, time.Duration) {
+	if err == nil || IsPermanent(err) {
+		return deferNone, 0
+	}
+	var o *OutageError
+	if errors.As(err, &o) {
+		return deferOutage, o.RetryAfter
+	}
+	if IsContention(err) {
+		return deferContention, 0
+	}
+	return deferNone, 0
+}
+
+type deferKind int
+
+const (
+	deferNone deferKind = iota
+	deferContention
+	deferOutage
+)

@@ -2,7 +2,9 @@ package inbox
 
 import (
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -33,20 +35,21 @@ const selectRow = `$1, r.source, r.dedupe_key, r.message_id, r.message_key, r.so
 
 // statements holds the SQL of one Store, with its validated schema name substituted.
 type statements struct {
-	insertCompleted string
-	recordFailure   string
-	readExisting    string
-	lockExisting    string
-	readExistingAll string
-	lockExistingAll string
-	markCompleted   string
-	markCompletedDO string
-	lookup          string
-	listFailed      string
-	retryKeys       string
-	retryAll        string
-	deleteCompleted string
-	countFailed     string
+	insertCompleted  string
+	recordFailure    string
+	readExisting     string
+	lockExisting     string
+	readExistingAll  string
+	lockExistingAll  string
+	markCompleted    string
+	markCompletedDO  string
+	lookup           string
+	listFailed       string
+	retryKeys        string
+	retryAll         string
+	deleteCompleted  string
+	countFailed      string
+	markDeadLettered string
 }
 
 func newStatements(schema string) statements {
@@ -76,15 +79,15 @@ RETURNING attempt_count, poisoned`,
 		// Completed rows are terminal, so reading them needs no lock (and a duplicate-heavy
 		// stream writes nothing); failed rows are re-read FOR UPDATE so that two deliveries of a
 		// failed message never rerun it concurrently.
-		readExisting: `SELECT status, attempt_count, poisoned, coalesce(last_error, '') FROM ` + t + `
+		readExisting: `SELECT status, attempt_count, poisoned, coalesce(last_error, ''), dead_lettered_at IS NOT NULL FROM ` + t + `
 WHERE consumer = $1 AND source = $2 AND dedupe_key = $3`,
-		lockExisting: `SELECT status, attempt_count, poisoned, coalesce(last_error, '') FROM ` + t + `
+		lockExisting: `SELECT status, attempt_count, poisoned, coalesce(last_error, ''), dead_lettered_at IS NOT NULL FROM ` + t + `
 WHERE consumer = $1 AND source = $2 AND dedupe_key = $3 FOR UPDATE`,
-		readExistingAll: `SELECT i.source, i.dedupe_key, i.status, i.attempt_count, i.poisoned FROM ` + t + ` i
+		readExistingAll: `SELECT i.source, i.dedupe_key, i.status, i.attempt_count, i.poisoned, i.dead_lettered_at IS NOT NULL FROM ` + t + ` i
 JOIN unnest($2::text[], $3::text[]) AS k(source, dedupe_key)
   ON i.source = k.source AND i.dedupe_key = k.dedupe_key
 WHERE i.consumer = $1`,
-		lockExistingAll: `SELECT i.source, i.dedupe_key, i.status, i.attempt_count, i.poisoned FROM ` + t + ` i
+		lockExistingAll: `SELECT i.source, i.dedupe_key, i.status, i.attempt_count, i.poisoned, i.dead_lettered_at IS NOT NULL FROM ` + t + ` i
 JOIN unnest($2::text[], $3::text[]) AS k(source, dedupe_key)
   ON i.source = k.source AND i.dedupe_key = k.dedupe_key
 WHERE i.consumer = $1 FOR UPDATE OF i`,
@@ -107,16 +110,20 @@ WHERE consumer = $1 AND status = 'failed' AND ($2 = '' OR source = $2)
   AND (failed_at, source, dedupe_key) > ($3, $4, $5)
 ORDER BY failed_at, source, dedupe_key
 LIMIT $6`,
-		retryKeys: `UPDATE ` + t + ` i SET attempt_count = 0, poisoned = false
+		retryKeys: `UPDATE ` + t + ` i SET attempt_count = 0, poisoned = false, dead_lettered_at = NULL
 FROM unnest($2::text[], $3::text[]) AS k(source, dedupe_key)
 WHERE i.consumer = $1 AND i.status = 'failed' AND i.source = k.source AND i.dedupe_key = k.dedupe_key`,
-		retryAll: `UPDATE ` + t + ` SET attempt_count = 0, poisoned = false
+		retryAll: `UPDATE ` + t + ` SET attempt_count = 0, poisoned = false, dead_lettered_at = NULL
 WHERE consumer = $1 AND status = 'failed'`,
 		deleteCompleted: `DELETE FROM ` + t + ` WHERE ctid = ANY (ARRAY (
   SELECT ctid FROM ` + t + `
   WHERE consumer = $1 AND status = 'completed' AND completed_at < now() - $2::interval
   LIMIT $3))`,
 		countFailed: `SELECT count(*) FROM ` + t + ` WHERE consumer = $1 AND status = 'failed'`,
+		// The runner's dead-letter produce of a poisoned row was acknowledged: later deliveries
+		// of the message are duplicates.
+		markDeadLettered: `UPDATE ` + t + ` SET dead_lettered_at = now()
+WHERE consumer = $1 AND source = $2 AND dedupe_key = $3 AND status = 'failed'`,
 	}
 }
 
@@ -267,6 +274,65 @@ func (c *rowColumns) add(source, key string, d *Delivery, full bool) {
 	c.schemaVersionRef = append(c.schemaVersionRef, optInt(ref.Version))
 	c.schemaID = append(c.schemaID, optInt(ref.SchemaID))
 	c.schemaFingerprint = append(c.schemaFingerprint, optText(ref.Fingerprint))
+}
+
+// makeStorable rewrites the columns that a DedupeOnly completed row leaves out (trace context,
+// schema reference, attributes) so that PostgreSQL accepts them: text through storableText,
+// attributes with NUL characters replaced by U+FFFD (NULL when they are not JSON). A failed row
+// uses it when its full envelope was refused, so that recording a failure never fails on
+// content that a completed row would not store.
+func (c *rowColumns) makeStorable() {
+	for _, col := range []pgtype.FlatArray[pgtype.Text]{c.traceparent, c.tracestate, c.schemaRegistry,
+		c.schemaSubject, c.schemaFingerprint} {
+		for i := range col {
+			if col[i].Valid {
+				col[i].String = storableText(col[i].String, math.MaxInt)
+			}
+		}
+	}
+	for i := range c.attributes {
+		if c.attributes[i].Valid {
+			c.attributes[i] = storableJSON(c.attributes[i].String)
+		}
+	}
+}
+
+// storableJSON returns doc with every NUL character in its strings and keys replaced by
+// U+FFFD (jsonb refuses \u0000), or NULL when doc is not JSON.
+func storableJSON(doc string) pgtype.Text {
+	if !strings.Contains(doc, `\u0000`) && !strings.Contains(doc, "\x00") && utf8.ValidString(doc) && json.Valid([]byte(doc)) {
+		return text(doc)
+	}
+	dec := json.NewDecoder(strings.NewReader(strings.ToValidUTF8(doc, "\uFFFD")))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return pgtype.Text{}
+	}
+	b, err := json.Marshal(replaceNUL(v))
+	if err != nil {
+		return pgtype.Text{}
+	}
+	return text(string(b))
+}
+
+func replaceNUL(v any) any {
+	switch v := v.(type) {
+	case string:
+		return strings.ReplaceAll(v, "\x00", "\uFFFD")
+	case []any:
+		for i := range v {
+			v[i] = replaceNUL(v[i])
+		}
+		return v
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, e := range v {
+			out[strings.ReplaceAll(k, "\x00", "\uFFFD")] = replaceNUL(e)
+		}
+		return out
+	}
+	return v
 }
 
 // args returns $2..$26 for the unnest statements.

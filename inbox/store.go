@@ -74,6 +74,12 @@ const (
 	// Poisoned: the handler failed and the message reached the attempt ceiling or failed
 	// with a [Permanent] error. It will not run again on redelivery.
 	Poisoned
+	// Deferred: the handler failed because of contention ([IsContention]: a deadlock, a
+	// serialization failure, a lock timeout) or an [Outage] of one of its dependencies, not
+	// because of the message. Its effects were rolled back and no attempt was recorded
+	// (Attempts is the row's unchanged count); retry later. The consumer runner retries with
+	// backoff, and counts contention as an ordinary failure once its own bound is spent.
+	Deferred
 )
 
 // String returns the outcome's name.
@@ -89,6 +95,8 @@ func (o Outcome) String() string {
 		return "handler_failed"
 	case Poisoned:
 		return "poisoned"
+	case Deferred:
+		return "deferred"
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
@@ -100,11 +108,14 @@ type Result struct {
 	// Attempts is the row's failed-attempt count after this call (kept when a retry
 	// succeeds; 0 for a first-time success).
 	Attempts int
-	// Err is the handler's error for HandlerFailed and Poisoned, the stored last error for
-	// PreviouslyFailed, and nil otherwise.
+	// Err is the handler's error for HandlerFailed, Poisoned and Deferred, the stored last
+	// error for PreviouslyFailed, and nil otherwise.
 	Err error
 	// DedupeKey is the key the delivery was deduplicated under.
 	DedupeKey string
+	// DeadLettered reports, for PreviouslyFailed, that the consumer runner already produced the
+	// message to the dead-letter topic: this delivery is a redelivery of a dead letter.
+	DeadLettered bool
 }
 
 // Persistence chooses which envelope columns a successfully processed row keeps.
@@ -210,7 +221,9 @@ func (s *Store) DedupeKey(d Delivery) (string, error) { return s.cfg.DedupePolic
 //     poisoned → PreviouslyFailed;
 //   - h fails (error, panic, aborted or rolled-back transaction) → rollback, then a separate
 //     transaction records the failed attempt with the full envelope → HandlerFailed, or
-//     Poisoned at the ceiling or for a [Permanent] error.
+//     Poisoned at the ceiling or for a [Permanent] error;
+//   - h fails with contention ([IsContention]) or an [Outage] → rollback, no attempt is
+//     recorded → Deferred (the caller retries later and bounds the retries it allows).
 //
 // The returned error is for the storage, not the handler: an unsatisfiable dedupe policy
 // (*[DedupePolicyError]) or a database failure, after which the outcome is unknown and the
@@ -272,10 +285,11 @@ func (s *Store) attempt(ctx context.Context, db TxBeginner, d Delivery, key stri
 			attempts int32
 			poisoned bool
 			lastErr  string
+			dead     bool
 		)
-		err := tx.QueryRow(ctx, s.sql.readExisting, s.cfg.Consumer, source, key).Scan(&status, &attempts, &poisoned, &lastErr)
+		err := tx.QueryRow(ctx, s.sql.readExisting, s.cfg.Consumer, source, key).Scan(&status, &attempts, &poisoned, &lastErr, &dead)
 		if err == nil && status == "failed" {
-			err = tx.QueryRow(ctx, s.sql.lockExisting, s.cfg.Consumer, source, key).Scan(&status, &attempts, &poisoned, &lastErr)
+			err = tx.QueryRow(ctx, s.sql.lockExisting, s.cfg.Consumer, source, key).Scan(&status, &attempts, &poisoned, &lastErr, &dead)
 		}
 		if errors.Is(err, pgx.ErrNoRows) {
 			return res, true, nil
@@ -289,7 +303,7 @@ func (s *Store) attempt(ctx context.Context, db TxBeginner, d Delivery, key stri
 			res.Outcome = Duplicate
 			return res, false, nil
 		case !force && (poisoned || int(attempts) >= s.cfg.MaxAttempts):
-			res.Outcome = PreviouslyFailed
+			res.Outcome, res.DeadLettered = PreviouslyFailed, dead
 			res.Err = fmt.Errorf("inbox: message previously failed %d times: %s", attempts, lastErr)
 			return res, false, nil
 		}
@@ -326,6 +340,11 @@ func (s *Store) attempt(ctx context.Context, db TxBeginner, d Delivery, key stri
 		return res, false, fmt.Errorf("inbox transaction %s/%s lost its connection: %w", source, key, herr)
 	}
 	_ = tx.Rollback(ctx)
+	if kind, _ := deferral(herr); kind != deferNone {
+		// Contention or an outage of a dependency says nothing about the message: no attempt.
+		res.Outcome, res.Err = Deferred, herr
+		return res, false, nil
+	}
 	res, err = s.recordFailure(ctx, db, &d, key, herr)
 	return res, false, err
 }
@@ -374,6 +393,17 @@ func (s *Store) recordFailure(ctx context.Context, db TxBeginner, d *Delivery, k
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, s.sql.recordFailure, args...).Scan(&attempts, &poisoned)
 	})
+	if unstorable(err) {
+		// The failed row keeps the full envelope, the completed row may not (DedupeOnly): a
+		// header PostgreSQL refuses must not turn a transient failure of a message that could
+		// complete into a dead letter. Store it with the offending characters replaced.
+		cols.makeStorable()
+		args = append([]any{s.cfg.Consumer}, cols.args()...)
+		args = append(args, msg, IsPermanent(herr), s.cfg.MaxAttempts)
+		err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, s.sql.recordFailure, args...).Scan(&attempts, &poisoned)
+		})
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		// Another process completed the message meanwhile; its effects committed once.
@@ -388,6 +418,15 @@ func (s *Store) recordFailure(ctx context.Context, db TxBeginner, d *Delivery, k
 		res.Outcome = Poisoned
 	}
 	return res, nil
+}
+
+// markDeadLettered records that the dead-letter produce of the poisoned row (source, key) was
+// acknowledged, so that later deliveries classify as duplicates instead of dead letters.
+func (s *Store) markDeadLettered(ctx context.Context, db DBTX, source, key string) error {
+	if _, err := db.Exec(ctx, s.sql.markDeadLettered, s.cfg.Consumer, source, key); err != nil {
+		return fmt.Errorf("mark inbox row %s/%s dead-lettered: %w", source, key, err)
+	}
+	return nil
 }
 
 // handlerTx is the transaction given to a handler: Commit is refused, Rollback is noted.

@@ -266,6 +266,39 @@ func TestDedupeOnlyStoresNoPayload(t *testing.T) {
 	require.Equal(t, inbox.Duplicate, res.Outcome)
 }
 
+// TestDedupeOnlyTransientFailureIsNotUnstorable: in DedupeOnly mode the completed row leaves
+// out the trace context and the attributes, so a tracestate with invalid UTF-8 and attributes
+// with \u0000 complete fine; a transient failure first must record its attempt too (with the
+// refused characters replaced) instead of failing as unstorable, which dead-lettered the message.
+func TestDedupeOnlyTransientFailureIsNotUnstorable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	fx := newEffects(t, db)
+	s := newStore(t, db, func(c *inbox.StoreConfig) { c.Persistence = inbox.DedupeOnly })
+	ev := newEvent("ordering", "t")
+	ev.TraceContext.Tracestate = "k=\xff\xfe"
+	ev.Attributes = []byte(`{"note":"a\u0000b","n\u0000":[1.50,"\u0000"]}`)
+	d := inbox.Delivery{Event: ev}
+	res, err := s.Process(ctx, db.Pool, d, func(context.Context, pgx.Tx, envelope.Event) error {
+		return errors.New("ledger busy")
+	})
+	require.NoError(t, err, "recording the failure must not fail as unstorable")
+	require.Equal(t, inbox.HandlerFailed, res.Outcome)
+	e, err := s.Lookup(ctx, db.Pool, inbox.Key{Source: ev.Source, DedupeKey: ev.MessageID})
+	require.NoError(t, err)
+	require.Equal(t, "failed", e.Status)
+	require.Equal(t, ev.Payload, e.Delivery.Event.Payload, "the failed row keeps the payload")
+	require.Equal(t, "k=\uFFFD", e.Delivery.Event.TraceContext.Tracestate)
+	require.JSONEq(t, `{"note":"a\uFFFDb","n\uFFFD":[1.50,"\uFFFD"]}`, string(e.Delivery.Event.Attributes))
+
+	res, err = s.Process(ctx, db.Pool, d, fx.handler())
+	require.NoError(t, err)
+	require.Equal(t, inbox.Processed, res.Outcome)
+	require.Equal(t, 1, res.Attempts)
+	require.Equal(t, 1, fx.count(t, ev.MessageID))
+}
+
 func TestPermanentPanicAndBrokenTransactions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -70,7 +70,13 @@ func (in *instruments) count(ctx context.Context, consumer, topic string, res Re
 		in.processed.Add(ctx, 1, attrs)
 	case Duplicate:
 		in.duplicates.Add(ctx, 1, attrs)
-	case PreviouslyFailed, HandlerFailed:
+	case PreviouslyFailed:
+		if res.DeadLettered {
+			in.duplicates.Add(ctx, 1, attrs) // a redelivered dead letter
+		} else {
+			in.failed.Add(ctx, 1, attrs)
+		}
+	case HandlerFailed:
 		in.failed.Add(ctx, 1, attrs)
 	case Poisoned:
 		in.failed.Add(ctx, 1, attrs)
@@ -132,6 +138,8 @@ func endProcessSpan(span trace.Span, res Result, err error) {
 		outcome = "duplicate"
 	case Poisoned:
 		outcome = "poisoned"
+	case Deferred:
+		outcome = "deferred"
 	}
 	if err != nil {
 		span.RecordError(err)

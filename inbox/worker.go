@@ -32,6 +32,10 @@ type partitionWorker struct {
 	done     chan struct{}
 	ctx      context.Context
 	cancel   context.CancelFunc
+
+	// slot reports that the worker holds a concurrency slot (a token in Consumer.sem). Only
+	// the worker's goroutine reads or writes it.
+	slot bool
 }
 
 func newPartitionWorker(c *Consumer, cl *kgo.Client, tp topicPartition) *partitionWorker {
@@ -119,13 +123,11 @@ func (w *partitionWorker) run() {
 			if len(recs) == 0 {
 				break
 			}
-			select {
-			case w.c.sem <- struct{}{}:
-			case <-w.quit:
+			if !w.acquire() {
 				return
 			}
 			n := w.processChunk(recs)
-			<-w.c.sem
+			w.release()
 			if n > 0 {
 				w.commit(recs[n-1], n)
 			}
@@ -212,8 +214,12 @@ func (w *partitionWorker) prepare(r *kgo.Record) (d Delivery, bad *badRecord, ok
 // dead-lettered. It returns false if the worker stopped first.
 func (w *partitionWorker) processOne(r *kgo.Record, d Delivery) bool {
 	storageFailures := 0
+	var df deferrals
 	for {
 		res, err := w.c.store.Process(w.ctx, w.c.pool, d, w.c.h)
+		if err == nil && res.Outcome == Deferred {
+			res, err = w.deferred(r, d, res, &df)
+		}
 		if err != nil {
 			if unstorable(err) {
 				return w.deadLetter(r, ReasonUnstorable, err, 0)
@@ -228,7 +234,13 @@ func (w *partitionWorker) processOne(r *kgo.Record, d Delivery) bool {
 			continue
 		}
 		storageFailures = 0
-		if ok, done := w.settle(r, res); done {
+		if res.Outcome == Deferred {
+			if !w.sleepFor(df.wait) {
+				return false
+			}
+			continue
+		}
+		if ok, done := w.settle(r, &d, res); done {
 			return ok
 		}
 		if !w.sleep(res.Attempts - 1) {
@@ -237,8 +249,44 @@ func (w *partitionWorker) processOne(r *kgo.Record, d Delivery) bool {
 	}
 }
 
-// settle acts on a result. done=false means a handler failure below the ceiling: retry.
-func (w *partitionWorker) settle(r *kgo.Record, res Result) (ok, done bool) {
+// deferrals counts one record's handler failures that used no attempt.
+type deferrals struct {
+	contention int // contention failures, bounded by MaxContentionRetries
+	n          int // all deferrals in a row, for the backoff
+	wait       time.Duration
+}
+
+// deferred acts on a Deferred result of d: contention within its bound and outages return it
+// unchanged with df.wait set to the backoff before the retry; contention past its bound is
+// recorded as an ordinary failed attempt, and the result of that is returned instead.
+func (w *partitionWorker) deferred(r *kgo.Record, d Delivery, res Result, df *deferrals) (Result, error) {
+	kind, after := deferral(res.Err)
+	if kind == deferContention {
+		df.contention++
+		if df.contention > max(w.c.cfg.MaxContentionRetries, 0) {
+			// Past its bound, contention counts as the message's failure, so a function that
+			// always raises 40001 still ends in the dead-letter topic.
+			return w.c.store.recordFailure(w.ctx, w.c.pool, &d, res.DedupeKey, res.Err)
+		}
+	}
+	w.c.deferred.Add(1)
+	df.wait = max(w.c.cfg.Retry.delay(df.n), min(after, maxRetryAfter))
+	df.n++
+	what := "dependency outage"
+	if kind == deferContention {
+		what = "contention"
+	}
+	w.c.log.Warn("handler failed on "+what+"; retrying without using an attempt", "topic", r.Topic,
+		"partition", r.Partition, "offset", r.Offset, "retry_in", df.wait, "error", res.Err)
+	return res, nil
+}
+
+// maxRetryAfter caps the delay an outage asks for (an HTTP Retry-After).
+const maxRetryAfter = 5 * time.Minute
+
+// settle acts on the result of d (from r). done=false means a handler failure below the
+// ceiling: retry.
+func (w *partitionWorker) settle(r *kgo.Record, d *Delivery, res Result) (ok, done bool) {
 	switch res.Outcome {
 	case Processed:
 		w.c.processed.Add(1)
@@ -246,6 +294,14 @@ func (w *partitionWorker) settle(r *kgo.Record, res Result) (ok, done bool) {
 	case Duplicate:
 		w.c.duplicates.Add(1)
 		return true, true
+	case PreviouslyFailed:
+		if res.DeadLettered {
+			// A redelivery of a message already in the dead-letter topic: a duplicate.
+			w.c.duplicates.Add(1)
+			return true, true
+		}
+		// Poisoned by an earlier delivery whose dead-letter produce was not acknowledged.
+		return w.deadLetterPoisoned(r, d, ReasonPoisoned, res), true
 	case HandlerFailed:
 		w.c.handlerFailures.Add(1)
 		w.c.log.Warn("handler failed; retrying", "topic", r.Topic, "partition", r.Partition,
@@ -257,10 +313,25 @@ func (w *partitionWorker) settle(r *kgo.Record, res Result) (ok, done bool) {
 		if IsPermanent(res.Err) {
 			reason = ReasonPermanent
 		}
-		return w.deadLetter(r, reason, res.Err, res.Attempts), true
-	default: // PreviouslyFailed: poisoned by an earlier delivery whose offset was not committed
-		return w.deadLetter(r, ReasonPoisoned, res.Err, res.Attempts), true
+		return w.deadLetterPoisoned(r, d, reason, res), true
 	}
+	return false, false // not reached: Deferred is handled before settle
+}
+
+// deadLetterPoisoned dead-letters the poisoned message d and marks its inbox row, so that a
+// redelivery is a duplicate rather than a second dead letter. If the mark fails, a later
+// redelivery dead-letters the message again (the dead-letter topic is at least once).
+func (w *partitionWorker) deadLetterPoisoned(r *kgo.Record, d *Delivery, reason string, res Result) bool {
+	if !w.deadLetter(r, reason, res.Err, res.Attempts) {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(w.c.baseCtx, w.c.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := w.c.store.markDeadLettered(ctx, w.c.pool, d.Event.Source, res.DedupeKey); err != nil {
+		w.c.log.Warn("could not record the dead letter in the inbox; a redelivery will dead-letter the message again",
+			"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "error", err)
+	}
+	return true
 }
 
 // processBatch runs recs through Store.ProcessBatch and settles each result in order. It
@@ -298,55 +369,63 @@ func (w *partitionWorker) processBatch(recs []*kgo.Record) int {
 	return len(recs)
 }
 
-// runBatch processes the deliveries ds (of recs[idx[j]]) in one inbox batch and settles each
-// result in order. all is false when the worker stopped first; n is then the index in recs of
-// the first record not done.
+// runBatch processes the deliveries ds (of recs[idx[j]]) in inbox batches and settles each
+// result in order. When a record fails, the records before it have committed; it is retried in
+// place, under the rules of one record at a time, and the records after it wait, then form the
+// next batch. all is false when the worker stopped first; n is then the index in recs of the
+// first record not done.
 func (w *partitionWorker) runBatch(recs []*kgo.Record, ds []Delivery, idx []int) (n int, all bool) {
-	if len(ds) == 0 {
-		return 0, true
-	}
-	var results []Result
-	for try := 0; ; try++ {
-		var err error
-		results, err = w.c.store.processBatch(w.ctx, w.c.pool, ds, w.c.h, w.c.cfg.BatchHandler, true)
-		if err == nil {
-			break
+next:
+	for len(ds) > 0 {
+		var results []Result
+		for try := 0; ; try++ {
+			var err error
+			results, err = w.c.store.processBatch(w.ctx, w.c.pool, ds, w.c.h, w.c.cfg.BatchHandler, true)
+			if err == nil {
+				break
+			}
+			if unstorable(err) {
+				// A record PostgreSQL cannot store fails the whole batch statement: one at a
+				// time, the others are processed and that one is dead-lettered.
+				for j := range ds {
+					if !w.processOne(recs[idx[j]], ds[j]) {
+						return idx[j], false
+					}
+				}
+				return 0, true
+			}
+			w.c.storageErrors.Add(1)
+			w.c.log.Warn("inbox storage error; retrying the batch", "topic", w.tp.topic, "partition", w.tp.partition, "error", err)
+			if !w.sleep(try) {
+				return idx[0], false
+			}
 		}
-		if unstorable(err) {
-			// A record PostgreSQL cannot store fails the whole batch statement: one at a
-			// time, the others are processed and that one is dead-lettered.
-			for j := range ds {
-				if !w.processOne(recs[idx[j]], ds[j]) {
+		for j, res := range results {
+			r := recs[idx[j]]
+			switch res.Outcome {
+			case 0:
+				// Not attempted: an earlier record failed and was retried in place first.
+				ds, idx = ds[j:], idx[j:]
+				continue next
+			case Deferred:
+				// Contention or an outage: in place, under the rules of one record at a time.
+				if !w.sleep(0) || !w.processOne(r, ds[j]) {
 					return idx[j], false
 				}
+				continue
 			}
-			return 0, true
-		}
-		w.c.storageErrors.Add(1)
-		w.c.log.Warn("inbox storage error; retrying the batch", "topic", w.tp.topic, "partition", w.tp.partition, "error", err)
-		if !w.sleep(try) {
-			return idx[0], false
-		}
-	}
-	for j, res := range results {
-		r := recs[idx[j]]
-		if res.Outcome == 0 {
-			// Not attempted: an earlier record of the batch failed and was retried first.
-			if !w.processOne(r, ds[j]) {
+			ok, done := w.settle(r, &ds[j], res)
+			if !done {
+				if !w.sleep(res.Attempts-1) || !w.processOne(r, ds[j]) {
+					return idx[j], false
+				}
+				continue
+			}
+			if !ok {
 				return idx[j], false
 			}
-			continue
 		}
-		ok, done := w.settle(r, res)
-		if !done {
-			if !w.sleep(res.Attempts-1) || !w.processOne(r, ds[j]) {
-				return idx[j], false
-			}
-			continue
-		}
-		if !ok {
-			return idx[j], false
-		}
+		return 0, true
 	}
 	return 0, true
 }
@@ -355,17 +434,43 @@ func (w *partitionWorker) runBatch(recs []*kgo.Record, ds []Delivery, idx []int)
 // the worker holds a concurrency slot, which it gives up while waiting so that a partition in
 // backoff does not starve the others.
 func (w *partitionWorker) sleep(n int) bool {
-	<-w.c.sem
-	defer func() { w.c.sem <- struct{}{} }()
-	t := time.NewTimer(w.c.cfg.Retry.delay(max(n, 0)))
+	return w.sleepFor(w.c.cfg.Retry.delay(max(n, 0)))
+}
+
+// sleepFor is sleep for d. Taking the slot back waits for quit and cancellation too, so a
+// worker in backoff never holds up a revocation or a shutdown behind busy partitions.
+func (w *partitionWorker) sleepFor(d time.Duration) bool {
+	w.release()
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
+	case <-w.quit:
+		return false
+	case <-w.ctx.Done():
+		return false
+	}
+	return w.acquire()
+}
+
+// acquire takes a concurrency slot; false means the worker is stopping.
+func (w *partitionWorker) acquire() bool {
+	select {
+	case w.c.sem <- struct{}{}:
+		w.slot = true
 		return true
 	case <-w.quit:
 		return false
 	case <-w.ctx.Done():
 		return false
+	}
+}
+
+// release gives the worker's concurrency slot back, if it holds one.
+func (w *partitionWorker) release() {
+	if w.slot {
+		w.slot = false
+		<-w.c.sem
 	}
 }
 

@@ -21,9 +21,13 @@ const EnvPrefix = "KEIRO_CONSUMER"
 // Defaults of the flags that have one (kept in sync with the default:"…" tags, which a test
 // checks against --help).
 const (
-	DefaultHTTPTimeout     = handlers.DefaultHTTPTimeout
-	DefaultMaxAttempts     = inbox.DefaultMaxAttempts
-	DefaultBatchSize       = inbox.DefaultBatchSize
+	DefaultHTTPTimeout = handlers.DefaultHTTPTimeout
+	DefaultMaxAttempts = inbox.DefaultMaxAttempts
+	// DefaultBatchSize 0 picks the handler mode's batch size: inbox.DefaultBatchSize in sql
+	// mode, 1 in http mode.
+	DefaultBatchSize       = 0
+	DefaultBackoffInitial  = inbox.DefaultRetryInitial
+	DefaultBackoffMax      = inbox.DefaultRetryMax
 	DefaultConcurrency     = inbox.DefaultMaxConcurrentPartitions
 	DefaultRetention       = inbox.DefaultRetention
 	DefaultShutdownTimeout = inbox.DefaultShutdownTimeout

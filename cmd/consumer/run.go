@@ -30,7 +30,9 @@ type runCmd struct {
 	Topics           []string      `help:"Topics to consume, comma separated (required)." placeholder:"TOPIC"`
 	DLQTopic         string        `name:"dlq-topic" help:"Dead-letter topic of poisoned and undecodable records (original key, value and headers plus keiro-dlq-* headers); {topic} is replaced by the source topic." default:"{topic}.dlq"`
 	MaxAttempts      int           `help:"Handler attempts before a message is poisoned and dead-lettered." default:"5"`
-	BatchSize        int           `help:"Records of a partition processed in one inbox transaction (sql mode: the batch's calls in one round trip); if one fails, the batch rolls back and its records run one at a time, in order." default:"1"`
+	BatchSize        int           `help:"Most records of a partition in one inbox transaction: a partition takes what is buffered, up to this, without waiting (group commit; a failing record is retried in place, the ones before it commit, the ones after it wait). 0 picks the mode's default: 500 in sql mode, 1 in http mode." default:"0"`
+	BackoffInitial   time.Duration `help:"First backoff after a handler failure, an outage of the handler's target or of the database, or a failed dead-letter produce; it doubles up to --backoff-max." default:"100ms"`
+	BackoffMax       time.Duration `help:"Longest backoff (a target's Retry-After may ask for more, up to 5m)." default:"10s"`
 	Concurrency      int           `help:"Partitions processed in parallel at most." default:"8"`
 	DedupePolicy     string        `help:"Dedupe key: message-id, source-event (source event id, else global position) or kafka-delivery (topic:partition:offset)." default:"message-id"`
 	Persistence      string        `help:"What a completed inbox row keeps: full (the envelope) or dedupe-only." default:"full"`
@@ -65,8 +67,14 @@ func (c *runCmd) ValidateFlags() error {
 	if c.MaxAttempts < 1 {
 		p.Add("max-attempts", "must be at least 1, got %d", c.MaxAttempts)
 	}
-	if c.BatchSize < 1 {
-		p.Add("batch-size", "must be at least 1, got %d", c.BatchSize)
+	if c.BatchSize < 0 {
+		p.Add("batch-size", "must be 0 (the mode's default) or more, got %d", c.BatchSize)
+	}
+	if c.BackoffInitial <= 0 {
+		p.Add("backoff-initial", "must be positive, got %s", c.BackoffInitial)
+	}
+	if c.BackoffMax < c.BackoffInitial {
+		p.Add("backoff-max", "must be at least --backoff-initial (%s), got %s", c.BackoffInitial, c.BackoffMax)
 	}
 	if c.Concurrency < 1 {
 		p.Add("concurrency", "must be at least 1, got %d", c.Concurrency)
@@ -159,7 +167,8 @@ func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 		},
 		DeadLetterTopic:         c.DLQTopic,
 		MaxConcurrentPartitions: c.Concurrency,
-		BatchSize:               c.BatchSize,
+		BatchSize:               c.batchSize(),
+		Retry:                   inbox.Retry{Initial: c.BackoffInitial, Max: c.BackoffMax},
 		BatchHandler:            h.batch, // sql: one round trip for the calls of a batch
 		Retention:               retention,
 		ShutdownTimeout:         c.ShutdownTimeout,
@@ -259,4 +268,16 @@ func (c *runCmd) pingKafka(opts []kgo.Opt) func(context.Context) error {
 		}
 		return nil
 	}
+}
+
+// batchSize is --batch-size, or the mode's default for 0: one delivery per transaction in http
+// mode (a failed batch would repeat its mates' requests), group commit otherwise.
+func (c *runCmd) batchSize() int {
+	switch {
+	case c.BatchSize > 0:
+		return c.BatchSize
+	case c.H.Handler == "http":
+		return 1
+	}
+	return inbox.DefaultBatchSize
 }

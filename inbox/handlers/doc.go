@@ -21,15 +21,19 @@
 // A handler error is retried by the inbox runner unless it is wrapped as permanent
 // (inbox.Permanent), which poisons the message at once and sends it to the dead-letter topic.
 //
-//   - HTTP: 2xx is success. 408, 429 and 5xx, timeouts and connection errors are retried (a
-//     Retry-After header is reported through [RetryAfter]). Every other status (4xx, and
-//     1xx/3xx that the client did not follow) is permanent; the error carries the status and
-//     the first bytes of the response body.
+//   - HTTP: 2xx is success. An unreachable or overloaded target (connection refused or reset,
+//     timeouts, TLS failures, 429, 502, 503, 504) is an outage of the target (inbox.Outage,
+//     with the Retry-After delay): the runner waits with backoff and uses no attempt. 408 and
+//     other 5xx are retried and use an attempt. Every other status (4xx, and 1xx/3xx that the
+//     client did not follow) is permanent; the error carries the status and the first bytes of
+//     the response body.
 //   - SQL: the function poisons a message by raising SQLSTATE KP001 (RAISE EXCEPTION ... USING
 //     ERRCODE = 'KP001') or any class 22 "data exception" (invalid_text_representation,
-//     numeric_value_out_of_range, ...), errors that the same input will always produce. Every
-//     other error (serialization failures, deadlocks, lock timeouts, integrity violations such as
-//     a missing foreign-key parent that may arrive later, an undefined function an operator can
-//     still create) is retried.
+//     numeric_value_out_of_range, ...), errors that the same input will always produce. An
+//     undefined function (42883: dropped, or being replaced) is an outage and uses no attempt;
+//     contention (serialization failures, deadlocks, lock timeouts) uses no attempt for the
+//     runner's first MaxContentionRetries retries of a message. Every other error (integrity
+//     violations such as a missing foreign-key parent that may arrive later, ...) is retried
+//     and uses an attempt.
 //   - Both: a payload whose content type says JSON but that is not valid JSON is permanent.
 package handlers

@@ -130,7 +130,9 @@ func (h *HTTP) IdempotencyKey(ctx context.Context, ev envelope.Event) string {
 
 // Handle POSTs ev to the configured URL. It has the inbox Handler signature; tx is not used,
 // because the HTTP effect cannot join the transaction. A nil result means the service answered
-// 2xx. Errors are classified as described in the package doc.
+// 2xx. An unreachable or overloaded target (no answer, 429, 502, 503, 504) is an
+// [inbox.Outage]: no attempt is used. Other errors are classified as described in the package
+// doc.
 func (h *HTTP) Handle(ctx context.Context, _ pgx.Tx, ev envelope.Event) error {
 	body, err := MarshalDocument(ctx, ev, h.cfg.DecodePayload)
 	if err != nil {
@@ -139,6 +141,7 @@ func (h *HTTP) Handle(ctx context.Context, _ pgx.Tx, ev envelope.Event) error {
 		}
 		return err
 	}
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.cfg.URL, bytes.NewReader(body))
@@ -158,9 +161,14 @@ func (h *HTTP) Handle(ctx context.Context, _ pgx.Tx, ev envelope.Event) error {
 
 	resp, err := h.cfg.Client.Do(req)
 	if err != nil {
-		// Timeouts, refused connections, resets, TLS failures: all worth retrying, and an
-		// operator can fix the configuration meanwhile. *url.Error never carries header values.
-		return fmt.Errorf("deliver message %q to %s: %w", ev.MessageID, h.host, err)
+		// Timeouts, refused connections, resets, TLS failures: the target is unreachable, not
+		// the message at fault, so no attempt is used (an operator can fix the configuration
+		// meanwhile). *url.Error never carries header values.
+		err = fmt.Errorf("deliver message %q to %s: %w", ev.MessageID, h.host, err)
+		if parent.Err() != nil {
+			return err // the consumer is stopping
+		}
+		return inbox.Outage(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
@@ -175,8 +183,11 @@ func (h *HTTP) Handle(ctx context.Context, _ pgx.Tx, ev envelope.Event) error {
 		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
 	}
 	err = fmt.Errorf("deliver message %q to %s: %w", ev.MessageID, h.host, serr)
-	if !serr.Retryable() {
+	switch {
+	case !serr.Retryable():
 		return inbox.Permanent(err)
+	case serr.Overloaded():
+		return inbox.OutageRetryAfter(err, serr.RetryAfter)
 	}
 	return err
 }
@@ -206,6 +217,17 @@ func (e *StatusError) Error() string {
 // Retryable reports whether the status is worth retrying: 408, 429 and 5xx.
 func (e *StatusError) Retryable() bool {
 	return e.StatusCode == http.StatusRequestTimeout || e.StatusCode == http.StatusTooManyRequests || e.StatusCode >= 500
+}
+
+// Overloaded reports a status that says the target, not the message, is the problem: 429 Too
+// Many Requests, 502 Bad Gateway, 503 Service Unavailable, 504 Gateway Timeout. The handler
+// reports those as an [inbox.Outage] (with the Retry-After delay), which uses no attempt.
+func (e *StatusError) Overloaded() bool {
+	switch e.StatusCode {
+	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
 }
 
 // RetryAfter returns the delay the HTTP endpoint asked for with Retry-After somewhere in err's

@@ -193,6 +193,7 @@ func TestHTTPStatusClassification(t *testing.T) {
 		status     int
 		retryAfter string
 		permanent  bool
+		outage     bool
 		wantDelay  time.Duration
 	}{
 		{status: 400, permanent: true},
@@ -202,11 +203,11 @@ func TestHTTPStatusClassification(t *testing.T) {
 		{status: 422, permanent: true},
 		{status: 302, permanent: true},
 		{status: 408},
-		{status: 429, retryAfter: "7", wantDelay: 7 * time.Second},
+		{status: 429, retryAfter: "7", outage: true, wantDelay: 7 * time.Second},
 		{status: 500},
-		{status: 502},
-		{status: 503, retryAfter: "120", wantDelay: 2 * time.Minute},
-		{status: 504, retryAfter: "soon"},
+		{status: 502, outage: true},
+		{status: 503, retryAfter: "120", outage: true, wantDelay: 2 * time.Minute},
+		{status: 504, retryAfter: "soon", outage: true},
 	}
 	for _, tc := range cases {
 		t.Run(http.StatusText(tc.status), func(t *testing.T) {
@@ -226,6 +227,11 @@ func TestHTTPStatusClassification(t *testing.T) {
 			err := h.Handle(context.Background(), nil, testEvent())
 			require.Error(t, err)
 			require.Equal(t, tc.permanent, inbox.IsPermanent(err), "permanent classification of %d: %v", tc.status, err)
+			require.Equal(t, tc.outage, inbox.IsOutage(err), "outage classification of %d: %v", tc.status, err)
+			var oe *inbox.OutageError
+			if errors.As(err, &oe) {
+				require.Equal(t, tc.wantDelay, oe.RetryAfter, "the outage carries Retry-After")
+			}
 			var se *StatusError
 			require.ErrorAs(t, err, &se)
 			require.Equal(t, tc.status, se.StatusCode)

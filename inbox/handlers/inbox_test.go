@@ -37,13 +37,20 @@ func TestSQLEffectsExactlyOnceThroughInbox(t *testing.T) {
 		require.Equal(t, o, res.Outcome, "delivery %d", i)
 	}
 
-	// A transient failure rolls back and is retried; the retry's effects land once.
+	// A transient failure rolls back and is retried; the retry's effects land once. Contention
+	// (40001) uses no attempt; a missing foreign-key parent does.
 	flaky := testEvent()
 	flaky.MessageID = "msg-flaky"
 	flaky.Payload = []byte(`{"mode":"transient"}`)
 	res, err := store.Process(ctx, db.Pool, inbox.Delivery{Event: flaky}, h.Handle)
 	require.NoError(t, err)
+	require.Equal(t, inbox.Deferred, res.Outcome)
+	require.True(t, inbox.IsContention(res.Err), "%v", res.Err)
+	flaky.Payload = []byte(`{"mode":"missing-parent"}`)
+	res, err = store.Process(ctx, db.Pool, inbox.Delivery{Event: flaky}, h.Handle)
+	require.NoError(t, err)
 	require.Equal(t, inbox.HandlerFailed, res.Outcome)
+	require.Equal(t, 1, res.Attempts)
 	flaky.Payload = []byte(`{"amount":5}`) // the function's data changed meanwhile: it succeeds
 	res, err = store.Process(ctx, db.Pool, inbox.Delivery{Event: flaky}, h.Handle)
 	require.NoError(t, err)
@@ -87,7 +94,8 @@ func TestHTTPThroughInboxCallsServiceOnce(t *testing.T) {
 	ctx := context.Background()
 	ev := testEvent()
 
-	want := []inbox.Outcome{inbox.HandlerFailed, inbox.Processed, inbox.Duplicate}
+	// 503: an outage of the target, no attempt used.
+	want := []inbox.Outcome{inbox.Deferred, inbox.Processed, inbox.Duplicate}
 	for i, o := range want {
 		res, err := store.Process(ctx, db.Pool, inbox.Delivery{Event: ev}, h.Handle)
 		require.NoError(t, err)
@@ -167,4 +175,28 @@ func TestSQLHandleBatchClassifiesTheFailingCall(t *testing.T) {
 	defer func() { _ = tx2.Rollback(ctx) }()
 	err = h.HandleBatch(ctx, tx2, []envelope.Event{a, c})
 	require.ErrorIs(t, err, ErrInvalidJSONPayload)
+}
+
+// TestSQLMissingFunctionIsAnOutage: a function that disappears while the consumer runs
+// (SQLSTATE 42883, a deploy replacing it) is an outage, not poison: no attempt is used (with
+// MaxAttempts 1 a recorded attempt would poison the message), and once the function is back
+// the message is processed.
+func TestSQLMissingFunctionIsAnOutage(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	h, err := NewSQL(SQLConfig{Function: db.Schema + ".apply_event"})
+	require.NoError(t, err)
+	store := newStore(t, db, 1)
+	ctx := context.Background()
+	ev := testEvent()
+	res, err := store.Process(ctx, db.Pool, inbox.Delivery{Event: ev}, h.Handle)
+	require.NoError(t, err)
+	require.Equal(t, inbox.Deferred, res.Outcome, "%v", res.Err)
+	require.True(t, inbox.IsOutage(res.Err))
+	require.Zero(t, res.Attempts)
+
+	effectsFixture(t, db)
+	res, err = store.Process(ctx, db.Pool, inbox.Delivery{Event: ev}, h.Handle)
+	require.NoError(t, err)
+	require.Equal(t, inbox.Processed, res.Outcome)
 }

@@ -129,10 +129,21 @@ func (s *SQL) document(ctx context.Context, ev envelope.Event) (string, error) {
 // callError wraps the error of the call for ev and classifies it.
 func (s *SQL) callError(ev envelope.Event, err error) error {
 	err = fmt.Errorf("call %s for message %q: %w", s.function(), ev.MessageID, err)
-	if IsPermanentSQLError(err) {
+	switch {
+	case IsPermanentSQLError(err):
 		return inbox.Permanent(err)
+	case isUndefinedFunction(err):
+		// The function is missing (being replaced by a deploy, or dropped): an outage of the
+		// handler, not a fault of the message; no attempt is used until it is back.
+		return inbox.Outage(err)
 	}
 	return err
+}
+
+// isUndefinedFunction reports SQLSTATE 42883 (undefined_function).
+func isUndefinedFunction(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42883"
 }
 
 // function is the quoted function name of the query.

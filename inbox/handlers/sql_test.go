@@ -16,7 +16,8 @@ import (
 )
 
 // effectsFixture creates, in the test schema, a table of effects and a function apply_event
-// that inserts one row per document, raises a transient error for payload {"mode":"transient"},
+// that inserts one row per document, raises a serialization failure for payload
+// {"mode":"transient"}, a foreign-key violation for {"mode":"missing-parent"},
 // KP001 for {"mode":"poison"}, and a class 22 error when "amount" is not a number.
 func effectsFixture(t *testing.T, db *testdb.DB) {
 	t.Helper()
@@ -26,6 +27,9 @@ CREATE FUNCTION %[1]s.apply_event(doc jsonb) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
   IF doc->'payload'->>'mode' = 'transient' THEN
     RAISE EXCEPTION 'ledger busy' USING ERRCODE = '40001';
+  END IF;
+  IF doc->'payload'->>'mode' = 'missing-parent' THEN
+    RAISE EXCEPTION 'no account yet' USING ERRCODE = '23503';
   END IF;
   IF doc->'payload'->>'mode' = 'poison' THEN
     RAISE EXCEPTION 'unknown account %%', doc->>'key' USING ERRCODE = 'KP001';
