@@ -50,7 +50,7 @@ func (c *failedListCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error
 	if err != nil {
 		return err
 	}
-	pool, err := openPool(ctx, g.DB.DatabaseURL)
+	pool, err := openPool(ctx, &g.DB)
 	if err != nil {
 		return err
 	}
@@ -121,7 +121,7 @@ func (c *failedRetryCmd) Run(ctx context.Context, env *cli.Env, g *grammar) erro
 		return err
 	}
 	defer h.close()
-	pool, err := openPool(ctx, g.DB.DatabaseURL)
+	pool, err := openPool(ctx, &g.DB)
 	if err != nil {
 		return err
 	}

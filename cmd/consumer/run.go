@@ -27,19 +27,20 @@ type runCmd struct {
 	H     handlerFlags       `embed:""`
 	Kafka kafkaconfig.Config `embed:""`
 
-	Topics           []string      `help:"Topics to consume, comma separated (required)." placeholder:"TOPIC"`
-	DLQTopic         string        `name:"dlq-topic" help:"Dead-letter topic of poisoned and undecodable records (original key, value and headers plus keiro-dlq-* headers); {topic} is replaced by the source topic." default:"{topic}.dlq"`
-	MaxAttempts      int           `help:"Handler attempts before a message is poisoned and dead-lettered." default:"5"`
-	BatchSize        int           `help:"Records of a partition processed in one inbox transaction (sql mode: the batch's calls in one round trip); if one fails, the batch rolls back and its records run one at a time, in order." default:"1"`
-	Concurrency      int           `help:"Partitions processed in parallel at most." default:"8"`
-	DedupePolicy     string        `help:"Dedupe key: message-id, source-event (source event id, else global position) or kafka-delivery (topic:partition:offset)." default:"message-id"`
-	Persistence      string        `help:"What a completed inbox row keeps: full (the envelope) or dedupe-only." default:"full"`
-	Retention        time.Duration `help:"How long completed inbox rows are kept: the dedupe window. 0 keeps them forever." default:"168h"`
-	ShutdownTimeout  time.Duration `help:"How long SIGTERM waits for in-flight messages before abandoning them (they are redelivered)." default:"30s"`
-	SessionTimeout   time.Duration `help:"Consumer-group session timeout: how long the broker waits for a silent member (a killed consumer's partitions move after this)." default:"45s"`
-	RebalanceTimeout time.Duration `help:"Consumer-group rebalance timeout: how long members get to finish in-flight work and rejoin during a rebalance." default:"60s"`
-	HTTPAddr         string        `name:"http-addr" help:"Address of /healthz, /readyz and /metrics (loopback by default); empty disables." default:"127.0.0.1:9465"`
-	Migrate          bool          `help:"Apply database migrations before consuming (otherwise pending migrations are an error)."`
+	Topics              []string      `help:"Topics to consume, comma separated (required)." placeholder:"TOPIC"`
+	DLQTopic            string        `name:"dlq-topic" help:"Dead-letter topic of poisoned and undecodable records (original key, value and headers plus keiro-dlq-* headers); {topic} is replaced by the source topic." default:"{topic}.dlq"`
+	MaxAttempts         int           `help:"Handler attempts before a message is poisoned and dead-lettered." default:"5"`
+	BatchSize           int           `help:"Records of a partition processed in one inbox transaction (sql mode: the batch's calls in one round trip); if one fails, the batch rolls back and its records run one at a time, in order." default:"1"`
+	Concurrency         int           `help:"Partitions processed in parallel at most." default:"8"`
+	DedupePolicy        string        `help:"Dedupe key: message-id, source-event (source event id, else global position) or kafka-delivery (topic:partition:offset)." default:"message-id"`
+	Persistence         string        `help:"What a completed inbox row keeps: full (the envelope) or dedupe-only." default:"full"`
+	Retention           time.Duration `help:"How long completed inbox rows are kept: the dedupe window. 0 keeps them forever." default:"168h"`
+	MaintenanceInterval time.Duration `help:"Period of inbox retention and the backlog gauge (one consumer instance at a time deletes)." default:"30s"`
+	ShutdownTimeout     time.Duration `help:"How long SIGTERM waits for in-flight messages before abandoning them (they are redelivered)." default:"30s"`
+	SessionTimeout      time.Duration `help:"Consumer-group session timeout: how long the broker waits for a silent member (a killed consumer's partitions move after this)." default:"45s"`
+	RebalanceTimeout    time.Duration `help:"Consumer-group rebalance timeout: how long members get to finish in-flight work and rejoin during a rebalance." default:"60s"`
+	HTTPAddr            string        `name:"http-addr" help:"Address of /healthz, /readyz and /metrics (loopback by default); empty disables." default:"127.0.0.1:9465"`
+	Migrate             bool          `help:"Apply database migrations before consuming (otherwise pending migrations are an error)."`
 }
 
 // ValidateFlags reports every problem with the run configuration.
@@ -84,6 +85,9 @@ func (c *runCmd) ValidateFlags() error {
 	if c.Retention < 0 {
 		p.Add("retention", "must not be negative, got %s", c.Retention)
 	}
+	if c.MaintenanceInterval <= 0 {
+		p.Add("maintenance-interval", "must be positive, got %s", c.MaintenanceInterval)
+	}
 	if c.ShutdownTimeout <= 0 {
 		p.Add("shutdown-timeout", "must be positive, got %s", c.ShutdownTimeout)
 	}
@@ -121,7 +125,12 @@ func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 		}
 	}()
 
-	pool, err := openPool(ctx, g.DB.DatabaseURL)
+	if c.Migrate {
+		if err := g.DB.migrationsAllowed("consumer migrate"); err != nil {
+			return err
+		}
+	}
+	pool, err := openPool(ctx, &g.DB)
 	if err != nil {
 		return err
 	}
@@ -162,6 +171,7 @@ func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 		BatchSize:               c.BatchSize,
 		BatchHandler:            h.batch, // sql: one round trip for the calls of a batch
 		Retention:               retention,
+		MaintenanceInterval:     c.MaintenanceInterval,
 		ShutdownTimeout:         c.ShutdownTimeout,
 		Logger:                  log,
 	}, h.handle)

@@ -21,11 +21,28 @@ import (
 
 // connect opens one connection for an operator command.
 func (f *dbFlags) connect(ctx context.Context) (*pgx.Conn, error) {
-	conn, err := pgx.Connect(ctx, f.DatabaseURL.Reveal())
+	cfg, err := f.pg().ParseConn(f.DatabaseURL.Reveal())
+	if err != nil {
+		return nil, &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("--database-url %s: %w", f.DatabaseURL, redactErr(err, f.DatabaseURL))}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", f.DatabaseURL, redactErr(err, f.DatabaseURL))
 	}
 	return conn, nil
+}
+
+// errMigrateThroughPgBouncer explains why migrations do not run with --pgbouncer.
+const errMigrateThroughPgBouncer = "migrations hold a session advisory lock, which PgBouncer in transaction mode " +
+	"does not keep: run `%s` without --pgbouncer, with --database-url pointing at PostgreSQL directly " +
+	"(or at a session-pooled PgBouncer database)"
+
+// migrationsAllowed refuses (exit 2) to migrate through a transaction-pooling PgBouncer.
+func (f *dbFlags) migrationsAllowed(command string) error {
+	if f.PgBouncer {
+		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf(errMigrateThroughPgBouncer, command)}
+	}
+	return nil
 }
 
 // redactErr removes the connection string's password from err's message (pgx may quote the
@@ -43,6 +60,9 @@ func redactErr(err error, dsn cli.DSN) error {
 
 // Run applies the migrations and prints their status.
 func (c *migrateCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
+	if err := g.DB.migrationsAllowed("relay migrate"); err != nil {
+		return err
+	}
 	conn, err := g.DB.connect(ctx)
 	if err != nil {
 		return err

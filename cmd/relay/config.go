@@ -14,6 +14,7 @@ import (
 	"github.com/keiro-go/keiro/internal/cli"
 	"github.com/keiro-go/keiro/internal/httpserver"
 	"github.com/keiro-go/keiro/internal/kafkaconfig"
+	"github.com/keiro-go/keiro/internal/pgconfig"
 	"github.com/keiro-go/keiro/internal/schemacli"
 	"github.com/keiro-go/keiro/migrations"
 	"github.com/keiro-go/keiro/outbox"
@@ -130,7 +131,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 type dbFlags struct {
 	DatabaseURL cli.DSN `help:"PostgreSQL connection URL (required); TLS through sslmode. The password is never printed." placeholder:"URL"`
 	Schema      string  `help:"Schema holding keiro's tables." default:"${schema}"`
+	PgBouncer   bool    `name:"pgbouncer" help:"The database URL points at PgBouncer in transaction pooling mode: no named prepared statements (pgx cache_describe), polling only (implies --poll-only); migrations must then run on a direct connection."`
 }
+
+// pg is the connection setup of the flags.
+func (f *dbFlags) pg() pgconfig.Options { return pgconfig.Options{PgBouncer: f.PgBouncer} }
 
 // ValidateFlags reports a missing URL and a bad schema name.
 func (f *dbFlags) ValidateFlags() error {
