@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/internal/cli"
 	"github.com/keiro-go/keiro/internal/httpserver"
@@ -41,6 +42,7 @@ type runCmd struct {
 	RebalanceTimeout    time.Duration `help:"Consumer-group rebalance timeout: how long members get to finish in-flight work and rejoin during a rebalance." default:"60s"`
 	HTTPAddr            string        `name:"http-addr" help:"Address of /healthz, /readyz and /metrics (loopback by default); empty disables." default:"127.0.0.1:9465"`
 	Migrate             bool          `help:"Apply database migrations before consuming (otherwise pending migrations are an error)."`
+	RequireTopics       bool          `help:"Refuse to start (exit 2) when a consumed or dead-letter topic does not exist; without it a missing topic is a warning."`
 }
 
 // ValidateFlags reports every problem with the run configuration.
@@ -55,6 +57,8 @@ func (c *runCmd) ValidateFlags() error {
 	for _, t := range c.Topics {
 		if t == "" {
 			p.Add("topics", "contains an empty topic name")
+		} else if err := envelope.ValidateTopic(t); err != nil {
+			p.Add("topics", "topic %q %v (names are separated by commas alone, no spaces)", t, err)
 		}
 		if t == c.DLQTopic {
 			p.Add("dlq-topic", "%q is also consumed; use a topic the consumer does not read", t)
@@ -62,6 +66,8 @@ func (c *runCmd) ValidateFlags() error {
 	}
 	if c.DLQTopic == "" {
 		p.Add("dlq-topic", "must not be empty (default {topic}.dlq)")
+	} else {
+		p.AddErr("dlq-topic", validateDLQTemplate(c.DLQTopic, c.Topics))
 	}
 	if c.MaxAttempts < 1 {
 		p.Add("max-attempts", "must be at least 1, got %d", c.MaxAttempts)
@@ -136,6 +142,10 @@ func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 	}
 	defer pool.Close()
 	if err := c.checkSchema(ctx, pool, g.DB.Schema, log); err != nil {
+		return err
+	}
+
+	if err := c.preflight(ctx, pool, log); err != nil {
 		return err
 	}
 
