@@ -121,7 +121,7 @@ func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 	}
 	tel, err := tracing.Setup(ctx, tracing.Options{ServiceName: "keiro-consumer"})
 	if err != nil {
-		return fmt.Errorf("set up telemetry: %w", err)
+		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("set up telemetry: %w", err)} // a bad OTEL_* variable
 	}
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
