@@ -278,6 +278,9 @@ const requeueWarning = `warning: a requeued row keeps its place (seq) in the out
 after it may already be on Kafka: consumers can receive the requeued event AFTER later events of
 its key. Requeue only events whose consumers tolerate that (idempotent, or ordered by version).`
 
+// errDryRun rolls back the requeue transaction of --dry-run.
+var errDryRun = errors.New("dry run")
+
 // Run requeues the selected rows in one transaction and wakes listening relays.
 func (c *deadRequeueCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 	conn, err := g.DB.connect(ctx)
@@ -289,7 +292,9 @@ func (c *deadRequeueCmd) Run(ctx context.Context, g *grammar, env *cli.Env) erro
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(env.Stderr, requeueWarning)
+	if !c.DryRun {
+		fmt.Fprintln(env.Stderr, requeueWarning)
+	}
 	filter := outbox.RequeueFilter{Source: c.Source, Destination: c.Destination, All: c.All}
 	var skipped []string // ids that are not dead or rejected
 	var moved []envelope.UUID
@@ -316,6 +321,9 @@ func (c *deadRequeueCmd) Run(ctx context.Context, g *grammar, env *cli.Env) erro
 		if moved, err = store.RequeueRows(ctx, tx, filter); err != nil {
 			return err
 		}
+		if c.DryRun {
+			return errDryRun // roll back: the rows stay as they are
+		}
 		if len(moved) > 0 {
 			if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", store.NotifyChannel()); err != nil {
 				return fmt.Errorf("notify relays: %w", err)
@@ -323,13 +331,17 @@ func (c *deadRequeueCmd) Run(ctx context.Context, g *grammar, env *cli.Env) erro
 		}
 		return nil
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, errDryRun) {
 		return err
 	}
 	for _, id := range moved {
 		fmt.Fprintln(env.Stdout, id)
 	}
-	fmt.Fprintf(env.Stderr, "relay: requeued %d row(s)\n", len(moved))
+	if c.DryRun {
+		fmt.Fprintf(env.Stderr, "relay: would requeue %d row(s) (--dry-run: nothing changed)\n", len(moved))
+	} else {
+		fmt.Fprintf(env.Stderr, "relay: requeued %d row(s)\n", len(moved))
+	}
 	if len(skipped) > 0 {
 		return &cli.ExitError{Code: cli.ExitFailure, Err: fmt.Errorf(
 			"not requeued (only dead and rejected rows are): %s", strings.Join(skipped, ", "))}

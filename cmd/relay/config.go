@@ -257,13 +257,16 @@ func (c *deadListCmd) ValidateFlags() error {
 	return p.Err()
 }
 
-// deadRequeueCmd requeues dead rows by id, by source and/or destination, or all of them.
+// deadRequeueCmd requeues dead rows by id, by source and/or destination, or all of them. Its
+// selection and confirmation flags have no environment variable (env:"-"): a variable left in a
+// shell or a pod spec must never select or confirm a requeue.
 type deadRequeueCmd struct {
 	IDs         []string `arg:"" optional:"" name:"id" help:"Outbox ids (UUIDs) of the rows to requeue."`
-	Source      string   `help:"Requeue every dead/rejected row of this source (and of --destination, if given)." placeholder:"SOURCE"`
-	Destination string   `help:"Requeue every dead/rejected row for this destination (topic) (and of --source, if given)." placeholder:"TOPIC"`
-	All         bool     `help:"Requeue every dead and rejected row (needs --yes)."`
-	Yes         bool     `help:"Confirm --all."`
+	Source      string   `env:"-" help:"Requeue every dead/rejected row of this source (and of --destination, if given)." placeholder:"SOURCE"`
+	Destination string   `env:"-" help:"Requeue every dead/rejected row for this destination (topic) (and of --source, if given)." placeholder:"TOPIC"`
+	All         bool     `env:"-" help:"Requeue every dead and rejected row (needs --yes). Command line only."`
+	Yes         bool     `env:"-" help:"Confirm --all. Command line only."`
+	DryRun      bool     `env:"-" name:"dry-run" help:"Print the rows that would be requeued and change nothing."`
 }
 
 // ValidateFlags requires exactly one way of selecting rows and well-formed ids.
@@ -281,8 +284,8 @@ func (c *deadRequeueCmd) ValidateFlags() error {
 	case modes > 1:
 		p.Add("all", "choose one of: outbox ids, --source/--destination, --all")
 	}
-	if c.All && !c.Yes {
-		p.Add("yes", "--all requeues every dead row; add --yes to confirm")
+	if c.All && !c.Yes && !c.DryRun {
+		p.Add("yes", "--all requeues every dead row; add --yes to confirm (or --dry-run to see them)")
 	}
 	for _, id := range c.IDs {
 		if _, err := envelope.ParseUUID(id); err != nil {
