@@ -182,15 +182,22 @@ func (s *Store) DeleteCompleted(ctx context.Context, db DBTX, olderThan time.Dur
 	}
 	var total int64
 	for {
-		tag, err := db.Exec(ctx, s.sql.deleteCompleted, s.cfg.Consumer, intervalText(olderThan), batch)
-		if err != nil {
-			return total, fmt.Errorf("delete completed inbox rows: %w", err)
-		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < int64(batch) {
-			return total, nil
+		n, err := s.deleteCompletedBatch(ctx, db, olderThan, batch)
+		total += n
+		if err != nil || n < int64(batch) {
+			return total, err
 		}
 	}
+}
+
+// deleteCompletedBatch deletes at most batch of the consumer's completed rows older than
+// olderThan, and returns how many it deleted.
+func (s *Store) deleteCompletedBatch(ctx context.Context, db DBTX, olderThan time.Duration, batch int) (int64, error) {
+	tag, err := db.Exec(ctx, s.sql.deleteCompleted, s.cfg.Consumer, intervalText(olderThan), batch)
+	if err != nil {
+		return 0, fmt.Errorf("delete completed inbox rows: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 // CountFailed returns the number of failed rows of the consumer (the keiro.inbox.backlog gauge).

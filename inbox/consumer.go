@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -594,31 +595,44 @@ func (c *Consumer) maintain(ctx context.Context) {
 	}
 }
 
-// retain deletes completed rows past the retention, in small batches, while holding a session
-// advisory lock per (schema, consumer) so that only one instance at a time does it.
+// retain deletes completed rows past the retention, one small batch per transaction. Each
+// transaction first takes a transaction-scoped advisory lock per (schema, consumer), so only
+// one instance at a time deletes, and no session keeps a lock between statements: retention is
+// safe behind PgBouncer in transaction mode (a session lock would stay on whichever server
+// connection took it, and retention would never run again).
 func (c *Consumer) retain(ctx context.Context) error {
-	conn, err := c.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("acquire connection for retention: %w", err)
-	}
-	defer conn.Release()
 	const key = `hashtextextended('keiro.inbox.retention.' || $1 || '.' || $2, 0)`
-	var locked bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+key+`)`, c.store.cfg.Schema, c.store.cfg.Consumer).Scan(&locked); err != nil {
-		return fmt.Errorf("take retention lock: %w", err)
-	}
-	if !locked {
-		return nil // another instance is on it
-	}
+	var total int64
 	defer func() {
-		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(`+key+`)`, c.store.cfg.Schema, c.store.cfg.Consumer)
+		if total > 0 {
+			c.log.Info("inbox retention deleted completed rows", "rows", total, "older_than", c.cfg.Retention)
+		}
 	}()
-	n, err := c.store.DeleteCompleted(ctx, conn, c.cfg.Retention, DefaultDeleteBatch)
-	if n > 0 {
-		c.log.Info("inbox retention deleted completed rows", "rows", n, "older_than", c.cfg.Retention)
+	for range maxRetentionBatchesPerPass {
+		var n int64
+		locked := false
+		err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+			if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(`+key+`)`, c.store.cfg.Schema, c.store.cfg.Consumer).Scan(&locked); err != nil {
+				return fmt.Errorf("take retention lock: %w", err)
+			}
+			if !locked {
+				return nil // another instance is on it
+			}
+			var err error
+			n, err = c.store.deleteCompletedBatch(ctx, tx, c.cfg.Retention, DefaultDeleteBatch)
+			return err
+		})
+		total += n
+		if err != nil || !locked || n < DefaultDeleteBatch {
+			return err
+		}
 	}
-	return err
+	return nil
 }
+
+// maxRetentionBatchesPerPass bounds one retention pass, so a large backlog of old completed
+// rows is worked down over several maintenance intervals instead of one long pass.
+const maxRetentionBatchesPerPass = 100
 
 func (c *Consumer) deadLetterTopic(topic string) string {
 	return strings.ReplaceAll(c.cfg.DeadLetterTopic, "{topic}", topic)

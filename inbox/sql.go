@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/internal/pgtext"
 )
 
 // envelopeColumns are the per-row columns bound from a Delivery, in the order of
@@ -277,7 +278,7 @@ func (c *rowColumns) add(source, key string, d *Delivery, full bool) {
 }
 
 // makeStorable rewrites the columns that a DedupeOnly completed row leaves out (trace context,
-// schema reference, attributes) so that PostgreSQL accepts them: text through storableText,
+// schema reference, attributes) so that PostgreSQL accepts them: text through pgtext.Storable,
 // attributes with NUL characters replaced by U+FFFD (NULL when they are not JSON). A failed row
 // uses it when its full envelope was refused, so that recording a failure never fails on
 // content that a completed row would not store.
@@ -286,7 +287,7 @@ func (c *rowColumns) makeStorable() {
 		c.schemaSubject, c.schemaFingerprint} {
 		for i := range col {
 			if col[i].Valid {
-				col[i].String = storableText(col[i].String, math.MaxInt)
+				col[i].String = pgtext.Storable(col[i].String, math.MaxInt)
 			}
 		}
 	}

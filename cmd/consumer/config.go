@@ -12,6 +12,7 @@ import (
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/inbox/handlers"
 	"github.com/keiro-go/keiro/internal/cli"
+	"github.com/keiro-go/keiro/internal/pgconfig"
 	"github.com/keiro-go/keiro/migrations"
 )
 
@@ -58,7 +59,11 @@ type grammar struct {
 type dbFlags struct {
 	DatabaseURL cli.DSN `help:"PostgreSQL connection URL (required); TLS through sslmode." placeholder:"URL"`
 	Schema      string  `help:"Schema holding keiro's tables." default:"keiro"`
+	PgBouncer   bool    `name:"pgbouncer" help:"The database URL points at PgBouncer in transaction pooling mode: no named prepared statements (pgx cache_describe); migrations must then run on a direct connection."`
 }
+
+// pg is the connection setup of the flags.
+func (f *dbFlags) pg() pgconfig.Options { return pgconfig.Options{PgBouncer: f.PgBouncer} }
 
 // ValidateFlags reports a missing URL and a bad schema name.
 func (f *dbFlags) ValidateFlags() error {

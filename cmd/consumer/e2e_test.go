@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -368,11 +369,16 @@ func TestRunHTTPModeWithDeadLetters(t *testing.T) {
 func TestRunRefusesUnmigratedSchema(t *testing.T) {
 	t.Parallel()
 	schema := testdb.NewSchema(t)
+	conn, err := pgx.Connect(context.Background(), testdb.URL())
+	require.NoError(t, err)
+	_, err = conn.Exec(context.Background(), `CREATE FUNCTION `+schema+`.f(doc jsonb) RETURNS void LANGUAGE sql AS 'SELECT 1'`)
+	require.NoError(t, err)
+	require.NoError(t, conn.Close(context.Background()))
 	kc := testkafka.New(t)
 	env := []string{
 		"KEIRO_CONSUMER_DATABASE_URL=" + testdb.URL(), "KEIRO_CONSUMER_SCHEMA=" + schema,
 		"KEIRO_CONSUMER_BROKERS=" + strings.Join(kc.Brokers, ","), "KEIRO_CONSUMER_GROUP=g",
-		"KEIRO_CONSUMER_TOPICS=t", "KEIRO_CONSUMER_HANDLER=sql", "KEIRO_CONSUMER_SQL_FUNCTION=f",
+		"KEIRO_CONSUMER_TOPICS=t", "KEIRO_CONSUMER_HANDLER=sql", "KEIRO_CONSUMER_SQL_FUNCTION=" + schema + ".f",
 		"KEIRO_CONSUMER_HTTP_ADDR=",
 	}
 	r := runBinary(t, 30*time.Second, env)

@@ -50,7 +50,7 @@ func (c *failedListCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error
 	if err != nil {
 		return err
 	}
-	pool, err := openPool(ctx, g.DB.DatabaseURL)
+	pool, err := openPool(ctx, &g.DB)
 	if err != nil {
 		return err
 	}
@@ -76,12 +76,16 @@ func (c *failedListCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error
 	return tw.Flush()
 }
 
-// failedRetryCmd re-runs failed rows.
+// failedRetryCmd re-runs failed rows. Its selection and confirmation flags have no
+// environment variable (env:"-"): a variable left in a shell or a pod spec must never select
+// or confirm a re-run.
 type failedRetryCmd struct {
 	ID          identityFlags `embed:""`
 	H           handlerFlags  `embed:""`
 	MaxAttempts int           `help:"Attempt ceiling recorded when a re-run fails again." default:"5"`
-	All         bool          `help:"Re-run every failed row of the consumer."`
+	All         bool          `env:"-" help:"Re-run every failed row of the consumer (needs --yes). Command line only."`
+	Yes         bool          `env:"-" help:"Confirm --all. Command line only."`
+	DryRun      bool          `env:"-" name:"dry-run" help:"Print the rows that would be re-run and change nothing."`
 	Keys        []string      `arg:"" optional:"" help:"Rows to re-run, as source:dedupe-key (as printed by list)." placeholder:"SOURCE:KEY"`
 }
 
@@ -92,7 +96,10 @@ func (c *failedRetryCmd) ValidateFlags() error {
 		p.Add("name", "is required (or --group): the inbox consumer whose rows to re-run")
 	}
 	if c.All == (len(c.Keys) > 0) {
-		p.Add("all", "give either row keys (source:dedupe-key) or --all")
+		p.Add("all", "give either row keys (source:dedupe-key) or --all --yes")
+	}
+	if c.All && !c.Yes && !c.DryRun {
+		p.Add("yes", "--all re-runs every failed row of the consumer; add --yes to confirm (or --dry-run to see them)")
 	}
 	for _, k := range c.Keys {
 		if _, err := parseKey(k); err != nil {
@@ -121,7 +128,7 @@ func (c *failedRetryCmd) Run(ctx context.Context, env *cli.Env, g *grammar) erro
 		return err
 	}
 	defer h.close()
-	pool, err := openPool(ctx, g.DB.DatabaseURL)
+	pool, err := openPool(ctx, &g.DB)
 	if err != nil {
 		return err
 	}
@@ -148,6 +155,9 @@ func (c *failedRetryCmd) Run(ctx context.Context, env *cli.Env, g *grammar) erro
 			after = &page[len(page)-1]
 		}
 	}
+	if c.DryRun {
+		return dryRunRetry(ctx, env, store, pool, keys)
+	}
 	var failed int
 	for _, k := range keys {
 		res, err := store.Reprocess(ctx, pool, k, h.handle)
@@ -167,6 +177,29 @@ func (c *failedRetryCmd) Run(ctx context.Context, env *cli.Env, g *grammar) erro
 	if failed > 0 {
 		return &cli.ExitError{Code: cli.ExitFailure, Err: fmt.Errorf("%d of %d rows failed again; see `consumer inbox failed list`", failed, len(keys))}
 	}
+	return nil
+}
+
+// dryRunRetry prints what a retry of keys would re-run: each failed row with its attempts and
+// last error, and the keys that would be skipped (missing or not failed).
+func dryRunRetry(ctx context.Context, env *cli.Env, store *inbox.Store, db inbox.DBTX, keys []inbox.Key) error {
+	n := 0
+	for _, k := range keys {
+		name := k.Source + ":" + k.DedupeKey
+		e, err := store.Lookup(ctx, db, k)
+		switch {
+		case errors.Is(err, inbox.ErrNotFound):
+			fmt.Fprintf(env.Stdout, "%s\tskip\tno such row\n", name)
+		case err != nil:
+			return err
+		case e.Status != "failed":
+			fmt.Fprintf(env.Stdout, "%s\tskip\t%s\n", name, e.Status)
+		default:
+			n++
+			fmt.Fprintf(env.Stdout, "%s\twould re-run\tattempts=%d\t%s\n", name, e.Attempts, oneLine(e.LastError, 300))
+		}
+	}
+	fmt.Fprintf(env.Stdout, "would re-run %d of %d rows (--dry-run: nothing changed)\n", n, len(keys))
 	return nil
 }
 

@@ -153,8 +153,28 @@ func TestInboxFailedListAndRetry(t *testing.T) {
 	require.Contains(t, r.stdout, "ordering:m-2\tprocessed")
 	require.Contains(t, r.stderr, "2 of 3 rows failed again")
 
-	// --all re-runs what is left; m-bad still fails, m-3 succeeds; effects happened once each.
+	// Selection and confirmation never come from the environment.
+	r = runBinary(t, 30*time.Second, append(env, "KEIRO_CONSUMER_ALL=true", "KEIRO_CONSUMER_YES=true"), "inbox", "failed", "retry")
+	require.Equal(t, 2, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stderr, "give either row keys")
+	// --all asks for --yes.
 	r = runBinary(t, 30*time.Second, env, "inbox", "failed", "retry", "--all")
+	require.Equal(t, 2, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stderr, "--yes: --all re-runs every failed row of the consumer; add --yes to confirm")
+	// --dry-run shows what would be re-run and changes nothing.
+	r = runBinary(t, 30*time.Second, env, "inbox", "failed", "retry", "--all", "--dry-run")
+	require.Equal(t, 0, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stdout, "ordering:m-3\twould re-run\tattempts=1")
+	require.Contains(t, r.stdout, "ordering:m-bad\twould re-run")
+	require.Contains(t, r.stdout, "would re-run 2 of 2 rows (--dry-run: nothing changed)")
+	r = runBinary(t, 30*time.Second, env, "inbox", "failed", "retry", "--dry-run", "ordering:m-1", "ordering:nope")
+	require.Equal(t, 0, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stdout, "ordering:m-1\tskip\tcompleted")
+	require.Contains(t, r.stdout, "ordering:nope\tskip\tno such row")
+	require.Equal(t, map[string]int{"m-1": 1, "m-2": 2}, effects(t, db))
+
+	// --all re-runs what is left; m-bad still fails, m-3 succeeds; effects happened once each.
+	r = runBinary(t, 30*time.Second, env, "inbox", "failed", "retry", "--all", "--yes")
 	require.Equal(t, 1, r.code, r.stdout+r.stderr)
 	require.Contains(t, r.stdout, "ordering:m-3\tprocessed")
 	require.Contains(t, r.stdout, "1 of 2 rows re-run successfully")

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/keiro-go/keiro/internal/cli"
 	"github.com/keiro-go/keiro/migrations"
 )
@@ -15,9 +13,12 @@ type migrateCmd struct{}
 
 // Run applies every pending migration under the migrations' advisory lock.
 func (c *migrateCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
-	conn, err := pgx.Connect(ctx, g.DB.DatabaseURL.Reveal())
+	if err := g.DB.migrationsAllowed("consumer migrate"); err != nil {
+		return err
+	}
+	conn, err := g.DB.connect(ctx)
 	if err != nil {
-		return fmt.Errorf("connect to PostgreSQL at %s: %w", g.DB.DatabaseURL, err)
+		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if err := migrations.Migrate(ctx, conn, g.DB.Schema); err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/internal/cli"
 	"github.com/keiro-go/keiro/internal/httpserver"
@@ -27,21 +28,23 @@ type runCmd struct {
 	H     handlerFlags       `embed:""`
 	Kafka kafkaconfig.Config `embed:""`
 
-	Topics           []string      `help:"Topics to consume, comma separated (required)." placeholder:"TOPIC"`
-	DLQTopic         string        `name:"dlq-topic" help:"Dead-letter topic of poisoned and undecodable records (original key, value and headers plus keiro-dlq-* headers); {topic} is replaced by the source topic." default:"{topic}.dlq"`
-	MaxAttempts      int           `help:"Handler attempts before a message is poisoned and dead-lettered." default:"5"`
-	BatchSize        int           `help:"Most records of a partition in one inbox transaction: a partition takes what is buffered, up to this, without waiting (group commit; a failing record is retried in place, the ones before it commit, the ones after it wait). 0 picks the mode's default: 500 in sql mode, 1 in http mode." default:"0"`
-	BackoffInitial   time.Duration `help:"First backoff after a handler failure, an outage of the handler's target or of the database, or a failed dead-letter produce; it doubles up to --backoff-max." default:"100ms"`
-	BackoffMax       time.Duration `help:"Longest backoff (a target's Retry-After may ask for more, up to 5m)." default:"10s"`
-	Concurrency      int           `help:"Partitions processed in parallel at most." default:"8"`
-	DedupePolicy     string        `help:"Dedupe key: message-id, source-event (source event id, else global position) or kafka-delivery (topic:partition:offset)." default:"message-id"`
-	Persistence      string        `help:"What a completed inbox row keeps: full (the envelope) or dedupe-only." default:"full"`
-	Retention        time.Duration `help:"How long completed inbox rows are kept: the dedupe window. 0 keeps them forever." default:"168h"`
-	ShutdownTimeout  time.Duration `help:"How long SIGTERM waits for in-flight messages before abandoning them (they are redelivered)." default:"30s"`
-	SessionTimeout   time.Duration `help:"Consumer-group session timeout: how long the broker waits for a silent member (a killed consumer's partitions move after this)." default:"45s"`
-	RebalanceTimeout time.Duration `help:"Consumer-group rebalance timeout: how long members get to finish in-flight work and rejoin during a rebalance." default:"60s"`
-	HTTPAddr         string        `name:"http-addr" help:"Address of /healthz, /readyz and /metrics (loopback by default); empty disables." default:"127.0.0.1:9465"`
-	Migrate          bool          `help:"Apply database migrations before consuming (otherwise pending migrations are an error)."`
+	Topics              []string      `help:"Topics to consume, comma separated (required)." placeholder:"TOPIC"`
+	DLQTopic            string        `name:"dlq-topic" help:"Dead-letter topic of poisoned and undecodable records (original key, value and headers plus keiro-dlq-* headers); {topic} is replaced by the source topic." default:"{topic}.dlq"`
+	MaxAttempts         int           `help:"Handler attempts before a message is poisoned and dead-lettered." default:"5"`
+	BatchSize           int           `help:"Most records of a partition in one inbox transaction: a partition takes what is buffered, up to this, without waiting (group commit; a failing record is retried in place, the ones before it commit, the ones after it wait). 0 picks the mode's default: 500 in sql mode, 1 in http mode." default:"0"`
+	BackoffInitial      time.Duration `help:"First backoff after a handler failure, an outage of the handler's target or of the database, or a failed dead-letter produce; it doubles up to --backoff-max." default:"100ms"`
+	BackoffMax          time.Duration `help:"Longest backoff (a target's Retry-After may ask for more, up to 5m)." default:"10s"`
+	Concurrency         int           `help:"Partitions processed in parallel at most." default:"8"`
+	DedupePolicy        string        `help:"Dedupe key: message-id, source-event (source event id, else global position) or kafka-delivery (topic:partition:offset)." default:"message-id"`
+	Persistence         string        `help:"What a completed inbox row keeps: full (the envelope) or dedupe-only." default:"full"`
+	Retention           time.Duration `help:"How long completed inbox rows are kept: the dedupe window. 0 keeps them forever." default:"168h"`
+	MaintenanceInterval time.Duration `help:"Period of inbox retention and the backlog gauge (one consumer instance at a time deletes)." default:"30s"`
+	ShutdownTimeout     time.Duration `help:"How long SIGTERM waits for in-flight messages before abandoning them (they are redelivered)." default:"30s"`
+	SessionTimeout      time.Duration `help:"Consumer-group session timeout: how long the broker waits for a silent member (a killed consumer's partitions move after this)." default:"45s"`
+	RebalanceTimeout    time.Duration `help:"Consumer-group rebalance timeout: how long members get to finish in-flight work and rejoin during a rebalance." default:"60s"`
+	HTTPAddr            string        `name:"http-addr" help:"Address of /healthz, /readyz and /metrics (loopback by default); empty disables." default:"127.0.0.1:9465"`
+	Migrate             bool          `help:"Apply database migrations before consuming (otherwise pending migrations are an error)."`
+	RequireTopics       bool          `help:"Refuse to start (exit 2) when a consumed or dead-letter topic does not exist; without it a missing topic is a warning."`
 }
 
 // ValidateFlags reports every problem with the run configuration.
@@ -56,6 +59,8 @@ func (c *runCmd) ValidateFlags() error {
 	for _, t := range c.Topics {
 		if t == "" {
 			p.Add("topics", "contains an empty topic name")
+		} else if err := envelope.ValidateTopic(t); err != nil {
+			p.Add("topics", "topic %q %v (names are separated by commas alone, no spaces)", t, err)
 		}
 		if t == c.DLQTopic {
 			p.Add("dlq-topic", "%q is also consumed; use a topic the consumer does not read", t)
@@ -63,6 +68,8 @@ func (c *runCmd) ValidateFlags() error {
 	}
 	if c.DLQTopic == "" {
 		p.Add("dlq-topic", "must not be empty (default {topic}.dlq)")
+	} else {
+		p.AddErr("dlq-topic", validateDLQTemplate(c.DLQTopic, c.Topics))
 	}
 	if c.MaxAttempts < 1 {
 		p.Add("max-attempts", "must be at least 1, got %d", c.MaxAttempts)
@@ -92,6 +99,9 @@ func (c *runCmd) ValidateFlags() error {
 	if c.Retention < 0 {
 		p.Add("retention", "must not be negative, got %s", c.Retention)
 	}
+	if c.MaintenanceInterval <= 0 {
+		p.Add("maintenance-interval", "must be positive, got %s", c.MaintenanceInterval)
+	}
 	if c.ShutdownTimeout <= 0 {
 		p.Add("shutdown-timeout", "must be positive, got %s", c.ShutdownTimeout)
 	}
@@ -119,7 +129,7 @@ func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 	}
 	tel, err := tracing.Setup(ctx, tracing.Options{ServiceName: "keiro-consumer"})
 	if err != nil {
-		return fmt.Errorf("set up telemetry: %w", err)
+		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("set up telemetry: %w", err)} // a bad OTEL_* variable
 	}
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -129,12 +139,21 @@ func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 		}
 	}()
 
-	pool, err := openPool(ctx, g.DB.DatabaseURL)
+	if c.Migrate {
+		if err := g.DB.migrationsAllowed("consumer migrate"); err != nil {
+			return err
+		}
+	}
+	pool, err := openPool(ctx, &g.DB)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 	if err := c.checkSchema(ctx, pool, g.DB.Schema, log); err != nil {
+		return err
+	}
+
+	if err := c.preflight(ctx, pool, log); err != nil {
 		return err
 	}
 
@@ -171,6 +190,7 @@ func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 		Retry:                   inbox.Retry{Initial: c.BackoffInitial, Max: c.BackoffMax},
 		BatchHandler:            h.batch, // sql: one round trip for the calls of a batch
 		Retention:               retention,
+		MaintenanceInterval:     c.MaintenanceInterval,
 		ShutdownTimeout:         c.ShutdownTimeout,
 		Logger:                  log,
 	}, h.handle)

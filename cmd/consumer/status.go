@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/internal/cli"
 	"github.com/keiro-go/keiro/migrations"
@@ -19,9 +17,9 @@ type statusCmd struct {
 // Run prints the status. It fails (exit 1) when migrations are pending, so that it can serve
 // as a deployment check.
 func (c *statusCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
-	conn, err := pgx.Connect(ctx, g.DB.DatabaseURL.Reveal())
+	conn, err := g.DB.connect(ctx)
 	if err != nil {
-		return fmt.Errorf("connect to PostgreSQL at %s: %w", g.DB.DatabaseURL, err)
+		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	st, err := migrations.GetStatus(ctx, conn, g.DB.Schema)

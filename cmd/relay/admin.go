@@ -21,11 +21,28 @@ import (
 
 // connect opens one connection for an operator command.
 func (f *dbFlags) connect(ctx context.Context) (*pgx.Conn, error) {
-	conn, err := pgx.Connect(ctx, f.DatabaseURL.Reveal())
+	cfg, err := f.pg().ParseConn(f.DatabaseURL.Reveal())
+	if err != nil {
+		return nil, &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("--database-url %s: %w", f.DatabaseURL, redactErr(err, f.DatabaseURL))}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", f.DatabaseURL, redactErr(err, f.DatabaseURL))
 	}
 	return conn, nil
+}
+
+// errMigrateThroughPgBouncer explains why migrations do not run with --pgbouncer.
+const errMigrateThroughPgBouncer = "migrations hold a session advisory lock, which PgBouncer in transaction mode " +
+	"does not keep: run `%s` without --pgbouncer, with --database-url pointing at PostgreSQL directly " +
+	"(or at a session-pooled PgBouncer database)"
+
+// migrationsAllowed refuses (exit 2) to migrate through a transaction-pooling PgBouncer.
+func (f *dbFlags) migrationsAllowed(command string) error {
+	if f.PgBouncer {
+		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf(errMigrateThroughPgBouncer, command)}
+	}
+	return nil
 }
 
 // redactErr removes the connection string's password from err's message (pgx may quote the
@@ -43,6 +60,9 @@ func redactErr(err error, dsn cli.DSN) error {
 
 // Run applies the migrations and prints their status.
 func (c *migrateCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
+	if err := g.DB.migrationsAllowed("relay migrate"); err != nil {
+		return err
+	}
 	conn, err := g.DB.connect(ctx)
 	if err != nil {
 		return err
@@ -258,6 +278,9 @@ const requeueWarning = `warning: a requeued row keeps its place (seq) in the out
 after it may already be on Kafka: consumers can receive the requeued event AFTER later events of
 its key. Requeue only events whose consumers tolerate that (idempotent, or ordered by version).`
 
+// errDryRun rolls back the requeue transaction of --dry-run.
+var errDryRun = errors.New("dry run")
+
 // Run requeues the selected rows in one transaction and wakes listening relays.
 func (c *deadRequeueCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 	conn, err := g.DB.connect(ctx)
@@ -269,7 +292,9 @@ func (c *deadRequeueCmd) Run(ctx context.Context, g *grammar, env *cli.Env) erro
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(env.Stderr, requeueWarning)
+	if !c.DryRun {
+		fmt.Fprintln(env.Stderr, requeueWarning)
+	}
 	filter := outbox.RequeueFilter{Source: c.Source, Destination: c.Destination, All: c.All}
 	var skipped []string // ids that are not dead or rejected
 	var moved []envelope.UUID
@@ -296,6 +321,9 @@ func (c *deadRequeueCmd) Run(ctx context.Context, g *grammar, env *cli.Env) erro
 		if moved, err = store.RequeueRows(ctx, tx, filter); err != nil {
 			return err
 		}
+		if c.DryRun {
+			return errDryRun // roll back: the rows stay as they are
+		}
 		if len(moved) > 0 {
 			if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", store.NotifyChannel()); err != nil {
 				return fmt.Errorf("notify relays: %w", err)
@@ -303,13 +331,17 @@ func (c *deadRequeueCmd) Run(ctx context.Context, g *grammar, env *cli.Env) erro
 		}
 		return nil
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, errDryRun) {
 		return err
 	}
 	for _, id := range moved {
 		fmt.Fprintln(env.Stdout, id)
 	}
-	fmt.Fprintf(env.Stderr, "relay: requeued %d row(s)\n", len(moved))
+	if c.DryRun {
+		fmt.Fprintf(env.Stderr, "relay: would requeue %d row(s) (--dry-run: nothing changed)\n", len(moved))
+	} else {
+		fmt.Fprintf(env.Stderr, "relay: requeued %d row(s)\n", len(moved))
+	}
 	if len(skipped) > 0 {
 		return &cli.ExitError{Code: cli.ExitFailure, Err: fmt.Errorf(
 			"not requeued (only dead and rejected rows are): %s", strings.Join(skipped, ", "))}

@@ -275,6 +275,14 @@ func TestDeadListAndRequeue(t *testing.T) {
 	if s, _ := statusOf(t, db, "d2"); s != "dead" {
 		t.Fatal("--all without --yes changed rows")
 	}
+	// --dry-run prints the rows and changes nothing.
+	r = run("dead", "requeue", "--all", "--dry-run")
+	if r.code != 0 || !strings.Contains(r.stderr, "would requeue 1 row(s) (--dry-run: nothing changed)") || strings.Count(r.stdout, "\n") != 1 {
+		t.Fatalf("requeue --all --dry-run: %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if s, _ := statusOf(t, db, "d2"); s != "dead" {
+		t.Fatal("--dry-run changed rows")
+	}
 	r = run("dead", "requeue", "--all", "--yes")
 	if r.code != 0 || !strings.Contains(r.stderr, "requeued 1 row(s)") {
 		t.Fatalf("requeue --all: %d\n%s\n%s", r.code, r.stdout, r.stderr)
@@ -283,6 +291,30 @@ func TestDeadListAndRequeue(t *testing.T) {
 	var st outboxStatus
 	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.Dead != 0 || st.Totals["pending"] != 5 {
 		t.Fatalf("status after requeues: %+v %v", st, err)
+	}
+}
+
+// Selection and confirmation never come from the environment: KEIRO_RELAY_ALL, _YES, _SOURCE
+// and _DESTINATION are ignored by dead requeue. (Not parallel: it sets the process environment.)
+func TestRequeueIgnoresSelectionFromTheEnvironment(t *testing.T) {
+	db := testdb.New(t)
+	seed(t, db, testEvent("d1", "ordering", "orders", k("o1")))
+	setStatus(t, db, "dead", "boom", "d1")
+	t.Setenv("KEIRO_RELAY_ALL", "1")
+	t.Setenv("KEIRO_RELAY_YES", "true")
+	t.Setenv("KEIRO_RELAY_SOURCE", "ordering")
+	t.Setenv("KEIRO_RELAY_DESTINATION", "orders")
+	t.Setenv("KEIRO_RELAY_DRY_RUN", "true")
+	r := invoke(t, "--database-url="+testdb.URL(), "--schema="+db.Schema, "dead", "requeue")
+	if r.code != 2 || !strings.Contains(r.stderr, "say which rows") {
+		t.Fatalf("requeue with KEIRO_RELAY_ALL/YES/SOURCE set: %d\n%s", r.code, r.stderr)
+	}
+	r = invoke(t, "--database-url="+testdb.URL(), "--schema="+db.Schema, "dead", "requeue", "--all")
+	if r.code != 2 || !strings.Contains(r.stderr, "add --yes to confirm") {
+		t.Fatalf("requeue --all with KEIRO_RELAY_YES set: %d\n%s", r.code, r.stderr)
+	}
+	if s, _ := statusOf(t, db, "d1"); s != "dead" {
+		t.Fatalf("the environment requeued a row: %s", s)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/keiro-go/keiro/internal/cli"
 	"github.com/keiro-go/keiro/internal/httpserver"
 	"github.com/keiro-go/keiro/internal/kafkaconfig"
+	"github.com/keiro-go/keiro/internal/pgconfig"
 	"github.com/keiro-go/keiro/internal/schemacli"
 	"github.com/keiro-go/keiro/migrations"
 	"github.com/keiro-go/keiro/outbox"
@@ -130,7 +131,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 type dbFlags struct {
 	DatabaseURL cli.DSN `help:"PostgreSQL connection URL (required); TLS through sslmode. The password is never printed." placeholder:"URL"`
 	Schema      string  `help:"Schema holding keiro's tables." default:"${schema}"`
+	PgBouncer   bool    `name:"pgbouncer" help:"The database URL points at PgBouncer in transaction pooling mode: no named prepared statements (pgx cache_describe), polling only (implies --poll-only); migrations must then run on a direct connection."`
 }
+
+// pg is the connection setup of the flags.
+func (f *dbFlags) pg() pgconfig.Options { return pgconfig.Options{PgBouncer: f.PgBouncer} }
 
 // ValidateFlags reports a missing URL and a bad schema name.
 func (f *dbFlags) ValidateFlags() error {
@@ -252,13 +257,16 @@ func (c *deadListCmd) ValidateFlags() error {
 	return p.Err()
 }
 
-// deadRequeueCmd requeues dead rows by id, by source and/or destination, or all of them.
+// deadRequeueCmd requeues dead rows by id, by source and/or destination, or all of them. Its
+// selection and confirmation flags have no environment variable (env:"-"): a variable left in a
+// shell or a pod spec must never select or confirm a requeue.
 type deadRequeueCmd struct {
 	IDs         []string `arg:"" optional:"" name:"id" help:"Outbox ids (UUIDs) of the rows to requeue."`
-	Source      string   `help:"Requeue every dead/rejected row of this source (and of --destination, if given)." placeholder:"SOURCE"`
-	Destination string   `help:"Requeue every dead/rejected row for this destination (topic) (and of --source, if given)." placeholder:"TOPIC"`
-	All         bool     `help:"Requeue every dead and rejected row (needs --yes)."`
-	Yes         bool     `help:"Confirm --all."`
+	Source      string   `env:"-" help:"Requeue every dead/rejected row of this source (and of --destination, if given)." placeholder:"SOURCE"`
+	Destination string   `env:"-" help:"Requeue every dead/rejected row for this destination (topic) (and of --source, if given)." placeholder:"TOPIC"`
+	All         bool     `env:"-" help:"Requeue every dead and rejected row (needs --yes). Command line only."`
+	Yes         bool     `env:"-" help:"Confirm --all. Command line only."`
+	DryRun      bool     `env:"-" name:"dry-run" help:"Print the rows that would be requeued and change nothing."`
 }
 
 // ValidateFlags requires exactly one way of selecting rows and well-formed ids.
@@ -276,8 +284,8 @@ func (c *deadRequeueCmd) ValidateFlags() error {
 	case modes > 1:
 		p.Add("all", "choose one of: outbox ids, --source/--destination, --all")
 	}
-	if c.All && !c.Yes {
-		p.Add("yes", "--all requeues every dead row; add --yes to confirm")
+	if c.All && !c.Yes && !c.DryRun {
+		p.Add("yes", "--all requeues every dead row; add --yes to confirm (or --dry-run to see them)")
 	}
 	for _, id := range c.IDs {
 		if _, err := envelope.ParseUUID(id); err != nil {

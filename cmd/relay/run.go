@@ -25,7 +25,9 @@ const serviceName = "keiro-relay"
 const shutdownReserve = 2 * time.Second
 
 // relayConfig maps the flags onto the outbox library's configuration.
-func (c *runCmd) relayConfig(schema string, log *slog.Logger) outbox.RelayConfig {
+// With pgbouncer (--pgbouncer) the relay polls only: NOTIFY does not reach a session through
+// PgBouncer in transaction mode, and the sleep lock is a session lock.
+func (c *runCmd) relayConfig(schema string, pgbouncer bool, log *slog.Logger) outbox.RelayConfig {
 	policy, _ := outbox.ParsePolicy(c.Policy) // validated
 	retention := c.Retention
 	if retention == 0 {
@@ -41,7 +43,7 @@ func (c *runCmd) relayConfig(schema string, log *slog.Logger) outbox.RelayConfig
 		Backoff:             outbox.Backoff{Initial: c.BackoffInitial, Max: c.BackoffMax, Multiplier: c.BackoffMultiplier},
 		Lease:               c.Lease,
 		PollInterval:        c.PollInterval,
-		PollOnly:            c.PollOnly,
+		PollOnly:            c.PollOnly || pgbouncer,
 		ShutdownTimeout:     relayShutdownTimeout(c.ShutdownTimeout),
 		Retention:           retention,
 		MaintenanceInterval: c.MaintenanceInterval,
@@ -97,10 +99,22 @@ func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 		}
 	}()
 
+	if c.Migrate {
+		if err := g.DB.migrationsAllowed("relay migrate"); err != nil {
+			return err
+		}
+	}
+	if g.DB.PgBouncer && !c.PollOnly {
+		log.Info("--pgbouncer: polling only (NOTIFY does not pass through PgBouncer in transaction mode)", "poll_interval", c.PollInterval)
+	}
 	if err := prepareSchema(ctx, g, c.Migrate, log); err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, g.DB.DatabaseURL.Reveal())
+	pcfg, err := g.DB.pg().ParsePool(g.DB.DatabaseURL.Reveal())
+	if err != nil {
+		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("--database-url %s: %w", g.DB.DatabaseURL, redactErr(err, g.DB.DatabaseURL))}
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return fmt.Errorf("open database pool for %s: %w", g.DB.DatabaseURL, redactErr(err, g.DB.DatabaseURL))
 	}
@@ -116,7 +130,7 @@ func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 	}
 	defer client.Close()
 
-	cfg := c.relayConfig(g.DB.Schema, log)
+	cfg := c.relayConfig(g.DB.Schema, g.DB.PgBouncer, log)
 	cfg.MeterProvider, cfg.TracerProvider = tel.MeterProvider(), tel.TracerProvider()
 	relay, err := outbox.NewRelay(pool, client, cfg)
 	if err != nil {

@@ -18,7 +18,7 @@ func TestRelayConfigMapping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := g.Run.relayConfig(g.DB.Schema, nil)
+	cfg := g.Run.relayConfig(g.DB.Schema, g.DB.PgBouncer, nil)
 	want := outbox.RelayConfig{
 		Schema: "tenant_b", Policy: outbox.StopTheLine, BatchSize: 64, MaxInFlightBatches: 2, ClaimConcurrency: 3, MaxAttempts: 3,
 		Backoff: outbox.Backoff{Initial: 250 * time.Millisecond, Max: 30 * time.Second, Multiplier: 1.5},
@@ -34,7 +34,7 @@ func TestRelayConfigMapping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg = g.Run.relayConfig(g.DB.Schema, nil)
+	cfg = g.Run.relayConfig(g.DB.Schema, g.DB.PgBouncer, nil)
 	if cfg.Retention != 72*time.Hour || cfg.Policy != outbox.PerKeyHeadOfLine || cfg.Destinations != nil {
 		t.Fatalf("retention %s policy %s destinations %v", cfg.Retention, cfg.Policy, cfg.Destinations)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"reflect"
 	"sort"
@@ -40,6 +41,10 @@ type App struct {
 	Stderr io.Writer
 	// Options are extra kong options (mappers, bindings, vars). Defaults to none.
 	Options []kong.Option
+
+	// jsonErrors prints error reports as JSON log lines (set by Run from the grammar's
+	// JSONLogs).
+	jsonErrors bool
 }
 
 // FlagValidator is implemented by grammar structs — the root, a command, or a flag group
@@ -93,6 +98,10 @@ func (a App) Run(ctx context.Context, grammar any, args []string) int {
 	if errors.Is(err, ErrHelp) {
 		return 0
 	}
+	// With --log-format=json every line on stderr is JSON, the final error included.
+	if j, ok := grammar.(interface{ JSONLogs() bool }); ok && j.JSONLogs() {
+		a.jsonErrors = true
+	}
 	if err != nil {
 		a.printError(err)
 		return ExitUsage
@@ -115,6 +124,21 @@ func (a App) Run(ctx context.Context, grammar any, args []string) int {
 }
 
 func (a App) printError(err error) {
+	lines := errorLines(err)
+	if a.jsonErrors {
+		log := slog.New(slog.NewJSONHandler(a.Stderr, nil))
+		for _, l := range lines {
+			log.Error(l, "app", a.Name)
+		}
+		return
+	}
+	for _, l := range lines {
+		fmt.Fprintf(a.Stderr, "%s: error: %s\n", a.Name, l)
+	}
+}
+
+// errorLines splits a joined error into its problems, one line each.
+func errorLines(err error) []string {
 	var lines []string
 	var joined interface{ Unwrap() []error }
 	if errors.As(err, &joined) && err == joined.(error) {
@@ -124,9 +148,7 @@ func (a App) printError(err error) {
 	} else {
 		lines = []string{err.Error()}
 	}
-	for _, l := range lines {
-		fmt.Fprintf(a.Stderr, "%s: error: %s\n", a.Name, l)
-	}
+	return lines
 }
 
 func (a App) withDefaults() App {

@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of [LogFlags].
@@ -36,7 +39,9 @@ func (f *LogFlags) ValidateFlags() error {
 	return p.Err()
 }
 
-// Logger returns a structured logger writing to w in the configured format and level.
+// Logger returns a structured logger writing to w in the configured format and level. A line
+// logged with a context that carries an OpenTelemetry span (log.InfoContext(ctx, …)) gets the
+// span's trace_id and span_id attributes.
 func (f *LogFlags) Logger(w io.Writer) (*slog.Logger, error) {
 	lvl, err := parseLevel(f.LogLevel)
 	if err != nil {
@@ -45,11 +50,40 @@ func (f *LogFlags) Logger(w io.Writer) (*slog.Logger, error) {
 	o := &slog.HandlerOptions{Level: lvl}
 	switch f.LogFormat {
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, o)), nil
+		return slog.New(TraceHandler(slog.NewJSONHandler(w, o))), nil
 	case "text", "":
-		return slog.New(slog.NewTextHandler(w, o)), nil
+		return slog.New(TraceHandler(slog.NewTextHandler(w, o))), nil
 	}
 	return nil, fmt.Errorf("build logger: unknown format %q: use text or json", f.LogFormat)
+}
+
+// JSONLogs reports whether logs, and so the final error report of a command, are JSON.
+func (f *LogFlags) JSONLogs() bool { return f.LogFormat == "json" }
+
+// TraceHandler wraps h so that every record logged with a context holding a valid
+// OpenTelemetry span context gets trace_id and span_id attributes (W3C hex), the names log
+// pipelines use to join logs with traces.
+func TraceHandler(h slog.Handler) slog.Handler { return traceHandler{h} }
+
+type traceHandler struct{ slog.Handler }
+
+// Handle adds the span's ids to r.
+func (h traceHandler) Handle(ctx context.Context, r slog.Record) error {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		r = r.Clone()
+		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+// WithAttrs keeps the wrapper around the derived handler.
+func (h traceHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return traceHandler{h.Handler.WithAttrs(as)}
+}
+
+// WithGroup keeps the wrapper around the derived handler.
+func (h traceHandler) WithGroup(name string) slog.Handler {
+	return traceHandler{h.Handler.WithGroup(name)}
 }
 
 func parseLevel(s string) (slog.Level, error) {
