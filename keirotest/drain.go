@@ -39,8 +39,8 @@ type DrainOptions struct {
 	// Relay.Destinations is set, only rows for those topics are drained. Defaults to those
 	// values and the relay's own defaults.
 	Relay outbox.RelayConfig
-	// ClientOpts are added to the relay's producer options (outbox.ProducerOpts and the
-	// broker's seeds). Defaults to none.
+	// ClientOpts are added to the relay's producer options (outbox.ProducerOpts, the
+	// broker's seeds and FastRetries). Defaults to none.
 	ClientOpts []kgo.Opt
 	// AllowUnpublished accepts rows that ended dead or rejected during the drain (for tests
 	// of those paths). Defaults to false: such rows fail the test.
@@ -115,7 +115,8 @@ func DrainOutbox(t testing.TB, pool *pgxpool.Pool, kafka *Kafka, opts ...DrainOp
 	if err := pool.QueryRow(ctx, sqlNow).Scan(&start); err != nil {
 		t.Fatalf("%s: read the database clock: %v", who, err)
 	}
-	client, err := kgo.NewClient(append(append(outbox.ProducerOpts(), kgo.SeedBrokers(kafka.Seeds...)), o.ClientOpts...)...)
+	copts := append(append(outbox.ProducerOpts(), kgo.SeedBrokers(kafka.Seeds...)), FastRetries()...)
+	client, err := kgo.NewClient(append(copts, o.ClientOpts...)...)
 	if err != nil {
 		t.Fatalf("%s: create the relay's Kafka client: %v", who, err)
 	}

@@ -1,11 +1,13 @@
 package keirotest
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -13,8 +15,8 @@ import (
 // ProduceFailure describes produce requests the embedded broker refuses, for Kafka.FailProduces.
 type ProduceFailure struct {
 	// Topics limits the failure to produce requests that carry a record for one of these
-	// topics; a request is answered as a whole, so its other topics fail with it. Defaults to
-	// every topic.
+	// topics (FailProduces creates those that do not exist yet); a request is answered as a
+	// whole, so its other topics fail with it. Defaults to every topic.
 	Topics []string
 	// Err is the error every partition of a refused request is answered with. A retriable
 	// error (the default) looks like an outage to a producer: the relay retries it without
@@ -33,6 +35,7 @@ type Outage struct {
 	k     *Kafka
 	f     ProduceFailure
 	mu    sync.Mutex
+	ids   map[[16]byte]bool // of f.Topics: recent produce requests name topics by id
 	ended bool
 	n     int
 	hit   chan struct{}
@@ -41,7 +44,11 @@ type Outage struct {
 
 // FailProduces makes the embedded broker refuse produce requests as f describes, from now
 // until Outage.End, the limits of f, or the end of t, whichever comes first. Requests it does
-// not refuse are handled normally. Use it to test what a service does while Kafka is down:
+// not refuse are handled normally. Use it to test what a service does while Kafka is down.
+//
+// After a retriable error, franz-go waits for a metadata refresh (kgo.MetadataMinAge, 5s by
+// default) before it retries; build the clients under test with FastRetries so that they
+// recover in milliseconds, as Kafka.NewClient and DrainOutbox do.
 //
 //	outage := kafka.FailProduces(t, keirotest.ProduceFailure{})
 //	// ... enqueue, run the relay ...
@@ -56,7 +63,7 @@ func (k *Kafka) FailProduces(t testing.TB, f ProduceFailure) *Outage {
 		t.Fatalf("keirotest.FailProduces: ProduceFailure.Requests and For must not be negative, got %d and %s",
 			f.Requests, f.For)
 	}
-	o := &Outage{k: k, f: f, hit: make(chan struct{})}
+	o := &Outage{k: k, f: f, hit: make(chan struct{}), ids: k.topicIDs(t, f.Topics)}
 	if f.For > 0 {
 		o.timer = time.AfterFunc(f.For, o.End)
 	}
@@ -82,7 +89,7 @@ func (o *Outage) refuse(req *kmsg.ProduceRequest) bool {
 		return false
 	}
 	if len(o.f.Topics) > 0 && !slices.ContainsFunc(req.Topics, func(rt kmsg.ProduceRequestTopic) bool {
-		return slices.Contains(o.f.Topics, rt.Topic)
+		return slices.Contains(o.f.Topics, rt.Topic) || o.ids[rt.TopicID]
 	}) {
 		o.k.Cluster.KeepControl()
 		return false
@@ -128,6 +135,31 @@ func (o *Outage) Ended() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.ended
+}
+
+// topicIDs creates the topics that do not exist yet and returns their ids.
+func (k *Kafka) topicIDs(t testing.TB, topics []string) map[[16]byte]bool {
+	t.Helper()
+	if len(topics) == 0 {
+		return nil
+	}
+	for _, topic := range topics {
+		k.CreateTopic(t, topic, 0)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	details, err := kadm.NewClient(k.Client).ListTopics(ctx, topics...)
+	if err == nil {
+		err = details.Error()
+	}
+	if err != nil {
+		t.Fatalf("keirotest.FailProduces: look up the topics to fail: %v", err)
+	}
+	ids := map[[16]byte]bool{}
+	for _, d := range details {
+		ids[d.ID] = true
+	}
+	return ids
 }
 
 // produceError answers every partition of req with code.

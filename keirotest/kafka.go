@@ -45,7 +45,8 @@ type KafkaConfig struct {
 	// ClusterOpts are applied after the kit's own kfake options (one broker, auto-creation,
 	// partitions). Defaults to none.
 	ClusterOpts []kfake.Opt
-	// ClientOpts are applied to Kafka.Client after its seed brokers. Defaults to none.
+	// ClientOpts are applied to Kafka.Client after its seed brokers and FastRetries. Defaults
+	// to none.
 	ClientOpts []kgo.Opt
 }
 
@@ -82,12 +83,21 @@ func NewKafkaWith(t testing.TB, cfg KafkaConfig) *Kafka {
 	return k
 }
 
-// NewClient returns a new franz-go client for the cluster, with opts applied after the seed
-// brokers, closed when t ends. A producer or consumer under test usually wants its own client
+// FastRetries returns franz-go options for clients of the embedded broker: metadata refreshed
+// at most every 10ms and retries after 10ms, so that a client recovers from an injected
+// failure (FailProduces) in milliseconds rather than seconds. Loopback needs no more.
+func FastRetries() []kgo.Opt {
+	return []kgo.Opt{kgo.MetadataMinAge(10 * time.Millisecond),
+		kgo.RetryBackoffFn(func(int) time.Duration { return 10 * time.Millisecond })}
+}
+
+// NewClient returns a new franz-go client for the cluster, with FastRetries and then opts
+// applied after the seed brokers, closed when t ends. A producer or consumer under test usually wants its own client
 // (a relay needs one built with outbox.ProducerOpts).
 func (k *Kafka) NewClient(t testing.TB, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(k.Seeds...)}, opts...)...)
+	all := append(append([]kgo.Opt{kgo.SeedBrokers(k.Seeds...)}, FastRetries()...), opts...)
+	cl, err := kgo.NewClient(all...)
 	if err != nil {
 		t.Fatalf("keirotest: create a Kafka client: %v", err)
 	}
