@@ -124,6 +124,12 @@ func benchConsumerWith(b *testing.B, batchSize int, dupEvery int, batchHandler b
 // The defaults (group commit, full envelope), the per-event handler inserting one row each.
 func BenchmarkConsumerDefaults(b *testing.B) { benchConsumerWith(b, 0, 0, false, inbox.FullEnvelope) }
 
+// The defaults with a BatchHandler inserting a batch's rows in one statement (what the sql
+// mode runs by default: SQL.HandleBatch pipelines a batch's calls in one round trip).
+func BenchmarkConsumerDefaultsBatchHandler(b *testing.B) {
+	benchConsumerWith(b, 0, 0, true, inbox.FullEnvelope)
+}
+
 // One inbox transaction per record, the handler inserting one row.
 func BenchmarkConsumerSingle(b *testing.B) { benchConsumer(b, 1, 0, false) }
 
