@@ -56,6 +56,8 @@ type Relay struct {
 	sleepHook    func()
 	outageStreak atomic.Int64
 	running      atomic.Bool
+	// transitionLog rate-limits the log lines of retried, dead and rejected rows.
+	transitionLog transitionLog
 	// signals counts wake-ups (notifications, finished batches), so a claimer can tell that one
 	// happened while its claim ran.
 	signals atomic.Int64
@@ -1035,6 +1037,7 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 			break
 		}
 	}
+	r.logTransitions(ctx, b, marks, t.rows)
 	res.Published, res.Retried, res.Skipped = t.sent, t.failed, t.skipped
 	res.Dead, res.Rejected, res.Released = t.dead, t.rejected, t.released
 	res.Retried += t.deferred
