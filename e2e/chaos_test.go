@@ -86,7 +86,7 @@ type slot struct {
 // TestChaos: 3 relays and 2 consumers are SIGKILLed and restarted about every second while
 // producers enqueue events over many keys and the broker fails for short spells; now and then a
 // relay is stopped (SIGSTOP) past its lease instead, then continued. Some keys span two topics
-// led by two brokers, one of which fails a produce request in four. At the end every committed
+// led by two brokers, one of which fails a produce request in five. At the end every committed
 // event's effect is applied exactly once and in per-key order (for a key spanning topics, its
 // records reached Kafka in order), and nothing is left in a non-terminal state.
 func TestChaos(t *testing.T) {
@@ -128,7 +128,7 @@ func TestChaos(t *testing.T) {
 		}
 		req := r.(*kmsg.ProduceRequest)
 		for _, tp := range req.Topics {
-			if (tp.Topic == spanTopic || tp.TopicID == spanID) && spanReqs.Add(1)%4 == 0 {
+			if (tp.Topic == spanTopic || tp.TopicID == spanID) && spanReqs.Add(1)%5 == 0 {
 				return testkafka.ProduceError(req, kerr.UnknownServerError.Code), nil, true
 			}
 		}
@@ -136,7 +136,8 @@ func TestChaos(t *testing.T) {
 	})
 	kc.ControlKey(int16(kmsg.Fetch), failWhileDown)
 
-	relayEnvs := relayEnv(db, kc, "KEIRO_RELAY_LEASE=5s", "KEIRO_RELAY_LOG_LEVEL=warn")
+	// Attempts are plenty: the injected failures of the span topic must not kill rows.
+	relayEnvs := relayEnv(db, kc, "KEIRO_RELAY_LEASE=5s", "KEIRO_RELAY_LOG_LEVEL=warn", "KEIRO_RELAY_MAX_ATTEMPTS=100")
 	consumerEnvs := consumerEnv(db, kc, group, topic+","+spanTopic, "KEIRO_CONSUMER_LOG_LEVEL=info",
 		"KEIRO_CONSUMER_SESSION_TIMEOUT="+chaosSessionTimeout.String(),
 		"KEIRO_CONSUMER_REBALANCE_TIMEOUT="+chaosRebalanceTimeout.String())
