@@ -408,7 +408,10 @@ func (w *partitionWorker) processBatch(recs []*kgo.Record) int {
 // first record not done.
 func (w *partitionWorker) runBatch(recs []*kgo.Record, ds []Delivery, idx []int) (n int, all bool) {
 next:
-	for len(ds) > 0 {
+	for first := true; len(ds) > 0; first = false {
+		if !first && w.quitting() {
+			return idx[0], false
+		}
 		var results []Result
 		for try := 0; ; try++ {
 			var err error
