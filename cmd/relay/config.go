@@ -93,6 +93,7 @@ func app() cli.App {
 
 // grammar is the command line: flags shared by every command, then the commands.
 type grammar struct {
+	Version      kong.VersionFlag `env:"-" help:"Print the version, commit and Go version, and exit."`
 	cli.LogFlags `embed:""`
 	DB           dbFlags `embed:""`
 

@@ -87,7 +87,7 @@ func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 		log.Warn(w)
 	}
 
-	tel, err := tracing.Setup(ctx, tracing.Options{ServiceName: serviceName})
+	tel, err := tracing.Setup(ctx, tracing.Options{ServiceName: serviceName, ServiceVersion: cli.Build().Version})
 	if err != nil {
 		return &cli.ExitError{Code: cli.ExitUsage, Err: err} // a bad OTEL_* variable
 	}
