@@ -1,10 +1,10 @@
 package kafkaconfig
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"context"
 	"fmt"
 	"net"
 	"os"
