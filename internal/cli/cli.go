@@ -186,6 +186,7 @@ func (a App) Parse(grammar any, args []string) (kctx *kong.Context, err error) {
 		kong.WithBeforeReset(func() error { col.phase = phaseReset; return nil }),
 		kong.PostBuild(hideSecretPlaceholders),
 		kong.Vars{"version": a.Name + " " + Build().String()},
+		kong.Resolvers(secretFiles),
 	}
 	opts = append(opts, col.mappers()...)
 	opts = append(opts, a.Options...)
