@@ -70,7 +70,14 @@ func (c *runCmd) kafkaOpts() ([]kgo.Opt, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(outbox.ProducerOpts(), conn...), nil
+	opts := append(outbox.ProducerOpts(), conn...)
+	if codec, ok := compressionCodecs[c.Compression]; ok {
+		opts = append(opts, kgo.ProducerBatchCompression(codec))
+	}
+	if c.MaxBatchBytes > 0 {
+		opts = append(opts, kgo.ProducerBatchMaxBytes(c.MaxBatchBytes))
+	}
+	return opts, nil
 }
 
 // Run publishes outbox rows until ctx ends (SIGINT or SIGTERM), then stops claiming, lets
