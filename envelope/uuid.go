@@ -2,6 +2,7 @@ package envelope
 
 import (
 	"crypto/rand"
+	"database/sql/driver"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -56,6 +57,46 @@ func (u UUID) appendText(dst []byte) []byte {
 	b[23] = '-'
 	hex.Encode(b[24:], u[10:])
 	return append(dst, b[:]...)
+}
+
+// MarshalText implements encoding.TextMarshaler: the lowercase hyphenated form, so a UUID is a
+// string in JSON, in slog's JSON and text output, and in any other text encoding.
+func (u UUID) MarshalText() ([]byte, error) { return u.appendText(nil), nil }
+
+// AppendText implements encoding.TextAppender (the form of MarshalText).
+func (u UUID) AppendText(b []byte) ([]byte, error) { return u.appendText(b), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler: the hyphenated form, either case.
+func (u *UUID) UnmarshalText(b []byte) error {
+	v, err := ParseUUID(string(b))
+	if err != nil {
+		return err
+	}
+	*u = v
+	return nil
+}
+
+// Value implements database/sql/driver.Valuer: the hyphenated text form, which PostgreSQL
+// reads into a uuid column or parameter.
+func (u UUID) Value() (driver.Value, error) { return u.String(), nil }
+
+// Scan implements database/sql.Scanner. It accepts the text form (string or []byte, as a
+// driver hands over a uuid column) and the 16 raw bytes. NULL is an error: scan a nullable
+// column into a *UUID.
+func (u *UUID) Scan(src any) error {
+	switch v := src.(type) {
+	case string:
+		return u.UnmarshalText([]byte(v))
+	case []byte:
+		if len(v) == 16 {
+			copy(u[:], v)
+			return nil
+		}
+		return u.UnmarshalText(v)
+	case nil:
+		return fmt.Errorf("%w: cannot scan NULL into envelope.UUID (scan a nullable column into *envelope.UUID)", ErrInvalidUUID)
+	}
+	return fmt.Errorf("%w: cannot scan %T into envelope.UUID", ErrInvalidUUID, src)
 }
 
 // IsZero reports whether u is the nil UUID.

@@ -2,7 +2,12 @@ package envelope_test
 
 import (
 	"bytes"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/json"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -78,4 +83,66 @@ func TestParseUUID(t *testing.T) {
 			t.Errorf("ParseUUID(%q) err = %v", bad, err)
 		}
 	}
+}
+
+// A UUID renders as its text form in JSON and slog, and reads back from it.
+func TestUUIDTextJSONAndSlog(t *testing.T) {
+	u, err := envelope.ParseUUID("01936B2A-7C4F-7A3E-8F1B-2C3D4E5F6A7B")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "01936b2a-7c4f-7a3e-8f1b-2c3d4e5f6a7b"
+	type doc struct {
+		ID  envelope.UUID  `json:"id"`
+		Opt *envelope.UUID `json:"opt"`
+	}
+	b, err := json.Marshal(doc{ID: u, Opt: &u})
+	if err != nil || string(b) != `{"id":"`+want+`","opt":"`+want+`"}` {
+		t.Fatalf("json: %s %v", b, err)
+	}
+	var back doc
+	if err := json.Unmarshal(b, &back); err != nil || back.ID != u || *back.Opt != u {
+		t.Fatalf("json round trip: %+v %v", back, err)
+	}
+	if err := json.Unmarshal([]byte(`{"id":"not-a-uuid"}`), &back); !errors.Is(err, envelope.ErrInvalidUUID) {
+		t.Fatalf("bad json uuid: %v", err)
+	}
+
+	var jb, tb bytes.Buffer
+	slog.New(slog.NewJSONHandler(&jb, nil)).Info("m", "id", u)
+	slog.New(slog.NewTextHandler(&tb, nil)).Info("m", "id", u)
+	if !strings.Contains(jb.String(), `"id":"`+want+`"`) || !strings.Contains(tb.String(), "id="+want) {
+		t.Fatalf("slog: %s %s", jb.String(), tb.String())
+	}
+
+	var t2 envelope.UUID
+	if err := t2.UnmarshalText([]byte(want)); err != nil || t2 != u {
+		t.Fatalf("UnmarshalText: %s %v", t2, err)
+	}
+	if a, _ := u.AppendText([]byte("id=")); string(a) != "id="+want {
+		t.Fatalf("AppendText: %s", a)
+	}
+}
+
+// Value and Scan round-trip through database/sql's driver values: the text form and raw bytes.
+func TestUUIDValueScan(t *testing.T) {
+	u := envelope.NewUUIDv7()
+	v, err := u.Value()
+	if err != nil || v != u.String() {
+		t.Fatalf("Value: %v %v", v, err)
+	}
+	for _, src := range []any{u.String(), []byte(u.String()), u[:], strings.ToUpper(u.String())} {
+		var got envelope.UUID
+		if err := got.Scan(src); err != nil || got != u {
+			t.Fatalf("Scan(%T %v): %s %v", src, src, got, err)
+		}
+	}
+	for _, bad := range []any{nil, 42, "nope", []byte{1, 2, 3}} {
+		var got envelope.UUID
+		if err := got.Scan(bad); !errors.Is(err, envelope.ErrInvalidUUID) {
+			t.Fatalf("Scan(%T %v): %v", bad, bad, err)
+		}
+	}
+	var _ driver.Valuer = u
+	var _ sql.Scanner = &u
 }

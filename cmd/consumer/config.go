@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/alecthomas/kong"
+
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/inbox/handlers"
 	"github.com/keiro-go/keiro/internal/cli"
@@ -46,6 +48,7 @@ shown next to it; a flag on the command line wins.`
 
 // grammar is the command line: flags shared by every command, then the commands.
 type grammar struct {
+	Version      kong.VersionFlag `env:"-" help:"Print the version, commit and Go version, and exit."`
 	cli.LogFlags `embed:""`
 	DB           dbFlags `embed:""`
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -29,6 +30,23 @@ type failedListCmd struct {
 	ID     identityFlags `embed:""`
 	Source string        `help:"Only rows of this source." placeholder:"SOURCE"`
 	Limit  int           `help:"Rows listed at most." default:"100"`
+	JSON   bool          `name:"json" help:"Print JSON lines instead of a table."`
+}
+
+// failedRow is one line of `inbox failed list --json`.
+type failedRow struct {
+	Key        string     `json:"key"` // source:dedupe-key, as retry takes it
+	Source     string     `json:"source"`
+	DedupeKey  string     `json:"dedupe_key"`
+	MessageID  string     `json:"message_id"`
+	Attempts   int        `json:"attempts"`
+	Poisoned   bool       `json:"poisoned"`
+	FailedAt   *time.Time `json:"failed_at"`
+	ReceivedAt time.Time  `json:"received_at"`
+	Topic      string     `json:"topic,omitempty"`
+	Partition  *int32     `json:"partition,omitempty"`
+	Offset     *int64     `json:"offset,omitempty"`
+	LastError  string     `json:"last_error"`
 }
 
 // ValidateFlags requires a consumer name.
@@ -56,7 +74,10 @@ func (c *failedListCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error
 	}
 	defer pool.Close()
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tATTEMPTS\tPOISONED\tFAILED AT\tKAFKA\tLAST ERROR")
+	enc := json.NewEncoder(env.Stdout)
+	if !c.JSON {
+		fmt.Fprintln(tw, "KEY\tATTEMPTS\tPOISONED\tFAILED AT\tKAFKA\tLAST ERROR")
+	}
 	var after *inbox.Entry
 	for n := 0; n < c.Limit; {
 		page, err := store.ListFailed(ctx, pool, inbox.ListOptions{Source: c.Source, Limit: min(c.Limit-n, inbox.DefaultListLimit), After: after})
@@ -64,6 +85,18 @@ func (c *failedListCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error
 			return err
 		}
 		for _, e := range page {
+			if c.JSON {
+				r := failedRow{Key: e.Source + ":" + e.DedupeKey, Source: e.Source, DedupeKey: e.DedupeKey,
+					MessageID: e.Delivery.Event.MessageID, Attempts: e.Attempts, Poisoned: e.Poisoned, FailedAt: e.FailedAt,
+					ReceivedAt: e.ReceivedAt, LastError: e.LastError}
+				if k := e.Delivery.Kafka; k != nil {
+					r.Topic, r.Partition, r.Offset = k.Topic, &k.Partition, &k.Offset
+				}
+				if err := enc.Encode(r); err != nil {
+					return err
+				}
+				continue
+			}
 			fmt.Fprintf(tw, "%s:%s\t%d\t%t\t%s\t%s\t%s\n", e.Source, e.DedupeKey, e.Attempts, e.Poisoned,
 				formatTime(e.FailedAt), kafkaRef(e.Delivery.Kafka), oneLine(e.LastError, 160))
 		}

@@ -43,3 +43,12 @@ func TestBadOTELVariableExitsTwo(t *testing.T) {
 		t.Fatalf("exit code %d, want 2 naming the variable:\n%s", r.code, r.stderr)
 	}
 }
+
+// --version prints the build and exits 0, before any configuration is checked.
+func TestVersionFlag(t *testing.T) {
+	t.Parallel()
+	r := runBinary(t, 30*time.Second, nil, "--version")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "consumer ") || !strings.Contains(r.stdout, "(commit ") {
+		t.Fatalf("--version: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+}

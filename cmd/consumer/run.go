@@ -127,7 +127,7 @@ func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 	if c.H.Handler == "http" && c.BatchSize > 1 {
 		log.Warn("--batch-size above 1 in http mode: when one delivery of a batch fails, the whole batch rolls back and is re-run one by one, so the service sees its batch mates again (with the same Idempotency-Key)")
 	}
-	tel, err := tracing.Setup(ctx, tracing.Options{ServiceName: "keiro-consumer"})
+	tel, err := tracing.Setup(ctx, tracing.Options{ServiceName: "keiro-consumer", ServiceVersion: cli.Build().Version})
 	if err != nil {
 		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("set up telemetry: %w", err)} // a bad OTEL_* variable
 	}

@@ -2,44 +2,206 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
 
-	"github.com/keiro-go/keiro/inbox"
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/keiro-go/keiro/internal/cli"
+	"github.com/keiro-go/keiro/internal/kafkaconfig"
 	"github.com/keiro-go/keiro/migrations"
 )
 
-// statusCmd prints the schema version and, for a named consumer, its failed-row count.
+// lagTimeout bounds the look-up of the group's lag.
+const lagTimeout = 10 * time.Second
+
+// statusCmd prints the schema version, the inbox's failed rows per consumer name, and, with
+// --brokers and --group, the group's lag from Kafka.
 type statusCmd struct {
-	ID identityFlags `embed:""`
+	ID      identityFlags `embed:""`
+	Brokers []string      `help:"Kafka seed brokers, host:port, comma separated: with --group, the group's lag is read from Kafka." placeholder:"HOST:PORT"`
+	JSON    bool          `name:"json" help:"Print JSON instead of text."`
 }
 
+// consumerCounts are one inbox consumer name's rows by state.
+type consumerCounts struct {
+	Completed int64 `json:"completed"`
+	// Retrying counts failed rows that a redelivery runs again (attempts left).
+	Retrying int64 `json:"retrying"`
+	// Poisoned counts failed rows past their attempt ceiling (dead-lettered).
+	Poisoned int64 `json:"poisoned"`
+}
+
+// groupLag is a consumer group's lag as Kafka reports it.
+type groupLag struct {
+	Group string `json:"group"`
+	State string `json:"state"`
+	// Total is the sum of the partitions' lag (end offset minus committed offset).
+	Total int64 `json:"total"`
+	// Topics maps each topic to its partitions' lag.
+	Topics map[string]map[int32]int64 `json:"topics"`
+}
+
+// inboxStatus is what `consumer status` reports.
+type inboxStatus struct {
+	Schema        string `json:"schema"`
+	SchemaVersion int32  `json:"schema_version"`
+	LatestVersion int32  `json:"latest_version"`
+	// Consumers maps each inbox consumer name (all of them, or --name/--group's) to its rows.
+	Consumers map[string]consumerCounts `json:"consumers"`
+	// Lag is the group's lag; null without --brokers and --group.
+	Lag *groupLag `json:"lag"`
+	// LagError says why the lag could not be read.
+	LagError string `json:"lag_error,omitempty"`
+}
+
+const sqlConsumerCounts = `SELECT consumer,
+  count(*) FILTER (WHERE status = 'completed'),
+  count(*) FILTER (WHERE status = 'failed' AND NOT poisoned),
+  count(*) FILTER (WHERE status = 'failed' AND poisoned)
+FROM %s.keiro_inbox WHERE $1 = '' OR consumer = $1 GROUP BY consumer ORDER BY consumer`
+
 // Run prints the status. It fails (exit 1) when migrations are pending, so that it can serve
-// as a deployment check.
+// as a deployment check, and when the lag was asked for and could not be read.
 func (c *statusCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 	conn, err := g.DB.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	st, err := migrations.GetStatus(ctx, conn, g.DB.Schema)
+	mst, err := migrations.GetStatus(ctx, conn, g.DB.Schema)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(env.Stdout, "schema %s at version %d of %d\n", st.Schema, st.Current, st.Latest)
-	if st.Pending() {
+	st := inboxStatus{Schema: mst.Schema, SchemaVersion: mst.Current, LatestVersion: mst.Latest, Consumers: map[string]consumerCounts{}}
+	if mst.Pending() {
+		c.print(env, st)
 		return &cli.ExitError{Code: cli.ExitFailure, Err: fmt.Errorf("migrations pending: run `consumer migrate`")}
 	}
-	if name := c.ID.consumerName(); name != "" {
-		store, err := inbox.NewStore(inbox.StoreConfig{Schema: g.DB.Schema, Consumer: name})
+	if err := readConsumerCounts(ctx, conn, g.DB.Schema, c.ID.consumerName(), st.Consumers); err != nil {
+		return err
+	}
+	if len(c.Brokers) > 0 && c.ID.Group != "" {
+		st.Lag, err = readLag(ctx, c.Brokers, c.ID.Group)
 		if err != nil {
-			return err
+			st.LagError = err.Error()
 		}
-		n, err := store.CountFailed(ctx, conn)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(env.Stdout, "consumer %s: %d failed rows\n", name, n)
+	}
+	c.print(env, st)
+	if st.LagError != "" {
+		return &cli.ExitError{Code: cli.ExitFailure, Err: fmt.Errorf("read the lag of group %s: %s", c.ID.Group, st.LagError)}
 	}
 	return nil
+}
+
+func readConsumerCounts(ctx context.Context, conn *pgx.Conn, schema, name string, into map[string]consumerCounts) error {
+	rows, err := conn.Query(ctx, fmt.Sprintf(sqlConsumerCounts, pgx.Identifier{schema}.Sanitize()), name)
+	if err != nil {
+		return fmt.Errorf("count inbox rows: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var n string
+		var cc consumerCounts
+		if err := rows.Scan(&n, &cc.Completed, &cc.Retrying, &cc.Poisoned); err != nil {
+			return fmt.Errorf("count inbox rows: %w", err)
+		}
+		into[n] = cc
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("count inbox rows: %w", err)
+	}
+	if _, ok := into[name]; name != "" && !ok {
+		into[name] = consumerCounts{}
+	}
+	return nil
+}
+
+// readLag asks Kafka for group's lag (end offsets minus committed offsets).
+func readLag(ctx context.Context, brokers []string, group string) (*groupLag, error) {
+	kc := kafkaconfig.Config{Brokers: brokers, ClientID: clientID}
+	opts, err := kc.Opts()
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, lagTimeout)
+	defer cancel()
+	lags, err := kadm.NewClient(cl).Lag(ctx, group)
+	if err != nil {
+		return nil, err
+	}
+	l, ok := lags[group]
+	if !ok {
+		return nil, fmt.Errorf("group %s not described", group)
+	}
+	if err := l.Error(); err != nil {
+		return nil, err
+	}
+	out := &groupLag{Group: group, State: l.State, Total: l.Lag.Total(), Topics: map[string]map[int32]int64{}}
+	for t, ps := range l.Lag {
+		out.Topics[t] = map[int32]int64{}
+		for p, ml := range ps {
+			out.Topics[t][p] = ml.Lag
+		}
+	}
+	return out, nil
+}
+
+func (c *statusCmd) print(env *cli.Env, st inboxStatus) {
+	if c.JSON {
+		enc := json.NewEncoder(env.Stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(st)
+		return
+	}
+	w := env.Stdout
+	fmt.Fprintf(w, "schema %s at version %d of %d\n", st.Schema, st.SchemaVersion, st.LatestVersion)
+	if len(st.Consumers) > 0 {
+		names := make([]string, 0, len(st.Consumers))
+		for n := range st.Consumers {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "CONSUMER\tCOMPLETED\tRETRYING\tPOISONED\t")
+		for _, n := range names {
+			cc := st.Consumers[n]
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t\n", n, cc.Completed, cc.Retrying, cc.Poisoned)
+		}
+		_ = tw.Flush()
+		for _, n := range names {
+			if cc := st.Consumers[n]; cc.Retrying+cc.Poisoned > 0 {
+				fmt.Fprintf(w, "consumer %s: %d failed rows (%d retrying, %d poisoned; see `consumer inbox failed list --name %s`)\n",
+					n, cc.Retrying+cc.Poisoned, cc.Retrying, cc.Poisoned, n)
+			}
+		}
+	}
+	if st.Lag != nil {
+		var parts []string
+		topics := make([]string, 0, len(st.Lag.Topics))
+		for t := range st.Lag.Topics {
+			topics = append(topics, t)
+		}
+		sort.Strings(topics)
+		for _, t := range topics {
+			var sum int64
+			for _, v := range st.Lag.Topics[t] {
+				sum += v
+			}
+			parts = append(parts, fmt.Sprintf("%s=%d", t, sum))
+		}
+		fmt.Fprintf(w, "\ngroup %s (%s): lag %d (%s)\n", st.Lag.Group, st.Lag.State, st.Lag.Total, strings.Join(parts, ", "))
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/cli"
@@ -93,6 +94,7 @@ func app() cli.App {
 
 // grammar is the command line: flags shared by every command, then the commands.
 type grammar struct {
+	Version      kong.VersionFlag `env:"-" help:"Print the version, commit and Go version, and exit."`
 	cli.LogFlags `embed:""`
 	DB           dbFlags `embed:""`
 
@@ -170,6 +172,14 @@ type runCmd struct {
 	Migrate             bool          `help:"Apply database migrations before starting."`
 	MaxRecordBytes      int           `help:"Largest record produced; larger rows are rejected (message_too_large). Set to the topic's max.message.bytes if lower; 0 uses the producer's batch limit."`
 	HTTPAddr            string        `name:"http-addr" help:"Address of /healthz, /readyz and /metrics; empty disables." default:"${http_addr}" placeholder:"HOST:PORT"`
+	Compression         string        `help:"Compression of produced batches: none, gzip, snappy, lz4 or zstd (default: the producer's, snappy)." placeholder:"CODEC"`
+	MaxBatchBytes       int32         `help:"Largest produce batch per partition in bytes; match the topics' max.message.bytes (0: the producer's default, about 1 MB). Records above it are rejected." placeholder:"BYTES"`
+}
+
+// compressionCodecs maps --compression to the producer's codec.
+var compressionCodecs = map[string]kgo.CompressionCodec{
+	"none": kgo.NoCompression(), "gzip": kgo.GzipCompression(), "snappy": kgo.SnappyCompression(),
+	"lz4": kgo.Lz4Compression(), "zstd": kgo.ZstdCompression(),
 }
 
 // ValidateFlags reports every problem of the run flags (the Kafka group reports its own).
@@ -226,6 +236,12 @@ func (c *runCmd) ValidateFlags() error {
 		if err := envelope.ValidateTopic(d); err != nil {
 			p.Add("destinations", "topic %q %v (names are separated by commas alone, no spaces)", d, err)
 		}
+	}
+	if _, ok := compressionCodecs[c.Compression]; c.Compression != "" && !ok {
+		p.Add("compression", "unknown codec %q: use none, gzip, snappy, lz4 or zstd", c.Compression)
+	}
+	if c.MaxBatchBytes < 0 || (c.MaxBatchBytes > 0 && c.MaxBatchBytes < 1024) {
+		p.Add("max-batch-bytes", "must be 0 (the producer's default) or at least 1024, got %d", c.MaxBatchBytes)
 	}
 	if c.HTTPAddr != "" {
 		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {

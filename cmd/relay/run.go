@@ -98,7 +98,14 @@ func (c *runCmd) kafkaOpts() ([]kgo.Opt, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(outbox.ProducerOpts(), conn...), nil
+	opts := append(outbox.ProducerOpts(), conn...)
+	if codec, ok := compressionCodecs[c.Compression]; ok {
+		opts = append(opts, kgo.ProducerBatchCompression(codec))
+	}
+	if c.MaxBatchBytes > 0 {
+		opts = append(opts, kgo.ProducerBatchMaxBytes(c.MaxBatchBytes))
+	}
+	return opts, nil
 }
 
 // Run publishes outbox rows until ctx ends (SIGINT or SIGTERM), then stops claiming, lets
@@ -115,7 +122,7 @@ func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 		log.Warn(w)
 	}
 
-	tel, err := tracing.Setup(ctx, tracing.Options{ServiceName: serviceName})
+	tel, err := tracing.Setup(ctx, tracing.Options{ServiceName: serviceName, ServiceVersion: cli.Build().Version})
 	if err != nil {
 		return &cli.ExitError{Code: cli.ExitUsage, Err: err} // a bad OTEL_* variable
 	}

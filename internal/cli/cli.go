@@ -185,6 +185,8 @@ func (a App) Parse(grammar any, args []string) (kctx *kong.Context, err error) {
 		kong.Exit(func(int) { panic(helpExit{}) }),
 		kong.WithBeforeReset(func() error { col.phase = phaseReset; return nil }),
 		kong.PostBuild(hideSecretPlaceholders),
+		kong.Vars{"version": a.Name + " " + Build().String()},
+		kong.Resolvers(secretFiles),
 	}
 	opts = append(opts, col.mappers()...)
 	opts = append(opts, a.Options...)

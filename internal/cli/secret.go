@@ -1,10 +1,15 @@
 package cli
 
 import (
+	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
+	"reflect"
 	"regexp"
 	"strings"
+
+	"github.com/alecthomas/kong"
 )
 
 // Redacted is what a secret prints as.
@@ -94,3 +99,30 @@ func RedactDSN(s string) string {
 
 // redactMarker stands in for a password while the URL is re-encoded (url escapes '*').
 const redactMarker = "KEIROREDACTEDPASSWORD"
+
+// secretFiles resolves every Secret and DSN flag that is not on the command line from the file
+// named by its environment variable with _FILE appended (KEIRO_RELAY_DATABASE_URL_FILE), the
+// convention of container secrets mounted as files. The file's trailing line break is dropped.
+// Setting both the variable and its _FILE form is an error.
+var secretFiles kong.ResolverFunc = func(_ *kong.Context, _ *kong.Path, flag *kong.Flag) (any, error) {
+	switch flag.Target.Type() {
+	case reflect.TypeFor[Secret](), reflect.TypeFor[DSN]():
+	default:
+		return nil, nil
+	}
+	for _, env := range flag.Envs {
+		path, ok := os.LookupEnv(env + "_FILE")
+		if !ok {
+			continue
+		}
+		if _, both := os.LookupEnv(env); both {
+			return nil, fmt.Errorf("set $%s or $%s_FILE, not both", env, env)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("read $%s_FILE: %w", env, err)
+		}
+		return strings.TrimRight(string(b), "\r\n"), nil
+	}
+	return nil, nil
+}

@@ -1,6 +1,7 @@
 package kafkaconfig
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
+	saslaws "github.com/twmb/franz-go/pkg/sasl/aws"
+	"github.com/twmb/franz-go/pkg/sasl/oauth"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
@@ -22,6 +25,8 @@ const (
 	MechanismPlain       = "PLAIN"
 	MechanismScramSHA256 = "SCRAM-SHA-256"
 	MechanismScramSHA512 = "SCRAM-SHA-512"
+	MechanismOAuthBearer = "OAUTHBEARER"
+	MechanismAWSMSKIAM   = "AWS_MSK_IAM"
 )
 
 // Config is how a binary connects to Kafka.
@@ -60,13 +65,29 @@ type TLS struct {
 
 // SASL configures authentication.
 type SASL struct {
-	// Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (case-insensitive). Defaults to none:
-	// no authentication.
-	Mechanism string `help:"SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (default: none)." placeholder:"MECHANISM"`
-	// Username is the SASL user. Required with a mechanism.
-	Username string `help:"SASL username." placeholder:"USER"`
-	// Password is the SASL password. Required with a mechanism; never printed.
-	Password cli.Secret `help:"SASL password (never printed)."`
+	// Mechanism is PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or AWS_MSK_IAM
+	// (case-insensitive). Defaults to none: no authentication.
+	Mechanism string `help:"SASL mechanism: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or AWS_MSK_IAM (default: none)." placeholder:"MECHANISM"`
+	// Username is the SASL user of PLAIN and SCRAM. Required with those mechanisms.
+	Username string `help:"SASL username (PLAIN, SCRAM)." placeholder:"USER"`
+	// Password is the SASL password of PLAIN and SCRAM. Required with those mechanisms; never
+	// printed.
+	Password cli.Secret `help:"SASL password (PLAIN, SCRAM; never printed)."`
+	// OAuthToken is the OAUTHBEARER token. OAUTHBEARER needs it or OAuthTokenFile. Defaults to
+	// none; never printed.
+	OAuthToken cli.Secret `name:"oauth-token" help:"OAUTHBEARER token (never printed); or --kafka-sasl-oauth-token-file."`
+	// OAuthTokenFile is a file holding the OAUTHBEARER token, read again at each authentication
+	// so that a token refreshed on disk (a projected service-account token, a sidecar's output)
+	// is picked up. Defaults to none.
+	OAuthTokenFile string `name:"oauth-token-file" help:"File holding the OAUTHBEARER token, read again at every authentication (rotated tokens are picked up)." placeholder:"PATH" type:"path"`
+	// AWSAccessKey, AWSSecretKey and AWSSessionToken are the AWS_MSK_IAM credentials. The key
+	// pair is required with AWS_MSK_IAM; the session token is for temporary credentials.
+	// Default to none; the secret key and session token are never printed.
+	AWSAccessKey string `name:"aws-access-key" help:"AWS access key id (AWS_MSK_IAM)." placeholder:"KEY"`
+	// AWSSecretKey: see AWSAccessKey.
+	AWSSecretKey cli.Secret `name:"aws-secret-key" help:"AWS secret access key (AWS_MSK_IAM; never printed)."`
+	// AWSSessionToken: see AWSAccessKey.
+	AWSSessionToken cli.Secret `name:"aws-session-token" help:"AWS session token of temporary credentials (AWS_MSK_IAM; never printed)."`
 }
 
 // ValidateFlags reports every problem of the configuration, joined, each naming its flag:
@@ -136,32 +157,81 @@ func checkReadable(p *cli.Problems, flag, path string) bool {
 
 func (c *Config) validateSASL(p *cli.Problems) {
 	s := c.SASL
-	if s.Mechanism == "" {
-		if s.Username != "" {
-			p.Add("kafka-sasl-username", "is set but no mechanism is: add --kafka-sasl-mechanism")
+	userPass := func(need bool) {
+		for _, f := range []struct {
+			flag string
+			set  bool
+		}{{"kafka-sasl-username", s.Username != ""}, {"kafka-sasl-password", s.Password != ""}} {
+			switch {
+			case need && !f.set:
+				p.Add(f.flag, "is required with --kafka-sasl-mechanism=%s", strings.ToUpper(s.Mechanism))
+			case !need && f.set && s.Mechanism != "":
+				p.Add(f.flag, "is not used by --kafka-sasl-mechanism=%s", strings.ToUpper(s.Mechanism))
+			case !need && f.set:
+				p.Add(f.flag, "is set but no mechanism is: add --kafka-sasl-mechanism")
+			}
 		}
-		if s.Password != "" {
-			p.Add("kafka-sasl-password", "is set but no mechanism is: add --kafka-sasl-mechanism")
-		}
-		return
 	}
-	switch strings.ToUpper(s.Mechanism) {
+	oauthSet := s.OAuthToken != "" || s.OAuthTokenFile != ""
+	awsSet := s.AWSAccessKey != "" || s.AWSSecretKey != "" || s.AWSSessionToken != ""
+	mech := strings.ToUpper(s.Mechanism)
+	if mech != MechanismOAuthBearer && oauthSet {
+		p.Add("kafka-sasl-oauth-token", "is only used with --kafka-sasl-mechanism=OAUTHBEARER")
+	}
+	if mech != MechanismAWSMSKIAM && awsSet {
+		p.Add("kafka-sasl-aws-access-key", "the AWS credentials are only used with --kafka-sasl-mechanism=AWS_MSK_IAM")
+	}
+	switch mech {
+	case "":
+		userPass(false)
 	case MechanismPlain, MechanismScramSHA256, MechanismScramSHA512:
+		userPass(true)
+	case MechanismOAuthBearer:
+		userPass(false)
+		switch {
+		case s.OAuthToken != "" && s.OAuthTokenFile != "":
+			p.Add("kafka-sasl-oauth-token", "set either the token or --kafka-sasl-oauth-token-file, not both")
+		case !oauthSet:
+			p.Add("kafka-sasl-oauth-token", "is required with OAUTHBEARER (or --kafka-sasl-oauth-token-file)")
+		case s.OAuthTokenFile != "":
+			if _, err := readToken(s.OAuthTokenFile); err != nil {
+				p.AddErr("kafka-sasl-oauth-token-file", err)
+			}
+		}
+	case MechanismAWSMSKIAM:
+		userPass(false)
+		if s.AWSAccessKey == "" {
+			p.Add("kafka-sasl-aws-access-key", "is required with AWS_MSK_IAM")
+		}
+		if s.AWSSecretKey == "" {
+			p.Add("kafka-sasl-aws-secret-key", "is required with AWS_MSK_IAM")
+		}
 	default:
-		p.Add("kafka-sasl-mechanism", "unknown mechanism %q: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", s.Mechanism)
+		p.Add("kafka-sasl-mechanism", "unknown mechanism %q: use PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or AWS_MSK_IAM", s.Mechanism)
+		userPass(true)
 	}
-	if s.Username == "" {
-		p.Add("kafka-sasl-username", "is required with --kafka-sasl-mechanism")
+}
+
+// readToken reads an OAUTHBEARER token file (surrounding white space removed).
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read the OAUTHBEARER token: %w", err)
 	}
-	if s.Password == "" {
-		p.Add("kafka-sasl-password", "is required with --kafka-sasl-mechanism")
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("the OAUTHBEARER token file %s is empty", path)
 	}
+	return tok, nil
 }
 
 // Warnings lists configurations that work but are unsafe (PLAIN without TLS, certificate
 // verification off), for the binary to log at startup.
 func (c *Config) Warnings() []string {
 	var w []string
+	if m := strings.ToUpper(c.SASL.Mechanism); (m == MechanismOAuthBearer || m == MechanismAWSMSKIAM) && !c.TLS.Enabled {
+		w = append(w, "SASL "+m+" without TLS sends its credentials in clear text (managed clusters require TLS); add --kafka-tls-enabled")
+	}
 	if strings.EqualFold(c.SASL.Mechanism, MechanismPlain) && !c.TLS.Enabled {
 		w = append(w, "SASL PLAIN without TLS sends the password in clear text; add --kafka-tls-enabled")
 	}
@@ -207,6 +277,18 @@ func (s SASL) mechanism() sasl.Mechanism {
 		return scram.Auth{User: s.Username, Pass: s.Password.Reveal()}.AsSha256Mechanism()
 	case MechanismScramSHA512:
 		return scram.Auth{User: s.Username, Pass: s.Password.Reveal()}.AsSha512Mechanism()
+	case MechanismOAuthBearer:
+		if s.OAuthTokenFile != "" {
+			path := s.OAuthTokenFile
+			return oauth.Oauth(func(context.Context) (oauth.Auth, error) {
+				tok, err := readToken(path)
+				return oauth.Auth{Token: tok}, err
+			})
+		}
+		return oauth.Auth{Token: s.OAuthToken.Reveal()}.AsMechanism()
+	case MechanismAWSMSKIAM:
+		return saslaws.Auth{AccessKey: s.AWSAccessKey, SecretKey: s.AWSSecretKey.Reveal(),
+			SessionToken: s.AWSSessionToken.Reveal()}.AsManagedStreamingIAMMechanism()
 	}
 	return nil
 }

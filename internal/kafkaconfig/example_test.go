@@ -15,6 +15,6 @@ func ExampleConfig_ValidateFlags() {
 	fmt.Printf("password: %v\n", cfg.SASL.Password)
 	// Output:
 	// --brokers: "kafka-2" is not host:port
-	// --kafka-sasl-mechanism: unknown mechanism "SCRAM-SHA-1": use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
+	// --kafka-sasl-mechanism: unknown mechanism "SCRAM-SHA-1": use PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or AWS_MSK_IAM
 	// password: ******
 }

@@ -9,7 +9,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/pgconfig"
+	"github.com/keiro-go/keiro/internal/testdb"
 	"github.com/keiro-go/keiro/internal/testpgbouncer"
 )
 
@@ -89,4 +91,28 @@ func TestExecModeFromTheURL(t *testing.T) {
 	require.ErrorContains(t, err, "cache_statement prepares named statements")
 	_, err = pgconfig.Options{PgBouncer: true}.ParsePool("host=x default_query_exec_mode=cache_statement")
 	require.ErrorContains(t, err, "remove it from the connection URL")
+}
+
+// envelope.UUID goes in and out of PostgreSQL as a uuid in both the default mode and the
+// PgBouncer mode, NULL included through *envelope.UUID.
+func TestEnvelopeUUIDThroughPgx(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, o := range []pgconfig.Options{{}, {PgBouncer: true}} {
+		cfg, err := o.ParseConn(testdb.URL())
+		require.NoError(t, err)
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		require.NoError(t, err)
+		u := envelope.NewUUIDv7()
+		var got envelope.UUID
+		var text string
+		require.NoError(t, conn.QueryRow(ctx, `SELECT $1::uuid, $1::uuid::text`, u).Scan(&got, &text))
+		require.Equal(t, u, got)
+		require.Equal(t, u.String(), text)
+		var null *envelope.UUID
+		require.NoError(t, conn.QueryRow(ctx, `SELECT NULL::uuid`).Scan(&null))
+		require.Nil(t, null)
+		require.Error(t, conn.QueryRow(ctx, `SELECT NULL::uuid`).Scan(&got))
+		require.NoError(t, conn.Close(ctx))
+	}
 }
