@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -182,4 +183,16 @@ func IsLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// RelayApplicationName is the PostgreSQL application_name a relay process sets on its
+// connections ("keiro-relay@HOST/PID", at most 63 bytes): the outbox summary counts the
+// distinct names among the database's sessions as the relays connected.
+func RelayApplicationName() string {
+	host, _ := os.Hostname()
+	name := fmt.Sprintf("keiro-relay@%s/%d", host, os.Getpid())
+	if len(name) > 63 {
+		name = fmt.Sprintf("keiro-relay@%s/%d", host[:max(0, len(host)-(len(name)-63))], os.Getpid())
+	}
+	return name
 }

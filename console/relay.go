@@ -41,7 +41,7 @@ type OutboxSummary struct {
 	// FailedLastMinute counts the rows that went dead or rejected in the last minute.
 	FailedLastMinute int64 `json:"failed_last_minute"`
 	// RelaysConnected counts the relay processes connected to the database (by their
-	// application_name, "keiro-relay HOST/PID").
+	// application_name, "keiro-relay@HOST/PID").
 	RelaysConnected int64 `json:"relays_connected"`
 	// LastHour has one bucket per minute of the last hour, oldest first: rows published and rows
 	// gone dead or rejected (retained sent rows only: a retention under an hour shortens it).

@@ -19,7 +19,7 @@ FROM {{t}} GROUP BY destination, status ORDER BY destination, status`
 SELECT (SELECT count(*) FROM {{t}} WHERE phase = 1 AND published_at >= now() - interval '1 minute'),
        (SELECT count(*) FROM {{t}} WHERE phase = 2 AND updated_at >= now() - interval '1 minute'),
        (SELECT count(DISTINCT application_name) FROM pg_stat_activity
-         WHERE datname = current_database() AND application_name LIKE 'keiro-relay %'),
+         WHERE datname = current_database() AND application_name LIKE 'keiro-relay@%'),
        now(), date_trunc('minute', now()) - interval '59 minutes'`
 
 	// sqlOutboxRates buckets the last hour per minute from $1: rows published (published_at)

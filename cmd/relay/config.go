@@ -145,6 +145,7 @@ func (f *dbFlags) ValidateFlags() error {
 // runCmd publishes outbox rows until SIGINT/SIGTERM.
 type runCmd struct {
 	Kafka kafkaconfig.Config `embed:""`
+	Admin cli.AdminFlags     `embed:""`
 
 	Policy              string        `help:"Ordering policy: ${policies}." default:"${policy}" placeholder:"POLICY"`
 	BatchSize           int           `help:"Rows claimed per batch." default:"${batch_size}"`
@@ -163,7 +164,7 @@ type runCmd struct {
 	Destinations        []string      `help:"Only publish rows for these destinations (topics), comma separated (default: all)." placeholder:"TOPIC"`
 	Migrate             bool          `help:"Apply database migrations before starting."`
 	MaxRecordBytes      int           `help:"Largest record produced; larger rows are rejected (message_too_large). Set to the topic's max.message.bytes if lower; 0 uses the producer's batch limit."`
-	HTTPAddr            string        `name:"http-addr" help:"Address of /healthz, /readyz and /metrics; empty disables." default:"${http_addr}" placeholder:"HOST:PORT"`
+	HTTPAddr            string        `name:"http-addr" help:"Address of /healthz, /readyz, /metrics, the admin API (/api/v1/) and the console (/console/); empty disables." default:"${http_addr}" placeholder:"HOST:PORT"`
 }
 
 // ValidateFlags reports every problem of the run flags (the Kafka group reports its own).
