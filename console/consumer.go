@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/keiro-go/keiro/inbox"
 )
@@ -384,7 +385,10 @@ func (c *Console) readLag(ctx context.Context) (ConsumerLag, error) {
 	if !ok {
 		return out, nil
 	}
-	if err := g.Error(); err != nil {
+	if err := g.Error(); errors.Is(err, kerr.GroupIDNotFound) {
+		out.State = "Unknown" // the group never joined nor committed
+		return out, nil
+	} else if err != nil {
 		return out, fmt.Errorf("read the lag of group %s from Kafka: %w", ic.Group, err)
 	}
 	out.State, out.Members = g.State, len(g.Members)
