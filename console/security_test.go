@@ -135,7 +135,7 @@ func TestCSRF(t *testing.T) {
 	// Only POST changes state.
 	require.Equal(t, http.StatusNotFound, r.get(t, "/api/v1/outbox/requeue").code)
 	require.Equal(t, http.StatusBadRequest, r.get(t, "/console/outbox/requeue").code, "read as a row id")
-	require.Contains(t, r.get(t, "/api/v1/outbox/rows/"+ids["d2"]).body, `"status": "dead"`)
+	require.Contains(t, r.get(t, "/api/v1/outbox/rows/"+ids["p1"]).body, `"status": "dead"`)
 	// A form body over the limit is refused before it is read whole.
 	big := "csrf_token=" + tok + "&id=" + strings.Repeat("a", console.MaxRequestBytes)
 	a = formPost(map[string]string{"Origin": r.srv.URL}, big)
