@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -140,7 +141,9 @@ func TestBrowserConsole(t *testing.T) {
 	t.Cleanup(func() { stop(); wg.Wait() })
 	store, err = outbox.NewStore(db.Schema)
 	require.NoError(t, err)
-	relay, err := outbox.NewRelay(db.Pool, kc.Client(t, outbox.ProducerOpts()...), outbox.RelayConfig{
+	// The relay's own pool carries its application_name, as the sidecar's does.
+	relayPool := openPool(t, db.ConnString+"&application_name="+strings.ReplaceAll(url.QueryEscape(console.RelayApplicationName()), "+", "%20"))
+	relay, err := outbox.NewRelay(relayPool, kc.Client(t, outbox.ProducerOpts()...), outbox.RelayConfig{
 		Schema: db.Schema, MaxAttempts: 1, PollInterval: 50 * time.Millisecond, Logger: log,
 		OnBatch: func(b outbox.BatchResult) {
 			sig.add("published", int64(b.Published))
@@ -204,7 +207,10 @@ func TestBrowserConsole(t *testing.T) {
 		Brokers: kc.Brokers, Group: consumerName, Topics: []string{"orders.v1"},
 		Store:           inbox.StoreConfig{Schema: db.Schema, Consumer: consumerName, MaxAttempts: 1},
 		DeadLetterTopic: "orders.v1.dlq", ShutdownTimeout: 2 * time.Second, Logger: log,
-		OnCommitted: func(c inbox.Commit) { sig.add(fmt.Sprintf("committed-%d", c.Partition), 0); sig.add(fmt.Sprintf("p%d@%d", c.Partition, c.Offset), 1) },
+		OnCommitted: func(c inbox.Commit) {
+			sig.add(fmt.Sprintf("committed-%d", c.Partition), 0)
+			sig.add(fmt.Sprintf("p%d@%d", c.Partition, c.Offset), 1)
+		},
 	}, handle)
 	require.NoError(t, err)
 	wg.Go(func() {
@@ -227,11 +233,11 @@ func TestBrowserConsole(t *testing.T) {
 	order(0, "order-1", `{"order":1,"total":"42.00"}`)
 	order(0, "order-2", `{"order":2,"total":"poison"}`)
 	order(1, "order-3", `{"order":3}`)
-	order(1, "order-4", `{"order":4,"step":"block"}`)
+	sig.wait(t, "p0@2", 1, 30*time.Second) // the poisoned message was dead-lettered and committed
+	sig.wait(t, "p1@1", 1, 30*time.Second)
+	order(1, "order-4", `{"order":4,"step":"block"}`) // partition 1 is stuck from here
 	order(1, "order-5", `{"order":5}`)
 	order(1, "order-6", `{"order":6}`)
-	sig.wait(t, "p0@2", 1, 30*time.Second) // the poisoned message was dead-lettered and committed
-	sig.wait(t, "p1@1", 1, 30*time.Second) // partition 1 is stuck at order-4
 	_, err = db.Pool.Exec(ctx, `INSERT INTO keiro_subscriptions (name, position) VALUES ('billing-ledger', 0)`)
 	require.NoError(t, err)
 
@@ -252,12 +258,12 @@ func TestBrowserConsole(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	// The browser.
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900),
 		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
 		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.Flag("no-default-browser-check", true))
+		chromedp.Flag("no-default-browser-check", true))...)
 	t.Cleanup(cancelAlloc)
 	browser, cancelBrowser := chromedp.NewContext(alloc)
 	t.Cleanup(cancelBrowser)
@@ -301,6 +307,7 @@ func TestBrowserConsole(t *testing.T) {
 	// Overview: the dead row, the backlog, the lag of the stuck partition, the failure.
 	run("overview", chromedp.Navigate(srv.URL+"/console/"), chromedp.WaitVisible(chromedp.CSS("#lag-table")))
 	require.Equal(t, "1", text("#dead-count"))
+	require.Equal(t, "1", text("#relays"))
 	require.Equal(t, "3", text("#total-lag"), "partition 1: committed 1, log end 4")
 	lagRows := text("#lag-table tbody")
 	require.Contains(t, lagRows, "orders.v1")

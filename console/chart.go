@@ -8,7 +8,7 @@ import (
 
 // Chart geometry, in SVG user units.
 const (
-	chartW, chartH      = 600, 140
+	chartW, chartH      = 1100, 170
 	chartLeft, chartTop = 44, 10
 	chartBottom         = 22
 )
@@ -33,7 +33,7 @@ func chart(label string, buckets []RateBucket) template.HTML {
 	for _, f := range []float64{0, 0.5, 1} {
 		y := float64(chartTop) + plotH*(1-f)
 		fmt.Fprintf(&sb, `<line class="grid" x1="%d" y1="%.1f" x2="%d" y2="%.1f"/>`, chartLeft, y, chartW-4, y)
-		fmt.Fprintf(&sb, `<text class="axis" x="%d" y="%.1f" text-anchor="end">%d</text>`, chartLeft-6, y+4, int64(float64(top)*f))
+		fmt.Fprintf(&sb, `<text class="axis" x="%d" y="%.1f" text-anchor="end">%g</text>`, chartLeft-6, y+4, float64(top)*f)
 	}
 	n := len(buckets)
 	if n > 0 {

@@ -182,7 +182,7 @@ func TestEscaping(t *testing.T) {
 		require.Equal(t, http.StatusOK, a.code, path+": "+a.body)
 		require.False(t, scriptTag.MatchString(a.body), path+" renders stored markup:\n"+a.body)
 	}
-	detail := r.get(t, "/console/outbox/" + ids[0]).body
+	detail := r.get(t, "/console/outbox/"+ids[0]).body
 	require.Contains(t, detail, `&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;`)
 	require.Contains(t, detail, "Content-Security-Policy"[:0])
 	require.Contains(t, r.get(t, "/console/outbox/"+ids[0]).header.Get("Content-Security-Policy"), "script-src 'self'")
