@@ -106,6 +106,7 @@ func (s *signal) wait(t *testing.T, k string, n int64, timeout time.Duration) {
 // consumer with a poisoned message and a stuck partition; the operator requeues the row (the
 // relay publishes it) and retries the message. Screenshots of each page are saved.
 func TestBrowserConsole(t *testing.T) {
+	t.Parallel()
 	chromium := chromiumPath(t)
 	shots := artifactsDir(t)
 	db := testdb.New(t)
