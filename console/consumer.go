@@ -117,9 +117,12 @@ type InboxEntry struct {
 
 // KafkaPosition is a record's topic, partition and offset.
 type KafkaPosition struct {
-	Topic     string `json:"topic"`
-	Partition int32  `json:"partition"`
-	Offset    int64  `json:"offset"`
+	// Topic is the topic the record was read from.
+	Topic string `json:"topic"`
+	// Partition is the record's partition.
+	Partition int32 `json:"partition"`
+	// Offset is the record's offset.
+	Offset int64 `json:"offset"`
 }
 
 // Path is the entry's console path segment: source/dedupe-key, escaped.
@@ -178,21 +181,24 @@ func decodeInboxCursor(s string) (*inbox.Entry, error) {
 	return &inbox.Entry{Source: cur.Source, DedupeKey: cur.DedupeKey, FailedAt: &cur.FailedAt}, nil
 }
 
-func (c *Console) listInboxFailed(ctx context.Context, r *http.Request) (InboxPage, error, error) {
+// badRequest marks an error of the request's parameters (answered 400).
+type badRequest struct{ error }
+
+func (c *Console) listInboxFailed(ctx context.Context, r *http.Request) (InboxPage, error) {
 	q := r.URL.Query()
 	limit, err := pageSize(r)
 	if err != nil {
-		return InboxPage{}, err, nil
+		return InboxPage{}, badRequest{err}
 	}
 	opts := inbox.ListOptions{Source: strings.TrimSpace(q.Get("source")), Limit: limit + 1}
 	if cur := q.Get("cursor"); cur != "" {
 		if opts.After, err = decodeInboxCursor(cur); err != nil {
-			return InboxPage{}, err, nil
+			return InboxPage{}, badRequest{err}
 		}
 	}
 	entries, err := c.inbox.ListFailed(ctx, c.cfg.Inbox.Pool, opts)
 	if err != nil {
-		return InboxPage{}, nil, err
+		return InboxPage{}, err
 	}
 	page := InboxPage{Rows: []InboxEntry{}}
 	if len(entries) > limit {
@@ -202,7 +208,7 @@ func (c *Console) listInboxFailed(ctx context.Context, r *http.Request) (InboxPa
 	for _, e := range entries {
 		page.Rows = append(page.Rows, c.inboxEntry(e, DefaultPreviewBytes))
 	}
-	return page, nil, nil
+	return page, nil
 }
 
 // inboxKey reads and checks the {source}/{key...} of a path.
@@ -352,8 +358,10 @@ type ConsumerLag struct {
 
 // PartitionLag is one partition's position.
 type PartitionLag struct {
-	Topic     string `json:"topic"`
-	Partition int32  `json:"partition"`
+	// Topic is the partition's topic.
+	Topic string `json:"topic"`
+	// Partition is the partition's number.
+	Partition int32 `json:"partition"`
 	// Committed is the group's committed offset (the next record it will read); -1 when the
 	// group has not committed on this partition.
 	Committed int64 `json:"committed"`
@@ -420,9 +428,10 @@ func (c *Console) apiInboxSummary(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) apiInboxFailed(w http.ResponseWriter, r *http.Request) {
-	page, bad, err := c.listInboxFailed(r.Context(), r)
+	page, err := c.listInboxFailed(r.Context(), r)
+	var bad badRequest
 	switch {
-	case bad != nil:
+	case errors.As(err, &bad):
 		writeError(w, http.StatusBadRequest, bad.Error())
 	case err != nil:
 		c.serverError(w, r, err)

@@ -303,9 +303,10 @@ type inboxListData struct {
 }
 
 func (c *Console) pageInboxFailed(w http.ResponseWriter, r *http.Request) {
-	pg, bad, err := c.listInboxFailed(r.Context(), r)
+	pg, err := c.listInboxFailed(r.Context(), r)
+	var bad badRequest
 	switch {
-	case bad != nil:
+	case errors.As(err, &bad):
 		c.pageError(w, r, http.StatusBadRequest, bad.Error())
 		return
 	case err != nil:
