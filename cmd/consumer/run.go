@@ -196,6 +196,7 @@ func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 			srv.SetDraining()
 		}()
 		log.Info("serving /healthz, /readyz and /metrics", "addr", srv.Addr())
+		log.Info("operator console", "url", "http://"+srv.Addr()+"/console/", "read_only", c.Admin.AdminReadOnly)
 	} else {
 		httpDone <- nil
 	}

@@ -156,6 +156,7 @@ func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 			return err
 		}
 		log.Info("http server listening", "addr", srv.Addr())
+		log.Info("operator console", "url", "http://"+srv.Addr()+"/console/", "read_only", c.Admin.AdminReadOnly)
 		go func() { httpDone <- srv.Serve(httpCtx) }()
 	} else {
 		httpDone <- nil
