@@ -40,8 +40,8 @@ type OutboxSummary struct {
 	SentLastMinute int64 `json:"sent_last_minute"`
 	// FailedLastMinute counts the rows that went dead or rejected in the last minute.
 	FailedLastMinute int64 `json:"failed_last_minute"`
-	// RelaysConnected counts the relay processes connected to the database (by their
-	// application_name, "keiro-relay@HOST/PID").
+	// RelaysConnected counts the relay processes of this outbox connected to the database (by
+	// their application_name, "keiro-relay:SCHEMA@HOST/PID").
 	RelaysConnected int64 `json:"relays_connected"`
 	// LastHour has one bucket per minute of the last hour, oldest first: rows published and rows
 	// gone dead or rejected (retained sent rows only: a retention under an hour shortens it).
@@ -78,7 +78,7 @@ func (c *Console) readOutboxSummary(ctx context.Context) (OutboxSummary, error) 
 	q := c.cfg.Outbox.Pool
 	s := OutboxSummary{Totals: map[string]int64{}}
 	var origin time.Time
-	if err := q.QueryRow(ctx, bind(sqlOutboxRecent, c.cfg.Outbox.Schema, "keiro_outbox")).Scan(
+	if err := q.QueryRow(ctx, bind(sqlOutboxRecent, c.cfg.Outbox.Schema, "keiro_outbox"), relayPrefix(c.cfg.Outbox.Schema)).Scan(
 		&s.SentLastMinute, &s.FailedLastMinute, &s.RelaysConnected, &s.ReadAt, &origin); err != nil {
 		return s, fmt.Errorf("read outbox summary: %w", err)
 	}

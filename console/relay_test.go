@@ -73,14 +73,22 @@ func TestOutboxSummary(t *testing.T) {
 func TestRelaysConnected(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, nil)
-	conn := r.db.ConnString + "&application_name=" + url.QueryEscape(console.RelayApplicationName())
-	pool := openPool(t, conn)
-	require.NoError(t, pool.Ping(t.Context()))
 	var s console.OutboxSummary
 	r.get(t, "/api/v1/outbox/summary").json(t, &s)
-	require.GreaterOrEqual(t, s.RelaysConnected, int64(1))
-	require.True(t, strings.HasPrefix(console.RelayApplicationName(), "keiro-relay@"))
-	require.LessOrEqual(t, len(console.RelayApplicationName()), 63)
+	require.Zero(t, s.RelaysConnected)
+	name := console.RelayApplicationName(r.db.Schema)
+	require.True(t, strings.HasPrefix(name, "keiro-relay:"+r.db.Schema+"@"), name)
+	require.LessOrEqual(t, len(name), 63)
+	pool := openPool(t, r.db.ConnString+"&application_name="+url.QueryEscape(name))
+	require.NoError(t, pool.Ping(t.Context()))
+	// A relay of another schema on the same database is not counted.
+	other := openPool(t, r.db.ConnString+"&application_name="+url.QueryEscape(console.RelayApplicationName("elsewhere")))
+	require.NoError(t, other.Ping(t.Context()))
+	r.get(t, "/api/v1/outbox/summary").json(t, &s)
+	require.Equal(t, int64(1), s.RelaysConnected)
+	long := console.RelayApplicationName(strings.Repeat("s", 63))
+	require.LessOrEqual(t, len(long), 63, long)
+	require.True(t, strings.HasPrefix(long, "keiro-relay:"+strings.Repeat("s", 32)+"@"), long)
 }
 
 func TestOutboxRowsListing(t *testing.T) {

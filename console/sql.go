@@ -13,13 +13,14 @@ FROM {{t}} GROUP BY destination, status ORDER BY destination, status`
 
 	// sqlOutboxRecent counts rows published and rows gone dead or rejected in the last
 	// minute (the partial indexes on published_at and on phase 2 keep it small), the relay
-	// processes connected to the database (by application_name), the database's clock, and the
+	// processes of the schema connected to the database (application_name starting with $1,
+	// see RelayApplicationName), the database's clock, and the
 	// first minute of the hour-long chart.
 	sqlOutboxRecent = `
 SELECT (SELECT count(*) FROM {{t}} WHERE phase = 1 AND published_at >= now() - interval '1 minute'),
        (SELECT count(*) FROM {{t}} WHERE phase = 2 AND updated_at >= now() - interval '1 minute'),
        (SELECT count(DISTINCT application_name) FROM pg_stat_activity
-         WHERE datname = current_database() AND application_name LIKE 'keiro-relay@%'),
+         WHERE datname = current_database() AND starts_with(application_name, $1)),
        now(), date_trunc('minute', now()) - interval '59 minutes'`
 
 	// sqlOutboxRates buckets the last hour per minute from $1: rows published (published_at)

@@ -106,7 +106,7 @@ func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 		return fmt.Errorf("open database pool for %s: %w", g.DB.DatabaseURL, redactErr(err, g.DB.DatabaseURL))
 	}
 	if _, set := pcfg.ConnConfig.RuntimeParams["application_name"]; !set {
-		pcfg.ConnConfig.RuntimeParams["application_name"] = console.RelayApplicationName() // counted by the console
+		pcfg.ConnConfig.RuntimeParams["application_name"] = console.RelayApplicationName(g.DB.Schema) // counted by the console
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
