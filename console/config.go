@@ -186,9 +186,9 @@ func IsLoopback(addr string) bool {
 }
 
 // RelayApplicationName is the PostgreSQL application_name a relay process publishing the
-// outbox of schema sets on its connections ("keiro-relay:SCHEMA@HOST/PID", the schema cut to 32 bytes and the host shortened
-// to fit PostgreSQL's 63 bytes): the outbox summary counts the distinct names of the schema
-// among the database's sessions as the relays connected.
+// outbox of schema sets on its connections ("keiro-relay:SCHEMA@HOST/PID", the schema cut to
+// 32 bytes and the host shortened to fit PostgreSQL's 63 bytes): the outbox summary counts the
+// distinct names of the schema among the database's sessions as the relays connected.
 func RelayApplicationName(schema string) string {
 	host, _ := os.Hostname()
 	prefix := relayPrefix(schema)
