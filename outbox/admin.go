@@ -252,3 +252,64 @@ func (s *Store) Lookup(ctx context.Context, q Querier, id envelope.UUID) (Row, e
 	fillEvent(e, key, registry, subject, fp, versionRef, schemaID, position, sourceEventID, causation, corr, tp, ts, attrs)
 	return r, nil
 }
+
+// RequeueSkip is a row named by id that RequeueTx did not requeue, and why.
+type RequeueSkip struct {
+	// ID is the outbox id as given.
+	ID envelope.UUID
+	// Reason is "no such row" or the row's status (only dead and rejected rows are requeued).
+	Reason string
+}
+
+// RequeueResult is what RequeueTx did.
+type RequeueResult struct {
+	// Requeued lists the rows moved back to pending, in seq order.
+	Requeued []envelope.UUID
+	// Skipped lists the ids of f.IDs that were not requeued: missing, or not dead or rejected.
+	Skipped []RequeueSkip
+}
+
+// RequeueWarning states the ordering caveat of every requeue; operator tools show it before
+// and after requeueing.
+const RequeueWarning = `A requeued row keeps its place (seq) in the outbox, but rows of the same key enqueued after ` +
+	`it may already be on Kafka: consumers can receive the requeued event AFTER later events of its key. ` +
+	`Requeue only events whose consumers tolerate that (idempotent, or ordered by version).`
+
+// RequeueTx is the operator's requeue (`relay dead requeue`, the console and its API): in tx,
+// it checks each id of f.IDs (a missing row or one that is not dead or rejected is skipped and
+// reported), requeues the remaining selection with [Store.RequeueRows], and notifies listening
+// relays when a row moved. The rows become visible to relays when tx commits; nothing moves if
+// tx rolls back. When every id is skipped nothing is requeued (an ids-only filter never widens).
+func (s *Store) RequeueTx(ctx context.Context, tx pgx.Tx, f RequeueFilter) (RequeueResult, error) {
+	var res RequeueResult
+	named := f.IDs
+	f.IDs = nil
+	for _, id := range named {
+		row, err := s.Lookup(ctx, tx, id)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			res.Skipped = append(res.Skipped, RequeueSkip{ID: id, Reason: "no such row"})
+			continue
+		case err != nil:
+			return res, err
+		case row.Status != statusDead && row.Status != statusRejected:
+			res.Skipped = append(res.Skipped, RequeueSkip{ID: id, Reason: row.Status})
+			continue
+		}
+		f.IDs = append(f.IDs, id)
+	}
+	if len(named) > 0 && len(f.IDs) == 0 {
+		return res, nil // nothing to requeue; an empty filter would be refused
+	}
+	moved, err := s.RequeueRows(ctx, tx, f)
+	if err != nil {
+		return res, err
+	}
+	res.Requeued = moved
+	if len(moved) > 0 {
+		if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", s.NotifyChannel()); err != nil {
+			return res, fmt.Errorf("notify relays of requeued rows: %w", err)
+		}
+	}
+	return res, nil
+}

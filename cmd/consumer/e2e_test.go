@@ -222,6 +222,19 @@ func TestRunSQLModeEffectsExactlyOnce(t *testing.T) {
 	require.Regexp(t, `keiro_inbox_processed\S*\{[^}]*consumer="billing"[^}]*\} 30`, bodies["/metrics"])
 	require.Regexp(t, `keiro_inbox_duplicates\S*\{[^}]*\} 10`, bodies["/metrics"])
 
+	// The admin API and console answer on loopback without a token: lag read from Kafka.
+	resp, err := http.Get("http://" + addr + "/api/v1/consumer/lag")
+	require.NoError(t, err)
+	lag, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode, string(lag))
+	require.Contains(t, string(lag), `"group": "billing"`)
+	require.Contains(t, string(lag), `"total_lag": 0`)
+	resp, err = http.Get("http://" + addr + "/console/")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+
 	// More duplicates while running, and one new message.
 	produce(t, cl, topic, evs[5], evs[20], orderEvent("o-new", 99))
 	want["o-new"] = 99

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro/console"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/internal/cli"
@@ -27,6 +28,7 @@ type runCmd struct {
 	ID    identityFlags      `embed:""`
 	H     handlerFlags       `embed:""`
 	Kafka kafkaconfig.Config `embed:""`
+	Admin cli.AdminFlags     `embed:""`
 
 	Topics              []string      `help:"Topics to consume, comma separated (required)." placeholder:"TOPIC"`
 	DLQTopic            string        `name:"dlq-topic" help:"Dead-letter topic of poisoned and undecodable records (original key, value and headers plus keiro-dlq-* headers); {topic} is replaced by the source topic." default:"{topic}.dlq"`
@@ -42,7 +44,7 @@ type runCmd struct {
 	ShutdownTimeout     time.Duration `help:"How long SIGTERM waits for in-flight messages before abandoning them (they are redelivered)." default:"30s"`
 	SessionTimeout      time.Duration `help:"Consumer-group session timeout: how long the broker waits for a silent member (a killed consumer's partitions move after this)." default:"45s"`
 	RebalanceTimeout    time.Duration `help:"Consumer-group rebalance timeout: how long members get to finish in-flight work and rejoin during a rebalance." default:"60s"`
-	HTTPAddr            string        `name:"http-addr" help:"Address of /healthz, /readyz and /metrics (loopback by default); empty disables." default:"127.0.0.1:9465"`
+	HTTPAddr            string        `name:"http-addr" help:"Address of /healthz, /readyz, /metrics, the admin API (/api/v1/) and the console (/console/) (loopback by default); empty disables." default:"127.0.0.1:9465"`
 	Migrate             bool          `help:"Apply database migrations before consuming (otherwise pending migrations are an error)."`
 	RequireTopics       bool          `help:"Refuse to start (exit 2) when a consumed or dead-letter topic does not exist; without it a missing topic is a warning."`
 }
@@ -203,9 +205,15 @@ func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 	defer stopHTTP()
 	httpDone := make(chan error, 1)
 	if c.HTTPAddr != "" {
+		admin, closeAdmin, err := c.console(pool, g.DB.Schema, h, kopts, log)
+		if err != nil {
+			return err
+		}
+		defer closeAdmin()
 		srv, err := httpserver.Listen(httpserver.Config{
 			Addr:    c.HTTPAddr,
 			Metrics: tel.MetricsHandler(),
+			Admin:   admin,
 			Checks:  []httpserver.Check{{Name: "database", Run: pool.Ping}, {Name: "kafka", Run: c.pingKafka(kopts)}},
 		})
 		if err != nil {
@@ -217,6 +225,7 @@ func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 			srv.SetDraining()
 		}()
 		log.Info("serving /healthz, /readyz and /metrics", "addr", srv.Addr())
+		log.Info("operator console", "url", "http://"+srv.Addr()+"/console/", "read_only", c.Admin.AdminReadOnly)
 	} else {
 		httpDone <- nil
 	}
@@ -236,6 +245,34 @@ func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 	log.Info("stopped", "processed", st.Processed, "duplicates", st.Duplicates,
 		"dead_lettered", st.DeadLettered, "committed", st.Committed)
 	return nil
+}
+
+// console is the admin API and operator console of the inbox and the group's lag, mounted on
+// the HTTP server: open on loopback, token-protected elsewhere. Retry runs the configured
+// handler; lag is read through a client that joins no group. Call the returned func to close it.
+func (c *runCmd) console(pool *pgxpool.Pool, schema string, h *builtHandler, kopts []kgo.Opt, log *slog.Logger) (*console.Console, func(), error) {
+	token, err := c.Admin.Token()
+	if err != nil {
+		return nil, nil, err
+	}
+	cl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create the console's kafka client: %w", err)
+	}
+	con, err := console.New(console.Config{
+		Inbox: &console.InboxConfig{
+			Pool: pool, Schema: schema, Consumer: c.ID.consumerName(), Handler: h.handle,
+			MaxAttempts: c.MaxAttempts, Kafka: cl, Group: c.ID.Group,
+		},
+		Auth:     console.AuthConfig{Token: token, AllowUnauthenticated: console.IsLoopback(c.HTTPAddr)},
+		ReadOnly: c.Admin.AdminReadOnly,
+		Logger:   log,
+	})
+	if err != nil {
+		cl.Close()
+		return nil, nil, err
+	}
+	return con, cl.Close, nil
 }
 
 // checkSchema applies migrations when --migrate is set, and otherwise refuses to start on a

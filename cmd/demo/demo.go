@@ -19,8 +19,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
+	"github.com/keiro-go/keiro/console"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
+	"github.com/keiro-go/keiro/internal/httpserver"
 	"github.com/keiro-go/keiro/migrations"
 	"github.com/keiro-go/keiro/outbox"
 )
@@ -45,6 +47,9 @@ const (
 	DefaultPartitions = 3
 	// DefaultTimeout bounds the wait for the pipeline to drain.
 	DefaultTimeout = 2 * time.Minute
+	// DefaultConsoleAddr is the demo command's console address: loopback, next to the
+	// sidecars' default ports.
+	DefaultConsoleAddr = "127.0.0.1:9466"
 	// ConsumerGroup is the billing context's consumer group and inbox consumer name.
 	ConsumerGroup = "billing"
 	// Source is the orders context's name, the integration events' source.
@@ -81,6 +86,13 @@ type Config struct {
 	Timeout time.Duration
 	// Quiet prints only the final table. Defaults to false.
 	Quiet bool
+	// ConsoleAddr is where the operator console and its admin API listen (host:port, port 0
+	// picks one); the demo prints the console's URL. Defaults to "" (no console); the demo
+	// command's --console-addr defaults to DefaultConsoleAddr.
+	ConsoleAddr string
+	// Keep leaves the pipeline and the console running after the report, until ctx ends
+	// (Ctrl-C), so the console can be explored. Defaults to false.
+	Keep bool
 	// Logger receives the components' logs. Defaults to a logger that discards them.
 	Logger *slog.Logger
 }
@@ -247,6 +259,15 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
 
+	if cfg.ConsoleAddr != "" {
+		url, stop, err := serveConsole(ctx, cfg, pool, brokers)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+		fmt.Fprintf(out, "console   %s\n", url)
+	}
+
 	runCtx, stopComponents := context.WithCancel(ctx)
 	defer stopComponents()
 	var (
@@ -359,11 +380,21 @@ loop:
 		}
 	}
 	pwg.Wait()
-	stopComponents()
-	wg.Wait()
+	keep := cfg.Keep && drained
+	stop := func() {
+		stopComponents()
+		wg.Wait()
+	}
+	if !keep {
+		stop()
+	}
 	elapsed := time.Since(began)
-	if len(runErrs) > 0 {
-		return nil, errors.Join(runErrs...)
+	errMu.Lock()
+	runErr := errors.Join(runErrs...)
+	errMu.Unlock()
+	if runErr != nil {
+		stop()
+		return nil, runErr
 	}
 	if !drained {
 		return nil, fmt.Errorf("interrupted: %w", context.Cause(ctx))
@@ -372,11 +403,52 @@ loop:
 	rep, err := verify(context.WithoutCancel(ctx), pool, cfg, orders.placedPerCustomer(), placed.Load(),
 		int64(injected), relay.Stats(), consumer)
 	if err != nil {
+		stop()
 		return nil, err
 	}
 	rep.Elapsed = elapsed
 	rep.Print(out)
+	if keep {
+		fmt.Fprintln(out, "\nkeeping the pipeline and the console up (--keep); press Ctrl-C to stop")
+		<-runCtx.Done()
+		stop()
+	}
 	return rep, nil
+}
+
+// serveConsole serves the operator console over the demo's outbox, inbox and event store on
+// cfg.ConsoleAddr, and returns its URL and the function that stops it.
+func serveConsole(ctx context.Context, cfg Config, pool *pgxpool.Pool, brokers []string) (string, func(), error) {
+	kcl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return "", nil, fmt.Errorf("kafka client for the console: %w", err)
+	}
+	con, err := console.New(console.Config{
+		Outbox: &console.OutboxConfig{Pool: pool, Schema: cfg.Schema},
+		Inbox: &console.InboxConfig{Pool: pool, Schema: cfg.Schema, Consumer: ConsumerGroup,
+			Handler: billingHandler(cfg.Schema), Kafka: kcl, Group: ConsumerGroup},
+		Events: &console.EventsConfig{Pool: pool, Schema: cfg.Schema},
+		Auth:   console.AuthConfig{AllowUnauthenticated: console.IsLoopback(cfg.ConsoleAddr)},
+		Title:  "keiro demo",
+		Logger: cfg.Logger.With("component", "console"),
+	})
+	if err != nil {
+		kcl.Close()
+		return "", nil, err
+	}
+	srv, err := httpserver.Listen(httpserver.Config{Addr: cfg.ConsoleAddr, Admin: con})
+	if err != nil {
+		kcl.Close()
+		return "", nil, fmt.Errorf("serve the console (--console-addr): %w", err)
+	}
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(sctx) }()
+	return "http://" + srv.Addr() + "/console/", func() {
+		cancel()
+		<-done
+		kcl.Close()
+	}, nil
 }
 
 // setupDatabase connects, recreates the demo schema, migrates it and creates the billing

@@ -68,6 +68,8 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&cfg.SchemaRegistryURL, "schema-registry", "", "schema registry URL for --avro (default: an embedded registry on a loopback port)")
 	fs.DurationVar(&cfg.Timeout, "timeout", DefaultTimeout, "how long the demo waits for the pipeline to drain")
 	fs.BoolVar(&cfg.Quiet, "quiet", false, "print only the final table")
+	fs.StringVar(&cfg.ConsoleAddr, "console-addr", DefaultConsoleAddr, "address of the operator console and its admin API (empty disables)")
+	fs.BoolVar(&cfg.Keep, "keep", false, "leave the pipeline and the console running after the report, until Ctrl-C")
 	verbose := fs.Bool("v", false, "log the components' messages (relay, consumer) to stderr")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -121,4 +125,58 @@ func TestRealMainExitCodes(t *testing.T) {
 	stderr.Reset()
 	require.Equal(t, 1, realMain([]string{"--database-url", "postgres://nobody@127.0.0.1:1/x?connect_timeout=2", "-n", "3"}, &stdout, &stderr))
 	require.Contains(t, stderr.String(), "set DATABASE_URL")
+}
+
+// TestDemoKeepsTheConsoleUp runs the demo with a console and --keep: the console's URL is
+// printed, it answers while the demo stays up, and the demo returns when its context ends.
+func TestDemoKeepsTheConsoleUp(t *testing.T) {
+	t.Parallel()
+	pr, pw := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type result struct {
+		rep *Report
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := Run(ctx, Config{
+			Orders: 30, Customers: 3, Duplicates: 2, DatabaseURL: testdb.URL(), Schema: testdb.NewSchema(t),
+			Timeout: time.Minute, ConsoleAddr: "127.0.0.1:0", Keep: true,
+		}, pw)
+		_ = pw.Close()
+		done <- result{rep, err}
+	}()
+	var url string
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		line := sc.Text()
+		if u, ok := strings.CutPrefix(line, "console   "); ok {
+			url = u
+		}
+		if strings.Contains(line, "press Ctrl-C to stop") {
+			break
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	require.True(t, strings.HasPrefix(url, "http://127.0.0.1:"), url)
+	require.True(t, strings.HasSuffix(url, "/console/"), url)
+
+	resp, err := http.Get(strings.TrimSuffix(url, "/console/") + "/api/v1/outbox/summary")
+	require.NoError(t, err)
+	var s struct {
+		Totals map[string]int64 `json:"totals"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&s))
+	resp.Body.Close()
+	require.Equal(t, int64(30), s.Totals["sent"])
+	page, err := http.Get(url)
+	require.NoError(t, err)
+	page.Body.Close()
+	require.Equal(t, http.StatusOK, page.StatusCode)
+
+	cancel()
+	res := <-done
+	require.NoError(t, res.err)
+	require.True(t, res.rep.OK())
 }

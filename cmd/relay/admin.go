@@ -274,14 +274,13 @@ func (c *deadListCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 
 // requeueWarning is printed by every requeue: the ordering guarantee does not reach back in
 // time.
-const requeueWarning = `warning: a requeued row keeps its place (seq) in the outbox, but rows of the same key enqueued
-after it may already be on Kafka: consumers can receive the requeued event AFTER later events of
-its key. Requeue only events whose consumers tolerate that (idempotent, or ordered by version).`
+var requeueWarning = "warning: " + outbox.RequeueWarning
 
 // errDryRun rolls back the requeue transaction of --dry-run.
 var errDryRun = errors.New("dry run")
 
-// Run requeues the selected rows in one transaction and wakes listening relays.
+// Run requeues the selected rows in one transaction and wakes listening relays
+// (outbox.Store.RequeueTx, as the console's requeue); --dry-run rolls the transaction back.
 func (c *deadRequeueCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 	conn, err := g.DB.connect(ctx)
 	if err != nil {
@@ -296,53 +295,37 @@ func (c *deadRequeueCmd) Run(ctx context.Context, g *grammar, env *cli.Env) erro
 		fmt.Fprintln(env.Stderr, requeueWarning)
 	}
 	filter := outbox.RequeueFilter{Source: c.Source, Destination: c.Destination, All: c.All}
-	var skipped []string // ids that are not dead or rejected
-	var moved []envelope.UUID
+	for _, s := range c.IDs {
+		id, _ := envelope.ParseUUID(s) // validated
+		filter.IDs = append(filter.IDs, id)
+	}
+	var res outbox.RequeueResult
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		for _, s := range c.IDs {
-			id, _ := envelope.ParseUUID(s) // validated
-			row, err := store.Lookup(ctx, tx, id)
-			switch {
-			case errors.Is(err, outbox.ErrNotFound):
-				skipped = append(skipped, s+" (no such row)")
-				continue
-			case err != nil:
-				return err
-			case row.Status != "dead" && row.Status != "rejected":
-				skipped = append(skipped, s+" ("+row.Status+")")
-				continue
-			}
-			filter.IDs = append(filter.IDs, id)
-		}
-		if len(c.IDs) > 0 && len(filter.IDs) == 0 {
-			return nil // nothing to requeue; an empty filter would be refused
-		}
 		var err error
-		if moved, err = store.RequeueRows(ctx, tx, filter); err != nil {
+		if res, err = store.RequeueTx(ctx, tx, filter); err != nil {
 			return err
 		}
 		if c.DryRun {
 			return errDryRun // roll back: the rows stay as they are
-		}
-		if len(moved) > 0 {
-			if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", store.NotifyChannel()); err != nil {
-				return fmt.Errorf("notify relays: %w", err)
-			}
 		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, errDryRun) {
 		return err
 	}
-	for _, id := range moved {
+	for _, id := range res.Requeued {
 		fmt.Fprintln(env.Stdout, id)
 	}
 	if c.DryRun {
-		fmt.Fprintf(env.Stderr, "relay: would requeue %d row(s) (--dry-run: nothing changed)\n", len(moved))
+		fmt.Fprintf(env.Stderr, "relay: would requeue %d row(s) (--dry-run: nothing changed)\n", len(res.Requeued))
 	} else {
-		fmt.Fprintf(env.Stderr, "relay: requeued %d row(s)\n", len(moved))
+		fmt.Fprintf(env.Stderr, "relay: requeued %d row(s)\n", len(res.Requeued))
 	}
-	if len(skipped) > 0 {
+	if len(res.Skipped) > 0 {
+		skipped := make([]string, len(res.Skipped))
+		for i, s := range res.Skipped {
+			skipped[i] = s.ID.String() + " (" + s.Reason + ")"
+		}
 		return &cli.ExitError{Code: cli.ExitFailure, Err: fmt.Errorf(
 			"not requeued (only dead and rejected rows are): %s", strings.Join(skipped, ", "))}
 	}

@@ -152,6 +152,7 @@ func (f *dbFlags) ValidateFlags() error {
 // runCmd publishes outbox rows until SIGINT/SIGTERM.
 type runCmd struct {
 	Kafka kafkaconfig.Config `embed:""`
+	Admin cli.AdminFlags     `embed:""`
 
 	Policy              string        `help:"Ordering policy: ${policies}." default:"${policy}" placeholder:"POLICY"`
 	BatchSize           int           `help:"Rows claimed per batch." default:"${batch_size}"`
@@ -171,7 +172,7 @@ type runCmd struct {
 	OrderedSources      []string      `help:"With --policy=per-source: declare these sources ordered streams at start (their producers then serialise per source, so their rows are published in commit order, null keys included), comma separated." placeholder:"SOURCE"`
 	Migrate             bool          `help:"Apply database migrations before starting."`
 	MaxRecordBytes      int           `help:"Largest record produced; larger rows are rejected (message_too_large). Set to the topic's max.message.bytes if lower; 0 uses the producer's batch limit."`
-	HTTPAddr            string        `name:"http-addr" help:"Address of /healthz, /readyz and /metrics; empty disables." default:"${http_addr}" placeholder:"HOST:PORT"`
+	HTTPAddr            string        `name:"http-addr" help:"Address of /healthz, /readyz, /metrics, the admin API (/api/v1/) and the console (/console/); empty disables." default:"${http_addr}" placeholder:"HOST:PORT"`
 	Compression         string        `help:"Compression of produced batches: none, gzip, snappy, lz4 or zstd (default: the producer's, snappy)." placeholder:"CODEC"`
 	MaxBatchBytes       int32         `help:"Largest produce batch per partition in bytes; match the topics' max.message.bytes (0: the producer's default, about 1 MB). Records above it are rejected." placeholder:"BYTES"`
 }

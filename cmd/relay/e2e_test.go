@@ -183,6 +183,13 @@ func TestEndToEnd(t *testing.T) {
 	if code != 200 || !strings.Contains(body, `"database":"ok"`) || !strings.Contains(body, `"kafka":"ok"`) {
 		t.Fatalf("readyz: %d %s", code, body)
 	}
+	// On loopback the console and the admin API need no token; the relay counts itself.
+	if code, body := httpGet(t, base+"/console/"); code != 200 || !strings.Contains(body, "Relays connected") {
+		t.Fatalf("console: %d %s", code, body)
+	}
+	if code, body := httpGet(t, base+"/api/v1/outbox/summary"); code != 200 || !strings.Contains(body, `"relays_connected": 1`) {
+		t.Fatalf("outbox summary: %d %s", code, body)
+	}
 
 	// Enqueue in a business transaction; the relay publishes.
 	ctx := context.Background()
@@ -341,6 +348,76 @@ func TestReadyzNamesFailingKafka(t *testing.T) {
 	<-p.done
 	if p.err != nil {
 		t.Fatalf("exit with Kafka down: %v", p.err)
+	}
+}
+
+// TestAdminNeedsATokenOffLoopback: bound to every interface, the admin API and console refuse
+// every request until a token is set, then require it; /metrics and /healthz stay open and
+// the token is never printed.
+func TestAdminNeedsATokenOffLoopback(t *testing.T) {
+	db := testdb.New(t)
+	kc := testkafka.New(t)
+	get := func(url, bearer string) int {
+		req, err := http.NewRequest(http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+bearer)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	args := []string{"--database-url=" + testdb.URL(), "--schema=" + db.Schema, "--brokers=" + kc.Brokers[0],
+		"--http-addr=0.0.0.0:0", "--shutdown-timeout=3s"}
+	local := func(p *process) string {
+		addr := p.waitLine(t, regexp.MustCompile(`http server listening.*addr=(\S+)`), 30*time.Second)[1]
+		_, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return "http://127.0.0.1:" + port
+	}
+	stop := func(p *process) {
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		<-p.done
+	}
+
+	open := start(t, nil, args...)
+	base := local(open)
+	if code := get(base+"/api/v1/outbox/summary", ""); code != http.StatusForbidden {
+		t.Fatalf("admin API off loopback without a token: %d", code)
+	}
+	if code := get(base+"/healthz", ""); code != 200 {
+		t.Fatalf("healthz: %d", code)
+	}
+	stop(open)
+
+	const token = "e2e-admin-token-7f3a"
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	guarded := start(t, []string{"KEIRO_RELAY_ADMIN_TOKEN_FILE=" + file}, args...)
+	base = local(guarded)
+	if code := get(base+"/console/", ""); code != http.StatusUnauthorized {
+		t.Fatalf("console without the token: %d", code)
+	}
+	if code := get(base+"/console/", token); code != 200 {
+		t.Fatalf("console with the token: %d", code)
+	}
+	if code := get(base+"/api/v1/outbox/rows", "wrong"); code != http.StatusUnauthorized {
+		t.Fatalf("admin API with a wrong token: %d", code)
+	}
+	stop(guarded)
+	if strings.Contains(guarded.output(), token) {
+		t.Fatalf("the admin token was printed:\n%s", guarded.output())
 	}
 }
 

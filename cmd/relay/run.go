@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro/console"
 	"github.com/keiro-go/keiro/internal/cli"
 	"github.com/keiro-go/keiro/internal/httpserver"
 	"github.com/keiro-go/keiro/internal/kafkaconfig"
@@ -149,6 +150,9 @@ func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 	if err != nil {
 		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("--database-url %s: %w", g.DB.DatabaseURL, redactErr(err, g.DB.DatabaseURL))}
 	}
+	if _, set := pcfg.ConnConfig.RuntimeParams["application_name"]; !set {
+		pcfg.ConnConfig.RuntimeParams["application_name"] = console.RelayApplicationName(g.DB.Schema) // counted by the console
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return fmt.Errorf("open database pool for %s: %w", g.DB.DatabaseURL, redactErr(err, g.DB.DatabaseURL))
@@ -182,9 +186,14 @@ func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 	httpDone := make(chan error, 1)
 	var srv *httpserver.Server
 	if c.HTTPAddr != "" {
+		admin, err := c.console(pool, g.DB.Schema, log)
+		if err != nil {
+			return err
+		}
 		srv, err = httpserver.Listen(httpserver.Config{
 			Addr:            c.HTTPAddr,
 			Metrics:         tel.MetricsHandler(),
+			Admin:           admin,
 			ShutdownTimeout: shutdownReserve,
 			Checks: []httpserver.Check{
 				{Name: "database", Run: pool.Ping},
@@ -195,6 +204,7 @@ func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 			return err
 		}
 		log.Info("http server listening", "addr", srv.Addr())
+		log.Info("operator console", "url", "http://"+srv.Addr()+"/console/", "read_only", c.Admin.AdminReadOnly)
 		go func() { httpDone <- srv.Serve(httpCtx) }()
 	} else {
 		httpDone <- nil
@@ -235,6 +245,22 @@ func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 		log.Warn("http server", "err", httpErr)
 	}
 	return nil
+}
+
+// console is the admin API and operator console of the outbox and the event store, mounted on
+// the HTTP server: open on loopback, token-protected elsewhere.
+func (c *runCmd) console(pool *pgxpool.Pool, schema string, log *slog.Logger) (*console.Console, error) {
+	token, err := c.Admin.Token()
+	if err != nil {
+		return nil, err
+	}
+	return console.New(console.Config{
+		Outbox:   &console.OutboxConfig{Pool: pool, Schema: schema},
+		Events:   &console.EventsConfig{Pool: pool, Schema: schema},
+		Auth:     console.AuthConfig{Token: token, AllowUnauthenticated: console.IsLoopback(c.HTTPAddr)},
+		ReadOnly: c.Admin.AdminReadOnly,
+		Logger:   log,
+	})
 }
 
 // prepareSchema applies the migrations when asked, and otherwise refuses to start on a schema

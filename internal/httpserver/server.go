@@ -36,6 +36,9 @@ type Config struct {
 	Addr string
 	// Metrics serves /metrics. Defaults to nil: /metrics answers 404.
 	Metrics http.Handler
+	// Admin serves the admin API (/api/) and the operator console (/console/), and / redirects
+	// to the console. Defaults to nil: those paths answer 404.
+	Admin http.Handler
 	// Checks are the readiness checks of /readyz. Defaults to none: ready while not draining.
 	Checks []Check
 	// CheckTimeout bounds each readiness check. Defaults to [DefaultCheckTimeout].
@@ -154,7 +157,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	return nil
 }
 
-// Handler returns the mux of /healthz, /readyz and /metrics.
+// Handler returns the mux of /healthz, /readyz, /metrics and, when set, Config.Admin.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -164,6 +167,14 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /readyz", s.readyz)
 	if s.cfg.Metrics != nil {
 		mux.Handle("GET /metrics", s.cfg.Metrics)
+	}
+	if s.cfg.Admin != nil {
+		mux.Handle("/api/", s.cfg.Admin)
+		mux.Handle("/console/", s.cfg.Admin)
+		mux.Handle("/console", s.cfg.Admin)
+		mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "/console/", http.StatusFound)
+		})
 	}
 	return mux
 }

@@ -202,3 +202,36 @@ func TestServeGracefulShutdown(t *testing.T) {
 	}
 	http.DefaultClient.CloseIdleConnections()
 }
+
+// TestAdminMounted serves Config.Admin for /api/ and /console/, redirects / to the console,
+// and keeps the operational endpoints out of its reach.
+func TestAdminMounted(t *testing.T) {
+	admin := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "admin "+r.URL.Path)
+	})
+	h, _, err := httpserver.NewHandler(httpserver.Config{Admin: admin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/api/v1/outbox/summary", "/console/", "/console/outbox"} {
+		if code, body := get(t, h, p); code != 200 || body != "admin "+p {
+			t.Fatalf("%s: %d %q", p, code, body)
+		}
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	if rec.Code != http.StatusFound || rec.Header().Get("Location") != "/console/" {
+		t.Fatalf("/: %d %q", rec.Code, rec.Header().Get("Location"))
+	}
+	if code, body := get(t, h, "/healthz"); code != 200 || body != "ok\n" {
+		t.Fatalf("healthz: %d %q", code, body)
+	}
+	// Without Admin the paths are not served.
+	plain, _, err := httpserver.NewHandler(httpserver.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := get(t, plain, "/console/"); code != http.StatusNotFound {
+		t.Fatalf("console without Admin: %d", code)
+	}
+}

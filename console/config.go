@@ -1,0 +1,206 @@
+package console
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keiro-go/keiro/inbox"
+	"github.com/keiro-go/keiro/migrations"
+)
+
+// Defaults of [Config].
+const (
+	// DefaultPageSize is the rows per page when a request does not say.
+	DefaultPageSize = 50
+	// MaxPageSize is the most rows a page holds, whatever a request asks.
+	MaxPageSize = 200
+	// DefaultPreviewBytes is the payload preview's size in lists.
+	DefaultPreviewBytes = 512
+	// DefaultDetailPayloadBytes is the most payload bytes a detail page or answer carries.
+	DefaultDetailPayloadBytes = 256 << 10
+	// MaxRequestBytes bounds the body of a POST.
+	MaxRequestBytes = 1 << 20
+	// MaxSelection is the most rows one requeue or retry may name.
+	MaxSelection = 1000
+	// DefaultTitle names the console in its pages.
+	DefaultTitle = "keiro"
+)
+
+// Config configures the console. At least one of Outbox, Inbox and Events must be set.
+type Config struct {
+	// Outbox enables the outbox pages and /api/v1/outbox/…. Defaults to nil (not served).
+	Outbox *OutboxConfig
+	// Inbox enables the inbox pages, /api/v1/inbox/… and /api/v1/consumer/lag. Defaults to nil
+	// (not served).
+	Inbox *InboxConfig
+	// Events enables the subscriptions page and /api/v1/subscriptions. Defaults to nil (not
+	// served).
+	Events *EventsConfig
+	// Auth says who may use the console. Defaults to the zero AuthConfig: every request is
+	// refused until a token is set or unauthenticated access is allowed.
+	Auth AuthConfig
+	// ReadOnly refuses every state-changing request and hides the actions. Defaults to false.
+	ReadOnly bool
+	// Title names the deployment in the pages' header. Defaults to [DefaultTitle].
+	Title string
+	// Logger receives one record per state-changing request (who, what, outcome) and per
+	// refused request. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// OutboxConfig locates the outbox table.
+type OutboxConfig struct {
+	// Pool connects to the outbox's database. Required.
+	Pool *pgxpool.Pool
+	// Schema holds keiro's tables. Defaults to migrations.DefaultSchema.
+	Schema string
+}
+
+// InboxConfig locates one inbox consumer and the Kafka group it reads in.
+type InboxConfig struct {
+	// Pool connects to the inbox's database. Required.
+	Pool *pgxpool.Pool
+	// Schema holds keiro's tables. Defaults to migrations.DefaultSchema.
+	Schema string
+	// Consumer is the inbox consumer name whose failures are listed and retried. Required.
+	Consumer string
+	// Handler re-runs a failed row on retry (the consumer's own handler). Defaults to nil:
+	// retry is not offered.
+	Handler inbox.Handler
+	// MaxAttempts is the attempt ceiling recorded when a retried row fails again. Defaults to
+	// inbox.DefaultMaxAttempts.
+	MaxAttempts int
+	// Kafka is a client of the group's cluster, used to read the group's committed offsets and
+	// the partitions' end offsets (it joins no group). Defaults to nil: lag is not shown.
+	Kafka *kgo.Client
+	// Group is the Kafka consumer group whose lag is shown. Defaults to Consumer.
+	Group string
+}
+
+// EventsConfig locates the event store whose subscriptions are shown.
+type EventsConfig struct {
+	// Pool connects to the event store's database. Required.
+	Pool *pgxpool.Pool
+	// Schema holds keiro's tables. Defaults to migrations.DefaultSchema.
+	Schema string
+}
+
+// AuthConfig says who may use the console.
+type AuthConfig struct {
+	// Token is the bearer token, also accepted as the password of basic auth (any user name,
+	// which is logged as who acted). When set it is required on every request, loopback
+	// included. Defaults to "" (no token).
+	Token string
+	// AllowUnauthenticated serves requests without credentials when Token is empty: set it
+	// only when the server is bound to loopback ([IsLoopback]). Defaults to false: without a
+	// token every request is refused with 403.
+	AllowUnauthenticated bool
+}
+
+func (c *Config) applyDefaults() {
+	if c.Title == "" {
+		c.Title = DefaultTitle
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Outbox != nil && c.Outbox.Schema == "" {
+		c.Outbox.Schema = migrations.DefaultSchema
+	}
+	if c.Inbox != nil {
+		if c.Inbox.Schema == "" {
+			c.Inbox.Schema = migrations.DefaultSchema
+		}
+		if c.Inbox.MaxAttempts == 0 {
+			c.Inbox.MaxAttempts = inbox.DefaultMaxAttempts
+		}
+		if c.Inbox.Group == "" {
+			c.Inbox.Group = c.Inbox.Consumer
+		}
+	}
+	if c.Events != nil && c.Events.Schema == "" {
+		c.Events.Schema = migrations.DefaultSchema
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.Outbox == nil && c.Inbox == nil && c.Events == nil {
+		errs = append(errs, errors.New("set at least one of Outbox, Inbox and Events"))
+	}
+	if o := c.Outbox; o != nil {
+		if o.Pool == nil {
+			errs = append(errs, errors.New("Outbox.Pool is required"))
+		}
+		if err := migrations.ValidateSchema(o.Schema); err != nil {
+			errs = append(errs, fmt.Errorf("Outbox.Schema: %w", err))
+		}
+	}
+	if i := c.Inbox; i != nil {
+		if i.Pool == nil {
+			errs = append(errs, errors.New("Inbox.Pool is required"))
+		}
+		if i.Consumer == "" {
+			errs = append(errs, errors.New("Inbox.Consumer is required: the inbox consumer name"))
+		}
+		if i.MaxAttempts < 1 {
+			errs = append(errs, fmt.Errorf("Inbox.MaxAttempts must be at least 1, got %d", i.MaxAttempts))
+		}
+		if err := migrations.ValidateSchema(i.Schema); err != nil {
+			errs = append(errs, fmt.Errorf("Inbox.Schema: %w", err))
+		}
+	}
+	if e := c.Events; e != nil {
+		if e.Pool == nil {
+			errs = append(errs, errors.New("Events.Pool is required"))
+		}
+		if err := migrations.ValidateSchema(e.Schema); err != nil {
+			errs = append(errs, fmt.Errorf("Events.Schema: %w", err))
+		}
+	}
+	if strings.ContainsAny(c.Auth.Token, " \t\r\n") {
+		errs = append(errs, errors.New("Auth.Token must not contain white space (a token file's trailing newline is trimmed by the sidecars)"))
+	}
+	return errors.Join(errs...)
+}
+
+// IsLoopback reports whether a listen address (host:port) binds loopback only: 127.0.0.0/8,
+// ::1 or "localhost". An empty host (all interfaces) is not loopback.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// RelayApplicationName is the PostgreSQL application_name a relay process publishing the
+// outbox of schema sets on its connections ("keiro-relay:SCHEMA@HOST/PID", the schema cut to
+// 32 bytes and the host shortened to fit PostgreSQL's 63 bytes): the outbox summary counts the
+// distinct names of the schema among the database's sessions as the relays connected.
+func RelayApplicationName(schema string) string {
+	host, _ := os.Hostname()
+	prefix := relayPrefix(schema)
+	suffix := fmt.Sprintf("/%d", os.Getpid())
+	if over := len(prefix) + len(host) + len(suffix) - 63; over > 0 {
+		host = host[:max(0, len(host)-over)]
+	}
+	return prefix + host + suffix
+}
+
+// relayPrefix is the start of the application_name of schema's relays: "keiro-relay:SCHEMA@",
+// the schema cut to its first 32 bytes so that host and pid always fit.
+func relayPrefix(schema string) string {
+	return "keiro-relay:" + schema[:min(len(schema), 32)] + "@"
+}

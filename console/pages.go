@@ -1,0 +1,399 @@
+package console
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/keiro-go/keiro/inbox"
+	"github.com/keiro-go/keiro/outbox"
+)
+
+// page is what every template receives: the layout's fields and the page's own Data.
+type page struct {
+	Title    string
+	Heading  string
+	Active   string
+	Who      string
+	CSRF     string
+	ReadOnly bool
+	Outbox   bool
+	Inbox    bool
+	Events   bool
+	CanRetry bool
+	Refresh  bool
+	Data     any
+}
+
+var funcs = template.FuncMap{
+	"age":      fmtAge,
+	"ageOf":    func(t time.Time) string { return fmtAge(ptr(time.Since(t).Seconds())) },
+	"ts":       fmtTime,
+	"tsp":      func(t *time.Time) string { return fmtTimePtr(t) },
+	"pathesc":  pathEscape,
+	"chart":    chart,
+	"short":    short,
+	"deref":    func(s *string) string { return derefOr(s, "") },
+	"keyOf":    func(s *string) string { return derefOr(s, "—") },
+	"statuses": func() []string { return outboxStatuses },
+	"has": func(list []string, s string) bool {
+		for _, v := range list {
+			if v == s {
+				return true
+			}
+		}
+		return false
+	},
+	"query": func(kv ...string) template.URL {
+		v := url.Values{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			if kv[i+1] != "" {
+				v.Add(kv[i], kv[i+1])
+			}
+		}
+		return template.URL(v.Encode())
+	},
+	"joined": func(list []string) string { return strings.Join(list, ",") },
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func derefOr(s *string, d string) string {
+	if s == nil {
+		return d
+	}
+	return *s
+}
+
+func pathEscape(s string) string { return url.PathEscape(s) }
+
+// fmtAge prints seconds as "4s", "3m 12s", "2h 5m", "3d 4h"; "—" for none.
+func fmtAge(s *float64) string {
+	if s == nil {
+		return "—"
+	}
+	d := time.Duration(*s * float64(time.Second)).Round(time.Second)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm %ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh %dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd %dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
+}
+
+func fmtTimePtr(t *time.Time) string {
+	if t == nil {
+		return "—"
+	}
+	return fmtTime(*t)
+}
+
+// short flattens s to one line of at most n runes.
+func short(n int, s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+// pageNames are the templates of templates/, each parsed with layout.html.
+var pageNames = []string{"overview", "outbox", "outbox_row", "requeue", "inbox", "inbox_entry", "retry", "subscriptions", "error"}
+
+func parsePages() (map[string]*template.Template, error) {
+	layout, err := fs.ReadFile(templateFS, "templates/layout.html")
+	if err != nil {
+		return nil, fmt.Errorf("read console layout: %w", err)
+	}
+	pages := map[string]*template.Template{}
+	for _, name := range pageNames {
+		body, err := fs.ReadFile(templateFS, "templates/"+name+".html")
+		if err != nil {
+			return nil, fmt.Errorf("read console page %s: %w", name, err)
+		}
+		t, err := template.New("layout").Funcs(funcs).Parse(string(layout))
+		if err == nil {
+			_, err = t.Parse(string(body))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("parse console page %s: %w", name, err)
+		}
+		pages[name] = t
+	}
+	return pages, nil
+}
+
+// render writes page name with data, or the error page if rendering fails.
+func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name, heading, active string, data any) {
+	p := principalOf(r.Context())
+	pg := page{
+		Title: c.cfg.Title, Heading: heading, Active: active, Who: p.name, CSRF: c.guard.csrfToken(p),
+		ReadOnly: c.cfg.ReadOnly, Outbox: c.cfg.Outbox != nil, Inbox: c.cfg.Inbox != nil, Events: c.cfg.Events != nil,
+		CanRetry: c.cfg.Inbox != nil && c.cfg.Inbox.Handler != nil && !c.cfg.ReadOnly, Data: data,
+	}
+	pg.Refresh = name == "overview"
+	var buf bytes.Buffer
+	if err := c.pages[name].ExecuteTemplate(&buf, "layout", pg); err != nil {
+		c.log.Error("console: render page", "page", name, "err", err)
+		http.Error(w, "render the page: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// errorData is the error page's content.
+type errorData struct {
+	Status  int
+	Message string
+}
+
+func (c *Console) pageError(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	if c.pages == nil {
+		http.Error(w, msg, status)
+		return
+	}
+	c.render(w, r, status, "error", http.StatusText(status), "", errorData{Status: status, Message: msg})
+}
+
+// overviewData is the overview page's content.
+type overviewData struct {
+	Outbox    *OutboxSummary
+	OutboxErr string
+	Inbox     *InboxSummary
+	InboxErr  string
+	Lag       *ConsumerLag
+	LagErr    string
+	Subs      *Subscriptions
+	SubsErr   string
+}
+
+func (c *Console) pageOverview(w http.ResponseWriter, r *http.Request) {
+	var d overviewData
+	ctx := r.Context()
+	if c.cfg.Outbox != nil {
+		if s, err := c.readOutboxSummary(ctx); err != nil {
+			d.OutboxErr = err.Error()
+		} else {
+			d.Outbox = &s
+		}
+	}
+	if c.cfg.Inbox != nil {
+		if s, err := c.readInboxSummary(ctx); err != nil {
+			d.InboxErr = err.Error()
+		} else {
+			d.Inbox = &s
+		}
+		if l, err := c.readLag(ctx); err != nil {
+			d.LagErr = err.Error()
+		} else {
+			d.Lag = &l
+		}
+	}
+	if c.cfg.Events != nil {
+		if s, err := c.readSubscriptions(ctx); err != nil {
+			d.SubsErr = err.Error()
+		} else {
+			d.Subs = &s
+		}
+	}
+	c.render(w, r, http.StatusOK, "overview", "Overview", "overview", d)
+}
+
+// outboxListData is the outbox list page's content.
+type outboxListData struct {
+	Filter outboxFilter
+	Page   OutboxPage
+	First  bool
+}
+
+func (c *Console) pageOutboxRows(w http.ResponseWriter, r *http.Request) {
+	f, err := parseOutboxFilter(r)
+	if err != nil {
+		c.pageError(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	pg, err := c.listOutboxRows(r.Context(), f)
+	if err != nil {
+		c.serverError(w, r, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "outbox", "Outbox: dead, rejected and retrying rows", "outbox",
+		outboxListData{Filter: f, Page: pg, First: f.Before == 0})
+}
+
+func (c *Console) pageOutboxRow(w http.ResponseWriter, r *http.Request) {
+	o, err := c.getOutboxRow(r.Context(), r.PathValue("id"))
+	switch {
+	case errors.Is(err, errBadID):
+		c.pageError(w, r, http.StatusBadRequest, err.Error()+": open a row from the outbox list.")
+	case errors.Is(err, outbox.ErrNotFound):
+		c.pageError(w, r, http.StatusNotFound, err.Error()+" (it may have been deleted by retention).")
+	case err != nil:
+		c.serverError(w, r, err)
+	default:
+		c.render(w, r, http.StatusOK, "outbox_row", "Outbox row "+o.OutboxID, "outbox", o)
+	}
+}
+
+// requeueData is the requeue confirmation and result page's content.
+type requeueData struct {
+	Request RequeueRequest
+	// Count is how many rows the confirmed request would move (filter), or len(IDs).
+	Count   int64
+	Warning string
+	Answer  *RequeueAnswer
+}
+
+func (c *Console) pageOutboxRequeue(w http.ResponseWriter, r *http.Request) {
+	q := RequeueRequest{
+		IDs: r.PostForm["id"], Source: strings.TrimSpace(r.PostFormValue("source")),
+		Destination: strings.TrimSpace(r.PostFormValue("destination")), All: r.PostFormValue("all") == "yes",
+	}
+	if _, err := q.filter(); err != nil {
+		c.pageError(w, r, http.StatusBadRequest, "Requeue: "+err.Error()+". Select rows in the outbox list first.")
+		return
+	}
+	d := requeueData{Request: q, Warning: outbox.RequeueWarning, Count: int64(len(q.IDs))}
+	if r.PostFormValue("confirm") != "yes" {
+		if len(q.IDs) == 0 {
+			n, err := c.countRequeueable(r.Context(), q.Source, q.Destination)
+			if err != nil {
+				c.serverError(w, r, err)
+				return
+			}
+			d.Count = n
+		}
+		c.render(w, r, http.StatusOK, "requeue", "Confirm requeue", "outbox", d)
+		return
+	}
+	ans, err := c.requeue(r, q)
+	if err != nil {
+		c.serverError(w, r, err)
+		return
+	}
+	d.Answer = &ans
+	c.render(w, r, http.StatusOK, "requeue", "Requeued", "outbox", d)
+}
+
+// inboxListData is the inbox list page's content.
+type inboxListData struct {
+	Consumer string
+	Source   string
+	Page     InboxPage
+	First    bool
+}
+
+func (c *Console) pageInboxFailed(w http.ResponseWriter, r *http.Request) {
+	pg, err := c.listInboxFailed(r.Context(), r)
+	var bad badRequest
+	switch {
+	case errors.As(err, &bad):
+		c.pageError(w, r, http.StatusBadRequest, bad.Error())
+		return
+	case err != nil:
+		c.serverError(w, r, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "inbox", "Inbox: failed and poisoned messages", "inbox", inboxListData{
+		Consumer: c.cfg.Inbox.Consumer, Source: r.URL.Query().Get("source"), Page: pg, First: r.URL.Query().Get("cursor") == "",
+	})
+}
+
+func (c *Console) pageInboxEntry(w http.ResponseWriter, r *http.Request) {
+	k, err := inboxKey(r)
+	if err != nil {
+		c.pageError(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	e, err := c.inbox.Lookup(r.Context(), c.cfg.Inbox.Pool, k)
+	switch {
+	case errors.Is(err, inbox.ErrNotFound):
+		c.pageError(w, r, http.StatusNotFound, err.Error()+" for consumer "+c.cfg.Inbox.Consumer+".")
+	case err != nil:
+		c.serverError(w, r, err)
+	default:
+		c.render(w, r, http.StatusOK, "inbox_entry", "Inbox message "+k.Source+" / "+k.DedupeKey, "inbox",
+			c.inboxEntry(e, DefaultDetailPayloadBytes))
+	}
+}
+
+// retryData is the retry confirmation and result page's content.
+type retryData struct {
+	Consumer string
+	Keys     []RetryKey
+	Answer   *RetryAnswer
+}
+
+// Value is a key as the retry form posts it: the escaped source, "/", the escaped dedupe key.
+func (k RetryKey) Value() string { return pathEscape(k.Source) + "/" + pathEscape(k.DedupeKey) }
+
+// parseFormKey reads a key posted by the retry form (RetryKey.Value, InboxEntry.Path).
+func parseFormKey(v string) (RetryKey, error) {
+	src, key, ok := strings.Cut(v, "/")
+	s, err1 := url.PathUnescape(src)
+	k, err2 := url.PathUnescape(key)
+	if !ok || err1 != nil || err2 != nil {
+		return RetryKey{}, fmt.Errorf("%q is not an escaped source/dedupe-key", v)
+	}
+	return RetryKey{Source: s, DedupeKey: k}, nil
+}
+
+func (c *Console) pageInboxRetry(w http.ResponseWriter, r *http.Request) {
+	if c.cfg.Inbox.Handler == nil {
+		c.pageError(w, r, http.StatusNotImplemented, "Retry is not available: this console has no handler to run.")
+		return
+	}
+	var q RetryRequest
+	for _, v := range r.PostForm["key"] {
+		k, err := parseFormKey(v)
+		if err != nil {
+			c.pageError(w, r, http.StatusBadRequest, "Retry: "+err.Error()+".")
+			return
+		}
+		q.Keys = append(q.Keys, k)
+	}
+	if err := q.validate(); err != nil {
+		c.pageError(w, r, http.StatusBadRequest, "Retry: "+err.Error()+". Select messages in the inbox list first.")
+		return
+	}
+	d := retryData{Consumer: c.cfg.Inbox.Consumer, Keys: q.Keys}
+	if r.PostFormValue("confirm") != "yes" {
+		c.render(w, r, http.StatusOK, "retry", "Confirm retry", "inbox", d)
+		return
+	}
+	ans, err := c.retry(r, q)
+	if err != nil {
+		c.serverError(w, r, err)
+		return
+	}
+	d.Answer = &ans
+	c.render(w, r, http.StatusOK, "retry", "Retried", "inbox", d)
+}
+
+func (c *Console) pageSubscriptions(w http.ResponseWriter, r *http.Request) {
+	s, err := c.readSubscriptions(r.Context())
+	if err != nil {
+		c.serverError(w, r, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "subscriptions", "Subscriptions", "subscriptions", s)
+}

@@ -1,0 +1,567 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/outbox"
+)
+
+// outboxStatuses are the row states in the order the pages show them.
+var outboxStatuses = []string{"pending", "publishing", "failed", "sent", "dead", "rejected"}
+
+// listableStatuses are the states /api/v1/outbox/rows lists: the rows an operator looks at.
+var listableStatuses = []string{"dead", "rejected", "failed"}
+
+// OutboxSummary answers GET /api/v1/outbox/summary.
+type OutboxSummary struct {
+	// Destinations has one entry per destination (topic), sorted by name.
+	Destinations []DestinationSummary `json:"destinations"`
+	// Totals is the row count per status over every destination.
+	Totals map[string]int64 `json:"totals"`
+	// Backlog counts the rows still to publish: pending, failed and publishing.
+	Backlog int64 `json:"backlog"`
+	// OldestPendingAgeSeconds is the age of the oldest pending or failed row; null when none.
+	OldestPendingAgeSeconds *float64 `json:"oldest_pending_age_seconds"`
+	// DeadOrRejected counts the rows waiting for an operator.
+	DeadOrRejected int64 `json:"dead_or_rejected"`
+	// SentLastMinute counts the rows published in the last minute.
+	SentLastMinute int64 `json:"sent_last_minute"`
+	// FailedLastMinute counts the rows that went dead or rejected in the last minute.
+	FailedLastMinute int64 `json:"failed_last_minute"`
+	// RelaysConnected counts the relay processes of this outbox connected to the database (by
+	// their application_name, "keiro-relay:SCHEMA@HOST/PID").
+	RelaysConnected int64 `json:"relays_connected"`
+	// LastHour has one bucket per minute of the last hour, oldest first: rows published and rows
+	// gone dead or rejected (retained sent rows only: a retention under an hour shortens it).
+	LastHour []RateBucket `json:"last_hour"`
+	// ReadAt is the database's clock when the summary was read.
+	ReadAt time.Time `json:"read_at"`
+}
+
+// DestinationSummary is one destination's row counts.
+type DestinationSummary struct {
+	// Destination is the topic.
+	Destination string `json:"destination"`
+	// Counts is the row count per status.
+	Counts map[string]int64 `json:"counts"`
+	// Backlog counts pending, failed and publishing rows.
+	Backlog int64 `json:"backlog"`
+	// OldestPendingAgeSeconds is the age of the destination's oldest pending or failed row.
+	OldestPendingAgeSeconds *float64 `json:"oldest_pending_age_seconds"`
+}
+
+// RateBucket is one minute of the hour-long chart.
+type RateBucket struct {
+	// Minute is the bucket's start.
+	Minute time.Time `json:"minute"`
+	// Sent counts rows published (outbox) or completed (inbox) in the minute.
+	Sent int64 `json:"sent"`
+	// Failed counts rows that went dead or rejected (outbox) or failed (inbox) in the minute.
+	Failed int64 `json:"failed"`
+}
+
+func (c *Console) outboxTable() string { return c.cfg.Outbox.Schema + ".keiro_outbox" }
+
+func (c *Console) readOutboxSummary(ctx context.Context) (OutboxSummary, error) {
+	q := c.cfg.Outbox.Pool
+	s := OutboxSummary{Totals: map[string]int64{}}
+	var origin time.Time
+	if err := q.QueryRow(ctx, bind(sqlOutboxRecent, c.cfg.Outbox.Schema, "keiro_outbox"), relayPrefix(c.cfg.Outbox.Schema)).Scan(
+		&s.SentLastMinute, &s.FailedLastMinute, &s.RelaysConnected, &s.ReadAt, &origin); err != nil {
+		return s, fmt.Errorf("read outbox summary: %w", err)
+	}
+	rows, err := q.Query(ctx, bind(sqlOutboxCounts, c.cfg.Outbox.Schema, "keiro_outbox"))
+	if err != nil {
+		return s, fmt.Errorf("read outbox summary: %w", err)
+	}
+	byDest := map[string]*DestinationSummary{}
+	var oldest time.Time
+	oldestOf := map[string]time.Time{}
+	for rows.Next() {
+		var dest, status string
+		var n int64
+		var first *time.Time
+		if err := rows.Scan(&dest, &status, &n, &first); err != nil {
+			rows.Close()
+			return s, fmt.Errorf("read outbox summary: %w", err)
+		}
+		d := byDest[dest]
+		if d == nil {
+			d = &DestinationSummary{Destination: dest, Counts: map[string]int64{}}
+			byDest[dest] = d
+		}
+		d.Counts[status] = n
+		s.Totals[status] += n
+		switch status {
+		case "pending", "failed", "publishing":
+			d.Backlog += n
+			s.Backlog += n
+		case "dead", "rejected":
+			s.DeadOrRejected += n
+		}
+		if first != nil {
+			if o := oldestOf[dest]; o.IsZero() || first.Before(o) {
+				oldestOf[dest] = *first
+			}
+			if oldest.IsZero() || first.Before(oldest) {
+				oldest = *first
+			}
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return s, fmt.Errorf("read outbox summary: %w", err)
+	}
+	for _, d := range byDest {
+		d.OldestPendingAgeSeconds = ageSeconds(s.ReadAt, oldestOf[d.Destination])
+		s.Destinations = append(s.Destinations, *d)
+	}
+	sort.Slice(s.Destinations, func(i, j int) bool { return s.Destinations[i].Destination < s.Destinations[j].Destination })
+	s.OldestPendingAgeSeconds = ageSeconds(s.ReadAt, oldest)
+	s.LastHour, err = readRates(ctx, q, bind(sqlOutboxRates, c.cfg.Outbox.Schema, "keiro_outbox"), origin)
+	if err != nil {
+		return s, fmt.Errorf("read outbox rates: %w", err)
+	}
+	return s, nil
+}
+
+// readRates runs a rates query (kind, minute, count rows from origin) into 60 buckets.
+func readRates(ctx context.Context, q querier, sql string, origin time.Time, args ...any) ([]RateBucket, error) {
+	buckets := make([]RateBucket, 60)
+	for i := range buckets {
+		buckets[i].Minute = origin.Add(time.Duration(i) * time.Minute).UTC()
+	}
+	rows, err := q.Query(ctx, sql, append(args, origin)...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var kind string
+		var at time.Time
+		var n int64
+		if err := rows.Scan(&kind, &at, &n); err != nil {
+			return nil, err
+		}
+		i := int(at.Sub(origin) / time.Minute)
+		if i < 0 || i >= len(buckets) {
+			continue
+		}
+		if kind == "sent" {
+			buckets[i].Sent += n
+		} else {
+			buckets[i].Failed += n
+		}
+	}
+	return buckets, rows.Err()
+}
+
+// querier is what the console's reads need of a pool.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// OutboxRow is one outbox row in the API's lists and detail.
+type OutboxRow struct {
+	// OutboxID is the row's id, as requeue takes it.
+	OutboxID string `json:"outbox_id"`
+	// Seq is the row's place in the outbox's order.
+	Seq int64 `json:"seq"`
+	// Status is pending, publishing, sent, failed, dead or rejected.
+	Status string `json:"status"`
+	// Source, Destination, MessageID, Key and EventType identify the event.
+	Source      string  `json:"source"`
+	Destination string  `json:"destination"`
+	MessageID   string  `json:"message_id"`
+	Key         *string `json:"key"`
+	EventType   string  `json:"event_type"`
+	// Attempts is the number of publish attempts counted.
+	Attempts int `json:"attempts"`
+	// LastError is the last failure's text.
+	LastError string `json:"last_error,omitempty"`
+	// RejectionCode is the Kafka error of a rejected row ("message_too_large").
+	RejectionCode string `json:"rejection_code,omitempty"`
+	// NextAttemptAt is when a failed row is retried.
+	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
+	// PublishedAt, Partition and Offset are set on sent rows.
+	PublishedAt *time.Time `json:"published_at,omitempty"`
+	Partition   *int32     `json:"partition,omitempty"`
+	Offset      *int64     `json:"offset,omitempty"`
+	// CreatedAt and UpdatedAt are the row's timestamps.
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	// Headers are the Kafka headers the row is published with, in order.
+	Headers []Header `json:"headers"`
+	// Payload is the payload: a preview of DefaultPreviewBytes in lists, up to
+	// DefaultDetailPayloadBytes in the detail.
+	Payload Payload `json:"payload"`
+}
+
+// Requeueable reports whether requeue would move the row.
+func (o OutboxRow) Requeueable() bool { return o.Status == "dead" || o.Status == "rejected" }
+
+// OutboxPage answers GET /api/v1/outbox/rows.
+type OutboxPage struct {
+	// Rows are the rows of the page, newest first.
+	Rows []OutboxRow `json:"rows"`
+	// NextCursor continues the listing (?cursor=); empty on the last page.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// outboxFilter is a listing's query.
+type outboxFilter struct {
+	Statuses            []string
+	Source, Destination string
+	Before              int64
+	Limit               int
+}
+
+// parseOutboxFilter reads ?status=&source=&destination=&cursor=&limit=.
+func parseOutboxFilter(r *http.Request) (outboxFilter, error) {
+	q := r.URL.Query()
+	f := outboxFilter{Source: strings.TrimSpace(q.Get("source")), Destination: strings.TrimSpace(q.Get("destination"))}
+	var errs []error
+	for _, v := range q["status"] {
+		for s := range strings.SplitSeq(v, ",") {
+			switch s = strings.TrimSpace(s); {
+			case s == "":
+			case slices.Contains(listableStatuses, s):
+				if !slices.Contains(f.Statuses, s) {
+					f.Statuses = append(f.Statuses, s)
+				}
+			default:
+				errs = append(errs, fmt.Errorf("status %q is not listable: use dead, rejected or failed", s))
+			}
+		}
+	}
+	if len(f.Statuses) == 0 {
+		f.Statuses = []string{"dead", "rejected"}
+	}
+	if cur := q.Get("cursor"); cur != "" {
+		n, err := strconv.ParseInt(cur, 10, 64)
+		if err != nil || n < 1 {
+			errs = append(errs, fmt.Errorf("cursor %q is not one this API returned: start again without it", cur))
+		}
+		f.Before = n
+	}
+	var err error
+	if f.Limit, err = pageSize(r); err != nil {
+		errs = append(errs, err)
+	}
+	return f, errors.Join(errs...)
+}
+
+func (c *Console) listOutboxRows(ctx context.Context, f outboxFilter) (OutboxPage, error) {
+	var phases []int16
+	for _, s := range f.Statuses {
+		ph := int16(2)
+		if s == "failed" {
+			ph = 0
+		}
+		if !slices.Contains(phases, ph) {
+			phases = append(phases, ph)
+		}
+	}
+	rows, err := c.cfg.Outbox.Pool.Query(ctx, bind(sqlOutboxRows, c.cfg.Outbox.Schema, "keiro_outbox"),
+		f.Statuses, nullIfEmpty(f.Source), nullIfEmpty(f.Destination), f.Before, f.Limit+1, DefaultPreviewBytes, phases)
+	if err != nil {
+		return OutboxPage{}, fmt.Errorf("list outbox rows: %w", err)
+	}
+	defer rows.Close()
+	page := OutboxPage{Rows: []OutboxRow{}}
+	for rows.Next() {
+		o, err := scanOutboxRow(rows)
+		if err != nil {
+			return page, fmt.Errorf("list outbox rows: %w", err)
+		}
+		page.Rows = append(page.Rows, o)
+	}
+	if err := rows.Err(); err != nil {
+		return page, fmt.Errorf("list outbox rows: %w", err)
+	}
+	if len(page.Rows) > f.Limit {
+		page.Rows = page.Rows[:f.Limit]
+		page.NextCursor = strconv.FormatInt(page.Rows[f.Limit-1].Seq, 10)
+	}
+	return page, nil
+}
+
+func scanOutboxRow(row pgx.Row) (OutboxRow, error) {
+	var (
+		o                              OutboxRow
+		e                              envelope.Event
+		id                             [16]byte
+		registry, subject, fp, tp, ts  *string
+		versionRef, schemaID, position *int64
+		sourceEventID, causation, corr *[16]byte
+		attrs                          *string
+		payload                        []byte
+		size                           int
+		next                           time.Time
+	)
+	err := row.Scan(&o.Seq, &id, &e.Source, &e.MessageID, &e.Destination, &e.Key, &e.EventType, &e.SchemaVersion,
+		&e.ContentType, &registry, &subject, &versionRef, &schemaID, &fp, &sourceEventID, &position, &causation, &corr,
+		&tp, &ts, &payload, &size, &attrs, &e.OccurredAt, &o.Status, &o.Attempts, &next, &o.LastError,
+		&o.RejectionCode, &o.CreatedAt, &o.UpdatedAt)
+	if err != nil {
+		return o, err
+	}
+	if registry != nil || subject != nil || fp != nil || versionRef != nil || schemaID != nil {
+		e.SchemaRef = &envelope.SchemaRef{Registry: registry, Subject: subject, Version: versionRef, SchemaID: schemaID, Fingerprint: fp}
+	}
+	e.SourceGlobalPosition = position
+	e.SourceEventID, e.CausationID, e.CorrelationID = uuidPtr(sourceEventID), uuidPtr(causation), uuidPtr(corr)
+	if tp != nil {
+		e.TraceContext = &envelope.TraceContext{Traceparent: *tp}
+		if ts != nil {
+			e.TraceContext.Tracestate = *ts
+		}
+	}
+	if attrs != nil {
+		e.Attributes = json.RawMessage(*attrs)
+	}
+	e.OccurredAt = e.OccurredAt.UTC()
+	fillOutboxRow(&o, &e, envelope.UUID(id))
+	o.Payload = newPayload(payload, size, e.ContentType)
+	if o.Status == "failed" {
+		o.NextAttemptAt = &next
+	}
+	return o, nil
+}
+
+func fillOutboxRow(o *OutboxRow, e *envelope.Event, id envelope.UUID) {
+	o.OutboxID = id.String()
+	o.Source, o.Destination, o.MessageID, o.Key, o.EventType = e.Source, e.Destination, e.MessageID, e.Key, e.EventType
+	o.Headers = headersOf(e)
+}
+
+func uuidPtr(b *[16]byte) *envelope.UUID {
+	if b == nil {
+		return nil
+	}
+	u := envelope.UUID(*b)
+	return &u
+}
+
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// errBadID reports an id that is not a UUID.
+var errBadID = errors.New("not a UUID")
+
+func (c *Console) getOutboxRow(ctx context.Context, raw string) (OutboxRow, error) {
+	id, err := envelope.ParseUUID(raw)
+	if err != nil {
+		return OutboxRow{}, fmt.Errorf("outbox id %q: %w", raw, errBadID)
+	}
+	row, err := c.outbox.Lookup(ctx, c.cfg.Outbox.Pool, id)
+	if err != nil {
+		return OutboxRow{}, err
+	}
+	o := OutboxRow{
+		Seq: row.Seq, Status: row.Status, Attempts: row.Attempts, LastError: row.LastError,
+		RejectionCode: row.RejectionCode, PublishedAt: row.PublishedAt, Partition: row.Partition, Offset: row.Offset,
+		CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt,
+	}
+	if row.Status == "failed" || row.Status == "pending" {
+		o.NextAttemptAt = &row.NextAttemptAt
+	}
+	fillOutboxRow(&o, &row.Event, row.OutboxID)
+	p := row.Event.Payload
+	o.Payload = newPayload(p[:min(len(p), DefaultDetailPayloadBytes)], len(p), row.Event.ContentType)
+	return o, nil
+}
+
+// RequeueRequest is the body of POST /api/v1/outbox/requeue: ids, or a source and/or
+// destination filter, or all — exactly one way of selecting rows, as `relay dead requeue`.
+type RequeueRequest struct {
+	// IDs are outbox ids (UUIDs); at most MaxSelection.
+	IDs []string `json:"ids,omitempty"`
+	// Source requeues every dead or rejected row of this source (and Destination, if set).
+	Source string `json:"source,omitempty"`
+	// Destination requeues every dead or rejected row for this topic (and Source, if set).
+	Destination string `json:"destination,omitempty"`
+	// All requeues every dead and rejected row.
+	All bool `json:"all,omitempty"`
+}
+
+// RequeueAnswer answers a requeue.
+type RequeueAnswer struct {
+	// Requeued lists the outbox ids moved back to pending, in seq order.
+	Requeued []string `json:"requeued"`
+	// Count is len(Requeued).
+	Count int `json:"count"`
+	// Skipped lists named ids that were not requeued and why ("no such row", or the status).
+	Skipped []SkippedRow `json:"skipped,omitempty"`
+	// Warning is the ordering caveat of every requeue.
+	Warning string `json:"warning"`
+}
+
+// SkippedRow is a named row a requeue did not move.
+type SkippedRow struct {
+	// ID is the outbox id.
+	ID string `json:"id"`
+	// Reason is "no such row" or the row's status.
+	Reason string `json:"reason"`
+}
+
+// filter validates the request into the outbox's filter.
+func (q RequeueRequest) filter() (outbox.RequeueFilter, error) {
+	var f outbox.RequeueFilter
+	var errs []error
+	modes := 0
+	for _, on := range []bool{len(q.IDs) > 0, q.Source != "" || q.Destination != "", q.All} {
+		if on {
+			modes++
+		}
+	}
+	switch {
+	case modes == 0:
+		errs = append(errs, errors.New("say which rows: ids, source and/or destination, or all"))
+	case modes > 1:
+		errs = append(errs, errors.New("choose one of: ids, source/destination, all"))
+	}
+	if len(q.IDs) > MaxSelection {
+		errs = append(errs, fmt.Errorf("at most %d ids per request, got %d: use a source/destination filter or several requests", MaxSelection, len(q.IDs)))
+	}
+	for _, s := range q.IDs {
+		id, err := envelope.ParseUUID(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("id %q is not a UUID", s))
+			continue
+		}
+		if !slices.Contains(f.IDs, id) {
+			f.IDs = append(f.IDs, id)
+		}
+	}
+	f.Source, f.Destination, f.All = q.Source, q.Destination, q.All
+	return f, errors.Join(errs...)
+}
+
+// requeue runs outbox.Store.RequeueTx in one transaction and logs who requeued what.
+func (c *Console) requeue(r *http.Request, q RequeueRequest) (RequeueAnswer, error) {
+	ans := RequeueAnswer{Requeued: []string{}, Warning: outbox.RequeueWarning}
+	f, err := q.filter()
+	if err != nil {
+		return ans, err
+	}
+	var res outbox.RequeueResult
+	err = pgx.BeginFunc(r.Context(), c.cfg.Outbox.Pool, func(tx pgx.Tx) error {
+		var err error
+		res, err = c.outbox.RequeueTx(r.Context(), tx, f)
+		return err
+	})
+	if err != nil {
+		c.action(r, "outbox requeue failed", "ids", q.IDs, "source", q.Source, "destination", q.Destination, "all", q.All, "err", err)
+		return ans, err
+	}
+	for _, id := range res.Requeued {
+		ans.Requeued = append(ans.Requeued, id.String())
+	}
+	for _, s := range res.Skipped {
+		ans.Skipped = append(ans.Skipped, SkippedRow{ID: s.ID.String(), Reason: s.Reason})
+	}
+	ans.Count = len(ans.Requeued)
+	c.action(r, "outbox requeue", "ids", q.IDs, "source", q.Source, "destination", q.Destination, "all", q.All,
+		"requeued", ans.Requeued, "skipped", len(ans.Skipped))
+	return ans, nil
+}
+
+// countRequeueable counts the rows a filter requeue would move (for the confirmation).
+func (c *Console) countRequeueable(ctx context.Context, source, destination string) (int64, error) {
+	var n int64
+	err := c.cfg.Outbox.Pool.QueryRow(ctx, bind(sqlOutboxCountDead, c.cfg.Outbox.Schema, "keiro_outbox"),
+		nullIfEmpty(source), nullIfEmpty(destination)).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count dead and rejected rows: %w", err)
+	}
+	return n, nil
+}
+
+// --- API handlers ---
+
+func (c *Console) apiOutboxSummary(w http.ResponseWriter, r *http.Request) {
+	s, err := c.readOutboxSummary(r.Context())
+	if err != nil {
+		c.serverError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s)
+}
+
+func (c *Console) apiOutboxRows(w http.ResponseWriter, r *http.Request) {
+	f, err := parseOutboxFilter(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	page, err := c.listOutboxRows(r.Context(), f)
+	if err != nil {
+		c.serverError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+func (c *Console) apiOutboxRow(w http.ResponseWriter, r *http.Request) {
+	o, err := c.getOutboxRow(r.Context(), r.PathValue("id"))
+	switch {
+	case errors.Is(err, errBadID):
+		writeError(w, http.StatusBadRequest, err.Error()+": pass an outbox id as listed by /api/v1/outbox/rows")
+	case errors.Is(err, outbox.ErrNotFound):
+		writeError(w, http.StatusNotFound, err.Error())
+	case err != nil:
+		c.serverError(w, r, err)
+	default:
+		writeJSON(w, http.StatusOK, o)
+	}
+}
+
+func (c *Console) apiOutboxRequeue(w http.ResponseWriter, r *http.Request) {
+	var q RequeueRequest
+	if status, msg := decodeBody(r, &q); status != 0 {
+		writeError(w, status, msg)
+		return
+	}
+	if _, err := q.filter(); err != nil {
+		writeError(w, http.StatusBadRequest, "requeue: "+err.Error())
+		return
+	}
+	ans, err := c.requeue(r, q)
+	if err != nil {
+		c.serverError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ans)
+}
+
+// decodeBody reads a JSON body into v, refusing unknown fields and oversized bodies.
+func decodeBody(r *http.Request, v any) (int, string) {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", MaxRequestBytes)
+		}
+		return http.StatusBadRequest, "request body is not the expected JSON: " + err.Error()
+	}
+	return 0, ""
+}
