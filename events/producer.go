@@ -108,6 +108,10 @@ type ProducerConfig struct {
 	PollInterval time.Duration
 	// DisableListen: see SubscriptionConfig. Defaults to false.
 	DisableListen bool
+	// Retry: see SubscriptionConfig. A mapper error is permanent (the mapper is deterministic):
+	// the event is dead-lettered (or halts) without further deliveries; enqueue failures are
+	// retried. An identity conflict always halts. Defaults to SubscriptionConfig's defaults.
+	Retry RetryPolicy
 	// AfterCommit: see SubscriptionConfig. Defaults to nil.
 	AfterCommit func(position int64)
 	// MeterProvider provides the meter for keiro.projection.lag and
@@ -152,7 +156,7 @@ func NewProducer(store *Store, pool *pgxpool.Pool, cfg ProducerConfig) (*Produce
 	p := &Producer{cfg: cfg}
 	sub, serr := NewBatchSubscription(store, pool, SubscriptionConfig{
 		Name: cfg.Name, Category: cfg.Category, BatchSize: cfg.BatchSize, PollInterval: cfg.PollInterval,
-		DisableListen: cfg.DisableListen, AfterCommit: cfg.AfterCommit, MeterProvider: cfg.MeterProvider, Logger: cfg.Logger,
+		DisableListen: cfg.DisableListen, Retry: cfg.Retry, AfterCommit: cfg.AfterCommit, MeterProvider: cfg.MeterProvider, Logger: cfg.Logger,
 	}, p.handle)
 	if err := errors.Join(verr, serr); err != nil {
 		return nil, fmt.Errorf("new integration producer %q: %w", cfg.Name, err)
@@ -222,7 +226,7 @@ func (p *Producer) handle(ctx context.Context, tx pgx.Tx, batch []RecordedEvent)
 	for _, e := range batch {
 		out, err := p.Events(e)
 		if err != nil {
-			return err
+			return &eventError{position: e.GlobalPosition, err: Permanent(err)}
 		}
 		all = append(all, out...)
 	}
@@ -242,8 +246,8 @@ func (p *Producer) handle(ctx context.Context, tx pgx.Tx, batch []RecordedEvent)
 				}
 			}
 			p.conflicts.Add(ctx, max(n, 1))
-			return fmt.Errorf("integration producer %s: the outbox already holds these message ids with different content "+
-				"(did the mapper change?); the checkpoint stays put until this is resolved: %w", p.cfg.Name, err)
+			return &haltError{fmt.Errorf("integration producer %s: the outbox already holds these message ids with different content "+
+				"(did the mapper change?); the checkpoint stays put until this is resolved: %w", p.cfg.Name, err)}
 		}
 		return fmt.Errorf("integration producer %s: enqueue: %w", p.cfg.Name, err)
 	}

@@ -95,9 +95,11 @@ const sqlHead = `SELECT coalesce(max(global_position), 0) FROM {{schema}}.keiro_
 // sqlHorizon reads, in one snapshot, its xmin (the oldest transaction still running) and the
 // newest visible global position. It assigns no transaction id.
 // It also reads the subscription's stored checkpoint, so a Rebuild is noticed while idle.
+// And whether an operator asked for dead letters to be replayed (a probe of a tiny partial index).
 const sqlHorizon = `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
     (SELECT coalesce(max(global_position), 0) FROM {{schema}}.keiro_events),
-    (SELECT position FROM {{schema}}.keiro_subscriptions WHERE name = $1)`
+    (SELECT position FROM {{schema}}.keiro_subscriptions WHERE name = $1),
+    EXISTS (SELECT 1 FROM {{schema}}.keiro_subscription_dead_letters WHERE subscription_name = $1 AND status = 'replay')`
 
 // sqlFence assigns the reader's statement a transaction id and reads the newest global position
 // visible in the statement's snapshot. The snapshot is taken before the xid is assigned, so
@@ -127,6 +129,40 @@ SELECT pg_notify('{{channel}}', '') FROM reset`
 	sqlSubscriptionAdvisoryUnlock = `SELECT pg_advisory_unlock(hashtextextended('{{schema}}.keiro_subscriptions.' || $1, 0))`
 )
 
+// Subscription dead letters (deadletter.go).
+const (
+	deadLetterColumns = `dead_letter_id, subscription_name, global_position, event_id, stream_name,
+    stream_version, event_type, error_class, error_text, attempts, status, dead_lettered_at, replayed_at`
+	sqlDeadList = `SELECT ` + deadLetterColumns + ` FROM {{schema}}.keiro_subscription_dead_letters
+    WHERE ($1 = '' OR subscription_name = $1) AND ($2 = '' OR status = $2) AND dead_letter_id > $3
+    ORDER BY dead_letter_id LIMIT $4`
+	// sqlDeadInsert parks an event; a later failure of the same event (after a Rebuild) updates
+	// the row and adds its deliveries.
+	sqlDeadInsert = `INSERT INTO {{schema}}.keiro_subscription_dead_letters AS d (subscription_name,
+        global_position, event_id, stream_name, stream_version, event_type, error_class, error_text, attempts)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+    ON CONFLICT (subscription_name, event_id) DO UPDATE SET status = 'dead', global_position = excluded.global_position,
+        error_class = excluded.error_class, error_text = excluded.error_text, attempts = d.attempts + excluded.attempts,
+        dead_lettered_at = now(), updated_at = now()`
+	// sqlDeadRequest marks dead rows for replay and wakes the subscription (at commit).
+	sqlDeadRequest = `WITH req AS (
+    UPDATE {{schema}}.keiro_subscription_dead_letters
+    SET status = 'replay', replay_requested_at = now(), updated_at = now()
+    WHERE subscription_name = $1 AND status = 'dead' AND ($3::boolean OR dead_letter_id = ANY($2::bigint[]))
+    RETURNING 1
+), n AS (SELECT count(*) AS n FROM req),
+notified AS (SELECT pg_notify('{{channel}}', '') FROM n WHERE n.n > 0)
+SELECT n.n, (SELECT count(*) FROM notified) FROM n`
+	sqlDeadNextReplay = `SELECT dead_letter_id, global_position FROM {{schema}}.keiro_subscription_dead_letters
+    WHERE subscription_name = $1 AND status = 'replay' ORDER BY dead_letter_id LIMIT 1 FOR UPDATE SKIP LOCKED`
+	sqlDeadReplayed = `UPDATE {{schema}}.keiro_subscription_dead_letters
+    SET status = 'replayed', replayed_at = now(), attempts = attempts + 1, updated_at = now()
+    WHERE dead_letter_id = $1`
+	sqlDeadReplayFailed = `UPDATE {{schema}}.keiro_subscription_dead_letters
+    SET status = 'dead', attempts = attempts + 1, error_class = $2, error_text = $3, updated_at = now()
+    WHERE dead_letter_id = $1 AND status = 'replay'`
+)
+
 // Snapshots.
 const (
 	sqlSnapshotRead = `SELECT stream_version, state_version, state FROM {{schema}}.keiro_snapshots
@@ -150,6 +186,8 @@ type queries struct {
 	subEnsure, subLock, subSave, subPosition, subReset   string
 	subAdvisoryLock, subAdvisoryUnlock                   string
 	snapshotRead, snapshotWrite                          string
+	deadList, deadInsert, deadRequest                    string
+	deadNextReplay, deadReplayed, deadReplayFailed       string
 }
 
 func newQueries(schema, channel string) queries {
@@ -179,5 +217,11 @@ func newQueries(schema, channel string) queries {
 		subAdvisoryUnlock:  r.Replace(sqlSubscriptionAdvisoryUnlock),
 		snapshotRead:       r.Replace(sqlSnapshotRead),
 		snapshotWrite:      r.Replace(sqlSnapshotWrite),
+		deadList:           r.Replace(sqlDeadList),
+		deadInsert:         r.Replace(sqlDeadInsert),
+		deadRequest:        r.Replace(sqlDeadRequest),
+		deadNextReplay:     r.Replace(sqlDeadNextReplay),
+		deadReplayed:       r.Replace(sqlDeadReplayed),
+		deadReplayFailed:   r.Replace(sqlDeadReplayFailed),
 	}
 }
