@@ -51,6 +51,22 @@ const sqlAppendTail = `
 SELECT global_position, stream_version, recorded_at, (SELECT count(*) FROM notified), data, metadata
 FROM ins ORDER BY stream_version`
 
+// sqlAppendTailOne is sqlAppendTail for a single event, with scalar parameters: no arrays to
+// encode and unnest, which is most of a one-event command's statement cost besides the writes.
+const sqlAppendTailOne = `
+, ins AS (
+    INSERT INTO {{schema}}.keiro_events (event_id, stream_name, category, stream_version, event_type,
+        schema_version, data, metadata, correlation_id, causation_id, traceparent, tracestate, tx_id)
+    SELECT $4::uuid, $1, $2, s.version, $5::text, $6::integer, $7::jsonb, $8::jsonb, $9::uuid, $10::uuid,
+        $11::text, $12::text, s.xid
+    FROM s
+    RETURNING global_position, stream_version, recorded_at, data, metadata
+), notified AS (
+    SELECT pg_notify('{{channel}}', '') FROM (SELECT 1 FROM ins LIMIT 1) x WHERE $13::boolean
+)
+SELECT global_position, stream_version, recorded_at, (SELECT count(*) FROM notified), data, metadata
+FROM ins`
+
 // sqlStreamVersion reads a stream's current version (no row: the stream does not exist).
 const sqlStreamVersion = `SELECT version FROM {{schema}}.keiro_streams WHERE stream_name = $1`
 
@@ -180,6 +196,7 @@ const (
 // queries holds the statements with the schema substituted.
 type queries struct {
 	streamAny, streamNoStream, streamExists, streamExact string
+	oneAny, oneNoStream, oneExists, oneExact             string
 	streamVersion, existingIDs                           string
 	readStreamForward, readStreamBackward                string
 	readAll, readCategory, head, fence, horizon          string
@@ -192,9 +209,14 @@ type queries struct {
 
 func newQueries(schema, channel string) queries {
 	r := strings.NewReplacer("{{schema}}", schema, "{{channel}}", channel)
-	tail := r.Replace(sqlAppendTail)
+	tail, tailOne := r.Replace(sqlAppendTail), r.Replace(sqlAppendTailOne)
 	cte := func(s string) string { return "WITH s AS (" + r.Replace(s) + ")" + tail }
+	one := func(s string) string { return "WITH s AS (" + r.Replace(s) + ")" + tailOne }
 	return queries{
+		oneAny:             one(sqlStreamAny),
+		oneNoStream:        one(sqlStreamNoStream),
+		oneExists:          one(sqlStreamExists),
+		oneExact:           one(sqlStreamExact),
 		streamAny:          cte(sqlStreamAny),
 		streamNoStream:     cte(sqlStreamNoStream),
 		streamExists:       cte(sqlStreamExists),
