@@ -180,21 +180,29 @@ func (p *Producer) Subscription() *Subscription { return p.sub }
 
 // Events maps e and stamps the producer's fields on the result, without enqueuing.
 func (p *Producer) Events(e RecordedEvent) ([]envelope.Event, error) {
+	out, _, err := p.events(e)
+	return out, err
+}
+
+// events maps e and returns the integration events with their deterministic outbox ids.
+func (p *Producer) events(e RecordedEvent) ([]envelope.Event, []envelope.UUID, error) {
 	out, err := p.cfg.Map(e)
 	if err != nil {
-		return nil, fmt.Errorf("map event %s (%s@%d): %w", e.ID, e.StreamName, e.StreamVersion, err)
+		return nil, nil, fmt.Errorf("map event %s (%s@%d): %w", e.ID, e.StreamName, e.StreamVersion, err)
 	}
+	ids := make([]envelope.UUID, len(out))
 	for i := range out {
 		ie := &out[i]
 		if ie.MessageID != "" {
-			return nil, fmt.Errorf("map event %s: integration event %d sets MessageID; leave it empty, the producer derives it", e.ID, i)
+			return nil, nil, fmt.Errorf("map event %s: integration event %d sets MessageID; leave it empty, the producer derives it", e.ID, i)
 		}
 		if ie.Source == "" {
 			ie.Source = p.cfg.Source
 		} else if ie.Source != p.cfg.Source {
-			return nil, fmt.Errorf("map event %s: integration event %d has source %q, the producer's is %q", e.ID, i, ie.Source, p.cfg.Source)
+			return nil, nil, fmt.Errorf("map event %s: integration event %d has source %q, the producer's is %q", e.ID, i, ie.Source, p.cfg.Source)
 		}
-		ie.MessageID = NewProducerIdentity(p.cfg.MessageIDPrefix, p.cfg.Source, p.cfg.Name, e.ID, uint32(i)).MessageID
+		id := NewProducerIdentity(p.cfg.MessageIDPrefix, p.cfg.Source, p.cfg.Name, e.ID, uint32(i))
+		ie.MessageID, ids[i] = id.MessageID, id.OutboxID
 		if ie.SourceEventID == nil {
 			id := e.ID
 			ie.SourceEventID = &id
@@ -218,17 +226,18 @@ func (p *Producer) Events(e RecordedEvent) ([]envelope.Event, error) {
 		}
 		ie.OccurredAt = ie.OccurredAt.UTC().Truncate(time.Microsecond)
 	}
-	return out, nil
+	return out, ids, nil
 }
 
 func (p *Producer) handle(ctx context.Context, tx pgx.Tx, batch []RecordedEvent) error {
 	var all []envelope.Event
+	var ids []envelope.UUID
 	for _, e := range batch {
-		out, err := p.Events(e)
+		out, oids, err := p.events(e)
 		if err != nil {
 			return &eventError{position: e.GlobalPosition, err: Permanent(err)}
 		}
-		all = append(all, out...)
+		all, ids = append(all, out...), append(ids, oids...)
 	}
 	if len(all) == 0 {
 		return nil
@@ -236,7 +245,7 @@ func (p *Producer) handle(ctx context.Context, tx pgx.Tx, batch []RecordedEvent)
 	// No ambient span: an event without a trace context must not pick up the producer's, or
 	// a replay would store a different row than the first run.
 	ctx = trace.ContextWithSpanContext(ctx, trace.SpanContext{})
-	res, err := p.cfg.Outbox.EnqueueTx(ctx, tx, all...)
+	res, err := p.cfg.Outbox.EnqueueWithIDsTx(ctx, tx, ids, all...)
 	if err != nil {
 		if errors.Is(err, outbox.ErrIdentityConflict) {
 			n := int64(0)

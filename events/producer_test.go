@@ -60,6 +60,30 @@ func TestProducerIdentityGolden(t *testing.T) {
 	}
 }
 
+// TestProducerIdentityGoldenVectors pins more vectors of keiro's identity v1, computed
+// independently of this package from the algorithm (SHA-256 over the length-prefixed fields,
+// UUIDv8 bits on the first 16 bytes): another source, name, prefix and index, and non-ASCII
+// inputs with the largest index.
+func TestProducerIdentityGoldenVectors(t *testing.T) {
+	for _, v := range []struct {
+		prefix, source, name, event string
+		index                       uint32
+		digest, outboxID            string
+	}{
+		{"evt", "billing", "billing-producer", "018f0f18-17aa-7000-8000-0000000000aa", 3,
+			"bc64f9025e733ca80a8f8ead093187fcc99ee619da0068cdd251c26067500b4c", "bc64f902-5e73-8ca8-8a8f-8ead093187fc"},
+		{"msg", "zaïre-ü", "名前", "ffffffff-ffff-ffff-ffff-ffffffffffff", 4294967295,
+			"5c90128bd04e4215d996c9cc5cdfffc4959444ac79221d2a105d0542a53050c0", "5c90128b-d04e-8215-9996-c9cc5cdfffc4"},
+	} {
+		id, err := envelope.ParseUUID(v.event)
+		require.NoError(t, err)
+		got := events.NewProducerIdentity(v.prefix, v.source, v.name, id, v.index)
+		require.Equal(t, v.digest, hex.EncodeToString(got.Digest[:]))
+		require.Equal(t, v.outboxID, got.OutboxID.String())
+		require.Equal(t, v.prefix+"_v1_"+v.digest, got.MessageID)
+	}
+}
+
 func orderMapper(version string) events.MapFunc {
 	return func(e events.RecordedEvent) ([]envelope.Event, error) {
 		if e.Type != "Placed" {
@@ -79,21 +103,21 @@ func orderMapper(version string) events.MapFunc {
 }
 
 type outboxRow struct {
-	MessageID, Destination string
-	SourceEventID          envelope.UUID
-	Position               *int64
+	MessageID, Destination  string
+	OutboxID, SourceEventID envelope.UUID
+	Position                *int64
 }
 
 func outboxRows(t testing.TB, db *testdb.DB) []outboxRow {
 	rows, err := db.Pool.Query(context.Background(), fmt.Sprintf(
-		`SELECT message_id, destination, source_event_id, source_global_position FROM %s.keiro_outbox ORDER BY seq`, db.Schema))
+		`SELECT message_id, destination, outbox_id, source_event_id, source_global_position FROM %s.keiro_outbox ORDER BY seq`, db.Schema))
 	require.NoError(t, err)
 	var out []outboxRow
 	for rows.Next() {
 		var r outboxRow
-		var id [16]byte
-		require.NoError(t, rows.Scan(&r.MessageID, &r.Destination, &id, &r.Position))
-		r.SourceEventID = envelope.UUID(id)
+		var oid, id [16]byte
+		require.NoError(t, rows.Scan(&r.MessageID, &r.Destination, &oid, &id, &r.Position))
+		r.OutboxID, r.SourceEventID = envelope.UUID(oid), envelope.UUID(id)
 		out = append(out, r)
 	}
 	require.NoError(t, rows.Err())
@@ -137,9 +161,10 @@ func TestProducerEnqueuesDeterministically(t *testing.T) {
 	}
 	for _, res := range placed {
 		e := res.Events[0]
-		want := events.NewProducerIdentity("msg", "ordering", cfg.Name, e.ID, 0).MessageID
-		r, ok := byID[want]
+		ident := events.NewProducerIdentity("msg", "ordering", cfg.Name, e.ID, 0)
+		r, ok := byID[ident.MessageID]
 		require.True(t, ok, "message id of %s derived from (producer, event id, 0)", e.StreamName)
+		require.Equal(t, ident.OutboxID, r.OutboxID, "the row id is keiro's UUIDv8 of the identity")
 		require.Equal(t, e.ID, r.SourceEventID)
 		require.Equal(t, e.GlobalPosition, *r.Position)
 	}

@@ -29,7 +29,7 @@ const DefaultPageSize = 256
 
 // notifyCoalesce is the window in which the command runner's commits share one NOTIFY; it is
 // also the most a subscription's wake-up is delayed by it.
-const notifyCoalesce = time.Millisecond
+const notifyCoalesce = 5 * time.Millisecond
 
 // notifyTimeout bounds one asynchronous NOTIFY, so a hung database cannot keep the notifying
 // goroutine alive.
