@@ -85,9 +85,15 @@ type RunnerConfig[S any] struct {
 	// Hooks run, in order, inside every append transaction, before RunOptions.Hook. Defaults to
 	// none.
 	Hooks []Hook
+	// Snapshot decides after each committed append whether to write an advisory snapshot of
+	// the state (SnapshotEvery, SnapshotOnTerminal, or any SnapshotPolicy); hydration then
+	// replays only the tail. Snapshot failures never fail a committed command: they are counted
+	// (keiro.snapshot.encode.failures, keiro.snapshot.write.failures) and logged. Defaults to
+	// SnapshotEvery(n) when SnapshotEvery is n > 0, else nil (no snapshots).
+	Snapshot SnapshotPolicy[S]
 	// SnapshotEvery writes an advisory snapshot of the state after commit whenever an append
 	// crosses a multiple of SnapshotEvery versions; hydration then replays only the tail. Zero
-	// disables snapshots. Snapshot failures never fail a committed command: they are counted
+	// disables snapshots (unless Snapshot is set). Snapshot failures never fail a committed command: they are counted
 	// (keiro.snapshot.write.failures) and logged. Defaults to 0.
 	SnapshotEvery int64
 	// SnapshotVersion identifies the state's encoding: snapshots of another version are ignored
@@ -112,6 +118,9 @@ func (c *RunnerConfig[S]) applyDefaults() {
 	}
 	if c.MaxRetryBackoff == 0 {
 		c.MaxRetryBackoff = DefaultMaxRetryBackoff
+	}
+	if c.Snapshot == nil && c.SnapshotEvery > 0 {
+		c.Snapshot = SnapshotEvery[S](c.SnapshotEvery)
 	}
 	if c.SnapshotVersion == 0 {
 		c.SnapshotVersion = DefaultSnapshotVersion
@@ -164,8 +173,12 @@ type Runner[S, C, E any] struct {
 
 // NewRunner returns a Runner, reporting every configuration problem at once.
 func NewRunner[S, C, E any](store *Store, d Decider[S, C, E], codec Codec[E], cfg RunnerConfig[S]) (*Runner[S, C, E], error) {
+	var errs []error
+	if cfg.Snapshot != nil && cfg.SnapshotEvery != 0 {
+		errs = append(errs, errors.New("Snapshot and SnapshotEvery: set one (SnapshotEvery(n) is a Snapshot policy)"))
+	}
 	cfg.applyDefaults()
-	errs := []error{cfg.validate()}
+	errs = append(errs, cfg.validate())
 	if store == nil {
 		errs = append(errs, errors.New("store is nil"))
 	}
@@ -231,7 +244,7 @@ func (r *Runner[S, C, E]) Run(ctx context.Context, db DB, stream string, cmd C, 
 	// The first hydration is pipelined with a speculative creation of the stream (see
 	// hydrateOrCreate) unless snapshots or caller-chosen ids make other round trips necessary.
 	_, canBatch := db.(batcher)
-	pipeline := canBatch && !o.AssumeNew && r.cfg.SnapshotEvery == 0 && len(o.EventIDs) == 0
+	pipeline := canBatch && !o.AssumeNew && r.cfg.Snapshot == nil && len(o.EventIDs) == 0
 	var open pgx.Tx // a transaction hydrateOrCreate left open for the append
 	defer func() {
 		if open != nil {
@@ -432,7 +445,7 @@ func (r *Runner[S, C, E]) backoff(ctx context.Context, attempt int) error {
 // the rest page by page. Stored versions must be contiguous (ErrHydrationGap otherwise).
 func (r *Runner[S, C, E]) Load(ctx context.Context, q Querier, stream string) (S, int64, error) {
 	state, version := r.decider.Initial, int64(0)
-	if r.cfg.SnapshotEvery > 0 {
+	if r.cfg.Snapshot != nil {
 		if s, v, ok := r.readSnapshot(ctx, q, stream); ok {
 			state, version = s, v
 		}
@@ -482,6 +495,7 @@ func (r *Runner[S, C, E]) readSnapshot(ctx context.Context, q Querier, stream st
 	s, err := r.cfg.DecodeSnapshot(raw)
 	if err != nil {
 		r.cfg.Logger.WarnContext(ctx, "keiro: undecodable snapshot; replaying the whole stream", "stream", stream, "error", err)
+		r.store.metrics.snapshotDecodeFailures.Add(ctx, 1)
 		r.store.metrics.snapshotMisses.Add(ctx, 1)
 		return r.decider.Initial, 0, false
 	}
@@ -489,26 +503,45 @@ func (r *Runner[S, C, E]) readSnapshot(ctx context.Context, q Querier, stream st
 	return s, version, true
 }
 
-// maybeSnapshot writes a snapshot after commit when the append (pre, post] crossed a multiple
-// of SnapshotEvery. Failures are counted and logged, never returned.
+// SnapshotPolicy decides, after a committed append took a stream from version pre to version
+// post, with state the state at post, whether to write an advisory snapshot (keiro's
+// SnapshotPolicy: Every n, OnTerminal, Custom). It must be cheap and pure.
+type SnapshotPolicy[S any] func(pre, post int64, state S) bool
+
+// SnapshotEvery snapshots whenever an append crosses a multiple of n versions (a multi-event
+// append that crosses one snapshots at its last version). n must be positive.
+func SnapshotEvery[S any](n int64) SnapshotPolicy[S] {
+	return func(pre, post int64, _ S) bool { return n > 0 && post/n > pre/n }
+}
+
+// SnapshotOnTerminal snapshots when an append leaves the aggregate in a terminal state
+// (terminal(state) is true: an order shipped or cancelled), so that reading a finished
+// stream replays nothing.
+func SnapshotOnTerminal[S any](terminal func(S) bool) SnapshotPolicy[S] {
+	return func(_, _ int64, state S) bool { return terminal(state) }
+}
+
+// maybeSnapshot writes a snapshot after commit when the Snapshot policy asks for one on the
+// append (pre, post]. Failures are counted and logged, never returned.
 func (r *Runner[S, C, E]) maybeSnapshot(ctx context.Context, db Querier, stream string, pre int64, state S, emitted []E, post int64) {
-	n := r.cfg.SnapshotEvery
-	if n <= 0 || post/n <= pre/n {
+	policy := r.cfg.Snapshot
+	if policy == nil {
 		return
 	}
 	for _, e := range emitted {
 		state = r.decider.Evolve(state, e)
 	}
-	fail := func(what string, err error) {
-		r.store.metrics.snapshotWriteFailures.Add(ctx, 1)
-		r.cfg.Logger.WarnContext(ctx, "keiro: snapshot "+what+" failed; the command is committed", "stream", stream, "version", post, "error", err)
+	if !policy(pre, post, state) {
+		return
 	}
 	raw, err := r.cfg.EncodeSnapshot(state)
 	if err != nil {
-		fail("encode", err)
+		r.store.metrics.snapshotEncodeFailures.Add(ctx, 1)
+		r.cfg.Logger.WarnContext(ctx, "keiro: snapshot encode failed; the command is committed", "stream", stream, "version", post, "error", err)
 		return
 	}
 	if _, err := db.Exec(context.WithoutCancel(ctx), r.store.q.snapshotWrite, stream, post, r.cfg.SnapshotVersion, raw); err != nil {
-		fail("write", err)
+		r.store.metrics.snapshotWriteFailures.Add(ctx, 1)
+		r.cfg.Logger.WarnContext(ctx, "keiro: snapshot write failed; the command is committed", "stream", stream, "version", post, "error", err)
 	}
 }

@@ -447,7 +447,17 @@ func (s *Store) appendError(stream string, err error) error {
 
 // checkExisting looks up caller-supplied ids. ok reports a complete identical duplicate.
 func (s *Store) checkExisting(ctx context.Context, tx Querier, stream string, a *appendArgs) (AppendResult, bool, error) {
-	rows, err := tx.Query(ctx, s.q.existingIDs, a.ids, stream, a.types, a.schemaVersions, a.data)
+	// Only the caller's ids: events without one got fresh ids, which a repeat cannot match.
+	var ids [][16]byte
+	var types []string
+	var versions []int32
+	var data []json.RawMessage
+	for i, sup := range a.supplied {
+		if sup {
+			ids, types, versions, data = append(ids, a.ids[i]), append(types, a.types[i]), append(versions, a.schemaVersions[i]), append(data, a.data[i])
+		}
+	}
+	rows, err := tx.Query(ctx, s.q.existingIDs, ids, stream, types, versions, data)
 	if err != nil {
 		return AppendResult{}, false, fmt.Errorf("append to %s: look up event ids: %w", stream, err)
 	}
@@ -472,9 +482,9 @@ func (s *Store) checkExisting(ctx context.Context, tx Querier, stream string, a 
 		return AppendResult{}, false, nil
 	case !allSame:
 		return AppendResult{}, false, fmt.Errorf("append to %s: %w: %s", stream, ErrEventIDConflict, idList(stored))
-	case len(stored) != len(a.ids):
+	case len(stored) != len(ids):
 		return AppendResult{}, false, fmt.Errorf("append to %s: %w: only %d of %d ids are stored (%s)",
-			stream, ErrEventIDConflict, len(stored), len(a.ids), idList(stored))
+			stream, ErrEventIDConflict, len(stored), len(ids), idList(stored))
 	}
 	s.metrics.duplicates.Add(ctx, 1)
 	last := stored[len(stored)-1]
@@ -503,6 +513,7 @@ type appendArgs struct {
 	data, metadata          []json.RawMessage
 	correlation, causation  []*[16]byte
 	traceparent, tracestate []*string
+	supplied                []bool // the caller chose ids[i]
 }
 
 func newAppendArgs(ctx context.Context, events []EventData) (*appendArgs, bool, error) {
@@ -511,7 +522,7 @@ func newAppendArgs(ctx context.Context, events []EventData) (*appendArgs, bool, 
 		ids: make([][16]byte, n), types: make([]string, n), schemaVersions: make([]int32, n),
 		data: make([]json.RawMessage, n), metadata: make([]json.RawMessage, n),
 		correlation: make([]*[16]byte, n), causation: make([]*[16]byte, n),
-		traceparent: make([]*string, n), tracestate: make([]*string, n),
+		traceparent: make([]*string, n), tracestate: make([]*string, n), supplied: make([]bool, n),
 	}
 	var problems []error
 	callerIDs := false
@@ -523,7 +534,7 @@ func newAppendArgs(ctx context.Context, events []EventData) (*appendArgs, bool, 
 			a.ids[i] = envelope.NewUUIDv7()
 		} else {
 			a.ids[i] = e.ID
-			callerIDs = true
+			a.supplied[i], callerIDs = true, true
 		}
 		if e.Type == "" {
 			problems = append(problems, fmt.Errorf("event %d: Type is empty", i))
