@@ -61,7 +61,9 @@ func (s *Subscription) RebuildShadow(ctx context.Context, tables []string, h Sha
 	if apply == nil {
 		return fmt.Errorf("rebuild subscription %s in shadow tables: the ShadowHandler returned nil", s.cfg.Name)
 	}
-	fail := func(err error) error { return fmt.Errorf("rebuild subscription %s in shadow tables: %w", s.cfg.Name, err) }
+	fail := func(err error) error {
+		return fmt.Errorf("rebuild subscription %s in shadow tables: %w", s.cfg.Name, err)
+	}
 	dropShadows := func(q Querier) error {
 		for _, p := range pairs {
 			if _, err := q.Exec(ctx, "DROP TABLE IF EXISTS "+p.shadow); err != nil {

@@ -127,4 +127,3 @@ func TestRebuildShadowReadersNeverSeeFewerRows(t *testing.T) {
 	require.ErrorContains(t, live.RebuildShadow(ctx, []string{"a.b.c"}, func(func(string) string) events.BatchHandler { return nil }), "schema.table")
 	require.Equal(t, int64(31), read().rows)
 }
-
