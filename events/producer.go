@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -108,6 +109,13 @@ type ProducerConfig struct {
 	PollInterval time.Duration
 	// DisableListen: see SubscriptionConfig. Defaults to false.
 	DisableListen bool
+	// Republish makes a replay enqueue again the events at or below the producer's mark (the
+	// highest position it ever enqueued), which it otherwise skips and reports: a replay
+	// after the outbox's retention deleted the original rows would publish those messages a
+	// second time (under the same message ids, so consumers dedupe them only within their inbox
+	// window). Set it to re-publish history on purpose, for example after consumers lost
+	// data, or to check a changed mapper against the retained rows. Defaults to false (skip).
+	Republish bool
 	// Retry: see SubscriptionConfig. A mapper error is permanent (the mapper is deterministic):
 	// the event is dead-lettered (or halts) without further deliveries; enqueue failures are
 	// retried. An identity conflict always halts. Defaults to SubscriptionConfig's defaults.
@@ -146,14 +154,16 @@ func (c *ProducerConfig) validate() error {
 // batch rolls back and Run stops with an error wrapping outbox.ErrIdentityConflict.
 type Producer struct {
 	cfg       ProducerConfig
+	store     *Store
 	sub       *Subscription
 	conflicts metric.Int64Counter
+	skipped   metric.Int64Counter
 }
 
 // NewProducer returns a Producer, reporting every configuration problem at once.
 func NewProducer(store *Store, pool *pgxpool.Pool, cfg ProducerConfig) (*Producer, error) {
 	verr := cfg.validate()
-	p := &Producer{cfg: cfg}
+	p := &Producer{cfg: cfg, store: store}
 	sub, serr := NewBatchSubscription(store, pool, SubscriptionConfig{
 		Name: cfg.Name, Category: cfg.Category, BatchSize: cfg.BatchSize, PollInterval: cfg.PollInterval,
 		DisableListen: cfg.DisableListen, Retry: cfg.Retry, AfterCommit: cfg.AfterCommit, MeterProvider: cfg.MeterProvider, Logger: cfg.Logger,
@@ -169,6 +179,11 @@ func NewProducer(store *Store, pool *pgxpool.Pool, cfg ProducerConfig) (*Produce
 		return nil, fmt.Errorf("new integration producer %q: %w", cfg.Name, err)
 	}
 	p.conflicts = c
+	if p.skipped, err = sub.cfg.MeterProvider.Meter(instrumentationScope).Int64Counter("keiro.producer.replay.skipped",
+		metric.WithDescription("Private events a producer replay did not enqueue again: at or below the producer's mark."),
+		metric.WithUnit("{event}")); err != nil {
+		return nil, fmt.Errorf("new integration producer %q: %w", cfg.Name, err)
+	}
 	return p, nil
 }
 
@@ -230,14 +245,34 @@ func (p *Producer) events(e RecordedEvent) ([]envelope.Event, []envelope.UUID, e
 }
 
 func (p *Producer) handle(ctx context.Context, tx pgx.Tx, batch []RecordedEvent) error {
+	var mark int64
+	if err := tx.QueryRow(ctx, p.store.q.producerMark, p.cfg.Name).Scan(&mark); err != nil {
+		return fmt.Errorf("integration producer %s: read its mark: %w", p.cfg.Name, err)
+	}
 	var all []envelope.Event
 	var ids []envelope.UUID
+	var skipped []RecordedEvent
 	for _, e := range batch {
+		if e.GlobalPosition <= mark && !p.cfg.Republish {
+			skipped = append(skipped, e)
+			continue
+		}
 		out, oids, err := p.events(e)
 		if err != nil {
 			return &eventError{position: e.GlobalPosition, err: Permanent(err)}
 		}
 		all, ids = append(all, out...), append(ids, oids...)
+	}
+	if len(skipped) > 0 {
+		p.skipped.Add(ctx, int64(len(skipped)), metric.WithAttributes(attribute.String(attrSubscription, p.cfg.Name)))
+		p.sub.cfg.Logger.WarnContext(ctx, "keiro: integration producer replay skipped events it had already enqueued; set ProducerConfig.Republish to publish them again",
+			"producer", p.cfg.Name, "events", len(skipped), "first_position", skipped[0].GlobalPosition,
+			"last_position", skipped[len(skipped)-1].GlobalPosition, "mark", mark)
+	}
+	if last := batch[len(batch)-1].GlobalPosition; last > mark {
+		if _, err := tx.Exec(ctx, p.store.q.producerMarkSave, p.cfg.Name, last); err != nil {
+			return fmt.Errorf("integration producer %s: save its mark: %w", p.cfg.Name, err)
+		}
 	}
 	if len(all) == 0 {
 		return nil

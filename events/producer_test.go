@@ -16,6 +16,7 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/events"
 	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/internal/testkafka"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -171,10 +172,10 @@ func TestProducerEnqueuesDeterministically(t *testing.T) {
 	audit := events.NewProducerIdentity("msg", "ordering", cfg.Name, placed[3].Events[0].ID, 1).MessageID
 	require.Equal(t, "ordering.audit.v1", byID[audit].Destination)
 
-	// Replay from zero: no new rows, same ids.
+	// Replay from zero with Republish: duplicates only, no new rows, same ids.
 	require.NoError(t, prod.Subscription().Rebuild(ctx, nil))
 	p2 := newProgress()
-	cfg.AfterCommit = p2.commit
+	cfg.AfterCommit, cfg.Republish = p2.commit, true
 	again, err := events.NewProducer(s, db.Pool, cfg)
 	require.NoError(t, err)
 	stop, errc = runSub(t, again.Subscription())
@@ -182,10 +183,10 @@ func TestProducerEnqueuesDeterministically(t *testing.T) {
 	stop()
 	require.Equal(t, first, outboxRows(t, db))
 
-	// A changed mapper replaying history meets the retained rows: the batch rolls back and the
-	// producer stops with a clear error; the checkpoint does not move.
+	// A changed mapper replaying history with Republish meets the retained rows: the batch
+	// rolls back and the producer stops with a clear error; the checkpoint does not move.
 	require.NoError(t, prod.Subscription().Rebuild(ctx, nil))
-	cfg.Map, cfg.AfterCommit = orderMapper("2"), nil
+	cfg.Map, cfg.AfterCommit, cfg.Republish = orderMapper("2"), nil, true
 	changed, err := events.NewProducer(s, db.Pool, cfg)
 	require.NoError(t, err)
 	err = changed.Run(ctx)
@@ -196,6 +197,62 @@ func TestProducerEnqueuesDeterministically(t *testing.T) {
 	require.Zero(t, pos)
 	require.Equal(t, first, outboxRows(t, db))
 	require.Positive(t, tm.counter(t, "keiro.outbox.identity.conflict"))
+}
+
+// TestProducerReplayBeyondRetention: after the relay's retention (shortened to a microsecond)
+// deleted the sent rows, a replay enqueues nothing and reports what it skipped; with Republish
+// it publishes history again, under the same ids.
+func TestProducerReplayBeyondRetention(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	tm := newTelemetry()
+	s := newStore(t, db)
+	ob, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	ctx := context.Background()
+	for i := range 3 {
+		_, err := appendTx(t, db, s, fmt.Sprintf("order-%d", i), events.NoStream, ev("Placed", `{}`))
+		require.NoError(t, err)
+	}
+	h := head(t, s, db)
+	run := func(cfg events.ProducerConfig) {
+		p := newProgress()
+		cfg.AfterCommit = p.commit
+		prod, err := events.NewProducer(s, db.Pool, cfg)
+		require.NoError(t, err)
+		stop, errc := runSub(t, prod.Subscription())
+		p.waitFor(t, h, errc)
+		stop()
+	}
+	cfg := events.ProducerConfig{Name: "ordering-producer", Source: "ordering", MessageIDPrefix: "msg",
+		Map: orderMapper("1"), Outbox: ob, MeterProvider: tm.mp}
+	run(cfg)
+	first := outboxRows(t, db)
+	require.Len(t, first, 3)
+
+	// The relay published them and its retention, shortened, deleted them.
+	_, err = db.Pool.Exec(ctx, `UPDATE keiro_outbox SET status = 'sent', published_at = now() - interval '1 second'`)
+	require.NoError(t, err)
+	kc := testkafka.New(t)
+	relay, err := outbox.NewRelay(db.Pool, kc.Client(t, outbox.ProducerOpts()...), outbox.RelayConfig{Schema: db.Schema, Retention: time.Microsecond})
+	require.NoError(t, err)
+	res, err := relay.MaintenancePass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), res.Deleted)
+
+	// A rebuild replays history: nothing is enqueued again; the skip is counted.
+	prod, err := events.NewProducer(s, db.Pool, cfg)
+	require.NoError(t, err)
+	require.NoError(t, prod.Subscription().Rebuild(ctx, nil))
+	run(cfg)
+	require.Empty(t, outboxRows(t, db))
+	require.Equal(t, int64(3), tm.counter(t, "keiro.producer.replay.skipped"))
+
+	// Republish, on purpose: the same ids again.
+	require.NoError(t, prod.Subscription().Rebuild(ctx, nil))
+	cfg.Republish = true
+	run(cfg)
+	require.Equal(t, first, outboxRows(t, db))
 }
 
 func TestProducerThroughCommandHook(t *testing.T) {

@@ -179,6 +179,13 @@ SELECT n.n, (SELECT count(*) FROM notified) FROM n`
     WHERE dead_letter_id = $1 AND status = 'replay'`
 )
 
+// The integration producer's mark (producer.go).
+const (
+	sqlProducerMark     = `SELECT coalesce((SELECT position FROM {{schema}}.keiro_producer_marks WHERE producer_name = $1), 0)`
+	sqlProducerMarkSave = `INSERT INTO {{schema}}.keiro_producer_marks AS m (producer_name, position) VALUES ($1, $2)
+    ON CONFLICT (producer_name) DO UPDATE SET position = greatest(m.position, excluded.position), updated_at = now()`
+)
+
 // Snapshots.
 const (
 	sqlSnapshotRead = `SELECT stream_version, state_version, state FROM {{schema}}.keiro_snapshots
@@ -205,6 +212,7 @@ type queries struct {
 	snapshotRead, snapshotWrite                          string
 	deadList, deadInsert, deadRequest                    string
 	deadNextReplay, deadReplayed, deadReplayFailed       string
+	producerMark, producerMarkSave                       string
 }
 
 func newQueries(schema, channel string) queries {
@@ -245,5 +253,7 @@ func newQueries(schema, channel string) queries {
 		deadNextReplay:     r.Replace(sqlDeadNextReplay),
 		deadReplayed:       r.Replace(sqlDeadReplayed),
 		deadReplayFailed:   r.Replace(sqlDeadReplayFailed),
+		producerMark:       r.Replace(sqlProducerMark),
+		producerMarkSave:   r.Replace(sqlProducerMarkSave),
 	}
 }

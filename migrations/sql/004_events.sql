@@ -1,4 +1,4 @@
--- Event store additions: subscription dead letters.
+-- Event store additions: subscription dead letters and the integration producer's mark.
 -- See docs/architecture.md, "Event store". Idempotent: every statement can run twice.
 
 -- Events a subscription's handler failed on MaxDeliveries times (or rejected as permanent),
@@ -32,3 +32,13 @@ CREATE INDEX IF NOT EXISTS keiro_subscription_dead_letters_list_idx
 CREATE INDEX IF NOT EXISTS keiro_subscription_dead_letters_replay_idx
     ON {{.schema}}.keiro_subscription_dead_letters (subscription_name, dead_letter_id)
     WHERE status = 'replay';
+
+-- The integration producer's mark: the highest global position whose integration events are
+-- committed to the outbox. A replay (Rebuild, checkpoint rewind) below it enqueues nothing
+-- unless the producer is told to republish, so history is not published again after the
+-- outbox's retention deleted the rows that made replays recognisable duplicates.
+CREATE TABLE IF NOT EXISTS {{.schema}}.keiro_producer_marks (
+    producer_name text        NOT NULL PRIMARY KEY,
+    position      bigint      NOT NULL CHECK (position >= 0),
+    updated_at    timestamptz NOT NULL DEFAULT now()
+);
