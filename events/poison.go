@@ -198,7 +198,7 @@ func (w *worker) replayOne(ctx context.Context) (more bool, err error) {
 	var herr error
 	if e == nil {
 		herr = fmt.Errorf("the event at global position %d no longer exists", pos)
-	} else if herr = s.apply(ctx, tx, []RecordedEvent{*e}); herr == nil {
+	} else if herr = s.apply(context.WithValue(ctx, deadLetterReplayKey{}, true), tx, []RecordedEvent{*e}); herr == nil {
 		if _, err := tx.Exec(ctx, s.store.q.deadReplayed, id); err != nil {
 			return false, fmt.Errorf("run subscription %s: mark dead letter %d replayed: %w", s.cfg.Name, id, err)
 		}
@@ -267,4 +267,14 @@ func (e *haltError) Unwrap() error { return e.err }
 func isHalt(err error) bool {
 	var h *haltError
 	return errors.As(err, &h)
+}
+
+// deadLetterReplayKey marks the context of a dead letter's replay delivery.
+type deadLetterReplayKey struct{}
+
+// IsDeadLetterReplay reports whether ctx is the context of a handler call that replays a dead
+// letter (Store.RequestReplay) rather than a delivery in log order.
+func IsDeadLetterReplay(ctx context.Context) bool {
+	v, _ := ctx.Value(deadLetterReplayKey{}).(bool)
+	return v
 }

@@ -253,7 +253,9 @@ func (p *Producer) handle(ctx context.Context, tx pgx.Tx, batch []RecordedEvent)
 	var ids []envelope.UUID
 	var skipped []RecordedEvent
 	for _, e := range batch {
-		if e.GlobalPosition <= mark && !p.cfg.Republish {
+		// A dead letter's replay is below the mark (later events moved it) but was never
+		// enqueued: it goes through.
+		if e.GlobalPosition <= mark && !p.cfg.Republish && !IsDeadLetterReplay(ctx) {
 			skipped = append(skipped, e)
 			continue
 		}

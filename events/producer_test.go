@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -253,6 +255,52 @@ func TestProducerReplayBeyondRetention(t *testing.T) {
 	cfg.Republish = true
 	run(cfg)
 	require.Equal(t, first, outboxRows(t, db))
+}
+
+// TestProducerDeadLetterAndReplay: a mapper error dead-letters its event at once (the mapper is
+// deterministic) while later events are enqueued; once the mapper is fixed, a replay enqueues
+// it, although the producer's mark has moved past it.
+func TestProducerDeadLetterAndReplay(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	s := newStore(t, db)
+	ob, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	ctx := context.Background()
+	for i := range 3 {
+		_, err := appendTx(t, db, s, fmt.Sprintf("order-%d", i), events.NoStream, ev("Placed", `{}`))
+		require.NoError(t, err)
+	}
+	h := head(t, s, db)
+	var broken atomic.Bool
+	broken.Store(true)
+	good := orderMapper("1")
+	p := newProgress()
+	prod, err := events.NewProducer(s, db.Pool, events.ProducerConfig{Name: "p", Source: "ordering", MessageIDPrefix: "msg",
+		Outbox: ob, AfterCommit: p.commit, Map: func(e events.RecordedEvent) ([]envelope.Event, error) {
+			if e.StreamName == "order-1" && broken.Load() {
+				return nil, errors.New("no mapping for order-1")
+			}
+			return good(e)
+		}})
+	require.NoError(t, err)
+	_, errc := runSub(t, prod.Subscription())
+	p.waitFor(t, h, errc)
+	require.Len(t, outboxRows(t, db), 2)
+	dead, err := s.ListDeadLetters(ctx, db.Pool, events.DeadLetterFilter{Subscription: "p"})
+	require.NoError(t, err)
+	require.Len(t, dead, 1)
+	require.Equal(t, events.ErrorClassPermanent, dead[0].ErrorClass)
+	require.Equal(t, 1, dead[0].Attempts)
+
+	broken.Store(false)
+	p.reset()
+	_, err = s.RequestReplay(ctx, db.Pool, "p")
+	require.NoError(t, err)
+	p.waitFor(t, h, errc)
+	rows := outboxRows(t, db)
+	require.Len(t, rows, 3)
+	require.Equal(t, dead[0].EventID, rows[2].SourceEventID)
 }
 
 func TestProducerThroughCommandHook(t *testing.T) {
