@@ -85,9 +85,15 @@ type RunnerConfig[S any] struct {
 	// Hooks run, in order, inside every append transaction, before RunOptions.Hook. Defaults to
 	// none.
 	Hooks []Hook
+	// Snapshot decides after each committed append whether to write an advisory snapshot of
+	// the state (SnapshotEvery, SnapshotOnTerminal, or any SnapshotPolicy); hydration then
+	// replays only the tail. Snapshot failures never fail a committed command: they are counted
+	// (keiro.snapshot.encode.failures, keiro.snapshot.write.failures) and logged. Defaults to
+	// SnapshotEvery(n) when SnapshotEvery is n > 0, else nil (no snapshots).
+	Snapshot SnapshotPolicy[S]
 	// SnapshotEvery writes an advisory snapshot of the state after commit whenever an append
 	// crosses a multiple of SnapshotEvery versions; hydration then replays only the tail. Zero
-	// disables snapshots. Snapshot failures never fail a committed command: they are counted
+	// disables snapshots (unless Snapshot is set). Snapshot failures never fail a committed command: they are counted
 	// (keiro.snapshot.write.failures) and logged. Defaults to 0.
 	SnapshotEvery int64
 	// SnapshotVersion identifies the state's encoding: snapshots of another version are ignored
@@ -112,6 +118,9 @@ func (c *RunnerConfig[S]) applyDefaults() {
 	}
 	if c.MaxRetryBackoff == 0 {
 		c.MaxRetryBackoff = DefaultMaxRetryBackoff
+	}
+	if c.Snapshot == nil && c.SnapshotEvery > 0 {
+		c.Snapshot = SnapshotEvery[S](c.SnapshotEvery)
 	}
 	if c.SnapshotVersion == 0 {
 		c.SnapshotVersion = DefaultSnapshotVersion
@@ -164,8 +173,12 @@ type Runner[S, C, E any] struct {
 
 // NewRunner returns a Runner, reporting every configuration problem at once.
 func NewRunner[S, C, E any](store *Store, d Decider[S, C, E], codec Codec[E], cfg RunnerConfig[S]) (*Runner[S, C, E], error) {
+	var errs []error
+	if cfg.Snapshot != nil && cfg.SnapshotEvery != 0 {
+		errs = append(errs, errors.New("Snapshot and SnapshotEvery: set one (SnapshotEvery(n) is a Snapshot policy)"))
+	}
 	cfg.applyDefaults()
-	errs := []error{cfg.validate()}
+	errs = append(errs, cfg.validate())
 	if store == nil {
 		errs = append(errs, errors.New("store is nil"))
 	}
@@ -228,10 +241,38 @@ func (r *Runner[S, C, E]) Run(ctx context.Context, db DB, stream string, cmd C, 
 		return res, fmt.Errorf("run command: %w", err)
 	}
 	guessNew := o.AssumeNew
+	// The first hydration is pipelined with a speculative creation of the stream (see
+	// hydrateOrCreate) unless snapshots or caller-chosen ids make other round trips necessary.
+	_, canBatch := db.(batcher)
+	pipeline := canBatch && !o.AssumeNew && r.cfg.Snapshot == nil && len(o.EventIDs) == 0
+	var open pgx.Tx // a transaction hydrateOrCreate left open for the append
+	defer func() {
+		if open != nil {
+			_ = open.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
 	for attempt := 1; ; attempt++ {
 		res.Attempts = attempt
 		state, version := r.decider.Initial, int64(0)
-		if !guessNew {
+		switch {
+		case pipeline:
+			pipeline = false
+			var created *Result
+			created, state, version, open, err = r.hydrateOrCreate(ctx, db, stream, cmd, o)
+			if err != nil {
+				class = "store_failed"
+				if !errors.As(err, new(*hookError)) {
+					class = "hydration_failed"
+				} else {
+					class = "hook_failed"
+				}
+				return res, err
+			}
+			if created != nil {
+				created.Attempts = attempt
+				return *created, nil
+			}
+		case !guessNew:
 			if state, version, err = r.Load(ctx, db, stream); err != nil {
 				class = "hydration_failed"
 				return res, err
@@ -252,22 +293,23 @@ func (r *Runner[S, C, E]) Run(ctx context.Context, db DB, stream string, cmd C, 
 		if len(emitted) == 0 {
 			return res, nil
 		}
-		data := make([]EventData, len(emitted))
-		for i, e := range emitted {
-			if data[i], err = r.codec.Encode(e); err != nil {
-				class = "encode_failed"
-				return res, fmt.Errorf("command on %s: %w", stream, err)
-			}
-			if i < len(o.EventIDs) {
-				data[i].ID = o.EventIDs[i]
-			}
-			data[i].Metadata = o.Metadata
+		data, err := r.encode(stream, emitted, o)
+		if err != nil {
+			class = "encode_failed"
+			return res, err
 		}
 		if r.beforeAppend != nil {
 			r.beforeAppend(ctx, stream, attempt)
 		}
-		out, err := r.appendTx(ctx, db, stream, Exact(version), data, o.Hook)
+		out, err := r.appendTx(ctx, db, open, stream, Exact(version), data, o.Hook)
+		open = nil
+		var herr *hookError
 		switch {
+		case errors.As(err, &herr):
+			// A hook's error is the hook's, whatever it wraps: a hook that met a version
+			// conflict elsewhere must not make the runner retry this command.
+			class = "hook_failed"
+			return res, fmt.Errorf("command on %s: %w", stream, err)
 		case err == nil:
 			out.Attempts = attempt
 			if !out.Duplicate {
@@ -300,39 +342,75 @@ func (r *Runner[S, C, E]) Run(ctx context.Context, db DB, stream string, cmd C, 
 	}
 }
 
-// appendTx appends and runs the hooks in one transaction. Without hooks the append is a single
+// encode encodes the emitted events with the run's ids and metadata.
+func (r *Runner[S, C, E]) encode(stream string, emitted []E, o RunOptions) ([]EventData, error) {
+	data := make([]EventData, len(emitted))
+	for i, e := range emitted {
+		var err error
+		if data[i], err = r.codec.Encode(e); err != nil {
+			return nil, fmt.Errorf("command on %s: %w", stream, err)
+		}
+		if i < len(o.EventIDs) {
+			data[i].ID = o.EventIDs[i]
+		}
+		data[i].Metadata = o.Metadata
+	}
+	return data, nil
+}
+
+// hookError is a Hook's failure: never a conflict of the command's own append.
+type hookError struct{ err error }
+
+func (e *hookError) Error() string { return "hook: " + e.err.Error() }
+func (e *hookError) Unwrap() error { return e.err }
+
+// runHooks runs the configured hooks, then the run's, in tx.
+func (r *Runner[S, C, E]) runHooks(ctx context.Context, tx pgx.Tx, out Result, hook Hook) error {
+	for _, h := range r.cfg.Hooks {
+		if err := h(ctx, tx, out); err != nil {
+			return &hookError{err}
+		}
+	}
+	if hook != nil {
+		if err := hook(ctx, tx, out); err != nil {
+			return &hookError{err}
+		}
+	}
+	return nil
+}
+
+// appendTx appends and runs the hooks in one transaction: open when it is not nil (it is then
+// committed or rolled back here), else a new one. Without hooks the append is a single
 // statement, run in autocommit: one round trip instead of three.
-func (r *Runner[S, C, E]) appendTx(ctx context.Context, db DB, stream string, expected ExpectedVersion, data []EventData, hook Hook) (Result, error) {
+func (r *Runner[S, C, E]) appendTx(ctx context.Context, db DB, open pgx.Tx, stream string, expected ExpectedVersion, data []EventData, hook Hook) (Result, error) {
 	var out Result
 	var err error
+	body := func(tx pgx.Tx) error {
+		ar, err := r.store.appendTx(ctx, tx, stream, expected, false, data)
+		if err != nil {
+			return err
+		}
+		out = Result{StreamVersion: ar.StreamVersion, GlobalPosition: ar.GlobalPosition, Events: ar.Events, Duplicate: ar.Duplicate}
+		if ar.Duplicate {
+			return nil
+		}
+		return r.runHooks(ctx, tx, out, hook)
+	}
 	// Notify after commit, not inside the transaction: PostgreSQL would otherwise hold its
 	// global notify lock through this transaction's WAL flush, serialising all writers.
-	if len(r.cfg.Hooks) == 0 && hook == nil {
+	if open != nil {
+		if err = body(open); err == nil {
+			err = open.Commit(ctx)
+		}
+		if err != nil {
+			_ = open.Rollback(context.WithoutCancel(ctx))
+		}
+	} else if len(r.cfg.Hooks) == 0 && hook == nil {
 		var ar AppendResult
 		ar, err = r.store.appendTx(ctx, db, stream, expected, false, data)
 		out = Result{StreamVersion: ar.StreamVersion, GlobalPosition: ar.GlobalPosition, Events: ar.Events, Duplicate: ar.Duplicate}
 	} else {
-		err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-			ar, err := r.store.appendTx(ctx, tx, stream, expected, false, data)
-			if err != nil {
-				return err
-			}
-			out = Result{StreamVersion: ar.StreamVersion, GlobalPosition: ar.GlobalPosition, Events: ar.Events, Duplicate: ar.Duplicate}
-			if ar.Duplicate {
-				return nil
-			}
-			for _, h := range r.cfg.Hooks {
-				if err := h(ctx, tx, out); err != nil {
-					return fmt.Errorf("hook: %w", err)
-				}
-			}
-			if hook != nil {
-				if err := hook(ctx, tx, out); err != nil {
-					return fmt.Errorf("hook: %w", err)
-				}
-			}
-			return nil
-		})
+		err = pgx.BeginFunc(ctx, db, body)
 	}
 	if err == nil && !out.Duplicate && !r.store.cfg.DisableNotify {
 		// Off the command's path; subscriptions would still find the events at their next poll.
@@ -367,25 +445,37 @@ func (r *Runner[S, C, E]) backoff(ctx context.Context, attempt int) error {
 // the rest page by page. Stored versions must be contiguous (ErrHydrationGap otherwise).
 func (r *Runner[S, C, E]) Load(ctx context.Context, q Querier, stream string) (S, int64, error) {
 	state, version := r.decider.Initial, int64(0)
-	if r.cfg.SnapshotEvery > 0 {
+	if r.cfg.Snapshot != nil {
 		if s, v, ok := r.readSnapshot(ctx, q, stream); ok {
 			state, version = s, v
 		}
 	}
+	return r.foldFrom(ctx, q, stream, state, version)
+}
+
+// foldFrom folds the stream's events after version into state.
+func (r *Runner[S, C, E]) foldFrom(ctx context.Context, q Querier, stream string, state S, version int64) (S, int64, error) {
 	for e, err := range r.store.ReadStream(ctx, q, stream, Forward, version) {
 		if err != nil {
 			return r.decider.Initial, 0, fmt.Errorf("hydrate %s: %w", stream, err)
 		}
-		if e.StreamVersion != version+1 {
-			return r.decider.Initial, 0, fmt.Errorf("hydrate %s: %w: expected version %d, found %d", stream, ErrHydrationGap, version+1, e.StreamVersion)
+		if state, version, err = r.evolve(stream, state, version, e); err != nil {
+			return r.decider.Initial, 0, err
 		}
-		de, err := r.codec.Decode(e)
-		if err != nil {
-			return r.decider.Initial, 0, fmt.Errorf("hydrate %s: %w", stream, err)
-		}
-		state, version = r.decider.Evolve(state, de), e.StreamVersion
 	}
 	return state, version, nil
+}
+
+// evolve applies one stored event, which must be the next version.
+func (r *Runner[S, C, E]) evolve(stream string, state S, version int64, e RecordedEvent) (S, int64, error) {
+	if e.StreamVersion != version+1 {
+		return state, version, fmt.Errorf("hydrate %s: %w: expected version %d, found %d", stream, ErrHydrationGap, version+1, e.StreamVersion)
+	}
+	de, err := r.codec.Decode(e)
+	if err != nil {
+		return state, version, fmt.Errorf("hydrate %s: %w", stream, err)
+	}
+	return r.decider.Evolve(state, de), e.StreamVersion, nil
 }
 
 func (r *Runner[S, C, E]) readSnapshot(ctx context.Context, q Querier, stream string) (S, int64, bool) {
@@ -405,6 +495,7 @@ func (r *Runner[S, C, E]) readSnapshot(ctx context.Context, q Querier, stream st
 	s, err := r.cfg.DecodeSnapshot(raw)
 	if err != nil {
 		r.cfg.Logger.WarnContext(ctx, "keiro: undecodable snapshot; replaying the whole stream", "stream", stream, "error", err)
+		r.store.metrics.snapshotDecodeFailures.Add(ctx, 1)
 		r.store.metrics.snapshotMisses.Add(ctx, 1)
 		return r.decider.Initial, 0, false
 	}
@@ -412,26 +503,45 @@ func (r *Runner[S, C, E]) readSnapshot(ctx context.Context, q Querier, stream st
 	return s, version, true
 }
 
-// maybeSnapshot writes a snapshot after commit when the append (pre, post] crossed a multiple
-// of SnapshotEvery. Failures are counted and logged, never returned.
+// SnapshotPolicy decides, after a committed append took a stream from version pre to version
+// post, with state the state at post, whether to write an advisory snapshot (keiro's
+// SnapshotPolicy: Every n, OnTerminal, Custom). It must be cheap and pure.
+type SnapshotPolicy[S any] func(pre, post int64, state S) bool
+
+// SnapshotEvery snapshots whenever an append crosses a multiple of n versions (a multi-event
+// append that crosses one snapshots at its last version). n must be positive.
+func SnapshotEvery[S any](n int64) SnapshotPolicy[S] {
+	return func(pre, post int64, _ S) bool { return n > 0 && post/n > pre/n }
+}
+
+// SnapshotOnTerminal snapshots when an append leaves the aggregate in a terminal state
+// (terminal(state) is true: an order shipped or cancelled), so that reading a finished
+// stream replays nothing.
+func SnapshotOnTerminal[S any](terminal func(S) bool) SnapshotPolicy[S] {
+	return func(_, _ int64, state S) bool { return terminal(state) }
+}
+
+// maybeSnapshot writes a snapshot after commit when the Snapshot policy asks for one on the
+// append (pre, post]. Failures are counted and logged, never returned.
 func (r *Runner[S, C, E]) maybeSnapshot(ctx context.Context, db Querier, stream string, pre int64, state S, emitted []E, post int64) {
-	n := r.cfg.SnapshotEvery
-	if n <= 0 || post/n <= pre/n {
+	policy := r.cfg.Snapshot
+	if policy == nil {
 		return
 	}
 	for _, e := range emitted {
 		state = r.decider.Evolve(state, e)
 	}
-	fail := func(what string, err error) {
-		r.store.metrics.snapshotWriteFailures.Add(ctx, 1)
-		r.cfg.Logger.WarnContext(ctx, "keiro: snapshot "+what+" failed; the command is committed", "stream", stream, "version", post, "error", err)
+	if !policy(pre, post, state) {
+		return
 	}
 	raw, err := r.cfg.EncodeSnapshot(state)
 	if err != nil {
-		fail("encode", err)
+		r.store.metrics.snapshotEncodeFailures.Add(ctx, 1)
+		r.cfg.Logger.WarnContext(ctx, "keiro: snapshot encode failed; the command is committed", "stream", stream, "version", post, "error", err)
 		return
 	}
 	if _, err := db.Exec(context.WithoutCancel(ctx), r.store.q.snapshotWrite, stream, post, r.cfg.SnapshotVersion, raw); err != nil {
-		fail("write", err)
+		r.store.metrics.snapshotWriteFailures.Add(ctx, 1)
+		r.cfg.Logger.WarnContext(ctx, "keiro: snapshot write failed; the command is committed", "stream", stream, "version", post, "error", err)
 	}
 }

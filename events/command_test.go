@@ -422,12 +422,12 @@ func TestSnapshots(t *testing.T) {
 	v, _ = snapshot()
 	require.Equal(t, int64(4), v)
 
-	hits := tm.counter(t, "keiro.snapshot.hits")
+	hits := tm.counter(t, "keiro.snapshot.read.hits")
 	state, version, err := r.Load(ctx, db.Pool, "counter-1")
 	require.NoError(t, err)
 	require.Equal(t, int64(4), version)
 	require.Equal(t, counterState{Total: 5, Events: 4}, state)
-	require.Equal(t, hits+1, tm.counter(t, "keiro.snapshot.hits"))
+	require.Equal(t, hits+1, tm.counter(t, "keiro.snapshot.read.hits"))
 
 	// The snapshot really seeds hydration: tamper with it and the state shows it.
 	_, err = db.Pool.Exec(ctx, fmt.Sprintf(`UPDATE %s.keiro_snapshots SET state = '{"total":100,"events":4}'`, db.Schema))
@@ -439,11 +439,12 @@ func TestSnapshots(t *testing.T) {
 	// A corrupt snapshot falls back to a full replay.
 	_, err = db.Pool.Exec(ctx, fmt.Sprintf(`UPDATE %s.keiro_snapshots SET state = '"not a state"'`, db.Schema))
 	require.NoError(t, err)
-	misses := tm.counter(t, "keiro.snapshot.misses")
+	misses := tm.counter(t, "keiro.snapshot.read.misses")
 	state, _, err = r.Load(ctx, db.Pool, "counter-1")
 	require.NoError(t, err)
 	require.Equal(t, counterState{Total: 5, Events: 4}, state)
-	require.Equal(t, misses+1, tm.counter(t, "keiro.snapshot.misses"))
+	require.Equal(t, misses+1, tm.counter(t, "keiro.snapshot.read.misses"))
+	require.Equal(t, int64(1), tm.counter(t, "keiro.snapshot.decode.failures"))
 
 	// A runner with another state version ignores the snapshot and replays everything.
 	_, err = db.Pool.Exec(ctx, fmt.Sprintf(`UPDATE %s.keiro_snapshots SET state = '{"total":100,"events":4}'`, db.Schema))
@@ -465,8 +466,99 @@ func TestSnapshots(t *testing.T) {
 	res, err := bad.Run(ctx, db.Pool, "counter-9", counterCmd{N: 1})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), res.StreamVersion)
-	require.Equal(t, int64(1), tm.counter(t, "keiro.snapshot.write.failures"))
+	require.Equal(t, int64(1), tm.counter(t, "keiro.snapshot.encode.failures"))
+	require.Zero(t, tm.counter(t, "keiro.snapshot.write.failures"))
 	_ = s
+}
+
+// TestSnapshotPolicies: OnTerminal snapshots only when the state is terminal; a custom policy
+// sees the append span and the new state; Snapshot and SnapshotEvery cannot both be set.
+func TestSnapshotPolicies(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	version := func(stream string) int64 {
+		var v int64
+		err := db.Pool.QueryRow(ctx, `SELECT stream_version FROM keiro_snapshots WHERE stream_name = $1`, stream).Scan(&v)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return 0
+		}
+		require.NoError(t, err)
+		return v
+	}
+	_, term := newCounterRunner(t, db, nil, events.RunnerConfig[counterState]{
+		Snapshot: events.SnapshotOnTerminal(func(s counterState) bool { return s.Total >= 10 })})
+	for i, want := range []int64{0, 0, 3, 4} {
+		_, err := term.Run(ctx, db.Pool, "counter-t", counterCmd{N: 4})
+		require.NoError(t, err)
+		require.Equal(t, want, version("counter-t"), "after command %d", i+1)
+	}
+	var seen [][2]int64
+	_, custom := newCounterRunner(t, db, nil, events.RunnerConfig[counterState]{
+		Snapshot: func(pre, post int64, s counterState) bool {
+			seen = append(seen, [2]int64{pre, post})
+			return s.Events == 3
+		}})
+	_, err := custom.Run(ctx, db.Pool, "counter-c", counterCmd{N: 1, Twice: true})
+	require.NoError(t, err)
+	_, err = custom.Run(ctx, db.Pool, "counter-c", counterCmd{N: 1})
+	require.NoError(t, err)
+	require.Equal(t, [][2]int64{{0, 2}, {2, 3}}, seen)
+	require.Equal(t, int64(3), version("counter-c"))
+
+	s := newStore(t, db)
+	_, err = events.NewRunner(s, counterDecider, counterCodec(t), events.RunnerConfig[counterState]{
+		SnapshotEvery: 2, Snapshot: events.SnapshotEvery[counterState](2)})
+	require.ErrorContains(t, err, "set one")
+}
+
+// TestRunTooFewEventIDsIsDuplicate: a command re-run with fewer EventIDs than events (the rest
+// get fresh ids) is a duplicate, not an id conflict.
+func TestRunTooFewEventIDsIsDuplicate(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	s, r := newCounterRunner(t, db, nil, events.RunnerConfig[counterState]{})
+	ctx := context.Background()
+	opts := events.RunOptions{EventIDs: []envelope.UUID{envelope.NewUUIDv7()}}
+	first, err := r.Run(ctx, db.Pool, "counter-1", counterCmd{N: 1, Twice: true}, opts)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), first.StreamVersion)
+	again, err := r.Run(ctx, db.Pool, "counter-1", counterCmd{N: 1, Twice: true}, opts)
+	require.NoError(t, err)
+	require.True(t, again.Duplicate)
+	require.Len(t, collect(t, s.ReadStream(ctx, db.Pool, "counter-1", events.Forward, 0)), 2)
+}
+
+// TestRunHookConflictIsNotRetried: a hook's error that wraps ErrWrongExpectedVersion (it met a
+// conflict on another stream) fails the command at once; it is not the command's own conflict.
+func TestRunHookConflictIsNotRetried(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	tm := newTelemetry()
+	hookErr := fmt.Errorf("update saga-1: %w", &events.WrongExpectedVersionError{Stream: "saga-1", Expected: events.Exact(3), Actual: 4})
+	calls := 0
+	_, r := newCounterRunner(t, db, tm, events.RunnerConfig[counterState]{RetryBackoff: -1,
+		Hooks: []events.Hook{func(context.Context, pgx.Tx, events.Result) error { calls++; return hookErr }}})
+	ctx := context.Background()
+	for _, stream := range []string{"counter-new", "counter-new"} { // a new stream, then (rolled back) again
+		calls = 0
+		res, err := r.Run(ctx, db.Pool, stream, counterCmd{N: 1})
+		require.ErrorIs(t, err, events.ErrWrongExpectedVersion)
+		require.NotErrorIs(t, err, events.ErrRetryExhausted)
+		require.ErrorContains(t, err, "hook")
+		require.Equal(t, 1, res.Attempts)
+		require.Equal(t, 1, calls)
+	}
+	_, plain := newCounterRunner(t, db, nil, events.RunnerConfig[counterState]{})
+	_, err := plain.Run(ctx, db.Pool, "counter-old", counterCmd{N: 1})
+	require.NoError(t, err)
+	calls = 0
+	res, err := r.Run(ctx, db.Pool, "counter-old", counterCmd{N: 1})
+	require.ErrorIs(t, err, events.ErrWrongExpectedVersion)
+	require.Equal(t, 1, res.Attempts)
+	require.Equal(t, 1, calls)
+	require.Zero(t, tm.counter(t, "keiro.command.conflicts"))
+	require.Zero(t, tm.counter(t, "keiro.command.retries"))
 }
 
 func TestJSONCodec(t *testing.T) {

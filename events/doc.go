@@ -30,7 +30,14 @@
 // checkpoint, or neither. Only one Run per subscription name is active across processes (a
 // session advisory lock); others wait as standbys. Appends NOTIFY at commit and subscriptions
 // LISTEN, with polling as the fallback. [Subscription.Rebuild] resets the checkpoint and runs a
-// truncate hook in one transaction.
+// truncate hook in one transaction; [Subscription.RebuildShadow] rebuilds into shadow tables
+// and swaps them in one transaction, so readers never see a partial model.
+//
+// A failing handler does not stop the subscription: the event is delivered again, on its own,
+// up to [RetryPolicy].MaxDeliveries times with backoff, then recorded as a [DeadLetter] in the
+// transaction that moves the checkpoint past it ([PoisonHalt] stops instead, for strict order).
+// [Store.ListDeadLetters] lists them; [Store.RequestReplay] has the running subscription
+// deliver them again once the handler is fixed.
 //
 // No event is ever skipped: a global position is drawn from a sequence when a transaction
 // inserts, so a reader can see position 11 committed while position 10's transaction is still
@@ -44,9 +51,13 @@
 // A [Producer] is a subscription that maps private events to integration events and enqueues
 // them with outbox.Store.EnqueueTx in the checkpoint's transaction. Message ids are derived
 // from (source, producer name, source event id, emission index) exactly as keiro does
-// ([NewProducerIdentity]), so replays enqueue recognised duplicates, never new messages; a
-// mapper that changed history makes the batch roll back and Run stop with an error wrapping
+// ([NewProducerIdentity]), and the outbox row id is the identity's UUIDv8. A replay skips the
+// events at or below the producer's mark (the highest position it enqueued), so history is not
+// published again even after the outbox's retention deleted the rows that made replays
+// recognisable duplicates; ProducerConfig.Republish re-enqueues them, and then a mapper that
+// changed history makes the batch roll back and Run stop with an error wrapping
 // outbox.ErrIdentityConflict.
 //
-// All SQL addresses tables through the configured schema (migration 003), never search_path.
+// All SQL addresses tables through the configured schema (migrations 003 and 004), never
+// search_path.
 package events

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -108,6 +109,17 @@ type ProducerConfig struct {
 	PollInterval time.Duration
 	// DisableListen: see SubscriptionConfig. Defaults to false.
 	DisableListen bool
+	// Republish makes a replay enqueue again the events at or below the producer's mark (the
+	// highest position it ever enqueued), which it otherwise skips and reports: a replay
+	// after the outbox's retention deleted the original rows would publish those messages a
+	// second time (under the same message ids, so consumers dedupe them only within their inbox
+	// window). Set it to re-publish history on purpose, for example after consumers lost
+	// data, or to check a changed mapper against the retained rows. Defaults to false (skip).
+	Republish bool
+	// Retry: see SubscriptionConfig. A mapper error is permanent (the mapper is deterministic):
+	// the event is dead-lettered (or halts) without further deliveries; enqueue failures are
+	// retried. An identity conflict always halts. Defaults to SubscriptionConfig's defaults.
+	Retry RetryPolicy
 	// AfterCommit: see SubscriptionConfig. Defaults to nil.
 	AfterCommit func(position int64)
 	// MeterProvider provides the meter for keiro.projection.lag and
@@ -142,17 +154,19 @@ func (c *ProducerConfig) validate() error {
 // batch rolls back and Run stops with an error wrapping outbox.ErrIdentityConflict.
 type Producer struct {
 	cfg       ProducerConfig
+	store     *Store
 	sub       *Subscription
 	conflicts metric.Int64Counter
+	skipped   metric.Int64Counter
 }
 
 // NewProducer returns a Producer, reporting every configuration problem at once.
 func NewProducer(store *Store, pool *pgxpool.Pool, cfg ProducerConfig) (*Producer, error) {
 	verr := cfg.validate()
-	p := &Producer{cfg: cfg}
+	p := &Producer{cfg: cfg, store: store}
 	sub, serr := NewBatchSubscription(store, pool, SubscriptionConfig{
 		Name: cfg.Name, Category: cfg.Category, BatchSize: cfg.BatchSize, PollInterval: cfg.PollInterval,
-		DisableListen: cfg.DisableListen, AfterCommit: cfg.AfterCommit, MeterProvider: cfg.MeterProvider, Logger: cfg.Logger,
+		DisableListen: cfg.DisableListen, Retry: cfg.Retry, AfterCommit: cfg.AfterCommit, MeterProvider: cfg.MeterProvider, Logger: cfg.Logger,
 	}, p.handle)
 	if err := errors.Join(verr, serr); err != nil {
 		return nil, fmt.Errorf("new integration producer %q: %w", cfg.Name, err)
@@ -165,6 +179,11 @@ func NewProducer(store *Store, pool *pgxpool.Pool, cfg ProducerConfig) (*Produce
 		return nil, fmt.Errorf("new integration producer %q: %w", cfg.Name, err)
 	}
 	p.conflicts = c
+	if p.skipped, err = sub.cfg.MeterProvider.Meter(instrumentationScope).Int64Counter("keiro.producer.replay.skipped",
+		metric.WithDescription("Private events a producer replay did not enqueue again: at or below the producer's mark."),
+		metric.WithUnit("{event}")); err != nil {
+		return nil, fmt.Errorf("new integration producer %q: %w", cfg.Name, err)
+	}
 	return p, nil
 }
 
@@ -176,21 +195,29 @@ func (p *Producer) Subscription() *Subscription { return p.sub }
 
 // Events maps e and stamps the producer's fields on the result, without enqueuing.
 func (p *Producer) Events(e RecordedEvent) ([]envelope.Event, error) {
+	out, _, err := p.events(e)
+	return out, err
+}
+
+// events maps e and returns the integration events with their deterministic outbox ids.
+func (p *Producer) events(e RecordedEvent) ([]envelope.Event, []envelope.UUID, error) {
 	out, err := p.cfg.Map(e)
 	if err != nil {
-		return nil, fmt.Errorf("map event %s (%s@%d): %w", e.ID, e.StreamName, e.StreamVersion, err)
+		return nil, nil, fmt.Errorf("map event %s (%s@%d): %w", e.ID, e.StreamName, e.StreamVersion, err)
 	}
+	ids := make([]envelope.UUID, len(out))
 	for i := range out {
 		ie := &out[i]
 		if ie.MessageID != "" {
-			return nil, fmt.Errorf("map event %s: integration event %d sets MessageID; leave it empty, the producer derives it", e.ID, i)
+			return nil, nil, fmt.Errorf("map event %s: integration event %d sets MessageID; leave it empty, the producer derives it", e.ID, i)
 		}
 		if ie.Source == "" {
 			ie.Source = p.cfg.Source
 		} else if ie.Source != p.cfg.Source {
-			return nil, fmt.Errorf("map event %s: integration event %d has source %q, the producer's is %q", e.ID, i, ie.Source, p.cfg.Source)
+			return nil, nil, fmt.Errorf("map event %s: integration event %d has source %q, the producer's is %q", e.ID, i, ie.Source, p.cfg.Source)
 		}
-		ie.MessageID = NewProducerIdentity(p.cfg.MessageIDPrefix, p.cfg.Source, p.cfg.Name, e.ID, uint32(i)).MessageID
+		id := NewProducerIdentity(p.cfg.MessageIDPrefix, p.cfg.Source, p.cfg.Name, e.ID, uint32(i))
+		ie.MessageID, ids[i] = id.MessageID, id.OutboxID
 		if ie.SourceEventID == nil {
 			id := e.ID
 			ie.SourceEventID = &id
@@ -214,17 +241,40 @@ func (p *Producer) Events(e RecordedEvent) ([]envelope.Event, error) {
 		}
 		ie.OccurredAt = ie.OccurredAt.UTC().Truncate(time.Microsecond)
 	}
-	return out, nil
+	return out, ids, nil
 }
 
 func (p *Producer) handle(ctx context.Context, tx pgx.Tx, batch []RecordedEvent) error {
+	var mark int64
+	if err := tx.QueryRow(ctx, p.store.q.producerMark, p.cfg.Name).Scan(&mark); err != nil {
+		return fmt.Errorf("integration producer %s: read its mark: %w", p.cfg.Name, err)
+	}
 	var all []envelope.Event
+	var ids []envelope.UUID
+	var skipped []RecordedEvent
 	for _, e := range batch {
-		out, err := p.Events(e)
-		if err != nil {
-			return err
+		// A dead letter's replay is below the mark (later events moved it) but was never
+		// enqueued: it goes through.
+		if e.GlobalPosition <= mark && !p.cfg.Republish && !IsDeadLetterReplay(ctx) {
+			skipped = append(skipped, e)
+			continue
 		}
-		all = append(all, out...)
+		out, oids, err := p.events(e)
+		if err != nil {
+			return &eventError{position: e.GlobalPosition, err: Permanent(err)}
+		}
+		all, ids = append(all, out...), append(ids, oids...)
+	}
+	if len(skipped) > 0 {
+		p.skipped.Add(ctx, int64(len(skipped)), metric.WithAttributes(attribute.String(attrSubscription, p.cfg.Name)))
+		p.sub.cfg.Logger.WarnContext(ctx, "keiro: integration producer replay skipped events it had already enqueued; set ProducerConfig.Republish to publish them again",
+			"producer", p.cfg.Name, "events", len(skipped), "first_position", skipped[0].GlobalPosition,
+			"last_position", skipped[len(skipped)-1].GlobalPosition, "mark", mark)
+	}
+	if last := batch[len(batch)-1].GlobalPosition; last > mark {
+		if _, err := tx.Exec(ctx, p.store.q.producerMarkSave, p.cfg.Name, last); err != nil {
+			return fmt.Errorf("integration producer %s: save its mark: %w", p.cfg.Name, err)
+		}
 	}
 	if len(all) == 0 {
 		return nil
@@ -232,7 +282,7 @@ func (p *Producer) handle(ctx context.Context, tx pgx.Tx, batch []RecordedEvent)
 	// No ambient span: an event without a trace context must not pick up the producer's, or
 	// a replay would store a different row than the first run.
 	ctx = trace.ContextWithSpanContext(ctx, trace.SpanContext{})
-	res, err := p.cfg.Outbox.EnqueueTx(ctx, tx, all...)
+	res, err := p.cfg.Outbox.EnqueueWithIDsTx(ctx, tx, ids, all...)
 	if err != nil {
 		if errors.Is(err, outbox.ErrIdentityConflict) {
 			n := int64(0)
@@ -242,8 +292,8 @@ func (p *Producer) handle(ctx context.Context, tx pgx.Tx, batch []RecordedEvent)
 				}
 			}
 			p.conflicts.Add(ctx, max(n, 1))
-			return fmt.Errorf("integration producer %s: the outbox already holds these message ids with different content "+
-				"(did the mapper change?); the checkpoint stays put until this is resolved: %w", p.cfg.Name, err)
+			return &haltError{fmt.Errorf("integration producer %s: the outbox already holds these message ids with different content "+
+				"(did the mapper change?); the checkpoint stays put until this is resolved: %w", p.cfg.Name, err)}
 		}
 		return fmt.Errorf("integration producer %s: enqueue: %w", p.cfg.Name, err)
 	}

@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/events"
 	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/internal/testkafka"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -60,6 +63,30 @@ func TestProducerIdentityGolden(t *testing.T) {
 	}
 }
 
+// TestProducerIdentityGoldenVectors pins more vectors of keiro's identity v1, computed
+// independently of this package from the algorithm (SHA-256 over the length-prefixed fields,
+// UUIDv8 bits on the first 16 bytes): another source, name, prefix and index, and non-ASCII
+// inputs with the largest index.
+func TestProducerIdentityGoldenVectors(t *testing.T) {
+	for _, v := range []struct {
+		prefix, source, name, event string
+		index                       uint32
+		digest, outboxID            string
+	}{
+		{"evt", "billing", "billing-producer", "018f0f18-17aa-7000-8000-0000000000aa", 3,
+			"bc64f9025e733ca80a8f8ead093187fcc99ee619da0068cdd251c26067500b4c", "bc64f902-5e73-8ca8-8a8f-8ead093187fc"},
+		{"msg", "zaïre-ü", "名前", "ffffffff-ffff-ffff-ffff-ffffffffffff", 4294967295,
+			"5c90128bd04e4215d996c9cc5cdfffc4959444ac79221d2a105d0542a53050c0", "5c90128b-d04e-8215-9996-c9cc5cdfffc4"},
+	} {
+		id, err := envelope.ParseUUID(v.event)
+		require.NoError(t, err)
+		got := events.NewProducerIdentity(v.prefix, v.source, v.name, id, v.index)
+		require.Equal(t, v.digest, hex.EncodeToString(got.Digest[:]))
+		require.Equal(t, v.outboxID, got.OutboxID.String())
+		require.Equal(t, v.prefix+"_v1_"+v.digest, got.MessageID)
+	}
+}
+
 func orderMapper(version string) events.MapFunc {
 	return func(e events.RecordedEvent) ([]envelope.Event, error) {
 		if e.Type != "Placed" {
@@ -79,21 +106,21 @@ func orderMapper(version string) events.MapFunc {
 }
 
 type outboxRow struct {
-	MessageID, Destination string
-	SourceEventID          envelope.UUID
-	Position               *int64
+	MessageID, Destination  string
+	OutboxID, SourceEventID envelope.UUID
+	Position                *int64
 }
 
 func outboxRows(t testing.TB, db *testdb.DB) []outboxRow {
 	rows, err := db.Pool.Query(context.Background(), fmt.Sprintf(
-		`SELECT message_id, destination, source_event_id, source_global_position FROM %s.keiro_outbox ORDER BY seq`, db.Schema))
+		`SELECT message_id, destination, outbox_id, source_event_id, source_global_position FROM %s.keiro_outbox ORDER BY seq`, db.Schema))
 	require.NoError(t, err)
 	var out []outboxRow
 	for rows.Next() {
 		var r outboxRow
-		var id [16]byte
-		require.NoError(t, rows.Scan(&r.MessageID, &r.Destination, &id, &r.Position))
-		r.SourceEventID = envelope.UUID(id)
+		var oid, id [16]byte
+		require.NoError(t, rows.Scan(&r.MessageID, &r.Destination, &oid, &id, &r.Position))
+		r.OutboxID, r.SourceEventID = envelope.UUID(oid), envelope.UUID(id)
 		out = append(out, r)
 	}
 	require.NoError(t, rows.Err())
@@ -137,19 +164,20 @@ func TestProducerEnqueuesDeterministically(t *testing.T) {
 	}
 	for _, res := range placed {
 		e := res.Events[0]
-		want := events.NewProducerIdentity("msg", "ordering", cfg.Name, e.ID, 0).MessageID
-		r, ok := byID[want]
+		ident := events.NewProducerIdentity("msg", "ordering", cfg.Name, e.ID, 0)
+		r, ok := byID[ident.MessageID]
 		require.True(t, ok, "message id of %s derived from (producer, event id, 0)", e.StreamName)
+		require.Equal(t, ident.OutboxID, r.OutboxID, "the row id is keiro's UUIDv8 of the identity")
 		require.Equal(t, e.ID, r.SourceEventID)
 		require.Equal(t, e.GlobalPosition, *r.Position)
 	}
 	audit := events.NewProducerIdentity("msg", "ordering", cfg.Name, placed[3].Events[0].ID, 1).MessageID
 	require.Equal(t, "ordering.audit.v1", byID[audit].Destination)
 
-	// Replay from zero: no new rows, same ids.
+	// Replay from zero with Republish: duplicates only, no new rows, same ids.
 	require.NoError(t, prod.Subscription().Rebuild(ctx, nil))
 	p2 := newProgress()
-	cfg.AfterCommit = p2.commit
+	cfg.AfterCommit, cfg.Republish = p2.commit, true
 	again, err := events.NewProducer(s, db.Pool, cfg)
 	require.NoError(t, err)
 	stop, errc = runSub(t, again.Subscription())
@@ -157,10 +185,10 @@ func TestProducerEnqueuesDeterministically(t *testing.T) {
 	stop()
 	require.Equal(t, first, outboxRows(t, db))
 
-	// A changed mapper replaying history meets the retained rows: the batch rolls back and the
-	// producer stops with a clear error; the checkpoint does not move.
+	// A changed mapper replaying history with Republish meets the retained rows: the batch
+	// rolls back and the producer stops with a clear error; the checkpoint does not move.
 	require.NoError(t, prod.Subscription().Rebuild(ctx, nil))
-	cfg.Map, cfg.AfterCommit = orderMapper("2"), nil
+	cfg.Map, cfg.AfterCommit, cfg.Republish = orderMapper("2"), nil, true
 	changed, err := events.NewProducer(s, db.Pool, cfg)
 	require.NoError(t, err)
 	err = changed.Run(ctx)
@@ -171,6 +199,108 @@ func TestProducerEnqueuesDeterministically(t *testing.T) {
 	require.Zero(t, pos)
 	require.Equal(t, first, outboxRows(t, db))
 	require.Positive(t, tm.counter(t, "keiro.outbox.identity.conflict"))
+}
+
+// TestProducerReplayBeyondRetention: after the relay's retention (shortened to a microsecond)
+// deleted the sent rows, a replay enqueues nothing and reports what it skipped; with Republish
+// it publishes history again, under the same ids.
+func TestProducerReplayBeyondRetention(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	tm := newTelemetry()
+	s := newStore(t, db)
+	ob, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	ctx := context.Background()
+	for i := range 3 {
+		_, err := appendTx(t, db, s, fmt.Sprintf("order-%d", i), events.NoStream, ev("Placed", `{}`))
+		require.NoError(t, err)
+	}
+	h := head(t, s, db)
+	run := func(cfg events.ProducerConfig) {
+		p := newProgress()
+		cfg.AfterCommit = p.commit
+		prod, err := events.NewProducer(s, db.Pool, cfg)
+		require.NoError(t, err)
+		stop, errc := runSub(t, prod.Subscription())
+		p.waitFor(t, h, errc)
+		stop()
+	}
+	cfg := events.ProducerConfig{Name: "ordering-producer", Source: "ordering", MessageIDPrefix: "msg",
+		Map: orderMapper("1"), Outbox: ob, MeterProvider: tm.mp}
+	run(cfg)
+	first := outboxRows(t, db)
+	require.Len(t, first, 3)
+
+	// The relay published them and its retention, shortened, deleted them.
+	_, err = db.Pool.Exec(ctx, `UPDATE keiro_outbox SET status = 'sent', published_at = now() - interval '1 second'`)
+	require.NoError(t, err)
+	kc := testkafka.New(t)
+	relay, err := outbox.NewRelay(db.Pool, kc.Client(t, outbox.ProducerOpts()...), outbox.RelayConfig{Schema: db.Schema, Retention: time.Microsecond})
+	require.NoError(t, err)
+	res, err := relay.MaintenancePass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), res.Deleted)
+
+	// A rebuild replays history: nothing is enqueued again; the skip is counted.
+	prod, err := events.NewProducer(s, db.Pool, cfg)
+	require.NoError(t, err)
+	require.NoError(t, prod.Subscription().Rebuild(ctx, nil))
+	run(cfg)
+	require.Empty(t, outboxRows(t, db))
+	require.Equal(t, int64(3), tm.counter(t, "keiro.producer.replay.skipped"))
+
+	// Republish, on purpose: the same ids again.
+	require.NoError(t, prod.Subscription().Rebuild(ctx, nil))
+	cfg.Republish = true
+	run(cfg)
+	require.Equal(t, first, outboxRows(t, db))
+}
+
+// TestProducerDeadLetterAndReplay: a mapper error dead-letters its event at once (the mapper is
+// deterministic) while later events are enqueued; once the mapper is fixed, a replay enqueues
+// it, although the producer's mark has moved past it.
+func TestProducerDeadLetterAndReplay(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	s := newStore(t, db)
+	ob, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	ctx := context.Background()
+	for i := range 3 {
+		_, err := appendTx(t, db, s, fmt.Sprintf("order-%d", i), events.NoStream, ev("Placed", `{}`))
+		require.NoError(t, err)
+	}
+	h := head(t, s, db)
+	var broken atomic.Bool
+	broken.Store(true)
+	good := orderMapper("1")
+	p := newProgress()
+	prod, err := events.NewProducer(s, db.Pool, events.ProducerConfig{Name: "p", Source: "ordering", MessageIDPrefix: "msg",
+		Outbox: ob, AfterCommit: p.commit, Map: func(e events.RecordedEvent) ([]envelope.Event, error) {
+			if e.StreamName == "order-1" && broken.Load() {
+				return nil, errors.New("no mapping for order-1")
+			}
+			return good(e)
+		}})
+	require.NoError(t, err)
+	_, errc := runSub(t, prod.Subscription())
+	p.waitFor(t, h, errc)
+	require.Len(t, outboxRows(t, db), 2)
+	dead, err := s.ListDeadLetters(ctx, db.Pool, events.DeadLetterFilter{Subscription: "p"})
+	require.NoError(t, err)
+	require.Len(t, dead, 1)
+	require.Equal(t, events.ErrorClassPermanent, dead[0].ErrorClass)
+	require.Equal(t, 1, dead[0].Attempts)
+
+	broken.Store(false)
+	p.reset()
+	_, err = s.RequestReplay(ctx, db.Pool, "p")
+	require.NoError(t, err)
+	p.waitFor(t, h, errc)
+	rows := outboxRows(t, db)
+	require.Len(t, rows, 3)
+	require.Equal(t, dead[0].EventID, rows[2].SourceEventID)
 }
 
 func TestProducerThroughCommandHook(t *testing.T) {

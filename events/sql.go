@@ -51,6 +51,22 @@ const sqlAppendTail = `
 SELECT global_position, stream_version, recorded_at, (SELECT count(*) FROM notified), data, metadata
 FROM ins ORDER BY stream_version`
 
+// sqlAppendTailOne is sqlAppendTail for a single event, with scalar parameters: no arrays to
+// encode and unnest, which is most of a one-event command's statement cost besides the writes.
+const sqlAppendTailOne = `
+, ins AS (
+    INSERT INTO {{schema}}.keiro_events (event_id, stream_name, category, stream_version, event_type,
+        schema_version, data, metadata, correlation_id, causation_id, traceparent, tracestate, tx_id)
+    SELECT $4::uuid, $1, $2, s.version, $5::text, $6::integer, $7::jsonb, $8::jsonb, $9::uuid, $10::uuid,
+        $11::text, $12::text, s.xid
+    FROM s
+    RETURNING global_position, stream_version, recorded_at, data, metadata
+), notified AS (
+    SELECT pg_notify('{{channel}}', '') FROM (SELECT 1 FROM ins LIMIT 1) x WHERE $13::boolean
+)
+SELECT global_position, stream_version, recorded_at, (SELECT count(*) FROM notified), data, metadata
+FROM ins`
+
 // sqlStreamVersion reads a stream's current version (no row: the stream does not exist).
 const sqlStreamVersion = `SELECT version FROM {{schema}}.keiro_streams WHERE stream_name = $1`
 
@@ -95,9 +111,11 @@ const sqlHead = `SELECT coalesce(max(global_position), 0) FROM {{schema}}.keiro_
 // sqlHorizon reads, in one snapshot, its xmin (the oldest transaction still running) and the
 // newest visible global position. It assigns no transaction id.
 // It also reads the subscription's stored checkpoint, so a Rebuild is noticed while idle.
+// And whether an operator asked for dead letters to be replayed (a probe of a tiny partial index).
 const sqlHorizon = `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
     (SELECT coalesce(max(global_position), 0) FROM {{schema}}.keiro_events),
-    (SELECT position FROM {{schema}}.keiro_subscriptions WHERE name = $1)`
+    (SELECT position FROM {{schema}}.keiro_subscriptions WHERE name = $1),
+    EXISTS (SELECT 1 FROM {{schema}}.keiro_subscription_dead_letters WHERE subscription_name = $1 AND status = 'replay')`
 
 // sqlFence assigns the reader's statement a transaction id and reads the newest global position
 // visible in the statement's snapshot. The snapshot is taken before the xid is assigned, so
@@ -127,6 +145,47 @@ SELECT pg_notify('{{channel}}', '') FROM reset`
 	sqlSubscriptionAdvisoryUnlock = `SELECT pg_advisory_unlock(hashtextextended('{{schema}}.keiro_subscriptions.' || $1, 0))`
 )
 
+// Subscription dead letters (deadletter.go).
+const (
+	deadLetterColumns = `dead_letter_id, subscription_name, global_position, event_id, stream_name,
+    stream_version, event_type, error_class, error_text, attempts, status, dead_lettered_at, replayed_at`
+	sqlDeadList = `SELECT ` + deadLetterColumns + ` FROM {{schema}}.keiro_subscription_dead_letters
+    WHERE ($1 = '' OR subscription_name = $1) AND ($2 = '' OR status = $2) AND dead_letter_id > $3
+    ORDER BY dead_letter_id LIMIT $4`
+	// sqlDeadInsert parks an event; a later failure of the same event (after a Rebuild) updates
+	// the row and adds its deliveries.
+	sqlDeadInsert = `INSERT INTO {{schema}}.keiro_subscription_dead_letters AS d (subscription_name,
+        global_position, event_id, stream_name, stream_version, event_type, error_class, error_text, attempts)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+    ON CONFLICT (subscription_name, event_id) DO UPDATE SET status = 'dead', global_position = excluded.global_position,
+        error_class = excluded.error_class, error_text = excluded.error_text, attempts = d.attempts + excluded.attempts,
+        dead_lettered_at = now(), updated_at = now()`
+	// sqlDeadRequest marks dead rows for replay and wakes the subscription (at commit).
+	sqlDeadRequest = `WITH req AS (
+    UPDATE {{schema}}.keiro_subscription_dead_letters
+    SET status = 'replay', replay_requested_at = now(), updated_at = now()
+    WHERE subscription_name = $1 AND status = 'dead' AND ($3::boolean OR dead_letter_id = ANY($2::bigint[]))
+    RETURNING 1
+), n AS (SELECT count(*) AS n FROM req),
+notified AS (SELECT pg_notify('{{channel}}', '') FROM n WHERE n.n > 0)
+SELECT n.n, (SELECT count(*) FROM notified) FROM n`
+	sqlDeadNextReplay = `SELECT dead_letter_id, global_position FROM {{schema}}.keiro_subscription_dead_letters
+    WHERE subscription_name = $1 AND status = 'replay' ORDER BY dead_letter_id LIMIT 1 FOR UPDATE SKIP LOCKED`
+	sqlDeadReplayed = `UPDATE {{schema}}.keiro_subscription_dead_letters
+    SET status = 'replayed', replayed_at = now(), attempts = attempts + 1, updated_at = now()
+    WHERE dead_letter_id = $1`
+	sqlDeadReplayFailed = `UPDATE {{schema}}.keiro_subscription_dead_letters
+    SET status = 'dead', attempts = attempts + 1, error_class = $2, error_text = $3, updated_at = now()
+    WHERE dead_letter_id = $1 AND status = 'replay'`
+)
+
+// The integration producer's mark (producer.go).
+const (
+	sqlProducerMark     = `SELECT coalesce((SELECT position FROM {{schema}}.keiro_producer_marks WHERE producer_name = $1), 0)`
+	sqlProducerMarkSave = `INSERT INTO {{schema}}.keiro_producer_marks AS m (producer_name, position) VALUES ($1, $2)
+    ON CONFLICT (producer_name) DO UPDATE SET position = greatest(m.position, excluded.position), updated_at = now()`
+)
+
 // Snapshots.
 const (
 	sqlSnapshotRead = `SELECT stream_version, state_version, state FROM {{schema}}.keiro_snapshots
@@ -144,19 +203,28 @@ const (
 // queries holds the statements with the schema substituted.
 type queries struct {
 	streamAny, streamNoStream, streamExists, streamExact string
+	oneAny, oneNoStream, oneExists, oneExact             string
 	streamVersion, existingIDs                           string
 	readStreamForward, readStreamBackward                string
 	readAll, readCategory, head, fence, horizon          string
 	subEnsure, subLock, subSave, subPosition, subReset   string
 	subAdvisoryLock, subAdvisoryUnlock                   string
 	snapshotRead, snapshotWrite                          string
+	deadList, deadInsert, deadRequest                    string
+	deadNextReplay, deadReplayed, deadReplayFailed       string
+	producerMark, producerMarkSave                       string
 }
 
 func newQueries(schema, channel string) queries {
 	r := strings.NewReplacer("{{schema}}", schema, "{{channel}}", channel)
-	tail := r.Replace(sqlAppendTail)
+	tail, tailOne := r.Replace(sqlAppendTail), r.Replace(sqlAppendTailOne)
 	cte := func(s string) string { return "WITH s AS (" + r.Replace(s) + ")" + tail }
+	one := func(s string) string { return "WITH s AS (" + r.Replace(s) + ")" + tailOne }
 	return queries{
+		oneAny:             one(sqlStreamAny),
+		oneNoStream:        one(sqlStreamNoStream),
+		oneExists:          one(sqlStreamExists),
+		oneExact:           one(sqlStreamExact),
 		streamAny:          cte(sqlStreamAny),
 		streamNoStream:     cte(sqlStreamNoStream),
 		streamExists:       cte(sqlStreamExists),
@@ -179,5 +247,13 @@ func newQueries(schema, channel string) queries {
 		subAdvisoryUnlock:  r.Replace(sqlSubscriptionAdvisoryUnlock),
 		snapshotRead:       r.Replace(sqlSnapshotRead),
 		snapshotWrite:      r.Replace(sqlSnapshotWrite),
+		deadList:           r.Replace(sqlDeadList),
+		deadInsert:         r.Replace(sqlDeadInsert),
+		deadRequest:        r.Replace(sqlDeadRequest),
+		deadNextReplay:     r.Replace(sqlDeadNextReplay),
+		deadReplayed:       r.Replace(sqlDeadReplayed),
+		deadReplayFailed:   r.Replace(sqlDeadReplayFailed),
+		producerMark:       r.Replace(sqlProducerMark),
+		producerMarkSave:   r.Replace(sqlProducerMarkSave),
 	}
 }

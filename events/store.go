@@ -29,7 +29,7 @@ const DefaultPageSize = 256
 
 // notifyCoalesce is the window in which the command runner's commits share one NOTIFY; it is
 // also the most a subscription's wake-up is delayed by it.
-const notifyCoalesce = time.Millisecond
+const notifyCoalesce = 5 * time.Millisecond
 
 // notifyTimeout bounds one asynchronous NOTIFY, so a hung database cannot keep the notifying
 // goroutine alive.
@@ -323,18 +323,12 @@ func (s *Store) appendTx(ctx context.Context, tx Querier, stream string, expecte
 		}
 		span.End()
 	}()
-	if err := ValidateStreamName(stream); err != nil {
-		return AppendResult{}, fmt.Errorf("append to %s: %w", stream, err)
-	}
-	if len(events) == 0 {
-		return AppendResult{}, fmt.Errorf("append to %s: no events", stream)
-	}
-	a, callerIDs, err := newAppendArgs(ctx, events)
+	st, err := s.prepareAppend(ctx, stream, expected, notify, events)
 	if err != nil {
-		return AppendResult{}, fmt.Errorf("append to %s: %w", stream, err)
+		return AppendResult{}, err
 	}
-	if callerIDs {
-		dup, ok, err := s.checkExisting(ctx, tx, stream, a)
+	if st.callerIDs {
+		dup, ok, err := s.checkExisting(ctx, tx, stream, st.a)
 		if err != nil {
 			return AppendResult{}, err
 		}
@@ -342,34 +336,81 @@ func (s *Store) appendTx(ctx context.Context, tx Querier, stream string, expecte
 			return dup, nil
 		}
 	}
-	category := Category(stream)
-	k := int64(len(events))
-	args := []any{stream, category, k, a.ids, a.types, a.schemaVersions, a.data, a.metadata,
-		a.correlation, a.causation, a.traceparent, a.tracestate, notify}
-	var q string
-	switch expected.kind {
-	case expectAny:
-		q = s.q.streamAny
-	case expectNoStream:
-		q = s.q.streamNoStream
-	case expectStreamExists:
-		q = s.q.streamExists
-	case expectExact:
-		q = s.q.streamExact
-		args = append(args, expected.version)
-	}
-	rows, err := tx.Query(ctx, q, args...)
+	rows, err := tx.Query(ctx, st.sql, st.args...)
 	if err != nil {
 		return AppendResult{}, s.appendError(stream, err)
 	}
+	res, err = st.scan(rows)
+	if err != nil {
+		return AppendResult{}, err
+	}
+	if len(res.Events) == 0 {
+		var actual int64
+		err := tx.QueryRow(ctx, s.q.streamVersion, stream).Scan(&actual)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return AppendResult{}, fmt.Errorf("append to %s: read stream version after a conflict: %w", stream, err)
+		}
+		return AppendResult{}, &WrongExpectedVersionError{Stream: stream, Expected: expected, Actual: actual}
+	}
+	return res, nil
+}
+
+// appendStatement is one append, ready to run: the statement, its arguments, and what scan
+// needs to build the AppendResult.
+type appendStatement struct {
+	s         *Store
+	stream    string
+	events    []EventData
+	a         *appendArgs
+	callerIDs bool
+	sql       string
+	args      []any
+}
+
+// prepareAppend validates an append and builds its statement.
+func (s *Store) prepareAppend(ctx context.Context, stream string, expected ExpectedVersion, notify bool, events []EventData) (*appendStatement, error) {
+	if err := ValidateStreamName(stream); err != nil {
+		return nil, fmt.Errorf("append to %s: %w", stream, err)
+	}
+	if len(events) == 0 {
+		return nil, fmt.Errorf("append to %s: no events", stream)
+	}
+	a, callerIDs, err := newAppendArgs(ctx, events)
+	if err != nil {
+		return nil, fmt.Errorf("append to %s: %w", stream, err)
+	}
+	category := Category(stream)
+	k := int64(len(events))
+	var args []any
+	var q string
+	if k == 1 {
+		args = []any{stream, category, k, a.ids[0], a.types[0], a.schemaVersions[0], a.data[0], a.metadata[0],
+			a.correlation[0], a.causation[0], a.traceparent[0], a.tracestate[0], notify}
+		q = [...]string{s.q.oneAny, s.q.oneNoStream, s.q.oneExists, s.q.oneExact}[expected.kind]
+	} else {
+		args = []any{stream, category, k, a.ids, a.types, a.schemaVersions, a.data, a.metadata,
+			a.correlation, a.causation, a.traceparent, a.tracestate, notify}
+		q = [...]string{s.q.streamAny, s.q.streamNoStream, s.q.streamExists, s.q.streamExact}[expected.kind]
+	}
+	if expected.kind == expectExact {
+		args = append(args, expected.version)
+	}
+	return &appendStatement{s: s, stream: stream, events: events, a: a, callerIDs: callerIDs, sql: q, args: args}, nil
+}
+
+// scan reads the append statement's rows. No rows (and no error) means the expected version
+// did not hold.
+func (st *appendStatement) scan(rows pgx.Rows) (AppendResult, error) {
+	defer rows.Close()
+	var res AppendResult
+	events, a, stream := st.events, st.a, st.stream
 	res.Events = make([]RecordedEvent, 0, len(events))
 	for rows.Next() {
 		var pos, version, notified int64
 		var at time.Time
 		var data, meta []byte
 		if err := rows.Scan(&pos, &version, &at, &notified, &data, &meta); err != nil {
-			rows.Close()
-			return AppendResult{}, s.appendError(stream, err)
+			return AppendResult{}, st.s.appendError(stream, err)
 		}
 		i := len(res.Events)
 		md := a.recordedMetadata(i)
@@ -382,15 +423,10 @@ func (s *Store) appendTx(ctx context.Context, tx Querier, stream string, expecte
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return AppendResult{}, s.appendError(stream, err)
+		return AppendResult{}, st.s.appendError(stream, err)
 	}
 	if len(res.Events) == 0 {
-		var actual int64
-		err := tx.QueryRow(ctx, s.q.streamVersion, stream).Scan(&actual)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return AppendResult{}, fmt.Errorf("append to %s: read stream version after a conflict: %w", stream, err)
-		}
-		return AppendResult{}, &WrongExpectedVersionError{Stream: stream, Expected: expected, Actual: actual}
+		return res, nil
 	}
 	if len(res.Events) != len(events) {
 		return AppendResult{}, fmt.Errorf("append to %s: %d of %d events inserted", stream, len(res.Events), len(events))
@@ -411,7 +447,17 @@ func (s *Store) appendError(stream string, err error) error {
 
 // checkExisting looks up caller-supplied ids. ok reports a complete identical duplicate.
 func (s *Store) checkExisting(ctx context.Context, tx Querier, stream string, a *appendArgs) (AppendResult, bool, error) {
-	rows, err := tx.Query(ctx, s.q.existingIDs, a.ids, stream, a.types, a.schemaVersions, a.data)
+	// Only the caller's ids: events without one got fresh ids, which a repeat cannot match.
+	var ids [][16]byte
+	var types []string
+	var versions []int32
+	var data []json.RawMessage
+	for i, sup := range a.supplied {
+		if sup {
+			ids, types, versions, data = append(ids, a.ids[i]), append(types, a.types[i]), append(versions, a.schemaVersions[i]), append(data, a.data[i])
+		}
+	}
+	rows, err := tx.Query(ctx, s.q.existingIDs, ids, stream, types, versions, data)
 	if err != nil {
 		return AppendResult{}, false, fmt.Errorf("append to %s: look up event ids: %w", stream, err)
 	}
@@ -436,9 +482,9 @@ func (s *Store) checkExisting(ctx context.Context, tx Querier, stream string, a 
 		return AppendResult{}, false, nil
 	case !allSame:
 		return AppendResult{}, false, fmt.Errorf("append to %s: %w: %s", stream, ErrEventIDConflict, idList(stored))
-	case len(stored) != len(a.ids):
+	case len(stored) != len(ids):
 		return AppendResult{}, false, fmt.Errorf("append to %s: %w: only %d of %d ids are stored (%s)",
-			stream, ErrEventIDConflict, len(stored), len(a.ids), idList(stored))
+			stream, ErrEventIDConflict, len(stored), len(ids), idList(stored))
 	}
 	s.metrics.duplicates.Add(ctx, 1)
 	last := stored[len(stored)-1]
@@ -467,6 +513,7 @@ type appendArgs struct {
 	data, metadata          []json.RawMessage
 	correlation, causation  []*[16]byte
 	traceparent, tracestate []*string
+	supplied                []bool // the caller chose ids[i]
 }
 
 func newAppendArgs(ctx context.Context, events []EventData) (*appendArgs, bool, error) {
@@ -475,7 +522,7 @@ func newAppendArgs(ctx context.Context, events []EventData) (*appendArgs, bool, 
 		ids: make([][16]byte, n), types: make([]string, n), schemaVersions: make([]int32, n),
 		data: make([]json.RawMessage, n), metadata: make([]json.RawMessage, n),
 		correlation: make([]*[16]byte, n), causation: make([]*[16]byte, n),
-		traceparent: make([]*string, n), tracestate: make([]*string, n),
+		traceparent: make([]*string, n), tracestate: make([]*string, n), supplied: make([]bool, n),
 	}
 	var problems []error
 	callerIDs := false
@@ -487,7 +534,7 @@ func newAppendArgs(ctx context.Context, events []EventData) (*appendArgs, bool, 
 			a.ids[i] = envelope.NewUUIDv7()
 		} else {
 			a.ids[i] = e.ID
-			callerIDs = true
+			a.supplied[i], callerIDs = true, true
 		}
 		if e.Type == "" {
 			problems = append(problems, fmt.Errorf("event %d: Type is empty", i))

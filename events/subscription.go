@@ -28,10 +28,14 @@ const (
 )
 
 // Handler applies one event inside the subscription's transaction tx; the checkpoint advances
-// in the same transaction. An error rolls the batch back and stops the subscription.
+// in the same transaction. An error rolls the batch back; the event is then delivered again, on
+// its own, under SubscriptionConfig.Retry (wrap the error with Permanent to skip the remaining
+// deliveries), and finally dead-lettered or halts the subscription.
 type Handler func(ctx context.Context, tx pgx.Tx, e RecordedEvent) error
 
-// BatchHandler applies a batch of consecutive events (in global-position order) inside tx.
+// BatchHandler applies a batch of consecutive events (in global-position order) inside tx. An
+// error rolls the batch back and its events are delivered again one per transaction (batches of
+// one), to find the event that fails; that one is then treated as a Handler's failing event.
 type BatchHandler func(ctx context.Context, tx pgx.Tx, batch []RecordedEvent) error
 
 // ResetFunc clears a projection's read model inside the Rebuild transaction.
@@ -55,8 +59,14 @@ type SubscriptionConfig struct {
 	// behind PgBouncer in transaction mode the lock would stay on a server connection that
 	// PgBouncer hands to others.
 	DisableListen bool
-	// AfterCommit, if set, is called after every committed batch with the new checkpoint.
-	// It must not block for long. Defaults to nil.
+	// Retry bounds the deliveries of an event the handler fails on, and says what happens
+	// then: dead-letter it and go on (the default) or halt. Defaults to DefaultMaxDeliveries
+	// deliveries, DefaultDeliveryBackoff doubling up to DefaultMaxDeliveryBackoff, and
+	// PoisonDeadLetter.
+	Retry RetryPolicy
+	// AfterCommit, if set, is called after every committed transaction of the subscription
+	// (batches, dead-lettering, replays of dead letters) with the checkpoint. It must not block
+	// for long. Defaults to nil.
 	AfterCommit func(position int64)
 	// MeterProvider provides the meter for keiro.projection.lag. Defaults to
 	// otel.GetMeterProvider().
@@ -78,6 +88,7 @@ func (c *SubscriptionConfig) applyDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.Retry.applyDefaults()
 }
 
 func (c *SubscriptionConfig) validate() error {
@@ -96,6 +107,7 @@ func (c *SubscriptionConfig) validate() error {
 	if c.PollInterval < 0 {
 		errs = append(errs, fmt.Errorf("PollInterval: %v is negative", c.PollInterval))
 	}
+	errs = append(errs, c.Retry.validate())
 	return errors.Join(errs...)
 }
 
@@ -114,6 +126,9 @@ type Subscription struct {
 	position atomic.Int64 // last checkpoint, for the lag gauge
 	head     atomic.Int64 // newest position seen, for the lag gauge
 	lag      metric.Int64ObservableGauge
+
+	deadLettered, retried, replayed metric.Int64Counter
+	nameAttr                        metric.MeasurementOption
 }
 
 // NewSubscription returns a Subscription that applies h to each event.
@@ -124,12 +139,22 @@ func NewSubscription(store *Store, pool *pgxpool.Pool, cfg SubscriptionConfig, h
 	return NewBatchSubscription(store, pool, cfg, func(ctx context.Context, tx pgx.Tx, batch []RecordedEvent) error {
 		for _, e := range batch {
 			if err := h(ctx, tx, e); err != nil {
-				return fmt.Errorf("event %s (%s@%d, position %d): %w", e.ID, e.StreamName, e.StreamVersion, e.GlobalPosition, err)
+				return &eventError{position: e.GlobalPosition, err: fmt.Errorf("event %s (%s@%d, position %d): %w",
+					e.ID, e.StreamName, e.StreamVersion, e.GlobalPosition, err)}
 			}
 		}
 		return nil
 	})
 }
+
+// eventError tells the worker which event of a batch a Handler failed on.
+type eventError struct {
+	position int64
+	err      error
+}
+
+func (e *eventError) Error() string { return e.err.Error() }
+func (e *eventError) Unwrap() error { return e.err }
 
 // NewBatchSubscription returns a Subscription that applies h to each batch.
 func NewBatchSubscription(store *Store, pool *pgxpool.Pool, cfg SubscriptionConfig, h BatchHandler) (*Subscription, error) {
@@ -154,6 +179,22 @@ func NewBatchSubscription(store *Store, pool *pgxpool.Pool, cfg SubscriptionConf
 		return nil, fmt.Errorf("new subscription %q: create keiro.projection.lag: %w", cfg.Name, err)
 	}
 	s.lag = lag
+	meter := cfg.MeterProvider.Meter(instrumentationScope)
+	var cerrs []error
+	counter := func(name, desc, unit string) metric.Int64Counter {
+		c, err := meter.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
+		if err != nil {
+			cerrs = append(cerrs, fmt.Errorf("create %s: %w", name, err))
+		}
+		return c
+	}
+	s.deadLettered = counter("keiro.subscription.deadlettered", "Events a subscription gave up on and recorded as dead letters.", "{event}")
+	s.retried = counter("keiro.subscription.retried", "Deliveries of an event repeated after its handler failed.", "{delivery}")
+	s.replayed = counter("keiro.subscription.replayed", "Dead letters delivered again on request, by outcome.", "{event}")
+	if err := errors.Join(cerrs...); err != nil {
+		return nil, fmt.Errorf("new subscription %q: %w", cfg.Name, err)
+	}
+	s.nameAttr = metric.WithAttributes(attribute.String(attrSubscription, cfg.Name))
 	return s, nil
 }
 
@@ -289,6 +330,8 @@ type worker struct {
 	fenced int64   // newest head fenced so far
 	final  int64   // newest position proven final
 	retry  time.Duration
+	// replay reports that the last horizon saw dead letters waiting to be replayed.
+	replay bool
 }
 
 // fence records that every position ≤ head was drawn by a transaction whose xid is < xid. Once
@@ -331,7 +374,7 @@ func (w *worker) safePosition(ctx context.Context) (int64, error) {
 
 func (w *worker) horizon(ctx context.Context) (xmin, head int64, err error) {
 	var stored *int64
-	if err := w.conn.QueryRow(ctx, w.s.store.q.horizon, w.s.cfg.Name).Scan(&xmin, &head, &stored); err != nil {
+	if err := w.conn.QueryRow(ctx, w.s.store.q.horizon, w.s.cfg.Name).Scan(&xmin, &head, &stored, &w.replay); err != nil {
 		return 0, 0, fmt.Errorf("run subscription %s: read snapshot horizon: %w", w.s.cfg.Name, err)
 	}
 	w.s.head.Store(head)
@@ -371,6 +414,12 @@ func (w *worker) catchUp(ctx context.Context) error {
 		safe, err := w.safePosition(ctx)
 		if err != nil {
 			return err
+		}
+		if w.replay {
+			if err := w.replayDeadLetters(ctx); err != nil {
+				return err
+			}
+			w.replay = false
 		}
 		if safe <= w.cp {
 			return nil
@@ -416,8 +465,11 @@ func (w *worker) batch(ctx context.Context, safe int64) error {
 	}
 	if len(batch) > 0 {
 		if err := s.apply(ctx, tx, batch); err != nil {
-			return fmt.Errorf("run subscription %s: handle positions %d..%d: %w", s.cfg.Name,
-				batch[0].GlobalPosition, batch[len(batch)-1].GlobalPosition, err)
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return w.isolate(ctx, batch, err)
 		}
 	}
 	if _, err := tx.Exec(ctx, s.store.q.subSave, s.cfg.Name, next); err != nil {

@@ -357,7 +357,8 @@ func TestProjectionExactlyOnceUnderKills(t *testing.T) {
 	}
 	h := head(t, s, db)
 	var mu sync.Mutex
-	sub, err := events.NewSubscription(s, db.Pool, events.SubscriptionConfig{Name: "totals", BatchSize: 50},
+	sub, err := events.NewSubscription(s, db.Pool, events.SubscriptionConfig{Name: "totals", BatchSize: 50,
+		Retry: events.RetryPolicy{Backoff: time.Millisecond}},
 		projectorHandler(1000, rng, &mu))
 	require.NoError(t, err)
 	restarts := 0
@@ -507,7 +508,8 @@ func TestSubscriptionLagAndHandlerError(t *testing.T) {
 	}
 	entered, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	sub, err := events.NewSubscription(s, db.Pool, events.SubscriptionConfig{Name: "lag", BatchSize: 1, MeterProvider: tm.mp},
+	sub, err := events.NewSubscription(s, db.Pool, events.SubscriptionConfig{Name: "lag", BatchSize: 1, MeterProvider: tm.mp,
+		Retry: events.RetryPolicy{MaxDeliveries: 1, OnPoison: events.PoisonHalt}},
 		func(_ context.Context, _ pgx.Tx, e events.RecordedEvent) error {
 			once.Do(func() { close(entered) })
 			<-release

@@ -25,6 +25,8 @@ const (
 type metrics struct {
 	conflicts, retries, duplicates metric.Int64Counter
 	snapshotWriteFailures          metric.Int64Counter
+	snapshotEncodeFailures         metric.Int64Counter
+	snapshotDecodeFailures         metric.Int64Counter
 	snapshotHits, snapshotMisses   metric.Int64Counter
 	meter                          metric.Meter
 }
@@ -42,8 +44,10 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	m.conflicts = counter("keiro.command.conflicts", "Appends of a command that met a version conflict.", "{conflict}")
 	m.retries = counter("keiro.command.retries", "Command attempts retried after a conflict.", "{retry}")
 	m.duplicates = counter("keiro.command.duplicates", "Appends whose event ids were already stored (idempotent repeats and id conflicts).", "{append}")
-	m.snapshotWriteFailures = counter("keiro.snapshot.write.failures", "Advisory snapshots that could not be encoded or written.", "{snapshot}")
-	m.snapshotHits = counter("keiro.snapshot.hits", "Hydrations seeded from a snapshot.", "{hydration}")
-	m.snapshotMisses = counter("keiro.snapshot.misses", "Hydrations that found no usable snapshot (absent, other state version, undecodable).", "{hydration}")
+	m.snapshotWriteFailures = counter("keiro.snapshot.write.failures", "Advisory snapshot writes that failed (the command is committed).", "{failure}")
+	m.snapshotEncodeFailures = counter("keiro.snapshot.encode.failures", "Advisory snapshots whose state could not be encoded (the command is committed).", "{failure}")
+	m.snapshotDecodeFailures = counter("keiro.snapshot.decode.failures", "Stored snapshots that could not be decoded (the stream was replayed in full).", "{failure}")
+	m.snapshotHits = counter("keiro.snapshot.read.hits", "Snapshot lookups that seeded a hydration.", "{read}")
+	m.snapshotMisses = counter("keiro.snapshot.read.misses", "Snapshot lookups without a usable snapshot (absent, other state version, undecodable).", "{read}")
 	return m, errors.Join(errs...)
 }

@@ -221,35 +221,13 @@ var ErrNotFound = errors.New("outbox row not found")
 
 // Lookup reads one row by outbox id, or returns an error wrapping ErrNotFound.
 func (s *Store) Lookup(ctx context.Context, q Querier, id envelope.UUID) (Row, error) {
-	var (
-		r                              Row
-		rid                            [16]byte
-		lastErr, code                  *string
-		key, registry, subject, fp     *string
-		versionRef, schemaID, position *int64
-		sourceEventID, causation, corr *[16]byte
-		tp, ts, attrs                  *string
-	)
-	e := &r.Event
-	err := q.QueryRow(ctx, s.q.lookup, [16]byte(id)).Scan(&r.Seq, &r.Status, &r.Attempts, &r.NextAttemptAt,
-		&lastErr, &r.PublishedAt, &r.Partition, &r.Offset, &code, &r.CreatedAt, &r.UpdatedAt,
-		&rid, &e.Source, &e.MessageID, &e.Destination, &key, &e.EventType,
-		&e.SchemaVersion, &e.ContentType, &registry, &subject, &versionRef, &schemaID, &fp,
-		&sourceEventID, &position, &causation, &corr, &tp, &ts, &e.Payload, &attrs, &e.OccurredAt)
+	r, err := scanRow(q.QueryRow(ctx, s.q.lookup, [16]byte(id)))
 	if err != nil {
 		if errors.Is(err, errNoRows) {
 			return r, fmt.Errorf("lookup outbox row %s: %w", id, ErrNotFound)
 		}
 		return r, fmt.Errorf("lookup outbox row %s: %w", id, err)
 	}
-	r.OutboxID = rid
-	if lastErr != nil {
-		r.LastError = *lastErr
-	}
-	if code != nil {
-		r.RejectionCode = *code
-	}
-	fillEvent(e, key, registry, subject, fp, versionRef, schemaID, position, sourceEventID, causation, corr, tp, ts, attrs)
 	return r, nil
 }
 

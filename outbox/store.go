@@ -176,6 +176,11 @@ func EnqueueTx(ctx context.Context, tx pgx.Tx, events ...envelope.Event) ([]Enqu
 // same-key producers serialise and their rows are published in commit order. A call with
 // several keys takes their locks first, in sorted order, so that two calls never deadlock.
 func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, events ...envelope.Event) ([]EnqueueResult, error) {
+	return s.enqueueTx(ctx, tx, nil, events)
+}
+
+// enqueueTx is EnqueueTx with caller-chosen outbox ids (ids[i] for events[i]; nil: fresh UUIDv7s).
+func (s *Store) enqueueTx(ctx context.Context, tx pgx.Tx, ids []envelope.UUID, events []envelope.Event) ([]EnqueueResult, error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
@@ -199,11 +204,15 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, events ...envelope.Eve
 			}
 			tc = ambient
 		}
-		a.add(envelope.NewUUIDv7(), e, tc)
+		id := envelope.NewUUIDv7()
+		if ids != nil {
+			id = ids[i]
+		}
+		a.add(id, e, tc)
 	}
 	rows, err := tx.Query(ctx, s.q.enqueue, a.args(!s.opts.DisableKeyLocks && severalKeys(events), !s.opts.DisableNotify)...)
 	if err != nil {
-		return nil, fmt.Errorf("enqueue outbox events: %w", err)
+		return nil, enqueueError(err)
 	}
 	inserted := make(map[[16]byte]struct{}, len(events))
 	for rows.Next() {
@@ -211,13 +220,13 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, events ...envelope.Eve
 		var n int64
 		if err := rows.Scan(&id, &n); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("enqueue outbox events: %w", err)
+			return nil, enqueueError(err)
 		}
 		inserted[id] = struct{}{}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("enqueue outbox events: %w", err)
+		return nil, enqueueError(err)
 	}
 	results := make([]EnqueueResult, len(events))
 	var missing []int

@@ -107,12 +107,27 @@ const (
 	MetricCommandRetries = "keiro.command.retries"
 	// MetricCommandDuplicates names a counter in {append}: appends whose event ids were stored.
 	MetricCommandDuplicates = "keiro.command.duplicates"
-	// MetricSnapshotWriteFailures names a counter in {snapshot}.
+	// MetricSnapshotWriteFailures names a counter in {failure}: snapshot writes that failed.
 	MetricSnapshotWriteFailures = "keiro.snapshot.write.failures"
-	// MetricSnapshotHits names a counter in {hydration}: hydrations seeded from a snapshot.
-	MetricSnapshotHits = "keiro.snapshot.hits"
-	// MetricSnapshotMisses names a counter in {hydration}: hydrations without a usable snapshot.
-	MetricSnapshotMisses = "keiro.snapshot.misses"
+	// MetricSnapshotEncodeFailures names a counter in {failure}: snapshot states that could not
+	// be encoded.
+	MetricSnapshotEncodeFailures = "keiro.snapshot.encode.failures"
+	// MetricSnapshotDecodeFailures names a counter in {failure}: stored snapshots that could not
+	// be decoded (the hydration replayed the whole stream).
+	MetricSnapshotDecodeFailures = "keiro.snapshot.decode.failures"
+	// MetricSnapshotHits names a counter in {read}: snapshot lookups that seeded a hydration.
+	MetricSnapshotHits = "keiro.snapshot.read.hits"
+	// MetricSnapshotMisses names a counter in {read}: snapshot lookups without a usable snapshot.
+	MetricSnapshotMisses = "keiro.snapshot.read.misses"
+	// MetricSubscriptionDeadLettered names a counter in {event}: events a subscription recorded
+	// as dead letters and moved past; attribute keiro.subscription.name.
+	MetricSubscriptionDeadLettered = "keiro.subscription.deadlettered"
+	// MetricSubscriptionRetried names a counter in {delivery}: deliveries repeated after a
+	// handler failure; attribute keiro.subscription.name.
+	MetricSubscriptionRetried = "keiro.subscription.retried"
+	// MetricSubscriptionReplayed names a counter in {event}: dead letters delivered again on
+	// request; attributes keiro.subscription.name and outcome (replayed, failed).
+	MetricSubscriptionReplayed = "keiro.subscription.replayed"
 	// MetricProjectionLag names a gauge in {event}: log head minus a subscription's checkpoint;
 	// attribute keiro.subscription.name.
 	MetricProjectionLag = "keiro.projection.lag"

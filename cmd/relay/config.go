@@ -102,6 +102,8 @@ type grammar struct {
 	Migrate migrateCmd `cmd:"" help:"Apply the embedded database migrations and print their status."`
 	Status  statusCmd  `cmd:"" help:"Print outbox row counts per status and destination, the oldest pending age and dead rows."`
 	Dead    deadCmd    `cmd:"" help:"List and requeue dead and rejected rows."`
+	Events  eventsCmd  `cmd:"" help:"Inspect the event store: subscription dead letters (relay events dead --help)."`
+	Rows    rowsCmd    `cmd:"" help:"List outbox rows by filter, or rows stuck in publishing."`
 	Schema  schemaCmd  `cmd:"" help:"Register or check Avro schemas in the Schema Registry (relay schema --help)."`
 }
 

@@ -1,0 +1,33 @@
+package outbox
+
+// The inspection listings' SQL (list.go). Same rules as sql.go: tables through {{schema}},
+// replaced with a validated schema name, never user input.
+
+// rowColumns are the columns scanRow reads (sqlLookup's).
+const rowColumns = `seq, status, attempt_count, next_attempt_at, last_error, published_at, kafka_partition,
+    kafka_offset, rejection_code, created_at, updated_at,
+    outbox_id, source, message_id, destination, message_key, event_type,
+    schema_version, content_type, schema_registry, schema_subject, schema_version_ref,
+    schema_id, schema_fingerprint, source_event_id, source_global_position,
+    causation_id, correlation_id, traceparent, tracestate, payload_bytes,
+    attributes::text, occurred_at`
+
+// sqlListOutbox lists rows after seq $1, filtered by status $2, source $3, destination $4 and
+// key $5 (NULL: any), at most $6, in seq order. An operator listing: without a status it
+// scans the table (sent rows included).
+const sqlListOutbox = `SELECT ` + rowColumns + ` FROM {{schema}}.keiro_outbox
+WHERE seq > $1 AND ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR source = $3)
+  AND ($4::text IS NULL OR destination = $4) AND ($5::text IS NULL OR message_key = $5)
+ORDER BY seq LIMIT $6`
+
+// sqlListStuckOutbox lists rows claimed (publishing) more than $1 microseconds ago, oldest
+// claim first, at most $2: through the claim index (phase 0 holds only open rows).
+const sqlListStuckOutbox = `SELECT ` + rowColumns + ` FROM {{schema}}.keiro_outbox
+WHERE phase = 0 AND status = 'publishing' AND updated_at < now() - $1::bigint * interval '1 microsecond'
+ORDER BY updated_at, seq LIMIT $2`
+
+// sqlListSentGcCandidates lists sent rows published more than $1 microseconds ago, oldest
+// first, at most $2: the rows the next retention pass deletes, through the sent_gc index.
+const sqlListSentGcCandidates = `SELECT ` + rowColumns + ` FROM {{schema}}.keiro_outbox
+WHERE phase = 1 AND published_at < now() - $1::bigint * interval '1 microsecond'
+ORDER BY published_at LIMIT $2`
