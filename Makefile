@@ -23,10 +23,15 @@ help: ## List the targets.
 demo: ## Run the end-to-end demo (embedded Kafka, local PostgreSQL at DATABASE_URL). N=orders.
 	$(GO) run ./cmd/demo $(if $(N),-n $(N)) $(DEMO_FLAGS)
 
+# Stamped into the binaries (`relay --version`); without them the Go build info is used.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X github.com/keiro-go/keiro/internal/cli.version=$(VERSION) -X github.com/keiro-go/keiro/internal/cli.commit=$(COMMIT)
+
 .PHONY: build
-build: ## Build every package and the binaries into ./bin.
+build: ## Build every package and the binaries into ./bin (VERSION and COMMIT stamped).
 	$(GO) build ./...
-	$(GO) build -o bin/ ./cmd/relay ./cmd/consumer
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/relay ./cmd/consumer
 
 .PHONY: test
 test: vet ## Run the whole test suite (PostgreSQL required; short fuzz runs; race detector on the storage packages).

@@ -119,6 +119,13 @@ type RelayConfig struct {
 	// Destinations, if set, restricts the relay to rows for these topics (other rows are left
 	// to other relays). Defaults to all topics.
 	Destinations []string
+	// CloudEvents makes every record also carry the CloudEvents binary-mode headers (ce_id,
+	// ce_source, ce_type, ce_specversion, ce_time, ce_partitionkey) after keiro's, so that
+	// CloudEvents consumers read keiro's records. Defaults to false.
+	CloudEvents bool
+	// CloudEventsDestinations adds the CloudEvents headers to the records of these topics only
+	// (CloudEvents true means every topic). Defaults to none.
+	CloudEventsDestinations []string
 	// MeterProvider provides the "keiro" meter. Defaults to otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
 	// TracerProvider provides the "keiro" tracer. Defaults to otel.GetTracerProvider().
@@ -248,6 +255,11 @@ func (c *RelayConfig) validate() error {
 	for i, d := range c.Destinations {
 		if err := envelope.ValidateTopic(d); err != nil {
 			bad("Destinations[%d] %q %v", i, d, err)
+		}
+	}
+	for i, d := range c.CloudEventsDestinations {
+		if err := envelope.ValidateTopic(d); err != nil {
+			bad("CloudEventsDestinations[%d] %q %v", i, d, err)
 		}
 	}
 	return errors.Join(errs...)

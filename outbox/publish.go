@@ -258,7 +258,7 @@ func (r *Relay) flush(ctx context.Context, refs []rowRef) {
 				ev.TraceContext = tc
 			}
 		}
-		headers = ev.AppendHeaders(headers[:0], envelope.EncodeOptions{})
+		headers = ev.AppendHeaders(headers[:0], r.encodeOptions(ev.Destination))
 		rec.Headers = make([]kgo.RecordHeader, len(headers))
 		for j, h := range headers {
 			rec.Headers[j] = kgo.RecordHeader{Key: h.Key, Value: h.Value}

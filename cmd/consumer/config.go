@@ -97,6 +97,7 @@ type handlerFlags struct {
 	Handler     string        `help:"Handler mode (required): http (POST each event to --http-url; at-least-once, with an Idempotency-Key) or sql (call --sql-function in the inbox transaction; exactly-once effects)." placeholder:"MODE"`
 	HTTPURL     cli.DSN       `name:"http-url" help:"URL each event is POSTed to in http mode; https:// for TLS." placeholder:"URL"`
 	HTTPTimeout time.Duration `name:"http-timeout" help:"Timeout of one HTTP delivery, response included." default:"10s"`
+	HTTPFormat  string        `name:"http-format" help:"Request body in http mode: keiro (keiro's JSON document), cloudevents-structured or cloudevents-binary (CloudEvents 1.0 HTTP binding)." default:"keiro" placeholder:"FORMAT"`
 	HTTPHeader  []cli.Secret  `name:"http-header" sep:"none" help:"Extra request header in http mode, as 'Name: value' (repeatable; values are secret, e.g. Authorization)." placeholder:"HEADER"`
 	SQLFunction string        `name:"sql-function" help:"PostgreSQL function called as SELECT fn($1::jsonb) in sql mode: name or schema.name." placeholder:"FUNCTION"`
 
@@ -114,6 +115,9 @@ func (f *handlerFlags) ValidateFlags() error {
 			p.Add("http-url", "is required with --handler=http")
 		} else if _, err := handlers.NewHTTP(handlers.HTTPConfig{URL: f.HTTPURL.Reveal(), Consumer: "x"}); err != nil {
 			p.Add("http-url", "must be an absolute http:// or https:// URL, got %s", f.HTTPURL)
+		}
+		if _, err := handlers.NewHTTP(handlers.HTTPConfig{URL: "http://x", Consumer: "x", Format: f.HTTPFormat}); err != nil {
+			p.Add("http-format", "unknown format %q: use keiro, cloudevents-structured or cloudevents-binary", f.HTTPFormat)
 		}
 		if f.HTTPTimeout <= 0 {
 			p.Add("http-timeout", "must be positive, got %s", f.HTTPTimeout)

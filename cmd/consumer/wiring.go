@@ -116,6 +116,7 @@ func buildHandler(f *handlerFlags, consumer string, policy inbox.DedupePolicy, l
 			Consumer:      consumer,
 			Timeout:       f.HTTPTimeout,
 			Header:        hdr,
+			Format:        f.HTTPFormat,
 			DecodePayload: decode,
 			DedupeKey:     idempotencyDedupeKey(policy, log),
 		})

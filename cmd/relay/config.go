@@ -175,6 +175,8 @@ type runCmd struct {
 	Migrate             bool          `help:"Apply database migrations before starting."`
 	MaxRecordBytes      int           `help:"Largest record produced; larger rows are rejected (message_too_large). Set to the topic's max.message.bytes if lower; 0 uses the producer's batch limit."`
 	HTTPAddr            string        `name:"http-addr" help:"Address of /healthz, /readyz, /metrics, the admin API (/api/v1/) and the console (/console/); empty disables." default:"${http_addr}" placeholder:"HOST:PORT"`
+	CloudEvents         bool          `name:"cloudevents" help:"Also emit the CloudEvents binary-mode headers (ce_id, ce_source, ce_type, ce_specversion, ce_time, ce_partitionkey) on every record."`
+	CloudEventsTopics   []string      `name:"cloudevents-destinations" help:"Emit the CloudEvents headers on the records of these destinations (topics) only, comma separated." placeholder:"TOPIC"`
 	Compression         string        `help:"Compression of produced batches: none, gzip, snappy, lz4 or zstd (default: the producer's, snappy)." placeholder:"CODEC"`
 	MaxBatchBytes       int32         `help:"Largest produce batch per partition in bytes; match the topics' max.message.bytes (0: the producer's default, about 1 MB). Records above it are rejected." placeholder:"BYTES"`
 }
@@ -238,6 +240,11 @@ func (c *runCmd) ValidateFlags() error {
 	for _, d := range c.Destinations {
 		if err := envelope.ValidateTopic(d); err != nil {
 			p.Add("destinations", "topic %q %v (names are separated by commas alone, no spaces)", d, err)
+		}
+	}
+	for _, d := range c.CloudEventsTopics {
+		if err := envelope.ValidateTopic(d); err != nil {
+			p.Add("cloudevents-destinations", "topic %q %v (names are separated by commas alone, no spaces)", d, err)
 		}
 	}
 	if _, ok := compressionCodecs[c.Compression]; c.Compression != "" && !ok {

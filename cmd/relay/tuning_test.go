@@ -32,9 +32,16 @@ func TestProducerTuningFlags(t *testing.T) {
 	if !g.Run.relayConfig(g.DB.Schema, g.DB.PgBouncer, nil).PollOnly {
 		t.Fatal("--pgbouncer must imply polling only")
 	}
+	g, err = parse(t, "--database-url=postgres://h/db", "--brokers=k:9092", "--cloudevents", "--cloudevents-destinations=orders,invoices")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := g.Run.relayConfig(g.DB.Schema, false, nil); !cfg.CloudEvents || strings.Join(cfg.CloudEventsDestinations, ",") != "orders,invoices" {
+		t.Fatalf("CloudEvents %v %v", cfg.CloudEvents, cfg.CloudEventsDestinations)
+	}
 
-	_, err = parse(t, "--database-url=postgres://h/db", "--brokers=k:9092", "--compression=brotli", "--max-batch-bytes=10")
-	for _, want := range []string{`--compression: unknown codec "brotli"`, "--max-batch-bytes: must be 0 (the producer's default) or at least 1024, got 10"} {
+	_, err = parse(t, "--database-url=postgres://h/db", "--brokers=k:9092", "--compression=brotli", "--max-batch-bytes=10", "--cloudevents-destinations=a b")
+	for _, want := range []string{`--compression: unknown codec "brotli"`, `--cloudevents-destinations: topic "a b"`, "--max-batch-bytes: must be 0 (the producer's default) or at least 1024, got 10"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("missing %q in %v", want, err)
 		}

@@ -61,6 +61,9 @@ type HTTPConfig struct {
 	// MaxErrorBody bounds how many bytes of a failed response's body an error keeps.
 	// Defaults to DefaultMaxErrorBody.
 	MaxErrorBody int
+	// Format is the request body: FormatKeiro, FormatCloudEventsStructured or
+	// FormatCloudEventsBinary. Defaults to FormatKeiro.
+	Format string
 }
 
 func (c *HTTPConfig) setDefaults() {
@@ -92,6 +95,9 @@ func (c *HTTPConfig) validate() error {
 	}
 	if c.Consumer == "" {
 		errs = append(errs, errors.New("Consumer is required (it is part of the Idempotency-Key)"))
+	}
+	if !validFormat(c.Format) {
+		errs = append(errs, fmt.Errorf("Format %q is not %s, %s or %s", c.Format, FormatKeiro, FormatCloudEventsStructured, FormatCloudEventsBinary))
 	}
 	if c.Timeout < 0 {
 		errs = append(errs, fmt.Errorf("Timeout must not be negative, got %s", c.Timeout))
@@ -134,7 +140,7 @@ func (h *HTTP) IdempotencyKey(ctx context.Context, ev envelope.Event) string {
 // [inbox.Outage]: no attempt is used. Other errors are classified as described in the package
 // doc.
 func (h *HTTP) Handle(ctx context.Context, _ pgx.Tx, ev envelope.Event) error {
-	body, err := MarshalDocument(ctx, ev, h.cfg.DecodePayload)
+	body, contentType, ceHeader, err := encodeRequest(ctx, h.cfg.Format, ev, h.cfg.DecodePayload)
 	if err != nil {
 		if errors.Is(err, ErrInvalidJSONPayload) {
 			return inbox.Permanent(err)
@@ -153,7 +159,10 @@ func (h *HTTP) Handle(ctx context.Context, _ pgx.Tx, ev envelope.Event) error {
 			req.Header.Add(k, v)
 		}
 	}
-	req.Header.Set("Content-Type", envelope.ContentTypeJSON)
+	for k, vs := range ceHeader {
+		req.Header[k] = vs
+	}
+	req.Header.Set("Content-Type", contentType)
 	req.Header.Set(HeaderIdempotencyKey, h.IdempotencyKey(ctx, ev))
 	req.Header.Del(envelope.HeaderTraceparent)
 	req.Header.Del(envelope.HeaderTracestate)
