@@ -8,19 +8,19 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest"
 )
 
 func Example() {
 	ctx := context.Background()
 	schema := fmt.Sprintf("orders_example_%d", time.Now().UnixNano())
 	defer func() {
-		if c, err := pgx.Connect(ctx, testdb.URL()); err == nil {
+		if c, err := pgx.Connect(ctx, keirotest.DatabaseURL()); err == nil {
 			_, _ = c.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
 			_ = c.Close(ctx)
 		}
 	}()
-	err := Run(ctx, Config{DatabaseURL: testdb.URL(), Schema: schema, OrderIDs: []string{"1001", "1002", "1003"}}, os.Stdout)
+	err := Run(ctx, Config{DatabaseURL: keirotest.DatabaseURL(), Schema: schema, OrderIDs: []string{"1001", "1002", "1003"}}, os.Stdout)
 	if err != nil {
 		fmt.Println(err)
 	}

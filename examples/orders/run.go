@@ -93,33 +93,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 
 	// The integration producer: private events → public events in the outbox, in the same
 	// transaction as its checkpoint, under deterministic message ids.
-	ob, err := outbox.NewStore(cfg.Schema)
-	if err != nil {
+	if err := CatchUp(ctx, pool, store, cfg.Schema); err != nil {
 		return err
-	}
-	head, err := store.Head(ctx, pool)
-	if err != nil {
-		return err
-	}
-	pctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	producer, err := events.NewProducer(store, pool, events.ProducerConfig{
-		Name: "ordering-integration-producer", Source: Source, MessageIDPrefix: "msg", Category: "order",
-		Map: MapToIntegration, Outbox: ob,
-		AfterCommit: func(pos int64) {
-			if pos >= head {
-				cancel() // caught up: a real service keeps it running
-			}
-		},
-	})
-	if err != nil {
-		return err
-	}
-	if err := producer.Run(pctx); err != nil {
-		return err
-	}
-	if ctx.Err() != nil {
-		return ctx.Err()
 	}
 
 	rows, err := pool.Query(ctx, `SELECT destination, message_key, event_type, status, convert_from(payload_bytes, 'UTF8')
@@ -137,6 +112,42 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 		fmt.Fprintf(out, "  %s key=%s %-14s %-7s %s\n", dest, label("order-"+key, cfg), typ, status, payload)
 	}
 	return rows.Err()
+}
+
+// CatchUp runs the integration producer (private order events → public events in the outbox of
+// schema, in the same transaction as its checkpoint, under deterministic message ids) until it
+// has handled every event committed when it was called, then stops it. A real service keeps
+// the producer running instead.
+func CatchUp(ctx context.Context, pool *pgxpool.Pool, store *events.Store, schema string) error {
+	ob, err := outbox.NewStore(schema)
+	if err != nil {
+		return err
+	}
+	head, err := store.Head(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if head == 0 {
+		return nil // no event yet
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	producer, err := events.NewProducer(store, pool, events.ProducerConfig{
+		Name: "ordering-integration-producer", Source: Source, MessageIDPrefix: "msg", Category: "order",
+		Map: MapToIntegration, Outbox: ob,
+		AfterCommit: func(pos int64) {
+			if pos >= head {
+				cancel() // caught up
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	if err := producer.Run(pctx); err != nil {
+		return err
+	}
+	return ctx.Err()
 }
 
 // label names an order by its position in the run ("order#1"), so the output does not depend

@@ -1,16 +1,14 @@
 package testkafka
 
-import "github.com/twmb/franz-go/pkg/kmsg"
+import (
+	"context"
+	"time"
 
-func kmsgCreateTopics(topic string, partitions int32) *kmsg.CreateTopicsRequest {
-	req := kmsg.NewPtrCreateTopicsRequest()
-	t := kmsg.NewCreateTopicsRequestTopic()
-	t.Topic = topic
-	t.NumPartitions = partitions
-	t.ReplicationFactor = 1
-	req.Topics = append(req.Topics, t)
-	req.TimeoutMillis = 10000
-	return req
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
 }
 
 // ProduceError answers every partition of a produce request with code: the response a

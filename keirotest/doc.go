@@ -1,0 +1,34 @@
+// Package keirotest is a test kit for services built on keiro-go: it lets a service's own
+// tests check the whole path from the business transaction to the consumer's effect, with real
+// storage and a real Kafka protocol, in the style of river's rivertest.
+//
+//   - [NewDB] (or [NewSchema] on a pool of your own) gives a test a fresh, migrated PostgreSQL
+//     schema, dropped when the test ends.
+//   - [NewKafka] starts an embedded Kafka broker (franz-go's kfake) on loopback, with a ready
+//     client; [Kafka.FailProduces] makes it refuse produce requests for a while, so a service
+//     can test what it does during a Kafka outage.
+//   - [RequireEnqueued] and [RequireNotEnqueued] assert outbox rows, inside the caller's
+//     transaction or after it committed.
+//   - [DrainOutbox] runs a real relay until the outbox is empty and returns what it published.
+//   - [RequirePublished] asserts records on a topic, keiro headers decoded.
+//   - [Deliver] hands an event to an inbox handler (a Go handler, a PostgreSQL function or an
+//     HTTP endpoint) through a real inbox transaction, optionally twice to prove that the
+//     duplicate is suppressed.
+//
+// # Failures
+//
+// Every helper takes a [testing.TB] and reports problems through it with t.Fatalf: an
+// assertion stops the test at its first failure and says what it expected and what it found
+// (for RequireEnqueued, every row the outbox holds and how each differs). Setup helpers fail,
+// never skip, when PostgreSQL is unreachable: a green run must mean the storage was exercised.
+//
+// # Parallel tests
+//
+// Each [NewDB] schema and each [NewKafka] broker belongs to one test, so tests using the kit
+// may call t.Parallel. Assertions read only the schema or broker they are given.
+//
+// # Databases
+//
+// The database comes from KEIRO_TEST_DATABASE_URL, else DATABASE_URL, else
+// [DefaultDatabaseURL]. Set KEIRO_TEST_KEEP_SCHEMA to keep test schemas for inspection.
+package keirotest

@@ -1,0 +1,197 @@
+package keirotest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// DefaultPartitions is the partition count of a Kafka's topics.
+const DefaultPartitions = 1
+
+// Kafka is an embedded single-broker Kafka cluster (franz-go's kfake: the real protocol on
+// loopback) owned by one test.
+type Kafka struct {
+	// Cluster is the kfake cluster, for its control hooks (Cluster.ControlKey) and
+	// administration.
+	Cluster *kfake.Cluster
+	// Seeds lists the broker addresses (host:port), for kgo.SeedBrokers or a --brokers flag.
+	Seeds []string
+	// Client is a franz-go client connected to the cluster, closed when the test ends.
+	Client *kgo.Client
+	// partitions is the partition count of topics CreateTopic makes when given 0.
+	partitions int32
+}
+
+// KafkaConfig configures NewKafkaWith.
+type KafkaConfig struct {
+	// Topics are created before NewKafkaWith returns. Defaults to none.
+	Topics []string
+	// Partitions is the partition count of Topics and of topics created on first use.
+	// Defaults to DefaultPartitions.
+	Partitions int32
+	// DisableAutoCreate makes producing to, or asking for, a topic that was not created fail
+	// with UNKNOWN_TOPIC_OR_PARTITION, as on a broker with auto.create.topics.enable=false.
+	// Defaults to false (topics are created on first use).
+	DisableAutoCreate bool
+	// ClusterOpts are applied after the kit's own kfake options (one broker, auto-creation,
+	// partitions). Defaults to none.
+	ClusterOpts []kfake.Opt
+	// ClientOpts are applied to Kafka.Client after its seed brokers and FastRetries. Defaults
+	// to none.
+	ClientOpts []kgo.Opt
+}
+
+// NewKafka starts an embedded broker on loopback with topics created (one partition each),
+// and a client for it. Both are closed when t ends.
+func NewKafka(t testing.TB, topics ...string) *Kafka {
+	t.Helper()
+	return NewKafkaWith(t, KafkaConfig{Topics: topics})
+}
+
+// NewKafkaWith is NewKafka with a configuration.
+func NewKafkaWith(t testing.TB, cfg KafkaConfig) *Kafka {
+	t.Helper()
+	if cfg.Partitions == 0 {
+		cfg.Partitions = DefaultPartitions
+	}
+	if cfg.Partitions < 0 {
+		t.Fatalf("keirotest.NewKafkaWith: KafkaConfig.Partitions must be positive, got %d", cfg.Partitions)
+	}
+	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.DefaultNumPartitions(int(cfg.Partitions))}
+	if !cfg.DisableAutoCreate {
+		opts = append(opts, kfake.AllowAutoTopicCreation())
+	}
+	if len(cfg.Topics) > 0 {
+		opts = append(opts, kfake.SeedTopics(cfg.Partitions, cfg.Topics...))
+	}
+	c, err := kfake.NewCluster(append(opts, cfg.ClusterOpts...)...)
+	if err != nil {
+		t.Fatalf("keirotest: start the embedded Kafka broker: %v", err)
+	}
+	t.Cleanup(c.Close)
+	k := &Kafka{Cluster: c, Seeds: c.ListenAddrs(), partitions: cfg.Partitions}
+	k.Client = k.NewClient(t, cfg.ClientOpts...)
+	return k
+}
+
+// FastRetries returns franz-go options for clients of the embedded broker: metadata refreshed
+// at most every 10ms and retries after 10ms, so that a client recovers from an injected
+// failure (FailProduces) in milliseconds rather than seconds. Loopback needs no more.
+func FastRetries() []kgo.Opt {
+	return []kgo.Opt{kgo.MetadataMinAge(10 * time.Millisecond),
+		kgo.RetryBackoffFn(func(int) time.Duration { return 10 * time.Millisecond })}
+}
+
+// NewClient returns a new franz-go client for the cluster, with FastRetries and then opts
+// applied after the seed brokers, closed when t ends. A producer or consumer under test usually wants its own client
+// (a relay needs one built with outbox.ProducerOpts).
+func (k *Kafka) NewClient(t testing.TB, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	all := append(append([]kgo.Opt{kgo.SeedBrokers(k.Seeds...)}, FastRetries()...), opts...)
+	cl, err := kgo.NewClient(all...)
+	if err != nil {
+		t.Fatalf("keirotest: create a Kafka client: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// CreateTopic creates topic with partitions partitions (0: the Kafka's default). A topic that
+// already exists is left as it is.
+func (k *Kafka) CreateTopic(t testing.TB, topic string, partitions int32) {
+	t.Helper()
+	if partitions == 0 {
+		partitions = k.partitions
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := kadm.NewClient(k.Client).CreateTopic(ctx, partitions, 1, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		t.Fatalf("keirotest: create topic %q: %v", topic, err)
+	}
+}
+
+// Records returns every record on topic at the time of the call (up to each partition's high
+// watermark), ordered by partition and offset. A topic that does not exist has none.
+func (k *Kafka) Records(t testing.TB, topic string) []*kgo.Record {
+	t.Helper()
+	recs, err := k.records(t, topic)
+	if err != nil {
+		t.Fatalf("keirotest: read topic %q: %v", topic, err)
+	}
+	return recs
+}
+
+// records reads topic up to the high watermarks it has when called.
+func (k *Kafka) records(t testing.TB, topic string) ([]*kgo.Record, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ends, err := kadm.NewClient(k.Client).ListEndOffsets(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("list end offsets: %w", err)
+	}
+	want := map[int32]int64{} // partition -> high watermark
+	var listErr error
+	ends.Each(func(o kadm.ListedOffset) {
+		switch {
+		case errors.Is(o.Err, kerr.UnknownTopicOrPartition):
+		case o.Err != nil:
+			listErr = o.Err
+		case o.Offset > 0:
+			want[o.Partition] = o.Offset
+		}
+	})
+	if listErr != nil {
+		return nil, fmt.Errorf("list end offsets: %w", listErr)
+	}
+	if len(want) == 0 {
+		return nil, nil
+	}
+	parts := map[int32]kgo.Offset{}
+	for p := range want {
+		parts[p] = kgo.NewOffset().AtStart()
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Seeds...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}))
+	if err != nil {
+		return nil, fmt.Errorf("create a consumer: %w", err)
+	}
+	defer cl.Close()
+	var out []*kgo.Record
+	for len(want) > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("read up to the end offsets: %w", err)
+		}
+		for _, fe := range fs.Errors() {
+			return nil, fmt.Errorf("fetch partition %d: %w", fe.Partition, fe.Err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if hw, ok := want[r.Partition]; ok && r.Offset < hw {
+				out = append(out, r)
+				if r.Offset+1 >= hw {
+					delete(want, r.Partition)
+				}
+			}
+		})
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Partition != out[j].Partition {
+			return out[i].Partition < out[j].Partition
+		}
+		return out[i].Offset < out[j].Offset
+	})
+	return out, nil
+}

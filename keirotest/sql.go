@@ -1,0 +1,34 @@
+package keirotest
+
+// SQL of the kit, in one place. Schema names are validated (migrations.ValidateSchema) before
+// they are placed into statements.
+
+// sqlOutboxSchema finds the schema of the keiro_outbox table that the connection's
+// search_path resolves, or NULL.
+const sqlOutboxSchema = `SELECT n.nspname FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE c.oid = to_regclass('keiro_outbox')`
+
+// sqlTableExists reports whether the qualified table $1 exists.
+const sqlTableExists = `SELECT to_regclass($1) IS NOT NULL`
+
+// sqlOutboxIDs lists a schema's outbox ids in seq order (format with the schema).
+const sqlOutboxIDs = `SELECT outbox_id FROM %s.keiro_outbox ORDER BY seq`
+
+// sqlNow reads the database clock.
+const sqlNow = `SELECT clock_timestamp()`
+
+// sqlOpenRows lists the rows a relay has yet to publish, optionally only for destinations $1
+// (format with the schema).
+const sqlOpenRows = `SELECT outbox_id FROM %s.keiro_outbox
+WHERE status IN ('pending', 'failed', 'publishing') AND (cardinality($1::text[]) = 0 OR destination = ANY($1))
+ORDER BY seq`
+
+// sqlCountOpen counts those rows.
+const sqlCountOpen = `SELECT count(*) FROM %s.keiro_outbox
+WHERE status IN ('pending', 'failed', 'publishing') AND (cardinality($1::text[]) = 0 OR destination = ANY($1))`
+
+// sqlChangedSince lists the rows that reached one of statuses $2 since $1 (format with the
+// schema).
+const sqlChangedSince = `SELECT outbox_id FROM %s.keiro_outbox
+WHERE status = ANY($2) AND updated_at >= $1 ORDER BY seq`
