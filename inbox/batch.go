@@ -64,7 +64,7 @@ func (s *Store) ProcessBatchWith(ctx context.Context, db TxBeginner, ds []Delive
 // new batch transaction, the failing one goes through process alone, and the rest form the
 // next batch. When the failing delivery cannot be told (the commit itself failed), the rest go
 // one at a time.
-func (s *Store) processBatch(ctx context.Context, db TxBeginner, ds []Delivery, h Handler, bh BatchHandler, stopAtFailure bool) ([]Result, error) {
+func (s *Store) processBatch(ctx context.Context, db TxBeginner, ds []Delivery, h Handler, bh BatchHandler, stopAtFailure bool) (_ []Result, rerr error) {
 	results := make([]Result, len(ds))
 	seen := make(map[[2]string]bool, len(ds))
 	unique := make([]int, 0, len(ds))
@@ -82,7 +82,11 @@ func (s *Store) processBatch(ctx context.Context, db TxBeginner, ds []Delivery, 
 		seen[k] = true
 		unique = append(unique, i)
 	}
-	defer s.countInBatchDuplicates(ctx, ds, unique, results)
+	defer func() {
+		if rerr == nil {
+			s.countInBatchDuplicates(ctx, ds, unique, results)
+		}
+	}()
 	failed := func(r Result) bool { return r.Outcome == HandlerFailed || r.Outcome == Deferred }
 	// oneAtATime runs pending through process; false means it stopped at a failure.
 	oneAtATime := func(pending []int) (bool, error) {
@@ -141,10 +145,21 @@ func (s *Store) processBatch(ctx context.Context, db TxBeginner, ds []Delivery, 
 	return results, nil
 }
 
+// countBatch counts the results of a committed batch; deliveries whose handler did not run
+// (duplicates, poisoned) get their `process` span here, as in Process.
 func (s *Store) countBatch(ctx context.Context, ds []Delivery, results []Result, idx []int) {
 	for _, i := range idx {
 		s.in.count(ctx, s.cfg.Consumer, s.topic(&ds[i]), results[i])
+		if results[i].Outcome != Processed {
+			s.skippedSpan(ctx, &ds[i], results[i])
+		}
 	}
+}
+
+// skippedSpan records the `process` span of a delivery of a batch whose handler did not run.
+func (s *Store) skippedSpan(ctx context.Context, d *Delivery, res Result) {
+	_, span := s.in.startProcessSpan(ctx, s.group, d)
+	endProcessSpan(span, res, nil)
 }
 
 func (s *Store) countInBatchDuplicates(ctx context.Context, ds []Delivery, unique []int, results []Result) {
@@ -155,6 +170,7 @@ func (s *Store) countInBatchDuplicates(ctx context.Context, ds []Delivery, uniqu
 			continue
 		}
 		s.in.count(ctx, s.cfg.Consumer, s.topic(&ds[i]), results[i])
+		s.skippedSpan(ctx, &ds[i], results[i])
 	}
 }
 

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -58,6 +61,10 @@ func benchRecords(b *testing.B, n int, topic string, dupEvery int) []*kgo.Record
 }
 
 func benchConsumer(b *testing.B, batchSize int, dupEvery int, batchHandler bool) {
+	benchConsumerWith(b, batchSize, dupEvery, batchHandler, inbox.DedupeOnly)
+}
+
+func benchConsumerWith(b *testing.B, batchSize int, dupEvery int, batchHandler bool, persistence inbox.Persistence) {
 	db := testdb.New(b)
 	fx := newEffects(b, db)
 	kc := testkafka.New(b)
@@ -89,7 +96,7 @@ func benchConsumer(b *testing.B, batchSize int, dupEvery int, batchHandler bool)
 	p := newProgress()
 	c, err := inbox.NewConsumer(db.Pool, inbox.ConsumerConfig{
 		Brokers: kc.Brokers, Group: "bench", Topics: []string{topic}, BatchSize: batchSize, BatchHandler: bh,
-		Store:       inbox.StoreConfig{Schema: db.Schema, Persistence: inbox.DedupeOnly},
+		Store:       inbox.StoreConfig{Schema: db.Schema, Persistence: persistence},
 		OnCommitted: p.onCommitted, Logger: slog.New(slog.DiscardHandler),
 		KafkaOpts: []kgo.Opt{kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 			kgo.FetchMaxBytes(64 << 20), kgo.FetchMaxPartitionBytes(16 << 20)},
@@ -112,6 +119,15 @@ func benchConsumer(b *testing.B, batchSize int, dupEvery int, batchHandler bool)
 	b.ReportMetric(float64(len(recs))/elapsed.Seconds(), "msgs/s")
 	b.ReportMetric(first.Seconds(), "s-to-first-commit")
 	b.ReportMetric(0, "ns/op")
+}
+
+// The defaults (group commit, full envelope), the per-event handler inserting one row each.
+func BenchmarkConsumerDefaults(b *testing.B) { benchConsumerWith(b, 0, 0, false, inbox.FullEnvelope) }
+
+// The defaults with a BatchHandler inserting a batch's rows in one statement (what the sql
+// mode runs by default: SQL.HandleBatch pipelines a batch's calls in one round trip).
+func BenchmarkConsumerDefaultsBatchHandler(b *testing.B) {
+	benchConsumerWith(b, 0, 0, true, inbox.FullEnvelope)
 }
 
 // One inbox transaction per record, the handler inserting one row.
@@ -159,4 +175,156 @@ func BenchmarkRawBatchedInsert(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "msgs/s")
 	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkConsumerLatency offers b.N records at a steady 1000 msgs/s (over 4 partitions) to a
+// consumer with the default configuration and reports the latency from the produce call to the
+// commit of the inbox transaction that holds the record's effect (p50-ms, p99-ms, max-ms; the
+// COMMIT's completion is observed with a pgx tracer), and to the following offset commit
+// (offset-p99-ms). The producer does not linger. Run it with a fixed count:
+//
+//	go test -run XXX -bench ConsumerLatency -benchtime 5000x ./inbox
+func BenchmarkConsumerLatency(b *testing.B) {
+	const rate = 1000
+	db := testdb.New(b)
+	fx := newEffects(b, db)
+	kc := testkafka.New(b)
+	topic := "bench.latency.v1"
+	kc.CreateTopic(b, topic, benchPartitions)
+	prod := kc.Client(b, kgo.ProducerLinger(0))
+
+	tr := &commitTracer{pending: map[*pgx.Conn][]string{}, committed: map[string]time.Time{}}
+	pcfg, err := pgxpool.ParseConfig(db.ConnString)
+	require.NoError(b, err)
+	pcfg.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	require.NoError(b, err)
+	defer pool.Close()
+	h := func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO `+fx.table+` (message_id, msg_key, payload) VALUES ($1, $2, $3)`,
+			ev.MessageID, ev.Key, string(ev.Payload)); err != nil {
+			return err
+		}
+		tr.wrote(tx.Conn(), ev.MessageID)
+		return nil
+	}
+	type commit struct {
+		offset int64
+		at     time.Time
+	}
+	var mu sync.Mutex
+	commits := map[int32][]commit{}
+	p := newProgress()
+	c, err := inbox.NewConsumer(pool, inbox.ConsumerConfig{
+		Brokers: kc.Brokers, Group: "bench", Topics: []string{topic},
+		Store: inbox.StoreConfig{Schema: db.Schema},
+		OnCommitted: func(cm inbox.Commit) {
+			now := time.Now()
+			mu.Lock()
+			commits[cm.Partition] = append(commits[cm.Partition], commit{cm.Offset, now})
+			mu.Unlock()
+			p.onCommitted(cm)
+		},
+		Logger:    slog.New(slog.DiscardHandler),
+		KafkaOpts: []kgo.Opt{kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())},
+	}, h)
+	require.NoError(b, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	// Warm up: one record through, so the group is joined before the clock starts.
+	produceEvents(b, prod, newEvent("ordering", topic))
+	p.waitCommitted(b, topic, 1, time.Minute)
+
+	n := benchSize(b)
+	type sent struct {
+		id        string
+		partition int32
+		offset    int64
+		at        time.Time
+	}
+	sentc := make(chan sent, n)
+	b.ResetTimer()
+	tick := time.NewTicker(time.Second / rate)
+	for i := 0; i < n; i++ {
+		<-tick.C
+		ev := newEvent("ordering", topic)
+		k := fmt.Sprintf("key-%d", i%64)
+		ev.Key = &k
+		at := time.Now()
+		prod.Produce(context.Background(), toKgo(ev.Record(envelope.EncodeOptions{})), func(r *kgo.Record, err error) {
+			if err != nil {
+				panic(err)
+			}
+			sentc <- sent{ev.MessageID, r.Partition, r.Offset, at}
+		})
+	}
+	tick.Stop()
+	p.waitCommitted(b, topic, int64(n+1), time.Minute)
+	b.StopTimer()
+	cancel()
+	require.NoError(b, <-done)
+
+	effect := make([]time.Duration, 0, n)
+	offset := make([]time.Duration, 0, n)
+	mu.Lock()
+	tr.mu.Lock()
+	for range n {
+		s := <-sentc
+		at, ok := tr.committed[s.id]
+		require.True(b, ok, "effect of %s committed", s.id)
+		effect = append(effect, at.Sub(s.at))
+		for _, cm := range commits[s.partition] {
+			if cm.offset > s.offset {
+				offset = append(offset, cm.at.Sub(s.at))
+				break
+			}
+		}
+	}
+	tr.mu.Unlock()
+	mu.Unlock()
+	require.Len(b, offset, n)
+	slices.Sort(effect)
+	slices.Sort(offset)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(effect[n/2]), "p50-ms")
+	b.ReportMetric(ms(effect[n*99/100]), "p99-ms")
+	b.ReportMetric(ms(effect[n-1]), "max-ms")
+	b.ReportMetric(ms(offset[n*99/100]), "offset-p99-ms")
+	b.ReportMetric(0, "ns/op")
+}
+
+// commitTracer notes when the transaction that wrote each message's effect committed.
+type commitTracer struct {
+	mu        sync.Mutex
+	pending   map[*pgx.Conn][]string
+	committed map[string]time.Time
+}
+
+type sqlKey struct{}
+
+func (t *commitTracer) wrote(conn *pgx.Conn, id string) {
+	t.mu.Lock()
+	t.pending[conn] = append(t.pending[conn], id)
+	t.mu.Unlock()
+}
+
+func (t *commitTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	return context.WithValue(ctx, sqlKey{}, data.SQL)
+}
+
+func (t *commitTracer) TraceQueryEnd(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryEndData) {
+	q, _ := ctx.Value(sqlKey{}).(string)
+	if q != "commit" && q != "rollback" {
+		return
+	}
+	now := time.Now()
+	t.mu.Lock()
+	if q == "commit" && data.Err == nil {
+		for _, id := range t.pending[conn] {
+			t.committed[id] = now
+		}
+	}
+	delete(t.pending, conn)
+	t.mu.Unlock()
 }

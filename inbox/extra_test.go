@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -384,4 +385,86 @@ func TestConsumerBatchPathKeepsKeyOrderUnderFailures(t *testing.T) {
 	r.stop(t)
 	require.EqualValues(t, 3, failures.Load())
 	requireOncePerMessageInKeyOrder(t, fx, evs)
+}
+
+// TestConsumerDefaultsKeepKeyOrderUnderFailures: with the default configuration (group
+// commit) and a backlog, handler failures of every kind in the middle of batches (transient
+// errors, contention, a panic, a poison message) keep every key's effects in order and once;
+// only the poison message is missing and dead-lettered. Run with a Handler and a BatchHandler.
+func TestConsumerDefaultsKeepKeyOrderUnderFailures(t *testing.T) {
+	t.Parallel()
+	for _, batchHandler := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batch-handler=%v", batchHandler), func(t *testing.T) {
+			t.Parallel()
+			db := testdb.New(t)
+			fx := newEffects(t, db)
+			kc := testkafka.New(t)
+			const topic = "billing.default-order.v1"
+			kc.CreateTopic(t, topic, 3)
+			kc.CreateTopic(t, topic+".dlq", 1)
+			evs := keyedEvents("ordering", topic, 600, 12)
+			produceEvents(t, kc.Client(t), evs...) // a backlog: batches form at once
+			poison := evs[333].MessageID
+			var mu sync.Mutex
+			calls := map[string]int{}
+			h := func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
+				mu.Lock()
+				calls[ev.MessageID]++
+				n := calls[ev.MessageID]
+				mu.Unlock()
+				switch ev.MessageID {
+				case evs[17].MessageID, evs[250].MessageID, evs[598].MessageID:
+					if n <= 2 {
+						return errors.New("transient")
+					}
+				case evs[101].MessageID, evs[402].MessageID:
+					if n <= 3 {
+						return raise(ctx, tx, "40P01")
+					}
+				case evs[499].MessageID:
+					if n == 1 {
+						panic("boom")
+					}
+				case poison:
+					return errors.New("poison")
+				}
+				return fx.handler()(ctx, tx, ev)
+			}
+			cfg := inbox.ConsumerConfig{
+				Brokers: kc.Brokers, Group: "billing", Topics: []string{topic},
+				Store: inbox.StoreConfig{Schema: db.Schema, MaxAttempts: 3},
+			}
+			var handler inbox.Handler = h
+			if batchHandler {
+				cfg.BatchHandler = func(ctx context.Context, tx pgx.Tx, evs []envelope.Event) error {
+					for _, ev := range evs {
+						if err := h(ctx, tx, ev); err != nil {
+							return err
+						}
+					}
+					return nil
+				}
+				handler = nil
+			}
+			p := newProgress()
+			cfg.OnCommitted = p.onCommitted
+			r := startConsumer(t, db.Pool, cfg, handler)
+			p.waitCommitted(t, topic, 600, 60*time.Second)
+			r.stop(t)
+
+			var good []envelope.Event
+			for _, ev := range evs {
+				if ev.MessageID != poison {
+					good = append(good, ev)
+				}
+			}
+			requireOncePerMessageInKeyOrder(t, fx, good)
+			st := r.c.Stats()
+			require.EqualValues(t, 1, st.DeadLettered)
+			require.EqualValues(t, 599, st.Processed)
+			require.EqualValues(t, 600, st.Committed)
+			dlq := dlqRecords(t, kc, topic+".dlq", 1)
+			require.Equal(t, "3", header(dlq[poison], inbox.HeaderDLQAttempts))
+		})
+	}
 }

@@ -112,6 +112,21 @@ func (w *partitionWorker) run() {
 		}
 		w.mu.Unlock()
 	}()
+	// Offsets of done records are committed when the worker runs out of buffered records,
+	// after CommitEvery of them or commitInterval after the last commit, so that a commit's
+	// round trip to Kafka seldom holds up records that are waiting.
+	var (
+		last      *kgo.Record
+		pending   int
+		committed = time.Now()
+	)
+	flush := func() {
+		if pending > 0 {
+			w.commit(last, pending)
+			pending, committed = 0, time.Now()
+		}
+	}
+	defer flush()
 	for {
 		select {
 		case <-w.quit:
@@ -129,13 +144,26 @@ func (w *partitionWorker) run() {
 			n := w.processChunk(recs)
 			w.release()
 			if n > 0 {
-				w.commit(recs[n-1], n)
+				last, pending = recs[n-1], pending+n
 			}
 			if n < len(recs) {
 				return // abandoned while stopping
 			}
+			if pending >= w.c.cfg.CommitEvery || time.Since(committed) >= commitInterval || w.idle() {
+				flush()
+			}
 		}
 	}
+}
+
+// commitInterval bounds how long a busy worker keeps done records' offsets uncommitted.
+const commitInterval = 100 * time.Millisecond
+
+// idle reports that no record is buffered for the worker.
+func (w *partitionWorker) idle() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.queue) == 0
 }
 
 // processChunk handles recs in order and returns how many, from the start, are done

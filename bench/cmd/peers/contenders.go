@@ -371,7 +371,7 @@ func runChild(ctx context.Context, o options) error {
 	case "skiplocked":
 		runErr = runSkipLocked(ctx, o, pool)
 	case "keiro-consumer":
-		runErr = runKeiroConsumer(ctx, o, pool, 1)
+		runErr = runKeiroConsumer(ctx, o, pool, 0)
 	case "keiro-consumer-b100":
 		runErr = runKeiroConsumer(ctx, o, pool, 100)
 	case "watermill-consumer":
