@@ -222,6 +222,7 @@ type transitions struct {
 	sent, failed, dead, skipped, released, rejected, deferred int
 	// byDest splits sent, retried (failed, deferred, skipped), dead and rejected per destination.
 	byDest map[string]*destCounts
+	rows   []markedRow // each row moved, for the transition log
 }
 
 func (t transitions) total() int {
@@ -272,6 +273,7 @@ func (s *Store) markBatch(ctx context.Context, q Querier, token envelope.UUID, m
 		if err := rows.Scan(&id, &out, &status); err != nil {
 			return t, fmt.Errorf("mark outbox batch: %w", err)
 		}
+		t.rows = append(t.rows, markedRow{id: id, outcome: out, status: status})
 		d := t.byDest[dest[id]]
 		if d == nil {
 			d = &destCounts{}

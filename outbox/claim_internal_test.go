@@ -184,7 +184,13 @@ func TestMarkFencingAndTransitions(t *testing.T) {
 	require.NoError(t, err)
 	// maxAttempts 1: both failures are dead.
 	require.Equal(t, map[string]*destCounts{"": {sent: 1, dead: 2, retried: 1, rejected: 1}}, tr.byDest)
-	tr.byDest = nil
+	require.Len(t, tr.rows, 5, "every moved row, for the transition log")
+	for _, mr := range tr.rows {
+		if mr.id == byID["d"] {
+			require.Equal(t, markedRow{id: byID["d"], outcome: "failed", status: statusDead}, mr)
+		}
+	}
+	tr.byDest, tr.rows = nil, nil
 	require.Equal(t, transitions{sent: 1, dead: 2, skipped: 1, rejected: 1}, tr)
 	var part int32
 	var off int64

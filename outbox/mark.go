@@ -177,6 +177,7 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 			break
 		}
 	}
+	r.logTransitions(ctx, b, marks, t.rows)
 	res.Published, res.Retried, res.Skipped = t.sent, t.failed, t.skipped
 	res.Dead, res.Rejected, res.Released = t.dead, t.rejected, t.released
 	res.Retried += t.deferred

@@ -57,6 +57,8 @@ type Relay struct {
 	now          func() time.Time
 	outageStreak atomic.Int64
 	running      atomic.Bool
+	// transitionLog rate-limits the log lines of retried, dead and rejected rows.
+	transitionLog transitionLog
 	// signals counts wake-ups (notifications, finished batches), so a claimer can tell that one
 	// happened while its claim ran.
 	signals atomic.Int64

@@ -173,7 +173,7 @@ func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 		retention = -1 // keep forever
 	}
 	consumer, err := inbox.NewConsumer(pool, inbox.ConsumerConfig{
-		KafkaOpts: append(kopts[:len(kopts):len(kopts)],
+		KafkaOpts: append(kopts[:len(kopts):len(kopts)], kafkaconfig.Logger(log),
 			kgo.SessionTimeout(c.SessionTimeout), kgo.RebalanceTimeout(c.RebalanceTimeout)),
 		Group:  c.ID.Group,
 		Topics: c.Topics,
