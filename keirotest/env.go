@@ -13,13 +13,14 @@ import (
 // embedded Kafka broker.
 
 // DefaultDatabaseURL is the database used when neither KEIRO_TEST_DATABASE_URL nor
-// DATABASE_URL is set: a local PostgreSQL with trust authentication.
+// DATABASE_URL is set: a local PostgreSQL with trust authentication,
+// postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable.
 const DefaultDatabaseURL = testenv.DefaultDatabaseURL
 
-// DefaultMaxConns is the pool size of a DB.
+// DefaultMaxConns is the pool size of a DB: 16.
 const DefaultMaxConns = testenv.DefaultMaxConns
 
-// DefaultPartitions is the partition count of a Kafka's topics.
+// DefaultPartitions is the partition count of a Kafka's topics: 1.
 const DefaultPartitions = testenv.DefaultPartitions
 
 type (
