@@ -209,7 +209,6 @@ CREATE FUNCTION apply_invoice(doc jsonb) RETURNS void LANGUAGE sql AS $$
 		if calls.Load() != 1 || key.Load() != "keirotest:ordering:placed-1003" || d.Redelivery.Outcome != inbox.Duplicate {
 			t.Fatalf("want one request with the idempotency key, got %d calls, key %v", calls.Load(), key.Load())
 		}
-		srv.Close()
 	})
 	t.Run("a handler failure is returned", func(t *testing.T) {
 		d := keirotest.Deliver(t, db.Pool, orderEvent(t, "1004", "bad", -1), keirotest.DeliverConfig{Handler: applyInvoice})
