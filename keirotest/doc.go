@@ -27,6 +27,10 @@
 // Each [NewDB] schema and each [NewKafka] broker belongs to one test, so tests using the kit
 // may call t.Parallel. Assertions read only the schema or broker they are given.
 //
+// The environment (databases, the broker, produce failures) lives in package
+// keirotest/testenv, which depends on no keiro component but the migrations so that keiro's
+// own component tests can use it; this package re-exports all of it.
+//
 // # Databases
 //
 // The database comes from KEIRO_TEST_DATABASE_URL, else DATABASE_URL, else

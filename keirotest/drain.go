@@ -167,7 +167,7 @@ func DrainOutbox(t testing.TB, pool *pgxpool.Pool, kafka *Kafka, opts ...DrainOp
 				"  Is the broker refusing produces (Kafka.FailProduces), a topic missing (KafkaConfig.DisableAutoCreate),\n"+
 				"  or a key held back behind a failing row? Unpublished rows:%s",
 				who, schema, plural(len(left), "unpublished row"), o.Timeout,
-				listing(len(left), func(i int) string { return rowLine(left[i]) }, func(int) []string { return nil }))
+				listing(len(left), func(i int) string { return rowLine(left[i]) }, nil))
 		}
 	}
 	if err := stopRelay(); err != nil {
@@ -181,7 +181,7 @@ func DrainOutbox(t testing.TB, pool *pgxpool.Pool, kafka *Kafka, opts ...DrainOp
 	if len(ended) > 0 && !o.AllowUnpublished {
 		t.Fatalf("%s: %s could not be published and %s now dead or rejected (set DrainOptions.AllowUnpublished "+
 			"if the test expects it):%s", who, plural(len(ended), "row"), verb(len(ended), "is", "are"),
-			listing(len(ended), func(i int) string { return rowLine(ended[i]) }, func(int) []string { return nil }))
+			listing(len(ended), func(i int) string { return rowLine(ended[i]) }, nil))
 	}
 	sent, err := readRows(ctx, pool, schema, fmt.Sprintf(sqlChangedSince, schema), start, []string{"sent"})
 	if err != nil {

@@ -306,3 +306,57 @@ func ExampleKafka_FailProduces() {
 	// Output:
 	// refused: 3 published: 1
 }
+
+func ExampleJSONEqual() {
+	m := keirotest.JSONEqual(`{"orderId": "1001", "totalCents": 3000}`)
+	fmt.Println(m.MatchPayload([]byte(`{"totalCents":3000.0,"orderId":"1001"}`)))
+	fmt.Println(m.MatchPayload([]byte(`{"orderId":"1001","totalCents":3000,"customer":"ada"}`)))
+	// Output:
+	// <nil>
+	// $.customer is "ada", not wanted
+}
+
+func ExampleOutboxRows() {
+	test(func(t testing.TB) {
+		db := keirotest.NewDB(t)
+		for _, id := range []string{"1001", "1002"} {
+			if err := placeOrder(context.Background(), db.Pool, db.Schema, id, "ada", 3000); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, row := range keirotest.OutboxRows(t, db.Pool, "") { // "": the pool's schema
+			fmt.Println(row.Seq, *row.Event.Key, row.Event.EventType, row.Status)
+		}
+	})
+	// Output:
+	// 1 1001 OrderPlaced pending
+	// 2 1002 OrderPlaced pending
+}
+
+func ExamplePublishedRecords() {
+	test(func(t testing.TB) {
+		kafka := keirotest.NewKafka(t, "ordering.orders.v1")
+		// A record produced by another keiro producer, and one that is not a keiro record.
+		ev := keirotest.JSONEvent(t, "OrderPlaced", map[string]any{"orderId": "1001"})
+		ev.Destination, ev.MessageID = "ordering.orders.v1", "m-1"
+		r := ev.Record(envelope.EncodeOptions{})
+		rec := &kgo.Record{Topic: ev.Destination, Key: r.Key, Value: r.Value}
+		for _, h := range r.Headers {
+			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+		}
+		plain := &kgo.Record{Topic: "ordering.orders.v1", Value: []byte("hello")}
+		if err := kafka.Client.ProduceSync(context.Background(), rec, plain).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range keirotest.PublishedRecords(t, kafka, "ordering.orders.v1") {
+			if r.DecodeErr != nil {
+				fmt.Println(r.Record.Offset, "not a keiro record:", r.DecodeErr)
+				continue
+			}
+			fmt.Println(r.Record.Offset, r.Event.MessageID, r.Event.Source, r.Event.EventType)
+		}
+	})
+	// Output:
+	// 0 m-1 keirotest OrderPlaced
+	// 1 not a keiro record: envelope: missing header "keiro-source"
+}

@@ -109,11 +109,15 @@ func showPayload(p []byte) string {
 // maxListed bounds the rows or records a failure message lists.
 const maxListed = 20
 
-// listing renders candidates for a failure message, each with what differs from c.
+// listing renders candidates for a failure message, each followed by what differs from the
+// criteria (or "matches") when diffs is not nil.
 func listing(n int, line func(i int) string, diffs func(i int) []string) string {
 	var b strings.Builder
 	for i := range min(n, maxListed) {
 		fmt.Fprintf(&b, "\n    %d. %s", i+1, line(i))
+		if diffs == nil {
+			continue
+		}
 		if d := diffs(i); len(d) > 0 {
 			fmt.Fprintf(&b, "\n       differs: %s", strings.Join(d, "; "))
 		} else {

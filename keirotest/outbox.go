@@ -108,8 +108,7 @@ func RequireNotEnqueued(t testing.TB, q outbox.Querier, unwanted Enqueued) {
 	}
 	t.Fatalf("keirotest.RequireNotEnqueued: %s in the outbox of schema %q %s what the test forbids\n"+
 		"  forbidden: %s\n  matching:%s", plural(len(matched), "row"), schema, verb(len(matched), "matches", "match"),
-		c.describe(), listing(len(matched), func(i int) string { return rowLine(matched[i]) },
-			func(int) []string { return nil }))
+		c.describe(), listing(len(matched), func(i int) string { return rowLine(matched[i]) }, nil))
 }
 
 // OutboxRows returns every row of the outbox in schema (empty: as for Enqueued.Schema), in

@@ -1,6 +1,7 @@
 package keirotest
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -47,10 +48,11 @@ type Record struct {
 	DecodeErr error
 }
 
-// Decoded returns every record on topic (as Kafka.Records) with its keiro envelope decoded.
-func (k *Kafka) Decoded(t testing.TB, topic string) []Record {
+// PublishedRecords returns every record on topic (as Kafka.Records) with its keiro envelope
+// decoded.
+func PublishedRecords(t testing.TB, kafka *Kafka, topic string) []Record {
 	t.Helper()
-	return decodeAll(k.Records(t, topic))
+	return decodeAll(kafka.Records(t, topic))
 }
 
 func decodeAll(recs []*kgo.Record) []Record {
@@ -84,7 +86,9 @@ func RequirePublished(t testing.TB, kafka *Kafka, topic string, want Published) 
 		eventType: want.EventType, payload: want.Payload, where: want.Where}
 	deadline := time.Now().Add(want.Within)
 	for {
-		recs, err := kafka.records(t, topic)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		recs, err := kafka.ReadTopic(ctx, topic)
+		cancel()
 		if err != nil {
 			t.Fatalf("%s: read topic %q: %v", who, topic, err)
 		}

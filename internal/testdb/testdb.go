@@ -1,6 +1,6 @@
 // Package testdb gives each test its own migrated PostgreSQL schema on the server named by
 // KEIRO_TEST_DATABASE_URL, so tests run in parallel without seeing each other's rows. It is a
-// thin layer over the public test kit (keirotest), which users' tests use the same way.
+// thin layer over the public test kit (keirotest/testenv, re-exported by keirotest), which users' tests use the same way.
 //
 // A test that needs PostgreSQL fails, never skips, when the server is unreachable: a green run
 // must mean the storage was exercised.
@@ -16,11 +16,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/keiro-go/keiro/keirotest"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // DefaultURL is used when KEIRO_TEST_DATABASE_URL is unset.
-const DefaultURL = keirotest.DefaultDatabaseURL
+const DefaultURL = testenv.DefaultDatabaseURL
 
 // URL returns the test database URL.
 func URL() string {
@@ -44,14 +44,14 @@ type DB struct {
 // NewSchema creates an empty, unmigrated schema unique to t and drops it when t ends.
 func NewSchema(t testing.TB) string {
 	t.Helper()
-	return keirotest.NewDBWith(t, keirotest.DBConfig{URL: URL(), SkipMigrations: true, MaxConns: 1}).Schema
+	return testenv.NewDBWith(t, testenv.DBConfig{URL: URL(), SkipMigrations: true, MaxConns: 1}).Schema
 }
 
 // New creates a schema unique to t, applies every migration to it, and returns a pool whose
 // connections have it as search_path. Everything is dropped when t ends.
 func New(t testing.TB) *DB {
 	t.Helper()
-	db := keirotest.NewDBWith(t, keirotest.DBConfig{URL: URL()})
+	db := testenv.NewDBWith(t, testenv.DBConfig{URL: URL()})
 	return &DB{Pool: db.Pool, Schema: db.Schema, ConnString: db.ConnString}
 }
 

@@ -1,6 +1,6 @@
 // Package testkafka starts an in-process Kafka cluster (franz-go's kfake, the real protocol on
 // loopback) for tests, and connects clients to it. It is a thin layer over the public test kit
-// (keirotest), which users' tests use the same way.
+// (keirotest/testenv, re-exported by keirotest), which users' tests use the same way.
 package testkafka
 
 import (
@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/keiro-go/keiro/keirotest"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // Cluster is a kfake cluster bound to loopback ports.
@@ -18,18 +18,18 @@ type Cluster struct {
 	*kfake.Cluster
 	// Brokers lists the listening addresses (host:port).
 	Brokers []string
-	kit     *keirotest.Kafka
+	kit     *testenv.Kafka
 }
 
 // autoCreatePartitions is kfake's own default partition count, which topics created on first
-// use keep here (keirotest defaults to one).
+// use keep here (the kit defaults to one).
 const autoCreatePartitions = 10
 
 // New starts a single-broker kfake cluster that is closed when t ends. Extra options (for
 // example kfake.SeedTopics or kfake.BrokerConfigs) are applied after the defaults.
 func New(t testing.TB, opts ...kfake.Opt) *Cluster {
 	t.Helper()
-	k := keirotest.NewKafkaWith(t, keirotest.KafkaConfig{Partitions: autoCreatePartitions, ClusterOpts: opts})
+	k := testenv.NewKafkaWith(t, testenv.KafkaConfig{Partitions: autoCreatePartitions, ClusterOpts: opts})
 	return &Cluster{Cluster: k.Cluster, Brokers: k.Seeds, kit: k}
 }
 

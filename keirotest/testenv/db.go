@@ -1,4 +1,4 @@
-package keirotest
+package testenv
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package keirotest
+package testenv
 
 import (
 	"context"
@@ -127,17 +127,17 @@ func (k *Kafka) CreateTopic(t testing.TB, topic string, partitions int32) {
 // watermark), ordered by partition and offset. A topic that does not exist has none.
 func (k *Kafka) Records(t testing.TB, topic string) []*kgo.Record {
 	t.Helper()
-	recs, err := k.records(t, topic)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	recs, err := k.ReadTopic(ctx, topic)
 	if err != nil {
 		t.Fatalf("keirotest: read topic %q: %v", topic, err)
 	}
 	return recs
 }
 
-// records reads topic up to the high watermarks it has when called.
-func (k *Kafka) records(t testing.TB, topic string) ([]*kgo.Record, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+// ReadTopic is Records returning an error instead of failing a test.
+func (k *Kafka) ReadTopic(ctx context.Context, topic string) ([]*kgo.Record, error) {
 	ends, err := kadm.NewClient(k.Client).ListEndOffsets(ctx, topic)
 	if err != nil {
 		return nil, fmt.Errorf("list end offsets: %w", err)

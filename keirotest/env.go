@@ -1,0 +1,89 @@
+package keirotest
+
+import (
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keiro-go/keiro/keirotest/testenv"
+)
+
+// The test environment (package testenv), re-exported: a migrated schema per test and an
+// embedded Kafka broker.
+
+// DefaultDatabaseURL is the database used when neither KEIRO_TEST_DATABASE_URL nor
+// DATABASE_URL is set: a local PostgreSQL with trust authentication,
+// postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable.
+const DefaultDatabaseURL = testenv.DefaultDatabaseURL
+
+// DefaultMaxConns is the pool size of a DB: 16.
+const DefaultMaxConns = testenv.DefaultMaxConns
+
+// DefaultPartitions is the partition count of a Kafka's topics: 1.
+const DefaultPartitions = testenv.DefaultPartitions
+
+type (
+	// DB is one test's migrated PostgreSQL schema and a pool whose connections use it as their
+	// search_path (testenv.DB: Pool, Schema, ConnString).
+	DB = testenv.DB
+	// DBConfig configures NewDBWith (testenv.DBConfig).
+	DBConfig = testenv.DBConfig
+	// Kafka is an embedded single-broker Kafka cluster owned by one test (testenv.Kafka: its
+	// Cluster, Seeds and Client, and the methods NewClient, CreateTopic, Records, ReadTopic
+	// and FailProduces).
+	Kafka = testenv.Kafka
+	// KafkaConfig configures NewKafkaWith (testenv.KafkaConfig).
+	KafkaConfig = testenv.KafkaConfig
+	// ProduceFailure describes produce requests the embedded broker refuses, for
+	// Kafka.FailProduces (testenv.ProduceFailure).
+	ProduceFailure = testenv.ProduceFailure
+	// Outage is a produce failure in progress (testenv.Outage: End, Hit, Refused, Ended).
+	Outage = testenv.Outage
+)
+
+// DatabaseURL returns the test database's connection string: KEIRO_TEST_DATABASE_URL, else
+// DATABASE_URL, else DefaultDatabaseURL.
+func DatabaseURL() string { return testenv.DatabaseURL() }
+
+// NewDB creates a schema unique to t on the database named by DatabaseURL, applies keiro's
+// migrations to it, and opens a pool whose search_path is that schema. The schema is dropped
+// and the pool closed when t ends. Safe with t.Parallel.
+func NewDB(t testing.TB) *DB {
+	t.Helper()
+	return testenv.NewDB(t)
+}
+
+// NewDBWith is NewDB with a configuration.
+func NewDBWith(t testing.TB, cfg DBConfig) *DB {
+	t.Helper()
+	return testenv.NewDBWith(t, cfg)
+}
+
+// NewSchema creates a schema unique to t on pool's database, applies keiro's migrations to
+// it and returns its name; it is dropped when t ends. pool's search_path is left alone: pass
+// the name to the components' Schema fields (and to the kit's options). Safe with
+// t.Parallel.
+func NewSchema(t testing.TB, pool *pgxpool.Pool) string {
+	t.Helper()
+	return testenv.NewSchema(t, pool)
+}
+
+// NewKafka starts an embedded broker on loopback with topics created (one partition each),
+// and a client for it. Both are closed when t ends. kafka.FailProduces injects produce
+// failures.
+func NewKafka(t testing.TB, topics ...string) *Kafka {
+	t.Helper()
+	return testenv.NewKafka(t, topics...)
+}
+
+// NewKafkaWith is NewKafka with a configuration.
+func NewKafkaWith(t testing.TB, cfg KafkaConfig) *Kafka {
+	t.Helper()
+	return testenv.NewKafkaWith(t, cfg)
+}
+
+// FastRetries returns franz-go options for clients of the embedded broker: metadata refreshed
+// at most every 10ms and retries after 10ms, so that a client recovers from an injected
+// failure (Kafka.FailProduces) in milliseconds rather than seconds.
+func FastRetries() []kgo.Opt { return testenv.FastRetries() }
