@@ -48,8 +48,9 @@ type DrainOptions struct {
 }
 
 // DrainOutbox runs a real relay (outbox.Relay) against the outbox of pool, publishing to
-// kafka, until no row is pending, failed or publishing, and returns the rows it published
-// (status sent, with their partitions and offsets), in outbox order. It fails t if the
+// kafka, until no row is pending, failed or publishing, and returns the rows published while
+// it ran (status sent, with their partitions and offsets; another relay on the same outbox
+// would add its own), in outbox order. It fails t if the
 // outbox is not empty within the timeout (listing the rows left and their last errors), if
 // a row ended dead or rejected, or if the relay stopped with an error. At most one
 // DrainOptions may be given.
