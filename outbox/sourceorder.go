@@ -17,8 +17,8 @@ import (
 // later rows of its source. Producers of a declared source commit one at a time.
 //
 // A declaration waits for every transaction writing the outbox to end and holds new writers
-// back until it commits (see docs/architecture.md, "Ordering"), so declare a source before its
-// producers start. Declaring a declared source does nothing and does not wait.
+// back until it commits (see docs/architecture.md, "Order at enqueue"), so declare a source
+// before its producers start. Declaring a declared source does nothing and does not wait.
 func (s *Store) DeclarePerSourceOrder(ctx context.Context, q Querier, sources ...string) error {
 	if err := validSources(sources); err != nil {
 		return fmt.Errorf("declare per-source order: %w", err)

@@ -86,9 +86,9 @@ type EnqueueResult struct {
 // StoreOptions tunes a Store.
 type StoreOptions struct {
 	// DisableKeyLocks is kept for compatibility and has no effect on order: the outbox's insert
-	// trigger takes the per-(source, key) lock for every writer (docs/architecture.md,
-	// "Ordering"). It only stops EnqueueTx from taking the locks of a call's several keys
-	// up front in sorted order, so two such calls naming the same keys in different orders may
+	// trigger takes the per-(source, key) lock for every writer (docs/architecture.md, "Order
+	// at enqueue"). It only stops EnqueueTx from taking the locks of a call's several keys up
+	// front in sorted order, so two such calls naming the same keys in different orders may
 	// deadlock (PostgreSQL then aborts one). Defaults to false.
 	//
 	// Deprecated: the database orders every writer; leave it unset.

@@ -166,6 +166,7 @@ type runCmd struct {
 	Retention           time.Duration `help:"How long sent rows are kept before deletion; 0 keeps them forever." default:"${retention}"`
 	MaintenanceInterval time.Duration `help:"Period of retention and gauges (one relay at a time)." default:"${maintenance_interval}"`
 	Destinations        []string      `help:"Only publish rows for these destinations (topics), comma separated (default: all)." placeholder:"TOPIC"`
+	OrderedSources      []string      `help:"With --policy=per-source: declare these sources ordered streams at start (their producers then serialise per source, so their rows are published in commit order, null keys included), comma separated." placeholder:"SOURCE"`
 	Migrate             bool          `help:"Apply database migrations before starting."`
 	MaxRecordBytes      int           `help:"Largest record produced; larger rows are rejected (message_too_large). Set to the topic's max.message.bytes if lower; 0 uses the producer's batch limit."`
 	HTTPAddr            string        `name:"http-addr" help:"Address of /healthz, /readyz and /metrics; empty disables." default:"${http_addr}" placeholder:"HOST:PORT"`
@@ -212,6 +213,14 @@ func (c *runCmd) ValidateFlags() error {
 	}
 	if c.Retention < 0 {
 		p.Add("retention", "must not be negative (0 keeps sent rows forever), got %s", c.Retention)
+	}
+	if len(c.OrderedSources) > 0 && c.Policy != outbox.PerSourceStream.String() {
+		p.Add("ordered-sources", "declares per-source order, which only --policy=%s publishes (got --policy=%s)", outbox.PerSourceStream, c.Policy)
+	}
+	for _, src := range c.OrderedSources {
+		if strings.TrimSpace(src) == "" || strings.TrimSpace(src) != src {
+			p.Add("ordered-sources", "source %q is empty or has spaces around it (names are separated by commas alone)", src)
+		}
 	}
 	for _, d := range c.Destinations {
 		if err := envelope.ValidateTopic(d); err != nil {

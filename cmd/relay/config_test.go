@@ -239,3 +239,23 @@ func TestSchemaRegisterAgainstFakeRegistry(t *testing.T) {
 	}
 	srv.CloseClientConnections()
 }
+
+// --ordered-sources declares per-source order, which only the per-source policy publishes; its
+// names are separated by commas alone.
+func TestOrderedSourcesNeedThePerSourcePolicy(t *testing.T) {
+	_, err := parse(t, "--database-url=postgres://h/db", "--brokers=h:1", "run", "--ordered-sources=ledger")
+	if err == nil || !strings.Contains(err.Error(), "--ordered-sources: declares per-source order, which only --policy=per-source publishes") {
+		t.Fatalf("err = %v", err)
+	}
+	_, err = parse(t, "--database-url=postgres://h/db", "--brokers=h:1", "run", "--policy=per-source", "--ordered-sources=ledger, audit")
+	if err == nil || !strings.Contains(err.Error(), `--ordered-sources: source " audit" is empty or has spaces`) {
+		t.Fatalf("err = %v", err)
+	}
+	g, err := parse(t, "--database-url=postgres://h/db", "--brokers=h:1", "run", "--policy=per-source", "--ordered-sources=ledger,audit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := g.Run.OrderedSources; len(got) != 2 || got[0] != "ledger" || got[1] != "audit" {
+		t.Fatalf("OrderedSources = %q", got)
+	}
+}

@@ -53,6 +53,34 @@ func (c *runCmd) relayConfig(schema string, pgbouncer bool, log *slog.Logger) ou
 	}
 }
 
+// declareOrderedSources declares --ordered-sources as ordered streams before a per-source relay
+// starts, and warns when such a relay finds no source declared: its order would then be seq
+// order, which a transaction that commits late breaks (docs/architecture.md, "Order at enqueue").
+func (c *runCmd) declareOrderedSources(ctx context.Context, pool *pgxpool.Pool, schema string, log *slog.Logger) error {
+	if c.Policy != outbox.PerSourceStream.String() {
+		return nil
+	}
+	st, err := outbox.NewStore(schema)
+	if err != nil {
+		return err
+	}
+	if len(c.OrderedSources) > 0 {
+		if err := st.DeclarePerSourceOrder(ctx, pool, c.OrderedSources...); err != nil {
+			return err
+		}
+	}
+	declared, err := st.PerSourceOrdered(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if len(declared) == 0 {
+		log.Warn("policy per-source but no source is declared ordered: a transaction that commits late is published after later rows of its source; declare the sources with --ordered-sources")
+		return nil
+	}
+	log.Info("per-source ordered sources", "sources", declared)
+	return nil
+}
+
 // relayShutdownTimeout is how long the relay waits for in-flight produces: the whole
 // --shutdown-timeout less a reserve for what follows (at least half of it is left to produces).
 func relayShutdownTimeout(total time.Duration) time.Duration {
@@ -130,6 +158,9 @@ func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 	}
 	defer client.Close()
 
+	if err := c.declareOrderedSources(ctx, pool, g.DB.Schema, log); err != nil {
+		return err
+	}
 	cfg := c.relayConfig(g.DB.Schema, g.DB.PgBouncer, log)
 	cfg.MeterProvider, cfg.TracerProvider = tel.MeterProvider(), tel.TracerProvider()
 	relay, err := outbox.NewRelay(pool, client, cfg)

@@ -1,5 +1,5 @@
 -- Order enforced by the database for every writer of the outbox, whatever its client library
--- (docs/architecture.md, "Ordering"): a BEFORE INSERT trigger takes the per-(source, key)
+-- (docs/architecture.md, "Order at enqueue"): a BEFORE INSERT trigger takes the per-(source, key)
 -- transaction lock, or the per-source lock of a source declared in keiro_outbox_source, and only
 -- then draws seq. A transaction that inserts a key's row therefore holds that key until it
 -- commits or rolls back, and a later writer of the key draws a larger seq only after that: seq
