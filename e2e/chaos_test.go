@@ -6,16 +6,21 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/keiro-go/keiro/envelope"
@@ -42,6 +47,8 @@ const (
 	chaosKillEvery       = time.Second
 	chaosOutageEvery     = 7 // kills between two broker outages
 	chaosOutage          = 1500 * time.Millisecond
+	chaosStopEvery       = 4               // relay kills between two relays stopped (SIGSTOP) past their lease
+	chaosSpanEvery       = 20              // one key in this many alternates between the two topics
 	chaosDrainTimeout    = 4 * time.Minute // at least; 3× the chaos duration for long runs
 	// The consumer binary keeps franz-go's 45 s session timeout; a SIGKILLed member would hold
 	// its partitions that long. The test broker shortens the sessions its members ask for, as
@@ -80,18 +87,26 @@ type slot struct {
 }
 
 // TestChaos: 3 relays and 2 consumers are SIGKILLed and restarted about every second while
-// producers enqueue events over many keys and the broker fails for short spells. At the end
-// every committed event's effect is applied exactly once and in per-key order, and nothing is
-// left in a non-terminal state.
+// producers enqueue events over many keys and the broker fails for short spells; now and then a
+// relay is stopped (SIGSTOP) past its lease instead, then continued. Some keys span two topics
+// led by two brokers, one of which fails a produce request in five. At the end every committed
+// event's effect is applied exactly once and in per-key order (for a key spanning topics, its
+// records reached Kafka in order), and nothing is left in a non-terminal state.
 func TestChaos(t *testing.T) {
 	duration, total := chaosParams(t)
 	ctx := context.Background()
 	db := testdb.New(t)
 	effectsFixture(t, db)
-	kc := testkafka.New(t)
-	const topic, group = "e2e.chaos.v1", "chaos"
+	kc := testkafka.New(t, kfake.NumBrokers(2))
+	const topic, spanTopic, group = "e2e.chaos.v1", "e2e.chaos.span.v1", "chaos"
 	kc.CreateTopic(t, topic, chaosPartitions)
+	kc.CreateTopic(t, spanTopic, 1)
 	kc.CreateTopic(t, topic+".dlq", 1)
+	for p := range int32(chaosPartitions) {
+		require.NoError(t, kc.MoveTopicPartition(topic, p, 0))
+	}
+	require.NoError(t, kc.MoveTopicPartition(spanTopic, 0, 1))
+	spanID := kc.TopicInfo(spanTopic).TopicID
 
 	kc.ControlKey(int16(kmsg.JoinGroup), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		if jr, ok := r.(*kmsg.JoinGroupRequest); ok {
@@ -108,11 +123,25 @@ func TestChaos(t *testing.T) {
 		}
 		return nil, nil, false
 	}
-	kc.ControlKey(int16(kmsg.Produce), failWhileDown)
+	var spanReqs atomic.Int64
+	kc.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		if resp, err, ok := failWhileDown(r); ok {
+			return resp, err, ok
+		}
+		req := r.(*kmsg.ProduceRequest)
+		for _, tp := range req.Topics {
+			if (tp.Topic == spanTopic || tp.TopicID == spanID) && spanReqs.Add(1)%5 == 0 {
+				return testkafka.ProduceError(req, kerr.UnknownServerError.Code), nil, true
+			}
+		}
+		return nil, nil, false
+	})
 	kc.ControlKey(int16(kmsg.Fetch), failWhileDown)
 
-	relayEnvs := relayEnv(db, kc, "KEIRO_RELAY_LEASE=5s", "KEIRO_RELAY_LOG_LEVEL=warn")
-	consumerEnvs := consumerEnv(db, kc, group, topic, "KEIRO_CONSUMER_LOG_LEVEL=info",
+	// Attempts are plenty: the injected failures of the span topic must not kill rows.
+	relayEnvs := relayEnv(db, kc, "KEIRO_RELAY_LEASE=5s", "KEIRO_RELAY_LOG_LEVEL=warn", "KEIRO_RELAY_MAX_ATTEMPTS=100")
+	consumerEnvs := consumerEnv(db, kc, group, topic+","+spanTopic, "KEIRO_CONSUMER_LOG_LEVEL=info",
 		"KEIRO_CONSUMER_SESSION_TIMEOUT="+chaosSessionTimeout.String(),
 		"KEIRO_CONSUMER_REBALANCE_TIMEOUT="+chaosRebalanceTimeout.String())
 	var slots []*slot
@@ -163,9 +192,14 @@ func TestChaos(t *testing.T) {
 			for b := p; b < batches; b += chaosProducers {
 				evs := make([]envelope.Event, 0, chaosBatch)
 				for range chaosBatch {
-					k := fmt.Sprintf("key-%03d", rng.IntN(chaosKeys/chaosProducers)*chaosProducers+p)
+					ki := rng.IntN(chaosKeys/chaosProducers)*chaosProducers + p
+					k := fmt.Sprintf("key-%03d", ki)
 					seqs[k]++
-					evs = append(evs, keyedEvent(topic, k, seqs[k]))
+					to := topic
+					if ki%chaosSpanEvery == 0 && seqs[k]%2 == 0 {
+						to = spanTopic
+					}
+					evs = append(evs, keyedEvent(to, k, seqs[k]))
 				}
 				if err := enqueue(ctx, db.Pool, ob, evs...); err != nil {
 					pmu.Lock()
@@ -218,6 +252,9 @@ func TestChaos(t *testing.T) {
 	// broker fails produce and fetch requests for a short spell.
 	var (
 		kills       = map[string]int{}
+		stops       int
+		stopped     *proc
+		contAt      <-chan time.Time
 		outages     int
 		crashes     []string
 		consumerDup float64 // duplicates counted by consumers that were killed (last scrape)
@@ -259,10 +296,13 @@ func TestChaos(t *testing.T) {
 	defer kill.Stop()
 	deadline := time.After(duration)
 	chaosOver := false
-	for !chaosOver || producersDone != nil || outageEnd != nil {
+	for !chaosOver || producersDone != nil || outageEnd != nil || contAt != nil {
 		select {
 		case <-deadline:
 			chaosOver = true
+		case <-contAt:
+			_ = stopped.cmd.Process.Signal(syscall.SIGCONT) // (it may have been killed since)
+			stopped, contAt = nil, nil
 		case <-producersDone:
 			producersDone = nil
 		case <-outageEnd:
@@ -275,6 +315,15 @@ func TestChaos(t *testing.T) {
 			scrape()
 			checkCrashes()
 			s := slots[rng.IntN(len(slots))]
+			if s.kind == "relay" && contAt == nil && (kills["relay"]+1)%chaosStopEvery == 0 {
+				// Stopped past its lease (5 s) while the others take its rows over.
+				require.NoError(t, s.p.cmd.Process.Signal(syscall.SIGSTOP))
+				stops++
+				kills["relay"]++
+				stopped, contAt = s.p, time.After(7*time.Second)
+				kill.Reset(chaosKillEvery)
+				continue
+			}
 			consumerDup += lastDup[s.p]
 			s.killed = true
 			s.p.kill()
@@ -376,17 +425,31 @@ func TestChaos(t *testing.T) {
 	}
 
 	o := readOutcome(t, db, kc, topic, want)
+	// A spanning key's effects come from two topics the consumer reads independently, so
+	// their order is checked where the relay promises it: on Kafka, each event's first copy
+	// was produced no earlier than the key's event before it.
+	o.orderViolations = slices.DeleteFunc(o.orderViolations, func(v string) bool {
+		var ki int
+		_, err := fmt.Sscanf(v, "key-%03d: applied seq", &ki)
+		return err == nil && ki%chaosSpanEvery == 0
+	})
+	spanEnds, err := adm.ListEndOffsets(ctx, spanTopic)
+	require.NoError(t, err)
+	spanEnds.Each(func(l kadm.ListedOffset) { o.topicRecords += l.Offset })
+	recs := kc.ConsumeAll(t, int(o.topicRecords), time.Minute, topic, spanTopic)
+	require.Len(t, recs, int(o.topicRecords))
+	spanViolations := spanOrder(recs, chaosSpanEvery)
 	var plainTotal int64
 	for _, n := range plainSeqs {
 		plainTotal += n
 	}
 	report := fmt.Sprintf(`chaos: %d events (%d by plain SQL) over %d keys in %s of chaos (+%s drain)
-chaos: kills: %d relays, %d consumers; broker outages: %d x %s
+chaos: kills: %d relays (%d of them stops past the lease), %d consumers; broker outages: %d x %s
 chaos: records in Kafka %d = %d events + %d duplicates published (relay at-least-once)
 chaos: duplicate deliveries suppressed by the inbox >= %.0f (killed consumers counted at their last scrape)
 chaos: effects applied %d (%d distinct); per-key order violations %d; outbox %v; inbox rows not completed %d`,
 		want64, plainTotal, len(want), chaosTook.Round(time.Second), drainTook.Round(time.Second),
-		kills["relay"], kills["consumer"], outages, chaosOutage,
+		kills["relay"], stops, kills["consumer"], outages, chaosOutage,
 		o.topicRecords, want64, o.topicRecords-want64,
 		consumerDup+survivorsDup,
 		o.effects, o.distinct, len(o.orderViolations), o.outboxByStatus, o.inboxNotCompleted)
@@ -395,10 +458,48 @@ chaos: effects applied %d (%d distinct); per-key order violations %d; outbox %v;
 	require.Equal(t, want64, o.effects, "every event applied exactly once")
 	require.Equal(t, want64, o.distinct)
 	require.Empty(t, o.orderViolations, "per-key order of effects")
+	require.Empty(t, spanViolations, "per-key order on Kafka of the keys spanning two topics")
 	require.Zero(t, o.outboxNotSent, "no outbox row pending, publishing, failed or dead: %v", o.outboxByStatus)
 	require.Zero(t, o.inboxNotCompleted, "no inbox row failed")
 	require.GreaterOrEqual(t, o.topicRecords, want64)
 	require.Positive(t, kills["relay"]+kills["consumer"])
+}
+
+// spanOrder checks the keys spanning two topics (key number ≡ 0 mod every): by event seq, the
+// first copies' produce timestamps never decrease (a later event produced before an earlier
+// one reached Kafka means the earlier one failed while the later one got through).
+func spanOrder(recs []*kgo.Record, every int) []string {
+	first := map[string]map[int64]time.Time{}
+	for _, r := range recs {
+		var ki int
+		var seq int64
+		if _, err := fmt.Sscanf(string(r.Key), "key-%03d", &ki); err != nil || ki%every != 0 {
+			continue
+		}
+		if _, err := fmt.Sscanf(string(r.Value), `{"seq":%d}`, &seq); err != nil {
+			continue
+		}
+		k := string(r.Key)
+		if first[k] == nil {
+			first[k] = map[int64]time.Time{}
+		}
+		if ts, ok := first[k][seq]; !ok || r.Timestamp.Before(ts) {
+			first[k][seq] = r.Timestamp
+		}
+	}
+	var out []string
+	for k, m := range first {
+		for seq := int64(2); ; seq++ {
+			ts, ok := m[seq]
+			if !ok {
+				break
+			}
+			if prev := m[seq-1]; ts.Before(prev) {
+				out = append(out, fmt.Sprintf("%s: event %d produced before event %d", k, seq, seq-1))
+			}
+		}
+	}
+	return out
 }
 
 func tail(s string, n int) string {

@@ -43,16 +43,24 @@
 //
 // A row whose lease expires while 'publishing' (its relay died or lost PostgreSQL: a live relay
 // renews the leases of its batches in flight) is claimable again by any relay; the attempt it
-// used stays counted, and a row re-claimed that way with no attempt left goes 'dead' ("lease
-// expired after final attempt", followed by the previous attempt's error if there was one).
+// used stays counted. On a row's last attempt it counts only if the attempt ran: the relay
+// records that a last attempt's produce starts (the row moves to the batch's started token), and
+// a row re-claimed after such a start goes 'dead' ("lease expired after final attempt", followed
+// by the previous attempt's error if there was one); one whose produce never started (a claim
+// whose reply was lost, a relay stopped before its flush) is claimed for that attempt again.
+//
+// A relay does not publish a batch whose lease, as last confirmed by PostgreSQL and timed on the
+// relay's monotonic clock, has less than a quarter left, or that a renewal found taken over: it
+// releases the rows instead (a relay paused or cut off from PostgreSQL past its lease would
+// otherwise publish stale copies after the relay that re-claimed them).
 //
 // # Guarantees
 //
 //   - At least once: a committed row is published until Kafka acknowledges it, unless it is
 //     rejected as unpublishable or exhausts MaxAttempts (then it is kept as 'rejected' or 'dead'
 //     for operators: [Store.ListDead], [Store.Requeue]).
-//   - Duplicates on Kafka only for rows whose produce was in flight when their relay died, lost
-//     its lease, or was shut down past ShutdownTimeout. Consumers deduplicate by message id (the
+//   - Duplicates on Kafka only for rows whose produce was in flight when their relay died, was
+//     paused past its lease, or was shut down past ShutdownTimeout. Consumers deduplicate by message id (the
 //     inbox does).
 //   - Per (source, key) order under PerKeyHeadOfLine (the default), with any number of relays: a
 //     row is claimed only when every earlier non-terminal row of its key is claimed in the same
@@ -60,7 +68,9 @@
 //     key go to one partition in order, and because the relay buffers a whole batch before
 //     flushing, a failed produce request fails every later record of its partition (franz-go
 //     keeps the idempotent sequence intact) — a later record of a key never reaches Kafka after
-//     an earlier one failed. Rows without a key are unordered.
+//     an earlier one failed. A key's rows for different destinations never share a flush (two
+//     topics' requests succeed or fail independently): a row for another destination waits for
+//     the flush of the rows before it. Rows without a key are unordered.
 //
 // # Ordering policies
 //

@@ -68,7 +68,7 @@ func (r *Relay) renewLease(ctx context.Context, b *batch) {
 // leaseMargin is the part of a lease a batch must still hold, by the relay's clock, for its rows
 // to be flushed: a quarter. Renewals keep a batch's confirmed lease at most about half a lease
 // old, so a healthy relay never comes near it; a relay that was paused (SIGSTOP, a long GC
-// pause, a frozen VM) or cut off from PostgreSQL past it has lost, or is about to lose, its
+// pause) or cut off from PostgreSQL past it has lost, or is about to lose, its
 // rows to another relay, and publishing them could put an old copy after their key's later
 // rows. The margin covers the time from the check to the records' arrival at the broker.
 const leaseMargin = 4

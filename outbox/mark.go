@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/keiro-go/keiro/internal/pgtext"
 )
 
@@ -158,11 +159,13 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 			r.log.Error("marking outbox batch abandoned at shutdown; rows will be re-claimed after their lease", "err", err)
 			break
 		}
-		// PostgreSQL answering with an error is retried a few times (a deadlock, a failover);
-		// a mark it keeps refusing would otherwise be retried, and its lease renewed, forever,
-		// pinning its rows and their keys. An unreachable database is retried for as long as it
-		// takes: the rows are safe under their renewed lease meanwhile.
-		if refused = refused + 1; !isRefusal(err) {
+		// A mark PostgreSQL refuses (the statement itself cannot succeed) is retried a few
+		// times: retried forever, its lease renewed meanwhile, it would pin its rows and their
+		// keys. An unreachable or recovering database is retried for as long as it takes: the
+		// rows are safe under their renewed lease meanwhile.
+		if isRefusal(err) {
+			refused++
+		} else {
 			refused = 0
 		}
 		if refused >= maxMarkRefusals {
@@ -249,9 +252,19 @@ func errorText(err error) string {
 // relay gives the batch up to its lease.
 const maxMarkRefusals = 5
 
-// isRefusal reports an error PostgreSQL answered (as opposed to a lost connection or a
-// timeout).
+// isRefusal reports an error PostgreSQL answered about the statement itself (bad data, a
+// constraint, a trigger's exception), as opposed to a lost connection, a timeout, or a state of
+// the server that passes: connection exceptions (08), deadlocks and serialization failures (40),
+// insufficient resources (53), lock timeouts (55), shutdowns and recoveries (57), system errors
+// (58).
 func isRefusal(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe)
+	if !errors.As(err, &pe) || len(pe.Code) < 2 {
+		return false
+	}
+	switch pe.Code[:2] {
+	case "08", "40", "53", "55", "57", "58":
+		return false
+	}
+	return true
 }
