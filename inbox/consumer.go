@@ -159,8 +159,10 @@ type ConsumerConfig struct {
 	// MaxBufferedRecords is the per-partition backlog at which fetching the partition pauses.
 	// Defaults to DefaultMaxBufferedRecords.
 	MaxBufferedRecords int
-	// CommitEvery is the most records processed between two offset commits of a partition.
-	// Defaults to DefaultCommitEvery.
+	// CommitEvery is the most records processed between two offset commits of a partition
+	// (and the most a worker takes from its buffer at once). A partition's offsets are also
+	// committed whenever its worker runs out of buffered records, and at least every 100 ms
+	// while it is busy. Defaults to DefaultCommitEvery.
 	CommitEvery int
 	// Retry is the backoff between handler retries (below the attempt ceiling), deferred
 	// handler failures (contention, outages of the handler's dependencies; an outage's

@@ -41,8 +41,13 @@
 //   - Attempt ceiling: [DefaultMaxAttempts] = 5 failed attempts, retried in place with capped
 //     exponential backoff and jitter ([DefaultRetryInitial] 100ms doubling to
 //     [DefaultRetryMax] 10s), so a poison message holds its partition for about 1.5s before it
-//     is dead-lettered. A failed attempt is counted only when the handler itself failed: a
-//     lost database connection is an outage, retried without limit and never dead-lettered.
+//     is dead-lettered. A failed attempt is counted only when the message is at fault: a
+//     lost database connection is an outage, retried without limit and never dead-lettered;
+//     so is a handler error marked with [Outage] (the HTTP handler's unreachable or overloaded
+//     target, the SQL handler's missing function), whose RetryAfter is the least wait; and
+//     contention ([IsContention]: SQLSTATE class 40, 55P03) is retried without using an
+//     attempt up to ConsumerConfig.MaxContentionRetries (50) times, then counts as ordinary
+//     failures. [Store.Process] reports those as [Deferred].
 //   - Dead-letter topic: one per source topic, [DefaultDeadLetterTopic] = "{topic}.dlq"
 //     (configurable, "{topic}" is substituted; a single fixed name is allowed). The original
 //     key, value and headers are kept, and keiro-dlq-reason (decode | schema | dedupe |
@@ -51,17 +56,25 @@
 //     are appended. A failing dead-letter produce is retried and the partition waits: a
 //     record is never skipped.
 //   - A poisoned row stays "failed" with poisoned=true. Redeliveries classify as
-//     [PreviouslyFailed] and are dead-lettered again (the first dead-letter produce may not
-//     have been followed by an offset commit). [Store.RetryFailed] resets rows so that a
+//     [PreviouslyFailed]; once the runner's dead-letter produce is acknowledged it records it
+//     in the row (Result.DeadLettered), and later redeliveries count as duplicates instead of
+//     being dead-lettered again (a runner stopped between the two dead-letters the message on
+//     its next delivery). [Store.RetryFailed] resets rows so that a
 //     redelivery runs them again; since the runner already committed their offsets, the
 //     operator command `consumer inbox failed retry` uses [Store.Reprocess], which re-runs the
 //     handler from the stored full envelope inside an inbox transaction.
-//   - Batching: BatchSize > 1 processes up to BatchSize records of one partition in one
-//     transaction ([Store.ProcessBatch]; with a [BatchHandler], [Store.ProcessBatchWith]).
-//     If a handler fails, the batch rolls back and falls back to one transaction per record;
-//     the runner stops that fallback at the first failed record and retries it in place
-//     before the records after it, so per-key order of effects holds in batch mode too.
-//     (Store.ProcessBatch called directly runs every record of the fallback.)
+//   - Group commit (the default, [DefaultBatchSize] 500): a partition's worker takes what is
+//     buffered for it, up to BatchSize records, into one transaction ([Store.ProcessBatch];
+//     with a [BatchHandler], [Store.ProcessBatchWith]) without waiting for more. If a handler
+//     fails, the batch rolls back, the records before the failing one commit in a new
+//     transaction, the failing one is retried in place under the rules of one record at a
+//     time, and the records after it wait and form the next batch: per-partition (so per-key)
+//     order of effects, exactly-once effects and offsets-after-commit hold under failures.
+//     BatchSize 1 runs one record per transaction. (Store.ProcessBatch called directly goes on
+//     past a failed record.)
+//   - Rebalances: the client blocks a rebalance until the records of a poll are handed to
+//     their partitions' workers, so records polled before a revocation never reach the worker
+//     of a later assignment of the same partition ahead of its re-fetch.
 //   - Back-pressure: each partition buffers at most ConsumerConfig.MaxBufferedRecords records;
 //     beyond that its fetching is paused (kgo.PauseFetchPartitions) until the worker has
 //     worked the backlog down to half. The consumer sets kgo.FetchMaxWait to

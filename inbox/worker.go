@@ -241,12 +241,16 @@ func (w *partitionWorker) prepare(r *kgo.Record) (d Delivery, bad *badRecord, ok
 // processOne runs the inbox for one record until it is processed, a duplicate or
 // dead-lettered. It returns false if the worker stopped first.
 func (w *partitionWorker) processOne(r *kgo.Record, d Delivery) bool {
+	return w.processOneAfter(r, d, &deferrals{})
+}
+
+// processOneAfter is processOne for a record whose earlier deferrals (in a batch) df counts.
+func (w *partitionWorker) processOneAfter(r *kgo.Record, d Delivery, df *deferrals) bool {
 	storageFailures := 0
-	var df deferrals
 	for {
 		res, err := w.c.store.Process(w.ctx, w.c.pool, d, w.c.h)
 		if err == nil && res.Outcome == Deferred {
-			res, err = w.deferred(r, d, res, &df)
+			res, err = w.deferred(r, d, res, df)
 		}
 		if err != nil {
 			if unstorable(err) {
@@ -404,7 +408,10 @@ func (w *partitionWorker) processBatch(recs []*kgo.Record) int {
 // first record not done.
 func (w *partitionWorker) runBatch(recs []*kgo.Record, ds []Delivery, idx []int) (n int, all bool) {
 next:
-	for len(ds) > 0 {
+	for first := true; len(ds) > 0; first = false {
+		if !first && w.quitting() {
+			return idx[0], false
+		}
 		var results []Result
 		for try := 0; ; try++ {
 			var err error
@@ -430,17 +437,27 @@ next:
 		}
 		for j, res := range results {
 			r := recs[idx[j]]
-			switch res.Outcome {
-			case 0:
+			if res.Outcome == 0 {
 				// Not attempted: an earlier record failed and was retried in place first.
 				ds, idx = ds[j:], idx[j:]
 				continue next
-			case Deferred:
+			}
+			if res.Outcome == Deferred {
 				// Contention or an outage: in place, under the rules of one record at a time.
-				if !w.sleep(0) || !w.processOne(r, ds[j]) {
-					return idx[j], false
+				df := &deferrals{}
+				rec, err := w.deferred(r, ds[j], res, df)
+				if err != nil || rec.Outcome == Deferred {
+					wait := df.wait
+					if err != nil {
+						w.c.storageErrors.Add(1)
+						wait = w.c.cfg.Retry.delay(0)
+					}
+					if !w.sleepFor(wait) || !w.processOneAfter(r, ds[j], df) {
+						return idx[j], false
+					}
+					continue
 				}
-				continue
+				res = rec // contention past its bound: an ordinary failed attempt
 			}
 			ok, done := w.settle(r, &ds[j], res)
 			if !done {

@@ -59,7 +59,7 @@ const (
 	OutboxBatchSizeKey = attribute.Key("keiro.outbox.batch.size")
 	// InboxOutcomeKey is "keiro.inbox.outcome" on the process span: one of
 	// [InboxOutcomeProcessed], [InboxOutcomeDuplicate], [InboxOutcomeFailed],
-	// [InboxOutcomePoisoned].
+	// [InboxOutcomePoisoned], [InboxOutcomeDeferred].
 	InboxOutcomeKey = attribute.Key("keiro.inbox.outcome")
 	// StreamNameKey is "keiro.stream.name" on command spans.
 	StreamNameKey = attribute.Key("keiro.stream.name")
@@ -111,4 +111,7 @@ const (
 	// InboxOutcomePoisoned: the handler failed permanently or past the attempt ceiling; the
 	// message went to the dead-letter topic.
 	InboxOutcomePoisoned = "poisoned"
+	// InboxOutcomeDeferred: the handler failed on contention or an outage of its target; the
+	// message is retried without using an attempt.
+	InboxOutcomeDeferred = "deferred"
 )

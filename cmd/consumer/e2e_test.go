@@ -282,8 +282,8 @@ func TestRunHTTPModeWithDeadLetters(t *testing.T) {
 			return
 		}
 		if doc["message_id"] == "p-down" {
-			w.Header().Set("Retry-After", "1")
-			w.WriteHeader(http.StatusServiceUnavailable)
+			// The message's own failure (a 503 would be an outage of the target: no attempt).
+			w.WriteHeader(http.StatusInternalServerError)
 			return
 		}
 		if doc["message_id"] == "p-rejected" {
