@@ -37,12 +37,12 @@ func TestComposeFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Interpolation: a host port moved through the environment is honoured and still checked.
-	p, err = composecheck.LoadProject(context.Background(), filepath.Join(root, "docker-compose.yml"), []string{"KEIRO_RELAY_PORT=8090"})
+	p, err = composecheck.LoadProject(context.Background(), filepath.Join(root, "docker-compose.yml"), []string{"KEIRO_RELAY_PORT=9465"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = composecheck.CheckProject(p)
-	if err == nil || !strings.Contains(err.Error(), "host port 8090/tcp") {
+	if err == nil || !strings.Contains(err.Error(), "host port 9465/tcp") {
 		t.Fatalf("moving the relay onto the consumer's port: err = %v", err)
 	}
 }

@@ -188,7 +188,9 @@ var imageRef = regexp.MustCompile(`^[a-z0-9]+([._/:-][a-z0-9]+)*(:[A-Za-z0-9_][A
 // directory contextDir, at once (joined), or nil: stage names defined twice; FROM or COPY
 // --from naming a stage not defined before it; bases that are not image references; COPY/ADD
 // sources missing from the context or excluded by its .dockerignore; `go build` packages that
-// do not exist; and Go sources or go:embed files of the module that .dockerignore excludes.
+// do not exist; Go sources or go:embed files of the module that .dockerignore excludes; and,
+// for every runnable [Image]: running as root, an HTTP client, missing OCI labels, a keiro
+// binary listening on loopback or on a port it does not EXPOSE.
 func CheckDockerfile(dockerfile, contextDir string) error {
 	d, err := ParseDockerfile(dockerfile)
 	if err != nil {
@@ -269,6 +271,9 @@ func CheckDockerfile(dockerfile, contextDir string) error {
 			}
 			defined[s.Name] = true
 		}
+	}
+	for _, img := range d.Images() {
+		errs = append(errs, checkImage(img)...)
 	}
 	errs = append(errs, checkModuleNotIgnored(contextDir, ignore)...)
 	return errors.Join(errs...)
