@@ -69,7 +69,7 @@ alerts-check: ## Check and unit-test the Prometheus alert rules with promtool (D
 
 .PHONY: deploy-check
 deploy-check: ## Decode every Kubernetes manifest strictly into the API types (separate module).
-	cd deploy/kubernetes/validate && $(GO) test -count=1 ./...
+	cd deploy/kubernetes/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 .PHONY: compose-check
 compose-check: ## Validate docker-compose.yml and the Dockerfile (no engine needed).
