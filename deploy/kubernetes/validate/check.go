@@ -103,7 +103,9 @@ func Check(objs []any) []error {
 			errs = append(errs, fmt.Errorf("Deployment/%s: no PodDisruptionBudget selects its pods", d.Name))
 		}
 		for _, c := range d.Spec.Template.Spec.InitContainers {
-			if slices.ContainsFunc(sidecars, func(s Sidecar) bool { return s.Workload == "Deployment/"+d.Name && s.Container.Name == c.Name && !s.Native }) {
+			if slices.ContainsFunc(sidecars, func(s Sidecar) bool {
+				return s.Workload == "Deployment/"+d.Name && s.Container.Name == c.Name && !s.Native
+			}) {
 				errs = append(errs, fmt.Errorf("Deployment/%s init container %s: a keiro sidecar must set restartPolicy: Always (a native sidecar), or the pod never starts its application", d.Name, c.Name))
 			}
 		}
