@@ -114,6 +114,7 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 	if !cfg.metricsDisabled {
 		exp, err := otelprom.New(
 			otelprom.WithRegisterer(t.registry),
+			otelprom.WithoutScopeInfo(),
 			otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes),
 		)
 		if err != nil {
