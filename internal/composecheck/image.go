@@ -70,8 +70,11 @@ func (d *Dockerfile) Images() []Image {
 					img.Expose = append(img.Expose, in.Args...)
 				case "HEALTHCHECK":
 					img.Healthcheck = nil // HEALTHCHECK NONE
-					if _, rest, ok := strings.Cut(in.Raw, "CMD "); ok {
-						img.Healthcheck = parseInstruction(in.Line, "CMD "+rest).Args
+					if len(in.Args) > 1 && strings.EqualFold(in.Args[0], "CMD") {
+						img.Healthcheck = in.Args[1:]
+						if !in.JSON {
+							img.Healthcheck = strings.Fields(strings.Join(in.Args[1:], " "))
+						}
 					}
 				case "RUN":
 					img.Runs = append(img.Runs, in)
