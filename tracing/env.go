@@ -155,7 +155,7 @@ func readEnv(getenv func(string) string) (envConfig, error) {
 	}
 	if cfg.metricsOTLP {
 		mURL, err := otlpEndpoint(get, EnvOTLPMetricsEndpoint, cfg.metricsProtocol, defaultOTLPMetricsURLPath)
-		if err != nil {
+		if err != nil && get(EnvOTLPMetricsEndpoint) != "" { // the generic endpoint's error is reported with the traces'
 			errs = append(errs, err)
 		}
 		cfg.metricsEndpointURL = mURL
