@@ -30,7 +30,7 @@ var JobNames = []string{"keiro-relay", "keiro-consumer"}
 
 // secretFlags are the environment variables (after KEIRO_RELAY_ or KEIRO_CONSUMER_) that carry
 // secrets: manifests must set their _FILE form, pointing into a mounted Secret.
-var secretFlags = []string{"DATABASE_URL", "KAFKA_SASL_PASSWORD", "HTTP_URL", "HTTP_HEADER", "SCHEMA_REGISTRY_URL", "SCHEMA_REGISTRY_PASSWORD"}
+var secretFlags = []string{"ADMIN_TOKEN", "DATABASE_URL", "KAFKA_SASL_PASSWORD", "HTTP_URL", "HTTP_HEADER", "SCHEMA_REGISTRY_URL", "SCHEMA_REGISTRY_PASSWORD"}
 
 // Sidecar is one keiro container of a pod template.
 type Sidecar struct {
