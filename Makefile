@@ -35,6 +35,8 @@ build: ## Build every package and the binaries into ./bin (VERSION and COMMIT st
 
 .PHONY: test
 test: vet ## Run the whole test suite (PostgreSQL required; short fuzz runs; race detector on the storage packages).
+	$(MAKE) --no-print-directory alerts-check
+	$(MAKE) --no-print-directory deploy-check
 	$(MAKE) --no-print-directory fuzz-short
 	$(GO) test -count=1 -timeout 20m -race $(RACE_PKGS)
 	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -E '/(outbox|inbox|events|migrations)(/|$$)')
@@ -63,6 +65,16 @@ bench-peers: ## Run keiro's relay and consumer side by side with Watermill and a
 .PHONY: chaos
 chaos: ## Run the chaos test for longer than CI does (CHAOS_DURATION, default 5m).
 	KEIRO_CHAOS_DURATION=$${CHAOS_DURATION:-5m} $(GO) test -count=1 -timeout 60m -run Chaos -v ./e2e/
+
+.PHONY: alerts-check
+alerts-check: ## Check and unit-test the Prometheus alert rules with promtool (Debian package prometheus).
+	@command -v promtool >/dev/null 2>&1 || { echo "promtool not found: install Debian's prometheus package (.ci/run does)" >&2; exit 1; }
+	promtool check rules deploy/prometheus/alerts.yml
+	promtool test rules deploy/prometheus/alerts_test.yml
+
+.PHONY: deploy-check
+deploy-check: ## Decode every Kubernetes manifest strictly into the API types (separate module).
+	cd deploy/kubernetes/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 .PHONY: compose-check
 compose-check: ## Validate docker-compose.yml and the Dockerfile (no engine needed).

@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -359,7 +358,7 @@ func NewConsumer(pool *pgxpool.Pool, cfg ConsumerConfig, h Handler) (*Consumer, 
 	if err != nil {
 		return nil, err
 	}
-	store.group = cfg.Group
+	store.group, store.in.group = cfg.Group, cfg.Group
 	return &Consumer{
 		pool: pool, cfg: cfg, h: h, store: store, in: store.in, log: cfg.Logger,
 		sem:     make(chan struct{}, cfg.MaxConcurrentPartitions),
@@ -577,8 +576,9 @@ func (c *Consumer) dispatch(p kgo.FetchTopicPartition) {
 func (c *Consumer) maintain(ctx context.Context) {
 	t := time.NewTicker(c.cfg.MaintenanceInterval)
 	defer t.Stop()
-	attrs := metric.WithAttributes(attribute.String("consumer", c.cfg.Store.Consumer))
+	attrs := c.in.consumerAttrs(c.cfg.Store.Consumer)
 	for {
+		c.measureLag(ctx)
 		if n, err := c.store.CountFailed(ctx, c.pool); err == nil {
 			c.in.backlog.Record(ctx, n, attrs)
 		} else if ctx.Err() == nil {

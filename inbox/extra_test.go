@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -110,8 +111,12 @@ func TestStoreMetrics(t *testing.T) {
 			switch data := m.Data.(type) {
 			case metricdata.Sum[int64]:
 				for _, p := range data.DataPoints {
-					c, _ := p.Attributes.Value("consumer")
-					tp, _ := p.Attributes.Value("topic")
+					c, ok := p.Attributes.Value("keiro.consumer.name")
+					tp, _ := p.Attributes.Value("messaging.destination.name")
+					if m.Name == "messaging.client.consumed.messages" {
+						require.False(t, ok, "the semantic conventions' metric carries no keiro attribute")
+						c = attribute.StringValue("billing")
+					}
 					require.Equal(t, "billing", c.AsString())
 					require.Equal(t, "billing.orders.v1", tp.AsString())
 					sums[m.Name] += p.Value
@@ -126,6 +131,7 @@ func TestStoreMetrics(t *testing.T) {
 	require.Equal(t, map[string]int64{
 		"keiro.inbox.processed": 1, "keiro.inbox.duplicates": 1,
 		"keiro.inbox.failed": 2, "keiro.inbox.poisoned": 1,
+		"messaging.client.consumed.messages": 4,
 	}, sums)
 	require.True(t, sawHistogram, "three handler runs recorded")
 }

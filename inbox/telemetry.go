@@ -2,9 +2,13 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"sync"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -15,8 +19,10 @@ import (
 )
 
 // scope is the OpenTelemetry instrumentation scope of every keiro instrument.
-const scope = "keiro"
+const scope = tracing.ScopeName
 
+// instruments are the inbox's metrics (names per tracing.MetricNames) and tracer. Every
+// attribute is bounded: consumer name, consumer group, topic, partition, error type.
 type instruments struct {
 	tracer          trace.Tracer
 	processed       metric.Int64Counter
@@ -26,7 +32,19 @@ type instruments struct {
 	deadlettered    metric.Int64Counter
 	handlerDuration metric.Float64Histogram
 	backlog         metric.Int64Gauge
-	lag             metric.Int64Gauge
+	// consumed and processDuration are the messaging semantic conventions' consumer metrics.
+	consumed        metric.Int64Counter
+	processDuration metric.Float64Histogram
+
+	// group is the consumer group, set by the Consumer before it runs ("" for a Store used on
+	// its own).
+	group string
+
+	// lag is observed from the last Kafka measurement, for the partitions owned at collection.
+	lagMu    sync.Mutex
+	lagGroup string
+	lagByTP  map[topicPartition]int64
+	lagOwned func(topicPartition) bool
 }
 
 func newInstruments(mp metric.MeterProvider, tp trace.TracerProvider) (*instruments, error) {
@@ -38,33 +56,55 @@ func newInstruments(mp metric.MeterProvider, tp trace.TracerProvider) (*instrume
 	}
 	m := mp.Meter(scope)
 	in := &instruments{tracer: tp.Tracer(scope)}
-	var errs [9]error
-	in.processed, errs[0] = m.Int64Counter("keiro.inbox.processed", metric.WithUnit("{message}"),
+	var errs [11]error
+	in.processed, errs[0] = m.Int64Counter(tracing.MetricInboxProcessed, metric.WithUnit("{message}"),
 		metric.WithDescription("Messages whose handler committed."))
-	in.duplicates, errs[1] = m.Int64Counter("keiro.inbox.duplicates", metric.WithUnit("{message}"),
+	in.duplicates, errs[1] = m.Int64Counter(tracing.MetricInboxDuplicates, metric.WithUnit("{message}"),
 		metric.WithDescription("Redelivered messages skipped by the inbox."))
-	in.failed, errs[2] = m.Int64Counter("keiro.inbox.failed", metric.WithUnit("{message}"),
+	in.failed, errs[2] = m.Int64Counter(tracing.MetricInboxFailed, metric.WithUnit("{message}"),
 		metric.WithDescription("Handler failures and deliveries of previously failed messages."))
-	in.poisoned, errs[3] = m.Int64Counter("keiro.inbox.poisoned", metric.WithUnit("{message}"),
+	in.poisoned, errs[3] = m.Int64Counter(tracing.MetricInboxPoisoned, metric.WithUnit("{message}"),
 		metric.WithDescription("Messages that reached the attempt ceiling or failed permanently."))
-	in.deadlettered, errs[4] = m.Int64Counter("keiro.inbox.deadlettered", metric.WithUnit("{message}"),
+	in.deadlettered, errs[4] = m.Int64Counter(tracing.MetricInboxDeadlettered, metric.WithUnit("{message}"),
 		metric.WithDescription("Records produced to the dead-letter topic."))
-	in.handlerDuration, errs[5] = m.Float64Histogram("keiro.inbox.handler.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time spent in the handler."))
-	in.backlog, errs[6] = m.Int64Gauge("keiro.inbox.backlog", metric.WithUnit("{message}"),
+	in.handlerDuration, errs[5] = m.Float64Histogram(tracing.MetricInboxHandlerDuration, metric.WithUnit("s"),
+		metric.WithDescription("Time spent in the handler."), metric.WithExplicitBucketBoundaries(tracing.LatencyBuckets...))
+	in.backlog, errs[6] = m.Int64Gauge(tracing.MetricInboxBacklog, metric.WithUnit("{message}"),
 		metric.WithDescription("Failed inbox rows of this consumer."))
-	in.lag, errs[7] = m.Int64Gauge("keiro.consumer.lag", metric.WithUnit("{message}"),
-		metric.WithDescription("High watermark minus committed offset, per partition."))
-	for _, err := range errs {
-		if err != nil {
-			return nil, fmt.Errorf("create inbox instruments: %w", err)
-		}
+	_, errs[7] = m.Int64ObservableGauge(tracing.MetricConsumerLag, metric.WithUnit("{message}"),
+		metric.WithDescription("End offset minus the group's committed offset, measured from Kafka, per partition this member owns."),
+		metric.WithInt64Callback(in.observeLag))
+	in.consumed, errs[8] = m.Int64Counter(tracing.MetricClientConsumedMessages, metric.WithUnit("{message}"),
+		metric.WithDescription("Records polled from Kafka and handed to the inbox, duplicates included."))
+	in.processDuration, errs[9] = m.Float64Histogram(tracing.MetricProcessDuration, metric.WithUnit("s"),
+		metric.WithDescription("Duration of processing one message: the inbox transaction with its handler."),
+		metric.WithExplicitBucketBoundaries(tracing.LatencyBuckets...))
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, fmt.Errorf("create inbox instruments: %w", err)
 	}
 	return in, nil
 }
 
+// consumerAttrs are the attributes of the inbox gauges: the consumer name and the group.
+func (in *instruments) consumerAttrs(consumer string) metric.MeasurementOption {
+	kvs := []attribute.KeyValue{tracing.ConsumerKey.String(consumer)}
+	if in.group != "" {
+		kvs = append(kvs, tracing.GroupKey.String(in.group))
+	}
+	return metric.WithAttributeSet(attribute.NewSet(kvs...))
+}
+
+// messageAttrs are the attributes of the per-message counters: consumer name, topic, group.
+func (in *instruments) messageAttrs(consumer, topic string) metric.MeasurementOption {
+	kvs := []attribute.KeyValue{tracing.ConsumerKey.String(consumer), tracing.DestinationKey.String(topic)}
+	if in.group != "" {
+		kvs = append(kvs, tracing.GroupKey.String(in.group))
+	}
+	return metric.WithAttributeSet(attribute.NewSet(kvs...))
+}
+
 func (in *instruments) count(ctx context.Context, consumer, topic string, res Result) {
-	attrs := metric.WithAttributes(attribute.String("consumer", consumer), attribute.String("topic", topic))
+	attrs := in.messageAttrs(consumer, topic)
 	switch res.Outcome {
 	case Processed:
 		in.processed.Add(ctx, 1, attrs)
@@ -82,6 +122,82 @@ func (in *instruments) count(ctx context.Context, consumer, topic string, res Re
 		in.failed.Add(ctx, 1, attrs)
 		in.poisoned.Add(ctx, 1, attrs)
 	}
+	consumed := []attribute.KeyValue{
+		tracing.MessagingSystemKey.String(tracing.MessagingSystemKafka),
+		tracing.MessagingOperationNameKey.String(tracing.OperationPoll),
+		tracing.DestinationKey.String(topic),
+	}
+	if in.group != "" {
+		consumed = append(consumed, tracing.GroupKey.String(in.group))
+	}
+	in.consumed.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(consumed...)))
+}
+
+// measureLag asks Kafka for the group's lag (end offset minus committed offset per partition)
+// and keeps it for the keiro.consumer.lag gauge, which reports the partitions this member owns
+// when it is collected. Lag measured this way also shows a partition that stopped moving, which
+// a lag sampled at commit time cannot.
+func (c *Consumer) measureLag(ctx context.Context) {
+	c.mu.Lock()
+	cl := c.cl
+	c.mu.Unlock()
+	if cl == nil {
+		return
+	}
+	lags, err := kadm.NewClient(cl).Lag(ctx, c.cfg.Group)
+	if err == nil {
+		err = lags.Error()
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("measure consumer lag", "group", c.cfg.Group, "error", err)
+		}
+		return
+	}
+	byTP := map[topicPartition]int64{}
+	for _, ps := range lags[c.cfg.Group].Lag {
+		for _, l := range ps {
+			if l.Err == nil && l.Lag >= 0 {
+				byTP[topicPartition{l.Topic, l.Partition}] = l.Lag
+			}
+		}
+	}
+	in := c.in
+	in.lagMu.Lock()
+	in.lagGroup, in.lagByTP = c.cfg.Group, byTP
+	in.lagOwned = func(tp topicPartition) bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		_, ok := c.workers[tp]
+		return ok
+	}
+	in.lagMu.Unlock()
+}
+
+// observeLag reports the last measured lag of the partitions owned now: a partition revoked
+// since (or every partition, once the consumer stopped) disappears instead of keeping a stale
+// value.
+func (in *instruments) observeLag(_ context.Context, o metric.Int64Observer) error {
+	in.lagMu.Lock()
+	defer in.lagMu.Unlock()
+	for tp, lag := range in.lagByTP {
+		if in.lagOwned == nil || !in.lagOwned(tp) {
+			continue
+		}
+		o.Observe(lag, metric.WithAttributeSet(attribute.NewSet(
+			tracing.GroupKey.String(in.lagGroup),
+			tracing.DestinationKey.String(tp.topic),
+			tracing.PartitionKey.String(strconv.Itoa(int(tp.partition))))))
+	}
+	return nil
+}
+
+// processSpan is the process span with what messaging.process.duration needs when it ends.
+type processSpan struct {
+	trace.Span
+	in    *instruments
+	start time.Time
+	attrs []attribute.KeyValue
 }
 
 // startProcessSpan starts the `process <topic>` consumer span. Its parent is the record's trace
@@ -97,7 +213,16 @@ func (in *instruments) startProcessSpan(ctx context.Context, group string, d *De
 	if sc := trace.SpanContextFromContext(pctx); sc.IsValid() && sc.IsRemote() {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
 	}
-	ctx, span := in.tracer.Start(pctx, "process "+topic, opts...)
+	ctx, inner := in.tracer.Start(pctx, "process "+topic, opts...)
+	mattrs := []attribute.KeyValue{
+		tracing.MessagingSystemKey.String(tracing.MessagingSystemKafka),
+		tracing.MessagingOperationNameKey.String(tracing.OperationProcess),
+		tracing.DestinationKey.String(topic),
+	}
+	if group != "" {
+		mattrs = append(mattrs, tracing.GroupKey.String(group))
+	}
+	span := &processSpan{Span: inner, in: in, start: time.Now(), attrs: mattrs}
 	if !span.IsRecording() {
 		return ctx, span // no SDK or not sampled: skip building the attributes
 	}
@@ -125,7 +250,21 @@ func (in *instruments) startProcessSpan(ctx context.Context, group string, d *De
 	return ctx, span
 }
 
+// endProcessSpan ends the process span and records messaging.process.duration, with
+// error.type when the message failed (the handler's error, or the inbox's own).
 func endProcessSpan(span trace.Span, res Result, err error) {
+	if ps, ok := span.(*processSpan); ok {
+		attrs := ps.attrs
+		switch {
+		case err != nil:
+			attrs = append(attrs, tracing.ErrorTypeKey.String("inbox_error"))
+		case res.Outcome == HandlerFailed || res.Outcome == PreviouslyFailed:
+			attrs = append(attrs, tracing.ErrorTypeKey.String("handler_failed"))
+		case res.Outcome == Poisoned:
+			attrs = append(attrs, tracing.ErrorTypeKey.String("poisoned"))
+		}
+		ps.in.processDuration.Record(context.Background(), time.Since(ps.start).Seconds(), metric.WithAttributeSet(attribute.NewSet(attrs...)))
+	}
 	if !span.IsRecording() {
 		span.End()
 		return

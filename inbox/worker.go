@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 
 	"github.com/keiro-go/keiro/envelope"
 )
@@ -551,8 +549,7 @@ func (w *partitionWorker) deadLetter(r *kgo.Record, reason string, cause error, 
 		err := w.cl.ProduceSync(w.ctx, out).FirstErr()
 		if err == nil {
 			c.deadLettered.Add(1)
-			c.in.deadlettered.Add(w.ctx, 1, metric.WithAttributes(
-				attribute.String("consumer", c.cfg.Store.Consumer), attribute.String("topic", r.Topic)))
+			c.in.deadlettered.Add(w.ctx, 1, c.in.messageAttrs(c.cfg.Store.Consumer, r.Topic))
 			c.log.Warn("record dead-lettered", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
 				"dead_letter_topic", topic, "reason", reason, "error", errText)
 			if c.cfg.OnDeadLettered != nil {
@@ -581,11 +578,6 @@ func (w *partitionWorker) commit(last *kgo.Record, n int) {
 		return
 	}
 	w.c.committed.Add(int64(n))
-	w.mu.Lock()
-	lag := max(w.hwm-(last.Offset+1), 0)
-	w.mu.Unlock()
-	w.c.in.lag.Record(ctx, lag, metric.WithAttributes(attribute.String("topic", last.Topic),
-		attribute.String("partition", strconv.Itoa(int(last.Partition)))))
 	if w.c.cfg.OnCommitted != nil {
 		w.c.cfg.OnCommitted(Commit{Topic: last.Topic, Partition: last.Partition, Offset: last.Offset + 1, Records: n})
 	}

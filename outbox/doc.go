@@ -120,10 +120,13 @@
 //
 // # Telemetry
 //
-// Metrics (scope "keiro"): keiro.outbox.enqueued {source, outcome}, keiro.outbox.published,
-// .retried, .deadlettered, .rejected {destination}, keiro.outbox.reclaimed, gauges
-// keiro.outbox.backlog, keiro.outbox.oldest_pending.age, keiro.outbox.dead, histograms
-// keiro.outbox.publish.latency (row creation → broker ack) and keiro.outbox.batch.size. One
+// Metrics (scope "keiro"; docs/observability.md): keiro.outbox.enqueued {source, outcome},
+// keiro.outbox.published, .retried, .deadlettered, .rejected, .order_broken
+// {messaging.destination.name}, keiro.outbox.reclaimed, gauges keiro.outbox.backlog,
+// keiro.outbox.oldest_pending.age, keiro.outbox.dead {messaging.destination.name}, histograms
+// keiro.outbox.publish.latency (row creation → broker ack) and keiro.outbox.batch.size, and
+// the messaging semantic conventions' messaging.client.sent.messages and
+// messaging.client.operation.duration per produced record. One
 // producer span "send <topic>" per record, child of the trace context stored on the row; the
 // record's traceparent carries the send span when it is recording, else the stored context.
 //

@@ -2,12 +2,9 @@ package outbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // maxRetentionBatchesPerPass bounds one maintenance pass, so a huge backlog of old sent rows
@@ -78,18 +75,42 @@ func (r *Relay) MaintenancePass(ctx context.Context) (MaintenanceResult, error) 
 			}
 		}
 	}
-	var age float64
-	err := r.pool.QueryRow(ctx, r.store.q.gauges, key).Scan(&res.Backlog, &age, &res.Dead)
+	gauges, got, err := r.sampleGauges(ctx, key)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return res, nil // another relay's turn
 	case err != nil:
 		return res, fmt.Errorf("outbox maintenance: sample gauges: %w", err)
+	case !got:
+		return res, nil // another relay's turn
 	}
 	res.Ran = true
-	res.OldestPendingAge = time.Duration(age * float64(time.Second))
-	r.inst.backlog.Record(ctx, res.Backlog)
-	r.inst.oldestAge.Record(ctx, age)
-	r.inst.dead.Record(ctx, res.Dead)
+	for _, g := range gauges {
+		res.Backlog += g.backlog
+		res.Dead += g.dead
+		res.OldestPendingAge = max(res.OldestPendingAge, time.Duration(g.oldestAge*float64(time.Second)))
+	}
+	r.inst.recordGauges(ctx, gauges)
 	return res, nil
+}
+
+// sampleGauges reads the per-destination gauges if it gets the maintenance lock key.
+func (r *Relay) sampleGauges(ctx context.Context, key int64) ([]destGauges, bool, error) {
+	rows, err := r.pool.Query(ctx, r.store.q.gauges, key)
+	if err != nil {
+		return nil, false, err
+	}
+	var out []destGauges
+	got := false
+	for rows.Next() {
+		var dest *string
+		var g destGauges
+		if err := rows.Scan(&got, &dest, &g.backlog, &g.oldestAge, &g.dead); err != nil {
+			rows.Close()
+			return nil, false, err
+		}
+		if dest != nil {
+			g.destination = *dest
+			out = append(out, g)
+		}
+	}
+	return out, got, rows.Err()
 }

@@ -1,16 +1,26 @@
 package outbox
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/keiro-go/keiro/tracing"
 )
 
 // scope is the OpenTelemetry instrumentation scope of every keiro instrument and span.
-const scope = "keiro"
+const scope = tracing.ScopeName
 
-// instruments are the outbox's metrics (names per the project's vocabulary). Every attribute
-// is bounded: source, destination, outcome; never ids or keys.
+// instruments are the outbox's metrics (names per tracing.MetricNames). Every attribute is
+// bounded: source, destination, outcome, error type; never ids or keys.
 type instruments struct {
 	enqueued     metric.Int64Counter
 	published    metric.Int64Counter
@@ -24,53 +34,124 @@ type instruments struct {
 	dead         metric.Int64Gauge
 	latency      metric.Float64Histogram
 	batchSize    metric.Int64Histogram
+	// sent and sendDuration are the messaging semantic conventions' client metrics.
+	sent         metric.Int64Counter
+	sendDuration metric.Float64Histogram
+
+	mu        sync.Mutex
+	gaugeSeen map[string]bool // destinations with a gauge recorded, to zero them once drained
 }
 
 func newInstruments(mp metric.MeterProvider) (*instruments, error) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	m := mp.Meter(scope)
-	var in instruments
-	var err error
+	m := mp.Meter(tracing.ScopeName)
+	in := &instruments{gaugeSeen: map[string]bool{}}
+	var errs []error
 	counter := func(name, desc, unit string) metric.Int64Counter {
-		if err != nil {
-			return nil
-		}
-		var c metric.Int64Counter
-		c, err = m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
+		c, err := m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
+		errs = append(errs, err)
 		return c
 	}
-	in.enqueued = counter("keiro.outbox.enqueued", "Events given to EnqueueTx, by source and outcome (inserted, duplicate, conflict).", "{event}")
-	in.published = counter("keiro.outbox.published", "Outbox rows acknowledged by Kafka and marked sent.", "{event}")
-	in.retried = counter("keiro.outbox.retried", "Outbox rows whose publish failed and that will be retried.", "{event}")
-	in.deadlettered = counter("keiro.outbox.deadlettered", "Outbox rows that exhausted their attempts and went dead.", "{event}")
-	in.rejected = counter("keiro.outbox.rejected", "Outbox rows Kafka refused permanently (rejected).", "{event}")
-	in.reclaimed = counter("keiro.outbox.reclaimed", "Outbox rows re-claimed after their lease expired.", "{event}")
-	in.orderBroken = counter("keiro.outbox.order_broken", "Outbox rows Kafka acknowledged after an earlier row of their key failed in the same flush (should stay 0).", "{event}")
-	if err != nil {
-		return nil, err
+	in.enqueued = counter(tracing.MetricOutboxEnqueued, "Events given to EnqueueTx, by source and outcome (inserted, duplicate, conflict).", "{event}")
+	in.published = counter(tracing.MetricOutboxPublished, "Outbox rows acknowledged by Kafka and marked sent.", "{event}")
+	in.retried = counter(tracing.MetricOutboxRetried, "Outbox rows whose publish failed and that will be retried.", "{event}")
+	in.deadlettered = counter(tracing.MetricOutboxDeadlettered, "Outbox rows that exhausted their attempts and went dead.", "{event}")
+	in.rejected = counter(tracing.MetricOutboxRejected, "Outbox rows Kafka refused permanently (rejected).", "{event}")
+	in.reclaimed = counter(tracing.MetricOutboxReclaimed, "Outbox rows re-claimed after their lease expired.", "{event}")
+	in.orderBroken = counter(tracing.MetricOutboxOrderBroken, "Outbox rows Kafka acknowledged after an earlier row of their key failed in the same flush (should stay 0).", "{event}")
+	in.sent = counter(tracing.MetricClientSentMessages, "Records the relay produced to Kafka; error.type is set on those that failed.", "{message}")
+	var err error
+	in.backlog, err = m.Int64Gauge(tracing.MetricOutboxBacklog, metric.WithDescription("Outbox rows pending, failed or publishing."), metric.WithUnit("{event}"))
+	errs = append(errs, err)
+	in.oldestAge, err = m.Float64Gauge(tracing.MetricOutboxOldestPending, metric.WithDescription("Age of the oldest pending or failed outbox row."), metric.WithUnit("s"))
+	errs = append(errs, err)
+	in.dead, err = m.Int64Gauge(tracing.MetricOutboxDead, metric.WithDescription("Outbox rows dead or rejected, kept for operators."), metric.WithUnit("{event}"))
+	errs = append(errs, err)
+	in.latency, err = m.Float64Histogram(tracing.MetricOutboxPublishLatency, metric.WithDescription("Time from the row's creation (enqueue transaction start) to the broker's acknowledgement."), metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(tracing.LatencyBuckets...))
+	errs = append(errs, err)
+	in.batchSize, err = m.Int64Histogram(tracing.MetricOutboxBatchSize, metric.WithDescription("Rows per claimed batch."), metric.WithUnit("{event}"),
+		metric.WithExplicitBucketBoundaries(tracing.BatchSizeBuckets...))
+	errs = append(errs, err)
+	in.sendDuration, err = m.Float64Histogram(tracing.MetricClientOperationDuration, metric.WithDescription("Duration of a produce, from the call to the broker's answer."), metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(tracing.LatencyBuckets...))
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("create outbox instruments: %w", err)
 	}
-	if in.backlog, err = m.Int64Gauge("keiro.outbox.backlog", metric.WithDescription("Outbox rows pending, failed or publishing."), metric.WithUnit("{event}")); err != nil {
-		return nil, err
-	}
-	if in.oldestAge, err = m.Float64Gauge("keiro.outbox.oldest_pending.age", metric.WithDescription("Age of the oldest pending or failed outbox row."), metric.WithUnit("s")); err != nil {
-		return nil, err
-	}
-	if in.dead, err = m.Int64Gauge("keiro.outbox.dead", metric.WithDescription("Outbox rows dead or rejected, kept for operators."), metric.WithUnit("{event}")); err != nil {
-		return nil, err
-	}
-	if in.latency, err = m.Float64Histogram("keiro.outbox.publish.latency", metric.WithDescription("Time from the row's creation (enqueue transaction start) to the broker's acknowledgement."), metric.WithUnit("s"),
-		metric.WithExplicitBucketBoundaries(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)); err != nil {
-		return nil, err
-	}
-	if in.batchSize, err = m.Int64Histogram("keiro.outbox.batch.size", metric.WithDescription("Rows per claimed batch."), metric.WithUnit("{event}"),
-		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)); err != nil {
-		return nil, err
-	}
-	return &in, nil
+	return in, nil
 }
 
 func destinationAttr(d string) metric.MeasurementOption {
-	return metric.WithAttributeSet(attribute.NewSet(attribute.String("destination", d)))
+	return metric.WithAttributeSet(attribute.NewSet(tracing.DestinationKey.String(d)))
+}
+
+// recordSend records one produce's answer on the semantic conventions' client metrics:
+// messaging.client.sent.messages and messaging.client.operation.duration, with error.type when
+// Kafka (or the client) refused the record.
+func (in *instruments) recordSend(rec *kgo.Record, err error, start time.Time) {
+	attrs := []attribute.KeyValue{
+		tracing.MessagingSystemKey.String(tracing.MessagingSystemKafka),
+		tracing.MessagingOperationNameKey.String(tracing.OperationSend),
+		tracing.DestinationKey.String(rec.Topic),
+	}
+	if err != nil {
+		attrs = append(attrs, tracing.ErrorTypeKey.String(errorType(err)))
+	}
+	set := metric.WithAttributeSet(attribute.NewSet(attrs...))
+	ctx := context.Background()
+	in.sent.Add(ctx, 1, set)
+	in.sendDuration.Record(ctx, time.Since(start).Seconds(), set)
+}
+
+// errorType is the low-cardinality error.type of a produce error: the Kafka error code's name
+// ("NOT_ENOUGH_REPLICAS"), "timeout", "canceled", or the client error's Go type.
+func errorType(err error) string {
+	var ke *kerr.Error
+	switch {
+	case errors.As(err, &ke):
+		return ke.Message
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, kgo.ErrRecordTimeout):
+		return "timeout"
+	case errors.Is(err, context.Canceled), errors.Is(err, kgo.ErrAborting):
+		return "canceled"
+	case errors.Is(err, kgo.ErrMaxBuffered):
+		return "max_buffered"
+	}
+	return fmt.Sprintf("%T", err)
+}
+
+// destGauges are one destination's sampled gauges.
+type destGauges struct {
+	destination string
+	backlog     int64
+	oldestAge   float64 // seconds
+	dead        int64
+}
+
+// recordGauges records the sampled gauges per destination, and zeroes the gauges of
+// destinations sampled before that have no open or dead row any more (a gauge keeps its last
+// value, and a drained destination must not keep alerting).
+func (in *instruments) recordGauges(ctx context.Context, gs []destGauges) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	now := map[string]bool{}
+	for _, g := range gs {
+		now[g.destination] = true
+		in.gaugeSeen[g.destination] = true
+		attrs := destinationAttr(g.destination)
+		in.backlog.Record(ctx, g.backlog, attrs)
+		in.oldestAge.Record(ctx, g.oldestAge, attrs)
+		in.dead.Record(ctx, g.dead, attrs)
+	}
+	for d := range in.gaugeSeen {
+		if !now[d] {
+			attrs := destinationAttr(d)
+			in.backlog.Record(ctx, 0, attrs)
+			in.oldestAge.Record(ctx, 0, attrs)
+			in.dead.Record(ctx, 0, attrs)
+		}
+	}
 }

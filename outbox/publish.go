@@ -272,8 +272,9 @@ func (r *Relay) flush(ctx context.Context, refs []rowRef) {
 		}
 		pending.Add(1)
 		produced = append(produced, ref)
-		created := row.createdAt
+		created, start := row.createdAt, time.Now()
 		r.client.Produce(ctx, rec, func(rec *kgo.Record, err error) {
+			r.inst.recordSend(rec, err, start)
 			if err == nil {
 				if r.ackHook != nil {
 					r.ackHook(e.MessageID)

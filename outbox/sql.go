@@ -390,16 +390,21 @@ del AS (
     RETURNING 1)
 SELECT (SELECT got FROM lock), (SELECT count(*) FROM del)`
 
-// sqlGauges samples the backlog, the oldest pending age and the dead count, through the
-// partial indexes, if it gets the maintenance lock $1 (no row otherwise).
+// sqlGauges samples, per destination, the backlog, the oldest pending age and the dead count,
+// if it gets the maintenance lock $1. The first column says whether it did: one row with got
+// false and nulls otherwise; with the lock and no open or dead row, one row with a null
+// destination.
 const sqlGauges = `
-SELECT
-    (SELECT count(*) FROM {{schema}}.keiro_outbox WHERE phase = 0),
-    coalesce((SELECT extract(epoch FROM now() - created_at)::float8 FROM {{schema}}.keiro_outbox
-              WHERE phase = 0 AND status <> 'publishing'
-              ORDER BY seq LIMIT 1), 0),
-    (SELECT count(*) FROM {{schema}}.keiro_outbox WHERE phase = 2)
-FROM (SELECT pg_try_advisory_xact_lock($1) AS got) l WHERE l.got`
+SELECT l.got, g.destination, coalesce(g.backlog, 0), coalesce(g.age, 0), coalesce(g.dead, 0)
+FROM (SELECT pg_try_advisory_xact_lock($1) AS got) l
+LEFT JOIN LATERAL (
+    SELECT destination,
+        count(*) FILTER (WHERE phase = 0) AS backlog,
+        extract(epoch FROM now() - min(created_at) FILTER (WHERE phase = 0 AND status <> 'publishing'))::float8 AS age,
+        count(*) FILTER (WHERE phase = 2) AS dead
+    FROM {{schema}}.keiro_outbox
+    WHERE l.got AND phase IN (0, 2)
+    GROUP BY destination) g ON true`
 
 // sqlStatus counts rows per status and destination.
 const sqlStatus = `

@@ -103,6 +103,9 @@ func TestDashboard(t *testing.T) {
 				require.NotEmpty(t, tg.RefID, "panel %q", p.Title)
 				require.NotEmpty(t, tg.Expr, "panel %q", p.Title)
 				require.Equal(t, strings.Count(tg.Expr, "("), strings.Count(tg.Expr, ")"), "balanced parentheses in %q", tg.Expr)
+				// Gauges are told apart by their labels (destination, group, consumer): an
+				// aggregation over everything would hide which bounded context is stuck.
+				require.NotRegexp(t, `\b(max|min|avg|sum)\s*\(\s*(keiro|messaging)_`, tg.Expr, "panel %q aggregates without by(...)", p.Title)
 				exprs = append(exprs, tg.Expr)
 			}
 		}

@@ -41,15 +41,16 @@ func TestComposePrometheusScrapesBinaries(t *testing.T) {
 	for _, sc := range cfg.ScrapeConfigs {
 		for _, st := range sc.StaticConfigs {
 			for _, tg := range st.Targets {
-				if tg == "relay:8080" || tg == "consumer:8080" {
+				if tg == "relay:9464" || tg == "consumer:9465" {
 					require.Contains(t, []string{"", "/metrics"}, sc.MetricsPath, "job %s", sc.JobName)
 				}
 				targets = append(targets, tg)
 			}
 		}
 	}
-	require.Contains(t, targets, "relay:8080")
-	require.Contains(t, targets, "consumer:8080")
+	// The images listen on the ports they expose (Dockerfile, internal/composecheck).
+	require.Contains(t, targets, "relay:9464")
+	require.Contains(t, targets, "consumer:9465")
 }
 
 // TestComposeGrafanaLoadsDashboard checks that the provisioned dashboard provider reads the

@@ -22,7 +22,8 @@ const (
 	EnvResourceAttributes = "OTEL_RESOURCE_ATTRIBUTES"
 	// EnvTracesExporter is OTEL_TRACES_EXPORTER: none, otlp, console (comma-separated).
 	EnvTracesExporter = "OTEL_TRACES_EXPORTER"
-	// EnvMetricsExporter is OTEL_METRICS_EXPORTER: prometheus or none.
+	// EnvMetricsExporter is OTEL_METRICS_EXPORTER: prometheus, otlp (comma-separated, both
+	// allowed) or none.
 	EnvMetricsExporter = "OTEL_METRICS_EXPORTER"
 	// EnvOTLPEndpoint is OTEL_EXPORTER_OTLP_ENDPOINT, the base URL of the OTLP receiver.
 	EnvOTLPEndpoint = "OTEL_EXPORTER_OTLP_ENDPOINT"
@@ -32,6 +33,16 @@ const (
 	EnvOTLPProtocol = "OTEL_EXPORTER_OTLP_PROTOCOL"
 	// EnvOTLPTracesProtocol is OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, overriding EnvOTLPProtocol.
 	EnvOTLPTracesProtocol = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+	// EnvOTLPMetricsEndpoint is OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, the full metrics URL.
+	EnvOTLPMetricsEndpoint = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"
+	// EnvOTLPMetricsProtocol is OTEL_EXPORTER_OTLP_METRICS_PROTOCOL, overriding EnvOTLPProtocol.
+	EnvOTLPMetricsProtocol = "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"
+	// EnvMetricExportInterval is OTEL_METRIC_EXPORT_INTERVAL: milliseconds between OTLP metric
+	// pushes (60000 by default), read by the SDK's periodic reader.
+	EnvMetricExportInterval = "OTEL_METRIC_EXPORT_INTERVAL"
+	// EnvMetricExportTimeout is OTEL_METRIC_EXPORT_TIMEOUT: milliseconds one OTLP metric push
+	// may take (30000 by default), read by the SDK's periodic reader.
+	EnvMetricExportTimeout = "OTEL_METRIC_EXPORT_TIMEOUT"
 	// EnvTracesSampler is OTEL_TRACES_SAMPLER.
 	EnvTracesSampler = "OTEL_TRACES_SAMPLER"
 	// EnvTracesSamplerArg is OTEL_TRACES_SAMPLER_ARG, the ratio of the traceidratio samplers.
@@ -48,7 +59,8 @@ const (
 	// OTLP exporter specification recommends.
 	DefaultOTLPProtocol = ProtocolHTTPProtobuf
 
-	defaultOTLPTracesURLPath = "/v1/traces"
+	defaultOTLPTracesURLPath  = "/v1/traces"
+	defaultOTLPMetricsURLPath = "/v1/metrics"
 )
 
 // envConfig is the validated reading of the OTEL_* variables.
@@ -61,6 +73,11 @@ type envConfig struct {
 	protocol        string
 	endpointURL     string // full URL including the traces path; "" means the exporter's default
 	sampler         sdktrace.Sampler
+
+	metricsPrometheus  bool   // serve metrics on /metrics (pull)
+	metricsOTLP        bool   // push metrics to an OTLP receiver
+	metricsProtocol    string // grpc or http/protobuf
+	metricsEndpointURL string // full URL including the metrics path; "" means the exporter's default
 }
 
 // readEnv reads and validates the OTEL_* variables through getenv, returning every problem at
@@ -111,12 +128,37 @@ func readEnv(getenv func(string) string) (envConfig, error) {
 		}
 	}
 
-	switch v := strings.ToLower(get(EnvMetricsExporter)); v {
-	case "", "prometheus":
-	case "none":
-		cfg.metricsDisabled = true
-	default:
-		errs = append(errs, fmt.Errorf("%s=%q: want prometheus (served on /metrics) or none", EnvMetricsExporter, v))
+	metricsExporters := strings.ToLower(get(EnvMetricsExporter))
+	if metricsExporters == "" {
+		metricsExporters = "prometheus"
+	}
+	for e := range strings.SplitSeq(metricsExporters, ",") {
+		switch e = strings.TrimSpace(e); e {
+		case "prometheus":
+			cfg.metricsPrometheus = true
+		case "otlp":
+			cfg.metricsOTLP = true
+		case "none":
+			if metricsExporters != "none" {
+				errs = append(errs, fmt.Errorf("%s=%q: none cannot be combined with other exporters", EnvMetricsExporter, metricsExporters))
+			}
+			cfg.metricsDisabled = true
+		default:
+			errs = append(errs, fmt.Errorf("%s: unknown exporter %q: want prometheus (served on /metrics), otlp (pushed to the OTLP endpoint) or none", EnvMetricsExporter, e))
+		}
+	}
+
+	var perr error
+	cfg.metricsProtocol, perr = otlpProtocol(get, EnvOTLPMetricsProtocol)
+	if perr != nil && cfg.metricsOTLP && get(EnvOTLPMetricsProtocol) != "" {
+		errs = append(errs, perr)
+	}
+	if cfg.metricsOTLP {
+		mURL, err := otlpEndpoint(get, EnvOTLPMetricsEndpoint, cfg.metricsProtocol, defaultOTLPMetricsURLPath)
+		if err != nil && get(EnvOTLPMetricsEndpoint) != "" { // the generic endpoint's error is reported with the traces'
+			errs = append(errs, err)
+		}
+		cfg.metricsEndpointURL = mURL
 	}
 
 	protoVar, proto := EnvOTLPTracesProtocol, get(EnvOTLPTracesProtocol)
@@ -220,4 +262,48 @@ func parseSampler(name, arg string) (sdktrace.Sampler, error) {
 		return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(r)), err
 	}
 	return nil, fmt.Errorf("%s=%q: unsupported sampler; want always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio", EnvTracesSampler, name)
+}
+
+// otlpProtocol reads the protocol of one signal: its own variable, else the generic one, else
+// [DefaultOTLPProtocol].
+func otlpProtocol(get func(string) string, signalVar string) (string, error) {
+	protoVar, proto := signalVar, get(signalVar)
+	if proto == "" {
+		protoVar, proto = EnvOTLPProtocol, get(EnvOTLPProtocol)
+	}
+	switch proto {
+	case "":
+		return DefaultOTLPProtocol, nil
+	case ProtocolGRPC, ProtocolHTTPProtobuf:
+		return proto, nil
+	case "http/json":
+		return DefaultOTLPProtocol, fmt.Errorf("%s=%q: not supported by the Go exporters; use grpc or http/protobuf", protoVar, proto)
+	}
+	return DefaultOTLPProtocol, fmt.Errorf("%s=%q: unknown protocol; want grpc or http/protobuf", protoVar, proto)
+}
+
+// otlpEndpoint reads the endpoint of one signal: its own variable used as is, else the generic
+// one with the signal's path appended for http/protobuf (the OTLP exporter specification).
+// "" means the exporter's default (localhost).
+func otlpEndpoint(get func(string) string, signalVar, protocol, signalPath string) (string, error) {
+	endpointVar, endpoint := signalVar, get(signalVar)
+	if endpoint == "" {
+		endpointVar, endpoint = EnvOTLPEndpoint, get(EnvOTLPEndpoint)
+	}
+	if endpoint == "" {
+		return "", nil
+	}
+	u, err := url.Parse(endpoint)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("%s=%q: %w", endpointVar, endpoint, err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", fmt.Errorf("%s=%q: want an http:// or https:// URL", endpointVar, endpoint)
+	case u.Host == "":
+		return "", fmt.Errorf("%s=%q: missing host", endpointVar, endpoint)
+	}
+	if endpointVar == EnvOTLPEndpoint && protocol == ProtocolHTTPProtobuf {
+		u.Path = strings.TrimSuffix(u.Path, "/") + signalPath
+	}
+	return u.String(), nil
 }

@@ -33,12 +33,12 @@ func ExampleSetup() {
 	tel.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	for line := range strings.SplitSeq(rec.Body.String(), "\n") {
 		if strings.HasPrefix(line, "keiro_outbox_published_total") {
-			fmt.Println(strings.Contains(line, `destination="billing.orders.v1"`), strings.HasSuffix(line, " 2"))
+			fmt.Println(strings.Contains(line, `messaging_destination_name="billing.orders.v1"`), strings.HasSuffix(line, " 2"), strings.Contains(line, "otel_scope"))
 		}
 	}
 	fmt.Println("tracing enabled:", tel.TracingEnabled())
 	// Output:
-	// true true
+	// true true false
 	// tracing enabled: false
 }
 

@@ -54,51 +54,86 @@ func (k Kind) String() string {
 	return "unknown"
 }
 
+// Metric names of the OpenTelemetry messaging semantic conventions that keiro records (Kafka
+// client side). Each carries messaging.system=kafka and messaging.operation.name; error.type
+// marks the failures.
+const (
+	// MetricClientSentMessages names a counter in {message}: records the relay produced,
+	// acknowledged or failed (error.type); attributes messaging.system,
+	// messaging.operation.name=send, messaging.destination.name, error.type.
+	MetricClientSentMessages = "messaging.client.sent.messages"
+	// MetricClientOperationDuration names a histogram in s: from the relay's produce call to the
+	// broker's answer; same attributes as [MetricClientSentMessages].
+	MetricClientOperationDuration = "messaging.client.operation.duration"
+	// MetricClientConsumedMessages names a counter in {message}: records the consumer polled
+	// and handed to the inbox (duplicates included); attributes messaging.system,
+	// messaging.operation.name=poll, messaging.destination.name, messaging.consumer.group.name.
+	MetricClientConsumedMessages = "messaging.client.consumed.messages"
+	// MetricProcessDuration names a histogram in s: one message's inbox transaction, handler
+	// included; attributes messaging.system, messaging.operation.name=process,
+	// messaging.destination.name, messaging.consumer.group.name, error.type (when the message
+	// failed).
+	MetricProcessDuration = "messaging.process.duration"
+)
+
 // Metric names of the product's vocabulary. Prometheus sees them translated: dots become
 // underscores, unit "s" adds _seconds, counters add _total, curly-brace units add nothing
 // (keiro.outbox.published → keiro_outbox_published_total).
 const (
 	// MetricOutboxEnqueued names a counter in {event}; attributes source, outcome.
 	MetricOutboxEnqueued = "keiro.outbox.enqueued"
-	// MetricOutboxPublished names a counter in {event}; attribute destination.
+	// MetricOutboxPublished names a counter in {event}; attribute messaging.destination.name.
 	MetricOutboxPublished = "keiro.outbox.published"
-	// MetricOutboxRetried names a counter in {event}; attribute destination.
+	// MetricOutboxRetried names a counter in {event}; attribute messaging.destination.name.
 	MetricOutboxRetried = "keiro.outbox.retried"
-	// MetricOutboxDeadlettered names a counter in {event}; attribute destination.
+	// MetricOutboxDeadlettered names a counter in {event}; attribute messaging.destination.name.
 	MetricOutboxDeadlettered = "keiro.outbox.deadlettered"
-	// MetricOutboxRejected names a counter in {event}; attribute destination.
+	// MetricOutboxRejected names a counter in {event}; attribute messaging.destination.name.
 	MetricOutboxRejected = "keiro.outbox.rejected"
 	// MetricOutboxReclaimed names a counter in {event}.
 	MetricOutboxReclaimed = "keiro.outbox.reclaimed"
 	// MetricOutboxOrderBroken names a counter in {event}: rows Kafka acknowledged after an
 	// earlier row of their key failed in the same flush. It should stay 0; alert on it.
+	// Attribute messaging.destination.name.
 	MetricOutboxOrderBroken = "keiro.outbox.order_broken"
-	// MetricOutboxBacklog names a gauge in {event}: pending+failed+publishing rows.
+	// MetricOutboxBacklog names a gauge in {event}: pending+failed+publishing rows, per
+	// messaging.destination.name.
 	MetricOutboxBacklog = "keiro.outbox.backlog"
-	// MetricOutboxOldestPending names a gauge in s: age of the oldest unpublished row.
+	// MetricOutboxOldestPending names a gauge in s: age of the oldest unpublished row, per
+	// messaging.destination.name.
 	MetricOutboxOldestPending = "keiro.outbox.oldest_pending.age"
-	// MetricOutboxDead names a gauge in {event}: dead+rejected rows.
+	// MetricOutboxDead names a gauge in {event}: dead+rejected rows, per
+	// messaging.destination.name.
 	MetricOutboxDead = "keiro.outbox.dead"
 	// MetricOutboxPublishLatency names a histogram in s: row created_at to broker ack.
 	MetricOutboxPublishLatency = "keiro.outbox.publish.latency"
 	// MetricOutboxBatchSize names a histogram in {event}: rows per claimed batch.
 	MetricOutboxBatchSize = "keiro.outbox.batch.size"
 
-	// MetricInboxProcessed names a counter in {message}; attributes consumer, topic.
+	// MetricInboxProcessed names a counter in {message}; attributes keiro.consumer.name,
+	// messaging.destination.name, messaging.consumer.group.name.
 	MetricInboxProcessed = "keiro.inbox.processed"
-	// MetricInboxDuplicates names a counter in {message}; attributes consumer, topic.
+	// MetricInboxDuplicates names a counter in {message}; attributes keiro.consumer.name,
+	// messaging.destination.name, messaging.consumer.group.name.
 	MetricInboxDuplicates = "keiro.inbox.duplicates"
-	// MetricInboxFailed names a counter in {message}; attributes consumer, topic.
+	// MetricInboxFailed names a counter in {message}; attributes keiro.consumer.name,
+	// messaging.destination.name, messaging.consumer.group.name.
 	MetricInboxFailed = "keiro.inbox.failed"
-	// MetricInboxPoisoned names a counter in {message}; attributes consumer, topic.
+	// MetricInboxPoisoned names a counter in {message}; attributes keiro.consumer.name,
+	// messaging.destination.name, messaging.consumer.group.name.
 	MetricInboxPoisoned = "keiro.inbox.poisoned"
-	// MetricInboxDeadlettered names a counter in {message}; attributes consumer, topic.
+	// MetricInboxDeadlettered names a counter in {message}; attributes keiro.consumer.name,
+	// messaging.destination.name, messaging.consumer.group.name.
 	MetricInboxDeadlettered = "keiro.inbox.deadlettered"
 	// MetricInboxHandlerDuration names a histogram in s: time in the handler.
 	MetricInboxHandlerDuration = "keiro.inbox.handler.duration"
-	// MetricInboxBacklog names a gauge in {message}: failed inbox rows.
+	// MetricInboxBacklog names a gauge in {message}: failed inbox rows; attributes
+	// keiro.consumer.name, messaging.consumer.group.name.
 	MetricInboxBacklog = "keiro.inbox.backlog"
-	// MetricConsumerLag names a gauge in {message}; attributes topic, partition.
+	// MetricConsumerLag names a gauge in {message}, measured from Kafka (end offset minus the
+	// group's committed offset) for the partitions this member owns; attributes
+	// messaging.consumer.group.name, messaging.destination.name,
+	// messaging.destination.partition.id.
 	MetricConsumerLag = "keiro.consumer.lag"
 
 	// MetricCommandConflicts names a counter in {conflict}: appends that met a version conflict.
@@ -168,6 +203,15 @@ var BatchSizeBuckets = []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000,
 // dashboard test and [Setup]'s histogram views are built from it; instrument creators should
 // use the same Name, Unit and Description.
 var MetricNames = []Metric{
+	{Name: MetricClientSentMessages, Kind: Counter, Unit: "{message}", Attributes: []attribute.Key{MessagingSystemKey, MessagingOperationNameKey, DestinationKey, ErrorTypeKey},
+		Description: "Records the relay produced to Kafka; error.type is set on those that failed."},
+	{Name: MetricClientOperationDuration, Kind: Histogram, Unit: "s", Buckets: LatencyBuckets, Attributes: []attribute.Key{MessagingSystemKey, MessagingOperationNameKey, DestinationKey, ErrorTypeKey},
+		Description: "Duration of a produce, from the call to the broker's answer."},
+	{Name: MetricClientConsumedMessages, Kind: Counter, Unit: "{message}", Attributes: []attribute.Key{MessagingSystemKey, MessagingOperationNameKey, DestinationKey, GroupKey},
+		Description: "Records polled from Kafka and handed to the inbox, duplicates included."},
+	{Name: MetricProcessDuration, Kind: Histogram, Unit: "s", Buckets: LatencyBuckets, Attributes: []attribute.Key{MessagingSystemKey, MessagingOperationNameKey, DestinationKey, GroupKey, ErrorTypeKey},
+		Description: "Duration of processing one message: the inbox transaction with its handler."},
+
 	{Name: MetricOutboxEnqueued, Kind: Counter, Unit: "{event}", Attributes: []attribute.Key{SourceKey, OutcomeKey},
 		Description: "Outbox enqueue calls, by outcome: inserted (new row), duplicate (same identity and content), conflict (same identity, different content)."},
 	{Name: MetricOutboxPublished, Kind: Counter, Unit: "{event}", Attributes: []attribute.Key{DestinationKey},
@@ -180,35 +224,35 @@ var MetricNames = []Metric{
 		Description: "Outbox rows rejected at once by a permanent broker error (too large, invalid topic, not authorised)."},
 	{Name: MetricOutboxReclaimed, Kind: Counter, Unit: "{event}",
 		Description: "Outbox rows whose claim lease expired and were made claimable again."},
-	{Name: MetricOutboxOrderBroken, Kind: Counter, Unit: "{event}",
+	{Name: MetricOutboxOrderBroken, Kind: Counter, Unit: "{event}", Attributes: []attribute.Key{DestinationKey},
 		Description: "Outbox rows Kafka acknowledged after an earlier row of their key failed in the same flush: the key is out of order on the topic. Should stay 0."},
-	{Name: MetricOutboxBacklog, Kind: Gauge, Unit: "{event}",
+	{Name: MetricOutboxBacklog, Kind: Gauge, Unit: "{event}", Attributes: []attribute.Key{DestinationKey},
 		Description: "Outbox rows not yet published: pending, failed and publishing."},
-	{Name: MetricOutboxOldestPending, Kind: Gauge, Unit: "s",
+	{Name: MetricOutboxOldestPending, Kind: Gauge, Unit: "s", Attributes: []attribute.Key{DestinationKey},
 		Description: "Age of the oldest unpublished outbox row (0 when the backlog is empty)."},
-	{Name: MetricOutboxDead, Kind: Gauge, Unit: "{event}",
+	{Name: MetricOutboxDead, Kind: Gauge, Unit: "{event}", Attributes: []attribute.Key{DestinationKey},
 		Description: "Outbox rows in a terminal failure state (dead and rejected) waiting for an operator."},
 	{Name: MetricOutboxPublishLatency, Kind: Histogram, Unit: "s", Buckets: LatencyBuckets,
 		Description: "Time from the outbox row's creation to the broker's acknowledgement."},
 	{Name: MetricOutboxBatchSize, Kind: Histogram, Unit: "{event}", Buckets: BatchSizeBuckets,
 		Description: "Rows per claimed outbox batch."},
 
-	{Name: MetricInboxProcessed, Kind: Counter, Unit: "{message}", Attributes: []attribute.Key{ConsumerKey, TopicKey},
+	{Name: MetricInboxProcessed, Kind: Counter, Unit: "{message}", Attributes: []attribute.Key{ConsumerKey, DestinationKey, GroupKey},
 		Description: "Messages whose handler ran and committed with the inbox row."},
-	{Name: MetricInboxDuplicates, Kind: Counter, Unit: "{message}", Attributes: []attribute.Key{ConsumerKey, TopicKey},
+	{Name: MetricInboxDuplicates, Kind: Counter, Unit: "{message}", Attributes: []attribute.Key{ConsumerKey, DestinationKey, GroupKey},
 		Description: "Messages already recorded in the inbox; the handler did not run."},
-	{Name: MetricInboxFailed, Kind: Counter, Unit: "{message}", Attributes: []attribute.Key{ConsumerKey, TopicKey},
+	{Name: MetricInboxFailed, Kind: Counter, Unit: "{message}", Attributes: []attribute.Key{ConsumerKey, DestinationKey, GroupKey},
 		Description: "Handler failures that will be retried."},
-	{Name: MetricInboxPoisoned, Kind: Counter, Unit: "{message}", Attributes: []attribute.Key{ConsumerKey, TopicKey},
+	{Name: MetricInboxPoisoned, Kind: Counter, Unit: "{message}", Attributes: []attribute.Key{ConsumerKey, DestinationKey, GroupKey},
 		Description: "Messages that failed permanently or past the attempt ceiling."},
-	{Name: MetricInboxDeadlettered, Kind: Counter, Unit: "{message}", Attributes: []attribute.Key{ConsumerKey, TopicKey},
+	{Name: MetricInboxDeadlettered, Kind: Counter, Unit: "{message}", Attributes: []attribute.Key{ConsumerKey, DestinationKey, GroupKey},
 		Description: "Messages written to the dead-letter topic."},
 	{Name: MetricInboxHandlerDuration, Kind: Histogram, Unit: "s", Buckets: LatencyBuckets,
 		Description: "Duration of the handler and its inbox transaction."},
-	{Name: MetricInboxBacklog, Kind: Gauge, Unit: "{message}",
+	{Name: MetricInboxBacklog, Kind: Gauge, Unit: "{message}", Attributes: []attribute.Key{ConsumerKey, GroupKey},
 		Description: "Inbox rows in the failed state."},
-	{Name: MetricConsumerLag, Kind: Gauge, Unit: "{message}", Attributes: []attribute.Key{TopicKey, PartitionKey},
-		Description: "Records between the group's committed offset and the partition's high watermark."},
+	{Name: MetricConsumerLag, Kind: Gauge, Unit: "{message}", Attributes: []attribute.Key{GroupKey, DestinationKey, PartitionKey},
+		Description: "Records between the group's committed offset and the partition's end offset, measured from Kafka for the partitions this member owns."},
 
 	{Name: MetricCommandConflicts, Kind: Counter, Unit: "{conflict}",
 		Description: "Appends of a command that met a version conflict."},

@@ -70,20 +70,28 @@ const (
 )
 
 // Metric attribute keys. Metric attributes are bounded: never a message id or a record key.
+// Where the messaging semantic conventions define a key, keiro's metrics use it, so the
+// Prometheus labels are the same on keiro's and other clients' series (messaging.destination.name
+// becomes the label messaging_destination_name).
 const (
 	// SourceKey is "source": the producing bounded context (keiro.outbox.enqueued).
 	SourceKey = attribute.Key("source")
 	// OutcomeKey is "outcome": [OutcomeInserted], [OutcomeDuplicate] or [OutcomeConflict]
 	// (keiro.outbox.enqueued).
 	OutcomeKey = attribute.Key("outcome")
-	// DestinationKey is "destination": the topic an outbox row targets.
-	DestinationKey = attribute.Key("destination")
-	// ConsumerKey is "consumer": the inbox consumer name (the consumer group).
-	ConsumerKey = attribute.Key("consumer")
-	// TopicKey is "topic": the Kafka topic a consumer reads.
-	TopicKey = attribute.Key("topic")
-	// PartitionKey is "partition": the partition number as a decimal string (keiro.consumer.lag).
-	PartitionKey = attribute.Key("partition")
+	// DestinationKey is "messaging.destination.name": the topic an outbox row targets or a
+	// consumer reads.
+	DestinationKey = MessagingDestinationNameKey
+	// ConsumerKey is "keiro.consumer.name": the inbox consumer name (the dedupe namespace,
+	// which defaults to the consumer group).
+	ConsumerKey = attribute.Key("keiro.consumer.name")
+	// GroupKey is "messaging.consumer.group.name": the Kafka consumer group.
+	GroupKey = MessagingConsumerGroupNameKey
+	// TopicKey is the same key as [DestinationKey], kept for the consumer side's readers.
+	TopicKey = MessagingDestinationNameKey
+	// PartitionKey is "messaging.destination.partition.id": the partition number as a decimal
+	// string (keiro.consumer.lag).
+	PartitionKey = MessagingDestinationPartitionIDKey
 )
 
 // Attribute values.
@@ -94,6 +102,9 @@ const (
 	OperationSend = "send"
 	// OperationProcess is the operation type and name of the consumer's span.
 	OperationProcess = "process"
+	// OperationPoll is the operation name of messaging.client.consumed.messages: the consumer
+	// polls its records from Kafka.
+	OperationPoll = "poll"
 
 	// OutcomeInserted: the enqueue wrote a new outbox row.
 	OutcomeInserted = "inserted"

@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/otlptranslator"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
@@ -79,10 +81,14 @@ type Telemetry struct {
 //     (the default, so port 4318; set grpc for port 4317).
 //   - OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG: always_on, always_off, traceidratio,
 //     parentbased_always_on (default), parentbased_always_off, parentbased_traceidratio.
-//   - OTEL_METRICS_EXPORTER: prometheus (default) or none.
+//   - OTEL_METRICS_EXPORTER: prometheus (default), otlp, both comma-separated, or none.
+//     prometheus serves the metrics on [Telemetry.MetricsHandler] (pull); otlp pushes them to
+//     OTEL_EXPORTER_OTLP_METRICS_ENDPOINT (used as is) or OTEL_EXPORTER_OTLP_ENDPOINT (with
+//     /v1/metrics appended for http/protobuf), with OTEL_EXPORTER_OTLP_METRICS_PROTOCOL or
+//     the generic protocol, every OTEL_METRIC_EXPORT_INTERVAL (60 s by default).
 //
-// Metrics go to a Prometheus exporter on a registry of its own, served by
-// [Telemetry.MetricsHandler]. Histograms of [MetricNames] get their bucket boundaries through
+// The Prometheus exporter has a registry of its own, served by [Telemetry.MetricsHandler];
+// its series carry no otel_scope_* labels. Histograms of [MetricNames] get their bucket boundaries through
 // views. The global propagator becomes W3C TraceContext + Baggage. An invalid variable is an
 // error naming it; all problems are reported at once. Call [Telemetry.Shutdown] to flush.
 func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
@@ -112,14 +118,27 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 	}
 
 	if !cfg.metricsDisabled {
-		exp, err := otelprom.New(
-			otelprom.WithRegisterer(t.registry),
-			otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes),
-		)
-		if err != nil {
-			return nil, fmt.Errorf("set up telemetry: prometheus exporter: %w", err)
+		mopts := []sdkmetric.Option{sdkmetric.WithResource(res)}
+		if cfg.metricsPrometheus {
+			exp, err := otelprom.New(
+				otelprom.WithRegisterer(t.registry),
+				otelprom.WithoutScopeInfo(),
+				otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes),
+			)
+			if err != nil {
+				return nil, fmt.Errorf("set up telemetry: prometheus exporter: %w", err)
+			}
+			mopts = append(mopts, sdkmetric.WithReader(exp))
 		}
-		mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(exp)}
+		if cfg.metricsOTLP {
+			exp, err := newOTLPMetricExporter(ctx, cfg)
+			if err != nil {
+				return nil, fmt.Errorf("set up telemetry: otlp metric exporter: %w", err)
+			}
+			// The interval and timeout come from OTEL_METRIC_EXPORT_INTERVAL and
+			// OTEL_METRIC_EXPORT_TIMEOUT (default 60 s and 30 s), read by the SDK.
+			mopts = append(mopts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp)))
+		}
 		mopts = append(mopts, HistogramViews()...)
 		t.mp = sdkmetric.NewMeterProvider(mopts...)
 	}
@@ -207,6 +226,21 @@ func newOTLPExporter(ctx context.Context, cfg envConfig) (sdktrace.SpanExporter,
 		o = append(o, otlptracehttp.WithEndpointURL(cfg.endpointURL))
 	}
 	return otlptracehttp.New(ctx, o...)
+}
+
+func newOTLPMetricExporter(ctx context.Context, cfg envConfig) (sdkmetric.Exporter, error) {
+	if cfg.metricsProtocol == ProtocolGRPC {
+		var o []otlpmetricgrpc.Option
+		if cfg.metricsEndpointURL != "" {
+			o = append(o, otlpmetricgrpc.WithEndpointURL(cfg.metricsEndpointURL))
+		}
+		return otlpmetricgrpc.New(ctx, o...)
+	}
+	var o []otlpmetrichttp.Option
+	if cfg.metricsEndpointURL != "" {
+		o = append(o, otlpmetrichttp.WithEndpointURL(cfg.metricsEndpointURL))
+	}
+	return otlpmetrichttp.New(ctx, o...)
 }
 
 // MetricsHandler serves the Prometheus exposition of keiro's metrics (plus the Go runtime and

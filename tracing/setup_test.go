@@ -3,6 +3,7 @@ package tracing
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,7 +15,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+	collectormetrics "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
@@ -46,7 +49,10 @@ func TestReadEnvErrorsNameTheVariable(t *testing.T) {
 		{env{EnvResourceAttributes: "a=%zz"}, EnvResourceAttributes},
 		{env{EnvTracesExporter: "jaeger"}, EnvTracesExporter},
 		{env{EnvTracesExporter: "none,otlp"}, EnvTracesExporter},
-		{env{EnvMetricsExporter: "otlp"}, EnvMetricsExporter},
+		{env{EnvMetricsExporter: "statsd"}, EnvMetricsExporter},
+		{env{EnvMetricsExporter: "none,otlp"}, EnvMetricsExporter},
+		{env{EnvMetricsExporter: "otlp", EnvOTLPMetricsEndpoint: "ftp://x:1"}, EnvOTLPMetricsEndpoint},
+		{env{EnvMetricsExporter: "otlp", EnvOTLPMetricsProtocol: "udp"}, EnvOTLPMetricsProtocol},
 		{env{EnvOTLPProtocol: "thrift"}, EnvOTLPProtocol},
 		{env{EnvOTLPProtocol: "http/json"}, EnvOTLPProtocol},
 		{env{EnvOTLPTracesProtocol: "udp"}, EnvOTLPTracesProtocol},
@@ -264,6 +270,55 @@ func TestSetupOTLPHTTP(t *testing.T) {
 			span.End()
 			require.NoError(t, tel.Shutdown(context.Background()), "shutdown flushes the batch")
 			require.Equal(t, c.wantPath+" send orders", <-got)
+		})
+	}
+}
+
+// OTEL_METRICS_EXPORTER=otlp pushes keiro's metrics to an OTLP/HTTP receiver, alone or beside
+// the Prometheus pull.
+func TestSetupOTLPMetricsHTTP(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name     string
+		env      func(url string) env
+		wantPath string
+		scraped  bool
+	}{
+		{"generic endpoint, push only", func(u string) env { return env{EnvMetricsExporter: "otlp", EnvOTLPEndpoint: u} }, "/v1/metrics", false},
+		{"metrics endpoint, push and pull", func(u string) env {
+			return env{EnvMetricsExporter: "prometheus,otlp", EnvOTLPMetricsEndpoint: u + "/custom/metrics"}
+		}, "/custom/metrics", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			got := make(chan string, 100)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				body, _ := io.ReadAll(r.Body)
+				var req collectormetrics.ExportMetricsServiceRequest
+				if err := proto.Unmarshal(body, &req); err == nil {
+					for _, rm := range req.ResourceMetrics {
+						for _, sm := range rm.ScopeMetrics {
+							for _, m := range sm.Metrics {
+								for _, dp := range m.GetSum().GetDataPoints() {
+									for _, kv := range dp.Attributes {
+										got <- fmt.Sprintf("%s %s %s=%s %d", r.URL.Path, m.Name, kv.Key, kv.Value.GetStringValue(), dp.GetAsInt())
+									}
+								}
+							}
+						}
+					}
+				}
+				w.Header().Set("Content-Type", "application/x-protobuf")
+				w.WriteHeader(http.StatusOK)
+			}))
+			t.Cleanup(srv.Close)
+			tel := setup(t, c.env(srv.URL), Options{})
+			published, err := Meter(tel.MeterProvider()).Int64Counter(MetricOutboxPublished)
+			require.NoError(t, err)
+			published.Add(context.Background(), 3, metric.WithAttributes(DestinationKey.String("orders")))
+			require.Equal(t, c.scraped, strings.Contains(scrape(t, tel.MetricsHandler()), "keiro_outbox_published_total"), "pulled on /metrics")
+			require.NoError(t, tel.Shutdown(context.Background()), "shutdown pushes the last collection")
+			require.Equal(t, c.wantPath+" keiro.outbox.published messaging.destination.name=orders 3", <-got)
 		})
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/inbox/handlers"
 	"github.com/keiro-go/keiro/internal/cli"
+	"github.com/keiro-go/keiro/internal/healthcheck"
 	"github.com/keiro-go/keiro/internal/pgconfig"
 	"github.com/keiro-go/keiro/migrations"
 )
@@ -52,10 +53,11 @@ type grammar struct {
 	cli.LogFlags `embed:""`
 	DB           dbFlags `embed:""`
 
-	Run     runCmd     `cmd:"" default:"withargs" help:"Consume and process messages (the default command)."`
-	Migrate migrateCmd `cmd:"" help:"Apply the database migrations and exit."`
-	Status  statusCmd  `cmd:"" help:"Print the schema version and the inbox's failed-row counts."`
-	Inbox   inboxCmd   `cmd:"" help:"Inspect and re-run inbox rows."`
+	Run         runCmd         `cmd:"" default:"withargs" help:"Consume and process messages (the default command)."`
+	Migrate     migrateCmd     `cmd:"" help:"Apply the database migrations and exit."`
+	Status      statusCmd      `cmd:"" help:"Print the schema version and the inbox's failed-row counts."`
+	Inbox       inboxCmd       `cmd:"" help:"Inspect and re-run inbox rows."`
+	Healthcheck healthcheckCmd `cmd:"" help:"GET this consumer's /readyz (or /healthz) and exit 0 when healthy, 1 otherwise (container healthchecks)."`
 }
 
 // dbFlags locate the inbox tables.
@@ -161,6 +163,9 @@ func (f *handlerFlags) headers() (http.Header, error) {
 
 // run parses args and runs the selected command; it returns the process exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == healthcheck.Command {
+		return healthcheck.Run(ctx, "consumer", EnvPrefix, DefaultHTTPAddr, args[1:], stdout, stderr)
+	}
 	app := cli.App{Name: "consumer", EnvPrefix: EnvPrefix, Description: description, Stdout: stdout, Stderr: stderr}
 	return app.Run(ctx, &grammar{}, args)
 }

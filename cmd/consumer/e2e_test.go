@@ -219,8 +219,11 @@ func TestRunSQLModeEffectsExactlyOnce(t *testing.T) {
 		require.Equal(t, code, resp.StatusCode, path)
 		bodies[path] = string(b)
 	}
-	require.Regexp(t, `keiro_inbox_processed\S*\{[^}]*consumer="billing"[^}]*\} 30`, bodies["/metrics"])
+	require.Regexp(t, `keiro_inbox_processed\S*\{[^}]*keiro_consumer_name="billing"[^}]*\} 30`, bodies["/metrics"])
 	require.Regexp(t, `keiro_inbox_duplicates\S*\{[^}]*\} 10`, bodies["/metrics"])
+	require.Regexp(t, `messaging_client_consumed_messages_total\{[^}]*messaging_consumer_group_name="billing"[^}]*\} 40`, bodies["/metrics"])
+	require.Contains(t, bodies["/metrics"], "messaging_kafka_fetch_records_count", "franz-go's client metrics")
+	require.NotContains(t, bodies["/metrics"], "otel_scope_")
 
 	// The admin API and console answer on loopback without a token: lag read from Kafka.
 	resp, err := http.Get("http://" + addr + "/api/v1/consumer/lag")

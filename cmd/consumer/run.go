@@ -176,7 +176,7 @@ func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 	}
 	consumer, err := inbox.NewConsumer(pool, inbox.ConsumerConfig{
 		KafkaOpts: append(kopts[:len(kopts):len(kopts)], kafkaconfig.Logger(log),
-			kgo.SessionTimeout(c.SessionTimeout), kgo.RebalanceTimeout(c.RebalanceTimeout)),
+			kgo.SessionTimeout(c.SessionTimeout), kgo.RebalanceTimeout(c.RebalanceTimeout), kafkaconfig.ClientMetrics(tel.MeterProvider())),
 		Group:  c.ID.Group,
 		Topics: c.Topics,
 		Store: inbox.StoreConfig{

@@ -13,6 +13,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/cli"
+	"github.com/keiro-go/keiro/internal/healthcheck"
 	"github.com/keiro-go/keiro/internal/httpserver"
 	"github.com/keiro-go/keiro/internal/kafkaconfig"
 	"github.com/keiro-go/keiro/internal/pgconfig"
@@ -98,13 +99,14 @@ type grammar struct {
 	cli.LogFlags `embed:""`
 	DB           dbFlags `embed:""`
 
-	Run     runCmd     `cmd:"" default:"withargs" help:"Publish outbox rows to Kafka (the default command)."`
-	Migrate migrateCmd `cmd:"" help:"Apply the embedded database migrations and print their status."`
-	Status  statusCmd  `cmd:"" help:"Print outbox row counts per status and destination, the oldest pending age and dead rows."`
-	Dead    deadCmd    `cmd:"" help:"List and requeue dead and rejected rows."`
-	Events  eventsCmd  `cmd:"" help:"Inspect the event store: subscription dead letters (relay events dead --help)."`
-	Rows    rowsCmd    `cmd:"" help:"List outbox rows by filter, or rows stuck in publishing."`
-	Schema  schemaCmd  `cmd:"" help:"Register or check Avro schemas in the Schema Registry (relay schema --help)."`
+	Run         runCmd         `cmd:"" default:"withargs" help:"Publish outbox rows to Kafka (the default command)."`
+	Migrate     migrateCmd     `cmd:"" help:"Apply the embedded database migrations and print their status."`
+	Status      statusCmd      `cmd:"" help:"Print outbox row counts per status and destination, the oldest pending age and dead rows."`
+	Dead        deadCmd        `cmd:"" help:"List and requeue dead and rejected rows."`
+	Events      eventsCmd      `cmd:"" help:"Inspect the event store: subscription dead letters (relay events dead --help)."`
+	Rows        rowsCmd        `cmd:"" help:"List outbox rows by filter, or rows stuck in publishing."`
+	Schema      schemaCmd      `cmd:"" help:"Register or check Avro schemas in the Schema Registry (relay schema --help)."`
+	Healthcheck healthcheckCmd `cmd:"" help:"GET this relay's /readyz (or /healthz) and exit 0 when healthy, 1 otherwise (container healthchecks)."`
 }
 
 // schemaCmd hands its arguments to internal/schemacli. It is in the grammar for --help; run
@@ -125,6 +127,9 @@ func (c *schemaCmd) Run(ctx context.Context, env *cli.Env) error {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "schema" {
 		return schemacli.Run(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == healthcheck.Command {
+		return healthcheck.Run(ctx, "relay", EnvPrefix, DefaultHTTPAddr, args[1:], stdout, stderr)
 	}
 	a := app()
 	a.Stdout, a.Stderr = stdout, stderr

@@ -238,6 +238,10 @@ func TestEndToEnd(t *testing.T) {
 	if code != 200 || !strings.Contains(body, "keiro_outbox_batch_size") || !strings.Contains(body, "go_goroutines") {
 		t.Fatalf("metrics: %d\n%s", code, body)
 	}
+	// franz-go's client metrics sit beside keiro's; no series carries the otel_scope_* labels.
+	if !strings.Contains(body, "messaging_kafka_connects_count") || !strings.Contains(body, "messaging_client_sent_messages_total") || strings.Contains(body, "otel_scope_") {
+		t.Fatalf("metrics: want franz-go client and semantic-convention metrics, no otel_scope_ labels\n%s", body)
+	}
 
 	// SIGTERM: exit 0 within the shutdown timeout.
 	began := time.Now()

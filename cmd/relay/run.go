@@ -165,7 +165,7 @@ func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 	if err != nil {
 		return err
 	}
-	client, err := kgo.NewClient(append(kopts, kafkaconfig.Logger(log))...)
+	client, err := kgo.NewClient(append(kopts, kafkaconfig.Logger(log), kafkaconfig.ClientMetrics(tel.MeterProvider()))...)
 	if err != nil {
 		return fmt.Errorf("create kafka client: %w", err)
 	}

@@ -40,7 +40,8 @@ func LoadProject(ctx context.Context, path string, env []string) (*types.Project
 // service_completed_successfully targets that restart, missing build contexts, Dockerfiles and
 // targets, missing bind-mount sources, colliding published host ports, KEIRO_* variables
 // outside [AllowedEnv] or missing from [RequiredEnv], and services built from the Dockerfile
-// without a healthcheck.
+// without a healthcheck, or whose healthcheck or published ports do not fit the image built
+// (see [Image]).
 func CheckProject(p *types.Project) error {
 	var errs []error
 	add := func(service, format string, args ...any) {
@@ -92,6 +93,11 @@ func CheckProject(p *types.Project) error {
 						add(name, "%v", err)
 					} else if !slices.Contains(d.StageNames(), b.Target) {
 						add(name, "build target %q is not a stage of %s (stages: %s)", b.Target, df, strings.Join(d.StageNames(), ", "))
+					}
+					for _, img := range d.Images() {
+						if img.Stage == b.Target {
+							errs = append(errs, checkService(name, s, img)...)
+						}
 					}
 				}
 			}

@@ -37,12 +37,12 @@ func TestComposeFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Interpolation: a host port moved through the environment is honoured and still checked.
-	p, err = composecheck.LoadProject(context.Background(), filepath.Join(root, "docker-compose.yml"), []string{"KEIRO_RELAY_PORT=8090"})
+	p, err = composecheck.LoadProject(context.Background(), filepath.Join(root, "docker-compose.yml"), []string{"KEIRO_RELAY_PORT=9465"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = composecheck.CheckProject(p)
-	if err == nil || !strings.Contains(err.Error(), "host port 8090/tcp") {
+	if err == nil || !strings.Contains(err.Error(), "host port 9465/tcp") {
 		t.Fatalf("moving the relay onto the consumer's port: err = %v", err)
 	}
 }
@@ -215,6 +215,11 @@ func TestCheckDockerfileFindsProblems(t *testing.T) {
 		{"bad FROM", "FROM alpine AS\n", nil, []string{`want FROM <image> [AS <name>]`}},
 		{"bad image", "FROM Not An Image\n", nil, []string{`want FROM <image>`}},
 		{"uppercase image", "FROM Alpine\n", nil, []string{`"Alpine" is neither an earlier stage nor an image reference`}},
+		// Docker's matcher: character classes match (a hand-written glob took "[" literally).
+		{"ignore character class", goodDockerfile, map[string]string{".dockerignore": "lib/[a-z]*.go\n"}, []string{`.dockerignore excludes lib/lib.go`}},
+		// BuildKit's parser honours the escape directive (Windows-style backtick continuation).
+		{"escape directive", "# escape=`\nFROM alpine AS a\nCOPY `\n  missing.txt `\n  /dst/\n", nil, []string{`:3: COPY: source "missing.txt" does not exist`}},
+		{"heredoc is not an instruction", "FROM alpine AS a\nRUN <<EOT\nset -e\nFROM nowhere\nEOT\n", nil, nil},
 		{"continuation lines", "FROM alpine AS a\nCOPY \\\n  # a comment\n  missing.txt \\\n  /dst/\n", nil, []string{`:2: COPY: source "missing.txt" does not exist`}},
 	}
 	for _, c := range cases {

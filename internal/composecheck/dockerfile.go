@@ -1,8 +1,6 @@
 package composecheck
 
 import (
-	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,9 +11,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/moby/buildkit/frontend/dockerfile/parser"
+	"github.com/moby/patternmatcher"
+	"github.com/moby/patternmatcher/ignorefile"
 )
 
-// Instruction is one Dockerfile instruction, continuation lines joined.
+// Instruction is one Dockerfile instruction, continuation lines joined, as BuildKit's parser
+// reads it.
 type Instruction struct {
 	// Line is the 1-based line the instruction starts on.
 	Line int
@@ -23,8 +26,12 @@ type Instruction struct {
 	Cmd string
 	// Flags are the leading --flag[=value] words.
 	Flags []string
-	// Args are the remaining words (the elements of the JSON array in exec form).
+	// Args are BuildKit's arguments: the words (COPY, FROM, EXPOSE), the elements of the JSON
+	// array in exec form, the whole command in shell form (RUN, CMD), key, value, "=" triples
+	// (ENV, LABEL).
 	Args []string
+	// JSON is true for the exec form (a JSON array).
+	JSON bool
 	// Raw is the text after the keyword.
 	Raw string
 }
@@ -72,32 +79,28 @@ func (d *Dockerfile) StageNames() []string {
 	return names
 }
 
-// ParseDockerfile reads the Dockerfile at path: comments and parser directives are skipped,
-// backslash-continued lines joined, exec-form JSON arrays decoded. It fails on an instruction
-// before the first FROM other than ARG, and on a malformed FROM.
+// ParseDockerfile reads the Dockerfile at path with BuildKit's own parser (the one `docker
+// build` uses: parser directives, escapes, continuation lines with comments, JSON exec form,
+// heredocs). It fails on a syntax error, on an instruction before the first FROM other than
+// ARG, and on a malformed FROM.
 func ParseDockerfile(file string) (*Dockerfile, error) {
-	path := file
 	f, err := os.Open(file)
 	if err != nil {
 		return nil, fmt.Errorf("parse Dockerfile: %w", err)
 	}
 	defer f.Close()
-	d := &Dockerfile{Path: path, Args: map[string]string{}}
-	sc := bufio.NewScanner(f)
-	lineNo, start := 0, 0
-	var buf strings.Builder
-	flush := func() error {
-		text := strings.TrimSpace(buf.String())
-		buf.Reset()
-		if text == "" {
-			return nil
-		}
-		in := parseInstruction(start, text)
+	res, err := parser.Parse(f)
+	if err != nil {
+		return nil, fmt.Errorf("parse %s: %w", file, err)
+	}
+	d := &Dockerfile{Path: file, Args: map[string]string{}}
+	for _, n := range res.AST.Children {
+		in := instruction(n)
 		switch {
 		case in.Cmd == "FROM":
 			st, err := parseFrom(in, d.Args)
 			if err != nil {
-				return fmt.Errorf("%s:%d: %w", path, in.Line, err)
+				return nil, fmt.Errorf("%s:%d: %w", file, in.Line, err)
 			}
 			d.Stages = append(d.Stages, st)
 		case len(d.Stages) == 0 && in.Cmd == "ARG":
@@ -106,59 +109,26 @@ func ParseDockerfile(file string) (*Dockerfile, error) {
 				d.Args[k] = v
 			}
 		case len(d.Stages) == 0:
-			return fmt.Errorf("%s:%d: %s before the first FROM", path, in.Line, in.Cmd)
+			return nil, fmt.Errorf("%s:%d: %s before the first FROM", file, in.Line, in.Cmd)
 		default:
 			st := &d.Stages[len(d.Stages)-1]
 			st.Instructions = append(st.Instructions, in)
 		}
-		return nil
-	}
-	for sc.Scan() {
-		lineNo++
-		line := sc.Text()
-		trimmed := strings.TrimSpace(line)
-		if strings.HasPrefix(trimmed, "#") {
-			continue // comment or parser directive; continuation lines may hold comments too
-		}
-		if buf.Len() == 0 {
-			start = lineNo
-		}
-		if body, ok := strings.CutSuffix(strings.TrimRight(line, " \t"), `\`); ok {
-			buf.WriteString(body)
-			buf.WriteByte(' ')
-			continue
-		}
-		buf.WriteString(line)
-		if err := flush(); err != nil {
-			return nil, err
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if err := flush(); err != nil {
-		return nil, err
 	}
 	if len(d.Stages) == 0 {
-		return nil, fmt.Errorf("%s: no FROM instruction", path)
+		return nil, fmt.Errorf("%s: no FROM instruction", file)
 	}
 	return d, nil
 }
 
-func parseInstruction(line int, text string) Instruction {
-	cmd, rest, _ := strings.Cut(text, " ")
-	in := Instruction{Line: line, Cmd: strings.ToUpper(cmd), Raw: strings.TrimSpace(rest)}
-	words := strings.Fields(in.Raw)
-	for len(words) > 0 && strings.HasPrefix(words[0], "--") {
-		in.Flags = append(in.Flags, words[0])
-		words = words[1:]
+// instruction converts one node of BuildKit's syntax tree.
+func instruction(n *parser.Node) Instruction {
+	in := Instruction{Line: n.StartLine, Cmd: strings.ToUpper(n.Value), Flags: n.Flags, JSON: n.Attributes["json"]}
+	if _, rest, ok := strings.Cut(strings.TrimSpace(n.Original), " "); ok {
+		in.Raw = strings.TrimSpace(rest)
 	}
-	args := strings.TrimSpace(strings.Join(words, " "))
-	var exec []string
-	if strings.HasPrefix(args, "[") && json.Unmarshal([]byte(args), &exec) == nil {
-		in.Args = exec
-	} else {
-		in.Args = words
+	for a := n.Next; a != nil; a = a.Next {
+		in.Args = append(in.Args, a.Value)
 	}
 	return in
 }
@@ -188,7 +158,9 @@ var imageRef = regexp.MustCompile(`^[a-z0-9]+([._/:-][a-z0-9]+)*(:[A-Za-z0-9_][A
 // directory contextDir, at once (joined), or nil: stage names defined twice; FROM or COPY
 // --from naming a stage not defined before it; bases that are not image references; COPY/ADD
 // sources missing from the context or excluded by its .dockerignore; `go build` packages that
-// do not exist; and Go sources or go:embed files of the module that .dockerignore excludes.
+// do not exist; Go sources or go:embed files of the module that .dockerignore excludes; and,
+// for every runnable [Image]: running as root, an HTTP client, missing OCI labels, a keiro
+// binary listening on loopback or on a port it does not EXPOSE.
 func CheckDockerfile(dockerfile, contextDir string) error {
 	d, err := ParseDockerfile(dockerfile)
 	if err != nil {
@@ -269,6 +241,9 @@ func CheckDockerfile(dockerfile, contextDir string) error {
 			}
 			defined[s.Name] = true
 		}
+	}
+	for _, img := range d.Images() {
+		errs = append(errs, checkImage(img)...)
 	}
 	errs = append(errs, checkModuleNotIgnored(contextDir, ignore)...)
 	return errors.Join(errs...)
@@ -360,92 +335,39 @@ func checkModuleNotIgnored(root string, ignore *dockerignore) []error {
 	return errs
 }
 
-// dockerignore holds .dockerignore patterns, matched as Docker does: the last matching pattern
-// wins, "!" negates, "**" spans directories, and a pattern that matches a directory excludes
+// dockerignore is the build context's .dockerignore, matched by Docker's own matcher
+// (github.com/moby/patternmatcher): the last matching pattern wins, "!" negates, "**" spans
+// directories, character classes work, and a pattern that matches a directory excludes
 // everything below it.
 type dockerignore struct {
-	rules []ignoreRule
-}
-
-type ignoreRule struct {
-	negate bool
-	re     *regexp.Regexp
+	pm *patternmatcher.PatternMatcher // nil when there is no .dockerignore
 }
 
 func loadDockerignore(file string) (*dockerignore, error) {
-	b, err := os.ReadFile(file)
+	f, err := os.Open(file)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &dockerignore{}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read .dockerignore: %w", err)
 	}
-	var d dockerignore
-	for _, line := range strings.Split(string(b), "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		r := ignoreRule{}
-		if rest, ok := strings.CutPrefix(line, "!"); ok {
-			r.negate, line = true, strings.TrimSpace(rest)
-		}
-		line = path.Clean(strings.TrimPrefix(filepath.ToSlash(line), "/"))
-		re, err := globToRegexp(line)
-		if err != nil {
-			return nil, fmt.Errorf(".dockerignore pattern %q: %w", line, err)
-		}
-		r.re = re
-		d.rules = append(d.rules, r)
+	defer f.Close()
+	patterns, err := ignorefile.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("read .dockerignore: %w", err)
 	}
-	return &d, nil
+	pm, err := patternmatcher.New(patterns)
+	if err != nil {
+		return nil, fmt.Errorf(".dockerignore: %w", err)
+	}
+	return &dockerignore{pm: pm}, nil
 }
 
 // excludes reports whether rel (slash-separated, relative to the context) is excluded.
 func (d *dockerignore) excludes(rel string) bool {
-	excluded := false
-	for _, r := range d.rules {
-		// A pattern matches the path itself or any of its parent directories.
-		for p := rel; ; {
-			if r.re.MatchString(p) {
-				excluded = !r.negate
-				break
-			}
-			i := strings.LastIndexByte(p, '/')
-			if i < 0 {
-				break
-			}
-			p = p[:i]
-		}
+	if d.pm == nil {
+		return false
 	}
-	return excluded
-}
-
-func globToRegexp(pat string) (*regexp.Regexp, error) {
-	var b strings.Builder
-	b.WriteString("^")
-	for i := 0; i < len(pat); i++ {
-		c := pat[i]
-		switch {
-		case c == '*' && i+1 < len(pat) && pat[i+1] == '*':
-			i++
-			if i+1 < len(pat) && pat[i+1] == '/' {
-				i++
-				b.WriteString("(.*/)?")
-			} else {
-				b.WriteString(".*")
-			}
-		case c == '*':
-			b.WriteString("[^/]*")
-		case c == '?':
-			b.WriteString("[^/]")
-		case c == '\\' && i+1 < len(pat):
-			i++
-			b.WriteString(regexp.QuoteMeta(string(pat[i])))
-		default:
-			b.WriteString(regexp.QuoteMeta(string(c)))
-		}
-	}
-	b.WriteString("$")
-	return regexp.Compile(b.String())
+	excluded, err := d.pm.MatchesOrParentMatches(filepath.FromSlash(rel))
+	return err == nil && excluded
 }

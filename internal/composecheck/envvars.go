@@ -38,6 +38,10 @@ var OTelEnv = []string{
 	tracing.EnvOTLPTracesEndpoint,
 	tracing.EnvOTLPProtocol,
 	tracing.EnvOTLPTracesProtocol,
+	tracing.EnvOTLPMetricsEndpoint,
+	tracing.EnvOTLPMetricsProtocol,
+	tracing.EnvMetricExportInterval,
+	tracing.EnvMetricExportTimeout,
 	tracing.EnvTracesSampler,
 	tracing.EnvTracesSamplerArg,
 }

@@ -2,6 +2,8 @@ package kafkaconfig
 
 import (
 	"context"
+	"github.com/twmb/franz-go/plugin/kotel"
+	"go.opentelemetry.io/otel/metric"
 	"log/slog"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -43,4 +45,13 @@ func (s *slogLogger) Level() kgo.LogLevel {
 // Log writes one franz-go message with its key/value pairs.
 func (s *slogLogger) Log(lv kgo.LogLevel, msg string, keyvals ...any) {
 	s.l.Log(context.Background(), slogLevel(lv), msg, keyvals...)
+}
+
+// ClientMetrics reports the Kafka client's own metrics through mp with franz-go's kotel meter:
+// connections, connection errors and disconnects per broker, bytes written and read, and
+// produced and fetched bytes and records per broker and topic (the messaging.kafka.*
+// instruments; in Prometheus messaging_kafka_*). They sit beside keiro's own metrics on
+// /metrics, or go to the OTLP collector with them.
+func ClientMetrics(mp metric.MeterProvider) kgo.Opt {
+	return kgo.WithHooks(kotel.NewMeter(kotel.MeterProvider(mp)))
 }

@@ -1,0 +1,26 @@
+package main
+
+import (
+	"context"
+
+	"github.com/keiro-go/keiro/internal/cli"
+	"github.com/keiro-go/keiro/internal/healthcheck"
+)
+
+// healthcheckCmd is in the grammar for --help; run dispatches "relay healthcheck …" before
+// parsing, so the database flags are not needed (internal/healthcheck).
+type healthcheckCmd struct {
+	Args []string `arg:"" optional:"" passthrough:"" help:"--http-addr, --endpoint=readyz|healthz, --timeout (relay healthcheck --help)."`
+}
+
+// Run runs the healthcheck (reached when relay flags precede "healthcheck").
+func (c *healthcheckCmd) Run(ctx context.Context, env *cli.Env) error {
+	return runHealthcheck(ctx, c.Args, env)
+}
+
+func runHealthcheck(ctx context.Context, args []string, env *cli.Env) error {
+	if code := healthcheck.Run(ctx, "relay", EnvPrefix, DefaultHTTPAddr, args, env.Stdout, env.Stderr); code != 0 {
+		return &cli.ExitError{Code: code}
+	}
+	return nil
+}
