@@ -8,10 +8,12 @@ import (
 
 // AdminFlags configure the admin API and the operator console served on the HTTP address.
 // Embed them in a command (`embed:""`); their environment variables follow the App's prefix
-// (KEIRO_RELAY_ADMIN_TOKEN, KEIRO_RELAY_ADMIN_TOKEN_FILE, KEIRO_RELAY_ADMIN_READ_ONLY).
+// (KEIRO_RELAY_ADMIN_TOKEN, KEIRO_RELAY_ADMIN_READ_ONLY). KEIRO_RELAY_ADMIN_TOKEN_FILE names a
+// file holding the token, as for every secret flag; --admin-token-file is its command-line form
+// and has no variable of its own, so the two cannot disagree.
 type AdminFlags struct {
 	AdminToken     Secret `name:"admin-token" help:"Bearer token (or basic-auth password) of the admin API and console under /api/v1/ and /console/. Required when --http-addr is not loopback; never printed." placeholder:"TOKEN"`
-	AdminTokenFile string `name:"admin-token-file" help:"File holding the admin token (trailing newline trimmed), instead of --admin-token." placeholder:"FILE"`
+	AdminTokenFile string `name:"admin-token-file" env:"-" help:"File holding the admin token (trailing newline trimmed), instead of --admin-token." placeholder:"FILE"`
 	AdminReadOnly  bool   `name:"admin-read-only" help:"Serve the admin API and console read-only: no requeue or retry."`
 }
 
