@@ -167,6 +167,10 @@ func TestEndToEndTrace(t *testing.T) {
 		KafkaOpts:     []kgo.Opt{kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.HeartbeatInterval(100 * time.Millisecond)},
 		Store:         inbox.StoreConfig{Schema: db.Schema},
 		MeterProvider: mp, TracerProvider: tp, Logger: discard,
+		// One record per transaction: the test counts handler runs and process spans, and a
+		// group commit re-runs the mates before a failing record (their first run rolled back),
+		// a number that depends on what the poll happened to buffer together.
+		BatchSize:           1,
 		Retry:               inbox.Retry{Initial: time.Millisecond, Max: 10 * time.Millisecond},
 		MaintenanceInterval: 50 * time.Millisecond,
 		OnCommitted:         func(c inbox.Commit) { commits <- c },
