@@ -18,8 +18,13 @@ ENV CGO_ENABLED=0 GOFLAGS=-trimpath
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
+# `--version` and the telemetry's service.version come from these (docker build --build-arg
+# VERSION=$(git describe) --build-arg REVISION=$(git rev-parse HEAD)).
+ARG VERSION=dev
+ARG REVISION=unknown
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    go build -ldflags="-s -w" -o /out/ ./cmd/relay ./cmd/consumer
+    go build -ldflags="-s -w -X github.com/keiro-go/keiro/internal/cli.version=${VERSION} -X github.com/keiro-go/keiro/internal/cli.commit=${REVISION}" \
+      -o /out/ ./cmd/relay ./cmd/consumer
 # The runtime's only files besides the binary: an unprivileged user and a writable /tmp.
 RUN mkdir -p /rootfs/etc /rootfs/tmp \
  && chmod 1777 /rootfs/tmp \
