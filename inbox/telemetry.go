@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -149,7 +150,12 @@ func (c *Consumer) measureLag(ctx context.Context) {
 		err = lags.Error()
 	}
 	if err != nil {
-		if ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil:
+		case errors.Is(err, kerr.GroupIDNotFound):
+			// The group has not joined yet (a consumer that just started): nothing to measure.
+			c.log.Debug("measure consumer lag: the group is not known to Kafka yet", "group", c.cfg.Group)
+		default:
 			c.log.Warn("measure consumer lag", "group", c.cfg.Group, "error", err)
 		}
 		return
