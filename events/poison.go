@@ -146,18 +146,7 @@ func (w *worker) inCheckpointTx(ctx context.Context, next int64, fn func(tx pgx.
 	if err := fn(tx); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, s.store.q.subSave, s.cfg.Name, next); err != nil {
-		return fmt.Errorf("run subscription %s: save checkpoint: %w", s.cfg.Name, err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("run subscription %s: commit: %w", s.cfg.Name, err)
-	}
-	w.cp = next
-	s.position.Store(next)
-	if s.cfg.AfterCommit != nil {
-		s.cfg.AfterCommit(next)
-	}
-	return nil
+	return w.commitCheckpoint(ctx, tx, next)
 }
 
 // replayDeadLetters delivers every dead letter an operator asked to replay (Store.RequestReplay),

@@ -472,11 +472,18 @@ func (w *worker) batch(ctx context.Context, safe int64) error {
 			return w.isolate(ctx, batch, err)
 		}
 	}
+	return w.commitCheckpoint(ctx, tx, next)
+}
+
+// commitCheckpoint saves next as the checkpoint in tx, commits it, and advances the worker (and
+// AfterCommit) past it: the one way a subscription's transaction ends in success.
+func (w *worker) commitCheckpoint(ctx context.Context, tx pgx.Tx, next int64) error {
+	s := w.s
 	if _, err := tx.Exec(ctx, s.store.q.subSave, s.cfg.Name, next); err != nil {
 		return fmt.Errorf("run subscription %s: save checkpoint: %w", s.cfg.Name, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("run subscription %s: commit batch: %w", s.cfg.Name, err)
+		return fmt.Errorf("run subscription %s: commit: %w", s.cfg.Name, err)
 	}
 	w.cp = next
 	s.position.Store(next)
