@@ -73,16 +73,16 @@ func New(cfg Config) (*Console, error) {
 func (c *Console) routes() {
 	m := c.mux
 	// JSON API.
-	m.HandleFunc("GET /api/v1/outbox/summary", c.needOutbox(c.apiOutboxSummary))
+	m.HandleFunc("GET /api/v1/outbox/summary", c.needOutbox(apiRead(c, c.readOutboxSummary)))
 	m.HandleFunc("GET /api/v1/outbox/rows", c.needOutbox(c.apiOutboxRows))
 	m.HandleFunc("GET /api/v1/outbox/rows/{id}", c.needOutbox(c.apiOutboxRow))
 	m.HandleFunc("POST /api/v1/outbox/requeue", c.needOutbox(c.apiOutboxRequeue))
-	m.HandleFunc("GET /api/v1/inbox/summary", c.needInbox(c.apiInboxSummary))
+	m.HandleFunc("GET /api/v1/inbox/summary", c.needInbox(apiRead(c, c.readInboxSummary)))
 	m.HandleFunc("GET /api/v1/inbox/failed", c.needInbox(c.apiInboxFailed))
 	m.HandleFunc("GET /api/v1/inbox/failed/{source}/{key...}", c.needInbox(c.apiInboxEntry))
 	m.HandleFunc("POST /api/v1/inbox/retry", c.needInbox(c.apiInboxRetry))
 	m.HandleFunc("GET /api/v1/consumer/lag", c.needInbox(c.apiLag))
-	m.HandleFunc("GET /api/v1/subscriptions", c.needEvents(c.apiSubscriptions))
+	m.HandleFunc("GET /api/v1/subscriptions", c.needEvents(apiRead(c, c.readSubscriptions)))
 	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no API endpoint %s %s (see docs/console.md for the list)", r.Method, r.URL.Path))
 	})
@@ -103,6 +103,19 @@ func (c *Console) routes() {
 	m.HandleFunc("/console/", func(w http.ResponseWriter, r *http.Request) {
 		c.pageError(w, r, http.StatusNotFound, "There is no page at "+r.URL.Path+".")
 	})
+}
+
+// apiRead serves what read returns as JSON (200), or a server error: the read-only endpoints that
+// take no parameters (the summaries, the subscriptions).
+func apiRead[T any](c *Console, read func(context.Context) (T, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		v, err := read(r.Context())
+		if err != nil {
+			c.serverError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+	}
 }
 
 func assetHandler(h http.Handler) http.Handler {

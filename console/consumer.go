@@ -418,15 +418,6 @@ func (c *Console) readLag(ctx context.Context) (ConsumerLag, error) {
 
 // --- API handlers ---
 
-func (c *Console) apiInboxSummary(w http.ResponseWriter, r *http.Request) {
-	s, err := c.readInboxSummary(r.Context())
-	if err != nil {
-		c.serverError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, s)
-}
-
 func (c *Console) apiInboxFailed(w http.ResponseWriter, r *http.Request) {
 	page, err := c.listInboxFailed(r.Context(), r)
 	var bad badRequest

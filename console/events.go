@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"time"
 )
 
@@ -56,13 +55,4 @@ func (c *Console) readSubscriptions(ctx context.Context) (Subscriptions, error) 
 		return out, fmt.Errorf("list subscriptions: %w", err)
 	}
 	return out, nil
-}
-
-func (c *Console) apiSubscriptions(w http.ResponseWriter, r *http.Request) {
-	s, err := c.readSubscriptions(r.Context())
-	if err != nil {
-		c.serverError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, s)
 }

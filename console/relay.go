@@ -497,15 +497,6 @@ func (c *Console) countRequeueable(ctx context.Context, source, destination stri
 
 // --- API handlers ---
 
-func (c *Console) apiOutboxSummary(w http.ResponseWriter, r *http.Request) {
-	s, err := c.readOutboxSummary(r.Context())
-	if err != nil {
-		c.serverError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, s)
-}
-
 func (c *Console) apiOutboxRows(w http.ResponseWriter, r *http.Request) {
 	f, err := parseOutboxFilter(r)
 	if err != nil {
