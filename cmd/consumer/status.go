@@ -26,7 +26,10 @@ const lagTimeout = 10 * time.Second
 type statusCmd struct {
 	ID      identityFlags `embed:""`
 	Brokers []string      `help:"Kafka seed brokers, host:port, comma separated: with --group, the group's lag is read from Kafka." placeholder:"HOST:PORT"`
-	JSON    bool          `name:"json" help:"Print JSON instead of text."`
+	// TLS and SASL are the run command's, so the lag of a managed cluster can be read.
+	TLS  kafkaconfig.TLS  `embed:"" prefix:"kafka-tls-"`
+	SASL kafkaconfig.SASL `embed:"" prefix:"kafka-sasl-"`
+	JSON bool             `name:"json" help:"Print JSON instead of text."`
 }
 
 // consumerCounts are one inbox consumer name's rows by state.
@@ -67,6 +70,22 @@ const sqlConsumerCounts = `SELECT consumer,
   count(*) FILTER (WHERE status = 'failed' AND poisoned)
 FROM %s.keiro_inbox WHERE $1 = '' OR consumer = $1 GROUP BY consumer ORDER BY consumer`
 
+// ValidateFlags checks the Kafka connection flags the lag is read with: with --brokers, every
+// problem the run command would report (a certificate without its key, SASL without
+// credentials, …); without it, TLS or SASL flags have nothing to apply to.
+func (c *statusCmd) ValidateFlags() error {
+	if len(c.Brokers) == 0 {
+		if c.TLS.Enabled || c.SASL.Mechanism != "" {
+			var p cli.Problems
+			p.Add("brokers", "is required with the Kafka TLS or SASL flags: they only apply to reading the lag")
+			return p.Err()
+		}
+		return nil
+	}
+	kc := kafkaconfig.Config{Brokers: c.Brokers, TLS: c.TLS, SASL: c.SASL}
+	return kc.ValidateFlags()
+}
+
 // Run prints the status. It fails (exit 1) when migrations are pending, so that it can serve
 // as a deployment check, and when the lag was asked for and could not be read.
 func (c *statusCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
@@ -88,7 +107,7 @@ func (c *statusCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 		return err
 	}
 	if len(c.Brokers) > 0 && c.ID.Group != "" {
-		st.Lag, err = readLag(ctx, c.Brokers, c.ID.Group)
+		st.Lag, err = readLag(ctx, kafkaconfig.Config{Brokers: c.Brokers, ClientID: clientID, TLS: c.TLS, SASL: c.SASL}, c.ID.Group)
 		if err != nil {
 			st.LagError = err.Error()
 		}
@@ -123,9 +142,9 @@ func readConsumerCounts(ctx context.Context, conn *pgx.Conn, schema, name string
 	return nil
 }
 
-// readLag asks Kafka for group's lag (end offsets minus committed offsets).
-func readLag(ctx context.Context, brokers []string, group string) (*groupLag, error) {
-	kc := kafkaconfig.Config{Brokers: brokers, ClientID: clientID}
+// readLag asks Kafka for group's lag (end offsets minus committed offsets), connecting with the
+// same TLS and SASL settings as the run command.
+func readLag(ctx context.Context, kc kafkaconfig.Config, group string) (*groupLag, error) {
 	opts, err := kc.Opts()
 	if err != nil {
 		return nil, err

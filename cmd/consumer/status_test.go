@@ -90,6 +90,18 @@ func TestStatusAndFailedListJSON(t *testing.T) {
 	require.Equal(t, 1, r.code, r.stdout+r.stderr)
 	require.Contains(t, r.stderr, "read the lag of group billing")
 
+	// The lag is read with the run command's TLS and SASL flags: TLS against this plaintext
+	// broker fails, and flags that cannot work are refused before connecting (exit 2).
+	r = runBinary(t, 60*time.Second, env, "status", "--group=billing", "--kafka-tls-enabled", "--brokers="+strings.Join(kc.Brokers, ","))
+	require.Equal(t, 1, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stderr, "read the lag of group billing")
+	r = runBinary(t, 60*time.Second, env, "status", "--group=billing", "--kafka-sasl-mechanism=PLAIN", "--brokers="+strings.Join(kc.Brokers, ","))
+	require.Equal(t, 2, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stderr, "kafka-sasl-username")
+	r = runBinary(t, 60*time.Second, env, "status", "--kafka-tls-enabled")
+	require.Equal(t, 2, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stderr, "--brokers")
+
 	r = runBinary(t, 60*time.Second, env, "inbox", "failed", "list", "--name=billing", "--json")
 	require.Equal(t, 0, r.code, r.stderr)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
