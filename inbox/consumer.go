@@ -441,7 +441,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			case isFatalKafkaError(err):
 				fatal = fmt.Errorf("consume %s: %w (check the credentials and ACLs of group %s)", topic, err, c.cfg.Group)
 			default:
-				c.log.Warn("kafka fetch error", "topic", topic, "partition", p, "error", err)
+				c.log.WarnContext(ctx, "kafka fetch error", "topic", topic, "partition", p, "error", err)
 			}
 		})
 		if c.pollHook != nil {
@@ -466,7 +466,7 @@ func (c *Consumer) closeClient(ctx context.Context, cl *kgo.Client) {
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := cl.LeaveGroupContext(lctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		c.log.Warn("leave consumer group", "group", c.cfg.Group, "error", err)
+		c.log.WarnContext(ctx, "leave consumer group", "group", c.cfg.Group, "error", err)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -476,7 +476,7 @@ func (c *Consumer) closeClient(ctx context.Context, cl *kgo.Client) {
 	select {
 	case <-done:
 	case <-lctx.Done():
-		c.log.Warn("kafka client did not close within the shutdown timeout; abandoning it "+
+		c.log.WarnContext(ctx, "kafka client did not close within the shutdown timeout; abandoning it "+
 			"(offsets are committed; the group expires this member after its session timeout)",
 			"group", c.cfg.Group, "timeout", c.cfg.ShutdownTimeout)
 	}
@@ -582,11 +582,11 @@ func (c *Consumer) maintain(ctx context.Context) {
 		if n, err := c.store.CountFailed(ctx, c.pool); err == nil {
 			c.in.backlog.Record(ctx, n, attrs)
 		} else if ctx.Err() == nil {
-			c.log.Warn("sample inbox backlog", "error", err)
+			c.log.WarnContext(ctx, "sample inbox backlog", "error", err)
 		}
 		if c.cfg.Retention > 0 {
 			if err := c.retain(ctx); err != nil && ctx.Err() == nil {
-				c.log.Warn("inbox retention", "error", err)
+				c.log.WarnContext(ctx, "inbox retention", "error", err)
 			}
 		}
 		select {
@@ -607,7 +607,7 @@ func (c *Consumer) retain(ctx context.Context) error {
 	var total int64
 	defer func() {
 		if total > 0 {
-			c.log.Info("inbox retention deleted completed rows", "rows", total, "older_than", c.cfg.Retention)
+			c.log.InfoContext(ctx, "inbox retention deleted completed rows", "rows", total, "older_than", c.cfg.Retention)
 		}
 	}()
 	for range maxRetentionBatchesPerPass {

@@ -154,9 +154,9 @@ func (c *Consumer) measureLag(ctx context.Context) {
 		case ctx.Err() != nil:
 		case errors.Is(err, kerr.GroupIDNotFound):
 			// The group has not joined yet (a consumer that just started): nothing to measure.
-			c.log.Debug("measure consumer lag: the group is not known to Kafka yet", "group", c.cfg.Group)
+			c.log.DebugContext(ctx, "measure consumer lag: the group is not known to Kafka yet", "group", c.cfg.Group)
 		default:
-			c.log.Warn("measure consumer lag", "group", c.cfg.Group, "error", err)
+			c.log.WarnContext(ctx, "measure consumer lag", "group", c.cfg.Group, "error", err)
 		}
 		return
 	}

@@ -358,7 +358,7 @@ func (w *partitionWorker) deadLetterPoisoned(r *kgo.Record, d *Delivery, reason 
 	ctx, cancel := context.WithTimeout(w.c.baseCtx, w.c.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := w.c.store.markDeadLettered(ctx, w.c.pool, d.Event.Source, res.DedupeKey); err != nil {
-		w.c.log.Warn("could not record the dead letter in the inbox; a redelivery will dead-letter the message again",
+		w.c.log.WarnContext(ctx, "could not record the dead letter in the inbox; a redelivery will dead-letter the message again",
 			"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "error", err)
 	}
 	return true
@@ -573,7 +573,7 @@ func (w *partitionWorker) commit(last *kgo.Record, n int) {
 	ctx, cancel := context.WithTimeout(w.c.baseCtx, w.c.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := w.cl.CommitRecords(ctx, last); err != nil {
-		w.c.log.Warn("offset commit failed; the records will be redelivered and classify as duplicates",
+		w.c.log.WarnContext(ctx, "offset commit failed; the records will be redelivered and classify as duplicates",
 			"topic", last.Topic, "partition", last.Partition, "offset", last.Offset+1, "error", err)
 		return
 	}

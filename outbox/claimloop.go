@@ -68,7 +68,7 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 			budget, lastUnbounded = 0, time.Now()
 		}
 		token, rows, err := r.store.claim(hard, r.pool, r.cfg.Policy, r.cfg.BatchSize, r.cfg.Lease, r.cfg.MaxAttempts, r.cfg.Destinations, budget)
-		r.log.Debug("claimed", "rows", len(rows), "took", r.now().Sub(t0), "err", err)
+		r.log.DebugContext(ctx, "claimed", "rows", len(rows), "took", r.now().Sub(t0), "err", err)
 		r.stats.claims.Add(1)
 		if err != nil {
 			<-slots
@@ -78,7 +78,7 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 			r.stats.claimErrors.Add(1)
 			dbBackoff++
 			d := Backoff{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}.delay(dbBackoff)
-			r.log.Warn("claim failed; retrying", "err", err, "retry_in", d)
+			r.log.WarnContext(ctx, "claim failed; retrying", "err", err, "retry_in", d)
 			if !sleepCtx(ctx, d) {
 				return
 			}
@@ -200,7 +200,7 @@ func (r *Relay) prepareSleep(ctx context.Context, sl *sleeper) sleepAction {
 	got, err := sl.try(ctx)
 	if err == nil && sl.failing {
 		sl.failing = false
-		r.log.Info("sleep lock available again")
+		r.log.InfoContext(ctx, "sleep lock available again")
 	}
 	switch {
 	case err != nil:
@@ -209,7 +209,7 @@ func (r *Relay) prepareSleep(ctx context.Context, sl *sleeper) sleepAction {
 		}
 		if !sl.failing {
 			sl.failing = true
-			r.log.Warn("sleep lock unavailable; polling until it is back (producers do not notify meanwhile)",
+			r.log.WarnContext(ctx, "sleep lock unavailable; polling until it is back (producers do not notify meanwhile)",
 				"err", err, "poll_interval", r.cfg.PollInterval)
 		}
 		return sleepWait
@@ -229,7 +229,7 @@ func (r *Relay) prepareSleep(ctx context.Context, sl *sleeper) sleepAction {
 func (r *Relay) wakeUp(ctx context.Context, sl *sleeper) {
 	sl.tries = 0
 	if err := sl.release(ctx); err != nil && ctx.Err() == nil {
-		r.log.Warn("sleep lock release failed; its session was closed", "err", err)
+		r.log.WarnContext(ctx, "sleep lock release failed; its session was closed", "err", err)
 	}
 }
 

@@ -49,7 +49,7 @@ func (r *Relay) renewLease(ctx context.Context, b *batch) {
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
-			r.log.Warn("could not extend the lease of a batch in flight; retrying", "err", err, "rows", len(ids))
+			r.log.WarnContext(ctx, "could not extend the lease of a batch in flight; retrying", "err", err, "rows", len(ids))
 		}
 		return
 	}
@@ -60,7 +60,7 @@ func (r *Relay) renewLease(ctx context.Context, b *batch) {
 	if lost := len(ids) - int(n); lost > 0 && !b.marking && !b.lost {
 		// (Rows the mark moved while the renewal ran are not lost: marking is set then.)
 		b.lost = true
-		r.log.Warn("a batch in flight lost its lease: another relay may publish its rows too",
+		r.log.WarnContext(ctx, "a batch in flight lost its lease: another relay may publish its rows too",
 			"rows", lost, "lease", r.cfg.Lease)
 	}
 }

@@ -22,7 +22,7 @@ func (r *Relay) maintain(ctx context.Context) {
 		case <-t.C:
 		}
 		if _, err := r.MaintenancePass(ctx); err != nil && ctx.Err() == nil {
-			r.log.Warn("outbox maintenance failed", "err", err)
+			r.log.WarnContext(ctx, "outbox maintenance failed", "err", err)
 		}
 		t.Reset(r.cfg.MaintenanceInterval)
 	}

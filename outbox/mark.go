@@ -56,7 +56,7 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 			r.suspects.Delete(row.id)
 			if key != "" && failedKeys[key] {
 				res.OrderBroken++
-				r.log.Error("a record reached Kafka after an earlier record of its key failed: the key is out of order on the topic",
+				r.log.ErrorContext(ctx, "a record reached Kafka after an earlier record of its key failed: the key is out of order on the topic",
 					"outbox_id", row.id.String(), "message_id", row.event.MessageID, "destination", row.event.Destination,
 					"partition", pr.partition, "offset", pr.offset)
 			}
@@ -125,7 +125,7 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 				marks[i].delay = d
 			}
 		}
-		r.log.Warn("Kafka unavailable; rows deferred without using an attempt", "retry_in", d)
+		r.log.WarnContext(ctx, "Kafka unavailable; rows deferred without using an attempt", "retry_in", d)
 	}
 
 	// Rows going back to failed are due after their delay: wake the claim loop then, rather
@@ -142,7 +142,7 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 
 	var t transitions
 	t0 := time.Now()
-	defer func() { r.log.Debug("marked", "rows", len(marks), "took", time.Since(t0)) }()
+	defer func() { r.log.DebugContext(ctx, "marked", "rows", len(marks), "took", time.Since(t0)) }()
 	refused := 0
 	for attempt := 1; ; attempt++ {
 		// Each attempt gets its own deadline, so the marks of a shutdown still get one try
@@ -156,7 +156,7 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 		}
 		r.stats.markErrors.Add(1)
 		if ctx.Err() != nil {
-			r.log.Error("marking outbox batch abandoned at shutdown; rows will be re-claimed after their lease", "err", err)
+			r.log.ErrorContext(ctx, "marking outbox batch abandoned at shutdown; rows will be re-claimed after their lease", "err", err)
 			break
 		}
 		// A mark PostgreSQL refuses (the statement itself cannot succeed) is retried a few
@@ -170,12 +170,12 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 		}
 		if refused >= maxMarkRefusals {
 			r.stats.marksAbandoned.Add(1)
-			r.log.Error("PostgreSQL keeps refusing the mark of an outbox batch; giving up: its rows are re-claimed once their lease expires",
+			r.log.ErrorContext(ctx, "PostgreSQL keeps refusing the mark of an outbox batch; giving up: its rows are re-claimed once their lease expires",
 				"err", err, "refusals", refused, "rows", len(marks), "lease", r.cfg.Lease)
 			break
 		}
 		d := Backoff{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}.delay(attempt)
-		r.log.Warn("mark failed; retrying", "err", err, "retry_in", d)
+		r.log.WarnContext(ctx, "mark failed; retrying", "err", err, "retry_in", d)
 		if !sleepCtx(ctx, d) {
 			break
 		}

@@ -148,7 +148,7 @@ func (r *Relay) holdLeases(ctx context.Context, refs []rowRef, failed map[string
 		r.stats.leaseLost.Add(1)
 		if !b.expired {
 			b.expired = true
-			r.log.Warn("a batch's lease was lost or about to expire before its produce; its rows are not published by this relay",
+			r.log.WarnContext(ctx, "a batch's lease was lost or about to expire before its produce; its rows are not published by this relay",
 				"why", why, "lease", r.cfg.Lease, "confirmed_ago", r.now().Sub(b.leasedAt), "rows", len(b.rows))
 		}
 	}
@@ -183,7 +183,7 @@ func (r *Relay) holdLeases(ctx context.Context, refs []rowRef, failed map[string
 		m, err := r.store.startProduce(actx, r.pool, b.token, ids)
 		cancel()
 		if err != nil {
-			r.log.Warn("could not record the produce start of rows on their last attempt; they are released", "err", err, "rows", len(ids))
+			r.log.WarnContext(ctx, "could not record the produce start of rows on their last attempt; they are released", "err", err, "rows", len(ids))
 			continue
 		}
 		for id := range m {
@@ -304,7 +304,7 @@ func (r *Relay) flush(ctx context.Context, refs []rowRef) {
 		return
 	}
 	if err := r.client.Flush(ctx); err != nil && ctx.Err() == nil {
-		r.log.Warn("flush failed", "err", err)
+		r.log.WarnContext(ctx, "flush failed", "err", err)
 	}
 	select {
 	case <-allDone:

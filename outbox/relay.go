@@ -289,7 +289,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			if stopCtx.Err() == nil {
 				t0 := time.Now()
 				r.produce(stopCtx, hardCtx, group)
-				r.log.Debug("produced", "batches", len(group), "took", time.Since(t0))
+				r.log.DebugContext(ctx, "produced", "batches", len(group), "took", time.Since(t0))
 			}
 			for _, b := range group {
 				produced <- b
@@ -315,7 +315,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			// Rows that went terminal may have been the heads of keys whose next rows are for
 			// destinations this relay does not publish: wake the relays that do.
 			if err := r.store.Notify(hardCtx, r.pool); err != nil && hardCtx.Err() == nil {
-				r.log.Warn("could not wake the other relays after a batch", "err", err)
+				r.log.WarnContext(ctx, "could not wake the other relays after a batch", "err", err)
 			}
 		}
 	}
@@ -367,7 +367,7 @@ func (r *Relay) listen(ctx context.Context) {
 		}
 		attempt++
 		d := Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}.delay(attempt)
-		r.log.Warn("outbox listener lost; polling until it reconnects", "err", err, "retry_in", d)
+		r.log.WarnContext(ctx, "outbox listener lost; polling until it reconnects", "err", err, "retry_in", d)
 		if !sleepCtx(ctx, d) {
 			return
 		}
