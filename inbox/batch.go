@@ -148,11 +148,25 @@ func (s *Store) processBatch(ctx context.Context, db TxBeginner, ds []Delivery, 
 // countBatch counts the results of a committed batch; deliveries whose handler did not run
 // (duplicates, poisoned) get their `process` span here, as in Process.
 func (s *Store) countBatch(ctx context.Context, ds []Delivery, results []Result, idx []int) {
+	// Consecutive deliveries of one topic with one outcome are counted in one Add.
+	var (
+		run      int64
+		runTopic string
+		runRes   Result
+	)
 	for _, i := range idx {
-		s.in.count(ctx, s.cfg.Consumer, s.topic(&ds[i]), results[i])
-		if results[i].Outcome != Processed {
-			s.skippedSpan(ctx, &ds[i], results[i])
+		topic, res := s.topic(&ds[i]), results[i]
+		if run > 0 && (topic != runTopic || res.Outcome != runRes.Outcome || res.DeadLettered != runRes.DeadLettered) {
+			s.in.count(ctx, s.cfg.Consumer, runTopic, runRes, run)
+			run = 0
 		}
+		run, runTopic, runRes = run+1, topic, res
+		if res.Outcome != Processed {
+			s.skippedSpan(ctx, &ds[i], res)
+		}
+	}
+	if run > 0 {
+		s.in.count(ctx, s.cfg.Consumer, runTopic, runRes, run)
 	}
 }
 
@@ -169,7 +183,7 @@ func (s *Store) countInBatchDuplicates(ctx context.Context, ds []Delivery, uniqu
 			u++
 			continue
 		}
-		s.in.count(ctx, s.cfg.Consumer, s.topic(&ds[i]), results[i])
+		s.in.count(ctx, s.cfg.Consumer, s.topic(&ds[i]), results[i], 1)
 		s.skippedSpan(ctx, &ds[i], results[i])
 	}
 }

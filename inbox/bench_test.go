@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,7 +30,11 @@ import (
 // Under -short every benchmark stops at 10k records.
 //
 // BenchmarkRawBatchedInsert is the limit: the same effect rows inserted by a bare loop of
-// batched INSERTs (unnest, 100 rows per transaction), no Kafka, no inbox.
+// batched INSERTs (unnest, 100 rows per transaction), no Kafka, no inbox. BenchmarkKafkaOnly
+// and BenchmarkStoreOnly are the consumer's two parts alone (Kafka without PostgreSQL, the
+// inbox without Kafka), to show where the time between the two goes. Each reports the CPU
+// time of the benchmark's process per message (cpu-µs/msg: consumer, franz-go and the kfake
+// broker; PostgreSQL's share is in its own processes).
 
 const benchPartitions = 4
 
@@ -98,23 +103,26 @@ func benchConsumerWith(b *testing.B, batchSize int, dupEvery int, batchHandler b
 		Brokers: kc.Brokers, Group: "bench", Topics: []string{topic}, BatchSize: batchSize, BatchHandler: bh,
 		Store:       inbox.StoreConfig{Schema: db.Schema, Persistence: persistence},
 		OnCommitted: p.onCommitted, Logger: slog.New(slog.DiscardHandler),
-		KafkaOpts: []kgo.Opt{kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-			kgo.FetchMaxBytes(64 << 20), kgo.FetchMaxPartitionBytes(16 << 20)},
+		// The Kafka client's own fetch sizes, as a user gets them.
+		KafkaOpts: []kgo.Opt{kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())},
 	}, h)
 	require.NoError(b, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	b.ResetTimer()
+	cpu0 := processCPU()
 	start := time.Now()
 	go func() { done <- c.Run(ctx) }()
 	p.waitCommitted(b, topic, 1, time.Minute)
 	first := time.Since(start)
 	p.waitCommitted(b, topic, int64(len(recs)), 10*time.Minute)
 	elapsed := time.Since(start)
+	cpu := processCPU() - cpu0
 	b.StopTimer()
 	cancel()
 	require.NoError(b, <-done)
 	st := c.Stats()
+	b.ReportMetric(float64(cpu.Microseconds())/float64(len(recs)), "cpu-µs/msg")
 	require.EqualValues(b, len(recs), st.Processed+st.Duplicates)
 	b.ReportMetric(float64(len(recs))/elapsed.Seconds(), "msgs/s")
 	b.ReportMetric(first.Seconds(), "s-to-first-commit")
@@ -162,6 +170,7 @@ func BenchmarkRawBatchedInsert(b *testing.B) {
 	const batch = 100
 	q := `INSERT INTO ` + fx.table + ` (message_id, msg_key, payload) SELECT * FROM unnest($1::text[], $2::text[], $3::text[])`
 	b.ResetTimer()
+	cpu0 := processCPU()
 	start := time.Now()
 	for i := 0; i < n; i += batch {
 		j := min(i+batch, n)
@@ -172,7 +181,117 @@ func BenchmarkRawBatchedInsert(b *testing.B) {
 		require.NoError(b, err)
 	}
 	elapsed := time.Since(start)
+	cpu := processCPU() - cpu0
 	b.StopTimer()
+	b.ReportMetric(float64(cpu.Microseconds())/float64(n), "cpu-µs/msg")
+	b.ReportMetric(float64(n)/elapsed.Seconds(), "msgs/s")
+	b.ReportMetric(0, "ns/op")
+}
+
+// The two parts of the consumer's cost, each alone, in the same run as the others: where the
+// gap between the defaults and RawBatchedInsert goes.
+
+// BenchmarkKafkaOnly is the consumer's Kafka path without PostgreSQL: the same records polled
+// from kfake by a group member with the client's default fetch options, decoded into envelopes
+// (envelope.Decode), and their offsets committed once at the end. On this machine the broker
+// (kfake) runs in the benchmark's process, so its CPU counts in cpu-µs/msg.
+func BenchmarkKafkaOnly(b *testing.B) {
+	kc := testkafka.New(b)
+	topic := "bench.orders.v1"
+	kc.CreateTopic(b, topic, benchPartitions)
+	prod := kc.Client(b, kgo.ProducerBatchMaxBytes(1<<20))
+	recs := benchRecords(b, benchSize(b), topic, 0)
+	for i := 0; i < len(recs); i += 5000 {
+		produce(b, prod, recs[i:min(i+5000, len(recs))]...)
+	}
+	cl := kc.Client(b, kgo.ConsumerGroup("bench"), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	b.ResetTimer()
+	cpu0 := processCPU()
+	start := time.Now()
+	n := 0
+	for n < len(recs) {
+		fs := cl.PollRecords(ctx, 10_000)
+		require.NoError(b, ctx.Err())
+		fs.EachRecord(func(r *kgo.Record) {
+			hs := make([]envelope.Header, len(r.Headers))
+			for i, h := range r.Headers {
+				hs[i] = envelope.Header{Key: h.Key, Value: h.Value}
+			}
+			_, err := envelope.Decode(envelope.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
+				Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp})
+			if err != nil {
+				b.Fatal(err)
+			}
+			n++
+		})
+	}
+	require.NoError(b, cl.CommitUncommittedOffsets(ctx))
+	elapsed := time.Since(start)
+	cpu := processCPU() - cpu0
+	b.StopTimer()
+	b.ReportMetric(float64(cpu.Microseconds())/float64(n), "cpu-µs/msg")
+	b.ReportMetric(float64(n)/elapsed.Seconds(), "msgs/s")
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkStoreOnly is the consumer's PostgreSQL path without Kafka: the same deliveries
+// (full envelopes) through Store.ProcessBatchWith in groups of DefaultBatchSize, from one
+// goroutine per partition, each group's effect rows written by one INSERT as in
+// ConsumerDefaultsBatchHandler: an inbox row and an effect row per message.
+func BenchmarkStoreOnly(b *testing.B) {
+	ctx := context.Background()
+	db := testdb.New(b)
+	fx := newEffects(b, db)
+	st, err := inbox.NewStore(inbox.StoreConfig{Schema: db.Schema, Consumer: "bench"})
+	require.NoError(b, err)
+	n := benchSize(b)
+	parts := make([][]inbox.Delivery, benchPartitions)
+	for i := range n {
+		ev := newEvent("ordering", "bench.orders.v1")
+		k := fmt.Sprintf("key-%d", i%64)
+		ev.Key = &k
+		p := i % benchPartitions
+		parts[p] = append(parts[p], inbox.Delivery{Event: ev,
+			Kafka: &inbox.KafkaRef{Topic: "bench.orders.v1", Partition: int32(p), Offset: int64(len(parts[p]))}})
+	}
+	bh := func(ctx context.Context, tx pgx.Tx, evs []envelope.Event) error {
+		ids, keys, payloads := make([]string, len(evs)), make([]*string, len(evs)), make([]string, len(evs))
+		for i, ev := range evs {
+			ids[i], keys[i], payloads[i] = ev.MessageID, ev.Key, string(ev.Payload)
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO `+fx.table+` (message_id, msg_key, payload)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[])`, ids, keys, payloads)
+		return err
+	}
+	b.ResetTimer()
+	cpu0 := processCPU()
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, benchPartitions)
+	for _, ds := range parts {
+		wg.Go(func() {
+			for i := 0; i < len(ds); i += inbox.DefaultBatchSize {
+				res, err := st.ProcessBatchWith(ctx, db.Pool, ds[i:min(i+inbox.DefaultBatchSize, len(ds))], bh)
+				if err == nil && res[0].Outcome != inbox.Processed {
+					err = fmt.Errorf("outcome %v", res[0].Outcome)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	cpu := processCPU() - cpu0
+	b.StopTimer()
+	close(errs)
+	require.NoError(b, <-errs)
+	b.ReportMetric(float64(cpu.Microseconds())/float64(n), "cpu-µs/msg")
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "msgs/s")
 	b.ReportMetric(0, "ns/op")
 }
@@ -327,4 +446,15 @@ func (t *commitTracer) TraceQueryEnd(ctx context.Context, conn *pgx.Conn, data p
 	}
 	delete(t.pending, conn)
 	t.mu.Unlock()
+}
+
+// processCPU is the CPU time (user and system) this test process has used so far: the
+// benchmarks report it per message (cpu-µs/msg), the client side of the cost; PostgreSQL's
+// side runs in other processes.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

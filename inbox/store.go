@@ -249,7 +249,7 @@ func (s *Store) process(ctx context.Context, db TxBeginner, d Delivery, key stri
 	defer func() {
 		endProcessSpan(span, res, err)
 		if err == nil {
-			s.in.count(ctx, s.cfg.Consumer, s.topic(&d), res)
+			s.in.count(ctx, s.cfg.Consumer, s.topic(&d), res, 1)
 		}
 	}()
 	for range 3 {

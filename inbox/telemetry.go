@@ -41,6 +41,12 @@ type instruments struct {
 	// its own).
 	group string
 
+	// sets caches the attribute sets of the per-message instruments, names the span names per
+	// topic: both depend only on bounded values, and building a set sorts and hashes it, once
+	// per message otherwise.
+	sets  attrSets
+	names sync.Map // topic → "process <topic>"
+
 	// lag is observed from the last Kafka measurement, for the partitions owned at collection.
 	lagMu    sync.Mutex
 	lagGroup string
@@ -95,43 +101,102 @@ func (in *instruments) consumerAttrs(consumer string) metric.MeasurementOption {
 	return metric.WithAttributeSet(attribute.NewSet(kvs...))
 }
 
-// messageAttrs are the attributes of the per-message counters: consumer name, topic, group.
-func (in *instruments) messageAttrs(consumer, topic string) metric.MeasurementOption {
-	kvs := []attribute.KeyValue{tracing.ConsumerKey.String(consumer), tracing.DestinationKey.String(topic)}
-	if in.group != "" {
-		kvs = append(kvs, tracing.GroupKey.String(in.group))
-	}
-	return metric.WithAttributeSet(attribute.NewSet(kvs...))
+// attrSets is a cache of measurement options by what they are built from.
+type attrSets struct {
+	mu sync.RWMutex
+	m  map[attrSetKey]metric.MeasurementOption
 }
 
-func (in *instruments) count(ctx context.Context, consumer, topic string, res Result) {
+// attrSetKey names one attribute set: its kind and the bounded values it is built from.
+type attrSetKey struct {
+	kind                             attrSetKind
+	consumer, group, topic, errorTyp string
+}
+
+type attrSetKind uint8
+
+const (
+	messageSet  attrSetKind = iota // consumer, topic, group
+	consumedSet                    // messaging system, poll, topic, group
+	processSet                     // messaging system, process, topic, group, error type
+)
+
+// get returns the option of k, building its set on first use.
+func (c *attrSets) get(k attrSetKey) metric.MeasurementOption {
+	c.mu.RLock()
+	o, ok := c.m[k]
+	c.mu.RUnlock()
+	if ok {
+		return o
+	}
+	o = metric.WithAttributeSet(k.build())
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = map[attrSetKey]metric.MeasurementOption{}
+	}
+	c.m[k] = o
+	c.mu.Unlock()
+	return o
+}
+
+func (k attrSetKey) build() attribute.Set {
+	var kvs []attribute.KeyValue
+	switch k.kind {
+	case messageSet:
+		kvs = append(kvs, tracing.ConsumerKey.String(k.consumer))
+	case consumedSet:
+		kvs = append(kvs, tracing.MessagingSystemKey.String(tracing.MessagingSystemKafka),
+			tracing.MessagingOperationNameKey.String(tracing.OperationPoll))
+	case processSet:
+		kvs = append(kvs, tracing.MessagingSystemKey.String(tracing.MessagingSystemKafka),
+			tracing.MessagingOperationNameKey.String(tracing.OperationProcess))
+		if k.errorTyp != "" {
+			kvs = append(kvs, tracing.ErrorTypeKey.String(k.errorTyp))
+		}
+	}
+	kvs = append(kvs, tracing.DestinationKey.String(k.topic))
+	if k.group != "" {
+		kvs = append(kvs, tracing.GroupKey.String(k.group))
+	}
+	return attribute.NewSet(kvs...)
+}
+
+// messageAttrs are the attributes of the per-message counters: consumer name, topic, group.
+func (in *instruments) messageAttrs(consumer, topic string) metric.MeasurementOption {
+	return in.sets.get(attrSetKey{kind: messageSet, consumer: consumer, group: in.group, topic: topic})
+}
+
+// count counts n messages of topic whose result is res.
+func (in *instruments) count(ctx context.Context, consumer, topic string, res Result, n int64) {
 	attrs := in.messageAttrs(consumer, topic)
 	switch res.Outcome {
 	case Processed:
-		in.processed.Add(ctx, 1, attrs)
+		in.processed.Add(ctx, n, attrs)
 	case Duplicate:
-		in.duplicates.Add(ctx, 1, attrs)
+		in.duplicates.Add(ctx, n, attrs)
 	case PreviouslyFailed:
 		if res.DeadLettered {
-			in.duplicates.Add(ctx, 1, attrs) // a redelivered dead letter
+			in.duplicates.Add(ctx, n, attrs) // a redelivered dead letter
 		} else {
-			in.failed.Add(ctx, 1, attrs)
+			in.failed.Add(ctx, n, attrs)
 		}
 	case HandlerFailed:
-		in.failed.Add(ctx, 1, attrs)
+		in.failed.Add(ctx, n, attrs)
 	case Poisoned:
-		in.failed.Add(ctx, 1, attrs)
-		in.poisoned.Add(ctx, 1, attrs)
+		in.failed.Add(ctx, n, attrs)
+		in.poisoned.Add(ctx, n, attrs)
 	}
-	consumed := []attribute.KeyValue{
-		tracing.MessagingSystemKey.String(tracing.MessagingSystemKafka),
-		tracing.MessagingOperationNameKey.String(tracing.OperationPoll),
-		tracing.DestinationKey.String(topic),
+	in.consumed.Add(ctx, n, in.sets.get(attrSetKey{kind: consumedSet, group: in.group, topic: topic}))
+}
+
+// spanName is the process span's name for topic.
+func (in *instruments) spanName(topic string) string {
+	if n, ok := in.names.Load(topic); ok {
+		return n.(string)
 	}
-	if in.group != "" {
-		consumed = append(consumed, tracing.GroupKey.String(in.group))
-	}
-	in.consumed.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(consumed...)))
+	n := "process " + topic
+	in.names.Store(topic, n)
+	return n
 }
 
 // measureLag asks Kafka for the group's lag (end offset minus committed offset per partition)
@@ -201,9 +266,9 @@ func (in *instruments) observeLag(_ context.Context, o metric.Int64Observer) err
 // processSpan is the process span with what messaging.process.duration needs when it ends.
 type processSpan struct {
 	trace.Span
-	in    *instruments
-	start time.Time
-	attrs []attribute.KeyValue
+	in           *instruments
+	start        time.Time
+	topic, group string
 }
 
 // startProcessSpan starts the `process <topic>` consumer span. Its parent is the record's trace
@@ -219,16 +284,8 @@ func (in *instruments) startProcessSpan(ctx context.Context, group string, d *De
 	if sc := trace.SpanContextFromContext(pctx); sc.IsValid() && sc.IsRemote() {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
 	}
-	ctx, inner := in.tracer.Start(pctx, "process "+topic, opts...)
-	mattrs := []attribute.KeyValue{
-		tracing.MessagingSystemKey.String(tracing.MessagingSystemKafka),
-		tracing.MessagingOperationNameKey.String(tracing.OperationProcess),
-		tracing.DestinationKey.String(topic),
-	}
-	if group != "" {
-		mattrs = append(mattrs, tracing.GroupKey.String(group))
-	}
-	span := &processSpan{Span: inner, in: in, start: time.Now(), attrs: mattrs}
+	ctx, inner := in.tracer.Start(pctx, in.spanName(topic), opts...)
+	span := &processSpan{Span: inner, in: in, start: time.Now(), topic: topic, group: group}
 	if !span.IsRecording() {
 		return ctx, span // no SDK or not sampled: skip building the attributes
 	}
@@ -260,16 +317,16 @@ func (in *instruments) startProcessSpan(ctx context.Context, group string, d *De
 // error.type when the message failed (the handler's error, or the inbox's own).
 func endProcessSpan(span trace.Span, res Result, err error) {
 	if ps, ok := span.(*processSpan); ok {
-		attrs := ps.attrs
+		k := attrSetKey{kind: processSet, group: ps.group, topic: ps.topic}
 		switch {
 		case err != nil:
-			attrs = append(attrs, tracing.ErrorTypeKey.String("inbox_error"))
+			k.errorTyp = "inbox_error"
 		case res.Outcome == HandlerFailed || res.Outcome == PreviouslyFailed:
-			attrs = append(attrs, tracing.ErrorTypeKey.String("handler_failed"))
+			k.errorTyp = "handler_failed"
 		case res.Outcome == Poisoned:
-			attrs = append(attrs, tracing.ErrorTypeKey.String("poisoned"))
+			k.errorTyp = "poisoned"
 		}
-		ps.in.processDuration.Record(context.Background(), time.Since(ps.start).Seconds(), metric.WithAttributeSet(attribute.NewSet(attrs...)))
+		ps.in.processDuration.Record(context.Background(), time.Since(ps.start).Seconds(), ps.in.sets.get(k))
 	}
 	if !span.IsRecording() {
 		span.End()

@@ -112,7 +112,9 @@ func (w *partitionWorker) run() {
 	}()
 	// Offsets of done records are committed when the worker runs out of buffered records,
 	// after CommitEvery of them or commitInterval after the last commit, so that a commit's
-	// round trip to Kafka seldom holds up records that are waiting.
+	// round trip to Kafka seldom holds up records that are waiting. The worker takes one
+	// batch (BatchSize records; a chunk of records in one-at-a-time mode) per turn, so
+	// that those bounds are checked between batches.
 	var (
 		last      *kgo.Record
 		pending   int
@@ -132,7 +134,7 @@ func (w *partitionWorker) run() {
 		case <-w.wake:
 		}
 		for !w.quitting() {
-			recs := w.take(w.c.cfg.CommitEvery)
+			recs := w.take(w.takeSize())
 			if len(recs) == 0 {
 				break
 			}
@@ -153,6 +155,21 @@ func (w *partitionWorker) run() {
 		}
 	}
 }
+
+// takeSize is how many buffered records a worker takes per turn: one batch, or in
+// one-at-a-time mode a chunk of singleChunk records (each its own transaction), never more
+// than CommitEvery.
+func (w *partitionWorker) takeSize() int {
+	n := w.c.cfg.BatchSize
+	if n <= 1 {
+		n = singleChunk
+	}
+	return min(n, w.c.cfg.CommitEvery)
+}
+
+// singleChunk is how many records a worker in one-at-a-time mode takes from its buffer per
+// turn.
+const singleChunk = 100
 
 // commitInterval bounds how long a busy worker keeps done records' offsets uncommitted.
 const commitInterval = 100 * time.Millisecond
