@@ -33,8 +33,9 @@ const (
 	// commit): a worker takes what is already buffered for its partition, up to this many,
 	// without waiting for more.
 	DefaultBatchSize = 500
-	// DefaultMaxBufferedRecords is the per-partition backlog at which fetching that partition
-	// is paused until its worker has worked it down to half.
+	// DefaultMaxBufferedRecords is the per-partition backlog at which the consumer stops
+	// polling, or pauses fetching that partition until its worker has worked it down to half
+	// (see ConsumerConfig.MaxBufferedRecords).
 	DefaultMaxBufferedRecords = 5000
 	// DefaultFetchMaxWait is the consumer's kgo.FetchMaxWait: a resumed partition is fetched
 	// only after the broker's in-flight long poll returns, so a short wait keeps a paused
@@ -158,8 +159,9 @@ type ConsumerConfig struct {
 	// (Store.ProcessBatchWith), otherwise one-event slices; after a failure it is given
 	// one-event slices to find the failing event. Defaults to nil.
 	BatchHandler BatchHandler
-	// MaxBufferedRecords is the per-partition backlog at which fetching the partition pauses.
-	// Defaults to DefaultMaxBufferedRecords.
+	// MaxBufferedRecords is the per-partition backlog at which the consumer stops polling while
+	// the other partitions have records to work on, and pauses the partition's fetching when
+	// another one needs a poll (see Stats.FetchPauses). Defaults to DefaultMaxBufferedRecords.
 	MaxBufferedRecords int
 	// CommitEvery is the most records processed between two offset commits of a partition
 	// (and the most a worker takes from its buffer at once). A partition's offsets are also
@@ -313,6 +315,10 @@ type Stats struct {
 	// Deferred counts handler failures retried without using an attempt (contention, outages
 	// of the handler's dependencies).
 	Deferred int64
+	// FetchPauses counts the times a partition's fetching was paused because its buffer was
+	// full while another partition needed a poll (each costs a re-fetch of what the client had
+	// already fetched for it; see MaxBufferedRecords).
+	FetchPauses int64
 }
 
 // Consumer runs a Kafka consumer group whose records go through the inbox. Create it with
@@ -325,6 +331,8 @@ type Consumer struct {
 	in    *instruments
 	log   *slog.Logger
 	sem   chan struct{}
+	// room wakes the poll loop while it waits for a full buffer (backpressure.go).
+	room chan struct{}
 
 	// pollHook, when set (by tests), runs after each poll, before its records are dispatched.
 	pollHook func(kgo.Fetches)
@@ -335,6 +343,7 @@ type Consumer struct {
 	baseCtx context.Context
 
 	processed, duplicates, handlerFailures, deadLettered, committed, storageErrors, deferred atomic.Int64
+	fetchPauses                                                                              atomic.Int64
 }
 
 type topicPartition struct {
@@ -367,6 +376,7 @@ func NewConsumer(pool *pgxpool.Pool, cfg ConsumerConfig, h Handler) (*Consumer, 
 	return &Consumer{
 		pool: pool, cfg: cfg, h: h, store: store, in: store.in, log: cfg.Logger,
 		sem:     make(chan struct{}, cfg.MaxConcurrentPartitions),
+		room:    make(chan struct{}, 1),
 		workers: map[topicPartition]*partitionWorker{},
 	}, nil
 }
@@ -380,6 +390,7 @@ func (c *Consumer) Stats() Stats {
 		Processed: c.processed.Load(), Duplicates: c.duplicates.Load(),
 		HandlerFailures: c.handlerFailures.Load(), DeadLettered: c.deadLettered.Load(),
 		Committed: c.committed.Load(), StorageErrors: c.storageErrors.Load(), Deferred: c.deferred.Load(),
+		FetchPauses: c.fetchPauses.Load(),
 	}
 }
 
@@ -435,7 +446,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 	var fatal error
 	for fatal == nil {
-		fetches := cl.PollRecords(ctx, c.cfg.MaxBufferedRecords)
+		c.awaitRoom(ctx)
+		// Everything the client holds: each partition gets what was fetched for it (at most
+		// FetchMaxPartitionBytes), so a uniform backlog reaches every partition evenly.
+		fetches := cl.PollFetches(ctx)
 		if ctx.Err() != nil || fetches.IsClientClosed() {
 			cl.AllowRebalance()
 			break
@@ -507,6 +521,7 @@ func (c *Consumer) assigned(_ context.Context, cl *kgo.Client, assigned map[stri
 			go w.run()
 		}
 	}
+	c.signalRoom()
 }
 
 func (c *Consumer) revoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
@@ -530,6 +545,7 @@ func (c *Consumer) stopWorkers(parts map[string][]int32, commit bool) {
 		stopping = append(stopping, w)
 	}
 	c.mu.Unlock()
+	c.signalRoom()
 	for _, w := range stopping {
 		w.stop(commit)
 	}

@@ -268,6 +268,90 @@ func TestConsumerBackPressure(t *testing.T) {
 	requireOncePerMessageInKeyOrder(t, fx, evs)
 }
 
+// fetchCounter counts the records the Kafka client buffered from fetches (a record fetched
+// twice counts twice).
+type fetchCounter struct{ n atomic.Int64 }
+
+func (f *fetchCounter) OnFetchRecordBuffered(*kgo.Record) { f.n.Add(1) }
+
+// A backlog spread evenly over the partitions is fetched once: a full buffer holds up the
+// next poll instead of pausing its partition, which would make the client drop, and fetch
+// again, what it already held for it.
+func TestConsumerUniformBacklogIsFetchedOnce(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	fx := newEffects(t, db)
+	kc := testkafka.New(t)
+	const topic = "billing.backlog.v1"
+	kc.CreateTopic(t, topic, 2)
+	prod := kc.Client(t)
+	evs := keyedEvents("ordering", topic, 4000, 16)
+	produceEvents(t, prod, evs...)
+	fc := &fetchCounter{}
+	p := newProgress()
+	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
+		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic},
+		MaxBufferedRecords: 100, BatchSize: 20,
+		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
+		KafkaOpts: []kgo.Opt{kgo.WithHooks(fc), kgo.FetchMaxPartitionBytes(16 << 10)},
+	}, fx.handler())
+	p.waitCommitted(t, topic, int64(len(evs)), 60*time.Second)
+	r.stop(t)
+	requireOncePerMessageInKeyOrder(t, fx, evs)
+	st := r.c.Stats()
+	t.Logf("fetched %d records for %d produced; %d pauses", fc.n.Load(), len(evs), st.FetchPauses)
+	// A partition that runs dry (at the start, before its first fetch, and at the end) lets
+	// the other be paused; pausing whenever a buffer filled made the client fetch these 4 000
+	// records about 39 000 times.
+	require.LessOrEqual(t, st.FetchPauses, int64(4), "pauses")
+	require.Less(t, fc.n.Load(), int64(len(evs))*11/10, "records fetched for %d produced", len(evs))
+}
+
+// A partition whose buffer is full because its handler is slow does not hold up the others:
+// once another partition needs a poll, the full one is paused instead.
+func TestConsumerFullPartitionDoesNotHoldUpOthers(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	fx := newEffects(t, db)
+	kc := testkafka.New(t)
+	const slow, fast = "billing.slow.v1", "billing.fast.v1"
+	kc.CreateTopic(t, slow, 1)
+	kc.CreateTopic(t, fast, 1)
+	prod := kc.Client(t)
+	backlog := keyedEvents("ordering", slow, 300, 4)
+	produceEvents(t, prod, backlog...)
+	release := make(chan struct{})
+	h := func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
+		if ev.Destination == slow {
+			select {
+			case <-release:
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		return fx.handler()(ctx, tx, ev)
+	}
+	p := newProgress()
+	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
+		Brokers: kc.Brokers, Group: "billing", Topics: []string{slow, fast},
+		MaxBufferedRecords: 10, BatchSize: 1,
+		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
+	}, h)
+	p.waitCommitted(t, slow, 1, 30*time.Second)
+	flowing := keyedEvents("ordering", fast, 30, 3)
+	for i := range flowing {
+		k := "fast-" + *flowing[i].Key // keys of their own: order is per partition
+		flowing[i].Key = &k
+	}
+	produceEvents(t, prod, flowing...)
+	p.waitCommitted(t, fast, int64(len(flowing)), 30*time.Second)
+	require.Less(t, p.total(slow), int64(len(backlog)), "the slow partition is still working off its backlog")
+	require.Positive(t, r.c.Stats().FetchPauses, "the full partition was paused for the other's poll")
+	close(release)
+	p.waitCommitted(t, slow, int64(len(backlog)), 60*time.Second)
+	r.stop(t)
+	requireOncePerMessageInKeyOrder(t, fx, append(backlog, flowing...))
+}
+
 // The consumer's maintenance deletes completed rows past the retention and samples the
 // backlog gauge.
 func TestConsumerMaintenance(t *testing.T) {

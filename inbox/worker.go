@@ -50,16 +50,12 @@ func (w *partitionWorker) partitions() map[string][]int32 {
 	return map[string][]int32{w.tp.topic: {w.tp.partition}}
 }
 
-// enqueue hands fetched records to the worker, pausing the partition's fetches when the
-// backlog reaches MaxBufferedRecords (back-pressure for slow handlers).
+// enqueue hands fetched records to the worker. A buffer that reaches MaxBufferedRecords holds
+// up the next poll (see awaitRoom in backpressure.go).
 func (w *partitionWorker) enqueue(recs []*kgo.Record, hwm int64) {
 	w.mu.Lock()
 	w.queue = append(w.queue, recs...)
 	w.hwm = hwm
-	if !w.paused && len(w.queue) >= w.c.cfg.MaxBufferedRecords {
-		w.paused = true
-		w.cl.PauseFetchPartitions(w.partitions())
-	}
 	w.mu.Unlock()
 	select {
 	case w.wake <- struct{}{}:
@@ -67,9 +63,10 @@ func (w *partitionWorker) enqueue(recs []*kgo.Record, hwm int64) {
 	}
 }
 
+// take removes up to n records from the head of the buffer, resumes the partition's fetches
+// once a paused buffer is down to half, and wakes the poll loop if it waits for room.
 func (w *partitionWorker) take(n int) []*kgo.Record {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	k := min(n, len(w.queue))
 	recs := w.queue[:k:k]
 	w.queue = w.queue[k:]
@@ -79,6 +76,11 @@ func (w *partitionWorker) take(n int) []*kgo.Record {
 	if w.paused && len(w.queue) <= w.c.cfg.MaxBufferedRecords/2 {
 		w.paused = false
 		w.cl.ResumeFetchPartitions(w.partitions())
+	}
+	room := len(w.queue) < w.c.cfg.MaxBufferedRecords
+	w.mu.Unlock()
+	if k > 0 && room {
+		w.c.signalRoom()
 	}
 	return recs
 }

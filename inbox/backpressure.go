@@ -1,0 +1,99 @@
+package inbox
+
+import (
+	"context"
+	"time"
+)
+
+// Back-pressure. Each partition's worker buffers at most MaxBufferedRecords records. The
+// obvious bound, pausing a partition's fetches as soon as its buffer fills, costs a re-fetch:
+// franz-go drops the data it has already fetched for a partition that is paused when the
+// client is polled, and reads it again after the resume, so a backlog that is worked off in
+// pause–resume cycles is fetched (from the broker, over the network, decoded) up to twice.
+//
+// So the poll loop first waits: while a partition's buffer is full and every other partition
+// still has records to work on, it does not poll (the client fetches nothing more meanwhile),
+// and polls again once the full worker has taken a batch. Only when another partition has run
+// dry, and so needs a poll, are the full partitions paused (one re-fetch each), as a slow or
+// stuck partition must not hold up the others. A paused partition resumes once its worker has
+// worked its buffer down to half.
+
+// roomCheck bounds how long the poll loop waits for a full buffer without a signal before it
+// looks again.
+const roomCheck = time.Second
+
+// awaitRoom returns when a poll is useful: no unpaused partition's buffer is full, or one is
+// and another partition ran dry, in which case the full ones are paused first. It also returns
+// when ctx ends.
+func (c *Consumer) awaitRoom(ctx context.Context) {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		var full []*partitionWorker
+		dry := false
+		c.mu.Lock()
+		for _, w := range c.workers {
+			n, paused := w.buffered()
+			switch {
+			case n >= c.cfg.MaxBufferedRecords && !paused:
+				full = append(full, w)
+			case n == 0:
+				dry = true
+			}
+		}
+		c.mu.Unlock()
+		if len(full) == 0 {
+			return
+		}
+		if dry {
+			for _, w := range full {
+				w.pause()
+			}
+			return
+		}
+		if timer == nil {
+			timer = time.NewTimer(roomCheck)
+		} else {
+			timer.Reset(roomCheck)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.room:
+		case <-timer.C:
+		}
+	}
+}
+
+// signalRoom wakes the poll loop if it waits in awaitRoom: a worker took records from its
+// buffer, or the set of workers changed.
+func (c *Consumer) signalRoom() {
+	select {
+	case c.room <- struct{}{}:
+	default:
+	}
+}
+
+// buffered returns how many records the worker holds and whether its partition is paused.
+func (w *partitionWorker) buffered() (n int, paused bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.queue), w.paused
+}
+
+// pause stops fetching the worker's partition, if its buffer is still full, until the worker
+// has worked it down to half (take resumes it).
+func (w *partitionWorker) pause() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.paused || len(w.queue) < w.c.cfg.MaxBufferedRecords {
+		return
+	}
+	w.paused = true
+	w.cl.PauseFetchPartitions(w.partitions())
+	w.c.fetchPauses.Add(1)
+}
