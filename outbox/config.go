@@ -22,10 +22,13 @@ const (
 	DefaultBatchSize = 512
 	// DefaultMaxInFlightBatches is 4 claimed batches between claim and mark at once.
 	DefaultMaxInFlightBatches = 4
-	// DefaultClaimConcurrency is 2 claim statements at once per relay. A claim is the relay's
-	// longest step and runs on one PostgreSQL backend; two keep a second core busy (drain
-	// +18 % on the 2-core reference machine, BENCHMARKS.md "Relay"), more did not help there.
-	DefaultClaimConcurrency = 2
+	// DefaultClaimConcurrency is 1 claim statement at a time per relay. Concurrent claims start
+	// at the same front of the backlog and race for its rows: each looks up the heads of, and
+	// tries to lock, rows the other is taking, so about half of a claim's work was wasted and two
+	// claimers drained slower than one (200k rows over 10k keys: 35-36k against 40-46k msgs/s on
+	// the 2-core reference machine; over 1k keys 15-20k against 31k; a hot key 340-370 against
+	// 233 ms). A host with idle cores and a claim-bound relay may gain from 2.
+	DefaultClaimConcurrency = 1
 	// DefaultMaxAttempts is keiro's 10 attempts before a row goes dead.
 	DefaultMaxAttempts = 10
 	// DefaultBackoffInitial is the first retry delay.

@@ -170,7 +170,7 @@ func TestHelp(t *testing.T) {
 		{"brokers", ""}, {"client-id", "keiro-relay"}, {"kafka-tls-enabled", ""}, {"kafka-tls-ca-file", ""},
 		{"kafka-tls-cert-file", ""}, {"kafka-tls-key-file", ""}, {"kafka-tls-insecure-skip-verify", ""},
 		{"kafka-tls-server-name", ""}, {"kafka-sasl-mechanism", ""}, {"kafka-sasl-username", ""},
-		{"kafka-sasl-password", ""}, {"policy", "per-key"}, {"batch-size", "512"}, {"max-in-flight", "4"}, {"claim-concurrency", "2"},
+		{"kafka-sasl-password", ""}, {"policy", "per-key"}, {"batch-size", "512"}, {"max-in-flight", "4"}, {"claim-concurrency", "1"},
 		{"max-attempts", "10"}, {"backoff-initial", "1s"}, {"backoff-max", "5m0s"}, {"lease", "1m0s"},
 		{"poll-interval", "1s"}, {"poll-only", ""}, {"shutdown-timeout", "10s"}, {"retention", "24h0m0s"},
 		{"maintenance-interval", "30s"}, {"backoff-multiplier", "2"}, {"max-record-bytes", ""}, {"destinations", ""}, {"migrate", ""}, {"http-addr", "127.0.0.1:9464"},
