@@ -386,16 +386,23 @@ func TestRowsGoDeadAfterMaxAttemptsAndFreeTheirKey(t *testing.T) {
 	p.wait(t, 4, 30*time.Second)
 
 	ctx := context.Background()
+	// The heads retry with jittered backoffs, so they may die in different batches: a-2, the
+	// head of A once a-1 is dead, then shares b-1's last failing batch and uses one attempt.
+	// Rows behind a live head use none.
+	var a2Attempts int
 	for i, want := range []struct {
 		status   string
-		attempts int
-	}{{"dead", 3}, {"sent", 1}, {"sent", 1}, {"dead", 3}} {
+		attempts []int
+	}{{"dead", []int{3}}, {"sent", []int{1, 2}}, {"sent", []int{1}}, {"dead", []int{3}}} {
 		row, err := st.Lookup(ctx, db.Pool, res[i].OutboxID)
 		require.NoError(t, err)
 		require.Equal(t, want.status, row.Status, row.Event.MessageID)
-		require.Equal(t, want.attempts, row.Attempts, row.Event.MessageID)
+		require.Contains(t, want.attempts, row.Attempts, row.Event.MessageID)
 		if want.status == "dead" {
 			require.Contains(t, row.LastError, "UNKNOWN_SERVER_ERROR")
+		}
+		if i == 1 {
+			a2Attempts = row.Attempts
 		}
 	}
 	distinct, dups := checkOrder(t, kc.ConsumeAll(t, 2, 30*time.Second, "orders"))
@@ -403,7 +410,8 @@ func TestRowsGoDeadAfterMaxAttemptsAndFreeTheirKey(t *testing.T) {
 	require.Zero(t, dups)
 	s := r.Stats()
 	require.Equal(t, int64(2), s.Dead)
-	require.Equal(t, int64(4), s.Retried, "two failed attempts of each head before the third killed it")
+	require.Equal(t, int64(4+a2Attempts-1), s.Retried,
+		"two failed attempts of each head before the third killed it, and a-2's failed one if it had one")
 	require.Positive(t, s.Skipped)
 }
 
