@@ -87,16 +87,7 @@ func benchConsumerWith(b *testing.B, batchSize int, dupEvery int, batchHandler b
 	}
 	var bh inbox.BatchHandler
 	if batchHandler {
-		// The same one row per message, written by one INSERT per batch.
-		bh = func(ctx context.Context, tx pgx.Tx, evs []envelope.Event) error {
-			ids, keys, payloads := make([]string, len(evs)), make([]*string, len(evs)), make([]string, len(evs))
-			for i, ev := range evs {
-				ids[i], keys[i], payloads[i] = ev.MessageID, ev.Key, string(ev.Payload)
-			}
-			_, err := tx.Exec(ctx, `INSERT INTO `+fx.table+` (message_id, msg_key, payload)
-				SELECT * FROM unnest($1::text[], $2::text[], $3::text[])`, ids, keys, payloads)
-			return err
-		}
+		bh = fx.batchInsert
 	}
 	p := newProgress()
 	c, err := inbox.NewConsumer(db.Pool, inbox.ConsumerConfig{
@@ -109,24 +100,17 @@ func benchConsumerWith(b *testing.B, batchSize int, dupEvery int, batchHandler b
 	require.NoError(b, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	b.ResetTimer()
-	cpu0 := processCPU()
-	start := time.Now()
+	m := startMeter(b)
 	go func() { done <- c.Run(ctx) }()
 	p.waitCommitted(b, topic, 1, time.Minute)
-	first := time.Since(start)
+	first := time.Since(m.start)
 	p.waitCommitted(b, topic, int64(len(recs)), 10*time.Minute)
-	elapsed := time.Since(start)
-	cpu := processCPU() - cpu0
-	b.StopTimer()
+	m.stop(b, len(recs))
 	cancel()
 	require.NoError(b, <-done)
 	st := c.Stats()
-	b.ReportMetric(float64(cpu.Microseconds())/float64(len(recs)), "cpu-µs/msg")
 	require.EqualValues(b, len(recs), st.Processed+st.Duplicates)
-	b.ReportMetric(float64(len(recs))/elapsed.Seconds(), "msgs/s")
 	b.ReportMetric(first.Seconds(), "s-to-first-commit")
-	b.ReportMetric(0, "ns/op")
 }
 
 // The defaults (group commit, full envelope), the per-event handler inserting one row each.
@@ -159,19 +143,10 @@ func BenchmarkRawBatchedInsert(b *testing.B) {
 	db := testdb.New(b)
 	fx := newEffects(b, db)
 	n := benchSize(b)
-	ids := make([]string, n)
-	keys := make([]string, n)
-	payloads := make([]string, n)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("msg-%d-%s", i, envelope.NewUUIDv7())
-		keys[i] = fmt.Sprintf("key-%d", i%64)
-		payloads[i] = fmt.Sprintf(`{"n":%d}`, i)
-	}
+	ids, keys, payloads := effectRows(n)
 	const batch = 100
 	q := `INSERT INTO ` + fx.table + ` (message_id, msg_key, payload) SELECT * FROM unnest($1::text[], $2::text[], $3::text[])`
-	b.ResetTimer()
-	cpu0 := processCPU()
-	start := time.Now()
+	m := startMeter(b)
 	for i := 0; i < n; i += batch {
 		j := min(i+batch, n)
 		err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
@@ -180,12 +155,7 @@ func BenchmarkRawBatchedInsert(b *testing.B) {
 		})
 		require.NoError(b, err)
 	}
-	elapsed := time.Since(start)
-	cpu := processCPU() - cpu0
-	b.StopTimer()
-	b.ReportMetric(float64(cpu.Microseconds())/float64(n), "cpu-µs/msg")
-	b.ReportMetric(float64(n)/elapsed.Seconds(), "msgs/s")
-	b.ReportMetric(0, "ns/op")
+	m.stop(b, n)
 }
 
 // The two parts of the consumer's cost, each alone, in the same run as the others: where the
@@ -208,9 +178,7 @@ func BenchmarkKafkaOnly(b *testing.B) {
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	b.ResetTimer()
-	cpu0 := processCPU()
-	start := time.Now()
+	m := startMeter(b)
 	n := 0
 	for n < len(recs) {
 		fs := cl.PollRecords(ctx, 10_000)
@@ -229,12 +197,7 @@ func BenchmarkKafkaOnly(b *testing.B) {
 		})
 	}
 	require.NoError(b, cl.CommitUncommittedOffsets(ctx))
-	elapsed := time.Since(start)
-	cpu := processCPU() - cpu0
-	b.StopTimer()
-	b.ReportMetric(float64(cpu.Microseconds())/float64(n), "cpu-µs/msg")
-	b.ReportMetric(float64(n)/elapsed.Seconds(), "msgs/s")
-	b.ReportMetric(0, "ns/op")
+	m.stop(b, n)
 }
 
 // BenchmarkStoreOnly is the consumer's PostgreSQL path without Kafka: the same deliveries
@@ -257,24 +220,13 @@ func BenchmarkStoreOnly(b *testing.B) {
 		parts[p] = append(parts[p], inbox.Delivery{Event: ev,
 			Kafka: &inbox.KafkaRef{Topic: "bench.orders.v1", Partition: int32(p), Offset: int64(len(parts[p]))}})
 	}
-	bh := func(ctx context.Context, tx pgx.Tx, evs []envelope.Event) error {
-		ids, keys, payloads := make([]string, len(evs)), make([]*string, len(evs)), make([]string, len(evs))
-		for i, ev := range evs {
-			ids[i], keys[i], payloads[i] = ev.MessageID, ev.Key, string(ev.Payload)
-		}
-		_, err := tx.Exec(ctx, `INSERT INTO `+fx.table+` (message_id, msg_key, payload)
-			SELECT * FROM unnest($1::text[], $2::text[], $3::text[])`, ids, keys, payloads)
-		return err
-	}
-	b.ResetTimer()
-	cpu0 := processCPU()
-	start := time.Now()
+	m := startMeter(b)
 	var wg sync.WaitGroup
 	errs := make(chan error, benchPartitions)
 	for _, ds := range parts {
 		wg.Go(func() {
 			for i := 0; i < len(ds); i += inbox.DefaultBatchSize {
-				res, err := st.ProcessBatchWith(ctx, db.Pool, ds[i:min(i+inbox.DefaultBatchSize, len(ds))], bh)
+				res, err := st.ProcessBatchWith(ctx, db.Pool, ds[i:min(i+inbox.DefaultBatchSize, len(ds))], fx.batchInsert)
 				if err == nil && res[0].Outcome != inbox.Processed {
 					err = fmt.Errorf("outcome %v", res[0].Outcome)
 				}
@@ -286,14 +238,9 @@ func BenchmarkStoreOnly(b *testing.B) {
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	cpu := processCPU() - cpu0
-	b.StopTimer()
+	m.stop(b, n)
 	close(errs)
 	require.NoError(b, <-errs)
-	b.ReportMetric(float64(cpu.Microseconds())/float64(n), "cpu-µs/msg")
-	b.ReportMetric(float64(n)/elapsed.Seconds(), "msgs/s")
-	b.ReportMetric(0, "ns/op")
 }
 
 // BenchmarkRawBatchedInsertDedupe is RawBatchedInsert plus the least an exactly-once consumer
@@ -308,21 +255,12 @@ func BenchmarkRawBatchedInsertDedupe(b *testing.B) {
 		dedupe_key text NOT NULL, PRIMARY KEY (consumer, source, dedupe_key))`)
 	require.NoError(b, err)
 	n := benchSize(b)
-	ids := make([]string, n)
-	keys := make([]string, n)
-	payloads := make([]string, n)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("msg-%d-%s", i, envelope.NewUUIDv7())
-		keys[i] = fmt.Sprintf("key-%d", i%64)
-		payloads[i] = fmt.Sprintf(`{"n":%d}`, i)
-	}
+	ids, keys, payloads := effectRows(n)
 	const batch = 100
 	dq := `INSERT INTO ` + db.Schema + `.dedupe (consumer, source, dedupe_key)
 		SELECT 'bench', 'ordering', k FROM unnest($1::text[]) AS k ON CONFLICT DO NOTHING`
 	q := `INSERT INTO ` + fx.table + ` (message_id, msg_key, payload) SELECT * FROM unnest($1::text[], $2::text[], $3::text[])`
-	b.ResetTimer()
-	cpu0 := processCPU()
-	start := time.Now()
+	m := startMeter(b)
 	for i := 0; i < n; i += batch {
 		j := min(i+batch, n)
 		err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
@@ -334,12 +272,7 @@ func BenchmarkRawBatchedInsertDedupe(b *testing.B) {
 		})
 		require.NoError(b, err)
 	}
-	elapsed := time.Since(start)
-	cpu := processCPU() - cpu0
-	b.StopTimer()
-	b.ReportMetric(float64(cpu.Microseconds())/float64(n), "cpu-µs/msg")
-	b.ReportMetric(float64(n)/elapsed.Seconds(), "msgs/s")
-	b.ReportMetric(0, "ns/op")
+	m.stop(b, n)
 }
 
 // BenchmarkConsumerLatency offers b.N records at a steady 1000 msgs/s (over 4 partitions) to a
@@ -492,6 +425,48 @@ func (t *commitTracer) TraceQueryEnd(ctx context.Context, conn *pgx.Conn, data p
 	}
 	delete(t.pending, conn)
 	t.mu.Unlock()
+}
+
+// effectRows returns the columns of n effect rows for the raw loops.
+func effectRows(n int) (ids, keys, payloads []string) {
+	ids, keys, payloads = make([]string, n), make([]string, n), make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("msg-%d-%s", i, envelope.NewUUIDv7())
+		keys[i] = fmt.Sprintf("key-%d", i%64)
+		payloads[i] = fmt.Sprintf(`{"n":%d}`, i)
+	}
+	return ids, keys, payloads
+}
+
+// batchInsert is a BatchHandler writing one effect row per event with one INSERT per batch.
+func (e *effects) batchInsert(ctx context.Context, tx pgx.Tx, evs []envelope.Event) error {
+	ids, keys, payloads := make([]string, len(evs)), make([]*string, len(evs)), make([]string, len(evs))
+	for i, ev := range evs {
+		ids[i], keys[i], payloads[i] = ev.MessageID, ev.Key, string(ev.Payload)
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO `+e.table+` (message_id, msg_key, payload)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[])`, ids, keys, payloads)
+	return err
+}
+
+// meter measures a benchmark's timed part: from startMeter (which resets the benchmark
+// timer) to stop, which reports msgs/s and the process's CPU per message (cpu-µs/msg).
+type meter struct {
+	start time.Time
+	cpu0  time.Duration
+}
+
+func startMeter(b *testing.B) meter {
+	b.ResetTimer()
+	return meter{start: time.Now(), cpu0: processCPU()}
+}
+
+func (m meter) stop(b *testing.B, n int) {
+	elapsed, cpu := time.Since(m.start), processCPU()-m.cpu0
+	b.StopTimer()
+	b.ReportMetric(float64(cpu.Microseconds())/float64(n), "cpu-µs/msg")
+	b.ReportMetric(float64(n)/elapsed.Seconds(), "msgs/s")
+	b.ReportMetric(0, "ns/op")
 }
 
 // processCPU is the CPU time (user and system) this test process has used so far: the
