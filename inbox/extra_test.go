@@ -304,7 +304,8 @@ func TestConsumerUniformBacklogIsFetchedOnce(t *testing.T) {
 	// the other be paused; pausing whenever a buffer filled made the client fetch these 4 000
 	// records about 39 000 times.
 	require.LessOrEqual(t, st.FetchPauses, int64(4), "pauses")
-	require.Less(t, fc.n.Load(), int64(len(evs))*11/10, "records fetched for %d produced", len(evs))
+	// Each pause drops at most the one fetch the client held for the partition.
+	require.Less(t, fc.n.Load(), int64(len(evs))*3/2, "records fetched for %d produced", len(evs))
 }
 
 // A partition whose buffer is full because its handler is slow does not hold up the others:
