@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
@@ -351,6 +352,69 @@ func TestConsumerFullPartitionDoesNotHoldUpOthers(t *testing.T) {
 	p.waitCommitted(t, slow, int64(len(backlog)), 60*time.Second)
 	r.stop(t)
 	requireOncePerMessageInKeyOrder(t, fx, append(backlog, flowing...))
+}
+
+// traceLog records, per message, the trace ids of the contexts lines were logged with.
+type traceLog struct {
+	mu  sync.Mutex
+	ids map[string][]string
+}
+
+func (l *traceLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *traceLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *traceLog) WithGroup(string) slog.Handler            { return l }
+func (l *traceLog) Handle(ctx context.Context, r slog.Record) error {
+	id := ""
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		id = sc.TraceID().String()
+	}
+	l.mu.Lock()
+	l.ids[r.Message] = append(l.ids[r.Message], id)
+	l.mu.Unlock()
+	return nil
+}
+
+func (l *traceLog) traceIDs(msg string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.ids[msg]...)
+}
+
+// Lines the runner logs about one record (its retries, its dead letter) carry the trace id of
+// the record's trace context, so that a log search by trace finds them next to the spans.
+func TestConsumerRecordLogLinesCarryTheRecordsTrace(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	fx := newEffects(t, db)
+	kc := testkafka.New(t)
+	const topic = "billing.traced.v1"
+	kc.CreateTopic(t, topic, 1)
+	kc.CreateTopic(t, topic+".dlq", 1)
+	prod := kc.Client(t)
+	evs := keyedEvents("ordering", topic, 2, 1)
+	produceEvents(t, prod, evs...)
+	var failed atomic.Bool
+	h := func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
+		switch {
+		case ev.MessageID == evs[0].MessageID && failed.CompareAndSwap(false, true):
+			return errors.New("downstream not ready")
+		case ev.MessageID == evs[1].MessageID:
+			return inbox.Permanent(errors.New("malformed"))
+		}
+		return fx.handler()(ctx, tx, ev)
+	}
+	logs := &traceLog{ids: map[string][]string{}}
+	p := newProgress()
+	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
+		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic}, BatchSize: 1,
+		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted, Logger: slog.New(logs),
+		Retry: inbox.Retry{Initial: time.Millisecond, Max: 5 * time.Millisecond},
+	}, h)
+	p.waitCommitted(t, topic, 2, 30*time.Second)
+	r.stop(t)
+	want := strings.Split(evs[0].TraceContext.Traceparent, "-")[1]
+	require.Equal(t, []string{want}, logs.traceIDs("handler failed; retrying"))
+	require.Equal(t, []string{want}, logs.traceIDs("record dead-lettered"))
 }
 
 // The consumer's maintenance deletes completed rows past the retention and samples the

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/tracing"
 )
 
 // partitionWorker processes one assigned partition in offset order.
@@ -241,7 +242,7 @@ func (w *partitionWorker) prepare(r *kgo.Record) (d Delivery, bad *badRecord, ok
 			if IsPermanent(err) {
 				return d, &badRecord{ReasonSchema, err}, true
 			}
-			w.c.log.Warn("schema decoding failed; retrying", "topic", r.Topic, "partition", r.Partition,
+			w.c.log.WarnContext(w.logCtx(r), "schema decoding failed; retrying", "topic", r.Topic, "partition", r.Partition,
 				"offset", r.Offset, "error", err)
 			if !w.sleep(n) {
 				return d, nil, false
@@ -274,7 +275,7 @@ func (w *partitionWorker) processOneAfter(r *kgo.Record, d Delivery, df *deferra
 				return w.deadLetter(r, ReasonUnstorable, err, 0)
 			}
 			w.c.storageErrors.Add(1)
-			w.c.log.Warn("inbox storage error; retrying", "topic", r.Topic, "partition", r.Partition,
+			w.c.log.WarnContext(w.logCtx(r), "inbox storage error; retrying", "topic", r.Topic, "partition", r.Partition,
 				"offset", r.Offset, "error", err)
 			if !w.sleep(storageFailures) {
 				return false
@@ -325,7 +326,7 @@ func (w *partitionWorker) deferred(r *kgo.Record, d Delivery, res Result, df *de
 	if kind == deferContention {
 		what = "contention"
 	}
-	w.c.log.Warn("handler failed on "+what+"; retrying without using an attempt", "topic", r.Topic,
+	w.c.log.WarnContext(w.logCtx(r), "handler failed on "+what+"; retrying without using an attempt", "topic", r.Topic,
 		"partition", r.Partition, "offset", r.Offset, "retry_in", df.wait, "error", res.Err)
 	return res, nil
 }
@@ -353,7 +354,7 @@ func (w *partitionWorker) settle(r *kgo.Record, d *Delivery, res Result) (ok, do
 		return w.deadLetterPoisoned(r, d, ReasonPoisoned, res), true
 	case HandlerFailed:
 		w.c.handlerFailures.Add(1)
-		w.c.log.Warn("handler failed; retrying", "topic", r.Topic, "partition", r.Partition,
+		w.c.log.WarnContext(w.logCtx(r), "handler failed; retrying", "topic", r.Topic, "partition", r.Partition,
 			"offset", r.Offset, "attempts", res.Attempts, "error", res.Err)
 		return false, false
 	case Poisoned:
@@ -569,14 +570,14 @@ func (w *partitionWorker) deadLetter(r *kgo.Record, reason string, cause error, 
 		if err == nil {
 			c.deadLettered.Add(1)
 			c.in.deadlettered.Add(w.ctx, 1, c.in.messageAttrs(c.cfg.Store.Consumer, r.Topic))
-			c.log.Warn("record dead-lettered", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
+			c.log.WarnContext(w.logCtx(r), "record dead-lettered", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
 				"dead_letter_topic", topic, "reason", reason, "error", errText)
 			if c.cfg.OnDeadLettered != nil {
 				c.cfg.OnDeadLettered(r, reason)
 			}
 			return true
 		}
-		c.log.Error("dead-letter produce failed; retrying (the partition waits)", "dead_letter_topic", topic,
+		c.log.ErrorContext(w.logCtx(r), "dead-letter produce failed; retrying (the partition waits)", "dead_letter_topic", topic,
 			"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "error", err)
 		if !w.sleep(n) {
 			return false
@@ -600,6 +601,22 @@ func (w *partitionWorker) commit(last *kgo.Record, n int) {
 	if w.c.cfg.OnCommitted != nil {
 		w.c.cfg.OnCommitted(Commit{Topic: last.Topic, Partition: last.Partition, Offset: last.Offset + 1, Records: n})
 	}
+}
+
+// logCtx is the worker's context carrying r's trace context (its traceparent header, read
+// from the raw headers so that an undecodable record has it too): a line logged about r carries
+// the trace_id of the event's trace, from the producing transaction on.
+func (w *partitionWorker) logCtx(r *kgo.Record) context.Context {
+	var tc envelope.TraceContext
+	for _, h := range r.Headers {
+		switch h.Key {
+		case envelope.HeaderTraceparent:
+			tc.Traceparent = string(h.Value)
+		case envelope.HeaderTracestate:
+			tc.Tracestate = string(h.Value)
+		}
+	}
+	return tracing.ContextWith(w.ctx, &tc)
 }
 
 func toEnvelopeRecord(r *kgo.Record) envelope.Record {
