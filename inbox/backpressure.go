@@ -2,7 +2,13 @@ package inbox
 
 import (
 	"context"
+	"strconv"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/keiro-go/keiro/tracing"
 )
 
 // Back-pressure. Each partition's worker buffers at most MaxBufferedRecords records. The
@@ -96,4 +102,7 @@ func (w *partitionWorker) pause() {
 	w.paused = true
 	w.cl.PauseFetchPartitions(w.partitions())
 	w.c.fetchPauses.Add(1)
+	w.c.in.fetchPauses.Add(w.ctx, 1, metric.WithAttributeSet(attribute.NewSet(
+		tracing.GroupKey.String(w.c.cfg.Group), tracing.DestinationKey.String(w.tp.topic),
+		tracing.PartitionKey.String(strconv.Itoa(int(w.tp.partition))))))
 }

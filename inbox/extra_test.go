@@ -333,9 +333,10 @@ func TestConsumerFullPartitionDoesNotHoldUpOthers(t *testing.T) {
 		return fx.handler()(ctx, tx, ev)
 	}
 	p := newProgress()
+	reader := sdkmetric.NewManualReader()
 	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
 		Brokers: kc.Brokers, Group: "billing", Topics: []string{slow, fast},
-		MaxBufferedRecords: 10, BatchSize: 1,
+		MaxBufferedRecords: 10, BatchSize: 1, MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
 		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
 	}, h)
 	p.waitCommitted(t, slow, 1, 30*time.Second)
@@ -348,6 +349,30 @@ func TestConsumerFullPartitionDoesNotHoldUpOthers(t *testing.T) {
 	p.waitCommitted(t, fast, int64(len(flowing)), 30*time.Second)
 	require.Less(t, p.total(slow), int64(len(backlog)), "the slow partition is still working off its backlog")
 	require.Positive(t, r.c.Stats().FetchPauses, "the full partition was paused for the other's poll")
+	// keiro.consumer.fetch.pauses names the partition (the partition may still be paused
+	// meanwhile: the count lies between the stats read before and after the collection).
+	before := r.c.Stats().FetchPauses
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	after := r.c.Stats().FetchPauses
+	paused := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "keiro.consumer.fetch.pauses" {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				tp, _ := dp.Attributes.Value("messaging.destination.name")
+				part, _ := dp.Attributes.Value("messaging.destination.partition.id")
+				g, _ := dp.Attributes.Value("messaging.consumer.group.name")
+				require.Equal(t, "billing", g.AsString())
+				paused[tp.AsString()+"/"+part.AsString()] += dp.Value
+			}
+		}
+	}
+	require.GreaterOrEqual(t, paused[slow+"/0"], before, "pauses counted for the slow partition: %v", paused)
+	require.LessOrEqual(t, paused[slow+"/0"], after, "pauses counted for the slow partition: %v", paused)
+	require.Len(t, paused, 1, "only the slow partition is ever full")
 	close(release)
 	p.waitCommitted(t, slow, int64(len(backlog)), 60*time.Second)
 	r.stop(t)

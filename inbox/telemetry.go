@@ -36,6 +36,7 @@ type instruments struct {
 	// consumed and processDuration are the messaging semantic conventions' consumer metrics.
 	consumed        metric.Int64Counter
 	processDuration metric.Float64Histogram
+	fetchPauses     metric.Int64Counter
 
 	// group is the consumer group, set by the Consumer before it runs ("" for a Store used on
 	// its own).
@@ -63,7 +64,7 @@ func newInstruments(mp metric.MeterProvider, tp trace.TracerProvider) (*instrume
 	}
 	m := mp.Meter(scope)
 	in := &instruments{tracer: tp.Tracer(scope)}
-	var errs [11]error
+	var errs [12]error
 	in.processed, errs[0] = m.Int64Counter(tracing.MetricInboxProcessed, metric.WithUnit("{message}"),
 		metric.WithDescription("Messages whose handler committed."))
 	in.duplicates, errs[1] = m.Int64Counter(tracing.MetricInboxDuplicates, metric.WithUnit("{message}"),
@@ -86,6 +87,8 @@ func newInstruments(mp metric.MeterProvider, tp trace.TracerProvider) (*instrume
 	in.processDuration, errs[9] = m.Float64Histogram(tracing.MetricProcessDuration, metric.WithUnit("s"),
 		metric.WithDescription("Duration of processing one message: the inbox transaction with its handler."),
 		metric.WithExplicitBucketBoundaries(tracing.LatencyBuckets...))
+	in.fetchPauses, errs[11] = m.Int64Counter(tracing.MetricConsumerFetchPauses, metric.WithUnit("{pause}"),
+		metric.WithDescription("Partition fetches paused because the partition's buffer was full while another partition needed a poll."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, fmt.Errorf("create inbox instruments: %w", err)
 	}

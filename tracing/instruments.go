@@ -135,6 +135,11 @@ const (
 	// messaging.consumer.group.name, messaging.destination.name,
 	// messaging.destination.partition.id.
 	MetricConsumerLag = "keiro.consumer.lag"
+	// MetricConsumerFetchPauses names a counter in {pause}: times a partition's fetching was
+	// paused because its buffer was full while another partition needed a poll (each costs a
+	// re-fetch of what the client held for it); attributes messaging.consumer.group.name,
+	// messaging.destination.name, messaging.destination.partition.id.
+	MetricConsumerFetchPauses = "keiro.consumer.fetch.pauses"
 
 	// MetricCommandConflicts names a counter in {conflict}: appends that met a version conflict.
 	MetricCommandConflicts = "keiro.command.conflicts"
@@ -253,6 +258,8 @@ var MetricNames = []Metric{
 		Description: "Inbox rows in the failed state."},
 	{Name: MetricConsumerLag, Kind: Gauge, Unit: "{message}", Attributes: []attribute.Key{GroupKey, DestinationKey, PartitionKey},
 		Description: "Records between the group's committed offset and the partition's end offset, measured from Kafka for the partitions this member owns."},
+	{Name: MetricConsumerFetchPauses, Kind: Counter, Unit: "{pause}", Attributes: []attribute.Key{GroupKey, DestinationKey, PartitionKey},
+		Description: "Partition fetches paused because the partition's buffer was full while another partition needed a poll."},
 
 	{Name: MetricCommandConflicts, Kind: Counter, Unit: "{conflict}",
 		Description: "Appends of a command that met a version conflict."},
