@@ -637,8 +637,11 @@ func TestConsumerRecoversFromKilledDatabaseConnections(t *testing.T) {
 	p.waitCommitted(t, topic, 20, 30*time.Second)
 	r.stop(t)
 
+	// The dead connection shows either as a storage error (an inbox statement met it) or as a
+	// handler failure that splits the batch (the handler's statement met it first: the records
+	// before it commit again, it is retried alone); which one depends on timing, and neither
+	// uses an attempt.
 	st := r.c.Stats()
-	require.Positive(t, st.StorageErrors)
 	require.EqualValues(t, 0, st.DeadLettered, "a database outage never dead-letters")
 	require.EqualValues(t, 0, st.HandlerFailures, "a lost connection is not a handler attempt")
 	requireOncePerMessageInKeyOrder(t, fx, evs)
