@@ -595,6 +595,46 @@ func TestConsumerRebalanceMidStream(t *testing.T) {
 	require.Positive(t, b.c.Stats().Processed, "the second member took partitions over")
 }
 
+// Members join and leave while every partition has a backlog larger than its buffer, so the
+// poll loops wait for room (and pause partitions) across revocations and assignments: every
+// message still takes effect once, in key order.
+func TestConsumerRebalanceWithFullBuffers(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	fx := newEffects(t, db)
+	kc := testkafka.New(t)
+	const topic = "billing.rebalance.full.v1"
+	kc.CreateTopic(t, topic, 4)
+	prod := kc.Client(t)
+	evs := keyedEvents("ordering", topic, 3000, 16)
+	produceEvents(t, prod, evs[:2000]...)
+	p := newProgress()
+	cfg := inbox.ConsumerConfig{
+		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic},
+		MaxBufferedRecords: 30, BatchSize: 10, CommitEvery: 50,
+		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
+		KafkaOpts: []kgo.Opt{kgo.FetchMaxPartitionBytes(8 << 10)},
+	}
+	slow := func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
+		time.Sleep(100 * time.Microsecond) // long enough for buffers to fill
+		return fx.handler()(ctx, tx, ev)
+	}
+	a := startConsumer(t, db.Pool, cfg, slow)
+	p.waitCommitted(t, topic, 300, 30*time.Second)
+	b := startConsumer(t, db.Pool, cfg, slow)
+	p.waitCommitted(t, topic, 900, 30*time.Second)
+	a.stop(t)
+	produceEvents(t, prod, evs[2000:]...)
+	c := startConsumer(t, db.Pool, cfg, slow)
+	p.waitCommitted(t, topic, 1800, 30*time.Second)
+	b.stop(t)
+	p.waitCommitted(t, topic, int64(len(evs)), 60*time.Second)
+	c.stop(t)
+
+	requireOncePerMessageInKeyOrder(t, fx, evs)
+	require.EqualValues(t, len(evs), a.c.Stats().Processed+b.c.Stats().Processed+c.c.Stats().Processed)
+}
+
 func TestConsumerRecoversFromKilledDatabaseConnections(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
