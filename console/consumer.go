@@ -12,9 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
-
 	"github.com/keiro-go/keiro/inbox"
 )
 
@@ -384,21 +381,14 @@ func (c *Console) readLag(ctx context.Context) (ConsumerLag, error) {
 	if ic.Kafka == nil {
 		return out, errNoKafka
 	}
-	lags, err := kadm.NewClient(ic.Kafka).Lag(ctx, ic.Group)
-	if err != nil {
-		return out, fmt.Errorf("read the lag of group %s from Kafka: %w", ic.Group, err)
-	}
-	out.ReadAt = time.Now().UTC()
-	g, ok := lags[ic.Group]
-	if !ok {
-		return out, nil
-	}
-	if err := g.Error(); errors.Is(err, kerr.GroupIDNotFound) {
-		out.State = "Unknown" // the group never joined nor committed
+	g, err := inbox.GroupLag(ctx, ic.Kafka, ic.Group)
+	if errors.Is(err, inbox.ErrGroupUnknown) {
+		out.ReadAt, out.State = time.Now().UTC(), "Unknown" // the group never joined nor committed
 		return out, nil
 	} else if err != nil {
-		return out, fmt.Errorf("read the lag of group %s from Kafka: %w", ic.Group, err)
+		return out, err
 	}
+	out.ReadAt = time.Now().UTC()
 	out.State, out.Members = g.State, len(g.Members)
 	for _, l := range g.Lag.Sorted() {
 		pl := PartitionLag{Topic: l.Topic, Partition: l.Partition, Committed: l.Commit.At, End: l.End.Offset, Lag: l.Lag}

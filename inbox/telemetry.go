@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -213,14 +211,11 @@ func (c *Consumer) measureLag(ctx context.Context) {
 	if cl == nil {
 		return
 	}
-	lags, err := kadm.NewClient(cl).Lag(ctx, c.cfg.Group)
-	if err == nil {
-		err = lags.Error()
-	}
+	lag, err := GroupLag(ctx, cl, c.cfg.Group)
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
-		case errors.Is(err, kerr.GroupIDNotFound):
+		case errors.Is(err, ErrGroupUnknown):
 			// The group has not joined yet (a consumer that just started): nothing to measure.
 			c.log.DebugContext(ctx, "measure consumer lag: the group is not known to Kafka yet", "group", c.cfg.Group)
 		default:
@@ -229,7 +224,7 @@ func (c *Consumer) measureLag(ctx context.Context) {
 		return
 	}
 	byTP := map[topicPartition]int64{}
-	for _, ps := range lags[c.cfg.Group].Lag {
+	for _, ps := range lag.Lag {
 		for _, l := range ps {
 			if l.Err == nil && l.Lag >= 0 {
 				byTP[topicPartition{l.Topic, l.Partition}] = l.Lag

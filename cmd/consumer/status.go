@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/internal/cli"
 	"github.com/keiro-go/keiro/internal/kafkaconfig"
 	"github.com/keiro-go/keiro/migrations"
@@ -156,15 +156,8 @@ func readLag(ctx context.Context, kc kafkaconfig.Config, group string) (*groupLa
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, lagTimeout)
 	defer cancel()
-	lags, err := kadm.NewClient(cl).Lag(ctx, group)
+	l, err := inbox.GroupLag(ctx, cl, group)
 	if err != nil {
-		return nil, err
-	}
-	l, ok := lags[group]
-	if !ok {
-		return nil, fmt.Errorf("group %s not described", group)
-	}
-	if err := l.Error(); err != nil {
 		return nil, err
 	}
 	out := &groupLag{Group: group, State: l.State, Total: l.Lag.Total(), Topics: map[string]map[int32]int64{}}
