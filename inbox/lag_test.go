@@ -86,3 +86,37 @@ func TestConsumerLagMeasuredFromKafka(t *testing.T) {
 	r.stop(t)
 	require.Empty(t, lagPoints(t, reader), "a stopped consumer owns no partition")
 }
+
+// GroupLag names a group Kafka does not know with ErrGroupUnknown, and reports a known
+// group's lag per partition.
+func TestGroupLag(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	fx := newEffects(t, db)
+	kc := testkafka.New(t)
+	const topic = "billing.grouplag.v1"
+	kc.CreateTopic(t, topic, 2)
+	cl := kc.Client(t)
+	ctx := context.Background()
+	_, err := inbox.GroupLag(ctx, cl, "nobody")
+	require.ErrorIs(t, err, inbox.ErrGroupUnknown)
+
+	evs := keyedEvents("ordering", topic, 6, 2)
+	produceEvents(t, cl, evs...)
+	p := newProgress()
+	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
+		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic},
+		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
+	}, fx.handler())
+	p.waitCommitted(t, topic, 6, 30*time.Second)
+	lag, err := inbox.GroupLag(ctx, cl, "billing")
+	require.NoError(t, err)
+	require.Zero(t, lag.Lag.Total())
+	require.Len(t, lag.Lag[topic], 2)
+	r.stop(t)
+
+	produceEvents(t, cl, keyedEvents("ordering", topic, 4, 2)...)
+	lag, err = inbox.GroupLag(ctx, cl, "billing")
+	require.NoError(t, err)
+	require.EqualValues(t, 4, lag.Lag.Total())
+}
