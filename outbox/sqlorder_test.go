@@ -538,4 +538,13 @@ func TestSQLEnqueueAnswersLikeEnqueueTx(t *testing.T) {
 	_, _, err = sqlEnqueue(ctx, db.Pool, db.Schema, args(event("asleep", "orders", nil, "{}")))
 	require.NoError(t, err)
 	require.Equal(t, []string{""}, notifications())
+	// So is a relay restricted to some destinations (the function repeats the relay's two
+	// sleep-lock keys; this keeps them in step).
+	_, err = sleeper.Exec(ctx, `SELECT pg_advisory_unlock_all()`)
+	require.NoError(t, err)
+	require.NoError(t, sleeper.QueryRow(ctx, sleepLockFilteredSQL, db.Schema).Scan(&slept))
+	require.True(t, slept)
+	_, _, err = sqlEnqueue(ctx, db.Pool, db.Schema, args(event("asleep-filtered", "orders", nil, "{}")))
+	require.NoError(t, err)
+	require.Equal(t, []string{""}, notifications())
 }
