@@ -5,13 +5,15 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/keiro-go/keiro/tracing"
 )
 
-// Back-pressure. Each partition's worker buffers at most MaxBufferedRecords records. The
+// Back-pressure. Each partition's worker buffers at most MaxBufferedRecords records and
+// MaxBufferedBytes bytes (plus one poll's worth; see full). The
 // obvious bound, pausing a partition's fetches as soon as its buffer fills, costs a re-fetch:
 // franz-go drops the data it has already fetched for a partition that is paused when the
 // client is polled, and reads it again after the resume, so a backlog that is worked off in
@@ -43,11 +45,10 @@ func (c *Consumer) awaitRoom(ctx context.Context) {
 		dry := false
 		c.mu.Lock()
 		for _, w := range c.workers {
-			n, paused := w.buffered()
-			switch {
-			case n >= c.cfg.MaxBufferedRecords && !paused:
+			switch isFull, empty, paused := w.state(); {
+			case isFull && !paused:
 				full = append(full, w)
-			case n == 0:
+			case empty:
 				dry = true
 			}
 		}
@@ -84,11 +85,28 @@ func (c *Consumer) signalRoom() {
 	}
 }
 
-// buffered returns how many records the worker holds and whether its partition is paused.
-func (w *partitionWorker) buffered() (n int, paused bool) {
+// state reports whether the worker's buffer is full or empty, and whether its partition is
+// paused.
+func (w *partitionWorker) state() (full, empty, paused bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.queue), w.paused
+	return w.fullLocked(), len(w.queue) == 0, w.paused
+}
+
+// fullLocked reports that the buffer holds MaxBufferedRecords records or MaxBufferedBytes
+// bytes. A poll adds at most one fetch per partition, so a buffer is never more than that over
+// its bounds. w.mu must be held.
+func (w *partitionWorker) fullLocked() bool {
+	return len(w.queue) >= w.c.cfg.MaxBufferedRecords || w.bytes >= w.c.cfg.MaxBufferedBytes
+}
+
+// recordBytes is what a record counts for MaxBufferedBytes: its key, value and headers.
+func recordBytes(r *kgo.Record) int {
+	n := len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
 }
 
 // pause stops fetching the worker's partition, if its buffer is still full, until the worker
@@ -96,7 +114,7 @@ func (w *partitionWorker) buffered() (n int, paused bool) {
 func (w *partitionWorker) pause() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.paused || len(w.queue) < w.c.cfg.MaxBufferedRecords {
+	if w.paused || !w.fullLocked() {
 		return
 	}
 	w.paused = true

@@ -37,6 +37,9 @@ const (
 	// polling, or pauses fetching that partition until its worker has worked it down to half
 	// (see ConsumerConfig.MaxBufferedRecords).
 	DefaultMaxBufferedRecords = 5000
+	// DefaultMaxBufferedBytes bounds a partition's buffer in bytes (keys, values and headers of
+	// its records) as MaxBufferedRecords bounds it in records: large records reach it first.
+	DefaultMaxBufferedBytes = 8 << 20
 	// DefaultFetchMaxWait is the consumer's kgo.FetchMaxWait: a resumed partition is fetched
 	// only after the broker's in-flight long poll returns, so a short wait keeps a paused
 	// partition from idling (franz-go's default is 5s). Override it through KafkaOpts.
@@ -163,6 +166,11 @@ type ConsumerConfig struct {
 	// the other partitions have records to work on, and pauses the partition's fetching when
 	// another one needs a poll (see Stats.FetchPauses). Defaults to DefaultMaxBufferedRecords.
 	MaxBufferedRecords int
+	// MaxBufferedBytes bounds a partition's buffer in bytes (keys, values and headers), acting
+	// as MaxBufferedRecords does; whichever is reached first counts. A consumer's memory for
+	// records is about the partitions it owns × this (plus one fetch each, and the Kafka
+	// client's own fetch buffer). Defaults to DefaultMaxBufferedBytes.
+	MaxBufferedBytes int
 	// CommitEvery is the most records processed between two offset commits of a partition
 	// (and the most a worker takes from its buffer at once). A partition's offsets are also
 	// committed whenever its worker runs out of buffered records, and at least every 100 ms
@@ -233,6 +241,9 @@ func (c *ConsumerConfig) setDefaults() {
 	if c.MaxBufferedRecords == 0 {
 		c.MaxBufferedRecords = DefaultMaxBufferedRecords
 	}
+	if c.MaxBufferedBytes == 0 {
+		c.MaxBufferedBytes = DefaultMaxBufferedBytes
+	}
 	if c.CommitEvery == 0 {
 		c.CommitEvery = DefaultCommitEvery
 	}
@@ -282,6 +293,9 @@ func (c *ConsumerConfig) validate() error {
 	}
 	if c.BatchSize < 1 {
 		errs = append(errs, fmt.Errorf("BatchSize: must be at least 1, got %d", c.BatchSize))
+	}
+	if c.MaxBufferedBytes < 1 {
+		errs = append(errs, fmt.Errorf("MaxBufferedBytes: must be at least 1, got %d", c.MaxBufferedBytes))
 	}
 	if c.MaxBufferedRecords < 1 {
 		errs = append(errs, fmt.Errorf("MaxBufferedRecords: must be at least 1, got %d", c.MaxBufferedRecords))

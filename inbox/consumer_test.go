@@ -689,9 +689,10 @@ func TestConsumerRecoversFromKilledDatabaseConnections(t *testing.T) {
 
 func TestNewConsumerValidation(t *testing.T) {
 	t.Parallel()
-	_, err := inbox.NewConsumer(nil, inbox.ConsumerConfig{BatchSize: -1, Topics: []string{"("}, TopicsRegex: true}, nil)
+	_, err := inbox.NewConsumer(nil, inbox.ConsumerConfig{BatchSize: -1, Topics: []string{"("}, TopicsRegex: true,
+		MaxBufferedRecords: -1, MaxBufferedBytes: -1}, nil)
 	require.Error(t, err)
-	for _, s := range []string{"pool", "handler", "Brokers", "Group", "BatchSize", "Topics"} {
+	for _, s := range []string{"pool", "handler", "Brokers", "Group", "BatchSize", "Topics", "MaxBufferedRecords", "MaxBufferedBytes"} {
 		require.ErrorContains(t, err, s)
 	}
 }

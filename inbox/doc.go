@@ -76,7 +76,7 @@
 //     their partitions' workers, so records polled before a revocation never reach the worker
 //     of a later assignment of the same partition ahead of its re-fetch.
 //   - Back-pressure: each partition buffers at most ConsumerConfig.MaxBufferedRecords records
-//     (plus one poll). A full buffer holds up the next poll while the other partitions have
+//     and MaxBufferedBytes bytes (plus one poll). A full buffer holds up the next poll while the other partitions have
 //     records to work on; when one of them runs dry, the full partitions' fetching is paused
 //     (kgo.PauseFetchPartitions, which drops what the client already fetched for them) until
 //     their workers have worked the backlog down to half, so a slow partition never holds up

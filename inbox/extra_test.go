@@ -313,6 +313,19 @@ func TestConsumerUniformBacklogIsFetchedOnce(t *testing.T) {
 // once another partition needs a poll, the full one is paused instead.
 func TestConsumerFullPartitionDoesNotHoldUpOthers(t *testing.T) {
 	t.Parallel()
+	t.Run("records", func(t *testing.T) {
+		t.Parallel()
+		testFullPartition(t, func(c *inbox.ConsumerConfig) { c.MaxBufferedRecords = 10 }, nil)
+	})
+	// Large records fill the buffer by bytes long before its record bound.
+	t.Run("bytes", func(t *testing.T) {
+		t.Parallel()
+		testFullPartition(t, func(c *inbox.ConsumerConfig) { c.MaxBufferedBytes = 40 << 10 },
+			[]byte(`{"blob":"`+strings.Repeat("x", 4<<10)+`"}`))
+	})
+}
+
+func testFullPartition(t *testing.T, bound func(*inbox.ConsumerConfig), payload []byte) {
 	db := testdb.New(t)
 	fx := newEffects(t, db)
 	kc := testkafka.New(t)
@@ -321,6 +334,11 @@ func TestConsumerFullPartitionDoesNotHoldUpOthers(t *testing.T) {
 	kc.CreateTopic(t, fast, 1)
 	prod := kc.Client(t)
 	backlog := keyedEvents("ordering", slow, 300, 4)
+	if payload != nil {
+		for i := range backlog {
+			backlog[i].Payload = payload
+		}
+	}
 	produceEvents(t, prod, backlog...)
 	release := make(chan struct{})
 	h := func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
@@ -334,11 +352,13 @@ func TestConsumerFullPartitionDoesNotHoldUpOthers(t *testing.T) {
 	}
 	p := newProgress()
 	reader := sdkmetric.NewManualReader()
-	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
+	cfg := inbox.ConsumerConfig{
 		Brokers: kc.Brokers, Group: "billing", Topics: []string{slow, fast},
-		MaxBufferedRecords: 10, BatchSize: 1, MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+		BatchSize: 1, MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
 		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
-	}, h)
+	}
+	bound(&cfg)
+	r := startConsumer(t, db.Pool, cfg, h)
 	p.waitCommitted(t, slow, 1, 30*time.Second)
 	flowing := keyedEvents("ordering", fast, 30, 3)
 	for i := range flowing {

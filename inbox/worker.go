@@ -21,6 +21,7 @@ type partitionWorker struct {
 
 	mu     sync.Mutex
 	queue  []*kgo.Record
+	bytes  int // of the records in queue (recordBytes)
 	hwm    int64
 	paused bool
 
@@ -51,11 +52,16 @@ func (w *partitionWorker) partitions() map[string][]int32 {
 	return map[string][]int32{w.tp.topic: {w.tp.partition}}
 }
 
-// enqueue hands fetched records to the worker. A buffer that reaches MaxBufferedRecords holds
-// up the next poll (see awaitRoom in backpressure.go).
+// enqueue hands fetched records to the worker. A buffer that reaches MaxBufferedRecords or
+// MaxBufferedBytes holds up the next poll (see awaitRoom in backpressure.go).
 func (w *partitionWorker) enqueue(recs []*kgo.Record, hwm int64) {
+	n := 0
+	for _, r := range recs {
+		n += recordBytes(r)
+	}
 	w.mu.Lock()
 	w.queue = append(w.queue, recs...)
+	w.bytes += n
 	w.hwm = hwm
 	w.mu.Unlock()
 	select {
@@ -71,14 +77,17 @@ func (w *partitionWorker) take(n int) []*kgo.Record {
 	k := min(n, len(w.queue))
 	recs := w.queue[:k:k]
 	w.queue = w.queue[k:]
-	if len(w.queue) == 0 {
-		w.queue = nil
+	for _, r := range recs {
+		w.bytes -= recordBytes(r)
 	}
-	if w.paused && len(w.queue) <= w.c.cfg.MaxBufferedRecords/2 {
+	if len(w.queue) == 0 {
+		w.queue, w.bytes = nil, 0
+	}
+	if w.paused && len(w.queue) <= w.c.cfg.MaxBufferedRecords/2 && w.bytes <= w.c.cfg.MaxBufferedBytes/2 {
 		w.paused = false
 		w.cl.ResumeFetchPartitions(w.partitions())
 	}
-	room := len(w.queue) < w.c.cfg.MaxBufferedRecords
+	room := !w.fullLocked()
 	w.mu.Unlock()
 	if k > 0 && room {
 		w.c.signalRoom()

@@ -37,6 +37,8 @@ type runCmd struct {
 	BackoffInitial      time.Duration `help:"First backoff after a handler failure, an outage of the handler's target or of the database, or a failed dead-letter produce; it doubles up to --backoff-max." default:"100ms"`
 	BackoffMax          time.Duration `help:"Longest backoff (a target's Retry-After may ask for more, up to 5m)." default:"10s"`
 	Concurrency         int           `help:"Partitions processed in parallel at most." default:"8"`
+	MaxBufferedRecords  int           `help:"Records a partition buffers ahead of its worker; a full buffer holds up the next poll, and is paused when another partition needs one." default:"5000"`
+	MaxBufferedBytes    int           `help:"Bytes (keys, values, headers) a partition buffers ahead of its worker, bounding memory as --max-buffered-records does; whichever is reached first counts." default:"8388608"`
 	DedupePolicy        string        `help:"Dedupe key: message-id, source-event (source event id, else global position) or kafka-delivery (topic:partition:offset)." default:"message-id"`
 	Persistence         string        `help:"What a completed inbox row keeps: full (the envelope) or dedupe-only." default:"full"`
 	Retention           time.Duration `help:"How long completed inbox rows are kept: the dedupe window. 0 keeps them forever." default:"168h"`
@@ -84,6 +86,12 @@ func (c *runCmd) ValidateFlags() error {
 	}
 	if c.BackoffMax < c.BackoffInitial {
 		p.Add("backoff-max", "must be at least --backoff-initial (%s), got %s", c.BackoffInitial, c.BackoffMax)
+	}
+	if c.MaxBufferedRecords < 1 {
+		p.Add("max-buffered-records", "must be at least 1, got %d", c.MaxBufferedRecords)
+	}
+	if c.MaxBufferedBytes < 1 {
+		p.Add("max-buffered-bytes", "must be at least 1, got %d", c.MaxBufferedBytes)
 	}
 	if c.Concurrency < 1 {
 		p.Add("concurrency", "must be at least 1, got %d", c.Concurrency)
@@ -188,6 +196,8 @@ func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 		},
 		DeadLetterTopic:         c.DLQTopic,
 		MaxConcurrentPartitions: c.Concurrency,
+		MaxBufferedRecords:      c.MaxBufferedRecords,
+		MaxBufferedBytes:        c.MaxBufferedBytes,
 		BatchSize:               c.batchSize(),
 		Retry:                   inbox.Retry{Initial: c.BackoffInitial, Max: c.BackoffMax},
 		BatchHandler:            h.batch, // sql: one round trip for the calls of a batch
