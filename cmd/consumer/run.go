@@ -14,6 +14,7 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/internal/cli"
+	"github.com/keiro-go/keiro/internal/gctune"
 	"github.com/keiro-go/keiro/internal/httpserver"
 	"github.com/keiro-go/keiro/internal/kafkaconfig"
 	"github.com/keiro-go/keiro/migrations"
@@ -241,7 +242,7 @@ func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 	}
 
 	log.Info("consuming", "group", c.ID.Group, "consumer", c.ID.consumerName(), "topics", c.Topics,
-		"handler", c.H.Handler, "dedupe_policy", c.DedupePolicy, "schema", g.DB.Schema)
+		"handler", c.H.Handler, "dedupe_policy", c.DedupePolicy, "schema", g.DB.Schema, "gc", gctune.Current())
 	runErr := consumer.Run(ctx)
 	stopHTTP()
 	httpErr := <-httpDone

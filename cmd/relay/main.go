@@ -8,9 +8,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/keiro-go/keiro/internal/gctune"
 )
 
 func main() {
+	gctune.Apply()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)

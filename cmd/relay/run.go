@@ -11,6 +11,7 @@ import (
 
 	"github.com/keiro-go/keiro/console"
 	"github.com/keiro-go/keiro/internal/cli"
+	"github.com/keiro-go/keiro/internal/gctune"
 	"github.com/keiro-go/keiro/internal/httpserver"
 	"github.com/keiro-go/keiro/internal/kafkaconfig"
 	"github.com/keiro-go/keiro/migrations"
@@ -120,7 +121,7 @@ func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 	}
 	log.Info("relay starting", "database", g.DB.DatabaseURL, "schema", g.DB.Schema, "brokers", c.Kafka.Brokers,
 		"policy", c.Policy, "batch_size", c.BatchSize, "max_in_flight", c.MaxInFlight, "claim_concurrency", c.ClaimConcurrency, "poll_only", c.PollOnly,
-		"destinations", c.Destinations)
+		"destinations", c.Destinations, "gc", gctune.Current())
 	for _, w := range c.Kafka.Warnings() {
 		log.Warn(w)
 	}
