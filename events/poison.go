@@ -129,20 +129,11 @@ func (w *worker) poison(ctx context.Context, e RecordedEvent, last error, delive
 // inCheckpointTx runs fn in a transaction that locks the checkpoint, then saves it at next and
 // commits. It returns errMoved if the checkpoint is not where the worker left it.
 func (w *worker) inCheckpointTx(ctx context.Context, next int64, fn func(tx pgx.Tx) error) error {
-	s := w.s
-	tx, err := w.conn.Begin(ctx)
+	tx, err := w.lockCheckpoint(ctx)
 	if err != nil {
-		return fmt.Errorf("run subscription %s: begin: %w", s.cfg.Name, err)
+		return err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	var stored int64
-	if err := tx.QueryRow(ctx, s.store.q.subLock, s.cfg.Name).Scan(&stored); err != nil {
-		return fmt.Errorf("run subscription %s: lock checkpoint: %w", s.cfg.Name, err)
-	}
-	if stored != w.cp {
-		w.moved(ctx, stored)
-		return errMoved
-	}
 	if err := fn(tx); err != nil {
 		return err
 	}

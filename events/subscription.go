@@ -438,20 +438,14 @@ func (w *worker) catchUp(ctx context.Context) error {
 // (past holes and other categories' events).
 func (w *worker) batch(ctx context.Context, safe int64) error {
 	s := w.s
-	tx, err := w.conn.Begin(ctx)
+	tx, err := w.lockCheckpoint(ctx)
+	if errors.Is(err, errMoved) {
+		return nil // Rebuild reset the checkpoint (or an operator moved it): continue from there
+	}
 	if err != nil {
-		return fmt.Errorf("run subscription %s: begin batch: %w", s.cfg.Name, err)
+		return err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	var stored int64
-	if err := tx.QueryRow(ctx, s.store.q.subLock, s.cfg.Name).Scan(&stored); err != nil {
-		return fmt.Errorf("run subscription %s: lock checkpoint: %w", s.cfg.Name, err)
-	}
-	if stored != w.cp {
-		// Rebuild reset the checkpoint (or an operator moved it): continue from there.
-		w.moved(ctx, stored)
-		return nil
-	}
 	batch := make([]RecordedEvent, 0, s.cfg.BatchSize)
 	for e, err := range s.store.readLogPage(ctx, tx, w.cp, safe, s.cfg.Category, s.cfg.BatchSize) {
 		if err != nil {
@@ -473,6 +467,29 @@ func (w *worker) batch(ctx context.Context, safe int64) error {
 		}
 	}
 	return w.commitCheckpoint(ctx, tx, next)
+}
+
+// lockCheckpoint begins the transaction of a subscription step: it holds the checkpoint's row
+// lock, so that no other worker and no Rebuild moves the checkpoint meanwhile. If the
+// checkpoint is no longer where the worker left it, the transaction is rolled back, the worker
+// follows the checkpoint (moved) and the error is errMoved.
+func (w *worker) lockCheckpoint(ctx context.Context) (pgx.Tx, error) {
+	s := w.s
+	tx, err := w.conn.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("run subscription %s: begin: %w", s.cfg.Name, err)
+	}
+	var stored int64
+	if err := tx.QueryRow(ctx, s.store.q.subLock, s.cfg.Name).Scan(&stored); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("run subscription %s: lock checkpoint: %w", s.cfg.Name, err)
+	}
+	if stored != w.cp {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		w.moved(ctx, stored)
+		return nil, errMoved
+	}
+	return tx, nil
 }
 
 // commitCheckpoint saves next as the checkpoint in tx, commits it, and advances the worker (and
