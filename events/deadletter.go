@@ -107,6 +107,9 @@ type permanentError struct{ err error }
 func (e *permanentError) Error() string { return e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
 
+// Permanent marks the error permanent for IsPermanent here and in the inbox package.
+func (e *permanentError) Permanent() bool { return true }
+
 // Permanent wraps a handler error to say that delivering the event again cannot succeed (an
 // event the handler can never apply): the subscription applies RetryPolicy.OnPoison at once,
 // without the remaining deliveries. Permanent(nil) is nil.
@@ -117,10 +120,12 @@ func Permanent(err error) error {
 	return &permanentError{err: err}
 }
 
-// IsPermanent reports whether err's chain holds an error wrapped by Permanent.
+// IsPermanent reports whether err's chain holds an error marked permanent: wrapped by
+// Permanent here or by inbox.Permanent, or any error with a Permanent() bool method that
+// returns true (one marker serves a handler used by both a subscription and a consumer).
 func IsPermanent(err error) bool {
-	var p *permanentError
-	return errors.As(err, &p)
+	var p interface{ Permanent() bool }
+	return errors.As(err, &p) && p.Permanent()
 }
 
 // Dead-letter error classes, stored in DeadLetter.ErrorClass.

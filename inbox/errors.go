@@ -74,6 +74,9 @@ type permanentError struct{ err error }
 func (p *permanentError) Error() string { return "permanent: " + p.err.Error() }
 func (p *permanentError) Unwrap() error { return p.err }
 
+// Permanent marks the error permanent for IsPermanent here and in the events package.
+func (p *permanentError) Permanent() bool { return true }
+
 // Permanent marks err as permanent: a handler that returns it is not retried; its delivery is
 // poisoned at once (the consumer runner dead-letters it). Permanent(nil) is nil. A schema
 // decoder hook may use it as well to say the payload itself is bad.
@@ -84,10 +87,12 @@ func Permanent(err error) error {
 	return &permanentError{err: err}
 }
 
-// IsPermanent reports whether err, or any error it wraps, was marked with [Permanent].
+// IsPermanent reports whether err, or any error it wraps, is marked permanent: with
+// [Permanent], with events.Permanent, or by a Permanent() bool method that returns true (one
+// marker serves a handler used by both a consumer and a subscription).
 func IsPermanent(err error) bool {
-	var p *permanentError
-	return errors.As(err, &p)
+	var p interface{ Permanent() bool }
+	return errors.As(err, &p) && p.Permanent()
 }
 
 // OutageError is a handler failure caused by something other than the message: a dependency
