@@ -429,15 +429,7 @@ func (r *Runner[S, C, E]) backoff(ctx context.Context, attempt int) error {
 	if exp > r.cfg.MaxRetryBackoff || exp <= 0 {
 		exp = r.cfg.MaxRetryBackoff
 	}
-	d := exp/2 + rand.N(exp+1)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return sleepCtx(ctx, exp/2+rand.N(exp+1))
 }
 
 // Load hydrates stream: the state its events fold into and its version (0: no events). It
