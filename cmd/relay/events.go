@@ -7,6 +7,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/keiro-go/keiro/events"
 	"github.com/keiro-go/keiro/internal/cli"
 )
@@ -42,15 +44,11 @@ func (c *eventsDeadListCmd) ValidateFlags() error {
 
 // Run lists the dead letters.
 func (c *eventsDeadListCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
-	conn, err := g.DB.connect(ctx)
+	conn, store, err := g.DB.eventStore(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	store, err := events.NewStore(events.StoreConfig{Schema: g.DB.Schema})
-	if err != nil {
-		return err
-	}
 	dead, err := store.ListDeadLetters(ctx, conn, events.DeadLetterFilter{Subscription: c.Subscription,
 		Status: c.Status, AfterID: c.After, Limit: c.Limit})
 	if err != nil {
@@ -100,15 +98,11 @@ func (c *eventsDeadReplayCmd) ValidateFlags() error {
 
 // Run marks the dead letters for replay and wakes the subscription.
 func (c *eventsDeadReplayCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
-	conn, err := g.DB.connect(ctx)
+	conn, store, err := g.DB.eventStore(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	store, err := events.NewStore(events.StoreConfig{Schema: g.DB.Schema})
-	if err != nil {
-		return err
-	}
 	n, err := store.RequestReplay(ctx, conn, c.Subscription, c.IDs...)
 	if err != nil {
 		return err
@@ -120,4 +114,17 @@ func (c *eventsDeadReplayCmd) Run(ctx context.Context, g *grammar, env *cli.Env)
 	}
 	fmt.Fprintln(env.Stderr, "the running subscription delivers them at its next poll; check with `relay events dead list --status=replayed`")
 	return nil
+}
+
+// eventStore connects to the database and returns the event store of its schema.
+func (f *dbFlags) eventStore(ctx context.Context) (*pgx.Conn, *events.Store, error) {
+	store, err := events.NewStore(events.StoreConfig{Schema: f.Schema})
+	if err != nil {
+		return nil, nil, err
+	}
+	conn, err := f.connect(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return conn, store, nil
 }
