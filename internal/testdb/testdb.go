@@ -7,13 +7,9 @@
 package testdb
 
 import (
-	"fmt"
-	"net/url"
 	"os"
-	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/keiro-go/keiro/keirotest/testenv"
@@ -55,20 +51,3 @@ func New(t testing.TB) *DB {
 	return &DB{Pool: db.Pool, Schema: db.Schema, ConnString: db.ConnString}
 }
 
-// WithSearchPath returns connString (a URL or a key=value DSN) with search_path set to schema.
-func WithSearchPath(connString, schema string) (string, error) {
-	if _, err := pgx.ParseConfig(connString); err != nil {
-		return "", fmt.Errorf("parse database URL: %w", err)
-	}
-	if !strings.Contains(connString, "://") {
-		return connString + " search_path=" + schema, nil
-	}
-	u, err := url.Parse(connString)
-	if err != nil {
-		return "", fmt.Errorf("parse database URL: %w", err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String(), nil
-}

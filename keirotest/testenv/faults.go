@@ -74,7 +74,7 @@ func (k *Kafka) FailProduces(t testing.TB, f ProduceFailure) *Outage {
 			return nil, nil, false
 		}
 		k.Cluster.KeepControl()
-		return produceError(req, f.Err.Code), nil, true
+		return ProduceError(req, f.Err.Code), nil, true
 	})
 	return o
 }
@@ -162,8 +162,9 @@ func (k *Kafka) topicIDs(t testing.TB, topics []string) map[[16]byte]bool {
 	return ids
 }
 
-// produceError answers every partition of req with code.
-func produceError(req *kmsg.ProduceRequest, code int16) *kmsg.ProduceResponse {
+// ProduceError answers every partition of a produce request with code: the response a
+// control hook (kfake's ControlKey) returns to fail the request.
+func ProduceError(req *kmsg.ProduceRequest, code int16) *kmsg.ProduceResponse {
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
 	resp.Version = req.Version
 	for _, t := range req.Topics {
