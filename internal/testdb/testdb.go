@@ -50,4 +50,3 @@ func New(t testing.TB) *DB {
 	db := testenv.NewDBWith(t, testenv.DBConfig{URL: URL()})
 	return &DB{Pool: db.Pool, Schema: db.Schema, ConnString: db.ConnString}
 }
-
