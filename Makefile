@@ -19,8 +19,12 @@ FUZZTIME ?= 50000x
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+.PHONY: postgres
+postgres: ## Make sure the local PostgreSQL answers on 127.0.0.1:5432 (installs, configures and starts it: scripts/postgres).
+	@if [ "$(DATABASE_URL)" = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable" ]; then bash scripts/postgres; fi
+
 .PHONY: demo
-demo: ## Run the end-to-end demo (embedded Kafka, local PostgreSQL at DATABASE_URL). N=orders.
+demo: postgres ## Run the end-to-end demo (embedded Kafka, local PostgreSQL at DATABASE_URL). N=orders.
 	$(GO) run ./cmd/demo $(if $(N),-n $(N)) $(DEMO_FLAGS)
 
 # Stamped into the binaries (`relay --version`); without them the Go build info is used.
@@ -34,7 +38,7 @@ build: ## Build every package and the binaries into ./bin (VERSION and COMMIT st
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/relay ./cmd/consumer
 
 .PHONY: test
-test: vet ## Run the whole test suite (PostgreSQL required; short fuzz runs; race detector on the storage packages).
+test: vet postgres ## Run the whole test suite (PostgreSQL required; short fuzz runs; race detector on the storage packages).
 	$(MAKE) --no-print-directory alerts-check
 	$(MAKE) --no-print-directory deploy-check
 	$(MAKE) --no-print-directory fuzz-short
