@@ -113,6 +113,9 @@ func (s *Store) claim(ctx context.Context, q batchSender, policy Policy, limit i
 			out = nil
 		}
 	}()
+	if s.claimSent != nil {
+		s.claimSent(q, token)
+	}
 	for range 3 {
 		if _, err := br.Exec(); err != nil {
 			return token, nil, fmt.Errorf("claim outbox batch: %w", err)
@@ -126,6 +129,35 @@ func (s *Store) claim(ctx context.Context, q batchSender, policy Policy, limit i
 		return token, nil, fmt.Errorf("claim outbox batch: commit: %w", err)
 	}
 	return token, out, nil
+}
+
+// releaseLostClaim releases the rows still publishing under token, the token of a claim whose
+// reply was lost, once its backend (pid) is gone (sqlReleaseLostClaim). alive reports that the
+// backend still runs: nothing was released and the caller asks again later.
+func (s *Store) releaseLostClaim(ctx context.Context, q batchSender, token envelope.UUID, pid uint32) (alive bool, released int64, err error) {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SET LOCAL enable_seqscan = off") // walk the open rows, not the retained ones
+	b.Queue(s.q.releaseLost, [16]byte(token), int64(pid))
+	b.Queue("COMMIT")
+	br := q.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("release rows of a lost claim: %w", cerr)
+		}
+	}()
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return false, 0, fmt.Errorf("release rows of a lost claim: %w", err)
+		}
+	}
+	if err := br.QueryRow().Scan(&alive, &released); err != nil {
+		return false, 0, fmt.Errorf("release rows of a lost claim: %w", err)
+	}
+	if _, err := br.Exec(); err != nil {
+		return false, 0, fmt.Errorf("release rows of a lost claim: commit: %w", err)
+	}
+	return alive, released, nil
 }
 
 // batchSender sends a pipelined batch: *pgxpool.Pool and *pgx.Conn satisfy it.

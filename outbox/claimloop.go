@@ -65,9 +65,14 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 		budget := r.cfg.MaxInFlightBatches * r.cfg.BatchSize
 		scanAll := !extra && (deepFull || time.Since(lastUnbounded) >= r.cfg.PollInterval)
 		if scanAll {
-			budget, lastUnbounded = 0, time.Now()
+			budget = 0
 		}
-		token, rows, err := r.store.claim(hard, r.pool, r.cfg.Policy, r.cfg.BatchSize, r.cfg.Lease, r.cfg.MaxAttempts, r.cfg.Destinations, budget)
+		token, rows, err := r.claim(hard, budget)
+		if scanAll {
+			// From the scan's end: a scan that took longer than the poll interval must not
+			// make the next claim a full scan too.
+			lastUnbounded = time.Now()
+		}
 		r.log.DebugContext(ctx, "claimed", "rows", len(rows), "took", r.now().Sub(t0), "err", err)
 		r.stats.claims.Add(1)
 		if err != nil {

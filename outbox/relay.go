@@ -74,6 +74,10 @@ type Relay struct {
 	backlog    chan struct{}
 	// flying holds the batches claimed and not yet marked, for renewLeases.
 	flying sync.Map // *batch → struct{}
+	// lost holds the claims whose reply did not arrive: they may have committed, holding
+	// their rows under a lease nobody renews. Each claim first releases them (lostclaim.go).
+	lostMu sync.Mutex
+	lost   []lostClaim
 
 	stats struct {
 		claims, claimed, batches, published, retried, skipped, dead, rejected, released, reclaimed,

@@ -124,6 +124,7 @@ type queries struct {
 	enqueue, enqueueExisting string
 	claim                    map[Policy]string
 	mark, renew, start       string
+	releaseLost              string
 	retention, gauges        string
 	status, listDead         string
 	requeue, lookup          string
@@ -168,6 +169,7 @@ func newQueries(schema string) queries {
 		mark:                r.Replace(sqlMark),
 		renew:               r.Replace(sqlRenew),
 		start:               r.Replace(sqlStartProduce),
+		releaseLost:         r.Replace(sqlReleaseLostClaim),
 		retention:           r.Replace(sqlRetention),
 		gauges:              r.Replace(sqlGauges),
 		status:              r.Replace(sqlStatus),
@@ -372,6 +374,26 @@ const sqlStartProduce = `
 UPDATE {{schema}}.keiro_outbox SET claim_token = $2::uuid
 WHERE outbox_id = ANY($3::uuid[]) AND claim_token = $1::uuid AND status = 'publishing'
 RETURNING outbox_id`
+
+// sqlReleaseLostClaim releases the rows of a claim whose reply was lost (the relay saw an error,
+// so it cannot tell whether the claim committed): rows still publishing under its token $1 go
+// back to pending, due now, with the attempt refunded, as a mark's 'released' does. It does so
+// only once the claim's backend ($2, its process id) is gone: a backend still running (the
+// network, not the server, lost the reply) could commit the claim after this statement, so the
+// relay asks again later. It returns whether the backend is still alive and how many rows it
+// released. It walks the open rows (the claim index), not the retained ones: a lost reply is
+// rare, and a claim token index would make every claim write an index entry (no HOT update).
+const sqlReleaseLostClaim = `
+WITH backend AS MATERIALIZED (
+    SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = $2) AS alive
+), released AS (
+    UPDATE {{schema}}.keiro_outbox SET status = 'pending', attempt_count = greatest(attempt_count - 1, 0),
+        next_attempt_at = now(), claim_token = NULL, lease_until = NULL, updated_at = now()
+    WHERE phase = 0 AND status = 'publishing' AND claim_token = $1::uuid
+      AND NOT (SELECT alive FROM backend)
+    RETURNING 1
+)
+SELECT (SELECT alive FROM backend), (SELECT count(*) FROM released)`
 
 // sqlRetention deletes at most $2 sent rows published before now() - $1 microseconds, oldest
 // first, through the sent_gc index, if it gets the maintenance lock $3 (transaction-scoped, so

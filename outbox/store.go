@@ -113,6 +113,9 @@ type Store struct {
 	opts   StoreOptions
 	q      queries
 	inst   *instruments
+	// claimSent, if set (tests), runs once a claim is sent and before any of its reply is
+	// read: where a lost connection leaves a committed claim unknown to the relay.
+	claimSent func(q batchSender, token envelope.UUID)
 }
 
 // NewStore returns a Store for the outbox in schema, which must be a valid schema name
