@@ -26,6 +26,29 @@ import (
 // stuck partition must not hold up the others. A paused partition resumes once its worker has
 // worked its buffer down to half.
 
+// pressureEvent is what the back-pressure hook (Consumer.pressureHook, set by tests) reports.
+type pressureEvent int
+
+const (
+	// pressureHold: the poll loop holds up its next poll because a buffer is full and no
+	// other partition has run dry.
+	pressureHold pressureEvent = iota
+	// pressurePause: a partition's fetches were paused.
+	pressurePause
+	// pressureResume: a paused partition's fetches were resumed.
+	pressureResume
+)
+
+// pressure reports ev for tp to the test hook, if one is set. It must be called without w.mu
+// or c.mu held. Hold and pause are reported from the poll loop's goroutine, before it polls
+// again, so a partition the poll loop found empty is still empty while the hook runs (only the
+// poll loop adds records to a buffer).
+func (c *Consumer) pressure(ev pressureEvent, tp topicPartition) {
+	if c.pressureHook != nil {
+		c.pressureHook(ev, tp)
+	}
+}
+
 // roomCheck bounds how long the poll loop waits for a full buffer without a signal before it
 // looks again.
 const roomCheck = time.Second
@@ -61,6 +84,9 @@ func (c *Consumer) awaitRoom(ctx context.Context) {
 				w.pause()
 			}
 			return
+		}
+		for _, w := range full {
+			c.pressure(pressureHold, w.tp)
 		}
 		if timer == nil {
 			timer = time.NewTimer(roomCheck)
@@ -113,12 +139,14 @@ func recordBytes(r *kgo.Record) int {
 // has worked it down to half (take resumes it).
 func (w *partitionWorker) pause() {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.paused || !w.fullLocked() {
+		w.mu.Unlock()
 		return
 	}
 	w.paused = true
 	w.cl.PauseFetchPartitions(w.partitions())
+	w.mu.Unlock()
+	w.c.pressure(pressurePause, w.tp)
 	w.c.fetchPauses.Add(1)
 	w.c.in.fetchPauses.Add(w.ctx, 1, metric.WithAttributeSet(attribute.NewSet(
 		tracing.GroupKey.String(w.c.cfg.Group), tracing.DestinationKey.String(w.tp.topic),

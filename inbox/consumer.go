@@ -350,6 +350,9 @@ type Consumer struct {
 
 	// pollHook, when set (by tests), runs after each poll, before its records are dispatched.
 	pollHook func(kgo.Fetches)
+	// pressureHook, when set (by tests), is told of holds, pauses and resumes
+	// (backpressure.go).
+	pressureHook func(pressureEvent, topicPartition)
 
 	mu      sync.Mutex
 	workers map[topicPartition]*partitionWorker

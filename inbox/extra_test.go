@@ -269,15 +269,14 @@ func TestConsumerBackPressure(t *testing.T) {
 	requireOncePerMessageInKeyOrder(t, fx, evs)
 }
 
-// fetchCounter counts the records the Kafka client buffered from fetches (a record fetched
-// twice counts twice).
-type fetchCounter struct{ n atomic.Int64 }
-
-func (f *fetchCounter) OnFetchRecordBuffered(*kgo.Record) { f.n.Add(1) }
-
 // A backlog spread evenly over the partitions is fetched once: a full buffer holds up the
 // next poll instead of pausing its partition, which would make the client drop, and fetch
-// again, what it already held for it.
+// again, what it already held for it. A partition is paused only when another one has run dry
+// (at the start, before its first fetch, and at the end; mid-run when a worker is starved).
+// The test watches the consumer's back-pressure events: every pause must find another
+// partition's buffer empty, and the poll loop must have held up its poll for a full buffer.
+// Pausing as soon as a buffer filled pauses while the other partition has records (and never
+// holds), and fails both.
 func TestConsumerUniformBacklogIsFetchedOnce(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -288,25 +287,54 @@ func TestConsumerUniformBacklogIsFetchedOnce(t *testing.T) {
 	prod := kc.Client(t)
 	evs := keyedEvents("ordering", topic, 4000, 16)
 	produceEvents(t, prod, evs...)
-	fc := &fetchCounter{}
+	var (
+		mu         sync.Mutex
+		holds      int
+		pauses     int
+		violations []string
+	)
 	p := newProgress()
-	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
+	r := startConsumerWith(t, db.Pool, inbox.ConsumerConfig{
 		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic},
 		MaxBufferedRecords: 100, BatchSize: 20,
 		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
-		KafkaOpts: []kgo.Opt{kgo.WithHooks(fc), kgo.FetchMaxPartitionBytes(16 << 10)},
-	}, fx.handler())
+		KafkaOpts: []kgo.Opt{kgo.FetchMaxPartitionBytes(16 << 10)},
+	}, fx.handler(), func(c *inbox.Consumer) {
+		inbox.SetPressureHook(c, func(ev inbox.PressureEvent) {
+			switch ev.Kind {
+			case "hold":
+				mu.Lock()
+				holds++
+				mu.Unlock()
+			case "pause":
+				// Called from the poll loop before its next poll: a buffer it found empty
+				// cannot have been refilled meanwhile.
+				self := fmt.Sprintf("%s/%d", ev.Topic, ev.Partition)
+				buffered := inbox.Buffered(c)
+				dry := false
+				for tp, n := range buffered {
+					if tp != self && n == 0 {
+						dry = true
+					}
+				}
+				mu.Lock()
+				pauses++
+				if !dry {
+					violations = append(violations, fmt.Sprintf("%s paused while every other partition had records: %v", self, buffered))
+				}
+				mu.Unlock()
+			}
+		})
+	})
 	p.waitCommitted(t, topic, int64(len(evs)), 60*time.Second)
 	r.stop(t)
 	requireOncePerMessageInKeyOrder(t, fx, evs)
-	st := r.c.Stats()
-	t.Logf("fetched %d records for %d produced; %d pauses", fc.n.Load(), len(evs), st.FetchPauses)
-	// A partition that runs dry (at the start, before its first fetch, and at the end) lets
-	// the other be paused; pausing whenever a buffer filled made the client fetch these 4 000
-	// records about 39 000 times.
-	require.LessOrEqual(t, st.FetchPauses, int64(4), "pauses")
-	// Each pause drops at most the one fetch the client held for the partition.
-	require.Less(t, fc.n.Load(), int64(len(evs))*3/2, "records fetched for %d produced", len(evs))
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("%d holds, %d pauses", holds, pauses)
+	require.Empty(t, violations, "a full buffer alone must hold up the poll, not pause its partition")
+	require.Positive(t, holds, "the poll loop held up a poll for a full buffer")
+	require.EqualValues(t, pauses, r.c.Stats().FetchPauses, "every pause counted in Stats.FetchPauses")
 }
 
 // A partition whose buffer is full because its handler is slow does not hold up the others:

@@ -83,12 +83,16 @@ func (w *partitionWorker) take(n int) []*kgo.Record {
 	if len(w.queue) == 0 {
 		w.queue, w.bytes = nil, 0
 	}
+	resumed := false
 	if w.paused && len(w.queue) <= w.c.cfg.MaxBufferedRecords/2 && w.bytes <= w.c.cfg.MaxBufferedBytes/2 {
-		w.paused = false
+		w.paused, resumed = false, true
 		w.cl.ResumeFetchPartitions(w.partitions())
 	}
 	room := !w.fullLocked()
 	w.mu.Unlock()
+	if resumed {
+		w.c.pressure(pressureResume, w.tp)
+	}
 	if k > 0 && room {
 		w.c.signalRoom()
 	}
