@@ -12,6 +12,7 @@ import (
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/inbox/handlers"
 	"github.com/keiro-go/keiro/internal/cli"
+	"github.com/keiro-go/keiro/internal/pgconfig"
 	"github.com/keiro-go/keiro/schema"
 )
 
@@ -28,7 +29,7 @@ func openPool(ctx context.Context, db *dbFlags) (*pgxpool.Pool, error) {
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect to PostgreSQL at %s: %w", dsn, err)
+		return nil, fmt.Errorf("connect to PostgreSQL at %s: %w", dsn, pgconfig.ConnectError(err))
 	}
 	return pool, nil
 }
@@ -41,7 +42,7 @@ func (f *dbFlags) connect(ctx context.Context) (*pgx.Conn, error) {
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect to PostgreSQL at %s: %w", f.DatabaseURL, err)
+		return nil, fmt.Errorf("connect to PostgreSQL at %s: %w", f.DatabaseURL, pgconfig.ConnectError(err))
 	}
 	return conn, nil
 }

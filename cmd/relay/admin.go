@@ -15,6 +15,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/cli"
+	"github.com/keiro-go/keiro/internal/pgconfig"
 	"github.com/keiro-go/keiro/migrations"
 	"github.com/keiro-go/keiro/outbox"
 )
@@ -27,7 +28,7 @@ func (f *dbFlags) connect(ctx context.Context) (*pgx.Conn, error) {
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", f.DatabaseURL, redactErr(err, f.DatabaseURL))
+		return nil, fmt.Errorf("connect to %s: %w", f.DatabaseURL, redactErr(pgconfig.ConnectError(err), f.DatabaseURL))
 	}
 	return conn, nil
 }

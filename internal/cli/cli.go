@@ -209,6 +209,7 @@ func (a App) Parse(grammar any, args []string) (kctx *kong.Context, err error) {
 	decodeErrs, badFlags := col.errors(kctx)
 	var problems []error
 	problems = append(problems, decodeErrs...)
+	fromEnv := envSources(kctx)
 	for _, v := range validators(kctx) {
 		verr := v.ValidateFlags()
 		if verr == nil {
@@ -216,8 +217,13 @@ func (a App) Parse(grammar any, args []string) (kctx *kong.Context, err error) {
 		}
 		for _, e := range flatten(verr) {
 			var fe *FlagError
-			if errors.As(e, &fe) && badFlags[fe.Flag] {
-				continue // the flag's value did not parse; that problem is already reported
+			if errors.As(e, &fe) {
+				if badFlags[fe.Flag] {
+					continue // the flag's value did not parse; that problem is already reported
+				}
+				if env, ok := fromEnv[fe.Flag]; ok {
+					e = fmt.Errorf("%w (from $%s)", e, env)
+				}
 			}
 			problems = append(problems, e)
 		}
@@ -289,6 +295,31 @@ func validators(kctx *kong.Context) []FlagValidator {
 			walk(tr.App.Target)
 		case tr.Command != nil:
 			walk(tr.Command.Target)
+		}
+	}
+	return out
+}
+
+// envSources maps each flag of the selected command path whose value came from its environment
+// variable (set, and the flag not given on the command line) to that variable, so that a value
+// that parses but fails validation is reported with the variable the user has to fix.
+func envSources(kctx *kong.Context) map[string]string {
+	onCLI := map[*kong.Value]bool{}
+	for _, tr := range kctx.Path {
+		if tr.Flag != nil {
+			onCLI[tr.Flag.Value] = true
+		}
+	}
+	out := map[string]string{}
+	for _, group := range kctx.Flags() {
+		if onCLI[group.Value] {
+			continue
+		}
+		for _, env := range group.Tag.Envs {
+			if _, ok := os.LookupEnv(env); ok {
+				out[group.Name] = env
+				break
+			}
 		}
 	}
 	return out
@@ -472,14 +503,36 @@ func (c *collector) errors(kctx *kong.Context) ([]error, map[string]bool) {
 type lenientMapper struct {
 	c     *collector
 	inner kong.Mapper
+	// numeric lets the value be a negative number given as the next argument.
+	numeric bool
 }
 
 func (m lenientMapper) Decode(ctx *kong.DecodeContext, target reflect.Value) error {
+	if m.numeric {
+		takeNegativeValue(ctx.Scan)
+	}
 	if err := m.inner.Decode(ctx, target); err != nil {
 		target.Set(reflect.Zero(target.Type()))
 		m.c.record(ctx.Value, err)
 	}
 	return nil
+}
+
+// takeNegativeValue makes a negative number that follows a numeric flag ("--batch-size -1")
+// the flag's value: kong would read "-1" as the short flag -1 and fail with "expected int value
+// but got "-1" (short flag)", hiding the flag's own validation (its name and allowed range). No
+// flag of the binaries has a digit or a dot as its short name, so nothing else is lost.
+func takeNegativeValue(scan *kong.Scanner) {
+	t := scan.Peek()
+	s, ok := t.Value.(string)
+	if t.Type != kong.UntypedToken || !ok || len(s) < 2 || s[0] != '-' {
+		return
+	}
+	if c := s[1]; (c < '0' || c > '9') && c != '.' {
+		return
+	}
+	scan.Pop()
+	scan.PushTyped(s, kong.FlagValueToken)
 }
 
 type lenientBoolMapper struct{ lenientMapper }
@@ -494,11 +547,11 @@ func (c *collector) mappers() []kong.Option {
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
 		reflect.Float32, reflect.Float64,
 	} {
-		opts = append(opts, kong.KindMapper(k, lenientMapper{c: c, inner: reg.ForType(reflect.New(kindType(k)).Elem().Type())}))
+		opts = append(opts, kong.KindMapper(k, lenientMapper{c: c, inner: reg.ForType(reflect.New(kindType(k)).Elem().Type()), numeric: true}))
 	}
 	opts = append(opts,
 		kong.KindMapper(reflect.Bool, lenientBoolMapper{lenientMapper{c: c, inner: reg.ForType(reflect.TypeFor[bool]())}}),
-		kong.TypeMapper(reflect.TypeFor[time.Duration](), lenientMapper{c: c, inner: reg.ForType(reflect.TypeFor[time.Duration]())}),
+		kong.TypeMapper(reflect.TypeFor[time.Duration](), lenientMapper{c: c, inner: reg.ForType(reflect.TypeFor[time.Duration]()), numeric: true}),
 	)
 	return opts
 }

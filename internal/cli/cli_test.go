@@ -286,3 +286,53 @@ func FuzzRedactDSN(f *testing.F) {
 		}
 	})
 }
+
+// A negative number after a numeric flag is its value, so that validation reports the flag and
+// its range; a bool flag never takes the next argument.
+func TestNegativeValueAfterFlag(t *testing.T) {
+	var out bytes.Buffer
+	_, err := app(&out).Parse(&testGrammar{}, []string{"--batch-size", "-1", "--lease", "-2s"})
+	if err == nil {
+		t.Fatal("expected problems")
+	}
+	msg := err.Error()
+	for _, want := range []string{"--batch-size: must be at least 1, got -1", "--lease: must be positive"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error does not mention %q:\n%s", want, msg)
+		}
+	}
+	if strings.Contains(msg, "short flag") {
+		t.Errorf("negative value read as a short flag:\n%s", msg)
+	}
+	g := &testGrammar{}
+	if _, err := app(&out).Parse(g, []string{"--batch-size", "7", "--migrate", "--lease=1s"}); err != nil || !g.Run.Migrate || g.Run.BatchSize != 7 {
+		t.Fatalf("positive values and bool flags: %v %+v", err, g.Run)
+	}
+	if _, err := app(&out).Parse(&testGrammar{}, []string{"--migrate", "-1"}); err == nil {
+		t.Fatal("a bool flag must not take -1 as its value")
+	}
+}
+
+// A value from the environment that parses but fails validation names its variable; the same
+// value on the command line does not.
+func TestInvalidEnvValueNamesItsVariable(t *testing.T) {
+	t.Setenv("KEIRO_T_BATCH_SIZE", "-1")
+	t.Setenv("KEIRO_T_MECHANISM", "GSSAPI")
+	var out bytes.Buffer
+	_, err := app(&out).Parse(&testGrammar{}, nil)
+	if err == nil {
+		t.Fatal("expected problems")
+	}
+	for _, want := range []string{
+		"--batch-size: must be at least 1, got -1 (from $KEIRO_T_BATCH_SIZE)",
+		`--mechanism: unknown mechanism "GSSAPI" (from $KEIRO_T_MECHANISM)`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %q:\n%s", want, err)
+		}
+	}
+	_, err = app(&out).Parse(&testGrammar{}, []string{"--batch-size=0", "--mechanism=X"})
+	if err == nil || strings.Contains(err.Error(), "from $") {
+		t.Fatalf("command-line values must not be blamed on the environment: %v", err)
+	}
+}

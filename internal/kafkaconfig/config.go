@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -100,14 +101,39 @@ func (c *Config) ValidateFlags() error {
 		p.Add("brokers", "is required: list the Kafka seed brokers as host:port,host:port")
 	}
 	for _, b := range c.Brokers {
-		host, port, err := net.SplitHostPort(strings.TrimSpace(b))
-		if err != nil || host == "" || port == "" {
-			p.Add("brokers", "%q is not host:port", b)
+		if err := checkBroker(strings.TrimSpace(b)); err != nil {
+			p.Add("brokers", "%q is not host:port: %v", b, err)
 		}
 	}
 	c.validateTLS(&p)
 	c.validateSASL(&p)
 	return p.Err()
+}
+
+// checkBroker reports what is wrong with a seed broker address: it must be host:port with a
+// host and a numeric port from 1 to 65535 (the client would refuse anything else only when it
+// starts, after the binary has already touched the database).
+func checkBroker(addr string) error {
+	if addr == "" {
+		return errors.New("the entry is empty (brokers are separated by commas alone)")
+	}
+	host, port, err := net.SplitHostPort(addr)
+	var ae *net.AddrError
+	switch {
+	case err != nil && errors.As(err, &ae) && ae.Err == "missing port in address":
+		return errors.New("the port is missing")
+	case err != nil && errors.As(err, &ae):
+		return fmt.Errorf("%s (an IPv6 address is written [addr]:port)", ae.Err)
+	case err != nil:
+		return err
+	}
+	if host == "" {
+		return errors.New("the host is missing")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("port %q is not a number from 1 to 65535", port)
+	}
+	return nil
 }
 
 func (c *Config) validateTLS(p *cli.Problems) {

@@ -202,3 +202,30 @@ func TestFlagsAndHelp(t *testing.T) {
 		t.Fatal("help prints the password")
 	}
 }
+
+// Every entry of --brokers is checked as host:port before anything connects: a host, and a
+// numeric port from 1 to 65535.
+func TestValidateBrokerAddresses(t *testing.T) {
+	for _, ok := range []string{"localhost:9092", "10.0.0.1:1", "[::1]:65535", " k:9092 "} {
+		cfg := kafkaconfig.Config{Brokers: []string{ok}}
+		if err := cfg.ValidateFlags(); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for bad, want := range map[string]string{
+		"127.0.0.1:kafka": `"127.0.0.1:kafka" is not host:port: port "kafka" is not a number from 1 to 65535`,
+		"k:0":             `port "0" is not a number from 1 to 65535`,
+		"k:65536":         `port "65536" is not a number from 1 to 65535`,
+		"k:-1":            `port "-1" is not a number from 1 to 65535`,
+		":9092":           "the host is missing",
+		"k":               "the port is missing",
+		"::1:9092":        "too many colons",
+		"":                "the entry is empty",
+	} {
+		cfg := kafkaconfig.Config{Brokers: []string{"ok:9092", bad}}
+		err := cfg.ValidateFlags()
+		if err == nil || !strings.Contains(err.Error(), "--brokers: ") || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: want %q, got %v", bad, want, err)
+		}
+	}
+}

@@ -14,7 +14,7 @@ func ExampleConfig_ValidateFlags() {
 	fmt.Println(cfg.ValidateFlags())
 	fmt.Printf("password: %v\n", cfg.SASL.Password)
 	// Output:
-	// --brokers: "kafka-2" is not host:port
+	// --brokers: "kafka-2" is not host:port: the port is missing
 	// --kafka-sasl-mechanism: unknown mechanism "SCRAM-SHA-1": use PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or AWS_MSK_IAM
 	// password: ******
 }
