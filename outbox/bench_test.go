@@ -108,6 +108,7 @@ func drainRelay(b *testing.B, db *testdb.DB, kc *testkafka.Cluster, n int) (time
 	}
 	r, err := NewRelay(db.Pool, client, cfg)
 	require.NoError(b, err)
+	r.store.walkDeep = os.Getenv("KEIRO_BENCH_CLAIM") == "walk" // the claim before "Deep backlog"
 	var peak atomic.Uint64
 	stopSampling := make(chan struct{})
 	var wg sync.WaitGroup

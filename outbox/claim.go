@@ -84,7 +84,9 @@ type claimedRow struct {
 
 // claim claims up to limit rows under policy, with a fresh claim token and a lease. Rows come
 // back in seq order. A positive scanBudget restricts the claim to the first scanBudget open
-// rows in seq order (the rest of the backlog is left to an unbounded claim).
+// rows in seq order (the rest of the backlog is left to an unbounded claim). An unbounded claim
+// of the per-key policies finds the claimable heads key by key (sqlClaimKeys): its cost follows
+// the keys and the batch, not the depth of the backlog.
 //
 // The claim runs in its own short transaction with bitmap and sequential scans disabled, sent
 // as one pipelined batch (one round trip): without statistics (a freshly loaded table) the
@@ -104,7 +106,13 @@ func (s *Store) claim(ctx context.Context, q batchSender, policy Policy, limit i
 	b.Queue("BEGIN")
 	b.Queue("SET LOCAL enable_bitmapscan = off")
 	b.Queue("SET LOCAL enable_seqscan = off")
-	b.Queue(s.q.claim[policy], [16]byte(token), maxAttempts, lease.Microseconds(), limit, dest, budget)
+	if budget == nil && !s.walkDeep && (policy == PerKeyHeadOfLine || policy == StopTheLine) {
+		// Past the front of the backlog the heads are found by key, not by walking every
+		// row behind them (sqlClaimKeys).
+		b.Queue(s.q.claimKeys, [16]byte(token), maxAttempts, lease.Microseconds(), limit, dest)
+	} else {
+		b.Queue(s.q.claim[policy], [16]byte(token), maxAttempts, lease.Microseconds(), limit, dest, budget)
+	}
 	b.Queue("COMMIT")
 	br := q.SendBatch(ctx, b)
 	defer func() {

@@ -123,11 +123,13 @@ ON CONFLICT (source) DO NOTHING`
 type queries struct {
 	enqueue, enqueueExisting string
 	claim                    map[Policy]string
-	mark, renew, start       string
-	releaseLost              string
-	retention, gauges        string
-	status, listDead         string
-	requeue, lookup          string
+	// claimKeys is the per-key policies' claim past the front of the backlog (sqlClaimKeys).
+	claimKeys          string
+	mark, renew, start string
+	releaseLost        string
+	retention, gauges  string
+	status, listDead   string
+	requeue, lookup    string
 	// sleepLock and sleepUnlock take and release sleepLockAll; the filtered forms, sleepLockFiltered.
 	sleepLock, sleepUnlock                 string
 	sleepLockFiltered, sleepUnlockFiltered string
@@ -150,9 +152,10 @@ func newQueries(schema string) queries {
 			headSeq = "head.seq"
 		}
 		q := strings.NewReplacer("{{prejoin}}", join, "{{pre}}", pre, "{{post}}", post, "{{head_seq}}", headSeq,
-			"{{ran_last}}", ranLast).Replace(sqlClaim)
+			"{{ran_last}}", ranLast).Replace(sqlClaim + sqlClaimTail)
 		return r.Replace(expand(q))
 	}
+	claimKeys := r.Replace(expand(strings.NewReplacer("{{post}}", postKey, "{{ran_last}}", ranLast).Replace(sqlClaimKeys + sqlClaimTail)))
 	return queries{
 		enqueue: r.Replace(strings.NewReplacer("{{sleep_lock_all}}", sleepLockAll,
 			"{{sleep_lock_filtered}}", sleepLockFiltered).Replace(sqlEnqueue)),
@@ -166,6 +169,7 @@ func newQueries(schema string) queries {
 			PerSourceStream:  claim(preJoinSource, preSource, postSource),
 			BestEffort:       claim("", "TRUE", postNone),
 		},
+		claimKeys:           claimKeys,
 		mark:                r.Replace(sqlMark),
 		renew:               r.Replace(sqlRenew),
 		start:               r.Replace(sqlStartProduce),
@@ -231,7 +235,10 @@ WITH candidate AS (
     ORDER BY r.seq
     LIMIT $4
     FOR UPDATE OF r SKIP LOCKED
-), {{post}}, updated AS (
+)`
+
+// sqlClaimTail is the rest of every claim statement, after its candidate CTE.
+const sqlClaimTail = `, {{post}}, updated AS (
     UPDATE {{schema}}.keiro_outbox o SET
         status = CASE WHEN {{ran_last}} THEN 'dead' ELSE 'publishing' END,
         attempt_count = CASE WHEN o.status = 'publishing' AND o.attempt_count >= $2 THEN o.attempt_count ELSE o.attempt_count + 1 END,
@@ -252,6 +259,69 @@ SELECT u.old_status, u.status, u.seq, u.attempt_count, u.created_at,
     u.causation_id, u.correlation_id, u.traceparent, u.tracestate, u.payload_bytes,
     u.attributes::text, u.occurred_at
 FROM updated u ORDER BY u.seq`
+
+// sqlClaimKeys is the claim of the per-key policies that looks past the front of the backlog
+// (the relay's periodic deep claim): it finds the claimable heads by key, not by walking the
+// backlog, so its cost follows the number of keys and the batch, never the rows behind the
+// heads (when every key near the front is in flight, a walk in seq order visits the whole
+// backlog to find nothing).
+//
+//   - heads: a loose index scan of the head-of-line index, one descent per key: each step jumps
+//     from a key's head to the next key's first open row, skipping the key's tail. It carries
+//     the count of claimable heads found and stops at $4 of them, so it visits the keys in
+//     flight and at most a batch of others. Keys come in key order, not seq order; the claim of
+//     the front of the backlog (sqlClaim with a scan budget) keeps the oldest rows first.
+//   - eligible: the claimable heads of the relay's destinations; each brings the first rows of
+//     its run (up to ceil($4 / their number), so a batch spreads over the keys as a walk in seq
+//     order would), locked FOR UPDATE SKIP LOCKED, and null-key rows come through their own
+//     index (keiro_outbox_null_key_idx, migration outbox_heads). The oldest $4 are candidates.
+//
+// The post-filter, the update and the result are sqlClaim's.
+const sqlClaimKeys = `
+WITH RECURSIVE heads AS (
+    (SELECT h.source, h.message_key, h.seq, h.destination, {{claimable_h}} AS ok,
+         CASE WHEN {{claimable_h}} THEN 1 ELSE 0 END AS found
+     FROM {{schema}}.keiro_outbox h
+     WHERE h.phase = 0 AND h.message_key IS NOT NULL
+     ORDER BY h.source, h.message_key, h.seq LIMIT 1)
+    UNION ALL
+    SELECT n.source, n.message_key, n.seq, n.destination, n.ok, k.found + CASE WHEN n.ok THEN 1 ELSE 0 END
+    FROM heads k CROSS JOIN LATERAL (
+        SELECT h.source, h.message_key, h.seq, h.destination, {{claimable_h}} AS ok
+        FROM {{schema}}.keiro_outbox h
+        WHERE h.phase = 0 AND h.message_key IS NOT NULL
+          AND (h.source, h.message_key) > (k.source, k.message_key)
+        ORDER BY h.source, h.message_key, h.seq LIMIT 1) n
+    WHERE k.found < $4
+), eligible AS MATERIALIZED (
+    SELECT source, message_key, seq FROM heads
+    WHERE ok AND ($5::text[] IS NULL OR destination = ANY($5::text[]))
+    ORDER BY seq LIMIT $4
+), candidate AS (
+    SELECT * FROM (
+        SELECT r.outbox_id, r.seq, r.source, r.message_key, r.status, e.seq AS head_seq
+        FROM eligible e CROSS JOIN LATERAL (
+            SELECT r.outbox_id, r.seq, r.source, r.message_key, r.status
+            FROM {{schema}}.keiro_outbox r
+            WHERE r.source = e.source AND r.message_key = e.message_key AND r.phase = 0
+              AND {{claimable_r}}
+              AND ($5::text[] IS NULL OR r.destination = ANY($5::text[]))
+            ORDER BY r.source, r.message_key, r.seq
+            LIMIT (($4 + (SELECT count(*) FROM eligible) - 1) / greatest((SELECT count(*) FROM eligible), 1))
+            FOR UPDATE OF r SKIP LOCKED) r
+        UNION ALL
+        SELECT * FROM (
+            SELECT r.outbox_id, r.seq, r.source, r.message_key, r.status, NULL::bigint AS head_seq
+            FROM {{schema}}.keiro_outbox r
+            WHERE r.phase = 0 AND r.message_key IS NULL AND {{claimable_r}}
+              AND ($5::text[] IS NULL OR r.destination = ANY($5::text[]))
+            ORDER BY r.seq
+            LIMIT $4
+            FOR UPDATE OF r SKIP LOCKED) z
+    ) c
+    ORDER BY c.seq
+    LIMIT $4
+)`
 
 // ranLast is the claim's test for a row whose lease expired on its last attempt after that
 // attempt's produce started: its token's version digit is 8 (a started token).

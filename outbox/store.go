@@ -116,6 +116,9 @@ type Store struct {
 	// claimSent, if set (tests), runs once a claim is sent and before any of its reply is
 	// read: where a lost connection leaves a committed claim unknown to the relay.
 	claimSent func(q batchSender, token envelope.UUID)
+	// walkDeep, if set (benchmarks), makes the unbounded claim of the per-key policies walk
+	// the backlog in seq order as it used to, instead of finding the heads by key.
+	walkDeep bool
 }
 
 // NewStore returns a Store for the outbox in schema, which must be a valid schema name
