@@ -1,0 +1,90 @@
+package kafkabroker_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keiro-go/keiro/internal/kafkabroker"
+)
+
+func produceConsume(t *testing.T, seeds []string, topic string, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic(topic),
+		kgo.AllowAutoTopicCreation(), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	require.NoError(t, err)
+	defer cl.Close()
+	for i := range n {
+		require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Value: []byte{byte(i)}}).FirstErr())
+	}
+	got := 0
+	for got < n {
+		fs := cl.PollFetches(ctx)
+		require.NoError(t, ctx.Err())
+		require.NoError(t, fs.Err())
+		got += fs.NumRecords()
+	}
+	require.Equal(t, n, got)
+}
+
+func TestSingleBroker(t *testing.T) {
+	c, err := kafkabroker.Start(context.Background(), kafkabroker.Config{})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	require.Len(t, c.Seeds(), 1)
+	require.Nil(t, c.Controller)
+	produceConsume(t, c.Seeds(), "single", 10)
+
+	// Killed and restarted on the same port and data, it still has the records.
+	b := c.Brokers[0]
+	require.NoError(t, b.Kill())
+	require.False(t, b.Running())
+	require.NoError(t, b.Restart(context.Background()))
+	produceConsume(t, c.Seeds(), "single", 10)
+}
+
+func TestCluster(t *testing.T) {
+	c, err := kafkabroker.Start(context.Background(), kafkabroker.Config{Brokers: 3})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	require.Len(t, c.Seeds(), 3)
+	require.NotNil(t, c.Controller)
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Seeds()...))
+	require.NoError(t, err)
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx := context.Background()
+	resp, err := adm.CreateTopic(ctx, 3, -1, nil, "replicated")
+	require.NoError(t, err)
+	require.NoError(t, resp.Err)
+	td, err := adm.ListTopics(ctx, "replicated")
+	require.NoError(t, err)
+	for _, p := range td["replicated"].Partitions {
+		require.Len(t, p.Replicas, 3, "default.replication.factor is 3")
+	}
+	cfgs, err := adm.DescribeTopicConfigs(ctx, "replicated")
+	require.NoError(t, err)
+	require.NoError(t, cfgs[0].Err)
+	minISR := ""
+	for _, c := range cfgs[0].Configs {
+		if c.Key == "min.insync.replicas" && c.Value != nil {
+			minISR = *c.Value
+		}
+	}
+	require.Equal(t, "2", minISR)
+	produceConsume(t, c.Seeds(), "replicated", 20)
+
+	// One broker down: acks=all still succeeds with min.insync.replicas=2.
+	require.NoError(t, c.Brokers[0].Kill())
+	produceConsume(t, c.Seeds()[1:], "replicated", 20)
+	require.NoError(t, c.Brokers[0].Restart(ctx))
+	require.NoError(t, c.Brokers[1].Pause())
+	require.NoError(t, c.Brokers[1].Resume())
+}
