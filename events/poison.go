@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/keiro-go/keiro/internal/pgtext"
 )
 
 // errMoved reports that the checkpoint moved under the worker (Rebuild): the worker drops what
@@ -212,13 +213,11 @@ func (w *worker) replayOne(ctx context.Context) (more bool, err error) {
 	return true, nil
 }
 
-// errorText is err's message, cut to maxErrorText bytes on a character boundary.
+// errorText is err's message as a dead letter stores it: NUL bytes and invalid UTF-8 (which a
+// text column refuses, so the dead letter could never be recorded) become U+FFFD, and the text
+// is cut to maxErrorText bytes on a character boundary.
 func errorText(err error) string {
-	t := err.Error()
-	if len(t) <= maxErrorText {
-		return t
-	}
-	return strings.ToValidUTF8(t[:maxErrorText], "")
+	return pgtext.Storable(err.Error(), maxErrorText)
 }
 
 // sleepCtx waits d or until ctx is done.

@@ -235,3 +235,48 @@ func TestRetryPolicyValidation(t *testing.T) {
 	_, err = s.RequestReplay(context.Background(), db.Pool, "")
 	require.ErrorContains(t, err, "subscription name is required")
 }
+
+// TestSubscriptionDeadLettersUnstorableErrorText: a handler error holding a NUL byte and invalid
+// UTF-8 (which a PostgreSQL text column refuses, SQLSTATE 22021) is stored with U+FFFD in their
+// place, so the dead letter is recorded and the subscription moves past the event; a failed
+// replay records such an error the same way.
+func TestSubscriptionDeadLettersUnstorableErrorText(t *testing.T) {
+	t.Parallel()
+	rig := newPoisonRig(t)
+	ctx := context.Background()
+	h := rig.seed(t)
+	var message atomic.Value
+	message.Store("bad \x00 currency \xff")
+	p := newProgress()
+	sub, err := events.NewSubscription(rig.store, rig.db.Pool, events.SubscriptionConfig{
+		Name: "ledger", BatchSize: 10, AfterCommit: p.commit,
+		Retry: events.RetryPolicy{MaxDeliveries: 2, Backoff: time.Millisecond},
+	}, func(ctx context.Context, tx pgx.Tx, e events.RecordedEvent) error {
+		if e.Type == "Poison" {
+			return events.Permanent(errors.New(message.Load().(string)))
+		}
+		return rig.handle(ctx, tx, e)
+	})
+	require.NoError(t, err)
+	_, errc := runSub(t, sub)
+	p.waitFor(t, h, errc)
+	require.Equal(t, []string{"Ok", "Ok", "Ok", "Ok"}, rig.applied(t), "the events after the poisoned one flow")
+	dead, err := rig.store.ListDeadLetters(ctx, rig.db.Pool, events.DeadLetterFilter{Subscription: "ledger"})
+	require.NoError(t, err)
+	require.Len(t, dead, 1)
+	require.True(t, strings.HasSuffix(dead[0].Error, ": bad \uFFFD currency \uFFFD"), "%q", dead[0].Error)
+
+	// The replay path stores its handler error the same way.
+	message.Store("still bad \x00\xfe")
+	p.reset()
+	n, err := rig.store.RequestReplay(ctx, rig.db.Pool, "ledger")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	p.waitFor(t, h, errc)
+	dead, err = rig.store.ListDeadLetters(ctx, rig.db.Pool, events.DeadLetterFilter{Subscription: "ledger"})
+	require.NoError(t, err)
+	require.Len(t, dead, 1)
+	require.Equal(t, events.DeadLetterDead, dead[0].Status)
+	require.Equal(t, 2, dead[0].Attempts)
+	require.True(t, strings.HasSuffix(dead[0].Error, ": still bad \uFFFD\uFFFD"), "%q", dead[0].Error)
+}
