@@ -56,6 +56,9 @@ type Outage struct {
 //	outage.End()
 func (k *Kafka) FailProduces(t testing.TB, f ProduceFailure) *Outage {
 	t.Helper()
+	if k.Cluster == nil {
+		t.Fatal("keirotest.FailProduces: produce failures are injected by the embedded broker; a real broker (NewRealKafka) has no hook for them")
+	}
 	if f.Err == nil {
 		f.Err = kerr.NotLeaderForPartition
 	}

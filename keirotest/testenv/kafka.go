@@ -17,11 +17,12 @@ import (
 // DefaultPartitions is the partition count of a Kafka's topics.
 const DefaultPartitions = 1
 
-// Kafka is an embedded single-broker Kafka cluster (franz-go's kfake: the real protocol on
-// loopback) owned by one test.
+// Kafka is the Kafka one test uses: an embedded single-broker cluster the test owns
+// (franz-go's kfake: the real protocol on loopback), or a namespace on a real Apache Kafka
+// broker (NewRealKafka).
 type Kafka struct {
 	// Cluster is the kfake cluster, for its control hooks (Cluster.ControlKey) and
-	// administration.
+	// administration; nil on a real broker.
 	Cluster *kfake.Cluster
 	// Seeds lists the broker addresses (host:port), for kgo.SeedBrokers or a --brokers flag.
 	Seeds []string
@@ -29,6 +30,9 @@ type Kafka struct {
 	Client *kgo.Client
 	// partitions is the partition count of topics CreateTopic makes when given 0.
 	partitions int32
+	// real is set on a real broker, where ns prefixes the test's topic and group names.
+	real bool
+	ns   string
 }
 
 // KafkaConfig configures NewKafkaWith.
@@ -40,10 +44,15 @@ type KafkaConfig struct {
 	Partitions int32
 	// DisableAutoCreate makes producing to, or asking for, a topic that was not created fail
 	// with UNKNOWN_TOPIC_OR_PARTITION, as on a broker with auto.create.topics.enable=false.
-	// Defaults to false (topics are created on first use).
+	// Defaults to false (topics are created on first use). The real broker the kit starts
+	// never creates topics on first use.
 	DisableAutoCreate bool
+	// Real runs the test on a real Apache Kafka broker instead of the embedded one (see
+	// NewRealKafka); Topics are then created under the test's namespace (Kafka.Topic).
+	// Defaults to false.
+	Real bool
 	// ClusterOpts are applied after the kit's own kfake options (one broker, auto-creation,
-	// partitions). Defaults to none.
+	// partitions); the embedded broker only. Defaults to none.
 	ClusterOpts []kfake.Opt
 	// ClientOpts are applied to Kafka.Client after its seed brokers and FastRetries. Defaults
 	// to none.
@@ -65,6 +74,9 @@ func NewKafkaWith(t testing.TB, cfg KafkaConfig) *Kafka {
 	}
 	if cfg.Partitions < 0 {
 		t.Fatalf("keirotest.NewKafkaWith: KafkaConfig.Partitions must be positive, got %d", cfg.Partitions)
+	}
+	if cfg.Real {
+		return newRealKafka(t, cfg)
 	}
 	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.DefaultNumPartitions(int(cfg.Partitions))}
 	if !cfg.DisableAutoCreate {
@@ -105,8 +117,9 @@ func (k *Kafka) NewClient(t testing.TB, opts ...kgo.Opt) *kgo.Client {
 	return cl
 }
 
-// CreateTopic creates topic with partitions partitions (0: the Kafka's default). A topic that
-// already exists is left as it is.
+// CreateTopic creates topic with partitions partitions (0: the Kafka's default) and the
+// broker's default replication factor. A topic that already exists is left as it is. On a real
+// broker, pass a name from Topic.
 func (k *Kafka) CreateTopic(t testing.TB, topic string, partitions int32) {
 	t.Helper()
 	if partitions == 0 {
@@ -114,7 +127,7 @@ func (k *Kafka) CreateTopic(t testing.TB, topic string, partitions int32) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	resp, err := kadm.NewClient(k.Client).CreateTopic(ctx, partitions, 1, nil, topic)
+	resp, err := kadm.NewClient(k.Client).CreateTopic(ctx, partitions, -1, nil, topic)
 	if err == nil {
 		err = resp.Err
 	}

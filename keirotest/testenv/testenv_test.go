@@ -10,16 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.uber.org/goleak"
 
 	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // recorder records failures instead of reporting them; Fatal ends the goroutine.
 type recorder struct {
@@ -104,5 +102,75 @@ func TestFailProducesForADuration(t *testing.T) {
 	}
 	if outage.Refused() != 1 {
 		t.Fatalf("want 1 refused request, got %d", outage.Refused())
+	}
+}
+
+// Both brokers: topics the test names are its own, records come back in order, and a real
+// broker's namespace is gone when the test ends.
+func TestEachKafka(t *testing.T) {
+	var realTopic string
+	var realKafka *testenv.Kafka
+	testenv.EachKafka(t, testenv.KafkaConfig{Topics: []string{"orders"}, Partitions: 2}, func(t *testing.T, k *testenv.Kafka) {
+		topic := k.Topic("orders")
+		if k.Real() {
+			if !strings.HasSuffix(topic, "-orders") || topic == "orders" {
+				t.Fatalf("Topic(orders) on a real broker = %q, want a namespaced name", topic)
+			}
+			if k.Cluster != nil {
+				t.Fatal("a real broker has no kfake cluster")
+			}
+			realTopic, realKafka = topic, k
+		} else if topic != "orders" {
+			t.Fatalf("Topic(orders) on the embedded broker = %q", topic)
+		}
+		ctx := context.Background()
+		for i := range 5 {
+			r := &kgo.Record{Topic: topic, Key: []byte("k"), Value: []byte(fmt.Sprint(i))}
+			if err := k.Client.ProduceSync(ctx, r).FirstErr(); err != nil {
+				t.Fatalf("produce: %v", err)
+			}
+		}
+		recs := k.Records(t, topic)
+		if len(recs) != 5 {
+			t.Fatalf("read %d records, want 5", len(recs))
+		}
+		for i, r := range recs {
+			if string(r.Value) != fmt.Sprint(i) {
+				t.Fatalf("record %d is %q", i, r.Value)
+			}
+		}
+		if k.Real() {
+			// The real broker the kit starts creates no topic on first use.
+			err := k.Client.ProduceSync(ctx, &kgo.Record{Topic: k.Topic("never-created")}).FirstErr()
+			if !errors.Is(err, kerr.UnknownTopicOrPartition) {
+				t.Fatalf("produce to a topic nobody created: %v, want UNKNOWN_TOPIC_OR_PARTITION", err)
+			}
+		}
+	})
+	if realKafka == nil {
+		t.Fatal("the real-broker run did not happen")
+	}
+	seeds, err := testenv.RealKafkaSeeds()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	// Deletion is asynchronous: the brokers learn of it from the controller shortly after.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		md, err := kadm.NewClient(cl).ListTopics(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !md.Has(realTopic) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("topic %s outlived its test", realTopic)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
