@@ -220,17 +220,21 @@ const claimable = `((%[1]s.status IN ('pending', 'failed') AND %[1]s.next_attemp
 // $5 optionally restricts the destinations (NULL = all). $6 optionally bounds the scan to the
 // first $6 open rows of those destinations in seq order (NULL = the whole backlog): when every
 // key near the front is in flight, an unbounded claim walks the whole backlog to find nothing.
+// The bound is one comparison with a value computed once (no OR with "$6 IS NULL"), so it is
+// the claim index scan's stop condition: an OR made it a filter, and a claim with a budget
+// still walked every row behind it (176 ms at 200k rows, every head in flight).
 const sqlClaim = `
 WITH candidate AS (
     SELECT r.outbox_id, r.seq, r.source, r.message_key, r.status, {{head_seq}} AS head_seq
     FROM {{schema}}.keiro_outbox r {{prejoin}}
     WHERE r.phase = 0 AND ` + `{{claimable_r}}` + `
       AND ($5::text[] IS NULL OR r.destination = ANY($5::text[]))
-      AND ($6::bigint IS NULL OR r.seq <= coalesce(
+      AND r.seq <= coalesce(
           (SELECT b.seq FROM {{schema}}.keiro_outbox b
-           WHERE b.phase = 0 AND ($5::text[] IS NULL OR b.destination = ANY($5::text[]))
+           WHERE $6::bigint IS NOT NULL AND b.phase = 0
+             AND ($5::text[] IS NULL OR b.destination = ANY($5::text[]))
            ORDER BY b.seq OFFSET $6 - 1 LIMIT 1),
-          9223372036854775807))
+          9223372036854775807)
       AND {{pre}}
     ORDER BY r.seq
     LIMIT $4
