@@ -140,7 +140,9 @@ type ConsumerConfig struct {
 	// TracerProvider default to this config's.
 	Store StoreConfig
 	// DeadLetterTopic is the topic poisoned and undecodable records go to; "{topic}" is
-	// replaced by the source topic. Defaults to DefaultDeadLetterTopic ("{topic}.dlq").
+	// replaced by the source topic. It must give a legal Kafka topic that is not consumed
+	// ([ValidateDeadLetterTopic]); NewConsumer refuses one that does not. Defaults to
+	// DefaultDeadLetterTopic ("{topic}.dlq").
 	DeadLetterTopic string
 	// MaxConcurrentPartitions bounds how many partitions are processed at once. Defaults to
 	// DefaultMaxConcurrentPartitions.
@@ -286,6 +288,11 @@ func (c *ConsumerConfig) validate() error {
 			if _, err := regexp.Compile(t); err != nil {
 				errs = append(errs, fmt.Errorf("Topics: %q is not a regular expression: %w", t, err))
 			}
+		}
+	}
+	if err := ValidateDeadLetterTopic(c.DeadLetterTopic, c.Topics, c.TopicsRegex); err != nil {
+		for _, e := range joined(err) {
+			errs = append(errs, fmt.Errorf("DeadLetterTopic: %w", e))
 		}
 	}
 	if c.MaxConcurrentPartitions < 1 {

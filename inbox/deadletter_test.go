@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -185,4 +186,41 @@ func TestConsumerRedeliveredDeadLetterIsADuplicate(t *testing.T) {
 			require.Zero(t, marked)
 		})
 	}
+}
+
+// TestNewConsumerRejectsInvalidDeadLetterTopic: a dead-letter topic that Kafka would refuse is
+// a configuration error naming DeadLetterTopic (with it, the first poisoned record's produce
+// would be retried forever, holding up its partition); legal ones are accepted.
+func TestNewConsumerRejectsInvalidDeadLetterTopic(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	handler := func(context.Context, pgx.Tx, envelope.Event) error { return nil }
+	newConsumer := func(dlq string, regex bool, topics ...string) error {
+		_, err := inbox.NewConsumer(db.Pool, inbox.ConsumerConfig{
+			Brokers: []string{"127.0.0.1:9092"}, Group: "billing", Topics: topics, TopicsRegex: regex,
+			DeadLetterTopic: dlq, Store: inbox.StoreConfig{Schema: db.Schema},
+		}, handler)
+		return err
+	}
+	for _, tc := range []struct {
+		dlq    string
+		regex  bool
+		topics []string
+		want   string
+	}{
+		{"orders dlq", false, []string{"orders.v1"}, `DeadLetterTopic: topic "orders dlq" is not a legal Kafka topic (byte 6 ' '`},
+		{"{topic}!", false, []string{"orders.v1", "invoices.v1"}, `DeadLetterTopic: gives "invoices.v1!" for topic "invoices.v1", which is not a legal Kafka topic`},
+		{"{topic}.{partition}", false, []string{"orders.v1"}, `DeadLetterTopic: "{topic}.{partition}" has a placeholder other than {topic}`},
+		{"orders.v1", false, []string{"orders.v1"}, `DeadLetterTopic: "orders.v1" is also consumed`},
+		{"{topic}", false, []string{"orders.v1"}, `DeadLetterTopic: gives "orders.v1" for topic "orders.v1", which is also consumed`},
+		{strings.Repeat("d", 250) + "{topic}", false, []string{"orders.v1"}, "longer than Kafka's 249"},
+		{"{topic}/dlq", true, []string{"orders\\..*"}, `DeadLetterTopic: "{topic}/dlq" is not a legal Kafka topic for any topic`},
+	} {
+		err := newConsumer(tc.dlq, tc.regex, tc.topics...)
+		require.ErrorContains(t, err, tc.want, "DeadLetterTopic %q", tc.dlq)
+	}
+	for _, ok := range []string{"", inbox.DefaultDeadLetterTopic, "billing.dead-letters", "dlq_{topic}"} {
+		require.NoError(t, newConsumer(ok, false, "orders.v1", "invoices.v1"), "DeadLetterTopic %q", ok)
+	}
+	require.NoError(t, newConsumer("{topic}.dlq", true, "orders\\..*"))
 }

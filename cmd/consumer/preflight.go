@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -13,43 +12,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/cli"
 	"github.com/keiro-go/keiro/internal/kafkaconfig"
 )
 
 // topicCheckTimeout bounds the startup look-up of the topics' metadata.
 const topicCheckTimeout = 10 * time.Second
-
-// validateDLQTemplate checks the --dlq-topic template: {topic} is its only placeholder, and the
-// name it gives for every consumed topic is a legal Kafka topic that is not itself consumed.
-func validateDLQTemplate(tmpl string, topics []string) error {
-	if rest := strings.ReplaceAll(tmpl, "{topic}", ""); strings.ContainsAny(rest, "{}") {
-		return fmt.Errorf("%q has a placeholder other than {topic} (the only one replaced)", tmpl)
-	}
-	if !strings.Contains(tmpl, "{topic}") {
-		if err := envelope.ValidateTopic(tmpl); err != nil {
-			return fmt.Errorf("topic %q %v", tmpl, err)
-		}
-		return nil
-	}
-	var errs []error
-	for _, t := range topics {
-		if envelope.ValidateTopic(t) != nil {
-			continue // reported for --topics
-		}
-		dlq := dlqTopic(tmpl, t)
-		if err := envelope.ValidateTopic(dlq); err != nil {
-			errs = append(errs, fmt.Errorf("gives %q for topic %q, which %v", dlq, t, err))
-		}
-		for _, other := range topics {
-			if dlq == other {
-				errs = append(errs, fmt.Errorf("gives %q for topic %q, which is also consumed", dlq, t))
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
 
 // dlqTopic is the dead-letter topic of topic under the --dlq-topic template.
 func dlqTopic(tmpl, topic string) string { return strings.ReplaceAll(tmpl, "{topic}", topic) }

@@ -67,14 +67,11 @@ func (c *runCmd) ValidateFlags() error {
 		} else if err := envelope.ValidateTopic(t); err != nil {
 			p.Add("topics", "topic %q %v (names are separated by commas alone, no spaces)", t, err)
 		}
-		if t == c.DLQTopic {
-			p.Add("dlq-topic", "%q is also consumed; use a topic the consumer does not read", t)
-		}
 	}
 	if c.DLQTopic == "" {
 		p.Add("dlq-topic", "must not be empty (default {topic}.dlq)")
 	} else {
-		p.AddErr("dlq-topic", validateDLQTemplate(c.DLQTopic, c.Topics))
+		p.AddErr("dlq-topic", inbox.ValidateDeadLetterTopic(c.DLQTopic, c.Topics, false))
 	}
 	if c.MaxAttempts < 1 {
 		p.Add("max-attempts", "must be at least 1, got %d", c.MaxAttempts)

@@ -350,10 +350,14 @@ func (p *Problems) Add(flag, format string, args ...any) {
 	p.errs = append(p.errs, &FlagError{Flag: flag, Err: fmt.Errorf(format, args...)})
 }
 
-// AddErr records err as a problem with flag, unless err is nil.
+// AddErr records err as a problem with flag, unless err is nil; each error joined in err
+// (errors.Join) is a problem of its own.
 func (p *Problems) AddErr(flag string, err error) {
-	if err != nil {
-		p.errs = append(p.errs, &FlagError{Flag: flag, Err: err})
+	if err == nil {
+		return
+	}
+	for _, e := range flatten(err) {
+		p.errs = append(p.errs, &FlagError{Flag: flag, Err: e})
 	}
 }
 
