@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -56,6 +58,7 @@ VALUES (gen_random_uuid(), 'z1', 'ordering', 't1', 'a', 'E', 1, 'application/jso
 
 // claimBlocks runs claim under EXPLAIN (ANALYZE, BUFFERS) in a transaction it rolls back, with
 // the claim's planner settings, checks the ids it claims, and returns the buffers it touched.
+// KEIRO_TEST_PLAN=1 logs the plan.
 func claimBlocks(t *testing.T, db *testdb.DB, claim string, want []string, args ...any) int64 {
 	t.Helper()
 	ctx := context.Background()
@@ -64,6 +67,15 @@ func claimBlocks(t *testing.T, db *testdb.DB, claim string, want []string, args 
 	defer func() { _ = tx.Rollback(ctx) }()
 	for _, set := range []string{"SET LOCAL enable_bitmapscan = off", "SET LOCAL enable_seqscan = off"} {
 		_, err := tx.Exec(ctx, set)
+		require.NoError(t, err)
+	}
+	if os.Getenv("KEIRO_TEST_PLAN") != "" { // log the plan (the claim runs in a savepoint rolled back)
+		_, err := tx.Exec(ctx, "SAVEPOINT plan")
+		require.NoError(t, err)
+		lines, err := pgx.CollectRows(mustQuery(t, tx, "EXPLAIN (ANALYZE, COSTS OFF) "+claim, args...), pgx.RowTo[string])
+		require.NoError(t, err)
+		t.Log("\n" + strings.Join(lines, "\n"))
+		_, err = tx.Exec(ctx, "ROLLBACK TO SAVEPOINT plan")
 		require.NoError(t, err)
 	}
 	var plan []byte
@@ -81,9 +93,9 @@ func claimBlocks(t *testing.T, db *testdb.DB, claim string, want []string, args 
 	return p[0].Plan.Hit + p[0].Plan.Read
 }
 
-func mustQuery(t *testing.T, tx pgx.Tx, sql string) pgx.Rows {
+func mustQuery(t *testing.T, tx pgx.Tx, sql string, args ...any) pgx.Rows {
 	t.Helper()
-	rows, err := tx.Query(context.Background(), sql)
+	rows, err := tx.Query(context.Background(), sql, args...)
 	require.NoError(t, err)
 	return rows
 }
