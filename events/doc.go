@@ -42,9 +42,10 @@
 // No event is ever skipped: a global position is drawn from a sequence when a transaction
 // inserts, so a reader can see position 11 committed while position 10's transaction is still
 // running. A subscription therefore only reads up to positions it has proven final: it takes a
-// "fence" (a fresh transaction id X and the newest visible position H) and reads up to H only
-// once the database's oldest running transaction is newer than X — every transaction that drew
-// a position ≤ H had its id before X and has ended. docs/architecture.md has the proof.
+// "fence" (the newest visible position H and the transactions then writing to this store's
+// events table) and reads up to H only once those writers have ended — every transaction that
+// drew a position ≤ H had ended or was one of them. Transactions elsewhere (other schemas,
+// other databases) never hold it back. docs/architecture.md has the proof.
 //
 // # Integration producer
 //

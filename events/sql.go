@@ -8,9 +8,9 @@ import "strings"
 // from user input at run time.
 
 // The stream-row writes, one per expected-version kind. Each returns the stream's new version
-// and the writing transaction's xid8. pg_current_xact_id() runs after the row write, so the
-// transaction has its xid before the events INSERT draws any global position: the gap guard in
-// subscription.go depends on that order (see docs/architecture.md, "Event store").
+// and the writing transaction's xid8 (stored in keiro_events.tx_id). The gap guard in
+// subscription.go does not depend on it: it relies on the lock on keiro_events that the INSERT
+// holds from before it draws a position (see sqlFence and docs/architecture.md, "Event store").
 const (
 	sqlStreamAny = `INSERT INTO {{schema}}.keiro_streams AS st (stream_name, category, version)
     VALUES ($1, $2, $3)
@@ -108,21 +108,33 @@ const (
 // sqlHead reads the newest global position (0 for an empty log).
 const sqlHead = `SELECT coalesce(max(global_position), 0) FROM {{schema}}.keiro_events`
 
-// sqlHorizon reads, in one snapshot, its xmin (the oldest transaction still running) and the
-// newest visible global position. It assigns no transaction id.
-// It also reads the subscription's stored checkpoint, so a Rebuild is noticed while idle.
-// And whether an operator asked for dead letters to be replayed (a probe of a tiny partial index).
-const sqlHorizon = `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
+// sqlWriters selects the store's writers: the transactions (by virtual transaction id, which
+// also names prepared ones) holding the lock every INSERT into keiro_events holds from before
+// it draws a global position until its transaction ends. Only this store's table counts, so
+// transactions elsewhere in the database or the cluster never hold a subscription back.
+const sqlWriters = `SELECT l.virtualtransaction FROM pg_locks l
+    WHERE l.locktype = 'relation' AND l.mode = 'RowExclusiveLock' AND l.granted
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND l.relation = '{{schema}}.keiro_events'::regclass`
+
+// sqlHorizon reads the newest visible global position and which of the writers $2 (virtual
+// transaction ids of pending fences, possibly none) still run; the lock table is not read when
+// $2 is empty, so an idle poll costs one index probe. It also reads the subscription's stored
+// checkpoint, so a Rebuild is noticed while idle, and whether an operator asked for dead
+// letters to be replayed (a probe of a tiny partial index). It assigns no transaction id.
+const sqlHorizon = `SELECT
+    (SELECT coalesce(array_agg(DISTINCT w.virtualtransaction), '{}') FROM (` + sqlWriters + `
+        AND cardinality($2::text[]) > 0 AND l.virtualtransaction = ANY($2::text[])) w),
     (SELECT coalesce(max(global_position), 0) FROM {{schema}}.keiro_events),
     (SELECT position FROM {{schema}}.keiro_subscriptions WHERE name = $1),
     EXISTS (SELECT 1 FROM {{schema}}.keiro_subscription_dead_letters WHERE subscription_name = $1 AND status = 'replay')`
 
-// sqlFence assigns the reader's statement a transaction id and reads the newest global position
-// visible in the statement's snapshot. The snapshot is taken before the xid is assigned, so
-// every transaction that drew a position ≤ that head already had an xid smaller than the
-// returned one (appends assign their xid before drawing positions).
-const sqlFence = `SELECT pg_current_xact_id()::text::bigint,
-    (SELECT coalesce(max(global_position), 0) FROM {{schema}}.keiro_events)`
+// sqlFence reads the newest global position H visible in the statement's snapshot and, after
+// that snapshot was taken, the store's writers. Every transaction that drew a position ≤ H
+// held its writer's lock from before the draw; if it has not ended, it is among them. It
+// assigns no transaction id.
+const sqlFence = `SELECT (SELECT coalesce(max(global_position), 0) FROM {{schema}}.keiro_events),
+    (SELECT coalesce(array_agg(DISTINCT w.virtualtransaction), '{}') FROM (` + sqlWriters + `) w)`
 
 // Subscription checkpoints.
 const (

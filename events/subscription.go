@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -21,7 +22,7 @@ const (
 	DefaultBatchSize = 256
 	// DefaultPollInterval is how often a subscription looks for events without a notification.
 	DefaultPollInterval = time.Second
-	// maxFences bounds the fences kept while a long transaction holds the snapshot xmin back.
+	// maxFences bounds the fences kept while a long append to the store is still open.
 	maxFences = 256
 	// minFenceRetry is the first delay before re-checking pending fences.
 	minFenceRetry = time.Millisecond
@@ -334,10 +335,14 @@ type worker struct {
 	replay bool
 }
 
-// fence records that every position ≤ head was drawn by a transaction whose xid is < xid. Once
-// a snapshot's xmin is ≥ xid, all those transactions have ended, so positions ≤ head are final:
-// reading them can no longer miss a late commit. See docs/architecture.md for the proof.
-type fence struct{ xid, head int64 }
+// fence records that every position ≤ head was drawn by a transaction that had ended when
+// the fence was taken or is one of writers (the store's writers then, by virtual transaction
+// id). Once none of writers runs, positions ≤ head are final: reading them can no longer miss
+// a late commit. See docs/architecture.md for the proof.
+type fence struct {
+	head    int64
+	writers []string
+}
 
 func (w *worker) loadPosition(ctx context.Context) error {
 	if err := w.conn.QueryRow(ctx, w.s.store.q.subPosition, w.s.cfg.Name).Scan(&w.cp); err != nil {
@@ -350,38 +355,53 @@ func (w *worker) loadPosition(ctx context.Context) error {
 // safePosition returns the highest position known final (-1 if none yet), taking a new fence
 // when the log has grown past the newest one.
 func (w *worker) safePosition(ctx context.Context) (int64, error) {
-	xmin, head, err := w.horizon(ctx)
+	running, head, err := w.horizon(ctx)
 	if err != nil {
 		return 0, err
 	}
-	safe := max(w.final, w.ripen(xmin))
+	safe := max(w.final, w.ripen(running))
 	if head > w.fenced && head > w.cp && len(w.fences) < maxFences {
 		var f fence
-		if err := w.conn.QueryRow(ctx, w.s.store.q.fence).Scan(&f.xid, &f.head); err != nil {
-			return 0, fmt.Errorf("run subscription %s: take snapshot fence: %w", w.s.cfg.Name, err)
+		if err := w.conn.QueryRow(ctx, w.s.store.q.fence).Scan(&f.head, &f.writers); err != nil {
+			return 0, fmt.Errorf("run subscription %s: take fence: %w", w.s.cfg.Name, err)
 		}
-		w.fences = append(w.fences, f)
 		w.fenced = f.head
-		// The fence's own statement has ended; most often nothing older is still running.
-		if xmin, _, err = w.horizon(ctx); err != nil {
-			return 0, err
+		if len(f.writers) == 0 {
+			// Most often no append is open: the fence is final at once.
+			safe = max(safe, f.head)
+		} else {
+			w.fences = append(w.fences, f)
 		}
-		safe = max(safe, w.ripen(xmin))
 	}
 	w.final = safe
 	return safe, nil
 }
 
-func (w *worker) horizon(ctx context.Context) (xmin, head int64, err error) {
-	var stored *int64
-	if err := w.conn.QueryRow(ctx, w.s.store.q.horizon, w.s.cfg.Name).Scan(&xmin, &head, &stored, &w.replay); err != nil {
-		return 0, 0, fmt.Errorf("run subscription %s: read snapshot horizon: %w", w.s.cfg.Name, err)
+// horizon reads the head and, of the pending fences' writers, those still running.
+func (w *worker) horizon(ctx context.Context) (running map[string]bool, head int64, err error) {
+	var (
+		stored  *int64
+		pending []string
+		still   []string
+	)
+	for _, f := range w.fences {
+		pending = append(pending, f.writers...)
+	}
+	if pending == nil {
+		pending = []string{}
+	}
+	if err := w.conn.QueryRow(ctx, w.s.store.q.horizon, w.s.cfg.Name, pending).Scan(&still, &head, &stored, &w.replay); err != nil {
+		return nil, 0, fmt.Errorf("run subscription %s: read horizon: %w", w.s.cfg.Name, err)
 	}
 	w.s.head.Store(head)
 	if stored != nil && *stored != w.cp {
 		w.moved(ctx, *stored)
 	}
-	return xmin, head, nil
+	running = make(map[string]bool, len(still))
+	for _, v := range still {
+		running[v] = true
+	}
+	return running, head, nil
 }
 
 // moved adopts a checkpoint that Rebuild (or an operator) changed under the running instance.
@@ -392,12 +412,12 @@ func (w *worker) moved(ctx context.Context, stored int64) {
 	w.s.position.Store(stored)
 }
 
-// ripen drops the fences whose transactions have all ended and returns the newest such head.
-func (w *worker) ripen(xmin int64) int64 {
+// ripen drops the fences none of whose writers is running and returns the newest such head.
+func (w *worker) ripen(running map[string]bool) int64 {
 	safe := int64(-1)
 	keep := w.fences[:0]
 	for _, f := range w.fences {
-		if xmin >= f.xid {
+		if !slices.ContainsFunc(f.writers, func(v string) bool { return running[v] }) {
 			safe = max(safe, f.head)
 		} else {
 			keep = append(keep, f)
@@ -515,8 +535,8 @@ func (w *worker) commitCheckpoint(ctx context.Context, tx pgx.Tx, next int64) er
 func (w *worker) wait(ctx context.Context) error {
 	d := w.s.cfg.PollInterval
 	if len(w.fences) > 0 {
-		// Events are committed but not yet final: transactions that started before them are
-		// still running. Look again soon rather than at the next poll.
+		// Events are committed but not yet final: appends that may hold lower positions are
+		// still open. Look again soon rather than at the next poll.
 		w.retry = min(max(2*w.retry, minFenceRetry), d)
 		d = w.retry
 	} else {

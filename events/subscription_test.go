@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/keiro-go/keiro/events"
@@ -160,8 +161,8 @@ func TestSubscriptionWaitsForLateLowerPosition(t *testing.T) {
 	require.NoError(t, err)
 	defer conn.Release()
 	pass := events.CatchUpOnce(sub, conn.Conn())
-	// passUntil repeats passes until n events are delivered: a fence ripens only when every
-	// older transaction in the database has ended, and other tests run concurrently.
+	// passUntil repeats passes until n events are delivered: a fence ripens once the appends
+	// to the store that were open when it was taken have ended.
 	passUntil := func(n int) {
 		for i := 0; len(got) < n; i++ {
 			require.Less(t, i, 10000, "stuck at %v", got)
@@ -205,6 +206,82 @@ func TestSubscriptionWaitsForLateLowerPosition(t *testing.T) {
 	require.NoError(t, txC.Rollback(ctx))
 	passUntil(3)
 	require.Equal(t, []int64{ra.GlobalPosition, rb.GlobalPosition, rd.GlobalPosition}, got)
+}
+
+// TestSubscriptionIgnoresUnrelatedTransactions: transactions that hold a transaction id open
+// elsewhere — an append to another store (schema) of the same database, a plain transaction in
+// the same database, a transaction in another database of the cluster — do not hold a
+// subscription back: its fence looks only at the appends to its own store. (A guard on the
+// cluster's oldest running transaction, pg_snapshot_xmin, delivered nothing until they ended.)
+func TestSubscriptionIgnoresUnrelatedTransactions(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	s := newStore(t, db)
+	otherDB := testdb.New(t)
+	other := newStore(t, otherDB)
+	ctx := context.Background()
+
+	hold := func(tx pgx.Tx, err error) pgx.Tx {
+		t.Helper()
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+		_, err = tx.Exec(ctx, "SELECT pg_current_xact_id()")
+		require.NoError(t, err)
+		return tx
+	}
+	// An append to another store, left open.
+	txStore := hold(otherDB.Pool.Begin(ctx))
+	_, err := other.AppendTx(ctx, txStore, "order-x", events.Any, ev("E", `{}`))
+	require.NoError(t, err)
+	// A plain transaction in the same database.
+	hold(db.Pool.Begin(ctx))
+	// A transaction in another database.
+	conn := otherDatabase(t)
+	hold(conn.Begin(ctx))
+
+	p := newProgress()
+	var got []int64
+	sub, err := events.NewSubscription(s, db.Pool, events.SubscriptionConfig{Name: "unrelated", AfterCommit: p.commit},
+		func(_ context.Context, _ pgx.Tx, e events.RecordedEvent) error {
+			got = append(got, e.GlobalPosition)
+			return nil
+		})
+	require.NoError(t, err)
+	r1, err := appendTx(t, db, s, "order-1", events.Any, ev("E", `{}`))
+	require.NoError(t, err)
+	_, errc := runSub(t, sub)
+	p.waitFor(t, r1.GlobalPosition, errc)
+	r2, err := appendTx(t, db, s, "order-2", events.Any, ev("E", `{}`), ev("E", `{}`))
+	require.NoError(t, err)
+	p.waitFor(t, r2.GlobalPosition, errc)
+	require.Equal(t, []int64{r1.GlobalPosition, r2.GlobalPosition - 1, r2.GlobalPosition}, got)
+}
+
+// otherDatabase connects to a database of the cluster other than the test database, creating
+// it if needed (it is shared by test runs and never dropped).
+func otherDatabase(t *testing.T) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	const name = "keiro_test_unrelated"
+	cfg, err := pgx.ParseConfig(testdb.URL())
+	require.NoError(t, err)
+	admin, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer admin.Close(ctx)
+	var exists bool
+	require.NoError(t, admin.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists))
+	if !exists {
+		_, err := admin.Exec(ctx, "CREATE DATABASE "+name)
+		var pgErr *pgconn.PgError
+		if err != nil && !(errors.As(err, &pgErr) && (pgErr.Code == "42P04" || pgErr.Code == "23505")) {
+			require.NoError(t, err) // 42P04, 23505: another test run created it meanwhile
+		}
+	}
+	cfg.Database = name
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
 }
 
 // TestSubscriptionGapSafetyUnderLoad: 8 appenders with random commit delays and a live
