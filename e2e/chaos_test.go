@@ -24,8 +24,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/internal/kafkabroker"
 	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -50,9 +51,9 @@ const (
 	chaosStopEvery       = 4               // relay kills between two relays stopped (SIGSTOP) past their lease
 	chaosSpanEvery       = 20              // one key in this many alternates between the two topics
 	chaosDrainTimeout    = 4 * time.Minute // at least; 3× the chaos duration for long runs
-	// The consumer binary keeps franz-go's 45 s session timeout; a SIGKILLed member would hold
-	// its partitions that long. The test broker shortens the sessions its members ask for, as
-	// a broker's group.max.session.timeout.ms would not: this keeps CI bounded.
+	// The consumer binary keeps franz-go's 45 s session timeout by default; a SIGKILLed member
+	// would hold its partitions that long. The chaos consumers ask for shorter sessions (6 s is
+	// a real broker's group.min.session.timeout.ms): this keeps CI bounded.
 	chaosSessionTimeout   = 6 * time.Second
 	chaosRebalanceTimeout = 8 * time.Second
 )
@@ -93,51 +94,92 @@ type slot struct {
 // event's effect is applied exactly once and in per-key order (for a key spanning topics, its
 // records reached Kafka in order), and nothing is left in a non-terminal state.
 func TestChaos(t *testing.T) {
-	duration, total := chaosParams(t)
-	ctx := context.Background()
-	db := testdb.New(t)
-	effectsFixture(t, db)
-	kc := testkafka.New(t, kfake.NumBrokers(2))
-	const topic, spanTopic, group = "e2e.chaos.v1", "e2e.chaos.span.v1", "chaos"
+	t.Run("kfake", func(t *testing.T) { testChaos(t, kfakeChaosBroker(t)) })
+	t.Run("kafka", func(t *testing.T) { testChaos(t, realChaosBroker(t)) })
+}
+
+// chaosBroker is the Kafka of a chaos run and its way of failing.
+type chaosBroker struct {
+	kc               *testenv.Kafka
+	topic, spanTopic string
+	// outage starts (true) or ends (false) a broker outage.
+	outage func(bool)
+	// what describes the failures, for the report.
+	what string
+}
+
+// kfakeChaosBroker is two embedded brokers that refuse every produce and fetch during an
+// outage; the span topic is led by the second broker, which also fails one produce request
+// in five.
+func kfakeChaosBroker(t *testing.T) chaosBroker {
+	kc := testenv.NewKafkaWith(t, testenv.KafkaConfig{ClusterOpts: []kfake.Opt{kfake.NumBrokers(2)}})
+	topic, spanTopic := kc.Topic("e2e.chaos.v1"), kc.Topic("e2e.chaos.span.v1")
 	kc.CreateTopic(t, topic, chaosPartitions)
 	kc.CreateTopic(t, spanTopic, 1)
 	kc.CreateTopic(t, topic+".dlq", 1)
 	for p := range int32(chaosPartitions) {
-		require.NoError(t, kc.MoveTopicPartition(topic, p, 0))
+		require.NoError(t, kc.Cluster.MoveTopicPartition(topic, p, 0))
 	}
-	require.NoError(t, kc.MoveTopicPartition(spanTopic, 0, 1))
-	spanID := kc.TopicInfo(spanTopic).TopicID
+	require.NoError(t, kc.Cluster.MoveTopicPartition(spanTopic, 0, 1))
+	spanID := kc.Cluster.TopicInfo(spanTopic).TopicID
 
-	kc.ControlKey(int16(kmsg.JoinGroup), func(r kmsg.Request) (kmsg.Response, error, bool) {
-		if jr, ok := r.(*kmsg.JoinGroupRequest); ok {
-			jr.SessionTimeoutMillis = int32(chaosSessionTimeout.Milliseconds())
-			jr.RebalanceTimeoutMillis = int32(chaosRebalanceTimeout.Milliseconds())
-		}
-		return nil, nil, false
-	})
 	var outage atomic.Bool
 	failWhileDown := func(kmsg.Request) (kmsg.Response, error, bool) {
 		if outage.Load() {
-			kc.KeepControl()
+			kc.Cluster.KeepControl()
 			return nil, errors.New("injected broker outage"), true
 		}
 		return nil, nil, false
 	}
 	var spanReqs atomic.Int64
-	kc.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
-		kc.KeepControl()
+	kc.Cluster.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		kc.Cluster.KeepControl()
 		if resp, err, ok := failWhileDown(r); ok {
 			return resp, err, ok
 		}
 		req := r.(*kmsg.ProduceRequest)
 		for _, tp := range req.Topics {
 			if (tp.Topic == spanTopic || tp.TopicID == spanID) && spanReqs.Add(1)%5 == 0 {
-				return testkafka.ProduceError(req, kerr.UnknownServerError.Code), nil, true
+				return testenv.ProduceError(req, kerr.UnknownServerError.Code), nil, true
 			}
 		}
 		return nil, nil, false
 	})
-	kc.ControlKey(int16(kmsg.Fetch), failWhileDown)
+	kc.Cluster.ControlKey(int16(kmsg.Fetch), failWhileDown)
+	return chaosBroker{kc: kc, topic: topic, spanTopic: spanTopic, outage: outage.Store,
+		what: "embedded brokers refusing produce and fetch"}
+}
+
+// realChaosBroker is a real Apache Kafka broker of the test's own, SIGSTOPped for an outage
+// (it keeps its connections and answers nothing, as a broker in a long pause does).
+func realChaosBroker(t *testing.T) chaosBroker {
+	c, err := kafkabroker.Start(context.Background(), kafkabroker.Config{
+		Props: map[string]string{"auto.create.topics.enable": "false"},
+	})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	kc := testenv.NewKafkaWith(t, testenv.KafkaConfig{Real: true, Brokers: c.Seeds()})
+	topic, spanTopic := kc.Topic("e2e.chaos.v1"), kc.Topic("e2e.chaos.span.v1")
+	kc.CreateTopic(t, topic, chaosPartitions)
+	kc.CreateTopic(t, spanTopic, 1)
+	kc.CreateTopic(t, topic+".dlq", 1)
+	b := c.Brokers[0]
+	return chaosBroker{kc: kc, topic: topic, spanTopic: spanTopic, what: "a real broker SIGSTOPped",
+		outage: func(down bool) {
+			if down {
+				require.NoError(t, b.Pause())
+			} else {
+				require.NoError(t, b.Resume())
+			}
+		}}
+}
+
+func testChaos(t *testing.T, cb chaosBroker) {
+	duration, total := chaosParams(t)
+	ctx := context.Background()
+	db := testdb.New(t)
+	effectsFixture(t, db)
+	kc, topic, spanTopic, group := cb.kc, cb.topic, cb.spanTopic, cb.kc.Group("chaos")
 
 	// Attempts are plenty: the injected failures of the span topic must not kill rows.
 	relayEnvs := relayEnv(db, kc, "KEIRO_RELAY_LEASE=5s", "KEIRO_RELAY_LOG_LEVEL=warn", "KEIRO_RELAY_MAX_ATTEMPTS=100")
@@ -306,7 +348,7 @@ func TestChaos(t *testing.T) {
 		case <-producersDone:
 			producersDone = nil
 		case <-outageEnd:
-			outage.Store(false)
+			cb.outage(false)
 			outageEnd = nil
 		case <-kill.C:
 			if chaosOver {
@@ -331,7 +373,7 @@ func TestChaos(t *testing.T) {
 			s.p, s.killed = s.start(), false
 			if (kills["relay"]+kills["consumer"])%chaosOutageEvery == 0 && outageEnd == nil {
 				outages++
-				outage.Store(true)
+				cb.outage(true)
 				outageEnd = time.After(chaosOutage)
 			}
 			// About every second, jittered so that kills land at every stage of a batch.
@@ -349,7 +391,7 @@ func TestChaos(t *testing.T) {
 	checkCrashes()
 
 	// Drain: the surviving processes must publish and apply everything.
-	adm := kadm.NewClient(kc.Client(t))
+	adm := kadm.NewClient(kc.Client)
 	want64 := int64(0)
 	for _, n := range want {
 		want64 += n
@@ -436,7 +478,7 @@ func TestChaos(t *testing.T) {
 	spanEnds, err := adm.ListEndOffsets(ctx, spanTopic)
 	require.NoError(t, err)
 	spanEnds.Each(func(l kadm.ListedOffset) { o.topicRecords += l.Offset })
-	recs := kc.ConsumeAll(t, int(o.topicRecords), time.Minute, topic, spanTopic)
+	recs := consumeAll(t, kc, int(o.topicRecords), time.Minute, topic, spanTopic)
 	require.Len(t, recs, int(o.topicRecords))
 	spanViolations := spanOrder(recs, chaosSpanEvery)
 	var plainTotal int64
@@ -444,12 +486,12 @@ func TestChaos(t *testing.T) {
 		plainTotal += n
 	}
 	report := fmt.Sprintf(`chaos: %d events (%d by plain SQL) over %d keys in %s of chaos (+%s drain)
-chaos: kills: %d relays (%d of them stops past the lease), %d consumers; broker outages: %d x %s
+chaos: kills: %d relays (%d of them stops past the lease), %d consumers; broker outages (%s): %d x %s
 chaos: records in Kafka %d = %d events + %d duplicates published (relay at-least-once)
 chaos: duplicate deliveries suppressed by the inbox >= %.0f (killed consumers counted at their last scrape)
 chaos: effects applied %d (%d distinct); per-key order violations %d; outbox %v; inbox rows not completed %d`,
 		want64, plainTotal, len(want), chaosTook.Round(time.Second), drainTook.Round(time.Second),
-		kills["relay"], stops, kills["consumer"], outages, chaosOutage,
+		kills["relay"], stops, kills["consumer"], cb.what, outages, chaosOutage,
 		o.topicRecords, want64, o.topicRecords-want64,
 		consumerDup+survivorsDup,
 		o.effects, o.distinct, len(o.orderViolations), o.outboxByStatus, o.inboxNotCompleted)

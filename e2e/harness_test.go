@@ -19,11 +19,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -200,11 +201,11 @@ func metric(addr, name string) (float64, error) {
 	return sum, sc.Err()
 }
 
-func relayEnv(db *testdb.DB, kc *testkafka.Cluster, extra ...string) []string {
+func relayEnv(db *testdb.DB, kc *testenv.Kafka, extra ...string) []string {
 	return append([]string{
 		"KEIRO_RELAY_DATABASE_URL=" + testdb.URL(),
 		"KEIRO_RELAY_SCHEMA=" + db.Schema,
-		"KEIRO_RELAY_BROKERS=" + strings.Join(kc.Brokers, ","),
+		"KEIRO_RELAY_BROKERS=" + strings.Join(kc.Seeds, ","),
 		"KEIRO_RELAY_HTTP_ADDR=127.0.0.1:0",
 		"KEIRO_RELAY_POLL_INTERVAL=200ms",
 		"KEIRO_RELAY_BACKOFF_INITIAL=100ms",
@@ -214,11 +215,13 @@ func relayEnv(db *testdb.DB, kc *testkafka.Cluster, extra ...string) []string {
 	}, extra...)
 }
 
-func consumerEnv(db *testdb.DB, kc *testkafka.Cluster, group, topic string, extra ...string) []string {
+// consumerEnv is the consumer's environment for group and topic (names from kc.Group and
+// kc.Topic).
+func consumerEnv(db *testdb.DB, kc *testenv.Kafka, group, topic string, extra ...string) []string {
 	return append([]string{
 		"KEIRO_CONSUMER_DATABASE_URL=" + testdb.URL(),
 		"KEIRO_CONSUMER_SCHEMA=" + db.Schema,
-		"KEIRO_CONSUMER_BROKERS=" + strings.Join(kc.Brokers, ","),
+		"KEIRO_CONSUMER_BROKERS=" + strings.Join(kc.Seeds, ","),
 		"KEIRO_CONSUMER_GROUP=" + group,
 		"KEIRO_CONSUMER_TOPICS=" + topic,
 		"KEIRO_CONSUMER_HANDLER=sql",
@@ -294,7 +297,7 @@ type outcome struct {
 }
 
 // readOutcome checks effects against want (key → number of events enqueued for it).
-func readOutcome(t *testing.T, db *testdb.DB, kc *testkafka.Cluster, topic string, want map[string]int64) outcome {
+func readOutcome(t *testing.T, db *testdb.DB, kc *testenv.Kafka, topic string, want map[string]int64) outcome {
 	t.Helper()
 	ctx := context.Background()
 	var o outcome
@@ -342,7 +345,7 @@ func readOutcome(t *testing.T, db *testdb.DB, kc *testkafka.Cluster, topic strin
 	}
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+db.Schema+`.keiro_inbox WHERE status <> 'completed'`).Scan(&o.inboxNotCompleted))
 
-	adm := kadm.NewClient(kc.Client(t))
+	adm := kadm.NewClient(kc.Client)
 	ends, err := adm.ListEndOffsets(ctx, topic)
 	require.NoError(t, err)
 	ends.Each(func(l kadm.ListedOffset) { o.topicRecords += l.Offset })
@@ -374,4 +377,29 @@ func inboxStore(t *testing.T, db *testdb.DB, group string) *inbox.Store {
 	s, err := inbox.NewStore(inbox.StoreConfig{Schema: db.Schema, Consumer: group})
 	require.NoError(t, err)
 	return s
+}
+
+// consumeAll reads every record of topics from the start until n records were read or the
+// timeout passes, and returns them in fetch order.
+func consumeAll(t *testing.T, kc *testenv.Kafka, n int, timeout time.Duration, topics ...string) []*kgo.Record {
+	t.Helper()
+	cl := kc.NewClient(t, kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var out []*kgo.Record
+	for len(out) < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		fs.EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	}
+	return out
+}
+
+// eachKafka runs f on the embedded broker and on the real one (subtests "kfake" and "kafka"),
+// in parallel with the package's other parallel tests.
+func eachKafka(t *testing.T, f func(t *testing.T, kc *testenv.Kafka)) {
+	t.Helper()
+	testenv.EachKafka(t, testenv.KafkaConfig{}, func(t *testing.T, kc *testenv.Kafka) { f(t, kc) })
 }

@@ -16,7 +16,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -38,6 +38,10 @@ type thirdPartyRecord struct {
 // with keiro headers are applied by the consumer binary.
 func TestInteropThirdPartyClients(t *testing.T) {
 	t.Parallel()
+	eachKafka(t, testInteropThirdPartyClients)
+}
+
+func testInteropThirdPartyClients(t *testing.T, kc *testenv.Kafka) {
 	kcat, err := exec.LookPath("kcat")
 	require.NoError(t, err, "kcat is required (apt-get install kcat; .ci/run installs it)")
 	out, err := exec.Command(debianPython, "-c", "import confluent_kafka").CombinedOutput()
@@ -46,11 +50,10 @@ func TestInteropThirdPartyClients(t *testing.T) {
 	ctx := context.Background()
 	db := testdb.New(t)
 	effectsFixture(t, db)
-	kc := testkafka.New(t)
-	const topic, group = "e2e.interop.v1", "interop"
+	topic, group := kc.Topic("e2e.interop.v1"), kc.Group("interop")
 	kc.CreateTopic(t, topic, 3)
 	kc.CreateTopic(t, topic+".dlq", 1)
-	brokers := strings.Join(kc.Brokers, ",")
+	brokers := strings.Join(kc.Seeds, ",")
 
 	// Our side publishes: outbox → relay binary.
 	ob, err := outbox.NewStore(db.Schema)
@@ -181,7 +184,7 @@ func TestInteropThirdPartyClients(t *testing.T) {
 	require.NoError(t, err, "interop.py produce: %s", pyOut)
 
 	cons := startProc(t, "consumer", consumerBin, consumerAddrRe, consumerEnv(db, kc, group, topic))
-	adm := kadm.NewClient(kc.Client(t))
+	adm := kadm.NewClient(kc.Client)
 	total := int64(len(evs) + 2 + 3)
 	require.Eventually(t, func() bool {
 		var n int64

@@ -14,7 +14,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -24,10 +24,14 @@ import (
 // rows enqueued after them. After SIGCONT, A must not publish its stale batch (it was never
 // produced): every event is on Kafka exactly once, in per-key order, and A says why.
 func TestRelayStoppedPastItsLease(t *testing.T) {
+	eachKafka(t, testRelayStoppedPastItsLease)
+}
+
+func testRelayStoppedPastItsLease(t *testing.T, kc *testenv.Kafka) {
 	ctx := context.Background()
 	db := testdb.New(t)
-	kc := testkafka.New(t)
-	const topic, keys, perKey = "e2e.lease.v1", 10, 6
+	topic := kc.Topic("e2e.lease.v1")
+	const keys, perKey = 10, 6
 	kc.CreateTopic(t, topic, 3)
 	_, err := db.Pool.Exec(ctx, fmt.Sprintf(`
 CREATE TABLE %[1]s.slow_claim (armed boolean NOT NULL);
@@ -77,7 +81,7 @@ CREATE TRIGGER slow_claim BEFORE UPDATE ON %[1]s.keiro_outbox FOR EACH ROW EXECU
 	}
 	require.NoError(t, a.cmd.Process.Signal(syscall.SIGCONT))
 	n := keys * perKey
-	adm := kadm.NewClient(kc.Client(t))
+	adm := kadm.NewClient(kc.Client)
 	waitFor(t, 30*time.Second, "relay A to report its lost lease or to publish", func() bool {
 		if regexpLeaseLost.MatchString(a.log()) {
 			return true
@@ -91,7 +95,7 @@ CREATE TRIGGER slow_claim BEFORE UPDATE ON %[1]s.keiro_outbox FOR EACH ROW EXECU
 	require.Equal(t, 0, a.term(t, 30*time.Second))
 	require.Equal(t, 0, b.term(t, 30*time.Second))
 
-	recs := kc.ConsumeAll(t, n+1, 3*time.Second, topic) // n+1: a duplicate would show
+	recs := consumeAll(t, kc, n+1, 3*time.Second, topic) // n+1: a duplicate would show
 	require.Equal(t, n, len(recs), "every event on Kafka once: the stopped relay published nothing")
 	require.Empty(t, keyInversions(recs), "per-key order on Kafka")
 }

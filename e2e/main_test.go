@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // Paths of the binaries TestMain builds.
@@ -35,6 +37,7 @@ func TestMain(m *testing.M) {
 		}
 		relayBin, consumerBin = filepath.Join(dir, "relay"), filepath.Join(dir, "consumer")
 		code := m.Run()
+		testenv.StopRealKafka()
 		if code == 0 {
 			if err := goleak.Find(); err != nil {
 				fmt.Fprintln(os.Stderr, "e2e: leaked goroutines:", err)

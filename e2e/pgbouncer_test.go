@@ -13,8 +13,8 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
 	"github.com/keiro-go/keiro/internal/testpgbouncer"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -25,11 +25,14 @@ import (
 // failed maintenance pass. Migrations, which need a session, are refused with --pgbouncer.
 func TestThroughPgBouncer(t *testing.T) {
 	t.Parallel()
+	eachKafka(t, testThroughPgBouncer)
+}
+
+func testThroughPgBouncer(t *testing.T, kc *testenv.Kafka) {
 	ctx := context.Background()
 	db := testdb.New(t)
 	effectsFixture(t, db)
-	kc := testkafka.New(t)
-	const topic, group = "e2e.pgbouncer.v1", "bounced"
+	topic, group := kc.Topic("e2e.pgbouncer.v1"), kc.Group("bounced")
 	kc.CreateTopic(t, topic, 3)
 	kc.CreateTopic(t, topic+".dlq", 1)
 	pgb := testpgbouncer.Start(t)
@@ -58,7 +61,7 @@ func TestThroughPgBouncer(t *testing.T) {
 	relay.waitAddr(t, 30*time.Second)
 	cons.waitAddr(t, 30*time.Second)
 
-	adm := kadm.NewClient(kc.Client(t))
+	adm := kadm.NewClient(kc.Client)
 	// The binaries are other processes: the database state is the signal, the tick bounds polling.
 	require.Eventually(t, func() bool {
 		var effects, outboxRows, inboxRows int64

@@ -13,16 +13,17 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 	"github.com/keiro-go/keiro/schema"
 )
 
 const counterAvro = `{"type":"record","name":"Counted","namespace":"keiro.e2e","fields":[{"name":"seq","type":"long"}]}`
 
-// TestPipeline runs outbox → relay binary → kfake → consumer binary → inbox + effects, with JSON
-// payloads and with Avro payloads through an srfake registry on a loopback port, and a poison
-// message that must be dead-lettered without holding anything else back.
+// TestPipeline runs outbox → relay binary → Kafka → consumer binary → inbox + effects, with
+// JSON payloads and with Avro payloads through an srfake registry on a loopback port, and a
+// poison message that must be dead-lettered without holding anything else back; on the
+// embedded broker and on a real one.
 func TestPipeline(t *testing.T) {
 	t.Parallel()
 	for _, avro := range []bool{false, true} {
@@ -32,17 +33,16 @@ func TestPipeline(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			testPipeline(t, avro)
+			eachKafka(t, func(t *testing.T, kc *testenv.Kafka) { testPipeline(t, kc, avro) })
 		})
 	}
 }
 
-func testPipeline(t *testing.T, avro bool) {
+func testPipeline(t *testing.T, kc *testenv.Kafka, avro bool) {
 	ctx := context.Background()
 	db := testdb.New(t)
 	effectsFixture(t, db)
-	kc := testkafka.New(t)
-	const topic, group = "e2e.counted.v1", "effects"
+	topic, group := kc.Topic("e2e.counted.v1"), kc.Group("effects")
 	kc.CreateTopic(t, topic, 3)
 	kc.CreateTopic(t, topic+".dlq", 1)
 
@@ -83,7 +83,7 @@ func testPipeline(t *testing.T, avro bool) {
 	cons := startProc(t, "consumer", consumerBin, consumerAddrRe, consumerEnv(db, kc, group, topic, extraConsumer...))
 	raddr, caddr := relay.waitAddr(t, 30*time.Second), cons.waitAddr(t, 30*time.Second)
 
-	adm := kadm.NewClient(kc.Client(t))
+	adm := kadm.NewClient(kc.Client)
 	// The condition is the signal (the binaries are other processes); the tick bounds polling.
 	require.Eventually(t, func() bool {
 		var n int64
@@ -91,7 +91,7 @@ func testPipeline(t *testing.T, avro bool) {
 		return n >= 300 && committedAll(ctx, adm, group, topic)
 	}, 60*time.Second, 50*time.Millisecond, "effects applied and offsets committed\nrelay:\n%s\nconsumer:\n%s", relay.log(), cons.log())
 
-	dlq := kc.ConsumeAll(t, 1, 30*time.Second, topic+".dlq")
+	dlq := consumeAll(t, kc, 1, 30*time.Second, topic+".dlq")
 	require.Len(t, dlq, 1)
 	require.Equal(t, "poison", string(dlq[0].Key))
 	require.Equal(t, poison.Payload, dlq[0].Value, "the original bytes are dead-lettered")

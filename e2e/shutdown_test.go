@@ -6,10 +6,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // TestConsumerShutdownDuringRebalance: SIGTERM must end the consumer within about its
@@ -17,19 +16,17 @@ import (
 // kgo Client.Close, whose LeaveGroup waits for an in-flight JoinGroup, once held the process
 // for franz-go's 60 s rebalance timeout; inbox.Consumer now bounds leaving and closing.)
 func TestConsumerShutdownDuringRebalance(t *testing.T) {
+	eachKafka(t, testConsumerShutdownDuringRebalance)
+}
+
+func testConsumerShutdownDuringRebalance(t *testing.T, kc *testenv.Kafka) {
 	db := testdb.New(t)
 	effectsFixture(t, db)
-	kc := testkafka.New(t)
-	const topic, group = "e2e.shutdown.v1", "shutdown"
+	topic, group := kc.Topic("e2e.shutdown.v1"), kc.Group("shutdown")
 	kc.CreateTopic(t, topic, 6)
-	kc.ControlKey(int16(kmsg.JoinGroup), func(r kmsg.Request) (kmsg.Response, error, bool) {
-		if jr, ok := r.(*kmsg.JoinGroupRequest); ok {
-			jr.SessionTimeoutMillis = int32(chaosSessionTimeout.Milliseconds())
-			jr.RebalanceTimeoutMillis = int32(chaosRebalanceTimeout.Milliseconds())
-		}
-		return nil, nil, false
-	})
-	env := consumerEnv(db, kc, group, topic, "KEIRO_CONSUMER_LOG_LEVEL=debug")
+	env := consumerEnv(db, kc, group, topic, "KEIRO_CONSUMER_LOG_LEVEL=debug",
+		"KEIRO_CONSUMER_SESSION_TIMEOUT="+chaosSessionTimeout.String(),
+		"KEIRO_CONSUMER_REBALANCE_TIMEOUT="+chaosRebalanceTimeout.String())
 	a := startProc(t, "a", consumerBin, consumerAddrRe, env)
 	a.waitAddr(t, 30*time.Second)
 	for i := range 6 {

@@ -51,6 +51,9 @@ type KafkaConfig struct {
 	// NewRealKafka); Topics are then created under the test's namespace (Kafka.Topic).
 	// Defaults to false.
 	Real bool
+	// Brokers, with Real, are the addresses of the real broker to use instead of the shared
+	// one (RealKafkaSeeds), for a test that runs a broker of its own. Defaults to none.
+	Brokers []string
 	// ClusterOpts are applied after the kit's own kfake options (one broker, auto-creation,
 	// partitions); the embedded broker only. Defaults to none.
 	ClusterOpts []kfake.Opt

@@ -42,9 +42,12 @@ func newRealKafka(t testing.TB, cfg KafkaConfig) *Kafka {
 	if len(cfg.ClusterOpts) > 0 {
 		t.Fatal("keirotest.NewKafkaWith: KafkaConfig.ClusterOpts are options of the embedded broker; a real broker takes none")
 	}
-	seeds, err := RealKafkaSeeds()
-	if err != nil {
-		t.Fatalf("keirotest: %v", err)
+	seeds := cfg.Brokers
+	if len(seeds) == 0 {
+		var err error
+		if seeds, err = RealKafkaSeeds(); err != nil {
+			t.Fatalf("keirotest: %v", err)
+		}
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
