@@ -143,7 +143,7 @@ func TestBrowserConsole(t *testing.T) {
 	store, err = outbox.NewStore(db.Schema)
 	require.NoError(t, err)
 	// The relay's own pool carries its application_name, as the sidecar's does.
-	relayPool := openPool(t, db.ConnString+"&application_name="+url.QueryEscape(console.RelayApplicationName(db.Schema)))
+	relayPool := openPool(t, db.ConnString+"&application_name="+url.QueryEscape(outbox.ApplicationName(db.Schema)))
 	relay, err := outbox.NewRelay(relayPool, kc.Client(t, outbox.ProducerOpts()...), outbox.RelayConfig{
 		Schema: db.Schema, MaxAttempts: 1, PollInterval: 50 * time.Millisecond, Logger: log,
 		OnBatch: func(b outbox.BatchResult) {

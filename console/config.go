@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -183,24 +182,4 @@ func IsLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-// RelayApplicationName is the PostgreSQL application_name a relay process publishing the
-// outbox of schema sets on its connections ("keiro-relay:SCHEMA@HOST/PID", the schema cut to
-// 32 bytes and the host shortened to fit PostgreSQL's 63 bytes): the outbox summary counts the
-// distinct names of the schema among the database's sessions as the relays connected.
-func RelayApplicationName(schema string) string {
-	host, _ := os.Hostname()
-	prefix := relayPrefix(schema)
-	suffix := fmt.Sprintf("/%d", os.Getpid())
-	if over := len(prefix) + len(host) + len(suffix) - 63; over > 0 {
-		host = host[:max(0, len(host)-over)]
-	}
-	return prefix + host + suffix
-}
-
-// relayPrefix is the start of the application_name of schema's relays: "keiro-relay:SCHEMA@",
-// the schema cut to its first 32 bytes so that host and pid always fit.
-func relayPrefix(schema string) string {
-	return "keiro-relay:" + schema[:min(len(schema), 32)] + "@"
 }

@@ -78,7 +78,7 @@ func (c *Console) readOutboxSummary(ctx context.Context) (OutboxSummary, error) 
 	q := c.cfg.Outbox.Pool
 	s := OutboxSummary{Totals: map[string]int64{}}
 	var origin time.Time
-	if err := q.QueryRow(ctx, bind(sqlOutboxRecent, c.cfg.Outbox.Schema, "keiro_outbox"), relayPrefix(c.cfg.Outbox.Schema)).Scan(
+	if err := q.QueryRow(ctx, bind(sqlOutboxRecent, c.cfg.Outbox.Schema, "keiro_outbox"), outbox.SchemaApplicationNamePrefix(c.cfg.Outbox.Schema)).Scan(
 		&s.SentLastMinute, &s.FailedLastMinute, &s.RelaysConnected, &s.ReadAt, &origin); err != nil {
 		return s, fmt.Errorf("read outbox summary: %w", err)
 	}

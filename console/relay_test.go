@@ -2,15 +2,20 @@ package console_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/keiro-go/keiro/console"
+	"github.com/keiro-go/keiro/outbox"
 )
 
 // deadFixture enqueues rows and moves them to the statuses an operator looks at: two dead
@@ -76,19 +81,65 @@ func TestRelaysConnected(t *testing.T) {
 	var s console.OutboxSummary
 	r.get(t, "/api/v1/outbox/summary").json(t, &s)
 	require.Zero(t, s.RelaysConnected)
-	name := console.RelayApplicationName(r.db.Schema)
-	require.True(t, strings.HasPrefix(name, "keiro-relay:"+r.db.Schema+"@"), name)
+	name := outbox.ApplicationName(r.db.Schema)
+	require.True(t, strings.HasPrefix(name, outbox.ApplicationNamePrefix+r.db.Schema+"@"), name)
 	require.LessOrEqual(t, len(name), 63)
 	pool := openPool(t, r.db.ConnString+"&application_name="+url.QueryEscape(name))
 	require.NoError(t, pool.Ping(t.Context()))
 	// A relay of another schema on the same database is not counted.
-	other := openPool(t, r.db.ConnString+"&application_name="+url.QueryEscape(console.RelayApplicationName("elsewhere")))
+	other := openPool(t, r.db.ConnString+"&application_name="+url.QueryEscape(outbox.ApplicationName("elsewhere")))
 	require.NoError(t, other.Ping(t.Context()))
 	r.get(t, "/api/v1/outbox/summary").json(t, &s)
 	require.Equal(t, int64(1), s.RelaysConnected)
-	long := console.RelayApplicationName(strings.Repeat("s", 63))
+	long := outbox.ApplicationName(strings.Repeat("s", 63))
 	require.LessOrEqual(t, len(long), 63, long)
-	require.True(t, strings.HasPrefix(long, "keiro-relay:"+strings.Repeat("s", 32)+"@"), long)
+	require.True(t, strings.HasPrefix(long, outbox.ApplicationNamePrefix+strings.Repeat("s", 32)+"@"), long)
+}
+
+// logSignal is a slog handler that closes a channel when a record with the given message is
+// logged.
+type logSignal struct {
+	msg  string
+	once *sync.Once
+	ch   chan struct{}
+}
+
+func (h logSignal) Enabled(context.Context, slog.Level) bool { return true }
+func (h logSignal) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h logSignal) WithGroup(string) slog.Handler            { return h }
+func (h logSignal) Handle(_ context.Context, rec slog.Record) error {
+	if rec.Message == h.msg {
+		h.once.Do(func() { close(h.ch) })
+	}
+	return nil
+}
+
+// TestEmbeddedRelayIsCounted: a relay embedded with outbox.NewRelay on a pool that sets no
+// application_name (a service's own pool) is counted as connected once it listens: the relay
+// names its own session.
+func TestEmbeddedRelayIsCounted(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	listening := logSignal{msg: "outbox listener connected", once: &sync.Once{}, ch: make(chan struct{})}
+	relay, err := outbox.NewRelay(r.db.Pool, r.kc.Client(t, outbox.ProducerOpts()...), outbox.RelayConfig{
+		Schema: r.db.Schema, PollInterval: time.Hour, Logger: slog.New(listening),
+	})
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		require.NoError(t, <-done)
+	})
+	select {
+	case <-listening.ch:
+	case err := <-done:
+		t.Fatalf("relay stopped before listening: %v", err)
+	}
+	var s console.OutboxSummary
+	r.get(t, "/api/v1/outbox/summary").json(t, &s)
+	require.Equal(t, int64(1), s.RelaysConnected, "the embedded relay runs: it is connected")
 }
 
 func TestOutboxRowsListing(t *testing.T) {

@@ -14,7 +14,7 @@ FROM {{t}} GROUP BY destination, status ORDER BY destination, status`
 	// sqlOutboxRecent counts rows published and rows gone dead or rejected in the last
 	// minute (the partial indexes on published_at and on phase 2 keep it small), the relay
 	// processes of the schema connected to the database (application_name starting with $1,
-	// see RelayApplicationName), the database's clock, and the
+	// see outbox.ApplicationName), the database's clock, and the
 	// first minute of the hour-long chart.
 	sqlOutboxRecent = `
 SELECT (SELECT count(*) FROM {{t}} WHERE phase = 1 AND published_at >= now() - interval '1 minute'),

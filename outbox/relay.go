@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -341,13 +342,50 @@ func (r *Relay) signal() {
 	}
 }
 
+// ApplicationNamePrefix starts the PostgreSQL application_name of every relay's own session:
+// "keiro-relay:SCHEMA@HOST/PID" ([ApplicationName]). The operator console counts the distinct
+// names of a schema's relays among the database's sessions as the relays connected.
+const ApplicationNamePrefix = "keiro-relay:"
+
+// maxApplicationName is PostgreSQL's limit on application_name (NAMEDATALEN-1 bytes).
+const maxApplicationName = 63
+
+// ApplicationName is the application_name of a relay process publishing the outbox of schema:
+// "keiro-relay:SCHEMA@HOST/PID", the schema cut to 32 bytes and the host shortened so that the
+// whole fits PostgreSQL's 63 bytes. A relay sets it on its LISTEN session, the connection it
+// opens for itself, whatever the pool's application_name; a PollOnly relay has no session of
+// its own, and is seen as a relay only when its pool's connections carry this name (the relay
+// binary sets it on its pool unless the database URL names one).
+func ApplicationName(schema string) string {
+	host, _ := os.Hostname()
+	prefix := SchemaApplicationNamePrefix(schema)
+	suffix := fmt.Sprintf("/%d", os.Getpid())
+	if over := len(prefix) + len(host) + len(suffix) - maxApplicationName; over > 0 {
+		host = host[:max(0, len(host)-over)]
+	}
+	return prefix + host + suffix
+}
+
+// SchemaApplicationNamePrefix is the start of the [ApplicationName] of every relay of schema,
+// whatever its host and process: "keiro-relay:SCHEMA@", the schema cut to its first 32 bytes.
+func SchemaApplicationNamePrefix(schema string) string {
+	return ApplicationNamePrefix + schema[:min(len(schema), 32)] + "@"
+}
+
 // listen holds a LISTEN connection and signals the claim loop on every notification; it
-// reconnects with backoff when the connection dies.
+// reconnects with backoff when the connection dies. The connection carries the relay's
+// [ApplicationName], so the relay is seen in pg_stat_activity (and counted by the console)
+// however its pool is configured.
 func (r *Relay) listen(ctx context.Context) {
 	channel := pgx.Identifier{r.store.NotifyChannel()}.Sanitize()
 	for attempt := 0; ; {
 		err := func() error {
-			conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig.Copy())
+			cc := r.pool.Config().ConnConfig.Copy()
+			if cc.RuntimeParams == nil {
+				cc.RuntimeParams = map[string]string{}
+			}
+			cc.RuntimeParams["application_name"] = ApplicationName(r.cfg.Schema)
+			conn, err := pgx.ConnectConfig(ctx, cc)
 			if err != nil {
 				return fmt.Errorf("connect listener: %w", err)
 			}
@@ -356,6 +394,8 @@ func (r *Relay) listen(ctx context.Context) {
 				return fmt.Errorf("listen: %w", err)
 			}
 			attempt = 0
+			r.log.DebugContext(ctx, "outbox listener connected", "channel", r.store.NotifyChannel(),
+				"application_name", cc.RuntimeParams["application_name"])
 			r.listening.Store(true)
 			defer r.listening.Store(false)
 			r.signal() // notifications may have been missed while disconnected

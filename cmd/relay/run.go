@@ -154,7 +154,7 @@ func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("--database-url %s: %w", g.DB.DatabaseURL, redactErr(err, g.DB.DatabaseURL))}
 	}
 	if _, set := pcfg.ConnConfig.RuntimeParams["application_name"]; !set {
-		pcfg.ConnConfig.RuntimeParams["application_name"] = console.RelayApplicationName(g.DB.Schema) // counted by the console
+		pcfg.ConnConfig.RuntimeParams["application_name"] = outbox.ApplicationName(g.DB.Schema) // counted by the console, poll-only too
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
