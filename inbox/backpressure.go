@@ -12,8 +12,8 @@ import (
 	"github.com/keiro-go/keiro/tracing"
 )
 
-// Back-pressure. Each partition's worker buffers at most MaxBufferedRecords records and
-// MaxBufferedBytes bytes (plus one poll's worth; see full). The
+// Back-pressure. Each partition's worker holds at most MaxBufferedRecords records and
+// MaxBufferedBytes bytes, buffered or in progress (plus one poll's worth; see fullLocked). The
 // obvious bound, pausing a partition's fetches as soon as its buffer fills, costs a re-fetch:
 // franz-go drops the data it has already fetched for a partition that is paused when the
 // client is polled, and reads it again after the resume, so a backlog that is worked off in
@@ -102,8 +102,8 @@ func (c *Consumer) awaitRoom(ctx context.Context) {
 	}
 }
 
-// signalRoom wakes the poll loop if it waits in awaitRoom: a worker took records from its
-// buffer, or the set of workers changed.
+// signalRoom wakes the poll loop if it waits in awaitRoom: a worker finished records it took
+// from its buffer, or the set of workers changed.
 func (c *Consumer) signalRoom() {
 	select {
 	case c.room <- struct{}{}:
@@ -119,11 +119,11 @@ func (w *partitionWorker) state() (full, empty, paused bool) {
 	return w.fullLocked(), len(w.queue) == 0, w.paused
 }
 
-// fullLocked reports that the buffer holds MaxBufferedRecords records or MaxBufferedBytes
-// bytes. A poll adds at most one fetch per partition, so a buffer is never more than that over
-// its bounds. w.mu must be held.
+// fullLocked reports that the partition holds MaxBufferedRecords records or MaxBufferedBytes
+// bytes, buffered or in progress (taken and not yet finished). A poll adds at most one fetch
+// per partition, so a partition never holds more than that over its bounds. w.mu must be held.
 func (w *partitionWorker) fullLocked() bool {
-	return len(w.queue) >= w.c.cfg.MaxBufferedRecords || w.bytes >= w.c.cfg.MaxBufferedBytes
+	return len(w.queue)+w.held >= w.c.cfg.MaxBufferedRecords || w.bytes+w.heldBytes >= w.c.cfg.MaxBufferedBytes
 }
 
 // recordBytes is what a record counts for MaxBufferedBytes: its key, value and headers.
@@ -136,7 +136,7 @@ func recordBytes(r *kgo.Record) int {
 }
 
 // pause stops fetching the worker's partition, if its buffer is still full, until the worker
-// has worked it down to half (take resumes it).
+// has worked it down to half (finish resumes it).
 func (w *partitionWorker) pause() {
 	w.mu.Lock()
 	if w.paused || !w.fullLocked() {

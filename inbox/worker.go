@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,11 +20,16 @@ type partitionWorker struct {
 	cl *kgo.Client
 	tp topicPartition
 
-	mu     sync.Mutex
-	queue  []*kgo.Record
-	bytes  int // of the records in queue (recordBytes)
-	hwm    int64
-	paused bool
+	mu    sync.Mutex
+	queue []*kgo.Record
+	bytes int // of the records in queue (recordBytes)
+	// held and heldBytes count the records taken from queue and not yet finished: a batch
+	// in progress, with everything built from it, until its transaction has ended. The
+	// buffer bounds count them, so MaxBufferedRecords and MaxBufferedBytes bound all the
+	// partition holds (see fullLocked).
+	held, heldBytes int
+	hwm             int64
+	paused          bool
 
 	wake     chan struct{}
 	quit     chan struct{}
@@ -70,21 +76,46 @@ func (w *partitionWorker) enqueue(recs []*kgo.Record, hwm int64) {
 	}
 }
 
-// take removes up to n records from the head of the buffer, resumes the partition's fetches
-// once a paused buffer is down to half, and wakes the poll loop if it waits for room.
+// take removes up to n records from the head of the buffer. They still count against the
+// buffer's bounds until finish: taking a batch makes no room, finishing it does.
 func (w *partitionWorker) take(n int) []*kgo.Record {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	k := min(n, len(w.queue))
-	recs := w.queue[:k:k]
-	w.queue = w.queue[k:]
-	for _, r := range recs {
-		w.bytes -= recordBytes(r)
+	if k == 0 {
+		return nil
 	}
+	// A copy, and the buffer's references cleared: the records are garbage once their batch
+	// is finished, whatever the buffer's backing array still holds.
+	recs := slices.Clone(w.queue[:k])
+	clear(w.queue[:k])
+	w.queue = w.queue[k:]
+	b := 0
+	for _, r := range recs {
+		b += recordBytes(r)
+	}
+	w.bytes -= b
+	w.held += k
+	w.heldBytes += b
 	if len(w.queue) == 0 {
 		w.queue, w.bytes = nil, 0
 	}
+	return recs
+}
+
+// finish releases recs, taken by take, once the worker is done with them (their
+// transactions have ended): it resumes the partition's fetches once a paused partition holds
+// no more than half its bounds, and wakes the poll loop if it waits for room.
+func (w *partitionWorker) finish(recs []*kgo.Record) {
+	b := 0
+	for _, r := range recs {
+		b += recordBytes(r)
+	}
+	w.mu.Lock()
+	w.held -= len(recs)
+	w.heldBytes -= b
 	resumed := false
-	if w.paused && len(w.queue) <= w.c.cfg.MaxBufferedRecords/2 && w.bytes <= w.c.cfg.MaxBufferedBytes/2 {
+	if w.paused && len(w.queue)+w.held <= w.c.cfg.MaxBufferedRecords/2 && w.bytes+w.heldBytes <= w.c.cfg.MaxBufferedBytes/2 {
 		w.paused, resumed = false, true
 		w.cl.ResumeFetchPartitions(w.partitions())
 	}
@@ -93,10 +124,9 @@ func (w *partitionWorker) take(n int) []*kgo.Record {
 	if resumed {
 		w.c.pressure(pressureResume, w.tp)
 	}
-	if k > 0 && room {
+	if len(recs) > 0 && room {
 		w.c.signalRoom()
 	}
-	return recs
 }
 
 func (w *partitionWorker) stop(commit bool) {
@@ -160,11 +190,15 @@ func (w *partitionWorker) run() {
 			n := w.processChunk(recs)
 			w.release()
 			if n > 0 {
-				last, pending = recs[n-1], pending+n
+				// Only what the offset commit needs: the record itself would keep its whole
+				// fetched batch's bytes alive until the next commit.
+				r := recs[n-1]
+				last, pending = &kgo.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, LeaderEpoch: r.LeaderEpoch}, pending+n
 			}
 			if n < len(recs) {
 				return // abandoned while stopping
 			}
+			w.finish(recs)
 			if pending >= w.c.cfg.CommitEvery || time.Since(committed) >= commitInterval || w.idle() {
 				flush()
 			}

@@ -6,7 +6,62 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
+
+// TestInProgressRecordsCountAgainstTheBuffer: a batch taken for processing still counts
+// against MaxBufferedBytes and MaxBufferedRecords until it is finished, so a partition holds
+// at most its bounds in all (buffered and in progress), not a full buffer plus a batch.
+func TestInProgressRecordsCountAgainstTheBuffer(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		cfg   ConsumerConfig
+		value []byte
+	}{
+		{"bytes", ConsumerConfig{MaxBufferedRecords: 1000, MaxBufferedBytes: 10 << 10}, make([]byte, 1<<10)},
+		{"records", ConsumerConfig{MaxBufferedRecords: 10, MaxBufferedBytes: 1 << 30}, []byte("x")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &Consumer{cfg: tc.cfg, room: make(chan struct{}, 1)}
+			w := &partitionWorker{c: c}
+			recs := make([]*kgo.Record, 10)
+			for i := range recs {
+				recs[i] = &kgo.Record{Value: tc.value, Offset: int64(i)}
+			}
+			w.enqueue(recs, 10)
+			full, empty, _ := w.state()
+			require.True(t, full, "ten records fill the buffer")
+			require.False(t, empty)
+
+			batch := w.take(6)
+			require.Len(t, batch, 6)
+			full, _, _ = w.state()
+			require.True(t, full, "the six records in progress still count")
+			select {
+			case <-c.room:
+				t.Fatal("taking a batch made no room, yet the poll loop was woken")
+			default:
+			}
+
+			w.finish(batch)
+			full, _, _ = w.state()
+			require.False(t, full, "a finished batch makes room")
+			select {
+			case <-c.room:
+			default:
+				t.Fatal("the poll loop was not woken when the batch finished")
+			}
+			rest := w.take(10)
+			require.Len(t, rest, 4)
+			_, empty, _ = w.state()
+			require.True(t, empty)
+			w.finish(rest)
+			require.Zero(t, w.held)
+			require.Zero(t, w.heldBytes)
+		})
+	}
+}
 
 // TestBackoffDoesNotHoldUpAStop: a worker in backoff gives its concurrency slot up; if every
 // slot is then taken by busy partitions, a revocation or shutdown must still stop the worker
