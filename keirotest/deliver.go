@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,8 +41,10 @@ type DeliverConfig struct {
 	// consumer restart, and fails t unless the first was processed and the second suppressed
 	// as a duplicate (the handler not run again). Defaults to false.
 	Twice bool
-	// Want fails t unless the first delivery's outcome is this. Defaults to 0: any outcome is
-	// returned for the test to check.
+	// Want fails t unless the first delivery's outcome is this: set it to the failure a test
+	// expects (inbox.HandlerFailed, inbox.Poisoned, ...). Defaults to 0: the delivery must
+	// succeed (inbox.Processed, or inbox.Duplicate for a message the inbox already holds), and
+	// any failure fails t with the handler's error.
 	Want inbox.Outcome
 	// Schema is the schema of the inbox. Defaults to the schema of the keiro_outbox table on
 	// the pool's search_path (a NewDB pool's schema), else "keiro".
@@ -88,6 +91,10 @@ func Deliver(t testing.TB, pool *pgxpool.Pool, ev envelope.Event, cfg DeliverCon
 	if err := ev.Validate(); err != nil {
 		t.Fatalf("%s: the event is not valid, so the consumer would never deliver it: %v", who, err)
 	}
+	if cfg.Want != 0 && strings.HasPrefix(cfg.Want.String(), "Outcome(") {
+		t.Fatalf("%s: unknown DeliverConfig.Want %s: use an inbox outcome (inbox.Processed, inbox.HandlerFailed, "+
+			"inbox.Poisoned, ...), or leave it 0 for a delivery that must succeed", who, cfg.Want)
+	}
 	if cfg.Consumer == "" {
 		cfg.Consumer = DefaultConsumer
 	}
@@ -129,9 +136,14 @@ func Deliver(t testing.TB, pool *pgxpool.Pool, ev envelope.Event, cfg DeliverCon
 		t.Fatalf("%s: deliver message %q to the %s: %v", who, ev.MessageID, mode, err)
 	}
 	out := Delivered{Result: res}
-	if cfg.Want != 0 && res.Outcome != cfg.Want {
+	switch {
+	case cfg.Want != 0 && res.Outcome != cfg.Want:
 		t.Fatalf("%s: delivering message %q (%s) to the %s: want outcome %s, got %s%s",
 			who, ev.MessageID, ev.EventType, mode, cfg.Want, res.Outcome, errSuffix(res.Err))
+	case cfg.Want == 0 && res.Outcome != inbox.Processed && res.Outcome != inbox.Duplicate:
+		t.Fatalf("%s: delivering message %q (%s) to the %s failed: outcome %s%s "+
+			"(set DeliverConfig.Want to the outcome when the test expects a failure)",
+			who, ev.MessageID, ev.EventType, mode, res.Outcome, errSuffix(res.Err))
 	}
 	if !cfg.Twice {
 		return out

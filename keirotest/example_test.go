@@ -197,6 +197,9 @@ func ExampleDrainOutbox() {
 		for _, row := range keirotest.DrainOutbox(t, db.Pool, kafka) {
 			fmt.Printf("%s %s key=%s offset=%d\n", row.Status, row.Event.Destination, *row.Event.Key, *row.Offset)
 		}
+		// Nothing is left to publish: statuses are the kit's constants (a misspelt one fails).
+		keirotest.RequireNotEnqueued(t, db.Pool, keirotest.Enqueued{Status: keirotest.StatusPending})
+		keirotest.RequireEnqueued(t, db.Pool, keirotest.Enqueued{Status: keirotest.StatusSent, Count: 2})
 	})
 	// Output:
 	// sent ordering.orders.v1 key=1001 offset=0
@@ -248,6 +251,28 @@ func ExampleDeliver() {
 	})
 	// Output:
 	// processed duplicate invoices: 1
+}
+
+// A test of failure handling names the failure it expects; without Want, a failing handler
+// fails the test.
+func ExampleDeliver_failure() {
+	test(func(t testing.TB) {
+		db := keirotest.NewDB(t)
+		refuseNegative := func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
+			var p struct {
+				TotalCents int `json:"totalCents"`
+			}
+			if err := envelope.DecodeJSON(&ev, &p); err != nil || p.TotalCents < 0 {
+				return inbox.Permanent(fmt.Errorf("refusing a total of %d cents", p.TotalCents))
+			}
+			return nil
+		}
+		ev := keirotest.JSONEvent(t, "OrderPlaced", map[string]any{"orderId": "1001", "totalCents": -5})
+		d := keirotest.Deliver(t, db.Pool, ev, keirotest.DeliverConfig{Handler: refuseNegative, Want: inbox.Poisoned})
+		fmt.Println(d.Outcome, d.Err)
+	})
+	// Output:
+	// poisoned permanent: refusing a total of -5 cents
 }
 
 func ExampleDeliver_sql() {

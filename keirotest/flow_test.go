@@ -210,11 +210,35 @@ CREATE FUNCTION apply_invoice(doc jsonb) RETURNS void LANGUAGE sql AS $$
 			t.Fatalf("want one request with the idempotency key, got %d calls, key %v", calls.Load(), key.Load())
 		}
 	})
-	t.Run("a handler failure is returned", func(t *testing.T) {
-		d := keirotest.Deliver(t, db.Pool, orderEvent(t, "1004", "bad", -1), keirotest.DeliverConfig{Handler: applyInvoice})
+	t.Run("an expected handler failure is returned", func(t *testing.T) {
+		d := keirotest.Deliver(t, db.Pool, orderEvent(t, "1004", "bad", -1), keirotest.DeliverConfig{Handler: applyInvoice, Want: inbox.Poisoned})
 		if d.Outcome != inbox.Poisoned || d.Err == nil {
 			t.Fatalf("want the permanent failure poisoned, got %+v", d.Result)
 		}
+	})
+	t.Run("without Want a handler failure fails the test", func(t *testing.T) {
+		r := record(t, func(tb testing.TB) {
+			keirotest.Deliver(tb, db.Pool, orderEvent(tb, "1008", "bad", -8), keirotest.DeliverConfig{Handler: applyInvoice})
+		})
+		requireFailure(t, r, `keirotest.Deliver: delivering message "placed-1008" (OrderPlaced) to the Go handler failed: outcome poisoned`,
+			"order 1008 has a negative total", "set DeliverConfig.Want")
+		r = record(t, func(tb testing.TB) {
+			keirotest.Deliver(tb, db.Pool, orderEvent(tb, "1009", "bad", 9), keirotest.DeliverConfig{
+				Handler: func(context.Context, pgx.Tx, envelope.Event) error { return errors.New("ledger is locked") }})
+		})
+		requireFailure(t, r, "failed: outcome handler_failed: ledger is locked")
+		// A message the inbox already holds is a duplicate: not a failure.
+		ev := orderEvent(t, "1010", "eve", 10)
+		keirotest.Deliver(t, db.Pool, ev, keirotest.DeliverConfig{Handler: applyInvoice})
+		if d := keirotest.Deliver(t, db.Pool, ev, keirotest.DeliverConfig{Handler: applyInvoice}); d.Outcome != inbox.Duplicate {
+			t.Fatalf("want a duplicate, got %s", d.Outcome)
+		}
+	})
+	t.Run("an unknown Want fails the test", func(t *testing.T) {
+		r := record(t, func(tb testing.TB) {
+			keirotest.Deliver(tb, db.Pool, orderEvent(tb, "1011", "eve", 11), keirotest.DeliverConfig{Handler: applyInvoice, Want: 42})
+		})
+		requireFailure(t, r, "keirotest.Deliver: unknown DeliverConfig.Want Outcome(42)")
 	})
 	t.Run("Want names the outcome and the handler's error", func(t *testing.T) {
 		r := record(t, func(tb testing.TB) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -13,6 +14,39 @@ import (
 	"github.com/keiro-go/keiro/migrations"
 	"github.com/keiro-go/keiro/outbox"
 )
+
+// Status is the status of an outbox row, as [Enqueued.Status] matches it. RequireEnqueued and
+// RequireNotEnqueued fail the test on any value but these constants, so a misspelt status
+// cannot make a RequireNotEnqueued pass without testing anything.
+type Status string
+
+// The statuses of an outbox row (the outbox's state machine: docs/architecture.md).
+const (
+	// StatusPending: enqueued, waiting for a relay (also a row released or requeued).
+	StatusPending Status = "pending"
+	// StatusPublishing: claimed by a relay, under its lease.
+	StatusPublishing Status = "publishing"
+	// StatusSent: acknowledged by Kafka.
+	StatusSent Status = "sent"
+	// StatusFailed: a publish attempt failed; the row is retried after its backoff.
+	StatusFailed Status = "failed"
+	// StatusDead: the attempts ran out; an operator requeues it.
+	StatusDead Status = "dead"
+	// StatusRejected: Kafka refused the record for good (too large, invalid topic, ...).
+	StatusRejected Status = "rejected"
+)
+
+// Statuses are every outbox row status, in the order of the outbox's state machine.
+var Statuses = []Status{StatusPending, StatusPublishing, StatusSent, StatusFailed, StatusDead, StatusRejected}
+
+// check reports a Status that is not one of [Statuses]; the empty Status (any) is valid.
+func (s Status) check() error {
+	if s == "" || slices.Contains(Statuses, s) {
+		return nil
+	}
+	return fmt.Errorf("unknown Enqueued.Status %q: use StatusPending, StatusPublishing, StatusSent, StatusFailed, "+
+		"StatusDead or StatusRejected", string(s))
+}
 
 // Enqueued describes the outbox rows a test expects (RequireEnqueued) or forbids
 // (RequireNotEnqueued). Empty fields match anything.
@@ -37,9 +71,9 @@ type Enqueued struct {
 	Payload PayloadMatcher
 	// Where is a last check of the whole event; its error says what differs. Defaults to none.
 	Where func(envelope.Event) error
-	// Status is the row's status (pending, publishing, sent, failed, dead or rejected).
-	// Defaults to any.
-	Status string
+	// Status is the row's status, one of [Statuses] (StatusPending, StatusSent, ...); any
+	// other value fails the test. Defaults to any.
+	Status Status
 	// Count is the exact number of matching rows RequireEnqueued wants. Defaults to 0: at
 	// least one.
 	Count int
@@ -47,7 +81,7 @@ type Enqueued struct {
 
 func (e Enqueued) criteria() criteria {
 	return criteria{messageID: e.MessageID, source: e.Source, destination: e.Destination, key: e.Key,
-		noKey: e.NoKey, eventType: e.EventType, payload: e.Payload, where: e.Where, status: e.Status}
+		noKey: e.NoKey, eventType: e.EventType, payload: e.Payload, where: e.Where, status: string(e.Status)}
 }
 
 // RequireEnqueued fails t unless the outbox holds a row matching want (exactly want.Count of
@@ -59,6 +93,9 @@ func RequireEnqueued(t testing.TB, q outbox.Querier, want Enqueued) []outbox.Row
 	t.Helper()
 	if want.Count < 0 {
 		t.Fatalf("keirotest.RequireEnqueued: Enqueued.Count must not be negative, got %d", want.Count)
+	}
+	if err := want.Status.check(); err != nil {
+		t.Fatalf("keirotest.RequireEnqueued: %v", err)
 	}
 	schema, rows := outboxRows(t, "keirotest.RequireEnqueued", q, want.Schema)
 	c := want.criteria()
@@ -95,6 +132,9 @@ func RequireEnqueued(t testing.TB, q outbox.Querier, want Enqueued) []outbox.Row
 // RequireEnqueued.
 func RequireNotEnqueued(t testing.TB, q outbox.Querier, unwanted Enqueued) {
 	t.Helper()
+	if err := unwanted.Status.check(); err != nil {
+		t.Fatalf("keirotest.RequireNotEnqueued: %v", err)
+	}
 	schema, rows := outboxRows(t, "keirotest.RequireNotEnqueued", q, unwanted.Schema)
 	c := unwanted.criteria()
 	var matched []outbox.Row

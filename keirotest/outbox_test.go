@@ -55,7 +55,7 @@ func TestRequireEnqueuedInsideAndAfterTransaction(t *testing.T) {
 
 	// Inside the transaction the row is visible; from the pool it is not yet.
 	rows := keirotest.RequireEnqueued(t, tx, want)
-	if len(rows) != 1 || rows[0].Status != "pending" {
+	if len(rows) != 1 || rows[0].Status != string(keirotest.StatusPending) {
 		t.Fatalf("want one pending row, got %+v", rows)
 	}
 	keirotest.RequireNotEnqueued(t, db.Pool, want)
@@ -132,6 +132,27 @@ func TestRequireEnqueuedFailureMessages(t *testing.T) {
 		requireFailure(t, r, "keirotest.RequireNotEnqueued: 1 row in the outbox",
 			`forbidden: payload JSON containing {"customer":"grace"}`, `OrderPlaced key "1002"`)
 	})
+	t.Run("status", func(t *testing.T) {
+		r := record(t, func(tb testing.TB) {
+			keirotest.RequireEnqueued(tb, db.Pool, keirotest.Enqueued{Key: "1001", Status: keirotest.StatusSent})
+		})
+		requireFailure(t, r, `want: key "1001", status "sent"`, `status is "pending", want "sent"`)
+		r = record(t, func(tb testing.TB) {
+			keirotest.RequireEnqueued(tb, db.Pool, keirotest.Enqueued{Key: "1001", Status: keirotest.StatusPending, Count: 1})
+			keirotest.RequireNotEnqueued(tb, db.Pool, keirotest.Enqueued{Status: keirotest.StatusDead})
+		})
+		requirePass(t, r)
+	})
+	t.Run("an unknown status fails instead of matching nothing", func(t *testing.T) {
+		r := record(t, func(tb testing.TB) {
+			keirotest.RequireNotEnqueued(tb, db.Pool, keirotest.Enqueued{Key: "1001", Status: "snet"})
+		})
+		requireFailure(t, r, `keirotest.RequireNotEnqueued: unknown Enqueued.Status "snet": use StatusPending, StatusPublishing, StatusSent`)
+		r = record(t, func(tb testing.TB) {
+			keirotest.RequireEnqueued(tb, db.Pool, keirotest.Enqueued{Status: "Pending"})
+		})
+		requireFailure(t, r, `keirotest.RequireEnqueued: unknown Enqueued.Status "Pending"`)
+	})
 	t.Run("passing assertions record nothing", func(t *testing.T) {
 		r := record(t, func(tb testing.TB) {
 			keirotest.RequireEnqueued(tb, db.Pool, keirotest.Enqueued{Source: "ordering", Count: 2})
@@ -139,4 +160,23 @@ func TestRequireEnqueuedFailureMessages(t *testing.T) {
 		})
 		requirePass(t, r)
 	})
+}
+
+// TestStatusesAreTheOutboxStatuses: every Status constant is a status the outbox knows (its
+// listing refuses any other).
+func TestStatusesAreTheOutboxStatuses(t *testing.T) {
+	t.Parallel()
+	db := keirotest.NewDB(t)
+	st, err := outbox.NewStore(db.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range keirotest.Statuses {
+		if _, err := st.ListOutbox(context.Background(), db.Pool, outbox.ListOptions{Status: string(s)}); err != nil {
+			t.Errorf("status %q: %v", s, err)
+		}
+	}
+	if _, err := st.ListOutbox(context.Background(), db.Pool, outbox.ListOptions{Status: "snet"}); err == nil {
+		t.Fatal("the outbox listing accepts an unknown status; this test cannot tell the constants apart")
+	}
 }
