@@ -157,21 +157,26 @@ type ConsumerConfig struct {
 	// after it wait; per-partition order of effects is strict, effects are exactly once and
 	// offsets are committed only after the records' transactions. Set 1 for handlers that must
 	// run one record per transaction (a handler with effects outside the transaction, such as
-	// an HTTP call, would repeat them for a failed batch's mates). Defaults to DefaultBatchSize.
+	// an HTTP call, would repeat them for a failed batch's mates). A batch also takes at most a
+	// quarter of MaxBufferedBytes (at least one record), so large records make smaller
+	// batches. Defaults to DefaultBatchSize.
 	BatchSize int
 	// BatchHandler, when set, replaces the Handler passed to NewConsumer (which may then be
 	// nil): with BatchSize > 1 it receives each batch's events at once
 	// (Store.ProcessBatchWith), otherwise one-event slices; after a failure it is given
 	// one-event slices to find the failing event. Defaults to nil.
 	BatchHandler BatchHandler
-	// MaxBufferedRecords is the per-partition backlog at which the consumer stops polling while
-	// the other partitions have records to work on, and pauses the partition's fetching when
-	// another one needs a poll (see Stats.FetchPauses). Defaults to DefaultMaxBufferedRecords.
+	// MaxBufferedRecords is the per-partition backlog (buffered or in progress) at which the
+	// consumer stops polling while the other partitions have records to work on, and pauses the
+	// partition's fetching when another one needs a poll (see Stats.FetchPauses). Defaults to
+	// DefaultMaxBufferedRecords.
 	MaxBufferedRecords int
-	// MaxBufferedBytes bounds a partition's buffer in bytes (keys, values and headers), acting
-	// as MaxBufferedRecords does; whichever is reached first counts. A consumer's memory for
-	// records is about the partitions it owns × this (plus one fetch each, and the Kafka
-	// client's own fetch buffer). Defaults to DefaultMaxBufferedBytes.
+	// MaxBufferedBytes bounds a partition's records in bytes (keys, values and headers),
+	// buffered or in progress (a batch counts until its transaction has ended), acting as
+	// MaxBufferedRecords does; whichever is reached first counts. A consumer's memory for
+	// records is about the partitions it owns × this, plus one fetch each and the Kafka
+	// client's own fetch buffer; docs/operations.md has the whole sizing. Defaults to
+	// DefaultMaxBufferedBytes.
 	MaxBufferedBytes int
 	// CommitEvery is the most records processed between two offset commits of a partition
 	// (and the most a worker takes from its buffer at once). A partition's offsets are also

@@ -75,9 +75,10 @@
 //   - Rebalances: the client blocks a rebalance until the records of a poll are handed to
 //     their partitions' workers, so records polled before a revocation never reach the worker
 //     of a later assignment of the same partition ahead of its re-fetch.
-//   - Back-pressure: each partition buffers at most ConsumerConfig.MaxBufferedRecords records
-//     and MaxBufferedBytes bytes (plus one poll). A full buffer holds up the next poll while the other partitions have
-//     records to work on; when one of them runs dry, the full partitions' fetching is paused
+//   - Back-pressure: each partition holds at most ConsumerConfig.MaxBufferedRecords records
+//     and MaxBufferedBytes bytes (plus one poll), buffered or in progress: a batch counts until
+//     its transaction has ended, and a record counts its Go structures too. A full buffer
+//     holds up the next poll while the other partitions have records to work on; when one of them runs dry, the full partitions' fetching is paused
 //     (kgo.PauseFetchPartitions, which drops what the client already fetched for them) until
 //     their workers have worked the backlog down to half, so a slow partition never holds up
 //     the others, and a uniform backlog is fetched once. The consumer sets kgo.FetchMaxWait

@@ -40,3 +40,6 @@ func Buffered(c *Consumer) map[string]int {
 	}
 	return out
 }
+
+// RecordBytes is what r counts for MaxBufferedBytes.
+func RecordBytes(r *kgo.Record) int { return recordBytes(r) }

@@ -76,12 +76,22 @@ func (w *partitionWorker) enqueue(recs []*kgo.Record, hwm int64) {
 	}
 }
 
-// take removes up to n records from the head of the buffer. They still count against the
-// buffer's bounds until finish: taking a batch makes no room, finishing it does.
+// take removes up to n records from the head of the buffer, and no more than a quarter of
+// MaxBufferedBytes (at least one record): what a batch is turned into while it is processed
+// (decoded events, the inbox rows' parameters, the connection's buffers) is a few times its
+// bytes, so large records make smaller batches. The records still count against the buffer's
+// bounds until finish: taking a batch makes no room, finishing it does.
 func (w *partitionWorker) take(n int) []*kgo.Record {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	k := min(n, len(w.queue))
+	k, b := 0, 0
+	for k < min(n, len(w.queue)) {
+		rb := recordBytes(w.queue[k])
+		if k > 0 && b+rb > w.c.cfg.MaxBufferedBytes/maxBatchShare {
+			break
+		}
+		k, b = k+1, b+rb
+	}
 	if k == 0 {
 		return nil
 	}
@@ -90,10 +100,6 @@ func (w *partitionWorker) take(n int) []*kgo.Record {
 	recs := slices.Clone(w.queue[:k])
 	clear(w.queue[:k])
 	w.queue = w.queue[k:]
-	b := 0
-	for _, r := range recs {
-		b += recordBytes(r)
-	}
 	w.bytes -= b
 	w.held += k
 	w.heldBytes += b
@@ -216,6 +222,9 @@ func (w *partitionWorker) takeSize() int {
 	}
 	return min(n, w.c.cfg.CommitEvery)
 }
+
+// maxBatchShare: a batch takes at most MaxBufferedBytes/maxBatchShare bytes of records.
+const maxBatchShare = 4
 
 // singleChunk is how many records a worker in one-at-a-time mode takes from its buffer per
 // turn.

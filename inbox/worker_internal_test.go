@@ -11,16 +11,20 @@ import (
 
 // TestInProgressRecordsCountAgainstTheBuffer: a batch taken for processing still counts
 // against MaxBufferedBytes and MaxBufferedRecords until it is finished, so a partition holds
-// at most its bounds in all (buffered and in progress), not a full buffer plus a batch.
+// at most its bounds in all (buffered and in progress), not a full buffer plus a batch. A batch
+// takes at most a quarter of MaxBufferedBytes.
 func TestInProgressRecordsCountAgainstTheBuffer(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		cfg   ConsumerConfig
 		value []byte
+		batch int // records that take(6) returns
 	}{
-		{"bytes", ConsumerConfig{MaxBufferedRecords: 1000, MaxBufferedBytes: 10 << 10}, make([]byte, 1<<10)},
-		{"records", ConsumerConfig{MaxBufferedRecords: 10, MaxBufferedBytes: 1 << 30}, []byte("x")},
+		// Ten records fill the bytes bound; a batch takes at most a quarter of it: two records.
+		{"bytes", ConsumerConfig{MaxBufferedRecords: 1000, MaxBufferedBytes: 10 * recordBytes(&kgo.Record{Value: make([]byte, 410)})},
+			make([]byte, 410), 2},
+		{"records", ConsumerConfig{MaxBufferedRecords: 10, MaxBufferedBytes: 1 << 30}, []byte("x"), 6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &Consumer{cfg: tc.cfg, room: make(chan struct{}, 1)}
@@ -35,9 +39,9 @@ func TestInProgressRecordsCountAgainstTheBuffer(t *testing.T) {
 			require.False(t, empty)
 
 			batch := w.take(6)
-			require.Len(t, batch, 6)
+			require.Len(t, batch, tc.batch)
 			full, _, _ = w.state()
-			require.True(t, full, "the six records in progress still count")
+			require.True(t, full, "the records in progress still count")
 			select {
 			case <-c.room:
 				t.Fatal("taking a batch made no room, yet the poll loop was woken")
@@ -52,11 +56,15 @@ func TestInProgressRecordsCountAgainstTheBuffer(t *testing.T) {
 			default:
 				t.Fatal("the poll loop was not woken when the batch finished")
 			}
-			rest := w.take(10)
-			require.Len(t, rest, 4)
+			for taken := len(batch); taken < len(recs); {
+				rest := w.take(10)
+				require.NotEmpty(t, rest)
+				require.Equal(t, recs[taken].Offset, rest[0].Offset, "in offset order")
+				taken += len(rest)
+				w.finish(rest)
+			}
 			_, empty, _ = w.state()
 			require.True(t, empty)
-			w.finish(rest)
 			require.Zero(t, w.held)
 			require.Zero(t, w.heldBytes)
 		})
