@@ -204,10 +204,13 @@ func requireOncePerMessageInKeyOrder(t testing.TB, fx *effects, evs []envelope.E
 
 func TestConsumerEndToEnd(t *testing.T) {
 	t.Parallel()
+	testkafka.Each(t, testConsumerEndToEnd)
+}
+
+func testConsumerEndToEnd(t *testing.T, kc *testkafka.Cluster) {
 	db := testdb.New(t)
 	fx := newEffects(t, db)
-	kc := testkafka.New(t)
-	const topic = "billing.orders.v1"
+	topic := kc.Topic("billing.orders.v1")
 	kc.CreateTopic(t, topic, 3)
 	prod := kc.Client(t)
 	evs := keyedEvents("ordering", topic, 60, 6)
@@ -227,7 +230,7 @@ func TestConsumerEndToEnd(t *testing.T) {
 	defer func() { _ = mp.Shutdown(context.Background()) }()
 	p := newProgress()
 	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic},
+		Brokers: kc.Brokers, Group: kc.Group("billing"), Topics: []string{topic},
 		Store:          inbox.StoreConfig{Schema: db.Schema},
 		TracerProvider: tp, MeterProvider: mp, OnCommitted: p.onCommitted,
 	}, h)
@@ -273,7 +276,7 @@ func TestConsumerEndToEnd(t *testing.T) {
 	}
 	require.Equal(t, "kafka", attrs["messaging.system"])
 	require.Equal(t, "process", attrs["messaging.operation.type"])
-	require.Equal(t, "billing", attrs["messaging.consumer.group.name"])
+	require.Equal(t, kc.Group("billing"), attrs["messaging.consumer.group.name"])
 	require.Contains(t, []string{"processed", "duplicate"}, attrs["keiro.inbox.outcome"])
 	require.NotEmpty(t, attrs["messaging.destination.partition.id"])
 	require.NotEmpty(t, attrs["messaging.message.id"])
@@ -311,10 +314,13 @@ func header(r *kgo.Record, name string) string {
 
 func TestConsumerPoisonAndPermanentGoToDeadLetterTopic(t *testing.T) {
 	t.Parallel()
+	testkafka.Each(t, testConsumerPoisonAndPermanentGoToDeadLetterTopic)
+}
+
+func testConsumerPoisonAndPermanentGoToDeadLetterTopic(t *testing.T, kc *testkafka.Cluster) {
 	db := testdb.New(t)
 	fx := newEffects(t, db)
-	kc := testkafka.New(t)
-	const topic = "billing.payments.v1"
+	topic := kc.Topic("billing.payments.v1")
 	kc.CreateTopic(t, topic, 2)
 	kc.CreateTopic(t, topic+".dlq", 1)
 	prod := kc.Client(t)
@@ -338,7 +344,7 @@ func TestConsumerPoisonAndPermanentGoToDeadLetterTopic(t *testing.T) {
 	var dlqMu sync.Mutex
 	var dlqOrder []string
 	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic},
+		Brokers: kc.Brokers, Group: kc.Group("billing"), Topics: []string{topic},
 		Store:       inbox.StoreConfig{Schema: db.Schema, MaxAttempts: 3},
 		OnCommitted: p.onCommitted,
 		OnDeadLettered: func(r *kgo.Record, reason string) {
@@ -363,7 +369,7 @@ func TestConsumerPoisonAndPermanentGoToDeadLetterTopic(t *testing.T) {
 	require.Equal(t, "3", header(pr, inbox.HeaderDLQAttempts))
 	require.Contains(t, header(pr, inbox.HeaderDLQError), "ledger rejected")
 	require.Equal(t, topic, header(pr, inbox.HeaderDLQTopic))
-	require.Equal(t, "billing", header(pr, inbox.HeaderDLQConsumer))
+	require.Equal(t, kc.Group("billing"), header(pr, inbox.HeaderDLQConsumer))
 	require.NotEmpty(t, header(pr, inbox.HeaderDLQPartition))
 	require.NotEmpty(t, header(pr, inbox.HeaderDLQOffset))
 	_, err := time.Parse(time.RFC3339Nano, header(pr, inbox.HeaderDLQAt))
@@ -474,11 +480,14 @@ func TestConsumerBadRecordsGoToDeadLetterTopic(t *testing.T) {
 // and classify as duplicates, so their effects stay single.
 func TestConsumerRedeliveryAfterCrashIsDuplicate(t *testing.T) {
 	t.Parallel()
+	testkafka.Each(t, testConsumerRedeliveryAfterCrashIsDuplicate)
+}
+
+func testConsumerRedeliveryAfterCrashIsDuplicate(t *testing.T, kc *testkafka.Cluster) {
 	ctx := context.Background()
 	db := testdb.New(t)
 	fx := newEffects(t, db)
-	kc := testkafka.New(t)
-	const topic = "billing.crash.v1"
+	topic := kc.Topic("billing.crash.v1")
 	kc.CreateTopic(t, topic, 1)
 	prod := kc.Client(t)
 	evs := keyedEvents("ordering", topic, 10, 2)
@@ -486,7 +495,8 @@ func TestConsumerRedeliveryAfterCrashIsDuplicate(t *testing.T) {
 
 	// The "crashed" consumer: its inbox transactions for the first 4 records committed, its
 	// offsets never did.
-	s := newStore(t, db)
+	group := kc.Group("billing") // the inbox is keyed per consumer, by default its group
+	s := newStore(t, db, func(c *inbox.StoreConfig) { c.Consumer = group })
 	for i, rec := range kc.ConsumeAll(t, 4, 10*time.Second, topic)[:4] {
 		ev, err := envelope.Decode(toEnvelope(rec))
 		require.NoError(t, err)
@@ -497,7 +507,7 @@ func TestConsumerRedeliveryAfterCrashIsDuplicate(t *testing.T) {
 
 	p := newProgress()
 	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic},
+		Brokers: kc.Brokers, Group: group, Topics: []string{topic},
 		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
 	}, fx.handler())
 	p.waitCommitted(t, topic, 10, 30*time.Second)
@@ -565,16 +575,19 @@ func TestConsumerBatchPathPoisonInTheMiddle(t *testing.T) {
 // twice, and the effects of each key keep their order.
 func TestConsumerRebalanceMidStream(t *testing.T) {
 	t.Parallel()
+	testkafka.Each(t, testConsumerRebalanceMidStream)
+}
+
+func testConsumerRebalanceMidStream(t *testing.T, kc *testkafka.Cluster) {
 	db := testdb.New(t)
 	fx := newEffects(t, db)
-	kc := testkafka.New(t)
-	const topic = "billing.rebalance.v1"
+	topic := kc.Topic("billing.rebalance.v1")
 	kc.CreateTopic(t, topic, 4)
 	prod := kc.Client(t)
 	evs := keyedEvents("ordering", topic, 300, 12)
 	p := newProgress()
 	cfg := inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic}, CommitEvery: 5,
+		Brokers: kc.Brokers, Group: kc.Group("billing"), Topics: []string{topic}, CommitEvery: 5,
 		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
 	}
 	a := startConsumer(t, db.Pool, cfg, fx.handler())
@@ -600,17 +613,20 @@ func TestConsumerRebalanceMidStream(t *testing.T) {
 // message still takes effect once, in key order.
 func TestConsumerRebalanceWithFullBuffers(t *testing.T) {
 	t.Parallel()
+	testkafka.Each(t, testConsumerRebalanceWithFullBuffers)
+}
+
+func testConsumerRebalanceWithFullBuffers(t *testing.T, kc *testkafka.Cluster) {
 	db := testdb.New(t)
 	fx := newEffects(t, db)
-	kc := testkafka.New(t)
-	const topic = "billing.rebalance.full.v1"
+	topic := kc.Topic("billing.rebalance.full.v1")
 	kc.CreateTopic(t, topic, 4)
 	prod := kc.Client(t)
 	evs := keyedEvents("ordering", topic, 3000, 16)
 	produceEvents(t, prod, evs[:2000]...)
 	p := newProgress()
 	cfg := inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic},
+		Brokers: kc.Brokers, Group: kc.Group("billing"), Topics: []string{topic},
 		MaxBufferedRecords: 30, BatchSize: 10, CommitEvery: 50,
 		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
 		KafkaOpts: []kgo.Opt{kgo.FetchMaxPartitionBytes(8 << 10)},

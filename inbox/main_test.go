@@ -11,13 +11,15 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/keiro-go/keiro/keirotest/testenv"
+
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/internal/testdb"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	testenv.Main(m,
 		// pgxpool's background health check and kfake's goroutines end asynchronously after Close.
 		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
 		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),

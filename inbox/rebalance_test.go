@@ -25,10 +25,13 @@ import (
 // commits) or the consumer reports that its poll is holding the rebalance back.
 func TestConsumerPollBeforeRevokeDoesNotReachTheNextAssignment(t *testing.T) {
 	t.Parallel()
+	testkafka.Each(t, testConsumerPollBeforeRevokeDoesNotReachTheNextAssignment)
+}
+
+func testConsumerPollBeforeRevokeDoesNotReachTheNextAssignment(t *testing.T, kc *testkafka.Cluster) {
 	db := testdb.New(t)
 	fx := newEffects(t, db)
-	kc := testkafka.New(t)
-	const topic = "billing.stale-poll.v1"
+	topic := kc.Topic("billing.stale-poll.v1")
 	kc.CreateTopic(t, topic, 2)
 	prod := kc.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	events := func(from, to int) ([]envelope.Event, []*kgo.Record) {
@@ -87,7 +90,7 @@ func TestConsumerPollBeforeRevokeDoesNotReachTheNextAssignment(t *testing.T) {
 	blocked := make(chan struct{}, 1)
 	pa := newProgress()
 	a := startConsumerWith(t, db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic}, BatchSize: 1,
+		Brokers: kc.Brokers, Group: kc.Group("billing"), Topics: []string{topic}, BatchSize: 1,
 		ShutdownTimeout: 300 * time.Millisecond,
 		Store:           inbox.StoreConfig{Schema: db.Schema}, OnCommitted: pa.onCommitted,
 		KafkaOpts: []kgo.Opt{kgo.Balancers(kgo.RangeBalancer()),
@@ -105,7 +108,7 @@ func TestConsumerPollBeforeRevokeDoesNotReachTheNextAssignment(t *testing.T) {
 
 	pb := newProgress()
 	b := startConsumer(t, db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic}, BatchSize: 1,
+		Brokers: kc.Brokers, Group: kc.Group("billing"), Topics: []string{topic}, BatchSize: 1,
 		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: pb.onCommitted,
 		KafkaOpts: []kgo.Opt{kgo.Balancers(kgo.RangeBalancer())},
 	}, fx.handler())

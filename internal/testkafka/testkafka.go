@@ -13,7 +13,8 @@ import (
 	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
-// Cluster is a kfake cluster bound to loopback ports.
+// Cluster is a kfake cluster bound to loopback ports, or a namespace on a real Apache Kafka
+// broker (NewReal; its kfake.Cluster is then nil).
 type Cluster struct {
 	*kfake.Cluster
 	// Brokers lists the listening addresses (host:port).
@@ -32,6 +33,30 @@ func New(t testing.TB, opts ...kfake.Opt) *Cluster {
 	k := testenv.NewKafkaWith(t, testenv.KafkaConfig{Partitions: autoCreatePartitions, ClusterOpts: opts})
 	return &Cluster{Cluster: k.Cluster, Brokers: k.Seeds, kit: k}
 }
+
+// NewReal is New on the real Apache Kafka broker of the test kit (testenv.NewRealKafka): name
+// the test's topics and groups through Topic and Group.
+func NewReal(t testing.TB) *Cluster {
+	t.Helper()
+	k := testenv.NewKafkaWith(t, testenv.KafkaConfig{Real: true, Partitions: autoCreatePartitions})
+	return &Cluster{Brokers: k.Seeds, kit: k}
+}
+
+// Each runs f as the subtests "kfake" (New) and "kafka" (NewReal).
+func Each(t *testing.T, f func(t *testing.T, kc *Cluster)) {
+	t.Helper()
+	t.Run("kfake", func(t *testing.T) { f(t, New(t)) })
+	t.Run("kafka", func(t *testing.T) { f(t, NewReal(t)) })
+}
+
+// Real reports whether the cluster is a real broker.
+func (c *Cluster) Real() bool { return c.kit.Real() }
+
+// Topic returns the name of the test's topic name on this cluster (testenv.Kafka.Topic).
+func (c *Cluster) Topic(name string) string { return c.kit.Topic(name) }
+
+// Group returns the name of the test's consumer group name on this cluster.
+func (c *Cluster) Group(name string) string { return c.kit.Group(name) }
 
 // Client returns a franz-go client for the cluster, closed when t ends.
 func (c *Cluster) Client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
