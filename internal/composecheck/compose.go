@@ -41,7 +41,8 @@ func LoadProject(ctx context.Context, path string, env []string) (*types.Project
 // targets, missing bind-mount sources, colliding published host ports, KEIRO_* variables
 // outside [AllowedEnv] or missing from [RequiredEnv], and services built from the Dockerfile
 // without a healthcheck, or whose healthcheck or published ports do not fit the image built
-// (see [Image]).
+// (see [Image]), and consumer topics (and their dead-letter topics) that [TopicInitService]
+// does not create.
 func CheckProject(p *types.Project) error {
 	var errs []error
 	add := func(service, format string, args ...any) {
@@ -141,6 +142,7 @@ func CheckProject(p *types.Project) error {
 
 		errs = append(errs, checkEnv(name, s)...)
 	}
+	errs = append(errs, checkTopics(p)...)
 	return errors.Join(errs...)
 }
 
