@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/keiro-go/keiro/internal/composecheck"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // repoRoot is the repository root, two directories above this file.
@@ -35,6 +36,12 @@ func TestComposeFile(t *testing.T) {
 	}
 	if err := composecheck.CheckProject(p); err != nil {
 		t.Fatal(err)
+	}
+	// The stack's Kafka is the release the real-broker tests run, so the two cannot drift.
+	for _, name := range []string{"kafka", "kafka-init"} {
+		if want := "apache/kafka:" + testenv.KafkaVersion; p.Services[name].Image != want {
+			t.Errorf("service %q runs %s, want %s (testenv.KafkaVersion, the broker the tests run)", name, p.Services[name].Image, want)
+		}
 	}
 	// Interpolation: a host port moved through the environment is honoured and still checked.
 	p, err = composecheck.LoadProject(context.Background(), filepath.Join(root, "docker-compose.yml"), []string{"KEIRO_RELAY_PORT=9465"})
