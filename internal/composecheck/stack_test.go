@@ -29,6 +29,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
 	"github.com/keiro-go/keiro/internal/composecheck"
@@ -342,15 +343,37 @@ func createTopics(t *testing.T, topics []composecheck.Topic, groups []string) *t
 	for _, topic := range topics {
 		names = append(names, topic.Name)
 	}
+	// The names are the stack's own, not a test namespace: on a broker that has them already
+	// (KEIRO_TEST_KAFKA_BROKERS pointing at a running compose stack) the test would delete
+	// someone's topics, so it refuses.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(k.Client)
+	all, err := adm.ListTopics(ctx) // all topics: asking for missing ones by name reports them with an error
+	if err != nil {
+		t.Fatalf("list topics: %v", err)
+	}
+	for _, name := range names {
+		if all.Has(name) {
+			t.Fatalf("the broker %v already has topic %s; this test creates and deletes the compose stack's topics under their own names, so run it on a broker without them", k.Seeds, name)
+		}
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		adm := kadm.NewClient(k.Client)
 		if _, err := adm.DeleteTopics(ctx, names...); err != nil {
 			t.Logf("delete topics %v: %v", names, err)
 		}
 		if len(groups) > 0 {
-			_, _ = adm.DeleteGroups(ctx, groups...)
+			res, err := adm.DeleteGroups(ctx, groups...)
+			if err != nil {
+				t.Logf("delete consumer groups %v: %v", groups, err)
+			}
+			for _, r := range res {
+				if r.Err != nil && !errors.Is(r.Err, kerr.GroupIDNotFound) { // never joined
+					t.Logf("delete consumer group %s: %v", r.Group, r.Err)
+				}
+			}
 		}
 	})
 	for _, topic := range topics {
@@ -646,7 +669,8 @@ func startProc(t *testing.T, name string, argv []string, env map[string]string, 
 		close(p.done)
 	}()
 	t.Cleanup(func() {
-		if !p.exited() {
+		// SIGTERM first, so that a consumer leaves its group and the group can be deleted.
+		if _, err := p.stop(30 * time.Second); err != nil {
 			_ = p.cmd.Process.Signal(syscall.SIGKILL)
 			<-p.done
 		}
