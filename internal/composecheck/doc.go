@@ -8,5 +8,11 @@
 // names is defined earlier, every COPY source exists in the build context and is not excluded
 // by .dockerignore, and every ./cmd package it builds exists.
 //
+// The package's tests also run the stack's configuration: the relay and consumer built from
+// the repository, started with the environment, command and healthcheck the compose file gives
+// them ([ServiceEnv], [ServiceCommand]), with the compose network's addresses mapped onto the
+// machine ([Network]) and the topics [TopicInitService] creates ([InitTopics]), on a real
+// Kafka and PostgreSQL (docs/compose.md).
+//
 // Run it with `go test ./internal/composecheck/` (the Makefile's compose-check target).
 package composecheck

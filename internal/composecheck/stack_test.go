@@ -733,3 +733,29 @@ func tail(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+func TestNetworkRewrite(t *testing.T) {
+	n := composecheck.Network{
+		"postgres:5432": "127.0.0.1:5432",
+		"postgres":      "127.0.0.1",
+		"kafka:9092":    "127.0.0.1:40001,127.0.0.1:40002",
+		"jaeger:4318":   "127.0.0.1:40003",
+	}
+	for in, want := range map[string]string{
+		"postgres://keiro:keiro@postgres:5432/keiro?sslmode=disable": "postgres://keiro:keiro@127.0.0.1:5432/keiro?sslmode=disable",
+		"kafka:9092":                   "127.0.0.1:40001,127.0.0.1:40002",
+		"PLAINTEXT://kafka:9092":       "PLAINTEXT://127.0.0.1:40001,127.0.0.1:40002",
+		"kafka:9092,kafka:9092":        "127.0.0.1:40001,127.0.0.1:40002,127.0.0.1:40001,127.0.0.1:40002",
+		"http://jaeger:4318/v1/traces": "http://127.0.0.1:40003/v1/traces",
+		"postgres":                     "127.0.0.1",
+		"postgres-replica:5432":        "postgres-replica:5432",
+		"mykafka:9092":                 "mykafka:9092",
+		"kafka:90921":                  "kafka:90921",
+		"keiro-postgres":               "keiro-postgres",
+		"billing.orders.v1":            "billing.orders.v1",
+	} {
+		if got := n.Rewrite(in); got != want {
+			t.Errorf("Rewrite(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
