@@ -82,7 +82,7 @@ deploy-check: ## Decode every Kubernetes manifest strictly into the API types (s
 	cd deploy/kubernetes/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 .PHONY: compose-check
-compose-check: ## Validate docker-compose.yml and the Dockerfile (no engine needed).
+compose-check: ## Validate docker-compose.yml and the Dockerfile, and run its relay and consumer on a real Kafka (no engine needed).
 	$(GO) test -count=1 ./internal/composecheck/
 
 .PHONY: clean
