@@ -88,3 +88,27 @@ func TestCluster(t *testing.T) {
 	require.NoError(t, c.Brokers[1].Pause())
 	require.NoError(t, c.Brokers[1].Resume())
 }
+
+// With two of three brokers down, a topic with min.insync.replicas=2 refuses acks=all
+// produces with NOT_ENOUGH_REPLICAS once the controller has fenced the dead brokers.
+func TestClusterBelowMinISR(t *testing.T) {
+	ctx := context.Background()
+	c, err := kafkabroker.Start(ctx, kafkabroker.Config{Brokers: 3})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Seeds()...), kgo.RecordRetries(2), kgo.RecordDeliveryTimeout(20*time.Second))
+	require.NoError(t, err)
+	defer cl.Close()
+	resp, err := kadm.NewClient(cl).CreateTopic(ctx, 1, -1, nil, "isr")
+	require.NoError(t, err)
+	require.NoError(t, resp.Err)
+	require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Topic: "isr", Value: []byte("a")}).FirstErr())
+	require.NoError(t, c.Broker(1).Kill())
+	require.NoError(t, c.Broker(2).Kill())
+	for i := range 5 {
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := cl.ProduceSync(pctx, &kgo.Record{Topic: "isr", Value: []byte("b")}).FirstErr()
+		cancel()
+		t.Logf("produce %d with two brokers down: %v", i, err)
+	}
+}
