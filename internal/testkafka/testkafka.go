@@ -42,6 +42,9 @@ func NewReal(t testing.TB) *Cluster {
 	return &Cluster{Brokers: k.Seeds, kit: k}
 }
 
+// From wraps a Kafka of the public kit (a real broker the test started, for instance).
+func From(k *testenv.Kafka) *Cluster { return &Cluster{Cluster: k.Cluster, Brokers: k.Seeds, kit: k} }
+
 // Each runs f as the subtests "kfake" (New) and "kafka" (NewReal).
 func Each(t *testing.T, f func(t *testing.T, kc *Cluster)) {
 	t.Helper()
