@@ -38,7 +38,8 @@ build: ## Build every package and the binaries into ./bin (VERSION and COMMIT st
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/relay ./cmd/consumer
 
 .PHONY: test
-test: vet postgres ## Run the whole test suite (PostgreSQL required; short fuzz runs; race detector on the storage packages).
+test: vet postgres ## Run the whole test suite (PostgreSQL started; a real Kafka broker from Maven, kfake; short fuzz runs; race detector on the storage packages).
+	$(GO) run ./internal/kafkabroker/cmd/kafkabroker classpath
 	$(MAKE) --no-print-directory alerts-check
 	$(MAKE) --no-print-directory deploy-check
 	$(MAKE) --no-print-directory fuzz-short
@@ -50,6 +51,10 @@ vet: ## gofmt check and go vet (the peers harness, a module of its own, is vette
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
+
+.PHONY: kafka
+kafka: ## Run a real Apache Kafka broker on loopback for the tests (BROKERS=3 for a cluster); prints KEIRO_TEST_KAFKA_BROKERS.
+	$(GO) run ./internal/kafkabroker/cmd/kafkabroker run -brokers $${BROKERS:-1}
 
 .PHONY: fuzz-short
 fuzz-short: ## Run every fuzz target briefly (FUZZTIME each: 50000x executions by default, or a duration such as 5m).
