@@ -72,8 +72,8 @@ func benchConsumer(b *testing.B, batchSize int, dupEvery int, batchHandler bool)
 func benchConsumerWith(b *testing.B, batchSize int, dupEvery int, batchHandler bool, persistence inbox.Persistence) {
 	db := testdb.New(b)
 	fx := newEffects(b, db)
-	kc := testkafka.New(b)
-	topic := "bench.orders.v1"
+	kc := testkafka.ForBench(b)
+	topic := kc.Topic("bench.orders.v1")
 	kc.CreateTopic(b, topic, benchPartitions)
 	prod := kc.Client(b, kgo.ProducerBatchMaxBytes(1<<20))
 	recs := benchRecords(b, benchSize(b), topic, dupEvery)
@@ -91,7 +91,7 @@ func benchConsumerWith(b *testing.B, batchSize int, dupEvery int, batchHandler b
 	}
 	p := newProgress()
 	c, err := inbox.NewConsumer(db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: "bench", Topics: []string{topic}, BatchSize: batchSize, BatchHandler: bh,
+		Brokers: kc.Brokers, Group: kc.Group("bench"), Topics: []string{topic}, BatchSize: batchSize, BatchHandler: bh,
 		Store:       inbox.StoreConfig{Schema: db.Schema, Persistence: persistence},
 		OnCommitted: p.onCommitted, Logger: slog.New(slog.DiscardHandler),
 		// The Kafka client's own fetch sizes, as a user gets them.

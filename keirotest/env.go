@@ -5,6 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/goleak"
 
 	"github.com/keiro-go/keiro/keirotest/testenv"
 )
@@ -87,3 +88,29 @@ func NewKafkaWith(t testing.TB, cfg KafkaConfig) *Kafka {
 // at most every 10ms and retries after 10ms, so that a client recovers from an injected
 // failure (Kafka.FailProduces) in milliseconds rather than seconds.
 func FastRetries() []kgo.Opt { return testenv.FastRetries() }
+
+// KafkaBrokersEnv names the environment variable that points the real-broker tests at a
+// running Kafka (a comma-separated host:port list): KEIRO_TEST_KAFKA_BROKERS.
+const KafkaBrokersEnv = testenv.KafkaBrokersEnv
+
+// KafkaVersion is the Apache Kafka release the kit starts for real-broker tests.
+const KafkaVersion = testenv.KafkaVersion
+
+// NewRealKafka is NewKafka on a real Apache Kafka broker: the one named by
+// KEIRO_TEST_KAFKA_BROKERS, else a single KRaft broker the kit starts once per test process
+// (Java 17 and Maven needed). The broker is shared by the process's tests: name topics and
+// groups through Kafka.Topic and Kafka.Group.
+func NewRealKafka(t testing.TB, topics ...string) *Kafka {
+	t.Helper()
+	return testenv.NewRealKafka(t, topics...)
+}
+
+// EachKafka runs f as the subtests "kfake" (the embedded broker) and "kafka" (a real one).
+func EachKafka(t *testing.T, cfg KafkaConfig, f func(t *testing.T, k *Kafka)) {
+	t.Helper()
+	testenv.EachKafka(t, cfg, f)
+}
+
+// Main is a TestMain for packages whose tests use the kit: it runs the tests, stops the real
+// broker the kit started (if any), then fails the run if goroutines leaked (goleak, with opts).
+func Main(m *testing.M, opts ...goleak.Option) { testenv.Main(m, opts...) }

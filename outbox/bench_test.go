@@ -380,7 +380,7 @@ func BenchmarkDrain(b *testing.B) {
 	b.Run("relay", func(b *testing.B) {
 		for range b.N {
 			b.StopTimer()
-			kc := testkafka.New(b)
+			kc := testkafka.ForBench(b)
 			kc.CreateTopic(b, "orders", 6)
 			db, _ := filledOutbox(b, n, keys)
 			runtime.GC()
@@ -414,7 +414,7 @@ func steadyLatency(b *testing.B, producers, perTx int, inTxWork time.Duration) {
 	}
 	for range b.N {
 		db := testdb.New(b)
-		kc := testkafka.New(b)
+		kc := testkafka.ForBench(b)
 		kc.CreateTopic(b, "orders", 6)
 		st, err := NewStore(db.Schema)
 		require.NoError(b, err)
@@ -507,7 +507,7 @@ func BenchmarkHotKey(b *testing.B) {
 	for range b.N {
 		b.StopTimer()
 		db := testdb.New(b)
-		kc := testkafka.New(b)
+		kc := testkafka.ForBench(b)
 		kc.CreateTopic(b, "orders", 6)
 		st, err := NewStore(db.Schema)
 		require.NoError(b, err)

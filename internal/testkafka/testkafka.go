@@ -4,6 +4,7 @@
 package testkafka
 
 import (
+	"os"
 	"testing"
 	"time"
 
@@ -40,6 +41,25 @@ func NewReal(t testing.TB) *Cluster {
 	t.Helper()
 	k := testenv.NewKafkaWith(t, testenv.KafkaConfig{Real: true, Partitions: autoCreatePartitions})
 	return &Cluster{Brokers: k.Seeds, kit: k}
+}
+
+// BenchEnv names the environment variable that runs the benchmarks on a real broker:
+// KEIRO_BENCH_KAFKA=real.
+const BenchEnv = "KEIRO_BENCH_KAFKA"
+
+// ForBench is the broker a benchmark runs on: kfake (New), or the real Apache Kafka broker
+// (NewReal) when KEIRO_BENCH_KAFKA=real, so that the same benchmark gives both figures.
+func ForBench(b *testing.B) *Cluster {
+	b.Helper()
+	switch v := os.Getenv(BenchEnv); v {
+	case "", "kfake":
+		return New(b)
+	case "real", "kafka":
+		return NewReal(b)
+	default:
+		b.Fatalf("%s=%q: want kfake or real", BenchEnv, v)
+		return nil
+	}
 }
 
 // From wraps a Kafka of the public kit (a real broker the test started, for instance).
