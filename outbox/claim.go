@@ -270,7 +270,9 @@ func (t transitions) total() int {
 }
 
 // markBatch writes a batch's outcomes in one statement (so one transaction), fenced by token.
-// Rows no longer publishing under token are left untouched and not counted.
+// Rows no longer publishing under token are left untouched and not counted. On error the
+// statement wrote nothing, whatever rows it returned before failing (a connection lost
+// mid-result, an error at commit), and the transitions returned are empty.
 func (s *Store) markBatch(ctx context.Context, q Querier, token envelope.UUID, marks []mark, maxAttempts int) (transitions, error) {
 	var t transitions
 	if len(marks) == 0 {
@@ -299,7 +301,7 @@ func (s *Store) markBatch(ctx context.Context, q Querier, token envelope.UUID, m
 	rows, err := q.Query(ctx, s.q.mark, [16]byte(token), ids, outs, errs, delays, parts, offs, codes, maxAttempts,
 		[16]byte(startedToken(token)))
 	if err != nil {
-		return t, fmt.Errorf("mark outbox batch: %w", err)
+		return transitions{}, fmt.Errorf("mark outbox batch: %w", err)
 	}
 	defer rows.Close()
 	dest := make(map[[16]byte]string, n)
@@ -311,7 +313,7 @@ func (s *Store) markBatch(ctx context.Context, q Querier, token envelope.UUID, m
 		var id [16]byte
 		var out, status string
 		if err := rows.Scan(&id, &out, &status); err != nil {
-			return t, fmt.Errorf("mark outbox batch: %w", err)
+			return transitions{}, fmt.Errorf("mark outbox batch: %w", err)
 		}
 		t.rows = append(t.rows, markedRow{id: id, outcome: out, status: status})
 		d := t.byDest[dest[id]]
@@ -343,7 +345,7 @@ func (s *Store) markBatch(ctx context.Context, q Querier, token envelope.UUID, m
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return t, fmt.Errorf("mark outbox batch: %w", err)
+		return transitions{}, fmt.Errorf("mark outbox batch: %w", err)
 	}
 	return t, nil
 }

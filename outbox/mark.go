@@ -140,18 +140,22 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 		defer time.AfterFunc(retryIn, r.signal)
 	}
 
+	// t holds the transitions of the mark that committed, if one did. A mark that failed wrote
+	// nothing, even when its statement had returned rows before the failure (a connection lost
+	// mid-result, an error at commit): its batch counts, logs and reports no transition, and its
+	// rows are left to the retry or to their lease.
 	var t transitions
 	t0 := time.Now()
-	defer func() { r.log.DebugContext(ctx, "marked", "rows", len(marks), "took", time.Since(t0)) }()
 	refused := 0
 	for attempt := 1; ; attempt++ {
 		// Each attempt gets its own deadline, so the marks of a shutdown still get one try
 		// after the hard deadline passed.
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		var err error
-		t, err = r.store.markBatch(actx, r.pool, b.token, marks, r.cfg.MaxAttempts)
+		moved, err := r.store.markBatch(actx, r.pool, b.token, marks, r.cfg.MaxAttempts)
 		cancel()
 		if err == nil {
+			t = moved
+			r.log.DebugContext(ctx, "marked", "rows", len(marks), "moved", t.total(), "took", time.Since(t0))
 			break
 		}
 		r.stats.markErrors.Add(1)
