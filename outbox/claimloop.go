@@ -20,6 +20,7 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 	var sl *sleeper
 	if !extra && !r.cfg.PollOnly {
 		sl = newSleeper(r.pool.Config().ConnConfig, &r.store.q, len(r.cfg.Destinations) > 0)
+		sl.onLost = r.signal
 		defer sl.close()
 	}
 	var dbBackoff int
@@ -185,7 +186,8 @@ const sleepAfterInFlight = 20 * time.Millisecond
 // claim again. When another relay that publishes every destination sleeps under the lock,
 // producers notify and that relay claims whatever this one could: this relay sleeps without
 // it. A relay restricted to some destinations cannot count on another (it may cover other
-// destinations) and keeps trying. Without the lock's session the relay polls.
+// destinations) and keeps trying. Without the lock's session the relay claims and retries the
+// lock with a short backoff (sleepRetryMax) until a new session takes it.
 func (r *Relay) prepareSleep(ctx context.Context, sl *sleeper) sleepAction {
 	if sl == nil || sl.held || !r.listening.Load() {
 		return sleepWait
@@ -214,10 +216,17 @@ func (r *Relay) prepareSleep(ctx context.Context, sl *sleeper) sleepAction {
 		}
 		if !sl.failing {
 			sl.failing = true
-			r.log.WarnContext(ctx, "sleep lock unavailable; polling until it is back (producers do not notify meanwhile)",
-				"err", err, "poll_interval", r.cfg.PollInterval)
+			r.log.WarnContext(ctx, "sleep lock unavailable; claiming and retrying it until it is back (producers do not notify meanwhile)",
+				"err", err, "retry_max", min(sleepRetryMax, r.cfg.PollInterval))
 		}
-		return sleepWait
+		// A session that died (a terminated backend, a failover) usually comes back with the
+		// next connection: retry soon rather than sleep a whole poll interval without the lock,
+		// during which producers do not notify.
+		sl.tries++
+		if alive, _ := waitWake(ctx, r.wake, sl.retryIn(r.cfg.PollInterval)); !alive {
+			return sleepStop
+		}
+		return sleepClaim
 	case got == tryTaken:
 		return sleepClaim
 	case got == tryRelay && !sl.filtered:

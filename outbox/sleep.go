@@ -27,6 +27,13 @@ type sleeper struct {
 	tries int
 	// failing is set while the session cannot be opened or used (logged once).
 	failing bool
+	// onLost is called when the session holding the lock dies while the relay sleeps (a
+	// terminated backend, an idle-session timeout, a failover): the lock went with it, so
+	// producers stop notifying and the relay must wake to take it again.
+	onLost func()
+	// watchStop and watchDone end and await the watch of a held lock's session.
+	watchStop context.CancelFunc
+	watchDone chan struct{}
 }
 
 // newSleeper returns the sleeper of a relay that publishes every destination, or only some
@@ -86,6 +93,7 @@ func (s *sleeper) try(ctx context.Context) (tryResult, error) {
 	switch got {
 	case "taken":
 		s.held, s.tries = true, 0
+		s.watch()
 		return tryTaken, nil
 	case "producers":
 		s.tries++
@@ -99,11 +107,40 @@ func (s *sleeper) try(ctx context.Context) (tryResult, error) {
 	return tryRelay, nil
 }
 
+// watch reads the idle session of a held lock in the background: nothing arrives on it but
+// the server's notice that the session ended, which calls onLost. release and close stop it
+// before they use the session.
+func (s *sleeper) watch() {
+	if s.onLost == nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	s.watchStop, s.watchDone = cancel, done
+	conn, lost := s.conn.PgConn(), s.onLost
+	go func() {
+		defer close(done)
+		if err := conn.WaitForNotification(ctx); err != nil && ctx.Err() == nil {
+			lost()
+		}
+	}()
+}
+
+// unwatch stops the watch of the session, if any, and waits for it to end.
+func (s *sleeper) unwatch() {
+	if s.watchStop != nil {
+		s.watchStop()
+		<-s.watchDone
+		s.watchStop, s.watchDone = nil, nil
+	}
+}
+
 // release gives the lock back, if held. On an error the session is closed, which releases it.
 func (s *sleeper) release(ctx context.Context) error {
 	if !s.held {
 		return nil
 	}
+	s.unwatch()
 	s.held = false
 	ctx, cancel := context.WithTimeout(ctx, sleepStatementTimeout)
 	defer cancel()
@@ -121,6 +158,7 @@ func (s *sleeper) release(ctx context.Context) error {
 
 // close ends the session (releasing the lock with it).
 func (s *sleeper) close() {
+	s.unwatch()
 	s.held = false
 	if s.conn != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
