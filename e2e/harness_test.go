@@ -24,6 +24,7 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/internal/testkafka"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
@@ -383,18 +384,7 @@ func inboxStore(t *testing.T, db *testdb.DB, group string) *inbox.Store {
 // timeout passes, and returns them in fetch order.
 func consumeAll(t *testing.T, kc *testenv.Kafka, n int, timeout time.Duration, topics ...string) []*kgo.Record {
 	t.Helper()
-	cl := kc.NewClient(t, kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	var out []*kgo.Record
-	for len(out) < n {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			break
-		}
-		fs.EachRecord(func(r *kgo.Record) { out = append(out, r) })
-	}
-	return out
+	return testkafka.From(kc).ConsumeAll(t, n, timeout, topics...)
 }
 
 // eachKafka runs f on the embedded broker and on the real one (subtests "kfake" and "kafka"),
