@@ -75,14 +75,18 @@ func TestCluster(t *testing.T) {
 	resp, err := adm.CreateTopic(ctx, 3, -1, nil, "replicated")
 	require.NoError(t, err)
 	require.NoError(t, resp.Err)
+	// A topic reaches the brokers' metadata shortly after CreateTopics answers.
+	var cfgs kadm.ResourceConfigs
+	require.Eventually(t, func() bool {
+		cfgs, err = adm.DescribeTopicConfigs(ctx, "replicated")
+		return err == nil && cfgs[0].Err == nil
+	}, 30*time.Second, 50*time.Millisecond, "the new topic's configuration: %v", err)
 	td, err := adm.ListTopics(ctx, "replicated")
 	require.NoError(t, err)
+	require.Len(t, td["replicated"].Partitions, 3)
 	for _, p := range td["replicated"].Partitions {
 		require.Len(t, p.Replicas, 3, "default.replication.factor is 3")
 	}
-	cfgs, err := adm.DescribeTopicConfigs(ctx, "replicated")
-	require.NoError(t, err)
-	require.NoError(t, cfgs[0].Err)
 	minISR := ""
 	for _, c := range cfgs[0].Configs {
 		if c.Key == "min.insync.replicas" && c.Value != nil {

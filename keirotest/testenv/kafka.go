@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // DefaultPartitions is the partition count of a Kafka's topics.
@@ -136,6 +137,49 @@ func (k *Kafka) CreateTopic(t testing.TB, topic string, partitions int32) {
 	}
 	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 		t.Fatalf("keirotest: create topic %q: %v", topic, err)
+	}
+	if k.real {
+		// A real broker learns of a new topic from its controller shortly after CreateTopics
+		// answers: wait until it leads every partition, so the test's first produce or describe
+		// does not meet UNKNOWN_TOPIC_OR_PARTITION.
+		if err := waitTopicLed(ctx, k.Client, topic); err != nil {
+			t.Fatalf("keirotest: topic %q: %v", topic, err)
+		}
+	}
+}
+
+// waitTopicLed waits until the broker's metadata (past the client's cache) lists topic with a
+// leader for each of its partitions.
+func waitTopicLed(ctx context.Context, cl *kgo.Client, topic string) error {
+	var last error
+	for {
+		req := kmsg.NewPtrMetadataRequest()
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(topic)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl)
+		switch {
+		case err != nil:
+			last = err
+		case len(resp.Topics) != 1:
+			last = fmt.Errorf("metadata answered %d topics", len(resp.Topics))
+		case resp.Topics[0].ErrorCode != 0:
+			last = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
+		default:
+			led := len(resp.Topics[0].Partitions) > 0
+			for _, p := range resp.Topics[0].Partitions {
+				led = led && p.ErrorCode == 0 && p.Leader >= 0
+			}
+			if led {
+				return nil
+			}
+			last = errors.New("a partition has no leader yet")
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not led by the broker in time: %v", last)
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
 
