@@ -59,6 +59,6 @@
 // changed history makes the batch roll back and Run stop with an error wrapping
 // outbox.ErrIdentityConflict.
 //
-// All SQL addresses tables through the configured schema (migrations 003 and 004), never
-// search_path.
+// All SQL addresses tables through the configured schema (migrations 003_events.sql and
+// 006_events.sql), never search_path.
 package events
