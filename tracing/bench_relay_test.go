@@ -18,7 +18,7 @@ import (
 	"github.com/keiro-go/keiro/internal/testdb"
 	"github.com/keiro-go/keiro/internal/testkafka"
 	"github.com/keiro-go/keiro/outbox"
-	"github.com/keiro-go/keiro/tracing"
+	"github.com/keiro-go/keiro/tracing/otelsetup"
 )
 
 // drainRowsPerOp is how many rows one benchmark operation enqueues (in one transaction) and
@@ -29,7 +29,7 @@ const drainRowsPerOp = 1000
 //
 //   - uninstrumented: the otel API's no-op MeterProvider and TracerProvider — the limit, "no
 //     instrumentation at all";
-//   - no-exporter: the providers tracing.Setup installs with no OTEL_* variable set, which is
+//   - no-exporter: the providers otelsetup.Setup installs with no OTEL_* variable set, which is
 //     what cmd/relay runs by default (SDK metrics behind the Prometheus exporter, no tracer
 //     provider). The budget: within 5% of uninstrumented;
 //   - traced: no-exporter plus an SDK tracer sampling every send span into a batch processor
@@ -42,7 +42,7 @@ const drainRowsPerOp = 1000
 // Reported: msgs/s per setup and the overhead of no-exporter over uninstrumented in percent.
 func BenchmarkRelayDrainInstrumentation(b *testing.B) {
 	setupProviders := func(b *testing.B) (metric.MeterProvider, trace.TracerProvider) {
-		tel, err := tracing.Setup(context.Background(), tracing.Options{NoGlobals: true, Getenv: func(string) string { return "" }})
+		tel, err := otelsetup.Setup(context.Background(), otelsetup.Options{NoGlobals: true, Getenv: func(string) string { return "" }})
 		if err != nil {
 			b.Fatal(err)
 		}

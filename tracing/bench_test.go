@@ -14,6 +14,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/tracing"
+	"github.com/keiro-go/keiro/tracing/otelsetup"
 )
 
 // BenchmarkPerRecordInstrumentation measures what the relay's telemetry costs per published
@@ -21,7 +22,7 @@ import (
 // counter and the latency histogram — under three setups:
 //
 //   - uninstrumented: the otel API's no-op providers (the floor, "no instrumentation at all");
-//   - no-exporter: tracing.Setup with nothing configured, i.e. what the relay binary runs by
+//   - no-exporter: otelsetup.Setup with nothing configured, i.e. what the relay binary runs by
 //     default: SDK metrics behind the Prometheus exporter, no tracer provider;
 //   - traced: additionally an SDK tracer that samples every span into a batch processor whose
 //     exporter discards them (the SDK's cost without a network).
@@ -76,7 +77,7 @@ func BenchmarkPerRecordInstrumentation(b *testing.B) {
 		run(b, metricnoop.NewMeterProvider(), tracenoop.NewTracerProvider())
 	})
 	b.Run("no-exporter", func(b *testing.B) {
-		tel, err := tracing.Setup(context.Background(), tracing.Options{NoGlobals: true, Getenv: func(string) string { return "" }})
+		tel, err := otelsetup.Setup(context.Background(), otelsetup.Options{NoGlobals: true, Getenv: func(string) string { return "" }})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -84,7 +85,7 @@ func BenchmarkPerRecordInstrumentation(b *testing.B) {
 		run(b, tel.MeterProvider(), tel.TracerProvider())
 	})
 	b.Run("traced", func(b *testing.B) {
-		tel, err := tracing.Setup(context.Background(), tracing.Options{NoGlobals: true, Getenv: func(string) string { return "" }})
+		tel, err := otelsetup.Setup(context.Background(), otelsetup.Options{NoGlobals: true, Getenv: func(string) string { return "" }})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/keiro-go/keiro/tracing"
+	"github.com/keiro-go/keiro/tracing/otelsetup"
 )
 
 const dashboardPath = "../deploy/grafana/dashboards/keiro.json"
@@ -183,10 +184,10 @@ func promqlMetrics(expr string) []string {
 }
 
 // scrapeVocabulary records one data point on every instrument of tracing.MetricNames through
-// Setup's Prometheus exporter and returns the scraped series names (without labels).
+// otelsetup.Setup's Prometheus exporter and returns the scraped series names (without labels).
 func scrapeVocabulary(t *testing.T) map[string]bool {
 	t.Helper()
-	tel, err := tracing.Setup(context.Background(), tracing.Options{NoGlobals: true, Getenv: func(string) string { return "" }})
+	tel, err := otelsetup.Setup(context.Background(), otelsetup.Options{NoGlobals: true, Getenv: func(string) string { return "" }})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
 	recordVocabulary(t, tel.MeterProvider())

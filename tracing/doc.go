@@ -1,7 +1,14 @@
 // Package tracing carries OpenTelemetry through keiro: W3C trace context captured from the
 // enqueueing transaction onto the outbox row, onto the Kafka record's traceparent/tracestate
-// headers, and back into the consumer's context; plus SDK setup from the standard OTEL_*
-// environment variables and the Prometheus exporter behind each binary's /metrics.
+// headers, and back into the consumer's context; and the instruments and vocabulary of keiro's
+// metrics and spans.
+//
+// It depends on the OpenTelemetry API only (go.opentelemetry.io/otel, otel/trace, otel/metric,
+// propagation), as do the library packages that use it: a service importing outbox or inbox
+// gets no SDK, exporter or Prometheus dependency. The SDK setup from the standard OTEL_*
+// environment variables and the Prometheus exporter behind each binary's /metrics live in the
+// opt-in package [github.com/keiro-go/keiro/tracing/otelsetup], which the binaries import;
+// a service imports it, or sets the otel globals up its own way, or neither.
 //
 // # Guarantees
 //
@@ -12,13 +19,9 @@
 //     ([ProcessSpanStart]); the handler's ctx carries the process span.
 //   - Only W3C traceparent and tracestate travel on the wire, whatever global propagator the
 //     application installed (keiro's wire contract).
-//   - No cost when unconfigured: [Setup] installs a TracerProvider only when a trace exporter is
-//     configured, so spans stay no-ops and, with no SDK at all, [RecordTraceContext] forwards the
-//     stored context verbatim. Metrics always go to a Prometheus registry of their own, never the
-//     process-wide default registry.
-//   - A collector outage never blocks or fails the application: spans are batched and dropped
-//     on export failure, reported through otel's error handler.
-//   - Configuration errors are reported all at once, each naming its OTEL_* variable.
+//   - No cost when unconfigured: with no SDK installed (or otelsetup.Setup with no trace
+//     exporter configured, which installs no TracerProvider) spans stay no-ops and
+//     [RecordTraceContext] forwards the stored context verbatim.
 //
 // # Vocabulary
 //

@@ -29,6 +29,7 @@ import (
 	"github.com/keiro-go/keiro/internal/testkafka"
 	"github.com/keiro-go/keiro/outbox"
 	"github.com/keiro-go/keiro/tracing"
+	"github.com/keiro-go/keiro/tracing/otelsetup"
 )
 
 // TestEndToEndTrace runs the whole path with in-memory telemetry: an HTTP request span whose
@@ -51,7 +52,7 @@ func TestEndToEndTrace(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(ctx) })
 	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(append([]sdkmetric.Option{sdkmetric.WithReader(reader)}, tracing.HistogramViews()...)...)
+	mp := sdkmetric.NewMeterProvider(append([]sdkmetric.Option{sdkmetric.WithReader(reader)}, otelsetup.HistogramViews()...)...)
 	t.Cleanup(func() { _ = mp.Shutdown(ctx) })
 	discard := slog.New(slog.DiscardHandler)
 

@@ -192,8 +192,9 @@ type Metric struct {
 	Description string
 	// Attributes are the only attribute keys its data points carry.
 	Attributes []attribute.Key
-	// Buckets are the explicit histogram bucket boundaries [Setup] installs through a view;
-	// nil for counters and gauges.
+	// Buckets are the explicit histogram bucket boundaries, installed through a view by
+	// otelsetup.Setup and otelsetup.HistogramViews (package tracing/otelsetup); nil for
+	// counters and gauges.
 	Buckets []float64
 }
 
@@ -205,7 +206,7 @@ var LatencyBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2
 var BatchSizeBuckets = []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000}
 
 // MetricNames lists every metric keiro emits, with its kind, unit and attributes. The
-// dashboard test and [Setup]'s histogram views are built from it; instrument creators should
+// dashboard test and the histogram views of package tracing/otelsetup are built from it; instrument creators should
 // use the same Name, Unit and Description.
 var MetricNames = []Metric{
 	{Name: MetricClientSentMessages, Kind: Counter, Unit: "{message}", Attributes: []attribute.Key{MessagingSystemKey, MessagingOperationNameKey, DestinationKey, ErrorTypeKey},

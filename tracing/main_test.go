@@ -3,20 +3,9 @@ package tracing
 import (
 	"testing"
 
-	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// metricUnit returns the unit option of the vocabulary metric name.
-func metricUnit(name string) metric.InstrumentOption {
-	for _, m := range MetricNames {
-		if m.Name == name {
-			return metric.WithUnit(m.Unit)
-		}
-	}
-	panic("unknown metric " + name)
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/keiro-go/keiro/internal/httpserver"
 	"github.com/keiro-go/keiro/internal/kafkaconfig"
 	"github.com/keiro-go/keiro/migrations"
-	"github.com/keiro-go/keiro/tracing"
+	"github.com/keiro-go/keiro/tracing/otelsetup"
 )
 
 // clientID is the Kafka client id unless --client-id sets one.
@@ -135,7 +135,7 @@ func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 	if c.H.Handler == "http" && c.BatchSize > 1 {
 		log.Warn("--batch-size above 1 in http mode: when one delivery of a batch fails, the whole batch rolls back and is re-run one by one, so the service sees its batch mates again (with the same Idempotency-Key)")
 	}
-	tel, err := tracing.Setup(ctx, tracing.Options{ServiceName: "keiro-consumer", ServiceVersion: cli.Build().Version})
+	tel, err := otelsetup.Setup(ctx, otelsetup.Options{ServiceName: "keiro-consumer", ServiceVersion: cli.Build().Version})
 	if err != nil {
 		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("set up telemetry: %w", err)} // a bad OTEL_* variable
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/keiro-go/keiro/internal/kafkaconfig"
 	"github.com/keiro-go/keiro/migrations"
 	"github.com/keiro-go/keiro/outbox"
-	"github.com/keiro-go/keiro/tracing"
+	"github.com/keiro-go/keiro/tracing/otelsetup"
 )
 
 // serviceName is the OpenTelemetry service.name of the relay (OTEL_SERVICE_NAME overrides it).
@@ -126,7 +126,7 @@ func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 		log.Warn(w)
 	}
 
-	tel, err := tracing.Setup(ctx, tracing.Options{ServiceName: serviceName, ServiceVersion: cli.Build().Version})
+	tel, err := otelsetup.Setup(ctx, otelsetup.Options{ServiceName: serviceName, ServiceVersion: cli.Build().Version})
 	if err != nil {
 		return &cli.ExitError{Code: cli.ExitUsage, Err: err} // a bad OTEL_* variable
 	}

@@ -1,6 +1,6 @@
 package composecheck
 
-import "github.com/keiro-go/keiro/tracing"
+import "github.com/keiro-go/keiro/tracing/otelsetup"
 
 // RelayEnv lists the KEIRO_* environment variables cmd/relay reads.
 var RelayEnv = []string{
@@ -27,23 +27,23 @@ var ConsumerEnv = []string{
 }
 
 // OTelEnv lists the OpenTelemetry SDK environment variables the binaries honour (read by
-// tracing.Setup).
+// otelsetup.Setup).
 var OTelEnv = []string{
-	tracing.EnvSDKDisabled,
-	tracing.EnvServiceName,
-	tracing.EnvResourceAttributes,
-	tracing.EnvTracesExporter,
-	tracing.EnvMetricsExporter,
-	tracing.EnvOTLPEndpoint,
-	tracing.EnvOTLPTracesEndpoint,
-	tracing.EnvOTLPProtocol,
-	tracing.EnvOTLPTracesProtocol,
-	tracing.EnvOTLPMetricsEndpoint,
-	tracing.EnvOTLPMetricsProtocol,
-	tracing.EnvMetricExportInterval,
-	tracing.EnvMetricExportTimeout,
-	tracing.EnvTracesSampler,
-	tracing.EnvTracesSamplerArg,
+	otelsetup.EnvSDKDisabled,
+	otelsetup.EnvServiceName,
+	otelsetup.EnvResourceAttributes,
+	otelsetup.EnvTracesExporter,
+	otelsetup.EnvMetricsExporter,
+	otelsetup.EnvOTLPEndpoint,
+	otelsetup.EnvOTLPTracesEndpoint,
+	otelsetup.EnvOTLPProtocol,
+	otelsetup.EnvOTLPTracesProtocol,
+	otelsetup.EnvOTLPMetricsEndpoint,
+	otelsetup.EnvOTLPMetricsProtocol,
+	otelsetup.EnvMetricExportInterval,
+	otelsetup.EnvMetricExportTimeout,
+	otelsetup.EnvTracesSampler,
+	otelsetup.EnvTracesSamplerArg,
 }
 
 // AllowedEnv maps each compose service built from the repository's Dockerfile (by its build

@@ -6,7 +6,7 @@
 //     answers 200 with a JSON body when all pass, 503 naming each failing check otherwise, and
 //     503 "draining" once [Server.SetDraining] was called (so a load balancer stops routing
 //     before shutdown);
-//   - GET /metrics: the given handler (the Prometheus exporter of tracing.Setup); 404 if none.
+//   - GET /metrics: the given handler (the Prometheus exporter of otelsetup.Setup); 404 if none.
 //
 // The server binds when [Listen] returns (so a taken port fails at startup and [Server.Addr]
 // knows the port chosen for ":0"), listens on loopback by default ([DefaultAddr]) because the

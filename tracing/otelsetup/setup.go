@@ -1,4 +1,4 @@
-package tracing
+package otelsetup
 
 import (
 	"context"
@@ -29,6 +29,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/keiro-go/keiro/tracing"
 )
 
 // DefaultServiceName is the service.name used when neither OTEL_SERVICE_NAME, the service.name
@@ -88,8 +90,8 @@ type Telemetry struct {
 //     the generic protocol, every OTEL_METRIC_EXPORT_INTERVAL (60 s by default).
 //
 // The Prometheus exporter has a registry of its own, served by [Telemetry.MetricsHandler];
-// its series carry no otel_scope_* labels. Histograms of [MetricNames] get their bucket boundaries through
-// views. The global propagator becomes W3C TraceContext + Baggage. An invalid variable is an
+// its series carry no otel_scope_* labels. Histograms of [tracing.MetricNames] get their bucket
+// boundaries through views ([HistogramViews]). The global propagator becomes W3C TraceContext + Baggage. An invalid variable is an
 // error naming it; all problems are reported at once. Call [Telemetry.Shutdown] to flush.
 func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 	getenv := opts.Getenv
@@ -179,17 +181,17 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 	return t, nil
 }
 
-// HistogramViews returns one view per histogram of [MetricNames] in scope "keiro", setting its
+// HistogramViews returns one view per histogram of [tracing.MetricNames] in scope "keiro", setting its
 // explicit bucket boundaries. [Setup] installs them; pass them to sdkmetric.NewMeterProvider
 // when building a provider by hand (tests).
 func HistogramViews() []sdkmetric.Option {
 	var out []sdkmetric.Option
-	for _, m := range MetricNames {
-		if m.Kind != Histogram {
+	for _, m := range tracing.MetricNames {
+		if m.Kind != tracing.Histogram {
 			continue
 		}
 		out = append(out, sdkmetric.WithView(sdkmetric.NewView(
-			sdkmetric.Instrument{Name: m.Name, Scope: instrumentation.Scope{Name: ScopeName}},
+			sdkmetric.Instrument{Name: m.Name, Scope: instrumentation.Scope{Name: tracing.ScopeName}},
 			sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{Boundaries: m.Buckets}},
 		)))
 	}

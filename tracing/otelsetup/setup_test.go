@@ -1,4 +1,4 @@
-package tracing
+package otelsetup
 
 import (
 	"bytes"
@@ -21,6 +21,8 @@ import (
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/keiro-go/keiro/tracing"
 )
 
 // env is a fake environment for Options.Getenv.
@@ -146,13 +148,13 @@ func TestSetupNothingConfiguredIsNoop(t *testing.T) {
 	t.Parallel()
 	tel := setup(t, env{}, Options{})
 	require.False(t, tel.TracingEnabled())
-	_, span := Tracer(tel.TracerProvider()).Start(context.Background(), "x")
+	_, span := tracing.Tracer(tel.TracerProvider()).Start(context.Background(), "x")
 	require.False(t, span.IsRecording(), "no exporter: spans are no-ops")
 	require.False(t, span.SpanContext().IsValid())
 	span.End()
 
 	// Metrics still work: the Prometheus exporter is always there.
-	c, err := Meter(tel.MeterProvider()).Int64Counter(MetricOutboxPublished, metricUnit(MetricOutboxPublished))
+	c, err := tracing.Meter(tel.MeterProvider()).Int64Counter(tracing.MetricOutboxPublished, metricUnit(tracing.MetricOutboxPublished))
 	require.NoError(t, err)
 	c.Add(context.Background(), 3)
 	body := scrape(t, tel.MetricsHandler())
@@ -165,7 +167,7 @@ func TestSetupSDKDisabled(t *testing.T) {
 	t.Parallel()
 	tel := setup(t, env{EnvSDKDisabled: "TRUE", EnvOTLPEndpoint: "http://127.0.0.1:1", EnvTracesExporter: "console"}, Options{})
 	require.False(t, tel.TracingEnabled())
-	c, err := Meter(tel.MeterProvider()).Int64Counter(MetricOutboxPublished)
+	c, err := tracing.Meter(tel.MeterProvider()).Int64Counter(tracing.MetricOutboxPublished)
 	require.NoError(t, err)
 	c.Add(context.Background(), 1)
 	body := scrape(t, tel.MetricsHandler())
@@ -176,7 +178,7 @@ func TestSetupSDKDisabled(t *testing.T) {
 func TestSetupMetricsExporterNone(t *testing.T) {
 	t.Parallel()
 	tel := setup(t, env{EnvMetricsExporter: "none"}, Options{})
-	c, err := Meter(tel.MeterProvider()).Int64Counter(MetricOutboxPublished)
+	c, err := tracing.Meter(tel.MeterProvider()).Int64Counter(tracing.MetricOutboxPublished)
 	require.NoError(t, err)
 	c.Add(context.Background(), 1)
 	require.NotContains(t, scrape(t, tel.MetricsHandler()), "keiro_outbox_published")
@@ -191,7 +193,7 @@ func TestSetupConsoleExporterAndResource(t *testing.T) {
 		EnvServiceName:        "relay-from-env",
 	}, Options{ServiceName: "from-code", ServiceVersion: "1.2.3", Console: &buf})
 	require.True(t, tel.TracingEnabled())
-	_, span := Tracer(tel.TracerProvider()).Start(context.Background(), "send orders")
+	_, span := tracing.Tracer(tel.TracerProvider()).Start(context.Background(), "send orders")
 	require.True(t, span.IsRecording())
 	span.End()
 	require.NoError(t, tel.Shutdown(context.Background()))
@@ -219,7 +221,7 @@ func TestSetupServiceNamePrecedence(t *testing.T) {
 	}
 	for _, c := range cases {
 		tel := setup(t, c.env, c.opts)
-		c2, err := Meter(tel.MeterProvider()).Int64Counter("probe")
+		c2, err := tracing.Meter(tel.MeterProvider()).Int64Counter("probe")
 		require.NoError(t, err)
 		c2.Add(context.Background(), 1)
 		require.Contains(t, scrape(t, tel.MetricsHandler()), `service_name="`+c.want+`"`)
@@ -230,7 +232,7 @@ func TestSetupSamplerFromEnv(t *testing.T) {
 	t.Parallel()
 	var buf syncBuffer
 	tel := setup(t, env{EnvTracesExporter: "console", EnvTracesSampler: "traceidratio", EnvTracesSamplerArg: "0"}, Options{Console: &buf})
-	_, span := Tracer(tel.TracerProvider()).Start(context.Background(), "dropped")
+	_, span := tracing.Tracer(tel.TracerProvider()).Start(context.Background(), "dropped")
 	require.False(t, span.IsRecording(), "ratio 0 samples nothing")
 	span.End()
 	require.NoError(t, tel.Shutdown(context.Background()))
@@ -266,7 +268,7 @@ func TestSetupOTLPHTTP(t *testing.T) {
 			t.Cleanup(srv.Close)
 			tel := setup(t, env{c.variable: srv.URL + c.suffix}, Options{})
 			require.True(t, tel.TracingEnabled())
-			_, span := Tracer(tel.TracerProvider()).Start(context.Background(), "send orders")
+			_, span := tracing.Tracer(tel.TracerProvider()).Start(context.Background(), "send orders")
 			span.End()
 			require.NoError(t, tel.Shutdown(context.Background()), "shutdown flushes the batch")
 			require.Equal(t, c.wantPath+" send orders", <-got)
@@ -313,9 +315,9 @@ func TestSetupOTLPMetricsHTTP(t *testing.T) {
 			}))
 			t.Cleanup(srv.Close)
 			tel := setup(t, c.env(srv.URL), Options{})
-			published, err := Meter(tel.MeterProvider()).Int64Counter(MetricOutboxPublished)
+			published, err := tracing.Meter(tel.MeterProvider()).Int64Counter(tracing.MetricOutboxPublished)
 			require.NoError(t, err)
-			published.Add(context.Background(), 3, metric.WithAttributes(DestinationKey.String("orders")))
+			published.Add(context.Background(), 3, metric.WithAttributes(tracing.DestinationKey.String("orders")))
 			require.Equal(t, c.scraped, strings.Contains(scrape(t, tel.MetricsHandler()), "keiro_outbox_published_total"), "pulled on /metrics")
 			require.NoError(t, tel.Shutdown(context.Background()), "shutdown pushes the last collection")
 			require.Equal(t, c.wantPath+" keiro.outbox.published messaging.destination.name=orders 3", <-got)
@@ -351,12 +353,12 @@ func TestSetupOTLPGRPC(t *testing.T) {
 	t.Cleanup(func() { srv.Stop(); <-done })
 
 	tel := setup(t, env{EnvOTLPEndpoint: "http://" + lis.Addr().String(), EnvOTLPProtocol: "grpc"}, Options{})
-	_, span := Tracer(tel.TracerProvider()).Start(context.Background(), "process orders")
+	_, span := tracing.Tracer(tel.TracerProvider()).Start(context.Background(), "process orders")
 	span.End()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	require.NoError(t, tel.Shutdown(ctx))
-	require.Equal(t, ScopeName+" process orders", <-col.spans)
+	require.Equal(t, tracing.ScopeName+" process orders", <-col.spans)
 }
 
 // TestSetupOTLPUnreachable is not parallel: it replaces the global otel error handler. A
@@ -378,7 +380,7 @@ func TestSetupOTLPUnreachable(t *testing.T) {
 	addr := lis.Addr().String()
 	require.NoError(t, lis.Close()) // nothing listens there any more
 	tel := setup(t, env{EnvOTLPEndpoint: "http://" + addr}, Options{})
-	_, span := Tracer(tel.TracerProvider()).Start(context.Background(), "lost")
+	_, span := tracing.Tracer(tel.TracerProvider()).Start(context.Background(), "lost")
 	span.End()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -400,7 +402,7 @@ func TestSetupInstallsGlobals(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, prevTP, otel.GetTracerProvider())
 	require.ElementsMatch(t, []string{"traceparent", "tracestate", "baggage"}, otel.GetTextMapPropagator().Fields())
-	c, err := Meter(nil).Int64Counter(MetricInboxProcessed)
+	c, err := tracing.Meter(nil).Int64Counter(tracing.MetricInboxProcessed)
 	require.NoError(t, err)
 	c.Add(context.Background(), 1)
 	require.Contains(t, scrape(t, tel.MetricsHandler()), "keiro_inbox_processed_total")
@@ -409,7 +411,7 @@ func TestSetupInstallsGlobals(t *testing.T) {
 	var buf syncBuffer
 	tel, err = Setup(context.Background(), Options{Getenv: env{EnvTracesExporter: "console"}.get, Console: &buf})
 	require.NoError(t, err)
-	_, span := Tracer(nil).Start(context.Background(), "global")
+	_, span := tracing.Tracer(nil).Start(context.Background(), "global")
 	require.True(t, span.IsRecording())
 	require.Equal(t, trace.SpanKindInternal.String(), "internal")
 	span.End()
