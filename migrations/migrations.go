@@ -3,38 +3,32 @@ package migrations
 import (
 	"context"
 	"embed"
-	"errors"
 	"fmt"
 	"io/fs"
-	"regexp"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/tern/v2/migrate"
+
+	"github.com/keiro-go/keiro/internal/schemaname"
 )
 
 //go:embed sql/*.sql
 var files embed.FS
 
 // DefaultSchema is the PostgreSQL schema that holds keiro's tables unless configured otherwise.
-const DefaultSchema = "keiro"
+const DefaultSchema = schemaname.Default
 
 // versionTable is the table, inside the schema, where the applied version is recorded.
 const versionTable = "keiro_schema_version"
 
-var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
-
 // ErrInvalidSchema reports a schema name that is not a plain lowercase SQL identifier.
-var ErrInvalidSchema = errors.New("invalid schema name")
+var ErrInvalidSchema = schemaname.ErrInvalid
 
 // ValidateSchema checks that name is usable as keiro's schema: a lowercase SQL identifier of at
 // most 63 bytes (letters, digits, underscores; not starting with a digit), and not pg_*.
-// Such a name needs no quoting, so it can be placed into SQL text safely.
-func ValidateSchema(name string) error {
-	if !schemaName.MatchString(name) || len(name) >= 3 && name[:3] == "pg_" {
-		return fmt.Errorf("%w %q: use a lowercase identifier of letters, digits and underscores (at most 63 bytes, not starting with a digit or pg_)", ErrInvalidSchema, name)
-	}
-	return nil
-}
+// Such a name needs no quoting, so it can be placed into SQL text safely. The outbox, inbox and
+// event stores apply the same check to their configured schema.
+func ValidateSchema(name string) error { return schemaname.Validate(name) }
 
 // Migration describes one embedded migration and whether it is applied.
 type Migration struct {
