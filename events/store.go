@@ -20,7 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/migrations"
+	"github.com/keiro-go/keiro/internal/schemaname"
 	"github.com/keiro-go/keiro/tracing"
 )
 
@@ -62,7 +62,7 @@ type StoreConfig struct {
 
 func (c *StoreConfig) applyDefaults() {
 	if c.Schema == "" {
-		c.Schema = migrations.DefaultSchema
+		c.Schema = schemaname.Default
 	}
 	if c.PageSize == 0 {
 		c.PageSize = DefaultPageSize
@@ -77,7 +77,7 @@ func (c *StoreConfig) applyDefaults() {
 
 func (c *StoreConfig) validate() error {
 	var errs []error
-	if err := migrations.ValidateSchema(c.Schema); err != nil {
+	if err := schemaname.Validate(c.Schema); err != nil {
 		errs = append(errs, fmt.Errorf("Schema: %w", err))
 	}
 	if c.PageSize < 1 {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/pgtext"
-	"github.com/keiro-go/keiro/migrations"
+	"github.com/keiro-go/keiro/internal/schemaname"
 )
 
 // Handler applies one event's effects through tx, the inbox transaction: its writes commit
@@ -159,7 +159,7 @@ type StoreConfig struct {
 
 func (c *StoreConfig) setDefaults() {
 	if c.Schema == "" {
-		c.Schema = migrations.DefaultSchema
+		c.Schema = schemaname.Default
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = DefaultMaxAttempts
@@ -168,7 +168,7 @@ func (c *StoreConfig) setDefaults() {
 
 func (c *StoreConfig) validate() error {
 	var errs []error
-	if err := migrations.ValidateSchema(c.Schema); err != nil {
+	if err := schemaname.Validate(c.Schema); err != nil {
 		errs = append(errs, fmt.Errorf("Schema: %w", err))
 	}
 	if c.Consumer == "" {

@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/migrations"
+	"github.com/keiro-go/keiro/internal/schemaname"
 )
 
 // Defaults of RelayConfig.
@@ -210,7 +210,7 @@ func (c *RelayConfig) setDefaults() {
 func (c *RelayConfig) validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if err := migrations.ValidateSchema(c.Schema); err != nil {
+	if err := schemaname.Validate(c.Schema); err != nil {
 		bad("Schema: %w", err)
 	}
 	if !c.Policy.valid() {

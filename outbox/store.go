@@ -15,12 +15,12 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/migrations"
+	"github.com/keiro-go/keiro/internal/schemaname"
 	"github.com/keiro-go/keiro/tracing"
 )
 
 // DefaultSchema is the PostgreSQL schema the package-level helpers use.
-const DefaultSchema = migrations.DefaultSchema
+const DefaultSchema = schemaname.Default
 
 // ErrIdentityConflict reports an enqueue whose (source, message id) is already in the outbox
 // with different content. The retained row is never overwritten; the caller should roll the
@@ -124,7 +124,7 @@ type Store struct {
 // NewStore returns a Store for the outbox in schema, which must be a valid schema name
 // (lowercase letters, digits and underscores). At most one StoreOptions may be given.
 func NewStore(schema string, opts ...StoreOptions) (*Store, error) {
-	if err := migrations.ValidateSchema(schema); err != nil {
+	if err := schemaname.Validate(schema); err != nil {
 		return nil, fmt.Errorf("new outbox store: %w", err)
 	}
 	if len(opts) > 1 {
