@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,15 +15,17 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/internal/backoff"
 )
 
 // Runner defaults.
 const (
 	// DefaultRetryLimit is the number of retries after a version conflict (4 attempts in all).
 	DefaultRetryLimit = 3
-	// DefaultRetryBackoff is the base of the exponential backoff between attempts.
+	// DefaultRetryBackoff is the first wait after a version conflict (RunnerConfig.Backoff's
+	// Initial); it doubles per retry.
 	DefaultRetryBackoff = 5 * time.Millisecond
-	// DefaultMaxRetryBackoff caps the backoff between attempts.
+	// DefaultMaxRetryBackoff caps the wait between attempts (RunnerConfig.Backoff's Max).
 	DefaultMaxRetryBackoff = 100 * time.Millisecond
 	// DefaultSnapshotVersion is the state version written with snapshots.
 	DefaultSnapshotVersion = 1
@@ -42,12 +43,6 @@ type Decider[S, C, E any] struct {
 	Decide func(state S, cmd C) ([]E, error)
 	// Evolve returns the state after event.
 	Evolve func(state S, event E) S
-}
-
-// DB is what Run needs from a database handle: a *pgxpool.Pool satisfies it.
-type DB interface {
-	Querier
-	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
 // Hook runs inside the append transaction, after the events are written and before commit:
@@ -76,11 +71,18 @@ type RunnerConfig[S any] struct {
 	// RetryLimit is the number of retries after a version conflict; negative disables retries.
 	// Defaults to DefaultRetryLimit.
 	RetryLimit int
-	// RetryBackoff is the base of the jittered exponential backoff before a retry: attempt n
-	// waits about RetryBackoff·2^(n−1), capped at MaxRetryBackoff, ±50 %. Negative disables the
-	// wait. Defaults to DefaultRetryBackoff.
+	// Backoff spaces the retries after a version conflict: retry n waits
+	// min(Max, Initial·Multiplier^(n−1)) with equal jitter (drawn from its upper half). A
+	// negative Backoff.Initial retries at once. Defaults to {DefaultRetryBackoff,
+	// DefaultMaxRetryBackoff, 2}.
+	Backoff Backoff
+	// RetryBackoff is Backoff.Initial's former spelling, used when Backoff.Initial is zero.
+	//
+	// Deprecated: set Backoff.Initial.
 	RetryBackoff time.Duration
-	// MaxRetryBackoff caps the backoff. Defaults to DefaultMaxRetryBackoff.
+	// MaxRetryBackoff is Backoff.Max's former spelling, used when Backoff.Max is zero.
+	//
+	// Deprecated: set Backoff.Max.
 	MaxRetryBackoff time.Duration
 	// Hooks run, in order, inside every append transaction, before RunOptions.Hook. Defaults to
 	// none.
@@ -113,12 +115,14 @@ func (c *RunnerConfig[S]) applyDefaults() {
 	if c.RetryLimit == 0 {
 		c.RetryLimit = DefaultRetryLimit
 	}
-	if c.RetryBackoff == 0 {
-		c.RetryBackoff = DefaultRetryBackoff
+	if c.Backoff.Initial == 0 {
+		c.Backoff.Initial = c.RetryBackoff // the deprecated spellings
 	}
-	if c.MaxRetryBackoff == 0 {
-		c.MaxRetryBackoff = DefaultMaxRetryBackoff
+	if c.Backoff.Max == 0 {
+		c.Backoff.Max = c.MaxRetryBackoff
 	}
+	c.Backoff = c.Backoff.WithDefaults(Backoff{Initial: DefaultRetryBackoff, Max: DefaultMaxRetryBackoff, Multiplier: backoff.DefaultMultiplier})
+	c.RetryBackoff, c.MaxRetryBackoff = c.Backoff.Initial, c.Backoff.Max
 	if c.Snapshot == nil && c.SnapshotEvery > 0 {
 		c.Snapshot = SnapshotEvery[S](c.SnapshotEvery)
 	}
@@ -145,8 +149,8 @@ func (c *RunnerConfig[S]) applyDefaults() {
 
 func (c *RunnerConfig[S]) validate() error {
 	var errs []error
-	if c.MaxRetryBackoff < 0 {
-		errs = append(errs, fmt.Errorf("MaxRetryBackoff: %v is negative", c.MaxRetryBackoff))
+	if err := c.Backoff.Validate("Backoff"); err != nil {
+		errs = append(errs, err)
 	}
 	if c.SnapshotEvery < 0 {
 		errs = append(errs, fmt.Errorf("SnapshotEvery: %d is negative", c.SnapshotEvery))
@@ -419,23 +423,15 @@ func (r *Runner[S, C, E]) appendTx(ctx context.Context, db DB, open pgx.Tx, stre
 	return out, err
 }
 
-// backoff waits before retry attempt+1: min(max, base·2^(attempt−1)) scaled by a random factor
-// in [0.5, 1.5).
+// backoff waits before retry attempt+1: Backoff's delay for retry attempt.
 func (r *Runner[S, C, E]) backoff(ctx context.Context, attempt int) error {
-	if r.cfg.RetryBackoff < 0 {
-		return ctx.Err()
-	}
-	exp := r.cfg.RetryBackoff << min(attempt-1, 30)
-	if exp > r.cfg.MaxRetryBackoff || exp <= 0 {
-		exp = r.cfg.MaxRetryBackoff
-	}
-	return sleepCtx(ctx, exp/2+rand.N(exp+1))
+	return backoff.Sleep(ctx, r.cfg.Backoff.Delay(attempt))
 }
 
 // Load hydrates stream: the state its events fold into and its version (0: no events). It
 // starts from a snapshot when snapshots are enabled and a compatible one exists, and replays
 // the rest page by page. Stored versions must be contiguous (ErrHydrationGap otherwise).
-func (r *Runner[S, C, E]) Load(ctx context.Context, q Querier, stream string) (S, int64, error) {
+func (r *Runner[S, C, E]) Load(ctx context.Context, q DB, stream string) (S, int64, error) {
 	state, version := r.decider.Initial, int64(0)
 	if r.cfg.Snapshot != nil {
 		if s, v, ok := r.readSnapshot(ctx, q, stream); ok {
@@ -446,7 +442,7 @@ func (r *Runner[S, C, E]) Load(ctx context.Context, q Querier, stream string) (S
 }
 
 // foldFrom folds the stream's events after version into state.
-func (r *Runner[S, C, E]) foldFrom(ctx context.Context, q Querier, stream string, state S, version int64) (S, int64, error) {
+func (r *Runner[S, C, E]) foldFrom(ctx context.Context, q DB, stream string, state S, version int64) (S, int64, error) {
 	for e, err := range r.store.ReadStream(ctx, q, stream, Forward, version) {
 		if err != nil {
 			return r.decider.Initial, 0, fmt.Errorf("hydrate %s: %w", stream, err)
@@ -470,7 +466,7 @@ func (r *Runner[S, C, E]) evolve(stream string, state S, version int64, e Record
 	return r.decider.Evolve(state, de), e.StreamVersion, nil
 }
 
-func (r *Runner[S, C, E]) readSnapshot(ctx context.Context, q Querier, stream string) (S, int64, bool) {
+func (r *Runner[S, C, E]) readSnapshot(ctx context.Context, q DB, stream string) (S, int64, bool) {
 	var (
 		version      int64
 		stateVersion int32
@@ -515,7 +511,7 @@ func SnapshotOnTerminal[S any](terminal func(S) bool) SnapshotPolicy[S] {
 
 // maybeSnapshot writes a snapshot after commit when the Snapshot policy asks for one on the
 // append (pre, post]. Failures are counted and logged, never returned.
-func (r *Runner[S, C, E]) maybeSnapshot(ctx context.Context, db Querier, stream string, pre int64, state S, emitted []E, post int64) {
+func (r *Runner[S, C, E]) maybeSnapshot(ctx context.Context, db DB, stream string, pre int64, state S, emitted []E, post int64) {
 	policy := r.cfg.Snapshot
 	if policy == nil {
 		return

@@ -202,7 +202,7 @@ func TestRunRetriesConflicts(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	tm := newTelemetry()
-	s, r := newCounterRunner(t, db, tm, events.RunnerConfig[counterState]{RetryLimit: 2, RetryBackoff: -1})
+	s, r := newCounterRunner(t, db, tm, events.RunnerConfig[counterState]{RetryLimit: 2, Backoff: events.Backoff{Initial: -1}})
 	ctx := context.Background()
 	_, err := r.Run(ctx, db.Pool, "counter-1", counterCmd{N: 1})
 	require.NoError(t, err)
@@ -287,7 +287,7 @@ func TestConcurrentCommandsOneStream(t *testing.T) {
 
 func concurrentCommands(t *testing.T, limit int) {
 	db := testdb.New(t)
-	s, r := newCounterRunner(t, db, nil, events.RunnerConfig[counterState]{RetryLimit: limit, RetryBackoff: time.Millisecond})
+	s, r := newCounterRunner(t, db, nil, events.RunnerConfig[counterState]{RetryLimit: limit, Backoff: events.Backoff{Initial: time.Millisecond}})
 	ctx := context.Background()
 	const workers, perWorker = 8, 25
 	var (
@@ -537,7 +537,7 @@ func TestRunHookConflictIsNotRetried(t *testing.T) {
 	tm := newTelemetry()
 	hookErr := fmt.Errorf("update saga-1: %w", &events.WrongExpectedVersionError{Stream: "saga-1", Expected: events.Exact(3), Actual: 4})
 	calls := 0
-	_, r := newCounterRunner(t, db, tm, events.RunnerConfig[counterState]{RetryBackoff: -1,
+	_, r := newCounterRunner(t, db, tm, events.RunnerConfig[counterState]{Backoff: events.Backoff{Initial: -1},
 		Hooks: []events.Hook{func(context.Context, pgx.Tx, events.Result) error { calls++; return hookErr }}})
 	ctx := context.Background()
 	for _, stream := range []string{"counter-new", "counter-new"} { // a new stream, then (rolled back) again

@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/internal/backoff"
+	"github.com/keiro-go/keiro/internal/permanent"
 )
 
 // Subscription retry defaults (keiro's kiroku RetryPolicy: five deliveries).
@@ -54,10 +56,14 @@ type RetryPolicy struct {
 	// MaxDeliveries is how many times an event is handed to the handler, in its own
 	// transaction, before OnPoison applies. Defaults to DefaultMaxDeliveries.
 	MaxDeliveries int
-	// Backoff is the wait before the second delivery; it doubles for each further one, up to
-	// MaxBackoff. Negative means no wait. Defaults to DefaultDeliveryBackoff.
-	Backoff time.Duration
-	// MaxBackoff caps the wait between deliveries. Defaults to DefaultMaxDeliveryBackoff.
+	// Backoff spaces the deliveries: the wait before delivery n+1 is
+	// min(Max, Initial·Multiplier^(n−1)) with equal jitter (drawn from its upper half). A
+	// negative Backoff.Initial means no wait. Defaults to {DefaultDeliveryBackoff,
+	// DefaultMaxDeliveryBackoff, 2}.
+	Backoff Backoff
+	// MaxBackoff is Backoff.Max's former spelling, used when Backoff.Max is zero.
+	//
+	// Deprecated: set Backoff.Max.
 	MaxBackoff time.Duration
 	// OnPoison says what happens after the last failed delivery. Defaults to PoisonDeadLetter.
 	OnPoison PoisonPolicy
@@ -67,12 +73,11 @@ func (p *RetryPolicy) applyDefaults() {
 	if p.MaxDeliveries == 0 {
 		p.MaxDeliveries = DefaultMaxDeliveries
 	}
-	if p.Backoff == 0 {
-		p.Backoff = DefaultDeliveryBackoff
+	if p.Backoff.Max == 0 {
+		p.Backoff.Max = p.MaxBackoff // the deprecated spelling
 	}
-	if p.MaxBackoff == 0 {
-		p.MaxBackoff = DefaultMaxDeliveryBackoff
-	}
+	p.Backoff = p.Backoff.WithDefaults(Backoff{Initial: DefaultDeliveryBackoff, Max: DefaultMaxDeliveryBackoff, Multiplier: backoff.DefaultMultiplier})
+	p.MaxBackoff = p.Backoff.Max
 }
 
 func (p *RetryPolicy) validate() error {
@@ -80,8 +85,8 @@ func (p *RetryPolicy) validate() error {
 	if p.MaxDeliveries < 1 {
 		errs = append(errs, fmt.Errorf("Retry.MaxDeliveries: %d is not positive", p.MaxDeliveries))
 	}
-	if p.MaxBackoff < 0 {
-		errs = append(errs, fmt.Errorf("Retry.MaxBackoff: %v is negative", p.MaxBackoff))
+	if err := p.Backoff.Validate("Retry.Backoff"); err != nil {
+		errs = append(errs, err)
 	}
 	if p.OnPoison != PoisonDeadLetter && p.OnPoison != PoisonHalt {
 		errs = append(errs, fmt.Errorf("Retry.OnPoison: unknown policy %d; use PoisonDeadLetter or PoisonHalt", p.OnPoison))
@@ -90,43 +95,18 @@ func (p *RetryPolicy) validate() error {
 }
 
 // delay returns the wait before delivery n+1 (n ≥ 1 deliveries made).
-func (p *RetryPolicy) delay(n int) time.Duration {
-	if p.Backoff < 0 {
-		return 0
-	}
-	d := p.Backoff << min(n-1, 30)
-	if d > p.MaxBackoff || d <= 0 {
-		d = p.MaxBackoff
-	}
-	return d
-}
-
-// permanentError marks a handler error that no further delivery can fix.
-type permanentError struct{ err error }
-
-func (e *permanentError) Error() string { return e.err.Error() }
-func (e *permanentError) Unwrap() error { return e.err }
-
-// Permanent marks the error permanent for IsPermanent here and in the inbox package.
-func (e *permanentError) Permanent() bool { return true }
+func (p *RetryPolicy) delay(n int) time.Duration { return p.Backoff.Delay(n) }
 
 // Permanent wraps a handler error to say that delivering the event again cannot succeed (an
 // event the handler can never apply): the subscription applies RetryPolicy.OnPoison at once,
-// without the remaining deliveries. Permanent(nil) is nil.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &permanentError{err: err}
-}
+// without the remaining deliveries. Permanent(nil) is nil. It is the same marker as
+// inbox.Permanent: the error's text is "permanent: " and err's.
+func Permanent(err error) error { return permanent.Wrap(err) }
 
 // IsPermanent reports whether err's chain holds an error marked permanent: wrapped by
 // Permanent here or by inbox.Permanent, or any error with a Permanent() bool method that
 // returns true (one marker serves a handler used by both a subscription and a consumer).
-func IsPermanent(err error) bool {
-	var p interface{ Permanent() bool }
-	return errors.As(err, &p) && p.Permanent()
-}
+func IsPermanent(err error) bool { return permanent.Is(err) }
 
 // Dead-letter error classes, stored in DeadLetter.ErrorClass.
 const (
@@ -190,7 +170,7 @@ type DeadLetterFilter struct {
 }
 
 // ListDeadLetters lists dead letters in ID order (oldest first), filtered by f.
-func (s *Store) ListDeadLetters(ctx context.Context, q Querier, f DeadLetterFilter) ([]DeadLetter, error) {
+func (s *Store) ListDeadLetters(ctx context.Context, q DB, f DeadLetterFilter) ([]DeadLetter, error) {
 	if f.Limit == 0 {
 		f.Limit = 100
 	}
@@ -226,7 +206,7 @@ func (s *Store) ListDeadLetters(ctx context.Context, q Querier, f DeadLetterFilt
 // a failing replay puts the row back to dead with the new error and one more attempt. Replays
 // are delivered out of log order, one transaction each. It returns the number of rows
 // requested; rows not in status dead are left alone.
-func (s *Store) RequestReplay(ctx context.Context, q Querier, subscription string, ids ...int64) (int64, error) {
+func (s *Store) RequestReplay(ctx context.Context, q DB, subscription string, ids ...int64) (int64, error) {
 	if subscription == "" {
 		return 0, errors.New("request dead-letter replay: subscription name is required")
 	}

@@ -38,7 +38,7 @@ func (r *Runner[S, C, E]) hydrateOrCreate(ctx context.Context, db DB, stream str
 		return nil, state, version, nil, err
 	}
 	var q interface {
-		Querier
+		DB
 		batcher
 	}
 	if hooks {
@@ -49,7 +49,7 @@ func (r *Runner[S, C, E]) hydrateOrCreate(ctx context.Context, db DB, stream str
 		open, q = tx, tx
 	} else {
 		q = db.(interface {
-			Querier
+			DB
 			batcher
 		})
 	}

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/keiro-go/keiro/internal/backoff"
 	"github.com/keiro-go/keiro/internal/pgtext"
 )
 
@@ -59,7 +59,7 @@ func (w *worker) isolate(ctx context.Context, batch []RecordedEvent, err error) 
 				s.cfg.Logger.WarnContext(ctx, "keiro: subscription handler failed; delivering the event again",
 					"subscription", s.cfg.Name, "position", e.GlobalPosition, "event_id", e.ID.String(),
 					"delivery", deliveries, "max_deliveries", s.cfg.Retry.MaxDeliveries, "error", last)
-				if err := sleepCtx(ctx, s.cfg.Retry.delay(deliveries)); err != nil {
+				if err := backoff.Sleep(ctx, s.cfg.Retry.delay(deliveries)); err != nil {
 					return err
 				}
 			}
@@ -218,21 +218,6 @@ func (w *worker) replayOne(ctx context.Context) (more bool, err error) {
 // is cut to maxErrorText bytes on a character boundary.
 func errorText(err error) string {
 	return pgtext.Storable(err.Error(), maxErrorText)
-}
-
-// sleepCtx waits d or until ctx is done.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // haltError marks a handler error that must stop the subscription at once, whatever the

@@ -92,7 +92,7 @@ func TestSubscriptionDeadLettersPoisonEvent(t *testing.T) {
 	p := newProgress()
 	sub, err := events.NewSubscription(rig.store, rig.db.Pool, events.SubscriptionConfig{
 		Name: "ledger", BatchSize: 2, AfterCommit: p.commit, MeterProvider: tm.mp,
-		Retry: events.RetryPolicy{MaxDeliveries: 3, Backoff: time.Millisecond},
+		Retry: events.RetryPolicy{MaxDeliveries: 3, Backoff: events.Backoff{Initial: time.Millisecond}},
 	}, rig.handle)
 	require.NoError(t, err)
 	_, errc := runSub(t, sub)
@@ -162,7 +162,7 @@ func TestSubscriptionPermanentErrorAndBatchHandler(t *testing.T) {
 	p := newProgress()
 	sub, err := events.NewBatchSubscription(rig.store, rig.db.Pool, events.SubscriptionConfig{
 		Name: "ledger", BatchSize: 10, AfterCommit: p.commit,
-		Retry: events.RetryPolicy{MaxDeliveries: 3, Backoff: time.Millisecond},
+		Retry: events.RetryPolicy{MaxDeliveries: 3, Backoff: events.Backoff{Initial: time.Millisecond}},
 	}, func(ctx context.Context, tx pgx.Tx, batch []events.RecordedEvent) error {
 		for _, e := range batch {
 			if err := rig.handle(ctx, tx, e); err != nil {
@@ -193,7 +193,7 @@ func TestSubscriptionHaltPolicy(t *testing.T) {
 	ctx := context.Background()
 	h := rig.seed(t)
 	cfg := events.SubscriptionConfig{Name: "strict", BatchSize: 1,
-		Retry: events.RetryPolicy{MaxDeliveries: 2, Backoff: -1, OnPoison: events.PoisonHalt}}
+		Retry: events.RetryPolicy{MaxDeliveries: 2, Backoff: events.Backoff{Initial: -1}, OnPoison: events.PoisonHalt}}
 	sub, err := events.NewSubscription(rig.store, rig.db.Pool, cfg, rig.handle)
 	require.NoError(t, err)
 	err = sub.Run(ctx)
@@ -225,9 +225,9 @@ func TestRetryPolicyValidation(t *testing.T) {
 	s := newStore(t, db)
 	h := func(context.Context, pgx.Tx, events.RecordedEvent) error { return nil }
 	_, err := events.NewSubscription(s, db.Pool, events.SubscriptionConfig{Name: "x",
-		Retry: events.RetryPolicy{MaxDeliveries: -1, MaxBackoff: -time.Second, OnPoison: 7}}, h)
+		Retry: events.RetryPolicy{MaxDeliveries: -1, Backoff: events.Backoff{Max: -time.Second}, OnPoison: 7}}, h)
 	require.Error(t, err)
-	for _, want := range []string{"Retry.MaxDeliveries", "Retry.MaxBackoff", "Retry.OnPoison"} {
+	for _, want := range []string{"Retry.MaxDeliveries", "Retry.Backoff.Max", "Retry.OnPoison"} {
 		require.True(t, strings.Contains(err.Error(), want), err.Error())
 	}
 	_, err = s.ListDeadLetters(context.Background(), db.Pool, events.DeadLetterFilter{Status: "gone"})
@@ -250,7 +250,7 @@ func TestSubscriptionDeadLettersUnstorableErrorText(t *testing.T) {
 	p := newProgress()
 	sub, err := events.NewSubscription(rig.store, rig.db.Pool, events.SubscriptionConfig{
 		Name: "ledger", BatchSize: 10, AfterCommit: p.commit,
-		Retry: events.RetryPolicy{MaxDeliveries: 2, Backoff: time.Millisecond},
+		Retry: events.RetryPolicy{MaxDeliveries: 2, Backoff: events.Backoff{Initial: time.Millisecond}},
 	}, func(ctx context.Context, tx pgx.Tx, e events.RecordedEvent) error {
 		if e.Type == "Poison" {
 			return events.Permanent(errors.New(message.Load().(string)))

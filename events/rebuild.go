@@ -64,7 +64,7 @@ func (s *Subscription) RebuildShadow(ctx context.Context, tables []string, h Sha
 	fail := func(err error) error {
 		return fmt.Errorf("rebuild subscription %s in shadow tables: %w", s.cfg.Name, err)
 	}
-	dropShadows := func(q Querier) error {
+	dropShadows := func(q DB) error {
 		for _, p := range pairs {
 			if _, err := q.Exec(ctx, "DROP TABLE IF EXISTS "+p.shadow); err != nil {
 				return fmt.Errorf("drop shadow %s: %w", p.shadow, err)

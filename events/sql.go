@@ -1,6 +1,10 @@
 package events
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/keiro-go/keiro/internal/advisorylock"
+)
 
 // All of the event store's SQL lives in this file. Every statement names its tables through the
 // {{schema}} placeholder, replaced once by [newQueries] with a schema name that
@@ -152,9 +156,13 @@ const (
     RETURNING 1
 )
 SELECT pg_notify('{{channel}}', '') FROM reset`
-	// sqlSubscriptionAdvisoryLock keys the one-active-instance lock by schema and name.
-	sqlSubscriptionAdvisoryLock   = `SELECT pg_advisory_lock(hashtextextended('{{schema}}.keiro_subscriptions.' || $1, 0))`
-	sqlSubscriptionAdvisoryUnlock = `SELECT pg_advisory_unlock(hashtextextended('{{schema}}.keiro_subscriptions.' || $1, 0))`
+)
+
+// sqlSubscriptionAdvisoryLock takes the one-active-instance lock of subscription $1, keyed by
+// schema and name (advisorylock.Subscription); sqlSubscriptionAdvisoryUnlock releases it.
+var (
+	sqlSubscriptionAdvisoryLock   = `SELECT pg_advisory_lock(` + advisorylock.Subscription(`'{{schema}}'`, `$1`) + `)`
+	sqlSubscriptionAdvisoryUnlock = `SELECT pg_advisory_unlock(` + advisorylock.Subscription(`'{{schema}}'`, `$1`) + `)`
 )
 
 // Subscription dead letters (deadletter.go).

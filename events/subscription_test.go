@@ -435,7 +435,7 @@ func TestProjectionExactlyOnceUnderKills(t *testing.T) {
 	h := head(t, s, db)
 	var mu sync.Mutex
 	sub, err := events.NewSubscription(s, db.Pool, events.SubscriptionConfig{Name: "totals", BatchSize: 50,
-		Retry: events.RetryPolicy{Backoff: time.Millisecond}},
+		Retry: events.RetryPolicy{Backoff: events.Backoff{Initial: time.Millisecond}}},
 		projectorHandler(1000, rng, &mu))
 	require.NoError(t, err)
 	restarts := 0

@@ -44,7 +44,7 @@ type Key struct {
 }
 
 // Lookup returns the row of (source, dedupeKey), or [ErrNotFound].
-func (s *Store) Lookup(ctx context.Context, db DBTX, k Key) (Entry, error) {
+func (s *Store) Lookup(ctx context.Context, db DB, k Key) (Entry, error) {
 	e, err := scanEntry(db.QueryRow(ctx, s.sql.lookup, s.cfg.Consumer, k.Source, k.DedupeKey))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Entry{}, fmt.Errorf("look up inbox row %s/%s: %w", k.Source, k.DedupeKey, ErrNotFound)
@@ -74,7 +74,7 @@ type ListOptions struct {
 
 // ListFailed returns failed rows of the store's consumer, oldest failure first, for the
 // `consumer inbox failed list` command.
-func (s *Store) ListFailed(ctx context.Context, db DBTX, opts ListOptions) ([]Entry, error) {
+func (s *Store) ListFailed(ctx context.Context, db DB, opts ListOptions) ([]Entry, error) {
 	if opts.Limit <= 0 {
 		opts.Limit = DefaultListLimit
 	}
@@ -116,7 +116,7 @@ type RetryFilter struct {
 // poisoned message (after dead-lettering it), so Kafka will not redeliver it unless the
 // dead-letter topic is replayed or offsets are rewound. To re-run a failed message now, from
 // its stored envelope, use [Store.Reprocess] (the `consumer inbox failed retry` command does).
-func (s *Store) RetryFailed(ctx context.Context, db DBTX, f RetryFilter) (int64, error) {
+func (s *Store) RetryFailed(ctx context.Context, db DB, f RetryFilter) (int64, error) {
 	var (
 		tag interface{ RowsAffected() int64 }
 		err error
@@ -143,7 +143,7 @@ func (s *Store) RetryFailed(ctx context.Context, db DBTX, f RetryFilter) (int64,
 // transaction, whatever its attempt count: success marks it completed (Processed); failure
 // records one more attempt (HandlerFailed or Poisoned). A completed row is a Duplicate and h
 // does not run. A missing row returns [ErrNotFound].
-func (s *Store) Reprocess(ctx context.Context, db TxBeginner, k Key, h Handler) (Result, error) {
+func (s *Store) Reprocess(ctx context.Context, db DB, k Key, h Handler) (Result, error) {
 	var e Entry
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var err error
@@ -176,7 +176,7 @@ const (
 // The retention defines the dedupe window: a message redelivered after its row was deleted is
 // processed again. Keep olderThan well above the longest redelivery delay you expect (topic
 // retention when offsets can be rewound, replays of dead-letter topics).
-func (s *Store) DeleteCompleted(ctx context.Context, db DBTX, olderThan time.Duration, batch int) (int64, error) {
+func (s *Store) DeleteCompleted(ctx context.Context, db DB, olderThan time.Duration, batch int) (int64, error) {
 	if batch <= 0 {
 		batch = DefaultDeleteBatch
 	}
@@ -192,7 +192,7 @@ func (s *Store) DeleteCompleted(ctx context.Context, db DBTX, olderThan time.Dur
 
 // deleteCompletedBatch deletes at most batch of the consumer's completed rows older than
 // olderThan, and returns how many it deleted.
-func (s *Store) deleteCompletedBatch(ctx context.Context, db DBTX, olderThan time.Duration, batch int) (int64, error) {
+func (s *Store) deleteCompletedBatch(ctx context.Context, db DB, olderThan time.Duration, batch int) (int64, error) {
 	tag, err := db.Exec(ctx, s.sql.deleteCompleted, s.cfg.Consumer, intervalText(olderThan), batch)
 	if err != nil {
 		return 0, fmt.Errorf("delete completed inbox rows: %w", err)
@@ -201,7 +201,7 @@ func (s *Store) deleteCompletedBatch(ctx context.Context, db DBTX, olderThan tim
 }
 
 // CountFailed returns the number of failed rows of the consumer (the keiro.inbox.backlog gauge).
-func (s *Store) CountFailed(ctx context.Context, db DBTX) (int64, error) {
+func (s *Store) CountFailed(ctx context.Context, db DB) (int64, error) {
 	var n int64
 	if err := db.QueryRow(ctx, s.sql.countFailed, s.cfg.Consumer).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count failed inbox rows: %w", err)

@@ -29,7 +29,7 @@ import (
 // (naming the delivery's index) before touching the database; call [Store.DedupeKey] first to
 // filter such deliveries. A database error returns (nil, err): some deliveries may have
 // committed (in the one-at-a-time fallback); retrying the batch classifies those as Duplicate.
-func (s *Store) ProcessBatch(ctx context.Context, db TxBeginner, ds []Delivery, h Handler) ([]Result, error) {
+func (s *Store) ProcessBatch(ctx context.Context, db DB, ds []Delivery, h Handler) ([]Result, error) {
 	return s.processBatch(ctx, db, ds, h, nil, false)
 }
 
@@ -51,7 +51,7 @@ func (bh BatchHandler) Handler() Handler {
 // it fails, the batch rolls back and is run again with bh given one-event slices, which finds
 // the failing event; from there on it proceeds as [Store.ProcessBatch] does, so a poison
 // message never discards its batch mates.
-func (s *Store) ProcessBatchWith(ctx context.Context, db TxBeginner, ds []Delivery, bh BatchHandler) ([]Result, error) {
+func (s *Store) ProcessBatchWith(ctx context.Context, db DB, ds []Delivery, bh BatchHandler) ([]Result, error) {
 	return s.processBatch(ctx, db, ds, bh.Handler(), bh, false)
 }
 
@@ -64,7 +64,7 @@ func (s *Store) ProcessBatchWith(ctx context.Context, db TxBeginner, ds []Delive
 // new batch transaction, the failing one goes through process alone, and the rest form the
 // next batch. When the failing delivery cannot be told (the commit itself failed), the rest go
 // one at a time.
-func (s *Store) processBatch(ctx context.Context, db TxBeginner, ds []Delivery, h Handler, bh BatchHandler, stopAtFailure bool) (_ []Result, rerr error) {
+func (s *Store) processBatch(ctx context.Context, db DB, ds []Delivery, h Handler, bh BatchHandler, stopAtFailure bool) (_ []Result, rerr error) {
 	results := make([]Result, len(ds))
 	seen := make(map[[2]string]bool, len(ds))
 	unique := make([]int, 0, len(ds))
@@ -191,7 +191,7 @@ func (s *Store) countInBatchDuplicates(ctx context.Context, ds []Delivery, uniqu
 // tryBatch runs the unique deliveries in one transaction. committed=false (with a nil error)
 // means it rolled back; failedAt is then the position in unique of the delivery whose handler
 // failed, or -1 when that is unknown (a BatchHandler failed, the transaction broke elsewhere).
-func (s *Store) tryBatch(ctx context.Context, db TxBeginner, ds []Delivery, unique []int, h Handler, bh BatchHandler, results []Result) (committed bool, failedAt int, err error) {
+func (s *Store) tryBatch(ctx context.Context, db DB, ds []Delivery, unique []int, h Handler, bh BatchHandler, results []Result) (committed bool, failedAt int, err error) {
 	committed, failedAt, err = s.runBatchTx(ctx, db, ds, unique, h, bh, results)
 	if committed || err != nil {
 		failedAt = -1
@@ -199,7 +199,7 @@ func (s *Store) tryBatch(ctx context.Context, db TxBeginner, ds []Delivery, uniq
 	return committed, failedAt, err
 }
 
-func (s *Store) runBatchTx(ctx context.Context, db TxBeginner, ds []Delivery, unique []int, h Handler, bh BatchHandler, results []Result) (committed bool, failedAt int, err error) {
+func (s *Store) runBatchTx(ctx context.Context, db DB, ds []Delivery, unique []int, h Handler, bh BatchHandler, results []Result) (committed bool, failedAt int, err error) {
 	failedAt = -1
 	tx, err := db.Begin(ctx)
 	if err != nil {

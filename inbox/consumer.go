@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"regexp"
 	"strings"
 	"sync"
@@ -20,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/internal/backoff"
 )
 
 // Defaults of ConsumerConfig.
@@ -49,6 +49,8 @@ const (
 	DefaultRetryInitial = 100 * time.Millisecond
 	// DefaultRetryMax caps the backoff.
 	DefaultRetryMax = 10 * time.Second
+	// DefaultRetryMultiplier doubles the backoff per retry.
+	DefaultRetryMultiplier = 2.0
 	// DefaultShutdownTimeout bounds how long shutdown and revocation wait for in-flight work.
 	DefaultShutdownTimeout = 30 * time.Second
 	// DefaultMaintenanceInterval is how often the backlog gauge is sampled and retention runs.
@@ -93,23 +95,16 @@ const (
 	ReasonUnstorable = "unstorable"
 )
 
-// Retry is a capped exponential backoff with jitter.
-type Retry struct {
-	// Initial is the first delay. Defaults to DefaultRetryInitial.
-	Initial time.Duration
-	// Max caps the delay. Defaults to DefaultRetryMax.
-	Max time.Duration
-}
+// Backoff is keiro's one retry delay, the same type as outbox.Backoff and events.Backoff: a
+// capped exponential backoff with equal jitter, where the delay before retry n (1-based) is
+// d = min(Max, Initial × Multiplier^(n-1)), drawn uniformly from [d/2, d]. A zero field takes
+// the consumer's default (DefaultRetryInitial, DefaultRetryMax, DefaultRetryMultiplier).
+type Backoff = backoff.Backoff
 
-func (r Retry) delay(n int) time.Duration {
-	d := r.Initial
-	for i := 0; i < n && d < r.Max; i++ {
-		d *= 2
-	}
-	d = min(d, r.Max)
-	// ±20% jitter so that partitions retrying together spread out.
-	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
-}
+// Retry is the former name of [Backoff].
+//
+// Deprecated: use Backoff; Retry is an alias of it.
+type Retry = Backoff
 
 // Commit describes one offset commit, for ConsumerConfig.OnCommitted.
 type Commit struct {
@@ -188,9 +183,10 @@ type ConsumerConfig struct {
 	// Retry is the backoff between handler retries (below the attempt ceiling), deferred
 	// handler failures (contention, outages of the handler's dependencies; an outage's
 	// RetryAfter, up to 5 minutes, is the least wait), database outages, transient
-	// SchemaDecoder failures and failed dead-letter produces. Defaults to
-	// {DefaultRetryInitial, DefaultRetryMax}.
-	Retry Retry
+	// SchemaDecoder failures and failed dead-letter produces. A negative Retry.Initial
+	// retries at once. Defaults to {DefaultRetryInitial, DefaultRetryMax,
+	// DefaultRetryMultiplier}.
+	Retry Backoff
 	// MaxContentionRetries bounds how many times a record whose handler failed on contention
 	// (a deadlock, a serialization failure, a lock timeout: IsContention) is retried without
 	// using an attempt; past it, each such failure is an ordinary failed attempt, so a handler
@@ -257,12 +253,7 @@ func (c *ConsumerConfig) setDefaults() {
 	if c.MaxContentionRetries == 0 {
 		c.MaxContentionRetries = DefaultMaxContentionRetries
 	}
-	if c.Retry.Initial == 0 {
-		c.Retry.Initial = DefaultRetryInitial
-	}
-	if c.Retry.Max == 0 {
-		c.Retry.Max = DefaultRetryMax
-	}
+	c.Retry = c.Retry.WithDefaults(Backoff{Initial: DefaultRetryInitial, Max: DefaultRetryMax, Multiplier: DefaultRetryMultiplier})
 	if c.Retention == 0 {
 		c.Retention = DefaultRetention
 	}
@@ -315,8 +306,8 @@ func (c *ConsumerConfig) validate() error {
 	if c.CommitEvery < 1 {
 		errs = append(errs, fmt.Errorf("CommitEvery: must be at least 1, got %d", c.CommitEvery))
 	}
-	if c.Retry.Initial < 0 || c.Retry.Max < c.Retry.Initial {
-		errs = append(errs, fmt.Errorf("Retry: need 0 <= Initial <= Max, got %v and %v", c.Retry.Initial, c.Retry.Max))
+	if err := c.Retry.Validate("Retry"); err != nil {
+		errs = append(errs, joined(err)...)
 	}
 	if c.MaintenanceInterval < 0 || c.ShutdownTimeout < 0 {
 		errs = append(errs, errors.New("MaintenanceInterval, ShutdownTimeout: must not be negative"))
@@ -653,7 +644,6 @@ func (c *Consumer) maintain(ctx context.Context) {
 // safe behind PgBouncer in transaction mode (a session lock would stay on whichever server
 // connection took it, and retention would never run again).
 func (c *Consumer) retain(ctx context.Context) error {
-	const key = `hashtextextended('keiro.inbox.retention.' || $1 || '.' || $2, 0)`
 	var total int64
 	defer func() {
 		if total > 0 {
@@ -664,7 +654,7 @@ func (c *Consumer) retain(ctx context.Context) error {
 		var n int64
 		locked := false
 		err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-			if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(`+key+`)`, c.store.cfg.Schema, c.store.cfg.Consumer).Scan(&locked); err != nil {
+			if err := tx.QueryRow(ctx, sqlRetentionLock, c.store.cfg.Schema, c.store.cfg.Consumer).Scan(&locked); err != nil {
 				return fmt.Errorf("take retention lock: %w", err)
 			}
 			if !locked {

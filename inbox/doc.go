@@ -39,9 +39,9 @@
 // # Decisions
 //
 //   - Attempt ceiling: [DefaultMaxAttempts] = 5 failed attempts, retried in place with capped
-//     exponential backoff and jitter ([DefaultRetryInitial] 100ms doubling to
-//     [DefaultRetryMax] 10s), so a poison message holds its partition for about 1.5s before it
-//     is dead-lettered. A failed attempt is counted only when the message is at fault: a
+//     exponential backoff and equal jitter ([DefaultRetryInitial] 100ms doubling to
+//     [DefaultRetryMax] 10s, each delay drawn from its upper half), so a poison message holds
+//     its partition for 0.75 to 1.5s before it is dead-lettered. A failed attempt is counted only when the message is at fault: a
 //     lost database connection is an outage, retried without limit and never dead-lettered;
 //     so is a handler error marked with [Outage] (the HTTP handler's unreachable or overloaded
 //     target, the SQL handler's missing function), whose RetryAfter is the least wait; and

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/keiro-go/keiro/internal/permanent"
 )
 
 // ErrDedupePolicyUnsatisfied reports a delivery from which the configured [DedupePolicy] cannot
@@ -69,31 +71,17 @@ func (e *PanicError) Unwrap() error {
 	return nil
 }
 
-type permanentError struct{ err error }
-
-func (p *permanentError) Error() string { return "permanent: " + p.err.Error() }
-func (p *permanentError) Unwrap() error { return p.err }
-
-// Permanent marks the error permanent for IsPermanent here and in the events package.
-func (p *permanentError) Permanent() bool { return true }
-
 // Permanent marks err as permanent: a handler that returns it is not retried; its delivery is
 // poisoned at once (the consumer runner dead-letters it). Permanent(nil) is nil. A schema
 // decoder hook may use it as well to say the payload itself is bad.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &permanentError{err: err}
-}
+//
+// It is the same marker as events.Permanent: the error's text is "permanent: " and err's.
+func Permanent(err error) error { return permanent.Wrap(err) }
 
 // IsPermanent reports whether err, or any error it wraps, is marked permanent: with
 // [Permanent], with events.Permanent, or by a Permanent() bool method that returns true (one
 // marker serves a handler used by both a consumer and a subscription).
-func IsPermanent(err error) bool {
-	var p interface{ Permanent() bool }
-	return errors.As(err, &p) && p.Permanent()
-}
+func IsPermanent(err error) bool { return permanent.Is(err) }
 
 // OutageError is a handler failure caused by something other than the message: a dependency
 // of the handler is down or overloaded (an HTTP target refusing connections or answering 503,

@@ -376,7 +376,7 @@ func (w *partitionWorker) deferred(r *kgo.Record, d Delivery, res Result, df *de
 		}
 	}
 	w.c.deferred.Add(1)
-	df.wait = max(w.c.cfg.Retry.delay(df.n), min(after, maxRetryAfter))
+	df.wait = max(w.c.cfg.Retry.Delay(df.n+1), min(after, maxRetryAfter))
 	df.n++
 	what := "dependency outage"
 	if kind == deferContention {
@@ -524,7 +524,7 @@ next:
 					wait := df.wait
 					if err != nil {
 						w.c.storageErrors.Add(1)
-						wait = w.c.cfg.Retry.delay(0)
+						wait = w.c.cfg.Retry.Delay(1)
 					}
 					if !w.sleepFor(wait) || !w.processOneAfter(r, ds[j], df) {
 						return idx[j], false
@@ -549,11 +549,11 @@ next:
 	return 0, true
 }
 
-// sleep waits the n-th backoff delay; false means the worker is stopping. It is called while
+// sleep waits the backoff delay after n earlier retries (n+1 is the retry's number); false means the worker is stopping. It is called while
 // the worker holds a concurrency slot, which it gives up while waiting so that a partition in
 // backoff does not starve the others.
 func (w *partitionWorker) sleep(n int) bool {
-	return w.sleepFor(w.c.cfg.Retry.delay(max(n, 0)))
+	return w.sleepFor(w.c.cfg.Retry.Delay(max(n, 0) + 1))
 }
 
 // sleepFor is sleep for d. Taking the slot back waits for quit and cancellation too, so a

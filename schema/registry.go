@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -22,6 +21,8 @@ import (
 	"github.com/linkedin/goavro/v2"
 	"github.com/riferrei/srclient"
 	"golang.org/x/sync/singleflight"
+
+	"github.com/keiro-go/keiro/internal/backoff"
 )
 
 // Registry defaults.
@@ -64,7 +65,9 @@ type RegistryConfig struct {
 	// MaxAttempts is how many times a request is tried while the registry is unreachable
 	// (connection errors, timeouts, HTTP 5xx and 429). Defaults to [DefaultMaxAttempts].
 	MaxAttempts int
-	// MinBackoff is the wait before the first retry. Defaults to [DefaultMinBackoff].
+	// MinBackoff is the wait before the first retry; it doubles per retry up to MaxBackoff,
+	// with equal jitter (each wait drawn from its upper half), keiro's one retry delay
+	// (outbox.Backoff). Defaults to [DefaultMinBackoff].
 	MinBackoff time.Duration
 	// MaxBackoff caps the wait between retries. Defaults to [DefaultMaxBackoff].
 	MaxBackoff time.Duration
@@ -594,7 +597,7 @@ func truncate(s string, n int) string {
 // registry is unavailable, waiting with capped exponential backoff and jitter in between.
 // notFound is the sentinel a 404 maps to.
 func retry(ctx context.Context, r *Registry, op string, notFound error, call func(registryAPI) (*srclient.Schema, error)) (*srclient.Schema, error) {
-	backoff := r.cfg.MinBackoff
+	wait := backoff.Backoff{Initial: r.cfg.MinBackoff, Max: r.cfg.MaxBackoff, Multiplier: backoff.DefaultMultiplier}
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("%s: %w", op, err)
@@ -613,15 +616,9 @@ func retry(ctx context.Context, r *Registry, op string, notFound error, call fun
 			}
 			return nil, rerr
 		}
-		wait := backoff/2 + rand.N(backoff/2+1)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("%s: %w (last error: %v)", op, ctx.Err(), rerr)
-		case <-t.C:
+		if err := backoff.Sleep(ctx, wait.Delay(attempt)); err != nil {
+			return nil, fmt.Errorf("%s: %w (last error: %v)", op, err, rerr)
 		}
-		backoff = min(2*backoff, r.cfg.MaxBackoff)
 	}
 }
 
