@@ -219,70 +219,21 @@ func (s *Store) runBatchTx(ctx context.Context, db DB, ds []Delivery, unique []i
 	toRun := make([]int, 0, len(unique))
 	rerun := map[int]bool{}
 	if len(inserted) < len(unique) {
-		var srcs, keys []string
+		var keys []rowKey
 		for _, i := range unique {
-			if !inserted[[2]string{ds[i].Event.Source, results[i].DedupeKey}] {
-				srcs = append(srcs, ds[i].Event.Source)
-				keys = append(keys, results[i].DedupeKey)
+			if k := (rowKey{ds[i].Event.Source, results[i].DedupeKey}); !inserted[k] {
+				keys = append(keys, k)
 			}
 		}
-		type existing struct {
-			status   string
-			attempts int32
-			poisoned bool
-			dead     bool
-		}
-		found := map[[2]string]existing{}
-		read := func(q string, srcs, keys []string) error {
-			rows, err := tx.Query(ctx, q, s.cfg.Consumer, srcs, keys)
-			if err != nil {
-				return fmt.Errorf("read existing inbox rows: %w", err)
-			}
-			var src, key string
-			var e existing
-			if _, err := pgx.ForEachRow(rows, []any{&src, &key, &e.status, &e.attempts, &e.poisoned, &e.dead}, func() error {
-				found[[2]string{src, key}] = e
-				return nil
-			}); err != nil {
-				return fmt.Errorf("read existing inbox rows: %w", err)
-			}
-			return nil
-		}
-		if err := read(s.sql.readExistingAll, srcs, keys); err != nil {
+		found, err := s.readExisting(ctx, tx, keys)
+		if err != nil {
 			return false, -1, err
 		}
-		// Failed rows may be rerun: lock them (completed rows are terminal and stay unlocked).
-		var failedSrcs, failedKeys []string
-		for k, e := range found {
-			if e.status == "failed" {
-				failedSrcs, failedKeys = append(failedSrcs, k[0]), append(failedKeys, k[1])
-			}
-		}
-		if len(failedSrcs) > 0 {
-			for i := range failedSrcs {
-				delete(found, [2]string{failedSrcs[i], failedKeys[i]})
-			}
-			if err := read(s.sql.lockExistingAll, failedSrcs, failedKeys); err != nil {
-				return false, -1, err
-			}
-		}
-		if len(found) != len(srcs) {
+		if len(found) != len(keys) {
 			return false, -1, nil // rows vanished under retention: let the single path sort it out
 		}
 		for _, i := range unique {
-			k := [2]string{ds[i].Event.Source, results[i].DedupeKey}
-			e, ok := found[k]
-			if !ok {
-				continue
-			}
-			results[i].Attempts = int(e.attempts)
-			switch {
-			case e.status == "completed":
-				results[i].Outcome = Duplicate
-			case e.poisoned || int(e.attempts) >= s.cfg.MaxAttempts:
-				results[i].Outcome, results[i].DeadLettered = PreviouslyFailed, e.dead
-				results[i].Err = fmt.Errorf("inbox: message previously failed %d times", e.attempts)
-			default:
+			if e, ok := found[rowKey{ds[i].Event.Source, results[i].DedupeKey}]; ok && s.settleExisting(e, false, &results[i]) {
 				rerun[i] = true
 			}
 		}

@@ -39,14 +39,16 @@ const selectRow = `$1, r.source, r.dedupe_key, r.message_id, r.message_key, r.so
 // (advisorylock.InboxRetention): one instance at a time deletes a consumer's completed rows.
 var sqlRetentionLock = `SELECT pg_try_advisory_xact_lock(` + advisorylock.InboxRetention(`$1`, `$2`) + `)`
 
+// existingColumns are the columns of an existing row (existingRow), in its scan order.
+const existingColumns = `i.source, i.dedupe_key, i.status, i.attempt_count, i.poisoned,
+	coalesce(i.last_error, ''), i.dead_lettered_at IS NOT NULL`
+
 // statements holds the SQL of one Store, with its validated schema name substituted.
 type statements struct {
 	insertCompleted  string
 	recordFailure    string
 	readExisting     string
 	lockExisting     string
-	readExistingAll  string
-	lockExistingAll  string
 	markCompleted    string
 	markCompletedDO  string
 	lookup           string
@@ -82,18 +84,14 @@ SET attempt_count = keiro_inbox.attempt_count + 1,
     last_error = EXCLUDED.last_error
 WHERE keiro_inbox.status = 'failed'
 RETURNING attempt_count, poisoned`,
-		// Completed rows are terminal, so reading them needs no lock (and a duplicate-heavy
-		// stream writes nothing); failed rows are re-read FOR UPDATE so that two deliveries of a
-		// failed message never rerun it concurrently.
-		readExisting: `SELECT status, attempt_count, poisoned, coalesce(last_error, ''), dead_lettered_at IS NOT NULL FROM ` + t + `
-WHERE consumer = $1 AND source = $2 AND dedupe_key = $3`,
-		lockExisting: `SELECT status, attempt_count, poisoned, coalesce(last_error, ''), dead_lettered_at IS NOT NULL FROM ` + t + `
-WHERE consumer = $1 AND source = $2 AND dedupe_key = $3 FOR UPDATE`,
-		readExistingAll: `SELECT i.source, i.dedupe_key, i.status, i.attempt_count, i.poisoned, i.dead_lettered_at IS NOT NULL FROM ` + t + ` i
+		// The rows that earlier deliveries of $2/$3 recorded (existing.go): readExisting
+		// without a lock (completed rows are terminal), lockExisting FOR UPDATE (failed rows
+		// that may be rerun).
+		readExisting: `SELECT ` + existingColumns + ` FROM ` + t + ` i
 JOIN unnest($2::text[], $3::text[]) AS k(source, dedupe_key)
   ON i.source = k.source AND i.dedupe_key = k.dedupe_key
 WHERE i.consumer = $1`,
-		lockExistingAll: `SELECT i.source, i.dedupe_key, i.status, i.attempt_count, i.poisoned, i.dead_lettered_at IS NOT NULL FROM ` + t + ` i
+		lockExisting: `SELECT ` + existingColumns + ` FROM ` + t + ` i
 JOIN unnest($2::text[], $3::text[]) AS k(source, dedupe_key)
   ON i.source = k.source AND i.dedupe_key = k.dedupe_key
 WHERE i.consumer = $1 FOR UPDATE OF i`,

@@ -283,34 +283,17 @@ func (s *Store) attempt(ctx context.Context, db DB, d Delivery, key string, h Ha
 	}
 	rerun := false
 	if len(inserted) == 0 {
-		var (
-			status   string
-			attempts int32
-			poisoned bool
-			lastErr  string
-			dead     bool
-		)
-		err := tx.QueryRow(ctx, s.sql.readExisting, s.cfg.Consumer, source, key).Scan(&status, &attempts, &poisoned, &lastErr, &dead)
-		if err == nil && status == "failed" {
-			err = tx.QueryRow(ctx, s.sql.lockExisting, s.cfg.Consumer, source, key).Scan(&status, &attempts, &poisoned, &lastErr, &dead)
-		}
-		if errors.Is(err, pgx.ErrNoRows) {
-			return res, true, nil
-		}
+		found, err := s.readExisting(ctx, tx, []rowKey{{source, key}})
 		if err != nil {
-			return res, false, fmt.Errorf("read inbox row %s/%s: %w", source, key, err)
+			return res, false, err
 		}
-		res.Attempts = int(attempts)
-		switch {
-		case status == "completed":
-			res.Outcome = Duplicate
-			return res, false, nil
-		case !force && (poisoned || int(attempts) >= s.cfg.MaxAttempts):
-			res.Outcome, res.DeadLettered = PreviouslyFailed, dead
-			res.Err = fmt.Errorf("inbox: message previously failed %d times: %s", attempts, lastErr)
+		e, ok := found[rowKey{source, key}]
+		if !ok {
+			return res, true, nil // vanished under retention: insert again
+		}
+		if rerun = s.settleExisting(e, force, &res); !rerun {
 			return res, false, nil
 		}
-		rerun = true
 	}
 
 	herr := s.runHandler(ctx, tx, d.Event, h)
