@@ -51,8 +51,9 @@ func (s Status) check() error {
 // Enqueued describes the outbox rows a test expects (RequireEnqueued) or forbids
 // (RequireNotEnqueued). Empty fields match anything.
 type Enqueued struct {
-	// Schema is the schema of the outbox. Defaults to the schema of the keiro_outbox table on
-	// the connection's search_path (a NewDB pool's schema), else "keiro".
+	// Schema is the schema of the outbox. Defaults to the outbox the package-level
+	// outbox.EnqueueTx writes to through the same connection (outbox.ResolveSchema): the
+	// keiro_outbox table on its search_path (a NewDB pool's schema), else schema "keiro".
 	Schema string
 	// MessageID is the event's message id. Defaults to any.
 	MessageID string
@@ -178,18 +179,17 @@ func outboxRows(t testing.TB, who string, q outbox.Querier, schema string) (stri
 	return schema, rows
 }
 
-// resolveSchema returns schema if set (after checking it holds an outbox), else the schema of
-// the keiro_outbox table on q's search_path, else migrations.DefaultSchema.
+// resolveSchema returns schema if set (after checking it holds an outbox), else the schema
+// whose outbox the package-level outbox.EnqueueTx writes to through q (outbox.ResolveSchema:
+// the keiro_outbox table on q's search_path, else schema "keiro"), so that the kit looks where
+// EnqueueTx writes.
 func resolveSchema(ctx context.Context, q outbox.Querier, schema string) (string, error) {
 	if schema == "" {
-		var found *string
-		if err := q.QueryRow(ctx, sqlOutboxSchema).Scan(&found); err != nil {
-			return "", fmt.Errorf("find the outbox table: %w", err)
+		found, err := outbox.ResolveSchema(ctx, q)
+		if errors.Is(err, outbox.ErrNoOutbox) {
+			return "", fmt.Errorf("%w (or name the schema your outbox.Store uses in the Schema option)", err)
 		}
-		if found != nil {
-			return *found, nil
-		}
-		schema = migrations.DefaultSchema
+		return found, err
 	}
 	if err := migrations.ValidateSchema(schema); err != nil {
 		return "", fmt.Errorf("schema %q: %w", schema, err)

@@ -180,3 +180,40 @@ func TestStatusesAreTheOutboxStatuses(t *testing.T) {
 		t.Fatal("the outbox listing accepts an unknown status; this test cannot tell the constants apart")
 	}
 }
+
+// The package-level outbox.EnqueueTx writes where the kit looks: on a NewDB pool, the test's
+// schema (its search_path), before and after commit, and on every connection of the pool.
+func TestPackageEnqueueTxWritesToTheTestSchema(t *testing.T) {
+	t.Parallel()
+	db := keirotest.NewDB(t)
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := outbox.EnqueueTx(ctx, tx, orderEvent(t, "1001", "ada", 3000)); err != nil {
+		t.Fatal(err)
+	}
+	keirotest.RequireEnqueued(t, tx, keirotest.Enqueued{Key: "1001", Count: 1})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A second enqueue on each connection checks the outbox the connection remembered.
+	for i := range 3 {
+		if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			_, err := outbox.EnqueueTx(ctx, tx, orderEvent(t, fmt.Sprint(2000+i), "bob", 100))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keirotest.RequireEnqueued(t, db.Pool, keirotest.Enqueued{EventType: "OrderPlaced", Count: 4})
+	if got := len(keirotest.OutboxRows(t, db.Pool, db.Schema)); got != 4 {
+		t.Fatalf("want the 4 rows in the test's schema %s, found %d", db.Schema, got)
+	}
+	schema, err := outbox.ResolveSchema(ctx, db.Pool)
+	if err != nil || schema != db.Schema {
+		t.Fatalf("ResolveSchema = %q, %v; want the test's schema %q", schema, err, db.Schema)
+	}
+}

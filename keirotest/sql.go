@@ -3,12 +3,6 @@ package keirotest
 // SQL of the kit, in one place. Schema names are validated (migrations.ValidateSchema) before
 // they are placed into statements.
 
-// sqlOutboxSchema finds the schema of the keiro_outbox table that the connection's
-// search_path resolves, or NULL.
-const sqlOutboxSchema = `SELECT n.nspname FROM pg_catalog.pg_class c
-JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-WHERE c.oid = to_regclass('keiro_outbox')`
-
 // sqlTableExists reports whether the qualified table $1 exists.
 const sqlTableExists = `SELECT to_regclass($1) IS NOT NULL`
 

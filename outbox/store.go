@@ -160,11 +160,20 @@ func (s *Store) Notify(ctx context.Context, q Querier) error {
 	return nil
 }
 
-var defaultStore, _ = NewStore(DefaultSchema)
-
-// EnqueueTx enqueues events with [Store.EnqueueTx] on the outbox of schema "keiro".
+// EnqueueTx enqueues events with [Store.EnqueueTx] on the outbox that tx's search_path
+// resolves, else on the outbox of schema "keiro" ([DefaultSchema]): a service whose
+// search_path names no outbox writes to "keiro", and a test on a keirotest.NewDB pool, whose
+// search_path is the test's schema, writes to that schema, where keirotest's assertions look
+// ([ResolveSchema] is their common rule). It returns an error wrapping [ErrNoOutbox], and
+// writes nothing, when neither holds an outbox table.
+//
+// The outbox is resolved on a connection's first enqueue and remembered with the connection;
+// every later call checks it in the same round trip as its insert, and returns an error
+// wrapping [ErrSearchPathChanged] if the connection's search_path now resolves another outbox
+// (the transaction must then be rolled back). Services that address a schema explicitly, or
+// switch schemas per transaction, enqueue through a [Store] instead.
 func EnqueueTx(ctx context.Context, tx pgx.Tx, events ...envelope.Event) ([]EnqueueResult, error) {
-	return defaultStore.EnqueueTx(ctx, tx, events...)
+	return defaultOutbox.enqueueTx(ctx, tx, nil, events)
 }
 
 // EnqueueTx writes events to the outbox inside the caller's transaction tx. The rows become
@@ -187,6 +196,13 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, events ...envelope.Eve
 
 // enqueueTx is EnqueueTx with caller-chosen outbox ids (ids[i] for events[i]; nil: fresh UUIDv7s).
 func (s *Store) enqueueTx(ctx context.Context, tx pgx.Tx, ids []envelope.UUID, events []envelope.Event) ([]EnqueueResult, error) {
+	return s.enqueueCheckedTx(ctx, tx, ids, events, nil)
+}
+
+// enqueueCheckedTx is enqueueTx with, if check is set, check's query pipelined after the
+// enqueue statement (one round trip) and its verdict returned before any result.
+func (s *Store) enqueueCheckedTx(ctx context.Context, tx pgx.Tx, ids []envelope.UUID, events []envelope.Event,
+	check *pathCheck) ([]EnqueueResult, error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
@@ -216,23 +232,9 @@ func (s *Store) enqueueTx(ctx context.Context, tx pgx.Tx, ids []envelope.UUID, e
 		}
 		a.add(id, e, tc)
 	}
-	rows, err := tx.Query(ctx, s.q.enqueue, a.args(!s.opts.DisableKeyLocks && severalKeys(events), !s.opts.DisableNotify)...)
+	inserted, err := s.insert(ctx, tx, len(events), a.args(!s.opts.DisableKeyLocks && severalKeys(events), !s.opts.DisableNotify), check)
 	if err != nil {
-		return nil, enqueueError(err)
-	}
-	inserted := make(map[[16]byte]struct{}, len(events))
-	for rows.Next() {
-		var id [16]byte
-		var n int64
-		if err := rows.Scan(&id, &n); err != nil {
-			rows.Close()
-			return nil, enqueueError(err)
-		}
-		inserted[id] = struct{}{}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, enqueueError(err)
+		return nil, err
 	}
 	results := make([]EnqueueResult, len(events))
 	var missing []int
@@ -247,6 +249,61 @@ func (s *Store) enqueueTx(ctx context.Context, tx pgx.Tx, ids []envelope.UUID, e
 	}
 	s.count(ctx, events, results)
 	return results, err
+}
+
+// insert runs the enqueue statement of n events with args (and check's query after it, in the
+// same round trip) and returns the ids of the rows it inserted.
+func (s *Store) insert(ctx context.Context, tx pgx.Tx, n int, args []any, check *pathCheck) (map[[16]byte]struct{}, error) {
+	if check == nil {
+		rows, err := tx.Query(ctx, s.q.enqueue, args...)
+		if err != nil {
+			return nil, enqueueError(err)
+		}
+		return insertedIDs(rows, n)
+	}
+	b := &pgx.Batch{}
+	b.Queue(s.q.enqueue, args...)
+	b.Queue(check.query, check.args...)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	rows, err := br.Query()
+	if err != nil {
+		return nil, enqueueError(err)
+	}
+	inserted, err := insertedIDs(rows, n)
+	if err != nil {
+		return nil, err
+	}
+	var found *string
+	if err := br.QueryRow().Scan(&found); err != nil {
+		return nil, fmt.Errorf("enqueue outbox events: find the outbox table on the search_path: %w", err)
+	}
+	if err := br.Close(); err != nil {
+		return nil, enqueueError(err)
+	}
+	if err := check.verify(found); err != nil {
+		return nil, err
+	}
+	return inserted, nil
+}
+
+// insertedIDs reads the ids the enqueue statement returns.
+func insertedIDs(rows pgx.Rows, n int) (map[[16]byte]struct{}, error) {
+	defer rows.Close()
+	inserted := make(map[[16]byte]struct{}, n)
+	for rows.Next() {
+		var id [16]byte
+		var n int64
+		if err := rows.Scan(&id, &n); err != nil {
+			return nil, enqueueError(err)
+		}
+		inserted[id] = struct{}{}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, enqueueError(err)
+	}
+	return inserted, nil
 }
 
 // severalKeys reports whether events name more than one keyed (source, key). Only then does
