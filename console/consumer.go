@@ -50,33 +50,28 @@ func (c *Console) readInboxSummary(ctx context.Context) (InboxSummary, error) {
 	if err := ic.Pool.QueryRow(ctx, sqlInboxRecent).Scan(&s.ReadAt, &origin); err != nil {
 		return s, fmt.Errorf("read inbox summary: %w", err)
 	}
-	rows, err := ic.Pool.Query(ctx, bind(sqlInboxSummary, ic.Schema, "keiro_inbox"))
+	counts, err := c.inbox.CountByConsumer(ctx, ic.Pool)
 	if err != nil {
 		return s, fmt.Errorf("read inbox summary: %w", err)
 	}
-	for rows.Next() {
-		var cc ConsumerCounts
-		var oldest *time.Time
-		if err := rows.Scan(&cc.Consumer, &cc.Completed, &cc.Retrying, &cc.Poisoned, &oldest); err != nil {
-			rows.Close()
-			return s, fmt.Errorf("read inbox summary: %w", err)
-		}
-		if oldest != nil {
-			cc.OldestFailureAgeSeconds = ageSeconds(s.ReadAt, *oldest)
+	for _, n := range counts {
+		cc := ConsumerCounts{Consumer: n.Consumer, Completed: n.Completed, Retrying: n.Retrying, Poisoned: n.Poisoned}
+		if n.OldestFailure != nil {
+			cc.OldestFailureAgeSeconds = ageSeconds(s.ReadAt, *n.OldestFailure)
 		}
 		s.Consumers = append(s.Consumers, cc)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return s, fmt.Errorf("read inbox summary: %w", err)
 	}
 	if !slices.ContainsFunc(s.Consumers, func(cc ConsumerCounts) bool { return cc.Consumer == ic.Consumer }) {
 		s.Consumers = append(s.Consumers, ConsumerCounts{Consumer: ic.Consumer})
 		sort.Slice(s.Consumers, func(i, j int) bool { return s.Consumers[i].Consumer < s.Consumers[j].Consumer })
 	}
-	s.LastHour, err = readRates(ctx, ic.Pool, bind(sqlInboxRates, ic.Schema, "keiro_inbox"), origin, ic.Consumer)
+	minutes, err := c.inbox.Activity(ctx, ic.Pool, origin, 60)
 	if err != nil {
 		return s, fmt.Errorf("read inbox rates: %w", err)
+	}
+	s.LastHour = make([]RateBucket, len(minutes))
+	for i, m := range minutes {
+		s.LastHour[i] = RateBucket{Minute: m.Start, Sent: m.Completed, Failed: m.Failed}
 	}
 	return s, nil
 }

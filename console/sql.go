@@ -3,7 +3,8 @@ package console
 import "strings"
 
 // The console's read queries over keiro's tables ({{t}} is the schema-qualified table). The
-// actions reuse the outbox and inbox packages' statements.
+// inbox's rows are read by the inbox package (inbox.Store: CountByConsumer, Activity,
+// ListFailed, Lookup), as are the actions on either table.
 const (
 	// sqlOutboxCounts counts rows per destination and status, with the oldest pending or
 	// failed row's creation time. It scans the table, as `relay status` does.
@@ -54,27 +55,8 @@ LIMIT $5`
 SELECT count(*) FROM {{t}}
 WHERE phase = 2 AND ($1::text IS NULL OR source = $1) AND ($2::text IS NULL OR destination = $2)`
 
-	// sqlInboxSummary counts each consumer's rows: completed, failed and retrying, poisoned,
-	// and the oldest failure. It scans the table, as `consumer status` does.
-	sqlInboxSummary = `
-SELECT consumer,
-       count(*) FILTER (WHERE status = 'completed'),
-       count(*) FILTER (WHERE status = 'failed' AND NOT poisoned),
-       count(*) FILTER (WHERE status = 'failed' AND poisoned),
-       min(failed_at) FILTER (WHERE status = 'failed')
-FROM {{t}} GROUP BY consumer ORDER BY consumer`
-
 	// sqlInboxRecent is the database's clock and the first minute of the hour-long chart.
 	sqlInboxRecent = `SELECT now(), date_trunc('minute', now()) - interval '59 minutes'`
-
-	// sqlInboxRates buckets the last hour of consumer $1 per minute from $2: rows completed,
-	// and failed rows by their last failure.
-	sqlInboxRates = `
-SELECT 'sent', date_bin('1 minute', completed_at, $2::timestamptz), count(*)
-FROM {{t}} WHERE consumer = $1 AND status = 'completed' AND completed_at >= $2 GROUP BY 2
-UNION ALL
-SELECT 'failed', date_bin('1 minute', failed_at, $2::timestamptz), count(*)
-FROM {{t}} WHERE consumer = $1 AND status = 'failed' AND failed_at >= $2 GROUP BY 2`
 
 	// sqlSubscriptions lists the event store's subscriptions and their checkpoints.
 	sqlSubscriptions = `

@@ -57,6 +57,8 @@ type statements struct {
 	retryAll         string
 	deleteCompleted  string
 	countFailed      string
+	countByConsumer  string
+	activity         string
 	markDeadLettered string
 }
 
@@ -124,6 +126,20 @@ WHERE consumer = $1 AND status = 'failed'`,
   WHERE consumer = $1 AND status = 'completed' AND completed_at < now() - $2::interval
   LIMIT $3))`,
 		countFailed: `SELECT count(*) FROM ` + t + ` WHERE consumer = $1 AND status = 'failed'`,
+		// Every consumer's rows, for status commands and the console (CountByConsumer).
+		countByConsumer: `SELECT consumer,
+       count(*) FILTER (WHERE status = 'completed'),
+       count(*) FILTER (WHERE status = 'failed' AND NOT poisoned),
+       count(*) FILTER (WHERE status = 'failed' AND poisoned),
+       min(failed_at) FILTER (WHERE status = 'failed')
+FROM ` + t + ` GROUP BY consumer ORDER BY consumer`,
+		// Consumer $1's rows per minute from $2 to $3: completed by completed_at, failed by
+		// their last failure (Activity).
+		activity: `SELECT true, date_bin('1 minute', completed_at, $2::timestamptz), count(*)
+FROM ` + t + ` WHERE consumer = $1 AND status = 'completed' AND completed_at >= $2 AND completed_at < $3 GROUP BY 2
+UNION ALL
+SELECT false, date_bin('1 minute', failed_at, $2::timestamptz), count(*)
+FROM ` + t + ` WHERE consumer = $1 AND status = 'failed' AND failed_at >= $2 AND failed_at < $3 GROUP BY 2`,
 		// The runner's dead-letter produce of a poisoned row was acknowledged: later deliveries
 		// of the message are duplicates.
 		markDeadLettered: `UPDATE ` + t + ` SET dead_lettered_at = now()
