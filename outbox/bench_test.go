@@ -331,7 +331,8 @@ func parallel(workers int, f func(worker int) error) error {
 // loops (the relay pipelines too); raw-locked-tx-x2 is the single-write loop in two;
 // lease-table-x2 an ordered single-write design in two (see leaseClaim). claim-mark
 // is the relay's own claim and mark statements in one loop, without Kafka. All use the
-// relay's batch size.
+// relay's batch size. relays-1, relays-2 and relays-4 are that many relays on the backlog, with
+// the CPU per message and the bound it sets (benchRelays).
 func BenchmarkDrain(b *testing.B) {
 	n, keys := benchSizes()
 	raw := func(name string, workers int, claim, mark string, inTx bool) {
@@ -391,6 +392,7 @@ func BenchmarkDrain(b *testing.B) {
 			b.ReportMetric(base, "startRSS-MiB")
 		}
 	})
+	benchRelays(b, n, keys)
 }
 
 // BenchmarkSteadyLatency offers 2,000 msgs/s and measures enqueue commit → broker ack latency

@@ -94,13 +94,24 @@ type claimedRow struct {
 // order and stopping at the limit. q must not be inside a transaction.
 func (s *Store) claim(ctx context.Context, q batchSender, policy Policy, limit int, lease time.Duration,
 	maxAttempts int, destinations []string, scanBudget int) (token envelope.UUID, out []claimedRow, err error) {
+	return s.claimIn(ctx, q, policy, limit, lease, maxAttempts, destinations, scanBudget, allShares)
+}
+
+// claimIn is claim restricted to the rows of the claim shares in shares (shares.go); with
+// allShares, or none, it claims from every share, exactly as claim. The scan budget counts the
+// open rows of every share: a caller restricted to a fraction of the shares scales it.
+func (s *Store) claimIn(ctx context.Context, q batchSender, policy Policy, limit int, lease time.Duration,
+	maxAttempts int, destinations []string, scanBudget int, shares shareMask) (token envelope.UUID, out []claimedRow, err error) {
 	token = envelope.NewUUIDv7()
-	var dest, budget any
+	var dest, budget, share any
 	if len(destinations) > 0 {
 		dest = destinations
 	}
 	if scanBudget > 0 {
 		budget = int64(scanBudget)
+	}
+	if shares != allShares && shares != 0 {
+		share = int64(shares)
 	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
@@ -109,9 +120,9 @@ func (s *Store) claim(ctx context.Context, q batchSender, policy Policy, limit i
 	if budget == nil && !s.walkDeep && (policy == PerKeyHeadOfLine || policy == StopTheLine) {
 		// Past the front of the backlog the heads are found by key, not by walking every
 		// row behind them (sqlClaimKeys).
-		b.Queue(s.q.claimKeys, [16]byte(token), maxAttempts, lease.Microseconds(), limit, dest)
+		b.Queue(s.q.claimKeys, [16]byte(token), maxAttempts, lease.Microseconds(), limit, dest, share)
 	} else {
-		b.Queue(s.q.claim[policy], [16]byte(token), maxAttempts, lease.Microseconds(), limit, dest, budget)
+		b.Queue(s.q.claim[policy], [16]byte(token), maxAttempts, lease.Microseconds(), limit, dest, budget, share)
 	}
 	b.Queue("COMMIT")
 	br := q.SendBatch(ctx, b)

@@ -388,7 +388,12 @@ FROM generate_series(1, 100000) g`, db.Schema))
 	require.NoError(t, err)
 	for p, q := range st.q.claim {
 		for _, budget := range []any{nil, int64(2048)} {
-			rows, err := db.Pool.Query(ctx, "EXPLAIN "+q, [16]byte(envelope.NewUUIDv7()), 10, int64(60e6), 512, nil, budget)
+			// Unrestricted, and restricted to half of the claim shares (shares.go).
+			shares := any(nil)
+			if budget != nil {
+				shares = int64(0x5555_5555_5555_5555)
+			}
+			rows, err := db.Pool.Query(ctx, "EXPLAIN "+q, [16]byte(envelope.NewUUIDv7()), 10, int64(60e6), 512, nil, budget, shares)
 			require.NoError(t, err)
 			var plan string
 			for rows.Next() {

@@ -26,6 +26,11 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 	var dbBackoff int
 	var lastUnbounded time.Time
 	var deepFull bool // the last full-backlog scan came back full
+	// preferOwn: the last claim came back full, so the backlog is deep enough for the relays
+	// to split; the next claim prefers this relay's claim shares (shares.go), unless a claim of
+	// them came back empty before ownDryUntil.
+	var preferOwn bool
+	var ownDryUntil time.Time
 	for {
 		// An extra claimer works only while the outbox is backlogged (the last claim was full):
 		// in a steady trickle one claimer answers every notification and two would only race
@@ -68,7 +73,15 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 		if scanAll {
 			budget = 0
 		}
-		token, rows, err := r.claim(hard, budget)
+		shares := r.claimShares(preferOwn, ownDryUntil)
+		token, rows, err := r.claim(hard, budget, shares)
+		if err == nil && len(rows) == 0 && shares != allShares {
+			// Its own shares are drained: the rest of the backlog is anyone's (orphaned shares,
+			// a dead relay's rows before the others take its shares, the tail of a drain).
+			ownDryUntil = r.now().Add(r.cfg.PollInterval)
+			r.stats.claims.Add(1)
+			token, rows, err = r.claim(hard, budget, allShares)
+		}
 		if scanAll {
 			// From the scan's end: a scan that took longer than the poll interval must not
 			// make the next claim a full scan too.
@@ -91,6 +104,7 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 			continue
 		}
 		dbBackoff = 0
+		preferOwn = len(rows) == r.cfg.BatchSize
 		if scanAll {
 			deepFull = len(rows) == r.cfg.BatchSize
 		}

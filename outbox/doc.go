@@ -54,6 +54,22 @@
 // releases the rows instead (a relay paused or cut off from PostgreSQL past its lease would
 // otherwise publish stale copies after the relay that re-claimed them).
 //
+// # Several relays
+//
+// Relays on one outbox split a deep backlog instead of racing over its front. The rows fall
+// into 64 claim shares by a hash of their (source, key) (of the source under PerSourceStream;
+// null-key rows, and every row under BestEffort, by seq), computed in the claim. The relays
+// that publish the same Destinations form a share group: each holds, on a session of its own,
+// the group's member lock shared and about 64/N of the share locks (advisory locks: N is the
+// number of members), and rebalances every PollInterval (at most a second): a relay that
+// stops, dies or loses its session loses its locks, and the others take its shares. While
+// claims come back full, a relay claims from its own shares first; when they are drained it
+// claims from every share (a dead relay's rows, the tail of a drain). In a trickle, and for a
+// relay alone in its group, the claim is unrestricted, as for one relay. Shares are a
+// preference, never a fence: order and leases rest on the claim alone (head of line, SKIP
+// LOCKED, tokens, leases), so a share changing hands is safe. PollOnly relays take no shares.
+// [Stats] reports the shares held (Shares, ShareMembers, ShareClaims).
+//
 // # Guarantees
 //
 //   - At least once: a committed row is published until Kafka acknowledges it, unless it is

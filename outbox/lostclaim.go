@@ -24,8 +24,10 @@ type lostClaim struct {
 // whose reply was lost. The claim token is made here, by the relay, so the relay knows which
 // rows such a claim may hold: a claim that fails after it was sent is remembered with its
 // token and its backend, and its rows are released as soon as the database answers again and
-// that backend is gone (a live one could still commit it), instead of after a lease.
-func (r *Relay) claim(ctx context.Context, budget int) (envelope.UUID, []claimedRow, error) {
+// that backend is gone (a live one could still commit it), instead of after a lease. shares
+// restricts the claim to some claim shares (allShares: none); the scan budget, counted over every
+// share, is then scaled to look as deep into them.
+func (r *Relay) claim(ctx context.Context, budget int, shares shareMask) (envelope.UUID, []claimedRow, error) {
 	r.releaseLostClaims(ctx)
 	conn, err := r.pool.Acquire(ctx)
 	if err != nil {
@@ -33,9 +35,13 @@ func (r *Relay) claim(ctx context.Context, budget int) (envelope.UUID, []claimed
 	}
 	defer conn.Release()
 	pid := conn.Conn().PgConn().PID()
+	if shares != allShares {
+		r.stats.shareClaims.Add(1)
+		budget = budget * shareCount / max(shares.count(), 1)
+	}
 	sent := r.now()
-	token, rows, err := r.store.claim(ctx, conn, r.cfg.Policy, r.cfg.BatchSize, r.cfg.Lease, r.cfg.MaxAttempts,
-		r.cfg.Destinations, budget)
+	token, rows, err := r.store.claimIn(ctx, conn, r.cfg.Policy, r.cfg.BatchSize, r.cfg.Lease, r.cfg.MaxAttempts,
+		r.cfg.Destinations, budget, shares)
 	if err != nil && mayHaveCommitted(err) {
 		r.lostMu.Lock()
 		r.lost = append(r.lost, lostClaim{token: token, pid: pid, at: sent})

@@ -297,3 +297,57 @@ func TestKeySpanningTwoTopicsKeepsItsOrder(t *testing.T) {
 	require.Zero(t, inversions, "per-key inversions across the two topics")
 	require.Zero(t, r.Stats().OrderBroken, "the relay's order detector fired")
 }
+
+// TestOrderWithSeveralRelaysOnOneBacklog: two and four relays split the claim shares, then
+// drain one backlog together, each preferring its own shares: every row is published once and
+// every key's rows reach Kafka in seq order, and the relays did claim from their own shares.
+func TestOrderWithSeveralRelaysOnOneBacklog(t *testing.T) {
+	t.Parallel()
+	for _, relays := range []int{2, 4} {
+		t.Run(fmt.Sprintf("relays=%d", relays), func(t *testing.T) {
+			t.Parallel()
+			db, kc, st := rig(t, 3)
+			n := 6000
+			if testing.Short() {
+				n = 2000
+			}
+			p := newProgress()
+			rs := make([]*outbox.Relay, relays)
+			for i := range rs {
+				rs[i], _ = startRelay(t, db, kc, outbox.RelayConfig{BatchSize: 64, PollInterval: 20 * time.Millisecond,
+					OnBatch: p.onBatch, Logger: testLogger(t)})
+			}
+			// Until the relays split the shares, the first holds them all (the only member).
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				var sum int64
+				split := true
+				for _, r := range rs {
+					s := r.Stats()
+					sum += s.Shares
+					split = split && s.ShareMembers == int64(relays) && s.Shares > 0
+				}
+				if split && sum == 64 {
+					break
+				}
+				require.True(t, time.Now().Before(deadline), "the relays did not split the shares")
+				time.Sleep(5 * time.Millisecond)
+			}
+			evs := keyedEvents("orders", n, 200)
+			for i := 0; i < n; i += 1000 {
+				enqueue(t, db.Pool, st, evs[i:i+1000]...)
+			}
+			p.wait(t, n, 90*time.Second)
+			recs := kc.ConsumeAll(t, n, 30*time.Second, "orders")
+			distinct, dups := checkOrder(t, recs)
+			require.Equal(t, n, distinct)
+			require.Zero(t, dups, "duplicates without a crash")
+			var shareClaims int64
+			for _, r := range rs {
+				shareClaims += r.Stats().ShareClaims
+				require.Zero(t, r.Stats().OrderBroken)
+			}
+			require.Positive(t, shareClaims, "no relay claimed from its own shares")
+		})
+	}
+}

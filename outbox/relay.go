@@ -79,10 +79,14 @@ type Relay struct {
 	// their rows under a lease nobody renews. Each claim first releases them (lostclaim.go).
 	lostMu sync.Mutex
 	lost   []lostClaim
+	// shares are the claim shares this relay prefers while the backlog is deep (shares.go);
+	// nil for a PollOnly relay. shareHook, if set (tests), runs before each balance step.
+	shares    *shareSet
+	shareHook func(ctx context.Context)
 
 	stats struct {
 		claims, claimed, batches, published, retried, skipped, dead, rejected, released, reclaimed,
-		deferred, claimErrors, markErrors, orderBroken, leaseRenewals, leaseLost, marksAbandoned atomic.Int64
+		deferred, claimErrors, markErrors, orderBroken, leaseRenewals, leaseLost, marksAbandoned, shareClaims atomic.Int64
 	}
 }
 
@@ -115,16 +119,30 @@ type Stats struct {
 	// MarksAbandoned counts batches whose mark PostgreSQL refused maxMarkRefusals times in a row: their
 	// rows are left to their lease, which is no longer renewed.
 	MarksAbandoned int64
+	// Shares is the number of claim shares the relay holds now, of 64, and ShareMembers the
+	// number of relays of its share group (relays publishing the same destinations) it counted
+	// last: the relays of a group split the shares evenly, and one alone holds all 64. Both are
+	// 0 for a PollOnly relay and while its share session is down (see "Several relays" in the
+	// package doc).
+	Shares, ShareMembers int64
+	// ShareClaims counts the claims restricted to the relay's own shares (a part of Claims):
+	// claims of a deep backlog by a relay that holds some, but not all, of its group's shares.
+	ShareClaims int64
 }
 
 // Stats returns a snapshot of the relay's counters.
 func (r *Relay) Stats() Stats {
 	s := &r.stats
-	return Stats{Batches: s.batches.Load(), Claims: s.claims.Load(), Claimed: s.claimed.Load(), Published: s.published.Load(),
+	st := Stats{Batches: s.batches.Load(), Claims: s.claims.Load(), Claimed: s.claimed.Load(), Published: s.published.Load(),
 		Retried: s.retried.Load(), Skipped: s.skipped.Load(), Dead: s.dead.Load(), Rejected: s.rejected.Load(),
 		Released: s.released.Load(), Deferred: s.deferred.Load(), Reclaimed: s.reclaimed.Load(),
 		ClaimErrors: s.claimErrors.Load(), MarkErrors: s.markErrors.Load(), OrderBroken: s.orderBroken.Load(),
-		LeaseRenewals: s.leaseRenewals.Load(), LeaseLost: s.leaseLost.Load(), MarksAbandoned: s.marksAbandoned.Load()}
+		LeaseRenewals: s.leaseRenewals.Load(), LeaseLost: s.leaseLost.Load(), MarksAbandoned: s.marksAbandoned.Load(),
+		ShareClaims: s.shareClaims.Load()}
+	if r.shares != nil {
+		st.Shares, st.ShareMembers = int64(r.shares.shares().count()), r.shares.members.Load()
+	}
+	return st
 }
 
 // NewRelay returns a relay that drains the outbox of cfg.Schema through pool and produces with
@@ -188,12 +206,21 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, cfg RelayConfig) (*Relay, 
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
-	return &Relay{
+	r := &Relay{
 		pool: pool, client: client, cfg: cfg, store: store, inst: inst,
 		tracer: tp.Tracer(scope), log: cfg.Logger.With("component", "outbox-relay", "schema", cfg.Schema),
 		maxRecordBytes: maxRecord, wake: make(chan struct{}, 1), backlog: make(chan struct{}, cfg.ClaimConcurrency),
 		now: time.Now,
-	}, nil
+	}
+	if !cfg.PollOnly {
+		cc := pool.Config().ConnConfig.Copy()
+		if cc.RuntimeParams == nil {
+			cc.RuntimeParams = map[string]string{}
+		}
+		cc.RuntimeParams["application_name"] = ApplicationName(cfg.Schema)
+		r.shares = newShareSet(cc, &store.q, cfg.Destinations)
+	}
+	return r, nil
 }
 
 // batch is one claim travelling through the pipeline.
@@ -258,6 +285,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); r.maintain(stopCtx) }()
+	if r.shares != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.balanceShares(stopCtx) }()
+	}
 	// Claimers share the in-flight slots; claimed closes when the last one stops.
 	var claimers sync.WaitGroup
 	for i := range r.cfg.ClaimConcurrency {

@@ -119,6 +119,29 @@ ON CONFLICT (source) DO NOTHING`
 	sqlListSources  = `SELECT source FROM {{schema}}.keiro_outbox_source ORDER BY source`
 )
 
+// The share statements run on a relay's share session (shares.go), with the relay's share
+// group as $1 (locks.go):
+//
+//   - sqlShareJoin takes the group's member lock shared, for the session's life;
+//   - sqlShareMembers counts the group's relays: the sessions holding its member lock;
+//   - sqlShareTake tries, without waiting, the locks of the shares not in $2 (those the relay
+//     holds), in share order from $4, and stops after $3 taken; it returns the shares taken. A
+//     held share is never tried again (a session's advisory locks stack).
+//   - sqlShareRelease releases the shares in $2 and returns how many it held.
+const (
+	sqlShareJoin    = `SELECT pg_try_advisory_lock_shared(` + shareMemberClass + `, ` + shareMemberObject + `)`
+	sqlShareMembers = `
+SELECT count(*) FROM pg_catalog.pg_locks
+WHERE locktype = 'advisory' AND objsubid = 2 AND granted
+  AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+  AND classid = (` + shareMemberClass + `)::oid AND objid = (` + shareMemberObject + `)::oid`
+	sqlShareTake = `
+SELECT s FROM (SELECT (i + $4::int) % 64 AS s FROM generate_series(0, 63) i) t
+WHERE CASE WHEN s = ANY($2::int[]) THEN false ELSE pg_try_advisory_lock(` + shareClass + `, s) END
+LIMIT $3`
+	sqlShareRelease = `SELECT count(*) FILTER (WHERE pg_advisory_unlock(` + shareClass + `, s)) FROM unnest($2::int[]) s`
+)
+
 // queries holds the statements with the schema substituted.
 type queries struct {
 	enqueue, enqueueExisting string
@@ -136,6 +159,9 @@ type queries struct {
 
 	// declareSource, revokeSource and listSources manage keiro_outbox_source.
 	declareSource, revokeSource, listSources string
+
+	// shareJoin, shareMembers, shareTake and shareRelease manage a relay's claim shares.
+	shareJoin, shareMembers, shareTake, shareRelease string
 }
 
 func newQueries(schema string) queries {
@@ -146,16 +172,20 @@ func newQueries(schema string) queries {
 		).Replace(q)
 	}
 	r := strings.NewReplacer("{{schema}}", schema)
-	claim := func(join, pre, post string) string {
+	claim := func(join, pre, post, share string) string {
 		headSeq := "NULL::bigint"
 		if join != "" {
 			headSeq = "head.seq"
 		}
 		q := strings.NewReplacer("{{prejoin}}", join, "{{pre}}", pre, "{{post}}", post, "{{head_seq}}", headSeq,
-			"{{ran_last}}", ranLast).Replace(sqlClaim + sqlClaimTail)
+			"{{ran_last}}", ranLast, "{{in_share_r}}", fmt.Sprintf(inShare, "$7", fmt.Sprintf(share, "r")),
+		).Replace(sqlClaim + sqlClaimTail)
 		return r.Replace(expand(q))
 	}
-	claimKeys := r.Replace(expand(strings.NewReplacer("{{post}}", postKey, "{{ran_last}}", ranLast).Replace(sqlClaimKeys + sqlClaimTail)))
+	claimKeys := r.Replace(expand(strings.NewReplacer("{{post}}", postKey, "{{ran_last}}", ranLast,
+		"{{in_share_r}}", fmt.Sprintf(inShare, "$6", fmt.Sprintf(shareOfKey, "r")),
+		"{{in_share_h}}", fmt.Sprintf(inShare, "$6", fmt.Sprintf(shareOfKey, "h")),
+	).Replace(sqlClaimKeys + sqlClaimTail)))
 	return queries{
 		enqueue: r.Replace(strings.NewReplacer("{{sleep_lock_all}}", sleepLockAll,
 			"{{sleep_lock_filtered}}", sleepLockFiltered).Replace(sqlEnqueue)),
@@ -164,10 +194,10 @@ func newQueries(schema string) queries {
 		revokeSource:    r.Replace(sqlRevokeSource),
 		listSources:     r.Replace(sqlListSources),
 		claim: map[Policy]string{
-			PerKeyHeadOfLine: claim(preJoinKey, preKey, postKey),
-			StopTheLine:      claim(preJoinKey, preKey, postKey),
-			PerSourceStream:  claim(preJoinSource, preSource, postSource),
-			BestEffort:       claim("", "TRUE", postNone),
+			PerKeyHeadOfLine: claim(preJoinKey, preKey, postKey, shareOfKey),
+			StopTheLine:      claim(preJoinKey, preKey, postKey, shareOfKey),
+			PerSourceStream:  claim(preJoinSource, preSource, postSource, shareOfSource),
+			BestEffort:       claim("", "TRUE", postNone, shareOfSeq),
 		},
 		claimKeys:           claimKeys,
 		mark:                r.Replace(sqlMark),
@@ -184,6 +214,10 @@ func newQueries(schema string) queries {
 		sleepUnlock:         r.Replace(strings.ReplaceAll(sqlSleepUnlock, "{{key}}", sleepLockAll)),
 		sleepLockFiltered:   r.Replace(strings.ReplaceAll(sqlSleepLock, "{{key}}", sleepLockFiltered)),
 		sleepUnlockFiltered: r.Replace(strings.ReplaceAll(sqlSleepUnlock, "{{key}}", sleepLockFiltered)),
+		shareJoin:           r.Replace(sqlShareJoin),
+		shareMembers:        r.Replace(sqlShareMembers),
+		shareTake:           r.Replace(sqlShareTake),
+		shareRelease:        r.Replace(sqlShareRelease),
 	}
 }
 
@@ -192,6 +226,23 @@ func newQueries(schema string) queries {
 // counted).
 const claimable = `((%[1]s.status IN ('pending', 'failed') AND %[1]s.next_attempt_at <= now())
      OR (%[1]s.status = 'publishing' AND %[1]s.lease_until <= now()))`
+
+// inShare is the claims' test that a row is in the relay's claim shares (shares.go): %[1]s is
+// the parameter holding them as a bit set (bit i for share i), NULL for every row, and %[2]s
+// the row's share, one of the share expressions below. Shares are a preference, not a fence:
+// which relay claims a row never matters to its order or its lease (see shares.go).
+const inShare = `(%[1]s::bigint IS NULL OR (%[1]s::bigint >> %[2]s) & 1 = 1)`
+
+// The claim share of row %[1]s, 0..claimShares-1, per policy: the per-key policies hash the
+// row's (source, key), so a key's rows share a share, and spread the unordered null-key rows
+// by seq; PerSourceStream hashes the source; BestEffort spreads every row by seq. No column
+// stores it: it is computed on each candidate, which a claim reads anyway. 63 and 64 here and
+// in sqlShareTake are claimShares.
+const (
+	shareOfKey    = `((coalesce(hashtextextended(%[1]s.source || chr(31) || %[1]s.message_key, 0), %[1]s.seq) & 63)::int)`
+	shareOfSource = `((hashtextextended(%[1]s.source, 0) & 63)::int)`
+	shareOfSeq    = `((%[1]s.seq & 63)::int)`
+)
 
 // sqlClaim claims up to $4 rows in seq order in one statement (keiro §1.3.4 with seq as the
 // order, a claim token and a lease):
@@ -222,13 +273,16 @@ const claimable = `((%[1]s.status IN ('pending', 'failed') AND %[1]s.next_attemp
 // key near the front is in flight, an unbounded claim walks the whole backlog to find nothing.
 // The bound is one comparison with a value computed once (no OR with "$6 IS NULL"), so it is
 // the claim index scan's stop condition: an OR made it a filter, and a claim with a budget
-// still walked every row behind it (176 ms at 200k rows, every head in flight).
+// still walked every row behind it (176 ms at 200k rows, every head in flight). $7 optionally
+// restricts the candidates to the relay's claim shares (a bit set, bit i for share i; NULL =
+// every row): see inShare and shares.go.
 const sqlClaim = `
 WITH candidate AS (
     SELECT r.outbox_id, r.seq, r.source, r.message_key, r.status, {{head_seq}} AS head_seq
     FROM {{schema}}.keiro_outbox r {{prejoin}}
     WHERE r.phase = 0 AND ` + `{{claimable_r}}` + `
       AND ($5::text[] IS NULL OR r.destination = ANY($5::text[]))
+      AND {{in_share_r}}
       AND r.seq <= coalesce(
           (SELECT b.seq FROM {{schema}}.keiro_outbox b
            WHERE $6::bigint IS NOT NULL AND b.phase = 0
@@ -275,6 +329,8 @@ FROM updated u ORDER BY u.seq`
 //     the count of claimable heads found and stops at $4 of them, so it visits the keys in
 //     flight and at most a batch of others. Keys come in key order, not seq order; the claim of
 //     the front of the backlog (sqlClaim with a scan budget) keeps the oldest rows first.
+//   - ok: a head is claimable and in the relay's claim shares ($6, as sqlClaim's $7), so a
+//     relay that prefers its shares counts and takes only their heads.
 //   - eligible: the claimable heads of the relay's destinations; each brings the first rows of
 //     its run (up to ceil($4 / their number), so a batch spreads over the keys as a walk in seq
 //     order would), locked FOR UPDATE SKIP LOCKED, and null-key rows come through their own
@@ -283,15 +339,15 @@ FROM updated u ORDER BY u.seq`
 // The post-filter, the update and the result are sqlClaim's.
 const sqlClaimKeys = `
 WITH RECURSIVE heads AS (
-    (SELECT h.source, h.message_key, h.seq, h.destination, {{claimable_h}} AS ok,
-         CASE WHEN {{claimable_h}} THEN 1 ELSE 0 END AS found
+    (SELECT h.source, h.message_key, h.seq, h.destination, {{claimable_h}} AND {{in_share_h}} AS ok,
+         CASE WHEN {{claimable_h}} AND {{in_share_h}} THEN 1 ELSE 0 END AS found
      FROM {{schema}}.keiro_outbox h
      WHERE h.phase = 0 AND h.message_key IS NOT NULL
      ORDER BY h.source, h.message_key, h.seq LIMIT 1)
     UNION ALL
     SELECT n.source, n.message_key, n.seq, n.destination, n.ok, k.found + CASE WHEN n.ok THEN 1 ELSE 0 END
     FROM heads k CROSS JOIN LATERAL (
-        SELECT h.source, h.message_key, h.seq, h.destination, {{claimable_h}} AS ok
+        SELECT h.source, h.message_key, h.seq, h.destination, {{claimable_h}} AND {{in_share_h}} AS ok
         FROM {{schema}}.keiro_outbox h
         WHERE h.phase = 0 AND h.message_key IS NOT NULL
           AND (h.source, h.message_key) > (k.source, k.message_key)
@@ -318,7 +374,7 @@ WITH RECURSIVE heads AS (
             SELECT r.outbox_id, r.seq, r.source, r.message_key, r.status, NULL::bigint AS head_seq
             FROM {{schema}}.keiro_outbox r
             WHERE r.phase = 0 AND r.message_key IS NULL AND {{claimable_r}}
-              AND ($5::text[] IS NULL OR r.destination = ANY($5::text[]))
+              AND ($5::text[] IS NULL OR r.destination = ANY($5::text[])) AND {{in_share_r}}
             ORDER BY r.seq
             LIMIT $4
             FOR UPDATE OF r SKIP LOCKED) z
