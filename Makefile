@@ -42,15 +42,25 @@ test: vet postgres ## Run the whole test suite (PostgreSQL started; a real Kafka
 	$(GO) run ./internal/kafkabroker/cmd/kafkabroker classpath
 	$(MAKE) --no-print-directory alerts-check
 	$(MAKE) --no-print-directory deploy-check
+	$(MAKE) --no-print-directory qa-modules-test
 	$(MAKE) --no-print-directory fuzz-short
 	$(GO) test -count=1 -timeout 20m -race $(RACE_PKGS)
 	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -E '/(outbox|inbox|events|migrations)(/|$$)')
 
+# Modules of their own whose dependencies stay out of the main go.mod: the compose validation
+# (compose-go, BuildKit's Dockerfile parser) and the console's browser test (chromedp).
+QA_MODULES := internal/composecheck console/browsertest
+
 .PHONY: vet
-vet: ## gofmt check and go vet (the peers harness, a module of its own, is vetted too, so it keeps building).
+vet: ## gofmt check and go vet (the peers harness and the QA modules, modules of their own, are vetted too, so they keep building).
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
+	@set -e; for m in $(QA_MODULES); do echo "vet $$m"; (cd $$m && $(GO) vet ./...); done
+
+.PHONY: qa-modules-test
+qa-modules-test: ## Test the QA modules (compose validation and stack run, the console in Chromium); make test runs it.
+	@set -e; for m in $(QA_MODULES); do echo "test $$m"; (cd $$m && $(GO) test -count=1 -timeout 20m ./...); done
 
 .PHONY: kafka
 kafka: ## Run a real Apache Kafka broker on loopback for the tests (BROKERS=3 for a cluster); prints KEIRO_TEST_KAFKA_BROKERS.
@@ -87,8 +97,8 @@ deploy-check: ## Decode every Kubernetes manifest strictly into the API types (s
 	cd deploy/kubernetes/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 .PHONY: compose-check
-compose-check: ## Validate docker-compose.yml and the Dockerfile, and run its relay and consumer on a real Kafka (no engine needed).
-	$(GO) test -count=1 ./internal/composecheck/
+compose-check: ## Validate docker-compose.yml and the Dockerfile, and run its relay and consumer on a real Kafka (no engine needed; a module of its own).
+	cd internal/composecheck && $(GO) test -count=1 ./...
 
 .PHONY: clean
 clean: ## Remove build output.

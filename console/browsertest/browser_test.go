@@ -1,4 +1,4 @@
-package console_test
+package browsertest_test
 
 import (
 	"bytes"
