@@ -14,5 +14,8 @@
 // machine ([Network]) and the topics [TopicInitService] creates ([InitTopics]), on a real
 // Kafka and PostgreSQL (docs/compose.md).
 //
-// Run it with `go test ./internal/composecheck/` (the Makefile's compose-check target).
+// It is a module of its own (go.mod here, replacing github.com/keiro-go/keiro with the
+// repository), so that compose-go and BuildKit stay out of the main module. Run it with
+// `cd internal/composecheck && go test ./...` (the Makefile's compose-check target; make test
+// runs it).
 package composecheck
