@@ -368,7 +368,7 @@ func TestBrowserConsole(t *testing.T) {
 
 	// The docs show these screenshots: KEIRO_UPDATE_DOCS=1 refreshes them.
 	if os.Getenv("KEIRO_UPDATE_DOCS") != "" {
-		docs := filepath.Join("..", "docs", "console")
+		docs := filepath.Join("..", "..", "docs", "console")
 		require.NoError(t, os.MkdirAll(docs, 0o755))
 		for _, name := range []string{"overview", "outbox", "outbox-row", "requeue-confirm", "inbox", "retry-result"} {
 			b, err := os.ReadFile(filepath.Join(shots, name+".png"))
