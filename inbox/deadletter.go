@@ -68,3 +68,38 @@ func joined(err error) []error {
 	}
 	return []error{err}
 }
+
+// Dead-letter header names added to the original headers of a dead-lettered record.
+const (
+	HeaderDLQReason    = "keiro-dlq-reason"
+	HeaderDLQError     = "keiro-dlq-error"
+	HeaderDLQAttempts  = "keiro-dlq-attempts"
+	HeaderDLQTopic     = "keiro-dlq-topic"
+	HeaderDLQPartition = "keiro-dlq-partition"
+	HeaderDLQOffset    = "keiro-dlq-offset"
+	HeaderDLQConsumer  = "keiro-dlq-consumer"
+	HeaderDLQAt        = "keiro-dlq-at"
+)
+
+// Values of the keiro-dlq-reason header.
+const (
+	// ReasonDecode: the record is not a valid keiro envelope (the error names the header).
+	ReasonDecode = "decode"
+	// ReasonSchema: the SchemaDecoder rejected the payload permanently.
+	ReasonSchema = "schema"
+	// ReasonDedupe: the dedupe policy cannot compute a key for the record.
+	ReasonDedupe = "dedupe"
+	// ReasonPoisoned: the handler failed MaxAttempts times.
+	ReasonPoisoned = "poisoned"
+	// ReasonPermanent: the handler returned a Permanent error.
+	ReasonPermanent = "permanent"
+	// ReasonUnstorable: PostgreSQL refuses the record's content in the inbox row (invalid
+	// UTF-8 or a NUL byte in a text header, \u0000 in the attributes, a dedupe key too long
+	// for the index): retrying could never store it.
+	ReasonUnstorable = "unstorable"
+)
+
+// deadLetterTopic is the dead-letter topic of records read from topic.
+func (c *Consumer) deadLetterTopic(topic string) string {
+	return strings.ReplaceAll(c.cfg.DeadLetterTopic, "{topic}", topic)
+}

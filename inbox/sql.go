@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/advisorylock"
 	"github.com/keiro-go/keiro/internal/pgtext"
 )
 
@@ -34,10 +33,6 @@ const selectRow = `$1, r.source, r.dedupe_key, r.message_id, r.message_key, r.so
 	r.schema_registry, r.schema_subject, r.schema_version_ref, r.schema_id, r.schema_fingerprint,
 	r.causation_id, r.correlation_id, r.traceparent, r.tracestate, r.kafka_topic, r.kafka_partition,
 	r.kafka_offset, r.payload_bytes, r.attributes::jsonb, r.occurred_at`
-
-// sqlRetentionLock tries the transaction-scoped retention lock of consumer $2 in schema $1
-// (advisorylock.InboxRetention): one instance at a time deletes a consumer's completed rows.
-var sqlRetentionLock = `SELECT pg_try_advisory_xact_lock(` + advisorylock.InboxRetention(`$1`, `$2`) + `)`
 
 // existingColumns are the columns of an existing row (existingRow), in its scan order.
 const existingColumns = `i.source, i.dedupe_key, i.status, i.attempt_count, i.poisoned,
