@@ -106,6 +106,8 @@ type chaosBroker struct {
 	outage func(bool)
 	// what describes the failures, for the report.
 	what string
+	// deep: the run ends with the deep-backlog phase (deepBacklogPhase).
+	deep bool
 }
 
 // kfakeChaosBroker is two embedded brokers that refuse every produce and fetch during an
@@ -164,7 +166,7 @@ func realChaosBroker(t *testing.T) chaosBroker {
 	kc.CreateTopic(t, spanTopic, 1)
 	kc.CreateTopic(t, topic+".dlq", 1)
 	b := c.Brokers[0]
-	return chaosBroker{kc: kc, topic: topic, spanTopic: spanTopic, what: "a real broker SIGSTOPped",
+	return chaosBroker{kc: kc, topic: topic, spanTopic: spanTopic, what: "a real broker SIGSTOPped", deep: true,
 		outage: func(down bool) {
 			if down {
 				require.NoError(t, b.Pause())
@@ -397,31 +399,28 @@ func testChaos(t *testing.T, cb chaosBroker) {
 		want64 += n
 	}
 	drainBegan := time.Now()
-	var drained bool
-	var lastApplied, lastNotSent int64
-	var lastCommitted bool
 	drainTimeout := max(chaosDrainTimeout, 3*duration)
-	for deadline := time.Now().Add(drainTimeout); time.Now().Before(deadline); {
-		checkCrashes()
-		var applied, notSent int64
-		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+db.Schema+`.effects`).Scan(&applied))
-		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+db.Schema+`.keiro_outbox WHERE status <> 'sent'`).Scan(&notSent))
-		committed := committedAll(ctx, adm, group, topic)
-		lastApplied, lastNotSent, lastCommitted = applied, notSent, committed
-		if applied >= want64 && notSent == 0 && committed {
-			drained = true
-			break
+	waitDrained := func() {
+		var drained bool
+		var lastApplied, lastNotSent int64
+		var lastCommitted bool
+		for deadline := time.Now().Add(drainTimeout); time.Now().Before(deadline); {
+			checkCrashes()
+			var applied, notSent int64
+			require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+db.Schema+`.effects`).Scan(&applied))
+			require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+db.Schema+`.keiro_outbox WHERE status <> 'sent'`).Scan(&notSent))
+			committed := committedAll(ctx, adm, group, topic)
+			lastApplied, lastNotSent, lastCommitted = applied, notSent, committed
+			if applied >= want64 && notSent == 0 && committed {
+				drained = true
+				break
+			}
+			// Polling another process's progress: the tick only bounds the rate.
+			time.Sleep(200 * time.Millisecond)
 		}
-		// Polling another process's progress: the tick only bounds the rate.
-		time.Sleep(200 * time.Millisecond)
-	}
-	drainTook := time.Since(drainBegan)
-	scrape()
-	var survivorsDup float64
-	for _, s := range slots {
-		survivorsDup += lastDup[s.p]
-	}
-	if !drained {
+		if drained {
+			return
+		}
 		t.Logf("not drained: %d of %d effects applied, %d outbox rows not sent, all offsets committed: %v",
 			lastApplied, want64, lastNotSent, lastCommitted)
 		rows, err := db.Pool.Query(ctx, `SELECT status, count(*), min(attempt_count), max(attempt_count), max(last_error) FROM `+db.Schema+`.keiro_outbox GROUP BY status`)
@@ -439,9 +438,33 @@ func testChaos(t *testing.T, cb chaosBroker) {
 		for _, s := range slots {
 			t.Logf("%s log tail:\n%s", s.p.name, tail(s.p.log(), 40))
 		}
+		require.Fail(t, "not drained", "drained within %s", drainTimeout)
 	}
-	require.True(t, drained, "drained within %s", drainTimeout)
+	waitDrained()
+	drainTook := time.Since(drainBegan)
 	require.Empty(t, crashes, "processes exited without being killed")
+	if cb.deep {
+		relays := func() []int {
+			var pids []int
+			for _, s := range slots {
+				if s.kind == "relay" {
+					pids = append(pids, s.p.cmd.Process.Pid)
+				}
+			}
+			return pids
+		}
+		for k, n := range deepBacklogPhase(t, db, cb, relays) {
+			want[k] = n
+			want64 += n
+		}
+		waitDrained()
+		require.Empty(t, crashes, "processes exited without being killed")
+	}
+	scrape()
+	var survivorsDup float64
+	for _, s := range slots {
+		survivorsDup += lastDup[s.p]
+	}
 	// SIGTERM everything at once; every process must exit 0. An exit slower than 10 s is logged
 	// (TestConsumerShutdownDuringRebalance bounds the consumer's exit during a rebalance).
 	var twg sync.WaitGroup
