@@ -48,8 +48,8 @@ type Querier = DB
 
 // StoreConfig configures a Store.
 type StoreConfig struct {
-	// Schema is the PostgreSQL schema holding the event store tables (migration 003). Defaults
-	// to migrations.DefaultSchema ("keiro").
+	// Schema is the PostgreSQL schema holding the event store tables (migrations
+	// 003_events.sql and 006_events.sql). Defaults to migrations.DefaultSchema ("keiro").
 	Schema string
 	// PageSize is the number of events fetched per round trip by the read iterators and by
 	// hydration. Defaults to DefaultPageSize.

@@ -28,7 +28,7 @@ import (
 //     exporter discards them (the SDK's cost without a network).
 //
 // The difference between the first two, divided by the relay's time per record (see the relay
-// drain benchmark in BENCHMARKS.md), is the instrumentation overhead.
+// drain benchmark in docs/benchmarks-history.md), is the instrumentation overhead.
 func BenchmarkPerRecordInstrumentation(b *testing.B) {
 	stored := &envelope.TraceContext{Traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
 	run := func(b *testing.B, mp metric.MeterProvider, tp trace.TracerProvider) {

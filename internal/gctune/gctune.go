@@ -4,7 +4,7 @@
 // The consumer's hot path allocates in proportion to the records it moves (fetched batches,
 // decoded envelopes, the parameters of each inbox insert); at Go's default GOGC=100 the
 // collector took about a fifth of its CPU in the consumer benchmarks. GOGC=200 cut the
-// process's CPU per message by 10–25 % there (BENCHMARKS.md). The soft memory limit keeps the
+// process's CPU per message by 10–25 % there (docs/benchmarks-history.md). The soft memory limit keeps the
 // larger heap target inside the container: as the heap nears 90 % of the cgroup's memory limit
 // the collector runs as often as it must, whatever GOGC says.
 //
