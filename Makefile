@@ -39,6 +39,7 @@ build: ## Build every package and the binaries into ./bin (VERSION and COMMIT st
 
 .PHONY: test
 test: vet postgres ## Run the whole test suite (PostgreSQL started; a real Kafka broker from Maven, kfake; short fuzz runs; race detector on the storage packages).
+	$(MAKE) --no-print-directory lint
 	$(GO) run ./internal/kafkabroker/cmd/kafkabroker classpath
 	$(MAKE) --no-print-directory alerts-check
 	$(MAKE) --no-print-directory deploy-check
@@ -57,6 +58,15 @@ vet: ## gofmt check and go vet (the peers harness and the QA modules, modules of
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
 	@set -e; for m in $(QA_MODULES); do echo "vet $$m"; (cd $$m && $(GO) vet ./...); done
+
+# golangci-lint at the version tools/go.mod pins (a module of its own, so that its dependencies
+# stay out of go.mod), built into bin/; its analysis cache lives in ~/.cache/golangci-lint.
+GOLANGCI_LINT := bin/golangci-lint
+
+.PHONY: lint
+lint: ## Run golangci-lint with .golangci.yml (staticcheck, errorlint, depguard keeping the test kit out of production code); make test runs it.
+	$(GO) build -C tools -o $(CURDIR)/$(GOLANGCI_LINT) github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+	$(GOLANGCI_LINT) run ./...
 
 .PHONY: qa-modules-test
 qa-modules-test: ## Test the QA modules (compose validation and stack run, the console in Chromium); make test runs it.

@@ -160,7 +160,7 @@ func TestConsumerLag(t *testing.T) {
 	require.Empty(t, lag.Partitions, "a group that never committed")
 
 	r.kc.CreateTopic(t, "orders.v1", 2)
-	cl := r.kc.Client(t, kgo.DefaultProduceTopic("orders.v1"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	cl := r.kc.NewClient(t, kgo.DefaultProduceTopic("orders.v1"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	produceN := func(p int32, n int) {
 		for range n {
 			require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Partition: p, Value: []byte("x")}).FirstErr())
@@ -168,7 +168,7 @@ func TestConsumerLag(t *testing.T) {
 	}
 	produceN(0, 3)
 	produceN(1, 5)
-	adm := kadm.NewClient(r.kc.Client(t))
+	adm := kadm.NewClient(r.kc.NewClient(t))
 	offs := kadm.Offsets{}
 	offs.Add(kadm.Offset{Topic: "orders.v1", Partition: 0, At: 3})
 	offs.Add(kadm.Offset{Topic: "orders.v1", Partition: 1, At: 2})

@@ -3,7 +3,7 @@ package console_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testenv.Main(m) }

@@ -72,8 +72,6 @@ type RateBucket struct {
 	Failed int64 `json:"failed"`
 }
 
-func (c *Console) outboxTable() string { return c.cfg.Outbox.Schema + ".keiro_outbox" }
-
 func (c *Console) readOutboxSummary(ctx context.Context) (OutboxSummary, error) {
 	q := c.cfg.Outbox.Pool
 	s := OutboxSummary{Totals: map[string]int64{}}

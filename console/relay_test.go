@@ -121,7 +121,7 @@ func TestEmbeddedRelayIsCounted(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, nil)
 	listening := logSignal{msg: "outbox listener connected", once: &sync.Once{}, ch: make(chan struct{})}
-	relay, err := outbox.NewRelay(r.db.Pool, r.kc.Client(t, outbox.ProducerOpts()...), outbox.RelayConfig{
+	relay, err := outbox.NewRelay(r.db.Pool, r.kc.NewClient(t, outbox.ProducerOpts()...), outbox.RelayConfig{
 		Schema: r.db.Schema, PollInterval: time.Hour, Logger: slog.New(listening),
 	})
 	require.NoError(t, err)

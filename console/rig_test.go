@@ -21,8 +21,7 @@ import (
 	"github.com/keiro-go/keiro/console"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -46,8 +45,8 @@ func (s *syncBuffer) String() string {
 
 // rig is a console over a fresh schema and a kfake cluster, served by an httptest server.
 type rig struct {
-	db     *testdb.DB
-	kc     *testkafka.Cluster
+	db     *testenv.DB
+	kc     *testenv.Kafka
 	srv    *httptest.Server
 	outbox *outbox.Store
 	inbox  *inbox.Store
@@ -63,7 +62,7 @@ const consumerName = "billing"
 // "billing") and event store configured, unauthenticated (loopback); mod adjusts the config.
 func newRig(t *testing.T, mod func(*console.Config)) *rig {
 	t.Helper()
-	r := &rig{db: testdb.New(t), kc: testkafka.New(t), logs: &syncBuffer{}}
+	r := &rig{db: testenv.NewDB(t), kc: testenv.NewKafka(t), logs: &syncBuffer{}}
 	var err error
 	r.outbox, err = outbox.NewStore(r.db.Schema)
 	require.NoError(t, err)
@@ -72,7 +71,7 @@ func newRig(t *testing.T, mod func(*console.Config)) *rig {
 	cfg := console.Config{
 		Outbox: &console.OutboxConfig{Pool: r.db.Pool, Schema: r.db.Schema},
 		Inbox: &console.InboxConfig{Pool: r.db.Pool, Schema: r.db.Schema, Consumer: consumerName, Handler: r.handle,
-			MaxAttempts: 1, Kafka: r.kc.Client(t), Group: consumerName},
+			MaxAttempts: 1, Kafka: r.kc.NewClient(t), Group: consumerName},
 		Events: &console.EventsConfig{Pool: r.db.Pool, Schema: r.db.Schema},
 		Auth:   console.AuthConfig{AllowUnauthenticated: true},
 		Logger: slog.New(slog.NewTextHandler(r.logs, nil)),

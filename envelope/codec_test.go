@@ -401,7 +401,7 @@ func TestDecodeErrors(t *testing.T) {
 				t.Fatalf("errors.Is(%v, %v) = false", err, c.is)
 			}
 			for _, other := range []error{envelope.ErrMissingHeader, envelope.ErrInvalidIntHeader, envelope.ErrInvalidUUIDHeader, envelope.ErrInvalidTimeHeader, envelope.ErrInvalidJSONHeader} {
-				if other != c.is && errors.Is(err, other) {
+				if !errors.Is(other, c.is) && errors.Is(err, other) {
 					t.Fatalf("errors.Is(%v, %v) = true", err, other)
 				}
 			}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/events"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // runParallel runs n operations over the given number of writers and returns the elapsed time.
@@ -61,7 +61,7 @@ func benchmarkCommand(b *testing.B, mode string, writers int) {
 	{
 		opts := events.RunOptions{AssumeNew: mode == "assume-new"}
 		b.Run(fmt.Sprintf("%s/writers=%d", mode, writers), func(b *testing.B) {
-			db := testdb.New(b)
+			db := testenv.NewDB(b)
 			_, r := newCounterRunnerNotify(b, db, os.Getenv("KEIRO_BENCH_NOTIFY") != "off")
 			ctx := context.Background()
 			_, err := db.Pool.Exec(ctx, `CREATE TABLE raw_events (
@@ -128,7 +128,7 @@ func catchUpEvents(b *testing.B) int {
 // head, next to the limit: a raw keyset-paged scan of the same rows.
 func BenchmarkCatchUp(b *testing.B) {
 	n := catchUpEvents(b)
-	db := testdb.New(b)
+	db := testenv.NewDB(b)
 	s := newStore(b, db)
 	ctx := context.Background()
 	// Fill the log with SQL: 100 events per stream.
@@ -207,7 +207,7 @@ func BenchmarkCatchUp(b *testing.B) {
 	})
 }
 
-func newCounterRunnerNotify(b testing.TB, db *testdb.DB, notify bool) (*events.Store, *events.Runner[counterState, counterCmd, counterEvent]) {
+func newCounterRunnerNotify(b testing.TB, db *testenv.DB, notify bool) (*events.Store, *events.Runner[counterState, counterCmd, counterEvent]) {
 	s, err := events.NewStore(events.StoreConfig{Schema: db.Schema, DisableNotify: !notify})
 	if err != nil {
 		b.Fatal(err)

@@ -19,7 +19,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/events"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // The counter aggregate used by the runner tests.
@@ -117,7 +117,7 @@ func (tm *telemetry) counter(t testing.TB, name string) int64 {
 	return total
 }
 
-func newCounterRunner(t testing.TB, db *testdb.DB, tm *telemetry, cfg events.RunnerConfig[counterState]) (*events.Store, *events.Runner[counterState, counterCmd, counterEvent]) {
+func newCounterRunner(t testing.TB, db *testenv.DB, tm *telemetry, cfg events.RunnerConfig[counterState]) (*events.Store, *events.Runner[counterState, counterCmd, counterEvent]) {
 	t.Helper()
 	sc := events.StoreConfig{Schema: db.Schema}
 	if tm != nil {
@@ -133,7 +133,7 @@ func newCounterRunner(t testing.TB, db *testdb.DB, tm *telemetry, cfg events.Run
 
 func TestRunBasics(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	tm := newTelemetry()
 	s, r := newCounterRunner(t, db, tm, events.RunnerConfig[counterState]{})
 	ctx := context.Background()
@@ -200,7 +200,7 @@ func TestRunBasics(t *testing.T) {
 
 func TestRunRetriesConflicts(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	tm := newTelemetry()
 	s, r := newCounterRunner(t, db, tm, events.RunnerConfig[counterState]{RetryLimit: 2, Backoff: events.Backoff{Initial: -1}})
 	ctx := context.Background()
@@ -241,7 +241,7 @@ func TestRunRetriesConflicts(t *testing.T) {
 
 func TestRunAssumeNew(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	tm := newTelemetry()
 	s, r := newCounterRunner(t, db, tm, events.RunnerConfig[counterState]{})
 	ctx := context.Background()
@@ -286,7 +286,7 @@ func TestConcurrentCommandsOneStream(t *testing.T) {
 }
 
 func concurrentCommands(t *testing.T, limit int) {
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	s, r := newCounterRunner(t, db, nil, events.RunnerConfig[counterState]{RetryLimit: limit, Backoff: events.Backoff{Initial: time.Millisecond}})
 	ctx := context.Background()
 	const workers, perWorker = 8, 25
@@ -336,7 +336,7 @@ func concurrentCommands(t *testing.T, limit int) {
 
 func TestRunHooks(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	ctx := context.Background()
 	_, err := db.Pool.Exec(ctx, `CREATE TABLE totals (stream text PRIMARY KEY, total int NOT NULL)`)
 	require.NoError(t, err)
@@ -393,7 +393,7 @@ func TestRunHooks(t *testing.T) {
 
 func TestSnapshots(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	tm := newTelemetry()
 	ctx := context.Background()
 	s, r := newCounterRunner(t, db, tm, events.RunnerConfig[counterState]{SnapshotEvery: 2})
@@ -475,7 +475,7 @@ func TestSnapshots(t *testing.T) {
 // sees the append span and the new state; Snapshot and SnapshotEvery cannot both be set.
 func TestSnapshotPolicies(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	ctx := context.Background()
 	version := func(stream string) int64 {
 		var v int64
@@ -516,7 +516,7 @@ func TestSnapshotPolicies(t *testing.T) {
 // get fresh ids) is a duplicate, not an id conflict.
 func TestRunTooFewEventIDsIsDuplicate(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	s, r := newCounterRunner(t, db, nil, events.RunnerConfig[counterState]{})
 	ctx := context.Background()
 	opts := events.RunOptions{EventIDs: []envelope.UUID{envelope.NewUUIDv7()}}
@@ -533,7 +533,7 @@ func TestRunTooFewEventIDsIsDuplicate(t *testing.T) {
 // conflict on another stream) fails the command at once; it is not the command's own conflict.
 func TestRunHookConflictIsNotRetried(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	tm := newTelemetry()
 	hookErr := fmt.Errorf("update saga-1: %w", &events.WrongExpectedVersionError{Stream: "saga-1", Expected: events.Exact(3), Actual: 4})
 	calls := 0
@@ -607,7 +607,7 @@ func TestJSONCodec(t *testing.T) {
 // keeps using its transaction undisturbed, and a listener hears the commit.
 func TestRunInsideTheCallersTransaction(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	s, r := newCounterRunner(t, db, newTelemetry(), events.RunnerConfig[counterState]{})
 	ctx := context.Background()
 	listener, err := db.Pool.Acquire(ctx)

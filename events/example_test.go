@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/keiro-go/keiro/events"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/migrations"
 )
 
@@ -79,7 +79,7 @@ func Example() {
 func exampleDB() (*pgxpool.Pool, string, func()) {
 	ctx := context.Background()
 	schema := fmt.Sprintf("example_%d", time.Now().UnixNano())
-	conn, err := pgx.Connect(ctx, testdb.URL())
+	conn, err := pgx.Connect(ctx, testenv.DatabaseURL())
 	if err != nil {
 		panic(err)
 	}
@@ -87,13 +87,13 @@ func exampleDB() (*pgxpool.Pool, string, func()) {
 	if err := migrations.Migrate(ctx, conn, schema); err != nil {
 		panic(err)
 	}
-	pool, err := pgxpool.New(ctx, testdb.URL())
+	pool, err := pgxpool.New(ctx, testenv.DatabaseURL())
 	if err != nil {
 		panic(err)
 	}
 	return pool, schema, func() {
 		pool.Close()
-		c, err := pgx.Connect(ctx, testdb.URL())
+		c, err := pgx.Connect(ctx, testenv.DatabaseURL())
 		if err == nil {
 			_, _ = c.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
 			_ = c.Close(ctx)

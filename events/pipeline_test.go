@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keiro-go/keiro/events"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // roundTrips counts the statements and batches a pool sends.
@@ -33,7 +33,7 @@ func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEnd
 // follows. Results are the same as the unpipelined path's.
 func TestRunOneRoundTripOnNewStream(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	rt := &roundTrips{}
 	cfg, err := pgxpool.ParseConfig(db.ConnString)
 	require.NoError(t, err)

@@ -14,13 +14,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keiro-go/keiro/events"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // poisonRig is a projection into a real table whose handler fails on events of type "Poison"
 // while broken is set, and counts every delivery per event type.
 type poisonRig struct {
-	db         *testdb.DB
+	db         *testenv.DB
 	store      *events.Store
 	broken     atomic.Bool
 	permanent  atomic.Bool
@@ -30,7 +30,7 @@ type poisonRig struct {
 
 func newPoisonRig(t *testing.T) *poisonRig {
 	t.Helper()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	r := &poisonRig{db: db, store: newStore(t, db), deliveries: map[string]int{}}
 	_, err := db.Pool.Exec(context.Background(), fmt.Sprintf(`CREATE TABLE %s.applied (position bigint PRIMARY KEY, type text NOT NULL)`, db.Schema))
 	require.NoError(t, err)
@@ -89,14 +89,14 @@ func TestSubscriptionDeadLettersPoisonEvent(t *testing.T) {
 	ctx := context.Background()
 	h := rig.seed(t)
 	tm := newTelemetry()
-	p := newProgress()
+	p := new(testenv.Progress)
 	sub, err := events.NewSubscription(rig.store, rig.db.Pool, events.SubscriptionConfig{
-		Name: "ledger", BatchSize: 2, AfterCommit: p.commit, MeterProvider: tm.mp,
+		Name: "ledger", BatchSize: 2, AfterCommit: p.Set, MeterProvider: tm.mp,
 		Retry: events.RetryPolicy{MaxDeliveries: 3, Backoff: events.Backoff{Initial: time.Millisecond}},
 	}, rig.handle)
 	require.NoError(t, err)
 	_, errc := runSub(t, sub)
-	p.waitFor(t, h, errc)
+	p.Wait(t, h, time.Minute, errc)
 
 	require.Equal(t, 3, rig.count("Poison"), "MaxDeliveries deliveries, no more")
 	require.Equal(t, []string{"Ok", "Ok", "Ok", "Ok"}, rig.applied(t), "later events flow; nothing applied twice")
@@ -119,11 +119,11 @@ func TestSubscriptionDeadLettersPoisonEvent(t *testing.T) {
 	require.Empty(t, other)
 
 	// A replay while still broken fails and leaves the row dead with one more attempt.
-	p.reset()
+	p.Set(0)
 	n, err := rig.store.RequestReplay(ctx, rig.db.Pool, "ledger")
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
-	p.waitFor(t, h, errc)
+	p.Wait(t, h, time.Minute, errc)
 	dead, err = rig.store.ListDeadLetters(ctx, rig.db.Pool, events.DeadLetterFilter{Subscription: "ledger"})
 	require.NoError(t, err)
 	require.Equal(t, events.DeadLetterDead, dead[0].Status)
@@ -131,11 +131,11 @@ func TestSubscriptionDeadLettersPoisonEvent(t *testing.T) {
 
 	// Fixed: the replay applies it once, in the transaction that marks the row replayed.
 	rig.broken.Store(false)
-	p.reset()
+	p.Set(0)
 	n, err = rig.store.RequestReplay(ctx, rig.db.Pool, "ledger", d.ID)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
-	p.waitFor(t, h, errc)
+	p.Wait(t, h, time.Minute, errc)
 	require.Equal(t, []string{"Ok", "Ok", "Poison", "Ok", "Ok"}, rig.applied(t))
 	dead, err = rig.store.ListDeadLetters(ctx, rig.db.Pool, events.DeadLetterFilter{Subscription: "ledger", Status: events.DeadLetterReplayed})
 	require.NoError(t, err)
@@ -159,9 +159,9 @@ func TestSubscriptionPermanentErrorAndBatchHandler(t *testing.T) {
 	rig.permanent.Store(true)
 	ctx := context.Background()
 	h := rig.seed(t)
-	p := newProgress()
+	p := new(testenv.Progress)
 	sub, err := events.NewBatchSubscription(rig.store, rig.db.Pool, events.SubscriptionConfig{
-		Name: "ledger", BatchSize: 10, AfterCommit: p.commit,
+		Name: "ledger", BatchSize: 10, AfterCommit: p.Set,
 		Retry: events.RetryPolicy{MaxDeliveries: 3, Backoff: events.Backoff{Initial: time.Millisecond}},
 	}, func(ctx context.Context, tx pgx.Tx, batch []events.RecordedEvent) error {
 		for _, e := range batch {
@@ -173,7 +173,7 @@ func TestSubscriptionPermanentErrorAndBatchHandler(t *testing.T) {
 	})
 	require.NoError(t, err)
 	_, errc := runSub(t, sub)
-	p.waitFor(t, h, errc)
+	p.Wait(t, h, time.Minute, errc)
 	// Once in the batch of five, once on its own: a permanent error is not retried.
 	require.Equal(t, 2, rig.count("Poison"))
 	require.Equal(t, []string{"Ok", "Ok", "Ok", "Ok"}, rig.applied(t))
@@ -210,18 +210,18 @@ func TestSubscriptionHaltPolicy(t *testing.T) {
 	require.Empty(t, dead)
 
 	rig.broken.Store(false)
-	p := newProgress()
-	cfg.AfterCommit = p.commit
+	p := new(testenv.Progress)
+	cfg.AfterCommit = p.Set
 	sub, err = events.NewSubscription(rig.store, rig.db.Pool, cfg, rig.handle)
 	require.NoError(t, err)
 	_, errc := runSub(t, sub)
-	p.waitFor(t, h, errc)
+	p.Wait(t, h, time.Minute, errc)
 	require.Equal(t, []string{"Ok", "Ok", "Poison", "Ok", "Ok"}, rig.applied(t))
 }
 
 func TestRetryPolicyValidation(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	s := newStore(t, db)
 	h := func(context.Context, pgx.Tx, events.RecordedEvent) error { return nil }
 	_, err := events.NewSubscription(s, db.Pool, events.SubscriptionConfig{Name: "x",
@@ -247,9 +247,9 @@ func TestSubscriptionDeadLettersUnstorableErrorText(t *testing.T) {
 	h := rig.seed(t)
 	var message atomic.Value
 	message.Store("bad \x00 currency \xff")
-	p := newProgress()
+	p := new(testenv.Progress)
 	sub, err := events.NewSubscription(rig.store, rig.db.Pool, events.SubscriptionConfig{
-		Name: "ledger", BatchSize: 10, AfterCommit: p.commit,
+		Name: "ledger", BatchSize: 10, AfterCommit: p.Set,
 		Retry: events.RetryPolicy{MaxDeliveries: 2, Backoff: events.Backoff{Initial: time.Millisecond}},
 	}, func(ctx context.Context, tx pgx.Tx, e events.RecordedEvent) error {
 		if e.Type == "Poison" {
@@ -259,7 +259,7 @@ func TestSubscriptionDeadLettersUnstorableErrorText(t *testing.T) {
 	})
 	require.NoError(t, err)
 	_, errc := runSub(t, sub)
-	p.waitFor(t, h, errc)
+	p.Wait(t, h, time.Minute, errc)
 	require.Equal(t, []string{"Ok", "Ok", "Ok", "Ok"}, rig.applied(t), "the events after the poisoned one flow")
 	dead, err := rig.store.ListDeadLetters(ctx, rig.db.Pool, events.DeadLetterFilter{Subscription: "ledger"})
 	require.NoError(t, err)
@@ -268,11 +268,11 @@ func TestSubscriptionDeadLettersUnstorableErrorText(t *testing.T) {
 
 	// The replay path stores its handler error the same way.
 	message.Store("still bad \x00\xfe")
-	p.reset()
+	p.Set(0)
 	n, err := rig.store.RequestReplay(ctx, rig.db.Pool, "ledger")
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
-	p.waitFor(t, h, errc)
+	p.Wait(t, h, time.Minute, errc)
 	dead, err = rig.store.ListDeadLetters(ctx, rig.db.Pool, events.DeadLetterFilter{Subscription: "ledger"})
 	require.NoError(t, err)
 	require.Len(t, dead, 1)

@@ -17,8 +17,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/events"
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -111,7 +110,7 @@ type outboxRow struct {
 	Position                *int64
 }
 
-func outboxRows(t testing.TB, db *testdb.DB) []outboxRow {
+func outboxRows(t testing.TB, db *testenv.DB) []outboxRow {
 	rows, err := db.Pool.Query(context.Background(), fmt.Sprintf(
 		`SELECT message_id, destination, outbox_id, source_event_id, source_global_position FROM %s.keiro_outbox ORDER BY seq`, db.Schema))
 	require.NoError(t, err)
@@ -129,7 +128,7 @@ func outboxRows(t testing.TB, db *testdb.DB) []outboxRow {
 
 func TestProducerEnqueuesDeterministically(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	tm := newTelemetry()
 	s := newStore(t, db)
 	ob, err := outbox.NewStore(db.Schema)
@@ -147,13 +146,13 @@ func TestProducerEnqueuesDeterministically(t *testing.T) {
 		placed = append(placed, res)
 	}
 	h := head(t, s, db)
-	p := newProgress()
+	p := new(testenv.Progress)
 	cfg := events.ProducerConfig{Name: "ordering-integration-producer", Source: "ordering", MessageIDPrefix: "msg",
-		Map: orderMapper("1"), Outbox: ob, AfterCommit: p.commit, BatchSize: 4, MeterProvider: tm.mp}
+		Map: orderMapper("1"), Outbox: ob, AfterCommit: p.Set, BatchSize: 4, MeterProvider: tm.mp}
 	prod, err := events.NewProducer(s, db.Pool, cfg)
 	require.NoError(t, err)
 	stop, errc := runSub(t, prod.Subscription())
-	p.waitFor(t, h, errc)
+	p.Wait(t, h, time.Minute, errc)
 	stop()
 
 	first := outboxRows(t, db)
@@ -176,12 +175,12 @@ func TestProducerEnqueuesDeterministically(t *testing.T) {
 
 	// Replay from zero with Republish: duplicates only, no new rows, same ids.
 	require.NoError(t, prod.Subscription().Rebuild(ctx, nil))
-	p2 := newProgress()
-	cfg.AfterCommit, cfg.Republish = p2.commit, true
+	p2 := new(testenv.Progress)
+	cfg.AfterCommit, cfg.Republish = p2.Set, true
 	again, err := events.NewProducer(s, db.Pool, cfg)
 	require.NoError(t, err)
 	stop, errc = runSub(t, again.Subscription())
-	p2.waitFor(t, h, errc)
+	p2.Wait(t, h, time.Minute, errc)
 	stop()
 	require.Equal(t, first, outboxRows(t, db))
 
@@ -206,7 +205,7 @@ func TestProducerEnqueuesDeterministically(t *testing.T) {
 // it publishes history again, under the same ids.
 func TestProducerReplayBeyondRetention(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	tm := newTelemetry()
 	s := newStore(t, db)
 	ob, err := outbox.NewStore(db.Schema)
@@ -218,12 +217,12 @@ func TestProducerReplayBeyondRetention(t *testing.T) {
 	}
 	h := head(t, s, db)
 	run := func(cfg events.ProducerConfig) {
-		p := newProgress()
-		cfg.AfterCommit = p.commit
+		p := new(testenv.Progress)
+		cfg.AfterCommit = p.Set
 		prod, err := events.NewProducer(s, db.Pool, cfg)
 		require.NoError(t, err)
 		stop, errc := runSub(t, prod.Subscription())
-		p.waitFor(t, h, errc)
+		p.Wait(t, h, time.Minute, errc)
 		stop()
 	}
 	cfg := events.ProducerConfig{Name: "ordering-producer", Source: "ordering", MessageIDPrefix: "msg",
@@ -235,8 +234,8 @@ func TestProducerReplayBeyondRetention(t *testing.T) {
 	// The relay published them and its retention, shortened, deleted them.
 	_, err = db.Pool.Exec(ctx, `UPDATE keiro_outbox SET status = 'sent', published_at = now() - interval '1 second'`)
 	require.NoError(t, err)
-	kc := testkafka.New(t)
-	relay, err := outbox.NewRelay(db.Pool, kc.Client(t, outbox.ProducerOpts()...), outbox.RelayConfig{Schema: db.Schema, Retention: time.Microsecond})
+	kc := testenv.NewKafka(t)
+	relay, err := outbox.NewRelay(db.Pool, kc.NewClient(t, outbox.ProducerOpts()...), outbox.RelayConfig{Schema: db.Schema, Retention: time.Microsecond})
 	require.NoError(t, err)
 	res, err := relay.MaintenancePass(ctx)
 	require.NoError(t, err)
@@ -262,7 +261,7 @@ func TestProducerReplayBeyondRetention(t *testing.T) {
 // it, although the producer's mark has moved past it.
 func TestProducerDeadLetterAndReplay(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	s := newStore(t, db)
 	ob, err := outbox.NewStore(db.Schema)
 	require.NoError(t, err)
@@ -275,9 +274,9 @@ func TestProducerDeadLetterAndReplay(t *testing.T) {
 	var broken atomic.Bool
 	broken.Store(true)
 	good := orderMapper("1")
-	p := newProgress()
+	p := new(testenv.Progress)
 	prod, err := events.NewProducer(s, db.Pool, events.ProducerConfig{Name: "p", Source: "ordering", MessageIDPrefix: "msg",
-		Outbox: ob, AfterCommit: p.commit, Map: func(e events.RecordedEvent) ([]envelope.Event, error) {
+		Outbox: ob, AfterCommit: p.Set, Map: func(e events.RecordedEvent) ([]envelope.Event, error) {
 			if e.StreamName == "order-1" && broken.Load() {
 				return nil, errors.New("no mapping for order-1")
 			}
@@ -285,7 +284,7 @@ func TestProducerDeadLetterAndReplay(t *testing.T) {
 		}})
 	require.NoError(t, err)
 	_, errc := runSub(t, prod.Subscription())
-	p.waitFor(t, h, errc)
+	p.Wait(t, h, time.Minute, errc)
 	require.Len(t, outboxRows(t, db), 2)
 	dead, err := s.ListDeadLetters(ctx, db.Pool, events.DeadLetterFilter{Subscription: "p"})
 	require.NoError(t, err)
@@ -294,10 +293,10 @@ func TestProducerDeadLetterAndReplay(t *testing.T) {
 	require.Equal(t, 1, dead[0].Attempts)
 
 	broken.Store(false)
-	p.reset()
+	p.Set(0)
 	_, err = s.RequestReplay(ctx, db.Pool, "p")
 	require.NoError(t, err)
-	p.waitFor(t, h, errc)
+	p.Wait(t, h, time.Minute, errc)
 	rows := outboxRows(t, db)
 	require.Len(t, rows, 3)
 	require.Equal(t, dead[0].EventID, rows[2].SourceEventID)
@@ -306,7 +305,7 @@ func TestProducerDeadLetterAndReplay(t *testing.T) {
 func TestProducerThroughCommandHook(t *testing.T) {
 	// The other way to feed the outbox: enqueue in the command's own transaction.
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	ob, err := outbox.NewStore(db.Schema)
 	require.NoError(t, err)
 	s, r := newCounterRunner(t, db, nil, events.RunnerConfig[counterState]{Hooks: []events.Hook{
@@ -330,7 +329,7 @@ func TestProducerThroughCommandHook(t *testing.T) {
 
 func TestProducerConfigAndMapperErrors(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	s := newStore(t, db)
 	_, err := events.NewProducer(s, db.Pool, events.ProducerConfig{MessageIDPrefix: "Bad-Prefix"})
 	for _, f := range []string{"Name", "Source", "MessageIDPrefix", "Map", "Outbox"} {

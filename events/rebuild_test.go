@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/keiro-go/keiro/events"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // shadowTotals is a projection into table: per stream, the sum of n and the number of events.
@@ -38,7 +39,7 @@ func shadowTotals(table string) events.BatchHandler {
 // and the live subscription keeps writing to it.
 func TestRebuildShadowReadersNeverSeeFewerRows(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	s := newStore(t, db)
 	ctx := context.Background()
 	_, err := db.Pool.Exec(ctx, `CREATE TABLE totals (stream text PRIMARY KEY, total bigint NOT NULL, n bigint NOT NULL)`)
@@ -47,12 +48,12 @@ func TestRebuildShadowReadersNeverSeeFewerRows(t *testing.T) {
 		_, err := appendTx(t, db, s, fmt.Sprintf("counter-%d", i%30), events.Any, ev("Added", fmt.Sprintf(`{"n":%d}`, i)))
 		require.NoError(t, err)
 	}
-	p := newProgress()
-	live, err := events.NewBatchSubscription(s, db.Pool, events.SubscriptionConfig{Name: "totals", BatchSize: 20, AfterCommit: p.commit},
+	p := new(testenv.Progress)
+	live, err := events.NewBatchSubscription(s, db.Pool, events.SubscriptionConfig{Name: "totals", BatchSize: 20, AfterCommit: p.Set},
 		shadowTotals("totals"))
 	require.NoError(t, err)
 	_, errc := runSub(t, live)
-	p.waitFor(t, head(t, s, db), errc)
+	p.Wait(t, head(t, s, db), time.Minute, errc)
 	type snap struct{ rows, events int64 }
 	read := func() snap {
 		var x snap
@@ -101,7 +102,7 @@ func TestRebuildShadowReadersNeverSeeFewerRows(t *testing.T) {
 	require.GreaterOrEqual(t, worst.rows, before.rows, "a reader saw a partial model")
 	require.GreaterOrEqual(t, worst.events, before.events, "a reader saw a partial model")
 
-	p.waitFor(t, head(t, s, db), errc)
+	p.Wait(t, head(t, s, db), time.Minute, errc)
 	want := map[string][2]int64{}
 	for e, err := range s.ReadAll(ctx, db.Pool, 0) {
 		require.NoError(t, err)

@@ -12,10 +12,10 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/events"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
-func newStore(t testing.TB, db *testdb.DB, cfg ...events.StoreConfig) *events.Store {
+func newStore(t testing.TB, db *testenv.DB, cfg ...events.StoreConfig) *events.Store {
 	t.Helper()
 	var c events.StoreConfig
 	if len(cfg) > 0 {
@@ -32,7 +32,7 @@ func ev(typ string, data string) events.EventData {
 }
 
 // appendTx runs AppendTx in its own transaction and commits it.
-func appendTx(t testing.TB, db *testdb.DB, s *events.Store, stream string, exp events.ExpectedVersion, evs ...events.EventData) (events.AppendResult, error) {
+func appendTx(t testing.TB, db *testenv.DB, s *events.Store, stream string, exp events.ExpectedVersion, evs ...events.EventData) (events.AppendResult, error) {
 	t.Helper()
 	ctx := context.Background()
 	var res events.AppendResult
@@ -56,7 +56,7 @@ func collect(t testing.TB, seq func(func(events.RecordedEvent, error) bool)) []e
 
 func TestAppendAndRead(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	s := newStore(t, db, events.StoreConfig{PageSize: 2})
 	ctx := context.Background()
 
@@ -125,14 +125,15 @@ func TestAppendAndRead(t *testing.T) {
 	require.Equal(t, all[6].GlobalPosition, head)
 
 	// Breaking out of an iteration early is fine.
-	for range s.ReadAll(ctx, db.Pool, 0) {
+	for _, err := range s.ReadAll(ctx, db.Pool, 0) {
+		require.NoError(t, err)
 		break
 	}
 }
 
 func TestAppendExpectedVersion(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	s := newStore(t, db)
 
 	cases := []struct {
@@ -187,7 +188,7 @@ func TestAppendExpectedVersion(t *testing.T) {
 
 func TestAppendIdempotentIDs(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	s := newStore(t, db)
 	id1, id2 := envelope.NewUUIDv7(), envelope.NewUUIDv7()
 	a := ev("Added", `{"n": 1, "m": 2}`)
@@ -224,7 +225,7 @@ func TestAppendIdempotentIDs(t *testing.T) {
 
 func TestAppendRejectsBadInput(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	s := newStore(t, db)
 	for _, name := range []string{"order", "-1", "order- ", "$all-1", "ord er-1", "a\x01-1", ""} {
 		_, err := appendTx(t, db, s, name, events.Any, ev("E", `{}`))
@@ -244,7 +245,7 @@ func TestAppendRejectsBadInput(t *testing.T) {
 
 func TestRolledBackAppendLeavesNothing(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	s := newStore(t, db)
 	ctx := context.Background()
 	boom := fmt.Errorf("boom")

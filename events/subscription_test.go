@@ -18,53 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keiro-go/keiro/events"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
-
-// progress lets a test wait for a subscription's checkpoint without sleeping.
-type progress struct {
-	mu   sync.Mutex
-	pos  int64
-	cond chan struct{}
-}
-
-func newProgress() *progress { return &progress{cond: make(chan struct{})} }
-
-// reset forgets the position reached, so that waitFor waits for new commits.
-func (p *progress) reset() {
-	p.mu.Lock()
-	p.pos = 0
-	p.mu.Unlock()
-}
-
-func (p *progress) commit(pos int64) {
-	p.mu.Lock()
-	p.pos = pos
-	close(p.cond)
-	p.cond = make(chan struct{})
-	p.mu.Unlock()
-}
-
-// waitFor blocks until the checkpoint reaches pos or the test's deadline budget passes.
-func (p *progress) waitFor(t testing.TB, pos int64, errc <-chan error) {
-	t.Helper()
-	timeout := time.After(60 * time.Second)
-	for {
-		p.mu.Lock()
-		cur, ch := p.pos, p.cond
-		p.mu.Unlock()
-		if cur >= pos {
-			return
-		}
-		select {
-		case <-ch:
-		case err := <-errc:
-			t.Fatalf("subscription stopped at %d (want %d): %v", cur, pos, err)
-		case <-timeout:
-			t.Fatalf("subscription stuck at %d, want %d", cur, pos)
-		}
-	}
-}
 
 // runSub runs s until the test ends; the returned channel reports Run's result.
 func runSub(t testing.TB, s *events.Subscription) (cancel func(), errc <-chan error) {
@@ -77,7 +32,7 @@ func runSub(t testing.TB, s *events.Subscription) (cancel func(), errc <-chan er
 	return stop, ch
 }
 
-func head(t testing.TB, s *events.Store, db *testdb.DB) int64 {
+func head(t testing.TB, s *events.Store, db *testenv.DB) int64 {
 	h, err := s.Head(context.Background(), db.Pool)
 	require.NoError(t, err)
 	return h
@@ -85,7 +40,7 @@ func head(t testing.TB, s *events.Store, db *testdb.DB) int64 {
 
 func TestSubscriptionFollowsLogAndCategory(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	s := newStore(t, db)
 	ctx := context.Background()
 	for i := range 5 {
@@ -96,8 +51,8 @@ func TestSubscriptionFollowsLogAndCategory(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var all, orders []int64
-	p1, p2 := newProgress(), newProgress()
-	subAll, err := events.NewSubscription(s, db.Pool, events.SubscriptionConfig{Name: "all", BatchSize: 3, AfterCommit: p1.commit},
+	p1, p2 := new(testenv.Progress), new(testenv.Progress)
+	subAll, err := events.NewSubscription(s, db.Pool, events.SubscriptionConfig{Name: "all", BatchSize: 3, AfterCommit: p1.Set},
 		func(_ context.Context, _ pgx.Tx, e events.RecordedEvent) error {
 			mu.Lock()
 			all = append(all, e.GlobalPosition)
@@ -105,7 +60,7 @@ func TestSubscriptionFollowsLogAndCategory(t *testing.T) {
 			return nil
 		})
 	require.NoError(t, err)
-	subOrders, err := events.NewSubscription(s, db.Pool, events.SubscriptionConfig{Name: "orders", Category: "order", AfterCommit: p2.commit},
+	subOrders, err := events.NewSubscription(s, db.Pool, events.SubscriptionConfig{Name: "orders", Category: "order", AfterCommit: p2.Set},
 		func(_ context.Context, _ pgx.Tx, e events.RecordedEvent) error {
 			require.Equal(t, "order", e.Category())
 			mu.Lock()
@@ -116,15 +71,15 @@ func TestSubscriptionFollowsLogAndCategory(t *testing.T) {
 	require.NoError(t, err)
 	_, e1 := runSub(t, subAll)
 	_, e2 := runSub(t, subOrders)
-	p1.waitFor(t, head(t, s, db), e1)
-	p2.waitFor(t, head(t, s, db), e2)
+	p1.Wait(t, head(t, s, db), time.Minute, e1)
+	p2.Wait(t, head(t, s, db), time.Minute, e2)
 
 	// Live: new appends are delivered through NOTIFY.
 	_, err = appendTx(t, db, s, "order-7", events.Any, ev("Placed", `{}`), ev("Paid", `{}`))
 	require.NoError(t, err)
 	h := head(t, s, db)
-	p1.waitFor(t, h, e1)
-	p2.waitFor(t, h, e2)
+	p1.Wait(t, h, time.Minute, e1)
+	p2.Wait(t, h, time.Minute, e2)
 	mu.Lock()
 	require.Len(t, all, 12)
 	require.Len(t, orders, 7)
@@ -147,7 +102,7 @@ func TestSubscriptionFollowsLogAndCategory(t *testing.T) {
 // nothing until A ends, then 1 and 2 in order.
 func TestSubscriptionWaitsForLateLowerPosition(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	s := newStore(t, db)
 	ctx := context.Background()
 	var got []int64
@@ -215,9 +170,9 @@ func TestSubscriptionWaitsForLateLowerPosition(t *testing.T) {
 // cluster's oldest running transaction, pg_snapshot_xmin, delivered nothing until they ended.)
 func TestSubscriptionIgnoresUnrelatedTransactions(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	s := newStore(t, db)
-	otherDB := testdb.New(t)
+	otherDB := testenv.NewDB(t)
 	other := newStore(t, otherDB)
 	ctx := context.Background()
 
@@ -239,9 +194,9 @@ func TestSubscriptionIgnoresUnrelatedTransactions(t *testing.T) {
 	conn := otherDatabase(t)
 	hold(conn.Begin(ctx))
 
-	p := newProgress()
+	p := new(testenv.Progress)
 	var got []int64
-	sub, err := events.NewSubscription(s, db.Pool, events.SubscriptionConfig{Name: "unrelated", AfterCommit: p.commit},
+	sub, err := events.NewSubscription(s, db.Pool, events.SubscriptionConfig{Name: "unrelated", AfterCommit: p.Set},
 		func(_ context.Context, _ pgx.Tx, e events.RecordedEvent) error {
 			got = append(got, e.GlobalPosition)
 			return nil
@@ -250,10 +205,10 @@ func TestSubscriptionIgnoresUnrelatedTransactions(t *testing.T) {
 	r1, err := appendTx(t, db, s, "order-1", events.Any, ev("E", `{}`))
 	require.NoError(t, err)
 	_, errc := runSub(t, sub)
-	p.waitFor(t, r1.GlobalPosition, errc)
+	p.Wait(t, r1.GlobalPosition, time.Minute, errc)
 	r2, err := appendTx(t, db, s, "order-2", events.Any, ev("E", `{}`), ev("E", `{}`))
 	require.NoError(t, err)
-	p.waitFor(t, r2.GlobalPosition, errc)
+	p.Wait(t, r2.GlobalPosition, time.Minute, errc)
 	require.Equal(t, []int64{r1.GlobalPosition, r2.GlobalPosition - 1, r2.GlobalPosition}, got)
 }
 
@@ -263,7 +218,7 @@ func otherDatabase(t *testing.T) *pgx.Conn {
 	t.Helper()
 	ctx := context.Background()
 	const name = "keiro_test_unrelated"
-	cfg, err := pgx.ParseConfig(testdb.URL())
+	cfg, err := pgx.ParseConfig(testenv.DatabaseURL())
 	require.NoError(t, err)
 	admin, err := pgx.ConnectConfig(ctx, cfg)
 	require.NoError(t, err)
@@ -297,7 +252,7 @@ func TestSubscriptionGapSafetyUnderLoad(t *testing.T) {
 		require.NoError(t, err)
 		total = n
 	}
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	s := newStore(t, db)
 	ctx := context.Background()
 
@@ -308,8 +263,8 @@ func TestSubscriptionGapSafetyUnderLoad(t *testing.T) {
 		dup  []int64
 		ooo  []int64
 	)
-	p := newProgress()
-	sub, err := events.NewBatchSubscription(s, db.Pool, events.SubscriptionConfig{Name: "gap-load", BatchSize: 500, AfterCommit: p.commit},
+	p := new(testenv.Progress)
+	sub, err := events.NewBatchSubscription(s, db.Pool, events.SubscriptionConfig{Name: "gap-load", BatchSize: 500, AfterCommit: p.Set},
 		func(_ context.Context, _ pgx.Tx, batch []events.RecordedEvent) error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -360,7 +315,7 @@ func TestSubscriptionGapSafetyUnderLoad(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	p.waitFor(t, head(t, s, db), errc)
+	p.Wait(t, head(t, s, db), time.Minute, errc)
 	stored := collect(t, s.ReadAll(ctx, db.Pool, 0))
 	mu.Lock()
 	defer mu.Unlock()
@@ -396,7 +351,7 @@ func projectorHandler(failEvery int, rng *rand.Rand, mu *sync.Mutex) events.Hand
 	}
 }
 
-func readTotals(t testing.TB, db *testdb.DB) map[string][2]int64 {
+func readTotals(t testing.TB, db *testenv.DB) map[string][2]int64 {
 	rows, err := db.Pool.Query(context.Background(), `SELECT stream, total, n FROM totals`)
 	require.NoError(t, err)
 	out := map[string][2]int64{}
@@ -415,7 +370,7 @@ func readTotals(t testing.TB, db *testdb.DB) map[string][2]int64 {
 // rebuild computed from the log.
 func TestProjectionExactlyOnceUnderKills(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	s := newStore(t, db)
 	ctx := context.Background()
 	_, err := db.Pool.Exec(ctx, projectorDDL)
@@ -485,19 +440,19 @@ func TestProjectionExactlyOnceUnderKills(t *testing.T) {
 	pos, err := clean.Position(ctx)
 	require.NoError(t, err)
 	require.Zero(t, pos)
-	p := newProgress()
-	clean2, err := events.NewSubscription(s, db.Pool, events.SubscriptionConfig{Name: "totals", BatchSize: 500, AfterCommit: p.commit},
+	p := new(testenv.Progress)
+	clean2, err := events.NewSubscription(s, db.Pool, events.SubscriptionConfig{Name: "totals", BatchSize: 500, AfterCommit: p.Set},
 		projectorHandler(0, nil, nil))
 	require.NoError(t, err)
 	_, errc := runSub(t, clean2)
-	p.waitFor(t, h, errc)
+	p.Wait(t, h, time.Minute, errc)
 	require.Equal(t, want, readTotals(t, db))
 }
 
 // TestRebuildWhileRunning: a live subscription notices a Rebuild and re-projects.
 func TestRebuildWhileRunning(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	s := newStore(t, db)
 	ctx := context.Background()
 	_, err := db.Pool.Exec(ctx, projectorDDL)
@@ -506,30 +461,30 @@ func TestRebuildWhileRunning(t *testing.T) {
 		_, err := appendTx(t, db, s, fmt.Sprintf("counter-%d", i%3), events.Any, ev("Added", `{"n":2}`))
 		require.NoError(t, err)
 	}
-	p := newProgress()
-	sub, err := events.NewSubscription(s, db.Pool, events.SubscriptionConfig{Name: "totals", AfterCommit: p.commit},
+	p := new(testenv.Progress)
+	sub, err := events.NewSubscription(s, db.Pool, events.SubscriptionConfig{Name: "totals", AfterCommit: p.Set},
 		projectorHandler(0, nil, nil))
 	require.NoError(t, err)
 	_, errc := runSub(t, sub)
 	h := head(t, s, db)
-	p.waitFor(t, h, errc)
+	p.Wait(t, h, time.Minute, errc)
 	before := readTotals(t, db)
 	// Rebuild while the subscription is idle: it is woken, notices the reset checkpoint and
 	// re-projects from zero without any new event.
 	_, err = db.Pool.Exec(ctx, `UPDATE totals SET total = -1`)
 	require.NoError(t, err)
-	p.reset()
+	p.Set(0)
 	require.NoError(t, sub.Rebuild(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `TRUNCATE totals`)
 		return err
 	}))
-	p.waitFor(t, h, errc)
+	p.Wait(t, h, time.Minute, errc)
 	require.Equal(t, before, readTotals(t, db))
 
 	// And keeps following the log.
 	_, err = appendTx(t, db, s, "counter-0", events.Any, ev("Added", `{"n":5}`))
 	require.NoError(t, err)
-	p.waitFor(t, head(t, s, db), errc)
+	p.Wait(t, head(t, s, db), time.Minute, errc)
 	before["counter-0"] = [2]int64{before["counter-0"][0] + 5, before["counter-0"][1] + 1}
 	require.Equal(t, before, readTotals(t, db))
 }
@@ -537,15 +492,15 @@ func TestRebuildWhileRunning(t *testing.T) {
 // TestSubscriptionSingleActiveInstance: a second Run of the same name waits, then takes over.
 func TestSubscriptionSingleActiveInstance(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	tm := newTelemetry()
 	s := newStore(t, db)
 	_, err := appendTx(t, db, s, "order-1", events.Any, ev("E", `{}`))
 	require.NoError(t, err)
 	var mu sync.Mutex
 	handledBy := map[string][]int64{}
-	mk := func(who string, p *progress) *events.Subscription {
-		sub, err := events.NewSubscription(s, db.Pool, events.SubscriptionConfig{Name: "solo", AfterCommit: p.commit, MeterProvider: tm.mp},
+	mk := func(who string, p *testenv.Progress) *events.Subscription {
+		sub, err := events.NewSubscription(s, db.Pool, events.SubscriptionConfig{Name: "solo", AfterCommit: p.Set, MeterProvider: tm.mp},
 			func(_ context.Context, _ pgx.Tx, e events.RecordedEvent) error {
 				mu.Lock()
 				handledBy[who] = append(handledBy[who], e.GlobalPosition)
@@ -555,17 +510,17 @@ func TestSubscriptionSingleActiveInstance(t *testing.T) {
 		require.NoError(t, err)
 		return sub
 	}
-	p1, p2 := newProgress(), newProgress()
+	p1, p2 := new(testenv.Progress), new(testenv.Progress)
 	stop1, e1 := runSub(t, mk("first", p1))
-	p1.waitFor(t, head(t, s, db), e1)
+	p1.Wait(t, head(t, s, db), time.Minute, e1)
 	_, e2 := runSub(t, mk("second", p2))
 	_, err = appendTx(t, db, s, "order-1", events.Any, ev("E", `{}`))
 	require.NoError(t, err)
-	p1.waitFor(t, head(t, s, db), e1)
+	p1.Wait(t, head(t, s, db), time.Minute, e1)
 	stop1()
 	_, err = appendTx(t, db, s, "order-1", events.Any, ev("E", `{}`))
 	require.NoError(t, err)
-	p2.waitFor(t, head(t, s, db), e2)
+	p2.Wait(t, head(t, s, db), time.Minute, e2)
 	mu.Lock()
 	defer mu.Unlock()
 	require.Len(t, handledBy["first"], 2)
@@ -576,7 +531,7 @@ func TestSubscriptionSingleActiveInstance(t *testing.T) {
 
 func TestSubscriptionLagAndHandlerError(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	tm := newTelemetry()
 	s := newStore(t, db)
 	for range 3 {
@@ -612,19 +567,19 @@ func TestSubscriptionLagAndHandlerError(t *testing.T) {
 // polling.
 func TestSubscriptionPollOnly(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	s := newStore(t, db, events.StoreConfig{DisableNotify: true})
-	p := newProgress()
+	p := new(testenv.Progress)
 	var n atomic.Int64
 	sub, err := events.NewSubscription(s, db.Pool, events.SubscriptionConfig{Name: "poll", DisableListen: true,
-		PollInterval: 20 * time.Millisecond, AfterCommit: p.commit},
+		PollInterval: 20 * time.Millisecond, AfterCommit: p.Set},
 		func(context.Context, pgx.Tx, events.RecordedEvent) error { n.Add(1); return nil })
 	require.NoError(t, err)
 	_, errc := runSub(t, sub)
 	for i := range 3 {
 		_, err := appendTx(t, db, s, "order-1", events.Any, ev("E", `{}`))
 		require.NoError(t, err)
-		p.waitFor(t, head(t, s, db), errc)
+		p.Wait(t, head(t, s, db), time.Minute, errc)
 		require.Equal(t, int64(i+1), n.Load())
 	}
 }

@@ -17,8 +17,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // The consumer benchmarks push b.N records through kfake → consumer → inbox → a one-row SQL
@@ -70,12 +69,12 @@ func benchConsumer(b *testing.B, batchSize int, dupEvery int, batchHandler bool)
 }
 
 func benchConsumerWith(b *testing.B, batchSize int, dupEvery int, batchHandler bool, persistence inbox.Persistence) {
-	db := testdb.New(b)
+	db := testenv.NewDB(b)
 	fx := newEffects(b, db)
-	kc := testkafka.ForBench(b)
+	kc := testenv.BenchKafka(b, testenv.KafkaConfig{})
 	topic := kc.Topic("bench.orders.v1")
 	kc.CreateTopic(b, topic, benchPartitions)
-	prod := kc.Client(b, kgo.ProducerBatchMaxBytes(1<<20))
+	prod := kc.NewClient(b, kgo.ProducerBatchMaxBytes(1<<20))
 	recs := benchRecords(b, benchSize(b), topic, dupEvery)
 	for i := 0; i < len(recs); i += 5000 {
 		produce(b, prod, recs[i:min(i+5000, len(recs))]...)
@@ -91,7 +90,7 @@ func benchConsumerWith(b *testing.B, batchSize int, dupEvery int, batchHandler b
 	}
 	p := newProgress()
 	c, err := inbox.NewConsumer(db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: kc.Group("bench"), Topics: []string{topic}, BatchSize: batchSize, BatchHandler: bh,
+		Brokers: kc.Seeds, Group: kc.Group("bench"), Topics: []string{topic}, BatchSize: batchSize, BatchHandler: bh,
 		Store:       inbox.StoreConfig{Schema: db.Schema, Persistence: persistence},
 		OnCommitted: p.onCommitted, Logger: slog.New(slog.DiscardHandler),
 		// The Kafka client's own fetch sizes, as a user gets them.
@@ -140,7 +139,7 @@ func BenchmarkConsumerBatchHandlerDuplicateHeavy(b *testing.B) { benchConsumer(b
 
 func BenchmarkRawBatchedInsert(b *testing.B) {
 	ctx := context.Background()
-	db := testdb.New(b)
+	db := testenv.NewDB(b)
 	fx := newEffects(b, db)
 	n := benchSize(b)
 	ids, keys, payloads := effectRows(n)
@@ -166,15 +165,15 @@ func BenchmarkRawBatchedInsert(b *testing.B) {
 // (envelope.Decode), and their offsets committed once at the end. On this machine the broker
 // (kfake) runs in the benchmark's process, so its CPU counts in cpu-µs/msg.
 func BenchmarkKafkaOnly(b *testing.B) {
-	kc := testkafka.New(b)
+	kc := testenv.NewKafka(b)
 	topic := "bench.orders.v1"
 	kc.CreateTopic(b, topic, benchPartitions)
-	prod := kc.Client(b, kgo.ProducerBatchMaxBytes(1<<20))
+	prod := kc.NewClient(b, kgo.ProducerBatchMaxBytes(1<<20))
 	recs := benchRecords(b, benchSize(b), topic, 0)
 	for i := 0; i < len(recs); i += 5000 {
 		produce(b, prod, recs[i:min(i+5000, len(recs))]...)
 	}
-	cl := kc.Client(b, kgo.ConsumerGroup("bench"), kgo.ConsumeTopics(topic),
+	cl := kc.NewClient(b, kgo.ConsumerGroup("bench"), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -206,7 +205,7 @@ func BenchmarkKafkaOnly(b *testing.B) {
 // ConsumerDefaultsBatchHandler: an inbox row and an effect row per message.
 func BenchmarkStoreOnly(b *testing.B) {
 	ctx := context.Background()
-	db := testdb.New(b)
+	db := testenv.NewDB(b)
 	fx := newEffects(b, db)
 	st, err := inbox.NewStore(inbox.StoreConfig{Schema: db.Schema, Consumer: "bench"})
 	require.NoError(b, err)
@@ -249,7 +248,7 @@ func BenchmarkStoreOnly(b *testing.B) {
 // Kafka. Next to RawBatchedInsert it shows what the dedupe row itself costs.
 func BenchmarkRawBatchedInsertDedupe(b *testing.B) {
 	ctx := context.Background()
-	db := testdb.New(b)
+	db := testenv.NewDB(b)
 	fx := newEffects(b, db)
 	_, err := db.Pool.Exec(ctx, `CREATE TABLE `+db.Schema+`.dedupe (consumer text NOT NULL, source text NOT NULL,
 		dedupe_key text NOT NULL, PRIMARY KEY (consumer, source, dedupe_key))`)
@@ -284,12 +283,12 @@ func BenchmarkRawBatchedInsertDedupe(b *testing.B) {
 //	go test -run XXX -bench ConsumerLatency -benchtime 5000x ./inbox
 func BenchmarkConsumerLatency(b *testing.B) {
 	const rate = 1000
-	db := testdb.New(b)
+	db := testenv.NewDB(b)
 	fx := newEffects(b, db)
-	kc := testkafka.New(b)
+	kc := testenv.NewKafka(b)
 	topic := "bench.latency.v1"
 	kc.CreateTopic(b, topic, benchPartitions)
-	prod := kc.Client(b, kgo.ProducerLinger(0))
+	prod := kc.NewClient(b, kgo.ProducerLinger(0))
 
 	tr := &commitTracer{pending: map[*pgx.Conn][]string{}, committed: map[string]time.Time{}}
 	pcfg, err := pgxpool.ParseConfig(db.ConnString)
@@ -314,7 +313,7 @@ func BenchmarkConsumerLatency(b *testing.B) {
 	commits := map[int32][]commit{}
 	p := newProgress()
 	c, err := inbox.NewConsumer(pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: "bench", Topics: []string{topic},
+		Brokers: kc.Seeds, Group: "bench", Topics: []string{topic},
 		Store: inbox.StoreConfig{Schema: db.Schema},
 		OnCommitted: func(cm inbox.Commit) {
 			now := time.Now()

@@ -23,8 +23,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // toKgo converts an envelope record for producing.
@@ -142,7 +141,7 @@ func startConsumerWith(t testing.TB, pool *pgxpool.Pool, cfg inbox.ConsumerConfi
 	cfg.KafkaOpts = append([]kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, cfg.KafkaOpts...)
 	if cfg.Retry.Initial == 0 {
-		cfg.Retry = inbox.Retry{Initial: time.Millisecond, Max: 20 * time.Millisecond}
+		cfg.Retry = inbox.Backoff{Initial: time.Millisecond, Max: 20 * time.Millisecond}
 	}
 	c, err := inbox.NewConsumer(pool, cfg, h)
 	require.NoError(t, err)
@@ -204,15 +203,15 @@ func requireOncePerMessageInKeyOrder(t testing.TB, fx *effects, evs []envelope.E
 
 func TestConsumerEndToEnd(t *testing.T) {
 	t.Parallel()
-	testkafka.Each(t, testConsumerEndToEnd)
+	testenv.EachKafka(t, testenv.KafkaConfig{}, testConsumerEndToEnd)
 }
 
-func testConsumerEndToEnd(t *testing.T, kc *testkafka.Cluster) {
-	db := testdb.New(t)
+func testConsumerEndToEnd(t *testing.T, kc *testenv.Kafka) {
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
 	topic := kc.Topic("billing.orders.v1")
 	kc.CreateTopic(t, topic, 3)
-	prod := kc.Client(t)
+	prod := kc.NewClient(t)
 	evs := keyedEvents("ordering", topic, 60, 6)
 	produceEvents(t, prod, evs...)
 	produceEvents(t, prod, evs[5]) // a republished duplicate
@@ -230,7 +229,7 @@ func testConsumerEndToEnd(t *testing.T, kc *testkafka.Cluster) {
 	defer func() { _ = mp.Shutdown(context.Background()) }()
 	p := newProgress()
 	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: kc.Group("billing"), Topics: []string{topic},
+		Brokers: kc.Seeds, Group: kc.Group("billing"), Topics: []string{topic},
 		Store:          inbox.StoreConfig{Schema: db.Schema},
 		TracerProvider: tp, MeterProvider: mp, OnCommitted: p.onCommitted,
 	}, h)
@@ -272,7 +271,7 @@ func testConsumerEndToEnd(t *testing.T, kc *testkafka.Cluster) {
 	require.Equal(t, s.Parent().SpanID(), s.Links()[0].SpanContext.SpanID())
 	attrs := map[string]string{}
 	for _, a := range s.Attributes() {
-		attrs[string(a.Key)] = a.Value.Emit()
+		attrs[string(a.Key)] = a.Value.String()
 	}
 	require.Equal(t, "kafka", attrs["messaging.system"])
 	require.Equal(t, "process", attrs["messaging.operation.type"])
@@ -288,9 +287,9 @@ func testConsumerEndToEnd(t *testing.T, kc *testkafka.Cluster) {
 }
 
 // dlqRecords reads n records from the dead-letter topic.
-func dlqRecords(t testing.TB, kc *testkafka.Cluster, topic string, n int) map[string]*kgo.Record {
+func dlqRecords(t testing.TB, kc *testenv.Kafka, topic string, n int) map[string]*kgo.Record {
 	t.Helper()
-	recs := kc.ConsumeAll(t, n, 30*time.Second, topic)
+	recs := kc.ConsumeRecords(t, n, 30*time.Second, topic)
 	require.Len(t, recs, n)
 	out := map[string]*kgo.Record{}
 	for _, r := range recs {
@@ -314,16 +313,16 @@ func header(r *kgo.Record, name string) string {
 
 func TestConsumerPoisonAndPermanentGoToDeadLetterTopic(t *testing.T) {
 	t.Parallel()
-	testkafka.Each(t, testConsumerPoisonAndPermanentGoToDeadLetterTopic)
+	testenv.EachKafka(t, testenv.KafkaConfig{}, testConsumerPoisonAndPermanentGoToDeadLetterTopic)
 }
 
-func testConsumerPoisonAndPermanentGoToDeadLetterTopic(t *testing.T, kc *testkafka.Cluster) {
-	db := testdb.New(t)
+func testConsumerPoisonAndPermanentGoToDeadLetterTopic(t *testing.T, kc *testenv.Kafka) {
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
 	topic := kc.Topic("billing.payments.v1")
 	kc.CreateTopic(t, topic, 2)
 	kc.CreateTopic(t, topic+".dlq", 1)
-	prod := kc.Client(t)
+	prod := kc.NewClient(t)
 	evs := keyedEvents("ordering", topic, 20, 4)
 	poison, permanent := evs[3].MessageID, evs[11].MessageID
 	produceEvents(t, prod, evs...)
@@ -344,7 +343,7 @@ func testConsumerPoisonAndPermanentGoToDeadLetterTopic(t *testing.T, kc *testkaf
 	var dlqMu sync.Mutex
 	var dlqOrder []string
 	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: kc.Group("billing"), Topics: []string{topic},
+		Brokers: kc.Seeds, Group: kc.Group("billing"), Topics: []string{topic},
 		Store:       inbox.StoreConfig{Schema: db.Schema, MaxAttempts: 3},
 		OnCommitted: p.onCommitted,
 		OnDeadLettered: func(r *kgo.Record, reason string) {
@@ -402,13 +401,13 @@ func testConsumerPoisonAndPermanentGoToDeadLetterTopic(t *testing.T, kc *testkaf
 
 func TestConsumerBadRecordsGoToDeadLetterTopic(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
-	kc := testkafka.New(t)
+	kc := testenv.NewKafka(t)
 	const topic = "billing.bad.v1"
 	kc.CreateTopic(t, topic, 1)
 	kc.CreateTopic(t, "bad-letters", 1)
-	prod := kc.Client(t)
+	prod := kc.NewClient(t)
 
 	mutate := func(name string, set func(hs []kgo.RecordHeader) []kgo.RecordHeader) *kgo.Record {
 		ev := newEvent("ordering", topic)
@@ -458,7 +457,7 @@ func TestConsumerBadRecordsGoToDeadLetterTopic(t *testing.T) {
 
 	p := newProgress()
 	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic}, DeadLetterTopic: "bad-letters",
+		Brokers: kc.Seeds, Group: "billing", Topics: []string{topic}, DeadLetterTopic: "bad-letters",
 		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
 	}, fx.handler())
 	p.waitCommitted(t, topic, int64(len(bad)+1), 30*time.Second)
@@ -466,7 +465,7 @@ func TestConsumerBadRecordsGoToDeadLetterTopic(t *testing.T) {
 
 	require.EqualValues(t, len(bad), r.c.Stats().DeadLettered)
 	require.Equal(t, 1, fx.count(t, good.MessageID))
-	dlq := kc.ConsumeAll(t, len(bad), 30*time.Second, "bad-letters")
+	dlq := kc.ConsumeRecords(t, len(bad), 30*time.Second, "bad-letters")
 	require.Len(t, dlq, len(bad))
 	for i, d := range dlq {
 		require.Equal(t, inbox.ReasonDecode, header(d, inbox.HeaderDLQReason))
@@ -480,16 +479,16 @@ func TestConsumerBadRecordsGoToDeadLetterTopic(t *testing.T) {
 // and classify as duplicates, so their effects stay single.
 func TestConsumerRedeliveryAfterCrashIsDuplicate(t *testing.T) {
 	t.Parallel()
-	testkafka.Each(t, testConsumerRedeliveryAfterCrashIsDuplicate)
+	testenv.EachKafka(t, testenv.KafkaConfig{}, testConsumerRedeliveryAfterCrashIsDuplicate)
 }
 
-func testConsumerRedeliveryAfterCrashIsDuplicate(t *testing.T, kc *testkafka.Cluster) {
+func testConsumerRedeliveryAfterCrashIsDuplicate(t *testing.T, kc *testenv.Kafka) {
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
 	topic := kc.Topic("billing.crash.v1")
 	kc.CreateTopic(t, topic, 1)
-	prod := kc.Client(t)
+	prod := kc.NewClient(t)
 	evs := keyedEvents("ordering", topic, 10, 2)
 	produceEvents(t, prod, evs...)
 
@@ -497,7 +496,7 @@ func testConsumerRedeliveryAfterCrashIsDuplicate(t *testing.T, kc *testkafka.Clu
 	// offsets never did.
 	group := kc.Group("billing") // the inbox is keyed per consumer, by default its group
 	s := newStore(t, db, func(c *inbox.StoreConfig) { c.Consumer = group })
-	for i, rec := range kc.ConsumeAll(t, 4, 10*time.Second, topic)[:4] {
+	for i, rec := range kc.ConsumeRecords(t, 4, 10*time.Second, topic)[:4] {
 		ev, err := envelope.Decode(toEnvelope(rec))
 		require.NoError(t, err)
 		res, err := s.Process(ctx, db.Pool, inbox.Delivery{Event: ev, Kafka: &inbox.KafkaRef{Topic: topic, Offset: rec.Offset}}, fx.handler())
@@ -507,7 +506,7 @@ func testConsumerRedeliveryAfterCrashIsDuplicate(t *testing.T, kc *testkafka.Clu
 
 	p := newProgress()
 	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: group, Topics: []string{topic},
+		Brokers: kc.Seeds, Group: group, Topics: []string{topic},
 		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
 	}, fx.handler())
 	p.waitCommitted(t, topic, 10, 30*time.Second)
@@ -528,13 +527,13 @@ func toEnvelope(r *kgo.Record) envelope.Record {
 
 func TestConsumerBatchPathPoisonInTheMiddle(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
-	kc := testkafka.New(t)
+	kc := testenv.NewKafka(t)
 	const topic = "billing.batch.v1"
 	kc.CreateTopic(t, topic, 1)
 	kc.CreateTopic(t, topic+".dlq", 1)
-	prod := kc.Client(t)
+	prod := kc.NewClient(t)
 	evs := keyedEvents("ordering", topic, 30, 30)
 	poison := evs[14].MessageID
 	produceEvents(t, prod, evs...)
@@ -551,7 +550,7 @@ func TestConsumerBatchPathPoisonInTheMiddle(t *testing.T) {
 	}
 	p := newProgress()
 	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic}, BatchSize: 10,
+		Brokers: kc.Seeds, Group: "billing", Topics: []string{topic}, BatchSize: 10,
 		Store: inbox.StoreConfig{Schema: db.Schema, MaxAttempts: 2}, OnCommitted: p.onCommitted,
 	}, h)
 	p.waitCommitted(t, topic, 32, 30*time.Second)
@@ -575,19 +574,19 @@ func TestConsumerBatchPathPoisonInTheMiddle(t *testing.T) {
 // twice, and the effects of each key keep their order.
 func TestConsumerRebalanceMidStream(t *testing.T) {
 	t.Parallel()
-	testkafka.Each(t, testConsumerRebalanceMidStream)
+	testenv.EachKafka(t, testenv.KafkaConfig{}, testConsumerRebalanceMidStream)
 }
 
-func testConsumerRebalanceMidStream(t *testing.T, kc *testkafka.Cluster) {
-	db := testdb.New(t)
+func testConsumerRebalanceMidStream(t *testing.T, kc *testenv.Kafka) {
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
 	topic := kc.Topic("billing.rebalance.v1")
 	kc.CreateTopic(t, topic, 4)
-	prod := kc.Client(t)
+	prod := kc.NewClient(t)
 	evs := keyedEvents("ordering", topic, 300, 12)
 	p := newProgress()
 	cfg := inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: kc.Group("billing"), Topics: []string{topic}, CommitEvery: 5,
+		Brokers: kc.Seeds, Group: kc.Group("billing"), Topics: []string{topic}, CommitEvery: 5,
 		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
 	}
 	a := startConsumer(t, db.Pool, cfg, fx.handler())
@@ -613,20 +612,20 @@ func testConsumerRebalanceMidStream(t *testing.T, kc *testkafka.Cluster) {
 // message still takes effect once, in key order.
 func TestConsumerRebalanceWithFullBuffers(t *testing.T) {
 	t.Parallel()
-	testkafka.Each(t, testConsumerRebalanceWithFullBuffers)
+	testenv.EachKafka(t, testenv.KafkaConfig{}, testConsumerRebalanceWithFullBuffers)
 }
 
-func testConsumerRebalanceWithFullBuffers(t *testing.T, kc *testkafka.Cluster) {
-	db := testdb.New(t)
+func testConsumerRebalanceWithFullBuffers(t *testing.T, kc *testenv.Kafka) {
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
 	topic := kc.Topic("billing.rebalance.full.v1")
 	kc.CreateTopic(t, topic, 4)
-	prod := kc.Client(t)
+	prod := kc.NewClient(t)
 	evs := keyedEvents("ordering", topic, 3000, 16)
 	produceEvents(t, prod, evs[:2000]...)
 	p := newProgress()
 	cfg := inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: kc.Group("billing"), Topics: []string{topic},
+		Brokers: kc.Seeds, Group: kc.Group("billing"), Topics: []string{topic},
 		MaxBufferedRecords: 30, BatchSize: 10, CommitEvery: 50,
 		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
 		KafkaOpts: []kgo.Opt{kgo.FetchMaxPartitionBytes(8 << 10)},
@@ -654,12 +653,12 @@ func testConsumerRebalanceWithFullBuffers(t *testing.T, kc *testkafka.Cluster) {
 func TestConsumerRecoversFromKilledDatabaseConnections(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
-	kc := testkafka.New(t)
+	kc := testenv.NewKafka(t)
 	const topic = "billing.outage.v1"
 	kc.CreateTopic(t, topic, 1)
-	prod := kc.Client(t)
+	prod := kc.NewClient(t)
 	evs := keyedEvents("ordering", topic, 20, 3)
 	produceEvents(t, prod, evs...)
 
@@ -682,7 +681,7 @@ func TestConsumerRecoversFromKilledDatabaseConnections(t *testing.T) {
 	}
 	p := newProgress()
 	r := startConsumer(t, pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic},
+		Brokers: kc.Seeds, Group: "billing", Topics: []string{topic},
 		Store: inbox.StoreConfig{Schema: db.Schema, MaxAttempts: 2}, OnCommitted: p.onCommitted,
 	}, h)
 	<-entered

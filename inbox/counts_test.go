@@ -11,7 +11,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // CountByConsumer counts every consumer's rows by state; Activity puts the store consumer's
@@ -19,7 +19,7 @@ import (
 func TestCountByConsumerAndActivity(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	billing := newStore(t, db)
 	shipping := newStore(t, db, func(c *inbox.StoreConfig) { c.Consumer = "shipping" })
 	ok := func(context.Context, pgx.Tx, envelope.Event) error { return nil }

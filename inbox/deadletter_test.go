@@ -18,20 +18,19 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // failProduces makes the broker refuse every produce request from now on (requests name topics
 // by id in recent versions, so the hook cannot pick by name); it returns the number of
 // requests refused so far.
-func failProduces(kc *testkafka.Cluster) *atomic.Int64 {
+func failProduces(kc *testenv.Kafka) *atomic.Int64 {
 	var refused atomic.Int64
-	kc.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		kc.KeepControl()
+	kc.Cluster.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		kc.Cluster.KeepControl()
 		req := kreq.(*kmsg.ProduceRequest)
 		refused.Add(1)
-		return testkafka.ProduceError(req, kerr.TopicAuthorizationFailed.Code), nil, true
+		return testenv.ProduceError(req, kerr.TopicAuthorizationFailed.Code), nil, true
 	})
 	return &refused
 }
@@ -43,13 +42,13 @@ func failProduces(kc *testkafka.Cluster) *atomic.Int64 {
 // bad one is not committed.
 func TestConsumerStoppedWhileDeadLetteringCommitsOnlyWhatRan(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
-	kc := testkafka.New(t)
+	kc := testenv.NewKafka(t)
 	const topic = "billing.stuck-dlq.v1"
 	kc.CreateTopic(t, topic, 1)
 	kc.CreateTopic(t, topic+".dlq", 1)
-	prod := kc.Client(t)
+	prod := kc.NewClient(t)
 	good := newEvent("ordering", topic)
 	produceEvents(t, prod, good)
 	produce(t, prod, &kgo.Record{Topic: topic, Value: []byte("garbage, no headers")})
@@ -57,7 +56,7 @@ func TestConsumerStoppedWhileDeadLetteringCommitsOnlyWhatRan(t *testing.T) {
 
 	p := newProgress()
 	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic}, BatchSize: 2,
+		Brokers: kc.Seeds, Group: "billing", Topics: []string{topic}, BatchSize: 2,
 		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
 	}, fx.handler())
 	deadline := time.Now().Add(30 * time.Second)
@@ -82,9 +81,9 @@ func TestConsumerUnstorableRecordsAreDeadLettered(t *testing.T) {
 	for _, batch := range []int{1, 10} {
 		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
 			t.Parallel()
-			db := testdb.New(t)
+			db := testenv.NewDB(t)
 			fx := newEffects(t, db)
-			kc := testkafka.New(t)
+			kc := testenv.NewKafka(t)
 			const topic = "billing.unstorable.v1"
 			kc.CreateTopic(t, topic, 1)
 			kc.CreateTopic(t, topic+".dlq", 1)
@@ -98,7 +97,7 @@ func TestConsumerUnstorableRecordsAreDeadLettered(t *testing.T) {
 			_, _ = rand.Read(noise)
 			longID.MessageID = "m-" + base64.RawURLEncoding.EncodeToString(noise)
 			last := newEvent("ordering", topic)
-			produceEvents(t, kc.Client(t), binaryKey, nulJSON, longID, last)
+			produceEvents(t, kc.NewClient(t), binaryKey, nulJSON, longID, last)
 
 			h := func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
 				ev.Key = nil // the effects table stores keys as text
@@ -106,7 +105,7 @@ func TestConsumerUnstorableRecordsAreDeadLettered(t *testing.T) {
 			}
 			p := newProgress()
 			r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
-				Brokers: kc.Brokers, Group: "billing", Topics: []string{topic}, BatchSize: batch,
+				Brokers: kc.Seeds, Group: "billing", Topics: []string{topic}, BatchSize: batch,
 				Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
 			}, h)
 			p.waitCommitted(t, topic, 4, 30*time.Second)
@@ -137,9 +136,9 @@ func TestConsumerRedeliveredDeadLetterIsADuplicate(t *testing.T) {
 	for _, batch := range []int{1, 10} {
 		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
 			t.Parallel()
-			db := testdb.New(t)
+			db := testenv.NewDB(t)
 			fx := newEffects(t, db)
-			kc := testkafka.New(t)
+			kc := testenv.NewKafka(t)
 			const topic = "billing.redelivered-poison.v1"
 			kc.CreateTopic(t, topic, 1)
 			kc.CreateTopic(t, topic+".dlq", 1)
@@ -152,7 +151,7 @@ func TestConsumerRedeliveredDeadLetterIsADuplicate(t *testing.T) {
 				})
 			require.NoError(t, err)
 			require.Equal(t, inbox.Poisoned, res.Outcome)
-			produceEvents(t, kc.Client(t), poison, earlier, poison, good, poison)
+			produceEvents(t, kc.NewClient(t), poison, earlier, poison, good, poison)
 
 			h := func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
 				if ev.MessageID == poison.MessageID {
@@ -162,7 +161,7 @@ func TestConsumerRedeliveredDeadLetterIsADuplicate(t *testing.T) {
 			}
 			p := newProgress()
 			r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
-				Brokers: kc.Brokers, Group: "billing", Topics: []string{topic}, BatchSize: batch,
+				Brokers: kc.Seeds, Group: "billing", Topics: []string{topic}, BatchSize: batch,
 				Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
 			}, h)
 			p.waitCommitted(t, topic, 5, 30*time.Second)
@@ -193,7 +192,7 @@ func TestConsumerRedeliveredDeadLetterIsADuplicate(t *testing.T) {
 // would be retried forever, holding up its partition); legal ones are accepted.
 func TestNewConsumerRejectsInvalidDeadLetterTopic(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	handler := func(context.Context, pgx.Tx, envelope.Event) error { return nil }
 	newConsumer := func(dlq string, regex bool, topics ...string) error {
 		_, err := inbox.NewConsumer(db.Pool, inbox.ConsumerConfig{

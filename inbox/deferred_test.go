@@ -13,8 +13,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // raise makes tx fail with SQLSTATE code, as PostgreSQL does on a deadlock (40P01), a
@@ -31,7 +30,7 @@ func raise(ctx context.Context, tx pgx.Tx, code string) error {
 func TestProcessContentionAndOutageUseNoAttempt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
 	s := newStore(t, db, func(c *inbox.StoreConfig) { c.MaxAttempts = 1 })
 	failures := map[string]inbox.Handler{}
@@ -91,14 +90,14 @@ func TestConsumerContentionIsNotPoison(t *testing.T) {
 }
 
 func testContentionIsNotPoison(t *testing.T, batch int) {
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
-	kc := testkafka.New(t)
+	kc := testenv.NewKafka(t)
 	const topic = "billing.contention.v1"
 	kc.CreateTopic(t, topic, 1)
 	kc.CreateTopic(t, topic+".dlq", 1)
 	flaky, always, after := newEvent("ordering", topic), newEvent("ordering", topic), newEvent("ordering", topic)
-	produceEvents(t, kc.Client(t), flaky, always, after)
+	produceEvents(t, kc.NewClient(t), flaky, always, after)
 
 	var mu sync.Mutex
 	calls := map[string]int{}
@@ -117,7 +116,7 @@ func testContentionIsNotPoison(t *testing.T, batch int) {
 	}
 	p := newProgress()
 	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic}, BatchSize: batch,
+		Brokers: kc.Seeds, Group: "billing", Topics: []string{topic}, BatchSize: batch,
 		MaxContentionRetries: 8,
 		Store:                inbox.StoreConfig{Schema: db.Schema, MaxAttempts: 2}, OnCommitted: p.onCommitted,
 	}, h)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/migrations"
 )
 
@@ -18,7 +18,7 @@ import (
 func ExampleStore_Process() {
 	ctx := context.Background()
 	schema := "inbox_example_" + envelope.NewUUIDv7().String()[24:]
-	conn, err := pgx.Connect(ctx, testdb.URL())
+	conn, err := pgx.Connect(ctx, testenv.DatabaseURL())
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func ExampleStore_Process() {
 		log.Fatal(err)
 	}
 	defer conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE") //nolint:errcheck
-	pool, err := pgxpool.New(ctx, testdb.URL())
+	pool, err := pgxpool.New(ctx, testenv.DatabaseURL())
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -21,14 +21,13 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 func TestProcessBatchWithBatchHandler(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
 	s := newStore(t, db)
 	var ds []inbox.Delivery
@@ -85,7 +84,7 @@ func TestProcessBatchWithBatchHandler(t *testing.T) {
 func TestStoreMetrics(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
@@ -160,12 +159,12 @@ func (h *signalHandler) WithGroup(string) slog.Handler      { return h }
 // and the offset is not committed until it succeeds.
 func TestConsumerRetriesFailingDeadLetterProduce(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
-	kc := testkafka.New(t)
+	kc := testenv.NewKafka(t)
 	const topic = "billing.dlqfail.v1"
 	kc.CreateTopic(t, topic, 1)
-	prod := kc.Client(t)
+	prod := kc.NewClient(t)
 	evs := keyedEvents("ordering", topic, 3, 1)
 	produceEvents(t, prod, evs...)
 
@@ -173,7 +172,7 @@ func TestConsumerRetriesFailingDeadLetterProduce(t *testing.T) {
 	p := newProgress()
 	var dead atomic.Int64
 	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic}, DeadLetterTopic: "late-dlq",
+		Brokers: kc.Seeds, Group: "billing", Topics: []string{topic}, DeadLetterTopic: "late-dlq",
 		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
 		Logger:         slog.New(sig),
 		OnDeadLettered: func(*kgo.Record, string) { dead.Add(1) },
@@ -194,7 +193,7 @@ func TestConsumerRetriesFailingDeadLetterProduce(t *testing.T) {
 	p.waitCommitted(t, topic, 3, 60*time.Second)
 	r.stop(t)
 	require.EqualValues(t, 1, dead.Load())
-	recs := kc.ConsumeAll(t, 1, 10*time.Second, "late-dlq")
+	recs := kc.ConsumeRecords(t, 1, 10*time.Second, "late-dlq")
 	require.Len(t, recs, 1)
 	require.Equal(t, evs[1].Payload, recs[0].Value)
 	require.Equal(t, 1, fx.count(t, evs[2].MessageID))
@@ -202,13 +201,13 @@ func TestConsumerRetriesFailingDeadLetterProduce(t *testing.T) {
 
 func TestConsumerSchemaDecoder(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
-	kc := testkafka.New(t)
+	kc := testenv.NewKafka(t)
 	const topic = "billing.schema.v1"
 	kc.CreateTopic(t, topic, 1)
 	kc.CreateTopic(t, topic+".dlq", 1)
-	prod := kc.Client(t)
+	prod := kc.NewClient(t)
 	evs := keyedEvents("ordering", topic, 4, 1)
 	evs[2].Payload = []byte("not avro")
 	produceEvents(t, prod, evs...)
@@ -230,7 +229,7 @@ func TestConsumerSchemaDecoder(t *testing.T) {
 	}
 	p := newProgress()
 	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic},
+		Brokers: kc.Seeds, Group: "billing", Topics: []string{topic},
 		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted, SchemaDecoder: dec,
 	}, fx.handler())
 	p.waitCommitted(t, topic, 4, 30*time.Second)
@@ -240,7 +239,7 @@ func TestConsumerSchemaDecoder(t *testing.T) {
 	var payload string
 	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT payload FROM `+fx.table+` WHERE message_id = $1`, evs[0].MessageID).Scan(&payload))
 	require.Equal(t, `{"decoded":{"i":0}}`, payload)
-	dlq := kc.ConsumeAll(t, 1, 10*time.Second, topic+".dlq")
+	dlq := kc.ConsumeRecords(t, 1, 10*time.Second, topic+".dlq")
 	require.Len(t, dlq, 1)
 	require.Equal(t, inbox.ReasonSchema, header(dlq[0], inbox.HeaderDLQReason))
 	require.Equal(t, []byte("not avro"), dlq[0].Value, "the original bytes, not the decoded ones")
@@ -250,17 +249,17 @@ func TestConsumerSchemaDecoder(t *testing.T) {
 // lost, and per-key order holds.
 func TestConsumerBackPressure(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
-	kc := testkafka.New(t)
+	kc := testenv.NewKafka(t)
 	const topic = "billing.pressure.v1"
 	kc.CreateTopic(t, topic, 2)
-	prod := kc.Client(t)
+	prod := kc.NewClient(t)
 	evs := keyedEvents("ordering", topic, 200, 5)
 	produceEvents(t, prod, evs...)
 	p := newProgress()
 	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic},
+		Brokers: kc.Seeds, Group: "billing", Topics: []string{topic},
 		MaxBufferedRecords: 4, CommitEvery: 3, MaxConcurrentPartitions: 1,
 		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
 	}, fx.handler())
@@ -279,12 +278,12 @@ func TestConsumerBackPressure(t *testing.T) {
 // holds), and fails both.
 func TestConsumerUniformBacklogIsFetchedOnce(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
-	kc := testkafka.New(t)
+	kc := testenv.NewKafka(t)
 	const topic = "billing.backlog.v1"
 	kc.CreateTopic(t, topic, 2)
-	prod := kc.Client(t)
+	prod := kc.NewClient(t)
 	evs := keyedEvents("ordering", topic, 4000, 16)
 	produceEvents(t, prod, evs...)
 	var (
@@ -295,7 +294,7 @@ func TestConsumerUniformBacklogIsFetchedOnce(t *testing.T) {
 	)
 	p := newProgress()
 	r := startConsumerWith(t, db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic},
+		Brokers: kc.Seeds, Group: "billing", Topics: []string{topic},
 		MaxBufferedRecords: 100, BatchSize: 20,
 		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
 		KafkaOpts: []kgo.Opt{kgo.FetchMaxPartitionBytes(16 << 10)},
@@ -354,13 +353,13 @@ func TestConsumerFullPartitionDoesNotHoldUpOthers(t *testing.T) {
 }
 
 func testFullPartition(t *testing.T, bound func(*inbox.ConsumerConfig), payload []byte) {
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
-	kc := testkafka.New(t)
+	kc := testenv.NewKafka(t)
 	const slow, fast = "billing.slow.v1", "billing.fast.v1"
 	kc.CreateTopic(t, slow, 1)
 	kc.CreateTopic(t, fast, 1)
-	prod := kc.Client(t)
+	prod := kc.NewClient(t)
 	backlog := keyedEvents("ordering", slow, 300, 4)
 	if payload != nil {
 		for i := range backlog {
@@ -381,7 +380,7 @@ func testFullPartition(t *testing.T, bound func(*inbox.ConsumerConfig), payload 
 	p := newProgress()
 	reader := sdkmetric.NewManualReader()
 	cfg := inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: "billing", Topics: []string{slow, fast},
+		Brokers: kc.Seeds, Group: "billing", Topics: []string{slow, fast},
 		BatchSize: 1, MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
 		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
 	}
@@ -457,13 +456,13 @@ func (l *traceLog) traceIDs(msg string) []string {
 // the record's trace context, so that a log search by trace finds them next to the spans.
 func TestConsumerRecordLogLinesCarryTheRecordsTrace(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
-	kc := testkafka.New(t)
+	kc := testenv.NewKafka(t)
 	const topic = "billing.traced.v1"
 	kc.CreateTopic(t, topic, 1)
 	kc.CreateTopic(t, topic+".dlq", 1)
-	prod := kc.Client(t)
+	prod := kc.NewClient(t)
 	evs := keyedEvents("ordering", topic, 2, 1)
 	produceEvents(t, prod, evs...)
 	var failed atomic.Bool
@@ -479,9 +478,9 @@ func TestConsumerRecordLogLinesCarryTheRecordsTrace(t *testing.T) {
 	logs := &traceLog{ids: map[string][]string{}}
 	p := newProgress()
 	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic}, BatchSize: 1,
+		Brokers: kc.Seeds, Group: "billing", Topics: []string{topic}, BatchSize: 1,
 		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted, Logger: slog.New(logs),
-		Retry: inbox.Retry{Initial: time.Millisecond, Max: 5 * time.Millisecond},
+		Retry: inbox.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
 	}, h)
 	p.waitCommitted(t, topic, 2, 30*time.Second)
 	r.stop(t)
@@ -495,7 +494,7 @@ func TestConsumerRecordLogLinesCarryTheRecordsTrace(t *testing.T) {
 func TestConsumerMaintenance(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
 	s := newStore(t, db)
 	var ds []inbox.Delivery
@@ -512,10 +511,10 @@ func TestConsumerMaintenance(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer func() { _ = mp.Shutdown(ctx) }()
-	kc := testkafka.New(t)
+	kc := testenv.NewKafka(t)
 	kc.CreateTopic(t, "maint", 1)
 	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: "billing", Topics: []string{"maint"},
+		Brokers: kc.Seeds, Group: "billing", Topics: []string{"maint"},
 		Store:     inbox.StoreConfig{Schema: db.Schema},
 		Retention: time.Hour, MaintenanceInterval: 10 * time.Millisecond, MeterProvider: mp,
 	}, fx.handler())
@@ -542,13 +541,13 @@ func TestConsumerMaintenance(t *testing.T) {
 // other partitions keep flowing even with MaxConcurrentPartitions = 1.
 func TestConsumerRetryingPartitionDoesNotStarveOthers(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
-	kc := testkafka.New(t)
+	kc := testenv.NewKafka(t)
 	const blocked, free = "billing.blocked.v1", "billing.free.v1"
 	kc.CreateTopic(t, blocked, 1)
 	kc.CreateTopic(t, free, 1)
-	prod := kc.Client(t)
+	prod := kc.NewClient(t)
 	stuck := keyedEvents("ordering", blocked, 1, 1)
 	flowing := keyedEvents("ordering", free, 20, 2)
 	produceEvents(t, prod, stuck...)
@@ -571,9 +570,9 @@ func TestConsumerRetryingPartitionDoesNotStarveOthers(t *testing.T) {
 	}
 	p := newProgress()
 	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: "billing", Topics: []string{blocked, free}, MaxConcurrentPartitions: 1,
+		Brokers: kc.Seeds, Group: "billing", Topics: []string{blocked, free}, MaxConcurrentPartitions: 1,
 		Store: inbox.StoreConfig{Schema: db.Schema, MaxAttempts: 1_000_000}, OnCommitted: p.onCommitted,
-		Retry: inbox.Retry{Initial: time.Millisecond, Max: 5 * time.Millisecond},
+		Retry: inbox.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
 	}, h)
 	<-retrying
 	produceEvents(t, prod, flowing...) // only after the blocked partition is stuck retrying
@@ -589,12 +588,12 @@ func TestConsumerRetryingPartitionDoesNotStarveOthers(t *testing.T) {
 // records after it: the effects of one key keep their order.
 func TestConsumerBatchPathKeepsKeyOrderUnderFailures(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
-	kc := testkafka.New(t)
+	kc := testenv.NewKafka(t)
 	const topic = "billing.batchorder.v1"
 	kc.CreateTopic(t, topic, 1)
-	prod := kc.Client(t)
+	prod := kc.NewClient(t)
 	evs := keyedEvents("ordering", topic, 25, 1)
 	produceEvents(t, prod, evs...)
 	var failures atomic.Int64
@@ -606,7 +605,7 @@ func TestConsumerBatchPathKeepsKeyOrderUnderFailures(t *testing.T) {
 	}
 	p := newProgress()
 	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic}, BatchSize: 10,
+		Brokers: kc.Seeds, Group: "billing", Topics: []string{topic}, BatchSize: 10,
 		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
 	}, h)
 	p.waitCommitted(t, topic, 25, 30*time.Second)
@@ -624,14 +623,14 @@ func TestConsumerDefaultsKeepKeyOrderUnderFailures(t *testing.T) {
 	for _, batchHandler := range []bool{false, true} {
 		t.Run(fmt.Sprintf("batch-handler=%v", batchHandler), func(t *testing.T) {
 			t.Parallel()
-			db := testdb.New(t)
+			db := testenv.NewDB(t)
 			fx := newEffects(t, db)
-			kc := testkafka.New(t)
+			kc := testenv.NewKafka(t)
 			const topic = "billing.default-order.v1"
 			kc.CreateTopic(t, topic, 3)
 			kc.CreateTopic(t, topic+".dlq", 1)
 			evs := keyedEvents("ordering", topic, 600, 12)
-			produceEvents(t, kc.Client(t), evs...) // a backlog: batches form at once
+			produceEvents(t, kc.NewClient(t), evs...) // a backlog: batches form at once
 			poison := evs[333].MessageID
 			var mu sync.Mutex
 			calls := map[string]int{}
@@ -659,7 +658,7 @@ func TestConsumerDefaultsKeepKeyOrderUnderFailures(t *testing.T) {
 				return fx.handler()(ctx, tx, ev)
 			}
 			cfg := inbox.ConsumerConfig{
-				Brokers: kc.Brokers, Group: "billing", Topics: []string{topic},
+				Brokers: kc.Seeds, Group: "billing", Topics: []string{topic},
 				Store: inbox.StoreConfig{Schema: db.Schema, MaxAttempts: 3},
 			}
 			var handler inbox.Handler = h

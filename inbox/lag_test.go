@@ -13,8 +13,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/tracing"
 )
 
@@ -43,11 +42,11 @@ func lagPoints(t *testing.T, reader *sdkmetric.ManualReader) map[attribute.Disti
 // longer reported.
 func TestConsumerLagMeasuredFromKafka(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	kc := testkafka.New(t)
+	db := testenv.NewDB(t)
+	kc := testenv.NewKafka(t)
 	const topic = "billing.lag.v1"
 	kc.CreateTopic(t, topic, 1)
-	produceEvents(t, kc.Client(t), keyedEvents("ordering", topic, 5, 1)...)
+	produceEvents(t, kc.NewClient(t), keyedEvents("ordering", topic, 5, 1)...)
 
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
@@ -55,7 +54,7 @@ func TestConsumerLagMeasuredFromKafka(t *testing.T) {
 	release := make(chan struct{})
 	p := newProgress()
 	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic},
+		Brokers: kc.Seeds, Group: "billing", Topics: []string{topic},
 		Store:               inbox.StoreConfig{Schema: db.Schema},
 		MeterProvider:       mp,
 		MaintenanceInterval: 20 * time.Millisecond,
@@ -91,12 +90,12 @@ func TestConsumerLagMeasuredFromKafka(t *testing.T) {
 // group's lag per partition.
 func TestGroupLag(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
-	kc := testkafka.New(t)
+	kc := testenv.NewKafka(t)
 	const topic = "billing.grouplag.v1"
 	kc.CreateTopic(t, topic, 2)
-	cl := kc.Client(t)
+	cl := kc.NewClient(t)
 	ctx := context.Background()
 	_, err := inbox.GroupLag(ctx, cl, "nobody")
 	require.ErrorIs(t, err, inbox.ErrGroupUnknown)
@@ -105,7 +104,7 @@ func TestGroupLag(t *testing.T) {
 	produceEvents(t, cl, evs...)
 	p := newProgress()
 	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic},
+		Brokers: kc.Seeds, Group: "billing", Topics: []string{topic},
 		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
 	}, fx.handler())
 	p.waitCommitted(t, topic, 6, 30*time.Second)

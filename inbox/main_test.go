@@ -9,22 +9,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
-
-	"github.com/keiro-go/keiro/keirotest/testenv"
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
-func TestMain(m *testing.M) {
-	testenv.Main(m,
-		// pgxpool's background health check and kfake's goroutines end asynchronously after Close.
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-	)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 var seq atomic.Int64
 
@@ -53,11 +44,11 @@ func newEvent(source, topic string) envelope.Event {
 
 // effects is a side table a test handler writes to, one row per effect.
 type effects struct {
-	db    *testdb.DB
+	db    *testenv.DB
 	table string
 }
 
-func newEffects(t testing.TB, db *testdb.DB) *effects {
+func newEffects(t testing.TB, db *testenv.DB) *effects {
 	t.Helper()
 	e := &effects{db: db, table: db.Schema + ".effects"}
 	_, err := db.Pool.Exec(context.Background(), `CREATE TABLE `+e.table+` (
@@ -92,7 +83,7 @@ func (e *effects) count(t testing.TB, messageID string) int {
 	return n
 }
 
-func newStore(t testing.TB, db *testdb.DB, mod ...func(*inbox.StoreConfig)) *inbox.Store {
+func newStore(t testing.TB, db *testenv.DB, mod ...func(*inbox.StoreConfig)) *inbox.Store {
 	t.Helper()
 	cfg := inbox.StoreConfig{Schema: db.Schema, Consumer: "billing", MaxAttempts: 3}
 	for _, m := range mod {

@@ -22,7 +22,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // BenchmarkConsumerMemory measures what a consumer with the default configuration holds
@@ -198,7 +198,7 @@ func memBenchChild(b *testing.B, role string) {
 		_, _ = bufio.NewReader(os.Stdin).ReadString('\n') // until the parent closes stdin
 	case "consumer":
 		addr := strings.Join(f[4:], ":")
-		db := testdb.New(b)
+		db := testenv.NewDB(b)
 		fx := newEffects(b, db)
 		base := procStatus("VmRSS")
 		p := newProgress()

@@ -12,8 +12,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // TestConsumerPollBeforeRevokeDoesNotReachTheNextAssignment: records from a poll taken before a
@@ -25,15 +24,15 @@ import (
 // commits) or the consumer reports that its poll is holding the rebalance back.
 func TestConsumerPollBeforeRevokeDoesNotReachTheNextAssignment(t *testing.T) {
 	t.Parallel()
-	testkafka.Each(t, testConsumerPollBeforeRevokeDoesNotReachTheNextAssignment)
+	testenv.EachKafka(t, testenv.KafkaConfig{}, testConsumerPollBeforeRevokeDoesNotReachTheNextAssignment)
 }
 
-func testConsumerPollBeforeRevokeDoesNotReachTheNextAssignment(t *testing.T, kc *testkafka.Cluster) {
-	db := testdb.New(t)
+func testConsumerPollBeforeRevokeDoesNotReachTheNextAssignment(t *testing.T, kc *testenv.Kafka) {
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
 	topic := kc.Topic("billing.stale-poll.v1")
 	kc.CreateTopic(t, topic, 2)
-	prod := kc.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	prod := kc.NewClient(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	events := func(from, to int) ([]envelope.Event, []*kgo.Record) {
 		var evs []envelope.Event
 		var recs []*kgo.Record
@@ -90,7 +89,7 @@ func testConsumerPollBeforeRevokeDoesNotReachTheNextAssignment(t *testing.T, kc 
 	blocked := make(chan struct{}, 1)
 	pa := newProgress()
 	a := startConsumerWith(t, db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: kc.Group("billing"), Topics: []string{topic}, BatchSize: 1,
+		Brokers: kc.Seeds, Group: kc.Group("billing"), Topics: []string{topic}, BatchSize: 1,
 		ShutdownTimeout: 300 * time.Millisecond,
 		Store:           inbox.StoreConfig{Schema: db.Schema}, OnCommitted: pa.onCommitted,
 		KafkaOpts: []kgo.Opt{kgo.Balancers(kgo.RangeBalancer()),
@@ -108,7 +107,7 @@ func testConsumerPollBeforeRevokeDoesNotReachTheNextAssignment(t *testing.T, kc 
 
 	pb := newProgress()
 	b := startConsumer(t, db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: kc.Group("billing"), Topics: []string{topic}, BatchSize: 1,
+		Brokers: kc.Seeds, Group: kc.Group("billing"), Topics: []string{topic}, BatchSize: 1,
 		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: pb.onCommitted,
 		KafkaOpts: []kgo.Opt{kgo.Balancers(kgo.RangeBalancer())},
 	}, fx.handler())

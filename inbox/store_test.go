@@ -15,13 +15,13 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 func TestProcessThenDuplicate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
 	s := newStore(t, db)
 	ev := newEvent("ordering", "billing.orders.v1")
@@ -61,7 +61,7 @@ func TestProcessThenDuplicate(t *testing.T) {
 func TestDedupePolicies(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
 
 	t.Run("SourceEventIdentity", func(t *testing.T) {
@@ -138,7 +138,7 @@ func TestDedupePolicies(t *testing.T) {
 // its transaction until the second has reached the database. Effects commit exactly once.
 func TestConcurrentDeliveriesRunEffectsOnce(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
 	s1, s2 := newStore(t, db), newStore(t, db)
 	ev := newEvent("ordering", "t")
@@ -154,7 +154,7 @@ func TestConcurrentDeliveriesRunEffectsOnce(t *testing.T) {
 func TestHandlerFailureRetryAndPoison(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
 	s := newStore(t, db, func(c *inbox.StoreConfig) { c.Persistence = inbox.DedupeOnly })
 	boom := errors.New("downstream said no")
@@ -204,7 +204,7 @@ func TestHandlerFailureRetryAndPoison(t *testing.T) {
 func TestTransientFailureThenSuccessKeepsAttempts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
 	s := newStore(t, db, func(c *inbox.StoreConfig) { c.Persistence = inbox.DedupeOnly })
 	ev := newEvent("ordering", "t")
@@ -235,7 +235,7 @@ func TestTransientFailureThenSuccessKeepsAttempts(t *testing.T) {
 func TestDedupeOnlyStoresNoPayload(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
 	s := newStore(t, db, func(c *inbox.StoreConfig) { c.Persistence = inbox.DedupeOnly })
 	ev := newEvent("ordering", "t")
@@ -273,7 +273,7 @@ func TestDedupeOnlyStoresNoPayload(t *testing.T) {
 func TestDedupeOnlyTransientFailureIsNotUnstorable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
 	s := newStore(t, db, func(c *inbox.StoreConfig) { c.Persistence = inbox.DedupeOnly })
 	ev := newEvent("ordering", "t")
@@ -302,7 +302,7 @@ func TestDedupeOnlyTransientFailureIsNotUnstorable(t *testing.T) {
 func TestPermanentPanicAndBrokenTransactions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
 	s := newStore(t, db)
 
@@ -375,7 +375,7 @@ func TestPermanentPanicAndBrokenTransactions(t *testing.T) {
 func TestProcessBatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
 	s := newStore(t, db)
 
@@ -480,7 +480,7 @@ func TestProcessBatch(t *testing.T) {
 func TestRetentionDeletesOnlyOldCompleted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
 	s := newStore(t, db)
 	var ds []inbox.Delivery
@@ -524,7 +524,7 @@ func TestRetentionDeletesOnlyOldCompleted(t *testing.T) {
 func TestOperatorListRetryReprocess(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
 	s := newStore(t, db, func(c *inbox.StoreConfig) { c.MaxAttempts = 1 })
 	fail := func(context.Context, pgx.Tx, envelope.Event) error { return errors.New("bad") }
@@ -598,7 +598,7 @@ func TestNewStoreValidation(t *testing.T) {
 func TestConcurrentRerunOfFailedMessageRunsOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	fx := newEffects(t, db)
 	s := newStore(t, db)
 	ev := newEvent("ordering", "t")
@@ -621,7 +621,7 @@ func TestConcurrentRerunOfFailedMessageRunsOnce(t *testing.T) {
 // its transaction until another backend waits on a lock in a statement LIKE waitLike, and through
 // second on a pool of its own (another process). Both calls must succeed; it returns their results and how many times the second
 // delivery's handler ran.
-func raceDeliveries(t *testing.T, db *testdb.DB, fx *effects, first, second *inbox.Store,
+func raceDeliveries(t *testing.T, db *testenv.DB, fx *effects, first, second *inbox.Store,
 	ev envelope.Event, waitLike string) (r1, r2 inbox.Result, ran2 int64) {
 	t.Helper()
 	ctx := context.Background()

@@ -2,6 +2,7 @@ package keirotest
 
 import (
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -31,8 +32,8 @@ type (
 	// DBConfig configures NewDBWith (testenv.DBConfig).
 	DBConfig = testenv.DBConfig
 	// Kafka is an embedded single-broker Kafka cluster owned by one test (testenv.Kafka: its
-	// Cluster, Seeds and Client, and the methods NewClient, CreateTopic, Records, ReadTopic
-	// and FailProduces).
+	// Cluster, Seeds and Client, and the methods NewClient, CreateTopic, Records, ReadTopic,
+	// ConsumeRecords and FailProduces).
 	Kafka = testenv.Kafka
 	// KafkaConfig configures NewKafkaWith (testenv.KafkaConfig).
 	KafkaConfig = testenv.KafkaConfig
@@ -41,6 +42,9 @@ type (
 	ProduceFailure = testenv.ProduceFailure
 	// Outage is a produce failure in progress (testenv.Outage: End, Hit, Refused, Ended).
 	Outage = testenv.Outage
+	// Progress counts what a component reports through its hooks, for a test to wait on
+	// (testenv.Progress: Add, Set, Value, Wait).
+	Progress = testenv.Progress
 )
 
 // DatabaseURL returns the test database's connection string: KEIRO_TEST_DATABASE_URL, else
@@ -112,5 +116,31 @@ func EachKafka(t *testing.T, cfg KafkaConfig, f func(t *testing.T, k *Kafka)) {
 }
 
 // Main is a TestMain for packages whose tests use the kit: it runs the tests, stops the real
-// broker the kit started (if any), then fails the run if goroutines leaked (goleak, with opts).
+// broker the kit started (if any), then fails the run if goroutines leaked (goleak, with
+// LeakOptions and opts).
 func Main(m *testing.M, opts ...goleak.Option) { testenv.Main(m, opts...) }
+
+// Run is Main returning the exit code, for a TestMain with work of its own around the tests.
+func Run(m *testing.M, opts ...goleak.Option) int { return testenv.Run(m, opts...) }
+
+// LeakOptions are the goroutines Main does not count as leaks: those pgx and franz-go end on
+// their own a moment after the test closed what owns them.
+func LeakOptions() []goleak.Option { return testenv.LeakOptions() }
+
+// WaitFor polls cond every 10ms until it reports true, failing t with what when timeout passes
+// first. Prefer a Progress where the component reports its work through a hook.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	testenv.WaitFor(t, timeout, what, cond)
+}
+
+// BenchKafkaEnv names the environment variable that puts BenchKafka on a real broker:
+// KEIRO_BENCH_KAFKA=real.
+const BenchKafkaEnv = testenv.BenchKafkaEnv
+
+// BenchKafka is the Kafka a benchmark runs on: the embedded broker, or a real one when
+// KEIRO_BENCH_KAFKA=real, so that one benchmark gives both figures.
+func BenchKafka(b testing.TB, cfg KafkaConfig) *Kafka {
+	b.Helper()
+	return testenv.BenchKafka(b, cfg)
+}

@@ -8,13 +8,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/migrations"
 )
 
 func connect(t *testing.T) *pgx.Conn {
 	t.Helper()
-	conn, err := pgx.Connect(context.Background(), testdb.URL())
+	conn, err := pgx.Connect(context.Background(), testenv.DatabaseURL())
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
@@ -25,7 +25,7 @@ func connect(t *testing.T) *pgx.Conn {
 func TestMigrateTwiceIsNoOp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	schema := testdb.NewSchema(t)
+	schema := testenv.NewDBWith(t, testenv.DBConfig{SkipMigrations: true}).Schema
 	conn := connect(t)
 
 	st, err := migrations.GetStatus(ctx, conn, schema)
@@ -75,7 +75,7 @@ func TestMigrateTwiceIsNoOp(t *testing.T) {
 func TestConcurrentMigratorsDoNotConflict(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	schema := testdb.NewSchema(t)
+	schema := testenv.NewDBWith(t, testenv.DBConfig{SkipMigrations: true}).Schema
 	// Drop the pre-created schema so the migrators also race on CREATE SCHEMA.
 	if _, err := connect(t).Exec(ctx, "DROP SCHEMA "+schema); err != nil {
 		t.Fatal(err)

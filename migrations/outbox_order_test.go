@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/migrations"
 )
 
@@ -19,7 +19,7 @@ import (
 func TestOutboxOrderMigrationKeepsSeq(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	schema := testdb.NewSchema(t)
+	schema := testenv.NewDBWith(t, testenv.DBConfig{SkipMigrations: true}).Schema
 	conn := connect(t)
 	if err := migrations.MigrateBefore(ctx, conn, schema, "_outbox_order.sql"); err != nil {
 		t.Fatalf("migrate to the release before: %v", err)
@@ -109,7 +109,7 @@ func TestOutboxOrderMigrationKeepsSeq(t *testing.T) {
 func TestOutboxOrderMigrationOnAFreshSchema(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	schema := testdb.NewSchema(t)
+	schema := testenv.NewDBWith(t, testenv.DBConfig{SkipMigrations: true}).Schema
 	conn := connect(t)
 	if err := migrations.Migrate(ctx, conn, schema); err != nil {
 		t.Fatal(err)

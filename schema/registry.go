@@ -611,7 +611,7 @@ func retry(ctx context.Context, r *Registry, op string, notFound error, call fun
 		}
 		rerr := classify(op, err, notFound)
 		if !rerr.retryable() || attempt >= r.cfg.MaxAttempts {
-			if rerr.Kind == ErrRegistryUnavailable {
+			if errors.Is(rerr.Kind, ErrRegistryUnavailable) {
 				rerr.Op = fmt.Sprintf("%s (%d %s)", op, attempt, plural(attempt, "attempt", "attempts"))
 			}
 			return nil, rerr
@@ -630,7 +630,7 @@ func plural(n int, one, many string) string {
 }
 
 func (e *RegistryError) retryable() bool {
-	return e.Kind == ErrRegistryUnavailable && e.Status != http.StatusUnauthorized && e.Status != http.StatusForbidden
+	return errors.Is(e.Kind, ErrRegistryUnavailable) && e.Status != http.StatusUnauthorized && e.Status != http.StatusForbidden
 }
 
 // classify maps an error from srclient or the HTTP client onto a RegistryError.
@@ -668,7 +668,7 @@ func classify(op string, err error, notFound error) *RegistryError {
 
 func kindOfCode(code int, notFound error) error {
 	switch {
-	case code == 40403 && notFound == ErrUnknownSchemaID:
+	case code == 40403 && errors.Is(notFound, ErrUnknownSchemaID):
 		return ErrUnknownSchemaID
 	case code/100 == 404:
 		return notFound

@@ -15,8 +15,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 	"github.com/keiro-go/keiro/tracing/otelsetup"
 )
@@ -80,7 +79,7 @@ func BenchmarkRelayDrainInstrumentation(b *testing.B) {
 
 // drainRig is one relay with its own database schema and Kafka cluster.
 type drainRig struct {
-	db        *testdb.DB
+	db        *testenv.DB
 	store     *outbox.Store
 	published chan int
 	keys      []string
@@ -92,14 +91,14 @@ type drainRig struct {
 func newDrainRig(b *testing.B, providers func(*testing.B) (metric.MeterProvider, trace.TracerProvider)) *drainRig {
 	ctx := context.Background()
 	mp, tp := providers(b)
-	r := &drainRig{db: testdb.New(b), published: make(chan int, 1024), events: make([]envelope.Event, drainRowsPerOp)}
-	kc := testkafka.New(b)
+	r := &drainRig{db: testenv.NewDB(b), published: make(chan int, 1024), events: make([]envelope.Event, drainRowsPerOp)}
+	kc := testenv.NewKafka(b)
 	kc.CreateTopic(b, drainTopic, 8)
 	var err error
 	if r.store, err = outbox.NewStore(r.db.Schema); err != nil {
 		b.Fatal(err)
 	}
-	relay, err := outbox.NewRelay(r.db.Pool, kc.Client(b, outbox.ProducerOpts()...), outbox.RelayConfig{
+	relay, err := outbox.NewRelay(r.db.Pool, kc.NewClient(b, outbox.ProducerOpts()...), outbox.RelayConfig{
 		Schema: r.db.Schema, MeterProvider: mp, TracerProvider: tp, Logger: slog.New(slog.DiscardHandler),
 		PollInterval: 10 * time.Millisecond, MaintenanceInterval: time.Hour,
 		OnBatch: func(res outbox.BatchResult) { r.published <- res.Published },

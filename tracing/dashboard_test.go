@@ -248,7 +248,3 @@ func countPrefix(m map[string]bool, prefix string) int {
 	}
 	return n
 }
-
-func metricAttrs(kvs ...attribute.KeyValue) metric.MeasurementOption {
-	return metric.WithAttributes(kvs...)
-}

@@ -25,8 +25,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 	"github.com/keiro-go/keiro/tracing"
 	"github.com/keiro-go/keiro/tracing/otelsetup"
@@ -40,8 +39,8 @@ import (
 func TestEndToEndTrace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
-	kc := testkafka.New(t)
+	db := testenv.NewDB(t)
+	kc := testenv.NewKafka(t)
 	const topic = "billing.orders.v1"
 	kc.CreateTopic(t, topic, 2)
 	kc.CreateTopic(t, topic+".dlq", 1)
@@ -100,7 +99,7 @@ func TestEndToEndTrace(t *testing.T) {
 
 	// The relay drains the four rows: three published, one rejected.
 	batches := make(chan outbox.BatchResult, 16)
-	client := kc.Client(t, outbox.ProducerOpts()...)
+	client := kc.NewClient(t, outbox.ProducerOpts()...)
 	relay, err := outbox.NewRelay(db.Pool, client, outbox.RelayConfig{
 		Schema: db.Schema, MeterProvider: mp, TracerProvider: tp, Logger: discard,
 		MaxRecordBytes: 2048, PollInterval: 20 * time.Millisecond, MaintenanceInterval: time.Hour,
@@ -139,7 +138,7 @@ func TestEndToEndTrace(t *testing.T) {
 
 	// Replay order 1's record as Kafka would redeliver it: same bytes, same headers.
 	var replay *kgo.Record
-	for _, r := range kc.ConsumeAll(t, 3, 30*time.Second, topic) {
+	for _, r := range kc.ConsumeRecords(t, 3, 30*time.Second, topic) {
 		if headerValue(r, envelope.HeaderMessageID) == "order-1" {
 			replay = &kgo.Record{Topic: topic, Partition: r.Partition, Key: r.Key, Value: r.Value, Headers: r.Headers}
 		}
@@ -147,7 +146,7 @@ func TestEndToEndTrace(t *testing.T) {
 	require.NotNil(t, replay, "order-1 was published")
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	require.NoError(t, kc.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner())).ProduceSync(pctx, replay).FirstErr())
+	require.NoError(t, kc.NewClient(t, kgo.RecordPartitioner(kgo.ManualPartitioner())).ProduceSync(pctx, replay).FirstErr())
 
 	// The consumer: order 1 and 2 are processed, the poison message is dead-lettered, the
 	// replay of order 1 is a duplicate.
@@ -164,7 +163,7 @@ func TestEndToEndTrace(t *testing.T) {
 	}
 	commits := make(chan inbox.Commit, 64)
 	consumer, err := inbox.NewConsumer(db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic},
+		Brokers: kc.Seeds, Group: "billing", Topics: []string{topic},
 		KafkaOpts:     []kgo.Opt{kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.HeartbeatInterval(100 * time.Millisecond)},
 		Store:         inbox.StoreConfig{Schema: db.Schema},
 		MeterProvider: mp, TracerProvider: tp, Logger: discard,
@@ -172,7 +171,7 @@ func TestEndToEndTrace(t *testing.T) {
 		// group commit re-runs the mates before a failing record (their first run rolled back),
 		// a number that depends on what the poll happened to buffer together.
 		BatchSize:           1,
-		Retry:               inbox.Retry{Initial: time.Millisecond, Max: 10 * time.Millisecond},
+		Retry:               inbox.Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond},
 		MaintenanceInterval: 50 * time.Millisecond,
 		OnCommitted:         func(c inbox.Commit) { commits <- c },
 	}, handler)
@@ -329,7 +328,7 @@ func TestEndToEndTrace(t *testing.T) {
 			for _, mt := range sm.Metrics {
 				for _, set := range attributeSets(mt) {
 					for _, kv := range set.ToSlice() {
-						v := kv.Value.Emit()
+						v := kv.Value.String()
 						require.False(t, strings.HasPrefix(v, "order-") || strings.HasPrefix(v, "customer-"),
 							"metric %s carries %s=%s", mt.Name, kv.Key, v)
 					}
@@ -351,7 +350,7 @@ func headerValue(r *kgo.Record, key string) string {
 func attrs(s sdktrace.ReadOnlySpan) map[string]string {
 	out := map[string]string{}
 	for _, a := range s.Attributes() {
-		out[string(a.Key)] = a.Value.Emit()
+		out[string(a.Key)] = a.Value.String()
 	}
 	return out
 }
@@ -362,7 +361,7 @@ func attrType(s sdktrace.ReadOnlySpan, key string) attribute.Type {
 			return a.Value.Type()
 		}
 	}
-	return attribute.INVALID
+	return attribute.EMPTY
 }
 
 func all(spans []sdktrace.ReadOnlySpan, f func(sdktrace.ReadOnlySpan) bool) []sdktrace.ReadOnlySpan {

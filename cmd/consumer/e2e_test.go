@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -23,8 +24,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // proc is a consumer binary running in the background.
@@ -64,7 +64,7 @@ func startBinary(t *testing.T, env []string, args ...string) *proc {
 		close(p.lines)
 		err := cmd.Wait()
 		p.code = 0
-		if ee, ok := err.(*exec.ExitError); ok {
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 			p.code = ee.ExitCode()
 		} else if err != nil {
 			p.code = -1
@@ -142,11 +142,6 @@ func produce(t *testing.T, cl *kgo.Client, topic string, evs ...envelope.Event) 
 
 // waitFor polls cond until it holds; the condition is the signal (the binary is another
 // process), the interval only bounds the polling rate.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	require.Eventually(t, cond, timeout, 20*time.Millisecond, what)
-}
-
 // committedAll reports whether group committed every record of topic.
 func committedAll(t *testing.T, adm *kadm.Client, group, topic string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -167,11 +162,11 @@ func committedAll(t *testing.T, adm *kadm.Client, group, topic string) bool {
 	return ok
 }
 
-func e2eEnv(db *testdb.DB, kc *testkafka.Cluster, group, topic string, extra ...string) []string {
+func e2eEnv(db *testenv.DB, kc *testenv.Kafka, group, topic string, extra ...string) []string {
 	return append([]string{
-		"KEIRO_CONSUMER_DATABASE_URL=" + testdb.URL(),
+		"KEIRO_CONSUMER_DATABASE_URL=" + testenv.DatabaseURL(),
 		"KEIRO_CONSUMER_SCHEMA=" + db.Schema,
-		"KEIRO_CONSUMER_BROKERS=" + strings.Join(kc.Brokers, ","),
+		"KEIRO_CONSUMER_BROKERS=" + strings.Join(kc.Seeds, ","),
 		"KEIRO_CONSUMER_GROUP=" + group,
 		"KEIRO_CONSUMER_TOPICS=" + topic,
 		"KEIRO_CONSUMER_HTTP_ADDR=127.0.0.1:0",
@@ -183,12 +178,12 @@ var servingRe = regexp.MustCompile(`msg="serving /healthz, /readyz and /metrics"
 
 func TestRunSQLModeEffectsExactlyOnce(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	sqlFixture(t, db)
-	kc := testkafka.New(t)
+	kc := testenv.NewKafka(t)
 	const topic = "orders.v1"
 	kc.CreateTopic(t, topic, 3)
-	cl := kc.Client(t)
+	cl := kc.NewClient(t)
 
 	var evs []envelope.Event
 	want := map[string]int{}
@@ -206,7 +201,7 @@ func TestRunSQLModeEffectsExactlyOnce(t *testing.T) {
 	addr := p.waitLog(servingRe, 30*time.Second)[1]
 
 	adm := kadm.NewClient(cl)
-	waitFor(t, 30*time.Second, "every record committed", func() bool { return committedAll(t, adm, "billing", topic) })
+	testenv.WaitFor(t, 30*time.Second, "every record committed", func() bool { return committedAll(t, adm, "billing", topic) })
 	require.Equal(t, want, effects(t, db))
 
 	// Health endpoints answer on the logged address; /metrics has the inbox counters.
@@ -241,7 +236,7 @@ func TestRunSQLModeEffectsExactlyOnce(t *testing.T) {
 	// More duplicates while running, and one new message.
 	produce(t, cl, topic, evs[5], evs[20], orderEvent("o-new", 99))
 	want["o-new"] = 99
-	waitFor(t, 30*time.Second, "new records committed", func() bool { return committedAll(t, adm, "billing", topic) })
+	testenv.WaitFor(t, 30*time.Second, "new records committed", func() bool { return committedAll(t, adm, "billing", topic) })
 	require.Equal(t, want, effects(t, db))
 
 	require.Equal(t, 0, p.stop(30*time.Second), p.log())
@@ -262,19 +257,19 @@ func TestRunSQLModeEffectsExactlyOnce(t *testing.T) {
 		}
 	}
 	produce(t, cl, topic, more...)
-	waitFor(t, 30*time.Second, "redelivery committed", func() bool { return committedAll(t, adm, "billing", topic) })
+	testenv.WaitFor(t, 30*time.Second, "redelivery committed", func() bool { return committedAll(t, adm, "billing", topic) })
 	require.Equal(t, 0, p.stop(30*time.Second), p.log())
 	require.Equal(t, want, effects(t, db))
 }
 
 func TestRunHTTPModeWithDeadLetters(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	kc := testkafka.New(t)
+	db := testenv.NewDB(t)
+	kc := testenv.NewKafka(t)
 	const topic = "payments.v1"
 	kc.CreateTopic(t, topic, 1)
 	kc.CreateTopic(t, topic+".dlq", 1)
-	cl := kc.Client(t)
+	cl := kc.NewClient(t)
 
 	type req struct {
 		key, traceparent string
@@ -325,7 +320,7 @@ func TestRunHTTPModeWithDeadLetters(t *testing.T) {
 		"KEIRO_CONSUMER_MAX_ATTEMPTS=2"))
 	p.waitLog(servingRe, 30*time.Second)
 
-	dlq := kc.ConsumeAll(t, 3, 30*time.Second, topic+".dlq")
+	dlq := kc.ConsumeRecords(t, 3, 30*time.Second, topic+".dlq")
 	require.Len(t, dlq, 3, p.log())
 	reasons := map[string]*kgo.Record{}
 	for _, r := range dlq {
@@ -352,7 +347,7 @@ func TestRunHTTPModeWithDeadLetters(t *testing.T) {
 	require.Contains(t, dlqErr, "unknown account")
 
 	adm := kadm.NewClient(cl)
-	waitFor(t, 30*time.Second, "every record committed", func() bool { return committedAll(t, adm, "ledger", topic) })
+	testenv.WaitFor(t, 30*time.Second, "every record committed", func() bool { return committedAll(t, adm, "ledger", topic) })
 	require.Equal(t, 0, p.stop(30*time.Second), p.log())
 
 	mu.Lock()
@@ -374,7 +369,7 @@ func TestRunHTTPModeWithDeadLetters(t *testing.T) {
 	}
 
 	// The rejected message is a failed row an operator can see.
-	r := runBinary(t, 30*time.Second, []string{"KEIRO_CONSUMER_DATABASE_URL=" + testdb.URL(), "KEIRO_CONSUMER_SCHEMA=" + db.Schema},
+	r := runBinary(t, 30*time.Second, []string{"KEIRO_CONSUMER_DATABASE_URL=" + testenv.DatabaseURL(), "KEIRO_CONSUMER_SCHEMA=" + db.Schema},
 		"inbox", "failed", "list", "--name=ledger-inbox")
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, "ordering:p-rejected")
@@ -384,16 +379,16 @@ func TestRunHTTPModeWithDeadLetters(t *testing.T) {
 
 func TestRunRefusesUnmigratedSchema(t *testing.T) {
 	t.Parallel()
-	schema := testdb.NewSchema(t)
-	conn, err := pgx.Connect(context.Background(), testdb.URL())
+	schema := testenv.NewDBWith(t, testenv.DBConfig{SkipMigrations: true}).Schema
+	conn, err := pgx.Connect(context.Background(), testenv.DatabaseURL())
 	require.NoError(t, err)
 	_, err = conn.Exec(context.Background(), `CREATE FUNCTION `+schema+`.f(doc jsonb) RETURNS void LANGUAGE sql AS 'SELECT 1'`)
 	require.NoError(t, err)
 	require.NoError(t, conn.Close(context.Background()))
-	kc := testkafka.New(t)
+	kc := testenv.NewKafka(t)
 	env := []string{
-		"KEIRO_CONSUMER_DATABASE_URL=" + testdb.URL(), "KEIRO_CONSUMER_SCHEMA=" + schema,
-		"KEIRO_CONSUMER_BROKERS=" + strings.Join(kc.Brokers, ","), "KEIRO_CONSUMER_GROUP=g",
+		"KEIRO_CONSUMER_DATABASE_URL=" + testenv.DatabaseURL(), "KEIRO_CONSUMER_SCHEMA=" + schema,
+		"KEIRO_CONSUMER_BROKERS=" + strings.Join(kc.Seeds, ","), "KEIRO_CONSUMER_GROUP=g",
 		"KEIRO_CONSUMER_TOPICS=t", "KEIRO_CONSUMER_HANDLER=sql", "KEIRO_CONSUMER_SQL_FUNCTION=" + schema + ".f",
 		"KEIRO_CONSUMER_HTTP_ADDR=",
 	}
@@ -409,11 +404,11 @@ func TestRunRefusesUnmigratedSchema(t *testing.T) {
 
 func TestRunSIGTERMFinishesInFlightMessage(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	kc := testkafka.New(t)
+	db := testenv.NewDB(t)
+	kc := testenv.NewKafka(t)
 	const topic = "slow.v1"
 	kc.CreateTopic(t, topic, 1)
-	cl := kc.Client(t)
+	cl := kc.NewClient(t)
 
 	arrived, release := make(chan string, 4), make(chan struct{})
 	var calls sync.Map
@@ -450,7 +445,7 @@ func TestRunSIGTERMFinishesInFlightMessage(t *testing.T) {
 	// SIGTERM while the service is still answering: the consumer waits for the answer,
 	// commits the inbox row and the offset, and exits 0.
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	waitFor(t, 10*time.Second, "/readyz turns 503 once SIGTERM is received", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "/readyz turns 503 once SIGTERM is received", func() bool {
 		resp, err := http.Get("http://" + addr + "/readyz")
 		if err != nil {
 			return false
@@ -484,17 +479,17 @@ func TestRunSIGTERMFinishesInFlightMessage(t *testing.T) {
 
 func TestRunReadinessFollowsKafkaOutage(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	sqlFixture(t, db)
-	kc := testkafka.New(t)
+	kc := testenv.NewKafka(t)
 	const topic = "outage.v1"
 	kc.CreateTopic(t, topic, 1)
-	produce(t, kc.Client(t), topic, orderEvent("x-1", 1))
+	produce(t, kc.NewClient(t), topic, orderEvent("x-1", 1))
 
 	p := startBinary(t, e2eEnv(db, kc, "outage", topic, "KEIRO_CONSUMER_HANDLER=sql",
 		"KEIRO_CONSUMER_SQL_FUNCTION="+db.Schema+".apply_event", "KEIRO_CONSUMER_SHUTDOWN_TIMEOUT=5s"))
 	addr := p.waitLog(servingRe, 30*time.Second)[1]
-	waitFor(t, 30*time.Second, "x-1 applied", func() bool { return len(effects(t, db)) == 1 })
+	testenv.WaitFor(t, 30*time.Second, "x-1 applied", func() bool { return len(effects(t, db)) == 1 })
 
 	readyz := func() (int, inboxReadiness) {
 		resp, err := http.Get("http://" + addr + "/readyz")
@@ -509,8 +504,8 @@ func TestRunReadinessFollowsKafkaOutage(t *testing.T) {
 	code, body := readyz()
 	require.Equal(t, http.StatusOK, code, "%+v", body)
 
-	kc.Close()
-	waitFor(t, 30*time.Second, "/readyz reports Kafka down", func() bool {
+	kc.Cluster.Close()
+	testenv.WaitFor(t, 30*time.Second, "/readyz reports Kafka down", func() bool {
 		code, body := readyz()
 		return code == http.StatusServiceUnavailable && len(body.Failing) == 1 && body.Failing[0] == "kafka"
 	})

@@ -215,7 +215,7 @@ func (c *failedRetryCmd) Run(ctx context.Context, env *cli.Env, g *grammar) erro
 
 // dryRunRetry prints what a retry of keys would re-run: each failed row with its attempts and
 // last error, and the keys that would be skipped (missing or not failed).
-func dryRunRetry(ctx context.Context, env *cli.Env, store *inbox.Store, db inbox.DBTX, keys []inbox.Key) error {
+func dryRunRetry(ctx context.Context, env *cli.Env, store *inbox.Store, db inbox.DB, keys []inbox.Key) error {
 	n := 0
 	for _, k := range keys {
 		name := k.Source + ":" + k.DedupeKey

@@ -12,12 +12,12 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/inbox/handlers"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // sqlFixture creates in schema a table of effects and apply_event(doc jsonb), which raises
 // KP001 (poison) while ctl.fail is true and otherwise records doc's message id and amount.
-func sqlFixture(t *testing.T, db *testdb.DB) {
+func sqlFixture(t *testing.T, db *testenv.DB) {
 	t.Helper()
 	_, err := db.Pool.Exec(context.Background(), fmt.Sprintf(`
 CREATE TABLE %[1]s.ctl (fail boolean NOT NULL);
@@ -36,13 +36,13 @@ END $$;`, db.Schema))
 	require.NoError(t, err)
 }
 
-func setFail(t *testing.T, db *testdb.DB, fail bool) {
+func setFail(t *testing.T, db *testenv.DB, fail bool) {
 	t.Helper()
 	_, err := db.Pool.Exec(context.Background(), `UPDATE `+db.Schema+`.ctl SET fail = $1`, fail)
 	require.NoError(t, err)
 }
 
-func effects(t *testing.T, db *testdb.DB) map[string]int {
+func effects(t *testing.T, db *testenv.DB) map[string]int {
 	t.Helper()
 	rows, err := db.Pool.Query(context.Background(), `SELECT message_id, amount FROM `+db.Schema+`.effects`)
 	require.NoError(t, err)
@@ -71,8 +71,8 @@ func orderEvent(id string, amount int) envelope.Event {
 
 func TestMigrateIsIdempotent(t *testing.T) {
 	t.Parallel()
-	schema := testdb.NewSchema(t)
-	env := []string{"KEIRO_CONSUMER_DATABASE_URL=" + testdb.URL(), "KEIRO_CONSUMER_SCHEMA=" + schema}
+	schema := testenv.NewDBWith(t, testenv.DBConfig{SkipMigrations: true}).Schema
+	env := []string{"KEIRO_CONSUMER_DATABASE_URL=" + testenv.DatabaseURL(), "KEIRO_CONSUMER_SCHEMA=" + schema}
 	for range 2 {
 		r := runBinary(t, 30*time.Second, env, "migrate")
 		require.Equal(t, 0, r.code, r.stderr)
@@ -82,8 +82,8 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	require.NotContains(t, r.stdout, "pending")
 
-	empty := testdb.NewSchema(t)
-	r = runBinary(t, 30*time.Second, []string{"KEIRO_CONSUMER_DATABASE_URL=" + testdb.URL(), "KEIRO_CONSUMER_SCHEMA=" + empty}, "status")
+	empty := testenv.NewDBWith(t, testenv.DBConfig{SkipMigrations: true}).Schema
+	r = runBinary(t, 30*time.Second, []string{"KEIRO_CONSUMER_DATABASE_URL=" + testenv.DatabaseURL(), "KEIRO_CONSUMER_SCHEMA=" + empty}, "status")
 	require.Equal(t, 1, r.code, r.stdout)
 	require.Contains(t, r.stdout, "at version 0 of")
 	require.Contains(t, r.stderr, "migrations pending")
@@ -99,7 +99,7 @@ func TestMigrateReportsUnreachableDatabase(t *testing.T) {
 
 func TestInboxFailedListAndRetry(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	sqlFixture(t, db)
 	ctx := context.Background()
 	h, err := handlers.NewSQL(handlers.SQLConfig{Function: db.Schema + ".apply_event"})
@@ -122,7 +122,7 @@ func TestInboxFailedListAndRetry(t *testing.T) {
 	require.Equal(t, inbox.Poisoned, res.Outcome)
 
 	env := []string{
-		"KEIRO_CONSUMER_DATABASE_URL=" + testdb.URL(), "KEIRO_CONSUMER_SCHEMA=" + db.Schema,
+		"KEIRO_CONSUMER_DATABASE_URL=" + testenv.DatabaseURL(), "KEIRO_CONSUMER_SCHEMA=" + db.Schema,
 		"KEIRO_CONSUMER_GROUP=billing", "KEIRO_CONSUMER_HANDLER=sql",
 		"KEIRO_CONSUMER_SQL_FUNCTION=" + db.Schema + ".apply_event",
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // binary is the consumer built once for the end-to-end tests.
@@ -30,19 +31,8 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
-	code := 0
-	func() {
-		defer func() { _ = os.RemoveAll(dir) }()
-		// kfake, pgx pools, HTTP servers and the binaries' output readers are all closed by
-		// the tests' cleanups: nothing may be left running.
-		code = m.Run()
-		if code == 0 {
-			if err := goleak.Find(); err != nil {
-				fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-				code = 1
-			}
-		}
-	}()
+	code := testenv.Run(m) // kfake, pgx pools, HTTP servers and output readers: nothing may be left running
+	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }
 
@@ -67,7 +57,7 @@ func runBinary(t *testing.T, timeout time.Duration, env []string, args ...string
 		t.Fatalf("consumer %s did not finish within %s\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), timeout, out.String(), errb.String())
 	}
 	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
+	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 		code = ee.ExitCode()
 	} else if err != nil {
 		t.Fatalf("run consumer: %v", err)

@@ -10,16 +10,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // preflightEnv is a working sql-mode configuration for db and kc, before the case's changes.
-func preflightEnv(db *testdb.DB, kc *testkafka.Cluster, topic string) []string {
+func preflightEnv(db *testenv.DB, kc *testenv.Kafka, topic string) []string {
 	return []string{
-		"KEIRO_CONSUMER_DATABASE_URL=" + testdb.URL(),
+		"KEIRO_CONSUMER_DATABASE_URL=" + testenv.DatabaseURL(),
 		"KEIRO_CONSUMER_SCHEMA=" + db.Schema,
-		"KEIRO_CONSUMER_BROKERS=" + strings.Join(kc.Brokers, ","),
+		"KEIRO_CONSUMER_BROKERS=" + strings.Join(kc.Seeds, ","),
 		"KEIRO_CONSUMER_GROUP=preflight",
 		"KEIRO_CONSUMER_TOPICS=" + topic,
 		"KEIRO_CONSUMER_HANDLER=sql",
@@ -32,12 +31,12 @@ func preflightEnv(db *testdb.DB, kc *testkafka.Cluster, topic string) []string {
 // (and so before any offset is committed or message dead-lettered).
 func TestStartupRefusesWhatCannotWork(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	_, err := db.Pool.Exec(context.Background(), fmt.Sprintf(
 		`CREATE FUNCTION %[1]s.apply(doc jsonb) RETURNS void LANGUAGE sql AS 'SELECT 1';
 		 CREATE FUNCTION %[1]s.apply_text(doc text) RETURNS void LANGUAGE sql AS 'SELECT 1'`, db.Schema))
 	require.NoError(t, err)
-	kc := testkafka.New(t)
+	kc := testenv.NewKafka(t)
 	const topic = "preflight.orders"
 	kc.CreateTopic(t, topic, 1)
 
@@ -76,11 +75,11 @@ func TestStartupRefusesWhatCannotWork(t *testing.T) {
 // Without --require-topics a missing topic is a warning and the consumer starts.
 func TestMissingTopicsWarnWithoutRequireTopics(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	_, err := db.Pool.Exec(context.Background(), fmt.Sprintf(
 		`CREATE FUNCTION %s.apply(doc jsonb) RETURNS void LANGUAGE sql AS 'SELECT 1'`, db.Schema))
 	require.NoError(t, err)
-	kc := testkafka.New(t)
+	kc := testenv.NewKafka(t)
 	const topic = "preflight.present"
 	kc.CreateTopic(t, topic, 1)
 	p := startBinary(t, preflightEnv(db, kc, topic))

@@ -197,7 +197,7 @@ func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 		MaxBufferedRecords:      c.MaxBufferedRecords,
 		MaxBufferedBytes:        c.MaxBufferedBytes,
 		BatchSize:               c.batchSize(),
-		Retry:                   inbox.Retry{Initial: c.BackoffInitial, Max: c.BackoffMax},
+		Retry:                   inbox.Backoff{Initial: c.BackoffInitial, Max: c.BackoffMax},
 		BatchHandler:            h.batch, // sql: one round trip for the calls of a batch
 		Retention:               retention,
 		MaintenanceInterval:     c.MaintenanceInterval,

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keiro-go/keiro/internal/cli"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // runFlags are the flags a sql-mode run needs, without the database and brokers.
@@ -20,14 +20,14 @@ var runFlags = []string{"run", "--group=billing", "--topics=orders.v1", "--handl
 // A broker address that is not host:port is a configuration error (exit 2), reported before the
 // consumer touches the database: --migrate has not run.
 func TestBadBrokerAddressExitsBeforeMigrating(t *testing.T) {
-	schema := testdb.NewSchema(t)
-	args := append([]string{"--database-url=" + testdb.URL(), "--schema=" + schema}, runFlags...)
+	schema := testenv.NewDBWith(t, testenv.DBConfig{SkipMigrations: true}).Schema
+	args := append([]string{"--database-url=" + testenv.DatabaseURL(), "--schema=" + schema}, runFlags...)
 	code, _, stderr := runArgs(t, append(args, "--brokers=k1:9092,127.0.0.1:kafka", "--migrate")...)
 	require.Equal(t, cli.ExitUsage, code, stderr)
 	require.Contains(t, stderr, `consumer: error: --brokers: "127.0.0.1:kafka" is not host:port: port "kafka" is not a number from 1 to 65535`+"\n")
 
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, testdb.URL())
+	conn, err := pgx.Connect(ctx, testenv.DatabaseURL())
 	require.NoError(t, err)
 	defer conn.Close(ctx)
 	var tables int

@@ -16,8 +16,7 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/inbox/handlers"
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // transientFailure is a handler whose every call fails with a retryable error.
@@ -29,7 +28,7 @@ func transientFailure(context.Context, pgx.Tx, envelope.Event) error {
 // group's lag from Kafka, and prints JSON with --json; inbox failed list --json prints JSON lines.
 func TestStatusAndFailedListJSON(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	sqlFixture(t, db)
 	ctx := context.Background()
 	h, err := handlers.NewSQL(handlers.SQLConfig{Function: db.Schema + ".apply_event"})
@@ -56,9 +55,9 @@ func TestStatusAndFailedListJSON(t *testing.T) {
 	require.Equal(t, inbox.Poisoned, res.Outcome)
 
 	// A group with a committed offset 1 behind the end of its topic: lag 2 on partition 0.
-	kc := testkafka.New(t)
+	kc := testenv.NewKafka(t)
 	kc.CreateTopic(t, "orders.v1", 1)
-	cl := kc.Client(t)
+	cl := kc.NewClient(t)
 	for range 3 {
 		require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Topic: "orders.v1", Value: []byte("x")}).FirstErr())
 	}
@@ -68,8 +67,8 @@ func TestStatusAndFailedListJSON(t *testing.T) {
 	_, err = adm.CommitOffsets(ctx, "billing", offs)
 	require.NoError(t, err)
 
-	env := []string{"KEIRO_CONSUMER_DATABASE_URL=" + testdb.URL(), "KEIRO_CONSUMER_SCHEMA=" + db.Schema}
-	r := runBinary(t, 60*time.Second, env, "status", "--json", "--group=billing", "--brokers="+strings.Join(kc.Brokers, ","))
+	env := []string{"KEIRO_CONSUMER_DATABASE_URL=" + testenv.DatabaseURL(), "KEIRO_CONSUMER_SCHEMA=" + db.Schema}
+	r := runBinary(t, 60*time.Second, env, "status", "--json", "--group=billing", "--brokers="+strings.Join(kc.Seeds, ","))
 	require.Equal(t, 0, r.code, r.stderr)
 	var st inboxStatus
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st), r.stdout)
@@ -92,10 +91,10 @@ func TestStatusAndFailedListJSON(t *testing.T) {
 
 	// The lag is read with the run command's TLS and SASL flags: TLS against this plaintext
 	// broker fails, and flags that cannot work are refused before connecting (exit 2).
-	r = runBinary(t, 60*time.Second, env, "status", "--group=billing", "--kafka-tls-enabled", "--brokers="+strings.Join(kc.Brokers, ","))
+	r = runBinary(t, 60*time.Second, env, "status", "--group=billing", "--kafka-tls-enabled", "--brokers="+strings.Join(kc.Seeds, ","))
 	require.Equal(t, 1, r.code, r.stdout+r.stderr)
 	require.Contains(t, r.stderr, "read the lag of group billing")
-	r = runBinary(t, 60*time.Second, env, "status", "--group=billing", "--kafka-sasl-mechanism=PLAIN", "--brokers="+strings.Join(kc.Brokers, ","))
+	r = runBinary(t, 60*time.Second, env, "status", "--group=billing", "--kafka-sasl-mechanism=PLAIN", "--brokers="+strings.Join(kc.Seeds, ","))
 	require.Equal(t, 2, r.code, r.stdout+r.stderr)
 	require.Contains(t, r.stderr, "kafka-sasl-username")
 	r = runBinary(t, 60*time.Second, env, "status", "--kafka-tls-enabled")

@@ -446,7 +446,7 @@ func serveConsole(ctx context.Context, cfg Config, pool *pgxpool.Pool, brokers [
 	go func() { done <- srv.Serve(sctx) }()
 	return "http://" + srv.Addr() + "/console/", func() {
 		cancel()
-		<-done
+		<-done //nolint:errcheck // Serve returns the cancellation just asked for
 		kcl.Close()
 	}, nil
 }

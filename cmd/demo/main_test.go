@@ -12,15 +12,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 func TestDemoRunsAndHoldsItsInvariants(t *testing.T) {
 	t.Parallel()
@@ -34,7 +30,7 @@ func TestDemoRunsAndHoldsItsInvariants(t *testing.T) {
 			var out bytes.Buffer
 			rep, err := Run(context.Background(), Config{
 				Orders: 120, Customers: 7, Producers: 3, Duplicates: 9, Avro: avro,
-				DatabaseURL: testdb.URL(), Schema: testdb.NewSchema(t), Timeout: time.Minute,
+				DatabaseURL: testenv.DatabaseURL(), Schema: testenv.NewDBWith(t, testenv.DBConfig{SkipMigrations: true}).Schema, Timeout: time.Minute,
 			}, &out)
 			require.NoError(t, err, out.String())
 			require.True(t, rep.OK(), out.String())
@@ -53,13 +49,13 @@ func TestDemoRunsAndHoldsItsInvariants(t *testing.T) {
 // broker with a per-run suffix, so earlier runs' records never reach the counts.
 func TestDemoAgainstAnExternalBroker(t *testing.T) {
 	t.Parallel()
-	kc := testkafka.New(t)
-	schemaName := testdb.NewSchema(t)
+	kc := testenv.NewKafka(t)
+	schemaName := testenv.NewDBWith(t, testenv.DBConfig{SkipMigrations: true}).Schema
 	for run := range 2 {
 		var out bytes.Buffer
 		rep, err := Run(context.Background(), Config{
-			Orders: 40, Customers: 5, Duplicates: 3, Brokers: kc.Brokers,
-			DatabaseURL: testdb.URL(), Schema: schemaName, Timeout: time.Minute, Quiet: true,
+			Orders: 40, Customers: 5, Duplicates: 3, Brokers: kc.Seeds,
+			DatabaseURL: testenv.DatabaseURL(), Schema: schemaName, Timeout: time.Minute, Quiet: true,
 		}, &out)
 		require.NoError(t, err, "run %d: %s", run, out.String())
 		require.True(t, rep.OK(), "run %d: %s", run, out.String())
@@ -70,7 +66,7 @@ func TestDemoAgainstAnExternalBroker(t *testing.T) {
 
 func TestOrderViolationsDetectsSwapsGapsAndLosses(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	ctx := context.Background()
 	_, err := db.Pool.Exec(ctx, billingDDL(db.Schema))
 	require.NoError(t, err)
@@ -141,7 +137,7 @@ func TestDemoKeepsTheConsoleUp(t *testing.T) {
 	done := make(chan result, 1)
 	go func() {
 		rep, err := Run(ctx, Config{
-			Orders: 30, Customers: 3, Duplicates: 2, DatabaseURL: testdb.URL(), Schema: testdb.NewSchema(t),
+			Orders: 30, Customers: 3, Duplicates: 2, DatabaseURL: testenv.DatabaseURL(), Schema: testenv.NewDBWith(t, testenv.DBConfig{SkipMigrations: true}).Schema,
 			Timeout: time.Minute, ConsoleAddr: "127.0.0.1:0", Keep: true,
 		}, pw)
 		_ = pw.Close()

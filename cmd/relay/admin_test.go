@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/migrations"
 	"github.com/keiro-go/keiro/outbox"
 )
@@ -31,7 +31,7 @@ func testEvent(id, source, topic string, key *string) envelope.Event {
 }
 
 // seed enqueues events through the outbox API and returns their outbox ids by message id.
-func seed(t *testing.T, db *testdb.DB, events ...envelope.Event) map[string]string {
+func seed(t *testing.T, db *testenv.DB, events ...envelope.Event) map[string]string {
 	t.Helper()
 	ctx := context.Background()
 	st, err := outbox.NewStore(db.Schema)
@@ -58,7 +58,7 @@ func seed(t *testing.T, db *testdb.DB, events ...envelope.Event) map[string]stri
 }
 
 // setStatus forces rows into a state, as the relay would have left them.
-func setStatus(t *testing.T, db *testdb.DB, status, lastError string, messageIDs ...string) {
+func setStatus(t *testing.T, db *testenv.DB, status, lastError string, messageIDs ...string) {
 	t.Helper()
 	_, err := db.Pool.Exec(context.Background(), fmt.Sprintf(`UPDATE %s.keiro_outbox
 		SET status = $1, last_error = NULLIF($2, ''), attempt_count = 3,
@@ -71,7 +71,7 @@ func setStatus(t *testing.T, db *testdb.DB, status, lastError string, messageIDs
 	}
 }
 
-func statusOf(t *testing.T, db *testdb.DB, messageID string) (status string, attempts int) {
+func statusOf(t *testing.T, db *testenv.DB, messageID string) (status string, attempts int) {
 	t.Helper()
 	err := db.Pool.QueryRow(context.Background(), fmt.Sprintf(
 		"SELECT status, attempt_count FROM %s.keiro_outbox WHERE message_id = $1", db.Schema), messageID).Scan(&status, &attempts)
@@ -85,9 +85,9 @@ func k(s string) *string { return &s }
 
 func TestMigrateCommand(t *testing.T) {
 	t.Parallel()
-	schema := testdb.NewSchema(t)
+	schema := testenv.NewDBWith(t, testenv.DBConfig{SkipMigrations: true}).Schema
 	for i := range 2 { // idempotent
-		r := invoke(t, "--database-url="+testdb.URL(), "--schema="+schema, "migrate")
+		r := invoke(t, "--database-url="+testenv.DatabaseURL(), "--schema="+schema, "migrate")
 		if r.code != 0 {
 			t.Fatalf("migrate #%d: exit %d: %s", i, r.code, r.stderr)
 		}
@@ -97,15 +97,15 @@ func TestMigrateCommand(t *testing.T) {
 		}
 	}
 	// The tables exist now: status works.
-	if r := invoke(t, "--database-url="+testdb.URL(), "--schema="+schema, "status"); r.code != 0 {
+	if r := invoke(t, "--database-url="+testenv.DatabaseURL(), "--schema="+schema, "status"); r.code != 0 {
 		t.Fatalf("status after migrate: %d %s", r.code, r.stderr)
 	}
 }
 
 func TestStatusOnUnmigratedSchema(t *testing.T) {
 	t.Parallel()
-	schema := testdb.NewSchema(t)
-	r := invoke(t, "--database-url="+testdb.URL(), "--schema="+schema, "status")
+	schema := testenv.NewDBWith(t, testenv.DBConfig{SkipMigrations: true}).Schema
+	r := invoke(t, "--database-url="+testenv.DatabaseURL(), "--schema="+schema, "status")
 	if r.code != 1 || !strings.Contains(r.stderr, "relay migrate") {
 		t.Fatalf("want a failure telling to migrate, got %d %s", r.code, r.stderr)
 	}
@@ -113,7 +113,7 @@ func TestStatusOnUnmigratedSchema(t *testing.T) {
 
 func TestStatusCommand(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	seed(t, db,
 		testEvent("a1", "ordering", "orders", k("o1")),
 		testEvent("a2", "ordering", "orders", k("o2")),
@@ -130,7 +130,7 @@ func TestStatusCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r := invoke(t, "--database-url="+testdb.URL(), "--schema="+db.Schema, "status", "--json")
+	r := invoke(t, "--database-url="+testenv.DatabaseURL(), "--schema="+db.Schema, "status", "--json")
 	if r.code != 0 {
 		t.Fatalf("status --json: %d %s", r.code, r.stderr)
 	}
@@ -150,7 +150,7 @@ func TestStatusCommand(t *testing.T) {
 		t.Fatalf("oldest pending age: %v", st.OldestPendingAgeSeconds)
 	}
 
-	r = invoke(t, "--database-url="+testdb.URL(), "--schema="+db.Schema, "status")
+	r = invoke(t, "--database-url="+testenv.DatabaseURL(), "--schema="+db.Schema, "status")
 	if r.code != 0 {
 		t.Fatalf("status: %d %s", r.code, r.stderr)
 	}
@@ -164,8 +164,8 @@ func TestStatusCommand(t *testing.T) {
 
 func TestStatusEmptyOutbox(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	r := invoke(t, "--database-url="+testdb.URL(), "--schema="+db.Schema, "status", "--json")
+	db := testenv.NewDB(t)
+	r := invoke(t, "--database-url="+testenv.DatabaseURL(), "--schema="+db.Schema, "status", "--json")
 	var st outboxStatus
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &st) != nil {
 		t.Fatalf("%d %s %s", r.code, r.stdout, r.stderr)
@@ -177,7 +177,7 @@ func TestStatusEmptyOutbox(t *testing.T) {
 
 func TestDeadListAndRequeue(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	ids := seed(t, db,
 		testEvent("d1", "ordering", "orders", k("o1")),
 		testEvent("d2", "ordering", "orders", k("o2")),
@@ -189,7 +189,7 @@ func TestDeadListAndRequeue(t *testing.T) {
 	setStatus(t, db, "dead", "kafka: NOT_ENOUGH_REPLICAS after 10 attempts", "d1", "d2", "d3")
 	setStatus(t, db, "rejected", "record too large", "d4")
 	setStatus(t, db, "sent", "", "s1")
-	base := []string{"--database-url=" + testdb.URL(), "--schema=" + db.Schema}
+	base := []string{"--database-url=" + testenv.DatabaseURL(), "--schema=" + db.Schema}
 	run := func(args ...string) result { return invoke(t, append(base, args...)...) }
 
 	r := run("dead", "list")
@@ -297,7 +297,7 @@ func TestDeadListAndRequeue(t *testing.T) {
 // Selection and confirmation never come from the environment: KEIRO_RELAY_ALL, _YES, _SOURCE
 // and _DESTINATION are ignored by dead requeue. (Not parallel: it sets the process environment.)
 func TestRequeueIgnoresSelectionFromTheEnvironment(t *testing.T) {
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	seed(t, db, testEvent("d1", "ordering", "orders", k("o1")))
 	setStatus(t, db, "dead", "boom", "d1")
 	t.Setenv("KEIRO_RELAY_ALL", "1")
@@ -305,11 +305,11 @@ func TestRequeueIgnoresSelectionFromTheEnvironment(t *testing.T) {
 	t.Setenv("KEIRO_RELAY_SOURCE", "ordering")
 	t.Setenv("KEIRO_RELAY_DESTINATION", "orders")
 	t.Setenv("KEIRO_RELAY_DRY_RUN", "true")
-	r := invoke(t, "--database-url="+testdb.URL(), "--schema="+db.Schema, "dead", "requeue")
+	r := invoke(t, "--database-url="+testenv.DatabaseURL(), "--schema="+db.Schema, "dead", "requeue")
 	if r.code != 2 || !strings.Contains(r.stderr, "say which rows") {
 		t.Fatalf("requeue with KEIRO_RELAY_ALL/YES/SOURCE set: %d\n%s", r.code, r.stderr)
 	}
-	r = invoke(t, "--database-url="+testdb.URL(), "--schema="+db.Schema, "dead", "requeue", "--all")
+	r = invoke(t, "--database-url="+testenv.DatabaseURL(), "--schema="+db.Schema, "dead", "requeue", "--all")
 	if r.code != 2 || !strings.Contains(r.stderr, "add --yes to confirm") {
 		t.Fatalf("requeue --all with KEIRO_RELAY_YES set: %d\n%s", r.code, r.stderr)
 	}
@@ -321,11 +321,11 @@ func TestRequeueIgnoresSelectionFromTheEnvironment(t *testing.T) {
 // A requeue wakes listening relays through the outbox's NOTIFY channel.
 func TestRequeueNotifies(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	seed(t, db, testEvent("n1", "ordering", "orders", k("o1")))
 	setStatus(t, db, "dead", "x", "n1")
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, testdb.URL())
+	conn, err := pgx.Connect(ctx, testenv.DatabaseURL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +333,7 @@ func TestRequeueNotifies(t *testing.T) {
 	if _, err := conn.Exec(ctx, fmt.Sprintf(`LISTEN "%s.keiro_outbox"`, db.Schema)); err != nil {
 		t.Fatal(err)
 	}
-	if r := invoke(t, "--database-url="+testdb.URL(), "--schema="+db.Schema, "dead", "requeue", "--all", "--yes"); r.code != 0 {
+	if r := invoke(t, "--database-url="+testenv.DatabaseURL(), "--schema="+db.Schema, "dead", "requeue", "--all", "--yes"); r.code != 0 {
 		t.Fatalf("requeue: %d %s", r.code, r.stderr)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -5,22 +5,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // BenchmarkBinaryStartStop measures the relay binary's time from exec to "relay running" (schema
 // checked, pool and client built, HTTP bound) and from SIGTERM to exit when idle, next to its
 // limit, --shutdown-timeout. Run: go test ./cmd/relay -run XXX -bench BinaryStartStop -benchtime 20x
 func BenchmarkBinaryStartStop(b *testing.B) {
-	db := testdb.New(b)
-	kc := testkafka.New(b)
+	db := testenv.NewDB(b)
+	kc := testenv.NewKafka(b)
 	const shutdownTimeout = 10 * time.Second
 	relayBinary(b)
 	var startup, stop time.Duration
 	for b.Loop() {
 		began := time.Now()
-		p := start(b, nil, "--database-url="+testdb.URL(), "--schema="+db.Schema, "--brokers="+kc.Brokers[0],
+		p := start(b, nil, "--database-url="+testenv.DatabaseURL(), "--schema="+db.Schema, "--brokers="+kc.Seeds[0],
 			"--http-addr=127.0.0.1:0", "--shutdown-timeout="+shutdownTimeout.String())
 		p.waitLine(b, regexpMust(`relay running`), 30*time.Second)
 		startup += time.Since(began)

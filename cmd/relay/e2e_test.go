@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -24,8 +25,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -157,15 +157,15 @@ var listening = regexp.MustCompile(`http server listening.*addr"?[=:]"?([0-9.]+:
 // kfake cluster, sees enqueued rows on Kafka, checks the HTTP endpoints, and stops it with
 // SIGTERM: exit 0 within --shutdown-timeout.
 func TestEndToEnd(t *testing.T) {
-	schema := testdb.NewSchema(t)
-	kc := testkafka.New(t)
+	schema := testenv.NewDBWith(t, testenv.DBConfig{SkipMigrations: true}).Schema
+	kc := testenv.NewKafka(t)
 	kc.CreateTopic(t, "orders", 3)
 	const shutdownTimeout = 5 * time.Second
-	dsn, password := withPassword(t, testdb.URL())
+	dsn, password := withPassword(t, testenv.DatabaseURL())
 	p := start(t, []string{
 		"KEIRO_RELAY_DATABASE_URL=" + dsn,
 		"KEIRO_RELAY_SCHEMA=" + schema,
-		"KEIRO_RELAY_BROKERS=" + strings.Join(kc.Brokers, ","),
+		"KEIRO_RELAY_BROKERS=" + strings.Join(kc.Seeds, ","),
 		"KEIRO_RELAY_HTTP_ADDR=127.0.0.1:0",
 		"KEIRO_RELAY_MIGRATE=true",
 		"OTEL_SERVICE_NAME=relay-e2e",
@@ -193,7 +193,7 @@ func TestEndToEnd(t *testing.T) {
 
 	// Enqueue in a business transaction; the relay publishes.
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, testdb.URL())
+	pool, err := pgxpool.New(ctx, testenv.DatabaseURL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestEndToEnd(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	recs := kc.ConsumeAll(t, n, 30*time.Second, "orders")
+	recs := kc.ConsumeRecords(t, n, 30*time.Second, "orders")
 	if len(recs) != n {
 		t.Fatalf("consumed %d of %d records", len(recs), n)
 	}
@@ -267,7 +267,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("the database password is printed, or the URL not logged redacted:\n%s", out)
 	}
 	// Every acknowledged row was marked sent before the process exited.
-	r := invoke(t, "--database-url="+testdb.URL(), "--schema="+schema, "status", "--json")
+	r := invoke(t, "--database-url="+testenv.DatabaseURL(), "--schema="+schema, "status", "--json")
 	var status outboxStatus
 	if err := json.Unmarshal([]byte(r.stdout), &status); err != nil || status.Totals["sent"] != n || status.Backlog != 0 {
 		t.Fatalf("after shutdown: %+v %v %s", status, err, r.stderr)
@@ -300,11 +300,11 @@ func headersOf(hs []kgo.RecordHeader) []envelope.Header {
 
 // The relay refuses to start on an unmigrated schema without --migrate, and says what to do.
 func TestRunRefusesUnmigratedSchema(t *testing.T) {
-	schema := testdb.NewSchema(t)
-	kc := testkafka.New(t)
-	p := start(t, nil, "--database-url="+testdb.URL(), "--schema="+schema, "--brokers="+kc.Brokers[0], "--http-addr=")
+	schema := testenv.NewDBWith(t, testenv.DBConfig{SkipMigrations: true}).Schema
+	kc := testenv.NewKafka(t)
+	p := start(t, nil, "--database-url="+testenv.DatabaseURL(), "--schema="+schema, "--brokers="+kc.Seeds[0], "--http-addr=")
 	<-p.done
-	if ee, ok := p.err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+	if ee := (*exec.ExitError)(nil); !errors.As(p.err, &ee) || ee.ExitCode() != 1 {
 		t.Fatalf("want exit 1, got %v", p.err)
 	}
 	if !strings.Contains(p.output(), "run `relay migrate` or start with --migrate") {
@@ -316,7 +316,7 @@ func TestRunRefusesUnmigratedSchema(t *testing.T) {
 func TestBinaryConfigErrors(t *testing.T) {
 	p := start(t, []string{"KEIRO_RELAY_BATCH_SIZE=0"}, "--policy=nope")
 	<-p.done
-	if ee, ok := p.err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+	if ee := (*exec.ExitError)(nil); !errors.As(p.err, &ee) || ee.ExitCode() != 2 {
 		t.Fatalf("want exit 2, got %v", p.err)
 	}
 	for _, want := range []string{"--database-url: is required", "--brokers: is required", "--batch-size: must be at least 1", `--policy: unknown policy "nope"`} {
@@ -329,14 +329,14 @@ func TestBinaryConfigErrors(t *testing.T) {
 // /readyz names the dependency that is down: here Kafka (nothing listens at the broker address),
 // while PostgreSQL is fine; /healthz stays 200.
 func TestReadyzNamesFailingKafka(t *testing.T) {
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	deadBroker := ln.Addr().String()
 	ln.Close()
-	p := start(t, nil, "--database-url="+testdb.URL(), "--schema="+db.Schema, "--brokers="+deadBroker,
+	p := start(t, nil, "--database-url="+testenv.DatabaseURL(), "--schema="+db.Schema, "--brokers="+deadBroker,
 		"--http-addr=127.0.0.1:0", "--shutdown-timeout=3s")
 	base := "http://" + p.waitLine(t, listening, 30*time.Second)[1]
 	code, body := httpGet(t, base+"/readyz")
@@ -359,8 +359,8 @@ func TestReadyzNamesFailingKafka(t *testing.T) {
 // every request until a token is set, then require it; /metrics and /healthz stay open and
 // the token is never printed.
 func TestAdminNeedsATokenOffLoopback(t *testing.T) {
-	db := testdb.New(t)
-	kc := testkafka.New(t)
+	db := testenv.NewDB(t)
+	kc := testenv.NewKafka(t)
 	get := func(url, bearer string) int {
 		req, err := http.NewRequest(http.MethodGet, url, nil)
 		if err != nil {
@@ -376,7 +376,7 @@ func TestAdminNeedsATokenOffLoopback(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	args := []string{"--database-url=" + testdb.URL(), "--schema=" + db.Schema, "--brokers=" + kc.Brokers[0],
+	args := []string{"--database-url=" + testenv.DatabaseURL(), "--schema=" + db.Schema, "--brokers=" + kc.Seeds[0],
 		"--http-addr=0.0.0.0:0", "--shutdown-timeout=3s"}
 	local := func(p *process) string {
 		addr := p.waitLine(t, regexp.MustCompile(`http server listening.*addr=(\S+)`), 30*time.Second)[1]
@@ -427,11 +427,11 @@ func TestAdminNeedsATokenOffLoopback(t *testing.T) {
 
 // A bad OTEL_* variable is a configuration error (exit 2) naming the variable.
 func TestBadOTelEnvIsAUsageError(t *testing.T) {
-	db := testdb.New(t)
-	p := start(t, []string{"OTEL_TRACES_SAMPLER=sometimes"}, "--database-url="+testdb.URL(), "--schema="+db.Schema,
+	db := testenv.NewDB(t)
+	p := start(t, []string{"OTEL_TRACES_SAMPLER=sometimes"}, "--database-url="+testenv.DatabaseURL(), "--schema="+db.Schema,
 		"--brokers=127.0.0.1:1", "--http-addr=")
 	<-p.done
-	if ee, ok := p.err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+	if ee := (*exec.ExitError)(nil); !errors.As(p.err, &ee) || ee.ExitCode() != 2 {
 		t.Fatalf("want exit 2, got %v\n%s", p.err, p.output())
 	}
 	if !strings.Contains(p.output(), "OTEL_TRACES_SAMPLER") {

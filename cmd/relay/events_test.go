@@ -11,14 +11,14 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/keiro-go/keiro/events"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // TestEventsDeadListAndReplay: a subscription dead-letters a poison event; `relay events dead
 // list` shows it, `relay events dead replay` makes the running subscription deliver it again.
 func TestEventsDeadListAndReplay(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	ctx := context.Background()
 	store, err := events.NewStore(events.StoreConfig{Schema: db.Schema})
 	if err != nil {
@@ -51,11 +51,11 @@ func TestEventsDeadListAndReplay(t *testing.T) {
 	rctx, cancel := context.WithCancel(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- sub.Run(rctx) }()
-	defer func() { cancel(); <-errc }()
+	defer func() { cancel(); <-errc }() //nolint:errcheck // Run returns the cancellation
 	for p := int64(0); p < 3; p = <-commits {
 	}
 
-	base := []string{"--database-url=" + testdb.URL(), "--schema=" + db.Schema}
+	base := []string{"--database-url=" + testenv.DatabaseURL(), "--schema=" + db.Schema}
 	run := func(args ...string) result { return invoke(t, append(base, args...)...) }
 	r := run("events", "dead", "list")
 	if r.code != 0 || !strings.Contains(r.stdout, "no rule for Poison") || !strings.Contains(r.stdout, "ledger-1@2") {

@@ -5,10 +5,10 @@ import (
 	"context"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // result is what one in-process invocation of the relay's command line produced.
 type result struct {

@@ -6,8 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -15,9 +14,9 @@ import (
 // source declared warns that its order is not commit order.
 func TestRunDeclaresOrderedSources(t *testing.T) {
 	t.Parallel()
-	kc := testkafka.New(t)
-	db := testdb.New(t)
-	p := start(t, nil, "--database-url="+testdb.URL(), "--schema="+db.Schema, "--brokers="+kc.Brokers[0],
+	kc := testenv.NewKafka(t)
+	db := testenv.NewDB(t)
+	p := start(t, nil, "--database-url="+testenv.DatabaseURL(), "--schema="+db.Schema, "--brokers="+kc.Seeds[0],
 		"--http-addr=", "--policy=per-source", "--ordered-sources=ledger,audit")
 	p.waitLine(t, regexpMust(`per-source ordered sources.*audit.*ledger`), 30*time.Second)
 	st, err := outbox.NewStore(db.Schema)
@@ -29,8 +28,8 @@ func TestRunDeclaresOrderedSources(t *testing.T) {
 		t.Fatalf("declared sources %q (err %v)", got, err)
 	}
 
-	bare := testdb.New(t)
-	p = start(t, nil, "--database-url="+testdb.URL(), "--schema="+bare.Schema, "--brokers="+kc.Brokers[0],
+	bare := testenv.NewDB(t)
+	p = start(t, nil, "--database-url="+testenv.DatabaseURL(), "--schema="+bare.Schema, "--brokers="+kc.Seeds[0],
 		"--http-addr=", "--policy=per-source")
 	p.waitLine(t, regexpMust(`no source is declared ordered`), 30*time.Second)
 }

@@ -7,14 +7,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // TestRowsListAndStuck: `relay rows list` filters and pages in seq order; `relay rows stuck`
 // shows the rows claimed longer ago than --older-than; both print JSON lines with --json.
 func TestRowsListAndStuck(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	ids := seed(t, db,
 		testEvent("r1", "ordering", "orders", k("o1")),
 		testEvent("r2", "ordering", "orders", k("o2")),
@@ -25,7 +25,7 @@ func TestRowsListAndStuck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := []string{"--database-url=" + testdb.URL(), "--schema=" + db.Schema}
+	base := []string{"--database-url=" + testenv.DatabaseURL(), "--schema=" + db.Schema}
 	run := func(args ...string) result { return invoke(t, append(base, args...)...) }
 
 	r := run("rows", "list")

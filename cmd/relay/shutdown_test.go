@@ -16,8 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -25,22 +24,22 @@ import (
 // SIGTERM arrives. The relay stops waiting within --shutdown-timeout, releases the claimed rows
 // back to pending without using an attempt, and exits 0.
 func TestShutdownReleasesInFlightRows(t *testing.T) {
-	db := testdb.New(t)
-	kc := testkafka.New(t)
+	db := testenv.NewDB(t)
+	kc := testenv.NewKafka(t)
 	kc.CreateTopic(t, "orders", 1)
 
 	produceSeen := make(chan struct{})
 	release := make(chan struct{})
 	var once sync.Once
-	kc.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-		kc.KeepControl()
+	kc.Cluster.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kc.Cluster.KeepControl()
 		once.Do(func() { close(produceSeen) })
-		kc.SleepControl(func() { <-release }) // the broker hangs
+		kc.Cluster.SleepControl(func() { <-release }) // the broker hangs
 		return nil, nil, false
 	})
 
 	const shutdownTimeout = 4 * time.Second
-	p := start(t, nil, "--database-url="+testdb.URL(), "--schema="+db.Schema, "--brokers="+kc.Brokers[0],
+	p := start(t, nil, "--database-url="+testenv.DatabaseURL(), "--schema="+db.Schema, "--brokers="+kc.Seeds[0],
 		"--http-addr=127.0.0.1:0", "--poll-interval=100ms", "--shutdown-timeout="+shutdownTimeout.String())
 	base := "http://" + p.waitLine(t, listening, 30*time.Second)[1]
 	p.waitLine(t, regexpMust(`relay running`), 30*time.Second)
@@ -124,7 +123,7 @@ func TestShutdownReleasesInFlightRows(t *testing.T) {
 	}
 
 	close(release) // the broker answers again
-	p2 := start(t, nil, "--database-url="+testdb.URL(), "--schema="+db.Schema, "--brokers="+kc.Brokers[0],
+	p2 := start(t, nil, "--database-url="+testenv.DatabaseURL(), "--schema="+db.Schema, "--brokers="+kc.Seeds[0],
 		"--http-addr=", "--poll-interval=100ms", "--shutdown-timeout="+shutdownTimeout.String())
 	p2.waitLine(t, regexpMust(`relay running`), 30*time.Second)
 	want := map[string]bool{}
@@ -156,9 +155,9 @@ func TestShutdownReleasesInFlightRows(t *testing.T) {
 
 // consumeIDs reads topic from the start until every message id in want was seen (duplicates
 // are allowed: delivery is at least once).
-func consumeIDs(t *testing.T, kc *testkafka.Cluster, topic string, want map[string]bool, timeout time.Duration) {
+func consumeIDs(t *testing.T, kc *testenv.Kafka, topic string, want map[string]bool, timeout time.Duration) {
 	t.Helper()
-	cl := kc.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	cl := kc.NewClient(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	missing := maps.Clone(want)

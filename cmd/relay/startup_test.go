@@ -10,14 +10,14 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/keiro-go/keiro/internal/cli"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // tablesIn counts the tables of schema: 0 means no migration ran.
 func tablesIn(t *testing.T, schema string) int {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, testdb.URL())
+	conn, err := pgx.Connect(ctx, testenv.DatabaseURL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func errorLines(stderr string) []string {
 // A broker address that is not host:port is a configuration error (exit 2), reported with the
 // rest of the configuration before the relay touches the database: --migrate has not run.
 func TestBadBrokerAddressExitsBeforeMigrating(t *testing.T) {
-	schema := testdb.NewSchema(t)
+	schema := testenv.NewDBWith(t, testenv.DBConfig{SkipMigrations: true}).Schema
 	for _, tc := range []struct{ brokers, want string }{
 		{"127.0.0.1:kafka", `--brokers: "127.0.0.1:kafka" is not host:port: port "kafka" is not a number from 1 to 65535`},
 		{"k1:9092,:9092", `--brokers: ":9092" is not host:port: the host is missing`},
@@ -51,7 +51,7 @@ func TestBadBrokerAddressExitsBeforeMigrating(t *testing.T) {
 		{"k1:9092,k2", `--brokers: "k2" is not host:port: the port is missing`},
 		{"::1:9092", `--brokers: "::1:9092" is not host:port: too many colons in address (an IPv6 address is written [addr]:port)`},
 	} {
-		r := invoke(t, "--database-url="+testdb.URL(), "--schema="+schema, "--brokers="+tc.brokers,
+		r := invoke(t, "--database-url="+testenv.DatabaseURL(), "--schema="+schema, "--brokers="+tc.brokers,
 			"--migrate", "--http-addr=", "--batch-size=0")
 		if r.code != cli.ExitUsage {
 			t.Fatalf("--brokers=%s: exit %d, want %d\n%s", tc.brokers, r.code, cli.ExitUsage, r.stderr)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // benchSeq numbers benchmark messages, unique across runs of -count.
@@ -36,7 +36,7 @@ func BenchmarkDocument(b *testing.B) {
 // (inbox row + function call + commit) with its limit: a raw INSERT of the same effect row
 // and COMMIT per message, on the same database.
 func BenchmarkSQLMode(b *testing.B) {
-	db := testdb.New(b)
+	db := testenv.NewDB(b)
 	_, err := db.Pool.Exec(context.Background(), fmt.Sprintf(`
 CREATE TABLE %[1]s.effects (message_id text NOT NULL, amount int NOT NULL);
 CREATE FUNCTION %[1]s.apply_event(doc jsonb) RETURNS void LANGUAGE sql AS $$
@@ -132,7 +132,7 @@ func BenchmarkHTTPMode(b *testing.B) {
 // one multi-row INSERT of the same 100 effect rows and a commit.
 func BenchmarkSQLModeBatch(b *testing.B) {
 	const batch = 100
-	db := testdb.New(b)
+	db := testenv.NewDB(b)
 	_, err := db.Pool.Exec(context.Background(), fmt.Sprintf(`
 CREATE TABLE %[1]s.effects (message_id text NOT NULL, amount int NOT NULL);
 CREATE FUNCTION %[1]s.apply_event(doc jsonb) RETURNS void LANGUAGE sql AS $$

@@ -10,10 +10,10 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
-func newStore(t *testing.T, db *testdb.DB, maxAttempts int) *inbox.Store {
+func newStore(t *testing.T, db *testenv.DB, maxAttempts int) *inbox.Store {
 	t.Helper()
 	s, err := inbox.NewStore(inbox.StoreConfig{Schema: db.Schema, Consumer: "billing", MaxAttempts: maxAttempts})
 	require.NoError(t, err)
@@ -22,7 +22,7 @@ func newStore(t *testing.T, db *testdb.DB, maxAttempts int) *inbox.Store {
 
 func TestSQLEffectsExactlyOnceThroughInbox(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	effectsFixture(t, db)
 	h, err := NewSQL(SQLConfig{Function: db.Schema + ".apply_event"})
 	require.NoError(t, err)
@@ -82,7 +82,7 @@ func TestSQLEffectsExactlyOnceThroughInbox(t *testing.T) {
 
 func TestHTTPThroughInboxCallsServiceOnce(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	var calls atomic.Int32
 	srv, seen := newServer(t, func(w http.ResponseWriter, _ *http.Request) {
 		if calls.Add(1) == 1 {
@@ -109,7 +109,7 @@ func TestHTTPThroughInboxCallsServiceOnce(t *testing.T) {
 
 func TestSQLBatchThroughInbox(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	effectsFixture(t, db)
 	h, err := NewSQL(SQLConfig{Function: db.Schema + ".apply_event"})
 	require.NoError(t, err)
@@ -153,7 +153,7 @@ func TestSQLBatchThroughInbox(t *testing.T) {
 
 func TestSQLHandleBatchClassifiesTheFailingCall(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	effectsFixture(t, db)
 	h, err := NewSQL(SQLConfig{Function: db.Schema + ".apply_event"})
 	require.NoError(t, err)
@@ -183,7 +183,7 @@ func TestSQLHandleBatchClassifiesTheFailingCall(t *testing.T) {
 // the message is processed.
 func TestSQLMissingFunctionIsAnOutage(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	h, err := NewSQL(SQLConfig{Function: db.Schema + ".apply_event"})
 	require.NoError(t, err)
 	store := newStore(t, db, 1)

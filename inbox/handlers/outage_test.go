@@ -17,8 +17,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // outageDuration is how long TestHTTPTargetOutageUsesNoAttempt keeps the target down:
@@ -42,8 +41,8 @@ func TestHTTPTargetOutageUsesNoAttempt(t *testing.T) {
 }
 
 func testHTTPTargetOutage(t *testing.T, down time.Duration) {
-	db := testdb.New(t)
-	kc := testkafka.New(t)
+	db := testenv.NewDB(t)
+	kc := testenv.NewKafka(t)
 	const topic, n = "billing.outage.v1", 20
 	kc.CreateTopic(t, topic, 1) // one partition: requests are sequential, so gaps are measurable
 	kc.CreateTopic(t, topic+".dlq", 1)
@@ -66,7 +65,7 @@ func testHTTPTargetOutage(t *testing.T, down time.Duration) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	require.NoError(t, kc.Client(t).ProduceSync(ctx, recs...).FirstErr())
+	require.NoError(t, kc.NewClient(t).ProduceSync(ctx, recs...).FirstErr())
 
 	h := newHTTP(t, "http://"+addr, func(c *HTTPConfig) { c.Timeout = 2 * time.Second })
 	t.Cleanup(h.CloseIdleConnections)
@@ -77,9 +76,9 @@ func testHTTPTargetOutage(t *testing.T, down time.Duration) {
 	)
 	allCommitted := make(chan struct{})
 	c, err := inbox.NewConsumer(db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: "billing", Topics: []string{topic}, BatchSize: 1,
+		Brokers: kc.Seeds, Group: "billing", Topics: []string{topic}, BatchSize: 1,
 		Store:  inbox.StoreConfig{Schema: db.Schema, Consumer: "billing", MaxAttempts: 2},
-		Retry:  inbox.Retry{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond},
+		Retry:  inbox.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond},
 		Logger: slog.New(slog.DiscardHandler),
 		KafkaOpts: []kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())},

@@ -12,14 +12,14 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // effectsFixture creates, in the test schema, a table of effects and a function apply_event
 // that inserts one row per document, raises a serialization failure for payload
 // {"mode":"transient"}, a foreign-key violation for {"mode":"missing-parent"},
 // KP001 for {"mode":"poison"}, and a class 22 error when "amount" is not a number.
-func effectsFixture(t *testing.T, db *testdb.DB) {
+func effectsFixture(t *testing.T, db *testenv.DB) {
 	t.Helper()
 	_, err := db.Pool.Exec(context.Background(), fmt.Sprintf(`
 CREATE TABLE %[1]s.effects (message_id text PRIMARY KEY, amount int NOT NULL, doc jsonb NOT NULL);
@@ -39,7 +39,7 @@ END $$;`, db.Schema))
 	require.NoError(t, err)
 }
 
-func runInTx(t *testing.T, db *testdb.DB, h *SQL, ev envelope.Event) error {
+func runInTx(t *testing.T, db *testenv.DB, h *SQL, ev envelope.Event) error {
 	t.Helper()
 	var herr error
 	err := pgx.BeginFunc(context.Background(), db.Pool, func(tx pgx.Tx) error {
@@ -55,7 +55,7 @@ func runInTx(t *testing.T, db *testdb.DB, h *SQL, ev envelope.Event) error {
 
 func TestSQLCallsFunctionInTransaction(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	effectsFixture(t, db)
 	h, err := NewSQL(SQLConfig{Function: db.Schema + ".apply_event"})
 	require.NoError(t, err)
@@ -85,7 +85,7 @@ func TestSQLCallsFunctionInTransaction(t *testing.T) {
 
 func TestSQLErrorClassification(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	effectsFixture(t, db)
 	h, err := NewSQL(SQLConfig{Function: db.Schema + ".apply_event"})
 	require.NoError(t, err)
@@ -123,7 +123,7 @@ func TestSQLErrorClassification(t *testing.T) {
 
 func TestSQLMissingFunctionIsRetryable(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	h, err := NewSQL(SQLConfig{Function: db.Schema + ".not_there"})
 	require.NoError(t, err)
 	err = runInTx(t, db, h, testEvent())

@@ -141,7 +141,7 @@ func (a App) printError(err error) {
 func errorLines(err error) []string {
 	var lines []string
 	var joined interface{ Unwrap() []error }
-	if errors.As(err, &joined) && err == joined.(error) {
+	if errors.As(err, &joined) && err == joined.(error) { //nolint:errorlint // identity: only a top-level join is split
 		for _, e := range joined.Unwrap() {
 			lines = append(lines, e.Error())
 		}

@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 
 	"github.com/keiro-go/keiro/internal/httpserver"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 func get(t *testing.T, h http.Handler, path string) (int, string) {
 	t.Helper()

@@ -252,7 +252,7 @@ func (c *Cluster) WaitReady(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("kafkabroker: the cluster did not answer within %s: %v\n%s", c.cfg.StartTimeout, last, c.logs())
+			return fmt.Errorf("kafkabroker: the cluster did not answer within %s: %w\n%s", c.cfg.StartTimeout, last, c.logs())
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -306,7 +306,7 @@ func (c *Cluster) exited() error {
 		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("kafkabroker: node %d exited: %v\n%s", n.ID, p.err, n.logTail(30))
+			return fmt.Errorf("kafkabroker: node %d exited: %w\n%s", n.ID, p.err, n.logTail(30))
 		default:
 		}
 	}
@@ -539,7 +539,7 @@ func (n *Node) Restart(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("kafkabroker: node %d did not answer within %s after its restart: %v\n%s", n.ID, n.timeout, err, n.logTail(30))
+			return fmt.Errorf("kafkabroker: node %d did not answer within %s after its restart: %w\n%s", n.ID, n.timeout, err, n.logTail(30))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

@@ -12,14 +12,13 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.uber.org/goleak"
 
 	"github.com/keiro-go/keiro/internal/cli"
 	"github.com/keiro-go/keiro/internal/kafkaconfig"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 func ping(t *testing.T, cfg kafkaconfig.Config) error {
 	t.Helper()
@@ -39,14 +38,15 @@ func ping(t *testing.T, cfg kafkaconfig.Config) error {
 
 func TestTLSHandshakeAgainstKfake(t *testing.T) {
 	p := newPKI(t)
-	c := testkafka.New(t, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{p.server}, MinVersion: tls.VersionTLS12}))
+	c := testenv.NewKafkaWith(t, testenv.KafkaConfig{ClusterOpts: []kfake.Opt{
+		kfake.TLS(&tls.Config{Certificates: []tls.Certificate{p.server}, MinVersion: tls.VersionTLS12})}})
 
-	ok := kafkaconfig.Config{Brokers: c.Brokers, ClientID: "kc-test", TLS: kafkaconfig.TLS{Enabled: true, CAFile: p.caFile}}
+	ok := kafkaconfig.Config{Brokers: c.Seeds, ClientID: "kc-test", TLS: kafkaconfig.TLS{Enabled: true, CAFile: p.caFile}}
 	if err := ping(t, ok); err != nil {
 		t.Fatalf("TLS with our CA must connect: %v", err)
 	}
 	// The system pool does not trust the throwaway CA: the handshake must fail.
-	untrusted := kafkaconfig.Config{Brokers: c.Brokers, TLS: kafkaconfig.TLS{Enabled: true}}
+	untrusted := kafkaconfig.Config{Brokers: c.Seeds, TLS: kafkaconfig.TLS{Enabled: true}}
 	if err := ping(t, untrusted); err == nil {
 		t.Fatal("TLS without the CA must fail verification")
 	}
@@ -65,13 +65,13 @@ func TestTLSHandshakeAgainstKfake(t *testing.T) {
 
 func TestMutualTLS(t *testing.T) {
 	p := newPKI(t)
-	c := testkafka.New(t, kfake.TLS(&tls.Config{
+	c := testenv.NewKafkaWith(t, testenv.KafkaConfig{ClusterOpts: []kfake.Opt{kfake.TLS(&tls.Config{
 		Certificates: []tls.Certificate{p.server},
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 		ClientCAs:    p.caPool,
 		MinVersion:   tls.VersionTLS12,
-	}))
-	noCert := kafkaconfig.Config{Brokers: c.Brokers, TLS: kafkaconfig.TLS{Enabled: true, CAFile: p.caFile}}
+	})}})
+	noCert := kafkaconfig.Config{Brokers: c.Seeds, TLS: kafkaconfig.TLS{Enabled: true, CAFile: p.caFile}}
 	if err := ping(t, noCert); err == nil {
 		t.Fatal("a broker requiring client certificates must refuse a client without one")
 	}
@@ -85,8 +85,8 @@ func TestMutualTLS(t *testing.T) {
 func TestSASLAgainstKfake(t *testing.T) {
 	for _, mech := range []string{kafkaconfig.MechanismPlain, kafkaconfig.MechanismScramSHA256, kafkaconfig.MechanismScramSHA512} {
 		t.Run(mech, func(t *testing.T) {
-			c := testkafka.New(t, kfake.EnableSASL(), kfake.Superuser(mech, "keiro", "s3cret"))
-			good := kafkaconfig.Config{Brokers: c.Brokers, SASL: kafkaconfig.SASL{Mechanism: strings.ToLower(mech), Username: "keiro", Password: "s3cret"}}
+			c := testenv.NewKafkaWith(t, testenv.KafkaConfig{ClusterOpts: []kfake.Opt{kfake.EnableSASL(), kfake.Superuser(mech, "keiro", "s3cret")}})
+			good := kafkaconfig.Config{Brokers: c.Seeds, SASL: kafkaconfig.SASL{Mechanism: strings.ToLower(mech), Username: "keiro", Password: "s3cret"}}
 			if err := ping(t, good); err != nil {
 				t.Fatalf("%s with the right password: %v", mech, err)
 			}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/pgconfig"
-	"github.com/keiro-go/keiro/internal/testdb"
 	"github.com/keiro-go/keiro/internal/testpgbouncer"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // interleave runs, through PgBouncer in transaction mode, a statement on c1, then holds that
@@ -99,7 +99,7 @@ func TestEnvelopeUUIDThroughPgx(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	for _, o := range []pgconfig.Options{{}, {PgBouncer: true}} {
-		cfg, err := o.ParseConn(testdb.URL())
+		cfg, err := o.ParseConn(testenv.DatabaseURL())
 		require.NoError(t, err)
 		conn, err := pgx.ConnectConfig(ctx, cfg)
 		require.NoError(t, err)

@@ -12,13 +12,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/keiro-go/keiro/keirotest/testenv"
+
 	"github.com/keiro-go/keiro/internal/schemacli"
 	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 const v1 = `{"type":"record","name":"OrderPlaced","namespace":"com.acme","fields":[{"name":"id","type":"string"}]}`
 
@@ -52,7 +53,9 @@ func newFake(t *testing.T, opts ...srfake.Option) (*srfake.Registry, string) {
 
 func TestRegister(t *testing.T) {
 	fake, url := newFake(t)
-	fake.RegisterSchema("other-value", sr.Schema{Schema: `"string"`}) // so that ours is id 2
+	if _, _, err := fake.RegisterSchema("other-value", sr.Schema{Schema: `"string"`}); err != nil { // so that ours is id 2
+		t.Fatal(err)
+	}
 	file := schemaFile(t, v1)
 	r := run("register", "orders.v1-value", file, "--registry-url", url)
 	if r.code != 0 {
@@ -110,7 +113,9 @@ func TestCheck(t *testing.T) {
 		t.Fatalf("new subject: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
 	fake.ClearInterceptors()
-	fake.RegisterSchema("orders.v1-value", sr.Schema{Schema: v1})
+	if _, _, err := fake.RegisterSchema("orders.v1-value", sr.Schema{Schema: v1}); err != nil {
+		t.Fatal(err)
+	}
 	if r := run("check", "orders.v1-value", file, "--registry-url", url); r.code != 0 || !strings.HasPrefix(r.stdout, "compatible") {
 		t.Fatalf("compatible: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}

@@ -4,7 +4,6 @@
 package testkafka
 
 import (
-	"os"
 	"testing"
 	"time"
 
@@ -43,23 +42,14 @@ func NewReal(t testing.TB) *Cluster {
 	return &Cluster{Brokers: k.Seeds, kit: k}
 }
 
-// BenchEnv names the environment variable that runs the benchmarks on a real broker:
-// KEIRO_BENCH_KAFKA=real.
-const BenchEnv = "KEIRO_BENCH_KAFKA"
+// BenchEnv names the environment variable that runs the benchmarks on a real broker
+// (testenv.BenchKafkaEnv).
+const BenchEnv = testenv.BenchKafkaEnv
 
-// ForBench is the broker a benchmark runs on: kfake (New), or the real Apache Kafka broker
-// (NewReal) when KEIRO_BENCH_KAFKA=real, so that the same benchmark gives both figures.
+// ForBench is the broker a benchmark runs on (testenv.BenchKafka).
 func ForBench(b *testing.B) *Cluster {
 	b.Helper()
-	switch v := os.Getenv(BenchEnv); v {
-	case "", "kfake":
-		return New(b)
-	case "real", "kafka":
-		return NewReal(b)
-	default:
-		b.Fatalf("%s=%q: want kfake or real", BenchEnv, v)
-		return nil
-	}
+	return From(testenv.BenchKafka(b, testenv.KafkaConfig{Partitions: autoCreatePartitions}))
 }
 
 // From wraps a Kafka of the public kit (a real broker the test started, for instance).
@@ -100,19 +90,8 @@ func (c *Cluster) CreateTopic(t testing.TB, topic string, partitions int32) {
 }
 
 // ConsumeAll reads every record of topics from the start until n records were read or the
-// timeout passes, and returns them in fetch order.
+// timeout passes (testenv.Kafka.ConsumeRecords).
 func (c *Cluster) ConsumeAll(t testing.TB, n int, timeout time.Duration, topics ...string) []*kgo.Record {
 	t.Helper()
-	cl := c.Client(t, kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	ctx, cancel := contextWithTimeout(timeout)
-	defer cancel()
-	var out []*kgo.Record
-	for len(out) < n {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			break
-		}
-		fs.EachRecord(func(r *kgo.Record) { out = append(out, r) })
-	}
-	return out
+	return c.kit.ConsumeRecords(t, n, timeout, topics...)
 }

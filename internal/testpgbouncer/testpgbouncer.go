@@ -22,7 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // Binary is where Debian installs pgbouncer; PATH is searched when it is not there.
@@ -51,7 +51,7 @@ func Start(t testing.TB) *Bouncer {
 		}
 		bin = p
 	}
-	up, err := url.Parse(testdb.URL())
+	up, err := url.Parse(testenv.DatabaseURL())
 	if err != nil {
 		t.Fatalf("parse the test database URL: %v", err)
 	}
@@ -161,7 +161,7 @@ server_login_retry = 1
 
 // URL returns the test database URL with its host and port replaced by PgBouncer's.
 func (b *Bouncer) URL() string {
-	u, _ := url.Parse(testdb.URL()) // parsed by Start
+	u, _ := url.Parse(testenv.DatabaseURL()) // parsed by Start
 	u.Host = b.Addr
 	return u.String()
 }

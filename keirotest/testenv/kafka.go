@@ -255,3 +255,29 @@ func (k *Kafka) ReadTopic(ctx context.Context, topic string) ([]*kgo.Record, err
 	})
 	return out, nil
 }
+
+// ConsumeRecords reads topics from their start, as a new consumer would, until n records
+// arrived or timeout passed, and returns them in fetch order: fewer than n if the timeout
+// passed, for the test to report. Use it for records a component produces in the background (a
+// relay, a consumer's dead-letter topic), which Records, reading up to the end offsets of the
+// moment, may miss.
+func (k *Kafka) ConsumeRecords(t testing.TB, n int, timeout time.Duration, topics ...string) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers(k.Seeds...)}, FastRetries()...),
+		kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	if err != nil {
+		t.Fatalf("keirotest: create a Kafka consumer: %v", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var out []*kgo.Record
+	for len(out) < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		fs.EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	}
+	return out
+}

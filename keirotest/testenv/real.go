@@ -169,6 +169,26 @@ func EachKafka(t *testing.T, cfg KafkaConfig, f func(t *testing.T, k *Kafka)) {
 	}
 }
 
+// BenchKafkaEnv names the environment variable that chooses the broker of BenchKafka:
+// KEIRO_BENCH_KAFKA=real for a real Apache Kafka, kfake (or unset) for the embedded one.
+const BenchKafkaEnv = "KEIRO_BENCH_KAFKA"
+
+// BenchKafka is the Kafka a benchmark runs on, made from cfg: the embedded broker, or a real one
+// (as NewRealKafka) when KEIRO_BENCH_KAFKA=real, so that one benchmark gives both figures. Name
+// topics and groups through Kafka.Topic and Kafka.Group.
+func BenchKafka(b testing.TB, cfg KafkaConfig) *Kafka {
+	b.Helper()
+	switch v := os.Getenv(BenchKafkaEnv); v {
+	case "", "kfake":
+		cfg.Real = false
+	case "real", "kafka":
+		cfg.Real = true
+	default:
+		b.Fatalf("keirotest: %s=%q: want kfake or real", BenchKafkaEnv, v)
+	}
+	return NewKafkaWith(b, cfg)
+}
+
 // StopRealKafka stops the real broker the kit started for this process, if any; later
 // real-broker tests of the process fail. Main calls it.
 func StopRealKafka() {
@@ -178,19 +198,37 @@ func StopRealKafka() {
 	}
 }
 
-// Main is a TestMain for packages whose tests use the kit: it runs the tests, stops the real
-// broker the kit started (if any), and then fails the run if goroutines leaked (goleak, with
-// opts).
+// Main is a TestMain for packages whose tests use the kit: it runs the tests (Run) and exits
+// with their code.
 //
 //	func TestMain(m *testing.M) { testenv.Main(m) }
-func Main(m *testing.M, opts ...goleak.Option) {
+func Main(m *testing.M, opts ...goleak.Option) { os.Exit(Run(m, opts...)) }
+
+// Run runs the tests, stops the real broker the kit started (if any), and then fails the run
+// (returns 1) if goroutines leaked: goleak with LeakOptions and then opts. A TestMain with work
+// of its own around the tests (building a binary, removing it afterwards) calls Run and exits
+// with its code.
+func Run(m *testing.M, opts ...goleak.Option) int {
 	code := m.Run()
 	StopRealKafka()
 	if code == 0 {
-		if err := goleak.Find(opts...); err != nil {
+		if err := goleak.Find(append(LeakOptions(), opts...)...); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}
 	}
-	os.Exit(code)
+	return code
+}
+
+// LeakOptions are the goroutines Run does not count as leaks: those the libraries under the kit
+// end on their own, a moment after the test closed what owns them.
+//
+//   - pgxpool's background health check, which exits once it sees its closed pool;
+//   - a network read still returning from a connection the test closed (kfake's listeners and
+//     a client's broker connections, closed by t.Cleanup).
+func LeakOptions() []goleak.Option {
+	return []goleak.Option{
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	}
 }
