@@ -94,14 +94,36 @@ type claimedRow struct {
 // order and stopping at the limit. q must not be inside a transaction.
 func (s *Store) claim(ctx context.Context, q batchSender, policy Policy, limit int, lease time.Duration,
 	maxAttempts int, destinations []string, scanBudget int) (token envelope.UUID, out []claimedRow, err error) {
-	return s.claimIn(ctx, q, policy, limit, lease, maxAttempts, destinations, scanBudget, allShares)
+	return s.claimIn(ctx, q, policy, limit, lease, maxAttempts, destinations, scanBudget, allShares, keyCursor{})
+}
+
+// keyCursor is a (source, key) where the per-key claim past the front (sqlClaimKeys) starts
+// its walk of the keys: it looks at the keys after it only. The zero cursor starts at the first
+// key. It changes only which keys a claim looks at first, never what a claim may take.
+type keyCursor struct{ source, key string }
+
+// lastKey is the cursor after the keys of rows: the last (source, key) in byte order (the
+// order of the C collation; under another collation a later scan may look at a few keys
+// again).
+func lastKey(rows []claimedRow) keyCursor {
+	var c keyCursor
+	for _, r := range rows {
+		if r.event.Key == nil {
+			continue
+		}
+		if k := (keyCursor{r.event.Source, *r.event.Key}); k.source > c.source || k.source == c.source && k.key > c.key {
+			c = k
+		}
+	}
+	return c
 }
 
 // claimIn is claim restricted to the rows of the claim shares in shares (shares.go); with
 // allShares, or none, it claims from every share, exactly as claim. The scan budget counts the
-// open rows of every share: a caller restricted to a fraction of the shares scales it.
+// open rows of every share: a caller restricted to a fraction of the shares scales it. An
+// unbounded per-key claim looks at the keys after from first (keyCursor).
 func (s *Store) claimIn(ctx context.Context, q batchSender, policy Policy, limit int, lease time.Duration,
-	maxAttempts int, destinations []string, scanBudget int, shares shareMask) (token envelope.UUID, out []claimedRow, err error) {
+	maxAttempts int, destinations []string, scanBudget int, shares shareMask, from keyCursor) (token envelope.UUID, out []claimedRow, err error) {
 	token = envelope.NewUUIDv7()
 	var dest, budget, share any
 	if len(destinations) > 0 {
@@ -120,7 +142,7 @@ func (s *Store) claimIn(ctx context.Context, q batchSender, policy Policy, limit
 	if budget == nil && !s.walkDeep && (policy == PerKeyHeadOfLine || policy == StopTheLine) {
 		// Past the front of the backlog the heads are found by key, not by walking every
 		// row behind them (sqlClaimKeys).
-		b.Queue(s.q.claimKeys, [16]byte(token), maxAttempts, lease.Microseconds(), limit, dest, share)
+		b.Queue(s.q.claimKeys, [16]byte(token), maxAttempts, lease.Microseconds(), limit, dest, share, from.source, from.key)
 	} else {
 		b.Queue(s.q.claim[policy], [16]byte(token), maxAttempts, lease.Microseconds(), limit, dest, budget, share)
 	}

@@ -26,6 +26,9 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 	var dbBackoff int
 	var lastUnbounded time.Time
 	var deepFull bool // the last full-backlog scan came back full
+	// deepFrom is where the next full-backlog scan starts in key order (sqlClaimKeys): after
+	// the keys the last one took, so scans do not walk again the keys in flight.
+	var deepFrom keyCursor
 	// preferOwn: the last claim came back full, so the backlog is deep enough for the relays
 	// to split; the next claim prefers this relay's claim shares (shares.go), unless a claim of
 	// them came back empty before ownDryUntil.
@@ -69,18 +72,22 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 		// (keys in backoff) waits at most that long, and keeps doing so while those scans
 		// come back full, so a long blocked front does not slow the rows behind it.
 		budget := r.cfg.MaxInFlightBatches * r.cfg.BatchSize
+		shares := r.claimShares(preferOwn, ownDryUntil)
 		scanAll := !extra && (deepFull || time.Since(lastUnbounded) >= r.cfg.PollInterval)
+		from := keyCursor{}
+		if scanAll {
+			from = deepFrom
+		}
 		if scanAll {
 			budget = 0
 		}
-		shares := r.claimShares(preferOwn, ownDryUntil)
-		token, rows, err := r.claim(hard, budget, shares)
+		token, rows, err := r.claim(hard, budget, shares, from)
 		if err == nil && len(rows) == 0 && shares != allShares {
 			// Its own shares are drained: the rest of the backlog is anyone's (orphaned shares,
 			// a dead relay's rows before the others take its shares, the tail of a drain).
 			ownDryUntil = r.now().Add(r.cfg.PollInterval)
 			r.stats.claims.Add(1)
-			token, rows, err = r.claim(hard, budget, allShares)
+			token, rows, err = r.claim(hard, budget, allShares, from)
 		}
 		if scanAll {
 			// From the scan's end: a scan that took longer than the poll interval must not
@@ -106,7 +113,14 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 		dbBackoff = 0
 		preferOwn = len(rows) == r.cfg.BatchSize
 		if scanAll {
-			deepFull = len(rows) == r.cfg.BatchSize
+			// The next scan past the front resumes after the keys this one took; one that
+			// came back short ran off the end of the keys and the next starts over (at once,
+			// if this one did not start at the first key).
+			deepFull = len(rows) == r.cfg.BatchSize || from != keyCursor{}
+			deepFrom = keyCursor{}
+			if len(rows) == r.cfg.BatchSize {
+				deepFrom = lastKey(rows)
+			}
 		}
 		if full := len(rows) == r.cfg.BatchSize; full != r.backlogged.Load() {
 			r.backlogged.Store(full)

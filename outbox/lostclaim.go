@@ -26,8 +26,9 @@ type lostClaim struct {
 // token and its backend, and its rows are released as soon as the database answers again and
 // that backend is gone (a live one could still commit it), instead of after a lease. shares
 // restricts the claim to some claim shares (allShares: none); the scan budget, counted over every
-// share, is then scaled to look as deep into them.
-func (r *Relay) claim(ctx context.Context, budget int, shares shareMask) (envelope.UUID, []claimedRow, error) {
+// share, is then scaled to look as deep into them, and a batch deeper. from is where a scan past the front starts
+// in key order (keyCursor).
+func (r *Relay) claim(ctx context.Context, budget int, shares shareMask, from keyCursor) (envelope.UUID, []claimedRow, error) {
 	r.releaseLostClaims(ctx)
 	conn, err := r.pool.Acquire(ctx)
 	if err != nil {
@@ -37,11 +38,15 @@ func (r *Relay) claim(ctx context.Context, budget int, shares shareMask) (envelo
 	pid := conn.Conn().PgConn().PID()
 	if shares != allShares {
 		r.stats.shareClaims.Add(1)
-		budget = budget * shareCount / max(shares.count(), 1)
+		// With N relays N times the batches in flight sit at the front: the budget is scaled
+		// so that the relay's own part of the rows scanned holds them and a batch more.
+		if budget > 0 {
+			budget = (budget + r.cfg.BatchSize) * shareCount / max(shares.count(), 1)
+		}
 	}
 	sent := r.now()
 	token, rows, err := r.store.claimIn(ctx, conn, r.cfg.Policy, r.cfg.BatchSize, r.cfg.Lease, r.cfg.MaxAttempts,
-		r.cfg.Destinations, budget, shares)
+		r.cfg.Destinations, budget, shares, from)
 	if err != nil && mayHaveCommitted(err) {
 		r.lostMu.Lock()
 		r.lost = append(r.lost, lostClaim{token: token, pid: pid, at: sent})

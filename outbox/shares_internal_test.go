@@ -73,7 +73,7 @@ func TestClaimSharesSplitTheRows(t *testing.T) {
 			claimed := map[string]int{}
 			for _, m := range []shareMask{even, ^even} {
 				for {
-					_, rows, err := st.claimIn(ctx, db.Pool, PerKeyHeadOfLine, 1000, time.Minute, 10, nil, budget, m)
+					_, rows, err := st.claimIn(ctx, db.Pool, PerKeyHeadOfLine, 1000, time.Minute, 10, nil, budget, m, keyCursor{})
 					require.NoError(t, err)
 					if len(rows) == 0 {
 						break
@@ -95,7 +95,7 @@ func TestClaimSharesSplitTheRows(t *testing.T) {
 	_, err := db.Pool.Exec(ctx, "UPDATE keiro_outbox SET status = 'pending', claim_token = NULL, lease_until = NULL")
 	require.NoError(t, err)
 	for _, m := range []shareMask{allShares, 0} {
-		tok, rows, err := st.claimIn(ctx, db.Pool, BestEffort, 1000, time.Minute, 10, nil, 0, m)
+		tok, rows, err := st.claimIn(ctx, db.Pool, BestEffort, 1000, time.Minute, 10, nil, 0, m, keyCursor{})
 		require.NoError(t, err)
 		require.Len(t, rows, len(evs), "shares %x", m)
 		_, err = db.Pool.Exec(ctx, "UPDATE keiro_outbox SET status = 'pending', claim_token = NULL, lease_until = NULL WHERE claim_token = $1", [16]byte(tok))

@@ -331,6 +331,11 @@ FROM updated u ORDER BY u.seq`
 //     the front of the backlog (sqlClaim with a scan budget) keeps the oldest rows first.
 //   - ok: a head is claimable and in the relay's claim shares ($6, as sqlClaim's $7), so a
 //     relay that prefers its shares counts and takes only their heads.
+//   - the walk starts after the key ($7, $8) ('', '': at the first key, sources are never
+//     empty): a relay's next claim past the front resumes after the keys its last one took
+//     (keyCursor). From the first key every claim walked again the keys in flight, which are
+//     the first ones: MaxInFlightBatches batches' keys for each relay on the table, five
+//     descents per row claimed with one relay and twenty with four.
 //   - eligible: the claimable heads of the relay's destinations; each brings the first rows of
 //     its run (up to ceil($4 / their number), so a batch spreads over the keys as a walk in seq
 //     order would), locked FOR UPDATE SKIP LOCKED, and null-key rows come through their own
@@ -343,6 +348,7 @@ WITH RECURSIVE heads AS (
          CASE WHEN {{claimable_h}} AND {{in_share_h}} THEN 1 ELSE 0 END AS found
      FROM {{schema}}.keiro_outbox h
      WHERE h.phase = 0 AND h.message_key IS NOT NULL
+       AND (h.source, h.message_key) > ($7::text, $8::text)
      ORDER BY h.source, h.message_key, h.seq LIMIT 1)
     UNION ALL
     SELECT n.source, n.message_key, n.seq, n.destination, n.ok, k.found + CASE WHEN n.ok THEN 1 ELSE 0 END
