@@ -331,7 +331,7 @@ FROM updated u ORDER BY u.seq`
 //     the front of the backlog (sqlClaim with a scan budget) keeps the oldest rows first.
 //   - ok: a head is claimable and in the relay's claim shares ($6, as sqlClaim's $7), so a
 //     relay that prefers its shares counts and takes only their heads.
-//   - the walk starts after the key ($7, $8) ('', '': at the first key, sources are never
+//   - the walk starts after the key ($7, $8) (two empty strings: at the first key, sources are never
 //     empty): a relay's next claim past the front resumes after the keys its last one took
 //     (keyCursor). From the first key every claim walked again the keys in flight, which are
 //     the first ones: MaxInFlightBatches batches' keys for each relay on the table, five
