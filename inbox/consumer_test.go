@@ -51,15 +51,27 @@ func produceEvents(t testing.TB, cl *kgo.Client, evs ...envelope.Event) {
 	produce(t, cl, recs...)
 }
 
-// progress follows a consumer's commits so tests wait on signals, not sleeps.
+// progress follows a consumer's commits so tests wait on signals, not sleeps: per topic, the
+// committed offsets summed over its partitions (each starts at 0, so the sum is the number of
+// records consumed), as a testenv.Progress.
 type progress struct {
 	mu        sync.Mutex
 	committed map[string]map[int32]int64
-	changed   chan struct{}
+	topics    map[string]*testenv.Progress
 }
 
 func newProgress() *progress {
-	return &progress{committed: map[string]map[int32]int64{}, changed: make(chan struct{}, 1)}
+	return &progress{committed: map[string]map[int32]int64{}, topics: map[string]*testenv.Progress{}}
+}
+
+// of returns topic's count.
+func (p *progress) of(topic string) *testenv.Progress {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.topics[topic] == nil {
+		p.topics[topic] = new(testenv.Progress)
+	}
+	return p.topics[topic]
 }
 
 func (p *progress) onCommitted(c inbox.Commit) {
@@ -70,36 +82,21 @@ func (p *progress) onCommitted(c inbox.Commit) {
 	if c.Offset > p.committed[c.Topic][c.Partition] {
 		p.committed[c.Topic][c.Partition] = c.Offset
 	}
-	p.mu.Unlock()
-	select {
-	case p.changed <- struct{}{}:
-	default:
-	}
-}
-
-func (p *progress) total(topic string) int64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	var n int64
-	for _, o := range p.committed[topic] {
+	for _, o := range p.committed[c.Topic] {
 		n += o
 	}
-	return n
+	p.mu.Unlock()
+	p.of(c.Topic).Set(n)
 }
 
-// waitCommitted waits until the committed offsets of topic sum to n (every partition starts
-// at 0, so the sum is the number of records consumed).
+// total returns the number of records of topic committed.
+func (p *progress) total(topic string) int64 { return p.of(topic).Value() }
+
+// waitCommitted waits until n records of topic are committed.
 func (p *progress) waitCommitted(t testing.TB, topic string, n int64, timeout time.Duration) {
 	t.Helper()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for p.total(topic) < n {
-		select {
-		case <-p.changed:
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for %d committed records of %s; have %d", n, topic, p.total(topic))
-		}
-	}
+	p.of(topic).Wait(t, n, timeout, nil)
 }
 
 type running struct {

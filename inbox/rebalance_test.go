@@ -106,13 +106,14 @@ func testConsumerPollBeforeRevokeDoesNotReachTheNextAssignment(t *testing.T, kc 
 	<-held
 
 	pb := newProgress()
+	bChanged := pb.of(topic).Changed() // before b starts: its first commit closes it
 	b := startConsumer(t, db.Pool, inbox.ConsumerConfig{
 		Brokers: kc.Seeds, Group: kc.Group("billing"), Topics: []string{topic}, BatchSize: 1,
 		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: pb.onCommitted,
 		KafkaOpts: []kgo.Opt{kgo.Balancers(kgo.RangeBalancer())},
 	}, fx.handler())
 	select {
-	case <-pb.changed: // the rebalance completed under the held poll
+	case <-bChanged: // the rebalance completed under the held poll
 	case <-blocked: // the held poll holds the rebalance back
 	case <-time.After(30 * time.Second):
 		t.Fatal("neither a completed rebalance nor a held one")
@@ -123,8 +124,8 @@ func testConsumerPollBeforeRevokeDoesNotReachTheNextAssignment(t *testing.T, kc 
 	deadline := time.Now().Add(30 * time.Second)
 	for fx.count(t, "") < 20 && time.Now().Before(deadline) {
 		select {
-		case <-pa.changed:
-		case <-pb.changed:
+		case <-pa.of(topic).Changed():
+		case <-pb.of(topic).Changed():
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

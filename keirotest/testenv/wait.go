@@ -80,6 +80,14 @@ func (p *Progress) Wait(t testing.TB, n int64, timeout time.Duration, stop <-cha
 	}
 }
 
+// Changed returns a channel that is closed at the next change of the count, for a test that
+// waits on several things at once (a select). Take it before starting what changes the count.
+func (p *Progress) Changed() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.chanLocked()
+}
+
 func (p *Progress) chanLocked() chan struct{} {
 	if p.changed == nil {
 		p.changed = make(chan struct{})
