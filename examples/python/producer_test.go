@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest"
 )
 
 // debianPython is Debian's interpreter, which sees the python3-psycopg2 package (a pyenv
@@ -32,12 +32,12 @@ func TestPythonProducer(t *testing.T) {
 		}
 		t.Skipf("%s cannot import psycopg2; apt-get install python3-psycopg2", debianPython)
 	}
-	db := testdb.New(t)
+	db := keirotest.NewDB(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const n = 12
 	cmd := exec.CommandContext(ctx, debianPython, "producer.py")
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+testdb.URL(), "KEIRO_SCHEMA="+db.Schema,
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+keirotest.DatabaseURL(), "KEIRO_SCHEMA="+db.Schema,
 		"N=12", "RUN_ID=test", "TOPIC=orders")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
