@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/tern/v2/migrate"
 
+	"github.com/keiro-go/keiro/internal/advisorylock"
 	"github.com/keiro-go/keiro/internal/schemaname"
 )
 
@@ -134,11 +135,11 @@ func newMigrator(ctx context.Context, conn *pgx.Conn, schema string) (*migrate.M
 	return m, nil
 }
 
-// withSchemaLock runs fn while holding a session advisory lock derived from the schema name, so
-// that creating the schema and its version table is not raced by another migrator.
+// withSchemaLock runs fn while holding the schema's session advisory lock (advisorylock.Migrate),
+// so that creating the schema and its version table is not raced by another migrator.
 func withSchemaLock(ctx context.Context, conn *pgx.Conn, schema string, fn func() error) (err error) {
-	const lockSQL = `SELECT pg_advisory_lock(hashtextextended('keiro.migrate.' || $1, 0))`
-	const unlockSQL = `SELECT pg_advisory_unlock(hashtextextended('keiro.migrate.' || $1, 0))`
+	lockSQL := "SELECT pg_advisory_lock(" + advisorylock.Migrate("$1") + ")"
+	unlockSQL := "SELECT pg_advisory_unlock(" + advisorylock.Migrate("$1") + ")"
 	if _, err := conn.Exec(ctx, lockSQL, schema); err != nil {
 		return fmt.Errorf("take migration lock for %s: %w", schema, err)
 	}
