@@ -64,12 +64,6 @@ type inboxStatus struct {
 	LagError string `json:"lag_error,omitempty"`
 }
 
-const sqlConsumerCounts = `SELECT consumer,
-  count(*) FILTER (WHERE status = 'completed'),
-  count(*) FILTER (WHERE status = 'failed' AND NOT poisoned),
-  count(*) FILTER (WHERE status = 'failed' AND poisoned)
-FROM %s.keiro_inbox WHERE $1 = '' OR consumer = $1 GROUP BY consumer ORDER BY consumer`
-
 // ValidateFlags checks the Kafka connection flags the lag is read with: with --brokers, every
 // problem the run command would report (a certificate without its key, SASL without
 // credentials, …); without it, TLS or SASL flags have nothing to apply to.
@@ -119,22 +113,27 @@ func (c *statusCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 	return nil
 }
 
+// readConsumerCounts fills into with the inbox's row counts of every consumer name, or of
+// name alone (zero counts when it has no rows), as inbox.Store.CountByConsumer reads them.
 func readConsumerCounts(ctx context.Context, conn *pgx.Conn, schema, name string, into map[string]consumerCounts) error {
-	rows, err := conn.Query(ctx, fmt.Sprintf(sqlConsumerCounts, pgx.Identifier{schema}.Sanitize()), name)
+	// CountByConsumer reads every consumer's rows whatever its store is named; the name
+	// only has to be a valid one.
+	storeName := name
+	if storeName == "" {
+		storeName = "consumer status"
+	}
+	store, err := inbox.NewStore(inbox.StoreConfig{Schema: schema, Consumer: storeName})
 	if err != nil {
-		return fmt.Errorf("count inbox rows: %w", err)
+		return err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var n string
-		var cc consumerCounts
-		if err := rows.Scan(&n, &cc.Completed, &cc.Retrying, &cc.Poisoned); err != nil {
-			return fmt.Errorf("count inbox rows: %w", err)
+	counts, err := store.CountByConsumer(ctx, conn)
+	if err != nil {
+		return err
+	}
+	for _, cc := range counts {
+		if name == "" || cc.Consumer == name {
+			into[cc.Consumer] = consumerCounts{Completed: cc.Completed, Retrying: cc.Retrying, Poisoned: cc.Poisoned}
 		}
-		into[n] = cc
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("count inbox rows: %w", err)
 	}
 	if _, ok := into[name]; name != "" && !ok {
 		into[name] = consumerCounts{}
