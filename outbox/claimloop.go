@@ -82,10 +82,17 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 			budget = 0
 		}
 		token, rows, err := r.claim(hard, budget, shares, from)
+		if err == nil && len(rows) == 0 && from != (keyCursor{}) {
+			// The scan past the front ran off the end of the keys: start over at the first.
+			r.stats.claims.Add(1)
+			from = keyCursor{}
+			token, rows, err = r.claim(hard, budget, shares, from)
+		}
 		if err == nil && len(rows) == 0 && shares != allShares {
 			// Its own shares are drained: the rest of the backlog is anyone's (orphaned shares,
 			// a dead relay's rows before the others take its shares, the tail of a drain).
 			ownDryUntil = r.now().Add(r.cfg.PollInterval)
+			r.stats.sharesDrained.Add(1)
 			r.stats.claims.Add(1)
 			token, rows, err = r.claim(hard, budget, allShares, from)
 		}

@@ -87,6 +87,9 @@ type Relay struct {
 	stats struct {
 		claims, claimed, batches, published, retried, skipped, dead, rejected, released, reclaimed,
 		deferred, claimErrors, markErrors, orderBroken, leaseRenewals, leaseLost, marksAbandoned, shareClaims atomic.Int64
+		// sharesDrained counts the claims of the relay's own shares that came back empty
+		// (the relay then claimed from every share for a poll interval): for benchmarks.
+		sharesDrained atomic.Int64
 	}
 }
 

@@ -48,6 +48,7 @@ func benchRelays(b *testing.B, n, keys int) {
 				b.ReportMetric(float64(f.claimIdxTuples)/float64(n), "idx-tup/msg")
 				b.ReportMetric(float64(f.claims)/float64(f.batches), "claims/batch")
 				b.ReportMetric(float64(f.shareClaims)/float64(max(f.claims, 1)), "share-claims/claim")
+				b.ReportMetric(float64(f.drained), "shares-drained")
 			}
 		})
 	}
@@ -65,6 +66,8 @@ type drainFigures struct {
 	claimIdxTuples int64
 	// claims, shareClaims and batches are the relays' Stats summed.
 	claims, shareClaims, batches int64
+	// drained counts the claims of a relay's own shares that came back empty.
+	drained int64
 }
 
 // drainRelays runs relays relays over n pre-enqueued rows until all are published.
@@ -128,6 +131,7 @@ func drainRelays(b *testing.B, db *testdb.DB, kc *testkafka.Cluster, n, relays i
 		s := r.Stats()
 		f.claims += s.Claims
 		f.shareClaims += s.ShareClaims
+		f.drained += r.stats.sharesDrained.Load()
 		f.batches += s.Batches
 		pools[i].Close()
 	}
