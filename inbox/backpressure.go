@@ -4,29 +4,17 @@ import (
 	"context"
 	"strconv"
 	"time"
-	"unsafe"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/keiro-go/keiro/inbox/internal/buffer"
 	"github.com/keiro-go/keiro/tracing"
 )
 
-// Back-pressure. Each partition's worker holds at most MaxBufferedRecords records and
-// MaxBufferedBytes bytes, buffered or in progress (plus one poll's worth; see fullLocked). The
-// obvious bound, pausing a partition's fetches as soon as its buffer fills, costs a re-fetch:
-// franz-go drops the data it has already fetched for a partition that is paused when the
-// client is polled, and reads it again after the resume, so a backlog that is worked off in
-// pause–resume cycles is fetched (from the broker, over the network, decoded) up to twice.
-//
-// So the poll loop first waits: while a partition's buffer is full and every other partition
-// still has records to work on, it does not poll (the client fetches nothing more meanwhile),
-// and polls again once the full worker has taken a batch. Only when another partition has run
-// dry, and so needs a poll, are the full partitions paused (one re-fetch each), as a slow or
-// stuck partition must not hold up the others. A paused partition resumes once its worker has
-// worked its buffer down to half.
+// Back-pressure: the decisions (hold the next poll, pause full partitions, resume a paused
+// one) are inbox/internal/buffer's (see buffer.Decide); this file acts on them, against the
+// client and the test hook.
 
 // pressureEvent is what the back-pressure hook (Consumer.pressureHook, set by tests) reports.
 type pressureEvent int
@@ -66,29 +54,26 @@ func (c *Consumer) awaitRoom(ctx context.Context) {
 		}
 	}()
 	for {
-		var full []*partitionWorker
-		dry := false
+		var ws []*partitionWorker
+		var states []buffer.State
 		c.mu.Lock()
 		for _, w := range c.workers {
-			switch isFull, empty, paused := w.state(); {
-			case isFull && !paused:
-				full = append(full, w)
-			case empty:
-				dry = true
-			}
+			ws = append(ws, w)
+			states = append(states, w.state())
 		}
 		c.mu.Unlock()
-		if len(full) == 0 {
+		action, full := buffer.Decide(states)
+		switch action {
+		case buffer.Poll:
 			return
-		}
-		if dry {
-			for _, w := range full {
-				w.pause()
+		case buffer.PauseFull:
+			for _, i := range full {
+				ws[i].pause()
 			}
 			return
 		}
-		for _, w := range full {
-			c.pressure(pressureHold, w.tp)
+		for _, i := range full {
+			c.pressure(pressureHold, ws[i].tp)
 		}
 		if timer == nil {
 			timer = time.NewTimer(roomCheck)
@@ -113,48 +98,21 @@ func (c *Consumer) signalRoom() {
 	}
 }
 
-// state reports whether the worker's buffer is full or empty, and whether its partition is
-// paused.
-func (w *partitionWorker) state() (full, empty, paused bool) {
+// state returns the worker's buffer state, for the poll loop's decision.
+func (w *partitionWorker) state() buffer.State {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.fullLocked(), len(w.queue) == 0, w.paused
+	return w.buf.State()
 }
-
-// fullLocked reports that the partition holds MaxBufferedRecords records or MaxBufferedBytes
-// bytes, buffered or in progress (taken and not yet finished). A poll adds at most one fetch
-// per partition, so a partition never holds more than that over its bounds. w.mu must be held.
-func (w *partitionWorker) fullLocked() bool {
-	return len(w.queue)+w.held >= w.c.cfg.MaxBufferedRecords || w.bytes+w.heldBytes >= w.c.cfg.MaxBufferedBytes
-}
-
-// recordBytes is what a record counts for MaxBufferedBytes: what it takes in memory, its key,
-// value and headers and the Go structures that hold them (the client's decoded form of the
-// record, kmsg.Record, lives as long as the kgo.Record made from it). The structures matter
-// for small records: a keiro record's 19 headers take about 1.8 KiB of them.
-func recordBytes(r *kgo.Record) int {
-	n := recordOverhead + len(r.Key) + len(r.Value) + len(r.Headers)*headerOverhead
-	for _, h := range r.Headers {
-		n += len(h.Key) + len(h.Value)
-	}
-	return n
-}
-
-// The Go structures of one record and of one of its headers.
-const (
-	recordOverhead = int(unsafe.Sizeof(kgo.Record{}) + unsafe.Sizeof(kmsg.Record{}))
-	headerOverhead = int(unsafe.Sizeof(kgo.RecordHeader{}) + unsafe.Sizeof(kmsg.Header{}))
-)
 
 // pause stops fetching the worker's partition, if its buffer is still full, until the worker
 // has worked it down to half (finish resumes it).
 func (w *partitionWorker) pause() {
 	w.mu.Lock()
-	if w.paused || !w.fullLocked() {
+	if !w.buf.Pause() {
 		w.mu.Unlock()
 		return
 	}
-	w.paused = true
 	w.cl.PauseFetchPartitions(w.partitions())
 	w.mu.Unlock()
 	w.c.pressure(pressurePause, w.tp)

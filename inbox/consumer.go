@@ -235,5 +235,5 @@ func (c *Consumer) dispatch(p kgo.FetchTopicPartition) {
 	if w == nil {
 		return // revoked meanwhile; the new owner reads these records from the committed offset
 	}
-	w.enqueue(p.Records, p.HighWatermark)
+	w.enqueue(p.Records)
 }

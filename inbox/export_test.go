@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keiro-go/keiro/inbox/internal/buffer"
 )
 
 // SetPollHook makes c call hook after each poll, before dispatching the poll's records.
@@ -35,11 +37,11 @@ func Buffered(c *Consumer) map[string]int {
 	out := make(map[string]int, len(c.workers))
 	for tp, w := range c.workers {
 		w.mu.Lock()
-		out[tp.topic+"/"+strconv.Itoa(int(tp.partition))] = len(w.queue)
+		out[tp.topic+"/"+strconv.Itoa(int(tp.partition))] = w.buf.Len()
 		w.mu.Unlock()
 	}
 	return out
 }
 
 // RecordBytes is what r counts for MaxBufferedBytes.
-func RecordBytes(r *kgo.Record) int { return recordBytes(r) }
+func RecordBytes(r *kgo.Record) int { return buffer.RecordBytes(r) }

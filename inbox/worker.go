@@ -2,7 +2,6 @@ package inbox
 
 import (
 	"context"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -11,6 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/inbox/internal/buffer"
+	"github.com/keiro-go/keiro/inbox/internal/pacing"
 	"github.com/keiro-go/keiro/tracing"
 )
 
@@ -20,16 +21,10 @@ type partitionWorker struct {
 	cl *kgo.Client
 	tp topicPartition
 
-	mu    sync.Mutex
-	queue []*kgo.Record
-	bytes int // of the records in queue (recordBytes)
-	// held and heldBytes count the records taken from queue and not yet finished: a batch
-	// in progress, with everything built from it, until its transaction has ended. The
-	// buffer bounds count them, so MaxBufferedRecords and MaxBufferedBytes bound all the
-	// partition holds (see fullLocked).
-	held, heldBytes int
-	hwm             int64
-	paused          bool
+	// mu guards buf, and is held across a pause or resume of the partition's fetches and
+	// the buffer's decision to make it.
+	mu  sync.Mutex
+	buf *buffer.Buffer
 
 	wake     chan struct{}
 	quit     chan struct{}
@@ -49,7 +44,7 @@ func newPartitionWorker(c *Consumer, cl *kgo.Client, tp topicPartition) *partiti
 	// A partition paused under a previous assignment would otherwise stay paused.
 	cl.ResumeFetchPartitions(map[string][]int32{tp.topic: {tp.partition}})
 	return &partitionWorker{
-		c: c, cl: cl, tp: tp, wake: make(chan struct{}, 1), quit: make(chan struct{}),
+		c: c, cl: cl, tp: tp, buf: newBuffer(&c.cfg), wake: make(chan struct{}, 1), quit: make(chan struct{}),
 		done: make(chan struct{}), ctx: ctx, cancel: cancel,
 	}
 }
@@ -58,17 +53,17 @@ func (w *partitionWorker) partitions() map[string][]int32 {
 	return map[string][]int32{w.tp.topic: {w.tp.partition}}
 }
 
+// newBuffer returns a partition's buffer, bounded by cfg's MaxBufferedRecords and
+// MaxBufferedBytes.
+func newBuffer(cfg *ConsumerConfig) *buffer.Buffer {
+	return buffer.New(buffer.Limits{Records: cfg.MaxBufferedRecords, Bytes: cfg.MaxBufferedBytes})
+}
+
 // enqueue hands fetched records to the worker. A buffer that reaches MaxBufferedRecords or
 // MaxBufferedBytes holds up the next poll (see awaitRoom in backpressure.go).
-func (w *partitionWorker) enqueue(recs []*kgo.Record, hwm int64) {
-	n := 0
-	for _, r := range recs {
-		n += recordBytes(r)
-	}
+func (w *partitionWorker) enqueue(recs []*kgo.Record) {
 	w.mu.Lock()
-	w.queue = append(w.queue, recs...)
-	w.bytes += n
-	w.hwm = hwm
+	w.buf.Push(recs)
 	w.mu.Unlock()
 	select {
 	case w.wake <- struct{}{}:
@@ -76,56 +71,24 @@ func (w *partitionWorker) enqueue(recs []*kgo.Record, hwm int64) {
 	}
 }
 
-// take removes up to n records from the head of the buffer, and no more than a quarter of
-// MaxBufferedBytes (at least one record): what a batch is turned into while it is processed
-// (decoded events, the inbox rows' parameters, the connection's buffers) is a few times its
-// bytes, so large records make smaller batches. The records still count against the buffer's
-// bounds until finish: taking a batch makes no room, finishing it does.
+// take removes up to n records from the head of the buffer, no more than a quarter of
+// MaxBufferedBytes (buffer.Buffer.Take). They still count against the buffer's bounds until
+// finish.
 func (w *partitionWorker) take(n int) []*kgo.Record {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	k, b := 0, 0
-	for k < min(n, len(w.queue)) {
-		rb := recordBytes(w.queue[k])
-		if k > 0 && b+rb > w.c.cfg.MaxBufferedBytes/maxBatchShare {
-			break
-		}
-		k, b = k+1, b+rb
-	}
-	if k == 0 {
-		return nil
-	}
-	// A copy, and the buffer's references cleared: the records are garbage once their batch
-	// is finished, whatever the buffer's backing array still holds.
-	recs := slices.Clone(w.queue[:k])
-	clear(w.queue[:k])
-	w.queue = w.queue[k:]
-	w.bytes -= b
-	w.held += k
-	w.heldBytes += b
-	if len(w.queue) == 0 {
-		w.queue, w.bytes = nil, 0
-	}
-	return recs
+	return w.buf.Take(n)
 }
 
 // finish releases recs, taken by take, once the worker is done with them (their
 // transactions have ended): it resumes the partition's fetches once a paused partition holds
 // no more than half its bounds, and wakes the poll loop if it waits for room.
 func (w *partitionWorker) finish(recs []*kgo.Record) {
-	b := 0
-	for _, r := range recs {
-		b += recordBytes(r)
-	}
 	w.mu.Lock()
-	w.held -= len(recs)
-	w.heldBytes -= b
-	resumed := false
-	if w.paused && len(w.queue)+w.held <= w.c.cfg.MaxBufferedRecords/2 && w.bytes+w.heldBytes <= w.c.cfg.MaxBufferedBytes/2 {
-		w.paused, resumed = false, true
+	resumed, room := w.buf.Finish(recs)
+	if resumed {
 		w.cl.ResumeFetchPartitions(w.partitions())
 	}
-	room := !w.fullLocked()
 	w.mu.Unlock()
 	if resumed {
 		w.c.pressure(pressureResume, w.tp)
@@ -156,26 +119,17 @@ func (w *partitionWorker) run() {
 	defer w.cancel()
 	defer func() {
 		w.mu.Lock()
-		if w.paused {
-			w.paused = false
+		if w.buf.Unpause() {
 			w.cl.ResumeFetchPartitions(w.partitions())
 		}
 		w.mu.Unlock()
 	}()
-	// Offsets of done records are committed when the worker runs out of buffered records,
-	// after CommitEvery of them or commitInterval after the last commit, so that a commit's
-	// round trip to Kafka seldom holds up records that are waiting. The worker takes one
-	// batch (BatchSize records; a chunk of records in one-at-a-time mode) per turn, so
-	// that those bounds are checked between batches.
-	var (
-		last      *kgo.Record
-		pending   int
-		committed = time.Now()
-	)
+	// The worker takes one batch (BatchSize records; a chunk of records in one-at-a-time
+	// mode) per turn and commits offsets between them, as inbox/internal/pacing decides.
+	commits := pacing.NewCommits(w.c.cfg.CommitEvery, time.Now())
 	flush := func() {
-		if pending > 0 {
-			w.commit(last, pending)
-			pending, committed = 0, time.Now()
+		if last, n := commits.Flush(time.Now()); n > 0 {
+			w.commit(last, n)
 		}
 	}
 	defer flush()
@@ -186,7 +140,7 @@ func (w *partitionWorker) run() {
 		case <-w.wake:
 		}
 		for !w.quitting() {
-			recs := w.take(w.takeSize())
+			recs := w.take(pacing.TakeSize(w.c.cfg.BatchSize, w.c.cfg.CommitEvery))
 			if len(recs) == 0 {
 				break
 			}
@@ -196,48 +150,24 @@ func (w *partitionWorker) run() {
 			n := w.processChunk(recs)
 			w.release()
 			if n > 0 {
-				// Only what the offset commit needs: the record itself would keep its whole
-				// fetched batch's bytes alive until the next commit.
-				r := recs[n-1]
-				last, pending = &kgo.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, LeaderEpoch: r.LeaderEpoch}, pending+n
+				commits.Done(recs[n-1], n)
 			}
 			if n < len(recs) {
 				return // abandoned while stopping
 			}
 			w.finish(recs)
-			if pending >= w.c.cfg.CommitEvery || time.Since(committed) >= commitInterval || w.idle() {
+			if commits.Due(time.Now()) || w.idle() {
 				flush()
 			}
 		}
 	}
 }
 
-// takeSize is how many buffered records a worker takes per turn: one batch, or in
-// one-at-a-time mode a chunk of singleChunk records (each its own transaction), never more
-// than CommitEvery.
-func (w *partitionWorker) takeSize() int {
-	n := w.c.cfg.BatchSize
-	if n <= 1 {
-		n = singleChunk
-	}
-	return min(n, w.c.cfg.CommitEvery)
-}
-
-// maxBatchShare: a batch takes at most MaxBufferedBytes/maxBatchShare bytes of records.
-const maxBatchShare = 4
-
-// singleChunk is how many records a worker in one-at-a-time mode takes from its buffer per
-// turn.
-const singleChunk = 100
-
-// commitInterval bounds how long a busy worker keeps done records' offsets uncommitted.
-const commitInterval = 100 * time.Millisecond
-
 // idle reports that no record is buffered for the worker.
 func (w *partitionWorker) idle() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.queue) == 0
+	return w.buf.Len() == 0
 }
 
 // processChunk handles recs in order and returns how many, from the start, are done

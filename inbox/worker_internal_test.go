@@ -9,66 +9,39 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// TestInProgressRecordsCountAgainstTheBuffer: a batch taken for processing still counts
-// against MaxBufferedBytes and MaxBufferedRecords until it is finished, so a partition holds
-// at most its bounds in all (buffered and in progress), not a full buffer plus a batch. A batch
-// takes at most a quarter of MaxBufferedBytes.
-func TestInProgressRecordsCountAgainstTheBuffer(t *testing.T) {
+// TestFinishingABatchWakesThePollLoop: a worker's buffer bounds count the batch in progress
+// (inbox/internal/buffer tests the accounting), so taking a batch from a full buffer does not
+// wake a poll loop that waits for room; finishing it does.
+func TestFinishingABatchWakesThePollLoop(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name  string
-		cfg   ConsumerConfig
-		value []byte
-		batch int // records that take(6) returns
-	}{
-		// Ten records fill the bytes bound; a batch takes at most a quarter of it: two records.
-		{"bytes", ConsumerConfig{MaxBufferedRecords: 1000, MaxBufferedBytes: 10 * recordBytes(&kgo.Record{Value: make([]byte, 410)})},
-			make([]byte, 410), 2},
-		{"records", ConsumerConfig{MaxBufferedRecords: 10, MaxBufferedBytes: 1 << 30}, []byte("x"), 6},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := &Consumer{cfg: tc.cfg, room: make(chan struct{}, 1)}
-			w := &partitionWorker{c: c}
-			recs := make([]*kgo.Record, 10)
-			for i := range recs {
-				recs[i] = &kgo.Record{Value: tc.value, Offset: int64(i)}
-			}
-			w.enqueue(recs, 10)
-			full, empty, _ := w.state()
-			require.True(t, full, "ten records fill the buffer")
-			require.False(t, empty)
-
-			batch := w.take(6)
-			require.Len(t, batch, tc.batch)
-			full, _, _ = w.state()
-			require.True(t, full, "the records in progress still count")
-			select {
-			case <-c.room:
-				t.Fatal("taking a batch made no room, yet the poll loop was woken")
-			default:
-			}
-
-			w.finish(batch)
-			full, _, _ = w.state()
-			require.False(t, full, "a finished batch makes room")
-			select {
-			case <-c.room:
-			default:
-				t.Fatal("the poll loop was not woken when the batch finished")
-			}
-			for taken := len(batch); taken < len(recs); {
-				rest := w.take(10)
-				require.NotEmpty(t, rest)
-				require.Equal(t, recs[taken].Offset, rest[0].Offset, "in offset order")
-				taken += len(rest)
-				w.finish(rest)
-			}
-			_, empty, _ = w.state()
-			require.True(t, empty)
-			require.Zero(t, w.held)
-			require.Zero(t, w.heldBytes)
-		})
+	c := &Consumer{cfg: ConsumerConfig{MaxBufferedRecords: 10, MaxBufferedBytes: 1 << 30}, room: make(chan struct{}, 1)}
+	w := &partitionWorker{c: c, buf: newBuffer(&c.cfg)}
+	recs := make([]*kgo.Record, 10)
+	for i := range recs {
+		recs[i] = &kgo.Record{Value: []byte("x"), Offset: int64(i)}
 	}
+	w.enqueue(recs)
+	require.True(t, w.state().Full, "ten records fill the buffer")
+
+	batch := w.take(6)
+	require.Len(t, batch, 6)
+	require.True(t, w.state().Full, "the records in progress still count")
+	select {
+	case <-c.room:
+		t.Fatal("taking a batch made no room, yet the poll loop was woken")
+	default:
+	}
+
+	w.finish(batch)
+	require.False(t, w.state().Full, "a finished batch makes room")
+	select {
+	case <-c.room:
+	default:
+		t.Fatal("the poll loop was not woken when the batch finished")
+	}
+	require.False(t, w.idle())
+	w.finish(w.take(10))
+	require.True(t, w.idle())
 }
 
 // TestBackoffDoesNotHoldUpAStop: a worker in backoff gives its concurrency slot up; if every

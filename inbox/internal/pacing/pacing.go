@@ -1,0 +1,76 @@
+// Package pacing decides how a partition's worker paces its work: how many buffered records
+// it takes per turn, and when it commits the offsets of the records it is done with. Offsets
+// are committed when the worker runs out of buffered records, after CommitEvery of them, or
+// CommitInterval after the last commit, so that a commit's round trip to Kafka seldom holds up
+// records that are waiting; the worker takes one batch per turn so that those bounds are
+// checked between batches.
+package pacing
+
+import (
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// SingleChunk is how many records a worker in one-at-a-time mode takes from its buffer per
+// turn (each its own transaction).
+const SingleChunk = 100
+
+// CommitInterval bounds how long a busy worker keeps done records' offsets uncommitted.
+const CommitInterval = 100 * time.Millisecond
+
+// TakeSize returns how many buffered records a worker takes per turn: one batch of batchSize
+// records, or in one-at-a-time mode (batchSize <= 1) a chunk of SingleChunk records, never
+// more than commitEvery.
+func TakeSize(batchSize, commitEvery int) int {
+	n := batchSize
+	if n <= 1 {
+		n = SingleChunk
+	}
+	return min(n, commitEvery)
+}
+
+// Commits counts a partition's done records whose offsets are not committed yet. It is used
+// by the worker's goroutine alone.
+type Commits struct {
+	every     int
+	last      *kgo.Record
+	pending   int
+	committed time.Time
+}
+
+// NewCommits returns a count of done records that is due after every records (CommitEvery)
+// or CommitInterval after now.
+func NewCommits(every int, now time.Time) *Commits {
+	return &Commits{every: every, committed: now}
+}
+
+// Done records that n more records are done, r the last of them. Only what the offset commit
+// needs of r is kept: the record itself would keep its whole fetched batch's bytes alive until
+// the next commit. n < 1 records nothing.
+func (c *Commits) Done(r *kgo.Record, n int) {
+	if n < 1 {
+		return
+	}
+	c.last = &kgo.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, LeaderEpoch: r.LeaderEpoch}
+	c.pending += n
+}
+
+// Due reports that the pending offsets are to be committed at now: every records are
+// pending, or CommitInterval has passed since the last commit. A worker whose buffer has run
+// dry commits too, whether due or not.
+func (c *Commits) Due(now time.Time) bool {
+	return c.pending >= c.every || now.Sub(c.committed) >= CommitInterval
+}
+
+// Flush returns the record whose offset to commit past and how many done records that commit
+// covers, and starts the next interval at now. n = 0 means nothing is pending (and the
+// interval goes on).
+func (c *Commits) Flush(now time.Time) (last *kgo.Record, n int) {
+	if c.pending == 0 {
+		return nil, 0
+	}
+	last, n = c.last, c.pending
+	c.last, c.pending, c.committed = nil, 0, now
+	return last, n
+}
