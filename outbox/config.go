@@ -120,7 +120,9 @@ type RelayConfig struct {
 	// ProducerBatchMaxBytes.
 	MaxRecordBytes int
 	// Destinations, if set, restricts the relay to rows for these topics (other rows are left
-	// to other relays). Defaults to all topics.
+	// to other relays). Relays with the same Destinations, in any order, split the claim shares
+	// of a deep backlog between them; relays with other Destinations never take part in their
+	// split (see "Several relays" in the package doc). Defaults to all topics.
 	Destinations []string
 	// CloudEvents makes every record also carry the CloudEvents binary-mode headers (ce_id,
 	// ce_source, ce_type, ce_specversion, ce_time, ce_partitionkey) after keiro's, so that
