@@ -25,7 +25,6 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/kafkabroker"
-	"github.com/keiro-go/keiro/internal/testdb"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
@@ -179,7 +178,7 @@ func realChaosBroker(t *testing.T) chaosBroker {
 func testChaos(t *testing.T, cb chaosBroker) {
 	duration, total := chaosParams(t)
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	effectsFixture(t, db)
 	kc, topic, spanTopic, group := cb.kc, cb.topic, cb.spanTopic, cb.kc.Group("chaos")
 
@@ -585,7 +584,7 @@ func deref(s *string) string {
 // plainEnqueue writes event id of key with plain SQL in a transaction of its own. The row is
 // numbered (next) once its INSERT holds the key, so numbers follow the key's commit order; late
 // holds the transaction open a little longer.
-func plainEnqueue(ctx context.Context, db *testdb.DB, topic, key, id string, late bool, next func() int64) error {
+func plainEnqueue(ctx context.Context, db *testenv.DB, topic, key, id string, late bool, next func() int64) error {
 	return pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 		var outboxID [16]byte
 		if err := tx.QueryRow(ctx, `INSERT INTO `+db.Schema+`.keiro_outbox (outbox_id, message_id, source,

@@ -15,7 +15,6 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/kafkabroker"
-	"github.com/keiro-go/keiro/internal/testdb"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
@@ -55,7 +54,7 @@ func TestThreeBrokerFailures(t *testing.T) {
 	createLedBy(t, kc, topic, clusterPartitions, 1)
 	kc.CreateTopic(t, topic+".dlq", 1)
 
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	effectsFixture(t, db)
 	ob, err := outbox.NewStore(db.Schema)
 	require.NoError(t, err)
@@ -97,7 +96,7 @@ func TestThreeBrokerFailures(t *testing.T) {
 	waitSent := func(what string) {
 		t.Helper()
 		n := enqueued.Load()
-		waitFor(t, 3*time.Minute, what, func() bool { return sent() >= n })
+		testenv.WaitFor(t, 3*time.Minute, what, func() bool { return sent() >= n })
 	}
 	logs := func() string {
 		var b strings.Builder
@@ -125,7 +124,7 @@ func TestThreeBrokerFailures(t *testing.T) {
 	paused := c.Broker(leaders(t, kc, topic)[0])
 	require.NoError(t, paused.Pause())
 	enqueueN(4000)
-	waitFor(t, 2*time.Minute, "the paused broker's partitions led elsewhere", func() bool {
+	testenv.WaitFor(t, 2*time.Minute, "the paused broker's partitions led elsewhere", func() bool {
 		return !slices.Contains(leaders(t, kc, topic), paused.ID)
 	})
 	waitSent("rows published with a broker paused past its session")
@@ -146,7 +145,7 @@ func TestThreeBrokerFailures(t *testing.T) {
 	// on it, so the rows stay publishing, the rows behind them pending, and their age grows —
 	// the gauge KeiroOutboxOldestPendingHigh reads. Wait until it is past the controller's
 	// fencing of the dead brokers (broker.session.timeout.ms, 9 s).
-	waitFor(t, 3*time.Minute, "the oldest pending age past the brokers' session timeout", func() bool {
+	testenv.WaitFor(t, 3*time.Minute, "the oldest pending age past the brokers' session timeout", func() bool {
 		return gauge(t, relayAddr, "keiro_outbox_oldest_pending_age_seconds") >= 15
 	})
 	var dead, attempted int64
@@ -156,7 +155,7 @@ func TestThreeBrokerFailures(t *testing.T) {
 	    FROM `+db.Schema+`.keiro_outbox`, fence).Scan(&dead, &attempted, &published))
 	require.Zero(t, dead, "no row goes dead or rejected while the cluster is below min.insync.replicas")
 	age1 := gauge(t, relayAddr, "keiro_outbox_oldest_pending_age_seconds")
-	waitFor(t, time.Minute, "the oldest pending age to keep growing", func() bool {
+	testenv.WaitFor(t, time.Minute, "the oldest pending age to keep growing", func() bool {
 		return gauge(t, relayAddr, "keiro_outbox_oldest_pending_age_seconds") > age1
 	})
 	var publishing int64
@@ -175,7 +174,7 @@ func TestThreeBrokerFailures(t *testing.T) {
 
 	// Drained: every effect applied and every offset committed.
 	adm := kadm.NewClient(kc.Client)
-	waitFor(t, 3*time.Minute, "every effect applied and every offset committed", func() bool {
+	testenv.WaitFor(t, 3*time.Minute, "every effect applied and every offset committed", func() bool {
 		var n int64
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+db.Schema+`.effects`).Scan(&n))
 		return n >= clusterEvents && committedAll(ctx, adm, group, topic)

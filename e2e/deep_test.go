@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -30,11 +32,17 @@ const (
 	deepBatch         = 20
 	deepRate          = 1000 // rows per second offered during the phase
 	deepPayload       = 1024 // bytes of padding per row
+	// deepShallowRuns is how many short outages measure the shallow drain (their median is
+	// the reference): one short drain is a few seconds, too few for a stable figure.
+	deepShallowRuns = 3
 	// deepMaxCostRatio bounds the database CPU the relays' sessions spend per row drained
-	// after the long outage against after the short one: 1.25 is a drain rate of 0.8× the
-	// shallow one where the database is the bottleneck (a claim that walks the backlog shows
-	// there first).
-	deepMaxCostRatio = 1.25
+	// after the long outage against the shallow drains' median. The goal is 1.25 (a drain rate
+	// of 0.8× where the database bounds it; docs/benchmarks-history.md records the runs); the
+	// test allows 2.5× because one such measurement varies by ±50 % on a shared 2-core machine
+	// (0.6–1.95× measured between identical runs), while a claim whose cost follows the
+	// backlog's depth costs 5–10× per row on a backlog this deep (the cliff this phase guards
+	// against: 0.8–1.5k msgs/s against 8.9k for a shallow one).
+	deepMaxCostRatio = 2.5
 )
 
 func deepOutageLength(t *testing.T) time.Duration {
@@ -74,7 +82,7 @@ func (c drainCost) String() string {
 // meaningless, while a claim whose cost grows with the backlog (a plan that walks it) shows
 // first as database CPU per row. Rates and the relays' own CPU are reported alongside. It
 // returns the keys it wrote and their event counts, for the end-of-test checks.
-func deepBacklogPhase(t *testing.T, db *testdb.DB, cb chaosBroker, relays func() []int) map[string]int64 {
+func deepBacklogPhase(t *testing.T, db *testenv.DB, cb chaosBroker, relays func() []int) map[string]int64 {
 	ctx := context.Background()
 	long := deepOutageLength(t)
 	ob, err := outbox.NewStore(db.Schema)
@@ -167,20 +175,27 @@ func deepBacklogPhase(t *testing.T, db *testdb.DB, cb chaosBroker, relays func()
 		fmt.Printf("chaos: deep backlog: rows sent per second after a %s outage: %s\n", d, strings.Join(timeline, " "))
 		return c
 	}
-	shallow := outage(deepShallowOutage)
+	var shallows []drainCost
+	for range deepShallowRuns {
+		shallows = append(shallows, outage(deepShallowOutage))
+	}
+	slices.SortFunc(shallows, func(a, b drainCost) int { return cmp.Compare(a.dbPerRow(), b.dbPerRow()) })
+	shallow := shallows[len(shallows)/2]
 	deep := outage(long)
 	close(stop)
 	wg.Wait()
 	require.NoError(t, perr, "deep-backlog producer")
-	fmt.Printf("chaos: deep backlog: after a %s outage %s\nchaos: deep backlog: after a %s outage %s\n",
-		deepShallowOutage, shallow, long, deep)
-	fmt.Printf("chaos: deep backlog: after the long outage: drain rate %.2f× the short one's, database CPU per row %.2f×, relay CPU per row %.2f×\n",
+	for _, c := range shallows {
+		fmt.Printf("chaos: deep backlog: after a %s outage %s\n", deepShallowOutage, c)
+	}
+	fmt.Printf("chaos: deep backlog: after a %s outage %s\n", long, deep)
+	fmt.Printf("chaos: deep backlog: after the long outage against the short ones' median: drain rate %.2f×, database CPU per row %.2f×, relay CPU per row %.2f×\n",
 		(float64(deep.backlog)/deep.took.Seconds())/(float64(shallow.backlog)/shallow.took.Seconds()),
 		float64(deep.dbPerRow())/float64(shallow.dbPerRow()), float64(deep.relayPerRow())/float64(shallow.relayPerRow()))
 	require.Greater(t, deep.backlog, 4*shallow.backlog, "the long outage left a deeper backlog")
 	ratio := float64(deep.dbPerRow()) / float64(shallow.dbPerRow())
 	require.LessOrEqual(t, ratio, deepMaxCostRatio,
-		"the relays' database CPU per row drained after a %s outage is %.2f× the one after a %s outage", long, ratio, deepShallowOutage)
+		"the relays' database CPU per row drained after a %s outage is %.2f× the median after a %s outage", long, ratio, deepShallowOutage)
 	mu.Lock()
 	defer mu.Unlock()
 	return seqs
@@ -200,7 +215,7 @@ type cpuMeter struct {
 
 // startCPUMeter meters the processes relays returns and every backend whose application_name
 // is a relay's of db's schema.
-func startCPUMeter(t *testing.T, db *testdb.DB, relays func() []int) *cpuMeter {
+func startCPUMeter(t *testing.T, db *testenv.DB, relays func() []int) *cpuMeter {
 	m := &cpuMeter{done: make(chan struct{}), first: map[int]time.Duration{}, last: map[int]time.Duration{},
 		backend: map[int]bool{}}
 	pids := func() []int {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,9 +23,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/inbox"
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
@@ -83,7 +81,7 @@ func startProc(t *testing.T, name, bin string, addrRe *regexp.Regexp, env []stri
 		<-scanned
 		p.mu.Lock()
 		p.code = 0
-		if ee, ok := err.(*exec.ExitError); ok {
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 			p.code = ee.ExitCode()
 		} else if err != nil {
 			p.code = -1
@@ -202,9 +200,9 @@ func metric(addr, name string) (float64, error) {
 	return sum, sc.Err()
 }
 
-func relayEnv(db *testdb.DB, kc *testenv.Kafka, extra ...string) []string {
+func relayEnv(db *testenv.DB, kc *testenv.Kafka, extra ...string) []string {
 	return append([]string{
-		"KEIRO_RELAY_DATABASE_URL=" + testdb.URL(),
+		"KEIRO_RELAY_DATABASE_URL=" + testenv.DatabaseURL(),
 		"KEIRO_RELAY_SCHEMA=" + db.Schema,
 		"KEIRO_RELAY_BROKERS=" + strings.Join(kc.Seeds, ","),
 		"KEIRO_RELAY_HTTP_ADDR=127.0.0.1:0",
@@ -218,9 +216,9 @@ func relayEnv(db *testdb.DB, kc *testenv.Kafka, extra ...string) []string {
 
 // consumerEnv is the consumer's environment for group and topic (names from kc.Group and
 // kc.Topic).
-func consumerEnv(db *testdb.DB, kc *testenv.Kafka, group, topic string, extra ...string) []string {
+func consumerEnv(db *testenv.DB, kc *testenv.Kafka, group, topic string, extra ...string) []string {
 	return append([]string{
-		"KEIRO_CONSUMER_DATABASE_URL=" + testdb.URL(),
+		"KEIRO_CONSUMER_DATABASE_URL=" + testenv.DatabaseURL(),
 		"KEIRO_CONSUMER_SCHEMA=" + db.Schema,
 		"KEIRO_CONSUMER_BROKERS=" + strings.Join(kc.Seeds, ","),
 		"KEIRO_CONSUMER_GROUP=" + group,
@@ -235,7 +233,7 @@ func consumerEnv(db *testdb.DB, kc *testenv.Kafka, group, topic string, extra ..
 // effectsFixture creates the consumer's effects: apply_event(doc) records (key, seq,
 // message id) in applied order. effects has no unique key, so a twice-applied message shows.
 // A negative seq is a poison message (SQLSTATE KP001: dead-lettered at once).
-func effectsFixture(t *testing.T, db *testdb.DB) {
+func effectsFixture(t *testing.T, db *testenv.DB) {
 	t.Helper()
 	_, err := db.Pool.Exec(context.Background(), fmt.Sprintf(`
 CREATE TABLE %[1]s.effects (
@@ -298,7 +296,7 @@ type outcome struct {
 }
 
 // readOutcome checks effects against want (key → number of events enqueued for it).
-func readOutcome(t *testing.T, db *testdb.DB, kc *testenv.Kafka, topic string, want map[string]int64) outcome {
+func readOutcome(t *testing.T, db *testenv.DB, kc *testenv.Kafka, topic string, want map[string]int64) outcome {
 	t.Helper()
 	ctx := context.Background()
 	var o outcome
@@ -373,18 +371,11 @@ func committedAll(ctx context.Context, adm *kadm.Client, group, topic string) bo
 	return ok
 }
 
-// inboxStore is the inbox of consumer group in db's schema.
-func inboxStore(t *testing.T, db *testdb.DB, group string) *inbox.Store {
-	s, err := inbox.NewStore(inbox.StoreConfig{Schema: db.Schema, Consumer: group})
-	require.NoError(t, err)
-	return s
-}
-
 // consumeAll reads every record of topics from the start until n records were read or the
 // timeout passes, and returns them in fetch order.
 func consumeAll(t *testing.T, kc *testenv.Kafka, n int, timeout time.Duration, topics ...string) []*kgo.Record {
 	t.Helper()
-	return testkafka.From(kc).ConsumeAll(t, n, timeout, topics...)
+	return kc.ConsumeRecords(t, n, timeout, topics...)
 }
 
 // eachKafka runs f on the embedded broker and on the real one (subtests "kfake" and "kafka"),

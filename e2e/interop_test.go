@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +16,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/testdb"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
@@ -48,7 +48,7 @@ func testInteropThirdPartyClients(t *testing.T, kc *testenv.Kafka) {
 	require.NoError(t, err, "python3-confluent-kafka is required for %s (apt-get install python3-confluent-kafka): %s", debianPython, out)
 
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	effectsFixture(t, db)
 	topic, group := kc.Topic("e2e.interop.v1"), kc.Group("interop")
 	kc.CreateTopic(t, topic, 3)
@@ -201,7 +201,7 @@ func testInteropThirdPartyClients(t *testing.T, kc *testenv.Kafka) {
 }
 
 func exitStderr(err error) string {
-	if ee, ok := err.(*exec.ExitError); ok {
+	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 		return string(ee.Stderr)
 	}
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/testdb"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
@@ -29,7 +28,7 @@ func TestRelayStoppedPastItsLease(t *testing.T) {
 
 func testRelayStoppedPastItsLease(t *testing.T, kc *testenv.Kafka) {
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	topic := kc.Topic("e2e.lease.v1")
 	const keys, perKey = 10, 6
 	kc.CreateTopic(t, topic, 3)
@@ -62,7 +61,7 @@ CREATE TRIGGER slow_claim BEFORE UPDATE ON %[1]s.keiro_outbox FOR EACH ROW EXECU
 	env := relayEnv(db, kc, "KEIRO_RELAY_LEASE=2s", "KEIRO_RELAY_LOG_LEVEL=warn")
 	a := startProc(t, "relay-a", relayBin, relayAddrRe, env)
 	// A's claim is held in the trigger: stop A there.
-	waitFor(t, 30*time.Second, "relay A's claim in the trigger", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "relay A's claim in the trigger", func() bool {
 		var n int
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND datname = current_database()`).Scan(&n))
 		return n > 0
@@ -71,7 +70,7 @@ CREATE TRIGGER slow_claim BEFORE UPDATE ON %[1]s.keiro_outbox FOR EACH ROW EXECU
 	stopped := time.Now()
 	b := startProc(t, "relay-b", relayBin, relayAddrRe, env)
 	enqueueRound(1)
-	waitFor(t, 60*time.Second, "relay B publishing every row", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "relay B publishing every row", func() bool {
 		var open int
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+db.Schema+`.keiro_outbox WHERE status <> 'sent'`).Scan(&open))
 		return open == 0
@@ -82,7 +81,7 @@ CREATE TRIGGER slow_claim BEFORE UPDATE ON %[1]s.keiro_outbox FOR EACH ROW EXECU
 	require.NoError(t, a.cmd.Process.Signal(syscall.SIGCONT))
 	n := keys * perKey
 	adm := kadm.NewClient(kc.Client)
-	waitFor(t, 30*time.Second, "relay A to report its lost lease or to publish", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "relay A to report its lost lease or to publish", func() bool {
 		if regexpLeaseLost.MatchString(a.log()) {
 			return true
 		}
@@ -125,16 +124,4 @@ func keyInversions(recs []*kgo.Record) []string {
 		last[string(r.Key)] = seq
 	}
 	return out
-}
-
-// waitFor polls cond (another process's progress: the tick only bounds the rate) until it
-// holds, failing t after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(timeout); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/goleak"
-
 	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
@@ -36,15 +34,7 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		relayBin, consumerBin = filepath.Join(dir, "relay"), filepath.Join(dir, "consumer")
-		code := m.Run()
-		testenv.StopRealKafka()
-		if code == 0 {
-			if err := goleak.Find(); err != nil {
-				fmt.Fprintln(os.Stderr, "e2e: leaked goroutines:", err)
-				return 1
-			}
-		}
-		return code
+		return testenv.Run(m)
 	}()
 	os.Exit(code)
 }

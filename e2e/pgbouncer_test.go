@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -12,7 +13,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/testdb"
 	"github.com/keiro-go/keiro/internal/testpgbouncer"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
@@ -30,7 +30,7 @@ func TestThroughPgBouncer(t *testing.T) {
 
 func testThroughPgBouncer(t *testing.T, kc *testenv.Kafka) {
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	effectsFixture(t, db)
 	topic, group := kc.Topic("e2e.pgbouncer.v1"), kc.Group("bounced")
 	kc.CreateTopic(t, topic, 3)
@@ -103,7 +103,7 @@ func testThroughPgBouncer(t *testing.T, kc *testenv.Kafka) {
 		cmd.Env = append(baseEnv(), append(bounced(c.prefix), c.prefix+"_SCHEMA="+db.Schema)...)
 		out, err := cmd.CombinedOutput()
 		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 			code = ee.ExitCode()
 		} else {
 			require.NoError(t, err)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
-	"github.com/keiro-go/keiro/internal/testdb"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 	"github.com/keiro-go/keiro/schema"
@@ -40,7 +39,7 @@ func TestPipeline(t *testing.T) {
 
 func testPipeline(t *testing.T, kc *testenv.Kafka, avro bool) {
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	effectsFixture(t, db)
 	topic, group := kc.Topic("e2e.counted.v1"), kc.Group("effects")
 	kc.CreateTopic(t, topic, 3)

@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/keiro-go/keiro/internal/testdb"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
@@ -20,7 +19,7 @@ func TestConsumerShutdownDuringRebalance(t *testing.T) {
 }
 
 func testConsumerShutdownDuringRebalance(t *testing.T, kc *testenv.Kafka) {
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	effectsFixture(t, db)
 	topic, group := kc.Topic("e2e.shutdown.v1"), kc.Group("shutdown")
 	kc.CreateTopic(t, topic, 6)
