@@ -64,7 +64,7 @@ func TestRelayGaugesPerDestinationAndSendMetrics(t *testing.T) {
 	kc.CreateTopic(t, "payments", 1)
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer mp.Shutdown(context.Background())
+	defer func() { _ = mp.Shutdown(context.Background()) }()
 
 	st, err := outbox.NewStore(db.Schema, outbox.StoreOptions{})
 	require.NoError(t, err)

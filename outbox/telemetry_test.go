@@ -27,10 +27,10 @@ func TestRelaySendSpansAndMetrics(t *testing.T) {
 	kc.CreateTopic(t, "orders", 1)
 	sr := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
-	defer tp.Shutdown(context.Background())
+	defer func() { _ = tp.Shutdown(context.Background()) }()
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer mp.Shutdown(context.Background())
+	defer func() { _ = mp.Shutdown(context.Background()) }()
 
 	st, err := outbox.NewStore(db.Schema, outbox.StoreOptions{MeterProvider: mp})
 	require.NoError(t, err)
