@@ -7,17 +7,15 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/internal/pgdb"
 )
 
-// Querier runs SQL. pgx.Tx, *pgx.Conn and *pgxpool.Pool satisfy it.
-type Querier interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+// Querier runs SQL: keiro's one database handle, the same type as inbox.DB and events.DB. A
+// pgx.Tx, a *pgx.Conn and a *pgxpool.Pool satisfy it; given a pgx.Tx, a statement runs in the
+// caller's transaction.
+type Querier = pgdb.DB
 
 // Policy is an ordering policy (keiro §1.3.6): what a claim must respect and how a failure in
 // a batch affects the rows after it.

@@ -3,7 +3,13 @@ package outbox
 import (
 	"context"
 	"time"
+
+	"github.com/keiro-go/keiro/internal/backoff"
 )
+
+// claimRetryBackoff spaces the claims of a relay whose last claim failed (PostgreSQL down or
+// refusing): short at first, so a blip costs little, and at most 5s apart during an outage.
+var claimRetryBackoff = Backoff{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}
 
 // claimLoop claims batches while slots are free, waking on notifications, marks and polls.
 // ClaimConcurrency of them run at once; the extra ones only while claims come back full.
@@ -110,9 +116,9 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 			}
 			r.stats.claimErrors.Add(1)
 			dbBackoff++
-			d := Backoff{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}.delay(dbBackoff)
+			d := claimRetryBackoff.Delay(dbBackoff)
 			r.log.WarnContext(ctx, "claim failed; retrying", "err", err, "retry_in", d)
-			if !sleepCtx(ctx, d) {
+			if backoff.Sleep(ctx, d) != nil {
 				return
 			}
 			continue
@@ -294,17 +300,5 @@ func waitWake(ctx context.Context, wake <-chan struct{}, d time.Duration) (alive
 		return true, true
 	case <-ctx.Done():
 		return false, false
-	}
-}
-
-// sleepCtx waits d or until ctx is done; it reports whether d elapsed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/internal/backoff"
 	"github.com/keiro-go/keiro/internal/schemaname"
 )
 
@@ -52,15 +53,11 @@ const (
 )
 
 // Backoff is a capped exponential backoff with equal jitter: the delay before retry n (1-based)
-// is d = min(Max, Initial × Multiplier^(n-1)), drawn uniformly from [d/2, d].
-type Backoff struct {
-	// Initial is the delay after the first failure. Defaults to DefaultBackoffInitial.
-	Initial time.Duration
-	// Max caps the delay. Defaults to DefaultBackoffMax.
-	Max time.Duration
-	// Multiplier grows the delay per attempt; at least 1. Defaults to DefaultBackoffMultiplier.
-	Multiplier float64
-}
+// is d = min(Max, Initial × Multiplier^(n-1)), drawn uniformly from [d/2, d]. It is the same
+// type as inbox.Backoff. In RelayConfig, Initial defaults to DefaultBackoffInitial, Max to
+// DefaultBackoffMax (raised to Initial when that is larger) and Multiplier to
+// DefaultBackoffMultiplier.
+type Backoff = backoff.Backoff
 
 // RelayConfig configures a Relay. The zero value is valid: every field has a default.
 type RelayConfig struct {
@@ -176,15 +173,7 @@ func (c *RelayConfig) setDefaults() {
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = DefaultMaxAttempts
 	}
-	if c.Backoff.Initial == 0 {
-		c.Backoff.Initial = DefaultBackoffInitial
-	}
-	if c.Backoff.Max == 0 {
-		c.Backoff.Max = max(DefaultBackoffMax, c.Backoff.Initial)
-	}
-	if c.Backoff.Multiplier == 0 {
-		c.Backoff.Multiplier = DefaultBackoffMultiplier
-	}
+	c.Backoff = c.Backoff.WithDefaults(Backoff{Initial: DefaultBackoffInitial, Max: DefaultBackoffMax, Multiplier: DefaultBackoffMultiplier})
 	if c.Lease == 0 {
 		c.Lease = DefaultLease
 	}
@@ -233,11 +222,8 @@ func (c *RelayConfig) validate() error {
 	if c.Backoff.Initial < 0 {
 		bad("Backoff.Initial must be positive, got %s", c.Backoff.Initial)
 	}
-	if c.Backoff.Max < c.Backoff.Initial {
-		bad("Backoff.Max (%s) must be at least Backoff.Initial (%s)", c.Backoff.Max, c.Backoff.Initial)
-	}
-	if c.Backoff.Multiplier < 1 {
-		bad("Backoff.Multiplier must be at least 1, got %g", c.Backoff.Multiplier)
+	if err := c.Backoff.Validate("Backoff"); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Lease < time.Second {
 		bad("Lease must be at least 1s, got %s", c.Lease)

@@ -3,8 +3,9 @@ package outbox
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"time"
+
+	"github.com/keiro-go/keiro/internal/advisorylock"
 )
 
 // maxRetentionBatchesPerPass bounds one maintenance pass, so a huge backlog of old sent rows
@@ -40,16 +41,6 @@ type MaintenanceResult struct {
 	Dead             int64
 }
 
-// maintenanceLockKey is the advisory lock that makes one relay per schema at a time run a
-// maintenance statement. Each statement takes it for its own transaction only: no session
-// holds it between statements, so maintenance is safe behind PgBouncer in transaction mode
-// (a session lock would stay on whichever server connection took it).
-func (r *Relay) maintenanceLockKey() int64 {
-	h := fnv.New64a()
-	h.Write([]byte("keiro.outbox.maintenance." + r.cfg.Schema))
-	return int64(h.Sum64())
-}
-
 // MaintenancePass runs one maintenance pass now if no other relay is running one: it deletes
 // sent rows older than Retention (RetentionBatch per statement) and samples the backlog,
 // oldest-pending-age and dead gauges. Every statement runs only if it gets the maintenance
@@ -57,7 +48,10 @@ func (r *Relay) maintenanceLockKey() int64 {
 // MaintenanceInterval; it is exported for tests and operators.
 func (r *Relay) MaintenancePass(ctx context.Context) (MaintenanceResult, error) {
 	var res MaintenanceResult
-	key := r.maintenanceLockKey()
+	// Each statement takes the maintenance lock for its own transaction only: no session holds it
+	// between statements, so maintenance is safe behind PgBouncer in transaction mode (a session
+	// lock would stay on whichever server connection took it).
+	key := advisorylock.OutboxMaintenance(r.cfg.Schema)
 	if r.cfg.Retention >= 0 {
 		for range maxRetentionBatchesPerPass {
 			var got bool

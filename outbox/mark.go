@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/keiro-go/keiro/internal/backoff"
 	"github.com/keiro-go/keiro/internal/pgtext"
 )
 
@@ -93,7 +94,7 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 				anyOutage = true
 			default:
 				m.outcome, m.err = outcomeFailed, errorText(pr.err)
-				m.delay = r.cfg.Backoff.delay(row.attempt)
+				m.delay = r.cfg.Backoff.Delay(row.attempt)
 			}
 			if m.outcome != outcomeRejected {
 				if g != "" {
@@ -119,7 +120,7 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 	}
 	if anyOutage {
 		n := r.outageStreak.Add(1)
-		d := r.cfg.Backoff.delay(int(n))
+		d := r.cfg.Backoff.Delay(int(n))
 		for i := range marks {
 			if marks[i].outcome == outcomeDeferred {
 				marks[i].delay = d
@@ -178,9 +179,9 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 				"err", err, "refusals", refused, "rows", len(marks), "lease", r.cfg.Lease)
 			break
 		}
-		d := Backoff{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}.delay(attempt)
+		d := markRetryBackoff.Delay(attempt)
 		r.log.WarnContext(ctx, "mark failed; retrying", "err", err, "retry_in", d)
-		if !sleepCtx(ctx, d) {
+		if backoff.Sleep(ctx, d) != nil {
 			break
 		}
 	}
@@ -255,6 +256,10 @@ func errorText(err error) string {
 // maxMarkRefusals is how many times in a row PostgreSQL may refuse a batch's mark before the
 // relay gives the batch up to its lease.
 const maxMarkRefusals = 5
+
+// markRetryBackoff spaces the retries of a batch's mark that PostgreSQL failed: short at first,
+// so a blip costs little, and at most 5s apart during an outage.
+var markRetryBackoff = Backoff{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}
 
 // isRefusal reports an error PostgreSQL answered about the statement itself (bad data, a
 // constraint, a trigger's exception), as opposed to a lost connection, a timeout, or a state of

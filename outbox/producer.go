@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"math/rand/v2"
 	"net"
 	"strings"
 	"syscall"
@@ -107,18 +106,6 @@ func classify(err error) (errClass, string) {
 		return classOutage, ""
 	}
 	return classTransient, ""
-}
-
-// delay returns the equal-jitter backoff before retry n (1-based): uniformly in [d/2, d] with
-// d = min(Max, Initial × Multiplier^(n-1)).
-func (b Backoff) delay(n int) time.Duration {
-	d := float64(b.Initial)
-	for i := 1; i < n && d < float64(b.Max); i++ {
-		d *= b.Multiplier
-	}
-	d = min(d, float64(b.Max))
-	half := d / 2
-	return time.Duration(half + rand.Float64()*half)
 }
 
 // recordSize is an upper bound of rec's size inside a Kafka record batch.

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/internal/backoff"
 )
 
 // ErrHalted is wrapped by the error Run returns when a StopTheLine relay halted on a failed row.
@@ -406,6 +407,10 @@ func SchemaApplicationNamePrefix(schema string) string {
 	return ApplicationNamePrefix + schema[:min(len(schema), 32)] + "@"
 }
 
+// listenRetryBackoff spaces the reconnects of a relay's lost LISTEN connection; the relay polls
+// meanwhile, so a reconnect is never urgent and the retries are at most 5s apart.
+var listenRetryBackoff = Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}
+
 // listen holds a LISTEN connection and signals the claim loop on every notification; it
 // reconnects with backoff when the connection dies. The connection carries the relay's
 // [ApplicationName], so the relay is seen in pg_stat_activity (and counted by the console)
@@ -444,9 +449,9 @@ func (r *Relay) listen(ctx context.Context) {
 			return
 		}
 		attempt++
-		d := Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}.delay(attempt)
+		d := listenRetryBackoff.Delay(attempt)
 		r.log.WarnContext(ctx, "outbox listener lost; polling until it reconnects", "err", err, "retry_in", d)
-		if !sleepCtx(ctx, d) {
+		if backoff.Sleep(ctx, d) != nil {
 			return
 		}
 	}

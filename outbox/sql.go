@@ -3,12 +3,15 @@ package outbox
 import (
 	"fmt"
 	"strings"
+
+	"github.com/keiro-go/keiro/internal/advisorylock"
 )
 
 // All of the outbox's SQL lives in this file. Every statement names its tables through the
 // {{schema}} placeholder, replaced once by [newQueries] with a schema name that
 // migrations.ValidateSchema accepted, so no statement relies on search_path and none is built
-// from user input at run time.
+// from user input at run time. The advisory lock keys come from locks.go through the
+// {{…_lock}} placeholders, replaced in the same place.
 
 // sqlEnqueue inserts one call's events in one statement. The outbox's BEFORE INSERT trigger
 // (migration "outbox_order") takes each row's (source, key) transaction-scoped advisory lock,
@@ -32,7 +35,7 @@ WITH input AS (
         correlation_id, traceparent, tracestate, payload_bytes, attributes, occurred_at, ord)
 ), locks AS (
     SELECT count(pg_advisory_xact_lock(h)) AS n FROM (
-        SELECT DISTINCT hashtextextended('{{schema}}' || chr(31) || source || chr(31) || message_key, 0) AS h
+        SELECT DISTINCT {{key_lock}} AS h
         FROM input WHERE message_key IS NOT NULL AND $23::boolean
         ORDER BY h
     ) k
@@ -78,9 +81,9 @@ SELECT outbox_id, (SELECT count(*) FROM notified) FROM ins`
 // destinations uses sleepLockFiltered. Only one relay can hold a key: a relay that finds its key
 // held by another relay sleeps without it if that relay covers every row it could claim (both
 // publish all destinations), and otherwise keeps trying (the sleeper may not claim its rows).
-const (
-	sleepLockAll      = `hashtext('keiro.outbox.sleep'), hashtext('{{schema}}')`
-	sleepLockFiltered = `hashtext('keiro.outbox.sleep.filtered'), hashtext('{{schema}}')`
+var (
+	sleepLockAll      = advisorylock.OutboxSleepAll(schemaLiteral)
+	sleepLockFiltered = advisorylock.OutboxSleepFiltered(schemaLiteral)
 )
 
 // sqlSleepLock tries to take a sleep lock ({{key}}) on a relay's session and says why it could
@@ -129,17 +132,17 @@ ON CONFLICT (source) DO NOTHING`
 //     held share is never tried again (a session's advisory locks stack).
 //   - sqlShareRelease releases the shares in $2 and returns how many it held.
 const (
-	sqlShareJoin    = `SELECT pg_try_advisory_lock_shared(` + shareMemberClass + `, ` + shareMemberObject + `)`
+	sqlShareJoin    = `SELECT pg_try_advisory_lock_shared({{share_member_lock}})`
 	sqlShareMembers = `
 SELECT count(*) FROM pg_catalog.pg_locks
 WHERE locktype = 'advisory' AND objsubid = 2 AND granted
   AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
-  AND classid = (` + shareMemberClass + `)::oid AND objid = (` + shareMemberObject + `)::oid`
+  AND (classid::int4, objid::int4) = ({{share_member_lock}})`
 	sqlShareTake = `
 SELECT s FROM (SELECT (i + $4::int) % 64 AS s FROM generate_series(0, 63) i) t
-WHERE CASE WHEN s = ANY($2::int[]) THEN false ELSE pg_try_advisory_lock(` + shareClass + `, s) END
+WHERE CASE WHEN s = ANY($2::int[]) THEN false ELSE pg_try_advisory_lock({{share_lock}}) END
 LIMIT $3`
-	sqlShareRelease = `SELECT count(*) FILTER (WHERE pg_advisory_unlock(` + shareClass + `, s)) FROM unnest($2::int[]) s`
+	sqlShareRelease = `SELECT count(*) FILTER (WHERE pg_advisory_unlock({{share_lock}})) FROM unnest($2::int[]) s`
 )
 
 // queries holds the statements with the schema substituted.
@@ -172,6 +175,9 @@ func newQueries(schema string) queries {
 		).Replace(q)
 	}
 	r := strings.NewReplacer("{{schema}}", schema)
+	locks := strings.NewReplacer("{{key_lock}}", keyLock, "{{sleep_lock_all}}", sleepLockAll,
+		"{{sleep_lock_filtered}}", sleepLockFiltered, "{{share_member_lock}}", shareMemberLock,
+		"{{share_lock}}", shareLock)
 	claim := func(join, pre, post, share string) string {
 		headSeq := "NULL::bigint"
 		if join != "" {
@@ -187,8 +193,7 @@ func newQueries(schema string) queries {
 		"{{in_share_h}}", fmt.Sprintf(inShare, "$6", fmt.Sprintf(shareOfKey, "h")),
 	).Replace(sqlClaimKeys + sqlClaimTail)))
 	return queries{
-		enqueue: r.Replace(strings.NewReplacer("{{sleep_lock_all}}", sleepLockAll,
-			"{{sleep_lock_filtered}}", sleepLockFiltered).Replace(sqlEnqueue)),
+		enqueue:         r.Replace(locks.Replace(sqlEnqueue)),
 		enqueueExisting: r.Replace(sqlEnqueueExisting),
 		declareSource:   r.Replace(sqlDeclareSource),
 		revokeSource:    r.Replace(sqlRevokeSource),
@@ -214,10 +219,10 @@ func newQueries(schema string) queries {
 		sleepUnlock:         r.Replace(strings.ReplaceAll(sqlSleepUnlock, "{{key}}", sleepLockAll)),
 		sleepLockFiltered:   r.Replace(strings.ReplaceAll(sqlSleepLock, "{{key}}", sleepLockFiltered)),
 		sleepUnlockFiltered: r.Replace(strings.ReplaceAll(sqlSleepUnlock, "{{key}}", sleepLockFiltered)),
-		shareJoin:           r.Replace(sqlShareJoin),
-		shareMembers:        r.Replace(sqlShareMembers),
-		shareTake:           r.Replace(sqlShareTake),
-		shareRelease:        r.Replace(sqlShareRelease),
+		shareJoin:           r.Replace(locks.Replace(sqlShareJoin)),
+		shareMembers:        r.Replace(locks.Replace(sqlShareMembers)),
+		shareTake:           r.Replace(locks.Replace(sqlShareTake)),
+		shareRelease:        r.Replace(locks.Replace(sqlShareRelease)),
 	}
 }
 
