@@ -11,13 +11,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
 
 // seedStatuses enqueues rows and forces a spread of statuses through SQL.
-func seedStatuses(t *testing.T, db *testdb.DB, st *outbox.Store) {
+func seedStatuses(t *testing.T, db *testenv.DB, st *outbox.Store) {
 	t.Helper()
 	evs := []envelope.Event{
 		event("p1", "t1", ptr("a"), "{}"), event("p2", "t2", nil, "{}"),
@@ -36,7 +35,7 @@ UPDATE keiro_outbox SET created_at = now() - interval '1 hour' WHERE message_id 
 
 func TestStatusListDeadRequeueLookup(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	st, err := outbox.NewStore(db.Schema)
 	require.NoError(t, err)
 	seedStatuses(t, db, st)
@@ -102,8 +101,8 @@ func messageIDs(rows []outbox.DeadRow) []string {
 // statements of RetentionBatch rows; recent sent, pending and dead rows stay.
 func TestRetentionDeletesInSmallBatches(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	kc := testkafka.New(t)
+	db := testenv.NewDB(t)
+	kc := newKafka(t)
 	st, err := outbox.NewStore(db.Schema)
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -125,7 +124,7 @@ CREATE TRIGGER log_delete AFTER DELETE ON keiro_outbox REFERENCING OLD TABLE AS 
 FOR EACH STATEMENT EXECUTE FUNCTION log_delete();`)
 	require.NoError(t, err)
 
-	client := kc.Client(t, outbox.ProducerOpts()...)
+	client := kc.NewClient(t, outbox.ProducerOpts()...)
 	r, err := outbox.NewRelay(db.Pool, client, outbox.RelayConfig{Schema: db.Schema, RetentionBatch: 1000, Retention: 24 * time.Hour})
 	require.NoError(t, err)
 	res, err := r.MaintenancePass(ctx)
@@ -170,9 +169,9 @@ FOR EACH STATEMENT EXECUTE FUNCTION log_delete();`)
 
 func TestRelayConfigValidationNamesEveryField(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	kc := testkafka.New(t)
-	client := kc.Client(t, outbox.ProducerOpts()...)
+	db := testenv.NewDB(t)
+	kc := newKafka(t)
+	client := kc.NewClient(t, outbox.ProducerOpts()...)
 	_, err := outbox.NewRelay(db.Pool, client, outbox.RelayConfig{
 		Schema: "Bad-Schema", Policy: outbox.Policy(9), BatchSize: -1, MaxInFlightBatches: -2, ClaimConcurrency: -4, MaxAttempts: -3,
 		Backoff: outbox.Backoff{Initial: -time.Second, Max: -2 * time.Second, Multiplier: 0.5},
@@ -192,8 +191,8 @@ func TestRelayConfigValidationNamesEveryField(t *testing.T) {
 
 func TestNewRelayRejectsUnsafeClients(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	kc := testkafka.New(t)
+	db := testenv.NewDB(t)
+	kc := newKafka(t)
 	for name, opts := range map[string][]kgo.Opt{
 		"RequiredAcks":           append(outbox.ProducerOpts(), kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite()),
 		"idempotent":             append(outbox.ProducerOpts(), kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite()),
@@ -201,7 +200,7 @@ func TestNewRelayRejectsUnsafeClients(t *testing.T) {
 		"MaxBufferedRecords (1)": append(outbox.ProducerOpts(), kgo.MaxBufferedRecords(1)),
 		"MaxBufferedBytes":       append(outbox.ProducerOpts(), kgo.MaxBufferedBytes(2000)),
 	} {
-		_, err := outbox.NewRelay(db.Pool, kc.Client(t, opts...), outbox.RelayConfig{Schema: db.Schema})
+		_, err := outbox.NewRelay(db.Pool, kc.NewClient(t, opts...), outbox.RelayConfig{Schema: db.Schema})
 		require.Error(t, err, name)
 		require.Contains(t, err.Error(), strings.Fields(name)[0], name)
 	}

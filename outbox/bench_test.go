@@ -20,8 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // Benchmarks of the relay next to their limits, measured in the same run. Run them with
@@ -43,7 +42,7 @@ func benchSizes() (rows, keys int) {
 
 // fill enqueues n events of 1 KiB payload over keys keys, in transactions of 2,000, and
 // analyzes the table (the steady state autovacuum keeps).
-func fill(b testing.TB, db *testdb.DB, st *Store, topic string, n, keys int) {
+func fill(b testing.TB, db *testenv.DB, st *Store, topic string, n, keys int) {
 	b.Helper()
 	ctx := context.Background()
 	payload := bytes.Repeat([]byte("x"), 1024-16)
@@ -65,9 +64,9 @@ func fill(b testing.TB, db *testdb.DB, st *Store, topic string, n, keys int) {
 }
 
 // filledOutbox returns a fresh schema whose outbox holds n rows over keys keys (see fill).
-func filledOutbox(b testing.TB, n, keys int) (*testdb.DB, *Store) {
+func filledOutbox(b testing.TB, n, keys int) (*testenv.DB, *Store) {
 	b.Helper()
-	db := testdb.New(b)
+	db := testenv.NewDB(b)
 	st, err := NewStore(db.Schema)
 	require.NoError(b, err)
 	fill(b, db, st, "orders", n, keys)
@@ -87,8 +86,8 @@ func rssMB() float64 {
 
 // drainRelay runs a relay over n pre-enqueued rows until all are published and returns the
 // elapsed time and the peak RSS seen meanwhile.
-func drainRelay(b *testing.B, db *testdb.DB, kc *testkafka.Cluster, n int) (time.Duration, float64) {
-	client := kc.Client(b, ProducerOpts()...)
+func drainRelay(b *testing.B, db *testenv.DB, kc *testenv.Kafka, n int) (time.Duration, float64) {
+	client := kc.NewClient(b, ProducerOpts()...)
 	var published atomic.Int64
 	all := make(chan struct{})
 	cfg := RelayConfig{Schema: db.Schema, OnBatch: func(br BatchResult) {
@@ -223,7 +222,7 @@ WHERE o.outbox_id = m.id`
 )
 
 // leaseDrain drains n rows with workers loops of the lease-table claim and mark.
-func leaseDrain(b *testing.B, db *testdb.DB, n, workers int) float64 {
+func leaseDrain(b *testing.B, db *testenv.DB, n, workers int) float64 {
 	ctx := context.Background()
 	_, err := db.Pool.Exec(ctx, fmt.Sprintf(leaseTable, db.Schema))
 	require.NoError(b, err)
@@ -263,7 +262,7 @@ func leaseDrain(b *testing.B, db *testdb.DB, n, workers int) float64 {
 
 // rawDrain drains n rows with workers loops of claim + mark, each pair in one transaction if
 // inTx (the single-write loop), else as two statements (two transactions).
-func rawDrain(b *testing.B, db *testdb.DB, n, workers int, claim, mark string, inTx bool) float64 {
+func rawDrain(b *testing.B, db *testenv.DB, n, workers int, claim, mark string, inTx bool) float64 {
 	claimSQL, markSQL := fmt.Sprintf(claim, db.Schema), fmt.Sprintf(mark, db.Schema)
 	ctx := context.Background()
 	var done atomic.Int64
@@ -381,7 +380,7 @@ func BenchmarkDrain(b *testing.B) {
 	b.Run("relay", func(b *testing.B) {
 		for range b.N {
 			b.StopTimer()
-			kc := testkafka.ForBench(b)
+			kc := testenv.BenchKafka(b, testenv.KafkaConfig{})
 			kc.CreateTopic(b, "orders", 6)
 			db, _ := filledOutbox(b, n, keys)
 			runtime.GC()
@@ -415,12 +414,12 @@ func steadyLatency(b *testing.B, producers, perTx int, inTxWork time.Duration) {
 		dur = 3 * time.Second
 	}
 	for range b.N {
-		db := testdb.New(b)
-		kc := testkafka.ForBench(b)
+		db := testenv.NewDB(b)
+		kc := testenv.BenchKafka(b, testenv.KafkaConfig{})
 		kc.CreateTopic(b, "orders", 6)
 		st, err := NewStore(db.Schema)
 		require.NoError(b, err)
-		client := kc.Client(b, ProducerOpts()...)
+		client := kc.NewClient(b, ProducerOpts()...)
 		var mu sync.Mutex
 		committed := map[string]time.Time{}
 		acked := map[string]time.Time{}
@@ -508,8 +507,8 @@ func steadyLatency(b *testing.B, producers, perTx int, inTxWork time.Duration) {
 func BenchmarkHotKey(b *testing.B) {
 	for range b.N {
 		b.StopTimer()
-		db := testdb.New(b)
-		kc := testkafka.ForBench(b)
+		db := testenv.NewDB(b)
+		kc := testenv.BenchKafka(b, testenv.KafkaConfig{})
 		kc.CreateTopic(b, "orders", 6)
 		st, err := NewStore(db.Schema)
 		require.NoError(b, err)
@@ -529,7 +528,7 @@ func BenchmarkClaimLatency(b *testing.B) {
 	}
 	for _, sent := range []int{0, retained} {
 		b.Run(fmt.Sprintf("sent=%d", sent), func(b *testing.B) {
-			db := testdb.New(b)
+			db := testenv.NewDB(b)
 			st, err := NewStore(db.Schema)
 			require.NoError(b, err)
 			ctx := context.Background()
@@ -604,7 +603,7 @@ func BenchmarkEnqueue(b *testing.B) {
 		return evs
 	}
 	b.Run("enqueue-tx", func(b *testing.B) {
-		db := testdb.New(b)
+		db := testenv.NewDB(b)
 		st, err := NewStore(db.Schema)
 		require.NoError(b, err)
 		ctx := context.Background()
@@ -619,7 +618,7 @@ func BenchmarkEnqueue(b *testing.B) {
 		b.ReportMetric(float64(b.N*perTx)/b.Elapsed().Seconds(), "events/s")
 	})
 	b.Run("raw-insert", func(b *testing.B) {
-		db := testdb.New(b)
+		db := testenv.NewDB(b)
 		ctx := context.Background()
 		q := fmt.Sprintf(`INSERT INTO %s.keiro_outbox (outbox_id, message_id, source, destination, message_key,
     event_type, schema_version, content_type, payload_bytes, occurred_at)
@@ -650,8 +649,8 @@ func BenchmarkEnqueueConcurrent(b *testing.B) {
 	const producers = 16
 	payload := bytes.Repeat([]byte("x"), 200)
 	type commitFunc func(ctx context.Context, p, i int) error
-	run := func(b *testing.B, setup func(db *testdb.DB) commitFunc) {
-		commit := setup(testdb.New(b))
+	run := func(b *testing.B, setup func(db *testenv.DB) commitFunc) {
+		commit := setup(testenv.NewDB(b))
 		ctx := context.Background()
 		var next atomic.Int64
 		b.ResetTimer()
@@ -683,7 +682,7 @@ func BenchmarkEnqueueConcurrent(b *testing.B) {
 		{name: "notify-after-commit", opts: StoreOptions{DisableNotify: true}, notifyAfter: true},
 		{name: "no-notify-no-key-locks", opts: StoreOptions{DisableNotify: true, DisableKeyLocks: true}}} {
 		b.Run(c.name, func(b *testing.B) {
-			run(b, func(db *testdb.DB) commitFunc {
+			run(b, func(db *testenv.DB) commitFunc {
 				st, err := NewStore(db.Schema, c.opts)
 				require.NoError(b, err)
 				if c.asleep {
@@ -695,9 +694,9 @@ func BenchmarkEnqueueConcurrent(b *testing.B) {
 					require.Equal(b, "taken", got)
 				}
 				if c.relay {
-					kc := testkafka.New(b)
+					kc := testenv.NewKafka(b)
 					kc.CreateTopic(b, "orders", 6)
-					r, err := NewRelay(db.Pool, kc.Client(b, ProducerOpts()...), RelayConfig{Schema: db.Schema,
+					r, err := NewRelay(db.Pool, kc.NewClient(b, ProducerOpts()...), RelayConfig{Schema: db.Schema,
 						Logger: slog.New(slog.DiscardHandler)})
 					require.NoError(b, err)
 					runRelay(b, r)
@@ -721,7 +720,7 @@ func BenchmarkEnqueueConcurrent(b *testing.B) {
 		})
 	}
 	b.Run("raw-insert", func(b *testing.B) {
-		run(b, func(db *testdb.DB) commitFunc {
+		run(b, func(db *testenv.DB) commitFunc {
 			q := fmt.Sprintf(`INSERT INTO %s.keiro_outbox (outbox_id, message_id, source, destination,
     message_key, event_type, schema_version, content_type, payload_bytes, occurred_at)
 VALUES ($1, $2, 'ordering', 'orders', $3, 'E', 1, 'application/json', $4, now())`, db.Schema)

@@ -13,8 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 func ev(id string, key *string) envelope.Event {
@@ -37,9 +36,9 @@ func runRelay(tb testing.TB, r *Relay) {
 	})
 }
 
-func setup(t *testing.T, events ...envelope.Event) (*testdb.DB, *Store) {
+func setup(t *testing.T, events ...envelope.Event) (*testenv.DB, *Store) {
 	t.Helper()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	st, err := NewStore(db.Schema)
 	require.NoError(t, err)
 	if len(events) > 0 {
@@ -59,7 +58,7 @@ func ids(rows []claimedRow) []string {
 	return out
 }
 
-func status(t *testing.T, db *testdb.DB, id string) (st string, attempts int) {
+func status(t *testing.T, db *testenv.DB, id string) (st string, attempts int) {
 	t.Helper()
 	require.NoError(t, db.Pool.QueryRow(context.Background(),
 		"SELECT status, attempt_count FROM keiro_outbox WHERE message_id = $1", id).Scan(&st, &attempts))
@@ -415,8 +414,8 @@ FROM generate_series(1, 100000) g`, db.Schema))
 func TestMarkOutcomeCountsOrderBroken(t *testing.T) {
 	t.Parallel()
 	db, st := setup(t, ev("a1", k("A")), ev("b1", k("B")), ev("a2", k("A")), ev("c1", k("C")), ev("c2", k("C")), ev("n1", nil), ev("n2", nil))
-	kc := testkafka.New(t)
-	r, err := NewRelay(db.Pool, kc.Client(t, ProducerOpts()...), RelayConfig{Schema: db.Schema, Logger: slog.New(slog.DiscardHandler)})
+	kc := testenv.NewKafka(t)
+	r, err := NewRelay(db.Pool, kc.NewClient(t, ProducerOpts()...), RelayConfig{Schema: db.Schema, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	ctx := context.Background()
 	token, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
@@ -442,10 +441,10 @@ func TestMarkOutcomeCountsOrderBroken(t *testing.T) {
 func TestRelayClaimsOnceMoreAfterTakingTheSleepLock(t *testing.T) {
 	t.Parallel()
 	db, st := setup(t)
-	kc := testkafka.New(t)
+	kc := testenv.NewKafka(t)
 	kc.CreateTopic(t, "t1", 1)
 	published := make(chan struct{}, 10)
-	r, err := NewRelay(db.Pool, kc.Client(t, ProducerOpts()...), RelayConfig{Schema: db.Schema, PollInterval: time.Hour,
+	r, err := NewRelay(db.Pool, kc.NewClient(t, ProducerOpts()...), RelayConfig{Schema: db.Schema, PollInterval: time.Hour,
 		Logger: slog.New(slog.DiscardHandler), OnBatch: func(b BatchResult) {
 			for range b.Published {
 				published <- struct{}{}

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -30,11 +31,11 @@ func TestRelayEmitsCloudEventsPerDestination(t *testing.T) {
 	db, kc, st := rig(t, 1)
 	kc.CreateTopic(t, "invoices", 1)
 	enqueue(t, db.Pool, st, event("o-1", "orders", ptr("A"), `{"i":1}`), event("i-1", "invoices", ptr("B"), `{"i":2}`))
-	p := newProgress()
-	startRelay(t, db, kc, outbox.RelayConfig{CloudEventsDestinations: []string{"orders"}, PollInterval: 10 * time.Millisecond, OnBatch: p.onBatch, Logger: testLogger(t)})
-	p.wait(t, 2, 30*time.Second)
+	p := new(testenv.Progress)
+	startRelay(t, db, kc, outbox.RelayConfig{CloudEventsDestinations: []string{"orders"}, PollInterval: 10 * time.Millisecond, OnBatch: onSettled(p), Logger: testLogger(t)})
+	p.Wait(t, 2, 30*time.Second, nil)
 
-	recs := kc.ConsumeAll(t, 2, 30*time.Second, "orders", "invoices")
+	recs := kc.ConsumeRecords(t, 2, 30*time.Second, "orders", "invoices")
 	require.Len(t, recs, 2)
 	for _, rec := range recs {
 		ce := map[string]string{}
@@ -63,6 +64,6 @@ func TestRelayEmitsCloudEventsPerDestination(t *testing.T) {
 		require.Equal(t, *ev.Key, *ceOnly.Key)
 	}
 
-	_, err := outbox.NewRelay(db.Pool, kc.Client(t, outbox.ProducerOpts()...), outbox.RelayConfig{Schema: db.Schema, CloudEventsDestinations: []string{"bad topic"}})
+	_, err := outbox.NewRelay(db.Pool, kc.NewClient(t, outbox.ProducerOpts()...), outbox.RelayConfig{Schema: db.Schema, CloudEventsDestinations: []string{"bad topic"}})
 	require.ErrorContains(t, err, `CloudEventsDestinations[0] "bad topic"`)
 }

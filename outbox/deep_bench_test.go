@@ -15,8 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // Benchmarks of a deep backlog (the table a broker outage leaves behind), written without an
@@ -45,7 +44,7 @@ func envInts(tb testing.TB, name string, def ...int) []int {
 // fillDeep writes n rows of payload random (incompressible) bytes over keys keys through
 // COPY (the insert trigger orders them as for any writer), in transactions of 10,000, and
 // leaves the table's statistics as a fresh write leaves them: no ANALYZE.
-func fillDeep(tb testing.TB, db *testdb.DB, n, keys, payload int) {
+func fillDeep(tb testing.TB, db *testenv.DB, n, keys, payload int) {
 	tb.Helper()
 	ctx := context.Background()
 	cols := []string{"outbox_id", "message_id", "source", "destination", "message_key", "event_type",
@@ -76,9 +75,9 @@ func BenchmarkDeepBacklogDrain(b *testing.B) {
 				b.Run(fmt.Sprintf("payload=%d/keys=%d/rows=%d", payload, keys, n), func(b *testing.B) {
 					for range b.N {
 						b.StopTimer()
-						kc := testkafka.New(b)
+						kc := testenv.NewKafka(b)
 						kc.CreateTopic(b, "orders", 6)
-						db := testdb.New(b)
+						db := testenv.NewDB(b)
 						fillDeep(b, db, n, keys, payload)
 						runtime.GC()
 						elapsed, _ := drainRelay(b, db, kc, n)
@@ -98,7 +97,7 @@ func BenchmarkDeepBacklogDrain(b *testing.B) {
 func BenchmarkDeepClaimLatency(b *testing.B) {
 	for _, n := range []int{0, envInts(b, "KEIRO_BENCH_DEEP_ROWS", 200_000)[0]} {
 		b.Run(fmt.Sprintf("rows=%d", n), func(b *testing.B) {
-			db := testdb.New(b)
+			db := testenv.NewDB(b)
 			st, err := NewStore(db.Schema)
 			require.NoError(b, err)
 			ctx := context.Background()
@@ -160,7 +159,7 @@ func BenchmarkEnqueueNullKeys(b *testing.B) {
 		index bool
 	}{{"null-key/index", false, true}, {"null-key/no-index", false, false}, {"keyed/index", true, true}} {
 		b.Run(c.name, func(b *testing.B) {
-			db := testdb.New(b)
+			db := testenv.NewDB(b)
 			st, err := NewStore(db.Schema)
 			require.NoError(b, err)
 			ctx := context.Background()

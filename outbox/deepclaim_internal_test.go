@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // TestDeepClaimCostDoesNotFollowTheBacklog: every key's head is in flight except one key's, at
@@ -26,7 +26,7 @@ func TestDeepClaimCostDoesNotFollowTheBacklog(t *testing.T) {
 	const keys = 50
 	blocks := map[int]int64{}
 	for _, depth := range []int{10, 400} {
-		db := testdb.New(t)
+		db := testenv.NewDB(t)
 		st, err := NewStore(db.Schema)
 		require.NoError(t, err)
 		ctx := context.Background()
@@ -60,7 +60,7 @@ VALUES (gen_random_uuid(), 'z1', 'ordering', 't1', 'a', 'E', 1, 'application/jso
 // claimBlocks runs claim under EXPLAIN (ANALYZE, BUFFERS) in a transaction it rolls back, with
 // the claim's planner settings, checks the ids it claims, and returns the buffers it touched.
 // KEIRO_TEST_PLAN=1 logs the plan.
-func claimBlocks(t *testing.T, db *testdb.DB, claim string, want []string, args ...any) int64 {
+func claimBlocks(t *testing.T, db *testenv.DB, claim string, want []string, args ...any) int64 {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := db.Pool.Begin(ctx)

@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/migrations"
 	"github.com/keiro-go/keiro/outbox"
 )
@@ -87,7 +87,7 @@ type exampleSchema struct {
 func exampleDB() exampleSchema {
 	ctx := context.Background()
 	schema := fmt.Sprintf("example_%d", time.Now().UnixNano())
-	conn, err := pgx.Connect(ctx, testdb.URL())
+	conn, err := pgx.Connect(ctx, testenv.DatabaseURL())
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func exampleDB() exampleSchema {
 	if err := migrations.Migrate(ctx, conn, schema); err != nil {
 		log.Fatal(err)
 	}
-	pool, err := pgxpool.New(ctx, testdb.URL())
+	pool, err := pgxpool.New(ctx, testenv.DatabaseURL())
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -25,10 +25,10 @@ type faults struct {
 	failed   atomic.Int64
 }
 
-func injectFaults(kc *testkafka.Cluster) *faults {
+func injectFaults(kc *testenv.Kafka) *faults {
 	f := &faults{}
-	kc.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		kc.KeepControl()
+	kc.Cluster.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		kc.Cluster.KeepControl()
 		req := kreq.(*kmsg.ProduceRequest)
 		f.mu.Lock()
 		f.requests++
@@ -51,7 +51,7 @@ func (f *faults) set(fn func(f *faults)) {
 }
 
 // produceError answers every partition of req with code.
-var produceError = testkafka.ProduceError
+var produceError = testenv.ProduceError
 
 // runRestarting runs a relay until ctx ends, restarting it when a StopTheLine halt stops it
 // (what an operator would do after review).

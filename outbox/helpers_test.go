@@ -10,11 +10,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -71,12 +71,24 @@ func outboxOpts() []kgo.Opt {
 	return opts
 }
 
+// autoCreatePartitions is the partition count of the topics the embedded broker of these tests
+// creates on first use: kfake's own default, so that a test's rows spread over partitions
+// unless it creates its topic with fewer.
+const autoCreatePartitions = 10
+
+// newKafka starts the embedded broker of one test, topics created on first use having
+// autoCreatePartitions partitions; opts are applied after the kit's own.
+func newKafka(t testing.TB, opts ...kfake.Opt) *testenv.Kafka {
+	t.Helper()
+	return testenv.NewKafkaWith(t, testenv.KafkaConfig{Partitions: autoCreatePartitions, ClusterOpts: opts})
+}
+
 // rig returns a fresh schema, a kfake cluster with topic "orders" of the given partitions, and
 // the schema's outbox Store: the start of every relay test.
-func rig(t testing.TB, partitions int32) (*testdb.DB, *testkafka.Cluster, *outbox.Store) {
+func rig(t testing.TB, partitions int32) (*testenv.DB, *testenv.Kafka, *outbox.Store) {
 	t.Helper()
-	db := testdb.New(t)
-	kc := testkafka.New(t)
+	db := testenv.NewDB(t)
+	kc := newKafka(t)
 	kc.CreateTopic(t, "orders", partitions)
 	st, err := outbox.NewStore(db.Schema)
 	require.NoError(t, err)

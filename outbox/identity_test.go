@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -16,7 +16,7 @@ import (
 // retained row's id; bad id lists are refused; an id taken by another message is a clear error.
 func TestEnqueueWithIDs(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	st, err := outbox.NewStore(db.Schema)
 	require.NoError(t, err)
 	ctx := context.Background()

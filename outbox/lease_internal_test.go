@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // TestRelayThatLostItsLeaseDoesNotPublish: relay A claims a key's rows and is paused before its
@@ -31,7 +31,7 @@ func TestRelayThatLostItsLeaseDoesNotPublish(t *testing.T) {
 		evs[i].Payload = fmt.Appendf(nil, `{"i":%d}`, i)
 	}
 	db, _ := setup(t, evs...)
-	kc := testkafka.New(t)
+	kc := testenv.NewKafka(t)
 	kc.CreateTopic(t, "t1", 1)
 	const lease = 10 * time.Second
 	logger := slog.New(slog.DiscardHandler)
@@ -39,7 +39,7 @@ func TestRelayThatLostItsLeaseDoesNotPublish(t *testing.T) {
 	var bSettled atomic.Int64
 	var bOnce sync.Once
 	bDone := make(chan struct{})
-	b, err := NewRelay(db.Pool, kc.Client(t, ProducerOpts()...), RelayConfig{Schema: db.Schema, Lease: lease, Logger: logger,
+	b, err := NewRelay(db.Pool, kc.NewClient(t, ProducerOpts()...), RelayConfig{Schema: db.Schema, Lease: lease, Logger: logger,
 		PollInterval: 50 * time.Millisecond, OnBatch: func(res BatchResult) {
 			if bSettled.Add(int64(res.Published)) >= n {
 				bOnce.Do(func() { close(bDone) })
@@ -49,7 +49,7 @@ func TestRelayThatLostItsLeaseDoesNotPublish(t *testing.T) {
 
 	aMarked := make(chan BatchResult, 10)
 	// One batch in flight: A cannot re-claim the expired rows itself while it is "paused".
-	a, err := NewRelay(db.Pool, kc.Client(t, ProducerOpts()...), RelayConfig{Schema: db.Schema, Lease: lease, Logger: logger,
+	a, err := NewRelay(db.Pool, kc.NewClient(t, ProducerOpts()...), RelayConfig{Schema: db.Schema, Lease: lease, Logger: logger,
 		PollInterval: time.Hour, MaxInFlightBatches: 1, OnBatch: func(res BatchResult) { aMarked <- res }})
 	require.NoError(t, err)
 	var skew atomic.Int64
@@ -79,7 +79,7 @@ func TestRelayThatLostItsLeaseDoesNotPublish(t *testing.T) {
 	require.Positive(t, a.Stats().LeaseLost) // the first row; the key's others are held back behind it
 	require.Zero(t, a.Stats().Published)
 
-	recs := kc.ConsumeAll(t, n+1, 2*time.Second, "t1") // n+1: a duplicate would show
+	recs := kc.ConsumeRecords(t, n+1, 2*time.Second, "t1") // n+1: a duplicate would show
 	require.Len(t, recs, n, "each row on Kafka once")
 	for i, rec := range recs {
 		require.Equal(t, fmt.Sprintf(`{"i":%d}`, i), string(rec.Value))
@@ -95,8 +95,8 @@ func TestRelayThatLostItsLeaseDoesNotPublish(t *testing.T) {
 func TestMarkStoresAnErrorCutThroughACharacter(t *testing.T) {
 	t.Parallel()
 	db, st := setup(t, ev("a1", k("A")))
-	kc := testkafka.New(t)
-	r, err := NewRelay(db.Pool, kc.Client(t, ProducerOpts()...), RelayConfig{Schema: db.Schema, Logger: slog.New(slog.DiscardHandler)})
+	kc := testenv.NewKafka(t)
+	r, err := NewRelay(db.Pool, kc.NewClient(t, ProducerOpts()...), RelayConfig{Schema: db.Schema, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -126,10 +126,10 @@ BEGIN RAISE EXCEPTION 'mark refused for the test' USING ERRCODE = '22023'; END $
 CREATE TRIGGER refuse_mark BEFORE UPDATE ON keiro_outbox FOR EACH ROW
     WHEN (OLD.status = 'publishing' AND NEW.status <> 'publishing') EXECUTE FUNCTION refuse_mark();`)
 	require.NoError(t, err)
-	kc := testkafka.New(t)
+	kc := testenv.NewKafka(t)
 	kc.CreateTopic(t, "t1", 1)
 	marked := make(chan BatchResult, 10)
-	r, err := NewRelay(db.Pool, kc.Client(t, ProducerOpts()...), RelayConfig{Schema: db.Schema, Lease: time.Second,
+	r, err := NewRelay(db.Pool, kc.NewClient(t, ProducerOpts()...), RelayConfig{Schema: db.Schema, Lease: time.Second,
 		PollInterval: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler), OnBatch: func(res BatchResult) { marked <- res }})
 	require.NoError(t, err)
 	runRelay(t, r)

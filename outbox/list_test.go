@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -15,7 +15,7 @@ import (
 // older than the threshold; ListSentGcCandidates finds sent rows past retention.
 func TestListingQueries(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	st, err := outbox.NewStore(db.Schema)
 	require.NoError(t, err)
 	ctx := context.Background()

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // TestClaimWhoseReplyWasLostIsReleased: the relay's first claim commits, then its backend is
@@ -28,13 +28,13 @@ func TestClaimWhoseReplyWasLostIsReleased(t *testing.T) {
 		evs[i] = ev(fmt.Sprintf("m%02d", i), k(fmt.Sprintf("k%d", i%8)))
 	}
 	db, _ := setup(t, evs...)
-	kc := testkafka.New(t)
+	kc := testenv.NewKafka(t)
 	kc.CreateTopic(t, "t1", 2)
 
 	var settled int
 	var mu sync.Mutex
 	done := make(chan struct{})
-	r, err := NewRelay(db.Pool, kc.Client(t, ProducerOpts()...), RelayConfig{Schema: db.Schema,
+	r, err := NewRelay(db.Pool, kc.NewClient(t, ProducerOpts()...), RelayConfig{Schema: db.Schema,
 		Lease: 10 * time.Minute, PollInterval: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
 		OnBatch: func(res BatchResult) {
 			mu.Lock()

@@ -16,7 +16,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/tracing"
 )
 
@@ -80,8 +80,8 @@ CREATE CONSTRAINT TRIGGER refuse_c1 AFTER UPDATE ON keiro_outbox DEFERRABLE INIT
 	logs := &lockedBuffer{}
 	reader := sdkmetric.NewManualReader()
 	var onBatch []BatchResult
-	kc := testkafka.New(t)
-	r, err := NewRelay(db.Pool, kc.Client(t, ProducerOpts()...), RelayConfig{Schema: db.Schema,
+	kc := testenv.NewKafka(t)
+	r, err := NewRelay(db.Pool, kc.NewClient(t, ProducerOpts()...), RelayConfig{Schema: db.Schema,
 		Logger:        slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
 		OnBatch:       func(res BatchResult) { onBatch = append(onBatch, res) }})

@@ -11,8 +11,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 	"github.com/keiro-go/keiro/tracing"
 )
@@ -58,8 +57,8 @@ func gaugeByDestination(t *testing.T, got map[string]metricdata.Aggregation, nam
 // client metrics count every produce with its outcome.
 func TestRelayGaugesPerDestinationAndSendMetrics(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	kc := testkafka.New(t)
+	db := testenv.NewDB(t)
+	kc := newKafka(t)
 	kc.CreateTopic(t, "orders", 1)
 	kc.CreateTopic(t, "payments", 1)
 	reader := sdkmetric.NewManualReader()
@@ -72,7 +71,7 @@ func TestRelayGaugesPerDestinationAndSendMetrics(t *testing.T) {
 	enqueue(t, db.Pool, st, event("p-big", "payments", ptr("k"), strings.Repeat("x", 4096)))
 
 	// Before any relay runs: a maintenance pass of an idle relay samples both destinations.
-	idle, err := outbox.NewRelay(db.Pool, kc.Client(t, outbox.ProducerOpts()...), outbox.RelayConfig{Schema: db.Schema, MeterProvider: mp, Logger: testLogger(t)})
+	idle, err := outbox.NewRelay(db.Pool, kc.NewClient(t, outbox.ProducerOpts()...), outbox.RelayConfig{Schema: db.Schema, MeterProvider: mp, Logger: testLogger(t)})
 	require.NoError(t, err)
 	res, err := idle.MaintenancePass(context.Background())
 	require.NoError(t, err)
@@ -86,9 +85,9 @@ func TestRelayGaugesPerDestinationAndSendMetrics(t *testing.T) {
 	}
 
 	// The relay publishes orders and rejects the oversized payment.
-	p := newProgress()
-	startRelay(t, db, kc, outbox.RelayConfig{OnBatch: p.onBatch, MeterProvider: mp, MaxRecordBytes: 1024, Logger: testLogger(t)})
-	p.wait(t, 3, 30*time.Second)
+	p := new(testenv.Progress)
+	startRelay(t, db, kc, outbox.RelayConfig{OnBatch: onSettled(p), MeterProvider: mp, MaxRecordBytes: 1024, Logger: testLogger(t)})
+	p.Wait(t, 3, 30*time.Second, nil)
 
 	require.Eventually(t, func() bool {
 		res, err := idle.MaintenancePass(context.Background())

@@ -17,8 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -43,23 +42,23 @@ func TestOrderUnderProduceFailuresAllPolicies(t *testing.T) {
 			f := injectFaults(kc)
 			f.set(func(f *faults) { f.every, f.code = 3, kerr.UnknownServerError.Code })
 
-			p := newProgress()
+			p := new(testenv.Progress)
 			ctx, cancel := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
 			var halts atomic.Int64
 			errs := make(chan error, 3)
 			for range 3 {
-				client := kc.Client(t, outboxOpts()...)
+				client := kc.NewClient(t, outboxOpts()...)
 				r, err := outbox.NewRelay(db.Pool, client, outbox.RelayConfig{
 					Schema: db.Schema, Policy: policy, BatchSize: 64, MaxAttempts: 1000,
 					Backoff:      outbox.Backoff{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond},
-					PollInterval: 20 * time.Millisecond, OnBatch: p.onBatch, Logger: testLogger(t),
+					PollInterval: 20 * time.Millisecond, OnBatch: onSettled(p), Logger: testLogger(t),
 				})
 				require.NoError(t, err)
 				wg.Add(1)
 				go func() { defer wg.Done(); errs <- runRestarting(ctx, r, &halts) }()
 			}
-			p.wait(t, n, 90*time.Second)
+			p.Wait(t, int64(n), 90*time.Second, nil)
 			cancel()
 			wg.Wait()
 			close(errs)
@@ -70,7 +69,7 @@ func TestOrderUnderProduceFailuresAllPolicies(t *testing.T) {
 			if policy == outbox.StopTheLine {
 				require.Positive(t, halts.Load(), "stop-the-line never halted")
 			}
-			recs := kc.ConsumeAll(t, n, 30*time.Second, "orders")
+			recs := kc.ConsumeRecords(t, n, 30*time.Second, "orders")
 			logFalseAcks(t, db, recs)
 			distinct, dups := checkRecords(t, recs, policy != outbox.BestEffort)
 			require.Equal(t, n, distinct)
@@ -91,7 +90,7 @@ func TestStopTheLineHaltsAndNamesTheRow(t *testing.T) {
 	res := enqueue(t, db.Pool, st, keyedEvents("orders", 10, 3)...)
 	f := injectFaults(kc)
 	f.set(func(f *faults) { f.every, f.code = 1, kerr.UnknownServerError.Code })
-	client := kc.Client(t, outboxOpts()...)
+	client := kc.NewClient(t, outboxOpts()...)
 	r, err := outbox.NewRelay(db.Pool, client, outbox.RelayConfig{Schema: db.Schema, Policy: outbox.StopTheLine, Logger: testLogger(t)})
 	require.NoError(t, err)
 	err = r.Run(context.Background())
@@ -117,8 +116,8 @@ func TestStopTheLinePublishesRowByRow(t *testing.T) {
 	res := enqueue(t, db.Pool, st, keyedEvents("orders", 12, 12)...)
 	var mu sync.Mutex
 	var sizes []int // records per produce request
-	kc.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		kc.KeepControl()
+	kc.Cluster.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		kc.Cluster.KeepControl()
 		req := kreq.(*kmsg.ProduceRequest)
 		n := 0
 		for _, rt := range req.Topics {
@@ -138,7 +137,7 @@ func TestStopTheLinePublishesRowByRow(t *testing.T) {
 		}
 		return produceError(req, kerr.UnknownServerError.Code), nil, true
 	})
-	client := kc.Client(t, outboxOpts()...)
+	client := kc.NewClient(t, outboxOpts()...)
 	r, err := outbox.NewRelay(db.Pool, client, outbox.RelayConfig{Schema: db.Schema, Policy: outbox.StopTheLine, Logger: testLogger(t)})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -168,7 +167,7 @@ func TestStopTheLinePublishesRowByRow(t *testing.T) {
 
 // logFalseAcks logs every sent row whose recorded (partition, offset) does not hold its own
 // message on Kafka: an acknowledgement of a record that was never written there.
-func logFalseAcks(t *testing.T, db *testdb.DB, recs []*kgo.Record) {
+func logFalseAcks(t *testing.T, db *testenv.DB, recs []*kgo.Record) {
 	t.Helper()
 	at := map[[2]int64]string{}
 	for _, r := range recs {
@@ -204,19 +203,19 @@ func TestOrderWhenTheFirstProduceToATopicFails(t *testing.T) {
 			const n = 2000
 			enqueue(t, db.Pool, st, keyedEvents("orders", n, 5)...)
 			var requests atomic.Int64
-			kc.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-				kc.KeepControl()
+			kc.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				kc.Cluster.KeepControl()
 				if requests.Add(1) > 1 {
 					return nil, nil, false
 				}
 				return produceError(req.(*kmsg.ProduceRequest), kerr.UnknownServerError.Code), nil, true
 			})
-			p := newProgress()
-			r, _ := startRelay(t, db, kc, outbox.RelayConfig{BatchSize: n, MaxAttempts: 100, OnBatch: p.onBatch,
+			p := new(testenv.Progress)
+			r, _ := startRelay(t, db, kc, outbox.RelayConfig{BatchSize: n, MaxAttempts: 100, OnBatch: onSettled(p),
 				Backoff: outbox.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}, Logger: testLogger(t)})
-			p.wait(t, n, 60*time.Second)
+			p.Wait(t, int64(n), 60*time.Second, nil)
 			require.Positive(t, requests.Load())
-			distinct, _ := checkOrder(t, kc.ConsumeAll(t, n, 30*time.Second, "orders"))
+			distinct, _ := checkOrder(t, kc.ConsumeRecords(t, n, 30*time.Second, "orders"))
 			require.Equal(t, n, distinct)
 			require.Zero(t, r.Stats().OrderBroken)
 		})
@@ -232,12 +231,12 @@ func TestOrderWhenTheFirstProduceToATopicFails(t *testing.T) {
 // later than the rows that went out before it).
 func TestKeySpanningTwoTopicsKeepsItsOrder(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	kc := testkafka.New(t, kfake.NumBrokers(2))
+	db := testenv.NewDB(t)
+	kc := newKafka(t, kfake.NumBrokers(2))
 	kc.CreateTopic(t, "ta", 1)
 	kc.CreateTopic(t, "tb", 1)
-	require.NoError(t, kc.MoveTopicPartition("ta", 0, 0))
-	require.NoError(t, kc.MoveTopicPartition("tb", 0, 1))
+	require.NoError(t, kc.Cluster.MoveTopicPartition("ta", 0, 0))
+	require.NoError(t, kc.Cluster.MoveTopicPartition("tb", 0, 1))
 	st, err := outbox.NewStore(db.Schema)
 	require.NoError(t, err)
 	const n, keys = 400, 8
@@ -251,12 +250,12 @@ func TestKeySpanningTwoTopicsKeepsItsOrder(t *testing.T) {
 		evs[i] = event(fmt.Sprintf("m-%06d", i), topic, &k, fmt.Sprintf(`{"i":%d}`, i))
 	}
 	enqueue(t, db.Pool, st, evs...)
-	taID := kc.TopicInfo("ta").TopicID // produce v13 names topics by id
+	taID := kc.Cluster.TopicInfo("ta").TopicID // produce v13 names topics by id
 	// One request for "ta" in three fails, the first one excepted (the relay produces the
 	// first record for a topic alone, until one gets through).
 	var taReqs, failedReqs atomic.Int64
-	kc.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		kc.KeepControl()
+	kc.Cluster.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		kc.Cluster.KeepControl()
 		req := kreq.(*kmsg.ProduceRequest)
 		for _, tp := range req.Topics {
 			if (tp.Topic == "ta" || tp.TopicID == taID) && taReqs.Add(1)%3 == 0 {
@@ -266,12 +265,12 @@ func TestKeySpanningTwoTopicsKeepsItsOrder(t *testing.T) {
 		}
 		return nil, nil, false
 	})
-	p := newProgress()
-	r, _ := startRelayOpts(t, db, kc, outboxOpts(), outbox.RelayConfig{BatchSize: 64, MaxAttempts: 1000, OnBatch: p.onBatch,
+	p := new(testenv.Progress)
+	r, _ := startRelayOpts(t, db, kc, outboxOpts(), outbox.RelayConfig{BatchSize: 64, MaxAttempts: 1000, OnBatch: onSettled(p),
 		Backoff: outbox.Backoff{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond}, Logger: testLogger(t)})
-	p.wait(t, n, 90*time.Second)
+	p.Wait(t, int64(n), 90*time.Second, nil)
 	require.Positive(t, failedReqs.Load(), "no failure was injected")
-	recs := kc.ConsumeAll(t, n, 30*time.Second, "ta", "tb")
+	recs := kc.ConsumeRecords(t, n, 30*time.Second, "ta", "tb")
 	require.Len(t, recs, n)
 	type seen struct {
 		i  int
@@ -311,11 +310,11 @@ func TestOrderWithSeveralRelaysOnOneBacklog(t *testing.T) {
 			if testing.Short() {
 				n = 2000
 			}
-			p := newProgress()
+			p := new(testenv.Progress)
 			rs := make([]*outbox.Relay, relays)
 			for i := range rs {
 				rs[i], _ = startRelay(t, db, kc, outbox.RelayConfig{BatchSize: 64, PollInterval: 20 * time.Millisecond,
-					OnBatch: p.onBatch, Logger: testLogger(t)})
+					OnBatch: onSettled(p), Logger: testLogger(t)})
 			}
 			// Until the relays split the shares, the first holds them all (the only member).
 			deadline := time.Now().Add(30 * time.Second)
@@ -337,8 +336,8 @@ func TestOrderWithSeveralRelaysOnOneBacklog(t *testing.T) {
 			for i := 0; i < n; i += 1000 {
 				enqueue(t, db.Pool, st, evs[i:i+1000]...)
 			}
-			p.wait(t, n, 90*time.Second)
-			recs := kc.ConsumeAll(t, n, 30*time.Second, "orders")
+			p.Wait(t, int64(n), 90*time.Second, nil)
+			recs := kc.ConsumeRecords(t, n, 30*time.Second, "orders")
 			distinct, dups := checkOrder(t, recs)
 			require.Equal(t, n, distinct)
 			require.Zero(t, dups, "duplicates without a crash")

@@ -10,8 +10,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/keiro-go/keiro/internal/kafkabroker"
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
@@ -20,18 +18,18 @@ import (
 // partitions, each once and in key order, on the embedded broker and on a real one.
 func TestRelayOnBothBrokers(t *testing.T) {
 	t.Parallel()
-	testkafka.Each(t, func(t *testing.T, kc *testkafka.Cluster) {
-		db := testdb.New(t)
+	testenv.EachKafka(t, testenv.KafkaConfig{Partitions: autoCreatePartitions}, func(t *testing.T, kc *testenv.Kafka) {
+		db := testenv.NewDB(t)
 		topic := kc.Topic("orders")
 		kc.CreateTopic(t, topic, 3)
 		st, err := outbox.NewStore(db.Schema)
 		require.NoError(t, err)
 		const n = 2000
 		enqueue(t, db.Pool, st, keyedEvents(topic, n, 40)...)
-		p := newProgress()
-		startRelay(t, db, kc, outbox.RelayConfig{OnBatch: p.onBatch, Logger: testLogger(t)})
-		p.wait(t, n, time.Minute)
-		distinct, dups := checkOrder(t, kc.ConsumeAll(t, n+1, 10*time.Second, topic))
+		p := new(testenv.Progress)
+		startRelay(t, db, kc, outbox.RelayConfig{OnBatch: onSettled(p), Logger: testLogger(t)})
+		p.Wait(t, int64(n), time.Minute, nil)
+		distinct, dups := checkOrder(t, kc.ConsumeRecords(t, n+1, 10*time.Second, topic))
 		require.Equal(t, n, distinct)
 		require.Zero(t, dups)
 	})
@@ -43,12 +41,12 @@ func TestRelayOnBothBrokers(t *testing.T) {
 // is shown by TestRelayRejectsPoisonRows).
 func TestRelayRejectsWhatTheRealBrokerRefuses(t *testing.T) {
 	t.Parallel()
-	kc := testkafka.NewReal(t)
-	db := testdb.New(t)
+	kc := testenv.NewKafkaWith(t, testenv.KafkaConfig{Real: true, Partitions: autoCreatePartitions})
+	db := testenv.NewDB(t)
 	topic := kc.Topic("orders")
 	ctx := context.Background()
 	limit := "20000"
-	resp, err := kadm.NewClient(kc.Client(t)).CreateTopic(ctx, 1, -1, map[string]*string{"max.message.bytes": &limit}, topic)
+	resp, err := kadm.NewClient(kc.NewClient(t)).CreateTopic(ctx, 1, -1, map[string]*string{"max.message.bytes": &limit}, topic)
 	require.NoError(t, err)
 	require.NoError(t, resp.Err)
 	st, err := outbox.NewStore(db.Schema)
@@ -59,17 +57,17 @@ func TestRelayRejectsWhatTheRealBrokerRefuses(t *testing.T) {
 	evs[13].Payload = append([]byte(`{"i":13}`), big...)
 	enqueue(t, db.Pool, st, evs...)
 
-	p := newProgress()
-	startRelay(t, db, kc, outbox.RelayConfig{OnBatch: p.onBatch, PollInterval: 10 * time.Millisecond,
+	p := new(testenv.Progress)
+	startRelay(t, db, kc, outbox.RelayConfig{OnBatch: onSettled(p), PollInterval: 10 * time.Millisecond,
 		Backoff: outbox.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}, Logger: testLogger(t)})
-	p.wait(t, 30, time.Minute)
+	p.Wait(t, 30, time.Minute, nil)
 	dead, err := st.ListDead(ctx, db.Pool, outbox.ListDeadOptions{})
 	require.NoError(t, err)
 	require.Len(t, dead, 1)
 	require.Equal(t, evs[13].MessageID, dead[0].MessageID)
 	require.Equal(t, "rejected", dead[0].Status)
 	require.Equal(t, "message_too_large", dead[0].RejectionCode)
-	distinct, dups := checkOrder(t, kc.ConsumeAll(t, 30, 10*time.Second, topic))
+	distinct, dups := checkOrder(t, kc.ConsumeRecords(t, 30, 10*time.Second, topic))
 	require.Equal(t, 29, distinct)
 	require.Zero(t, dups)
 }
@@ -85,22 +83,21 @@ func TestRelayWaitsOutARealBrokerOutage(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	k := testenv.NewKafkaWith(t, testenv.KafkaConfig{Real: true, Brokers: c.Seeds()})
-	kc := testkafka.From(k)
 	topic := k.Topic("orders")
 	k.CreateTopic(t, topic, 3)
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	st, err := outbox.NewStore(db.Schema)
 	require.NoError(t, err)
 	evs := keyedEvents(topic, 600, 20)
 	enqueue(t, db.Pool, st, evs[:200]...)
 
 	deferred := make(chan struct{}, 1)
-	p := newProgress()
-	startRelayOpts(t, db, kc, outboxOpts(), outbox.RelayConfig{
+	p := new(testenv.Progress)
+	startRelayOpts(t, db, k, outboxOpts(), outbox.RelayConfig{
 		MaxAttempts: 2, Backoff: outbox.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond},
 		PollInterval: 10 * time.Millisecond, Logger: testLogger(t),
 		OnBatch: func(b outbox.BatchResult) {
-			p.onBatch(b)
+			p.Add(settledRows(b))
 			if b.Retried > 0 {
 				select {
 				case deferred <- struct{}{}:
@@ -109,7 +106,7 @@ func TestRelayWaitsOutARealBrokerOutage(t *testing.T) {
 			}
 		},
 	})
-	p.wait(t, 200, time.Minute)
+	p.Wait(t, 200, time.Minute, nil)
 	require.NoError(t, c.Brokers[0].Kill())
 	enqueue(t, db.Pool, st, evs[200:]...)
 	// The relay's next batch meets the dead broker: it is deferred (the records were never sent)
@@ -129,10 +126,10 @@ func TestRelayWaitsOutARealBrokerOutage(t *testing.T) {
 		}
 	}
 	require.NoError(t, c.Brokers[0].Restart(ctx))
-	p.wait(t, len(evs), 2*time.Minute)
+	p.Wait(t, int64(len(evs)), 2*time.Minute, nil)
 	var unsent int
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM keiro_outbox WHERE status <> 'sent'").Scan(&unsent))
 	require.Zero(t, unsent, "every row sent: an outage uses no attempts, so none went dead")
-	distinct, _ := checkOrder(t, kc.ConsumeAll(t, len(evs)+1, 10*time.Second, topic))
+	distinct, _ := checkOrder(t, k.ConsumeRecords(t, len(evs)+1, 10*time.Second, topic))
 	require.Equal(t, len(evs), distinct)
 }

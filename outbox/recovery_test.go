@@ -15,8 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -53,7 +52,7 @@ RETURNING message_id, message_key, payload_bytes, seq`)
 	require.Len(t, batch, 100)
 	// It had produced the first half (in seq order, as franz-go would per partition).
 	inFlight := map[string]bool{}
-	pc := kc.Client(t)
+	pc := kc.NewClient(t)
 	for i := range batch {
 		for j := i + 1; j < len(batch); j++ {
 			if batch[j].seq < batch[i].seq {
@@ -72,12 +71,12 @@ RETURNING message_id, message_key, payload_bytes, seq`)
 		inFlight[f.id] = true
 	}
 
-	p := newProgress()
-	r, _ := startRelay(t, db, kc, outbox.RelayConfig{OnBatch: p.onBatch, Logger: testLogger(t)})
-	p.wait(t, n, 60*time.Second)
+	p := new(testenv.Progress)
+	r, _ := startRelay(t, db, kc, outbox.RelayConfig{OnBatch: onSettled(p), Logger: testLogger(t)})
+	p.Wait(t, int64(n), 60*time.Second, nil)
 	require.Equal(t, int64(100), r.Stats().Reclaimed)
 
-	recs := kc.ConsumeAll(t, n+50, 30*time.Second, "orders")
+	recs := kc.ConsumeRecords(t, n+50, 30*time.Second, "orders")
 	distinct, dups := checkOrder(t, recs)
 	require.Equal(t, n, distinct)
 	require.Equal(t, 50, dups)
@@ -110,16 +109,16 @@ func TestRelayGracefulShutdownReleasesInFlight(t *testing.T) {
 
 	release := make(chan struct{})
 	held := make(chan struct{}, 1)
-	kc.ControlKey(int16(kmsgProduce), func(kmsgReq) (kmsgResp, error, bool) {
-		kc.KeepControl()
+	kc.Cluster.ControlKey(int16(kmsgProduce), func(kmsgReq) (kmsgResp, error, bool) {
+		kc.Cluster.KeepControl()
 		select {
 		case held <- struct{}{}:
 		default:
 		}
-		kc.SleepControl(func() { <-release })
+		kc.Cluster.SleepControl(func() { <-release })
 		return nil, nil, false
 	})
-	client := kc.Client(t, outboxOpts()...)
+	client := kc.NewClient(t, outboxOpts()...)
 	r, err := outbox.NewRelay(db.Pool, client, outbox.RelayConfig{Schema: db.Schema, ShutdownTimeout: 100 * time.Millisecond, Logger: testLogger(t)})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -137,10 +136,10 @@ func TestRelayGracefulShutdownReleasesInFlight(t *testing.T) {
 	require.Zero(t, attempts)
 	close(release)
 
-	p := newProgress()
-	startRelay(t, db, kc, outbox.RelayConfig{OnBatch: p.onBatch, Logger: testLogger(t)})
-	p.wait(t, n, 60*time.Second)
-	recs := kc.ConsumeAll(t, n, 30*time.Second, "orders")
+	p := new(testenv.Progress)
+	startRelay(t, db, kc, outbox.RelayConfig{OnBatch: onSettled(p), Logger: testLogger(t)})
+	p.Wait(t, int64(n), 60*time.Second, nil)
+	recs := kc.ConsumeRecords(t, n, 30*time.Second, "orders")
 	distinct, _ := checkOrder(t, recs)
 	require.Equal(t, n, distinct)
 }
@@ -151,7 +150,7 @@ func TestRelayGracefulShutdownReleasesInFlight(t *testing.T) {
 // during an outage must not kill rows.
 func TestShutdownDuringAKafkaOutageUsesNoAttempts(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	st, err := outbox.NewStore(db.Schema)
 	require.NoError(t, err)
 	const n = 20
@@ -199,7 +198,7 @@ func TestStopTheLineHaltsOnARowDeadInTheClaim(t *testing.T) {
         claim_token = overlay(gen_random_uuid()::text placing '8' from 15 for 1)::uuid,
         lease_until = now() - interval '1 second' WHERE outbox_id = $1`, res[0].OutboxID)
 	require.NoError(t, err)
-	client := kc.Client(t, outboxOpts()...)
+	client := kc.NewClient(t, outboxOpts()...)
 	r, err := outbox.NewRelay(db.Pool, client, outbox.RelayConfig{Schema: db.Schema, Policy: outbox.StopTheLine,
 		MaxAttempts: 3, Logger: testLogger(t)})
 	require.NoError(t, err)
@@ -228,13 +227,13 @@ func TestRelaySurvivesBrokerOutage(t *testing.T) {
 	enqueue(t, db.Pool, st, keyedEvents("orders", n, 20)...)
 
 	deferred := make(chan struct{}, 1)
-	p := newProgress()
+	p := new(testenv.Progress)
 	var r *outbox.Relay
 	r, _ = startRelayOpts(t, db, kc, outboxOpts(), outbox.RelayConfig{
 		MaxAttempts: 2, Backoff: outbox.Backoff{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond},
 		PollInterval: 10 * time.Millisecond, Logger: testLogger(t),
 		OnBatch: func(b outbox.BatchResult) {
-			p.onBatch(b)
+			p.Add(settledRows(b))
 			if b.Retried > 0 {
 				select {
 				case deferred <- struct{}{}:
@@ -249,11 +248,11 @@ func TestRelaySurvivesBrokerOutage(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, r.Stats().Deferred, int64(3))
 	f.set(func(f *faults) { f.all = false })
-	p.wait(t, n, 60*time.Second)
+	p.Wait(t, int64(n), 60*time.Second, nil)
 	var dead int
 	require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM keiro_outbox WHERE status IN ('dead', 'rejected')").Scan(&dead))
 	require.Zero(t, dead)
-	recs := kc.ConsumeAll(t, n, 30*time.Second, "orders")
+	recs := kc.ConsumeRecords(t, n, 30*time.Second, "orders")
 	distinct, dups := checkOrder(t, recs)
 	require.Equal(t, n, distinct)
 	require.Zero(t, dups)
@@ -273,9 +272,9 @@ func TestRelayRecoversFromKilledConnections(t *testing.T) {
 	require.NoError(t, err)
 	defer pool.Close()
 
-	p := newProgress()
-	client := kc.Client(t, outboxOpts()...)
-	r, err := outbox.NewRelay(pool, client, outbox.RelayConfig{Schema: db.Schema, OnBatch: p.onBatch,
+	p := new(testenv.Progress)
+	client := kc.NewClient(t, outboxOpts()...)
+	r, err := outbox.NewRelay(pool, client, outbox.RelayConfig{Schema: db.Schema, OnBatch: onSettled(p),
 		PollInterval: time.Hour, Logger: testLogger(t)}) // only notifications wake it
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -284,7 +283,7 @@ func TestRelayRecoversFromKilledConnections(t *testing.T) {
 	defer func() { cancel(); require.NoError(t, <-done) }()
 
 	enqueue(t, db.Pool, st, keyedEvents("orders", 50, 5)...)
-	p.wait(t, 50, 30*time.Second)
+	p.Wait(t, 50, 30*time.Second, nil)
 	var killed int
 	require.NoError(t, db.Pool.QueryRow(context.Background(),
 		"SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1", app).Scan(&killed))
@@ -296,18 +295,18 @@ func TestRelayRecoversFromKilledConnections(t *testing.T) {
 	for i := 50; i < 100; i += 10 {
 		enqueue(t, db.Pool, st, evs[i:i+10]...)
 	}
-	p.wait(t, 150, 60*time.Second)
-	recs := kc.ConsumeAll(t, 150, 30*time.Second, "orders")
+	p.Wait(t, 150, 60*time.Second, nil)
+	recs := kc.ConsumeRecords(t, 150, 30*time.Second, "orders")
 	distinct, _ := checkOrder(t, recs)
 	require.Equal(t, 150, distinct)
 }
 
 // poisonRig is rig for poison tests: a broker that refuses records over 20,000 bytes, and
 // topics of one partition.
-func poisonRig(t *testing.T, topics ...string) (*testdb.DB, *testkafka.Cluster, *outbox.Store) {
+func poisonRig(t *testing.T, topics ...string) (*testenv.DB, *testenv.Kafka, *outbox.Store) {
 	t.Helper()
-	db := testdb.New(t)
-	kc := testkafka.New(t, kfake.BrokerConfigs(map[string]string{"message.max.bytes": "20000"}))
+	db := testenv.NewDB(t)
+	kc := newKafka(t, kfake.BrokerConfigs(map[string]string{"message.max.bytes": "20000"}))
 	for _, topic := range topics {
 		kc.CreateTopic(t, topic, 1)
 	}
@@ -333,11 +332,11 @@ func TestRelayRejectsPoisonRows(t *testing.T) {
 	evs[20].Payload = pad(20, 200_000) // over MaxRecordBytes: refused before Kafka
 	enqueue(t, db.Pool, st, evs...)
 
-	p := newProgress()
-	startRelay(t, db, kc, outbox.RelayConfig{OnBatch: p.onBatch, MaxRecordBytes: 100_000,
+	p := new(testenv.Progress)
+	startRelay(t, db, kc, outbox.RelayConfig{OnBatch: onSettled(p), MaxRecordBytes: 100_000,
 		Backoff: outbox.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}, PollInterval: 10 * time.Millisecond,
 		Logger: testLogger(t)})
-	p.wait(t, 30, 60*time.Second)
+	p.Wait(t, 30, 60*time.Second, nil)
 
 	ctx := context.Background()
 	dead, err := st.ListDead(ctx, db.Pool, outbox.ListDeadOptions{})
@@ -354,7 +353,7 @@ func TestRelayRejectsPoisonRows(t *testing.T) {
 	var sent int
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM keiro_outbox WHERE status = 'sent'").Scan(&sent))
 	require.Equal(t, 28, sent)
-	recs := kc.ConsumeAll(t, 28, 30*time.Second, "orders")
+	recs := kc.ConsumeRecords(t, 28, 30*time.Second, "orders")
 	distinct, dups := checkOrder(t, recs)
 	require.Equal(t, 28, distinct)
 	require.Zero(t, dups)
@@ -373,7 +372,7 @@ func TestRowsGoDeadAfterMaxAttemptsAndFreeTheirKey(t *testing.T) {
 		event("a-1", "orders", ptr("A"), `{"i":1}`), event("a-2", "orders", ptr("A"), `{"i":2}`),
 		event("a-3", "orders", ptr("A"), `{"i":3}`), event("b-1", "orders", ptr("B"), `{"i":1}`))
 	var dead atomic.Int64
-	p := newProgress()
+	p := new(testenv.Progress)
 	// One batch at a time, so the broker recovers before anything is claimed after the heads died.
 	r, _ := startRelay(t, db, kc, outbox.RelayConfig{MaxAttempts: 3, MaxInFlightBatches: 1, ClaimConcurrency: 1,
 		Backoff: outbox.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}, PollInterval: 10 * time.Millisecond,
@@ -381,9 +380,9 @@ func TestRowsGoDeadAfterMaxAttemptsAndFreeTheirKey(t *testing.T) {
 			if dead.Add(int64(b.Dead)) == 2 {
 				f.set(func(f *faults) { f.all = false })
 			}
-			p.onBatch(b)
+			p.Add(settledRows(b))
 		}})
-	p.wait(t, 4, 30*time.Second)
+	p.Wait(t, 4, 30*time.Second, nil)
 
 	ctx := context.Background()
 	// The heads retry with jittered backoffs, so they may die in different batches: a-2, the
@@ -405,7 +404,7 @@ func TestRowsGoDeadAfterMaxAttemptsAndFreeTheirKey(t *testing.T) {
 			a2Attempts = row.Attempts
 		}
 	}
-	distinct, dups := checkOrder(t, kc.ConsumeAll(t, 2, 30*time.Second, "orders"))
+	distinct, dups := checkOrder(t, kc.ConsumeRecords(t, 2, 30*time.Second, "orders"))
 	require.Equal(t, 2, distinct)
 	require.Zero(t, dups)
 	s := r.Stats()
@@ -423,16 +422,16 @@ func TestSlowBatchKeepsItsLease(t *testing.T) {
 	db, kc, st := rig(t, 1)
 	release := make(chan struct{})
 	var held atomic.Bool
-	kc.ControlKey(int16(kmsgProduce), func(kmsgReq) (kmsgResp, error, bool) {
-		kc.KeepControl()
+	kc.Cluster.ControlKey(int16(kmsgProduce), func(kmsgReq) (kmsgResp, error, bool) {
+		kc.Cluster.KeepControl()
 		if held.CompareAndSwap(false, true) {
 			<-release // a broker that does not answer
 		}
 		return nil, nil, false
 	})
 	enqueue(t, db.Pool, st, keyedEvents("orders", 20, 4)...)
-	p := newProgress()
-	cfg := outbox.RelayConfig{Lease: time.Second, PollInterval: 50 * time.Millisecond, OnBatch: p.onBatch, Logger: testLogger(t)}
+	p := new(testenv.Progress)
+	cfg := outbox.RelayConfig{Lease: time.Second, PollInterval: 50 * time.Millisecond, OnBatch: onSettled(p), Logger: testLogger(t)}
 	a, _ := startRelay(t, db, kc, cfg)
 	deadline := time.Now().Add(10 * time.Second)
 	for !held.Load() {
@@ -442,9 +441,9 @@ func TestSlowBatchKeepsItsLease(t *testing.T) {
 	b, _ := startRelay(t, db, kc, cfg)
 	time.Sleep(3 * cfg.Lease) // the outage: three leases long
 	close(release)
-	p.wait(t, 20, 30*time.Second)
+	p.Wait(t, 20, 30*time.Second, nil)
 
-	distinct, dups := checkOrder(t, kc.ConsumeAll(t, 20, 30*time.Second, "orders"))
+	distinct, dups := checkOrder(t, kc.ConsumeRecords(t, 20, 30*time.Second, "orders"))
 	require.Equal(t, 20, distinct)
 	require.Zero(t, dups, "rows taken over while their relay still published them")
 	require.Zero(t, a.Stats().Reclaimed+b.Stats().Reclaimed)
@@ -461,12 +460,12 @@ func TestSlowBatchKeepsItsLease(t *testing.T) {
 func TestPoisonBystanderKeepsItsKeyOrder(t *testing.T) {
 	t.Parallel()
 	db, kc, st := poisonRig(t, "orders", "audit")
-	p := newProgress()
-	r, _ := startRelay(t, db, kc, outbox.RelayConfig{OnBatch: p.onBatch, MaxRecordBytes: 100_000,
+	p := new(testenv.Progress)
+	r, _ := startRelay(t, db, kc, outbox.RelayConfig{OnBatch: onSettled(p), MaxRecordBytes: 100_000,
 		Backoff: outbox.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}, PollInterval: 10 * time.Millisecond,
 		Logger: testLogger(t)})
 	enqueue(t, db.Pool, st, event("m-0", "orders", ptr("k0"), `{"i":0}`))
-	p.wait(t, 1, 30*time.Second) // the client has published to "orders": its rows share flushes
+	p.Wait(t, 1, 30*time.Second, nil) // the client has published to "orders": its rows share flushes
 
 	big := make([]byte, 30_000) // incompressible, so compression cannot hide the size
 	_, _ = rand.Read(big)
@@ -477,9 +476,9 @@ func TestPoisonBystanderKeepsItsKeyOrder(t *testing.T) {
 		event("m-4", "orders", ptr("k2"), `{"i":4}`),             // must land after m-2
 		event("m-5", "orders", ptr("k1"), `{"i":5}`),
 	)
-	p.wait(t, 6, 30*time.Second)
+	p.Wait(t, 6, 30*time.Second, nil)
 
-	recs := kc.ConsumeAll(t, 4, 30*time.Second, "orders")
+	recs := kc.ConsumeRecords(t, 4, 30*time.Second, "orders")
 	distinct, _ := checkOrder(t, recs)
 	require.Equal(t, 4, distinct)
 	require.Zero(t, r.Stats().OrderBroken)
@@ -491,7 +490,7 @@ func TestPoisonBystanderKeepsItsKeyOrder(t *testing.T) {
 }
 
 // sleepingRelayPID returns the pid of the session holding the schema's sleep lock, or 0.
-func sleepingRelayPID(t *testing.T, db *testdb.DB) int {
+func sleepingRelayPID(t *testing.T, db *testenv.DB) int {
 	t.Helper()
 	var pid int
 	err := db.Pool.QueryRow(context.Background(), `
@@ -509,35 +508,25 @@ func sleepingRelayPID(t *testing.T, db *testdb.DB) int {
 func TestRelayRecoversFromAKilledSleepSession(t *testing.T) {
 	t.Parallel()
 	db, kc, st := rig(t, 1)
-	p := newProgress()
-	startRelay(t, db, kc, outbox.RelayConfig{PollInterval: 2 * time.Second, OnBatch: p.onBatch, Logger: testLogger(t)})
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	waitFor("the relay to sleep under the lock", func() bool { return sleepingRelayPID(t, db) != 0 })
+	p := new(testenv.Progress)
+	startRelay(t, db, kc, outbox.RelayConfig{PollInterval: 2 * time.Second, OnBatch: onSettled(p), Logger: testLogger(t)})
+	testenv.WaitFor(t, 10*time.Second, "the relay to sleep under the lock", func() bool { return sleepingRelayPID(t, db) != 0 })
 	first := sleepingRelayPID(t, db)
 	var ok bool
 	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT pg_terminate_backend($1)`, first).Scan(&ok))
 	require.True(t, ok)
-	waitFor("the killed session to go", func() bool { return sleepingRelayPID(t, db) != first })
+	testenv.WaitFor(t, 10*time.Second, "the killed session to go", func() bool { return sleepingRelayPID(t, db) != first })
 
 	evs := keyedEvents("orders", 2, 1)
 	enqueue(t, db.Pool, st, evs[0]) // nobody holds the lock: no notification, the poll finds it
-	p.wait(t, 1, 6*time.Second)
-	waitFor("the relay to sleep under the lock again", func() bool {
+	p.Wait(t, 1, 6*time.Second, nil)
+	testenv.WaitFor(t, 10*time.Second, "the relay to sleep under the lock again", func() bool {
 		pid := sleepingRelayPID(t, db)
 		return pid != 0 && pid != first
 	})
 	t0 := time.Now()
 	enqueue(t, db.Pool, st, evs[1]) // notifies
-	p.wait(t, 2, 5*time.Second)
+	p.Wait(t, 2, 5*time.Second, nil)
 	require.Less(t, time.Since(t0), time.Second, "woken by the notification, not the poll (2 s)")
 }
 
@@ -547,15 +536,15 @@ func TestPollOnlyRelayNeverTakesTheSleepLock(t *testing.T) {
 	t.Parallel()
 	db, kc, st := rig(t, 1)
 	notifications := listen(t, context.Background(), db, st)
-	p := newProgress()
-	startRelay(t, db, kc, outbox.RelayConfig{PollOnly: true, PollInterval: 50 * time.Millisecond, OnBatch: p.onBatch, Logger: testLogger(t)})
+	p := new(testenv.Progress)
+	startRelay(t, db, kc, outbox.RelayConfig{PollOnly: true, PollInterval: 50 * time.Millisecond, OnBatch: onSettled(p), Logger: testLogger(t)})
 	evs := keyedEvents("orders", 20, 2)
 	for i := range evs {
 		enqueue(t, db.Pool, st, evs[i])
 		time.Sleep(10 * time.Millisecond)
 		require.Zero(t, sleepingRelayPID(t, db))
 	}
-	p.wait(t, len(evs), 10*time.Second)
+	p.Wait(t, int64(len(evs)), 10*time.Second, nil)
 	require.Empty(t, notifications())
 }
 
@@ -571,15 +560,15 @@ func TestRelayClaimsNewRowsWhileABatchIsSlow(t *testing.T) {
 	release := make(chan struct{})
 	held := make(chan struct{}, 1)
 	var once sync.Once
-	kc.ControlKey(int16(kmsgProduce), func(kmsgReq) (kmsgResp, error, bool) {
+	kc.Cluster.ControlKey(int16(kmsgProduce), func(kmsgReq) (kmsgResp, error, bool) {
 		once.Do(func() { // only the first produce is slow
 			held <- struct{}{}
-			kc.SleepControl(func() { <-release })
+			kc.Cluster.SleepControl(func() { <-release })
 		})
 		return nil, nil, false
 	})
-	p := newProgress()
-	startRelay(t, db, kc, outbox.RelayConfig{PollInterval: time.Hour, OnBatch: p.onBatch, Logger: testLogger(t)})
+	p := new(testenv.Progress)
+	startRelay(t, db, kc, outbox.RelayConfig{PollInterval: time.Hour, OnBatch: onSettled(p), Logger: testLogger(t)})
 	evs := keyedEvents("orders", 2, 2)
 	enqueue(t, db.Pool, st, evs[0])
 	<-held
@@ -596,7 +585,7 @@ func TestRelayClaimsNewRowsWhileABatchIsSlow(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	close(release)
-	p.wait(t, 2, 10*time.Second)
+	p.Wait(t, 2, 10*time.Second, nil)
 }
 
 // TestIdleRelaysDoNotSpinOnTheSleepLock: of several idle relays on one table only one can hold
@@ -606,10 +595,10 @@ func TestRelayClaimsNewRowsWhileABatchIsSlow(t *testing.T) {
 func TestIdleRelaysDoNotSpinOnTheSleepLock(t *testing.T) {
 	t.Parallel()
 	db, kc, st := rig(t, 1)
-	p := newProgress()
+	p := new(testenv.Progress)
 	var relays []*outbox.Relay
 	for range 3 {
-		r, _ := startRelay(t, db, kc, outbox.RelayConfig{PollInterval: time.Second, OnBatch: p.onBatch, Logger: testLogger(t)})
+		r, _ := startRelay(t, db, kc, outbox.RelayConfig{PollInterval: time.Second, OnBatch: onSettled(p), Logger: testLogger(t)})
 		relays = append(relays, r)
 	}
 	claims := func() (n int64) {
@@ -630,8 +619,8 @@ func TestIdleRelaysDoNotSpinOnTheSleepLock(t *testing.T) {
 	for _, e := range evs {
 		enqueue(t, db.Pool, st, e)
 	}
-	p.wait(t, len(evs), 10*time.Second)
-	recs := kc.ConsumeAll(t, len(evs), 10*time.Second, "orders")
+	p.Wait(t, int64(len(evs)), 10*time.Second, nil)
+	recs := kc.ConsumeRecords(t, len(evs), 10*time.Second, "orders")
 	distinct, dups := checkOrder(t, recs)
 	require.Equal(t, len(evs), distinct)
 	require.Zero(t, dups)
@@ -647,10 +636,10 @@ func TestRelaysWithDestinationFiltersHearTheirRows(t *testing.T) {
 	db, kc, st := rig(t, 1)
 	dumpOutboxOnFailure(t, db)
 	kc.CreateTopic(t, "billing", 1)
-	p := newProgress()
+	p := new(testenv.Progress)
 	for _, topic := range []string{"orders", "billing"} {
 		startRelay(t, db, kc, outbox.RelayConfig{Destinations: []string{topic}, PollInterval: time.Hour,
-			OnBatch: p.onBatch, Logger: testLogger(t)})
+			OnBatch: onSettled(p), Logger: testLogger(t)})
 	}
 	time.Sleep(200 * time.Millisecond) // both idle: one asleep under the lock, one trying
 	const rounds = 20
@@ -665,7 +654,7 @@ func TestRelaysWithDestinationFiltersHearTheirRows(t *testing.T) {
 		enqueue(t, db.Pool, st, event(fmt.Sprintf("a-%d", i), first, &k, fmt.Sprintf(`{"i":%d}`, 2*i)))
 		time.Sleep(time.Duration(i%4) * time.Millisecond)
 		enqueue(t, db.Pool, st, event(fmt.Sprintf("b-%d", i), second, &k, fmt.Sprintf(`{"i":%d}`, 2*i+1)))
-		p.wait(t, 2*(i+1), 5*time.Second)
+		p.Wait(t, int64(2*(i+1)), 5*time.Second, nil)
 		time.Sleep(50 * time.Millisecond)
 	}
 }
@@ -678,10 +667,10 @@ func TestRelayRetriesWhenTheBackoffEnds(t *testing.T) {
 	dumpOutboxOnFailure(t, db)
 	f := injectFaults(kc)
 	f.set(func(f *faults) { f.all, f.code = true, kerr.UnknownServerError.Code })
-	p := newProgress()
+	p := new(testenv.Progress)
 	startRelayOpts(t, db, kc, outboxOpts(), outbox.RelayConfig{PollInterval: time.Hour,
 		Backoff: outbox.Backoff{Initial: 200 * time.Millisecond, Max: time.Second, Multiplier: 2},
-		OnBatch: p.onBatch, Logger: testLogger(t)})
+		OnBatch: onSettled(p), Logger: testLogger(t)})
 	enqueue(t, db.Pool, st, keyedEvents("orders", 3, 1)...)
 	deadline := time.Now().Add(10 * time.Second)
 	for f.failed.Load() == 0 {
@@ -690,9 +679,9 @@ func TestRelayRetriesWhenTheBackoffEnds(t *testing.T) {
 	}
 	f.set(func(f *faults) { f.all = false })
 	t0 := time.Now()
-	p.wait(t, 3, 10*time.Second)
+	p.Wait(t, 3, 10*time.Second, nil)
 	require.Less(t, time.Since(t0), 3*time.Second)
-	recs := kc.ConsumeAll(t, 3, 10*time.Second, "orders")
+	recs := kc.ConsumeRecords(t, 3, 10*time.Second, "orders")
 	distinct, _ := checkOrder(t, recs)
 	require.Equal(t, 3, distinct)
 }

@@ -19,54 +19,25 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
 
-// progress counts rows that reached a terminal state across relays and signals waiters.
-type progress struct {
-	mu      sync.Mutex
-	settled int
-	changed chan struct{}
+// settledRows is how many of b's rows reached a terminal state: published, dead or rejected.
+func settledRows(b outbox.BatchResult) int64 {
+	return int64(b.Published + b.Dead + b.Rejected)
 }
 
-func newProgress() *progress { return &progress{changed: make(chan struct{}, 1)} }
-
-func (p *progress) onBatch(b outbox.BatchResult) {
-	p.mu.Lock()
-	p.settled += b.Published + b.Dead + b.Rejected
-	p.mu.Unlock()
-	select {
-	case p.changed <- struct{}{}:
-	default:
-	}
-}
-
-// wait blocks until n rows settled or the timeout passes.
-func (p *progress) wait(t testing.TB, n int, timeout time.Duration) {
-	t.Helper()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		p.mu.Lock()
-		s := p.settled
-		p.mu.Unlock()
-		if s >= n {
-			return
-		}
-		select {
-		case <-p.changed:
-		case <-deadline.C:
-			t.Fatalf("only %d of %d rows settled within %s", s, n, timeout)
-		}
-	}
+// onSettled is a relay's OnBatch hook that counts in p the rows that reached a terminal state,
+// so that a test waits for them (p.Wait) across relays.
+func onSettled(p *testenv.Progress) func(outbox.BatchResult) {
+	return func(b outbox.BatchResult) { p.Add(settledRows(b)) }
 }
 
 // dumpOutboxOnFailure logs, if the test fails, the outbox's rows per status with when the
 // earliest becomes due, its lease and error: enough to tell a lost wake-up (rows due, none in
 // flight) from a retry in backoff or a stuck batch.
-func dumpOutboxOnFailure(t testing.TB, db *testdb.DB) {
+func dumpOutboxOnFailure(t testing.TB, db *testenv.DB) {
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return
@@ -93,16 +64,16 @@ func dumpOutboxOnFailure(t testing.TB, db *testdb.DB) {
 }
 
 // startRelay runs a relay until the test ends, and checks Run's result then.
-func startRelay(t testing.TB, db *testdb.DB, kc *testkafka.Cluster, cfg outbox.RelayConfig) (*outbox.Relay, context.CancelFunc) {
+func startRelay(t testing.TB, db *testenv.DB, kc *testenv.Kafka, cfg outbox.RelayConfig) (*outbox.Relay, context.CancelFunc) {
 	t.Helper()
 	return startRelayOpts(t, db, kc, outbox.ProducerOpts(), cfg)
 }
 
 // startRelayOpts is startRelay with the client's options.
-func startRelayOpts(t testing.TB, db *testdb.DB, kc *testkafka.Cluster, kopts []kgo.Opt, cfg outbox.RelayConfig) (*outbox.Relay, context.CancelFunc) {
+func startRelayOpts(t testing.TB, db *testenv.DB, kc *testenv.Kafka, kopts []kgo.Opt, cfg outbox.RelayConfig) (*outbox.Relay, context.CancelFunc) {
 	t.Helper()
 	cfg.Schema = db.Schema
-	client := kc.Client(t, kopts...)
+	client := kc.NewClient(t, kopts...)
 	r, err := outbox.NewRelay(db.Pool, client, cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -179,13 +150,13 @@ func TestRelayPublishesInOrder(t *testing.T) {
 	for i := 0; i < n; i += 500 {
 		enqueue(t, db.Pool, st, evs[i:i+500]...)
 	}
-	p := newProgress()
-	r, _ := startRelay(t, db, kc, outbox.RelayConfig{BatchSize: 128, OnBatch: p.onBatch, Logger: testLogger(t)})
+	p := new(testenv.Progress)
+	r, _ := startRelay(t, db, kc, outbox.RelayConfig{BatchSize: 128, OnBatch: onSettled(p), Logger: testLogger(t)})
 	t0 := time.Now()
-	p.wait(t, n, 60*time.Second)
+	p.Wait(t, int64(n), 60*time.Second, nil)
 	t.Logf("drained in %s", time.Since(t0))
 
-	recs := kc.ConsumeAll(t, n, 30*time.Second, "orders")
+	recs := kc.ConsumeRecords(t, n, 30*time.Second, "orders")
 	require.Len(t, recs, n)
 	distinct, dups := checkOrder(t, recs)
 	require.Equal(t, n, distinct)
@@ -233,23 +204,23 @@ func (w tWriter) Write(p []byte) (int, error) {
 // that is about to sleep — would leave the relay idle for the hour.
 func TestRelayNeverWaitsForThePollWhileWorkRemains(t *testing.T) {
 	t.Parallel()
-	kc := testkafka.New(t)
+	kc := newKafka(t)
 	kc.CreateTopic(t, "orders", 3)
 	const n = 3000
 	evs := keyedEvents("orders", n, 3)
 	for _, claimers := range []int{1, 2, 4} {
 		t.Run(fmt.Sprintf("claimers=%d", claimers), func(t *testing.T) {
-			db := testdb.New(t)
+			db := testenv.NewDB(t)
 			dumpOutboxOnFailure(t, db)
 			st, err := outbox.NewStore(db.Schema)
 			require.NoError(t, err)
 			for i := 0; i < n; i += 1000 {
 				enqueue(t, db.Pool, st, evs[i:i+1000]...)
 			}
-			p := newProgress()
+			p := new(testenv.Progress)
 			startRelay(t, db, kc, outbox.RelayConfig{BatchSize: 100, MaxInFlightBatches: 4, ClaimConcurrency: claimers,
-				PollInterval: time.Hour, OnBatch: p.onBatch, Logger: testLogger(t)})
-			p.wait(t, n, 60*time.Second)
+				PollInterval: time.Hour, OnBatch: onSettled(p), Logger: testLogger(t)})
+			p.Wait(t, int64(n), 60*time.Second, nil)
 		})
 	}
 }
@@ -270,13 +241,13 @@ func TestRelayHearsProducersThatDidNotNotify(t *testing.T) {
 	require.NoError(t, err)
 	_, err = st.EnqueueTx(ctx, tx, event("early", "orders", ptr("k"), `{"i":0}`))
 	require.NoError(t, err)
-	p := newProgress()
+	p := new(testenv.Progress)
 	for range 3 {
-		startRelay(t, db, kc, outbox.RelayConfig{PollInterval: time.Hour, OnBatch: p.onBatch, Logger: testLogger(t)})
+		startRelay(t, db, kc, outbox.RelayConfig{PollInterval: time.Hour, OnBatch: onSettled(p), Logger: testLogger(t)})
 	}
 	time.Sleep(300 * time.Millisecond) // the relays claimed nothing and cannot fall asleep
 	require.NoError(t, tx.Commit(ctx))
-	p.wait(t, 1, 5*time.Second)
+	p.Wait(t, 1, 5*time.Second, nil)
 	require.Empty(t, notifications(), "the early producer saw no sleeping relay")
 
 	const producers, each = 8, 40
@@ -309,8 +280,8 @@ func TestRelayHearsProducersThatDidNotNotify(t *testing.T) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
-	p.wait(t, 1+producers*each, 20*time.Second)
-	recs := kc.ConsumeAll(t, 1+producers*each, 10*time.Second, "orders")
+	p.Wait(t, int64(1+producers*each), 20*time.Second, nil)
+	recs := kc.ConsumeRecords(t, 1+producers*each, 10*time.Second, "orders")
 	distinct, dups := checkOrder(t, recs)
 	require.Equal(t, 1+producers*each, distinct)
 	require.Zero(t, dups)
@@ -320,19 +291,19 @@ func TestRelayHearsProducersThatDidNotNotify(t *testing.T) {
 // polls once an hour when the producer calls Store.Notify after its commit.
 func TestRelayWokenByStoreNotify(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	kc := testkafka.New(t)
+	db := testenv.NewDB(t)
+	kc := newKafka(t)
 	kc.CreateTopic(t, "orders", 1)
 	st, err := outbox.NewStore(db.Schema, outbox.StoreOptions{DisableNotify: true})
 	require.NoError(t, err)
-	p := newProgress()
-	startRelay(t, db, kc, outbox.RelayConfig{PollInterval: time.Hour, OnBatch: p.onBatch, Logger: testLogger(t)})
+	p := new(testenv.Progress)
+	startRelay(t, db, kc, outbox.RelayConfig{PollInterval: time.Hour, OnBatch: onSettled(p), Logger: testLogger(t)})
 	for i, batch := range [][]envelope.Event{keyedEvents("orders", 10, 2)[:5], keyedEvents("orders", 10, 2)[5:]} {
 		enqueue(t, db.Pool, st, batch...)
 		require.NoError(t, st.Notify(context.Background(), db.Pool))
-		p.wait(t, 5*(i+1), 20*time.Second)
+		p.Wait(t, int64(5*(i+1)), 20*time.Second, nil)
 	}
-	recs := kc.ConsumeAll(t, 10, 10*time.Second, "orders")
+	recs := kc.ConsumeRecords(t, 10, 10*time.Second, "orders")
 	distinct, dups := checkOrder(t, recs)
 	require.Equal(t, 10, distinct)
 	require.Zero(t, dups)
@@ -350,9 +321,9 @@ func TestRelayClaimsPastABlockedFront(t *testing.T) {
 	_, err := db.Pool.Exec(ctx, `UPDATE keiro_outbox SET status = 'failed', next_attempt_at = now() + interval '1 hour'
         WHERE message_id = $1`, front[0].MessageID)
 	require.NoError(t, err)
-	p := newProgress()
+	p := new(testenv.Progress)
 	startRelay(t, db, kc, outbox.RelayConfig{BatchSize: 3, MaxInFlightBatches: 1, PollInterval: 300 * time.Millisecond,
-		OnBatch: p.onBatch, Logger: testLogger(t)})
+		OnBatch: onSettled(p), Logger: testLogger(t)})
 	time.Sleep(400 * time.Millisecond) // the relay's first claims (of the whole backlog) found nothing
 	behind := keyedEvents("orders", 2, 1)
 	for i := range behind {
@@ -361,7 +332,7 @@ func TestRelayClaimsPastABlockedFront(t *testing.T) {
 		behind[i].MessageID = fmt.Sprintf("behind-%d", i)
 	}
 	enqueue(t, db.Pool, st, behind...)
-	p.wait(t, 2, 10*time.Second)
+	p.Wait(t, 2, 10*time.Second, nil)
 	var pending int
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM keiro_outbox WHERE status <> 'sent'").Scan(&pending))
 	require.Equal(t, 30, pending, "the blocked key stays blocked")
@@ -375,6 +346,6 @@ func TestRelayClaimsPastABlockedFront(t *testing.T) {
 	}
 	enqueue(t, db.Pool, st, more...)
 	start := time.Now()
-	p.wait(t, 92, 20*time.Second)
+	p.Wait(t, 92, 20*time.Second, nil)
 	require.Less(t, time.Since(start), 5*time.Second, "30 claims paced by the poll interval would take 9 s")
 }

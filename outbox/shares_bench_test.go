@@ -15,8 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // benchRelays runs BenchmarkDrain's relays-N sub-benchmarks: N relays, each with its own pool
@@ -35,7 +34,7 @@ func benchRelays(b *testing.B, n, keys int) {
 		b.Run(fmt.Sprintf("relays-%d", relays), func(b *testing.B) {
 			for range b.N {
 				b.StopTimer()
-				kc := testkafka.ForBench(b)
+				kc := testenv.BenchKafka(b, testenv.KafkaConfig{})
 				kc.CreateTopic(b, "orders", 6)
 				db, _ := filledOutbox(b, n, keys)
 				f := drainRelays(b, db, kc, n, relays)
@@ -71,7 +70,7 @@ type drainFigures struct {
 }
 
 // drainRelays runs relays relays over n pre-enqueued rows until all are published.
-func drainRelays(b *testing.B, db *testdb.DB, kc *testkafka.Cluster, n, relays int) drainFigures {
+func drainRelays(b *testing.B, db *testenv.DB, kc *testenv.Kafka, n, relays int) drainFigures {
 	ctx := context.Background()
 	var published atomic.Int64
 	all := make(chan struct{})
@@ -92,7 +91,7 @@ func drainRelays(b *testing.B, db *testdb.DB, kc *testkafka.Cluster, n, relays i
 		}}
 		cfg.BatchSize, cfg.MaxInFlightBatches = envInt("KEIRO_BENCH_BATCH"), envInt("KEIRO_BENCH_INFLIGHT")
 		cfg.ClaimConcurrency = envInt("KEIRO_BENCH_CLAIMERS")
-		rs[i], err = NewRelay(pools[i], kc.Client(b, ProducerOpts()...), cfg)
+		rs[i], err = NewRelay(pools[i], kc.NewClient(b, ProducerOpts()...), cfg)
 		require.NoError(b, err)
 		if os.Getenv("KEIRO_BENCH_SHARES") == "off" {
 			rs[i].shares = nil
@@ -165,7 +164,7 @@ func selfCPU() time.Duration {
 // pgCPU is the CPU time of each PostgreSQL process serving this benchmark: the sessions named
 // appName (the relays' pools and own sessions) and the server's background processes
 // (WAL writer, checkpointer, autovacuum, ...), by pid. It needs the server on this machine.
-func pgCPU(b *testing.B, db *testdb.DB, appName string) map[int]time.Duration {
+func pgCPU(b *testing.B, db *testenv.DB, appName string) map[int]time.Duration {
 	rows, err := db.Pool.Query(context.Background(), `SELECT pid FROM pg_stat_activity
 		WHERE backend_type <> 'client backend' OR application_name = $1`, appName)
 	require.NoError(b, err)

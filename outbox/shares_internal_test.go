@@ -13,8 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // TestClaimSharesSplitTheRows: a claim restricted to some claim shares takes only the rows of
@@ -107,9 +106,9 @@ func TestClaimSharesSplitTheRows(t *testing.T) {
 // (hold), as a relay paused or cut off would be.
 type shareRig struct {
 	t      *testing.T
-	db     *testdb.DB
+	db     *testenv.DB
 	st     *Store
-	kc     *testkafka.Cluster
+	kc     *testenv.Kafka
 	relays []*shareRelay
 }
 
@@ -124,7 +123,7 @@ type shareRelay struct {
 
 func newShareRig(t *testing.T) *shareRig {
 	db, st := setup(t)
-	kc := testkafka.New(t)
+	kc := testenv.NewKafka(t)
 	kc.CreateTopic(t, "t1", 3)
 	kc.CreateTopic(t, "t2", 3)
 	return &shareRig{t: t, db: db, st: st, kc: kc}
@@ -137,7 +136,7 @@ func (g *shareRig) start(cfg RelayConfig) *shareRelay {
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	sr := &shareRelay{done: make(chan error, 1)}
 	cfg.OnBatch = func(b BatchResult) { sr.published.Add(int64(b.Published)) }
-	r, err := NewRelay(g.db.Pool, g.kc.Client(g.t, ProducerOpts()...), cfg)
+	r, err := NewRelay(g.db.Pool, g.kc.NewClient(g.t, ProducerOpts()...), cfg)
 	require.NoError(g.t, err)
 	sr.Relay = r
 	r.shareHook = func(ctx context.Context) {

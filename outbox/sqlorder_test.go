@@ -19,7 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -89,17 +89,17 @@ func (o *psqlOpenTx) commit() error {
 }
 
 // psql returns a psql command on db's schema, its sessions named app in pg_stat_activity.
-func psql(t testing.TB, db *testdb.DB, app string, args ...string) *exec.Cmd {
+func psql(t testing.TB, db *testenv.DB, app string, args ...string) *exec.Cmd {
 	t.Helper()
 	path, err := exec.LookPath("psql")
 	require.NoError(t, err, "psql (the PostgreSQL client) is required by the plain-SQL producer tests")
-	cmd := exec.Command(path, append([]string{"-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", testdb.URL()}, args...)...)
+	cmd := exec.Command(path, append([]string{"-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", testenv.DatabaseURL()}, args...)...)
 	cmd.Env = append(os.Environ(), "PGAPPNAME="+app, "PGOPTIONS=-c search_path="+db.Schema)
 	return cmd
 }
 
 // connectApp opens a connection on db's schema named app in pg_stat_activity.
-func connectApp(ctx context.Context, t testing.TB, db *testdb.DB, app string) *pgx.Conn {
+func connectApp(ctx context.Context, t testing.TB, db *testenv.DB, app string) *pgx.Conn {
 	t.Helper()
 	conn, err := pgx.Connect(ctx, db.ConnString+"&application_name="+app)
 	require.NoError(t, err)
@@ -107,7 +107,7 @@ func connectApp(ctx context.Context, t testing.TB, db *testdb.DB, app string) *p
 }
 
 // begin starts a transaction with w, inserts r and returns once the row is inserted.
-func begin(ctx context.Context, t testing.TB, db *testdb.DB, w plainWriter, app string, r plainRow) openTx {
+func begin(ctx context.Context, t testing.TB, db *testenv.DB, w plainWriter, app string, r plainRow) openTx {
 	t.Helper()
 	if w == pgxWriter {
 		conn := connectApp(ctx, t, db, app)
@@ -126,13 +126,17 @@ func begin(ctx context.Context, t testing.TB, db *testdb.DB, w plainWriter, app 
 	_, err = io.WriteString(stdin, "BEGIN;\n"+r.insertSQL()+";\n")
 	require.NoError(t, err)
 	// The row is inserted once the session holds a transaction id and is idle in it.
-	waitFor(ctx, t, db, "psql inserted "+r.id, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-        WHERE application_name = $1 AND state = 'idle in transaction' AND backend_xid IS NOT NULL)`, app)
+	testenv.WaitFor(t, 30*time.Second, "psql inserted "+r.id, func() bool {
+		var ok bool
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+            WHERE application_name = $1 AND state = 'idle in transaction' AND backend_xid IS NOT NULL)`, app).Scan(&ok))
+		return ok
+	})
 	return &psqlOpenTx{cmd: cmd, stdin: stdin, out: out}
 }
 
 // insert inserts r with w in a transaction of its own, in the background.
-func insert(ctx context.Context, t testing.TB, db *testdb.DB, w plainWriter, app string, r plainRow) <-chan error {
+func insert(ctx context.Context, t testing.TB, db *testenv.DB, w plainWriter, app string, r plainRow) <-chan error {
 	t.Helper()
 	done := make(chan error, 1)
 	if w == pgxWriter {
@@ -155,31 +159,11 @@ func insert(ctx context.Context, t testing.TB, db *testdb.DB, w plainWriter, app
 	return done
 }
 
-// waitFor polls query (one boolean) until it is true, failing t after 30 s.
-func waitFor(ctx context.Context, t testing.TB, db *testdb.DB, what, query string, args ...any) {
-	t.Helper()
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(30 * time.Second)
-	for {
-		var ok bool
-		require.NoError(t, db.Pool.QueryRow(ctx, query, args...).Scan(&ok))
-		if ok {
-			return
-		}
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatalf("waiting for %s: timed out", what)
-		}
-	}
-}
-
 // lateCommit reproduces the interleaving that breaks order without a database-enforced lock:
 // T1 (first) inserts a and keeps its transaction open; T2 (second) inserts b, which is ordered
 // after a, and commits at once. T1 commits only when T2 is seen waiting for a lock (the outbox
 // serialises the two), or when T2 committed and the relay published b (it did not).
-func lateCommit(ctx context.Context, t testing.TB, db *testdb.DB, first, second plainWriter, a, b plainRow) {
+func lateCommit(ctx context.Context, t testing.TB, db *testenv.DB, first, second plainWriter, a, b plainRow) {
 	t.Helper()
 	app := "keiro-test-" + b.id
 	t1 := begin(ctx, t, db, first, "keiro-test-"+a.id, a)
@@ -215,7 +199,7 @@ func lateCommit(ctx context.Context, t testing.TB, db *testdb.DB, first, second 
 // noise runs producers that write rows of keys (nil for a null key) with plain INSERTs,
 // rows each, holding each transaction open for up to 3 ms, and returns how many rows they
 // wrote once all committed.
-func noise(ctx context.Context, t testing.TB, db *testdb.DB, source, topic string, producers, rows int, keys []*string) int {
+func noise(ctx context.Context, t testing.TB, db *testenv.DB, source, topic string, producers, rows int, keys []*string) int {
 	t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, producers)
@@ -252,7 +236,7 @@ func noise(ctx context.Context, t testing.TB, db *testdb.DB, source, topic strin
 // keys are unordered per key and skipped then), each record whose outbox seq is below the
 // previous one of its group on Kafka. Duplicates (same message id) are dropped. It returns the
 // distinct count, the inversions and a description of the first ones.
-func seqInversions(t testing.TB, db *testdb.DB, recs []*kgo.Record, perSource bool) (distinct, inversions int, report string) {
+func seqInversions(t testing.TB, db *testenv.DB, recs []*kgo.Record, perSource bool) (distinct, inversions int, report string) {
 	t.Helper()
 	seqs := map[string]int64{}
 	rows, err := db.Pool.Query(context.Background(), "SELECT message_id, seq FROM keiro_outbox")
@@ -310,8 +294,8 @@ func TestPlainSQLProducersKeepKeyOrder(t *testing.T) {
 	dumpOutboxOnFailure(t, db)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	p := newProgress()
-	startRelay(t, db, kc, outbox.RelayConfig{PollInterval: 10 * time.Millisecond, OnBatch: p.onBatch, Logger: testLogger(t)})
+	p := new(testenv.Progress)
+	startRelay(t, db, kc, outbox.RelayConfig{PollInterval: 10 * time.Millisecond, OnBatch: onSettled(p), Logger: testLogger(t)})
 
 	pairings := [][2]plainWriter{{pgxWriter, pgxWriter}, {psqlWriter, pgxWriter}, {pgxWriter, psqlWriter}, {psqlWriter, psqlWriter}}
 	const rounds = 2
@@ -333,8 +317,8 @@ func TestPlainSQLProducersKeepKeyOrder(t *testing.T) {
 	wg.Wait()
 	n += len(pairings) * rounds * 2
 
-	p.wait(t, n, 60*time.Second)
-	recs := kc.ConsumeAll(t, n, 30*time.Second, "orders")
+	p.Wait(t, int64(n), 60*time.Second, nil)
+	recs := kc.ConsumeRecords(t, n, 30*time.Second, "orders")
 	distinct, inversions, report := seqInversions(t, db, recs, false)
 	require.Equal(t, n, distinct)
 	require.Zero(t, inversions, "per-key inversions on Kafka: %s", report)
@@ -354,9 +338,9 @@ func TestPerSourceStreamDeclaredSourceOrder(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	require.NoError(t, st.DeclarePerSourceOrder(ctx, db.Pool, "ledger"))
-	p := newProgress()
+	p := new(testenv.Progress)
 	startRelay(t, db, kc, outbox.RelayConfig{Policy: outbox.PerSourceStream, PollInterval: 10 * time.Millisecond,
-		OnBatch: p.onBatch, Logger: testLogger(t)})
+		OnBatch: onSettled(p), Logger: testLogger(t)})
 
 	keys := [][2]*string{{nil, nil}, {nil, ptr("x")}, {ptr("a"), ptr("b")}, {ptr("c"), nil}}
 	pairings := [][2]plainWriter{{pgxWriter, pgxWriter}, {psqlWriter, pgxWriter}, {pgxWriter, psqlWriter}, {psqlWriter, psqlWriter}}
@@ -375,8 +359,8 @@ func TestPerSourceStreamDeclaredSourceOrder(t *testing.T) {
 	<-done
 	n += 2 * len(keys)
 
-	p.wait(t, n, 60*time.Second)
-	recs := kc.ConsumeAll(t, n, 30*time.Second, "ledger")
+	p.Wait(t, int64(n), 60*time.Second, nil)
+	recs := kc.ConsumeRecords(t, n, 30*time.Second, "ledger")
 	distinct, inversions, report := seqInversions(t, db, recs, true)
 	require.Equal(t, n, distinct)
 	require.Zero(t, inversions, "per-source inversions on Kafka: %s", report)
@@ -388,7 +372,7 @@ func TestPerSourceStreamDeclaredSourceOrder(t *testing.T) {
 // is refused.
 func TestDeclaringASourceWaitsForRunningWriters(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	st, err := outbox.NewStore(db.Schema)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -449,7 +433,7 @@ func sqlEnqueue(ctx context.Context, q outbox.Querier, schema string, args pgx.N
 // input, and wakes a sleeping relay.
 func TestSQLEnqueueAnswersLikeEnqueueTx(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	st, err := outbox.NewStore(db.Schema)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

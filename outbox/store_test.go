@@ -11,7 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -24,7 +24,7 @@ func TestNewStoreRejectsBadSchema(t *testing.T) {
 
 func TestEnqueueInsertDuplicateConflict(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	st, err := outbox.NewStore(db.Schema)
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -69,7 +69,7 @@ func TestEnqueueInsertDuplicateConflict(t *testing.T) {
 
 func TestEnqueueManyInOneRoundTrip(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	st, err := outbox.NewStore(db.Schema)
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -111,7 +111,7 @@ func TestEnqueueManyInOneRoundTrip(t *testing.T) {
 
 func TestEnqueueValidationErrors(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	st, err := outbox.NewStore(db.Schema)
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -135,7 +135,7 @@ func TestEnqueueValidationErrors(t *testing.T) {
 
 func TestEnqueueCapturesTraceContext(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	st, err := outbox.NewStore(db.Schema)
 	require.NoError(t, err)
 	tid, _ := trace.TraceIDFromHex("0af7651916cd43dd8448eb211c80319c")
@@ -165,7 +165,7 @@ func TestEnqueueCapturesTraceContext(t *testing.T) {
 // listen LISTENs on st's channel and returns a function that reads the payloads of every
 // notification received so far: it sends a marker notification and reads up to it, which
 // bounds the wait without a sleep.
-func listen(t *testing.T, ctx context.Context, db *testdb.DB, st *outbox.Store) func() []string {
+func listen(t *testing.T, ctx context.Context, db *testenv.DB, st *outbox.Store) func() []string {
 	t.Helper()
 	listener, err := pgx.Connect(ctx, db.ConnString)
 	require.NoError(t, err)
@@ -200,7 +200,7 @@ const sleepLockFilteredSQL = `SELECT pg_try_advisory_lock(hashtext('keiro.outbox
 // before that producer's row is committed and claimable.
 func TestEnqueueNotifiesOnlyWhileARelaySleeps(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	st, err := outbox.NewStore(db.Schema)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -277,7 +277,7 @@ func TestEnqueueNotifiesOnlyWhileARelaySleeps(t *testing.T) {
 // called after the commit, wakes the listeners once, and reports a failure.
 func TestEnqueueWithoutNotify(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	st, err := outbox.NewStore(db.Schema, outbox.StoreOptions{DisableNotify: true})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -306,7 +306,7 @@ func TestEnqueueWithoutNotify(t *testing.T) {
 // outbox's insert trigger takes the lock for every writer.
 func TestEnqueueConcurrentSameKeyCommitOrder(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	st, err := outbox.NewStore(db.Schema)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

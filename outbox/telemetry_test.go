@@ -15,15 +15,14 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
 
 func TestRelaySendSpansAndMetrics(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	kc := testkafka.New(t)
+	db := testenv.NewDB(t)
+	kc := newKafka(t)
 	kc.CreateTopic(t, "orders", 1)
 	sr := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
@@ -42,9 +41,9 @@ func TestRelaySendSpansAndMetrics(t *testing.T) {
 	business.End()
 	enqueue(t, db.Pool, st, keyedEvents("orders", 1, 1)...) // a duplicate of m-000000
 
-	p := newProgress()
-	r, _ := startRelay(t, db, kc, outbox.RelayConfig{OnBatch: p.onBatch, TracerProvider: tp, MeterProvider: mp, Logger: testLogger(t)})
-	p.wait(t, 3, 30*time.Second)
+	p := new(testenv.Progress)
+	r, _ := startRelay(t, db, kc, outbox.RelayConfig{OnBatch: onSettled(p), TracerProvider: tp, MeterProvider: mp, Logger: testLogger(t)})
+	p.Wait(t, 3, 30*time.Second, nil)
 
 	var sends []sdktrace.ReadOnlySpan
 	for _, s := range sr.Ended() {
@@ -53,7 +52,7 @@ func TestRelaySendSpansAndMetrics(t *testing.T) {
 		}
 	}
 	require.Len(t, sends, 3)
-	recs := kc.ConsumeAll(t, 3, 30*time.Second, "orders")
+	recs := kc.ConsumeRecords(t, 3, 30*time.Second, "orders")
 	require.Len(t, recs, 3)
 	byID := map[string]string{}
 	for _, rec := range recs {

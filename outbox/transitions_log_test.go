@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -57,11 +58,11 @@ func TestRelayLogsRowTransitions(t *testing.T) {
 		event("big-1", "orders", ptr("B"), `{"pad":"`+strings.Repeat("x", 2000)+`"}`),
 		event("a-1", "orders", ptr("A"), `{"i":1}`))
 	rec := &recordingHandler{}
-	p := newProgress()
+	p := new(testenv.Progress)
 	startRelay(t, db, kc, outbox.RelayConfig{MaxAttempts: 2, MaxInFlightBatches: 1, ClaimConcurrency: 1, MaxRecordBytes: 1000,
 		Backoff: outbox.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}, PollInterval: 10 * time.Millisecond,
-		Logger: slog.New(rec), OnBatch: p.onBatch})
-	p.wait(t, 2, 30*time.Second)
+		Logger: slog.New(rec), OnBatch: onSettled(p)})
+	p.Wait(t, 2, 30*time.Second, nil)
 
 	rejected := rec.find("outbox row rejected")
 	require.Len(t, rejected, 1)
