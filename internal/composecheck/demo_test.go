@@ -15,7 +15,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox/handlers"
-	"github.com/keiro-go/keiro/internal/testdb"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // readSQL reads a SQL file the compose stack mounts and points it at schema instead of the
@@ -40,7 +40,7 @@ func readSQL(t *testing.T, rel string, replace map[string]string) string {
 // function through the real SQL handler, and the demo producer's outbox writes (keiro.enqueue)
 // against the current migrations, so neither drifts from the code unnoticed.
 func TestDemoSQL(t *testing.T) {
-	db := testdb.New(t)
+	db := testenv.NewDB(t)
 	ctx := context.Background()
 	s := db.Schema
 
