@@ -31,8 +31,7 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/internal/httpserver"
-	"github.com/keiro-go/keiro/internal/testdb"
-	"github.com/keiro-go/keiro/internal/testkafka"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -109,8 +108,8 @@ func TestBrowserConsole(t *testing.T) {
 	t.Parallel()
 	chromium := chromiumPath(t)
 	shots := artifactsDir(t)
-	db := testdb.New(t)
-	kc := testkafka.New(t)
+	db := testenv.NewDB(t)
+	kc := testenv.NewKafka(t)
 	kc.CreateTopic(t, "orders.v1", 2)
 	kc.CreateTopic(t, "payments.v1", 1)
 	kc.CreateTopic(t, "shipments.v1", 1)
@@ -120,16 +119,16 @@ func TestBrowserConsole(t *testing.T) {
 	sig := newSignal()
 
 	// The broker refuses payments.v1 until the operator's fix (produce requests name topics by id).
-	topics, err := kadm.NewClient(kc.Client(t)).ListTopics(context.Background(), "payments.v1")
+	topics, err := kadm.NewClient(kc.NewClient(t)).ListTopics(context.Background(), "payments.v1")
 	require.NoError(t, err)
 	paymentsID := topics["payments.v1"].ID
 	var brokerFixed atomic.Bool
-	kc.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		kc.KeepControl()
+	kc.Cluster.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		kc.Cluster.KeepControl()
 		req := kreq.(*kmsg.ProduceRequest)
 		for _, tp := range req.Topics {
 			if (tp.Topic == "payments.v1" || tp.TopicID == paymentsID) && !brokerFixed.Load() {
-				return testkafka.ProduceError(req, kerr.UnknownServerError.Code), nil, true
+				return testenv.ProduceError(req, kerr.UnknownServerError.Code), nil, true
 			}
 		}
 		return nil, nil, false
@@ -144,7 +143,7 @@ func TestBrowserConsole(t *testing.T) {
 	require.NoError(t, err)
 	// The relay's own pool carries its application_name, as the sidecar's does.
 	relayPool := openPool(t, db.ConnString+"&application_name="+url.QueryEscape(outbox.ApplicationName(db.Schema)))
-	relay, err := outbox.NewRelay(relayPool, kc.Client(t, outbox.ProducerOpts()...), outbox.RelayConfig{
+	relay, err := outbox.NewRelay(relayPool, kc.NewClient(t, outbox.ProducerOpts()...), outbox.RelayConfig{
 		Schema: db.Schema, MaxAttempts: 1, PollInterval: 50 * time.Millisecond, Logger: log,
 		OnBatch: func(b outbox.BatchResult) {
 			sig.add("published", int64(b.Published))
@@ -205,7 +204,7 @@ func TestBrowserConsole(t *testing.T) {
 		return nil
 	}
 	consumer, err := inbox.NewConsumer(db.Pool, inbox.ConsumerConfig{
-		Brokers: kc.Brokers, Group: consumerName, Topics: []string{"orders.v1"},
+		Brokers: kc.Seeds, Group: consumerName, Topics: []string{"orders.v1"},
 		Store:           inbox.StoreConfig{Schema: db.Schema, Consumer: consumerName, MaxAttempts: 1},
 		DeadLetterTopic: "orders.v1.dlq", ShutdownTimeout: 2 * time.Second, Logger: log,
 		OnCommitted: func(c inbox.Commit) {
@@ -220,7 +219,7 @@ func TestBrowserConsole(t *testing.T) {
 		}
 	})
 	t.Cleanup(func() { close(release) }) // runs before the consumer stops
-	producer := kc.Client(t, kgo.DefaultProduceTopic("orders.v1"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	producer := kc.NewClient(t, kgo.DefaultProduceTopic("orders.v1"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	order := func(p int32, id, payload string) {
 		ev := envelope.Event{MessageID: id, Source: "orders", Destination: "orders.v1", Key: ptr(id), EventType: "OrderPlaced",
 			SchemaVersion: 1, ContentType: "application/json", Payload: []byte(payload), OccurredAt: time.Now().UTC()}
@@ -246,7 +245,7 @@ func TestBrowserConsole(t *testing.T) {
 	con, err := console.New(console.Config{
 		Outbox: &console.OutboxConfig{Pool: db.Pool, Schema: db.Schema},
 		Inbox: &console.InboxConfig{Pool: db.Pool, Schema: db.Schema, Consumer: consumerName, Handler: handle,
-			MaxAttempts: 1, Kafka: kc.Client(t), Group: consumerName},
+			MaxAttempts: 1, Kafka: kc.NewClient(t), Group: consumerName},
 		Events: &console.EventsConfig{Pool: db.Pool, Schema: db.Schema},
 		Auth:   console.AuthConfig{AllowUnauthenticated: true},
 		Title:  "acme-billing",
