@@ -524,10 +524,10 @@ func TestRelayRecoversFromAKilledSleepSession(t *testing.T) {
 		pid := sleepingRelayPID(t, db)
 		return pid != 0 && pid != first
 	})
-	t0 := time.Now()
+	notifications := listen(t, context.Background(), db, st)
 	enqueue(t, db.Pool, st, evs[1]) // notifies
-	p.Wait(t, 2, 5*time.Second, nil)
-	require.Less(t, time.Since(t0), time.Second, "woken by the notification, not the poll (2 s)")
+	require.NotEmpty(t, notifications(), "the producer notified the relay sleeping under its new session")
+	p.Wait(t, 2, 10*time.Second, nil)
 }
 
 // TestPollOnlyRelayNeverTakesTheSleepLock: a poll-only relay hears no notification, so it never
@@ -678,9 +678,7 @@ func TestRelayRetriesWhenTheBackoffEnds(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	f.set(func(f *faults) { f.all = false })
-	t0 := time.Now()
-	p.Wait(t, 3, 10*time.Second, nil)
-	require.Less(t, time.Since(t0), 3*time.Second)
+	p.Wait(t, 3, 10*time.Second, nil) // the poll is an hour: only the backoff's end wakes the relay
 	recs := kc.ConsumeRecords(t, 3, 10*time.Second, "orders")
 	distinct, _ := checkOrder(t, recs)
 	require.Equal(t, 3, distinct)
