@@ -221,7 +221,7 @@ var ErrNotFound = errors.New("outbox row not found")
 
 // Lookup reads one row by outbox id, or returns an error wrapping ErrNotFound.
 func (s *Store) Lookup(ctx context.Context, q Querier, id envelope.UUID) (Row, error) {
-	r, err := scanRow(q.QueryRow(ctx, s.q.lookup, [16]byte(id)))
+	r, err := scanRow(q.QueryRow(ctx, s.bind(sqlLookupRow), [16]byte(id)))
 	if err != nil {
 		if errors.Is(err, errNoRows) {
 			return r, fmt.Errorf("lookup outbox row %s: %w", id, ErrNotFound)

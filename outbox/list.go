@@ -74,7 +74,7 @@ func (s *Store) ListSentGcCandidates(ctx context.Context, q Querier, retention t
 }
 
 func (s *Store) listRows(ctx context.Context, q Querier, what, sql string, args ...any) ([]Row, error) {
-	rows, err := q.Query(ctx, strings.ReplaceAll(sql, "{{schema}}", s.schema), args...)
+	rows, err := q.Query(ctx, s.bind(sql), args...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
@@ -95,33 +95,5 @@ func listLimit(n int) (int, error) {
 	return n, nil
 }
 
-// scanRow reads rowColumns.
-func scanRow(row pgx.Row) (Row, error) {
-	var (
-		r                              Row
-		rid                            [16]byte
-		lastErr, code                  *string
-		key, registry, subject, fp     *string
-		versionRef, schemaID, position *int64
-		sourceEventID, causation, corr *[16]byte
-		tp, ts, attrs                  *string
-	)
-	e := &r.Event
-	err := row.Scan(&r.Seq, &r.Status, &r.Attempts, &r.NextAttemptAt,
-		&lastErr, &r.PublishedAt, &r.Partition, &r.Offset, &code, &r.CreatedAt, &r.UpdatedAt,
-		&rid, &e.Source, &e.MessageID, &e.Destination, &key, &e.EventType,
-		&e.SchemaVersion, &e.ContentType, &registry, &subject, &versionRef, &schemaID, &fp,
-		&sourceEventID, &position, &causation, &corr, &tp, &ts, &e.Payload, &attrs, &e.OccurredAt)
-	if err != nil {
-		return r, err
-	}
-	r.OutboxID = rid
-	if lastErr != nil {
-		r.LastError = *lastErr
-	}
-	if code != nil {
-		r.RejectionCode = *code
-	}
-	fillEvent(e, key, registry, subject, fp, versionRef, schemaID, position, sourceEventID, causation, corr, tp, ts, attrs)
-	return r, nil
-}
+// bind addresses sql's tables in the Store's schema (validated by NewStore).
+func (s *Store) bind(sql string) string { return strings.ReplaceAll(sql, "{{schema}}", s.schema) }

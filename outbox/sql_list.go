@@ -3,15 +3,6 @@ package outbox
 // The inspection listings' SQL (list.go). Same rules as sql.go: tables through {{schema}},
 // replaced with a validated schema name, never user input.
 
-// rowColumns are the columns scanRow reads (sqlLookup's).
-const rowColumns = `seq, status, attempt_count, next_attempt_at, last_error, published_at, kafka_partition,
-    kafka_offset, rejection_code, created_at, updated_at,
-    outbox_id, source, message_id, destination, message_key, event_type,
-    schema_version, content_type, schema_registry, schema_subject, schema_version_ref,
-    schema_id, schema_fingerprint, source_event_id, source_global_position,
-    causation_id, correlation_id, traceparent, tracestate, payload_bytes,
-    attributes::text, occurred_at`
-
 // sqlListOutbox lists rows after seq $1, filtered by status $2, source $3, destination $4 and
 // key $5 (NULL: any), at most $6, in seq order. An operator listing: without a status it
 // scans the table (sent rows included).

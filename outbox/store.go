@@ -354,7 +354,7 @@ func (s *Store) resolveExisting(ctx context.Context, tx pgx.Tx, events []envelop
 	for j, i := range missing {
 		srcs[j], mids[j] = events[i].Source, events[i].MessageID
 	}
-	rows, err := tx.Query(ctx, s.q.enqueueExisting, srcs, mids)
+	rows, err := tx.Query(ctx, s.bind(sqlEnqueueExistingRows), srcs, mids)
 	if err != nil {
 		return nil, fmt.Errorf("enqueue outbox events: read existing rows: %w", err)
 	}
@@ -485,51 +485,14 @@ type storedEvent struct {
 	ev envelope.Event
 }
 
-// scan reads the columns selected by sqlEnqueueExisting (and the event part of rowColumns).
+// scan reads one row of rowColumns (sqlEnqueueExistingRows).
 func (r *storedEvent) scan(row pgx.Row) error {
-	var (
-		id                             [16]byte
-		key, registry, subject, fp     *string
-		versionRef, schemaID, position *int64
-		sourceEventID, causation, corr *[16]byte
-		tp, ts, attrs                  *string
-	)
-	e := &r.ev
-	if err := row.Scan(&id, &e.Source, &e.MessageID, &e.Destination, &key, &e.EventType,
-		&e.SchemaVersion, &e.ContentType, &registry, &subject, &versionRef, &schemaID, &fp,
-		&sourceEventID, &position, &causation, &corr, &tp, &ts, &e.Payload, &attrs, &e.OccurredAt); err != nil {
+	x, err := scanRow(row)
+	if err != nil {
 		return err
 	}
-	r.id = id
-	fillEvent(e, key, registry, subject, fp, versionRef, schemaID, position, sourceEventID, causation, corr, tp, ts, attrs)
+	r.id, r.ev = x.OutboxID, x.Event
 	return nil
-}
-
-func fillEvent(e *envelope.Event, key, registry, subject, fp *string, versionRef, schemaID, position *int64,
-	sourceEventID, causation, corr *[16]byte, tp, ts, attrs *string) {
-	e.Key = key
-	if registry != nil || subject != nil || fp != nil || versionRef != nil || schemaID != nil {
-		e.SchemaRef = &envelope.SchemaRef{Registry: registry, Subject: subject, Version: versionRef, SchemaID: schemaID, Fingerprint: fp}
-	}
-	e.SourceGlobalPosition = position
-	toUUID := func(b *[16]byte) *envelope.UUID {
-		if b == nil {
-			return nil
-		}
-		u := envelope.UUID(*b)
-		return &u
-	}
-	e.SourceEventID, e.CausationID, e.CorrelationID = toUUID(sourceEventID), toUUID(causation), toUUID(corr)
-	if tp != nil {
-		e.TraceContext = &envelope.TraceContext{Traceparent: *tp}
-		if ts != nil {
-			e.TraceContext.Tracestate = *ts
-		}
-	}
-	if attrs != nil {
-		e.Attributes = json.RawMessage(*attrs)
-	}
-	e.OccurredAt = e.OccurredAt.UTC()
 }
 
 // conflictFields names the field classes in which the new event differs from the stored one
