@@ -19,6 +19,9 @@ type Status struct {
 	Backlog int64
 	// OldestPendingAge is the age of the oldest pending or failed row (0 if none).
 	OldestPendingAge time.Duration
+	// OldestPendingCreatedAt is, per destination, the creation time of its oldest pending or
+	// failed row; destinations without such rows are absent.
+	OldestPendingCreatedAt map[string]time.Time
 	// Dead is the number of dead and rejected rows (kept for operators).
 	Dead int64
 }
@@ -32,7 +35,7 @@ type StatusCount struct {
 // Status counts the outbox's rows per status and destination. It scans the whole table
 // (including retained sent rows): an operator command, not a hot path.
 func (s *Store) Status(ctx context.Context, q Querier) (Status, error) {
-	var st Status
+	st := Status{OldestPendingCreatedAt: map[string]time.Time{}}
 	rows, err := q.Query(ctx, s.q.status)
 	if err != nil {
 		return st, fmt.Errorf("outbox status: %w", err)
@@ -49,8 +52,14 @@ func (s *Store) Status(ctx context.Context, q Querier) (Status, error) {
 		switch c.Status {
 		case statusPending, statusFailed, statusPublishing:
 			st.Backlog += c.Count
-			if c.Status != statusPublishing && (oldest.IsZero() || first.Before(oldest)) {
+			if c.Status == statusPublishing {
+				break
+			}
+			if oldest.IsZero() || first.Before(oldest) {
 				oldest = first
+			}
+			if o, ok := st.OldestPendingCreatedAt[c.Destination]; !ok || first.Before(o) {
+				st.OldestPendingCreatedAt[c.Destination] = first
 			}
 		case statusDead, statusRejected:
 			st.Dead += c.Count
@@ -135,6 +144,17 @@ func (s *Store) ListDead(ctx context.Context, q Querier, opts ListDeadOptions) (
 		return nil, fmt.Errorf("list dead outbox rows: %w", err)
 	}
 	return out, nil
+}
+
+// CountDead counts the dead and rejected rows of source and destination ("": any): the rows a
+// Requeue with that RequeueFilter's Source and Destination moves (both "": every such row, as
+// RequeueFilter.All). It reads the dead rows' partial index: cheap with few dead rows.
+func (s *Store) CountDead(ctx context.Context, q Querier, source, destination string) (int64, error) {
+	var n int64
+	if err := q.QueryRow(ctx, s.bind(sqlCountDead), nullString(source), nullString(destination)).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count dead outbox rows: %w", err)
+	}
+	return n, nil
 }
 
 func nullString(s string) *string {

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -21,26 +22,83 @@ type ListOptions struct {
 	// Status lists only rows in this status (pending, publishing, sent, failed, dead,
 	// rejected). Defaults to "" (all).
 	Status string
+	// Statuses lists only rows in any of these statuses, as Status does for one; set at most
+	// one of Status and Statuses. Defaults to nil (all).
+	Statuses []string
 	// Source, Destination and Key list only rows with these values. Default to "" (any).
 	Source, Destination, Key string
 	// After continues a listing: pass the previous page's last Row.Seq. Defaults to 0.
 	After int64
+	// NewestFirst lists rows in reverse seq order (newest first), as the console does;
+	// continue such a listing with Before, not After. Defaults to false (seq order).
+	NewestFirst bool
+	// Before continues a NewestFirst listing: pass the previous page's last Row.Seq.
+	// Defaults to 0 (from the newest row).
+	Before int64
 	// Limit is the most rows returned. Defaults to DefaultListLimit.
 	Limit int
 }
 
-// ListOutbox lists outbox rows in seq order (the relay's order), filtered and paged by opts.
-// An operator command: without a Status it scans the table, retained sent rows included.
+// ListOutbox lists outbox rows in seq order (the relay's order), or newest first, filtered
+// and paged by opts. An operator command: without a status it scans the table, retained sent
+// rows included; with statuses it reads only their phases' rows (their partial indexes).
 func (s *Store) ListOutbox(ctx context.Context, q Querier, opts ListOptions) ([]Row, error) {
-	if opts.Status != "" && !slices.Contains(statusNames, opts.Status) {
-		return nil, fmt.Errorf("list outbox rows: unknown status %q; use one of %s", opts.Status, strings.Join(statusNames, ", "))
+	statuses, phases, err := listStatuses(opts)
+	if err != nil {
+		return nil, fmt.Errorf("list outbox rows: %w", err)
 	}
 	limit, err := listLimit(opts.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("list outbox rows: %w", err)
 	}
-	return s.listRows(ctx, q, "list outbox rows", sqlListOutbox, opts.After, nullString(opts.Status),
-		nullString(opts.Source), nullString(opts.Destination), nullString(opts.Key), limit)
+	sql, from := sqlListOutbox, opts.After
+	switch {
+	case opts.NewestFirst && opts.After != 0:
+		return nil, errors.New("list outbox rows: After continues a listing in seq order; continue a NewestFirst listing with Before")
+	case !opts.NewestFirst && opts.Before != 0:
+		return nil, errors.New("list outbox rows: Before continues a NewestFirst listing; set NewestFirst, or continue with After")
+	case opts.After < 0 || opts.Before < 0:
+		return nil, fmt.Errorf("list outbox rows: a seq to continue from is positive, got After %d, Before %d", opts.After, opts.Before)
+	case opts.NewestFirst:
+		sql, from = sqlListOutboxNewest, opts.Before
+	}
+	return s.listRows(ctx, q, "list outbox rows", sql, from, statuses,
+		nullString(opts.Source), nullString(opts.Destination), nullString(opts.Key), limit, phases)
+}
+
+// listStatuses checks opts' statuses and returns them with their phases (nil, nil: any).
+func listStatuses(opts ListOptions) ([]string, []int16, error) {
+	statuses := opts.Statuses
+	switch {
+	case opts.Status != "" && len(statuses) > 0:
+		return nil, nil, errors.New("set at most one of Status and Statuses")
+	case opts.Status != "":
+		statuses = []string{opts.Status}
+	case len(statuses) == 0:
+		return nil, nil, nil
+	}
+	var phases []int16
+	for _, st := range statuses {
+		if !slices.Contains(statusNames, st) {
+			return nil, nil, fmt.Errorf("unknown status %q; use one of %s", st, strings.Join(statusNames, ", "))
+		}
+		if ph := statusPhase(st); !slices.Contains(phases, ph) {
+			phases = append(phases, ph)
+		}
+	}
+	return statuses, phases, nil
+}
+
+// statusPhase is a status's phase column: 0 open (pending, publishing, failed), 1 sent,
+// 2 dead or rejected.
+func statusPhase(status string) int16 {
+	switch status {
+	case statusSent:
+		return 1
+	case statusDead, statusRejected:
+		return 2
+	}
+	return 0
 }
 
 // ListStuckOutbox lists rows in publishing whose claim is older than olderThan, oldest claim

@@ -3,13 +3,25 @@ package outbox
 // The inspection listings' SQL (list.go). Same rules as sql.go: tables through {{schema}},
 // replaced with a validated schema name, never user input.
 
-// sqlListOutbox lists rows after seq $1, filtered by status $2, source $3, destination $4 and
-// key $5 (NULL: any), at most $6, in seq order. An operator listing: without a status it
-// scans the table (sent rows included).
+// sqlListOutbox lists rows after seq $1, of the statuses $2 in the phases $7, of source $3,
+// destination $4 and key $5 (NULL: any), at most $6, in seq order. An operator listing:
+// without statuses it scans the table (sent rows included).
 const sqlListOutbox = `SELECT ` + rowColumns + ` FROM {{schema}}.keiro_outbox
-WHERE seq > $1 AND ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR source = $3)
-  AND ($4::text IS NULL OR destination = $4) AND ($5::text IS NULL OR message_key = $5)
+WHERE seq > $1 AND ($2::text[] IS NULL OR (status = ANY($2) AND phase = ANY($7::smallint[])))
+  AND ($3::text IS NULL OR source = $3) AND ($4::text IS NULL OR destination = $4)
+  AND ($5::text IS NULL OR message_key = $5)
 ORDER BY seq LIMIT $6`
+
+// sqlListOutboxNewest is sqlListOutbox newest first: rows before seq $1 (0: from the newest).
+const sqlListOutboxNewest = `SELECT ` + rowColumns + ` FROM {{schema}}.keiro_outbox
+WHERE ($1::bigint = 0 OR seq < $1) AND ($2::text[] IS NULL OR (status = ANY($2) AND phase = ANY($7::smallint[])))
+  AND ($3::text IS NULL OR source = $3) AND ($4::text IS NULL OR destination = $4)
+  AND ($5::text IS NULL OR message_key = $5)
+ORDER BY seq DESC LIMIT $6`
+
+// sqlCountDead counts the dead and rejected rows of source $1 and destination $2 (NULL: any).
+const sqlCountDead = `SELECT count(*) FROM {{schema}}.keiro_outbox
+WHERE phase = 2 AND ($1::text IS NULL OR source = $1) AND ($2::text IS NULL OR destination = $2)`
 
 // sqlListStuckOutbox lists rows claimed (publishing) more than $1 microseconds ago, oldest
 // claim first, at most $2: through the claim index (phase 0 holds only open rows).
