@@ -80,50 +80,33 @@ func (c *Console) readOutboxSummary(ctx context.Context) (OutboxSummary, error) 
 		&s.SentLastMinute, &s.FailedLastMinute, &s.RelaysConnected, &s.ReadAt, &origin); err != nil {
 		return s, fmt.Errorf("read outbox summary: %w", err)
 	}
-	rows, err := q.Query(ctx, bind(sqlOutboxCounts, c.cfg.Outbox.Schema, "keiro_outbox"))
+	st, err := c.outbox.Status(ctx, q)
 	if err != nil {
 		return s, fmt.Errorf("read outbox summary: %w", err)
 	}
+	s.Backlog, s.DeadOrRejected = st.Backlog, st.Dead
 	byDest := map[string]*DestinationSummary{}
-	var oldest time.Time
-	oldestOf := map[string]time.Time{}
-	for rows.Next() {
-		var dest, status string
-		var n int64
-		var first *time.Time
-		if err := rows.Scan(&dest, &status, &n, &first); err != nil {
-			rows.Close()
-			return s, fmt.Errorf("read outbox summary: %w", err)
-		}
-		d := byDest[dest]
+	for _, n := range st.Counts {
+		d := byDest[n.Destination]
 		if d == nil {
-			d = &DestinationSummary{Destination: dest, Counts: map[string]int64{}}
-			byDest[dest] = d
+			d = &DestinationSummary{Destination: n.Destination, Counts: map[string]int64{}}
+			byDest[n.Destination] = d
 		}
-		d.Counts[status] = n
-		s.Totals[status] += n
-		switch status {
+		d.Counts[n.Status] = n.Count
+		s.Totals[n.Status] += n.Count
+		switch n.Status {
 		case "pending", "failed", "publishing":
-			d.Backlog += n
-			s.Backlog += n
-		case "dead", "rejected":
-			s.DeadOrRejected += n
-		}
-		if first != nil {
-			if o := oldestOf[dest]; o.IsZero() || first.Before(o) {
-				oldestOf[dest] = *first
-			}
-			if oldest.IsZero() || first.Before(oldest) {
-				oldest = *first
-			}
+			d.Backlog += n.Count
 		}
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return s, fmt.Errorf("read outbox summary: %w", err)
+	var oldest time.Time
+	for _, first := range st.OldestPendingCreatedAt {
+		if oldest.IsZero() || first.Before(oldest) {
+			oldest = first
+		}
 	}
 	for _, d := range byDest {
-		d.OldestPendingAgeSeconds = ageSeconds(s.ReadAt, oldestOf[d.Destination])
+		d.OldestPendingAgeSeconds = ageSeconds(s.ReadAt, st.OldestPendingCreatedAt[d.Destination])
 		s.Destinations = append(s.Destinations, *d)
 	}
 	sort.Slice(s.Destinations, func(i, j int) bool { return s.Destinations[i].Destination < s.Destinations[j].Destination })
@@ -263,32 +246,14 @@ func parseOutboxFilter(r *http.Request) (outboxFilter, error) {
 }
 
 func (c *Console) listOutboxRows(ctx context.Context, f outboxFilter) (OutboxPage, error) {
-	var phases []int16
-	for _, s := range f.Statuses {
-		ph := int16(2)
-		if s == "failed" {
-			ph = 0
-		}
-		if !slices.Contains(phases, ph) {
-			phases = append(phases, ph)
-		}
-	}
-	rows, err := c.cfg.Outbox.Pool.Query(ctx, bind(sqlOutboxRows, c.cfg.Outbox.Schema, "keiro_outbox"),
-		f.Statuses, nullIfEmpty(f.Source), nullIfEmpty(f.Destination), f.Before, f.Limit+1, DefaultPreviewBytes, phases)
+	rows, err := c.outbox.ListOutbox(ctx, c.cfg.Outbox.Pool, outbox.ListOptions{Statuses: f.Statuses,
+		Source: f.Source, Destination: f.Destination, NewestFirst: true, Before: f.Before, Limit: f.Limit + 1})
 	if err != nil {
-		return OutboxPage{}, fmt.Errorf("list outbox rows: %w", err)
+		return OutboxPage{}, err
 	}
-	defer rows.Close()
-	page := OutboxPage{Rows: []OutboxRow{}}
-	for rows.Next() {
-		o, err := scanOutboxRow(rows)
-		if err != nil {
-			return page, fmt.Errorf("list outbox rows: %w", err)
-		}
-		page.Rows = append(page.Rows, o)
-	}
-	if err := rows.Err(); err != nil {
-		return page, fmt.Errorf("list outbox rows: %w", err)
+	page := OutboxPage{Rows: make([]OutboxRow, 0, len(rows))}
+	for _, row := range rows {
+		page.Rows = append(page.Rows, outboxRowOf(row, DefaultPreviewBytes))
 	}
 	if len(page.Rows) > f.Limit {
 		page.Rows = page.Rows[:f.Limit]
@@ -297,68 +262,21 @@ func (c *Console) listOutboxRows(ctx context.Context, f outboxFilter) (OutboxPag
 	return page, nil
 }
 
-func scanOutboxRow(row pgx.Row) (OutboxRow, error) {
-	var (
-		o                              OutboxRow
-		e                              envelope.Event
-		id                             [16]byte
-		registry, subject, fp, tp, ts  *string
-		versionRef, schemaID, position *int64
-		sourceEventID, causation, corr *[16]byte
-		attrs                          *string
-		payload                        []byte
-		size                           int
-		next                           time.Time
-	)
-	err := row.Scan(&o.Seq, &id, &e.Source, &e.MessageID, &e.Destination, &e.Key, &e.EventType, &e.SchemaVersion,
-		&e.ContentType, &registry, &subject, &versionRef, &schemaID, &fp, &sourceEventID, &position, &causation, &corr,
-		&tp, &ts, &payload, &size, &attrs, &e.OccurredAt, &o.Status, &o.Attempts, &next, &o.LastError,
-		&o.RejectionCode, &o.CreatedAt, &o.UpdatedAt)
-	if err != nil {
-		return o, err
+// outboxRowOf shows row with at most payloadBytes of its payload.
+func outboxRowOf(row outbox.Row, payloadBytes int) OutboxRow {
+	e := &row.Event
+	o := OutboxRow{
+		OutboxID: row.OutboxID.String(), Seq: row.Seq, Status: row.Status,
+		Source: e.Source, Destination: e.Destination, MessageID: e.MessageID, Key: e.Key, EventType: e.EventType,
+		Attempts: row.Attempts, LastError: row.LastError, RejectionCode: row.RejectionCode,
+		PublishedAt: row.PublishedAt, Partition: row.Partition, Offset: row.Offset,
+		CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt, Headers: headersOf(e),
+		Payload: newPayload(e.Payload[:min(len(e.Payload), payloadBytes)], len(e.Payload), e.ContentType),
 	}
-	if registry != nil || subject != nil || fp != nil || versionRef != nil || schemaID != nil {
-		e.SchemaRef = &envelope.SchemaRef{Registry: registry, Subject: subject, Version: versionRef, SchemaID: schemaID, Fingerprint: fp}
+	if row.Status == "failed" || row.Status == "pending" {
+		o.NextAttemptAt = &row.NextAttemptAt
 	}
-	e.SourceGlobalPosition = position
-	e.SourceEventID, e.CausationID, e.CorrelationID = uuidPtr(sourceEventID), uuidPtr(causation), uuidPtr(corr)
-	if tp != nil {
-		e.TraceContext = &envelope.TraceContext{Traceparent: *tp}
-		if ts != nil {
-			e.TraceContext.Tracestate = *ts
-		}
-	}
-	if attrs != nil {
-		e.Attributes = json.RawMessage(*attrs)
-	}
-	e.OccurredAt = e.OccurredAt.UTC()
-	fillOutboxRow(&o, &e, envelope.UUID(id))
-	o.Payload = newPayload(payload, size, e.ContentType)
-	if o.Status == "failed" {
-		o.NextAttemptAt = &next
-	}
-	return o, nil
-}
-
-func fillOutboxRow(o *OutboxRow, e *envelope.Event, id envelope.UUID) {
-	o.OutboxID = id.String()
-	o.Source, o.Destination, o.MessageID, o.Key, o.EventType = e.Source, e.Destination, e.MessageID, e.Key, e.EventType
-	o.Headers = headersOf(e)
-}
-
-func uuidPtr(b *[16]byte) *envelope.UUID {
-	if b == nil {
-		return nil
-	}
-	u := envelope.UUID(*b)
-	return &u
-}
-
-func nullIfEmpty(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
+	return o
 }
 
 // errBadID reports an id that is not a UUID.
@@ -373,18 +291,7 @@ func (c *Console) getOutboxRow(ctx context.Context, raw string) (OutboxRow, erro
 	if err != nil {
 		return OutboxRow{}, err
 	}
-	o := OutboxRow{
-		Seq: row.Seq, Status: row.Status, Attempts: row.Attempts, LastError: row.LastError,
-		RejectionCode: row.RejectionCode, PublishedAt: row.PublishedAt, Partition: row.Partition, Offset: row.Offset,
-		CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt,
-	}
-	if row.Status == "failed" || row.Status == "pending" {
-		o.NextAttemptAt = &row.NextAttemptAt
-	}
-	fillOutboxRow(&o, &row.Event, row.OutboxID)
-	p := row.Event.Payload
-	o.Payload = newPayload(p[:min(len(p), DefaultDetailPayloadBytes)], len(p), row.Event.ContentType)
-	return o, nil
+	return outboxRowOf(row, DefaultDetailPayloadBytes), nil
 }
 
 // RequeueRequest is the body of POST /api/v1/outbox/requeue: ids, or a source and/or
@@ -484,13 +391,7 @@ func (c *Console) requeue(r *http.Request, q RequeueRequest) (RequeueAnswer, err
 
 // countRequeueable counts the rows a filter requeue would move (for the confirmation).
 func (c *Console) countRequeueable(ctx context.Context, source, destination string) (int64, error) {
-	var n int64
-	err := c.cfg.Outbox.Pool.QueryRow(ctx, bind(sqlOutboxCountDead, c.cfg.Outbox.Schema, "keiro_outbox"),
-		nullIfEmpty(source), nullIfEmpty(destination)).Scan(&n)
-	if err != nil {
-		return 0, fmt.Errorf("count dead and rejected rows: %w", err)
-	}
-	return n, nil
+	return c.outbox.CountDead(ctx, c.cfg.Outbox.Pool, source, destination)
 }
 
 // --- API handlers ---
