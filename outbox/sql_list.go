@@ -34,3 +34,12 @@ ORDER BY updated_at, seq LIMIT $2`
 const sqlListSentGcCandidates = `SELECT ` + rowColumns + ` FROM {{schema}}.keiro_outbox
 WHERE phase = 1 AND published_at < now() - $1::bigint * interval '1 microsecond'
 ORDER BY published_at LIMIT $2`
+
+// sqlActivity counts, per minute from $1 up to $2, rows published (true, by published_at,
+// through the sent_gc index) and rows gone dead or rejected (false, by the updated_at of
+// phase 2 rows).
+const sqlActivity = `SELECT true, date_bin('1 minute', published_at, $1::timestamptz), count(*)
+FROM {{schema}}.keiro_outbox WHERE phase = 1 AND published_at >= $1 AND published_at < $2 GROUP BY 2
+UNION ALL
+SELECT false, date_bin('1 minute', updated_at, $1::timestamptz), count(*)
+FROM {{schema}}.keiro_outbox WHERE phase = 2 AND updated_at >= $1 AND updated_at < $2 GROUP BY 2`
