@@ -111,48 +111,15 @@ func (c *Console) readOutboxSummary(ctx context.Context) (OutboxSummary, error) 
 	}
 	sort.Slice(s.Destinations, func(i, j int) bool { return s.Destinations[i].Destination < s.Destinations[j].Destination })
 	s.OldestPendingAgeSeconds = ageSeconds(s.ReadAt, oldest)
-	s.LastHour, err = readRates(ctx, q, bind(sqlOutboxRates, c.cfg.Outbox.Schema, "keiro_outbox"), origin)
+	minutes, err := c.outbox.Activity(ctx, q, origin, 60)
 	if err != nil {
-		return s, fmt.Errorf("read outbox rates: %w", err)
+		return s, fmt.Errorf("read outbox summary: %w", err)
+	}
+	s.LastHour = make([]RateBucket, len(minutes))
+	for i, m := range minutes {
+		s.LastHour[i] = RateBucket{Minute: m.Start, Sent: m.Sent, Failed: m.Failed}
 	}
 	return s, nil
-}
-
-// readRates runs a rates query (kind, minute, count rows from origin) into 60 buckets.
-func readRates(ctx context.Context, q querier, sql string, origin time.Time, args ...any) ([]RateBucket, error) {
-	buckets := make([]RateBucket, 60)
-	for i := range buckets {
-		buckets[i].Minute = origin.Add(time.Duration(i) * time.Minute).UTC()
-	}
-	rows, err := q.Query(ctx, sql, append(args, origin)...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var kind string
-		var at time.Time
-		var n int64
-		if err := rows.Scan(&kind, &at, &n); err != nil {
-			return nil, err
-		}
-		i := int(at.Sub(origin) / time.Minute)
-		if i < 0 || i >= len(buckets) {
-			continue
-		}
-		if kind == "sent" {
-			buckets[i].Sent += n
-		} else {
-			buckets[i].Failed += n
-		}
-	}
-	return buckets, rows.Err()
-}
-
-// querier is what the console's reads need of a pool.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // OutboxRow is one outbox row in the API's lists and detail.

@@ -3,9 +3,9 @@ package console
 import "strings"
 
 // The console's read queries over keiro's tables ({{t}} is the schema-qualified table). The
-// rows and their counts are read by their packages (outbox.Store: Status, ListOutbox, Lookup,
-// CountDead; inbox.Store: CountByConsumer, Activity, ListFailed, Lookup), as are the actions
-// on either table.
+// rows and their counts are read by their packages (outbox.Store: Status, Activity,
+// ListOutbox, Lookup, CountDead; inbox.Store: CountByConsumer, Activity, ListFailed, Lookup),
+// as are the actions on either table.
 const (
 	// sqlOutboxRecent counts rows published and rows gone dead or rejected in the last
 	// minute (the partial indexes on published_at and on phase 2 keep it small), the relay
@@ -18,15 +18,6 @@ SELECT (SELECT count(*) FROM {{t}} WHERE phase = 1 AND published_at >= now() - i
        (SELECT count(DISTINCT application_name) FROM pg_stat_activity
          WHERE datname = current_database() AND starts_with(application_name, $1)),
        now(), date_trunc('minute', now()) - interval '59 minutes'`
-
-	// sqlOutboxRates buckets the last hour per minute from $1: rows published (published_at)
-	// and rows that went dead or rejected (updated_at of phase 2 rows).
-	sqlOutboxRates = `
-SELECT 'sent', date_bin('1 minute', published_at, $1::timestamptz), count(*)
-FROM {{t}} WHERE phase = 1 AND published_at >= $1 GROUP BY 2
-UNION ALL
-SELECT 'failed', date_bin('1 minute', updated_at, $1::timestamptz), count(*)
-FROM {{t}} WHERE phase = 2 AND updated_at >= $1 GROUP BY 2`
 
 	// sqlInboxRecent is the database's clock and the first minute of the hour-long chart.
 	sqlInboxRecent = `SELECT now(), date_trunc('minute', now()) - interval '59 minutes'`
