@@ -98,18 +98,6 @@ const (
 	sqlSleepUnlock = `SELECT pg_advisory_unlock({{key}})`
 )
 
-// sqlEnqueueExisting reads back the rows that an enqueue did not insert, to tell a duplicate
-// from an identity conflict.
-const sqlEnqueueExisting = `
-SELECT o.outbox_id, o.source, o.message_id, o.destination, o.message_key, o.event_type,
-    o.schema_version, o.content_type, o.schema_registry, o.schema_subject, o.schema_version_ref,
-    o.schema_id, o.schema_fingerprint, o.source_event_id, o.source_global_position,
-    o.causation_id, o.correlation_id, o.traceparent, o.tracestate, o.payload_bytes,
-    o.attributes::text, o.occurred_at
-FROM {{schema}}.keiro_outbox o
-JOIN unnest($1::text[], $2::text[]) AS k(source, message_id)
-  ON o.source = k.source AND o.message_id = k.message_id`
-
 // sqlDeclareSource and sqlRevokeSource add and remove per-source declarations (a source's
 // writers then take one lock per source instead of one per key); sqlListSources lists them.
 // Each change waits for the outbox's running writers (keiro_outbox_source's statement trigger).
@@ -147,15 +135,15 @@ LIMIT $3`
 
 // queries holds the statements with the schema substituted.
 type queries struct {
-	enqueue, enqueueExisting string
-	claim                    map[Policy]string
+	enqueue string
+	claim   map[Policy]string
 	// claimKeys is the per-key policies' claim past the front of the backlog (sqlClaimKeys).
 	claimKeys          string
 	mark, renew, start string
 	releaseLost        string
 	retention, gauges  string
 	status, listDead   string
-	requeue, lookup    string
+	requeue            string
 	// sleepLock and sleepUnlock take and release sleepLockAll; the filtered forms, sleepLockFiltered.
 	sleepLock, sleepUnlock                 string
 	sleepLockFiltered, sleepUnlockFiltered string
@@ -193,11 +181,10 @@ func newQueries(schema string) queries {
 		"{{in_share_h}}", fmt.Sprintf(inShare, "$6", fmt.Sprintf(shareOfKey, "h")),
 	).Replace(sqlClaimKeys + sqlClaimTail)))
 	return queries{
-		enqueue:         r.Replace(locks.Replace(sqlEnqueue)),
-		enqueueExisting: r.Replace(sqlEnqueueExisting),
-		declareSource:   r.Replace(sqlDeclareSource),
-		revokeSource:    r.Replace(sqlRevokeSource),
-		listSources:     r.Replace(sqlListSources),
+		enqueue:       r.Replace(locks.Replace(sqlEnqueue)),
+		declareSource: r.Replace(sqlDeclareSource),
+		revokeSource:  r.Replace(sqlRevokeSource),
+		listSources:   r.Replace(sqlListSources),
 		claim: map[Policy]string{
 			PerKeyHeadOfLine: claim(preJoinKey, preKey, postKey, shareOfKey),
 			StopTheLine:      claim(preJoinKey, preKey, postKey, shareOfKey),
@@ -214,7 +201,6 @@ func newQueries(schema string) queries {
 		status:              r.Replace(sqlStatus),
 		listDead:            r.Replace(sqlListDead),
 		requeue:             r.Replace(sqlRequeue),
-		lookup:              r.Replace(sqlLookup),
 		sleepLock:           r.Replace(strings.ReplaceAll(sqlSleepLock, "{{key}}", sleepLockAll)),
 		sleepUnlock:         r.Replace(strings.ReplaceAll(sqlSleepUnlock, "{{key}}", sleepLockAll)),
 		sleepLockFiltered:   r.Replace(strings.ReplaceAll(sqlSleepLock, "{{key}}", sleepLockFiltered)),
@@ -598,14 +584,3 @@ WHERE phase = 2
        OR $3::boolean)
 RETURNING outbox_id, seq)
 SELECT outbox_id FROM moved ORDER BY seq`
-
-// sqlLookup reads one row by outbox id.
-const sqlLookup = `
-SELECT seq, status, attempt_count, next_attempt_at, last_error, published_at, kafka_partition,
-    kafka_offset, rejection_code, created_at, updated_at,
-    outbox_id, source, message_id, destination, message_key, event_type,
-    schema_version, content_type, schema_registry, schema_subject, schema_version_ref,
-    schema_id, schema_fingerprint, source_event_id, source_global_position,
-    causation_id, correlation_id, traceparent, tracestate, payload_bytes,
-    attributes::text, occurred_at
-FROM {{schema}}.keiro_outbox WHERE outbox_id = $1`
