@@ -75,15 +75,25 @@ func TestCluster(t *testing.T) {
 	resp, err := adm.CreateTopic(ctx, 3, -1, nil, "replicated")
 	require.NoError(t, err)
 	require.NoError(t, resp.Err)
-	// A topic reaches the brokers' metadata shortly after CreateTopics answers.
-	var cfgs kadm.ResourceConfigs
+	// A topic reaches the brokers' metadata shortly after CreateTopics answers, and each broker
+	// learns of it on its own: wait until the one asked lists every partition with a leader and
+	// describes the topic's configuration.
+	var (
+		cfgs kadm.ResourceConfigs
+		td   kadm.TopicDetails
+	)
 	require.Eventually(t, func() bool {
+		if td, err = adm.ListTopics(ctx, "replicated"); err != nil || len(td["replicated"].Partitions) != 3 {
+			return false
+		}
+		for _, p := range td["replicated"].Partitions {
+			if p.Leader < 0 || p.Err != nil {
+				return false
+			}
+		}
 		cfgs, err = adm.DescribeTopicConfigs(ctx, "replicated")
 		return err == nil && cfgs[0].Err == nil
-	}, 30*time.Second, 50*time.Millisecond, "the new topic's configuration: %v", err)
-	td, err := adm.ListTopics(ctx, "replicated")
-	require.NoError(t, err)
-	require.Len(t, td["replicated"].Partitions, 3)
+	}, 30*time.Second, 50*time.Millisecond, "the new topic's partitions and configuration: %v", err)
 	for _, p := range td["replicated"].Partitions {
 		require.Len(t, p.Replicas, 3, "default.replication.factor is 3")
 	}
