@@ -93,8 +93,8 @@ bench-peers: ## Run keiro's relay and consumer side by side with Watermill and a
 	cd bench && $(GO) run ./cmd/peers $(PEERS_FLAGS)
 
 .PHONY: chaos
-chaos: ## Run the chaos test for longer than CI does (CHAOS_DURATION, default 5m).
-	KEIRO_CHAOS_DURATION=$${CHAOS_DURATION:-5m} $(GO) test -count=1 -timeout 60m -run Chaos -v ./e2e/
+chaos: ## Run the chaos test for longer than CI does (CHAOS_DURATION, default 5m), with its deep-backlog phase.
+	KEIRO_CHAOS_DEEP=1 KEIRO_CHAOS_DURATION=$${CHAOS_DURATION:-5m} $(GO) test -count=1 -timeout 60m -run Chaos -v ./e2e/
 
 .PHONY: alerts-check
 alerts-check: ## Check and unit-test the Prometheus alert rules with promtool (Debian package prometheus).

@@ -442,7 +442,7 @@ func testChaos(t *testing.T, cb chaosBroker) {
 	waitDrained()
 	drainTook := time.Since(drainBegan)
 	require.Empty(t, crashes, "processes exited without being killed")
-	if cb.deep {
+	if cb.deep && deepPhaseEnabled(t) {
 		relays := func() []int {
 			var pids []int
 			for _, s := range slots {

@@ -45,6 +45,19 @@ const (
 	deepMaxCostRatio = 2.5
 )
 
+// deepPhaseEnabled reports whether the deep-backlog phase runs: with KEIRO_CHAOS_DEEP set (make
+// chaos sets it). It is left out of the default run because after a SIGSTOP of the real broker
+// the relays sometimes publish one batch every few seconds for up to two minutes before they
+// drain at full speed again (seen with and without claim shares); until that is fixed the phase
+// would fail the suite at random instead of guarding the claim's cost.
+func deepPhaseEnabled(t *testing.T) bool {
+	if os.Getenv("KEIRO_CHAOS_DEEP") == "" {
+		t.Log("deep-backlog phase left out: set KEIRO_CHAOS_DEEP=1 (make chaos does)")
+		return false
+	}
+	return true
+}
+
 func deepOutageLength(t *testing.T) time.Duration {
 	d := deepOutage
 	if testing.Short() {
