@@ -25,24 +25,6 @@ import (
 	"github.com/keiro-go/keiro/outbox"
 )
 
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // rig is a console over a fresh schema and a kfake cluster, served by an httptest server.
 type rig struct {
 	db     *testenv.DB
@@ -50,7 +32,7 @@ type rig struct {
 	srv    *httptest.Server
 	outbox *outbox.Store
 	inbox  *inbox.Store
-	logs   *syncBuffer
+	logs   *testenv.LogBuffer
 	// fixed makes the inbox handler succeed for poison payloads (a deployed fix).
 	fixed bool
 	mu    sync.Mutex
@@ -62,7 +44,7 @@ const consumerName = "billing"
 // "billing") and event store configured, unauthenticated (loopback); mod adjusts the config.
 func newRig(t *testing.T, mod func(*console.Config)) *rig {
 	t.Helper()
-	r := &rig{db: testenv.NewDB(t), kc: testenv.NewKafka(t), logs: &syncBuffer{}}
+	r := &rig{db: testenv.NewDB(t), kc: testenv.NewKafka(t), logs: &testenv.LogBuffer{}}
 	var err error
 	r.outbox, err = outbox.NewStore(r.db.Schema)
 	require.NoError(t, err)

@@ -45,6 +45,9 @@ type (
 	// Progress counts what a component reports through its hooks, for a test to wait on
 	// (testenv.Progress: Add, Set, Value, Wait).
 	Progress = testenv.Progress
+	// LogBuffer collects a component's log output while its goroutines write
+	// (testenv.LogBuffer: Write, String).
+	LogBuffer = testenv.LogBuffer
 )
 
 // DatabaseURL returns the test database's connection string: KEIRO_TEST_DATABASE_URL, else

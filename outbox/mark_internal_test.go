@@ -1,12 +1,10 @@
 package outbox
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,24 +17,6 @@ import (
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/tracing"
 )
-
-// lockedBuffer is a log destination safe for concurrent writes.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // counterTotal is the sum of the int64 counter name's data points (0 when it has none).
 func counterTotal(t *testing.T, reader *sdkmetric.ManualReader, name string) int64 {
@@ -77,7 +57,7 @@ CREATE CONSTRAINT TRIGGER refuse_c1 AFTER UPDATE ON keiro_outbox DEFERRABLE INIT
     EXECUTE FUNCTION refuse_c1();`)
 	require.NoError(t, err)
 
-	logs := &lockedBuffer{}
+	logs := &testenv.LogBuffer{}
 	reader := sdkmetric.NewManualReader()
 	var onBatch []BatchResult
 	kc := testenv.NewKafka(t)

@@ -114,7 +114,7 @@ func TestBrowserConsole(t *testing.T) {
 	kc.CreateTopic(t, "payments.v1", 1)
 	kc.CreateTopic(t, "shipments.v1", 1)
 	kc.CreateTopic(t, "orders.v1.dlq", 1)
-	logs := &syncBuffer{}
+	logs := &testenv.LogBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	sig := newSignal()
 

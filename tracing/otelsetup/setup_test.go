@@ -1,7 +1,6 @@
 package otelsetup
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/tracing"
 )
 
@@ -186,7 +185,7 @@ func TestSetupMetricsExporterNone(t *testing.T) {
 
 func TestSetupConsoleExporterAndResource(t *testing.T) {
 	t.Parallel()
-	var buf syncBuffer
+	var buf testenv.LogBuffer
 	tel := setup(t, env{
 		EnvTracesExporter:     "console",
 		EnvResourceAttributes: "deployment.environment=test,service.name=from-attrs,team=a%20b",
@@ -230,7 +229,7 @@ func TestSetupServiceNamePrecedence(t *testing.T) {
 
 func TestSetupSamplerFromEnv(t *testing.T) {
 	t.Parallel()
-	var buf syncBuffer
+	var buf testenv.LogBuffer
 	tel := setup(t, env{EnvTracesExporter: "console", EnvTracesSampler: "traceidratio", EnvTracesSamplerArg: "0"}, Options{Console: &buf})
 	_, span := tracing.Tracer(tel.TracerProvider()).Start(context.Background(), "dropped")
 	require.False(t, span.IsRecording(), "ratio 0 samples nothing")
@@ -408,7 +407,7 @@ func TestSetupInstallsGlobals(t *testing.T) {
 	require.Contains(t, scrape(t, tel.MetricsHandler()), "keiro_inbox_processed_total")
 	require.NoError(t, tel.Shutdown(context.Background()))
 
-	var buf syncBuffer
+	var buf testenv.LogBuffer
 	tel, err = Setup(context.Background(), Options{Getenv: env{EnvTracesExporter: "console"}.get, Console: &buf})
 	require.NoError(t, err)
 	_, span := tracing.Tracer(nil).Start(context.Background(), "global")
@@ -425,21 +424,4 @@ func scrape(t *testing.T, h http.Handler) string {
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	require.Equal(t, http.StatusOK, rec.Code)
 	return rec.Body.String()
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
