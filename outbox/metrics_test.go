@@ -113,3 +113,30 @@ func TestRelayGaugesPerDestinationAndSendMetrics(t *testing.T) {
 	require.Len(t, dur.DataPoints, 1)
 	require.EqualValues(t, 2, dur.DataPoints[0].Count)
 }
+
+// A row stuck publishing is as unpublished as a pending one: the oldest pending age, which
+// KeiroOutboxOldestPendingHigh alerts on, counts it (a produce that cannot complete keeps its
+// rows publishing under a live lease, with nothing pending behind them).
+func TestOldestPendingAgeCountsRowsStuckPublishing(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	kc := newKafka(t)
+	st, err := outbox.NewStore(db.Schema, outbox.StoreOptions{})
+	require.NoError(t, err)
+	enqueue(t, db.Pool, st, keyedEvents("orders", 1, 2)...)
+	_, err = db.Pool.Exec(context.Background(), `UPDATE `+db.Schema+`.keiro_outbox SET status = 'publishing',
+	    claim_token = gen_random_uuid(), lease_until = now() + interval '1 hour', created_at = now() - interval '10 minutes'`)
+	require.NoError(t, err)
+
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	idle, err := outbox.NewRelay(db.Pool, kc.NewClient(t, outbox.ProducerOpts()...), outbox.RelayConfig{Schema: db.Schema, MeterProvider: mp, Logger: testLogger(t)})
+	require.NoError(t, err)
+	res, err := idle.MaintenancePass(context.Background())
+	require.NoError(t, err)
+	require.True(t, res.Ran)
+	require.GreaterOrEqual(t, res.OldestPendingAge, 10*time.Minute)
+	age := gaugeByDestination(t, collectMetrics(t, reader), tracing.MetricOutboxOldestPending)["orders"]
+	require.GreaterOrEqual(t, age, 600.0, "the rows stuck publishing count")
+}

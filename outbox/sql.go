@@ -540,7 +540,10 @@ del AS (
 SELECT (SELECT got FROM lock), (SELECT count(*) FROM del)`
 
 // sqlGauges samples, per destination, the backlog, the oldest pending age and the dead count,
-// if it gets the maintenance lock $1. The first column says whether it did: one row with got
+// if it gets the maintenance lock $1. The oldest pending age is that of the oldest open row,
+// publishing ones included: a row stuck publishing (a produce that cannot complete, with two
+// brokers of three down) is as unpublished as a pending one, and the alert on the age must see it.
+// The first column says whether it did: one row with got
 // false and nulls otherwise; with the lock and no open or dead row, one row with a null
 // destination.
 const sqlGauges = `
@@ -549,7 +552,7 @@ FROM (SELECT pg_try_advisory_xact_lock($1) AS got) l
 LEFT JOIN LATERAL (
     SELECT destination,
         count(*) FILTER (WHERE phase = 0) AS backlog,
-        extract(epoch FROM now() - min(created_at) FILTER (WHERE phase = 0 AND status <> 'publishing'))::float8 AS age,
+        extract(epoch FROM now() - min(created_at) FILTER (WHERE phase = 0))::float8 AS age,
         count(*) FILTER (WHERE phase = 2) AS dead
     FROM {{schema}}.keiro_outbox
     WHERE l.got AND phase IN (0, 2)
