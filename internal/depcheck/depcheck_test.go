@@ -31,22 +31,34 @@ var forbidden = []struct{ prefix, belongs string }{
 	{"github.com/chromedp/", "console/browsertest (its own module)"},
 }
 
-// Module budgets. outbox and inbox: the service of examples/minimal-service. All library
-// packages: schema adds goavro, snappy, srclient and its jsonschema dependency.
+// Module and package budgets. outbox and inbox: the service of examples/minimal-service. All
+// library packages: schema adds goavro, snappy, srclient and its jsonschema dependency.
 const (
-	maxModulesOutboxInbox = 20
-	maxModulesLibrary     = 24
+	maxModulesOutboxInbox  = 20
+	maxModulesLibrary      = 24
+	maxPackagesOutboxInbox = 98
 )
 
-// modules returns the modules (the main one included) whose packages pkgs import, directly
-// or not, in the build of this platform.
-func modules(t *testing.T, pkgs ...string) []string {
+// serviceForbidden are the packages outbox and inbox must not reach, with why: a service that
+// never uses Avro or templates must not link them.
+var serviceForbidden = []struct{ prefix, why string }{
+	{"text/template", "templates reflect on methods by name, which turns off the linker's dead method elimination"},
+	{"html/template", "templates reflect on methods by name, which turns off the linker's dead method elimination"},
+	{"github.com/keiro-go/keiro/schema", "the Avro codec and the schema registry client are for the services that import schema"},
+	{"github.com/linkedin/goavro", "the Avro codec belongs to package schema"},
+	{"github.com/riferrei/srclient", "the schema registry client belongs to package schema"},
+	{"github.com/twmb/franz-go/pkg/sr", "a schema registry client belongs to package schema"},
+}
+
+// goList runs go list -deps with format on pkgs from the module's root and returns the
+// distinct non-empty lines, sorted.
+func goList(t *testing.T, format string, pkgs ...string) []string {
 	t.Helper()
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatalf("the go command is not on PATH: %v", err)
 	}
-	cmd := exec.Command(goBin, append([]string{"list", "-deps", "-f", "{{with .Module}}{{.Path}}{{end}}"}, pkgs...)...)
+	cmd := exec.Command(goBin, append([]string{"list", "-deps", "-f", format}, pkgs...)...)
 	cmd.Dir = filepath.Join("..", "..")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -54,14 +66,31 @@ func modules(t *testing.T, pkgs ...string) []string {
 	if err != nil {
 		t.Fatalf("go list -deps %s: %v\n%s", strings.Join(pkgs, " "), err, stderr.String())
 	}
-	var mods []string
+	var lines []string
 	for line := range strings.SplitSeq(string(out), "\n") {
-		if line != "" && !slices.Contains(mods, line) {
-			mods = append(mods, line)
+		if line != "" && !slices.Contains(lines, line) {
+			lines = append(lines, line)
 		}
 	}
-	slices.Sort(mods)
-	return mods
+	slices.Sort(lines)
+	return lines
+}
+
+// modules returns the modules (the main one included) whose packages pkgs import, directly
+// or not, in the build of this platform.
+func modules(t *testing.T, pkgs ...string) []string {
+	t.Helper()
+	return goList(t, "{{with .Module}}{{.Path}}{{end}}", pkgs...)
+}
+
+// packages returns the import paths of the packages pkgs import, directly or not, themselves
+// included, in the build of this platform; standard packages too when std is true.
+func packages(t *testing.T, std bool, pkgs ...string) []string {
+	t.Helper()
+	if std {
+		return goList(t, "{{.ImportPath}}", pkgs...)
+	}
+	return goList(t, "{{if not .Standard}}{{.ImportPath}}{{end}}", pkgs...)
 }
 
 // TestLibraryPackagesDependOnTheAPIOnly: no library package reaches the OpenTelemetry SDK or
@@ -95,5 +124,23 @@ func TestModuleBudget(t *testing.T) {
 			t.Errorf("%s reach %d modules, more than the budget of %d: a new dependency of a library package belongs in an opt-in package or needs a decision (docs/benchmarks-history.md, \"Dependencies and binary size\"):\n  %s",
 				strings.Join(c.pkgs, " "), len(mods), c.max, strings.Join(mods, "\n  "))
 		}
+	}
+}
+
+// TestServiceAvoidsTemplatesAndAvro: a service importing outbox and inbox links neither
+// text/template nor html/template nor the Avro codec and schema registry client, and at most
+// maxPackagesOutboxInbox non-standard packages.
+func TestServiceAvoidsTemplatesAndAvro(t *testing.T) {
+	t.Parallel()
+	for _, pkg := range packages(t, true, "./outbox", "./inbox") {
+		for _, f := range serviceForbidden {
+			if pkg == f.prefix || strings.HasPrefix(pkg, f.prefix+"/") {
+				t.Errorf("outbox or inbox reaches package %s: %s (go list -deps -f '{{.ImportPath}} {{.Imports}}' ./outbox ./inbox shows who imports it)", pkg, f.why)
+			}
+		}
+	}
+	if pkgs := packages(t, false, "./outbox", "./inbox"); len(pkgs) > maxPackagesOutboxInbox {
+		t.Errorf("outbox and inbox reach %d non-standard packages, more than the budget of %d:\n  %s",
+			len(pkgs), maxPackagesOutboxInbox, strings.Join(pkgs, "\n  "))
 	}
 }
