@@ -11,7 +11,8 @@
 //	CREATE TABLE orders (id text PRIMARY KEY);
 //	CREATE TABLE shipments (order_id text PRIMARY KEY);
 //
-// docs/benchmarks-history.md records its binary size.
+// docs/benchmarks-history.md records its binary size, next to internal/depcheck/testdata/floor,
+// the same service written against pgx and franz-go alone.
 package main
 
 import (
