@@ -111,6 +111,13 @@ type RelayConfig struct {
 	// MaintenanceInterval is how often the maintenance pass (retention, gauges) runs; one
 	// relay at a time does it. Defaults to DefaultMaintenanceInterval.
 	MaintenanceInterval time.Duration
+	// VacuumThreshold is the number of dead row versions in the outbox table at which the
+	// relay vacuums the table itself, without waiting for autovacuum: every published row
+	// leaves dead index entries in front of its key's head, which a deep backlog's claims
+	// step over until a vacuum removes them (see "Deep backlogs" in the package doc). It needs the relay's role to own
+	// the table; otherwise the relay logs that once and leaves the table to autovacuum.
+	// Negative disables it. Defaults to DefaultVacuumThreshold.
+	VacuumThreshold int64
 	// MaxRecordBytes is the largest record (key, value and headers) the relay produces; a
 	// larger row is rejected with code message_too_large before it reaches Kafka. Set it to
 	// the topic's max.message.bytes if that is lower. Defaults to the client's
@@ -191,6 +198,9 @@ func (c *RelayConfig) setDefaults() {
 	}
 	if c.MaintenanceInterval == 0 {
 		c.MaintenanceInterval = DefaultMaintenanceInterval
+	}
+	if c.VacuumThreshold == 0 {
+		c.VacuumThreshold = DefaultVacuumThreshold
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

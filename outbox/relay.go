@@ -87,7 +87,7 @@ type Relay struct {
 
 	stats struct {
 		claims, claimed, batches, published, retried, skipped, dead, rejected, released, reclaimed,
-		deferred, claimErrors, markErrors, orderBroken, leaseRenewals, leaseLost, marksAbandoned, shareClaims atomic.Int64
+		deferred, claimErrors, markErrors, orderBroken, leaseRenewals, leaseLost, marksAbandoned, shareClaims, vacuums atomic.Int64
 		// sharesDrained counts the claims of the relay's own shares that came back empty
 		// (the relay then claimed from every share for a poll interval): for benchmarks.
 		sharesDrained atomic.Int64
@@ -132,6 +132,9 @@ type Stats struct {
 	// ShareClaims counts the claims restricted to the relay's own shares (a part of Claims):
 	// claims of a deep backlog by a relay that holds some, but not all, of its group's shares.
 	ShareClaims int64
+	// Vacuums counts the relay's own vacuums of the outbox table (see
+	// RelayConfig.VacuumThreshold).
+	Vacuums int64
 }
 
 // Stats returns a snapshot of the relay's counters.
@@ -142,7 +145,7 @@ func (r *Relay) Stats() Stats {
 		Released: s.released.Load(), Deferred: s.deferred.Load(), Reclaimed: s.reclaimed.Load(),
 		ClaimErrors: s.claimErrors.Load(), MarkErrors: s.markErrors.Load(), OrderBroken: s.orderBroken.Load(),
 		LeaseRenewals: s.leaseRenewals.Load(), LeaseLost: s.leaseLost.Load(), MarksAbandoned: s.marksAbandoned.Load(),
-		ShareClaims: s.shareClaims.Load()}
+		ShareClaims: s.shareClaims.Load(), Vacuums: s.vacuums.Load()}
 	if r.shares != nil {
 		st.Shares, st.ShareMembers = int64(r.shares.shares().count()), r.shares.members.Load()
 	}
@@ -289,6 +292,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); r.maintain(stopCtx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); r.vacuumLoop(stopCtx) }()
 	if r.shares != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); r.balanceShares(stopCtx) }()

@@ -245,7 +245,10 @@ const (
 //   - gaps/ready ({{post}}): per group in the candidates, the first non-terminal row that is NOT
 //     a candidate (locked by another claimer, or blocked); candidates after that gap are
 //     dropped, so a tail never jumps a head another claimer holds. Finding the gap walks the
-//     group's rows once, so a hot key costs O(batch), not O(batch²). A key whose only
+//     group's rows once, so a hot key costs O(batch), not O(batch²), and starts at the
+//     group's head (the candidates' head_seq, from the same snapshot): the sent rows in front
+//     of a head leave dead entries in the partial indexes until a vacuum, and a probe from the
+//     key's first entry stepped over all of them (see maintainVacuum). A key whose only
 //     candidate is its head (the head lookup's row, in the same snapshot) cannot have a gap
 //     before it and is not probed: in a drain over many keys that is almost every key, and
 //     the probe was a quarter of the claim. Candidates meet their
@@ -328,7 +331,8 @@ FROM updated u ORDER BY u.seq`
 //     the first ones: MaxInFlightBatches batches' keys for each relay on the table, five
 //     descents per row claimed with one relay and twenty with four.
 //   - eligible: the claimable heads of the relay's destinations; each brings the first rows of
-//     its run (up to ceil($4 / their number), so a batch spreads over the keys as a walk in seq
+//     its run, from its head on (the index descent lands on the head, past the dead entries
+//     the key's sent rows left in front of it) (up to ceil($4 / their number), so a batch spreads over the keys as a walk in seq
 //     order would), locked FOR UPDATE SKIP LOCKED, and null-key rows come through their own
 //     index (keiro_outbox_null_key_idx, migration outbox_heads). The oldest $4 are candidates.
 //
@@ -360,8 +364,8 @@ WITH RECURSIVE heads AS (
         FROM eligible e CROSS JOIN LATERAL (
             SELECT r.outbox_id, r.seq, r.source, r.message_key, r.status
             FROM {{schema}}.keiro_outbox r
-            WHERE r.source = e.source AND r.message_key = e.message_key AND r.phase = 0
-              AND {{claimable_r}}
+            WHERE r.source = e.source AND r.message_key = e.message_key AND r.seq >= e.seq
+              AND r.phase = 0 AND {{claimable_r}}
               AND ($5::text[] IS NULL OR r.destination = ANY($5::text[]))
             ORDER BY r.source, r.message_key, r.seq
             LIMIT (($4 + (SELECT count(*) FROM eligible) - 1) / greatest((SELECT count(*) FROM eligible), 1))
@@ -400,12 +404,12 @@ const (
 	preKey  = `(r.message_key IS NULL OR head.ok)`
 	postKey = `gaps AS MATERIALIZED (
     SELECT k.source, k.message_key, g.seq
-    FROM (SELECT source, message_key FROM candidate WHERE message_key IS NOT NULL
+    FROM (SELECT source, message_key, min(head_seq) AS head_seq FROM candidate WHERE message_key IS NOT NULL
           GROUP BY source, message_key
           HAVING count(*) > 1 OR min(seq) <> min(head_seq)) k
     CROSS JOIN LATERAL (
         SELECT e.seq FROM {{schema}}.keiro_outbox e
-        WHERE e.source = k.source AND e.message_key = k.message_key
+        WHERE e.source = k.source AND e.message_key = k.message_key AND e.seq >= coalesce(k.head_seq, '-9223372036854775808'::bigint)
           AND e.phase = 0
           AND e.outbox_id NOT IN (SELECT outbox_id FROM candidate)
         ORDER BY e.source, e.message_key, e.seq LIMIT 1) g
