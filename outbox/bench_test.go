@@ -97,6 +97,7 @@ func drainRelay(b *testing.B, db *testenv.DB, kc *testenv.Kafka, n int) (time.Du
 	}}
 	cfg.BatchSize, cfg.MaxInFlightBatches = envInt("KEIRO_BENCH_BATCH"), envInt("KEIRO_BENCH_INFLIGHT")
 	cfg.ClaimConcurrency = envInt("KEIRO_BENCH_CLAIMERS")
+	cfg.VacuumThreshold = int64(envInt("KEIRO_BENCH_VACUUM")) // -1: the relay never vacuums
 	if p := os.Getenv("KEIRO_BENCH_POLICY"); p != "" {
 		policy, err := ParsePolicy(p)
 		require.NoError(b, err)
@@ -139,6 +140,9 @@ func drainRelay(b *testing.B, db *testenv.DB, kc *testenv.Kafka, n int) (time.Du
 	require.NoError(b, <-done)
 	close(stopSampling)
 	wg.Wait()
+	if v := r.Stats().Vacuums; v > 0 {
+		b.ReportMetric(float64(v), "vacuums")
+	}
 	return elapsed, float64(peak.Load())
 }
 
