@@ -134,6 +134,19 @@
 // Retention, RetentionBatch rows per statement, and samples the backlog, oldest-pending-age and
 // dead gauges, every MaintenanceInterval. Dead and rejected rows are never deleted.
 //
+// # Deep backlogs
+//
+// A published row leaves dead entries in the outbox's partial indexes, in front of its key's
+// head, until a vacuum removes them; a claim's descent to each head steps over them. The claims
+// look each key's rows up from its head on, so a key's dead entries are stepped over once per
+// claim, not once per lookup; and once the table holds VacuumThreshold dead row versions the
+// relay vacuums it itself (VACUUM (SKIP_LOCKED): one relay or autovacuum at a time, no reads or
+// writes blocked), rather than wait for autovacuum, which comes at most once a minute and, by
+// default, after a fifth of the table has died. A deep backlog over few keys (the table a Kafka
+// outage leaves) then drains at the rate of a shallow one. Vacuuming needs the relay's role to
+// own the table; a relay that does not logs so once and leaves the table to autovacuum (see
+// docs/operations.md, "Deep backlogs").
+//
 // # Telemetry
 //
 // Metrics (scope "keiro"; docs/observability.md): keiro.outbox.enqueued {source, outcome},

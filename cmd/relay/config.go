@@ -43,6 +43,7 @@ const (
 	DefaultShutdownTimeout     = outbox.DefaultShutdownTimeout
 	DefaultRetention           = outbox.DefaultRetention
 	DefaultMaintenanceInterval = outbox.DefaultMaintenanceInterval
+	DefaultVacuumThreshold     = outbox.DefaultVacuumThreshold
 	DefaultHTTPAddr            = httpserver.DefaultAddr
 	DefaultDeadListLimit       = 100
 )
@@ -77,6 +78,7 @@ func vars() kong.Vars {
 		"shutdown_timeout":     d(DefaultShutdownTimeout),
 		"retention":            d(DefaultRetention),
 		"maintenance_interval": d(DefaultMaintenanceInterval),
+		"vacuum_threshold":     strconv.Itoa(DefaultVacuumThreshold),
 		"http_addr":            DefaultHTTPAddr,
 		"dead_list_limit":      strconv.Itoa(DefaultDeadListLimit),
 		"schema":               migrations.DefaultSchema,
@@ -175,6 +177,7 @@ type runCmd struct {
 	ShutdownTimeout     time.Duration `help:"On SIGTERM, how long in-flight rows may take to finish before they are released." default:"${shutdown_timeout}"`
 	Retention           time.Duration `help:"How long sent rows are kept before deletion; 0 keeps them forever." default:"${retention}"`
 	MaintenanceInterval time.Duration `help:"Period of retention and gauges (one relay at a time)." default:"${maintenance_interval}"`
+	VacuumThreshold     int64         `help:"Vacuum the outbox table once it holds this many dead row versions, without waiting for autovacuum (a deep backlog drains at full speed); needs the role to own the table; 0 never vacuums." default:"${vacuum_threshold}"`
 	Destinations        []string      `help:"Only publish rows for these destinations (topics), comma separated (default: all)." placeholder:"TOPIC"`
 	OrderedSources      []string      `help:"With --policy=per-source: declare these sources ordered streams at start (their producers then serialise per source, so their rows are published in commit order, null keys included), comma separated." placeholder:"SOURCE"`
 	Migrate             bool          `help:"Apply database migrations before starting."`
@@ -224,6 +227,9 @@ func (c *runCmd) ValidateFlags() error {
 	}
 	if c.Lease > 0 && c.Lease < time.Second {
 		p.Add("lease", "must be at least 1s, got %s", c.Lease)
+	}
+	if c.VacuumThreshold < 0 {
+		p.Add("vacuum-threshold", "must not be negative (0 never vacuums), got %d", c.VacuumThreshold)
 	}
 	if c.MaxRecordBytes < 0 {
 		p.Add("max-record-bytes", "must not be negative (0 means the producer's limit), got %d", c.MaxRecordBytes)

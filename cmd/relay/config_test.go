@@ -38,6 +38,7 @@ func TestDefaults(t *testing.T) {
 		BackoffMultiplier: DefaultBackoffMultiplier,
 		Lease:             DefaultLease, PollInterval: DefaultPollInterval, ShutdownTimeout: DefaultShutdownTimeout,
 		Retention: DefaultRetention, MaintenanceInterval: DefaultMaintenanceInterval, HTTPAddr: DefaultHTTPAddr,
+		VacuumThreshold: DefaultVacuumThreshold,
 	}
 	if r.Kafka.ClientID != DefaultClientID {
 		t.Fatalf("client id %q", r.Kafka.ClientID)
@@ -92,7 +93,7 @@ func TestEveryProblemNamedAtOnce(t *testing.T) {
 	_, err := parse(t,
 		"--schema=Bad-Schema", "--policy=random", "--batch-size=0", "--max-in-flight=-1", "--claim-concurrency=0",
 		"--backoff-initial=10s", "--backoff-max=1s", "--lease=soon", "--backoff-multiplier=0.5", "--poll-interval=0s",
-		"--retention=-1h", "--http-addr=nowhere", "--log-format=xml", "--destinations=orders, payments",
+		"--retention=-1h", "--vacuum-threshold=-5", "--http-addr=nowhere", "--log-format=xml", "--destinations=orders, payments",
 		"--kafka-sasl-mechanism=GSSAPI", "--kafka-tls-ca-file=/nonexistent")
 	if err == nil {
 		t.Fatal("expected errors")
@@ -101,7 +102,7 @@ func TestEveryProblemNamedAtOnce(t *testing.T) {
 	for _, flag := range []string{
 		"--database-url:", "--schema:", "--policy:", "--batch-size:", "--max-in-flight:", "--claim-concurrency:",
 		"--max-attempts:", `KEIRO_RELAY_MAX_ATTEMPTS="many"`, "--backoff-multiplier:", "--backoff-max:", "--lease:", "--poll-interval:",
-		"--retention:", "--http-addr:", "--log-format:", `--destinations: topic " payments"`, "--brokers:", "--kafka-sasl-mechanism:",
+		"--retention:", "--vacuum-threshold:", "--http-addr:", "--log-format:", `--destinations: topic " payments"`, "--brokers:", "--kafka-sasl-mechanism:",
 		"--kafka-sasl-username:", "--kafka-tls-ca-file:",
 	} {
 		if !strings.Contains(msg, flag) {
@@ -173,7 +174,7 @@ func TestHelp(t *testing.T) {
 		{"kafka-sasl-password", ""}, {"policy", "per-key"}, {"batch-size", "512"}, {"max-in-flight", "4"}, {"claim-concurrency", "1"},
 		{"max-attempts", "10"}, {"backoff-initial", "1s"}, {"backoff-max", "5m0s"}, {"lease", "1m0s"},
 		{"poll-interval", "1s"}, {"poll-only", ""}, {"shutdown-timeout", "10s"}, {"retention", "24h0m0s"},
-		{"maintenance-interval", "30s"}, {"backoff-multiplier", "2"}, {"max-record-bytes", ""}, {"destinations", ""}, {"migrate", ""}, {"http-addr", "127.0.0.1:9464"},
+		{"maintenance-interval", "30s"}, {"vacuum-threshold", "100000"}, {"backoff-multiplier", "2"}, {"max-record-bytes", ""}, {"destinations", ""}, {"migrate", ""}, {"http-addr", "127.0.0.1:9464"},
 	}
 	for _, f := range flags {
 		env := "$KEIRO_RELAY_" + strings.ToUpper(strings.ReplaceAll(f.flag, "-", "_"))

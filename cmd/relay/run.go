@@ -49,12 +49,21 @@ func (c *runCmd) relayConfig(schema string, pgbouncer bool, log *slog.Logger) ou
 		ShutdownTimeout:         relayShutdownTimeout(c.ShutdownTimeout),
 		Retention:               retention,
 		MaintenanceInterval:     c.MaintenanceInterval,
+		VacuumThreshold:         vacuumThreshold(c.VacuumThreshold),
 		MaxRecordBytes:          c.MaxRecordBytes,
 		Destinations:            c.Destinations,
 		CloudEvents:             c.CloudEvents,
 		CloudEventsDestinations: c.CloudEventsTopics,
 		Logger:                  log,
 	}
+}
+
+// vacuumThreshold is --vacuum-threshold as RelayConfig.VacuumThreshold: 0 never vacuums.
+func vacuumThreshold(flag int64) int64 {
+	if flag == 0 {
+		return -1
+	}
+	return flag
 }
 
 // declareOrderedSources declares --ordered-sources as ordered streams before a per-source relay

@@ -14,7 +14,7 @@ func TestRelayConfigMapping(t *testing.T) {
 		"--policy=stop-the-line", "--batch-size=64", "--max-in-flight=2", "--claim-concurrency=3", "--max-attempts=3",
 		"--backoff-initial=250ms", "--backoff-max=30s", "--backoff-multiplier=1.5", "--lease=45s",
 		"--poll-interval=500ms", "--poll-only", "--shutdown-timeout=20s", "--retention=0",
-		"--maintenance-interval=1m", "--max-record-bytes=4096", "--destinations=orders,invoices")
+		"--maintenance-interval=1m", "--vacuum-threshold=0", "--max-record-bytes=4096", "--destinations=orders,invoices")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,7 +23,7 @@ func TestRelayConfigMapping(t *testing.T) {
 		Schema: "tenant_b", Policy: outbox.StopTheLine, BatchSize: 64, MaxInFlightBatches: 2, ClaimConcurrency: 3, MaxAttempts: 3,
 		Backoff: outbox.Backoff{Initial: 250 * time.Millisecond, Max: 30 * time.Second, Multiplier: 1.5},
 		Lease:   45 * time.Second, PollInterval: 500 * time.Millisecond, PollOnly: true,
-		ShutdownTimeout: 18 * time.Second, Retention: -1, MaintenanceInterval: time.Minute,
+		ShutdownTimeout: 18 * time.Second, Retention: -1, MaintenanceInterval: time.Minute, VacuumThreshold: -1,
 		MaxRecordBytes: 4096, Destinations: []string{"orders", "invoices"},
 	}
 	if !reflect.DeepEqual(cfg, want) {
@@ -40,5 +40,8 @@ func TestRelayConfigMapping(t *testing.T) {
 	}
 	if cfg.ShutdownTimeout != 1500*time.Millisecond { // max(3s-2s, 3s/2)
 		t.Fatalf("relay shutdown timeout for 3s: %s", cfg.ShutdownTimeout)
+	}
+	if cfg.VacuumThreshold != DefaultVacuumThreshold {
+		t.Fatalf("vacuum threshold by default: %d", cfg.VacuumThreshold)
 	}
 }
