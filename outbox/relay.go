@@ -94,6 +94,18 @@ type Relay struct {
 	}
 }
 
+// ownConnConfig is the configuration of a connection the relay opens beside pool (its LISTEN,
+// claim-share and vacuum sessions): pool's, named with the relay's [ApplicationName], so the
+// relay is seen in pg_stat_activity (and counted by the console) however pool is configured.
+func ownConnConfig(pool *pgxpool.Pool, schema string) *pgx.ConnConfig {
+	cc := pool.Config().ConnConfig.Copy()
+	if cc.RuntimeParams == nil {
+		cc.RuntimeParams = map[string]string{}
+	}
+	cc.RuntimeParams["application_name"] = ApplicationName(schema)
+	return cc
+}
+
 // Stats is a snapshot of a relay's counters since NewRelay.
 type Stats struct {
 	// Batches is the number of batches marked.
@@ -220,12 +232,7 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, cfg RelayConfig) (*Relay, 
 		now: time.Now,
 	}
 	if !cfg.PollOnly {
-		cc := pool.Config().ConnConfig.Copy()
-		if cc.RuntimeParams == nil {
-			cc.RuntimeParams = map[string]string{}
-		}
-		cc.RuntimeParams["application_name"] = ApplicationName(cfg.Schema)
-		r.shares = newShareSet(cc, &store.q, cfg.Destinations)
+		r.shares = newShareSet(ownConnConfig(pool, cfg.Schema), &store.q, cfg.Destinations)
 	}
 	return r, nil
 }
@@ -424,12 +431,7 @@ func (r *Relay) listen(ctx context.Context) {
 	channel := pgx.Identifier{r.store.NotifyChannel()}.Sanitize()
 	for attempt := 0; ; {
 		err := func() error {
-			cc := r.pool.Config().ConnConfig.Copy()
-			if cc.RuntimeParams == nil {
-				cc.RuntimeParams = map[string]string{}
-			}
-			cc.RuntimeParams["application_name"] = ApplicationName(r.cfg.Schema)
-			conn, err := pgx.ConnectConfig(ctx, cc)
+			conn, err := pgx.ConnectConfig(ctx, ownConnConfig(r.pool, r.cfg.Schema))
 			if err != nil {
 				return fmt.Errorf("connect listener: %w", err)
 			}
@@ -439,7 +441,7 @@ func (r *Relay) listen(ctx context.Context) {
 			}
 			attempt = 0
 			r.log.DebugContext(ctx, "outbox listener connected", "channel", r.store.NotifyChannel(),
-				"application_name", cc.RuntimeParams["application_name"])
+				"application_name", conn.Config().RuntimeParams["application_name"])
 			r.listening.Store(true)
 			defer r.listening.Store(false)
 			r.signal() // notifications may have been missed while disconnected

@@ -87,7 +87,7 @@ func (r *Relay) vacuumLoop(ctx context.Context) {
 			continue
 		}
 		start := time.Now()
-		if _, err := r.pool.Exec(ctx, "VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, PROCESS_TOAST FALSE) "+table); err != nil {
+		if err := r.vacuum(ctx, table); err != nil {
 			if ctx.Err() == nil {
 				r.log.WarnContext(ctx, "outbox vacuum failed", "table", table, "err", err)
 			}
@@ -96,4 +96,17 @@ func (r *Relay) vacuumLoop(ctx context.Context) {
 		r.stats.vacuums.Add(1)
 		r.log.DebugContext(ctx, "outbox vacuumed", "dead_before", dead, "took", time.Since(start))
 	}
+}
+
+// vacuum vacuums table on a connection of its own, so a vacuum of a large table (about a second
+// for a million rows) holds none of the pool's connections the claims and marks use. The
+// toast table is left out: the relay's updates never touch a payload.
+func (r *Relay) vacuum(ctx context.Context, table string) error {
+	conn, err := pgx.ConnectConfig(ctx, ownConnConfig(r.pool, r.cfg.Schema))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	_, err = conn.Exec(ctx, "VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, PROCESS_TOAST FALSE) "+table)
+	return err
 }
