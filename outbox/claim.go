@@ -75,8 +75,8 @@ type claimedRow struct {
 	// dead: the row was re-claimed after its lease expired with no attempt left and went dead
 	// in the claim itself; it must not be published.
 	dead bool
-	// started: the row is on its last attempt and its produce start is recorded (its token in
-	// the table is the batch's started token).
+	// started: the row is on its last attempt and its produce start is recorded (its
+	// produce_started column is set).
 	started bool
 }
 
@@ -329,8 +329,7 @@ func (s *Store) markBatch(ctx context.Context, q Querier, token envelope.UUID, m
 			codes[i] = &marks[i].code
 		}
 	}
-	rows, err := q.Query(ctx, s.q.mark, [16]byte(token), ids, outs, errs, delays, parts, offs, codes, maxAttempts,
-		[16]byte(startedToken(token)))
+	rows, err := q.Query(ctx, s.q.mark, [16]byte(token), ids, outs, errs, delays, parts, offs, codes, maxAttempts)
 	if err != nil {
 		return transitions{}, fmt.Errorf("mark outbox batch: %w", err)
 	}
@@ -384,7 +383,7 @@ func (s *Store) markBatch(ctx context.Context, q Querier, token envelope.UUID, m
 // renewLease extends the lease of the rows ids still publishing under token to lease from now,
 // and returns how many it extended.
 func (s *Store) renewLease(ctx context.Context, q Querier, token envelope.UUID, ids [][16]byte, lease time.Duration) (int64, error) {
-	tag, err := q.Exec(ctx, s.q.renew, [16]byte(token), ids, lease.Microseconds(), [16]byte(startedToken(token)))
+	tag, err := q.Exec(ctx, s.q.renew, [16]byte(token), ids, lease.Microseconds())
 	if err != nil {
 		return 0, fmt.Errorf("renew outbox lease: %w", err)
 	}
@@ -392,10 +391,10 @@ func (s *Store) renewLease(ctx context.Context, q Querier, token envelope.UUID, 
 }
 
 // startProduce records that the produce of rows ids, on their last attempt, starts: those
-// still publishing under token move to its started token (sqlStartProduce). It returns the
-// ids it moved; the others were taken over by another relay.
+// still publishing under token get produce_started (sqlStartProduce). It returns the ids it
+// recorded; the others were taken over by another relay.
 func (s *Store) startProduce(ctx context.Context, q Querier, token envelope.UUID, ids [][16]byte) (map[[16]byte]bool, error) {
-	rows, err := q.Query(ctx, s.q.start, [16]byte(token), [16]byte(startedToken(token)), ids)
+	rows, err := q.Query(ctx, s.q.start, [16]byte(token), ids)
 	if err != nil {
 		return nil, fmt.Errorf("record outbox produce start: %w", err)
 	}
@@ -405,14 +404,6 @@ func (s *Store) startProduce(ctx context.Context, q Querier, token envelope.UUID
 		return nil, fmt.Errorf("record outbox produce start: %w", err)
 	}
 	return moved, nil
-}
-
-// startedToken is token's started form: the same UUID with version digit 8 (a custom UUID,
-// never a claim token, which are version 7). A row publishing under it is on its last attempt
-// and its produce started, so a lease expiry makes it dead rather than claims it again.
-func startedToken(token envelope.UUID) envelope.UUID {
-	token[6] = token[6]&0x0f | 0x80
-	return token
 }
 
 var errNoRows = pgx.ErrNoRows

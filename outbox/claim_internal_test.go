@@ -267,7 +267,7 @@ func TestLeaseExpiredAfterFinalAttemptGoesDead(t *testing.T) {
 
 	// The error of the attempt before is kept beside the reason (keiro §1.3.3 keeps only it).
 	_, err = db.Pool.Exec(ctx, `UPDATE keiro_outbox SET status = 'publishing', lease_until = now() - interval '1 second',
-        last_error = 'broker timeout', claim_token = $1 WHERE message_id = 'a2'`, [16]byte(startedToken(envelope.NewUUIDv7())))
+        last_error = 'broker timeout', claim_token = $1, produce_started = true WHERE message_id = 'a2'`, [16]byte(envelope.NewUUIDv7()))
 	require.NoError(t, err)
 	_, rows, err = st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 1, nil, 0)
 	require.NoError(t, err)
@@ -308,21 +308,25 @@ func TestLeaseExpiryOfALastAttemptThatNeverRan(t *testing.T) {
 	require.Equal(t, 2, tr.sent)
 }
 
-// TestStartedTokenFencesLikeTheClaimToken: after the produce start of a last attempt is
-// recorded, the batch's renewals and marks still reach its rows, and a relay that lost them
-// records nothing.
-func TestStartedTokenFencesLikeTheClaimToken(t *testing.T) {
+// TestProduceStartKeepsTheClaimToken: recording the produce start of a last attempt sets the
+// row's produce_started under the claim token and leaves the token alone, so the batch's
+// renewals and marks still reach its rows; a relay that lost them records nothing. The mark
+// clears the record with the token.
+func TestProduceStartKeepsTheClaimToken(t *testing.T) {
 	t.Parallel()
 	db, st := setup(t, ev("a1", k("A")), ev("b1", k("B")))
 	ctx := context.Background()
 	tok, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 1, nil, 0)
 	require.NoError(t, err)
 	require.Len(t, rows, 2)
-	require.NotEqual(t, tok, startedToken(tok))
-	require.Equal(t, byte(0x80), startedToken(tok)[6]&0xf0)
 	moved, err := st.startProduce(ctx, db.Pool, tok, [][16]byte{rows[0].id})
 	require.NoError(t, err)
 	require.Len(t, moved, 1)
+	var started bool
+	var held [16]byte
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT produce_started, claim_token FROM keiro_outbox WHERE message_id = 'a1'").Scan(&started, &held))
+	require.True(t, started)
+	require.Equal(t, [16]byte(tok), held, "the produce start changed the claim token")
 	moved, err = st.startProduce(ctx, db.Pool, envelope.NewUUIDv7(), [][16]byte{rows[1].id})
 	require.NoError(t, err)
 	require.Empty(t, moved, "another token recorded a produce start")
@@ -332,6 +336,9 @@ func TestStartedTokenFencesLikeTheClaimToken(t *testing.T) {
 	tr, err := st.markBatch(ctx, db.Pool, tok, []mark{{id: rows[0].id, outcome: outcomeSent}, {id: rows[1].id, outcome: outcomeSent}}, 1)
 	require.NoError(t, err)
 	require.Equal(t, 2, tr.sent)
+	var stillStarted int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM keiro_outbox WHERE produce_started").Scan(&stillStarted))
+	require.Zero(t, stillStarted, "the mark kept a produce start")
 }
 
 func TestClaimDestinationsFilter(t *testing.T) {

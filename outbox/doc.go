@@ -44,7 +44,7 @@
 // A row whose lease expires while 'publishing' (its relay died or lost PostgreSQL: a live relay
 // renews the leases of its batches in flight) is claimable again by any relay; the attempt it
 // used stays counted. On a row's last attempt it counts only if the attempt ran: the relay
-// records that a last attempt's produce starts (the row moves to the batch's started token), and
+// records that a last attempt's produce starts (the row's produce_started column), and
 // a row re-claimed after such a start goes 'dead' ("lease expired after final attempt", followed
 // by the previous attempt's error if there was one); one whose produce never started (a claim
 // whose reply was lost, a relay stopped before its flush) is claimed for that attempt again.

@@ -82,7 +82,7 @@ CREATE CONSTRAINT TRIGGER refuse_c1 AFTER UPDATE ON keiro_outbox DEFERRABLE INIT
 		{id: rows[2].id, outcome: outcomeRejected, err: "too large", code: "message_too_large"}}
 	probe, err := db.Pool.Query(ctx, st.q.mark, [16]byte(token), [][16]byte{ms[0].id, ms[1].id, ms[2].id},
 		[]string{"sent", "failed", "rejected"}, []*string{nil, &ms[1].err, &ms[2].err}, []int64{0, 0, 0},
-		[]int32{0, 0, 0}, []int64{7, 0, 0}, []*string{nil, nil, &ms[2].code}, 10, [16]byte(startedToken(token)))
+		[]int32{0, 0, 0}, []int64{7, 0, 0}, []*string{nil, nil, &ms[2].code}, 10)
 	require.NoError(t, err)
 	read := 0
 	for probe.Next() {

@@ -188,14 +188,14 @@ func TestShutdownDuringAKafkaOutageUsesNoAttempts(t *testing.T) {
 }
 
 // TestStopTheLineHaltsOnARowDeadInTheClaim: a row re-claimed after its lease expired on its
-// last attempt, whose produce had started (a started token: version digit 8), goes dead in the
+// last attempt, whose produce had started (produce_started), goes dead in the
 // claim (its last outcome is unknown). StopTheLine halts on it: nothing after it is published.
 func TestStopTheLineHaltsOnARowDeadInTheClaim(t *testing.T) {
 	t.Parallel()
 	db, kc, st := rig(t, 1)
 	res := enqueue(t, db.Pool, st, keyedEvents("orders", 6, 2)...)
 	_, err := db.Pool.Exec(context.Background(), `UPDATE keiro_outbox SET status = 'publishing', attempt_count = 3,
-        claim_token = overlay(gen_random_uuid()::text placing '8' from 15 for 1)::uuid,
+        claim_token = gen_random_uuid(), produce_started = true,
         lease_until = now() - interval '1 second' WHERE outbox_id = $1`, res[0].OutboxID)
 	require.NoError(t, err)
 	client := kc.NewClient(t, outboxOpts()...)

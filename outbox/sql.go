@@ -257,10 +257,11 @@ const (
 //   - the UPDATE moves ready rows to publishing with a fresh claim token ($1) and lease
 //     (now() + $3 microseconds), counting an attempt. A row re-claimed after its lease expired
 //     on its last attempt ($2 = max attempts) goes dead instead if that attempt's produce
-//     started (its token is a started token, see sqlStartProduce): its outcome is unknown. If
+//     started (produce_started, set by sqlStartProduce): its outcome is unknown. If
 //     the produce never started (a claim whose reply was lost, a relay paused or stopped
 //     before it produced), the last attempt never ran: the row is claimed for it again,
-//     without counting another attempt.
+//     without counting another attempt. Either way the claim clears produce_started: a new
+//     claim's produce has not started.
 //
 // $5 optionally restricts the destinations (NULL = all). $6 optionally bounds the scan to the
 // first $6 open rows of those destinations in seq order (NULL = the whole backlog): when every
@@ -295,6 +296,7 @@ const sqlClaimTail = `, {{post}}, updated AS (
         status = CASE WHEN {{ran_last}} THEN 'dead' ELSE 'publishing' END,
         attempt_count = CASE WHEN o.status = 'publishing' AND o.attempt_count >= $2 THEN o.attempt_count ELSE o.attempt_count + 1 END,
         claim_token = CASE WHEN {{ran_last}} THEN NULL ELSE $1::uuid END,
+        produce_started = false,
         lease_until = CASE WHEN {{ran_last}} THEN NULL ELSE now() + $3::bigint * interval '1 microsecond' END,
         last_error = CASE WHEN {{ran_last}}
             THEN 'lease expired after final attempt' || coalesce(' (last error: ' || o.last_error || ')', '')
@@ -385,8 +387,8 @@ WITH RECURSIVE heads AS (
 )`
 
 // ranLast is the claim's test for a row whose lease expired on its last attempt after that
-// attempt's produce started: its token's version digit is 8 (a started token).
-const ranLast = `(o.status = 'publishing' AND o.attempt_count >= $2 AND substr(o.claim_token::text, 15, 1) = '8')`
+// attempt's produce started (sqlStartProduce set produce_started).
+const ranLast = `(o.status = 'publishing' AND o.attempt_count >= $2 AND o.produce_started)`
 
 // Claim filters per ordering policy. "non-terminal" rows are pending, failed or publishing.
 // Per-key lookups go through the head-of-line index; per-source lookups walk the claim index in
@@ -454,9 +456,10 @@ const (
 )
 
 // sqlMark applies one batch's outcomes in one statement, fenced by the claim token: a row that
-// is no longer publishing under token $1 or its started form $10 (re-claimed after its lease
-// expired, or requeued) is left alone. $2..$8 are parallel arrays (id, outcome, error text, retry delay in microseconds,
-// partition, offset, rejection code); $9 is the attempt ceiling at which a failure goes dead.
+// is no longer publishing under token $1 (re-claimed after its lease expired, or requeued) is
+// left alone. $2..$8 are parallel arrays (id, outcome, error text, retry delay in
+// microseconds, partition, offset, rejection code); $9 is the attempt ceiling at which a
+// failure goes dead. The token is cleared, and produce_started with it.
 // Outcomes: sent; failed (or dead when the ceiling is reached); skipped (failed, attempt
 // refunded, due now); deferred (failed during a Kafka outage, attempt refunded, due after the
 // delay); released (pending, attempt refunded); rejected (terminal).
@@ -483,27 +486,28 @@ UPDATE {{schema}}.keiro_outbox o SET
     rejected_at = CASE WHEN m.outcome = 'rejected' THEN now() ELSE o.rejected_at END,
     rejection_code = CASE WHEN m.outcome = 'rejected' THEN m.code ELSE o.rejection_code END,
     claim_token = NULL,
+    produce_started = false,
     lease_until = NULL,
     updated_at = now()
 FROM unnest($2::uuid[], $3::text[], $4::text[], $5::bigint[], $6::int[], $7::bigint[], $8::text[])
     AS m(id, outcome, err, delay_us, part, off, code)
-WHERE o.outbox_id = m.id AND o.claim_token IN ($1::uuid, $10::uuid) AND o.status = 'publishing'
+WHERE o.outbox_id = m.id AND o.claim_token = $1::uuid AND o.status = 'publishing'
 RETURNING o.outbox_id, m.outcome, o.status`
 
 // sqlRenew extends the lease of a batch still in flight: its rows ($2) still publishing under
-// claim token $1 or its started form $4 get a lease of $3 microseconds from now. A row that is
-// not (its lease expired and another relay took it over) is left alone and not counted.
+// claim token $1 get a lease of $3 microseconds from now. A row that is not (its lease expired
+// and another relay took it over) is left alone and not counted.
 const sqlRenew = `
 UPDATE {{schema}}.keiro_outbox SET lease_until = now() + $3::bigint * interval '1 microsecond'
-WHERE outbox_id = ANY($2::uuid[]) AND claim_token IN ($1::uuid, $4::uuid) AND status = 'publishing'`
+WHERE outbox_id = ANY($2::uuid[]) AND claim_token = $1::uuid AND status = 'publishing'`
 
-// sqlStartProduce records that the produce of rows on their last attempt starts: the rows ($3)
-// still publishing under claim token $1 take its started form $2 (the same token with version
-// digit 8), which the claim reads when their lease expires (ranLast). It returns the rows it
-// moved: a row missing was taken over by another relay and must not be produced.
+// sqlStartProduce records that the produce of rows on their last attempt starts: the rows ($2)
+// still publishing under claim token $1 get produce_started, which the claim reads when their
+// lease expires (ranLast). It returns the rows it recorded: a row missing was taken over by
+// another relay and must not be produced. No index covers the column: the update is HOT.
 const sqlStartProduce = `
-UPDATE {{schema}}.keiro_outbox SET claim_token = $2::uuid
-WHERE outbox_id = ANY($3::uuid[]) AND claim_token = $1::uuid AND status = 'publishing'
+UPDATE {{schema}}.keiro_outbox SET produce_started = true
+WHERE outbox_id = ANY($2::uuid[]) AND claim_token = $1::uuid AND status = 'publishing'
 RETURNING outbox_id`
 
 // sqlReleaseLostClaim releases the rows of a claim whose reply was lost (the relay saw an error,
@@ -519,7 +523,8 @@ WITH backend AS MATERIALIZED (
     SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = $2) AS alive
 ), released AS (
     UPDATE {{schema}}.keiro_outbox SET status = 'pending', attempt_count = greatest(attempt_count - 1, 0),
-        next_attempt_at = now(), claim_token = NULL, lease_until = NULL, updated_at = now()
+        next_attempt_at = now(), claim_token = NULL, produce_started = false, lease_until = NULL,
+        updated_at = now()
     WHERE phase = 0 AND status = 'publishing' AND claim_token = $1::uuid
       AND NOT (SELECT alive FROM backend)
     RETURNING 1
@@ -583,7 +588,8 @@ ORDER BY seq LIMIT $4`
 const sqlRequeue = `
 WITH moved AS (
 UPDATE {{schema}}.keiro_outbox SET status = 'pending', attempt_count = 0, next_attempt_at = now(),
-    rejected_at = NULL, rejection_code = NULL, claim_token = NULL, lease_until = NULL, updated_at = now()
+    rejected_at = NULL, rejection_code = NULL, claim_token = NULL, produce_started = false,
+    lease_until = NULL, updated_at = now()
 WHERE phase = 2
   AND (outbox_id = ANY($1::uuid[])
        OR (($2::text IS NOT NULL OR $4::text IS NOT NULL)
