@@ -11,188 +11,56 @@ import (
 	"github.com/keiro-go/keiro/internal/pgtext"
 )
 
-// markOutcome turns a batch's produce results into marks (keiro §1.3.5 step 4, with rejection
-// and outage handling), writes them in one statement, and records metrics.
+// markOutcome decides the outcome of a batch's rows from their produce results (planMarks),
+// writes them in one statement (writeMarks), and reports the transitions the write made: in
+// the batch's result, the relay's stats, its metrics and its logs.
 func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 	b.mu.Lock()
 	results := append([]produceResult(nil), b.results...)
 	b.closed, b.marking = true, true
 	b.mu.Unlock()
 
-	res := BatchResult{Claimed: len(b.rows)}
-	failedGroups := map[string]bool{}
-	// failedKeys holds the keys with a row this flush did not get onto Kafka, to catch a later
-	// row of the same key that did: Kafka would then hold the key out of order. franz-go fails
-	// every later record of a partition after a failed one, so this should never happen; if a
-	// broker or client ever breaks that, operators hear of it.
-	failedKeys := map[string]bool{}
-	marks := make([]mark, 0, len(b.rows))
-	anyOK, anyOutage := false, false
-	deadOnClaim := map[string]int{}
-	for i := range b.rows {
-		row := &b.rows[i]
-		if row.reclaimed {
-			res.Reclaimed++
+	p := planMarks(b.rows, results, r.cfg.Policy, r.cfg.Backoff.Delay)
+	for id, suspect := range p.suspects {
+		if suspect {
+			r.suspects.Store(id, struct{}{})
+		} else {
+			r.suspects.Delete(id)
 		}
-		if row.dead {
-			deadOnClaim[row.event.Destination]++
-			if r.cfg.Policy == StopTheLine && res.HaltedOn == nil {
-				// Its last attempt's outcome is unknown (lease expired): review it before the rest.
-				id := row.id.String()
-				res.HaltedOn = &id
-				failedGroups[groupKey(StopTheLine, &row.event)] = true
-			}
-			continue
-		}
-		pr := results[i]
-		g := groupKey(r.cfg.Policy, &row.event)
-		key := groupKey(PerKeyHeadOfLine, &row.event) // for the order-broken check, whatever the policy
-		m := mark{id: row.id, dest: row.event.Destination}
-		switch {
-		case pr.rejectMsg != "":
-			m.outcome, m.code, m.err = outcomeRejected, "message_too_large", pr.rejectMsg
-		case pr.done && pr.err == nil:
-			m.outcome, m.partition, m.offset = outcomeSent, pr.partition, pr.offset
-			anyOK = true
-			r.suspects.Delete(row.id)
-			if key != "" && failedKeys[key] {
-				res.OrderBroken++
-				r.log.ErrorContext(ctx, "a record reached Kafka after an earlier record of its key failed: the key is out of order on the topic",
-					"outbox_id", row.id.String(), "message_id", row.event.MessageID, "destination", row.event.Destination,
-					"partition", pr.partition, "offset", pr.offset)
-			}
-		case g != "" && failedGroups[g]:
-			m.outcome, m.err = outcomeSkipped, skippedError
-		case pr.leaseLost:
-			// Not produced: the lease was lost or about to expire. Released if still ours.
-			m.outcome = outcomeReleased
-			if g != "" {
-				failedGroups[g] = true
-			}
-		case !pr.done:
-			m.outcome = outcomeReleased // shutdown before an outcome: back to pending
-		case errors.Is(pr.err, context.Canceled):
-			// The shutdown deadline cancelled the produce (franz-go fails at once the records
-			// still waiting for metadata or a producer id): the row is released like one
-			// without an outcome, and the rest of its group is held back.
-			m.outcome = outcomeReleased
-			if g != "" {
-				failedGroups[g] = true
-			}
-		default:
-			class, code := pr.failureClass()
-			if pr.suspect() {
-				r.suspects.Store(row.id, struct{}{})
-			} else {
-				r.suspects.Delete(row.id)
-			}
-			switch class {
-			case classPermanent:
-				m.outcome, m.code, m.err = outcomeRejected, code, errorText(pr.err)
-			case classOutage:
-				m.outcome, m.err = outcomeDeferred, errorText(pr.err)
-				anyOutage = true
-			default:
-				m.outcome, m.err = outcomeFailed, errorText(pr.err)
-				m.delay = r.cfg.Backoff.Delay(row.attempt)
-			}
-			if m.outcome != outcomeRejected {
-				if g != "" {
-					failedGroups[g] = true
-				}
-				if r.cfg.Policy == StopTheLine && res.HaltedOn == nil {
-					id := row.id.String()
-					res.HaltedOn = &id
-				}
-			}
-		}
-		if m.outcome != outcomeSent && m.outcome != outcomeRejected && pr.done && key != "" {
-			failedKeys[key] = true
-		}
-		marks = append(marks, m)
 	}
-	if res.OrderBroken > 0 {
-		r.inst.orderBroken.Add(ctx, int64(res.OrderBroken))
-		r.stats.orderBroken.Add(int64(res.OrderBroken))
+	for _, o := range p.orderBroken {
+		r.log.ErrorContext(ctx, "a record reached Kafka after an earlier record of its key failed: the key is out of order on the topic",
+			"outbox_id", o.row.id.String(), "message_id", o.row.event.MessageID, "destination", o.row.event.Destination,
+			"partition", o.partition, "offset", o.offset)
 	}
-	if anyOK {
+	if n := p.result.OrderBroken; n > 0 {
+		r.inst.orderBroken.Add(ctx, int64(n))
+		r.stats.orderBroken.Add(int64(n))
+	}
+	if p.sent {
 		r.outageStreak.Store(0)
 	}
-	if anyOutage {
-		n := r.outageStreak.Add(1)
-		d := r.cfg.Backoff.Delay(int(n))
-		for i := range marks {
-			if marks[i].outcome == outcomeDeferred {
-				marks[i].delay = d
-			}
-		}
+	if p.outage {
+		d := r.cfg.Backoff.Delay(int(r.outageStreak.Add(1)))
+		p.deferFor(d)
 		r.log.WarnContext(ctx, "Kafka unavailable; rows deferred without using an attempt", "retry_in", d)
 	}
-
 	// Rows going back to failed are due after their delay: wake the claim loop then, rather
 	// than leave them to the next poll.
-	var retryIn time.Duration
-	for _, m := range marks {
-		if (m.outcome == outcomeFailed || m.outcome == outcomeDeferred) && m.delay > 0 && (retryIn == 0 || m.delay < retryIn) {
-			retryIn = m.delay
-		}
-	}
-	if retryIn > 0 {
-		defer time.AfterFunc(retryIn, r.signal)
+	if d := p.retryIn(); d > 0 {
+		defer time.AfterFunc(d, r.signal)
 	}
 
-	// t holds the transitions of the mark that committed, if one did. A mark that failed wrote
-	// nothing, even when its statement had returned rows before the failure (a connection lost
-	// mid-result, an error at commit): its batch counts, logs and reports no transition, and its
-	// rows are left to the retry or to their lease.
-	var t transitions
-	t0 := time.Now()
-	refused := 0
-	for attempt := 1; ; attempt++ {
-		// Each attempt gets its own deadline, so the marks of a shutdown still get one try
-		// after the hard deadline passed.
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		moved, err := r.store.markBatch(actx, r.pool, b.token, marks, r.cfg.MaxAttempts)
-		cancel()
-		if err == nil {
-			t = moved
-			r.log.DebugContext(ctx, "marked", "rows", len(marks), "moved", t.total(), "took", time.Since(t0))
-			break
-		}
-		r.stats.markErrors.Add(1)
-		if ctx.Err() != nil {
-			r.log.ErrorContext(ctx, "marking outbox batch abandoned at shutdown; rows will be re-claimed after their lease", "err", err)
-			break
-		}
-		// A mark PostgreSQL refuses (the statement itself cannot succeed) is retried a few
-		// times: retried forever, its lease renewed meanwhile, it would pin its rows and their
-		// keys. An unreachable or recovering database is retried for as long as it takes: the
-		// rows are safe under their renewed lease meanwhile.
-		if isRefusal(err) {
-			refused++
-		} else {
-			refused = 0
-		}
-		if refused >= maxMarkRefusals {
-			r.stats.marksAbandoned.Add(1)
-			r.log.ErrorContext(ctx, "PostgreSQL keeps refusing the mark of an outbox batch; giving up: its rows are re-claimed once their lease expires",
-				"err", err, "refusals", refused, "rows", len(marks), "lease", r.cfg.Lease)
-			break
-		}
-		d := markRetryBackoff.Delay(attempt)
-		r.log.WarnContext(ctx, "mark failed; retrying", "err", err, "retry_in", d)
-		if backoff.Sleep(ctx, d) != nil {
-			break
-		}
-	}
-	r.logTransitions(ctx, b, marks, t.rows)
+	t := r.writeMarks(ctx, b, p.marks)
+	r.logTransitions(ctx, b, p.marks, t.rows)
+	res := p.result
 	res.Published, res.Retried, res.Skipped = t.sent, t.failed, t.skipped
 	res.Dead, res.Rejected, res.Released = t.dead, t.rejected, t.released
 	res.Retried += t.deferred
-	for _, n := range deadOnClaim {
+	for _, n := range p.deadOnClaim {
 		res.Dead += n
 	}
-	r.record(ctx, b, t, deadOnClaim)
+	r.record(ctx, b, t, p.deadOnClaim)
 	s := &r.stats
 	s.batches.Add(1)
 	s.published.Add(int64(t.sent))
@@ -207,6 +75,52 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 		r.cfg.OnBatch(res)
 	}
 	return res
+}
+
+// writeMarks writes batch b's marks in one statement, fenced by its claim token, retrying
+// while PostgreSQL is unreachable, and returns the transitions of the mark that committed, if
+// one did. A mark that failed wrote nothing, even when its statement had returned rows before
+// the failure (a connection lost mid-result, an error at commit): its batch counts, logs and
+// reports no transition, and its rows are left to the retry or to their lease.
+func (r *Relay) writeMarks(ctx context.Context, b *batch, marks []mark) transitions {
+	t0 := time.Now()
+	refused := 0
+	for attempt := 1; ; attempt++ {
+		// Each attempt gets its own deadline, so the marks of a shutdown still get one try
+		// after the hard deadline passed.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		t, err := r.store.markBatch(actx, r.pool, b.token, marks, r.cfg.MaxAttempts)
+		cancel()
+		if err == nil {
+			r.log.DebugContext(ctx, "marked", "rows", len(marks), "moved", t.total(), "took", time.Since(t0))
+			return t
+		}
+		r.stats.markErrors.Add(1)
+		if ctx.Err() != nil {
+			r.log.ErrorContext(ctx, "marking outbox batch abandoned at shutdown; rows will be re-claimed after their lease", "err", err)
+			return transitions{}
+		}
+		// A mark PostgreSQL refuses (the statement itself cannot succeed) is retried a few
+		// times: retried forever, its lease renewed meanwhile, it would pin its rows and their
+		// keys. An unreachable or recovering database is retried for as long as it takes: the
+		// rows are safe under their renewed lease meanwhile.
+		if isRefusal(err) {
+			refused++
+		} else {
+			refused = 0
+		}
+		if refused >= maxMarkRefusals {
+			r.stats.marksAbandoned.Add(1)
+			r.log.ErrorContext(ctx, "PostgreSQL keeps refusing the mark of an outbox batch; giving up: its rows are re-claimed once their lease expires",
+				"err", err, "refusals", refused, "rows", len(marks), "lease", r.cfg.Lease)
+			return transitions{}
+		}
+		d := markRetryBackoff.Delay(attempt)
+		r.log.WarnContext(ctx, "mark failed; retrying", "err", err, "retry_in", d)
+		if backoff.Sleep(ctx, d) != nil {
+			return transitions{}
+		}
+	}
 }
 
 // record adds a batch's real transitions to the metrics, per destination.
