@@ -10,6 +10,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/pgdb"
+	"github.com/keiro-go/keiro/outbox/internal/markplan"
 )
 
 // Querier runs SQL: keiro's one database handle, the same type as inbox.DB and events.DB. A
@@ -251,26 +252,19 @@ const (
 	statusRejected   = "rejected"
 )
 
-// outcome is what the relay decided for one claimed row.
-type outcome uint8
+// outcome is what the relay decided for one claimed row (markplan.Decide); its name is what
+// sqlMark reads.
+type outcome = markplan.Outcome
 
+// The outcomes a mark writes.
 const (
-	outcomeSent outcome = iota + 1
-	outcomeFailed
-	outcomeSkipped
-	outcomeReleased
-	outcomeRejected
-	outcomeDeferred
+	outcomeSent     = markplan.Sent
+	outcomeFailed   = markplan.Failed
+	outcomeSkipped  = markplan.Skipped
+	outcomeReleased = markplan.Released
+	outcomeRejected = markplan.Rejected
+	outcomeDeferred = markplan.Deferred
 )
-
-var outcomeNames = [...]string{outcomeSent: "sent", outcomeFailed: "failed", outcomeSkipped: "skipped",
-	outcomeReleased: "released", outcomeRejected: "rejected", outcomeDeferred: "deferred"}
-
-func (o outcome) String() string { return outcomeNames[o] }
-
-// skippedError is the last_error of a row held back because an earlier row of its group failed
-// (keiro's text, used for every policy).
-const skippedError = "skipped: earlier record for the same key failed"
 
 // mark is one row's outcome, ready to write.
 type mark struct {

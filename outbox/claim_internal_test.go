@@ -14,6 +14,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
+	"github.com/keiro-go/keiro/outbox/internal/markplan"
 )
 
 func ev(id string, key *string) envelope.Event {
@@ -176,7 +177,7 @@ func TestMarkFencingAndTransitions(t *testing.T) {
 	tr, err = st.markBatch(ctx, db.Pool, tok, []mark{
 		{id: byID["s"], outcome: outcomeSent, partition: 2, offset: 7},
 		{id: byID["f"], outcome: outcomeFailed, err: "broker unreachable", delay: time.Hour},
-		{id: byID["f2"], outcome: outcomeSkipped, err: skippedError},
+		{id: byID["f2"], outcome: outcomeSkipped, err: markplan.SkippedError},
 		{id: byID["r"], outcome: outcomeRejected, err: "too large", code: "message_too_large"},
 		{id: byID["d"], outcome: outcomeFailed, err: "x"},
 	}, 1)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
+	"github.com/keiro-go/keiro/outbox/internal/markplan"
 )
 
 // TestRelayThatLostItsLeaseDoesNotPublish: relay A claims a key's rows and is paused before its
@@ -102,7 +103,7 @@ func TestMarkStoresAnErrorCutThroughACharacter(t *testing.T) {
 	defer cancel()
 	token, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
 	require.NoError(t, err)
-	msg := strings.Repeat("x", maxErrorBytes-1) + "é and more" // é's two bytes straddle the limit
+	msg := strings.Repeat("x", markplan.MaxErrorBytes-1) + "é and more" // é's two bytes straddle the limit
 	b := &batch{token: token, rows: rows, results: []produceResult{{done: true, err: errors.New(msg)}}, leasedAt: time.Now()}
 	res := r.markOutcome(ctx, b)
 	require.Equal(t, 1, res.Retried)
@@ -110,7 +111,7 @@ func TestMarkStoresAnErrorCutThroughACharacter(t *testing.T) {
 	var got, le string
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT status, last_error FROM keiro_outbox WHERE message_id = 'a1'").Scan(&got, &le))
 	require.Equal(t, "failed", got)
-	require.Equal(t, strings.Repeat("x", maxErrorBytes-1), le)
+	require.Equal(t, strings.Repeat("x", markplan.MaxErrorBytes-1), le)
 }
 
 // TestMarkRefusedForeverIsGivenUp: a mark PostgreSQL refuses every time (a trigger here) is

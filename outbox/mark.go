@@ -8,59 +8,70 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/keiro-go/keiro/internal/backoff"
-	"github.com/keiro-go/keiro/internal/pgtext"
+	"github.com/keiro-go/keiro/outbox/internal/markplan"
 )
 
-// markOutcome decides the outcome of a batch's rows from their produce results (planMarks),
-// writes them in one statement (writeMarks), and reports the transitions the write made: in
-// the batch's result, the relay's stats, its metrics and its logs.
+// markOutcome decides the outcome of a batch's rows from their produce results (plan), writes
+// them in one statement (writeMarks), and reports the transitions the write made: in the
+// batch's result, the relay's stats, its metrics and its logs.
 func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 	b.mu.Lock()
 	results := append([]produceResult(nil), b.results...)
 	b.closed, b.marking = true, true
 	b.mu.Unlock()
 
-	p := planMarks(b.rows, results, r.cfg.Policy, r.cfg.Backoff.Delay)
-	for id, suspect := range p.suspects {
+	p := r.plan(b, results)
+	for i, suspect := range p.Suspects {
 		if suspect {
-			r.suspects.Store(id, struct{}{})
+			r.suspects.Store(b.rows[i].id, struct{}{})
 		} else {
-			r.suspects.Delete(id)
+			r.suspects.Delete(b.rows[i].id)
 		}
 	}
-	for _, o := range p.orderBroken {
+	for _, i := range p.OrderBroken {
+		row, pr := &b.rows[i], &results[i]
 		r.log.ErrorContext(ctx, "a record reached Kafka after an earlier record of its key failed: the key is out of order on the topic",
-			"outbox_id", o.row.id.String(), "message_id", o.row.event.MessageID, "destination", o.row.event.Destination,
-			"partition", o.partition, "offset", o.offset)
+			"outbox_id", row.id.String(), "message_id", row.event.MessageID, "destination", row.event.Destination,
+			"partition", pr.partition, "offset", pr.offset)
 	}
-	if n := p.result.OrderBroken; n > 0 {
+	if n := len(p.OrderBroken); n > 0 {
 		r.inst.orderBroken.Add(ctx, int64(n))
 		r.stats.orderBroken.Add(int64(n))
 	}
-	if p.sent {
+	if p.Sent {
 		r.outageStreak.Store(0)
 	}
-	if p.outage {
+	if p.Outage {
 		d := r.cfg.Backoff.Delay(int(r.outageStreak.Add(1)))
-		p.deferFor(d)
+		p.DeferFor(d)
 		r.log.WarnContext(ctx, "Kafka unavailable; rows deferred without using an attempt", "retry_in", d)
 	}
 	// Rows going back to failed are due after their delay: wake the claim loop then, rather
 	// than leave them to the next poll.
-	if d := p.retryIn(); d > 0 {
+	if d := p.RetryIn(); d > 0 {
 		defer time.AfterFunc(d, r.signal)
 	}
-
-	t := r.writeMarks(ctx, b, p.marks)
-	r.logTransitions(ctx, b, p.marks, t.rows)
-	res := p.result
-	res.Published, res.Retried, res.Skipped = t.sent, t.failed, t.skipped
-	res.Dead, res.Rejected, res.Released = t.dead, t.rejected, t.released
-	res.Retried += t.deferred
-	for _, n := range p.deadOnClaim {
-		res.Dead += n
+	marks := make([]mark, len(p.Marks))
+	for j, m := range p.Marks {
+		row := &b.rows[m.Row]
+		marks[j] = mark{id: row.id, outcome: m.Outcome, err: m.Err, delay: m.Delay, partition: m.Partition,
+			offset: m.Offset, code: m.Code, dest: row.event.Destination}
 	}
-	r.record(ctx, b, t, p.deadOnClaim)
+
+	t := r.writeMarks(ctx, b, marks)
+	r.logTransitions(ctx, b, marks, t.rows)
+	res := BatchResult{Claimed: len(b.rows), Reclaimed: p.Reclaimed, OrderBroken: len(p.OrderBroken),
+		Published: t.sent, Retried: t.failed + t.deferred, Skipped: t.skipped, Dead: t.dead + len(p.Dead),
+		Rejected: t.rejected, Released: t.released}
+	if p.HaltedOn >= 0 {
+		id := b.rows[p.HaltedOn].id.String()
+		res.HaltedOn = &id
+	}
+	deadOnClaim := map[string]int{}
+	for _, i := range p.Dead {
+		deadOnClaim[b.rows[i].event.Destination]++
+	}
+	r.record(ctx, b, t, deadOnClaim)
 	s := &r.stats
 	s.batches.Add(1)
 	s.published.Add(int64(t.sent))
@@ -75,6 +86,21 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 		r.cfg.OnBatch(res)
 	}
 	return res
+}
+
+// plan decides the outcome of batch b's rows from their produce results (markplan.Decide),
+// under the relay's ordering policy and retry backoff.
+func (r *Relay) plan(b *batch, results []produceResult) markplan.Plan {
+	rows := make([]markplan.Row, len(b.rows))
+	res := make([]markplan.Result, len(b.rows))
+	for i := range b.rows {
+		row, pr := &b.rows[i], &results[i]
+		rows[i] = markplan.Row{Group: groupKey(r.cfg.Policy, &row.event), Key: groupKey(PerKeyHeadOfLine, &row.event),
+			Attempt: row.attempt, Reclaimed: row.reclaimed, Dead: row.dead}
+		res[i] = markplan.Result{Done: pr.done, Err: pr.err, Partition: pr.partition, Offset: pr.offset,
+			RejectMsg: pr.rejectMsg, Shared: pr.shared, LeaseLost: pr.leaseLost}
+	}
+	return markplan.Decide(rows, res, r.cfg.Policy == StopTheLine, r.cfg.Backoff.Delay)
 }
 
 // writeMarks writes batch b's marks in one statement, fenced by its claim token, retrying
@@ -156,15 +182,6 @@ func countReclaimed(b *batch) int {
 		}
 	}
 	return n
-}
-
-// maxErrorBytes bounds an error text stored in last_error.
-const maxErrorBytes = 1024
-
-// errorText is err's text as stored in last_error: valid UTF-8 without NUL bytes, cut on a
-// character boundary (a byte cut through a character would make PostgreSQL refuse the mark).
-func errorText(err error) string {
-	return pgtext.Storable(err.Error(), maxErrorBytes)
 }
 
 // maxMarkRefusals is how many times in a row PostgreSQL may refuse a batch's mark before the

@@ -1,15 +1,8 @@
 package outbox
 
 import (
-	"context"
-	"errors"
-	"io"
-	"net"
-	"strings"
-	"syscall"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -47,65 +40,6 @@ func ProducerOpts() []kgo.Opt {
 		kgo.ProduceRequestTimeout(DefaultProduceRequestTimeout),
 		kgo.RecordDeliveryTimeout(DefaultRecordDeliveryTimeout),
 	}
-}
-
-// errClass is how the relay treats a produce error.
-type errClass int
-
-const (
-	// classTransient: the row failed; it uses an attempt and is retried after backoff, and
-	// goes dead when attempts are exhausted.
-	classTransient errClass = iota
-	// classOutage: Kafka (or the path to it) is unavailable; the row is retried after a
-	// relay-wide backoff WITHOUT using an attempt, so an outage never kills rows.
-	classOutage
-	// classPermanent: Kafka refuses this record for good; the row is rejected at once.
-	classPermanent
-)
-
-// permanentErrors are the broker errors that reject a record for good (keiro §1.4 item 2).
-// UnknownTopicOrPartition is deliberately transient: a topic created late (or auto-created)
-// must not lose rows; if it never appears, the row dies after MaxAttempts and can be requeued.
-// ClusterAuthorizationFailed is an outage: it concerns the relay's credentials, not the row,
-// so rows wait (without using attempts) until the ACLs are fixed.
-var permanentErrors = []*kerr.Error{
-	kerr.MessageTooLarge,
-	kerr.RecordListTooLarge,
-	kerr.InvalidTopicException,
-	kerr.TopicAuthorizationFailed,
-	kerr.InvalidRecord,
-	kerr.CorruptMessage,
-	kerr.UnsupportedForMessageFormat,
-	kerr.PolicyViolation,
-}
-
-// classify maps a produce error to its class and, for permanent errors, the rejection code
-// (the Kafka error name, lowercased).
-func classify(err error) (errClass, string) {
-	var ke *kerr.Error
-	if errors.As(err, &ke) {
-		for _, p := range permanentErrors {
-			if ke == p {
-				return classPermanent, strings.ToLower(ke.Message)
-			}
-		}
-		switch {
-		case ke == kerr.UnknownTopicOrPartition || ke == kerr.UnknownTopicID:
-			return classTransient, ""
-		case ke == kerr.ClusterAuthorizationFailed || ke.Retriable:
-			return classOutage, ""
-		}
-		return classTransient, ""
-	}
-	var ne net.Error
-	switch {
-	case errors.Is(err, kgo.ErrRecordTimeout), errors.Is(err, kgo.ErrRecordRetries),
-		errors.Is(err, context.DeadlineExceeded), errors.Is(err, io.EOF),
-		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNREFUSED),
-		errors.Is(err, syscall.ECONNRESET), errors.As(err, &ne):
-		return classOutage, ""
-	}
-	return classTransient, ""
 }
 
 // recordSize is an upper bound of rec's size inside a Kafka record batch.

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/outbox/internal/kafkaerr"
 	"github.com/keiro-go/keiro/tracing"
 )
 
@@ -76,7 +77,7 @@ func (r *Relay) produce(stop, ctx context.Context, batches []*batch) {
 			case res.err == nil:
 				r.topics.Store(row.event.Destination, struct{}{})
 			default:
-				if class, _ := res.failureClass(); class != classPermanent {
+				if class, _ := res.failureClass(); class != kafkaerr.Permanent {
 					if g := groupKey(r.cfg.Policy, &row.event); g != "" {
 						failed[g] = true
 					}
@@ -322,35 +323,10 @@ func (r *Relay) flush(ctx context.Context, refs []rowRef) {
 	}
 }
 
-// suspect reports a record Kafka refused for good in a request that held other records too:
-// the refusal may concern another record of the request (a poison record fails its
-// bystanders), so the row is retried alone before it is rejected.
-func (res *produceResult) suspect() bool {
-	if res.err == nil || !res.shared {
-		return false
-	}
-	class, code := classify(res.err)
-	return isSuspect(res.shared, class, code)
-}
-
-func isSuspect(shared bool, class errClass, code string) bool {
-	return shared && class == classPermanent && recordLevel[code]
-}
-
-// failureClass is how the relay treats a failed record: its error's class, except that a
-// suspect is transient (retried alone). produce and markOutcome must agree on it: a row that
-// will be retried fails its group, so no later row of the group may go out after it.
-func (res *produceResult) failureClass() (errClass, string) {
-	class, code := classify(res.err)
-	if isSuspect(res.shared, class, code) {
-		class = classTransient
-	}
-	return class, code
-}
-
-// recordLevel are the rejection codes that concern one record (as opposed to its topic).
-var recordLevel = map[string]bool{
-	"message_too_large": true, "record_list_too_large": true, "invalid_record": true, "corrupt_message": true,
+// failureClass is how the relay treats a failed record (kafkaerr.OfRecord): produce and the
+// mark must agree on it.
+func (res *produceResult) failureClass() (kafkaerr.Class, string) {
+	return kafkaerr.OfRecord(res.err, res.shared)
 }
 
 // groupKey returns the ordering group of a row under the policy ("" = a group of its own).
