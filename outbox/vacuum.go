@@ -67,6 +67,8 @@ func (r *Relay) vacuumLoop(ctx context.Context) {
 	var checked bool // the table was looked at during this backlog
 	var last int64
 	var lastAt time.Time
+	v := &vacuumer{r: r}
+	defer v.close(ctx)
 	t := time.NewTicker(vacuumCheckInterval)
 	defer t.Stop()
 	for {
@@ -102,7 +104,7 @@ func (r *Relay) vacuumLoop(ctx context.Context) {
 			continue
 		}
 		start := time.Now()
-		if err := r.vacuum(ctx, table); err != nil {
+		if err := v.vacuum(ctx, table); err != nil {
 			if ctx.Err() == nil {
 				r.log.WarnContext(ctx, "outbox vacuum failed", "table", table, "err", err)
 			}
@@ -113,16 +115,36 @@ func (r *Relay) vacuumLoop(ctx context.Context) {
 	}
 }
 
-// vacuum vacuums table on a connection of its own, so a vacuum of a large table (about a second
-// for a million rows) holds none of the pool's connections the claims and marks use. The
-// toast table is left out (the relay's updates never touch a payload); the statistics are
-// refreshed in the same pass, so the claims' plans know the backlog's keys.
-func (r *Relay) vacuum(ctx context.Context, table string) error {
-	conn, err := pgx.ConnectConfig(ctx, ownConnConfig(r.pool, r.cfg.Schema))
-	if err != nil {
-		return err
+// vacuumer runs the relay's vacuums on a session of its own, opened at the first and kept
+// until the relay stops, so a vacuum of a large table (about a second for a million rows)
+// holds none of the pool's connections the claims and marks use.
+type vacuumer struct {
+	r    *Relay
+	conn *pgx.Conn
+}
+
+// vacuum vacuums table. The toast table is left out (the relay's updates never touch a
+// payload); the statistics are refreshed in the same pass, so the claims' plans know the
+// backlog's keys. A failed session is closed and the next vacuum opens another.
+func (v *vacuumer) vacuum(ctx context.Context, table string) error {
+	if v.conn == nil {
+		conn, err := pgx.ConnectConfig(ctx, ownConnConfig(v.r.pool, v.r.cfg.Schema))
+		if err != nil {
+			return err
+		}
+		v.conn = conn
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	_, err = conn.Exec(ctx, "VACUUM (ANALYZE, SKIP_LOCKED, INDEX_CLEANUP ON, PROCESS_TOAST FALSE) "+table)
+	_, err := v.conn.Exec(ctx, "VACUUM (ANALYZE, SKIP_LOCKED, INDEX_CLEANUP ON, PROCESS_TOAST FALSE) "+table)
+	if err != nil {
+		v.close(ctx)
+	}
 	return err
+}
+
+// close closes the vacuum session, if open.
+func (v *vacuumer) close(ctx context.Context) {
+	if v.conn != nil {
+		_ = v.conn.Close(context.WithoutCancel(ctx))
+		v.conn = nil
+	}
 }
