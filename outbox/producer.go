@@ -19,13 +19,26 @@ const (
 	// DefaultMaxBufferedRecords bounds the records buffered before a flush; it must be at
 	// least BatchSize × MaxInFlightBatches.
 	DefaultMaxBufferedRecords = 1 << 16
+	// DefaultMetadataMinAge is the shortest time between two metadata refreshes of the
+	// relay's client, franz-go's own 5s lowered to the wait franz-go uses between the retries of
+	// an urgent refresh. A record refused because its partition's leader moved
+	// (NOT_LEADER_FOR_PARTITION, as a broker answers while its controller fences it and gives
+	// it its partitions back, which is what follows a pause past its KRaft session) is
+	// retried only after the next refresh; with 5s, that refresh came up to 5s after the
+	// client's last one, and the flush waited for it. A flush holds the head of every key of
+	// its batches, so every later row of those keys, in every relay, waited too: after a long
+	// broker pause, with a backlog over a few hundred keys, the relays published one batch
+	// every few seconds instead of draining. A refresh costs the broker one small request.
+	DefaultMetadataMinAge = 250 * time.Millisecond
 )
 
 // ProducerOpts returns the franz-go options the relay's client must be built with:
 // acks from all in-sync replicas, idempotent writes (franz-go's default, not disabled), manual
 // flushing (the relay buffers a whole batch and flushes it, so a failure of a partition fails
 // every later record of that partition and no later same-key record can overtake a failed one),
-// bounded record retries and timeouts so the relay classifies errors itself. Append seed
+// bounded record retries and timeouts so the relay classifies errors itself, and metadata
+// refreshed at most DefaultMetadataMinAge apart, so that a partition whose leader moved is
+// produced to again within that time rather than franz-go's default 5s. Append seed
 // brokers, TLS and SASL options after them. NewRelay rejects a client built without
 // acks=all, with idempotency disabled, or without manual flushing.
 //
@@ -39,6 +52,7 @@ func ProducerOpts() []kgo.Opt {
 		kgo.RecordRetries(DefaultRecordRetries),
 		kgo.ProduceRequestTimeout(DefaultProduceRequestTimeout),
 		kgo.RecordDeliveryTimeout(DefaultRecordDeliveryTimeout),
+		kgo.MetadataMinAge(DefaultMetadataMinAge),
 	}
 }
 
