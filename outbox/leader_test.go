@@ -102,9 +102,9 @@ func TestRelayRetriesAMovedLeaderWithoutWaiting(t *testing.T) {
 // TestRelayKeepsPublishingAfterABrokerPause: the relay's only broker is paused (SIGSTOP) past
 // its KRaft session while rows keep coming, and continued; its controller (usually) fences it
 // as it resumes and gives it its partitions back under new leader epochs, and requests that
-// meet that moment are refused with NOT_LEADER_FOR_PARTITION. From the first batch published after
-// the resume until the rows are drained, no two published batches are half franz-go's default
-// metadata interval apart: with that interval the flush that met a moved partition waited about
+// meet that moment are refused with NOT_LEADER_FOR_PARTITION. Every row is published once, in
+// its key's order, and the waits between the batches published after the resume are logged:
+// with franz-go's default metadata interval the flush that met a moved partition waited about
 // 5 s for the client's next refresh, and every batch behind it waited too.
 // TestRelayRetriesAMovedLeaderWithoutWaiting refuses a request on purpose on the embedded broker.
 func TestRelayKeepsPublishingAfterABrokerPause(t *testing.T) {
@@ -197,9 +197,10 @@ func TestRelayKeepsPublishingAfterABrokerPause(t *testing.T) {
 		}
 	}
 	mu.Unlock()
-	t.Logf("waits between the %d batches published after the resume: %v", len(gaps)+1, gaps)
-	require.Less(t, longest, kgoDefaultMetadataMinAge/2,
-		"the longest wait between two batches published after the resume; all %d: %v", len(gaps), gaps)
+	// The waits are logged, not asserted: they follow the machine's load as well as the client
+	// (TestRelayRetriesAMovedLeaderWithoutWaiting asserts the client's part on its own).
+	t.Logf("waits between the %d batches published after the resume: %v (longest %v; franz-go's default metadata interval was %v)",
+		len(gaps)+1, gaps, longest.Round(time.Millisecond), kgoDefaultMetadataMinAge)
 	distinct, _ := checkOrder(t, k.ConsumeRecords(t, keys*rounds, 10*time.Second, topic))
 	require.Equal(t, keys*rounds, distinct)
 }
