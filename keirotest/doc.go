@@ -31,7 +31,8 @@
 //
 // The environment (databases, the broker, produce failures) lives in package
 // keirotest/testenv, which depends on no keiro component but the migrations so that keiro's
-// own component tests can use it; this package re-exports all of it.
+// own component tests can use it; this package re-exports all of it ([Kafka] is this
+// package's handle of the environment's broker, with the same fields and methods).
 //
 // # Databases
 //

@@ -31,10 +31,6 @@ type (
 	DB = testenv.DB
 	// DBConfig configures NewDBWith (testenv.DBConfig).
 	DBConfig = testenv.DBConfig
-	// Kafka is an embedded single-broker Kafka cluster owned by one test (testenv.Kafka: its
-	// Cluster, Seeds and Client, and the methods NewClient, CreateTopic, Records, ReadTopic,
-	// ConsumeRecords and FailProduces).
-	Kafka = testenv.Kafka
 	// KafkaConfig configures NewKafkaWith (testenv.KafkaConfig).
 	KafkaConfig = testenv.KafkaConfig
 	// ProduceFailure describes produce requests the embedded broker refuses, for
@@ -82,13 +78,13 @@ func NewSchema(t testing.TB, pool *pgxpool.Pool) string {
 // failures.
 func NewKafka(t testing.TB, topics ...string) *Kafka {
 	t.Helper()
-	return testenv.NewKafka(t, topics...)
+	return wrapKafka(testenv.NewKafka(t, topics...))
 }
 
 // NewKafkaWith is NewKafka with a configuration.
 func NewKafkaWith(t testing.TB, cfg KafkaConfig) *Kafka {
 	t.Helper()
-	return testenv.NewKafkaWith(t, cfg)
+	return wrapKafka(testenv.NewKafkaWith(t, cfg))
 }
 
 // FastRetries returns franz-go options for clients of the embedded broker: metadata refreshed
@@ -109,13 +105,13 @@ const KafkaVersion = testenv.KafkaVersion
 // groups through Kafka.Topic and Kafka.Group.
 func NewRealKafka(t testing.TB, topics ...string) *Kafka {
 	t.Helper()
-	return testenv.NewRealKafka(t, topics...)
+	return wrapKafka(testenv.NewRealKafka(t, topics...))
 }
 
 // EachKafka runs f as the subtests "kfake" (the embedded broker) and "kafka" (a real one).
 func EachKafka(t *testing.T, cfg KafkaConfig, f func(t *testing.T, k *Kafka)) {
 	t.Helper()
-	testenv.EachKafka(t, cfg, f)
+	testenv.EachKafka(t, cfg, func(t *testing.T, k *testenv.Kafka) { f(t, wrapKafka(k)) })
 }
 
 // Main is a TestMain for packages whose tests use the kit: it runs the tests, stops the real
@@ -145,5 +141,5 @@ const BenchKafkaEnv = testenv.BenchKafkaEnv
 // KEIRO_BENCH_KAFKA=real, so that one benchmark gives both figures.
 func BenchKafka(b testing.TB, cfg KafkaConfig) *Kafka {
 	b.Helper()
-	return testenv.BenchKafka(b, cfg)
+	return wrapKafka(testenv.BenchKafka(b, cfg))
 }
