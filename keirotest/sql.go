@@ -26,3 +26,14 @@ WHERE status IN ('pending', 'failed', 'publishing') AND (cardinality($1::text[])
 // schema).
 const sqlChangedSince = `SELECT outbox_id FROM %s.keiro_outbox
 WHERE status = ANY($2) AND updated_at >= $1 ORDER BY seq`
+
+// sqlInboxRows lists a consumer's inbox rows ($1), optionally only those of message id $2,
+// oldest first, with what the kit's statuses are made of (format with the schema).
+const sqlInboxRows = `SELECT source, dedupe_key, coalesce(message_id, ''), coalesce(event_type, ''), status,
+	attempt_count, poisoned, dead_lettered_at IS NOT NULL, coalesce(last_error, '')
+FROM %s.keiro_inbox
+WHERE consumer = $1 AND ($2 = '' OR message_id = $2)
+ORDER BY received_at, source, dedupe_key`
+
+// sqlInboxConsumers lists the consumers with rows in an inbox (format with the schema).
+const sqlInboxConsumers = `SELECT DISTINCT consumer FROM %s.keiro_inbox ORDER BY consumer`

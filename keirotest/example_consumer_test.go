@@ -1,0 +1,88 @@
+package keirotest_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/inbox"
+	"github.com/keiro-go/keiro/keirotest"
+)
+
+// createInvoice is the billing handler of the consumer examples: it invoices an order, and
+// refuses for good an order without an id.
+func createInvoice(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
+	var p struct {
+		OrderID string `json:"orderId"`
+	}
+	if err := envelope.DecodeJSON(&ev, &p); err != nil {
+		return inbox.Permanent(err)
+	}
+	if p.OrderID == "" {
+		return inbox.Permanent(fmt.Errorf("%s %s has no order id", ev.EventType, ev.MessageID))
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO invoices (order_id) VALUES ($1)`, p.OrderID)
+	return err
+}
+
+// billingDB is a test database with the invoices table of createInvoice.
+func billingDB(t testing.TB) *keirotest.DB {
+	db := keirotest.NewDB(t)
+	if _, err := db.Pool.Exec(context.Background(), `CREATE TABLE invoices (order_id text PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+func ExampleRunConsumer() {
+	test(func(t testing.TB) {
+		db := billingDB(t)
+		kafka := keirotest.NewKafka(t, "ordering.orders.v1")
+		// The consumer the service runs, with its production configuration; stopped when the
+		// test ends.
+		consumer := keirotest.RunConsumer(t, db.Pool, kafka, createInvoice, inbox.ConsumerConfig{
+			Topics: []string{"ordering.orders.v1"},
+		})
+		ev := keirotest.JSONEvent(t, "OrderPlaced", map[string]any{"orderId": "1001"})
+		ev.Destination = "ordering.orders.v1"
+		keirotest.Produce(t, kafka, ev) // as the relay publishes it
+		row := consumer.WaitProcessed(t, ev.MessageID)
+		fmt.Println(row.Status, row.Entry.Delivery.Event.EventType, "invoices:", count(t, db, "invoices"))
+	})
+	// Output:
+	// completed OrderPlaced invoices: 1
+}
+
+func ExampleRequireDeadLettered() {
+	test(func(t testing.TB) {
+		db := billingDB(t)
+		kafka := keirotest.NewKafka(t, "ordering.orders.v1")
+		consumer := keirotest.RunConsumer(t, db.Pool, kafka, createInvoice, inbox.ConsumerConfig{
+			Topics: []string{"ordering.orders.v1"},
+		})
+		poison := keirotest.JSONEvent(t, "OrderPlaced", map[string]any{"customer": "ada"}) // no order id
+		poison.Destination, poison.MessageID = "ordering.orders.v1", "m-1"
+		keirotest.Produce(t, kafka, poison)
+		consumer.WaitDeadLettered(t, "m-1")
+		dl := keirotest.RequireDeadLettered(t, kafka, "ordering.orders.v1.dlq", keirotest.DeadLettered{
+			MessageID: "m-1", Reason: inbox.ReasonPermanent, Count: 1,
+		})
+		fmt.Println(dl[0].Reason, dl[0].SourceTopic, dl[0].SourceOffset)
+		fmt.Println(dl[0].Error)
+	})
+	// Output:
+	// permanent ordering.orders.v1 0
+	// permanent: OrderPlaced m-1 has no order id
+}
+
+// count returns the number of rows of table.
+func count(t testing.TB, db *keirotest.DB, table string) int {
+	var n int
+	if err := db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
