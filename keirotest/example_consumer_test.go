@@ -86,3 +86,31 @@ func count(t testing.TB, db *keirotest.DB, table string) int {
 	}
 	return n
 }
+
+func ExampleRequireProcessed() {
+	test(func(t testing.TB) {
+		db := billingDB(t)
+		ev := keirotest.JSONEvent(t, "OrderPlaced", map[string]any{"orderId": "1001"})
+		keirotest.Deliver(t, db.Pool, ev, keirotest.DeliverConfig{Handler: createInvoice})
+		// The consumer defaults to the one Deliver uses (keirotest.DefaultConsumer).
+		row := keirotest.RequireProcessed(t, db.Pool, ev.MessageID)
+		fmt.Println(row.Status, row.Entry.Attempts)
+	})
+	// Output:
+	// completed 0
+}
+
+func ExampleRequireInboxFailed() {
+	test(func(t testing.TB) {
+		db := billingDB(t)
+		ev := keirotest.JSONEvent(t, "OrderPlaced", map[string]any{"customer": "ada"}) // no order id
+		keirotest.Deliver(t, db.Pool, ev, keirotest.DeliverConfig{Handler: createInvoice, Want: inbox.Poisoned})
+		row := keirotest.RequireInboxFailed(t, db.Pool, ev.MessageID, keirotest.InboxOptions{
+			Status: keirotest.InboxPoisoned, // Deliver produces no dead letter; RunConsumer does
+			Error:  "has no order id",
+		})
+		fmt.Println(row.Status, row.Entry.Attempts)
+	})
+	// Output:
+	// poisoned 1
+}
