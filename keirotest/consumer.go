@@ -169,8 +169,8 @@ func RunConsumer(t testing.TB, pool *pgxpool.Pool, kafka *Kafka, h inbox.Handler
 			userDeadLettered(r, reason)
 		}
 		c.mu.Lock()
-		c.deadLetters = append(c.deadLetters, DeadLetter{Record: r, MessageID: headerValue(r.Headers, envelope.HeaderMessageID),
-			Reason: reason})
+		id, _ := lastHeader(r.Headers, envelope.HeaderMessageID)
+		c.deadLetters = append(c.deadLetters, DeadLetter{Record: r, MessageID: id, Reason: reason})
 		c.mu.Unlock()
 		c.events.Add(1)
 	}
@@ -391,14 +391,4 @@ func (c *Consumer) report() string {
 		}, nil))
 	}
 	return b.String()
-}
-
-// headerValue returns the value of the last header named key, or "".
-func headerValue(hs []kgo.RecordHeader, key string) string {
-	for i := len(hs) - 1; i >= 0; i-- {
-		if hs[i].Key == key {
-			return string(hs[i].Value)
-		}
-	}
-	return ""
 }

@@ -114,7 +114,8 @@ func (d DeadLetterRecord) messageID() string {
 	if d.DecodeErr == nil {
 		return d.Event.MessageID
 	}
-	return headerValue(d.Record.Headers, envelope.HeaderMessageID)
+	id, _ := lastHeader(d.Record.Headers, envelope.HeaderMessageID)
+	return id
 }
 
 func (d DeadLetterRecord) String() string {
@@ -179,11 +180,13 @@ func (want DeadLettered) describe() string {
 
 // RequireDeadLettered fails t unless the dead-letter topic topic (the consumer's
 // ConsumerConfig.DeadLetterTopic for the source topic: "<topic>.dlq" by default) holds a
-// record the consumer dead-lettered matching want (exactly want.Count of them when it is set),
-// and returns the matching records in partition and offset order, their dead-letter headers
-// decoded. The failure message lists every record on the topic with its reason and error and
-// how each differs from want.
-func RequireDeadLettered(t testing.TB, kafka *Kafka, topic string, want DeadLettered) []DeadLetterRecord {
+// record the consumer dead-lettered matching want and every one of headers (exactly want.Count
+// of them when it is set), and returns the matching records in partition and offset order,
+// their dead-letter headers decoded. headers check the record's Kafka headers as for
+// RequirePublished (the original record's headers are kept on the dead letter). The failure
+// message lists every record on the topic with its reason and error (with header matchers, its
+// headers too) and how each differs from want.
+func RequireDeadLettered(t testing.TB, kafka *Kafka, topic string, want DeadLettered, headers ...HeaderMatcher) []DeadLetterRecord {
 	t.Helper()
 	const who = "keirotest.RequireDeadLettered"
 	if kafka == nil {
@@ -196,6 +199,9 @@ func RequireDeadLettered(t testing.TB, kafka *Kafka, topic string, want DeadLett
 	if want.Reason != "" && !slices.Contains(deadLetterReasons, want.Reason) {
 		t.Fatalf("%s: unknown DeadLettered.Reason %q: use inbox.ReasonDecode, ReasonSchema, ReasonDedupe, ReasonPoisoned, "+
 			"ReasonPermanent or ReasonUnstorable", who, want.Reason)
+	}
+	if err := checkHeaderMatchers(headers); err != nil {
+		t.Fatalf("%s: %v", who, err)
 	}
 	deadline := time.Now().Add(want.Within)
 	for {
@@ -215,7 +221,7 @@ func RequireDeadLettered(t testing.TB, kafka *Kafka, topic string, want DeadLett
 				diffs[i] = []string{"not a dead letter: it has no " + inbox.HeaderDLQReason + " header"}
 				continue
 			}
-			if diffs[i] = want.mismatches(d); len(diffs[i]) == 0 {
+			if diffs[i] = append(want.mismatches(d), headerMismatches(r.Headers, headers)...); len(diffs[i]) == 0 {
 				matched = append(matched, d)
 			}
 		}
@@ -239,9 +245,18 @@ func RequireDeadLettered(t testing.TB, kafka *Kafka, topic string, want DeadLett
 				"did the consumer run, and did Consumer.WaitDeadLettered return?)", topic)
 		} else {
 			found = fmt.Sprintf("  found %s on topic %q:%s", plural(len(all), "record"), topic,
-				listing(len(all), func(i int) string { return all[i].String() }, func(i int) []string { return diffs[i] }))
+				listing(len(all), func(i int) string {
+					if len(headers) > 0 {
+						return all[i].String() + "\n       headers: " + showHeaders(all[i].Record.Headers)
+					}
+					return all[i].String()
+				}, func(i int) []string { return diffs[i] }))
 		}
-		t.Fatalf("%s: %s on topic %q\n  want: %s\n%s", who, head, topic, want.describe(), found)
+		desc := want.describe()
+		if len(headers) > 0 {
+			desc += ", " + describeHeaders(headers)
+		}
+		t.Fatalf("%s: %s on topic %q\n  want: %s\n%s", who, head, topic, desc, found)
 		return nil
 	}
 }

@@ -114,3 +114,24 @@ func ExampleRequireInboxFailed() {
 	// Output:
 	// poisoned 1
 }
+
+// Header matchers check the Kafka headers the relay wrote: the flow's correlation id, the
+// trace, the registry's schema id, any header by name.
+func ExampleRequirePublished_headers() {
+	test(func(t testing.TB) {
+		kafka := keirotest.NewKafka(t, "ordering.orders.v1")
+		ev := keirotest.JSONEvent(t, "OrderPlaced", map[string]any{"orderId": "1001"})
+		corr, _ := envelope.ParseUUID("0190b0a8-7c4e-7d2a-9f1e-5b3c2d1e0f4a")
+		ev.Destination, ev.CorrelationID = "ordering.orders.v1", &corr
+		ev.TraceContext = &envelope.TraceContext{Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+		keirotest.Produce(t, kafka, ev)
+		recs := keirotest.RequirePublished(t, kafka, "ordering.orders.v1", keirotest.Published{EventType: "OrderPlaced"},
+			keirotest.WithCorrelationID("0190b0a8-7c4e-7d2a-9f1e-5b3c2d1e0f4a"),
+			keirotest.WithTraceID("4bf92f3577b34da6a3ce929d0e0e4736"),
+			keirotest.WithHeader("keiro-source", "keirotest"),
+			keirotest.WithoutHeader("keiro-causation-id"))
+		fmt.Println(len(recs), recs[0].Event.CorrelationID)
+	})
+	// Output:
+	// 1 0190b0a8-7c4e-7d2a-9f1e-5b3c2d1e0f4a
+}

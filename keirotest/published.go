@@ -69,11 +69,14 @@ func decodeAll(recs []*kgo.Record) []Record {
 	return out
 }
 
-// RequirePublished fails t unless topic holds a keiro record matching want (exactly
-// want.Count of them when it is set), and returns the matching records in partition and
-// offset order. The failure message lists every record on the topic (records that are not
-// keiro records with the reason) and how each differs from want.
-func RequirePublished(t testing.TB, kafka *Kafka, topic string, want Published) []Record {
+// RequirePublished fails t unless topic holds a keiro record matching want and every one of
+// headers (exactly want.Count of them when it is set), and returns the matching records in
+// partition and offset order. headers check the record's Kafka headers as they are on the
+// topic: WithCorrelationID, WithTraceParent, WithTraceID, WithSchemaID, WithHeader,
+// WithoutHeader. The failure message lists every record on the topic (records that are not
+// keiro records with the reason; with header matchers, every record's headers too) and how
+// each differs from want.
+func RequirePublished(t testing.TB, kafka *Kafka, topic string, want Published, headers ...HeaderMatcher) []Record {
 	t.Helper()
 	const who = "keirotest.RequirePublished"
 	if kafka == nil {
@@ -81,6 +84,9 @@ func RequirePublished(t testing.TB, kafka *Kafka, topic string, want Published) 
 	}
 	if want.Count < 0 || want.Within < 0 {
 		t.Fatalf("%s: Published.Count and Within must not be negative, got %d and %s", who, want.Count, want.Within)
+	}
+	if err := checkHeaderMatchers(headers); err != nil {
+		t.Fatalf("%s: %v", who, err)
 	}
 	c := criteria{messageID: want.MessageID, source: want.Source, key: want.Key, noKey: want.NoKey,
 		eventType: want.EventType, payload: want.Payload, where: want.Where}
@@ -100,7 +106,7 @@ func RequirePublished(t testing.TB, kafka *Kafka, topic string, want Published) 
 				diffs[i] = []string{"not a keiro record: " + r.DecodeErr.Error()}
 				continue
 			}
-			diffs[i] = c.mismatches(r.Event, "")
+			diffs[i] = append(c.mismatches(r.Event, ""), headerMismatches(r.Record.Headers, headers)...)
 			if len(diffs[i]) == 0 {
 				matched = append(matched, r)
 			}
@@ -121,21 +127,31 @@ func RequirePublished(t testing.TB, kafka *Kafka, topic string, want Published) 
 			found = fmt.Sprintf("  found: topic %q has no records (did the relay run? keirotest.DrainOutbox runs one)", topic)
 		} else {
 			found = fmt.Sprintf("  found %s on topic %q:%s", plural(len(all), "record"), topic,
-				listing(len(all), func(i int) string { return recordLine(all[i]) }, func(i int) []string { return diffs[i] }))
+				listing(len(all), func(i int) string { return recordLine(all[i], len(headers) > 0) },
+					func(i int) []string { return diffs[i] }))
 		}
 		if want.Within > 0 {
 			head += fmt.Sprintf(" within %s", want.Within)
 		}
-		t.Fatalf("%s: %s on topic %q\n  want: %s\n%s", who, head, topic, c.describe(), found)
+		desc := c.describe()
+		if len(headers) > 0 {
+			desc += ", " + describeHeaders(headers)
+		}
+		t.Fatalf("%s: %s on topic %q\n  want: %s\n%s", who, head, topic, desc, found)
 		return nil
 	}
 }
 
-// recordLine renders a record for a failure message.
-func recordLine(r Record) string {
+// recordLine renders a record for a failure message, with its headers when withHeaders is
+// set.
+func recordLine(r Record, withHeaders bool) string {
 	pos := fmt.Sprintf("partition %d offset %d", r.Record.Partition, r.Record.Offset)
+	s := pos + ": " + summary(r.Event)
 	if r.DecodeErr != nil {
-		return fmt.Sprintf("%s: key %q, value %s", pos, r.Record.Key, showPayload(r.Record.Value))
+		s = fmt.Sprintf("%s: key %q, value %s", pos, r.Record.Key, showPayload(r.Record.Value))
 	}
-	return pos + ": " + summary(r.Event)
+	if withHeaders {
+		s += "\n       headers: " + showHeaders(r.Record.Headers)
+	}
+	return s
 }
