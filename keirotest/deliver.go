@@ -70,14 +70,16 @@ type Delivered struct {
 
 // Deliver hands ev to the handler cfg names through a real inbox transaction on pool
 // (inbox.Store.Process), as the consumer does for a record read from Kafka, and returns the
-// outcome. The handler's writes commit with the inbox row, or not at all. It fails t on a
-// storage error, on an invalid event, when the outcome differs from cfg.Want, and, with
-// cfg.Twice, unless the redelivery was suppressed.
-func Deliver(t testing.TB, pool *pgxpool.Pool, ev envelope.Event, cfg DeliverConfig) Delivered {
+// outcome. The handler's writes commit with the inbox row, or not at all. pool is a pool
+// (a NewDB pool) or a transaction (a NewTx one), in which the inbox transaction is a nested
+// one that the test's rollback undoes. It fails t on a storage error, on an invalid event, when
+// the outcome differs from cfg.Want, and, with cfg.Twice, unless the redelivery was
+// suppressed.
+func Deliver(t testing.TB, pool inbox.DB, ev envelope.Event, cfg DeliverConfig) Delivered {
 	t.Helper()
 	const who = "keirotest.Deliver"
-	if pool == nil {
-		t.Fatalf("%s: pool is nil; pass the pool of keirotest.NewDB or your own", who)
+	if p, ok := pool.(*pgxpool.Pool); pool == nil || ok && p == nil {
+		t.Fatalf("%s: pool is nil; pass the pool of keirotest.NewDB, your own, or a keirotest.NewTx", who)
 	}
 	modes := 0
 	for _, set := range []bool{cfg.Handler != nil, cfg.SQLFunction != "", cfg.HTTPURL != ""} {

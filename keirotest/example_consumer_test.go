@@ -2,14 +2,17 @@ package keirotest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/keirotest"
+	"github.com/keiro-go/keiro/outbox"
 )
 
 // createInvoice is the billing handler of the consumer examples: it invoices an order, and
@@ -134,4 +137,40 @@ func ExampleRequirePublished_headers() {
 	})
 	// Output:
 	// 1 0190b0a8-7c4e-7d2a-9f1e-5b3c2d1e0f4a
+}
+
+// The fastest tests run the service's function in a transaction the kit rolls back when the
+// test ends; the assertions read through it.
+func ExampleNewTx() {
+	test(func(t testing.TB) {
+		ctx := context.Background()
+		tx := keirotest.NewTx(t) // no schema per test: a migrated one shared, nothing ever committed
+		// The service's function under test, in the test's transaction.
+		placeOrderTx := func(ctx context.Context, tx pgx.Tx, id string) error {
+			_, err := outbox.EnqueueTx(ctx, tx, envelope.Event{
+				MessageID: "example-placed-" + id, Source: "ordering", Destination: "ordering.orders.v1", Key: &id,
+				EventType: "OrderPlaced", SchemaVersion: 1, ContentType: envelope.ContentTypeJSON,
+				Payload: fmt.Appendf(nil, `{"orderId":%q}`, id), OccurredAt: time.Now(),
+			})
+			return err
+		}
+		if err := placeOrderTx(ctx, tx, "1001"); err != nil {
+			t.Fatal(err)
+		}
+		rows := keirotest.RequireEnqueued(t, tx, keirotest.Enqueued{Key: "1001", Count: 1})
+		fmt.Println(rows[0].Event.EventType, rows[0].Status)
+
+		// The consumer side too: Deliver's inbox transaction is nested in the test's.
+		if _, err := tx.Exec(ctx, `CREATE TABLE invoices (order_id text PRIMARY KEY)`); err != nil {
+			t.Fatal(err)
+		}
+		ev := keirotest.JSONEvent(t, "OrderPlaced", map[string]any{"orderId": "1001"})
+		keirotest.Deliver(t, tx, ev, keirotest.DeliverConfig{Handler: createInvoice})
+		fmt.Println(keirotest.RequireProcessed(t, tx, ev.MessageID).Status)
+		fmt.Println(errors.Is(tx.Commit(ctx), keirotest.ErrTxCommit)) // only the kit ends it: a rollback
+	})
+	// Output:
+	// OrderPlaced pending
+	// completed
+	// true
 }
