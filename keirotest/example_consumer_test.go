@@ -174,3 +174,40 @@ func ExampleNewTx() {
 	// completed
 	// true
 }
+
+// A poison message, end to end (docs/testing.md): the service's consumer runs against the
+// embedded broker; a good record is processed, a bad one is dead-lettered with its reason, the
+// inbox remembers both, and the good one's effect happened once.
+func Example_poisonMessage() {
+	test(func(t testing.TB) {
+		db := billingDB(t)
+		kafka := keirotest.NewKafka(t, "ordering.orders.v1")
+		consumer := keirotest.RunConsumer(t, db.Pool, kafka, createInvoice, inbox.ConsumerConfig{
+			Topics: []string{"ordering.orders.v1"},
+			Store:  inbox.StoreConfig{MaxAttempts: 3},
+		})
+
+		good := keirotest.JSONEvent(t, "OrderPlaced", map[string]any{"orderId": "1001"})
+		poison := keirotest.JSONEvent(t, "OrderPlaced", map[string]any{"customer": "ada"}) // no order id
+		good.Destination, poison.Destination = "ordering.orders.v1", "ordering.orders.v1"
+		poison.MessageID = "m-poison"
+		keirotest.Produce(t, kafka, poison)
+		keirotest.Produce(t, kafka, good)
+
+		consumer.WaitDeadLettered(t, poison.MessageID)
+		consumer.WaitProcessed(t, good.MessageID) // the partition moved on past the poison
+		dl := keirotest.RequireDeadLettered(t, kafka, "ordering.orders.v1.dlq", keirotest.DeadLettered{
+			MessageID: poison.MessageID, Reason: inbox.ReasonPermanent, Error: "has no order id", Count: 1,
+		}, keirotest.WithHeader("keiro-source", "keirotest"))
+		failed := consumer.RequireInboxFailed(t, poison.MessageID, keirotest.InboxOptions{Status: keirotest.InboxDeadLettered})
+		consumer.RequireProcessed(t, good.MessageID)
+
+		fmt.Println("dead letter:", dl[0].Reason, "from", dl[0].SourceTopic, "offset", dl[0].SourceOffset)
+		fmt.Println("inbox:", failed.Status, "after", failed.Entry.Attempts, "attempt")
+		fmt.Println("invoices:", count(t, db, "invoices"))
+	})
+	// Output:
+	// dead letter: permanent from ordering.orders.v1 offset 0
+	// inbox: dead_lettered after 1 attempt
+	// invoices: 1
+}
