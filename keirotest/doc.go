@@ -16,6 +16,16 @@
 //     HTTP endpoint) through a real inbox transaction, optionally twice to prove that the
 //     duplicate is suppressed. A failing handler fails the test unless DeliverConfig.Want
 //     names the failure the test expects.
+//   - [RequireProcessed] and [RequireInboxFailed] assert a message's inbox row by message id;
+//     its state is one of the [InboxStatus] constants ([InboxCompleted], ...).
+//   - [RunConsumer] runs the service's real inbox consumer in the background for the test;
+//     [Consumer.WaitProcessed] and [Consumer.WaitDeadLettered] wait for what it did to a
+//     message. [Produce] writes an event as the relay publishes it, and [RequireDeadLettered]
+//     asserts records on a dead-letter topic with their reason.
+//   - Header matchers ([WithCorrelationID], [WithTraceID], [WithSchemaID], [WithHeader], ...)
+//     check a record's headers in RequirePublished and RequireDeadLettered.
+//   - [NewTx] runs a test in a transaction rolled back when it ends, for the fastest tests:
+//     the assertions read through it.
 //
 // # Failures
 //
