@@ -98,8 +98,11 @@ type AuthConfig struct {
 	// included. Defaults to "" (no token).
 	Token string
 	// AllowUnauthenticated serves requests without credentials when Token is empty: set it
-	// only when the server is bound to loopback ([IsLoopback]). Defaults to false: without a
-	// token every request is refused with 403.
+	// only when the server is bound to loopback ([IsLoopback]). Such a console serves only
+	// requests whose Host header names loopback (localhost, *.localhost, 127.0.0.0/8, [::1],
+	// with or without a port) and answers 421 Misdirected Request to any other Host, so that
+	// a web page cannot reach it under its own name (DNS rebinding). Defaults to false:
+	// without a token every request is refused with 403.
 	AllowUnauthenticated bool
 }
 

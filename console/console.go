@@ -134,6 +134,12 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	if msg := c.guard.checkHost(r); msg != "" {
+		c.log.Warn("console: request refused", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "host", cleanHost(r.Host),
+			"status", http.StatusMisdirectedRequest, "reason", "Host is not loopback")
+		c.fail(w, r, api, http.StatusMisdirectedRequest, msg)
+		return
+	}
 	p, status, msg := c.guard.authenticate(r)
 	if status != 0 {
 		c.log.Warn("console: request refused", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "status", status, "reason", msg)

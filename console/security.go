@@ -7,7 +7,9 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"fmt"
 	"mime"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -84,6 +86,64 @@ func (g *guard) authenticate(r *http.Request) (principal, int, string) {
 		return principal{}, http.StatusUnauthorized, "credentials required: send Authorization: Bearer <admin token>, or basic auth with the admin token as password"
 	}
 	return principal{}, http.StatusUnauthorized, "wrong credentials: the admin token does not match"
+}
+
+// openOnLoopback reports whether the guard serves requests without credentials: no token, and
+// unauthenticated access allowed (the sidecars allow it only when bound to loopback).
+func (g *guard) openOnLoopback() bool { return g.token == nil && g.allowAnon }
+
+// checkHost refuses, when the console serves without credentials, a request whose Host does not
+// name loopback. A page of another site can make the browser send requests to the console's
+// port under the site's own name (DNS rebinding: evil.example resolved to 127.0.0.1), and the
+// browser then treats the console as that site's origin; the Host header still carries the
+// site's name, so it is checked before anything is served. With a token the credentials are
+// the check, and any Host is served.
+func (g *guard) checkHost(r *http.Request) string {
+	if !g.openOnLoopback() || loopbackHost(r.Host) {
+		return ""
+	}
+	host := r.Host
+	if host == "" {
+		host = "(none)"
+	}
+	return fmt.Sprintf("this console serves without credentials on loopback only, and the Host header %q does not name loopback: "+
+		"open it as http://127.0.0.1:PORT/console/ or http://localhost:PORT/console/, or set an admin token "+
+		"(--admin-token) to serve it under other names", cleanHost(host))
+}
+
+// loopbackHost reports whether a Host header names loopback: "localhost" or a name under
+// ".localhost" (RFC 6761 reserves them for loopback and no one can delegate them in DNS),
+// an IPv4 literal in 127.0.0.0/8 or the IPv6 literal [::1], with or without a port.
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	} else if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		host = host[1 : len(host)-1]
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if host == "localhost" || (strings.HasSuffix(host, ".localhost") && len(host) > len(".localhost")) {
+		return true
+	}
+	if strings.Contains(host, "%") {
+		return false // a zoned IPv6 address is never loopback
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// cleanHost makes a Host header safe to quote in a message (printable, short).
+func cleanHost(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsPrint(r) {
+			return r
+		}
+		return -1
+	}, s)
+	if len(s) > 100 {
+		s = s[:100] + "…"
+	}
+	return s
 }
 
 // cleanName makes a basic-auth user name safe to log (printable, short); empty becomes "basic".

@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"encoding/base64"
+	"io"
 	"net/http"
 	"regexp"
 	"strings"
@@ -190,4 +191,78 @@ func TestEscaping(t *testing.T) {
 	var row console.OutboxRow
 	r.get(t, "/api/v1/outbox/rows/"+ids[0]).json(t, &row)
 	require.Equal(t, evil, row.LastError)
+}
+
+// TestDNSRebinding: without a token, a request naming another host is refused before anything
+// is read or done, for pages, the API and actions alike; loopback names are served.
+func TestDNSRebinding(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	ids := deadFixture(t, r)
+	const evil = "evil.example:9477"
+	hostile := func(method, path, body string, hdr map[string]string) answer {
+		t.Helper()
+		req, err := http.NewRequest(method, r.srv.URL+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Host = evil
+		req.Header.Set("Origin", "http://"+evil)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return answer{code: resp.StatusCode, body: string(b), header: resp.Header}
+	}
+	for _, path := range []string{"/console/", "/console/outbox/" + ids["d1"], "/api/v1/outbox/rows/" + ids["d1"], "/api/v1/outbox/summary"} {
+		a := hostile(http.MethodGet, path, "", nil)
+		require.Equal(t, http.StatusMisdirectedRequest, a.code, path)
+		require.Contains(t, a.body, "does not name loopback", path)
+		require.NotContains(t, a.body, "OrderPlaced", path+": no row is read")
+		require.Empty(t, a.header.Get("X-CSRF-Token"), path+": no CSRF token is handed out")
+	}
+	tok := r.csrf(t)
+	a := hostile(http.MethodPost, "/api/v1/outbox/requeue", `{"ids":["`+ids["d1"]+`"]}`,
+		map[string]string{"Content-Type": "application/json", "X-CSRF-Token": tok})
+	require.Equal(t, http.StatusMisdirectedRequest, a.code, a.body)
+	a = hostile(http.MethodPost, "/console/outbox/requeue", "confirm=yes&id="+ids["d1"]+"&csrf_token="+tok,
+		map[string]string{"Content-Type": "application/x-www-form-urlencoded"})
+	require.Equal(t, http.StatusMisdirectedRequest, a.code, a.body)
+	require.Contains(t, r.get(t, "/api/v1/outbox/rows/"+ids["d1"]).body, `"status": "dead"`, "nothing was requeued")
+	require.Contains(t, r.logs.String(), "Host is not loopback")
+
+	// Loopback names are served, with or without a port.
+	for _, host := range []string{"localhost", "localhost:9464", "LOCALHOST.:9464", "console.localhost:9464", "127.0.0.1", "127.3.4.5:80", "[::1]:9464", "[::1]"} {
+		req, err := http.NewRequest(http.MethodGet, r.srv.URL+"/api/v1/outbox/summary", nil)
+		require.NoError(t, err)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, host)
+	}
+
+	// With a token the credentials are the check: any name is served to who has them.
+	tr := newRig(t, func(c *console.Config) { c.Auth = console.AuthConfig{Token: token} })
+	req, err := http.NewRequest(http.MethodGet, tr.srv.URL+"/api/v1/outbox/summary", nil)
+	require.NoError(t, err)
+	req.Host = "relay.internal.example:9464"
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+func TestLoopbackHost(t *testing.T) {
+	t.Parallel()
+	for host, want := range map[string]bool{
+		"localhost": true, "localhost:1": true, "a.b.localhost:9": true, "127.0.0.1:9464": true, "[::1]:1": true, "[::1]": true,
+		"": false, ".localhost": false, "localhost.example": false, "evil.example:9477": false, "127.0.0.1.nip.io": false,
+		"10.0.0.1:80": false, "[::]:80": false, "[fe80::1%25lo]:80": false, "0.0.0.0": false,
+	} {
+		require.Equal(t, want, console.LoopbackHost(host), host)
+	}
 }

@@ -1,0 +1,4 @@
+package console
+
+// LoopbackHost exports loopbackHost to the tests.
+var LoopbackHost = loopbackHost
