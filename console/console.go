@@ -82,6 +82,7 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /api/v1/inbox/failed/{source}/{key...}", c.needInbox(c.apiInboxEntry))
 	m.HandleFunc("POST /api/v1/inbox/retry", c.needInbox(c.apiInboxRetry))
 	m.HandleFunc("GET /api/v1/consumer/lag", c.needInbox(c.apiLag))
+	m.HandleFunc("GET /api/v1/search", c.needRows(c.apiSearch))
 	m.HandleFunc("GET /api/v1/subscriptions", c.needEvents(apiRead(c, c.readSubscriptions)))
 	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no API endpoint %s %s (see docs/console.md for the list)", r.Method, r.URL.Path))
@@ -94,6 +95,7 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /console/inbox", c.needInbox(c.pageInboxFailed))
 	m.HandleFunc("GET /console/inbox/{source}/{key...}", c.needInbox(c.pageInboxEntry))
 	m.HandleFunc("POST /console/inbox/retry", c.needInbox(c.pageInboxRetry))
+	m.HandleFunc("GET /console/search", c.needRows(c.pageSearch))
 	m.HandleFunc("GET /console/subscriptions", c.needEvents(c.pageSubscriptions))
 	static, _ := fs.Sub(assetFS, "assets")
 	m.Handle("GET /console/assets/", http.StripPrefix("/console/assets/", assetHandler(http.FileServerFS(static))))

@@ -60,6 +60,8 @@ var funcs = template.FuncMap{
 		return template.URL(v.Encode())
 	},
 	"joined": func(list []string) string { return strings.Join(list, ",") },
+	"when":   when,
+	"whenp":  whenp,
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -104,6 +106,48 @@ func fmtTimePtr(t *time.Time) string {
 	return fmtTime(*t)
 }
 
+// when shows t in UTC beside how long ago it was ("4 min ago", or "in 30 s" for a time to come),
+// as a <time> element; "—" for the zero time. Every value written is a formatted time.
+func when(t time.Time) template.HTML {
+	if t.IsZero() {
+		return "—"
+	}
+	return template.HTML(`<time datetime="` + t.UTC().Format(time.RFC3339) + `">` + fmtTime(t) +
+		`</time> <span class="rel">` + relative(time.Since(t)) + `</span>`)
+}
+
+// whenp is when of an optional time.
+func whenp(t *time.Time) template.HTML {
+	if t == nil {
+		return "—"
+	}
+	return when(*t)
+}
+
+// relative prints an elapsed duration as "12 s ago", "4 min ago", "3 h ago", "2 d ago"; a
+// negative one as "in 4 min".
+func relative(d time.Duration) string {
+	future := d < 0
+	if future {
+		d = -d
+	}
+	var n string
+	switch {
+	case d < time.Minute:
+		n = fmt.Sprintf("%d s", int(d.Seconds()))
+	case d < time.Hour:
+		n = fmt.Sprintf("%d min", int(d.Minutes()))
+	case d < 48*time.Hour:
+		n = fmt.Sprintf("%d h", int(d.Hours()))
+	default:
+		n = fmt.Sprintf("%d d", int(d.Hours()/24))
+	}
+	if future {
+		return "in " + n
+	}
+	return n + " ago"
+}
+
 // short flattens s to one line of at most n runes.
 func short(n int, s string) string {
 	s = strings.Join(strings.Fields(s), " ")
@@ -114,7 +158,7 @@ func short(n int, s string) string {
 }
 
 // pageNames are the templates of templates/, each parsed with layout.html.
-var pageNames = []string{"overview", "outbox", "outbox_row", "requeue", "inbox", "inbox_entry", "retry", "subscriptions", "error"}
+var pageNames = []string{"overview", "outbox", "outbox_row", "requeue", "inbox", "inbox_entry", "retry", "subscriptions", "search", "error"}
 
 func parsePages() (map[string]*template.Template, error) {
 	layout, err := fs.ReadFile(templateFS, "templates/layout.html")

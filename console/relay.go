@@ -34,6 +34,9 @@ type OutboxSummary struct {
 	Backlog int64 `json:"backlog"`
 	// OldestPendingAgeSeconds is the age of the oldest pending or failed row; null when none.
 	OldestPendingAgeSeconds *float64 `json:"oldest_pending_age_seconds"`
+	// OldestPendingID is the outbox id of the row at the head of the queue: the unpublished row
+	// (pending, failed or publishing) the relay claims first. Empty when none.
+	OldestPendingID string `json:"oldest_pending_id,omitempty"`
 	// DeadOrRejected counts the rows waiting for an operator.
 	DeadOrRejected int64 `json:"dead_or_rejected"`
 	// SentLastMinute counts the rows published in the last minute.
@@ -111,6 +114,15 @@ func (c *Console) readOutboxSummary(ctx context.Context) (OutboxSummary, error) 
 	}
 	sort.Slice(s.Destinations, func(i, j int) bool { return s.Destinations[i].Destination < s.Destinations[j].Destination })
 	s.OldestPendingAgeSeconds = ageSeconds(s.ReadAt, oldest)
+	if s.Backlog > 0 {
+		head, err := c.outbox.ListOutbox(ctx, q, outbox.ListOptions{Statuses: []string{"pending", "failed", "publishing"}, Limit: 1})
+		if err != nil {
+			return s, fmt.Errorf("read outbox summary: %w", err)
+		}
+		if len(head) == 1 {
+			s.OldestPendingID = head[0].OutboxID.String()
+		}
+	}
 	minutes, err := c.outbox.Activity(ctx, q, origin, 60)
 	if err != nil {
 		return s, fmt.Errorf("read outbox summary: %w", err)

@@ -101,6 +101,36 @@ func (s *Store) ListFailed(ctx context.Context, db DB, opts ListOptions) ([]Entr
 	return out, nil
 }
 
+// Search returns the store's consumer's rows, completed or failed, whose source, dedupe key,
+// message id, key or event type is exactly term, newest received first, at most limit (0:
+// DefaultListLimit): how an operator finds a message by what a log line names. It reads every
+// row of the consumer; an empty term is an error.
+func (s *Store) Search(ctx context.Context, db DB, term string, limit int) ([]Entry, error) {
+	if term == "" {
+		return nil, errors.New("search inbox rows: the search term is empty")
+	}
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	rows, err := db.Query(ctx, s.sql.search, s.cfg.Consumer, term, limit)
+	if err != nil {
+		return nil, fmt.Errorf("search inbox rows: %w", err)
+	}
+	defer rows.Close()
+	var out []Entry
+	for rows.Next() {
+		e, err := scanEntry(rows)
+		if err != nil {
+			return nil, fmt.Errorf("search inbox rows: %w", err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("search inbox rows: %w", err)
+	}
+	return out, nil
+}
+
 // RetryFilter selects the failed rows RetryFailed resets.
 type RetryFilter struct {
 	// Keys lists the rows to reset.

@@ -48,6 +48,7 @@ type statements struct {
 	markCompletedDO  string
 	lookup           string
 	listFailed       string
+	search           string
 	retryKeys        string
 	retryAll         string
 	deleteCompleted  string
@@ -111,6 +112,15 @@ WHERE consumer = $1 AND status = 'failed' AND ($2 = '' OR source = $2)
   AND (failed_at, source, dedupe_key) > ($3, $4, $5)
 ORDER BY failed_at, source, dedupe_key
 LIMIT $6`,
+		// search scans the consumer's rows (the primary key's prefix) for an exact source,
+		// dedupe key, message id, key or event type: an operator's search (Store.Search).
+		search: `SELECT ` + envelopeColumns + `, received_at, status, attempt_count, poisoned,
+	completed_at, failed_at, coalesce(last_error, '')
+FROM ` + t + `
+WHERE consumer = $1
+  AND (source = $2 OR dedupe_key = $2 OR message_id = $2 OR message_key = $2 OR event_type = $2)
+ORDER BY received_at DESC, source, dedupe_key
+LIMIT $3`,
 		retryKeys: `UPDATE ` + t + ` i SET attempt_count = 0, poisoned = false, dead_lettered_at = NULL
 FROM unnest($2::text[], $3::text[]) AS k(source, dedupe_key)
 WHERE i.consumer = $1 AND i.status = 'failed' AND i.source = k.source AND i.dedupe_key = k.dedupe_key`,

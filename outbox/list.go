@@ -66,6 +66,28 @@ func (s *Store) ListOutbox(ctx context.Context, q Querier, opts ListOptions) ([]
 		nullString(opts.Source), nullString(opts.Destination), nullString(opts.Key), limit, phases)
 }
 
+// sqlSearchOutbox lists the rows whose message id, key, event type or source is $1, newest
+// first, at most $2 (Store.SearchOutbox). An operator's search: it scans the table, retained
+// sent rows included. Kept with its only caller while sql_list.go moves.
+const sqlSearchOutbox = `SELECT ` + rowColumns + ` FROM {{schema}}.keiro_outbox
+WHERE message_id = $1 OR message_key = $1 OR event_type = $1 OR source = $1
+ORDER BY seq DESC LIMIT $2`
+
+// SearchOutbox lists the rows, in any status, whose message id, key, event type or source is
+// exactly term, newest first, at most limit (0: DefaultListLimit): how an operator finds a
+// message by what a log line or a customer's report names. It scans the table, retained sent
+// rows included; an empty term is an error.
+func (s *Store) SearchOutbox(ctx context.Context, q Querier, term string, limit int) ([]Row, error) {
+	if term == "" {
+		return nil, errors.New("search outbox rows: the search term is empty")
+	}
+	limit, err := listLimit(limit)
+	if err != nil {
+		return nil, fmt.Errorf("search outbox rows: %w", err)
+	}
+	return s.listRows(ctx, q, "search outbox rows", sqlSearchOutbox, term, limit)
+}
+
 // listStatuses checks opts' statuses and returns them with their phases (nil, nil: any).
 func listStatuses(opts ListOptions) ([]string, []int16, error) {
 	statuses := opts.Statuses
