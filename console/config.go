@@ -60,6 +60,9 @@ type OutboxConfig struct {
 	Pool *pgxpool.Pool
 	// Schema holds keiro's tables. Defaults to migrations.DefaultSchema.
 	Schema string
+	// MaxAttempts is the relays' attempt ceiling (RelayConfig.MaxAttempts), shown beside each
+	// row's attempts ("3 of 10"). Defaults to 0: unknown, the pages show "3 attempts".
+	MaxAttempts int
 }
 
 // InboxConfig locates one inbox consumer and the Kafka group it reads in.
@@ -143,6 +146,9 @@ func (c *Config) validate() error {
 		}
 		if err := migrations.ValidateSchema(o.Schema); err != nil {
 			errs = append(errs, fmt.Errorf("Outbox.Schema: %w", err))
+		}
+		if o.MaxAttempts < 0 {
+			errs = append(errs, fmt.Errorf("Outbox.MaxAttempts must be 0 (unknown) or more, got %d", o.MaxAttempts))
 		}
 	}
 	if i := c.Inbox; i != nil {

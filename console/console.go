@@ -92,9 +92,11 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /console/outbox", c.needOutbox(c.pageOutboxRows))
 	m.HandleFunc("GET /console/outbox/{id}", c.needOutbox(c.pageOutboxRow))
 	m.HandleFunc("POST /console/outbox/requeue", c.needOutbox(c.pageOutboxRequeue))
+	m.HandleFunc("GET /console/outbox/requeued", c.needOutbox(c.pageOutboxRequeued))
 	m.HandleFunc("GET /console/inbox", c.needInbox(c.pageInboxFailed))
 	m.HandleFunc("GET /console/inbox/{source}/{key...}", c.needInbox(c.pageInboxEntry))
 	m.HandleFunc("POST /console/inbox/retry", c.needInbox(c.pageInboxRetry))
+	m.HandleFunc("GET /console/inbox/retried", c.needInbox(c.pageInboxRetried))
 	m.HandleFunc("GET /console/search", c.needRows(c.pageSearch))
 	m.HandleFunc("GET /console/subscriptions", c.needEvents(c.pageSubscriptions))
 	static, _ := fs.Sub(assetFS, "assets")
@@ -135,7 +137,7 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "same-origin")
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; script-src 'self'; connect-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	if msg := c.guard.checkHost(r); msg != "" {
 		c.log.Warn("console: request refused", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "host", cleanHost(r.Host),
 			"status", http.StatusMisdirectedRequest, "reason", "Host is not loopback")

@@ -27,8 +27,12 @@ type page struct {
 	Inbox    bool
 	Events   bool
 	CanRetry bool
-	Refresh  bool
-	Data     any
+	// Refresh is the seconds between refreshes of the page's live part (0: none).
+	Refresh int
+	// OutboxMax and InboxMax are the attempt ceilings (0: unknown).
+	OutboxMax int
+	InboxMax  int
+	Data      any
 }
 
 var funcs = template.FuncMap{
@@ -59,9 +63,11 @@ var funcs = template.FuncMap{
 		}
 		return template.URL(v.Encode())
 	},
-	"joined": func(list []string) string { return strings.Join(list, ",") },
-	"when":   when,
-	"whenp":  whenp,
+	"joined":   func(list []string) string { return strings.Join(list, ",") },
+	"attempts": attempts,
+	"when":     when,
+	"either":   either,
+	"whenp":    whenp,
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -104,6 +110,33 @@ func fmtTimePtr(t *time.Time) string {
 		return "—"
 	}
 	return fmtTime(*t)
+}
+
+// either joins words for a sentence: "dead", "dead or rejected", "dead, rejected or failed".
+func either(words []string) string {
+	switch n := len(words); n {
+	case 0:
+		return ""
+	case 1:
+		return words[0]
+	default:
+		return strings.Join(words[:n-1], ", ") + " or " + words[n-1]
+	}
+}
+
+// refreshSeconds is, per page, how often its live part is fetched again in place.
+var refreshSeconds = map[string]int{"overview": 10, "outbox": 5, "inbox": 5, "subscriptions": 10}
+
+// attempts prints an attempt count against its ceiling: "3 of 10", or "3 attempts" when the
+// ceiling is not known (0).
+func attempts(n, ceiling int) string {
+	switch {
+	case ceiling > 0:
+		return fmt.Sprintf("%d of %d", n, ceiling)
+	case n == 1:
+		return "1 attempt"
+	}
+	return fmt.Sprintf("%d attempts", n)
 }
 
 // when shows t in UTC beside how long ago it was ("4 min ago", or "in 30 s" for a time to come),
@@ -158,7 +191,7 @@ func short(n int, s string) string {
 }
 
 // pageNames are the templates of templates/, each parsed with layout.html.
-var pageNames = []string{"overview", "outbox", "outbox_row", "requeue", "inbox", "inbox_entry", "retry", "subscriptions", "search", "error"}
+var pageNames = []string{"overview", "outbox", "outbox_row", "requeue", "inbox", "inbox_entry", "retry", "subscriptions", "search", "requeued", "retried", "error"}
 
 func parsePages() (map[string]*template.Template, error) {
 	layout, err := fs.ReadFile(templateFS, "templates/layout.html")
@@ -191,9 +224,19 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 		ReadOnly: c.cfg.ReadOnly, Outbox: c.cfg.Outbox != nil, Inbox: c.cfg.Inbox != nil, Events: c.cfg.Events != nil,
 		CanRetry: c.cfg.Inbox != nil && c.cfg.Inbox.Handler != nil && !c.cfg.ReadOnly, Data: data,
 	}
-	pg.Refresh = name == "overview"
+	pg.Refresh = refreshSeconds[name]
+	if c.cfg.Outbox != nil {
+		pg.OutboxMax = c.cfg.Outbox.MaxAttempts
+	}
+	if c.cfg.Inbox != nil {
+		pg.InboxMax = c.cfg.Inbox.MaxAttempts
+	}
 	var buf bytes.Buffer
-	if err := c.pages[name].ExecuteTemplate(&buf, "layout", pg); err != nil {
+	tmpl := "layout"
+	if r.URL.Query().Get("fragment") == "live" && status == http.StatusOK && c.pages[name].Lookup("live") != nil {
+		tmpl = "live" // the part a page's script fetches again in place
+	}
+	if err := c.pages[name].ExecuteTemplate(&buf, tmpl, pg); err != nil {
 		c.log.Error("console: render page", "page", name, "err", err)
 		http.Error(w, "render the page: "+err.Error(), http.StatusInternalServerError)
 		return
@@ -298,46 +341,6 @@ func (c *Console) pageOutboxRow(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// requeueData is the requeue confirmation and result page's content.
-type requeueData struct {
-	Request RequeueRequest
-	// Count is how many rows the confirmed request would move (filter), or len(IDs).
-	Count   int64
-	Warning string
-	Answer  *RequeueAnswer
-}
-
-func (c *Console) pageOutboxRequeue(w http.ResponseWriter, r *http.Request) {
-	q := RequeueRequest{
-		IDs: r.PostForm["id"], Source: strings.TrimSpace(r.PostFormValue("source")),
-		Destination: strings.TrimSpace(r.PostFormValue("destination")), All: r.PostFormValue("all") == "yes",
-	}
-	if _, err := q.filter(); err != nil {
-		c.pageError(w, r, http.StatusBadRequest, "Requeue: "+err.Error()+". Select rows in the outbox list first.")
-		return
-	}
-	d := requeueData{Request: q, Warning: outbox.RequeueWarning, Count: int64(len(q.IDs))}
-	if r.PostFormValue("confirm") != "yes" {
-		if len(q.IDs) == 0 {
-			n, err := c.countRequeueable(r.Context(), q.Source, q.Destination)
-			if err != nil {
-				c.serverError(w, r, err)
-				return
-			}
-			d.Count = n
-		}
-		c.render(w, r, http.StatusOK, "requeue", "Confirm requeue", "outbox", d)
-		return
-	}
-	ans, err := c.requeue(r, q)
-	if err != nil {
-		c.serverError(w, r, err)
-		return
-	}
-	d.Answer = &ans
-	c.render(w, r, http.StatusOK, "requeue", "Requeued", "outbox", d)
-}
-
 // inboxListData is the inbox list page's content.
 type inboxListData struct {
 	Consumer string
@@ -380,13 +383,6 @@ func (c *Console) pageInboxEntry(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// retryData is the retry confirmation and result page's content.
-type retryData struct {
-	Consumer string
-	Keys     []RetryKey
-	Answer   *RetryAnswer
-}
-
 // Value is a key as the retry form posts it: the escaped source, "/", the escaped dedupe key.
 func (k RetryKey) Value() string { return pathEscape(k.Source) + "/" + pathEscape(k.DedupeKey) }
 
@@ -399,38 +395,6 @@ func parseFormKey(v string) (RetryKey, error) {
 		return RetryKey{}, fmt.Errorf("%q is not an escaped source/dedupe-key", v)
 	}
 	return RetryKey{Source: s, DedupeKey: k}, nil
-}
-
-func (c *Console) pageInboxRetry(w http.ResponseWriter, r *http.Request) {
-	if c.cfg.Inbox.Handler == nil {
-		c.pageError(w, r, http.StatusNotImplemented, "Retry is not available: this console has no handler to run.")
-		return
-	}
-	var q RetryRequest
-	for _, v := range r.PostForm["key"] {
-		k, err := parseFormKey(v)
-		if err != nil {
-			c.pageError(w, r, http.StatusBadRequest, "Retry: "+err.Error()+".")
-			return
-		}
-		q.Keys = append(q.Keys, k)
-	}
-	if err := q.validate(); err != nil {
-		c.pageError(w, r, http.StatusBadRequest, "Retry: "+err.Error()+". Select messages in the inbox list first.")
-		return
-	}
-	d := retryData{Consumer: c.cfg.Inbox.Consumer, Keys: q.Keys}
-	if r.PostFormValue("confirm") != "yes" {
-		c.render(w, r, http.StatusOK, "retry", "Confirm retry", "inbox", d)
-		return
-	}
-	ans, err := c.retry(r, q)
-	if err != nil {
-		c.serverError(w, r, err)
-		return
-	}
-	d.Answer = &ans
-	c.render(w, r, http.StatusOK, "retry", "Retried", "inbox", d)
 }
 
 func (c *Console) pageSubscriptions(w http.ResponseWriter, r *http.Request) {

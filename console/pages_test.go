@@ -90,20 +90,47 @@ func TestRequeueFlowWithoutJavaScript(t *testing.T) {
 	require.Contains(t, confirm.body, "Requeue 2 row(s)?")
 	require.Contains(t, confirm.body, "Ordering caveat")
 	require.Contains(t, confirm.body, "AFTER later events of its key")
+	// The rows affected, with what an operator decides on: event type, key, attempts, error.
+	require.Contains(t, confirm.body, `<div class="sub mono">d1</div></td>
+  <td class="mono">A</td>`)
+	require.Contains(t, confirm.body, "broker unreachable")
+	require.Contains(t, confirm.body, "10 attempts", "the console is not told the relay's ceiling")
+	// A row Kafka rejected for good is requeued only once that is acknowledged.
+	require.Contains(t, confirm.body, `id="rejected-warning"`)
+	require.Contains(t, confirm.body, "message_too_large")
 	require.Contains(t, r.get(t, "/api/v1/outbox/rows/"+ids["d1"]).body, `"status": "dead"`, "the confirmation moves nothing")
+	unacked := r.postForm(t, "/console/outbox/requeue", url.Values{"csrf_token": {tok}, "confirm": {"yes"}, "id": {ids["d1"], ids["r1"]}}.Encode())
+	require.Equal(t, http.StatusOK, unacked.code, unacked.body)
+	require.Contains(t, unacked.body, `id="ack-needed"`)
+	require.Contains(t, r.get(t, "/api/v1/outbox/rows/"+ids["r1"]).body, `"status": "rejected"`, "nothing moved without the acknowledgement")
 
-	done := r.postForm(t, "/console/outbox/requeue", url.Values{"csrf_token": {tok}, "confirm": {"yes"}, "id": {ids["d1"], ids["r1"]}}.Encode())
-	require.Equal(t, http.StatusOK, done.code, done.body)
-	require.Contains(t, done.body, "Requeued 2 row(s).")
+	// The action answers 303 to a page of its outcome: reloading it repeats nothing.
+	done := r.postForm(t, "/console/outbox/requeue", url.Values{"csrf_token": {tok}, "confirm": {"yes"}, "rejected_ok": {"yes"},
+		"id": {ids["d1"], ids["r1"]}}.Encode())
+	require.Equal(t, http.StatusSeeOther, done.code, done.body)
+	result := r.follow(t, done)
+	require.Equal(t, http.StatusOK, result.code, result.body)
+	require.Contains(t, result.body, "Requeued 2 row(s).")
+	require.Contains(t, result.body, `<span class="badge pending">pending</span>`, "the rows as they are now")
 	require.Contains(t, r.get(t, "/api/v1/outbox/rows/"+ids["r1"]).body, `"status": "pending"`)
+	again := r.follow(t, done)
+	require.Equal(t, result.code, again.code)
+	require.Equal(t, 1, strings.Count(r.logs.String(), `console: outbox requeue"`), "the reload did not requeue again")
+	// A result link the console did not sign is refused.
+	forged := strings.Replace(done.header.Get("Location"), "n=2", "n=2000", 1)
+	a := r.get(t, forged)
+	require.Equal(t, http.StatusBadRequest, a.code)
+	require.Contains(t, a.body, "not made by this console")
 
 	// By filter: the confirmation counts what would move.
 	filtered := r.get(t, "/console/outbox?destination=payments.v1").body
 	require.Contains(t, filtered, "Requeue every dead or rejected row for payments.v1")
 	confirm = r.postForm(t, "/console/outbox/requeue", url.Values{"csrf_token": {tok}, "destination": {"payments.v1"}}.Encode())
 	require.Contains(t, confirm.body, "Requeue 1 row(s)?")
+	require.Contains(t, confirm.body, "payment")
+	require.NotContains(t, confirm.body, `id="rejected-warning"`, "no rejected row for payments.v1")
 	done = r.postForm(t, "/console/outbox/requeue", url.Values{"csrf_token": {tok}, "confirm": {"yes"}, "destination": {"payments.v1"}}.Encode())
-	require.Contains(t, done.body, ids["p1"])
+	require.Contains(t, r.follow(t, done).body, ids["p1"])
 
 	bad := r.postForm(t, "/console/outbox/requeue", url.Values{"csrf_token": {tok}}.Encode())
 	require.Equal(t, http.StatusBadRequest, bad.code)
@@ -125,15 +152,57 @@ func TestRetryFlowWithoutJavaScript(t *testing.T) {
 	confirm := r.postForm(t, "/console/inbox/retry", url.Values{"csrf_token": {tok}, "key": {key}}.Encode())
 	require.Equal(t, http.StatusOK, confirm.code, confirm.body)
 	require.Contains(t, confirm.body, "Retry 1 message(s)")
-	require.Contains(t, confirm.body, "orders / a/b:c")
+	require.Contains(t, confirm.body, `orders / <span class="mono">a/b:c</span>`)
+	require.Contains(t, confirm.body, "cannot bill a/b:c: payload is poison", "the error the retry is about")
+	require.Contains(t, confirm.body, "1 of 1", "attempts against the consumer's ceiling")
 	r.fix()
 	done := r.postForm(t, "/console/inbox/retry", url.Values{"csrf_token": {tok}, "confirm": {"yes"}, "key": {key}}.Encode())
-	require.Equal(t, http.StatusOK, done.code, done.body)
-	require.Contains(t, done.body, "1 of 1 message(s) processed.")
+	result := r.follow(t, done)
+	require.Contains(t, result.body, "1 of 1 message(s) processed.")
+	require.Contains(t, result.body, "processed")
+	require.Contains(t, r.follow(t, done).body, "1 of 1 message(s) processed.", "a reload shows the outcome again")
+	require.Equal(t, 1, strings.Count(r.logs.String(), `console: inbox retry"`), "and retries nothing")
 	require.Contains(t, r.get(t, "/console/inbox/"+key).body, "completed")
 
 	bad := r.postForm(t, "/console/inbox/retry", url.Values{"csrf_token": {tok}, "key": {"no-slash"}}.Encode())
 	require.Equal(t, http.StatusBadRequest, bad.code)
 	bad = r.postForm(t, "/console/inbox/retry", url.Values{"csrf_token": {tok}}.Encode())
 	require.Equal(t, http.StatusBadRequest, bad.code)
+}
+
+// TestDecisionContext: attempts against the relay's ceiling, times in UTC beside how long ago,
+// and the lists' live part served alone for the refresh script.
+func TestDecisionContext(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, func(c *console.Config) { c.Outbox.MaxAttempts = 10 })
+	ids := deadFixture(t, r)
+	r.exec(t, `UPDATE keiro_outbox SET updated_at = now() - interval '4 minutes 10 seconds' WHERE message_id = 'd1'`)
+	list := r.get(t, "/console/outbox").body
+	require.Contains(t, list, "10 of 10")
+	require.Contains(t, list, "1 of 10")
+	require.Regexp(t, `<time datetime="[0-9T:-]+Z">[0-9-]+ [0-9:]+Z</time> <span class="rel">4 min ago</span>`, list)
+	require.Contains(t, r.get(t, "/console/outbox/"+ids["d1"]).body, `<dd id="attempts">10 of 10</dd>`)
+	require.Contains(t, list, `data-refresh="5"`)
+	require.Contains(t, list, `<div id="live">`)
+
+	frag := r.get(t, "/console/outbox?status=dead&fragment=live")
+	require.Equal(t, http.StatusOK, frag.code)
+	require.NotContains(t, frag.body, "<html")
+	require.NotContains(t, frag.body, `<form`, "the live part sits inside the page's form")
+	require.Contains(t, frag.body, `id="outbox-rows"`)
+	require.Contains(t, frag.body, ids["d1"])
+	require.NotContains(t, frag.body, ids["r1"], "the page's filter applies")
+	for _, path := range []string{"/console/?fragment=live", "/console/inbox?fragment=live", "/console/subscriptions?fragment=live"} {
+		a := r.get(t, path)
+		require.Equal(t, http.StatusOK, a.code, path)
+		require.NotContains(t, a.body, "<html", path)
+	}
+	require.Contains(t, r.get(t, "/console/nope?fragment=live").body, "<html", "errors are whole pages")
+	require.Contains(t, r.get(t, "/console/").header.Get("Content-Security-Policy"), "connect-src 'self'", "the refresh script's fetch")
+
+	// The empty state reads as a sentence.
+	require.Contains(t, r.get(t, "/console/outbox?status=failed&destination=none").body, "No failed rows for none.")
+	r.exec(t, `DELETE FROM keiro_outbox`)
+	require.Contains(t, r.get(t, "/console/outbox").body, "No dead or rejected rows.")
+	require.Contains(t, r.get(t, "/console/outbox?status=dead,rejected,failed").body, "No dead, rejected or failed rows.")
 }

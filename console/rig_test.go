@@ -187,6 +187,15 @@ func (r *rig) postForm(t *testing.T, path string, form string) answer {
 	})
 }
 
+// follow GETs the Location of a 303 answer, as a browser does after a form post.
+func (r *rig) follow(t *testing.T, a answer) answer {
+	t.Helper()
+	require.Equal(t, http.StatusSeeOther, a.code, a.body)
+	loc := a.header.Get("Location")
+	require.True(t, strings.HasPrefix(loc, "/console/"), loc)
+	return r.get(t, loc)
+}
+
 func openPool(t *testing.T, conn string) *pgxpool.Pool {
 	t.Helper()
 	pool, err := pgxpool.New(context.Background(), conn)

@@ -129,8 +129,8 @@ func TestCSRF(t *testing.T) {
 	require.Contains(t, r.get(t, "/api/v1/outbox/rows/"+ids["d2"]).body, `"status": "dead"`)
 
 	a = formPost(map[string]string{"Referer": r.srv.URL + "/console/outbox"}, form+"&csrf_token="+tok)
-	require.Equal(t, http.StatusOK, a.code, a.body)
-	require.Contains(t, a.body, "Requeued 1 row(s)")
+	require.Equal(t, http.StatusSeeOther, a.code, a.body)
+	require.Contains(t, r.follow(t, a).body, "Requeued 1 row(s)")
 	require.Contains(t, r.get(t, "/api/v1/outbox/rows/"+ids["d2"]).body, `"status": "pending"`)
 
 	// Only POST changes state.

@@ -267,7 +267,7 @@ func (c *runCmd) console(pool *pgxpool.Pool, schema string, log *slog.Logger) (*
 		return nil, err
 	}
 	return console.New(console.Config{
-		Outbox:   &console.OutboxConfig{Pool: pool, Schema: schema},
+		Outbox:   &console.OutboxConfig{Pool: pool, Schema: schema, MaxAttempts: c.MaxAttempts},
 		Events:   &console.EventsConfig{Pool: pool, Schema: schema},
 		Auth:     console.AuthConfig{Token: token, AllowUnauthenticated: console.IsLoopback(c.HTTPAddr)},
 		ReadOnly: c.Admin.AdminReadOnly,
