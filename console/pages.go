@@ -247,20 +247,6 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 	_, _ = w.Write(buf.Bytes())
 }
 
-// errorData is the error page's content.
-type errorData struct {
-	Status  int
-	Message string
-}
-
-func (c *Console) pageError(w http.ResponseWriter, r *http.Request, status int, msg string) {
-	if c.pages == nil {
-		http.Error(w, msg, status)
-		return
-	}
-	c.render(w, r, status, "error", http.StatusText(status), "", errorData{Status: status, Message: msg})
-}
-
 // overviewData is the overview page's content.
 type overviewData struct {
 	Outbox    *OutboxSummary

@@ -3,6 +3,7 @@ package console_test
 import (
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -205,4 +206,82 @@ func TestDecisionContext(t *testing.T) {
 	r.exec(t, `DELETE FROM keiro_outbox`)
 	require.Contains(t, r.get(t, "/console/outbox").body, "No dead or rejected rows.")
 	require.Contains(t, r.get(t, "/console/outbox?status=dead,rejected,failed").body, "No dead, rejected or failed rows.")
+}
+
+// TestHeadingOrder: every page has one h1 first, and no heading skips a level on the way down.
+func TestHeadingOrder(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	ids := deadFixture(t, r)
+	r.process(t, event("bad-1", "orders.v1", ptr("B"), `{"n":"poison"}`), 0, 2)
+	tok := r.csrf(t)
+	heading := regexp.MustCompile(`<h([1-6])[ >]`)
+	check := func(what, body string) {
+		t.Helper()
+		levels := heading.FindAllStringSubmatch(body, -1)
+		require.NotEmpty(t, levels, what)
+		require.Equal(t, "1", levels[0][1], what+": the first heading is h1")
+		prev := 1
+		for _, m := range levels[1:] {
+			n := int(m[1][0] - '0')
+			require.NotEqual(t, 1, n, what+": one h1")
+			require.LessOrEqual(t, n, prev+1, what+": h%d after h%d", n, prev)
+			prev = n
+		}
+	}
+	for _, path := range []string{"/console/", "/console/outbox", "/console/outbox/" + ids["d1"], "/console/inbox",
+		"/console/inbox/orders/bad-1", "/console/subscriptions", "/console/search?q=d1", "/console/nope"} {
+		check(path, r.get(t, path).body)
+	}
+	check("requeue confirmation", r.postForm(t, "/console/outbox/requeue", url.Values{"csrf_token": {tok}, "id": {ids["d1"]}}.Encode()).body)
+	check("retry confirmation", r.postForm(t, "/console/inbox/retry", url.Values{"csrf_token": {tok}, "key": {"orders/bad-1"}}.Encode()).body)
+	done := r.postForm(t, "/console/outbox/requeue", url.Values{"csrf_token": {tok}, "confirm": {"yes"}, "id": {ids["d1"]}}.Encode())
+	check("requeue result", r.follow(t, done).body)
+	// A console with the subscriptions only still starts its sections at h2.
+	events := newRig(t, func(c *console.Config) { c.Outbox, c.Inbox = nil, nil })
+	check("events overview", events.get(t, "/console/").body)
+}
+
+// TestErrorPages: styled, with advice that fits how the console runs.
+func TestErrorPages(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	a := r.get(t, "/console/nope")
+	require.Equal(t, http.StatusNotFound, a.code)
+	require.Contains(t, a.body, `<link rel="stylesheet" href="/console/assets/console.css">`)
+	require.Contains(t, a.body, `id="error-advice"`)
+	require.Contains(t, a.body, `<a href="/console/search">Find a message</a>`)
+
+	relay := newRig(t, func(c *console.Config) { c.Inbox = nil })
+	a = relay.get(t, "/console/inbox")
+	require.Equal(t, http.StatusNotFound, a.code)
+	require.Contains(t, a.body, "the consumer serves the inbox")
+	require.NotContains(t, a.body, `href="/console/inbox"`)
+
+	ro := newRig(t, func(c *console.Config) { c.ReadOnly = true })
+	a = ro.postForm(t, "/console/outbox/requeue", "id=x&csrf_token="+ro.csrf(t))
+	require.Equal(t, http.StatusForbidden, a.code)
+	require.Contains(t, a.body, "restart it without --admin-read-only")
+
+	stale := r.postForm(t, "/console/outbox/requeue", "id=x&csrf_token=old")
+	require.Equal(t, http.StatusForbidden, stale.code)
+	require.Contains(t, stale.body, "reload the page with the form")
+
+	off := newRig(t, func(c *console.Config) { c.Auth = console.AuthConfig{} })
+	a = off.get(t, "/console/")
+	require.Equal(t, http.StatusForbidden, a.code)
+	require.Contains(t, a.body, "bind --http-addr to 127.0.0.1")
+	require.NotContains(t, a.body, `href="/console/outbox">Outbox</a> ·`, "no page is offered where none is served")
+
+	tokened := newRig(t, func(c *console.Config) { c.Auth = console.AuthConfig{Token: token} })
+	a = tokened.get(t, "/console/")
+	require.Equal(t, http.StatusUnauthorized, a.code)
+	require.Contains(t, a.body, "admin token as the password")
+
+	// A database that fails: 500 with where to look.
+	broken := newRig(t, nil)
+	broken.exec(t, `DROP TABLE keiro_outbox CASCADE`)
+	a = broken.get(t, "/console/outbox")
+	require.Equal(t, http.StatusInternalServerError, a.code)
+	require.Contains(t, a.body, "/readyz says which")
 }

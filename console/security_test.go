@@ -220,6 +220,9 @@ func TestDNSRebinding(t *testing.T) {
 		a := hostile(http.MethodGet, path, "", nil)
 		require.Equal(t, http.StatusMisdirectedRequest, a.code, path)
 		require.Contains(t, a.body, "does not name loopback", path)
+		if !strings.HasPrefix(path, "/api/") {
+			require.Contains(t, a.body, "http://127.0.0.1:9477/console/", path+": the advice names the port asked for")
+		}
 		require.NotContains(t, a.body, "OrderPlaced", path+": no row is read")
 		require.Empty(t, a.header.Get("X-CSRF-Token"), path+": no CSRF token is handed out")
 	}
