@@ -102,8 +102,10 @@ func (s *signal) wait(t *testing.T, k string, n int64, timeout time.Duration) {
 }
 
 // TestBrowserConsole drives the console in headless Chromium: a relay with a dead row, a
-// consumer with a poisoned message and a stuck partition; the operator requeues the row (the
-// relay publishes it) and retries the message. Screenshots of each page are saved.
+// consumer with a poisoned message and a stuck partition; the operator finds the row from the
+// header's search box, requeues it from a confirmation that shows what is requeued (the relay
+// publishes it) and retries the message. The header is checked at a phone's 390 px and the dark
+// theme under prefers-color-scheme: dark. Screenshots of each page are saved.
 func TestBrowserConsole(t *testing.T) {
 	t.Parallel()
 	chromium := chromiumPath(t)
@@ -243,7 +245,7 @@ func TestBrowserConsole(t *testing.T) {
 
 	// The console, mounted as the sidecars mount it.
 	con, err := console.New(console.Config{
-		Outbox: &console.OutboxConfig{Pool: db.Pool, Schema: db.Schema},
+		Outbox: &console.OutboxConfig{Pool: db.Pool, Schema: db.Schema, MaxAttempts: 1},
 		Inbox: &console.InboxConfig{Pool: db.Pool, Schema: db.Schema, Consumer: consumerName, Handler: handle,
 			MaxAttempts: 1, Kafka: kc.NewClient(t), Group: consumerName},
 		Events: &console.EventsConfig{Pool: db.Pool, Schema: db.Schema},
@@ -292,6 +294,18 @@ func TestBrowserConsole(t *testing.T) {
 		require.NoError(t, err, "count "+sel)
 		return n
 	}
+	eval := func(js string) string {
+		t.Helper()
+		v, err := chromedp.Run(bctx, chromedp.Evaluate[string](js))
+		require.NoError(t, err, "evaluate "+js)
+		return v
+	}
+	scheme := func(value string) {
+		t.Helper()
+		_, err := chromedp.Call(bctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: value}}})
+		require.NoError(t, err)
+	}
 	scripts := func(disabled bool) {
 		t.Helper()
 		_, err := chromedp.Call(bctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: disabled})
@@ -316,12 +330,54 @@ func TestBrowserConsole(t *testing.T) {
 	require.Equal(t, 1, count("#lag-table tr.lagging"))
 	shot("overview")
 
+	// A phone's width: the header wraps and keeps every link on its own dark background.
+	run("overview at 390 px", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile), chromedp.Navigate(srv.URL+"/console/"),
+		chromedp.WaitVisible(chromedp.CSS("#outbox-summary")))
+	outside := eval(`(function () {
+		var h = document.querySelector("header.top").getBoundingClientRect(), out = [];
+		document.querySelectorAll("header.top > *, header.top nav a").forEach(function (e) {
+			var r = e.getBoundingClientRect();
+			if (r.top < h.top - 0.5 || r.bottom > h.bottom + 0.5 || r.left < -0.5 || r.right > window.innerWidth + 0.5) {
+				out.push((e.textContent || e.className).trim());
+			}
+		});
+		return out.join(", ");
+	})()`)
+	require.Empty(t, outside, "header items outside the header at 390 px")
+	require.Equal(t, "390", eval(`String(document.documentElement.clientWidth)`))
+	shot("overview-390")
+	run("back to desktop width", chromedp.EmulateViewport(1280, 900))
+
+	// The dark theme follows the browser's setting.
+	scheme("dark")
+	run("overview dark", chromedp.Navigate(srv.URL+"/console/"), chromedp.WaitVisible(chromedp.CSS("#outbox-summary")))
+	require.Equal(t, "rgb(15, 20, 27)", eval(`getComputedStyle(document.body).backgroundColor`))
+	require.Equal(t, "rgb(23, 30, 40)", eval(`getComputedStyle(document.querySelector(".panel")).backgroundColor`))
+	shot("overview-dark")
+	scheme("light")
+	run("overview light", chromedp.Navigate(srv.URL+"/console/"), chromedp.WaitVisible(chromedp.CSS("#outbox-summary")))
+	require.Equal(t, "rgb(246, 247, 249)", eval(`getComputedStyle(document.body).backgroundColor`))
+
+	// Find a message from the header's box: by key in the outbox, by message id in the inbox.
+	run("search by key", chromedp.SendKeys(chromedp.CSS("header form.search input"), "customer-7"),
+		chromedp.Submit(chromedp.CSS("header form.search input")), chromedp.WaitVisible(chromedp.CSS("#search-outbox-rows")))
+	found := text("#search-outbox-rows tbody")
+	require.Contains(t, found, "PaymentCaptured")
+	require.Contains(t, found, "pay-1042")
+	require.Contains(t, found, "key", "the field that matched")
+	shot("search")
+	run("search by message id", chromedp.Navigate(srv.URL+"/console/search?q=order-2"), chromedp.WaitVisible(chromedp.CSS("#search-inbox-rows")))
+	require.Contains(t, text("#search-inbox-rows tbody"), "poisoned")
+
 	// The dead row, its detail with every header and the payload as text.
 	run("outbox list", chromedp.Navigate(srv.URL+"/console/outbox"), chromedp.WaitVisible(chromedp.CSS("#outbox-rows")))
 	rows := text("#outbox-rows tbody")
 	require.Contains(t, rows, "payments.v1")
 	require.Contains(t, rows, "UNKNOWN_SERVER_ERROR")
 	shot("outbox")
+	// The list refreshes in place (the script sets data-refreshed when it swapped the list in).
+	run("list refreshed in place", chromedp.WaitReady(chromedp.CSS("body[data-refreshed]")), chromedp.WaitVisible(chromedp.CSS("#outbox-rows")))
+	require.Contains(t, text("#outbox-rows tbody"), "payments.v1")
 	run("open row", chromedp.Click(chromedp.CSS("#outbox-rows tbody a")), chromedp.WaitVisible(chromedp.CSS("#payload")))
 	require.Equal(t, "dead", text("#row-status"))
 	require.Contains(t, text("#headers"), "keiro-correlation-id")
@@ -333,9 +389,16 @@ func TestBrowserConsole(t *testing.T) {
 	brokerFixed.Store(true)
 	run("requeue", chromedp.Click(chromedp.CSS("#requeue-one")), chromedp.WaitVisible(chromedp.CSS("#requeue-confirm")))
 	require.Contains(t, text("#requeue-confirm"), "AFTER later events of its key")
+	affected := text("#requeue-rows tbody")
+	require.Contains(t, affected, "PaymentCaptured", "the confirmation shows what is requeued, not a bare id")
+	require.Contains(t, affected, "customer-7")
+	require.Contains(t, affected, "UNKNOWN_SERVER_ERROR")
+	require.Contains(t, affected, "1 of 1", "attempts against the relay's ceiling")
 	shot("requeue-confirm")
 	run("confirm requeue", chromedp.Click(chromedp.CSS("#confirm-requeue")), chromedp.WaitVisible(chromedp.CSS("#requeue-result")))
 	require.Contains(t, text("#requeue-result"), "Requeued 1 row(s).")
+	loc := eval(`location.pathname`)
+	require.Equal(t, "/console/outbox/requeued", loc, "the action answered 303 to its result page")
 	sig.wait(t, "published", 4, 30*time.Second)
 	run("row after requeue", chromedp.Click(chromedp.CSS("#requeue-result a")), chromedp.WaitVisible(chromedp.CSS("#row-status")))
 	require.Equal(t, "sent", text("#row-status"))
@@ -369,7 +432,7 @@ func TestBrowserConsole(t *testing.T) {
 	if os.Getenv("KEIRO_UPDATE_DOCS") != "" {
 		docs := filepath.Join("..", "..", "docs", "console")
 		require.NoError(t, os.MkdirAll(docs, 0o755))
-		for _, name := range []string{"overview", "outbox", "outbox-row", "requeue-confirm", "inbox", "retry-result"} {
+		for _, name := range []string{"overview", "overview-390", "overview-dark", "search", "outbox", "outbox-row", "requeue-confirm", "inbox", "retry-result"} {
 			b, err := os.ReadFile(filepath.Join(shots, name+".png"))
 			require.NoError(t, err)
 			require.NoError(t, os.WriteFile(filepath.Join(docs, name+".png"), b, 0o644))
