@@ -166,7 +166,7 @@ type requeuedData struct {
 func (c *Console) pageOutboxRequeued(w http.ResponseWriter, r *http.Request) {
 	v, ok := c.guard.verify(r.URL.Query())
 	if !ok {
-		c.pageError(w, r, http.StatusBadRequest, "This result link was not made by this console (or it was changed); open the outbox list to see the rows as they are.")
+		c.pageError(w, r, http.StatusBadRequest, "This result link was not made by this console: it was changed, or it outlived a restart of a console without a token. Open the outbox list to see the rows as they are.")
 		return
 	}
 	n, _ := strconv.Atoi(v.Get("n"))
@@ -273,7 +273,7 @@ func (r retriedRow) OK() bool { return r.Outcome == "processed" || r.Outcome == 
 func (c *Console) pageInboxRetried(w http.ResponseWriter, r *http.Request) {
 	v, ok := c.guard.verify(r.URL.Query())
 	if !ok {
-		c.pageError(w, r, http.StatusBadRequest, "This result link was not made by this console (or it was changed); open the inbox list to see the messages as they are.")
+		c.pageError(w, r, http.StatusBadRequest, "This result link was not made by this console: it was changed, or it outlived a restart of a console without a token. Open the inbox list to see the messages as they are.")
 		return
 	}
 	d := retriedData{}
