@@ -117,6 +117,17 @@ func lastKey(rows []claimedRow) keyCursor {
 	return c
 }
 
+// claimSQL is the claim statement of policy p.
+func (s *Store) claimSQL(p Policy) string {
+	switch p {
+	case PerSourceStream:
+		return s.q.ClaimSource
+	case BestEffort:
+		return s.q.ClaimAny
+	}
+	return s.q.ClaimKey
+}
+
 // claimIn is claim restricted to the rows of the claim shares in shares (shares.go); with
 // allShares, or none, it claims from every share, exactly as claim. The scan budget counts the
 // open rows of every share: a caller restricted to a fraction of the shares scales it. An
@@ -141,9 +152,9 @@ func (s *Store) claimIn(ctx context.Context, q batchSender, policy Policy, limit
 	if budget == nil && !s.walkDeep && (policy == PerKeyHeadOfLine || policy == StopTheLine) {
 		// Past the front of the backlog the heads are found by key, not by walking every
 		// row behind them (sqlClaimKeys).
-		b.Queue(s.q.claimKeys, [16]byte(token), maxAttempts, lease.Microseconds(), limit, dest, share, from.source, from.key)
+		b.Queue(s.q.ClaimKeys, [16]byte(token), maxAttempts, lease.Microseconds(), limit, dest, share, from.source, from.key)
 	} else {
-		b.Queue(s.q.claim[policy], [16]byte(token), maxAttempts, lease.Microseconds(), limit, dest, budget, share)
+		b.Queue(s.claimSQL(policy), [16]byte(token), maxAttempts, lease.Microseconds(), limit, dest, budget, share)
 	}
 	b.Queue("COMMIT")
 	br := q.SendBatch(ctx, b)
@@ -178,7 +189,7 @@ func (s *Store) releaseLostClaim(ctx context.Context, q batchSender, token envel
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue("SET LOCAL enable_seqscan = off") // walk the open rows, not the retained ones
-	b.Queue(s.q.releaseLost, [16]byte(token), int64(pid))
+	b.Queue(s.q.ReleaseLost, [16]byte(token), int64(pid))
 	b.Queue("COMMIT")
 	br := q.SendBatch(ctx, b)
 	defer func() {
@@ -323,7 +334,7 @@ func (s *Store) markBatch(ctx context.Context, q Querier, token envelope.UUID, m
 			codes[i] = &marks[i].code
 		}
 	}
-	rows, err := q.Query(ctx, s.q.mark, [16]byte(token), ids, outs, errs, delays, parts, offs, codes, maxAttempts)
+	rows, err := q.Query(ctx, s.q.Mark, [16]byte(token), ids, outs, errs, delays, parts, offs, codes, maxAttempts)
 	if err != nil {
 		return transitions{}, fmt.Errorf("mark outbox batch: %w", err)
 	}
@@ -377,7 +388,7 @@ func (s *Store) markBatch(ctx context.Context, q Querier, token envelope.UUID, m
 // renewLease extends the lease of the rows ids still publishing under token to lease from now,
 // and returns how many it extended.
 func (s *Store) renewLease(ctx context.Context, q Querier, token envelope.UUID, ids [][16]byte, lease time.Duration) (int64, error) {
-	tag, err := q.Exec(ctx, s.q.renew, [16]byte(token), ids, lease.Microseconds())
+	tag, err := q.Exec(ctx, s.q.Renew, [16]byte(token), ids, lease.Microseconds())
 	if err != nil {
 		return 0, fmt.Errorf("renew outbox lease: %w", err)
 	}
@@ -388,7 +399,7 @@ func (s *Store) renewLease(ctx context.Context, q Querier, token envelope.UUID, 
 // still publishing under token get produce_started (sqlStartProduce). It returns the ids it
 // recorded; the others were taken over by another relay.
 func (s *Store) startProduce(ctx context.Context, q Querier, token envelope.UUID, ids [][16]byte) (map[[16]byte]bool, error) {
-	rows, err := q.Query(ctx, s.q.start, [16]byte(token), ids)
+	rows, err := q.Query(ctx, s.q.Start, [16]byte(token), ids)
 	if err != nil {
 		return nil, fmt.Errorf("record outbox produce start: %w", err)
 	}

@@ -22,10 +22,10 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	// The first claimer of a listening relay sleeps under the sleep lock, so producers notify
-	// only while it sleeps (sleeper, sleepLockAll in sql.go).
+	// only while it sleeps (sleeper, sleepLockAll in internal/sqlq).
 	var sl *sleeper
 	if !extra && !r.cfg.PollOnly {
-		sl = newSleeper(r.pool.Config().ConnConfig, &r.store.q, len(r.cfg.Destinations) > 0)
+		sl = newSleeper(r.pool.Config().ConnConfig, r.store.q, len(r.cfg.Destinations) > 0)
 		sl.onLost = r.signal
 		defer sl.close()
 	}
@@ -221,7 +221,7 @@ const (
 const sleepAfterInFlight = 20 * time.Millisecond
 
 // prepareSleep readies the first claimer of a listening relay to sleep under the sleep lock
-// (sleepLockAll in sql.go): it takes the lock, then has the claimer claim once more, since
+// (sleepLockAll in internal/sqlq): it takes the lock, then has the claimer claim once more, since
 // producers that committed before did not notify. While a producer that did not notify is
 // still in its transaction the lock cannot be taken: it waits a little and has the claimer
 // claim again. When another relay that publishes every destination sleeps under the lock,

@@ -50,7 +50,7 @@ VALUES (gen_random_uuid(), 'z1', 'ordering', 't1', 'a', 'E', 1, 'application/jso
        (gen_random_uuid(), 'z2', 'ordering', 't1', 'a', 'E', 1, 'application/json', '\x00', now()),
        (gen_random_uuid(), 'n1', 'ordering', 't1', NULL, 'E', 1, 'application/json', '\x00', now())`)
 		require.NoError(t, err)
-		blocks[depth] = claimBlocks(t, db, st.q.claimKeys, []string{"z1", "z2", "n1"},
+		blocks[depth] = claimBlocks(t, db, st.q.ClaimKeys, []string{"z1", "z2", "n1"},
 			[16]byte(envelope.NewUUIDv7()), 10, int64(60e6), 512, nil, nil, "", "")
 	}
 	t.Logf("buffers touched by the claim: %v", blocks)

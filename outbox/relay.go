@@ -232,7 +232,7 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, cfg RelayConfig) (*Relay, 
 		now: time.Now,
 	}
 	if !cfg.PollOnly {
-		r.shares = newShareSet(ownConnConfig(pool, cfg.Schema), &store.q, cfg.Destinations)
+		r.shares = newShareSet(ownConnConfig(pool, cfg.Schema), store.q, cfg.Destinations)
 	}
 	return r, nil
 }

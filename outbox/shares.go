@@ -12,12 +12,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/keiro-go/keiro/outbox/internal/sqlq"
 )
 
 // Claim shares: how the relays on one outbox split a backlog instead of racing over its front.
 //
 // The rows of an outbox fall into shareCount shares by a hash computed in the claim itself (no
-// column: shareOfKey, shareOfSource and shareOfSeq in sql.go): under the per-key policies a
+// column: shareOfKey, shareOfSource and shareOfSeq in internal/sqlq): under the per-key policies a
 // key's rows are all in one share. The relays that publish the same destinations form a share
 // group; each holds the group's member lock shared and some of its share locks exclusively, on
 // a session of its own (locks.go), and aims at ceil(shareCount / members) shares: at every
@@ -43,7 +45,7 @@ import (
 
 // shareCount is the number of claim shares of a group: enough that relays split them evenly
 // (1 to 8 relays get equal or nearly equal parts) and few enough for a bit set in one bigint.
-// The share SQL (sql.go) spells it as 64 and 63.
+// The share SQL (internal/sqlq) spells it as 64 and 63.
 const shareCount = 64
 
 // shareMask is a set of claim shares: bit i is share i.
@@ -72,7 +74,7 @@ const shareBalanceInterval = time.Second
 // loop uses the session; claimers read mask.
 type shareSet struct {
 	cfg   *pgx.ConnConfig
-	q     *queries
+	q     *sqlq.Queries
 	group string
 	conn  *pgx.Conn
 	// held are the shares held, in the order taken; the last taken are released first.
@@ -89,7 +91,7 @@ type shareSet struct {
 
 // newShareSet returns the share set of a relay restricted to destinations, whose session
 // connects with cfg.
-func newShareSet(cfg *pgx.ConnConfig, q *queries, destinations []string) *shareSet {
+func newShareSet(cfg *pgx.ConnConfig, q *sqlq.Queries, destinations []string) *shareSet {
 	return &shareSet{cfg: cfg, q: q, group: shareGroup(destinations), from: rand.Int32N(shareCount)}
 }
 
@@ -119,7 +121,7 @@ func (s *shareSet) step(ctx context.Context) error {
 		s.conn = conn
 		s.pid.Store(conn.PgConn().PID())
 		var joined bool
-		if err := conn.QueryRow(ctx, s.q.shareJoin, s.group).Scan(&joined); err != nil {
+		if err := conn.QueryRow(ctx, s.q.ShareJoin, s.group).Scan(&joined); err != nil {
 			return fmt.Errorf("join the share group: %w", err)
 		}
 		if !joined {
@@ -127,7 +129,7 @@ func (s *shareSet) step(ctx context.Context) error {
 		}
 	}
 	var n int64
-	if err := s.conn.QueryRow(ctx, s.q.shareMembers, s.group).Scan(&n); err != nil {
+	if err := s.conn.QueryRow(ctx, s.q.ShareMembers, s.group).Scan(&n); err != nil {
 		return fmt.Errorf("count the share group's relays: %w", err)
 	}
 	n = max(n, 1)
@@ -139,14 +141,14 @@ func (s *shareSet) step(ctx context.Context) error {
 		s.held = s.held[:aim]
 		s.publish()
 		var released int
-		if err := s.conn.QueryRow(ctx, s.q.shareRelease, s.group, extra).Scan(&released); err != nil {
+		if err := s.conn.QueryRow(ctx, s.q.ShareRelease, s.group, extra).Scan(&released); err != nil {
 			return fmt.Errorf("release claim shares: %w", err)
 		}
 		if released != len(extra) {
 			return fmt.Errorf("release claim shares: held %d of %d", released, len(extra))
 		}
 	case len(s.held) < aim:
-		rows, err := s.conn.Query(ctx, s.q.shareTake, s.group, s.held, aim-len(s.held), s.from)
+		rows, err := s.conn.Query(ctx, s.q.ShareTake, s.group, s.held, aim-len(s.held), s.from)
 		if err != nil {
 			return fmt.Errorf("take claim shares: %w", err)
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
+	"github.com/keiro-go/keiro/outbox/internal/sqlq"
 )
 
 // TestClaimSharesSplitTheRows: a claim restricted to some claim shares takes only the rows of
@@ -34,7 +35,7 @@ func TestClaimSharesSplitTheRows(t *testing.T) {
 	ctx := context.Background()
 	share := func(mask shareMask) map[string]bool {
 		rows, err := db.Pool.Query(ctx, "SELECT message_id FROM keiro_outbox r WHERE "+
-			fmt.Sprintf(inShare, "$1", fmt.Sprintf(shareOfKey, "r")), int64(mask))
+			fmt.Sprintf(sqlq.InShare, "$1", fmt.Sprintf(sqlq.ShareOfKey, "r")), int64(mask))
 		require.NoError(t, err)
 		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		require.NoError(t, err)

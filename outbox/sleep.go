@@ -7,9 +7,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/keiro-go/keiro/outbox/internal/sqlq"
 )
 
-// sleeper is the relay's side of notify-on-sleep (see sleepLockAll in sql.go): before the first
+// sleeper is the relay's side of notify-on-sleep (see sleepLockAll in internal/sqlq): before the first
 // claimer sleeps it takes the schema's sleep lock on a session of its own, so producers start
 // notifying, and claims once more with the lock held; it releases the lock when it wakes, so
 // producers stop notifying while it works. One session per relay, opened when first needed and
@@ -38,11 +40,11 @@ type sleeper struct {
 
 // newSleeper returns the sleeper of a relay that publishes every destination, or only some
 // (filtered), whose session connects with cfg.
-func newSleeper(cfg *pgx.ConnConfig, q *queries, filtered bool) *sleeper {
+func newSleeper(cfg *pgx.ConnConfig, q *sqlq.Queries, filtered bool) *sleeper {
 	if filtered {
-		return &sleeper{cfg: cfg, lock: q.sleepLockFiltered, unlck: q.sleepUnlockFiltered, filtered: true}
+		return &sleeper{cfg: cfg, lock: q.SleepLockFiltered, unlck: q.SleepUnlockFiltered, filtered: true}
 	}
-	return &sleeper{cfg: cfg, lock: q.sleepLock, unlck: q.sleepUnlock}
+	return &sleeper{cfg: cfg, lock: q.SleepLock, unlck: q.SleepUnlock}
 }
 
 // sleepRetryMax bounds the wait between two tries of the sleep lock while producers that did
