@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/keiro-go/keiro/internal/backoff"
+	"github.com/keiro-go/keiro/outbox/internal/sleep"
 )
 
 // claimRetryBackoff spaces the claims of a relay whose last claim failed (PostgreSQL down or
@@ -22,12 +23,11 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	// The first claimer of a listening relay sleeps under the sleep lock, so producers notify
-	// only while it sleeps (sleeper, sleepLockAll in internal/sqlq).
-	var sl *sleeper
+	// only while it sleeps (internal/sleep, sleepLockAll in internal/sqlq).
+	var sl *sleep.Sleeper
 	if !extra && !r.cfg.PollOnly {
-		sl = newSleeper(r.pool.Config().ConnConfig, r.store.q, len(r.cfg.Destinations) > 0)
-		sl.onLost = r.signal
-		defer sl.close()
+		sl = sleep.New(r.pool.Config().ConnConfig, r.store.q, len(r.cfg.Destinations) > 0, r.signal)
+		defer sl.Close()
 	}
 	var dbBackoff int
 	var lastUnbounded time.Time
@@ -228,9 +228,9 @@ const sleepAfterInFlight = 20 * time.Millisecond
 // producers notify and that relay claims whatever this one could: this relay sleeps without
 // it. A relay restricted to some destinations cannot count on another (it may cover other
 // destinations) and keeps trying. Without the lock's session the relay claims and retries the
-// lock with a short backoff (sleepRetryMax) until a new session takes it.
-func (r *Relay) prepareSleep(ctx context.Context, sl *sleeper) sleepAction {
-	if sl == nil || sl.held || !r.listening.Load() {
+// lock with a short backoff (sleep.RetryMax) until a new session takes it.
+func (r *Relay) prepareSleep(ctx context.Context, sl *sleep.Sleeper) sleepAction {
+	if sl == nil || sl.Held() || !r.listening.Load() {
 		return sleepWait
 	}
 	if r.inFlight.Load() > 0 {
@@ -245,9 +245,9 @@ func (r *Relay) prepareSleep(ctx context.Context, sl *sleeper) sleepAction {
 	if r.sleepHook != nil {
 		r.sleepHook()
 	}
-	got, err := sl.try(ctx)
-	if err == nil && sl.failing {
-		sl.failing = false
+	wasFailing := sl.Failing()
+	got, err := sl.Try(ctx)
+	if err == nil && wasFailing {
 		r.log.InfoContext(ctx, "sleep lock available again")
 	}
 	switch {
@@ -255,25 +255,23 @@ func (r *Relay) prepareSleep(ctx context.Context, sl *sleeper) sleepAction {
 		if ctx.Err() != nil {
 			return sleepStop
 		}
-		if !sl.failing {
-			sl.failing = true
+		if !wasFailing {
 			r.log.WarnContext(ctx, "sleep lock unavailable; claiming and retrying it until it is back (producers do not notify meanwhile)",
-				"err", err, "retry_max", min(sleepRetryMax, r.cfg.PollInterval))
+				"err", err, "retry_max", min(sleep.RetryMax, r.cfg.PollInterval))
 		}
 		// A session that died (a terminated backend, a failover) usually comes back with the
 		// next connection: retry soon rather than sleep a whole poll interval without the lock,
 		// during which producers do not notify.
-		sl.tries++
-		if alive, _ := waitWake(ctx, r.wake, sl.retryIn(r.cfg.PollInterval)); !alive {
+		if alive, _ := waitWake(ctx, r.wake, sl.RetryIn(r.cfg.PollInterval)); !alive {
 			return sleepStop
 		}
 		return sleepClaim
-	case got == tryTaken:
+	case got == sleep.Taken:
 		return sleepClaim
-	case got == tryRelay && !sl.filtered:
+	case got == sleep.Relay && !sl.Filtered():
 		return sleepWait
 	}
-	if alive, _ := waitWake(ctx, r.wake, sl.retryIn(r.cfg.PollInterval)); !alive {
+	if alive, _ := waitWake(ctx, r.wake, sl.RetryIn(r.cfg.PollInterval)); !alive {
 		return sleepStop
 	}
 	return sleepClaim
@@ -281,9 +279,8 @@ func (r *Relay) prepareSleep(ctx context.Context, sl *sleeper) sleepAction {
 
 // wakeUp releases the sleep lock, if held: producers stop notifying. The relay is working
 // again, so its next failed try starts over at the shortest retry.
-func (r *Relay) wakeUp(ctx context.Context, sl *sleeper) {
-	sl.tries = 0
-	if err := sl.release(ctx); err != nil && ctx.Err() == nil {
+func (r *Relay) wakeUp(ctx context.Context, sl *sleep.Sleeper) {
+	if err := sl.Release(ctx); err != nil && ctx.Err() == nil {
 		r.log.WarnContext(ctx, "sleep lock release failed; its session was closed", "err", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/keiro-go/keiro/outbox/internal/sleep"
 	"github.com/keiro-go/keiro/outbox/internal/sqlq"
 )
 
@@ -103,7 +104,7 @@ func (s *shareSet) shares() shareMask { return shareMask(s.mask.Load()) }
 // session is closed, which releases every lock it held, and the relay holds no share until a
 // later step succeeds.
 func (s *shareSet) balance(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, sleepStatementTimeout)
+	ctx, cancel := context.WithTimeout(ctx, sleep.StatementTimeout)
 	defer cancel()
 	err := s.step(ctx)
 	if err != nil {
