@@ -11,6 +11,7 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/pgdb"
 	"github.com/keiro-go/keiro/outbox/internal/markplan"
+	"github.com/keiro-go/keiro/outbox/internal/shares"
 )
 
 // Querier runs SQL: keiro's one database handle, the same type as inbox.DB and events.DB. A
@@ -93,7 +94,7 @@ type claimedRow struct {
 // order and stopping at the limit. q must not be inside a transaction.
 func (s *Store) claim(ctx context.Context, q batchSender, policy Policy, limit int, lease time.Duration,
 	maxAttempts int, destinations []string, scanBudget int) (token envelope.UUID, out []claimedRow, err error) {
-	return s.claimIn(ctx, q, policy, limit, lease, maxAttempts, destinations, scanBudget, allShares, keyCursor{})
+	return s.claimIn(ctx, q, policy, limit, lease, maxAttempts, destinations, scanBudget, shares.All, keyCursor{})
 }
 
 // keyCursor is a (source, key) where the per-key claim past the front (sqlClaimKeys) starts
@@ -128,12 +129,12 @@ func (s *Store) claimSQL(p Policy) string {
 	return s.q.ClaimKey
 }
 
-// claimIn is claim restricted to the rows of the claim shares in shares (shares.go); with
-// allShares, or none, it claims from every share, exactly as claim. The scan budget counts the
+// claimIn is claim restricted to the rows of the claim shares in mask (internal/shares); with
+// shares.All, or none, it claims from every share, exactly as claim. The scan budget counts the
 // open rows of every share: a caller restricted to a fraction of the shares scales it. An
 // unbounded per-key claim looks at the keys after from first (keyCursor).
 func (s *Store) claimIn(ctx context.Context, q batchSender, policy Policy, limit int, lease time.Duration,
-	maxAttempts int, destinations []string, scanBudget int, shares shareMask, from keyCursor) (token envelope.UUID, out []claimedRow, err error) {
+	maxAttempts int, destinations []string, scanBudget int, mask shares.Mask, from keyCursor) (token envelope.UUID, out []claimedRow, err error) {
 	token = envelope.NewUUIDv7()
 	var dest, budget, share any
 	if len(destinations) > 0 {
@@ -142,8 +143,8 @@ func (s *Store) claimIn(ctx context.Context, q batchSender, policy Policy, limit
 	if scanBudget > 0 {
 		budget = int64(scanBudget)
 	}
-	if shares != allShares && shares != 0 {
-		share = int64(shares)
+	if mask != shares.All && mask != 0 {
+		share = int64(mask)
 	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")

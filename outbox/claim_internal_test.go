@@ -396,7 +396,7 @@ FROM generate_series(1, 100000) g`, db.Schema))
 	for _, p := range []Policy{PerKeyHeadOfLine, StopTheLine, PerSourceStream, BestEffort} {
 		q := st.claimSQL(p)
 		for _, budget := range []any{nil, int64(2048)} {
-			// Unrestricted, and restricted to half of the claim shares (shares.go).
+			// Unrestricted, and restricted to half of the claim shares (internal/shares).
 			shares := any(nil)
 			if budget != nil {
 				shares = int64(0x5555_5555_5555_5555)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/keiro-go/keiro/internal/backoff"
+	"github.com/keiro-go/keiro/outbox/internal/shares"
 	"github.com/keiro-go/keiro/outbox/internal/sleep"
 )
 
@@ -36,7 +37,7 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 	// the keys the last one took, so scans do not walk again the keys in flight.
 	var deepFrom keyCursor
 	// preferOwn: the last claim came back full, so the backlog is deep enough for the relays
-	// to split; the next claim prefers this relay's claim shares (shares.go), unless a claim of
+	// to split; the next claim prefers this relay's claim shares (internal/shares), unless a claim of
 	// them came back empty before ownDryUntil.
 	var preferOwn bool
 	var ownDryUntil time.Time
@@ -78,7 +79,7 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 		// (keys in backoff) waits at most that long, and keeps doing so while those scans
 		// come back full, so a long blocked front does not slow the rows behind it.
 		budget := r.cfg.MaxInFlightBatches * r.cfg.BatchSize
-		shares := r.claimShares(preferOwn, ownDryUntil)
+		mask := r.claimShares(preferOwn, ownDryUntil)
 		scanAll := !extra && (deepFull || time.Since(lastUnbounded) >= r.cfg.PollInterval)
 		from := keyCursor{}
 		if scanAll {
@@ -87,20 +88,20 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 		if scanAll {
 			budget = 0
 		}
-		token, rows, err := r.claim(hard, budget, shares, from)
+		token, rows, err := r.claim(hard, budget, mask, from)
 		if err == nil && len(rows) == 0 && from != (keyCursor{}) {
 			// The scan past the front ran off the end of the keys: start over at the first.
 			r.stats.claims.Add(1)
 			from = keyCursor{}
-			token, rows, err = r.claim(hard, budget, shares, from)
+			token, rows, err = r.claim(hard, budget, mask, from)
 		}
-		if err == nil && len(rows) == 0 && shares != allShares {
+		if err == nil && len(rows) == 0 && mask != shares.All {
 			// Its own shares are drained: the rest of the backlog is anyone's (orphaned shares,
 			// a dead relay's rows before the others take its shares, the tail of a drain).
 			ownDryUntil = r.now().Add(r.cfg.PollInterval)
 			r.stats.sharesDrained.Add(1)
 			r.stats.claims.Add(1)
-			token, rows, err = r.claim(hard, budget, allShares, from)
+			token, rows, err = r.claim(hard, budget, shares.All, from)
 		}
 		if scanAll {
 			// From the scan's end: a scan that took longer than the poll interval must not
@@ -298,4 +299,17 @@ func waitWake(ctx context.Context, wake <-chan struct{}, d time.Duration) (alive
 	case <-ctx.Done():
 		return false, false
 	}
+}
+
+// claimShares is the restriction of the next claim: the relay's own shares while it prefers
+// them (the backlog is deep, they were not found drained lately, it holds some but not all),
+// else every share.
+func (r *Relay) claimShares(preferOwn bool, ownDryUntil time.Time) shares.Mask {
+	if !preferOwn || r.shares == nil || r.now().Before(ownDryUntil) {
+		return shares.All
+	}
+	if m := r.shares.Shares(); m != 0 {
+		return m
+	}
+	return shares.All
 }

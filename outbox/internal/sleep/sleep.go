@@ -62,10 +62,10 @@ func (s *Sleeper) RetryIn(poll time.Duration) time.Duration {
 	return min(d, RetryMax, poll)
 }
 
-// StatementTimeout bounds connecting the sleep-lock session and each of its statements:
+// statementTimeout bounds connecting the sleep-lock session and each of its statements:
 // on a dead connection (a failover, a dropped TCP flow) the first claimer must not hang; it
 // closes the session and polls until a new one works.
-const StatementTimeout = 5 * time.Second
+const statementTimeout = 5 * time.Second
 
 // Result is the outcome of one try of the sleep lock.
 type Result int
@@ -101,7 +101,7 @@ func (s *Sleeper) try(ctx context.Context) (Result, error) {
 	if s.held {
 		return Taken, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, StatementTimeout)
+	ctx, cancel := context.WithTimeout(ctx, statementTimeout)
 	defer cancel()
 	if s.conn == nil {
 		conn, err := pgx.ConnectConfig(ctx, s.cfg.Copy())
@@ -169,7 +169,7 @@ func (s *Sleeper) Release(ctx context.Context) error {
 	}
 	s.unwatch()
 	s.held = false
-	ctx, cancel := context.WithTimeout(ctx, StatementTimeout)
+	ctx, cancel := context.WithTimeout(ctx, statementTimeout)
 	defer cancel()
 	var ok bool
 	err := s.conn.QueryRow(ctx, s.unlck).Scan(&ok)
