@@ -291,6 +291,14 @@ type mark struct {
 	dest string
 }
 
+// markedRow is one row a mark statement moved: its id, the outcome asked for and the status it
+// ended in (a failed outcome ends dead when the row had no attempt left).
+type markedRow struct {
+	id      envelope.UUID
+	outcome string
+	status  string
+}
+
 // destCounts are one destination's real transitions in a mark statement.
 type destCounts struct{ sent, retried, dead, rejected int }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/backoff"
 	"github.com/keiro-go/keiro/outbox/internal/shares"
+	"github.com/keiro-go/keiro/outbox/internal/translog"
 )
 
 // ErrHalted is wrapped by the error Run returns when a StopTheLine relay halted on a failed row.
@@ -61,7 +62,7 @@ type Relay struct {
 	outageStreak atomic.Int64
 	running      atomic.Bool
 	// transitionLog rate-limits the log lines of retried, dead and rejected rows.
-	transitionLog transitionLog
+	transitionLog translog.Log
 	// signals counts wake-ups (notifications, finished batches), so a claimer can tell that one
 	// happened while its claim ran.
 	signals atomic.Int64
