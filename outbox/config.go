@@ -50,9 +50,6 @@ const (
 	DefaultRetentionBatch = 1000
 	// DefaultMaintenanceInterval is how often retention and gauge sampling run.
 	DefaultMaintenanceInterval = 30 * time.Second
-	// DefaultVacuumThreshold is the number of dead row versions in the outbox table at which
-	// the relay vacuums it (RelayConfig.VacuumThreshold).
-	DefaultVacuumThreshold = 100_000
 )
 
 // Backoff is a capped exponential backoff with equal jitter: the delay before retry n (1-based)

@@ -20,7 +20,6 @@ import (
 	"github.com/keiro-go/keiro/internal/backoff"
 	"github.com/keiro-go/keiro/outbox/internal/shares"
 	"github.com/keiro-go/keiro/outbox/internal/translog"
-	"github.com/keiro-go/keiro/outbox/internal/vacuum"
 )
 
 // ErrHalted is wrapped by the error Run returns when a StopTheLine relay halted on a failed row.
@@ -95,12 +94,6 @@ type Relay struct {
 		// (the relay then claimed from every share for a poll interval): for benchmarks.
 		sharesDrained atomic.Int64
 	}
-}
-
-// movedOut is the number of rows the relay has moved out of the backlog: published, dead or
-// rejected (the relay's vacuum looks at the table after enough of them).
-func (r *Relay) movedOut() int64 {
-	return r.stats.published.Load() + r.stats.dead.Load() + r.stats.rejected.Load()
 }
 
 // ownConnConfig is the configuration of a connection the relay opens beside pool (its LISTEN,
@@ -309,12 +302,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() { defer wg.Done(); r.maintain(stopCtx) }()
 	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		vacuum.Run(stopCtx, vacuum.Config{Pool: r.pool, ConnConfig: ownConnConfig(r.pool, r.cfg.Schema),
-			Schema: r.cfg.Schema, Threshold: r.cfg.VacuumThreshold, Moved: r.movedOut, Logger: r.log,
-			Vacuums: &r.stats.vacuums})
-	}()
+	go func() { defer wg.Done(); r.vacuumLoop(stopCtx) }()
 	if r.shares != nil {
 		wg.Add(1)
 		go func() {
