@@ -111,8 +111,9 @@ type RelayConfig struct {
 	// MaintenanceInterval is how often the maintenance pass (retention, gauges) runs; one
 	// relay at a time does it. Defaults to DefaultMaintenanceInterval.
 	MaintenanceInterval time.Duration
-	// VacuumThreshold is the number of dead row versions in the outbox table at which the
-	// relay vacuums the table itself, without waiting for autovacuum: every published row
+	// VacuumThreshold is the number of dead row versions (or of rows inserted since the last
+	// vacuum) in the outbox table at which the relay, while its backlog is deep, vacuums and
+	// analyzes the table itself, without waiting for autovacuum: every published row
 	// leaves dead index entries in front of its key's head, which a deep backlog's claims
 	// step over until a vacuum removes them (see "Deep backlogs" in the package doc). It needs the relay's role to own
 	// the table; otherwise the relay logs that once and leaves the table to autovacuum.

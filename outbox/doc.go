@@ -139,8 +139,9 @@
 // A published row leaves dead entries in the outbox's partial indexes, in front of its key's
 // head, until a vacuum removes them; a claim's descent to each head steps over them. The claims
 // look each key's rows up from its head on, so a key's dead entries are stepped over once per
-// claim, not once per lookup; and once the table holds VacuumThreshold dead row versions the
-// relay vacuums it itself (VACUUM (SKIP_LOCKED): one relay or autovacuum at a time, no reads or
+// claim, not once per lookup; and while the backlog is deep, once the table holds
+// VacuumThreshold dead row versions (or as many rows inserted since its last vacuum), the
+// relay vacuums and analyzes it itself (VACUUM (SKIP_LOCKED): one relay or autovacuum at a time, no reads or
 // writes blocked), rather than wait for autovacuum, which comes at most once a minute and, by
 // default, after a fifth of the table has died. A deep backlog over few keys (the table a Kafka
 // outage leaves) then drains at the rate of a shallow one. Vacuuming needs the relay's role to

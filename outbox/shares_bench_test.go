@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -61,8 +62,11 @@ type drainFigures struct {
 	cpu, machineBusy time.Duration
 	// selfCPU is the part of cpu spent in this process (the rest is PostgreSQL's).
 	selfCPU time.Duration
-	// claimIdxTuples is the outbox's index entries read during the drain.
-	claimIdxTuples int64
+	// claimIdxTuples is the outbox's index entries read during the drain, and idxBlocks its
+	// index pages read (dead entries a lookup steps over cost pages, not entries).
+	claimIdxTuples, idxBlocks int64
+	// vacuums is the relays' own vacuums of the outbox.
+	vacuums int64
 	// claims, shareClaims and batches are the relays' Stats summed.
 	claims, shareClaims, batches int64
 	// drained counts the claims of a relay's own shares that came back empty.
@@ -91,6 +95,10 @@ func drainRelays(b *testing.B, db *testenv.DB, kc *testenv.Kafka, n, relays int)
 		}}
 		cfg.BatchSize, cfg.MaxInFlightBatches = envInt("KEIRO_BENCH_BATCH"), envInt("KEIRO_BENCH_INFLIGHT")
 		cfg.ClaimConcurrency = envInt("KEIRO_BENCH_CLAIMERS")
+		cfg.VacuumThreshold = int64(envInt("KEIRO_BENCH_VACUUM")) // -1: the relays never vacuum
+		if os.Getenv("KEIRO_BENCH_DEBUG") != "" {
+			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		}
 		rs[i], err = NewRelay(pools[i], kc.NewClient(b, ProducerOpts()...), cfg)
 		require.NoError(b, err)
 		if os.Getenv("KEIRO_BENCH_SHARES") == "off" {
@@ -132,6 +140,7 @@ func drainRelays(b *testing.B, db *testenv.DB, kc *testenv.Kafka, n, relays int)
 		f.shareClaims += s.ShareClaims
 		f.drained += r.stats.sharesDrained.Load()
 		f.batches += s.Batches
+		f.vacuums += s.Vacuums
 		pools[i].Close()
 	}
 	// A backend reports its index statistics when it ends (or, busy, once a second): wait for
@@ -146,6 +155,8 @@ func drainRelays(b *testing.B, db *testenv.DB, kc *testenv.Kafka, n, relays int)
 	}
 	require.NoError(b, db.Pool.QueryRow(ctx, `SELECT coalesce(sum(idx_tup_read), 0)::bigint FROM pg_stat_user_indexes
 		WHERE schemaname = $1 AND relname = 'keiro_outbox'`, db.Schema).Scan(&f.claimIdxTuples))
+	require.NoError(b, db.Pool.QueryRow(ctx, `SELECT coalesce(sum(idx_blks_hit + idx_blks_read), 0)::bigint FROM pg_statio_user_indexes
+		WHERE schemaname = $1 AND relname = 'keiro_outbox'`, db.Schema).Scan(&f.idxBlocks))
 	return f
 }
 

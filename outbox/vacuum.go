@@ -16,14 +16,17 @@ import (
 // backlog over few keys drains (10,000 rows a key after a broker outage), each claim costs more
 // the further the drain got. Autovacuum comes at most once a minute and, with its default
 // scale factor, after a fifth of the table has died: on a fresh million-row backlog the first
-// minute drained at a fraction of its rate. The relay does not wait for it: once the table
-// holds VacuumThreshold dead row versions, it vacuums the table itself.
+// minute drained at a fraction of its rate. The relay does not wait for it: while its claims
+// come back full (the backlog is deep), once the table holds VacuumThreshold dead row versions,
+// or as many rows inserted since its last vacuum (a fresh backlog), it vacuums the table
+// itself, and refreshes its statistics in the same pass. In a trickle the table is left to
+// autovacuum, whose cost a small backlog does not repay.
 //
-// The check costs one catalog lookup, made only after the relay has moved a quarter of the
-// threshold out of the backlog since its last check, so a quiet outbox is never looked at.
-// VACUUM (SKIP_LOCKED) does nothing if another relay or autovacuum is vacuuming the table
-// already; it blocks no reads or writes. A role that does not own the table cannot vacuum
-// it: the relay says so once and leaves the table to autovacuum.
+// The check costs one catalog lookup, made when a backlog starts and then only after the relay
+// has moved a quarter of the threshold out of it since its last check. VACUUM (SKIP_LOCKED)
+// does nothing if another relay or autovacuum is vacuuming the table already; it blocks no
+// reads or writes. A role that does not own the table cannot vacuum it: the relay says so once
+// and leaves the table to autovacuum.
 
 const (
 	// DefaultVacuumThreshold is the number of dead row versions in the outbox table at which
@@ -37,14 +40,20 @@ const (
 	vacuumRecheck = 10 * time.Second
 )
 
-// sqlVacuumCheck reads the outbox table's dead row versions ($1 is its quoted name) and
-// whether the relay's role may vacuum it (it owns the table, or is a member of its owner).
+// sqlVacuumCheck reads the outbox table's dead row versions and the rows inserted since its
+// last vacuum ($1 is its quoted name), and whether the relay's role may vacuum it (it owns the
+// table, or is a member of its owner).
 const sqlVacuumCheck = `
-SELECT coalesce(pg_stat_get_dead_tuples(c.oid), 0), pg_has_role(c.relowner, 'USAGE')
+SELECT coalesce(pg_stat_get_dead_tuples(c.oid), 0), coalesce(pg_stat_get_ins_since_vacuum(c.oid), 0),
+    pg_has_role(c.relowner, 'USAGE')
 FROM pg_class c WHERE c.oid = $1::regclass`
 
-// vacuumLoop vacuums the outbox table whenever it holds VacuumThreshold dead row versions,
-// looking only after the relay has moved rows out of the backlog (see above).
+// vacuumLoop vacuums the outbox table while the backlog is deep (the relay's claims come back
+// full) and the table holds VacuumThreshold dead row versions, or as many rows inserted since
+// its last vacuum (a fresh backlog: its pages carry no hint bits and no visibility, so every
+// claim's lookups visit the heap until a vacuum has passed). It looks at the table once when a
+// backlog starts, then only after the relay has moved rows out of it (see above); in a trickle
+// the table is autovacuum's.
 func (r *Relay) vacuumLoop(ctx context.Context) {
 	threshold := r.cfg.VacuumThreshold
 	if threshold < 0 {
@@ -55,7 +64,11 @@ func (r *Relay) vacuumLoop(ctx context.Context) {
 	moved := func() int64 {
 		return r.stats.published.Load() + r.stats.dead.Load() + r.stats.rejected.Load()
 	}
-	last, lastAt := moved(), time.Now()
+	var checked bool // the table was looked at during this backlog
+	var last int64
+	var lastAt time.Time
+	v := &vacuumer{r: r}
+	defer v.close(ctx)
 	t := time.NewTicker(vacuumCheckInterval)
 	defer t.Stop()
 	for {
@@ -64,14 +77,18 @@ func (r *Relay) vacuumLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		n := moved() - last
-		if n < checkEvery && (n == 0 || time.Since(lastAt) < vacuumRecheck) {
+		if !r.backlogged.Load() {
+			checked = false
 			continue
 		}
-		last, lastAt = moved(), time.Now()
-		var dead int64
+		n := moved() - last
+		if checked && n < checkEvery && (n == 0 || time.Since(lastAt) < vacuumRecheck) {
+			continue
+		}
+		checked, last, lastAt = true, moved(), time.Now()
+		var dead, inserted int64
 		var allowed bool
-		if err := r.pool.QueryRow(ctx, sqlVacuumCheck, table).Scan(&dead, &allowed); err != nil {
+		if err := r.pool.QueryRow(ctx, sqlVacuumCheck, table).Scan(&dead, &inserted, &allowed); err != nil {
 			if ctx.Err() == nil {
 				r.log.DebugContext(ctx, "outbox vacuum check failed", "err", err)
 			}
@@ -83,30 +100,51 @@ func (r *Relay) vacuumLoop(ctx context.Context) {
 				"table", table)
 			return
 		}
-		if dead < threshold {
+		if dead < threshold && inserted < threshold {
 			continue
 		}
 		start := time.Now()
-		if err := r.vacuum(ctx, table); err != nil {
+		if err := v.vacuum(ctx, table); err != nil {
 			if ctx.Err() == nil {
 				r.log.WarnContext(ctx, "outbox vacuum failed", "table", table, "err", err)
 			}
 			continue
 		}
 		r.stats.vacuums.Add(1)
-		r.log.DebugContext(ctx, "outbox vacuumed", "dead_before", dead, "took", time.Since(start))
+		r.log.DebugContext(ctx, "outbox vacuumed", "dead_before", dead, "inserted_before", inserted, "took", time.Since(start))
 	}
 }
 
-// vacuum vacuums table on a connection of its own, so a vacuum of a large table (about a second
-// for a million rows) holds none of the pool's connections the claims and marks use. The
-// toast table is left out: the relay's updates never touch a payload.
-func (r *Relay) vacuum(ctx context.Context, table string) error {
-	conn, err := pgx.ConnectConfig(ctx, ownConnConfig(r.pool, r.cfg.Schema))
-	if err != nil {
-		return err
+// vacuumer runs the relay's vacuums on a session of its own, opened at the first and kept
+// until the relay stops, so a vacuum of a large table (about a second for a million rows)
+// holds none of the pool's connections the claims and marks use.
+type vacuumer struct {
+	r    *Relay
+	conn *pgx.Conn
+}
+
+// vacuum vacuums table. The toast table is left out (the relay's updates never touch a
+// payload); the statistics are refreshed in the same pass, so the claims' plans know the
+// backlog's keys. A failed session is closed and the next vacuum opens another.
+func (v *vacuumer) vacuum(ctx context.Context, table string) error {
+	if v.conn == nil {
+		conn, err := pgx.ConnectConfig(ctx, ownConnConfig(v.r.pool, v.r.cfg.Schema))
+		if err != nil {
+			return err
+		}
+		v.conn = conn
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	_, err = conn.Exec(ctx, "VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, PROCESS_TOAST FALSE) "+table)
+	_, err := v.conn.Exec(ctx, "VACUUM (ANALYZE, SKIP_LOCKED, INDEX_CLEANUP ON, PROCESS_TOAST FALSE) "+table)
+	if err != nil {
+		v.close(ctx)
+	}
 	return err
+}
+
+// close closes the vacuum session, if open.
+func (v *vacuumer) close(ctx context.Context) {
+	if v.conn != nil {
+		_ = v.conn.Close(context.WithoutCancel(ctx))
+		v.conn = nil
+	}
 }

@@ -53,7 +53,8 @@ func TestRelayVacuumsTheOutboxPastTheThreshold(t *testing.T) {
 	require.NoError(t, err)
 	before := manualVacuums(t, db)
 	p := new(testenv.Progress)
-	r, _ := startRelay(t, db, kc, outbox.RelayConfig{OnBatch: onSettled(p), VacuumThreshold: 300, Logger: testLogger(t)})
+	// Batches of 10 rows: each round of 100 keeps the claims full, so the relay is backlogged.
+	r, _ := startRelay(t, db, kc, outbox.RelayConfig{OnBatch: onSettled(p), BatchSize: 10, VacuumThreshold: 300, Logger: testLogger(t)})
 	publishRounds(t, db, st, p, "the relay's own vacuum of the outbox", func() bool { return r.Stats().Vacuums > 0 })
 	require.Greater(t, manualVacuums(t, db), before, "the table was vacuumed")
 }
@@ -91,7 +92,7 @@ func TestRelayWithoutOwnershipLeavesVacuumToAutovacuum(t *testing.T) {
 	var logs testenv.LogBuffer
 	p := new(testenv.Progress)
 	r, err := outbox.NewRelay(pool, kc.NewClient(t, outbox.ProducerOpts()...), outbox.RelayConfig{Schema: db.Schema,
-		OnBatch: onSettled(p), VacuumThreshold: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		OnBatch: onSettled(p), BatchSize: 10, VacuumThreshold: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	require.NoError(t, err)
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
