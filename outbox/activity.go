@@ -30,7 +30,7 @@ func (s *Store) Activity(ctx context.Context, q Querier, from time.Time, n int) 
 	for i := range out {
 		out[i].Start = from.Add(time.Duration(i) * time.Minute).UTC()
 	}
-	rows, err := q.Query(ctx, s.bind(sqlActivity), from, from.Add(time.Duration(n)*time.Minute))
+	rows, err := q.Query(ctx, s.q.Activity, from, from.Add(time.Duration(n)*time.Minute))
 	if err != nil {
 		return nil, fmt.Errorf("read outbox activity: %w", err)
 	}

@@ -36,7 +36,7 @@ type StatusCount struct {
 // (including retained sent rows): an operator command, not a hot path.
 func (s *Store) Status(ctx context.Context, q Querier) (Status, error) {
 	st := Status{OldestPendingCreatedAt: map[string]time.Time{}}
-	rows, err := q.Query(ctx, s.q.status)
+	rows, err := q.Query(ctx, s.q.Status)
 	if err != nil {
 		return st, fmt.Errorf("outbox status: %w", err)
 	}
@@ -117,7 +117,7 @@ func (s *Store) ListDead(ctx context.Context, q Querier, opts ListDeadOptions) (
 	if opts.Limit <= 0 {
 		opts.Limit = 100
 	}
-	rows, err := q.Query(ctx, s.q.listDead, opts.After, nullString(opts.Source), nullString(opts.Destination), opts.Limit)
+	rows, err := q.Query(ctx, s.q.ListDead, opts.After, nullString(opts.Source), nullString(opts.Destination), opts.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("list dead outbox rows: %w", err)
 	}
@@ -151,7 +151,7 @@ func (s *Store) ListDead(ctx context.Context, q Querier, opts ListDeadOptions) (
 // RequeueFilter.All). It reads the dead rows' partial index: cheap with few dead rows.
 func (s *Store) CountDead(ctx context.Context, q Querier, source, destination string) (int64, error) {
 	var n int64
-	if err := q.QueryRow(ctx, s.bind(sqlCountDead), nullString(source), nullString(destination)).Scan(&n); err != nil {
+	if err := q.QueryRow(ctx, s.q.CountDead, nullString(source), nullString(destination)).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count dead outbox rows: %w", err)
 	}
 	return n, nil
@@ -195,7 +195,7 @@ func (s *Store) RequeueRows(ctx context.Context, q Querier, f RequeueFilter) ([]
 	for i, id := range f.IDs {
 		ids[i] = id
 	}
-	rows, err := q.Query(ctx, s.q.requeue, ids, nullString(f.Source), f.All, nullString(f.Destination))
+	rows, err := q.Query(ctx, s.q.Requeue, ids, nullString(f.Source), f.All, nullString(f.Destination))
 	if err != nil {
 		return nil, fmt.Errorf("requeue outbox rows: %w", err)
 	}
@@ -241,7 +241,7 @@ var ErrNotFound = errors.New("outbox row not found")
 
 // Lookup reads one row by outbox id, or returns an error wrapping ErrNotFound.
 func (s *Store) Lookup(ctx context.Context, q Querier, id envelope.UUID) (Row, error) {
-	r, err := scanRow(q.QueryRow(ctx, s.bind(sqlLookupRow), [16]byte(id)))
+	r, err := scanRow(q.QueryRow(ctx, s.q.LookupRow, [16]byte(id)))
 	if err != nil {
 		if errors.Is(err, errNoRows) {
 			return r, fmt.Errorf("lookup outbox row %s: %w", id, ErrNotFound)

@@ -553,7 +553,7 @@ FROM generate_series(1, %d) g`, sent))
 			_, err = db.Pool.Exec(ctx, "CHECKPOINT")
 			require.NoError(b, err)
 			var plan strings.Builder
-			rows, err := db.Pool.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF) "+st.q.claim[PerKeyHeadOfLine],
+			rows, err := db.Pool.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF) "+st.q.ClaimKey,
 				[16]byte(envelope.NewUUIDv7()), 10, int64(60e6), 512, nil, nil)
 			require.NoError(b, err)
 			for rows.Next() {
@@ -694,7 +694,7 @@ func BenchmarkEnqueueConcurrent(b *testing.B) {
 					require.NoError(b, err)
 					b.Cleanup(func() { conn.Close(context.Background()) })
 					var got string
-					require.NoError(b, conn.QueryRow(context.Background(), st.q.sleepLock).Scan(&got))
+					require.NoError(b, conn.QueryRow(context.Background(), st.q.SleepLock).Scan(&got))
 					require.Equal(b, "taken", got)
 				}
 				if c.relay {

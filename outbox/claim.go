@@ -11,6 +11,7 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/pgdb"
 	"github.com/keiro-go/keiro/outbox/internal/markplan"
+	"github.com/keiro-go/keiro/outbox/internal/shares"
 )
 
 // Querier runs SQL: keiro's one database handle, the same type as inbox.DB and events.DB. A
@@ -93,7 +94,7 @@ type claimedRow struct {
 // order and stopping at the limit. q must not be inside a transaction.
 func (s *Store) claim(ctx context.Context, q batchSender, policy Policy, limit int, lease time.Duration,
 	maxAttempts int, destinations []string, scanBudget int) (token envelope.UUID, out []claimedRow, err error) {
-	return s.claimIn(ctx, q, policy, limit, lease, maxAttempts, destinations, scanBudget, allShares, keyCursor{})
+	return s.claimIn(ctx, q, policy, limit, lease, maxAttempts, destinations, scanBudget, shares.All, keyCursor{})
 }
 
 // keyCursor is a (source, key) where the per-key claim past the front (sqlClaimKeys) starts
@@ -117,12 +118,23 @@ func lastKey(rows []claimedRow) keyCursor {
 	return c
 }
 
-// claimIn is claim restricted to the rows of the claim shares in shares (shares.go); with
-// allShares, or none, it claims from every share, exactly as claim. The scan budget counts the
+// claimSQL is the claim statement of policy p.
+func (s *Store) claimSQL(p Policy) string {
+	switch p {
+	case PerSourceStream:
+		return s.q.ClaimSource
+	case BestEffort:
+		return s.q.ClaimAny
+	}
+	return s.q.ClaimKey
+}
+
+// claimIn is claim restricted to the rows of the claim shares in mask (internal/shares); with
+// shares.All, or none, it claims from every share, exactly as claim. The scan budget counts the
 // open rows of every share: a caller restricted to a fraction of the shares scales it. An
 // unbounded per-key claim looks at the keys after from first (keyCursor).
 func (s *Store) claimIn(ctx context.Context, q batchSender, policy Policy, limit int, lease time.Duration,
-	maxAttempts int, destinations []string, scanBudget int, shares shareMask, from keyCursor) (token envelope.UUID, out []claimedRow, err error) {
+	maxAttempts int, destinations []string, scanBudget int, mask shares.Mask, from keyCursor) (token envelope.UUID, out []claimedRow, err error) {
 	token = envelope.NewUUIDv7()
 	var dest, budget, share any
 	if len(destinations) > 0 {
@@ -131,8 +143,8 @@ func (s *Store) claimIn(ctx context.Context, q batchSender, policy Policy, limit
 	if scanBudget > 0 {
 		budget = int64(scanBudget)
 	}
-	if shares != allShares && shares != 0 {
-		share = int64(shares)
+	if mask != shares.All && mask != 0 {
+		share = int64(mask)
 	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
@@ -141,9 +153,9 @@ func (s *Store) claimIn(ctx context.Context, q batchSender, policy Policy, limit
 	if budget == nil && !s.walkDeep && (policy == PerKeyHeadOfLine || policy == StopTheLine) {
 		// Past the front of the backlog the heads are found by key, not by walking every
 		// row behind them (sqlClaimKeys).
-		b.Queue(s.q.claimKeys, [16]byte(token), maxAttempts, lease.Microseconds(), limit, dest, share, from.source, from.key)
+		b.Queue(s.q.ClaimKeys, [16]byte(token), maxAttempts, lease.Microseconds(), limit, dest, share, from.source, from.key)
 	} else {
-		b.Queue(s.q.claim[policy], [16]byte(token), maxAttempts, lease.Microseconds(), limit, dest, budget, share)
+		b.Queue(s.claimSQL(policy), [16]byte(token), maxAttempts, lease.Microseconds(), limit, dest, budget, share)
 	}
 	b.Queue("COMMIT")
 	br := q.SendBatch(ctx, b)
@@ -178,7 +190,7 @@ func (s *Store) releaseLostClaim(ctx context.Context, q batchSender, token envel
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue("SET LOCAL enable_seqscan = off") // walk the open rows, not the retained ones
-	b.Queue(s.q.releaseLost, [16]byte(token), int64(pid))
+	b.Queue(s.q.ReleaseLost, [16]byte(token), int64(pid))
 	b.Queue("COMMIT")
 	br := q.SendBatch(ctx, b)
 	defer func() {
@@ -279,6 +291,14 @@ type mark struct {
 	dest string
 }
 
+// markedRow is one row a mark statement moved: its id, the outcome asked for and the status it
+// ended in (a failed outcome ends dead when the row had no attempt left).
+type markedRow struct {
+	id      envelope.UUID
+	outcome string
+	status  string
+}
+
 // destCounts are one destination's real transitions in a mark statement.
 type destCounts struct{ sent, retried, dead, rejected int }
 
@@ -323,7 +343,7 @@ func (s *Store) markBatch(ctx context.Context, q Querier, token envelope.UUID, m
 			codes[i] = &marks[i].code
 		}
 	}
-	rows, err := q.Query(ctx, s.q.mark, [16]byte(token), ids, outs, errs, delays, parts, offs, codes, maxAttempts)
+	rows, err := q.Query(ctx, s.q.Mark, [16]byte(token), ids, outs, errs, delays, parts, offs, codes, maxAttempts)
 	if err != nil {
 		return transitions{}, fmt.Errorf("mark outbox batch: %w", err)
 	}
@@ -377,7 +397,7 @@ func (s *Store) markBatch(ctx context.Context, q Querier, token envelope.UUID, m
 // renewLease extends the lease of the rows ids still publishing under token to lease from now,
 // and returns how many it extended.
 func (s *Store) renewLease(ctx context.Context, q Querier, token envelope.UUID, ids [][16]byte, lease time.Duration) (int64, error) {
-	tag, err := q.Exec(ctx, s.q.renew, [16]byte(token), ids, lease.Microseconds())
+	tag, err := q.Exec(ctx, s.q.Renew, [16]byte(token), ids, lease.Microseconds())
 	if err != nil {
 		return 0, fmt.Errorf("renew outbox lease: %w", err)
 	}
@@ -388,7 +408,7 @@ func (s *Store) renewLease(ctx context.Context, q Querier, token envelope.UUID, 
 // still publishing under token get produce_started (sqlStartProduce). It returns the ids it
 // recorded; the others were taken over by another relay.
 func (s *Store) startProduce(ctx context.Context, q Querier, token envelope.UUID, ids [][16]byte) (map[[16]byte]bool, error) {
-	rows, err := q.Query(ctx, s.q.start, [16]byte(token), ids)
+	rows, err := q.Query(ctx, s.q.Start, [16]byte(token), ids)
 	if err != nil {
 		return nil, fmt.Errorf("record outbox produce start: %w", err)
 	}

@@ -393,9 +393,10 @@ FROM generate_series(1, 100000) g`, db.Schema))
 	}))
 	_, err = db.Pool.Exec(ctx, "ANALYZE "+db.Schema+".keiro_outbox")
 	require.NoError(t, err)
-	for p, q := range st.q.claim {
+	for _, p := range []Policy{PerKeyHeadOfLine, StopTheLine, PerSourceStream, BestEffort} {
+		q := st.claimSQL(p)
 		for _, budget := range []any{nil, int64(2048)} {
-			// Unrestricted, and restricted to half of the claim shares (shares.go).
+			// Unrestricted, and restricted to half of the claim shares (internal/shares).
 			shares := any(nil)
 			if budget != nil {
 				shares = int64(0x5555_5555_5555_5555)
@@ -500,8 +501,8 @@ func TestSleepLockTry(t *testing.T) {
 		return got
 	}
 	for _, c := range []struct{ name, lock, unlock, other string }{
-		{"all", st.q.sleepLock, st.q.sleepUnlock, st.q.sleepLockFiltered},
-		{"filtered", st.q.sleepLockFiltered, st.q.sleepUnlockFiltered, st.q.sleepLock},
+		{"all", st.q.SleepLock, st.q.SleepUnlock, st.q.SleepLockFiltered},
+		{"filtered", st.q.SleepLockFiltered, st.q.SleepUnlockFiltered, st.q.SleepLock},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tx, err := db.Pool.Begin(ctx)

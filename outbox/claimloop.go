@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/keiro-go/keiro/internal/backoff"
+	"github.com/keiro-go/keiro/outbox/internal/shares"
+	"github.com/keiro-go/keiro/outbox/internal/sleep"
 )
 
 // claimRetryBackoff spaces the claims of a relay whose last claim failed (PostgreSQL down or
@@ -22,12 +24,11 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	// The first claimer of a listening relay sleeps under the sleep lock, so producers notify
-	// only while it sleeps (sleeper, sleepLockAll in sql.go).
-	var sl *sleeper
+	// only while it sleeps (internal/sleep, sleepLockAll in internal/sqlq).
+	var sl *sleep.Sleeper
 	if !extra && !r.cfg.PollOnly {
-		sl = newSleeper(r.pool.Config().ConnConfig, &r.store.q, len(r.cfg.Destinations) > 0)
-		sl.onLost = r.signal
-		defer sl.close()
+		sl = sleep.New(r.pool.Config().ConnConfig, r.store.q, len(r.cfg.Destinations) > 0, r.signal)
+		defer sl.Close()
 	}
 	var dbBackoff int
 	var lastUnbounded time.Time
@@ -36,7 +37,7 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 	// the keys the last one took, so scans do not walk again the keys in flight.
 	var deepFrom keyCursor
 	// preferOwn: the last claim came back full, so the backlog is deep enough for the relays
-	// to split; the next claim prefers this relay's claim shares (shares.go), unless a claim of
+	// to split; the next claim prefers this relay's claim shares (internal/shares), unless a claim of
 	// them came back empty before ownDryUntil.
 	var preferOwn bool
 	var ownDryUntil time.Time
@@ -78,7 +79,7 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 		// (keys in backoff) waits at most that long, and keeps doing so while those scans
 		// come back full, so a long blocked front does not slow the rows behind it.
 		budget := r.cfg.MaxInFlightBatches * r.cfg.BatchSize
-		shares := r.claimShares(preferOwn, ownDryUntil)
+		mask := r.claimShares(preferOwn, ownDryUntil)
 		scanAll := !extra && (deepFull || time.Since(lastUnbounded) >= r.cfg.PollInterval)
 		from := keyCursor{}
 		if scanAll {
@@ -87,20 +88,20 @@ func (r *Relay) claimLoop(ctx, hard context.Context, extra bool, slots chan stru
 		if scanAll {
 			budget = 0
 		}
-		token, rows, err := r.claim(hard, budget, shares, from)
+		token, rows, err := r.claim(hard, budget, mask, from)
 		if err == nil && len(rows) == 0 && from != (keyCursor{}) {
 			// The scan past the front ran off the end of the keys: start over at the first.
 			r.stats.claims.Add(1)
 			from = keyCursor{}
-			token, rows, err = r.claim(hard, budget, shares, from)
+			token, rows, err = r.claim(hard, budget, mask, from)
 		}
-		if err == nil && len(rows) == 0 && shares != allShares {
+		if err == nil && len(rows) == 0 && mask != shares.All {
 			// Its own shares are drained: the rest of the backlog is anyone's (orphaned shares,
 			// a dead relay's rows before the others take its shares, the tail of a drain).
 			ownDryUntil = r.now().Add(r.cfg.PollInterval)
 			r.stats.sharesDrained.Add(1)
 			r.stats.claims.Add(1)
-			token, rows, err = r.claim(hard, budget, allShares, from)
+			token, rows, err = r.claim(hard, budget, shares.All, from)
 		}
 		if scanAll {
 			// From the scan's end: a scan that took longer than the poll interval must not
@@ -221,16 +222,16 @@ const (
 const sleepAfterInFlight = 20 * time.Millisecond
 
 // prepareSleep readies the first claimer of a listening relay to sleep under the sleep lock
-// (sleepLockAll in sql.go): it takes the lock, then has the claimer claim once more, since
+// (sleepLockAll in internal/sqlq): it takes the lock, then has the claimer claim once more, since
 // producers that committed before did not notify. While a producer that did not notify is
 // still in its transaction the lock cannot be taken: it waits a little and has the claimer
 // claim again. When another relay that publishes every destination sleeps under the lock,
 // producers notify and that relay claims whatever this one could: this relay sleeps without
 // it. A relay restricted to some destinations cannot count on another (it may cover other
 // destinations) and keeps trying. Without the lock's session the relay claims and retries the
-// lock with a short backoff (sleepRetryMax) until a new session takes it.
-func (r *Relay) prepareSleep(ctx context.Context, sl *sleeper) sleepAction {
-	if sl == nil || sl.held || !r.listening.Load() {
+// lock with a short backoff (sleep.RetryMax) until a new session takes it.
+func (r *Relay) prepareSleep(ctx context.Context, sl *sleep.Sleeper) sleepAction {
+	if sl == nil || sl.Held() || !r.listening.Load() {
 		return sleepWait
 	}
 	if r.inFlight.Load() > 0 {
@@ -245,9 +246,9 @@ func (r *Relay) prepareSleep(ctx context.Context, sl *sleeper) sleepAction {
 	if r.sleepHook != nil {
 		r.sleepHook()
 	}
-	got, err := sl.try(ctx)
-	if err == nil && sl.failing {
-		sl.failing = false
+	wasFailing := sl.Failing()
+	got, err := sl.Try(ctx)
+	if err == nil && wasFailing {
 		r.log.InfoContext(ctx, "sleep lock available again")
 	}
 	switch {
@@ -255,25 +256,23 @@ func (r *Relay) prepareSleep(ctx context.Context, sl *sleeper) sleepAction {
 		if ctx.Err() != nil {
 			return sleepStop
 		}
-		if !sl.failing {
-			sl.failing = true
+		if !wasFailing {
 			r.log.WarnContext(ctx, "sleep lock unavailable; claiming and retrying it until it is back (producers do not notify meanwhile)",
-				"err", err, "retry_max", min(sleepRetryMax, r.cfg.PollInterval))
+				"err", err, "retry_max", min(sleep.RetryMax, r.cfg.PollInterval))
 		}
 		// A session that died (a terminated backend, a failover) usually comes back with the
 		// next connection: retry soon rather than sleep a whole poll interval without the lock,
 		// during which producers do not notify.
-		sl.tries++
-		if alive, _ := waitWake(ctx, r.wake, sl.retryIn(r.cfg.PollInterval)); !alive {
+		if alive, _ := waitWake(ctx, r.wake, sl.RetryIn(r.cfg.PollInterval)); !alive {
 			return sleepStop
 		}
 		return sleepClaim
-	case got == tryTaken:
+	case got == sleep.Taken:
 		return sleepClaim
-	case got == tryRelay && !sl.filtered:
+	case got == sleep.Relay && !sl.Filtered():
 		return sleepWait
 	}
-	if alive, _ := waitWake(ctx, r.wake, sl.retryIn(r.cfg.PollInterval)); !alive {
+	if alive, _ := waitWake(ctx, r.wake, sl.RetryIn(r.cfg.PollInterval)); !alive {
 		return sleepStop
 	}
 	return sleepClaim
@@ -281,9 +280,8 @@ func (r *Relay) prepareSleep(ctx context.Context, sl *sleeper) sleepAction {
 
 // wakeUp releases the sleep lock, if held: producers stop notifying. The relay is working
 // again, so its next failed try starts over at the shortest retry.
-func (r *Relay) wakeUp(ctx context.Context, sl *sleeper) {
-	sl.tries = 0
-	if err := sl.release(ctx); err != nil && ctx.Err() == nil {
+func (r *Relay) wakeUp(ctx context.Context, sl *sleep.Sleeper) {
+	if err := sl.Release(ctx); err != nil && ctx.Err() == nil {
 		r.log.WarnContext(ctx, "sleep lock release failed; its session was closed", "err", err)
 	}
 }
@@ -301,4 +299,17 @@ func waitWake(ctx context.Context, wake <-chan struct{}, d time.Duration) (alive
 	case <-ctx.Done():
 		return false, false
 	}
+}
+
+// claimShares is the restriction of the next claim: the relay's own shares while it prefers
+// them (the backlog is deep, they were not found drained lately, it holds some but not all),
+// else every share.
+func (r *Relay) claimShares(preferOwn bool, ownDryUntil time.Time) shares.Mask {
+	if !preferOwn || r.shares == nil || r.now().Before(ownDryUntil) {
+		return shares.All
+	}
+	if m := r.shares.Shares(); m != 0 {
+		return m
+	}
+	return shares.All
 }

@@ -125,9 +125,9 @@ func BenchmarkDeepClaimLatency(b *testing.B) {
 				// The claims' parameters after the destinations: the scan budget and the
 				// shares (none: every share) of the front and the walk; the shares and the key
 				// cursor (from the first key) of the claim past the front.
-				{"front", st.q.claim[PerKeyHeadOfLine], []any{int64(DefaultMaxInFlightBatches * DefaultBatchSize), nil}},
-				{"keys", st.q.claimKeys, []any{nil, "", ""}},
-				{"walk", st.q.claim[PerKeyHeadOfLine], []any{nil, nil}},
+				{"front", st.q.ClaimKey, []any{int64(DefaultMaxInFlightBatches * DefaultBatchSize), nil}},
+				{"keys", st.q.ClaimKeys, []any{nil, "", ""}},
+				{"walk", st.q.ClaimKey, []any{nil, nil}},
 			} {
 				b.Run(c.name, func(b *testing.B) {
 					var total time.Duration

@@ -14,6 +14,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
+	"github.com/keiro-go/keiro/outbox/internal/shares"
 )
 
 // TestDeepClaimCostDoesNotFollowTheBacklog: every key's head is in flight except one key's, at
@@ -50,7 +51,7 @@ VALUES (gen_random_uuid(), 'z1', 'ordering', 't1', 'a', 'E', 1, 'application/jso
        (gen_random_uuid(), 'z2', 'ordering', 't1', 'a', 'E', 1, 'application/json', '\x00', now()),
        (gen_random_uuid(), 'n1', 'ordering', 't1', NULL, 'E', 1, 'application/json', '\x00', now())`)
 		require.NoError(t, err)
-		blocks[depth] = claimBlocks(t, db, st.q.claimKeys, []string{"z1", "z2", "n1"},
+		blocks[depth] = claimBlocks(t, db, st.q.ClaimKeys, []string{"z1", "z2", "n1"},
 			[16]byte(envelope.NewUUIDv7()), 10, int64(60e6), 512, nil, nil, "", "")
 	}
 	t.Logf("buffers touched by the claim: %v", blocks)
@@ -108,21 +109,21 @@ func TestDeepClaimResumesAfterItsCursor(t *testing.T) {
 	t.Parallel()
 	db, st := setup(t, ev("a1", k("a")), ev("b1", k("b")), ev("c1", k("c")), ev("c2", k("c")), ev("d1", k("d")), ev("n1", nil))
 	ctx := context.Background()
-	_, rows, err := st.claimIn(ctx, db.Pool, PerKeyHeadOfLine, 2, time.Minute, 10, nil, 0, allShares, keyCursor{})
+	_, rows, err := st.claimIn(ctx, db.Pool, PerKeyHeadOfLine, 2, time.Minute, 10, nil, 0, shares.All, keyCursor{})
 	require.NoError(t, err)
 	require.Equal(t, []string{"a1", "b1"}, ids(rows))
 	from := lastKey(rows)
 	require.Equal(t, keyCursor{"ordering", "b"}, from)
-	_, rows, err = st.claimIn(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0, allShares, from)
+	_, rows, err = st.claimIn(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0, shares.All, from)
 	require.NoError(t, err)
 	require.Equal(t, []string{"c1", "c2", "d1", "n1"}, ids(rows))
 	require.Equal(t, keyCursor{"ordering", "d"}, lastKey(rows))
 	_, err = db.Pool.Exec(ctx, "UPDATE keiro_outbox SET status = 'pending', claim_token = NULL, lease_until = NULL WHERE message_id IN ('a1', 'c1', 'c2')")
 	require.NoError(t, err)
-	_, rows, err = st.claimIn(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0, allShares, keyCursor{"ordering", "d"})
+	_, rows, err = st.claimIn(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0, shares.All, keyCursor{"ordering", "d"})
 	require.NoError(t, err)
 	require.Empty(t, rows, "no key after d")
-	_, rows, err = st.claimIn(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0, allShares, keyCursor{})
+	_, rows, err = st.claimIn(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0, shares.All, keyCursor{})
 	require.NoError(t, err)
 	require.Equal(t, []string{"a1", "c1", "c2"}, ids(rows))
 }

@@ -51,7 +51,7 @@ func (s *Store) ListOutbox(ctx context.Context, q Querier, opts ListOptions) ([]
 	if err != nil {
 		return nil, fmt.Errorf("list outbox rows: %w", err)
 	}
-	sql, from := sqlListOutbox, opts.After
+	sql, from := s.q.ListOutbox, opts.After
 	switch {
 	case opts.NewestFirst && opts.After != 0:
 		return nil, errors.New("list outbox rows: After continues a listing in seq order; continue a NewestFirst listing with Before")
@@ -60,18 +60,11 @@ func (s *Store) ListOutbox(ctx context.Context, q Querier, opts ListOptions) ([]
 	case opts.After < 0 || opts.Before < 0:
 		return nil, fmt.Errorf("list outbox rows: a seq to continue from is positive, got After %d, Before %d", opts.After, opts.Before)
 	case opts.NewestFirst:
-		sql, from = sqlListOutboxNewest, opts.Before
+		sql, from = s.q.ListOutboxNewest, opts.Before
 	}
 	return s.listRows(ctx, q, "list outbox rows", sql, from, statuses,
 		nullString(opts.Source), nullString(opts.Destination), nullString(opts.Key), limit, phases)
 }
-
-// sqlSearchOutbox lists the rows whose message id, key, event type or source is $1, newest
-// first, at most $2 (Store.SearchOutbox). An operator's search: it scans the table, retained
-// sent rows included. Kept with its only caller while sql_list.go moves.
-const sqlSearchOutbox = `SELECT ` + rowColumns + ` FROM {{schema}}.keiro_outbox
-WHERE message_id = $1 OR message_key = $1 OR event_type = $1 OR source = $1
-ORDER BY seq DESC LIMIT $2`
 
 // SearchOutbox lists the rows, in any status, whose message id, key, event type or source is
 // exactly term, newest first, at most limit (0: DefaultListLimit): how an operator finds a
@@ -85,7 +78,7 @@ func (s *Store) SearchOutbox(ctx context.Context, q Querier, term string, limit 
 	if err != nil {
 		return nil, fmt.Errorf("search outbox rows: %w", err)
 	}
-	return s.listRows(ctx, q, "search outbox rows", sqlSearchOutbox, term, limit)
+	return s.listRows(ctx, q, "search outbox rows", s.q.SearchOutbox, term, limit)
 }
 
 // listStatuses checks opts' statuses and returns them with their phases (nil, nil: any).
@@ -136,7 +129,7 @@ func (s *Store) ListStuckOutbox(ctx context.Context, q Querier, olderThan time.D
 	if err != nil {
 		return nil, fmt.Errorf("list stuck outbox rows: %w", err)
 	}
-	return s.listRows(ctx, q, "list stuck outbox rows", sqlListStuckOutbox, olderThan.Microseconds(), limit)
+	return s.listRows(ctx, q, "list stuck outbox rows", s.q.ListStuckOutbox, olderThan.Microseconds(), limit)
 }
 
 // ListSentGcCandidates lists sent rows published more than retention ago, oldest first
@@ -150,11 +143,11 @@ func (s *Store) ListSentGcCandidates(ctx context.Context, q Querier, retention t
 	if err != nil {
 		return nil, fmt.Errorf("list sent outbox rows past retention: %w", err)
 	}
-	return s.listRows(ctx, q, "list sent outbox rows past retention", sqlListSentGcCandidates, retention.Microseconds(), limit)
+	return s.listRows(ctx, q, "list sent outbox rows past retention", s.q.ListSentGcCandidates, retention.Microseconds(), limit)
 }
 
 func (s *Store) listRows(ctx context.Context, q Querier, what, sql string, args ...any) ([]Row, error) {
-	rows, err := q.Query(ctx, s.bind(sql), args...)
+	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
@@ -174,6 +167,3 @@ func listLimit(n int) (int, error) {
 	}
 	return n, nil
 }
-
-// bind addresses sql's tables in the Store's schema (validated by NewStore).
-func (s *Store) bind(sql string) string { return strings.ReplaceAll(sql, "{{schema}}", s.schema) }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/outbox/internal/shares"
 )
 
 // lostClaim is a claim whose reply did not arrive (the connection broke, the backend was
@@ -24,11 +25,11 @@ type lostClaim struct {
 // whose reply was lost. The claim token is made here, by the relay, so the relay knows which
 // rows such a claim may hold: a claim that fails after it was sent is remembered with its
 // token and its backend, and its rows are released as soon as the database answers again and
-// that backend is gone (a live one could still commit it), instead of after a lease. shares
-// restricts the claim to some claim shares (allShares: none); the scan budget, counted over every
+// that backend is gone (a live one could still commit it), instead of after a lease. mask
+// restricts the claim to some claim shares (shares.All: none); the scan budget, counted over every
 // share, is then scaled to look as deep into them, and a batch deeper. from is where a scan past the front starts
 // in key order (keyCursor).
-func (r *Relay) claim(ctx context.Context, budget int, shares shareMask, from keyCursor) (envelope.UUID, []claimedRow, error) {
+func (r *Relay) claim(ctx context.Context, budget int, mask shares.Mask, from keyCursor) (envelope.UUID, []claimedRow, error) {
 	r.releaseLostClaims(ctx)
 	conn, err := r.pool.Acquire(ctx)
 	if err != nil {
@@ -36,17 +37,17 @@ func (r *Relay) claim(ctx context.Context, budget int, shares shareMask, from ke
 	}
 	defer conn.Release()
 	pid := conn.Conn().PgConn().PID()
-	if shares != allShares {
+	if mask != shares.All {
 		r.stats.shareClaims.Add(1)
 		// With N relays N times the batches in flight sit at the front: the budget is scaled
 		// so that the relay's own part of the rows scanned holds them and a batch more.
 		if budget > 0 {
-			budget = (budget + r.cfg.BatchSize) * shareCount / max(shares.count(), 1)
+			budget = (budget + r.cfg.BatchSize) * shares.Count / max(mask.Count(), 1)
 		}
 	}
 	sent := r.now()
 	token, rows, err := r.store.claimIn(ctx, conn, r.cfg.Policy, r.cfg.BatchSize, r.cfg.Lease, r.cfg.MaxAttempts,
-		r.cfg.Destinations, budget, shares, from)
+		r.cfg.Destinations, budget, mask, from)
 	if err != nil && mayHaveCommitted(err) {
 		r.lostMu.Lock()
 		r.lost = append(r.lost, lostClaim{token: token, pid: pid, at: sent})

@@ -56,7 +56,7 @@ func (r *Relay) MaintenancePass(ctx context.Context) (MaintenanceResult, error) 
 		for range maxRetentionBatchesPerPass {
 			var got bool
 			var n int64
-			if err := r.pool.QueryRow(ctx, r.store.q.retention, r.cfg.Retention.Microseconds(), r.cfg.RetentionBatch, key).Scan(&got, &n); err != nil {
+			if err := r.pool.QueryRow(ctx, r.store.q.Retention, r.cfg.Retention.Microseconds(), r.cfg.RetentionBatch, key).Scan(&got, &n); err != nil {
 				return res, fmt.Errorf("outbox maintenance: delete sent rows past retention: %w", err)
 			}
 			if !got {
@@ -88,7 +88,7 @@ func (r *Relay) MaintenancePass(ctx context.Context) (MaintenanceResult, error) 
 
 // sampleGauges reads the per-destination gauges if it gets the maintenance lock key.
 func (r *Relay) sampleGauges(ctx context.Context, key int64) ([]destGauges, bool, error) {
-	rows, err := r.pool.Query(ctx, r.store.q.gauges, key)
+	rows, err := r.pool.Query(ctx, r.store.q.Gauges, key)
 	if err != nil {
 		return nil, false, err
 	}

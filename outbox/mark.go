@@ -7,8 +7,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/backoff"
 	"github.com/keiro-go/keiro/outbox/internal/markplan"
+	"github.com/keiro-go/keiro/outbox/internal/translog"
 )
 
 // markOutcome decides the outcome of a batch's rows from their produce results (plan), writes
@@ -207,4 +209,50 @@ func isRefusal(err error) bool {
 		return false
 	}
 	return true
+}
+
+// logTransitions logs the rows of batch b that marks moved to failed, dead or rejected (moved
+// as the mark statement reports them), and the rows that went dead in the claim (the transition
+// log, internal/translog).
+func (r *Relay) logTransitions(ctx context.Context, b *batch, marks []mark, moved []markedRow) {
+	rows := make(map[envelope.UUID]*claimedRow, len(b.rows))
+	for i := range b.rows {
+		rows[b.rows[i].id] = &b.rows[i]
+		if b.rows[i].dead {
+			r.logTransition(ctx, translog.Dead, &b.rows[i], nil, "lease expired after the last attempt: the outcome of that attempt is unknown")
+		}
+	}
+	byID := make(map[envelope.UUID]*mark, len(marks))
+	for i := range marks {
+		byID[marks[i].id] = &marks[i]
+	}
+	for _, mr := range moved {
+		var kind translog.Kind
+		switch {
+		case mr.outcome == outcomeRejected.String():
+			kind = translog.Rejected
+		case mr.status == statusDead:
+			kind = translog.Dead
+		case mr.outcome == outcomeFailed.String():
+			kind = translog.Retried
+		default:
+			continue // sent, released, skipped or deferred (a Kafka outage is logged once per batch)
+		}
+		row := rows[mr.id]
+		if row == nil {
+			continue
+		}
+		r.logTransition(ctx, kind, row, byID[mr.id], "")
+	}
+}
+
+// logTransition logs one row's transition, with m's error (reason without a mark), if the
+// kind's budget allows it.
+func (r *Relay) logTransition(ctx context.Context, kind translog.Kind, row *claimedRow, m *mark, reason string) {
+	lr := translog.Row{OutboxID: row.id.String(), MessageID: row.event.MessageID, Source: row.event.Source,
+		Destination: row.event.Destination, Key: row.event.Key, Attempt: row.attempt, Err: reason}
+	if m != nil {
+		lr.Code, lr.RetryIn, lr.Err = m.code, m.delay, m.err
+	}
+	r.transitionLog.Write(ctx, r.log, kind, lr)
 }

@@ -80,7 +80,7 @@ CREATE CONSTRAINT TRIGGER refuse_c1 AFTER UPDATE ON keiro_outbox DEFERRABLE INIT
 	// The premise: the mark statement hands its rows over before its commit fails.
 	ms := []mark{{id: rows[0].id, outcome: outcomeSent}, {id: rows[1].id, outcome: outcomeFailed, err: "boom"},
 		{id: rows[2].id, outcome: outcomeRejected, err: "too large", code: "message_too_large"}}
-	probe, err := db.Pool.Query(ctx, st.q.mark, [16]byte(token), [][16]byte{ms[0].id, ms[1].id, ms[2].id},
+	probe, err := db.Pool.Query(ctx, st.q.Mark, [16]byte(token), [][16]byte{ms[0].id, ms[1].id, ms[2].id},
 		[]string{"sent", "failed", "rejected"}, []*string{nil, &ms[1].err, &ms[2].err}, []int64{0, 0, 0},
 		[]int32{0, 0, 0}, []int64{7, 0, 0}, []*string{nil, nil, &ms[2].code}, 10)
 	require.NoError(t, err)

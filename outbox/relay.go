@@ -18,6 +18,8 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/backoff"
+	"github.com/keiro-go/keiro/outbox/internal/shares"
+	"github.com/keiro-go/keiro/outbox/internal/translog"
 )
 
 // ErrHalted is wrapped by the error Run returns when a StopTheLine relay halted on a failed row.
@@ -60,7 +62,7 @@ type Relay struct {
 	outageStreak atomic.Int64
 	running      atomic.Bool
 	// transitionLog rate-limits the log lines of retried, dead and rejected rows.
-	transitionLog transitionLog
+	transitionLog translog.Log
 	// signals counts wake-ups (notifications, finished batches), so a claimer can tell that one
 	// happened while its claim ran.
 	signals atomic.Int64
@@ -80,9 +82,9 @@ type Relay struct {
 	// their rows under a lease nobody renews. Each claim first releases them (lostclaim.go).
 	lostMu sync.Mutex
 	lost   []lostClaim
-	// shares are the claim shares this relay prefers while the backlog is deep (shares.go);
+	// shares are the claim shares this relay prefers while the backlog is deep (internal/shares);
 	// nil for a PollOnly relay. shareHook, if set (tests), runs before each balance step.
-	shares    *shareSet
+	shares    *shares.Set
 	shareHook func(ctx context.Context)
 
 	stats struct {
@@ -159,7 +161,7 @@ func (r *Relay) Stats() Stats {
 		LeaseRenewals: s.leaseRenewals.Load(), LeaseLost: s.leaseLost.Load(), MarksAbandoned: s.marksAbandoned.Load(),
 		ShareClaims: s.shareClaims.Load(), Vacuums: s.vacuums.Load()}
 	if r.shares != nil {
-		st.Shares, st.ShareMembers = int64(r.shares.shares().count()), r.shares.members.Load()
+		st.Shares, st.ShareMembers = int64(r.shares.Shares().Count()), r.shares.Members()
 	}
 	return st
 }
@@ -232,7 +234,7 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, cfg RelayConfig) (*Relay, 
 		now: time.Now,
 	}
 	if !cfg.PollOnly {
-		r.shares = newShareSet(ownConnConfig(pool, cfg.Schema), &store.q, cfg.Destinations)
+		r.shares = shares.New(ownConnConfig(pool, cfg.Schema), store.q, cfg.Destinations)
 	}
 	return r, nil
 }
@@ -303,7 +305,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); r.vacuumLoop(stopCtx) }()
 	if r.shares != nil {
 		wg.Add(1)
-		go func() { defer wg.Done(); r.balanceShares(stopCtx) }()
+		go func() {
+			defer wg.Done()
+			r.shares.Run(stopCtx, min(r.cfg.PollInterval, shares.BalanceInterval), r.log, r.shareHook)
+		}()
 	}
 	// Claimers share the in-flight slots; claimed closes when the last one stops.
 	var claimers sync.WaitGroup

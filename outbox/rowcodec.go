@@ -8,29 +8,12 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 )
 
-// The outbox row codec: the one column list every statement reading whole rows selects
-// (inspection listings, Lookup, the enqueue's read-back of existing rows), and the one
-// function that maps it to a Row. The claim reads its own columns (claim.go, sql.go) and
-// shares fillEvent only.
+// The outbox row codec: the one function that maps the one column list every statement
+// reading whole rows selects (sqlq.RowColumns: inspection listings, Lookup, the enqueue's
+// read-back of existing rows) to a Row. The claim reads its own columns (claim.go,
+// internal/sqlq) and shares fillEvent only.
 
-// rowColumns are the columns scanRow reads, in its order: the row's state, then its event.
-const rowColumns = `seq, status, attempt_count, next_attempt_at, last_error, published_at, kafka_partition,
-    kafka_offset, rejection_code, created_at, updated_at,
-    outbox_id, source, message_id, destination, message_key, event_type,
-    schema_version, content_type, schema_registry, schema_subject, schema_version_ref,
-    schema_id, schema_fingerprint, source_event_id, source_global_position,
-    causation_id, correlation_id, traceparent, tracestate, payload_bytes,
-    attributes::text, occurred_at`
-
-// sqlLookupRow reads one row by outbox id ($1).
-const sqlLookupRow = `SELECT ` + rowColumns + ` FROM {{schema}}.keiro_outbox WHERE outbox_id = $1`
-
-// sqlEnqueueExistingRows reads back the rows of the (source $1[i], message id $2[i]) pairs
-// that an enqueue did not insert, to tell a duplicate from an identity conflict.
-const sqlEnqueueExistingRows = `SELECT ` + rowColumns + ` FROM {{schema}}.keiro_outbox
-WHERE (source, message_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`
-
-// scanRow reads one row of rowColumns.
+// scanRow reads one row of sqlq.RowColumns.
 func scanRow(row pgx.Row) (Row, error) {
 	var (
 		r                              Row

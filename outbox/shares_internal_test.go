@@ -14,12 +14,14 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
+	"github.com/keiro-go/keiro/outbox/internal/shares"
+	"github.com/keiro-go/keiro/outbox/internal/sqlq"
 )
 
 // TestClaimSharesSplitTheRows: a claim restricted to some claim shares takes only the rows of
 // those shares, every key's rows together (a key is in one share), and null-key rows too; the
 // complementary shares' claim takes the rest, so together they claim every row once. An
-// unrestricted claim (allShares, or no share held) claims everything, as before shares.
+// unrestricted claim (shares.All, or no share held) claims everything, as before shares.
 func TestClaimSharesSplitTheRows(t *testing.T) {
 	t.Parallel()
 	var evs []envelope.Event
@@ -32,9 +34,9 @@ func TestClaimSharesSplitTheRows(t *testing.T) {
 	}
 	db, st := setup(t, evs...)
 	ctx := context.Background()
-	share := func(mask shareMask) map[string]bool {
+	share := func(mask shares.Mask) map[string]bool {
 		rows, err := db.Pool.Query(ctx, "SELECT message_id FROM keiro_outbox r WHERE "+
-			fmt.Sprintf(inShare, "$1", fmt.Sprintf(shareOfKey, "r")), int64(mask))
+			fmt.Sprintf(sqlq.InShare, "$1", fmt.Sprintf(sqlq.ShareOfKey, "r")), int64(mask))
 		require.NoError(t, err)
 		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		require.NoError(t, err)
@@ -44,7 +46,7 @@ func TestClaimSharesSplitTheRows(t *testing.T) {
 		}
 		return out
 	}
-	even := shareMask(0x5555_5555_5555_5555)
+	even := shares.Mask(0x5555_5555_5555_5555)
 	inEven := share(even)
 	require.NotEmpty(t, inEven)
 	require.Less(t, len(inEven), len(evs), "every row fell into the even shares")
@@ -70,7 +72,7 @@ func TestClaimSharesSplitTheRows(t *testing.T) {
 				budget = 0 // sqlClaimKeys
 			}
 			claimed := map[string]int{}
-			for _, m := range []shareMask{even, ^even} {
+			for _, m := range []shares.Mask{even, ^even} {
 				for {
 					_, rows, err := st.claimIn(ctx, db.Pool, PerKeyHeadOfLine, 1000, time.Minute, 10, nil, budget, m, keyCursor{})
 					require.NoError(t, err)
@@ -93,7 +95,7 @@ func TestClaimSharesSplitTheRows(t *testing.T) {
 	}
 	_, err := db.Pool.Exec(ctx, "UPDATE keiro_outbox SET status = 'pending', claim_token = NULL, lease_until = NULL")
 	require.NoError(t, err)
-	for _, m := range []shareMask{allShares, 0} {
+	for _, m := range []shares.Mask{shares.All, 0} {
 		tok, rows, err := st.claimIn(ctx, db.Pool, BestEffort, 1000, time.Minute, 10, nil, 0, m, keyCursor{})
 		require.NoError(t, err)
 		require.Len(t, rows, len(evs), "shares %x", m)
@@ -233,7 +235,7 @@ func TestRelaysSplitTheShares(t *testing.T) {
 				sum += s.Shares
 				ok = ok && s.ShareMembers == 3 && s.Shares >= 20 && s.Shares <= 22
 			}
-			if ok && sum == shareCount {
+			if ok && sum == shares.Count {
 				return
 			}
 			if time.Now().After(deadline) {
@@ -247,7 +249,7 @@ func TestRelaysSplitTheShares(t *testing.T) {
 
 	// A relay cut off: its share session ends, and it cannot rejoin while its steps are held.
 	c.hold.Store(true)
-	pid := c.shares.pid.Load()
+	pid := c.shares.PID()
 	require.NotZero(t, pid)
 	var killed bool
 	require.NoError(t, g.db.Pool.QueryRow(context.Background(), "SELECT pg_terminate_backend($1)", int64(pid)).Scan(&killed))

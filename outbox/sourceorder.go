@@ -36,7 +36,7 @@ func (s *Store) DeclarePerSourceOrder(ctx context.Context, q Querier, sources ..
 	if len(missing) == 0 {
 		return nil
 	}
-	if _, err := q.Exec(ctx, s.q.declareSource, missing); err != nil {
+	if _, err := q.Exec(ctx, s.q.DeclareSource, missing); err != nil {
 		return fmt.Errorf("declare per-source order of %q: %w", missing, err)
 	}
 	return nil
@@ -49,7 +49,7 @@ func (s *Store) RevokePerSourceOrder(ctx context.Context, q Querier, sources ...
 	if err := validSources(sources); err != nil {
 		return fmt.Errorf("revoke per-source order: %w", err)
 	}
-	if _, err := q.Exec(ctx, s.q.revokeSource, sources); err != nil {
+	if _, err := q.Exec(ctx, s.q.RevokeSource, sources); err != nil {
 		return fmt.Errorf("revoke per-source order of %q: %w", sources, err)
 	}
 	return nil
@@ -57,7 +57,7 @@ func (s *Store) RevokePerSourceOrder(ctx context.Context, q Querier, sources ...
 
 // PerSourceOrdered lists the sources declared with [Store.DeclarePerSourceOrder], sorted.
 func (s *Store) PerSourceOrdered(ctx context.Context, q Querier) ([]string, error) {
-	rows, err := q.Query(ctx, s.q.listSources)
+	rows, err := q.Query(ctx, s.q.ListSources)
 	if err != nil {
 		return nil, fmt.Errorf("list per-source ordered sources: %w (is the schema migrated? run `relay migrate`)", err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/schemaname"
+	"github.com/keiro-go/keiro/outbox/internal/sqlq"
 	"github.com/keiro-go/keiro/tracing"
 )
 
@@ -111,7 +112,7 @@ type StoreOptions struct {
 type Store struct {
 	schema string
 	opts   StoreOptions
-	q      queries
+	q      *sqlq.Queries
 	inst   *instruments
 	// claimSent, if set (tests), runs once a claim is sent and before any of its reply is
 	// read: where a lost connection leaves a committed claim unknown to the relay.
@@ -130,7 +131,7 @@ func NewStore(schema string, opts ...StoreOptions) (*Store, error) {
 	if len(opts) > 1 {
 		return nil, errors.New("new outbox store: at most one StoreOptions")
 	}
-	s := &Store{schema: schema, q: newQueries(schema)}
+	s := &Store{schema: schema, q: sqlq.New(schema)}
 	if len(opts) == 1 {
 		s.opts = opts[0]
 	}
@@ -255,14 +256,14 @@ func (s *Store) enqueueCheckedTx(ctx context.Context, tx pgx.Tx, ids []envelope.
 // same round trip) and returns the ids of the rows it inserted.
 func (s *Store) insert(ctx context.Context, tx pgx.Tx, n int, args []any, check *pathCheck) (map[[16]byte]struct{}, error) {
 	if check == nil {
-		rows, err := tx.Query(ctx, s.q.enqueue, args...)
+		rows, err := tx.Query(ctx, s.q.Enqueue, args...)
 		if err != nil {
 			return nil, enqueueError(err)
 		}
 		return insertedIDs(rows, n)
 	}
 	b := &pgx.Batch{}
-	b.Queue(s.q.enqueue, args...)
+	b.Queue(s.q.Enqueue, args...)
 	b.Queue(check.query, check.args...)
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
@@ -354,7 +355,7 @@ func (s *Store) resolveExisting(ctx context.Context, tx pgx.Tx, events []envelop
 	for j, i := range missing {
 		srcs[j], mids[j] = events[i].Source, events[i].MessageID
 	}
-	rows, err := tx.Query(ctx, s.bind(sqlEnqueueExistingRows), srcs, mids)
+	rows, err := tx.Query(ctx, s.q.EnqueueExistingRows, srcs, mids)
 	if err != nil {
 		return nil, fmt.Errorf("enqueue outbox events: read existing rows: %w", err)
 	}
@@ -485,7 +486,7 @@ type storedEvent struct {
 	ev envelope.Event
 }
 
-// scan reads one row of rowColumns (sqlEnqueueExistingRows).
+// scan reads one row of sqlq.RowColumns (sqlq.Queries.EnqueueExistingRows).
 func (r *storedEvent) scan(row pgx.Row) error {
 	x, err := scanRow(row)
 	if err != nil {

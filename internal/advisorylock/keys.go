@@ -22,7 +22,7 @@
 //	OutboxSource          bigint   the keiro_outbox_order trigger, per declared source
 //	OutboxSleepAll        int4×2   a sleeping relay (exclusive); producers try it shared
 //	OutboxSleepFiltered   int4×2   the same, for relays restricted to some destinations
-//	OutboxShareMember     int4×2   every relay of a share group, shared (outbox/shares.go)
+//	OutboxShareMember     int4×2   every relay of a share group, shared (outbox/internal/shares)
 //	OutboxShare           int4×2   the relay preferring one share of its group's backlog
 //	OutboxMaintenance     bigint   one relay's retention or gauge statement per schema
 //	InboxRetention        bigint   one consumer's retention transaction per (schema, consumer)

@@ -1,15 +1,16 @@
-package outbox
+package sqlq
 
 import "github.com/keiro-go/keiro/internal/advisorylock"
 
 // The outbox's advisory lock keys, as SQL expressions from the one registry of keiro's keys
 // (internal/advisorylock). Every key names the schema through schemaLiteral, replaced with the
-// schema name by [newQueries] like every {{schema}} placeholder.
+// schema name by [New] like every {{schema}} placeholder.
 //
 //   - keyLock: the bigint lock of one (source, key), taken by the locks CTE of sqlEnqueue as
 //     the outbox_order trigger takes it.
 //   - sleepLockAll, sleepLockFiltered (sql.go): the two-int4 sleep locks.
-//   - shareMemberLock, shareLock: the two-int4 locks of the relays' claim shares (shares.go).
+//   - shareMemberLock, shareLock: the two-int4 locks of the relays' claim shares
+//     (outbox/internal/shares).
 //     They are session-level locks named by the relay's share group ($1: "" for relays that
 //     publish every destination, else their sorted destinations joined by ","): relays of one
 //     group partition the backlog between them, relays of different groups never see each

@@ -1,14 +1,9 @@
-package outbox
+package sqlq
 
-import (
-	"fmt"
-	"strings"
+import "github.com/keiro-go/keiro/internal/advisorylock"
 
-	"github.com/keiro-go/keiro/internal/advisorylock"
-)
-
-// All of the outbox's SQL lives in this file. Every statement names its tables through the
-// {{schema}} placeholder, replaced once by [newQueries] with a schema name that
+// All of the outbox's SQL lives in this package. Every statement names its tables through the
+// {{schema}} placeholder, replaced once by [New] with a schema name that
 // migrations.ValidateSchema accepted, so no statement relies on search_path and none is built
 // from user input at run time. The advisory lock keys come from locks.go through the
 // {{…_lock}} placeholders, replaced in the same place.
@@ -110,8 +105,8 @@ ON CONFLICT (source) DO NOTHING`
 	sqlListSources  = `SELECT source FROM {{schema}}.keiro_outbox_source ORDER BY source`
 )
 
-// The share statements run on a relay's share session (shares.go), with the relay's share
-// group as $1 (locks.go):
+// The share statements run on a relay's share session (outbox/internal/shares), with the
+// relay's share group as $1 (locks.go):
 //
 //   - sqlShareJoin takes the group's member lock shared, for the session's life;
 //   - sqlShareMembers counts the group's relays: the sessions holding its member lock;
@@ -133,104 +128,26 @@ LIMIT $3`
 	sqlShareRelease = `SELECT count(*) FILTER (WHERE pg_advisory_unlock({{share_lock}})) FROM unnest($2::int[]) s`
 )
 
-// queries holds the statements with the schema substituted.
-type queries struct {
-	enqueue string
-	claim   map[Policy]string
-	// claimKeys is the per-key policies' claim past the front of the backlog (sqlClaimKeys).
-	claimKeys          string
-	mark, renew, start string
-	releaseLost        string
-	retention, gauges  string
-	status, listDead   string
-	requeue            string
-	// sleepLock and sleepUnlock take and release sleepLockAll; the filtered forms, sleepLockFiltered.
-	sleepLock, sleepUnlock                 string
-	sleepLockFiltered, sleepUnlockFiltered string
-
-	// declareSource, revokeSource and listSources manage keiro_outbox_source.
-	declareSource, revokeSource, listSources string
-
-	// shareJoin, shareMembers, shareTake and shareRelease manage a relay's claim shares.
-	shareJoin, shareMembers, shareTake, shareRelease string
-}
-
-func newQueries(schema string) queries {
-	expand := func(q string) string {
-		return strings.NewReplacer(
-			"{{claimable_r}}", fmt.Sprintf(claimable, "r"),
-			"{{claimable_h}}", fmt.Sprintf(claimable, "h"),
-		).Replace(q)
-	}
-	r := strings.NewReplacer("{{schema}}", schema)
-	locks := strings.NewReplacer("{{key_lock}}", keyLock, "{{sleep_lock_all}}", sleepLockAll,
-		"{{sleep_lock_filtered}}", sleepLockFiltered, "{{share_member_lock}}", shareMemberLock,
-		"{{share_lock}}", shareLock)
-	claim := func(join, pre, post, share string) string {
-		headSeq := "NULL::bigint"
-		if join != "" {
-			headSeq = "head.seq"
-		}
-		q := strings.NewReplacer("{{prejoin}}", join, "{{pre}}", pre, "{{post}}", post, "{{head_seq}}", headSeq,
-			"{{ran_last}}", ranLast, "{{in_share_r}}", fmt.Sprintf(inShare, "$7", fmt.Sprintf(share, "r")),
-		).Replace(sqlClaim + sqlClaimTail)
-		return r.Replace(expand(q))
-	}
-	claimKeys := r.Replace(expand(strings.NewReplacer("{{post}}", postKey, "{{ran_last}}", ranLast,
-		"{{in_share_r}}", fmt.Sprintf(inShare, "$6", fmt.Sprintf(shareOfKey, "r")),
-		"{{in_share_h}}", fmt.Sprintf(inShare, "$6", fmt.Sprintf(shareOfKey, "h")),
-	).Replace(sqlClaimKeys + sqlClaimTail)))
-	return queries{
-		enqueue:       r.Replace(locks.Replace(sqlEnqueue)),
-		declareSource: r.Replace(sqlDeclareSource),
-		revokeSource:  r.Replace(sqlRevokeSource),
-		listSources:   r.Replace(sqlListSources),
-		claim: map[Policy]string{
-			PerKeyHeadOfLine: claim(preJoinKey, preKey, postKey, shareOfKey),
-			StopTheLine:      claim(preJoinKey, preKey, postKey, shareOfKey),
-			PerSourceStream:  claim(preJoinSource, preSource, postSource, shareOfSource),
-			BestEffort:       claim("", "TRUE", postNone, shareOfSeq),
-		},
-		claimKeys:           claimKeys,
-		mark:                r.Replace(sqlMark),
-		renew:               r.Replace(sqlRenew),
-		start:               r.Replace(sqlStartProduce),
-		releaseLost:         r.Replace(sqlReleaseLostClaim),
-		retention:           r.Replace(sqlRetention),
-		gauges:              r.Replace(sqlGauges),
-		status:              r.Replace(sqlStatus),
-		listDead:            r.Replace(sqlListDead),
-		requeue:             r.Replace(sqlRequeue),
-		sleepLock:           r.Replace(strings.ReplaceAll(sqlSleepLock, "{{key}}", sleepLockAll)),
-		sleepUnlock:         r.Replace(strings.ReplaceAll(sqlSleepUnlock, "{{key}}", sleepLockAll)),
-		sleepLockFiltered:   r.Replace(strings.ReplaceAll(sqlSleepLock, "{{key}}", sleepLockFiltered)),
-		sleepUnlockFiltered: r.Replace(strings.ReplaceAll(sqlSleepUnlock, "{{key}}", sleepLockFiltered)),
-		shareJoin:           r.Replace(locks.Replace(sqlShareJoin)),
-		shareMembers:        r.Replace(locks.Replace(sqlShareMembers)),
-		shareTake:           r.Replace(locks.Replace(sqlShareTake)),
-		shareRelease:        r.Replace(locks.Replace(sqlShareRelease)),
-	}
-}
-
 // claimable is the predicate of a row the relay may claim now: pending or failed and due, or
 // publishing with an expired lease (its relay died or stalled; the attempt it used stays
 // counted).
 const claimable = `((%[1]s.status IN ('pending', 'failed') AND %[1]s.next_attempt_at <= now())
      OR (%[1]s.status = 'publishing' AND %[1]s.lease_until <= now()))`
 
-// inShare is the claims' test that a row is in the relay's claim shares (shares.go): %[1]s is
-// the parameter holding them as a bit set (bit i for share i), NULL for every row, and %[2]s
-// the row's share, one of the share expressions below. Shares are a preference, not a fence:
-// which relay claims a row never matters to its order or its lease (see shares.go).
-const inShare = `(%[1]s::bigint IS NULL OR (%[1]s::bigint >> %[2]s) & 1 = 1)`
+// InShare is the claims' test that a row is in the relay's claim shares
+// (outbox/internal/shares): %[1]s is the parameter holding them as a bit set (bit i for share
+// i), NULL for every row, and %[2]s the row's share, one of the share expressions below. Shares
+// are a preference, not a fence: which relay claims a row never matters to its order or its
+// lease (see outbox/internal/shares).
+const InShare = `(%[1]s::bigint IS NULL OR (%[1]s::bigint >> %[2]s) & 1 = 1)`
 
 // The claim share of row %[1]s, 0..claimShares-1, per policy: the per-key policies hash the
 // row's (source, key), so a key's rows share a share, and spread the unordered null-key rows
 // by seq; PerSourceStream hashes the source; BestEffort spreads every row by seq. No column
 // stores it: it is computed on each candidate, which a claim reads anyway. 63 and 64 here and
-// in sqlShareTake are claimShares.
+// in sqlShareTake are claimShares. ShareOfKey is the per-key policies' share.
 const (
-	shareOfKey    = `((coalesce(hashtextextended(%[1]s.source || chr(31) || %[1]s.message_key, 0), %[1]s.seq) & 63)::int)`
+	ShareOfKey    = `((coalesce(hashtextextended(%[1]s.source || chr(31) || %[1]s.message_key, 0), %[1]s.seq) & 63)::int)`
 	shareOfSource = `((hashtextextended(%[1]s.source, 0) & 63)::int)`
 	shareOfSeq    = `((%[1]s.seq & 63)::int)`
 )
@@ -270,7 +187,7 @@ const (
 // the claim index scan's stop condition: an OR made it a filter, and a claim with a budget
 // still walked every row behind it (176 ms at 200k rows, every head in flight). $7 optionally
 // restricts the candidates to the relay's claim shares (a bit set, bit i for share i; NULL =
-// every row): see inShare and shares.go.
+// every row): see InShare and outbox/internal/shares.
 const sqlClaim = `
 WITH candidate AS (
     SELECT r.outbox_id, r.seq, r.source, r.message_key, r.status, {{head_seq}} AS head_seq

@@ -1,19 +1,26 @@
-package outbox
+package sqlq
 
-// The inspection listings' SQL (list.go). Same rules as sql.go: tables through {{schema}},
+// The inspection listings' SQL (outbox/list.go). Same rules as sql.go: tables through {{schema}},
 // replaced with a validated schema name, never user input.
 
 // sqlListOutbox lists rows after seq $1, of the statuses $2 in the phases $7, of source $3,
 // destination $4 and key $5 (NULL: any), at most $6, in seq order. An operator listing:
 // without statuses it scans the table (sent rows included).
-const sqlListOutbox = `SELECT ` + rowColumns + ` FROM {{schema}}.keiro_outbox
+const sqlListOutbox = `SELECT ` + RowColumns + ` FROM {{schema}}.keiro_outbox
 WHERE seq > $1 AND ($2::text[] IS NULL OR (status = ANY($2) AND phase = ANY($7::smallint[])))
   AND ($3::text IS NULL OR source = $3) AND ($4::text IS NULL OR destination = $4)
   AND ($5::text IS NULL OR message_key = $5)
 ORDER BY seq LIMIT $6`
 
+// sqlSearchOutbox lists the rows whose message id, key, event type or source is $1, newest
+// first, at most $2 (Store.SearchOutbox). An operator's search: it scans the table, retained
+// sent rows included.
+const sqlSearchOutbox = `SELECT ` + RowColumns + ` FROM {{schema}}.keiro_outbox
+WHERE message_id = $1 OR message_key = $1 OR event_type = $1 OR source = $1
+ORDER BY seq DESC LIMIT $2`
+
 // sqlListOutboxNewest is sqlListOutbox newest first: rows before seq $1 (0: from the newest).
-const sqlListOutboxNewest = `SELECT ` + rowColumns + ` FROM {{schema}}.keiro_outbox
+const sqlListOutboxNewest = `SELECT ` + RowColumns + ` FROM {{schema}}.keiro_outbox
 WHERE ($1::bigint = 0 OR seq < $1) AND ($2::text[] IS NULL OR (status = ANY($2) AND phase = ANY($7::smallint[])))
   AND ($3::text IS NULL OR source = $3) AND ($4::text IS NULL OR destination = $4)
   AND ($5::text IS NULL OR message_key = $5)
@@ -25,13 +32,13 @@ WHERE phase = 2 AND ($1::text IS NULL OR source = $1) AND ($2::text IS NULL OR d
 
 // sqlListStuckOutbox lists rows claimed (publishing) more than $1 microseconds ago, oldest
 // claim first, at most $2: through the claim index (phase 0 holds only open rows).
-const sqlListStuckOutbox = `SELECT ` + rowColumns + ` FROM {{schema}}.keiro_outbox
+const sqlListStuckOutbox = `SELECT ` + RowColumns + ` FROM {{schema}}.keiro_outbox
 WHERE phase = 0 AND status = 'publishing' AND updated_at < now() - $1::bigint * interval '1 microsecond'
 ORDER BY updated_at, seq LIMIT $2`
 
 // sqlListSentGcCandidates lists sent rows published more than $1 microseconds ago, oldest
 // first, at most $2: the rows the next retention pass deletes, through the sent_gc index.
-const sqlListSentGcCandidates = `SELECT ` + rowColumns + ` FROM {{schema}}.keiro_outbox
+const sqlListSentGcCandidates = `SELECT ` + RowColumns + ` FROM {{schema}}.keiro_outbox
 WHERE phase = 1 AND published_at < now() - $1::bigint * interval '1 microsecond'
 ORDER BY published_at LIMIT $2`
 

@@ -1,0 +1,107 @@
+// Package sqlq holds every SQL statement of the outbox: the enqueue, the claims, the marks, the
+// relay's sleep and share locks, maintenance, the admin operations and the inspection
+// listings. [New] substitutes a validated schema name into each statement once; the outbox
+// package runs them and never builds SQL itself.
+package sqlq
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Queries holds the statements with the schema substituted.
+type Queries struct {
+	Enqueue string
+	// ClaimKey is the claim of the per-key policies (PerKeyHeadOfLine, StopTheLine),
+	// ClaimSource that of PerSourceStream and ClaimAny that of BestEffort (sqlClaim).
+	ClaimKey, ClaimSource, ClaimAny string
+	// ClaimKeys is the per-key policies' claim past the front of the backlog (sqlClaimKeys).
+	ClaimKeys          string
+	Mark, Renew, Start string
+	ReleaseLost        string
+	Retention, Gauges  string
+	Status, ListDead   string
+	Requeue            string
+	// SleepLock and SleepUnlock take and release sleepLockAll; the filtered forms, sleepLockFiltered.
+	SleepLock, SleepUnlock                 string
+	SleepLockFiltered, SleepUnlockFiltered string
+
+	// DeclareSource, RevokeSource and ListSources manage keiro_outbox_source.
+	DeclareSource, RevokeSource, ListSources string
+
+	// ShareJoin, ShareMembers, ShareTake and ShareRelease manage a relay's claim shares.
+	ShareJoin, ShareMembers, ShareTake, ShareRelease string
+
+	// ListOutbox, ListOutboxNewest, SearchOutbox, CountDead, ListStuckOutbox, ListSentGcCandidates and
+	// Activity are the inspection listings (list.go).
+	ListOutbox, ListOutboxNewest, SearchOutbox, CountDead string
+	ListStuckOutbox, ListSentGcCandidates                 string
+	Activity                                              string
+	// LookupRow and EnqueueExistingRows read whole rows of RowColumns.
+	LookupRow, EnqueueExistingRows string
+}
+
+// New returns the statements of the outbox in schema, which the caller has validated
+// (migrations.ValidateSchema).
+func New(schema string) *Queries {
+	expand := func(q string) string {
+		return strings.NewReplacer(
+			"{{claimable_r}}", fmt.Sprintf(claimable, "r"),
+			"{{claimable_h}}", fmt.Sprintf(claimable, "h"),
+		).Replace(q)
+	}
+	r := strings.NewReplacer("{{schema}}", schema)
+	locks := strings.NewReplacer("{{key_lock}}", keyLock, "{{sleep_lock_all}}", sleepLockAll,
+		"{{sleep_lock_filtered}}", sleepLockFiltered, "{{share_member_lock}}", shareMemberLock,
+		"{{share_lock}}", shareLock)
+	claim := func(join, pre, post, share string) string {
+		headSeq := "NULL::bigint"
+		if join != "" {
+			headSeq = "head.seq"
+		}
+		q := strings.NewReplacer("{{prejoin}}", join, "{{pre}}", pre, "{{post}}", post, "{{head_seq}}", headSeq,
+			"{{ran_last}}", ranLast, "{{in_share_r}}", fmt.Sprintf(InShare, "$7", fmt.Sprintf(share, "r")),
+		).Replace(sqlClaim + sqlClaimTail)
+		return r.Replace(expand(q))
+	}
+	claimKeys := r.Replace(expand(strings.NewReplacer("{{post}}", postKey, "{{ran_last}}", ranLast,
+		"{{in_share_r}}", fmt.Sprintf(InShare, "$6", fmt.Sprintf(ShareOfKey, "r")),
+		"{{in_share_h}}", fmt.Sprintf(InShare, "$6", fmt.Sprintf(ShareOfKey, "h")),
+	).Replace(sqlClaimKeys + sqlClaimTail)))
+	return &Queries{
+		Enqueue:              r.Replace(locks.Replace(sqlEnqueue)),
+		DeclareSource:        r.Replace(sqlDeclareSource),
+		RevokeSource:         r.Replace(sqlRevokeSource),
+		ListSources:          r.Replace(sqlListSources),
+		ClaimKey:             claim(preJoinKey, preKey, postKey, ShareOfKey),
+		ClaimSource:          claim(preJoinSource, preSource, postSource, shareOfSource),
+		ClaimAny:             claim("", "TRUE", postNone, shareOfSeq),
+		ClaimKeys:            claimKeys,
+		Mark:                 r.Replace(sqlMark),
+		Renew:                r.Replace(sqlRenew),
+		Start:                r.Replace(sqlStartProduce),
+		ReleaseLost:          r.Replace(sqlReleaseLostClaim),
+		Retention:            r.Replace(sqlRetention),
+		Gauges:               r.Replace(sqlGauges),
+		Status:               r.Replace(sqlStatus),
+		ListDead:             r.Replace(sqlListDead),
+		Requeue:              r.Replace(sqlRequeue),
+		SleepLock:            r.Replace(strings.ReplaceAll(sqlSleepLock, "{{key}}", sleepLockAll)),
+		SleepUnlock:          r.Replace(strings.ReplaceAll(sqlSleepUnlock, "{{key}}", sleepLockAll)),
+		SleepLockFiltered:    r.Replace(strings.ReplaceAll(sqlSleepLock, "{{key}}", sleepLockFiltered)),
+		SleepUnlockFiltered:  r.Replace(strings.ReplaceAll(sqlSleepUnlock, "{{key}}", sleepLockFiltered)),
+		ShareJoin:            r.Replace(locks.Replace(sqlShareJoin)),
+		ShareMembers:         r.Replace(locks.Replace(sqlShareMembers)),
+		ShareTake:            r.Replace(locks.Replace(sqlShareTake)),
+		ShareRelease:         r.Replace(locks.Replace(sqlShareRelease)),
+		ListOutbox:           r.Replace(sqlListOutbox),
+		ListOutboxNewest:     r.Replace(sqlListOutboxNewest),
+		SearchOutbox:         r.Replace(sqlSearchOutbox),
+		CountDead:            r.Replace(sqlCountDead),
+		ListStuckOutbox:      r.Replace(sqlListStuckOutbox),
+		ListSentGcCandidates: r.Replace(sqlListSentGcCandidates),
+		Activity:             r.Replace(sqlActivity),
+		LookupRow:            r.Replace(sqlLookupRow),
+		EnqueueExistingRows:  r.Replace(sqlEnqueueExistingRows),
+	}
+}
