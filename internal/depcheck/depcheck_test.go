@@ -37,8 +37,8 @@ const module = "github.com/keiro-go/keiro"
 // Module and package budgets. outbox and inbox: the service of examples/minimal-service. All
 // library packages: schema adds goavro, snappy, srclient and its jsonschema dependency.
 const (
-	maxModulesOutboxInbox  = 20
-	maxModulesLibrary      = 24
+	maxModulesOutboxInbox = 20
+	maxModulesLibrary     = 24
 	// maxPackagesOutboxInbox counts third-party packages only: keiro's own (the internal
 	// packages the library is split into) are not weight it brings with it.
 	maxPackagesOutboxInbox = 85
