@@ -48,6 +48,10 @@ const (
 	DefaultRetention = 24 * time.Hour
 	// DefaultRetentionBatch deletes sent rows 1000 per statement, so no lock is held long.
 	DefaultRetentionBatch = 1000
+	// DefaultVacuumThreshold is the number of dead row versions (or of rows inserted since the
+	// last vacuum) in the outbox table at which a relay whose backlog is deep vacuums it
+	// (RelayConfig.VacuumThreshold).
+	DefaultVacuumThreshold = 100_000
 	// DefaultMaintenanceInterval is how often retention and gauge sampling run.
 	DefaultMaintenanceInterval = 30 * time.Second
 )

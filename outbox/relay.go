@@ -20,6 +20,7 @@ import (
 	"github.com/keiro-go/keiro/internal/backoff"
 	"github.com/keiro-go/keiro/outbox/internal/shares"
 	"github.com/keiro-go/keiro/outbox/internal/translog"
+	"github.com/keiro-go/keiro/outbox/internal/vacuum"
 )
 
 // ErrHalted is wrapped by the error Run returns when a StopTheLine relay halted on a failed row.
@@ -302,7 +303,13 @@ func (r *Relay) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() { defer wg.Done(); r.maintain(stopCtx) }()
 	wg.Add(1)
-	go func() { defer wg.Done(); r.vacuumLoop(stopCtx) }()
+	go func() {
+		defer wg.Done()
+		vacuum.Run(stopCtx, vacuum.Config{Pool: r.pool, ConnConfig: ownConnConfig(r.pool, r.cfg.Schema), Schema: r.cfg.Schema,
+			Threshold: r.cfg.VacuumThreshold, Moved: func() int64 {
+				return r.stats.published.Load() + r.stats.dead.Load() + r.stats.rejected.Load()
+			}, Backlogged: r.backlogged.Load, Logger: r.log, Vacuums: &r.stats.vacuums})
+	}()
 	if r.shares != nil {
 		wg.Add(1)
 		go func() {

@@ -165,7 +165,7 @@ const (
 //     group's rows once, so a hot key costs O(batch), not O(batch²), and starts at the
 //     group's head (the candidates' head_seq, from the same snapshot): the sent rows in front
 //     of a head leave dead entries in the partial indexes until a vacuum, and a probe from the
-//     key's first entry stepped over all of them (see maintainVacuum). A key whose only
+//     key's first entry stepped over all of them (see outbox/internal/vacuum). A key whose only
 //     candidate is its head (the head lookup's row, in the same snapshot) cannot have a gap
 //     before it and is not probed: in a drain over many keys that is almost every key, and
 //     the probe was a quarter of the claim. Candidates meet their
