@@ -65,6 +65,9 @@ type drainFigures struct {
 	// claimIdxTuples is the outbox's index entries read during the drain, and idxBlocks its
 	// index pages read (dead entries a lookup steps over cost pages, not entries).
 	claimIdxTuples, idxBlocks int64
+	// misses is the outbox's heap and index pages PostgreSQL read from outside its shared
+	// buffers (the OS's cache or the disk) during the drain.
+	misses int64
 	// vacuums is the relays' own vacuums of the outbox.
 	vacuums int64
 	// claims, shareClaims and batches are the relays' Stats summed.
@@ -107,6 +110,8 @@ func drainRelays(b *testing.B, db *testenv.DB, kc *testenv.Kafka, n, relays int)
 	}
 	_, err := db.Pool.Exec(ctx, `SELECT pg_stat_reset_single_table_counters(i.indexrelid) FROM pg_index i
 		WHERE i.indrelid = ($1 || '.keiro_outbox')::regclass`, db.Schema)
+	require.NoError(b, err)
+	_, err = db.Pool.Exec(ctx, `SELECT pg_stat_reset_single_table_counters(($1 || '.keiro_outbox')::regclass)`, db.Schema)
 	require.NoError(b, err)
 	pgBefore := pgCPU(b, db, appName)
 	selfBefore, busyBefore := selfCPU(), machineBusy()
@@ -157,6 +162,8 @@ func drainRelays(b *testing.B, db *testenv.DB, kc *testenv.Kafka, n, relays int)
 		WHERE schemaname = $1 AND relname = 'keiro_outbox'`, db.Schema).Scan(&f.claimIdxTuples))
 	require.NoError(b, db.Pool.QueryRow(ctx, `SELECT coalesce(sum(idx_blks_hit + idx_blks_read), 0)::bigint FROM pg_statio_user_indexes
 		WHERE schemaname = $1 AND relname = 'keiro_outbox'`, db.Schema).Scan(&f.idxBlocks))
+	require.NoError(b, db.Pool.QueryRow(ctx, `SELECT coalesce(heap_blks_read, 0) + coalesce(idx_blks_read, 0) FROM pg_statio_user_tables
+		WHERE schemaname = $1 AND relname = 'keiro_outbox'`, db.Schema).Scan(&f.misses))
 	return f
 }
 
