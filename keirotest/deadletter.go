@@ -1,7 +1,6 @@
 package keirotest
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -73,17 +72,16 @@ type DeadLetterRecord struct {
 	DecodeErr error
 }
 
-// decodeDeadLetter reads the dead-letter headers of r; ok is false when r has no
+// decodeDeadLetter reads the dead-letter headers of r; its Reason is empty when r has no
 // keiro-dlq-reason header (it is not a dead letter of the consumer).
-func decodeDeadLetter(r *kgo.Record) (DeadLetterRecord, bool) {
+func decodeDeadLetter(r *kgo.Record) DeadLetterRecord {
 	d := DeadLetterRecord{Record: r}
-	var hasReason bool
 	original := make([]envelope.Header, 0, len(r.Headers))
 	for _, h := range r.Headers {
 		v := string(h.Value)
 		switch h.Key {
 		case inbox.HeaderDLQReason:
-			d.Reason, hasReason = v, true
+			d.Reason = v
 		case inbox.HeaderDLQError:
 			d.Error = v
 		case inbox.HeaderDLQAttempts:
@@ -105,7 +103,7 @@ func decodeDeadLetter(r *kgo.Record) (DeadLetterRecord, bool) {
 	}
 	d.Event, d.DecodeErr = envelope.Decode(envelope.Record{Topic: d.SourceTopic, Partition: d.SourcePartition,
 		Offset: d.SourceOffset, Key: r.Key, Value: r.Value, Headers: original, Timestamp: r.Timestamp})
-	return d, hasReason
+	return d
 }
 
 // messageID is the record's message id, from its envelope or, for an undecodable record, its
@@ -203,60 +201,29 @@ func RequireDeadLettered(t testing.TB, kafka *Kafka, topic string, want DeadLett
 	if err := checkHeaderMatchers(headers); err != nil {
 		t.Fatalf("%s: %v", who, err)
 	}
-	deadline := time.Now().Add(want.Within)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		recs, err := kafka.ReadTopic(ctx, topic)
-		cancel()
-		if err != nil {
-			t.Fatalf("%s: read topic %q: %v", who, topic, err)
-		}
-		all := make([]DeadLetterRecord, len(recs))
-		diffs := make([][]string, len(recs))
-		var matched []DeadLetterRecord
-		for i, r := range recs {
-			d, ok := decodeDeadLetter(r)
-			all[i] = d
-			if !ok {
-				diffs[i] = []string{"not a dead letter: it has no " + inbox.HeaderDLQReason + " header"}
-				continue
+	return topicSearch[DeadLetterRecord]{
+		who: who, topic: topic, noun: "dead letter", count: want.Count, within: want.Within,
+		want: want.describe(), headers: headers,
+		empty: "is it the consumer's dead-letter topic? did the consumer run, and did Consumer.WaitDeadLettered return?",
+		read: func(recs []*kgo.Record) []DeadLetterRecord {
+			all := make([]DeadLetterRecord, len(recs))
+			for i, r := range recs {
+				all[i] = decodeDeadLetter(r)
 			}
-			if diffs[i] = append(want.mismatches(d), headerMismatches(r.Headers, headers)...); len(diffs[i]) == 0 {
-				matched = append(matched, d)
+			return all
+		},
+		check: func(d DeadLetterRecord) ([]string, bool) {
+			if d.Reason == "" {
+				return []string{"not a dead letter: it has no " + inbox.HeaderDLQReason + " header"}, false
 			}
-		}
-		if (want.Count == 0 && len(matched) > 0) || (want.Count > 0 && len(matched) == want.Count) {
-			return matched
-		}
-		if time.Now().Before(deadline) {
-			time.Sleep(min(50*time.Millisecond, time.Until(deadline))) // Kafka offers no signal for "a record arrived"
-			continue
-		}
-		head := "no dead letter matches"
-		if want.Count > 0 {
-			head = fmt.Sprintf("want exactly %s matching, found %d", plural(want.Count, "dead letter"), len(matched))
-		}
-		if want.Within > 0 {
-			head += fmt.Sprintf(" within %s", want.Within)
-		}
-		var found string
-		if len(all) == 0 {
-			found = fmt.Sprintf("  found: topic %q has no records (is it the consumer's dead-letter topic? "+
-				"did the consumer run, and did Consumer.WaitDeadLettered return?)", topic)
-		} else {
-			found = fmt.Sprintf("  found %s on topic %q:%s", plural(len(all), "record"), topic,
-				listing(len(all), func(i int) string {
-					if len(headers) > 0 {
-						return all[i].String() + "\n       headers: " + showHeaders(all[i].Record.Headers)
-					}
-					return all[i].String()
-				}, func(i int) []string { return diffs[i] }))
-		}
-		desc := want.describe()
-		if len(headers) > 0 {
-			desc += ", " + describeHeaders(headers)
-		}
-		t.Fatalf("%s: %s on topic %q\n  want: %s\n%s", who, head, topic, desc, found)
-		return nil
-	}
+			return want.mismatches(d), true
+		},
+		line: func(d DeadLetterRecord) string {
+			if len(headers) > 0 {
+				return d.String() + "\n       headers: " + showHeaders(d.Record.Headers)
+			}
+			return d.String()
+		},
+		record: func(d DeadLetterRecord) *kgo.Record { return d.Record },
+	}.require(t, kafka)
 }

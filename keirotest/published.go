@@ -90,54 +90,89 @@ func RequirePublished(t testing.TB, kafka *Kafka, topic string, want Published, 
 	}
 	c := criteria{messageID: want.MessageID, source: want.Source, key: want.Key, noKey: want.NoKey,
 		eventType: want.EventType, payload: want.Payload, where: want.Where}
-	deadline := time.Now().Add(want.Within)
+	return topicSearch[Record]{
+		who: who, topic: topic, noun: "record", count: want.Count, within: want.Within,
+		want: c.describe(), headers: headers,
+		empty: "did the relay run? keirotest.DrainOutbox runs one",
+		read:  func(recs []*kgo.Record) []Record { return decodeAll(recs) },
+		check: func(r Record) ([]string, bool) {
+			if r.DecodeErr != nil {
+				return []string{"not a keiro record: " + r.DecodeErr.Error()}, false
+			}
+			return c.mismatches(r.Event, ""), true
+		},
+		line:   func(r Record) string { return recordLine(r, len(headers) > 0) },
+		record: func(r Record) *kgo.Record { return r.Record },
+	}.require(t, kafka)
+}
+
+// topicSearch is what RequirePublished and RequireDeadLettered share: read a topic until
+// count of its records match (any, when count is 0) or within has passed, then fail with every
+// record on the topic and how each differs from what was wanted.
+type topicSearch[T any] struct {
+	who, topic string
+	noun       string // what a matching record is called in the failure message
+	count      int
+	within     time.Duration
+	want       string // the criteria, described
+	headers    []HeaderMatcher
+	empty      string // the hint when the topic has no records
+	read       func([]*kgo.Record) []T
+	// check says how one record differs from the criteria, before its headers; ok is false
+	// when it is not a record of the kind searched for (its headers are not checked then).
+	check  func(T) (diffs []string, ok bool)
+	line   func(T) string
+	record func(T) *kgo.Record
+}
+
+func (s topicSearch[T]) require(t testing.TB, kafka *Kafka) []T {
+	t.Helper()
+	deadline := time.Now().Add(s.within)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		recs, err := kafka.ReadTopic(ctx, topic)
+		recs, err := kafka.ReadTopic(ctx, s.topic)
 		cancel()
 		if err != nil {
-			t.Fatalf("%s: read topic %q: %v", who, topic, err)
+			t.Fatalf("%s: read topic %q: %v", s.who, s.topic, err)
 		}
-		all := decodeAll(recs)
+		all := s.read(recs)
 		diffs := make([][]string, len(all))
-		var matched []Record
+		var matched []T
 		for i, r := range all {
-			if r.DecodeErr != nil {
-				diffs[i] = []string{"not a keiro record: " + r.DecodeErr.Error()}
+			d, ok := s.check(r)
+			if diffs[i] = d; !ok {
 				continue
 			}
-			diffs[i] = append(c.mismatches(r.Event, ""), headerMismatches(r.Record.Headers, headers)...)
-			if len(diffs[i]) == 0 {
+			if diffs[i] = append(d, headerMismatches(s.record(r).Headers, s.headers)...); len(diffs[i]) == 0 {
 				matched = append(matched, r)
 			}
 		}
-		if (want.Count == 0 && len(matched) > 0) || (want.Count > 0 && len(matched) == want.Count) {
+		if (s.count == 0 && len(matched) > 0) || (s.count > 0 && len(matched) == s.count) {
 			return matched
 		}
 		if time.Now().Before(deadline) {
 			time.Sleep(min(50*time.Millisecond, time.Until(deadline))) // Kafka offers no signal for "a record arrived"
 			continue
 		}
-		head := "no record matches"
-		if want.Count > 0 {
-			head = fmt.Sprintf("want exactly %s matching, found %d", plural(want.Count, "record"), len(matched))
+		head := "no " + s.noun + " matches"
+		if s.count > 0 {
+			head = fmt.Sprintf("want exactly %s matching, found %d", plural(s.count, s.noun), len(matched))
+		}
+		if s.within > 0 {
+			head += fmt.Sprintf(" within %s", s.within)
 		}
 		var found string
 		if len(all) == 0 {
-			found = fmt.Sprintf("  found: topic %q has no records (did the relay run? keirotest.DrainOutbox runs one)", topic)
+			found = fmt.Sprintf("  found: topic %q has no records (%s)", s.topic, s.empty)
 		} else {
-			found = fmt.Sprintf("  found %s on topic %q:%s", plural(len(all), "record"), topic,
-				listing(len(all), func(i int) string { return recordLine(all[i], len(headers) > 0) },
-					func(i int) []string { return diffs[i] }))
+			found = fmt.Sprintf("  found %s on topic %q:%s", plural(len(all), "record"), s.topic,
+				listing(len(all), func(i int) string { return s.line(all[i]) }, func(i int) []string { return diffs[i] }))
 		}
-		if want.Within > 0 {
-			head += fmt.Sprintf(" within %s", want.Within)
+		desc := s.want
+		if len(s.headers) > 0 {
+			desc += ", " + describeHeaders(s.headers)
 		}
-		desc := c.describe()
-		if len(headers) > 0 {
-			desc += ", " + describeHeaders(headers)
-		}
-		t.Fatalf("%s: %s on topic %q\n  want: %s\n%s", who, head, topic, desc, found)
+		t.Fatalf("%s: %s on topic %q\n  want: %s\n%s", s.who, head, s.topic, desc, found)
 		return nil
 	}
 }

@@ -77,7 +77,7 @@ func TestRelayRetriesAMovedLeaderWithoutWaiting(t *testing.T) {
 	client := relayClient(t, kc.Seeds)
 	require.Equal(t, outbox.DefaultMetadataMinAge, client.OptValue(kgo.MetadataMinAge))
 	p := new(testenv.Progress)
-	startRelayOpts2(t, db, client, outbox.RelayConfig{OnBatch: onSettled(p), Logger: testLogger(t)})
+	runRelay(t, db, client, outbox.RelayConfig{OnBatch: onSettled(p), Logger: testLogger(t)})
 
 	evs := keyedEvents(topic, 40, 10)
 	// The first rows for the topic make the client load its metadata (a refresh just before
@@ -132,7 +132,7 @@ func TestRelayKeepsPublishingAfterABrokerPause(t *testing.T) {
 		acks []time.Time // when each batch that published rows was marked
 	)
 	p := new(testenv.Progress)
-	done := startRelayOpts2(t, db, relayClient(t, c.Seeds()), outbox.RelayConfig{Logger: testLogger(t),
+	_, _, done := runRelay(t, db, relayClient(t, c.Seeds()), outbox.RelayConfig{Logger: testLogger(t),
 		OnBatch: func(b outbox.BatchResult) {
 			if b.Published > 0 {
 				mu.Lock()
@@ -203,23 +203,6 @@ func TestRelayKeepsPublishingAfterABrokerPause(t *testing.T) {
 		len(gaps)+1, gaps, longest.Round(time.Millisecond), kgoDefaultMetadataMinAge)
 	distinct, _ := checkOrder(t, k.ConsumeRecords(t, keys*rounds, 10*time.Second, topic))
 	require.Equal(t, keys*rounds, distinct)
-}
-
-// startRelayOpts2 runs a relay with client until the test ends, and checks Run's result then;
-// the channel receives Run's result if it returns before.
-func startRelayOpts2(t *testing.T, db *testenv.DB, client *kgo.Client, cfg outbox.RelayConfig) <-chan error {
-	t.Helper()
-	cfg.Schema = db.Schema
-	r, err := outbox.NewRelay(db.Pool, client, cfg)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
-	return done
 }
 
 // leaderEpochs returns the leader epoch of each partition of topic.

@@ -72,20 +72,34 @@ func startRelay(t testing.TB, db *testenv.DB, kc *testenv.Kafka, cfg outbox.Rela
 // startRelayOpts is startRelay with the client's options.
 func startRelayOpts(t testing.TB, db *testenv.DB, kc *testenv.Kafka, kopts []kgo.Opt, cfg outbox.RelayConfig) (*outbox.Relay, context.CancelFunc) {
 	t.Helper()
+	r, cancel, _ := runRelay(t, db, kc.NewClient(t, kopts...), cfg)
+	return r, cancel
+}
+
+// runRelay runs a relay with client in db's schema until the test ends or cancel is called,
+// and checks Run's result then (ErrHalted is a result too). stopped receives Run's result as
+// soon as it returns, for a wait that must fail when the relay stops early.
+func runRelay(t testing.TB, db *testenv.DB, client *kgo.Client, cfg outbox.RelayConfig) (r *outbox.Relay, cancel context.CancelFunc, stopped <-chan error) {
+	t.Helper()
 	cfg.Schema = db.Schema
-	client := kc.NewClient(t, kopts...)
 	r, err := outbox.NewRelay(db.Pool, client, cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
+	early, finished := make(chan error, 1), make(chan struct{})
+	var runErr error
+	go func() {
+		runErr = r.Run(ctx)
+		early <- runErr
+		close(finished)
+	}()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil && !errors.Is(err, outbox.ErrHalted) {
-			t.Errorf("relay Run: %v", err)
+		<-finished
+		if runErr != nil && !errors.Is(runErr, outbox.ErrHalted) {
+			t.Errorf("relay Run: %v", runErr)
 		}
 	})
-	return r, cancel
+	return r, cancel, early
 }
 
 // checkOrder decodes records, drops duplicates by message id (keeping the first), and checks
