@@ -120,7 +120,7 @@ func (c *Console) requeueContext(ctx context.Context, q RequeueRequest, f outbox
 		}
 		d.Count = n
 		opts := outbox.ListOptions{Statuses: []string{"dead", "rejected"}, Source: q.Source, Destination: q.Destination,
-			NewestFirst: true, Limit: confirmSample}
+			NewestFirst: true, Limit: confirmSample, PayloadBytes: outbox.NoPayload}
 		rows, err := c.outbox.ListOutbox(ctx, pool, opts)
 		if err != nil {
 			return d, err

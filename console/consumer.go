@@ -133,7 +133,7 @@ func (c *Console) inboxEntry(e inbox.Entry, previewBytes int) InboxEntry {
 		out.Kafka = &KafkaPosition{Topic: k.Topic, Partition: k.Partition, Offset: k.Offset}
 	}
 	p := ev.Payload
-	out.Payload = newPayload(p[:min(len(p), previewBytes)], len(p), ev.ContentType)
+	out.Payload = newPayload(p[:min(len(p), previewBytes)], e.PayloadSize, ev.ContentType)
 	return out
 }
 
@@ -182,7 +182,8 @@ func (c *Console) listInboxFailed(ctx context.Context, r *http.Request) (InboxPa
 	if err != nil {
 		return InboxPage{}, badRequest{err}
 	}
-	opts := inbox.ListOptions{Source: strings.TrimSpace(q.Get("source")), Limit: limit + 1}
+	opts := inbox.ListOptions{Source: strings.TrimSpace(q.Get("source")), Limit: limit + 1,
+		PayloadBytes: DefaultPreviewBytes}
 	if cur := q.Get("cursor"); cur != "" {
 		if opts.After, err = decodeInboxCursor(cur); err != nil {
 			return InboxPage{}, badRequest{err}
@@ -281,7 +282,8 @@ func (c *Console) retry(r *http.Request, q RetryRequest) (RetryAnswer, error) {
 		keys = append(keys, inbox.Key{Source: k.Source, DedupeKey: k.DedupeKey})
 	}
 	if q.All {
-		page, err := c.inbox.ListFailed(ctx, c.cfg.Inbox.Pool, inbox.ListOptions{Limit: MaxSelection + 1})
+		page, err := c.inbox.ListFailed(ctx, c.cfg.Inbox.Pool, inbox.ListOptions{Limit: MaxSelection + 1,
+			PayloadBytes: inbox.NoPayload})
 		if err != nil {
 			return ans, err
 		}

@@ -115,7 +115,8 @@ func (c *Console) readOutboxSummary(ctx context.Context) (OutboxSummary, error) 
 	sort.Slice(s.Destinations, func(i, j int) bool { return s.Destinations[i].Destination < s.Destinations[j].Destination })
 	s.OldestPendingAgeSeconds = ageSeconds(s.ReadAt, oldest)
 	if s.Backlog > 0 {
-		head, err := c.outbox.ListOutbox(ctx, q, outbox.ListOptions{Statuses: []string{"pending", "failed", "publishing"}, Limit: 1})
+		head, err := c.outbox.ListOutbox(ctx, q, outbox.ListOptions{Statuses: []string{"pending", "failed", "publishing"}, Limit: 1,
+			PayloadBytes: outbox.NoPayload})
 		if err != nil {
 			return s, fmt.Errorf("read outbox summary: %w", err)
 		}
@@ -226,7 +227,8 @@ func parseOutboxFilter(r *http.Request) (outboxFilter, error) {
 
 func (c *Console) listOutboxRows(ctx context.Context, f outboxFilter) (OutboxPage, error) {
 	rows, err := c.outbox.ListOutbox(ctx, c.cfg.Outbox.Pool, outbox.ListOptions{Statuses: f.Statuses,
-		Source: f.Source, Destination: f.Destination, NewestFirst: true, Before: f.Before, Limit: f.Limit + 1})
+		Source: f.Source, Destination: f.Destination, NewestFirst: true, Before: f.Before, Limit: f.Limit + 1,
+		PayloadBytes: DefaultPreviewBytes})
 	if err != nil {
 		return OutboxPage{}, err
 	}
@@ -250,7 +252,7 @@ func outboxRowOf(row outbox.Row, payloadBytes int) OutboxRow {
 		Attempts: row.Attempts, LastError: row.LastError, RejectionCode: row.RejectionCode,
 		PublishedAt: row.PublishedAt, Partition: row.Partition, Offset: row.Offset,
 		CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt, Headers: headersOf(e),
-		Payload: newPayload(e.Payload[:min(len(e.Payload), payloadBytes)], len(e.Payload), e.ContentType),
+		Payload: newPayload(e.Payload[:min(len(e.Payload), payloadBytes)], row.PayloadSize, e.ContentType),
 	}
 	if row.Status == "failed" || row.Status == "pending" {
 		o.NextAttemptAt = &row.NextAttemptAt

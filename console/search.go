@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -62,7 +63,8 @@ func (c *Console) search(ctx context.Context, term string, limit int) (SearchAns
 	ans := SearchAnswer{Query: term}
 	if c.cfg.Outbox != nil {
 		ans.Outbox = []OutboxHit{}
-		rows, err := c.outbox.SearchOutbox(ctx, c.cfg.Outbox.Pool, term, limit+1)
+		rows, err := c.outbox.SearchOutbox(ctx, c.cfg.Outbox.Pool,
+			outbox.SearchOptions{Term: term, Limit: limit + 1, PayloadBytes: DefaultPreviewBytes})
 		if err != nil {
 			return ans, err
 		}
@@ -90,7 +92,8 @@ func (c *Console) search(ctx context.Context, term string, limit int) (SearchAns
 	}
 	if c.cfg.Inbox != nil {
 		ans.Inbox = []InboxHit{}
-		entries, err := c.inbox.Search(ctx, c.cfg.Inbox.Pool, term, limit+1)
+		entries, err := c.inbox.Search(ctx, c.cfg.Inbox.Pool,
+			inbox.SearchOptions{Term: term, Limit: limit + 1, PayloadBytes: DefaultPreviewBytes})
 		if err != nil {
 			return ans, err
 		}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/keiro-go/keiro/internal/pgtext"
 )
 
 // Entry is one stored inbox row.
@@ -17,7 +19,11 @@ type Entry struct {
 	DedupeKey string
 	// Delivery is the stored envelope and Kafka coordinates. For completed rows written in
 	// DedupeOnly mode the payload is empty and attributes, trace and schema fields are unset.
+	// Its payload is a prefix of the stored one when the listing asked for one
+	// (ListOptions.PayloadBytes, SearchOptions.PayloadBytes).
 	Delivery Delivery
+	// PayloadSize is the stored payload's size in bytes.
+	PayloadSize int
 	// Status is "completed" or "failed".
 	Status string
 	// Attempts is the number of failed attempts.
@@ -70,7 +76,27 @@ type ListOptions struct {
 	// After continues after this entry (pass the last entry of the previous page). Defaults to
 	// nil (the first page).
 	After *Entry
+	// PayloadBytes, when positive, reads at most this many bytes of each row's payload
+	// (Entry.PayloadSize has its whole size), so a page of large messages reads only what it
+	// shows; NoPayload reads none. Defaults to 0 (whole payloads).
+	PayloadBytes int
 }
+
+// SearchOptions is a search of Search.
+type SearchOptions struct {
+	// Term is the source, dedupe key, message id, key or event type searched for, exactly.
+	// Required.
+	Term string
+	// Limit is the most rows returned. Defaults to DefaultListLimit.
+	Limit int
+	// PayloadBytes, when positive, reads at most this many bytes of each row's payload, as
+	// ListOptions.PayloadBytes does; NoPayload reads none. Defaults to 0 (whole payloads).
+	PayloadBytes int
+}
+
+// NoPayload, as ListOptions.PayloadBytes or SearchOptions.PayloadBytes, lists rows without
+// their payloads (Entry.PayloadSize still has each payload's size).
+const NoPayload = pgtext.PrefixNone
 
 // ListFailed returns failed rows of the store's consumer, oldest failure first, for the
 // `consumer inbox failed list` command.
@@ -78,55 +104,43 @@ func (s *Store) ListFailed(ctx context.Context, db DB, opts ListOptions) ([]Entr
 	if opts.Limit <= 0 {
 		opts.Limit = DefaultListLimit
 	}
+	if opts.PayloadBytes < NoPayload {
+		return nil, fmt.Errorf("list failed inbox rows: PayloadBytes %d is negative; NoPayload (-1) lists no payloads", opts.PayloadBytes)
+	}
 	afterAt, afterSrc, afterKey := time.Time{}, "", ""
 	if opts.After != nil && opts.After.FailedAt != nil {
 		afterAt, afterSrc, afterKey = *opts.After.FailedAt, opts.After.Source, opts.After.DedupeKey
 	}
-	rows, err := db.Query(ctx, s.sql.listFailed, s.cfg.Consumer, opts.Source, afterAt, afterSrc, afterKey, opts.Limit)
-	if err != nil {
-		return nil, fmt.Errorf("list failed inbox rows: %w", err)
-	}
-	defer rows.Close()
-	var out []Entry
-	for rows.Next() {
-		e, err := scanEntry(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list failed inbox rows: %w", err)
-		}
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list failed inbox rows: %w", err)
-	}
-	return out, nil
+	return listEntries(ctx, db, "list failed inbox rows", s.sql.listFailed,
+		s.cfg.Consumer, opts.Source, afterAt, afterSrc, afterKey, opts.Limit, opts.PayloadBytes)
 }
 
 // Search returns the store's consumer's rows, completed or failed, whose source, dedupe key,
-// message id, key or event type is exactly term, newest received first, at most limit (0:
-// DefaultListLimit): how an operator finds a message by what a log line names. It reads every
-// row of the consumer; an empty term is an error.
-func (s *Store) Search(ctx context.Context, db DB, term string, limit int) ([]Entry, error) {
-	if term == "" {
+// message id, key or event type is exactly opts.Term, newest received first: how an operator
+// finds a message by what a log line names. It reads every row of the consumer; an empty term
+// is an error.
+func (s *Store) Search(ctx context.Context, db DB, opts SearchOptions) ([]Entry, error) {
+	if opts.Term == "" {
 		return nil, errors.New("search inbox rows: the search term is empty")
 	}
-	if limit <= 0 {
-		limit = DefaultListLimit
+	if opts.Limit <= 0 {
+		opts.Limit = DefaultListLimit
 	}
-	rows, err := db.Query(ctx, s.sql.search, s.cfg.Consumer, term, limit)
+	if opts.PayloadBytes < NoPayload {
+		return nil, fmt.Errorf("search inbox rows: PayloadBytes %d is negative; NoPayload (-1) lists no payloads", opts.PayloadBytes)
+	}
+	return listEntries(ctx, db, "search inbox rows", s.sql.search, s.cfg.Consumer, opts.Term, opts.Limit, opts.PayloadBytes)
+}
+
+// listEntries runs a listing statement and scans its rows.
+func listEntries(ctx context.Context, db DB, what, sql string, args ...any) ([]Entry, error) {
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, fmt.Errorf("search inbox rows: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	defer rows.Close()
-	var out []Entry
-	for rows.Next() {
-		e, err := scanEntry(rows)
-		if err != nil {
-			return nil, fmt.Errorf("search inbox rows: %w", err)
-		}
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("search inbox rows: %w", err)
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Entry, error) { return scanEntry(r) })
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return out, nil
 }

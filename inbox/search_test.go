@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"testing"
 
@@ -35,7 +36,7 @@ func TestSearch(t *testing.T) {
 	_, err = other.Process(ctx, db.Pool, inbox.Delivery{Event: newEvent("orders", "t")}, ok)
 	require.NoError(t, err)
 
-	byKey, err := s.Search(ctx, db.Pool, key, 0)
+	byKey, err := s.Search(ctx, db.Pool, inbox.SearchOptions{Term: key})
 	require.NoError(t, err)
 	require.Len(t, byKey, 2)
 	require.Equal(t, failed.MessageID, byKey[0].Delivery.Event.MessageID, "newest received first")
@@ -43,13 +44,53 @@ func TestSearch(t *testing.T) {
 	require.Equal(t, "completed", byKey[1].Status)
 
 	for term, want := range map[string]int{done.MessageID: 1, "OrderCancelled": 1, "orders": 2, "nothing": 0} {
-		got, err := s.Search(ctx, db.Pool, term, 0)
+		got, err := s.Search(ctx, db.Pool, inbox.SearchOptions{Term: term})
 		require.NoError(t, err)
 		require.Len(t, got, want, term)
 	}
-	limited, err := s.Search(ctx, db.Pool, "orders", 1)
+	limited, err := s.Search(ctx, db.Pool, inbox.SearchOptions{Term: "orders", Limit: 1})
 	require.NoError(t, err)
 	require.Len(t, limited, 1)
-	_, err = s.Search(ctx, db.Pool, "", 0)
+	_, err = s.Search(ctx, db.Pool, inbox.SearchOptions{})
 	require.ErrorContains(t, err, "empty")
+}
+
+// TestListingsReadAPrefixOfEachPayload: ListFailed and Search with PayloadBytes read at most
+// that many bytes of each payload (none with NoPayload) and give each payload's whole size;
+// Lookup and the default listings read whole payloads; a negative size is refused.
+func TestListingsReadAPrefixOfEachPayload(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.NewDB(t)
+	s := newStore(t, db, func(c *inbox.StoreConfig) { c.MaxAttempts = 1 })
+	fail := func(context.Context, pgx.Tx, envelope.Event) error { return errors.New("bad") }
+	big := make([]byte, 1<<20) // incompressible, so it is stored out of line
+	_, err := rand.Read(big)
+	require.NoError(t, err)
+	ev := newEvent("orders", "t")
+	ev.ContentType, ev.Payload = "application/octet-stream", big
+	_, err = s.Process(ctx, db.Pool, inbox.Delivery{Event: ev}, fail)
+	require.NoError(t, err)
+
+	check := func(want int) func([]inbox.Entry, error) {
+		return func(entries []inbox.Entry, err error) {
+			t.Helper()
+			require.NoError(t, err)
+			require.Len(t, entries, 1)
+			require.Equal(t, len(big), entries[0].PayloadSize)
+			require.Equal(t, big[:want], []byte(entries[0].Delivery.Event.Payload))
+		}
+	}
+	check(32)(s.ListFailed(ctx, db.Pool, inbox.ListOptions{PayloadBytes: 32}))
+	check(0)(s.ListFailed(ctx, db.Pool, inbox.ListOptions{PayloadBytes: inbox.NoPayload}))
+	check(len(big))(s.ListFailed(ctx, db.Pool, inbox.ListOptions{}))
+	check(100)(s.Search(ctx, db.Pool, inbox.SearchOptions{Term: ev.MessageID, PayloadBytes: 100}))
+	check(len(big))(s.Search(ctx, db.Pool, inbox.SearchOptions{Term: ev.MessageID}))
+	e, err := s.Lookup(ctx, db.Pool, inbox.Key{Source: ev.Source, DedupeKey: ev.MessageID})
+	check(len(big))([]inbox.Entry{e}, err)
+
+	_, err = s.ListFailed(ctx, db.Pool, inbox.ListOptions{PayloadBytes: -2})
+	require.ErrorContains(t, err, "PayloadBytes -2 is negative")
+	_, err = s.Search(ctx, db.Pool, inbox.SearchOptions{Term: "orders", PayloadBytes: -2})
+	require.ErrorContains(t, err, "PayloadBytes -2 is negative")
 }

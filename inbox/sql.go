@@ -61,6 +61,12 @@ type statements struct {
 func newStatements(schema string) statements {
 	t := schema + ".keiro_inbox"
 	const storedCols = `consumer, ` + envelopeColumns
+	// entry is an Entry's columns in scanEntry's order, payload reading the payload
+	// (payload_bytes, or a prefix of it in the listings) followed by its whole size.
+	entry := func(payload string) string {
+		return strings.Replace(envelopeColumns, "payload_bytes", payload+", octet_length(payload_bytes)", 1) +
+			`, received_at, status, attempt_count, poisoned, completed_at, failed_at, coalesce(last_error, '')`
+	}
 	return statements{
 		// insert-first: the dedupe row, completed, inserted before the handler runs in the same
 		// transaction. A concurrent insert of the same key blocks on the primary key until the
@@ -102,20 +108,19 @@ SET status = 'completed', completed_at = now(), poisoned = false, last_error = N
     schema_version = NULL, schema_registry = NULL, schema_subject = NULL,
     schema_version_ref = NULL, schema_id = NULL, schema_fingerprint = NULL
 WHERE consumer = $1 AND source = $2 AND dedupe_key = $3`,
-		lookup: `SELECT ` + envelopeColumns + `, received_at, status, attempt_count, poisoned,
-	completed_at, failed_at, coalesce(last_error, '')
+		lookup: `SELECT ` + entry("payload_bytes") + `
 FROM ` + t + ` WHERE consumer = $1 AND source = $2 AND dedupe_key = $3`,
-		listFailed: `SELECT ` + envelopeColumns + `, received_at, status, attempt_count, poisoned,
-	completed_at, failed_at, coalesce(last_error, '')
+		// listFailed reads at most $7 bytes of each payload (pgtext.PrefixSQL).
+		listFailed: `SELECT ` + entry(pgtext.PrefixSQL("payload_bytes", 7)) + `
 FROM ` + t + `
 WHERE consumer = $1 AND status = 'failed' AND ($2 = '' OR source = $2)
   AND (failed_at, source, dedupe_key) > ($3, $4, $5)
 ORDER BY failed_at, source, dedupe_key
 LIMIT $6`,
 		// search scans the consumer's rows (the primary key's prefix) for an exact source,
-		// dedupe key, message id, key or event type: an operator's search (Store.Search).
-		search: `SELECT ` + envelopeColumns + `, received_at, status, attempt_count, poisoned,
-	completed_at, failed_at, coalesce(last_error, '')
+		// dedupe key, message id, key or event type: an operator's search (Store.Search), with at
+		// most $4 bytes of each payload.
+		search: `SELECT ` + entry(pgtext.PrefixSQL("payload_bytes", 4)) + `
 FROM ` + t + `
 WHERE consumer = $1
   AND (source = $2 OR dedupe_key = $2 OR message_id = $2 OR message_key = $2 OR event_type = $2)
@@ -385,7 +390,7 @@ func scanEntry(row interface{ Scan(...any) error }) (Entry, error) {
 	)
 	err := row.Scan(&source, &key, &msgID, &msgKey, &srcEvID, &srcPos, &dest, &evType, &schemaVer,
 		&ct, &reg, &subj, &verRef, &schemaID, &fp, &causID, &corrID, &tp, &ts, &kafkaTopic,
-		&kafkaPart, &kafkaOff, &payload, &attrs, &occurred,
+		&kafkaPart, &kafkaOff, &payload, &e.PayloadSize, &attrs, &occurred,
 		&received, &e.Status, &attempts, &e.Poisoned, &completed, &failed, &e.LastError)
 	if err != nil {
 		return Entry{}, err

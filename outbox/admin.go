@@ -216,8 +216,12 @@ type Row struct {
 	Seq int64
 	// OutboxID is the row's id.
 	OutboxID envelope.UUID
-	// Event is the enqueued event.
+	// Event is the enqueued event. Its Payload is a prefix of the stored payload when the
+	// listing asked for one (ListOptions.PayloadBytes, SearchOptions.PayloadBytes); PayloadSize
+	// is the whole payload's size.
 	Event envelope.Event
+	// PayloadSize is the stored payload's size in bytes.
+	PayloadSize int
 	// Status is pending, publishing, sent, failed, dead or rejected.
 	Status string
 	// Attempts is the number of publish attempts counted.

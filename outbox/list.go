@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/keiro-go/keiro/internal/pgtext"
 )
 
 // DefaultListLimit is the number of rows a listing returns when no limit is given.
@@ -37,6 +39,26 @@ type ListOptions struct {
 	Before int64
 	// Limit is the most rows returned. Defaults to DefaultListLimit.
 	Limit int
+	// PayloadBytes, when positive, reads at most this many bytes of each row's payload
+	// (Row.PayloadSize has its whole size): a listing of rows whose payloads are megabytes
+	// (rows Kafka rejected as too large) reads only what it shows. NoPayload reads none.
+	// Defaults to 0 (whole payloads).
+	PayloadBytes int
+}
+
+// NoPayload, as ListOptions.PayloadBytes or SearchOptions.PayloadBytes, lists rows without
+// their payloads (Row.PayloadSize still has each payload's size).
+const NoPayload = pgtext.PrefixNone
+
+// SearchOptions is a search of SearchOutbox.
+type SearchOptions struct {
+	// Term is the message id, key, event type or source searched for, exactly. Required.
+	Term string
+	// Limit is the most rows returned. Defaults to DefaultListLimit.
+	Limit int
+	// PayloadBytes, when positive, reads at most this many bytes of each row's payload, as
+	// ListOptions.PayloadBytes does; NoPayload reads none. Defaults to 0 (whole payloads).
+	PayloadBytes int
 }
 
 // ListOutbox lists outbox rows in seq order (the relay's order), or newest first, filtered
@@ -59,26 +81,31 @@ func (s *Store) ListOutbox(ctx context.Context, q Querier, opts ListOptions) ([]
 		return nil, errors.New("list outbox rows: Before continues a NewestFirst listing; set NewestFirst, or continue with After")
 	case opts.After < 0 || opts.Before < 0:
 		return nil, fmt.Errorf("list outbox rows: a seq to continue from is positive, got After %d, Before %d", opts.After, opts.Before)
+	case opts.PayloadBytes < NoPayload:
+		return nil, fmt.Errorf("list outbox rows: PayloadBytes %d is negative; NoPayload (-1) lists no payloads", opts.PayloadBytes)
 	case opts.NewestFirst:
 		sql, from = s.q.ListOutboxNewest, opts.Before
 	}
 	return s.listRows(ctx, q, "list outbox rows", sql, from, statuses,
-		nullString(opts.Source), nullString(opts.Destination), nullString(opts.Key), limit, phases)
+		nullString(opts.Source), nullString(opts.Destination), nullString(opts.Key), limit, phases, opts.PayloadBytes)
 }
 
 // SearchOutbox lists the rows, in any status, whose message id, key, event type or source is
-// exactly term, newest first, at most limit (0: DefaultListLimit): how an operator finds a
-// message by what a log line or a customer's report names. It scans the table, retained sent
-// rows included; an empty term is an error.
-func (s *Store) SearchOutbox(ctx context.Context, q Querier, term string, limit int) ([]Row, error) {
-	if term == "" {
+// exactly opts.Term, newest first: how an operator finds a message by what a log line or a
+// customer's report names. It scans the table, retained sent rows included; an empty term is
+// an error.
+func (s *Store) SearchOutbox(ctx context.Context, q Querier, opts SearchOptions) ([]Row, error) {
+	if opts.Term == "" {
 		return nil, errors.New("search outbox rows: the search term is empty")
 	}
-	limit, err := listLimit(limit)
+	limit, err := listLimit(opts.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("search outbox rows: %w", err)
 	}
-	return s.listRows(ctx, q, "search outbox rows", s.q.SearchOutbox, term, limit)
+	if opts.PayloadBytes < NoPayload {
+		return nil, fmt.Errorf("search outbox rows: PayloadBytes %d is negative; NoPayload (-1) lists no payloads", opts.PayloadBytes)
+	}
+	return s.listRows(ctx, q, "search outbox rows", s.q.SearchOutbox, opts.Term, limit, opts.PayloadBytes)
 }
 
 // listStatuses checks opts' statuses and returns them with their phases (nil, nil: any).

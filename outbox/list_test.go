@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"crypto/rand"
 	"testing"
 	"time"
 
@@ -75,4 +76,61 @@ func rowMessageIDs(rows []outbox.Row) []string {
 		out[i] = r.Event.MessageID
 	}
 	return out
+}
+
+// TestListingsReadAPrefixOfEachPayload: ListOutbox and SearchOutbox with PayloadBytes read at
+// most that many bytes of each payload (none with NoPayload) and give every payload's whole
+// size; Lookup and the default listings read whole payloads; a negative size is refused.
+func TestListingsReadAPrefixOfEachPayload(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	st, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	ctx := context.Background()
+	big := make([]byte, 1<<20) // incompressible, so it is stored out of line
+	_, err = rand.Read(big)
+	require.NoError(t, err)
+	large := event("large", "orders", ptr("k1"), "")
+	large.ContentType, large.Payload = "application/octet-stream", big
+	res := enqueue(t, db.Pool, st, large, event("small", "orders", ptr("k1"), `{"a":1}`))
+
+	check := func(rows []outbox.Row, wantLen ...int) {
+		t.Helper()
+		require.Len(t, rows, 2)
+		byID := map[string]outbox.Row{rows[0].Event.MessageID: rows[0], rows[1].Event.MessageID: rows[1]}
+		require.Equal(t, len(big), byID["large"].PayloadSize)
+		require.Equal(t, 7, byID["small"].PayloadSize)
+		require.Len(t, byID["large"].Event.Payload, wantLen[0])
+		require.Equal(t, big[:wantLen[0]], []byte(byID["large"].Event.Payload))
+		require.Len(t, byID["small"].Event.Payload, wantLen[1])
+	}
+	rows, err := st.ListOutbox(ctx, db.Pool, outbox.ListOptions{PayloadBytes: 16})
+	require.NoError(t, err)
+	check(rows, 16, 7)
+	rows, err = st.ListOutbox(ctx, db.Pool, outbox.ListOptions{Status: "pending", NewestFirst: true, PayloadBytes: 16})
+	require.NoError(t, err)
+	check(rows, 16, 7)
+	rows, err = st.ListOutbox(ctx, db.Pool, outbox.ListOptions{PayloadBytes: outbox.NoPayload})
+	require.NoError(t, err)
+	check(rows, 0, 0)
+	rows, err = st.ListOutbox(ctx, db.Pool, outbox.ListOptions{})
+	require.NoError(t, err)
+	check(rows, len(big), 7)
+	rows, err = st.SearchOutbox(ctx, db.Pool, outbox.SearchOptions{Term: "k1", PayloadBytes: 100})
+	require.NoError(t, err)
+	check(rows, 100, 7)
+	rows, err = st.SearchOutbox(ctx, db.Pool, outbox.SearchOptions{Term: "k1"})
+	require.NoError(t, err)
+	check(rows, len(big), 7)
+	row, err := st.Lookup(ctx, db.Pool, res[0].OutboxID)
+	require.NoError(t, err)
+	require.Equal(t, big, []byte(row.Event.Payload))
+	require.Equal(t, len(big), row.PayloadSize)
+
+	_, err = st.ListOutbox(ctx, db.Pool, outbox.ListOptions{PayloadBytes: -2})
+	require.ErrorContains(t, err, "PayloadBytes -2 is negative")
+	_, err = st.SearchOutbox(ctx, db.Pool, outbox.SearchOptions{Term: "k1", PayloadBytes: -2})
+	require.ErrorContains(t, err, "PayloadBytes -2 is negative")
+	_, err = st.SearchOutbox(ctx, db.Pool, outbox.SearchOptions{})
+	require.ErrorContains(t, err, "search term is empty")
 }

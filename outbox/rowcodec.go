@@ -29,7 +29,7 @@ func scanRow(row pgx.Row) (Row, error) {
 		&lastErr, &r.PublishedAt, &r.Partition, &r.Offset, &code, &r.CreatedAt, &r.UpdatedAt,
 		&rid, &e.Source, &e.MessageID, &e.Destination, &key, &e.EventType,
 		&e.SchemaVersion, &e.ContentType, &registry, &subject, &versionRef, &schemaID, &fp,
-		&sourceEventID, &position, &causation, &corr, &tp, &ts, &e.Payload, &attrs, &e.OccurredAt)
+		&sourceEventID, &position, &causation, &corr, &tp, &ts, &e.Payload, &r.PayloadSize, &attrs, &e.OccurredAt)
 	if err != nil {
 		return r, err
 	}

@@ -7,6 +7,8 @@ package sqlq
 import (
 	"fmt"
 	"strings"
+
+	"github.com/keiro-go/keiro/internal/pgtext"
 )
 
 // Queries holds the statements with the schema substituted.
@@ -37,7 +39,9 @@ type Queries struct {
 	ListOutbox, ListOutboxNewest, SearchOutbox, CountDead string
 	ListStuckOutbox, ListSentGcCandidates                 string
 	Activity                                              string
-	// LookupRow and EnqueueExistingRows read whole rows of RowColumns.
+	// LookupRow and EnqueueExistingRows read whole rows of RowColumns. ListOutbox,
+	// ListOutboxNewest (their $8) and SearchOutbox (its $3) read a prefix of each payload
+	// (pgtext.PrefixSQL); the other listings read whole payloads.
 	LookupRow, EnqueueExistingRows string
 }
 
@@ -50,7 +54,10 @@ func New(schema string) *Queries {
 			"{{claimable_h}}", fmt.Sprintf(claimable, "h"),
 		).Replace(q)
 	}
-	r := strings.NewReplacer("{{schema}}", schema)
+	r := strings.NewReplacer("{{schema}}", schema, "{{payload}}", "payload_bytes")
+	prefix := func(q string, param int) string {
+		return strings.NewReplacer("{{schema}}", schema, "{{payload}}", pgtext.PrefixSQL("payload_bytes", param)).Replace(q)
+	}
 	locks := strings.NewReplacer("{{key_lock}}", keyLock, "{{sleep_lock_all}}", sleepLockAll,
 		"{{sleep_lock_filtered}}", sleepLockFiltered, "{{share_member_lock}}", shareMemberLock,
 		"{{share_lock}}", shareLock)
@@ -94,9 +101,9 @@ func New(schema string) *Queries {
 		ShareMembers:         r.Replace(locks.Replace(sqlShareMembers)),
 		ShareTake:            r.Replace(locks.Replace(sqlShareTake)),
 		ShareRelease:         r.Replace(locks.Replace(sqlShareRelease)),
-		ListOutbox:           r.Replace(sqlListOutbox),
-		ListOutboxNewest:     r.Replace(sqlListOutboxNewest),
-		SearchOutbox:         r.Replace(sqlSearchOutbox),
+		ListOutbox:           prefix(sqlListOutbox, 8),
+		ListOutboxNewest:     prefix(sqlListOutboxNewest, 8),
+		SearchOutbox:         prefix(sqlSearchOutbox, 3),
 		CountDead:            r.Replace(sqlCountDead),
 		ListStuckOutbox:      r.Replace(sqlListStuckOutbox),
 		ListSentGcCandidates: r.Replace(sqlListSentGcCandidates),
