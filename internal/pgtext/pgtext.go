@@ -1,5 +1,6 @@
 // Package pgtext prepares outside text (error messages, broker replies) for PostgreSQL text
-// columns, which refuse invalid UTF-8 and NUL bytes.
+// columns, which refuse invalid UTF-8 and NUL bytes, and reads large bytea values in part
+// (PrefixSQL) for listings.
 package pgtext
 
 import (
