@@ -597,3 +597,14 @@ WHERE phase = 2
        OR $3::boolean)
 RETURNING outbox_id, seq)
 SELECT outbox_id FROM moved ORDER BY seq`
+
+// sqlReadMode reads the schema's mode; sqlSetMode changes it ($1). The settings table's
+// statement trigger fences the change against running writers (migration 009).
+const (
+	sqlReadMode = `SELECT mode FROM {{schema}}.keiro_outbox_settings`
+	sqlSetMode  = `UPDATE {{schema}}.keiro_outbox_settings SET mode = $1, changed_at = now()`
+)
+
+// sqlAnyOpen tells whether keiro_outbox has an open row (pending, failed or publishing): the
+// log-mode relay publishes them before it follows the slot.
+const sqlAnyOpen = `SELECT EXISTS (SELECT 1 FROM {{schema}}.keiro_outbox WHERE phase = 0)`

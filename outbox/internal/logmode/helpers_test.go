@@ -99,9 +99,9 @@ type event struct {
 }
 
 // insertSQL writes events the way any producer may: a plain INSERT of the envelope.
-const insertSQL = `INSERT INTO keiro_outbox_log (message_id, source, destination, message_key, event_type,
+const insertSQL = `INSERT INTO keiro_outbox_log (outbox_id, message_id, source, destination, message_key, event_type,
     schema_version, content_type, payload_bytes, occurred_at, traceparent)
-SELECT id, 'ordering', dest, nullif(key, ''), 'OrderPlaced', 1, 'application/json', payload, now(),
+SELECT gen_random_uuid(), id, 'ordering', dest, nullif(key, ''), 'OrderPlaced', 1, 'application/json', payload, now(),
     '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01'
 FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[]) AS e(id, dest, key, payload)`
 
