@@ -8,21 +8,26 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/keiro-go/keiro/outbox/internal/logmode"
+	"github.com/keiro-go/keiro/outbox/internal/logreg"
 )
 
 // newLogEngine builds the ModeLog engine of r: it reads the slot through a replication
 // connection to the pool's database and produces with r's client.
-func (r *Relay) newLogEngine() (*logmode.Engine, error) {
+func (r *Relay) newLogEngine() (logreg.Engine, error) {
+	if logreg.New == nil {
+		return nil, errors.New(`Mode log: import _ "github.com/keiro-go/keiro/outbox/logrelay" to link the log-mode engine`)
+	}
 	conn := r.pool.Config().ConnString()
 	if conn == "" {
 		return nil, errors.New("Mode log: the pool has no connection string to open a replication connection with; build it with pgxpool.New or pgxpool.ParseConfig")
 	}
-	inFlight := logmode.DefaultMaxInFlightRecords
+	inFlight := 16384 // the engine's default
 	if n, ok := r.client.OptValue(kgo.MaxBufferedRecords).(int64); ok && n < int64(inFlight) {
 		inFlight = int(n)
 	}
-	return logmode.New(conn, r.client, logmode.Config{
+	return logreg.New(logreg.Config{
+		ConnString:              conn,
+		Client:                  r.client,
 		Schema:                  r.cfg.Schema,
 		Slot:                    r.cfg.LogSlot,
 		MaxInFlightRecords:      inFlight,
@@ -31,7 +36,7 @@ func (r *Relay) newLogEngine() (*logmode.Engine, error) {
 		CloudEvents:             r.cfg.CloudEvents,
 		CloudEventsDestinations: r.cfg.CloudEventsDestinations,
 		Logger:                  r.log,
-		OnRejected: func(rej logmode.Rejection) {
+		OnRejected: func(rej logreg.Rejection) {
 			r.stats.rejected.Add(1)
 			r.log.Error("log mode: Kafka refused an event for good; the stream moves on",
 				"message_id", rej.MessageID, "source", rej.Source, "destination", rej.Destination,

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"strings"
 
-	"github.com/keiro-go/keiro/outbox/internal/logmode"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Mode is how a schema's outbox is published (docs/architecture.md, "Log mode").
@@ -32,7 +34,11 @@ func ParseMode(s string) (Mode, error) {
 
 // DefaultLogSlot is the replication slot (and publication) of a schema's log mode when none is
 // named: "<schema>_keiro_log".
-func DefaultLogSlot(schema string) string { return logmode.DefaultSlot(schema) }
+func DefaultLogSlot(schema string) string { return schema + "_keiro_log" }
+
+// slotName is what a slot or publication name may be: PostgreSQL's slot-name rule, so the
+// name needs no quoting in the replication protocol.
+var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 
 // Mode reads the schema's mode (migration 009's keiro_outbox_settings).
 func (s *Store) Mode(ctx context.Context, q Querier) (Mode, error) {
@@ -71,7 +77,7 @@ func (s *Store) SetMode(ctx context.Context, db Querier, mode Mode, slot string)
 		return ModeChange{}, fmt.Errorf("set outbox mode: %w", err)
 	}
 	if mode == ModeLog {
-		if err := logmode.Prepare(ctx, db, s.schema, slot); err != nil {
+		if err := s.prepareLog(ctx, db, slot); err != nil {
 			return ModeChange{}, fmt.Errorf("set outbox mode: %w", err)
 		}
 	}
@@ -98,4 +104,40 @@ func (s *Store) SetMode(ctx context.Context, db Querier, mode Mode, slot string)
 		return ModeChange{}, errors.Join(fmt.Errorf("set outbox mode %s: read the WAL position", mode), err)
 	}
 	return ModeChange{From: Mode(from), To: mode, LSN: lsn}, nil
+}
+
+// prepareLog creates, if they do not exist, the publication of keiro_outbox_log's inserts and
+// the logical replication slot (pgoutput) of log mode, both named slot ("" is DefaultLogSlot).
+// A slot decodes only the transactions that commit after its creation: it must exist before
+// the mode becomes 'log'.
+func (s *Store) prepareLog(ctx context.Context, db Querier, slot string) error {
+	if slot == "" {
+		slot = DefaultLogSlot(s.schema)
+	}
+	if !slotName.MatchString(slot) {
+		return fmt.Errorf("slot %q: must be 1 to 63 lower case letters, digits or underscores", slot)
+	}
+	var found bool
+	if err := db.QueryRow(ctx, sqlFindPublication, slot).Scan(&found); err != nil {
+		return fmt.Errorf("find publication %s: %w", slot, err)
+	}
+	if !found {
+		stmt := strings.ReplaceAll(s.bind(sqlCreatePublication), "{{publication}}", slot)
+		if _, err := db.Exec(ctx, stmt); err != nil && !isPgCode(err, "42710") {
+			return fmt.Errorf("create publication %s: %w", slot, err)
+		}
+	}
+	if _, err := db.Exec(ctx, sqlCreateSlot, slot); err != nil && !isPgCode(err, "42710") {
+		if isPgCode(err, "55000") || isPgCode(err, "42501") {
+			err = errors.Join(err, errors.New("log mode needs wal_level = logical and a role with the REPLICATION attribute"))
+		}
+		return fmt.Errorf("create replication slot %s: %w", slot, err)
+	}
+	return nil
+}
+
+// isPgCode reports a PostgreSQL error of SQLSTATE code.
+func isPgCode(err error, code string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == code
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
+	_ "github.com/keiro-go/keiro/outbox/logrelay"
 )
 
 // dropLogSlot drops a test's slot and publication when it ends (a slot left behind keeps WAL).
@@ -135,6 +136,8 @@ func TestRelayConfigModeValidation(t *testing.T) {
 	require.ErrorContains(t, err, `LogSlot "s" is set but Mode is claim`)
 	_, err = outbox.NewRelay(db.Pool, client, outbox.RelayConfig{Schema: db.Schema, Mode: outbox.ModeLog, LogSlot: "Bad-Slot"})
 	require.ErrorContains(t, err, `Slot "Bad-Slot"`)
+	_, err = st(t).SetMode(context.Background(), db.Pool, outbox.ModeLog, "Bad-Slot")
+	require.ErrorContains(t, err, `slot "Bad-Slot"`)
 	_, err = outbox.ParseMode("Log")
 	require.Error(t, err)
 	_, err = st(t).SetMode(context.Background(), db.Pool, "wal", "")

@@ -18,7 +18,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/backoff"
-	"github.com/keiro-go/keiro/outbox/internal/logmode"
+	"github.com/keiro-go/keiro/outbox/internal/logreg"
 )
 
 // ErrHalted is wrapped by the error Run returns when a StopTheLine relay halted on a failed row.
@@ -50,7 +50,7 @@ type Relay struct {
 	// by a success of later records of the same key.
 	topics sync.Map // topic name → struct{}
 	// logEngine follows the slot in ModeLog (logrelay.go); nil in ModeClaim.
-	logEngine *logmode.Engine
+	logEngine logreg.Engine
 	// ackHook, if set (benchmarks), is called with each acknowledged row's message id.
 	ackHook func(messageID string)
 	// sleepHook, if set (tests), runs before each try of the sleep lock.
@@ -162,7 +162,7 @@ func (r *Relay) Stats() Stats {
 		LeaseRenewals: s.leaseRenewals.Load(), LeaseLost: s.leaseLost.Load(), MarksAbandoned: s.marksAbandoned.Load(),
 		ShareClaims: s.shareClaims.Load(), Vacuums: s.vacuums.Load()}
 	if r.logEngine != nil {
-		st.Published += r.logEngine.Stats().Published
+		st.Published += r.logEngine.Published()
 	}
 	if r.shares != nil {
 		st.Shares, st.ShareMembers = int64(r.shares.shares().count()), r.shares.members.Load()

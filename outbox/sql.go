@@ -608,3 +608,12 @@ const (
 // sqlAnyOpen tells whether keiro_outbox has an open row (pending, failed or publishing): the
 // log-mode relay publishes them before it follows the slot.
 const sqlAnyOpen = `SELECT EXISTS (SELECT 1 FROM {{schema}}.keiro_outbox WHERE phase = 0)`
+
+// Log mode's publication and slot (Store.SetMode), named by a validated slot name. The
+// publication publishes keiro_outbox_log's inserts only: retention's deletes are not events.
+const (
+	sqlFindPublication   = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = $1)`
+	sqlCreatePublication = `CREATE PUBLICATION {{publication}} FOR TABLE {{schema}}.keiro_outbox_log WITH (publish = 'insert')`
+	sqlCreateSlot        = `SELECT pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput')
+WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_name = $1)`
+)

@@ -94,7 +94,7 @@ func (cfg Config) withDefaults() Config {
 		cfg.Schema = DefaultSchema
 	}
 	if cfg.Slot == "" {
-		cfg.Slot = DefaultSlot(cfg.Schema)
+		cfg.Slot = cfg.Schema + "_keiro_log"
 	}
 	if cfg.Publication == "" {
 		cfg.Publication = cfg.Slot
