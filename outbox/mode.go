@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -140,4 +141,46 @@ func (s *Store) prepareLog(ctx context.Context, db Querier, slot string) error {
 func isPgCode(err error, code string) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == code
+}
+
+// SlotStatus is the state of a log-mode replication slot (pg_replication_slots): what the WAL
+// guard watches.
+type SlotStatus struct {
+	// Slot is the slot's name; Exists is false when there is no such slot (the other fields
+	// are then zero).
+	Slot   string `json:"slot"`
+	Exists bool   `json:"exists"`
+	// ActivePID is the backend of the relay reading the slot; 0 when none does (every relay is
+	// down, or on its way to take over).
+	ActivePID int `json:"active_pid"`
+	// ConfirmedFlushLSN is the position the relay confirmed: every event committed before it
+	// was acknowledged by Kafka.
+	ConfirmedFlushLSN string `json:"confirmed_flush_lsn"`
+	// RetainedBytes is the WAL PostgreSQL keeps for the slot (from its restart_lsn to the
+	// current WAL position): it grows while the relay is down or slow.
+	RetainedBytes int64 `json:"retained_bytes"`
+	// WALStatus is reserved, extended, unreserved or lost (lost: PostgreSQL removed WAL the
+	// slot needed, past max_slot_wal_keep_size; the slot is invalid).
+	WALStatus string `json:"wal_status"`
+	// SafeWALSize is how many more bytes of WAL can be written before the slot is in danger
+	// of losing WAL; nil when max_slot_wal_keep_size is -1 (unlimited).
+	SafeWALSize *int64 `json:"safe_wal_size"`
+}
+
+// LogSlotStatus reads the log-mode slot's state (slot "" is DefaultLogSlot).
+func (s *Store) LogSlotStatus(ctx context.Context, q Querier, slot string) (SlotStatus, error) {
+	if slot == "" {
+		slot = DefaultLogSlot(s.schema)
+	}
+	st := SlotStatus{Slot: slot}
+	err := q.QueryRow(ctx, sqlSlotStatus, slot).Scan(&st.ActivePID, &st.ConfirmedFlushLSN, &st.RetainedBytes,
+		&st.WALStatus, &st.SafeWALSize)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return st, nil
+	}
+	if err != nil {
+		return st, fmt.Errorf("read replication slot %s: %w", slot, err)
+	}
+	st.Exists = true
+	return st, nil
 }

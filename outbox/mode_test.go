@@ -8,6 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
@@ -62,8 +64,11 @@ func TestModeSwitchClaimLogClaimLosesNothing(t *testing.T) {
 	require.Equal(t, outbox.ModeClaim, mode)
 	enqueue(t, db.Pool, st, evs[:50]...) // pending in keiro_outbox when the log relay starts
 
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
 	logRelay, stopLog := startRelay(t, db, kc, outbox.RelayConfig{Mode: outbox.ModeLog, PollInterval: 50 * time.Millisecond,
-		Logger: testLogger(t)})
+		MeterProvider: mp, Logger: testLogger(t)})
 	testenv.WaitFor(t, time.Minute, "the log-mode relay switched the schema", func() bool {
 		m, err := st.Mode(ctx, db.Pool)
 		return err == nil && m == outbox.ModeLog
@@ -100,6 +105,23 @@ func TestModeSwitchClaimLogClaimLosesNothing(t *testing.T) {
 	require.Equal(t, 50, count(t, db.Pool, "keiro_outbox"))
 	require.Equal(t, 50, count(t, db.Pool, "keiro_outbox_log"))
 	require.Equal(t, int64(100), logRelay.Stats().Published)
+
+	// The WAL guard: the slot's state in LogSlotStatus (relay status) and in the gauges.
+	ss, err := st.LogSlotStatus(ctx, db.Pool, "")
+	require.NoError(t, err)
+	require.True(t, ss.Exists)
+	require.Positive(t, ss.ActivePID, "the log-mode relay reads the slot")
+	require.Contains(t, []string{"reserved", "extended"}, ss.WALStatus)
+	require.NotEmpty(t, ss.ConfirmedFlushLSN)
+	got := collectMetrics(t, reader)
+	active, ok := got[outbox.MetricLogSlotActive].(metricdata.Gauge[int64])
+	require.True(t, ok, "the slot's active gauge")
+	require.EqualValues(t, 1, active.DataPoints[0].Value)
+	retained, ok := got[outbox.MetricLogSlotRetained].(metricdata.Gauge[int64])
+	require.True(t, ok, "the slot's retained-WAL gauge")
+	require.GreaterOrEqual(t, retained.DataPoints[0].Value, int64(0))
+	slotAttr, _ := retained.DataPoints[0].Attributes.Value("keiro.outbox.slot")
+	require.Equal(t, slot, slotAttr.AsString())
 
 	// Back to claim: the log-mode relay has published the slot's rows once its confirmed
 	// position reaches the switch's LSN; then the claim relay takes over.

@@ -617,3 +617,9 @@ const (
 	sqlCreateSlot        = `SELECT pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput')
 WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_name = $1)`
 )
+
+// sqlSlotStatus reads a replication slot's state ($1) for the WAL guard.
+const sqlSlotStatus = `SELECT coalesce(active_pid, 0), coalesce(confirmed_flush_lsn::text, ''),
+    coalesce(pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), restart_lsn), 0)::bigint,
+    coalesce(wal_status, ''), safe_wal_size
+FROM pg_catalog.pg_replication_slots WHERE slot_name = $1`
