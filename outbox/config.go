@@ -259,6 +259,9 @@ func (c *RelayConfig) validate() error {
 	if _, err := ParseMode(string(c.Mode)); err != nil {
 		bad("Mode: %v", err)
 	}
+	if c.Mode == ModeLog && len(c.Destinations) > 0 {
+		bad("Destinations: log mode publishes every destination of the slot (per-destination relays are not supported in log mode yet); leave Destinations empty or use Mode %s", ModeClaim)
+	}
 	if c.LogSlot != "" && c.Mode != ModeLog {
 		bad("LogSlot %q is set but Mode is %s; set Mode to %s or leave LogSlot empty", c.LogSlot, c.Mode, ModeLog)
 	}

@@ -160,6 +160,8 @@ func TestRelayConfigModeValidation(t *testing.T) {
 	require.ErrorContains(t, err, `Slot "Bad-Slot"`)
 	_, err = st(t).SetMode(context.Background(), db.Pool, outbox.ModeLog, "Bad-Slot")
 	require.ErrorContains(t, err, `slot "Bad-Slot"`)
+	_, err = outbox.NewRelay(db.Pool, client, outbox.RelayConfig{Schema: db.Schema, Mode: outbox.ModeLog, Destinations: []string{"orders"}})
+	require.ErrorContains(t, err, "Destinations: log mode publishes every destination")
 	_, err = outbox.ParseMode("Log")
 	require.Error(t, err)
 	_, err = st(t).SetMode(context.Background(), db.Pool, "wal", "")

@@ -205,6 +205,9 @@ func (c *runCmd) ValidateFlags() error {
 	if _, err := outbox.ParseMode(c.Mode); err != nil {
 		p.Add("mode", "unknown mode %q: use claim or log", c.Mode)
 	}
+	if c.Mode == string(outbox.ModeLog) && len(c.Destinations) > 0 {
+		p.Add("destinations", "is not supported with --mode=log yet (one slot publishes every destination)")
+	}
 	if c.LogSlot != "" && c.Mode != string(outbox.ModeLog) {
 		p.Add("log-slot", "names the slot of --mode=log (got --mode=%s)", c.Mode)
 	}

@@ -277,6 +277,7 @@ func TestModeFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"run", "--mode=wal"}, `--mode: unknown mode "wal": use claim or log`},
+		{[]string{"run", "--mode=log", "--destinations=orders"}, "--destinations: is not supported with --mode=log yet"},
 		{[]string{"run", "--mode=claim", "--log-slot=s"}, "--log-slot: names the slot of --mode=log (got --mode=claim)"},
 		{[]string{"run", "--mode=log", "--log-slot=Bad-Slot"}, `--log-slot: "Bad-Slot" must be 1 to 63 lower case letters`},
 	} {
