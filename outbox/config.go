@@ -146,6 +146,17 @@ type RelayConfig struct {
 	TracerProvider trace.TracerProvider
 	// Logger receives the relay's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+	// Mode is how the relay publishes (docs/architecture.md, "Log mode"). ModeClaim claims
+	// and marks keiro_outbox's rows. ModeLog switches the schema to log mode if it is not
+	// (Store.SetMode: producers then write keiro_outbox_log), publishes the rows still open in
+	// keiro_outbox as ModeClaim does, and then follows the replication slot LogSlot in commit
+	// order; the pool's role needs the REPLICATION attribute and the server wal_level =
+	// logical. Several relays in log mode elect one reader per slot; the others wait on
+	// standby. Defaults to ModeClaim.
+	Mode Mode
+	// LogSlot is the replication slot (and publication) of ModeLog. Defaults to
+	// DefaultLogSlot(Schema).
+	LogSlot string
 	// OnBatch, if set, is called after each batch is marked, with what happened. It runs on the
 	// relay's goroutine: keep it fast. Meant for tests and diagnostics. Defaults to nil.
 	OnBatch func(BatchResult)
@@ -188,6 +199,12 @@ func (c *RelayConfig) setDefaults() {
 	c.Backoff = c.Backoff.WithDefaults(Backoff{Initial: DefaultBackoffInitial, Max: DefaultBackoffMax, Multiplier: DefaultBackoffMultiplier})
 	if c.Lease == 0 {
 		c.Lease = DefaultLease
+	}
+	if c.Mode == "" {
+		c.Mode = ModeClaim
+	}
+	if c.Mode == ModeLog && c.LogSlot == "" {
+		c.LogSlot = DefaultLogSlot(c.Schema)
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = DefaultPollInterval
@@ -242,6 +259,15 @@ func (c *RelayConfig) validate() error {
 	}
 	if c.Lease < time.Second {
 		bad("Lease must be at least 1s, got %s", c.Lease)
+	}
+	if _, err := ParseMode(string(c.Mode)); err != nil {
+		bad("Mode: %v", err)
+	}
+	if c.Mode == ModeLog && len(c.Destinations) > 0 {
+		bad("Destinations: log mode publishes every destination of the slot (per-destination relays are not supported in log mode yet); leave Destinations empty or use Mode %s", ModeClaim)
+	}
+	if c.LogSlot != "" && c.Mode != ModeLog {
+		bad("LogSlot %q is set but Mode is %s; set Mode to %s or leave LogSlot empty", c.LogSlot, c.Mode, ModeLog)
 	}
 	if c.PollInterval < 0 {
 		bad("PollInterval must be positive, got %s", c.PollInterval)

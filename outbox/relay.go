@@ -18,6 +18,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/backoff"
+	"github.com/keiro-go/keiro/outbox/internal/logreg"
 	"github.com/keiro-go/keiro/outbox/internal/shares"
 	"github.com/keiro-go/keiro/outbox/internal/translog"
 	"github.com/keiro-go/keiro/outbox/internal/vacuum"
@@ -51,6 +52,8 @@ type Relay struct {
 	// rest are still being handed over and go out in the next, so a failure could be followed
 	// by a success of later records of the same key.
 	topics sync.Map // topic name → struct{}
+	// logEngine follows the slot in ModeLog (logrelay.go); nil in ModeClaim.
+	logEngine logreg.Engine
 	// ackHook, if set (benchmarks), is called with each acknowledged row's message id.
 	ackHook func(messageID string)
 	// sleepHook, if set (tests), runs before each try of the sleep lock.
@@ -161,6 +164,9 @@ func (r *Relay) Stats() Stats {
 		ClaimErrors: s.claimErrors.Load(), MarkErrors: s.markErrors.Load(), OrderBroken: s.orderBroken.Load(),
 		LeaseRenewals: s.leaseRenewals.Load(), LeaseLost: s.leaseLost.Load(), MarksAbandoned: s.marksAbandoned.Load(),
 		ShareClaims: s.shareClaims.Load(), Vacuums: s.vacuums.Load()}
+	if r.logEngine != nil {
+		st.Published += r.logEngine.Published()
+	}
 	if r.shares != nil {
 		st.Shares, st.ShareMembers = int64(r.shares.Shares().Count()), r.shares.Members()
 	}
@@ -237,6 +243,11 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, cfg RelayConfig) (*Relay, 
 	if !cfg.PollOnly {
 		r.shares = shares.New(ownConnConfig(pool, cfg.Schema), store.q, cfg.Destinations)
 	}
+	if cfg.Mode == ModeLog {
+		if r.logEngine, err = r.newLogEngine(); err != nil {
+			return nil, fmt.Errorf("new outbox relay: %w", err)
+		}
+	}
 	return r, nil
 }
 
@@ -269,6 +280,14 @@ func (r *Relay) Run(ctx context.Context) error {
 		return errors.New("outbox relay: already running")
 	}
 	defer r.running.Store(false)
+	if r.logEngine != nil {
+		return r.runLog(ctx)
+	}
+	return r.runClaim(ctx)
+}
+
+// runClaim is Run in ModeClaim (and the drain of keiro_outbox's open rows in ModeLog).
+func (r *Relay) runClaim(ctx context.Context) error {
 
 	// stop ends claiming (ctx cancelled or halt); hard ends waiting for produce and marks.
 	stopCtx, stop := context.WithCancelCause(ctx)

@@ -108,6 +108,10 @@ type outboxStatus struct {
 	Dead int64 `json:"dead"`
 	// OldestPendingAgeSeconds is the age of the oldest pending or failed row; null when none.
 	OldestPendingAgeSeconds *float64 `json:"oldest_pending_age_seconds"`
+	// Mode is the schema's mode, claim or log (empty before migration 009).
+	Mode string `json:"mode,omitempty"`
+	// LogSlot is the log-mode slot's state; null when the slot does not exist.
+	LogSlot *outbox.SlotStatus `json:"log_slot,omitempty"`
 }
 
 // Run prints the outbox's state.
@@ -127,8 +131,17 @@ func (c *statusCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 		return enc.Encode(st)
 	}
 	printStatus(env.Stdout, st)
+	if st.Mode != "" {
+		fmt.Fprintf(env.Stdout, "mode: %s\n", st.Mode)
+	}
+	if st.LogSlot != nil {
+		printSlot(env, *st.LogSlot)
+	}
 	return nil
 }
+
+// logModeMigration is the migration that adds log mode (009_outbox_log.sql).
+const logModeMigration = 9
 
 func readStatus(ctx context.Context, conn *pgx.Conn, db *dbFlags) (outboxStatus, error) {
 	mst, err := migrations.GetStatus(ctx, conn, db.Schema)
@@ -160,6 +173,20 @@ func readStatus(ctx context.Context, conn *pgx.Conn, db *dbFlags) (outboxStatus,
 		waiting = waiting || c.Status == "pending" || c.Status == "failed"
 	}
 	st.Backlog, st.Dead = ost.Backlog, ost.Dead
+	if mst.Current >= logModeMigration {
+		mode, err := store.Mode(ctx, conn)
+		if err != nil {
+			return st, err
+		}
+		st.Mode = string(mode)
+		ss, err := store.LogSlotStatus(ctx, conn, "") // the default slot
+		if err != nil {
+			return st, err
+		}
+		if ss.Exists {
+			st.LogSlot = &ss
+		}
+	}
 	if waiting {
 		age := ost.OldestPendingAge.Seconds()
 		st.OldestPendingAgeSeconds = &age

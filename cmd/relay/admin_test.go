@@ -343,3 +343,41 @@ func TestRequeueNotifies(t *testing.T) {
 		t.Fatalf("no notification: %v %+v", err, n)
 	}
 }
+
+// relay mode set log creates the slot and switches the schema; relay status and relay mode
+// show the slot; relay mode set claim switches back.
+func TestModeCommands(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	slot := db.Schema + "_keiro_log"
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_, _ = db.Pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+		_, _ = db.Pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+slot)
+	})
+	base := []string{"--database-url=" + testenv.DatabaseURL(), "--schema=" + db.Schema}
+	r := invoke(t, append(base, "mode")...)
+	if r.code != 0 || !strings.Contains(r.stdout, "mode claim") {
+		t.Fatalf("mode: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	r = invoke(t, append(base, "mode", "set", "log")...)
+	if r.code != 0 || !strings.Contains(r.stdout, "mode log (was claim)") {
+		t.Fatalf("mode set log: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	r = invoke(t, append(base, "status", "--json")...)
+	var st outboxStatus
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+		t.Fatalf("%v\n%s", err, r.stdout)
+	}
+	if st.Mode != "log" || st.LogSlot == nil || st.LogSlot.Slot != slot || st.LogSlot.ActivePID != 0 || st.LogSlot.WALStatus == "" {
+		t.Fatalf("status: mode %q, slot %+v", st.Mode, st.LogSlot)
+	}
+	r = invoke(t, append(base, "status")...)
+	if !strings.Contains(r.stdout, "mode: log") || !strings.Contains(r.stdout, "log slot "+slot+": reader none") {
+		t.Fatalf("status:\n%s", r.stdout)
+	}
+	r = invoke(t, append(base, "mode", "set", "claim")...)
+	if r.code != 0 || !strings.Contains(r.stdout, "mode claim (was log)") || !strings.Contains(r.stdout, "confirmed position at or past") {
+		t.Fatalf("mode set claim: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -108,6 +109,7 @@ type grammar struct {
 	Events      eventsCmd      `cmd:"" help:"Inspect the event store: subscription dead letters (relay events dead --help)."`
 	Rows        rowsCmd        `cmd:"" help:"List outbox rows by filter, or rows stuck in publishing."`
 	Schema      schemaCmd      `cmd:"" help:"Register or check Avro schemas in the Schema Registry (relay schema --help)."`
+	Mode        modeCmd        `cmd:"" help:"Show or switch the outbox's mode, claim or log, for every producer at once (relay mode --help)."`
 	Healthcheck healthcheckCmd `cmd:"" help:"GET this relay's /readyz (or /healthz) and exit 0 when healthy, 1 otherwise (container healthchecks)."`
 }
 
@@ -163,6 +165,8 @@ type runCmd struct {
 	Kafka kafkaconfig.Config `embed:""`
 	Admin cli.AdminFlags     `embed:""`
 
+	Mode                string        `help:"How the relay publishes: claim (claim and mark keiro_outbox's rows; works everywhere) or log (switch the schema to log mode and follow a logical replication slot in commit order; needs wal_level=logical and the REPLICATION attribute, not through PgBouncer)." default:"claim" placeholder:"MODE"`
+	LogSlot             string        `help:"With --mode=log: the replication slot and publication (default: <schema>_keiro_log)." placeholder:"SLOT"`
 	Policy              string        `help:"Ordering policy: ${policies}." default:"${policy}" placeholder:"POLICY"`
 	BatchSize           int           `help:"Rows claimed per batch." default:"${batch_size}"`
 	MaxInFlight         int           `help:"Claimed batches being published at once (per-key order is kept)." default:"${max_in_flight}"`
@@ -198,6 +202,18 @@ var compressionCodecs = map[string]kgo.CompressionCodec{
 // ValidateFlags reports every problem of the run flags (the Kafka group reports its own).
 func (c *runCmd) ValidateFlags() error {
 	var p cli.Problems
+	if _, err := outbox.ParseMode(c.Mode); err != nil {
+		p.Add("mode", "unknown mode %q: use claim or log", c.Mode)
+	}
+	if c.Mode == string(outbox.ModeLog) && len(c.Destinations) > 0 {
+		p.Add("destinations", "is not supported with --mode=log yet (one slot publishes every destination)")
+	}
+	if c.LogSlot != "" && c.Mode != string(outbox.ModeLog) {
+		p.Add("log-slot", "names the slot of --mode=log (got --mode=%s)", c.Mode)
+	}
+	if c.LogSlot != "" && !logSlotName.MatchString(c.LogSlot) {
+		p.Add("log-slot", "%q must be 1 to 63 lower case letters, digits or underscores", c.LogSlot)
+	}
 	if _, err := outbox.ParsePolicy(c.Policy); err != nil {
 		p.Add("policy", "unknown policy %q: use %s", c.Policy, strings.Join(policies, ", "))
 	}
@@ -270,6 +286,24 @@ func (c *runCmd) ValidateFlags() error {
 		}
 	}
 	return p.Err()
+}
+
+// logSlotName is what --log-slot may be (PostgreSQL's slot-name rule).
+var logSlotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+// modeCmd groups the mode commands.
+type modeCmd struct {
+	Show modeShowCmd `cmd:"" default:"1" help:"Print the schema's mode and, in log mode, its slot."`
+	Set  modeSetCmd  `cmd:"" help:"Switch the schema's mode: log creates the slot first (needs the REPLICATION attribute); waits for running producers."`
+}
+
+// modeShowCmd prints the mode.
+type modeShowCmd struct{}
+
+// modeSetCmd switches the mode.
+type modeSetCmd struct {
+	Mode    string `arg:"" enum:"claim,log" help:"claim or log."`
+	LogSlot string `help:"The replication slot and publication of log mode (default: <schema>_keiro_log)." placeholder:"SLOT"`
 }
 
 // migrateCmd applies migrations.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"net/http/httptest"
 	"os"
@@ -38,7 +39,7 @@ func TestDefaults(t *testing.T) {
 		BackoffMultiplier: DefaultBackoffMultiplier,
 		Lease:             DefaultLease, PollInterval: DefaultPollInterval, ShutdownTimeout: DefaultShutdownTimeout,
 		Retention: DefaultRetention, MaintenanceInterval: DefaultMaintenanceInterval, HTTPAddr: DefaultHTTPAddr,
-		VacuumThreshold: DefaultVacuumThreshold,
+		VacuumThreshold: DefaultVacuumThreshold, Mode: "claim",
 	}
 	if r.Kafka.ClientID != DefaultClientID {
 		t.Fatalf("client id %q", r.Kafka.ClientID)
@@ -258,5 +259,42 @@ func TestOrderedSourcesNeedThePerSourcePolicy(t *testing.T) {
 	}
 	if got := g.Run.OrderedSources; len(got) != 2 || got[0] != "ledger" || got[1] != "audit" {
 		t.Fatalf("OrderedSources = %q", got)
+	}
+}
+
+func TestModeFlags(t *testing.T) {
+	t.Setenv("KEIRO_RELAY_MODE", "log")
+	g, err := parse(t, "--database-url=postgres://h/db", "--brokers=h:1", "run", "--log-slot=orders_log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := g.Run.relayConfig(g.DB.Schema, false, nil)
+	if cfg.Mode != outbox.ModeLog || cfg.LogSlot != "orders_log" {
+		t.Fatalf("KEIRO_RELAY_MODE=log: Mode %q, LogSlot %q", cfg.Mode, cfg.LogSlot)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--mode=wal"}, `--mode: unknown mode "wal": use claim or log`},
+		{[]string{"run", "--mode=log", "--destinations=orders"}, "--destinations: is not supported with --mode=log yet"},
+		{[]string{"run", "--mode=claim", "--log-slot=s"}, "--log-slot: names the slot of --mode=log (got --mode=claim)"},
+		{[]string{"run", "--mode=log", "--log-slot=Bad-Slot"}, `--log-slot: "Bad-Slot" must be 1 to 63 lower case letters`},
+	} {
+		_, err := parse(t, append([]string{"--database-url=postgres://h/db", "--brokers=h:1"}, c.args...)...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err = %v, want %q", c.args, err, c.want)
+		}
+	}
+	if _, err := parse(t, "--database-url=postgres://h/db", "mode", "set", "wal"); err == nil || !strings.Contains(err.Error(), "must be one of") {
+		t.Errorf("mode set wal: err = %v", err)
+	}
+}
+
+func TestModeLogRefusesPgBouncer(t *testing.T) {
+	var out strings.Builder
+	code := run(context.Background(), []string{"--database-url=postgres://127.0.0.1:1/db", "--pgbouncer", "--brokers=127.0.0.1:1", "run", "--mode=log", "--http-addr="}, &out, &out)
+	if code == 0 || !strings.Contains(out.String(), "--mode=log needs a direct connection") {
+		t.Fatalf("exit %d: %s", code, out.String())
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/keiro-go/keiro/internal/kafkaconfig"
 	"github.com/keiro-go/keiro/migrations"
 	"github.com/keiro-go/keiro/outbox"
+	_ "github.com/keiro-go/keiro/outbox/logrelay" // --mode=log
 	"github.com/keiro-go/keiro/tracing/otelsetup"
 )
 
@@ -54,6 +56,8 @@ func (c *runCmd) relayConfig(schema string, pgbouncer bool, log *slog.Logger) ou
 		Destinations:            c.Destinations,
 		CloudEvents:             c.CloudEvents,
 		CloudEventsDestinations: c.CloudEventsTopics,
+		Mode:                    outbox.Mode(c.Mode),
+		LogSlot:                 c.LogSlot,
 		Logger:                  log,
 	}
 }
@@ -124,6 +128,9 @@ func (c *runCmd) kafkaOpts() ([]kgo.Opt, error) {
 // Run publishes outbox rows until ctx ends (SIGINT or SIGTERM), then stops claiming, lets
 // in-flight rows finish or releases them, and returns nil within --shutdown-timeout.
 func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
+	if c.Mode == string(outbox.ModeLog) && g.DB.PgBouncer {
+		return errors.New("--mode=log needs a direct connection (a replication connection does not pass through PgBouncer); drop --pgbouncer and point --database-url at PostgreSQL, or run --mode=claim")
+	}
 	log, err := g.Logger(env.Stderr)
 	if err != nil {
 		return err

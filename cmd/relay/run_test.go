@@ -24,7 +24,7 @@ func TestRelayConfigMapping(t *testing.T) {
 		Backoff: outbox.Backoff{Initial: 250 * time.Millisecond, Max: 30 * time.Second, Multiplier: 1.5},
 		Lease:   45 * time.Second, PollInterval: 500 * time.Millisecond, PollOnly: true,
 		ShutdownTimeout: 18 * time.Second, Retention: -1, MaintenanceInterval: time.Minute, VacuumThreshold: -1,
-		MaxRecordBytes: 4096, Destinations: []string{"orders", "invoices"},
+		MaxRecordBytes: 4096, Destinations: []string{"orders", "invoices"}, Mode: outbox.ModeClaim,
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Fatalf("relay config:\n got %+v\nwant %+v", cfg, want)

@@ -39,6 +39,12 @@ type Queries struct {
 	ListOutbox, ListOutboxNewest, SearchOutbox, CountDead string
 	ListStuckOutbox, ListSentGcCandidates                 string
 	Activity                                              string
+	// ReadMode and SetMode read and change the schema's mode (claim or log); AnyOpen tells
+	// whether keiro_outbox has open rows. CreatePublication still holds {{publication}}, a
+	// validated slot name the caller substitutes; FindPublication, CreateSlot and SlotStatus
+	// take it as a parameter.
+	ReadMode, SetMode, AnyOpen                                 string
+	FindPublication, CreatePublication, CreateSlot, SlotStatus string
 	// LookupRow and EnqueueExistingRows read whole rows of RowColumns. ListOutbox,
 	// ListOutboxNewest (their $8) and SearchOutbox (its $3) read a prefix of each payload
 	// (pgtext.PrefixSQL); the other listings read whole payloads.
@@ -101,6 +107,13 @@ func New(schema string) *Queries {
 		ShareMembers:         r.Replace(locks.Replace(sqlShareMembers)),
 		ShareTake:            r.Replace(locks.Replace(sqlShareTake)),
 		ShareRelease:         r.Replace(locks.Replace(sqlShareRelease)),
+		ReadMode:             r.Replace(sqlReadMode),
+		SetMode:              r.Replace(sqlSetMode),
+		AnyOpen:              r.Replace(sqlAnyOpen),
+		FindPublication:      sqlFindPublication,
+		CreatePublication:    r.Replace(sqlCreatePublication),
+		CreateSlot:           sqlCreateSlot,
+		SlotStatus:           sqlSlotStatus,
 		ListOutbox:           prefix(sqlListOutbox, 8),
 		ListOutboxNewest:     prefix(sqlListOutboxNewest, 8),
 		SearchOutbox:         prefix(sqlSearchOutbox, 3),

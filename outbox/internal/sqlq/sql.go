@@ -17,6 +17,11 @@ import "github.com/keiro-go/keiro/internal/advisorylock"
 // keys in different orders cannot deadlock; the INSERT reads the one-row locks CTE, so they are
 // held before any row is inserted. With $24 = false (StoreOptions.DisableNotify) no NOTIFY is
 // sent.
+//
+// In log mode (migration 009's keiro_outbox_settings, read once by the statement) the rows go
+// straight to keiro_outbox_log (ins_log) with no key lock: the slot publishes in commit order.
+// An event already in keiro_outbox (enqueued in claim mode) still goes to keiro_outbox, where
+// the unique constraint meets it; the outbox's trigger routes any other writer the same way.
 const sqlEnqueue = `
 WITH input AS (
     SELECT * FROM unnest(
@@ -28,12 +33,32 @@ WITH input AS (
         schema_version, content_type, schema_registry, schema_subject, schema_version_ref,
         schema_id, schema_fingerprint, source_event_id, source_global_position, causation_id,
         correlation_id, traceparent, tracestate, payload_bytes, attributes, occurred_at, ord)
+), mode AS (
+    SELECT s.mode = 'log' AS log FROM {{schema}}.keiro_outbox_settings s
 ), locks AS (
     SELECT count(pg_advisory_xact_lock(h)) AS n FROM (
         SELECT DISTINCT {{key_lock}} AS h
         FROM input WHERE message_key IS NOT NULL AND $23::boolean
+            AND NOT coalesce((SELECT log FROM mode), false)
         ORDER BY h
     ) k
+), ins_log AS (
+    INSERT INTO {{schema}}.keiro_outbox_log (outbox_id, message_id, source, destination,
+        message_key, event_type, schema_version, content_type, schema_registry, schema_subject,
+        schema_version_ref, schema_id, schema_fingerprint, source_event_id,
+        source_global_position, causation_id, correlation_id, traceparent, tracestate,
+        payload_bytes, attributes, occurred_at)
+    SELECT i.outbox_id, i.message_id, i.source, i.destination, i.message_key, i.event_type,
+        i.schema_version, i.content_type, i.schema_registry, i.schema_subject,
+        i.schema_version_ref, i.schema_id, i.schema_fingerprint, i.source_event_id,
+        i.source_global_position, i.causation_id, i.correlation_id, i.traceparent, i.tracestate,
+        i.payload_bytes, i.attributes::jsonb, i.occurred_at
+    FROM input i CROSS JOIN mode m
+    WHERE m.log AND NOT EXISTS (SELECT 1 FROM {{schema}}.keiro_outbox o
+                                WHERE o.source = i.source AND o.message_id = i.message_id)
+    ORDER BY i.ord
+    ON CONFLICT (source, message_id) DO NOTHING
+    RETURNING outbox_id
 ), ins AS (
     INSERT INTO {{schema}}.keiro_outbox (outbox_id, message_id, source, destination, message_key,
         event_type, schema_version, content_type, schema_registry, schema_subject,
@@ -46,7 +71,9 @@ WITH input AS (
         i.source_global_position, i.causation_id, i.correlation_id, i.traceparent, i.tracestate,
         i.payload_bytes, i.attributes::jsonb, i.occurred_at
     FROM input i CROSS JOIN locks
-    WHERE locks.n >= 0
+    WHERE locks.n >= 0 AND (NOT coalesce((SELECT log FROM mode), false)
+        OR EXISTS (SELECT 1 FROM {{schema}}.keiro_outbox o
+                   WHERE o.source = i.source AND o.message_id = i.message_id))
     ORDER BY i.ord
     ON CONFLICT (source, message_id) DO NOTHING
     RETURNING outbox_id
@@ -56,7 +83,9 @@ WITH input AS (
     WHERE x.one = 1 AND (NOT pg_try_advisory_xact_lock_shared({{sleep_lock_all}})
                          OR NOT pg_try_advisory_xact_lock_shared({{sleep_lock_filtered}}))
 )
-SELECT outbox_id, (SELECT count(*) FROM notified) FROM ins`
+SELECT outbox_id, (SELECT count(*) FROM notified) FROM ins
+UNION ALL
+SELECT outbox_id, 0 FROM ins_log`
 
 // The sleep locks are advisory lock keys (two int4s, a key space apart from the one-int8 keys
 // of the per-key enqueue locks) that make EnqueueTx notify only while a relay sleeps:
@@ -514,3 +543,29 @@ WHERE phase = 2
        OR $3::boolean)
 RETURNING outbox_id, seq)
 SELECT outbox_id FROM moved ORDER BY seq`
+
+// sqlReadMode reads the schema's mode; sqlSetMode changes it ($1). The settings table's
+// statement trigger fences the change against running writers (migration 009).
+const (
+	sqlReadMode = `SELECT mode FROM {{schema}}.keiro_outbox_settings`
+	sqlSetMode  = `UPDATE {{schema}}.keiro_outbox_settings SET mode = $1, changed_at = now()`
+)
+
+// sqlAnyOpen tells whether keiro_outbox has an open row (pending, failed or publishing): the
+// log-mode relay publishes them before it follows the slot.
+const sqlAnyOpen = `SELECT EXISTS (SELECT 1 FROM {{schema}}.keiro_outbox WHERE phase = 0)`
+
+// Log mode's publication and slot (Store.SetMode), named by a validated slot name. The
+// publication publishes keiro_outbox_log's inserts only: retention's deletes are not events.
+const (
+	sqlFindPublication   = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = $1)`
+	sqlCreatePublication = `CREATE PUBLICATION {{publication}} FOR TABLE {{schema}}.keiro_outbox_log WITH (publish = 'insert')`
+	sqlCreateSlot        = `SELECT pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput')
+WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_name = $1)`
+)
+
+// sqlSlotStatus reads a replication slot's state ($1) for the WAL guard.
+const sqlSlotStatus = `SELECT coalesce(active_pid, 0), coalesce(confirmed_flush_lsn::text, ''),
+    coalesce(pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), restart_lsn), 0)::bigint,
+    coalesce(wal_status, ''), safe_wal_size
+FROM pg_catalog.pg_replication_slots WHERE slot_name = $1`

@@ -1,0 +1,158 @@
+package logmode
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/keiro-go/keiro/internal/schemaname"
+)
+
+// Defaults applied by Config.withDefaults.
+const (
+	// DefaultSchema is the schema that holds keiro_outbox_log.
+	DefaultSchema = schemaname.Default
+	// DefaultMaxInFlightRecords bounds the records produced and not yet acknowledged; past it
+	// the engine stops reading the slot. It is below the producer's MaxBufferedRecords
+	// (franz-go refuses a record past that bound under manual flushing).
+	DefaultMaxInFlightRecords = 16384
+	// DefaultMaxInFlightBytes bounds the bytes of the records in flight (key, value and
+	// headers); past it the engine stops reading the slot.
+	DefaultMaxInFlightBytes = 32 << 20
+	// DefaultStatusInterval is how often the engine reports its confirmed position to
+	// PostgreSQL when the server does not ask sooner; well inside the server's
+	// wal_sender_timeout (60 s by default).
+	DefaultStatusInterval = 5 * time.Second
+	// DefaultStandbyRetry is how often a standby engine tries to take the slot over.
+	DefaultStandbyRetry = time.Second
+	// DefaultRetryBackoff is the wait before a new session after one failed (PostgreSQL
+	// lost, a produce that failed after the producer's own retries).
+	DefaultRetryBackoff = time.Second
+	// DefaultShutdownTimeout bounds how long Run waits, once its context is cancelled, for
+	// the records in flight before it confirms what was acknowledged and returns.
+	DefaultShutdownTimeout = 10 * time.Second
+)
+
+// Config configures an Engine. The zero value is usable: every field has a default.
+type Config struct {
+	// Schema is the schema of the keiro_outbox_log table (migration 009_outbox_log.sql).
+	// Defaults to DefaultSchema.
+	Schema string
+	// Slot is the logical replication slot the engine follows; created (pgoutput) when it
+	// does not exist. Engines sharing a slot elect one active reader: the others wait.
+	// Defaults to "<Schema>_keiro_log".
+	Slot string
+	// Publication is the publication of keiro_outbox_log's inserts the slot decodes;
+	// created when it does not exist. Defaults to Slot.
+	Publication string
+	// MaxInFlightRecords bounds the records produced and not yet acknowledged by Kafka.
+	// Defaults to DefaultMaxInFlightRecords.
+	MaxInFlightRecords int
+	// MaxInFlightBytes bounds the bytes of those records. Defaults to
+	// DefaultMaxInFlightBytes.
+	MaxInFlightBytes int
+	// MaxRecordBytes is the largest record the engine produces; a larger one is reported
+	// through OnRejected without being sent. Defaults to the client's
+	// ProducerBatchMaxBytes (what franz-go can send at all).
+	MaxRecordBytes int
+	// StatusInterval is how often the confirmed position is reported to PostgreSQL.
+	// Defaults to DefaultStatusInterval.
+	StatusInterval time.Duration
+	// StandbyRetry is how often an engine that found the slot active elsewhere tries
+	// again. Defaults to DefaultStandbyRetry.
+	StandbyRetry time.Duration
+	// RetryBackoff is the wait before a new session after a failed one. Defaults to
+	// DefaultRetryBackoff.
+	RetryBackoff time.Duration
+	// ShutdownTimeout bounds the wait for records in flight once Run's context is
+	// cancelled. Defaults to DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+	// CloudEvents adds the CloudEvents binary-mode headers to every record, as the claim
+	// relay's RelayConfig.CloudEvents. Defaults to false.
+	CloudEvents bool
+	// CloudEventsDestinations adds them to the records of these destinations only.
+	// Defaults to none.
+	CloudEventsDestinations []string
+	// OnRejected is called, from a producer goroutine, for each event Kafka refused for good
+	// (or that is larger than MaxRecordBytes); the stream moves on past it. Defaults to a
+	// function that logs the rejection.
+	OnRejected func(Rejection)
+	// Logger receives the engine's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// identifier is what a slot or publication name may be: PostgreSQL's slot-name rule (lower
+// case letters, digits and underscores), so the name needs no quoting in the replication
+// protocol's commands.
+var identifier = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+// withDefaults returns cfg with every unset field set to its default.
+func (cfg Config) withDefaults() Config {
+	if cfg.Schema == "" {
+		cfg.Schema = DefaultSchema
+	}
+	if cfg.Slot == "" {
+		cfg.Slot = cfg.Schema + "_keiro_log"
+	}
+	if cfg.Publication == "" {
+		cfg.Publication = cfg.Slot
+	}
+	if cfg.MaxInFlightRecords == 0 {
+		cfg.MaxInFlightRecords = DefaultMaxInFlightRecords
+	}
+	if cfg.MaxInFlightBytes == 0 {
+		cfg.MaxInFlightBytes = DefaultMaxInFlightBytes
+	}
+	if cfg.StatusInterval == 0 {
+		cfg.StatusInterval = DefaultStatusInterval
+	}
+	if cfg.StandbyRetry == 0 {
+		cfg.StandbyRetry = DefaultStandbyRetry
+	}
+	if cfg.RetryBackoff == 0 {
+		cfg.RetryBackoff = DefaultRetryBackoff
+	}
+	if cfg.ShutdownTimeout == 0 {
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return cfg
+}
+
+// validate reports every problem of a defaulted configuration at once.
+func (cfg Config) validate() error {
+	var errs []error
+	if err := schemaname.Validate(cfg.Schema); err != nil {
+		errs = append(errs, fmt.Errorf("Schema: %w", err))
+	}
+	if !identifier.MatchString(cfg.Slot) {
+		errs = append(errs, fmt.Errorf("Slot %q: must be 1 to 63 lower case letters, digits or underscores (set Slot when the schema name is too long for the default)", cfg.Slot))
+	}
+	if !identifier.MatchString(cfg.Publication) {
+		errs = append(errs, fmt.Errorf("Publication %q: must be 1 to 63 lower case letters, digits or underscores", cfg.Publication))
+	}
+	positive := func(name string, v int) {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative, got %d", name, v))
+		}
+	}
+	positive("MaxInFlightRecords", cfg.MaxInFlightRecords)
+	positive("MaxInFlightBytes", cfg.MaxInFlightBytes)
+	positive("MaxRecordBytes", cfg.MaxRecordBytes)
+	for _, d := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"StatusInterval", cfg.StatusInterval}, {"StandbyRetry", cfg.StandbyRetry},
+		{"RetryBackoff", cfg.RetryBackoff}, {"ShutdownTimeout", cfg.ShutdownTimeout},
+	} {
+		if d.d < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative, got %s", d.name, d.d))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,152 @@
+package logmode
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/outbox/internal/kafkaerr"
+)
+
+// Rejection is an event Kafka refused for good, or one larger than MaxRecordBytes. The
+// stream moves on past it; its transaction is confirmed.
+type Rejection struct {
+	// MessageID and Source identify the event.
+	MessageID, Source string
+	// Destination is the topic it was produced to.
+	Destination string
+	// Key is its Kafka key; nil when it has none.
+	Key *string
+	// Code is the rejection code, the Kafka error name in lower case
+	// ("message_too_large", ...), as the claim relay's rejection_code.
+	Code string
+	// Err is the refusal.
+	Err error
+}
+
+// suspects are the message ids whose record Kafka refused as too large or invalid in a
+// request that may have held other records of its partition: a poison record fails its
+// bystanders. The next session produces each of them alone, and rejects it only if Kafka
+// refuses it alone. Bounded: a suspect is forgotten once produced alone.
+type suspects struct {
+	mu  sync.Mutex
+	ids map[string]bool
+}
+
+func (s *suspects) add(id string) {
+	s.mu.Lock()
+	if s.ids == nil {
+		s.ids = map[string]bool{}
+	}
+	s.ids[id] = true
+	s.mu.Unlock()
+}
+
+func (s *suspects) take(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ids[id] {
+		return false
+	}
+	delete(s.ids, id)
+	return true
+}
+
+// record builds ev's Kafka record with the envelope's header encoding, exactly as the claim
+// relay does (envelope.Event.AppendHeaders with the destination's options).
+func (e *Engine) record(ev *envelope.Event, headers []envelope.Header) (*kgo.Record, []envelope.Header) {
+	rec := &kgo.Record{Topic: ev.Destination, Value: ev.Payload}
+	if ev.Key != nil {
+		rec.Key = []byte(*ev.Key)
+	}
+	headers = ev.AppendHeaders(headers[:0], envelope.EncodeOptions{
+		CloudEvents: e.cfg.CloudEvents || slices.Contains(e.cfg.CloudEventsDestinations, ev.Destination),
+	})
+	rec.Headers = make([]kgo.RecordHeader, len(headers))
+	for i, h := range headers {
+		rec.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
+	}
+	return rec, headers
+}
+
+// recordSize is an upper bound of rec's size inside a Kafka record batch (the claim relay's
+// measure).
+func recordSize(rec *kgo.Record) int {
+	n := 61 + 21 + len(rec.Key) + len(rec.Value) // batch header + record framing
+	for _, h := range rec.Headers {
+		n += 10 + len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// produce sends ev's record as part of t. A record larger than MaxRecordBytes is rejected
+// without being sent. A suspect (see suspects) is produced alone: after every record before
+// it settled, and settled itself before the next one is produced.
+func (s *stream) produce(ctx context.Context, t *txn, ev *envelope.Event) {
+	e := s.e
+	var rec *kgo.Record
+	rec, s.headers = e.record(ev, s.headers)
+	size := recordSize(rec)
+	if size > e.maxRecordBytes {
+		e.reject(ev, "message_too_large", fmt.Errorf("record of about %d bytes exceeds the %d-byte limit (MaxRecordBytes / ProducerBatchMaxBytes)", size, e.maxRecordBytes))
+		return
+	}
+	alone := e.suspects.take(ev.MessageID)
+	if alone {
+		s.drain(ctx)
+	}
+	s.w.add(t, size)
+	e.client.Produce(context.Background(), rec, func(rec *kgo.Record, err error) {
+		switch {
+		case err == nil:
+			e.published.Add(1)
+			if e.onAck != nil {
+				e.onAck(ev.MessageID)
+			}
+		default:
+			class, code := kafkaerr.Classify(err)
+			if class != kafkaerr.Permanent {
+				break // the transaction fails: the session ends and the next replays it
+			}
+			if kafkaerr.Suspect(err, !alone) {
+				e.suspects.add(ev.MessageID)
+				err = fmt.Errorf("%w (message %s is produced alone by the next session)", err, ev.MessageID)
+				break
+			}
+			e.reject(ev, code, err)
+			err = nil
+		}
+		s.w.settle(t, size, err)
+	})
+	if alone {
+		s.drain(ctx)
+	}
+}
+
+// drain flushes and waits until no record is in flight, or ctx ends.
+func (s *stream) drain(ctx context.Context) {
+	for s.w.inFlight() > 0 {
+		s.flushNow()
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.w.settled:
+		}
+	}
+}
+
+// reject reports ev through OnRejected.
+func (e *Engine) reject(ev *envelope.Event, code string, err error) {
+	e.rejected.Add(1)
+	r := Rejection{MessageID: ev.MessageID, Source: ev.Source, Destination: ev.Destination, Key: ev.Key, Code: code, Err: err}
+	if e.cfg.OnRejected != nil {
+		e.cfg.OnRejected(r)
+		return
+	}
+	e.log.Error("log mode: Kafka refused an event for good; the stream moves on",
+		"message_id", r.MessageID, "source", r.Source, "destination", r.Destination, "code", code, "err", err)
+}

@@ -1,0 +1,348 @@
+package logmode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/keiro-go/keiro/envelope"
+)
+
+// session is one replication connection's life: set up the publication and the slot, start
+// replicating from the slot's confirmed position, and stream until ctx ends or something
+// fails.
+func (e *Engine) session(ctx context.Context) error {
+	conn, err := pgconn.ConnectConfig(ctx, e.conn)
+	if err != nil {
+		return fmt.Errorf("connect for replication: %w", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = conn.Close(cctx)
+		cancel()
+	}()
+	start, err := e.setup(ctx, conn)
+	if err != nil {
+		return err
+	}
+	err = pglogrepl.StartReplication(ctx, conn, e.cfg.Slot, start, pglogrepl.StartReplicationOptions{
+		Mode: pglogrepl.LogicalReplication,
+		PluginArgs: []string{
+			"proto_version '1'",
+			"publication_names '" + e.cfg.Publication + "'",
+			"binary 'true'",
+		},
+	})
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "55006" { // object_in_use
+			return &slotActiveError{}
+		}
+		return fmt.Errorf("start replication from slot %s at %s: %w", e.cfg.Slot, start, err)
+	}
+	e.sessions.Add(1)
+	if e.onActive != nil {
+		e.onActive()
+	}
+	e.log.InfoContext(ctx, "log mode: replicating", "slot", e.cfg.Slot, "from", start.String())
+	s := &stream{e: e, conn: conn, w: newWindow(start), relations: map[uint32]*layout{}}
+	return s.run(ctx)
+}
+
+// setup creates the publication and the slot if they do not exist and returns the slot's
+// confirmed position. A slot another reader holds is ErrSlotActive.
+func (e *Engine) setup(ctx context.Context, conn *pgconn.PgConn) (pglogrepl.LSN, error) {
+	rows, err := conn.Exec(ctx, e.statement(sqlFindPublication)).ReadAll()
+	if err != nil {
+		return 0, fmt.Errorf("find publication %s: %w", e.cfg.Publication, err)
+	}
+	if len(rows) == 0 || len(rows[0].Rows) == 0 {
+		if _, err := conn.Exec(ctx, e.statement(sqlCreatePublication)).ReadAll(); err != nil && !isDuplicate(err) {
+			return 0, fmt.Errorf("create publication %s: %w", e.cfg.Publication, err)
+		}
+	}
+	for range 2 {
+		slot, err := e.findSlot(ctx, conn)
+		if err != nil {
+			return 0, err
+		}
+		if slot != nil {
+			if slot.plugin != "pgoutput" {
+				return 0, fmt.Errorf("%w: slot %s uses the plugin %s, not pgoutput; drop it or choose another Slot", errConfig, e.cfg.Slot, slot.plugin)
+			}
+			if slot.walStatus == "lost" {
+				return 0, fmt.Errorf("%w: slot %s was invalidated (wal_status lost): PostgreSQL removed WAL it had not confirmed; drop it, and recover the unconfirmed events from keiro_outbox_log", errConfig, e.cfg.Slot)
+			}
+			if slot.activePID != 0 {
+				return 0, &slotActiveError{pid: slot.activePID}
+			}
+			return slot.confirmed, nil
+		}
+		_, err = pglogrepl.CreateReplicationSlot(ctx, conn, e.cfg.Slot, "pgoutput",
+			pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication})
+		if err != nil && !isDuplicate(err) {
+			return 0, fmt.Errorf("create replication slot %s: %w", e.cfg.Slot, err)
+		}
+		e.log.InfoContext(ctx, "log mode: created replication slot", "slot", e.cfg.Slot)
+	}
+	return 0, fmt.Errorf("replication slot %s: created but not found", e.cfg.Slot)
+}
+
+// slotRow is a row of pg_replication_slots.
+type slotRow struct {
+	plugin    string
+	confirmed pglogrepl.LSN
+	activePID int
+	walStatus string
+}
+
+// findSlot reads the slot's row; nil when the slot does not exist.
+func (e *Engine) findSlot(ctx context.Context, conn *pgconn.PgConn) (*slotRow, error) {
+	res, err := conn.Exec(ctx, e.statement(sqlFindSlot)).ReadAll()
+	if err != nil {
+		return nil, fmt.Errorf("find replication slot %s: %w", e.cfg.Slot, err)
+	}
+	if len(res) == 0 || len(res[0].Rows) == 0 {
+		return nil, nil
+	}
+	r := res[0].Rows[0]
+	s := &slotRow{plugin: string(r[0]), walStatus: string(r[3])}
+	if len(r[1]) > 0 {
+		if s.confirmed, err = pglogrepl.ParseLSN(string(r[1])); err != nil {
+			return nil, fmt.Errorf("replication slot %s: confirmed_flush_lsn: %w", e.cfg.Slot, err)
+		}
+	}
+	if s.activePID, err = strconv.Atoi(string(r[2])); err != nil {
+		return nil, fmt.Errorf("replication slot %s: active_pid: %w", e.cfg.Slot, err)
+	}
+	return s, nil
+}
+
+// isDuplicate reports PostgreSQL's duplicate_object: another engine created it first.
+func isDuplicate(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42710"
+}
+
+// stream is a started replication: it decodes transactions, produces their records, and
+// reports the window's confirmed position.
+type stream struct {
+	e         *Engine
+	conn      *pgconn.PgConn
+	w         *window
+	relations map[uint32]*layout
+	ours      map[uint32]bool // relation id → is keiro_outbox_log of the schema
+	tx        *txn            // the open transaction
+	sent      pglogrepl.LSN   // the last position reported
+	kick      chan struct{}   // asks the flusher to flush
+	headers   []envelope.Header
+
+	cancelPeriod context.CancelFunc
+}
+
+// run streams until ctx ends or a failure.
+func (s *stream) run(ctx context.Context) error {
+	e := s.e
+	s.kick = make(chan struct{}, 1)
+	s.ours = map[uint32]bool{}
+	flushCtx, stopFlush := context.WithCancel(context.Background())
+	flushed := make(chan struct{})
+	go func() {
+		defer close(flushed)
+		for {
+			select {
+			case <-flushCtx.Done():
+				return
+			case <-s.kick:
+				_ = e.client.Flush(flushCtx)
+			}
+		}
+	}()
+	err := s.loop(ctx)
+	// Whatever ended the loop, settle what is in flight before the last report: a record
+	// acknowledged now is confirmed now, rather than replayed by the next session.
+	s.flushNow()
+	wait := e.cfg.ShutdownTimeout
+	deadline := time.NewTimer(wait)
+	for s.w.inFlight() > 0 {
+		select {
+		case <-s.w.settled:
+			continue
+		case <-deadline.C:
+		}
+		break
+	}
+	deadline.Stop()
+	stopFlush()
+	<-flushed
+	if rerr := s.report(context.Background()); rerr != nil && err == nil && ctx.Err() == nil {
+		err = rerr
+	}
+	return err
+}
+
+// flushNow asks the flusher to flush, without waiting.
+func (s *stream) flushNow() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// report sends the window's confirmed position as written, flushed and applied.
+func (s *stream) report(ctx context.Context) error {
+	pos := s.w.position()
+	if err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pos}); err != nil {
+		return fmt.Errorf("send standby status: %w", err)
+	}
+	s.sent = pos
+	if s.e.onReport != nil {
+		s.e.onReport(pos)
+	}
+	return nil
+}
+
+// loop reads the slot until ctx ends or a failure.
+func (s *stream) loop(ctx context.Context) error {
+	e := s.e
+	next := time.Now().Add(e.cfg.StatusInterval)
+	rctx := s.period(ctx, next)
+	defer s.endPeriod()
+	for {
+		if err := s.w.err(); err != nil {
+			return fmt.Errorf("produce: %w", err)
+		}
+		now := time.Now()
+		if !now.Before(next) {
+			if err := s.report(ctx); err != nil {
+				return err
+			}
+			next = now.Add(e.cfg.StatusInterval)
+			rctx = s.period(ctx, next)
+		}
+		if s.w.full(e.cfg.MaxInFlightRecords, e.cfg.MaxInFlightBytes) {
+			// Bounded memory: stop reading until records settle. The status reports go on,
+			// so the server does not time the connection out meanwhile.
+			s.flushNow()
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-s.w.settled:
+			case <-rctx.Done():
+			}
+			continue
+		}
+		msg, err := s.conn.ReceiveMessage(rctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if pgconn.Timeout(err) {
+				continue // time to report
+			}
+			return fmt.Errorf("receive replication message: %w", err)
+		}
+		switch msg := msg.(type) {
+		case *pgproto3.CopyData:
+			if len(msg.Data) == 0 {
+				continue
+			}
+			switch msg.Data[0] {
+			case pglogrepl.PrimaryKeepaliveMessageByteID:
+				ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(msg.Data[1:])
+				if err != nil {
+					return fmt.Errorf("parse keepalive: %w", err)
+				}
+				s.w.keepalive(ka.ServerWALEnd)
+				if e.onKeepalive != nil {
+					e.onKeepalive(ka.ServerWALEnd)
+				}
+				if ka.ReplyRequested {
+					next = time.Time{}
+				}
+			case pglogrepl.XLogDataByteID:
+				xld, err := pglogrepl.ParseXLogData(msg.Data[1:])
+				if err != nil {
+					return fmt.Errorf("parse XLogData: %w", err)
+				}
+				if err := s.handle(ctx, xld.WALData); err != nil {
+					return err
+				}
+			}
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("replication: %w", pgconn.ErrorResponseToPgError(msg))
+		default:
+			return fmt.Errorf("replication: unexpected message %T", msg)
+		}
+	}
+}
+
+// period returns the context of reads until the next status report, at next.
+func (s *stream) period(ctx context.Context, next time.Time) context.Context {
+	s.endPeriod()
+	var rctx context.Context
+	rctx, s.cancelPeriod = context.WithDeadline(ctx, next)
+	return rctx
+}
+
+// endPeriod releases the current period's context.
+func (s *stream) endPeriod() {
+	if s.cancelPeriod != nil {
+		s.cancelPeriod()
+	}
+}
+
+// handle decodes one pgoutput message.
+func (s *stream) handle(ctx context.Context, data []byte) error {
+	m, err := pglogrepl.Parse(data)
+	if err != nil {
+		return fmt.Errorf("decode pgoutput message: %w", err)
+	}
+	switch m := m.(type) {
+	case *pglogrepl.RelationMessage:
+		if m.Namespace != s.e.cfg.Schema || m.RelationName != "keiro_outbox_log" {
+			s.ours[m.RelationID] = false
+			return nil
+		}
+		l, err := newLayout(m)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errConfig, err)
+		}
+		s.relations[m.RelationID], s.ours[m.RelationID] = l, true
+	case *pglogrepl.BeginMessage:
+		s.tx = s.w.begin()
+	case *pglogrepl.InsertMessage:
+		if s.tx == nil {
+			return errors.New("replication: insert outside a transaction")
+		}
+		l := s.relations[m.RelationID]
+		if l == nil {
+			if known := s.ours[m.RelationID]; known {
+				return fmt.Errorf("replication: insert into relation %d before its description", m.RelationID)
+			}
+			return nil // a table of the publication other than ours
+		}
+		ev, err := l.event(m.Tuple)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errConfig, err)
+		}
+		s.produce(ctx, s.tx, &ev)
+	case *pglogrepl.CommitMessage:
+		if s.tx == nil {
+			return errors.New("replication: commit outside a transaction")
+		}
+		s.w.commit(s.tx, m.TransactionEndLSN)
+		if s.e.onCommit != nil {
+			s.e.onCommit(m.TransactionEndLSN)
+		}
+		s.tx = nil
+		s.flushNow()
+	}
+	return nil
+}

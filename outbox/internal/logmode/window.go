@@ -1,0 +1,144 @@
+package logmode
+
+import (
+	"sync"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// window is the engine's account of the transactions it has read from the slot and not yet
+// confirmed, in commit order, and of the records they have in flight. It decides the one
+// position the engine may confirm to PostgreSQL: the end of the longest prefix of
+// transactions that are committed (their Commit message was read) and whose records Kafka
+// has all acknowledged (or refused for good). A transaction with a record that failed
+// otherwise stops the prefix for good: the session ends and the next one replays from it.
+//
+// The server's WAL end, as a keepalive reports it, is confirmed only when the window is
+// empty: no transaction open, no record in flight. Confirming it while records are in flight
+// would let a restart skip them.
+type window struct {
+	mu        sync.Mutex
+	txns      []*txn // read, not yet confirmed, in commit order; txns[0] is the oldest
+	confirmed pglogrepl.LSN
+	records   int // in flight
+	bytes     int // in flight
+	failed    error
+	settled   chan struct{} // receives (without blocking) whenever a record settles
+}
+
+// txn is one decoded transaction.
+type txn struct {
+	end       pglogrepl.LSN // the Commit message's TransactionEndLSN
+	pending   int           // records produced, not settled
+	committed bool
+	failed    bool
+}
+
+// newWindow starts an empty window at the slot's confirmed position.
+func newWindow(confirmed pglogrepl.LSN) *window {
+	return &window{confirmed: confirmed, settled: make(chan struct{}, 1)}
+}
+
+// begin opens a transaction (a Begin message).
+func (w *window) begin() *txn {
+	t := &txn{}
+	w.mu.Lock()
+	w.txns = append(w.txns, t)
+	w.mu.Unlock()
+	return t
+}
+
+// add counts a record of t, of size bytes, as in flight.
+func (w *window) add(t *txn, size int) {
+	w.mu.Lock()
+	t.pending++
+	w.records++
+	w.bytes += size
+	w.mu.Unlock()
+}
+
+// commit closes t at end (a Commit message) and confirms what it can.
+func (w *window) commit(t *txn, end pglogrepl.LSN) {
+	w.mu.Lock()
+	t.committed, t.end = true, end
+	w.advance()
+	w.mu.Unlock()
+}
+
+// settle accounts a record of t, of size bytes, as acknowledged or refused for good (failed
+// false), or as failed otherwise (failed true, err the failure: t is never confirmed, and
+// neither is any transaction after it).
+func (w *window) settle(t *txn, size int, err error) {
+	w.mu.Lock()
+	t.pending--
+	w.records--
+	w.bytes -= size
+	if err != nil {
+		t.failed = true
+		if w.failed == nil {
+			w.failed = err
+		}
+	}
+	w.advance()
+	w.mu.Unlock()
+	select {
+	case w.settled <- struct{}{}:
+	default:
+	}
+}
+
+// advance confirms the committed, settled prefix. w.mu is held.
+func (w *window) advance() {
+	n := 0
+	for _, t := range w.txns {
+		if !t.committed || t.pending > 0 || t.failed {
+			break
+		}
+		if t.end > w.confirmed {
+			w.confirmed = t.end
+		}
+		n++
+	}
+	if n > 0 {
+		clear(w.txns[:n])
+		w.txns = w.txns[n:]
+	}
+}
+
+// keepalive takes the server's WAL end from a keepalive: confirmed only if nothing is open
+// or in flight.
+func (w *window) keepalive(walEnd pglogrepl.LSN) {
+	w.mu.Lock()
+	if len(w.txns) == 0 && w.records == 0 && walEnd > w.confirmed {
+		w.confirmed = walEnd
+	}
+	w.mu.Unlock()
+}
+
+// position returns the position the engine may confirm.
+func (w *window) position() pglogrepl.LSN {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.confirmed
+}
+
+// full reports whether the records in flight reached either bound.
+func (w *window) full(maxRecords, maxBytes int) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.records >= maxRecords || w.bytes >= maxBytes
+}
+
+// inFlight returns the records in flight.
+func (w *window) inFlight() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.records
+}
+
+// err returns the first failure of a record, if any.
+func (w *window) err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.failed
+}

@@ -1,0 +1,49 @@
+// Package logreg is where the log-mode engine registers itself with the outbox: outbox
+// reads New, and the opt-in package outbox/logrelay sets it when it is imported. The outbox
+// package (and a claim-mode service) therefore does not link the logical replication client.
+package logreg
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Config is what the relay gives the engine.
+type Config struct {
+	// ConnString is the database's connection string (the engine adds replication=database).
+	ConnString string
+	// Schema holds keiro_outbox_log; Slot is the slot and publication.
+	Schema, Slot string
+	// Client is the relay's producer.
+	Client *kgo.Client
+	// MaxInFlightRecords and MaxRecordBytes bound the produce; ShutdownTimeout the wait at stop.
+	MaxInFlightRecords, MaxRecordBytes int
+	ShutdownTimeout                    time.Duration
+	// CloudEvents and CloudEventsDestinations are the relay's CloudEvents settings.
+	CloudEvents             bool
+	CloudEventsDestinations []string
+	// Logger receives the engine's logs.
+	Logger *slog.Logger
+	// OnRejected is called for each event Kafka refused for good.
+	OnRejected func(Rejection)
+}
+
+// Rejection is an event Kafka refused for good.
+type Rejection struct {
+	MessageID, Source, Destination, Code string
+	Err                                  error
+}
+
+// Engine is a log-mode engine.
+type Engine interface {
+	// Run follows the slot until ctx ends.
+	Run(ctx context.Context) error
+	// Published counts the records Kafka acknowledged.
+	Published() int64
+}
+
+// New builds an engine; nil until outbox/logrelay is imported.
+var New func(Config) (Engine, error)

@@ -1,0 +1,175 @@
+package outbox_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/keiro-go/keiro/keirotest/testenv"
+	"github.com/keiro-go/keiro/outbox"
+	_ "github.com/keiro-go/keiro/outbox/logrelay"
+)
+
+// dropLogSlot drops a test's slot and publication when it ends (a slot left behind keeps WAL).
+func dropLogSlot(t *testing.T, pool *pgxpool.Pool, name string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for ctx.Err() == nil {
+			_, err := pool.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots
+				WHERE slot_name = $1 AND active_pid IS NOT NULL`, name)
+			if err == nil {
+				_, err = pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, name)
+			}
+			if err == nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond) // a terminated reader releases its slot shortly after
+		}
+		if _, err := pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+name); err != nil {
+			t.Errorf("drop publication %s: %v", name, err)
+		}
+	})
+}
+
+// count reads a table's row count.
+func count(t *testing.T, pool *pgxpool.Pool, table string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n))
+	return n
+}
+
+// A schema switched claim → log → claim loses nothing and keeps every key's order: the rows
+// pending in keiro_outbox at the switch to log are published first by the log-mode relay,
+// the rows written in log mode come from the slot, and the claim relay publishes what is
+// written after the switch back. The producer API is the same throughout, and so is
+// idempotent enqueue, across the two tables.
+func TestModeSwitchClaimLogClaimLosesNothing(t *testing.T) {
+	t.Parallel()
+	db, kc, st := rig(t, 4)
+	ctx := context.Background()
+	slot := outbox.DefaultLogSlot(db.Schema)
+	dropLogSlot(t, db.Pool, slot)
+	evs := keyedEvents("orders", 150, 7)
+
+	mode, err := st.Mode(ctx, db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, outbox.ModeClaim, mode)
+	enqueue(t, db.Pool, st, evs[:50]...) // pending in keiro_outbox when the log relay starts
+
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	logRelay, stopLog := startRelay(t, db, kc, outbox.RelayConfig{Mode: outbox.ModeLog, PollInterval: 50 * time.Millisecond,
+		MeterProvider: mp, Logger: testLogger(t)})
+	testenv.WaitFor(t, time.Minute, "the log-mode relay switched the schema", func() bool {
+		m, err := st.Mode(ctx, db.Pool)
+		return err == nil && m == outbox.ModeLog
+	})
+	res := enqueue(t, db.Pool, st, evs[50:99]...)
+	require.Equal(t, outbox.Inserted, res[0].Outcome)
+	var outcome string
+	e99 := evs[99]
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT outcome FROM enqueue(source => $1, message_id => $2,
+		destination => $3, event_type => $4, payload => $5, occurred_at => $6, message_key => $7)`,
+		e99.Source, e99.MessageID, e99.Destination, e99.EventType, e99.Payload, e99.OccurredAt, *e99.Key).Scan(&outcome))
+	require.Equal(t, "inserted", outcome, "<schema>.enqueue in log mode")
+
+	// Idempotent enqueue across the tables: a claim-mode event and a log-mode event enqueued
+	// again are duplicates; changed content is an identity conflict.
+	res = enqueue(t, db.Pool, st, evs[3], evs[60])
+	require.Equal(t, []outbox.EnqueueOutcome{outbox.Duplicate, outbox.Duplicate}, []outbox.EnqueueOutcome{res[0].Outcome, res[1].Outcome})
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT outcome FROM enqueue(source => $1, message_id => $2,
+		destination => $3, event_type => $4, payload => $5, occurred_at => $6, message_key => $7)`,
+		e99.Source, e99.MessageID, e99.Destination, e99.EventType, e99.Payload, e99.OccurredAt, *e99.Key).Scan(&outcome))
+	require.Equal(t, "duplicate", outcome)
+	changed := evs[60]
+	changed.Payload = []byte(`{"changed":true}`)
+	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		_, err := st.EnqueueTx(ctx, tx, changed)
+		return err
+	})
+	require.ErrorIs(t, err, outbox.ErrIdentityConflict)
+
+	recs := kc.ConsumeRecords(t, 100, time.Minute, "orders")
+	distinct, dups := checkOrder(t, recs)
+	require.Equal(t, 100, distinct)
+	require.Zero(t, dups)
+	require.Equal(t, 50, count(t, db.Pool, "keiro_outbox"))
+	require.Equal(t, 50, count(t, db.Pool, "keiro_outbox_log"))
+	require.Equal(t, int64(100), logRelay.Stats().Published)
+
+	// The WAL guard: the slot's state in LogSlotStatus (relay status) and in the gauges.
+	ss, err := st.LogSlotStatus(ctx, db.Pool, "")
+	require.NoError(t, err)
+	require.True(t, ss.Exists)
+	require.Positive(t, ss.ActivePID, "the log-mode relay reads the slot")
+	require.Contains(t, []string{"reserved", "extended"}, ss.WALStatus)
+	require.NotEmpty(t, ss.ConfirmedFlushLSN)
+	got := collectMetrics(t, reader)
+	active, ok := got[outbox.MetricLogSlotActive].(metricdata.Gauge[int64])
+	require.True(t, ok, "the slot's active gauge")
+	require.EqualValues(t, 1, active.DataPoints[0].Value)
+	retained, ok := got[outbox.MetricLogSlotRetained].(metricdata.Gauge[int64])
+	require.True(t, ok, "the slot's retained-WAL gauge")
+	require.GreaterOrEqual(t, retained.DataPoints[0].Value, int64(0))
+	slotAttr, _ := retained.DataPoints[0].Attributes.Value("keiro.outbox.slot")
+	require.Equal(t, slot, slotAttr.AsString())
+
+	// Back to claim: the log-mode relay has published the slot's rows once its confirmed
+	// position reaches the switch's LSN; then the claim relay takes over.
+	ch, err := st.SetMode(ctx, db.Pool, outbox.ModeClaim, "")
+	require.NoError(t, err)
+	require.Equal(t, outbox.ModeLog, ch.From)
+	testenv.WaitFor(t, time.Minute, "the slot confirmed the switch back", func() bool {
+		var done bool
+		err := db.Pool.QueryRow(ctx, `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`,
+			slot, ch.LSN).Scan(&done)
+		return err == nil && done
+	})
+	stopLog()
+	res = enqueue(t, db.Pool, st, evs[100:]...)
+	require.Equal(t, outbox.Inserted, res[0].Outcome)
+	res = enqueue(t, db.Pool, st, evs[70])
+	require.Equal(t, outbox.Duplicate, res[0].Outcome, "a log-mode event enqueued again in claim mode")
+	startRelay(t, db, kc, outbox.RelayConfig{Logger: testLogger(t)})
+	recs = kc.ConsumeRecords(t, 150, time.Minute, "orders")
+	distinct, dups = checkOrder(t, recs)
+	require.Equal(t, 150, distinct)
+	require.Zero(t, dups)
+	require.Equal(t, 100, count(t, db.Pool, "keiro_outbox"))
+}
+
+// RelayConfig.Mode and LogSlot are validated with the rest of the configuration.
+func TestRelayConfigModeValidation(t *testing.T) {
+	t.Parallel()
+	db, kc, _ := rig(t, 1)
+	client := kc.NewClient(t, outbox.ProducerOpts()...)
+	_, err := outbox.NewRelay(db.Pool, client, outbox.RelayConfig{Schema: db.Schema, Mode: "wal"})
+	require.ErrorContains(t, err, `Mode: mode "wal": want claim or log`)
+	_, err = outbox.NewRelay(db.Pool, client, outbox.RelayConfig{Schema: db.Schema, LogSlot: "s"})
+	require.ErrorContains(t, err, `LogSlot "s" is set but Mode is claim`)
+	_, err = outbox.NewRelay(db.Pool, client, outbox.RelayConfig{Schema: db.Schema, Mode: outbox.ModeLog, LogSlot: "Bad-Slot"})
+	require.ErrorContains(t, err, `Slot "Bad-Slot"`)
+	_, err = st(t).SetMode(context.Background(), db.Pool, outbox.ModeLog, "Bad-Slot")
+	require.ErrorContains(t, err, `slot "Bad-Slot"`)
+	_, err = outbox.NewRelay(db.Pool, client, outbox.RelayConfig{Schema: db.Schema, Mode: outbox.ModeLog, Destinations: []string{"orders"}})
+	require.ErrorContains(t, err, "Destinations: log mode publishes every destination")
+	_, err = outbox.ParseMode("Log")
+	require.Error(t, err)
+	_, err = st(t).SetMode(context.Background(), db.Pool, "wal", "")
+	require.Error(t, err)
+}
+
+func st(t *testing.T) *outbox.Store {
+	s, err := outbox.NewStore("keiro")
+	require.NoError(t, err)
+	return s
+}
