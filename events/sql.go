@@ -220,6 +220,25 @@ const (
     WHERE s.stream_version <= excluded.stream_version OR s.state_version <> excluded.state_version`
 )
 
+// sqlEventIn is the point lookup routers and process managers make before dispatching a
+// command (dispatch.go): is its deterministic id already in the target stream?
+const sqlEventIn = `SELECT EXISTS (SELECT 1 FROM {{schema}}.keiro_events WHERE event_id = $1 AND stream_name = $2)`
+
+// Dispatch dead letters (dispatchpolicy.go, migration 010_timers.sql). A redelivered input
+// records nothing new.
+const (
+	sqlDispatchDeadInsert = `INSERT INTO {{schema}}.keiro_dispatch_dead_letters (dispatcher_kind, dispatcher_name,
+        correlation_id, source_event_id, source_global_position, emit_index, target_stream_name, command_id,
+        error_class, error_detail)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+    ON CONFLICT (dispatcher_name, source_event_id, emit_index) DO NOTHING`
+	sqlDispatchDeadList = `SELECT dead_letter_id, dispatcher_kind, dispatcher_name, correlation_id, source_event_id,
+        source_global_position, emit_index, target_stream_name, command_id, error_class, error_detail, created_at
+    FROM {{schema}}.keiro_dispatch_dead_letters
+    WHERE $1 = '' OR dispatcher_name = $1
+    ORDER BY created_at DESC, dead_letter_id DESC LIMIT $2`
+)
+
 // queries holds the statements with the schema substituted.
 type queries struct {
 	streamAny, streamNoStream, streamExists, streamExact string
@@ -233,6 +252,7 @@ type queries struct {
 	deadList, deadInsert, deadRequest                    string
 	deadNextReplay, deadReplayed, deadReplayFailed       string
 	producerMark, producerMarkSave                       string
+	eventIn, dispatchDeadInsert, dispatchDeadList        string
 }
 
 func newQueries(schema, channel string) queries {
@@ -275,5 +295,8 @@ func newQueries(schema, channel string) queries {
 		deadReplayFailed:   r.Replace(sqlDeadReplayFailed),
 		producerMark:       r.Replace(sqlProducerMark),
 		producerMarkSave:   r.Replace(sqlProducerMarkSave),
+		eventIn:            r.Replace(sqlEventIn),
+		dispatchDeadInsert: r.Replace(sqlDispatchDeadInsert),
+		dispatchDeadList:   r.Replace(sqlDispatchDeadList),
 	}
 }
