@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/internal/pgtext"
 )
 
@@ -20,8 +21,9 @@ import (
 // failed for a reason a redelivery cannot cure (a rejected command under RejectedHalt, an
 // undecodable input under InputHalt, a systemic failure such as an event id stored in another
 // stream). Nothing of the input committed. From a subscription it stops Run at once, whatever
-// its RetryPolicy; from the inbox it is a handler failure the consumer retries in place (the
-// partition waits) until StoreConfig.MaxAttempts poisons the message.
+// its RetryPolicy; from the inbox it is marked inbox.Outage, so the consumer retries the
+// message in place with backoff without counting attempts: its partition waits until the
+// cause is fixed, and nothing is poisoned.
 var ErrDispatchHalted = errors.New("dispatch halted")
 
 // InputPolicy says what a router's or process manager's source adapter does with an input it
@@ -29,7 +31,7 @@ var ErrDispatchHalted = errors.New("dispatch halted")
 type InputPolicy uint8
 
 const (
-	// InputHalt halts on the input (ErrDispatchHalted). It is the default.
+	// InputHalt halts on the input (see ErrDispatchHalted). It is the default.
 	InputHalt InputPolicy = iota
 	// InputSkip calls DispatchPolicy.OnSkip and acknowledges the input: it is consumed and
 	// nothing is dispatched.
@@ -87,9 +89,9 @@ func (p RejectedPolicy) String() string {
 // DispatchPolicy says how a router's or process manager's source adapters (EventHandler,
 // InboxHandler) treat failures. A transient failure (a version conflict that outlived the
 // runner's retries, a lost connection, a serialisation failure or deadlock, a pool or server
-// out of resources) is returned as a plain error: the source delivers the input again with its
-// own backoff (RetryPolicy for a subscription, the consumer's Retry for the inbox) and
-// dead-letters it past its own ceiling. Any other failure that is not a rejection (systemic:
+// out of resources) is returned for the source to deliver the input again with its own
+// backoff: a subscription under its RetryPolicy (dead-lettering past MaxDeliveries), the
+// inbox consumer as an inbox.Outage (no attempt counted). Any other failure that is not a rejection (systemic:
 // the same input would fail the same way) halts.
 type DispatchPolicy struct {
 	// OnPoison applies to an input whose decoding failed. Defaults to InputHalt.
@@ -361,4 +363,13 @@ func handleInput[I any](ctx context.Context, s *Store, tx pgx.Tx, kind, name str
 		return halt(kind, name, correlation, src, err)
 	}
 	return s.settle(ctx, tx, kind, name, correlation, src, res, p)
+}
+
+// forInbox translates a dispatch's verdict for the inbox: a halt or a transient failure is an
+// outage (retried in place, no attempt counted); a permanent error poisons the message.
+func forInbox(err error) error {
+	if err == nil || IsPermanent(err) {
+		return err
+	}
+	return inbox.Outage(err)
 }

@@ -147,8 +147,9 @@ func (r *Router[I, C]) EventHandler(decode func(RecordedEvent) (I, error), p Dis
 // inbox.Store.Process or inbox.NewConsumer) that decodes each integration event into an input
 // and dispatches it inside the inbox transaction, so the inbox row and the commands commit
 // together or not at all; the consumer needs to know nothing about it. Failures follow p (see
-// DispatchPolicy): a transient failure or a halt is a handler error the consumer retries in
-// place; InputDeadLetter poisons the message at once. The source id is InboxSourceID(ev).
+// DispatchPolicy): a transient failure or a halt is marked inbox.Outage, which the consumer
+// retries in place without counting attempts; InputDeadLetter poisons the message at once.
+// The source id is InboxSourceID(ev).
 func (r *Router[I, C]) InboxHandler(decode func(envelope.Event) (I, error), p DispatchPolicy) (func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error, error) {
 	if decode == nil {
 		return nil, fmt.Errorf("router %s: inbox handler: decode is nil", r.cfg.Name)
@@ -158,7 +159,7 @@ func (r *Router[I, C]) InboxHandler(decode func(envelope.Event) (I, error), p Di
 	}
 	return func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
 		src := DispatchSource{EventID: InboxSourceID(ev)}
-		return handleInput(ctx, r.store, tx, DispatcherRouter, r.cfg.Name, src, p,
-			func() (I, error) { return decode(ev) }, r.dispatch)
+		return forInbox(handleInput(ctx, r.store, tx, DispatcherRouter, r.cfg.Name, src, p,
+			func() (I, error) { return decode(ev) }, r.dispatch))
 	}, nil
 }
