@@ -26,3 +26,29 @@ CREATE TABLE IF NOT EXISTS {{.schema}}.keiro_dispatch_dead_letters (
 -- Operator listing, newest first, per dispatcher.
 CREATE INDEX IF NOT EXISTS keiro_dispatch_dead_letters_list_idx
     ON {{.schema}}.keiro_dispatch_dead_letters (dispatcher_name, created_at DESC, dead_letter_id DESC);
+
+-- Durable timers (keiro's keiro_timers). status: scheduled -> firing (a worker claimed it and
+-- counted the attempt) -> fired (its effect committed, fired_event_id set) | cancelled | dead
+-- (past the attempt ceiling); firing -> scheduled when a worker left it stale (requeue, fire_at
+-- kept). fired, cancelled and dead are terminal: nothing moves a timer out of them. timer_id is
+-- the caller's (deterministic ids make scheduling idempotent).
+CREATE TABLE IF NOT EXISTS {{.schema}}.keiro_timers (
+    timer_id             uuid        PRIMARY KEY,
+    process_manager_name text        NOT NULL,
+    correlation_id       text        NOT NULL,
+    fire_at              timestamptz NOT NULL,
+    payload              jsonb       NOT NULL DEFAULT 'null',
+    status               text        NOT NULL DEFAULT 'scheduled'
+        CHECK (status IN ('scheduled', 'firing', 'fired', 'cancelled', 'dead')),
+    attempts             bigint      NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    fired_event_id       uuid,
+    last_error           text,
+    created_at           timestamptz NOT NULL DEFAULT now(),
+    updated_at           timestamptz NOT NULL DEFAULT now()
+);
+
+-- The claim (earliest due scheduled timer), the stale requeue and the gauges read only live
+-- timers: the index stays as small as the backlog.
+CREATE INDEX IF NOT EXISTS keiro_timers_due_idx
+    ON {{.schema}}.keiro_timers (status, fire_at, process_manager_name)
+    WHERE status IN ('scheduled', 'firing');
