@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -270,9 +271,10 @@ type TimerWorkerConfig struct {
 // its claim rolls back.
 //
 // Instruments (scope keiro): keiro.timer.backlog (due scheduled timers) and keiro.timer.stuck
-// (firing timers), gauges recorded at most once per PollInterval; keiro.timer.fire.lag (ms from
-// fire_at to claim) and keiro.timer.attempts (the claim's attempt), histograms;
-// keiro.timer.requeued, a counter of stale timers put back.
+// (firing timers), gauges recorded at most once per PollInterval; keiro.timer.fire.lag (seconds
+// from fire_at to claim; keiro records milliseconds, keiro-go's durations are all in seconds) and keiro.timer.attempts (the claim's attempt), histograms;
+// keiro.timer.requeued, a counter of stale timers put back. A TimerWorker is safe for
+// concurrent use: concurrent RunOnce calls behave as several workers.
 type TimerWorker struct {
 	store   *Store
 	pool    DB
@@ -282,7 +284,7 @@ type TimerWorker struct {
 	lag     metric.Float64Histogram
 	tries   metric.Int64Histogram
 	requeue metric.Int64Counter
-	gauged  time.Time
+	gauged  atomic.Int64 // unix nanoseconds of the last gauge recording
 }
 
 // NewTimerWorker returns a TimerWorker over db (a pool: the worker opens its own
@@ -332,7 +334,7 @@ func NewTimerWorker(store *Store, db DB, cfg TimerWorkerConfig) (*TimerWorker, e
 	if w.stuck, err = m.Int64Gauge("keiro.timer.stuck", metric.WithDescription("Timers a worker claimed and has not finished (firing)."), metric.WithUnit("{timer}")); err != nil {
 		errs = append(errs, err)
 	}
-	if w.lag, err = m.Float64Histogram("keiro.timer.fire.lag", metric.WithDescription("Time from a timer's fire_at to its claim."), metric.WithUnit("ms")); err != nil {
+	if w.lag, err = m.Float64Histogram("keiro.timer.fire.lag", metric.WithDescription("Time from a timer's fire_at to its claim."), metric.WithUnit("s")); err != nil {
 		errs = append(errs, err)
 	}
 	if w.tries, err = m.Int64Histogram("keiro.timer.attempts", metric.WithDescription("The attempt number of each timer claim."), metric.WithUnit("{attempt}")); err != nil {
@@ -398,14 +400,13 @@ func (w *TimerWorker) RunOnce(ctx context.Context) (TimerOutcome, Timer, error) 
 			w.cfg.Logger.WarnContext(ctx, "keiro: requeued stale firing timers", "count", n, "older_than", w.cfg.RequeueStuckAfter)
 		}
 	}
-	if now.Sub(w.gauged) >= w.cfg.PollInterval {
+	if last := w.gauged.Load(); now.Sub(time.Unix(0, last)) >= w.cfg.PollInterval && w.gauged.CompareAndSwap(last, now.UnixNano()) {
 		c, err := w.store.CountTimers(ctx, w.pool, now)
 		if err != nil {
 			return TimerIdle, Timer{}, fmt.Errorf("timer worker: %w", err)
 		}
 		w.backlog.Record(ctx, c.Due)
 		w.stuck.Record(ctx, c.Firing)
-		w.gauged = now
 	}
 	t, err := scanTimer(w.pool.QueryRow(ctx, w.store.q.timerClaim, now))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -414,7 +415,7 @@ func (w *TimerWorker) RunOnce(ctx context.Context) (TimerOutcome, Timer, error) 
 	if err != nil {
 		return TimerIdle, Timer{}, fmt.Errorf("timer worker: claim a due timer: %w", err)
 	}
-	w.lag.Record(ctx, float64(now.Sub(t.FireAt).Microseconds())/1000)
+	w.lag.Record(ctx, now.Sub(t.FireAt).Seconds())
 	w.tries.Record(ctx, t.Attempts)
 	if w.cfg.MaxAttempts > 0 && t.Attempts > w.cfg.MaxAttempts {
 		reason := fmt.Sprintf("timer exceeded attempt ceiling of %d", w.cfg.MaxAttempts)

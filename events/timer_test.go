@@ -273,7 +273,7 @@ func TestTimerStaleFiringIsRequeued(t *testing.T) {
 	require.Equal(t, events.TimerFired, r.timer(t, id).Status)
 	require.Equal(t, 1, streamLen(t, r.store, r.db, "counter-1"))
 	_, lag := r.tm.histogram(t, "keiro.timer.fire.lag")
-	require.Equal(t, float64(2*time.Minute/time.Millisecond), lag)
+	require.Equal(t, (2 * time.Minute).Seconds(), lag)
 
 	// The operator's requeue: true for a firing timer, false otherwise.
 	ok, err := r.store.RequeueStuckTimer(ctx, r.db.Pool, id)
