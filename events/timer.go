@@ -59,6 +59,14 @@ type TimerRequest struct {
 	Payload json.RawMessage
 }
 
+// TimerID is a deterministic timer id: the UUIDv5 (URL namespace) of the length-prefixed fields
+// "keiro", "timer", the process manager, the correlation id and the timer's name ("payment
+// timeout"). A process manager that arms the same timer on a redelivery then re-arms one row
+// instead of adding another.
+func TimerID(processManager, correlation, name string) envelope.UUID {
+	return uuidV5(uuidNamespaceURL, lengthPrefixed("keiro", "timer", processManager, correlation, name))
+}
+
 func (r TimerRequest) validate() error {
 	var errs []error
 	if r.ID.IsZero() {
