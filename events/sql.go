@@ -259,16 +259,22 @@ const (
 	sqlTimerCancel = `UPDATE {{schema}}.keiro_timers SET status = 'cancelled', updated_at = now()
     WHERE timer_id = $1 AND status IN ('scheduled', 'firing')`
 	sqlTimerGet = `SELECT ` + timerColumns + ` FROM {{schema}}.keiro_timers WHERE timer_id = $1`
-	// sqlTimerClaim moves the earliest due scheduled timer to firing and counts the attempt,
-	// skipping rows another worker's claim holds. It runs on its own, so once it commits the
-	// other workers skip the row (it is firing) while this one fires it.
+	// sqlTimerClaim moves the $2 earliest due scheduled timers to firing and counts their
+	// attempt, skipping rows another worker's claim holds. It runs on its own, so once it
+	// commits the other workers skip the rows (they are firing) while this one fires them.
 	sqlTimerClaim = `UPDATE {{schema}}.keiro_timers AS t SET status = 'firing', attempts = t.attempts + 1, updated_at = $1
-    WHERE t.timer_id = (
+    WHERE t.timer_id IN (
         SELECT timer_id FROM {{schema}}.keiro_timers
         WHERE status = 'scheduled' AND fire_at <= $1
-        ORDER BY fire_at, timer_id LIMIT 1 FOR UPDATE SKIP LOCKED)
+        ORDER BY fire_at, timer_id LIMIT $2 FOR UPDATE SKIP LOCKED)
       AND t.status = 'scheduled'
-    RETURNING ` + timerColumns
+    RETURNING ` + timerColumns + `
+    `
+	// sqlTimerRelease gives back claimed timers a stopping worker did not fire: scheduled
+	// again, the attempt refunded. Each row is fenced by its claim's attempt.
+	sqlTimerRelease = `UPDATE {{schema}}.keiro_timers AS t SET status = 'scheduled', attempts = t.attempts - 1, updated_at = now()
+    FROM unnest($1::uuid[], $2::bigint[]) AS c(timer_id, attempts)
+    WHERE t.timer_id = c.timer_id AND t.attempts = c.attempts AND t.status = 'firing'`
 	// sqlTimerFired ends a firing timer in the fire's transaction, fenced by the attempt that
 	// claimed it: a worker whose claim was requeued and claimed again cannot mark the newer
 	// attempt, and its effect rolls back.
@@ -311,7 +317,7 @@ type queries struct {
 	timerSchedule, timerScheduleOnce, timerCancel        string
 	timerGet, timerClaim, timerFired, timerFailed        string
 	timerDead, timerRequeueStale, timerRequeue           string
-	timerStuck, timerGauges                              string
+	timerStuck, timerGauges, timerRelease                string
 }
 
 func newQueries(schema, channel string) queries {
@@ -369,5 +375,6 @@ func newQueries(schema, channel string) queries {
 		timerRequeue:       r.Replace(sqlTimerRequeue),
 		timerStuck:         r.Replace(sqlTimerStuck),
 		timerGauges:        r.Replace(sqlTimerGauges),
+		timerRelease:       r.Replace(sqlTimerRelease),
 	}
 }

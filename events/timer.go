@@ -1,12 +1,15 @@
 package events
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -41,6 +44,8 @@ const (
 	// DefaultTimerPollInterval is how long an idle TimerWorker.Run waits before looking for due
 	// timers again.
 	DefaultTimerPollInterval = time.Second
+	// DefaultTimerBatchSize is how many due timers a TimerWorker claims at once.
+	DefaultTimerBatchSize = 10
 )
 
 // TimerRequest asks for a durable timer (keiro's TimerRequest).
@@ -255,7 +260,12 @@ type TimerWorkerConfig struct {
 	// back to scheduled; negative disables the requeue (FindStuckTimers and
 	// RequeueStuckTimer remain). Defaults to DefaultTimerRequeueStuckAfter.
 	RequeueStuckAfter time.Duration
-	// PollInterval is how long an idle Run waits before the next pass. Defaults to
+	// BatchSize is how many due timers one claim takes (one statement, one commit); the
+	// worker then fires them one by one, earliest first. A worker that crashes leaves up to
+	// BatchSize timers firing until a pass requeues them. Defaults to DefaultTimerBatchSize.
+	BatchSize int
+	// PollInterval is how long an idle Run waits before the next pass, and the least time
+	// between two stale requeues or gauge recordings of one worker. Defaults to
 	// DefaultTimerPollInterval.
 	PollInterval time.Duration
 	// Backoff spaces Run's passes after failed ones (the database is unreachable): the wait
@@ -271,9 +281,9 @@ type TimerWorkerConfig struct {
 }
 
 // TimerWorker fires due timers (keiro's timer worker). Several workers, in one process or
-// many, may run over one store: each claim takes the earliest due timer that no other claim
-// holds (FOR UPDATE SKIP LOCKED) and commits at once, so a timer is fired by one worker at a
-// time. A timer fires at least once: a worker that crashes mid-fire leaves it firing until
+// many, may run over one store: each claim takes the earliest due timers that no other claim
+// holds (FOR UPDATE SKIP LOCKED, BatchSize at a time) and commits at once, so a timer is fired
+// by one worker at a time. A timer fires at least once: a worker that crashes mid-fire leaves it firing until
 // another worker's pass requeues it (RequeueStuckAfter). Its effect happens once: the fire
 // commits with the timer's move to fired, fenced by the claim's attempt, so a fire that lost
 // its claim rolls back.
@@ -292,7 +302,11 @@ type TimerWorker struct {
 	lag     metric.Float64Histogram
 	tries   metric.Int64Histogram
 	requeue metric.Int64Counter
-	gauged  atomic.Int64 // unix nanoseconds of the last gauge recording
+
+	gauged, requeued atomic.Int64 // unix nanoseconds of the last gauge recording and requeue
+
+	mu      sync.Mutex
+	claimed []Timer // claimed and not fired yet, earliest first
 }
 
 // NewTimerWorker returns a TimerWorker over db (a pool: the worker opens its own
@@ -313,6 +327,12 @@ func NewTimerWorker(store *Store, db DB, cfg TimerWorkerConfig) (*TimerWorker, e
 	}
 	if cfg.RequeueStuckAfter == 0 {
 		cfg.RequeueStuckAfter = DefaultTimerRequeueStuckAfter
+	}
+	if cfg.BatchSize < 0 {
+		errs = append(errs, fmt.Errorf("BatchSize: %d is negative", cfg.BatchSize))
+	}
+	if cfg.BatchSize == 0 {
+		cfg.BatchSize = DefaultTimerBatchSize
 	}
 	if cfg.PollInterval < 0 {
 		errs = append(errs, fmt.Errorf("PollInterval: %s is negative", cfg.PollInterval))
@@ -392,39 +412,20 @@ func (o TimerOutcome) String() string {
 	return fmt.Sprintf("TimerOutcome(%d)", uint8(o))
 }
 
-// RunOnce is one pass (keiro's runTimerWorker): it requeues stale firing timers, records the
-// gauges when they are due, claims the earliest due timer and fires it. It returns what
-// became of that timer and the timer as claimed (zero when idle). An error is a database
+// RunOnce is one pass (keiro's runTimerWorker): it requeues stale firing timers and records
+// the gauges (each at most once per PollInterval), takes the earliest due timer this worker
+// claimed (claiming the next BatchSize due timers when it holds none) and fires it. It returns
+// what became of that timer and the timer as claimed (zero when idle). An error is a database
 // failure of the pass itself; a failed fire is TimerFireFailed, not an error.
 func (w *TimerWorker) RunOnce(ctx context.Context) (TimerOutcome, Timer, error) {
 	now := w.cfg.Now()
-	if w.cfg.RequeueStuckAfter > 0 {
-		tag, err := w.pool.Exec(ctx, w.store.q.timerRequeueStale, now.Add(-w.cfg.RequeueStuckAfter))
-		if err != nil {
-			return TimerIdle, Timer{}, fmt.Errorf("timer worker: requeue stale timers: %w", err)
-		}
-		if n := tag.RowsAffected(); n > 0 {
-			w.requeue.Add(ctx, n)
-			w.cfg.Logger.WarnContext(ctx, "keiro: requeued stale firing timers", "count", n, "older_than", w.cfg.RequeueStuckAfter)
-		}
+	if err := w.maintain(ctx, now); err != nil {
+		return TimerIdle, Timer{}, err
 	}
-	if last := w.gauged.Load(); now.Sub(time.Unix(0, last)) >= w.cfg.PollInterval && w.gauged.CompareAndSwap(last, now.UnixNano()) {
-		c, err := w.store.CountTimers(ctx, w.pool, now)
-		if err != nil {
-			return TimerIdle, Timer{}, fmt.Errorf("timer worker: %w", err)
-		}
-		w.backlog.Record(ctx, c.Due)
-		w.stuck.Record(ctx, c.Firing)
+	t, ok, err := w.next(ctx, now)
+	if err != nil || !ok {
+		return TimerIdle, Timer{}, err
 	}
-	t, err := scanTimer(w.pool.QueryRow(ctx, w.store.q.timerClaim, now))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return TimerIdle, Timer{}, nil
-	}
-	if err != nil {
-		return TimerIdle, Timer{}, fmt.Errorf("timer worker: claim a due timer: %w", err)
-	}
-	w.lag.Record(ctx, now.Sub(t.FireAt).Seconds())
-	w.tries.Record(ctx, t.Attempts)
 	if w.cfg.MaxAttempts > 0 && t.Attempts > w.cfg.MaxAttempts {
 		reason := fmt.Sprintf("timer exceeded attempt ceiling of %d", w.cfg.MaxAttempts)
 		if _, err := w.pool.Exec(ctx, w.store.q.timerDead, [16]byte(t.ID), reason); err != nil {
@@ -435,6 +436,86 @@ func (w *TimerWorker) RunOnce(ctx context.Context) (TimerOutcome, Timer, error) 
 		return TimerDeadNow, t, nil
 	}
 	return w.fire(ctx, t)
+}
+
+// maintain requeues stale firing timers and records the gauges, each at most once per
+// PollInterval of the worker's clock.
+func (w *TimerWorker) maintain(ctx context.Context, now time.Time) error {
+	if last := w.requeued.Load(); w.cfg.RequeueStuckAfter > 0 && now.Sub(time.Unix(0, last)) >= w.cfg.PollInterval &&
+		w.requeued.CompareAndSwap(last, now.UnixNano()) {
+		tag, err := w.pool.Exec(ctx, w.store.q.timerRequeueStale, now.Add(-w.cfg.RequeueStuckAfter))
+		if err != nil {
+			return fmt.Errorf("timer worker: requeue stale timers: %w", err)
+		}
+		if n := tag.RowsAffected(); n > 0 {
+			w.requeue.Add(ctx, n)
+			w.cfg.Logger.WarnContext(ctx, "keiro: requeued stale firing timers", "count", n, "older_than", w.cfg.RequeueStuckAfter)
+		}
+	}
+	if last := w.gauged.Load(); now.Sub(time.Unix(0, last)) >= w.cfg.PollInterval && w.gauged.CompareAndSwap(last, now.UnixNano()) {
+		c, err := w.store.CountTimers(ctx, w.pool, now)
+		if err != nil {
+			return fmt.Errorf("timer worker: %w", err)
+		}
+		w.backlog.Record(ctx, c.Due)
+		w.stuck.Record(ctx, c.Firing)
+	}
+	return nil
+}
+
+// next returns the earliest of the timers this worker claimed, claiming the next BatchSize
+// due timers first when it holds none.
+func (w *TimerWorker) next(ctx context.Context, now time.Time) (Timer, bool, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.claimed) == 0 {
+		rows, err := w.pool.Query(ctx, w.store.q.timerClaim, now, w.cfg.BatchSize)
+		if err != nil {
+			return Timer{}, false, fmt.Errorf("timer worker: claim due timers: %w", err)
+		}
+		claimed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Timer, error) { return scanTimer(r) })
+		if err != nil {
+			return Timer{}, false, fmt.Errorf("timer worker: claim due timers: %w", err)
+		}
+		slices.SortFunc(claimed, func(a, b Timer) int {
+			if c := a.FireAt.Compare(b.FireAt); c != 0 {
+				return c
+			}
+			return bytes.Compare(a.ID[:], b.ID[:])
+		})
+		for _, t := range claimed {
+			w.lag.Record(ctx, now.Sub(t.FireAt).Seconds())
+			w.tries.Record(ctx, t.Attempts)
+		}
+		w.claimed = claimed
+	}
+	if len(w.claimed) == 0 {
+		return Timer{}, false, nil
+	}
+	t := w.claimed[0]
+	w.claimed = w.claimed[1:]
+	return t, true, nil
+}
+
+// Release gives back the timers this worker claimed and has not fired yet: they are scheduled
+// again at once, their attempt refunded, for any worker to claim. Run calls it when it ends;
+// a worker stopped otherwise (a crash) leaves them firing until a pass requeues them.
+func (w *TimerWorker) Release(ctx context.Context) error {
+	w.mu.Lock()
+	claimed := w.claimed
+	w.claimed = nil
+	w.mu.Unlock()
+	if len(claimed) == 0 {
+		return nil
+	}
+	ids, attempts := make([][16]byte, len(claimed)), make([]int64, len(claimed))
+	for i, t := range claimed {
+		ids[i], attempts[i] = t.ID, t.Attempts
+	}
+	if _, err := w.pool.Exec(ctx, w.store.q.timerRelease, ids, attempts); err != nil {
+		return fmt.Errorf("timer worker: release %d claimed timers: %w", len(claimed), err)
+	}
+	return nil
 }
 
 // fire runs Fire and the move to fired in one transaction.
@@ -485,10 +566,17 @@ func (w *TimerWorker) fire(ctx context.Context, t Timer) (TimerOutcome, Timer, e
 // errTimerLost rolls back a fire whose claim is gone.
 var errTimerLost = errors.New("timer claim lost")
 
-// Run fires due timers until ctx ends, waiting PollInterval whenever none is due, and returns
-// ctx's error. A failing pass (the database is unreachable) is logged and retried after
+// Run fires due timers until ctx ends, waiting PollInterval whenever none is due, gives back
+// the timers it claimed and did not fire (Release), and returns ctx's error. A failing pass (the database is unreachable) is logged and retried after
 // Backoff's delay.
 func (w *TimerWorker) Run(ctx context.Context) error {
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		if err := w.Release(rctx); err != nil {
+			w.cfg.Logger.WarnContext(ctx, "keiro: timer worker could not give back its claimed timers; they are requeued once stale", "error", err)
+		}
+		cancel()
+	}()
 	failures := 0
 	for {
 		outcome, _, err := w.RunOnce(ctx)

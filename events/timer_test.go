@@ -394,3 +394,40 @@ func TestTimerTwoWorkersFireEachOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, events.TimerCounts{}, c)
 }
+
+// TestTimerReleaseGivesBackClaimedTimers: a worker claims a batch and fires one; Release gives
+// the others back (scheduled, attempt refunded) and another worker fires them.
+func TestTimerReleaseGivesBackClaimedTimers(t *testing.T) {
+	t.Parallel()
+	r := newTimerRig(t)
+	ctx := context.Background()
+	ids := []envelope.UUID{r.schedule(t, "counter-1", -3*time.Second), r.schedule(t, "counter-2", -2*time.Second), r.schedule(t, "counter-3", -time.Second)}
+	a := r.worker(t, events.TimerWorkerConfig{BatchSize: 5})
+	out, first, err := a.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, events.TimerFiredNow, out)
+	require.Equal(t, ids[0], first.ID) // earliest first
+	for _, id := range ids[1:] {
+		require.Equal(t, events.TimerFiring, r.timer(t, id).Status)
+	}
+	require.NoError(t, a.Release(ctx))
+	require.NoError(t, a.Release(ctx)) // nothing left: a no-op
+	for _, id := range ids[1:] {
+		got := r.timer(t, id)
+		require.Equal(t, events.TimerScheduled, got.Status)
+		require.Equal(t, int64(0), got.Attempts)
+	}
+	b := r.worker(t, events.TimerWorkerConfig{BatchSize: 1})
+	for _, id := range ids[1:] {
+		out, tm, err := b.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, events.TimerFiredNow, out)
+		require.Equal(t, id, tm.ID)
+		require.Equal(t, int64(1), tm.Attempts)
+	}
+	out, _, err = a.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, events.TimerIdle, out)
+	_, err = events.NewTimerWorker(r.store, r.db.Pool, events.TimerWorkerConfig{Fire: r.fire, BatchSize: -1})
+	require.ErrorContains(t, err, "BatchSize: -1 is negative")
+}
