@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -163,4 +166,84 @@ func BenchmarkTimersFired(b *testing.B) {
 	b.ReportMetric(timerRate, "timers/s")
 	b.ReportMetric(cmdRate, "cmds/s")
 	b.ReportMetric(timerRate/cmdRate, "ratio")
+}
+
+// BenchmarkTimerFireLag offers due timers at a steady rate (KEIRO_BENCH_TIMER_RATE per second,
+// default 1 000, for KEIRO_BENCH_TIMER_SECONDS, default 3) to two running TimerWorkers with a
+// 10 ms poll interval, each fire a command, and reports the fire lag (fire_at to the start of
+// the fire) at p50, p99 and max. b.N is ignored: run it with -benchtime 1x.
+func BenchmarkTimerFireLag(b *testing.B) {
+	rate, seconds := envInt(b, "KEIRO_BENCH_TIMER_RATE", 1000), envInt(b, "KEIRO_BENCH_TIMER_SECONDS", 3)
+	db := testenv.NewDB(b)
+	s, runner := newCounterRunnerNotify(b, db, true)
+	ctx := context.Background()
+	n := rate * seconds
+	start := time.Now().Add(time.Second).Truncate(time.Millisecond)
+	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		for i := range n {
+			at := start.Add(time.Duration(i) * time.Second / time.Duration(rate))
+			if _, err := s.ScheduleTimerTx(ctx, tx, events.TimerRequest{ID: envelope.NewUUIDv7(), ProcessManager: "bench",
+				CorrelationID: fmt.Sprintf("lag-%d", i), FireAt: at}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var mu sync.Mutex
+	lags := make([]time.Duration, 0, n)
+	done := make(chan struct{})
+	fire := func(ctx context.Context, tx pgx.Tx, t events.Timer) (envelope.UUID, error) {
+		lag := time.Since(t.FireAt)
+		_, err := runner.Run(ctx, tx, t.CorrelationID, counterCmd{N: 1}, events.RunOptions{EventIDs: []envelope.UUID{t.ID}})
+		if err == nil {
+			mu.Lock()
+			lags = append(lags, lag)
+			if len(lags) == n {
+				close(done)
+			}
+			mu.Unlock()
+		}
+		return t.ID, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for range 2 {
+		w, err := events.NewTimerWorker(s, db.Pool, events.TimerWorkerConfig{Fire: fire, PollInterval: 10 * time.Millisecond})
+		if err != nil {
+			b.Fatal(err)
+		}
+		wg.Go(func() { _ = w.Run(wctx) })
+	}
+	b.ResetTimer()
+	select {
+	case <-done:
+	case <-time.After(time.Duration(seconds)*time.Second + 2*time.Minute):
+		b.Errorf("timed out with %d of %d fired", len(lags), n)
+	}
+	cancel()
+	wg.Wait()
+	b.StopTimer()
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(lags)
+	q := func(p float64) float64 { return float64(lags[min(len(lags)-1, int(p*float64(len(lags))))]) / float64(time.Millisecond) }
+	b.ReportMetric(float64(rate), "offered/s")
+	b.ReportMetric(q(0.5), "lag-p50-ms")
+	b.ReportMetric(q(0.99), "lag-p99-ms")
+	b.ReportMetric(float64(lags[len(lags)-1])/float64(time.Millisecond), "lag-max-ms")
+}
+
+func envInt(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
 }

@@ -265,8 +265,8 @@ type TimerWorkerConfig struct {
 	// BatchSize timers firing until a pass requeues them. Defaults to DefaultTimerBatchSize.
 	BatchSize int
 	// PollInterval is how long an idle Run waits before the next pass, and the least time
-	// between two stale requeues or gauge recordings of one worker. Defaults to
-	// DefaultTimerPollInterval.
+	// (never under a second) between two stale requeues or gauge recordings of one worker.
+	// Defaults to DefaultTimerPollInterval.
 	PollInterval time.Duration
 	// Backoff spaces Run's passes after failed ones (the database is unreachable): the wait
 	// after the n-th failure in a row is min(Max, Initial·Multiplier^(n−1)) with equal
@@ -289,7 +289,7 @@ type TimerWorkerConfig struct {
 // its claim rolls back.
 //
 // Instruments (scope keiro): keiro.timer.backlog (due scheduled timers) and keiro.timer.stuck
-// (firing timers), gauges recorded at most once per PollInterval; keiro.timer.fire.lag (seconds
+// (firing timers), gauges recorded at most once per PollInterval (and per second); keiro.timer.fire.lag (seconds
 // from fire_at to claim; keiro records milliseconds, keiro-go's durations are all in seconds) and keiro.timer.attempts (the claim's attempt), histograms;
 // keiro.timer.requeued, a counter of stale timers put back. A TimerWorker is safe for
 // concurrent use: concurrent RunOnce calls behave as several workers.
@@ -413,7 +413,7 @@ func (o TimerOutcome) String() string {
 }
 
 // RunOnce is one pass (keiro's runTimerWorker): it requeues stale firing timers and records
-// the gauges (each at most once per PollInterval), takes the earliest due timer this worker
+// the gauges (each at most once per PollInterval, and per second), takes the earliest due timer this worker
 // claimed (claiming the next BatchSize due timers when it holds none) and fires it. It returns
 // what became of that timer and the timer as claimed (zero when idle). An error is a database
 // failure of the pass itself; a failed fire is TimerFireFailed, not an error.
@@ -439,9 +439,10 @@ func (w *TimerWorker) RunOnce(ctx context.Context) (TimerOutcome, Timer, error) 
 }
 
 // maintain requeues stale firing timers and records the gauges, each at most once per
-// PollInterval of the worker's clock.
+// maintenanceInterval of the worker's clock.
 func (w *TimerWorker) maintain(ctx context.Context, now time.Time) error {
-	if last := w.requeued.Load(); w.cfg.RequeueStuckAfter > 0 && now.Sub(time.Unix(0, last)) >= w.cfg.PollInterval &&
+	every := w.maintenanceInterval()
+	if last := w.requeued.Load(); w.cfg.RequeueStuckAfter > 0 && now.Sub(time.Unix(0, last)) >= every &&
 		w.requeued.CompareAndSwap(last, now.UnixNano()) {
 		tag, err := w.pool.Exec(ctx, w.store.q.timerRequeueStale, now.Add(-w.cfg.RequeueStuckAfter))
 		if err != nil {
@@ -452,7 +453,7 @@ func (w *TimerWorker) maintain(ctx context.Context, now time.Time) error {
 			w.cfg.Logger.WarnContext(ctx, "keiro: requeued stale firing timers", "count", n, "older_than", w.cfg.RequeueStuckAfter)
 		}
 	}
-	if last := w.gauged.Load(); now.Sub(time.Unix(0, last)) >= w.cfg.PollInterval && w.gauged.CompareAndSwap(last, now.UnixNano()) {
+	if last := w.gauged.Load(); now.Sub(time.Unix(0, last)) >= every && w.gauged.CompareAndSwap(last, now.UnixNano()) {
 		c, err := w.store.CountTimers(ctx, w.pool, now)
 		if err != nil {
 			return fmt.Errorf("timer worker: %w", err)
@@ -461,6 +462,13 @@ func (w *TimerWorker) maintain(ctx context.Context, now time.Time) error {
 		w.stuck.Record(ctx, c.Firing)
 	}
 	return nil
+}
+
+// maintenanceInterval is the least time between two stale requeues, or two gauge recordings,
+// of one worker: PollInterval, and at least a second (a short PollInterval is for fire lag, not
+// for counting the backlog).
+func (w *TimerWorker) maintenanceInterval() time.Duration {
+	return max(w.cfg.PollInterval, time.Second)
 }
 
 // next returns the earliest of the timers this worker claimed, claiming the next BatchSize
