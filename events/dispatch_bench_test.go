@@ -229,7 +229,9 @@ func BenchmarkTimerFireLag(b *testing.B) {
 	mu.Lock()
 	defer mu.Unlock()
 	slices.Sort(lags)
-	q := func(p float64) float64 { return float64(lags[min(len(lags)-1, int(p*float64(len(lags))))]) / float64(time.Millisecond) }
+	q := func(p float64) float64 {
+		return float64(lags[min(len(lags)-1, int(p*float64(len(lags))))]) / float64(time.Millisecond)
+	}
 	b.ReportMetric(float64(rate), "offered/s")
 	b.ReportMetric(q(0.5), "lag-p50-ms")
 	b.ReportMetric(q(0.99), "lag-p99-ms")
