@@ -306,3 +306,49 @@ func TestProcessManagerFromInbox(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, events.TimerScheduled, tmr.Status)
 }
+
+// TestProcessManagerSnapshotsAndIsolation: manager streams take snapshots through the runner's
+// policy (Every 2: the second step writes one at v2, the third lands at v3 from it); two
+// managers with different names keep their instances apart.
+func TestProcessManagerSnapshotsAndIsolation(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	tm := newTelemetry()
+	s, pm := newCounterPM(t, db, tm, nil)
+	ctx := context.Background()
+	for _, kind := range []string{"placed", "timeout"} {
+		_, err := pm.Dispatch(ctx, db.Pool, envelope.NewUUIDv7(), pmIn{kind, "order-1"})
+		require.NoError(t, err)
+	}
+	var v int64
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT stream_version FROM keiro_snapshots WHERE stream_name = 'pm:counter-order-1'`).Scan(&v))
+	require.Equal(t, int64(2), v)
+	hits := tm.counter(t, "keiro.snapshot.read.hits")
+	res, err := pm.Dispatch(ctx, db.Pool, envelope.NewUUIDv7(), pmIn{"placed", "order-1"})
+	require.NoError(t, err)
+	require.Equal(t, int64(3), res.Manager.Result.StreamVersion)
+	require.Greater(t, tm.counter(t, "keiro.snapshot.read.hits"), hits)
+	state, version, err := pm.Load(ctx, db.Pool, "order-1")
+	require.NoError(t, err)
+	require.Equal(t, int64(3), version)
+	require.Equal(t, 12, state.Total)
+
+	other, err := events.NewProcessManager(s, events.ProcessManagerConfig[counterState, pmIn, counterEvent, counterCmd]{
+		Name: "billing", Correlate: func(in pmIn) string { return in.Order },
+		Handle: counterPMHandle, Evolve: counterDecider.Evolve, Codec: counterCodec(t), Target: &scripted{inner: nopTarget{}},
+	})
+	require.NoError(t, err)
+	res, err = other.Dispatch(ctx, db.Pool, sampleSource, pmIn{"placed", "order-1"})
+	require.NoError(t, err)
+	require.Equal(t, events.CommandAppended, res.Manager.Outcome) // not billing's duplicate of counter's step
+	require.Equal(t, "pm:billing-order-1", res.Manager.Stream)
+	require.Equal(t, 1, streamLen(t, s, db, "pm:billing-order-1"))
+	require.Equal(t, 3, streamLen(t, s, db, "pm:counter-order-1"))
+}
+
+// nopTarget accepts every command and writes nothing.
+type nopTarget struct{}
+
+func (nopTarget) Run(context.Context, events.DB, string, counterCmd, ...events.RunOptions) (events.Result, error) {
+	return events.Result{}, nil
+}
