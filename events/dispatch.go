@@ -116,8 +116,14 @@ func (s *Store) EventIn(ctx context.Context, q DB, stream string, id envelope.UU
 	return in, nil
 }
 
+// The savepoint that holds each dispatched command when the dispatch runs in a transaction.
+const (
+	sqlDispatchSavepoint = `SAVEPOINT keiro_dispatch`
+	sqlDispatchRollback  = `ROLLBACK TO SAVEPOINT keiro_dispatch`
+)
+
 // dispatchCommand runs one command on target with id as its first event's id, unless id is
-// already in the stream. On a transaction the command runs in a savepoint, so a failure (a
+// already in the stream. On a transaction the command runs after a savepoint, so a failure (a
 // concurrent delivery's id that made the insert fail, among others) leaves the transaction
 // usable for the next command. A failure that turns out to be id already stored in that stream
 // (a concurrent delivery won the race) is a duplicate too; an id stored in another stream is
@@ -128,7 +134,22 @@ func dispatchCommand[C any](ctx context.Context, s *Store, db DB, target Target[
 		res.Outcome, res.Err = CommandFailed, fmt.Errorf("dispatch command: %w", err)
 		return res
 	}
-	in, err := s.EventIn(ctx, db, cmd.Stream, id)
+	// On a transaction, the pre-check travels with a savepoint in one round trip; a failed
+	// command rolls back to it. The savepoint of a command that succeeded is not released:
+	// the next command's nests in it, and ROLLBACK TO names the newest.
+	tx, isTx := db.(pgx.Tx)
+	var in bool
+	var err error
+	if isTx {
+		b := &pgx.Batch{}
+		b.Queue(s.q.eventIn, id, cmd.Stream).QueryRow(func(row pgx.Row) error { return row.Scan(&in) })
+		b.Queue(sqlDispatchSavepoint)
+		if err = tx.SendBatch(ctx, b).Close(); err != nil {
+			err = fmt.Errorf("look up event %s in %s: %w", id, cmd.Stream, err)
+		}
+	} else {
+		in, err = s.EventIn(ctx, db, cmd.Stream, id)
+	}
 	if err != nil {
 		res.Outcome, res.Err = CommandFailed, err
 		return res
@@ -138,22 +159,9 @@ func dispatchCommand[C any](ctx context.Context, s *Store, db DB, target Target[
 		res.Outcome = CommandDuplicate
 		return res
 	}
-	run := db
-	var sp pgx.Tx
-	if tx, ok := db.(pgx.Tx); ok {
-		if sp, err = tx.Begin(ctx); err != nil {
-			res.Outcome, res.Err = CommandFailed, fmt.Errorf("dispatch command %s to %s: open savepoint: %w", id, cmd.Stream, err)
-			return res
-		}
-		run = sp
-	}
-	r, err := target.Run(ctx, run, cmd.Stream, cmd.Command, RunOptions{EventIDs: []envelope.UUID{id}, Metadata: md})
-	if sp != nil {
-		if err == nil {
-			if err = sp.Commit(ctx); err != nil {
-				err = fmt.Errorf("release savepoint: %w", err)
-			}
-		} else if rerr := sp.Rollback(context.WithoutCancel(ctx)); rerr != nil {
+	r, err := target.Run(ctx, db, cmd.Stream, cmd.Command, RunOptions{EventIDs: []envelope.UUID{id}, Metadata: md})
+	if isTx && err != nil {
+		if _, rerr := tx.Exec(context.WithoutCancel(ctx), sqlDispatchRollback); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("roll back to savepoint: %w", rerr))
 		}
 	}

@@ -269,3 +269,45 @@ func TestDispatchTransientAndSystemicFailures(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, dls)
 }
+
+// abortingTarget fails its commands with an SQL error, which aborts the transaction it ran in,
+// and reports it as a rejection.
+type abortingTarget struct{ inner events.Target[counterCmd] }
+
+func (a abortingTarget) Run(ctx context.Context, db events.DB, stream string, cmd counterCmd, opts ...events.RunOptions) (events.Result, error) {
+	if stream != "counter-aborts" {
+		return a.inner.Run(ctx, db, stream, cmd, opts...)
+	}
+	_, err := db.Exec(ctx, `SELECT 1/0`)
+	return events.Result{}, &events.RejectedError{Stream: stream, Err: err}
+}
+
+// TestDispatchInTransactionSurvivesAnAbortedCommand: a command that aborted the input's
+// transaction is rolled back to its savepoint; the commands after it, and its dead letter,
+// commit with the input.
+func TestDispatchInTransactionSurvivesAnAbortedCommand(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	s, target := newCounterRunner(t, db, nil, events.RunnerConfig[counterState]{})
+	r, err := events.NewRouter(s, events.RouterConfig[routedInput, counterCmd]{
+		Name: "aborting", Key: func(in routedInput) string { return in.Group },
+		Resolve: func(_ context.Context, in routedInput) ([]events.Command[counterCmd], error) { return in.Targets, nil },
+		Target:  abortingTarget{target},
+	})
+	require.NoError(t, err)
+	in := routedInput{Group: "g1", Targets: []events.Command[counterCmd]{
+		{Stream: "counter-before", Command: counterCmd{N: 1}},
+		{Stream: "counter-aborts", Command: counterCmd{N: 1}},
+		{Stream: "counter-after", Command: counterCmd{N: 1}},
+	}}
+	h, err := r.EventHandler(decodeRouted(in), events.DispatchPolicy{OnRejected: events.RejectedDeadLetter})
+	require.NoError(t, err)
+	require.NoError(t, deliver(t, db, h, recordedInput(sampleSource, 1, "{}")))
+	require.Equal(t, 1, streamLen(t, s, db, "counter-before"))
+	require.Equal(t, 1, streamLen(t, s, db, "counter-after"))
+	dls, err := s.ListDispatchDeadLetters(context.Background(), db.Pool, "aborting", 0)
+	require.NoError(t, err)
+	require.Len(t, dls, 1)
+	require.Equal(t, "counter-aborts", dls[0].TargetStream)
+	require.Contains(t, dls[0].Error, "division by zero")
+}
