@@ -199,7 +199,7 @@ func (pm *ProcessManager[S, I, E, C]) run(ctx context.Context, db DB, src Dispat
 	managerID := ProcessManagerCommandID(name, corr, src.EventID, -1)
 	res.Manager = CommandResult{Stream: stream, CommandID: managerID}
 	var reaction Reaction[E, C]
-	dup, err := pm.store.EventIn(ctx, db, stream, managerID)
+	dup, err := pm.lookUpStep(ctx, db, stream, managerID)
 	if err == nil && !dup {
 		var r Result
 		r, err = pm.appendManager(ctx, db, stream, corr, src, input, &reaction)
@@ -234,10 +234,36 @@ func (pm *ProcessManager[S, I, E, C]) run(ctx context.Context, db DB, src Dispat
 	return res, nil
 }
 
-// appendManager runs the manager's step: its events and timers in one transaction (a savepoint
-// of db when it is one), or the timers alone when the reaction has no events.
+// The savepoint that holds a manager's step when the dispatch runs in a transaction.
+const (
+	sqlManagerSavepoint = `SAVEPOINT keiro_manager`
+	sqlManagerRollback  = `ROLLBACK TO SAVEPOINT keiro_manager`
+)
+
+// lookUpStep reports whether the step id is in the manager stream. On a transaction the lookup
+// travels with the savepoint appendManager rolls back to (one round trip); the savepoint is
+// not released (what follows nests in it; ROLLBACK TO names the newest).
+func (pm *ProcessManager[S, I, E, C]) lookUpStep(ctx context.Context, db DB, stream string, id envelope.UUID) (bool, error) {
+	tx, ok := db.(pgx.Tx)
+	if !ok {
+		return pm.store.EventIn(ctx, db, stream, id)
+	}
+	var in bool
+	b := &pgx.Batch{}
+	b.Queue(pm.store.q.eventIn, id, stream).QueryRow(func(row pgx.Row) error { return row.Scan(&in) })
+	b.Queue(sqlManagerSavepoint)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return false, fmt.Errorf("look up event %s in %s: %w", id, stream, err)
+	}
+	return in, nil
+}
+
+// appendManager runs the manager's step: its events and timers in one transaction. In the
+// caller's transaction db, after the savepoint lookUpStep set (rolled back to on failure);
+// on a pool, in a transaction of the runner's, or the timers alone in one of their own when
+// the step has no events.
 func (pm *ProcessManager[S, I, E, C]) appendManager(ctx context.Context, db DB, stream, corr string, src DispatchSource, input I, reaction *Reaction[E, C]) (Result, error) {
-	arm := func(ctx context.Context, tx pgx.Tx, _ Result) error {
+	arm := func(ctx context.Context, q DB) error {
 		for _, t := range reaction.Timers {
 			if t.ProcessManager == "" {
 				t.ProcessManager = pm.cfg.Name
@@ -245,31 +271,32 @@ func (pm *ProcessManager[S, I, E, C]) appendManager(ctx context.Context, db DB, 
 			if t.CorrelationID == "" {
 				t.CorrelationID = corr
 			}
-			if _, err := pm.store.ScheduleTimerTx(ctx, tx, t); err != nil {
+			if _, err := pm.store.ScheduleTimerTx(ctx, q, t); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	run := db
-	var sp pgx.Tx
-	if tx, ok := db.(pgx.Tx); ok {
-		var err error
-		if sp, err = tx.Begin(ctx); err != nil {
-			return Result{}, fmt.Errorf("open savepoint: %w", err)
-		}
-		defer func() { _ = sp.Rollback(context.WithoutCancel(ctx)) }()
-		run = sp
-	}
 	id := ProcessManagerCommandID(pm.cfg.Name, corr, src.EventID, -1)
-	r, err := pm.runner.Run(ctx, run, stream, pmInput[I, E, C]{input: input, out: reaction},
-		RunOptions{EventIDs: []envelope.UUID{id}, Metadata: causedBy(src.EventID), Hook: arm})
+	cmd := pmInput[I, E, C]{input: input, out: reaction}
+	opts := RunOptions{EventIDs: []envelope.UUID{id}, Metadata: causedBy(src.EventID)}
+	if tx, ok := db.(pgx.Tx); ok {
+		r, err := pm.runner.Run(ctx, tx, stream, cmd, opts)
+		if err == nil && !r.Duplicate {
+			err = arm(ctx, tx)
+		}
+		if err != nil {
+			if _, rerr := tx.Exec(context.WithoutCancel(ctx), sqlManagerRollback); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("roll back to savepoint: %w", rerr))
+			}
+		}
+		return r, err
+	}
+	opts.Hook = func(ctx context.Context, tx pgx.Tx, _ Result) error { return arm(ctx, tx) }
+	r, err := pm.runner.Run(ctx, db, stream, cmd, opts)
 	if err == nil && len(r.Events) == 0 && !r.Duplicate && len(reaction.Timers) > 0 {
 		// A step without events still arms its timers, in a transaction of their own.
-		err = pgx.BeginFunc(ctx, run, func(tx pgx.Tx) error { return arm(ctx, tx, r) })
-	}
-	if err == nil && sp != nil {
-		err = sp.Commit(ctx)
+		err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return arm(ctx, tx) })
 	}
 	return r, err
 }

@@ -305,6 +305,17 @@ func TestProcessManagerFromInbox(t *testing.T) {
 	tmr, err := s.GetTimer(ctx, db.Pool, pmTimerID("order-1"))
 	require.NoError(t, err)
 	require.Equal(t, events.TimerScheduled, tmr.Status)
+
+	// A step without events, in the inbox transaction, still arms its timer.
+	noop := msg("m-2", "order-2")
+	noop.Payload, _ = json.Marshal(pmIn{"noop", "order-2"})
+	res, err = st.Process(ctx, db.Pool, inbox.Delivery{Event: noop}, h)
+	require.NoError(t, err)
+	require.Equal(t, inbox.Processed, res.Outcome, "%v", res.Err)
+	require.Equal(t, 0, streamLen(t, s, db, "pm:counter-order-2"))
+	tmr, err = s.GetTimer(ctx, db.Pool, pmTimerID("order-2"))
+	require.NoError(t, err)
+	require.Equal(t, "order-2", tmr.CorrelationID)
 }
 
 // TestProcessManagerSnapshotsAndIsolation: manager streams take snapshots through the runner's
