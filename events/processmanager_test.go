@@ -363,3 +363,28 @@ type nopTarget struct{}
 func (nopTarget) Run(context.Context, events.DB, string, counterCmd, ...events.RunOptions) (events.Result, error) {
 	return events.Result{}, nil
 }
+
+// TestProcessManagerConcurrentDuplicateStep: another delivery records the same step between the
+// lookup and the append; the step is recognised as that delivery's (a duplicate), and its
+// command still goes out.
+func TestProcessManagerConcurrentDuplicateStep(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	s, pm := newCounterPM(t, db, nil, nil)
+	ctx := context.Background()
+	id := events.ProcessManagerCommandID("counter", "order-1", sampleSource, -1)
+	events.SetProcessManagerBeforeAppend(pm, func(ctx context.Context, stream string, attempt int) {
+		if attempt != 1 {
+			return
+		}
+		_, err := appendTx(t, db, s, stream, events.Any, events.EventData{ID: id, Type: "Added", SchemaVersion: 1, Data: []byte(`{"n":1}`)})
+		require.NoError(t, err)
+	})
+	res, err := pm.Dispatch(ctx, db.Pool, sampleSource, pmIn{"placed", "order-1"})
+	require.NoError(t, err)
+	require.Equal(t, events.CommandDuplicate, res.Manager.Outcome)
+	require.Equal(t, id, res.Manager.CommandID)
+	require.Equal(t, []events.CommandOutcome{appended}, outcomes(res.Commands))
+	require.Equal(t, 1, streamLen(t, s, db, "pm:counter-order-1"))
+	require.Equal(t, 1, streamLen(t, s, db, "counter-target-order-1"))
+}
