@@ -96,9 +96,10 @@ func (p RejectedPolicy) String() string {
 type DispatchPolicy struct {
 	// OnPoison applies to an input whose decoding failed. Defaults to InputHalt.
 	OnPoison InputPolicy
-	// OnSkip is called, in the input's transaction, for an input InputSkip or
-	// InputDeadLetter sets aside, with the source's id and the decode error. Defaults to
-	// none.
+	// OnSkip is called for an input InputSkip or InputDeadLetter sets aside, with the
+	// source's id and the decode error, before the source acknowledges it (to log it or count
+	// it; it runs again if the source's transaction then fails and the input comes back).
+	// Defaults to none.
 	OnSkip func(ctx context.Context, source DispatchSource, err error)
 	// OnRejected applies when a target rejects a command. Defaults to RejectedHalt.
 	OnRejected RejectedPolicy
