@@ -388,3 +388,70 @@ func TestProcessManagerConcurrentDuplicateStep(t *testing.T) {
 	require.Equal(t, 1, streamLen(t, s, db, "pm:counter-order-1"))
 	require.Equal(t, 1, streamLen(t, s, db, "counter-target-order-1"))
 }
+
+// TestProcessManagerFromSubscriptionAndDeadLetterReplay: a process manager run by a
+// subscription; an input whose command keeps failing transiently is dead-lettered by the
+// subscription (nothing of it committed), and once the cause is fixed an operator's replay
+// delivers it again: the step and its command commit once.
+func TestProcessManagerFromSubscriptionAndDeadLetterReplay(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	_, inner := newCounterRunner(t, db, nil, events.RunnerConfig[counterState]{})
+	target := &scripted{inner: inner, fail: map[string]error{"counter-target-order-2": &events.RetryExhaustedError{
+		Stream: "counter-target-order-2", Attempts: 4, Last: &events.WrongExpectedVersionError{Stream: "counter-target-order-2"}}}}
+	s, pm := newCounterPM(t, db, nil, target)
+	ctx := context.Background()
+	for _, order := range []string{"order-1", "order-2", "order-3"} {
+		data, err := json.Marshal(pmIn{"placed", order})
+		require.NoError(t, err)
+		_, err = appendTx(t, db, s, events.StreamName("input", order), events.NoStream, events.EventData{Type: "In", SchemaVersion: 1, Data: data})
+		require.NoError(t, err)
+	}
+	h, err := pm.EventHandler(func(e events.RecordedEvent) (pmIn, error) {
+		var in pmIn
+		err := json.Unmarshal(e.Data, &in)
+		return in, err
+	}, events.DispatchPolicy{})
+	require.NoError(t, err)
+	p := new(testenv.Progress)
+	sub, err := events.NewSubscription(s, db.Pool, events.SubscriptionConfig{Name: "saga", Category: "input", AfterCommit: p.Set,
+		Retry: events.RetryPolicy{MaxDeliveries: 2, Backoff: events.Backoff{Initial: -1}}}, h)
+	require.NoError(t, err)
+	_, errc := runSub(t, sub)
+	var last events.RecordedEvent
+	for e, err := range s.ReadStream(ctx, db.Pool, "input-order-3", events.Forward, 0) {
+		require.NoError(t, err)
+		last = e
+	}
+	p.Wait(t, last.GlobalPosition, time.Minute, errc)
+	require.Equal(t, 1, streamLen(t, s, db, "pm:counter-order-1"))
+	require.Equal(t, 0, streamLen(t, s, db, "pm:counter-order-2")) // rolled back with its failed command
+	require.Equal(t, 1, streamLen(t, s, db, "pm:counter-order-3"))
+	dead, err := s.ListDeadLetters(ctx, db.Pool, events.DeadLetterFilter{Subscription: "saga"})
+	require.NoError(t, err)
+	require.Len(t, dead, 1)
+	require.Equal(t, "input-order-2", dead[0].StreamName)
+
+	target.fail = nil
+	changed := p.Changed()
+	n, err := s.RequestReplay(ctx, db.Pool, "saga")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	for {
+		dead, err = s.ListDeadLetters(ctx, db.Pool, events.DeadLetterFilter{Subscription: "saga", Status: events.DeadLetterReplayed})
+		require.NoError(t, err)
+		if len(dead) == 1 {
+			break
+		}
+		select {
+		case <-changed: // AfterCommit runs after each replay
+			changed = p.Changed()
+		case err := <-errc:
+			t.Fatalf("subscription stopped: %v", err)
+		case <-time.After(time.Minute):
+			t.Fatal("the replay did not happen")
+		}
+	}
+	require.Equal(t, 1, streamLen(t, s, db, "pm:counter-order-2"))
+	require.Equal(t, 1, streamLen(t, s, db, "counter-target-order-2"))
+}
