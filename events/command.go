@@ -221,7 +221,7 @@ type RunOptions struct {
 // Decide, and appends the events at the hydrated version in one transaction on db together with
 // the hooks. A version conflict rehydrates and decides again after a jittered backoff, up to
 // RetryLimit times, then fails with a *RetryExhaustedError. A rejected command (Decide's error)
-// is returned wrapped, never retried. Zero events is a no-op that opens no transaction.
+// is returned as a *RejectedError (errors.Is ErrCommandRejected) wrapping it, never retried. Zero events is a no-op that opens no transaction.
 func (r *Runner[S, C, E]) Run(ctx context.Context, db DB, stream string, cmd C, opts ...RunOptions) (res Result, err error) {
 	var o RunOptions
 	if len(opts) > 0 {
@@ -292,7 +292,7 @@ func (r *Runner[S, C, E]) Run(ctx context.Context, db DB, stream string, cmd C, 
 		}
 		if err != nil {
 			class = "command_rejected"
-			return res, fmt.Errorf("command on %s rejected: %w", stream, err)
+			return res, &RejectedError{Stream: stream, Err: err}
 		}
 		if len(emitted) == 0 {
 			return res, nil

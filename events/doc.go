@@ -47,6 +47,20 @@
 // drew a position ≤ H had ended or was one of them. Transactions elsewhere (other schemas,
 // other databases) never hold it back. docs/architecture.md has the proof.
 //
+// # Routers, process managers and timers
+//
+// A [Router] turns an input (a private event from a subscription, an integration event from
+// the inbox) into commands on target streams; a [ProcessManager] (a saga) keeps a state stream
+// per correlation id and decides, with a pure Handle, the events, commands and timers of each
+// step; a [TimerWorker] fires durable timers and delivers them back to their process manager.
+// Every command runs through a target [Runner] with keiro's deterministic id
+// ([RouterCommandID], [ProcessManagerCommandID]) as its first event's id, so a redelivered
+// input applies nothing twice, and inside the input's transaction when it has one
+// ([Router.EventHandler], [Router.InboxHandler]). [DispatchPolicy] is keiro's failure policy:
+// undecodable inputs and rejected commands halt, are skipped, or are dead-lettered
+// ([Store.ListDispatchDeadLetters]); transient failures are delivered again.
+// docs/process-managers.md has a worked example.
+//
 // # Integration producer
 //
 // A [Producer] is a subscription that maps private events to integration events and enqueues
@@ -59,6 +73,6 @@
 // changed history makes the batch roll back and Run stop with an error wrapping
 // outbox.ErrIdentityConflict.
 //
-// All SQL addresses tables through the configured schema (migrations 003_events.sql and
-// 006_events.sql), never search_path.
+// All SQL addresses tables through the configured schema (migrations 003_events.sql,
+// 006_events.sql and 010_timers.sql), never search_path.
 package events

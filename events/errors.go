@@ -18,6 +18,11 @@ var ErrEventIDConflict = errors.New("event id already stored with different cont
 // concrete error is *RetryExhaustedError, which unwraps to the last conflict.
 var ErrRetryExhausted = errors.New("command retries exhausted")
 
+// ErrCommandRejected reports a command its aggregate refused (Decider.Decide returned an
+// error): running it again on the same state gives the same answer. The concrete error is
+// *RejectedError, which unwraps to Decide's error.
+var ErrCommandRejected = errors.New("command rejected")
+
 // ErrUnknownEventType reports a stored event whose type no codec case knows.
 var ErrUnknownEventType = errors.New("unknown event type")
 
@@ -62,3 +67,22 @@ func (e *RetryExhaustedError) Is(target error) bool { return target == ErrRetryE
 
 // Unwrap returns the last conflict.
 func (e *RetryExhaustedError) Unwrap() error { return e.Last }
+
+// RejectedError is the error of a command its aggregate refused.
+type RejectedError struct {
+	// Stream is the command's stream.
+	Stream string
+	// Err is Decide's error.
+	Err error
+}
+
+// Error implements error.
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("command on %s rejected: %v", e.Stream, e.Err)
+}
+
+// Is reports whether target is ErrCommandRejected.
+func (e *RejectedError) Is(target error) bool { return target == ErrCommandRejected }
+
+// Unwrap returns Decide's error.
+func (e *RejectedError) Unwrap() error { return e.Err }

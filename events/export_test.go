@@ -32,3 +32,8 @@ func CatchUpOnce(s *Subscription, conn *pgx.Conn) func(ctx context.Context) erro
 
 // ProducerIdentityBytes exposes the canonical identity bytes.
 var ProducerIdentityBytes = producerIdentityBytes
+
+// SetProcessManagerBeforeAppend installs the before-append seam of pm's manager runner.
+func SetProcessManagerBeforeAppend[S, I, E, C any](pm *ProcessManager[S, I, E, C], fn func(ctx context.Context, stream string, attempt int)) {
+	pm.runner.beforeAppend = fn
+}

@@ -220,6 +220,86 @@ const (
     WHERE s.stream_version <= excluded.stream_version OR s.state_version <> excluded.state_version`
 )
 
+// sqlEventIn is the point lookup routers and process managers make before dispatching a
+// command (dispatch.go): is its deterministic id already in the target stream?
+const sqlEventIn = `SELECT EXISTS (SELECT 1 FROM {{schema}}.keiro_events WHERE event_id = $1 AND stream_name = $2)`
+
+// Dispatch dead letters (dispatchpolicy.go, migration 010_timers.sql). A redelivered input
+// records nothing new.
+const (
+	sqlDispatchDeadInsert = `INSERT INTO {{schema}}.keiro_dispatch_dead_letters (dispatcher_kind, dispatcher_name,
+        correlation_id, source_event_id, source_global_position, emit_index, target_stream_name, command_id,
+        error_class, error_detail)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+    ON CONFLICT (dispatcher_name, source_event_id, emit_index) DO NOTHING`
+	sqlDispatchDeadList = `SELECT dead_letter_id, dispatcher_kind, dispatcher_name, correlation_id, source_event_id,
+        source_global_position, emit_index, target_stream_name, command_id, error_class, error_detail, created_at
+    FROM {{schema}}.keiro_dispatch_dead_letters
+    WHERE $1 = '' OR dispatcher_name = $1
+    ORDER BY created_at DESC, dead_letter_id DESC LIMIT $2`
+)
+
+// Durable timers (timer.go, migration 010_timers.sql). The worker's statements take the
+// worker's clock as a parameter ($now), so one clock decides due, stale and updated_at.
+const (
+	timerColumns = `timer_id, process_manager_name, correlation_id, fire_at, payload, status, attempts,
+    fired_event_id, coalesce(last_error, ''), created_at, updated_at`
+	// sqlTimerSchedule arms a timer, or re-arms it (new fire time and payload) while it is still
+	// scheduled; a firing or terminal timer is left alone. It returns a row when it wrote one.
+	sqlTimerSchedule = `INSERT INTO {{schema}}.keiro_timers AS t (timer_id, process_manager_name, correlation_id, fire_at, payload)
+    VALUES ($1, $2, $3, $4, $5)
+    ON CONFLICT (timer_id) DO UPDATE SET fire_at = excluded.fire_at, payload = excluded.payload, updated_at = now()
+    WHERE t.status = 'scheduled'
+    RETURNING timer_id`
+	// sqlTimerScheduleOnce arms a timer unless one with its id exists: the first arm wins.
+	sqlTimerScheduleOnce = `INSERT INTO {{schema}}.keiro_timers (timer_id, process_manager_name, correlation_id, fire_at, payload)
+    VALUES ($1, $2, $3, $4, $5)
+    ON CONFLICT (timer_id) DO NOTHING
+    RETURNING timer_id`
+	sqlTimerCancel = `UPDATE {{schema}}.keiro_timers SET status = 'cancelled', updated_at = now()
+    WHERE timer_id = $1 AND status IN ('scheduled', 'firing')`
+	sqlTimerGet = `SELECT ` + timerColumns + ` FROM {{schema}}.keiro_timers WHERE timer_id = $1`
+	// sqlTimerClaim moves the $2 earliest due scheduled timers to firing and counts their
+	// attempt, skipping rows another worker's claim holds. It runs on its own, so once it
+	// commits the other workers skip the rows (they are firing) while this one fires them.
+	sqlTimerClaim = `UPDATE {{schema}}.keiro_timers AS t SET status = 'firing', attempts = t.attempts + 1, updated_at = $1
+    WHERE t.timer_id IN (
+        SELECT timer_id FROM {{schema}}.keiro_timers
+        WHERE status = 'scheduled' AND fire_at <= $1
+        ORDER BY fire_at, timer_id LIMIT $2 FOR UPDATE SKIP LOCKED)
+      AND t.status = 'scheduled'
+    RETURNING ` + timerColumns + `
+    `
+	// sqlTimerRelease gives back claimed timers a stopping worker did not fire: scheduled
+	// again, the attempt refunded. Each row is fenced by its claim's attempt.
+	sqlTimerRelease = `UPDATE {{schema}}.keiro_timers AS t SET status = 'scheduled', attempts = t.attempts - 1, updated_at = now()
+    FROM unnest($1::uuid[], $2::bigint[]) AS c(timer_id, attempts)
+    WHERE t.timer_id = c.timer_id AND t.attempts = c.attempts AND t.status = 'firing'`
+	// sqlTimerFired ends a firing timer in the fire's transaction, fenced by the attempt that
+	// claimed it: a worker whose claim was requeued and claimed again cannot mark the newer
+	// attempt, and its effect rolls back.
+	sqlTimerFired = `UPDATE {{schema}}.keiro_timers SET status = 'fired', fired_event_id = $3, last_error = NULL, updated_at = now()
+    WHERE timer_id = $1 AND status = 'firing' AND attempts = $2`
+	// sqlTimerFailed records a failed fire; the timer stays firing until it is requeued.
+	sqlTimerFailed = `UPDATE {{schema}}.keiro_timers SET last_error = $3
+    WHERE timer_id = $1 AND status = 'firing' AND attempts = $2`
+	sqlTimerDead = `UPDATE {{schema}}.keiro_timers SET status = 'dead', last_error = $2, updated_at = now()
+    WHERE timer_id = $1 AND status IN ('scheduled', 'firing')`
+	// sqlTimerRequeueStale puts back the firing timers last touched at or before $1 (the
+	// worker's clock minus the requeue age); fire_at is kept. It returns how many it moved.
+	sqlTimerRequeueStale = `UPDATE {{schema}}.keiro_timers SET status = 'scheduled', updated_at = now()
+    WHERE status = 'firing' AND updated_at <= $1`
+	sqlTimerRequeue = `UPDATE {{schema}}.keiro_timers SET status = 'scheduled', updated_at = now()
+    WHERE timer_id = $1 AND status = 'firing'`
+	sqlTimerStuck = `SELECT ` + timerColumns + ` FROM {{schema}}.keiro_timers
+    WHERE status = 'firing' AND updated_at <= $1 AND attempts >= $2
+    ORDER BY updated_at, timer_id LIMIT $3`
+	// sqlTimerGauges counts the due backlog and the firing timers in one pass over the index.
+	sqlTimerGauges = `SELECT count(*) FILTER (WHERE status = 'scheduled' AND fire_at <= $1),
+        count(*) FILTER (WHERE status = 'firing')
+    FROM {{schema}}.keiro_timers WHERE status IN ('scheduled', 'firing')`
+)
+
 // queries holds the statements with the schema substituted.
 type queries struct {
 	streamAny, streamNoStream, streamExists, streamExact string
@@ -233,6 +313,11 @@ type queries struct {
 	deadList, deadInsert, deadRequest                    string
 	deadNextReplay, deadReplayed, deadReplayFailed       string
 	producerMark, producerMarkSave                       string
+	eventIn, dispatchDeadInsert, dispatchDeadList        string
+	timerSchedule, timerScheduleOnce, timerCancel        string
+	timerGet, timerClaim, timerFired, timerFailed        string
+	timerDead, timerRequeueStale, timerRequeue           string
+	timerStuck, timerGauges, timerRelease                string
 }
 
 func newQueries(schema, channel string) queries {
@@ -275,5 +360,21 @@ func newQueries(schema, channel string) queries {
 		deadReplayFailed:   r.Replace(sqlDeadReplayFailed),
 		producerMark:       r.Replace(sqlProducerMark),
 		producerMarkSave:   r.Replace(sqlProducerMarkSave),
+		eventIn:            r.Replace(sqlEventIn),
+		dispatchDeadInsert: r.Replace(sqlDispatchDeadInsert),
+		dispatchDeadList:   r.Replace(sqlDispatchDeadList),
+		timerSchedule:      r.Replace(sqlTimerSchedule),
+		timerScheduleOnce:  r.Replace(sqlTimerScheduleOnce),
+		timerCancel:        r.Replace(sqlTimerCancel),
+		timerGet:           r.Replace(sqlTimerGet),
+		timerClaim:         r.Replace(sqlTimerClaim),
+		timerFired:         r.Replace(sqlTimerFired),
+		timerFailed:        r.Replace(sqlTimerFailed),
+		timerDead:          r.Replace(sqlTimerDead),
+		timerRequeueStale:  r.Replace(sqlTimerRequeueStale),
+		timerRequeue:       r.Replace(sqlTimerRequeue),
+		timerStuck:         r.Replace(sqlTimerStuck),
+		timerGauges:        r.Replace(sqlTimerGauges),
+		timerRelease:       r.Replace(sqlTimerRelease),
 	}
 }

@@ -28,6 +28,9 @@ type metrics struct {
 	snapshotEncodeFailures         metric.Int64Counter
 	snapshotDecodeFailures         metric.Int64Counter
 	snapshotHits, snapshotMisses   metric.Int64Counter
+	dispatchPoison, dispatchFailed metric.Int64Counter
+	dispatchDuplicates             metric.Int64Counter
+	dispatchDeadLettered           metric.Int64Counter
 	meter                          metric.Meter
 }
 
@@ -49,5 +52,9 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	m.snapshotDecodeFailures = counter("keiro.snapshot.decode.failures", "Stored snapshots that could not be decoded (the stream was replayed in full).", "{failure}")
 	m.snapshotHits = counter("keiro.snapshot.read.hits", "Snapshot lookups that seeded a hydration.", "{read}")
 	m.snapshotMisses = counter("keiro.snapshot.read.misses", "Snapshot lookups without a usable snapshot (absent, other state version, undecodable).", "{read}")
+	m.dispatchPoison = counter("keiro.dispatch.poison", "Router and process manager inputs that could not be decoded.", "{input}")
+	m.dispatchFailed = counter("keiro.dispatch.failed", "Routed and process manager commands (and resolves) that failed.", "{command}")
+	m.dispatchDuplicates = counter("keiro.dispatch.duplicates", "Routed and process manager commands an earlier delivery had already dispatched.", "{command}")
+	m.dispatchDeadLettered = counter("keiro.dispatch.deadlettered", "Rejected commands set aside under RejectedDeadLetter or RejectedSkip.", "{command}")
 	return m, errors.Join(errs...)
 }

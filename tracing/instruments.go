@@ -174,6 +174,28 @@ const (
 	// MetricOutboxIdentityConflict names a counter in {event}: integration-producer enqueues
 	// whose deterministic message id was stored with different content.
 	MetricOutboxIdentityConflict = "keiro.outbox.identity.conflict"
+	// MetricDispatchPoison names a counter in {input}: router and process manager inputs that
+	// could not be decoded.
+	MetricDispatchPoison = "keiro.dispatch.poison"
+	// MetricDispatchFailed names a counter in {command}: routed and process manager commands
+	// (and resolves) that failed.
+	MetricDispatchFailed = "keiro.dispatch.failed"
+	// MetricDispatchDuplicates names a counter in {command}: commands an earlier delivery had
+	// already dispatched.
+	MetricDispatchDuplicates = "keiro.dispatch.duplicates"
+	// MetricDispatchDeadLettered names a counter in {command}: rejected commands set aside
+	// (RejectedDeadLetter or RejectedSkip).
+	MetricDispatchDeadLettered = "keiro.dispatch.deadlettered"
+	// MetricTimerBacklog names a gauge in {timer}: scheduled timers that are due.
+	MetricTimerBacklog = "keiro.timer.backlog"
+	// MetricTimerStuck names a gauge in {timer}: firing timers.
+	MetricTimerStuck = "keiro.timer.stuck"
+	// MetricTimerFireLag names a histogram in s: time from a timer's fire_at to its claim.
+	MetricTimerFireLag = "keiro.timer.fire.lag"
+	// MetricTimerAttempts names a histogram in {attempt}: the attempt number of each claim.
+	MetricTimerAttempts = "keiro.timer.attempts"
+	// MetricTimerRequeued names a counter in {timer}: stale firing timers put back.
+	MetricTimerRequeued = "keiro.timer.requeued"
 )
 
 // SubscriptionNameKey is "keiro.subscription.name", the bounded attribute of
@@ -278,4 +300,22 @@ var MetricNames = []Metric{
 		Description: "Events between the log's head and the subscription's checkpoint."},
 	{Name: MetricOutboxIdentityConflict, Kind: Counter, Unit: "{event}",
 		Description: "Producer enqueues whose deterministic message id was already stored with different content."},
+	{Name: MetricDispatchPoison, Kind: Counter, Unit: "{input}",
+		Description: "Router and process manager inputs that could not be decoded."},
+	{Name: MetricDispatchFailed, Kind: Counter, Unit: "{command}",
+		Description: "Routed and process manager commands (and resolves) that failed."},
+	{Name: MetricDispatchDuplicates, Kind: Counter, Unit: "{command}",
+		Description: "Routed and process manager commands an earlier delivery had already dispatched."},
+	{Name: MetricDispatchDeadLettered, Kind: Counter, Unit: "{command}",
+		Description: "Rejected commands set aside under RejectedDeadLetter or RejectedSkip."},
+	{Name: MetricTimerBacklog, Kind: Gauge, Unit: "{timer}",
+		Description: "Scheduled timers that are due."},
+	{Name: MetricTimerStuck, Kind: Gauge, Unit: "{timer}",
+		Description: "Timers a worker claimed and has not finished (firing)."},
+	{Name: MetricTimerFireLag, Kind: Histogram, Unit: "s", Buckets: LatencyBuckets,
+		Description: "Time from a timer's fire_at to its claim."},
+	{Name: MetricTimerAttempts, Kind: Histogram, Unit: "{attempt}", Buckets: []float64{1, 2, 3, 5, 10, 20, 50},
+		Description: "The attempt number of each timer claim."},
+	{Name: MetricTimerRequeued, Kind: Counter, Unit: "{timer}",
+		Description: "Stale firing timers put back to scheduled."},
 }

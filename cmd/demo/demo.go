@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -246,6 +247,15 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
+	pay, err := newPayment(cfg.Schema, pool)
+	if err != nil {
+		return nil, fmt.Errorf("payment saga: %w", err)
+	}
+	saga, err := pay.inboxHandler()
+	if err != nil {
+		return nil, fmt.Errorf("payment saga: %w", err)
+	}
+	billing := billingHandler(cfg.Schema)
 	consumer, err := inbox.NewConsumer(pool, inbox.ConsumerConfig{
 		Brokers:       brokers,
 		Group:         ConsumerGroup,
@@ -254,7 +264,13 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 		SchemaDecoder: decoder,
 		CommitEvery:   50,
 		Logger:        cfg.Logger.With("component", "consumer"),
-	}, billingHandler(cfg.Schema))
+	}, func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
+		// The invoice and the payment saga's first step commit with the inbox row.
+		if err := billing(ctx, tx, ev); err != nil {
+			return err
+		}
+		return saga(ctx, tx, ev)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
@@ -289,6 +305,14 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	}
 	start("relay", relay.Run)
 	start("consumer", consumer.Run)
+	for i, w := range pay.workers {
+		start(fmt.Sprintf("timer worker %d", i+1), func(ctx context.Context) error {
+			if err := w.Run(ctx); ctx.Err() == nil {
+				return err
+			}
+			return nil
+		})
+	}
 
 	// The orders context: Producers goroutines place the orders through the command runner.
 	began := time.Now()
@@ -380,6 +404,19 @@ loop:
 		}
 	}
 	pwg.Wait()
+	var orderIDs []string
+	if drained {
+		// The payments context captures two orders in three; the saga's timers void the rest.
+		for i := range placed.Load() {
+			orderIDs = append(orderIDs, fmt.Sprintf("o%06d", i+1))
+		}
+		if err := settleSagas(runCtx, pool, pay, orderIDs, deadline.C); err != nil {
+			stopComponents()
+			wg.Wait()
+			return nil, err
+		}
+		fmt.Fprintf(progress, "%6.1fs  payments captured, every payment timer fired\n", time.Since(began).Seconds())
+	}
 	keep := cfg.Keep && drained
 	stop := func() {
 		stopComponents()
@@ -406,6 +443,12 @@ loop:
 		stop()
 		return nil, err
 	}
+	sagaChecks, err := pay.checks(context.WithoutCancel(ctx), pool, orderIDs)
+	if err != nil {
+		stop()
+		return nil, fmt.Errorf("read the payment sagas: %w", err)
+	}
+	rep.Checks = append(rep.Checks, sagaChecks...)
 	rep.Elapsed = elapsed
 	rep.Print(out)
 	if keep {
@@ -414,6 +457,37 @@ loop:
 		stop()
 	}
 	return rep, nil
+}
+
+// settleSagas captures the payments of the orders that pay, then waits until every payment
+// timer has fired (or the deadline).
+func settleSagas(ctx context.Context, pool *pgxpool.Pool, pay *payment, orders []string, deadline <-chan time.Time) error {
+	for _, o := range orders {
+		if !pays(o) {
+			continue
+		}
+		if err := pay.capture(ctx, pool, o); err != nil {
+			return fmt.Errorf("capture the payment of %s: %w", o, err)
+		}
+	}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		n, err := pay.live(ctx, pool)
+		if err != nil {
+			return fmt.Errorf("count the payment timers: %w", err)
+		}
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline:
+			return fmt.Errorf("%d payment timers had not fired by the deadline (raise --timeout)", n)
+		case <-tick.C:
+		}
+	}
 }
 
 // serveConsole serves the operator console over the demo's outbox, inbox and event store on

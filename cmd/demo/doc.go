@@ -2,7 +2,8 @@
 // "billing", joined by Kafka.
 //
 //	orders:  command runner (event store) ─ hook ─▶ outbox ─▶ relay ─▶ Kafka
-//	billing: Kafka ─▶ consumer ─▶ inbox + billing read model (one transaction)
+//	billing: Kafka ─▶ consumer ─▶ inbox + billing read model + payment saga (one transaction)
+//	         payments (in-process) ─▶ payment saga ◀─ timer workers
 //
 // By default the Kafka broker is embedded (franz-go's kfake on a loopback port, printed so that
 // `kcat -b` can attach) and PostgreSQL is the one at $DATABASE_URL (default
@@ -16,7 +17,10 @@
 //     demo delivers some messages twice on purpose (--duplicates): the inbox suppresses them;
 //   - per customer (the Kafka key), billing applied the orders in the order the orders context
 //     committed them: each customer's sequence numbers 1, 2, 3, … with no gap or swap;
-//   - no inbox row is left failed.
+//   - no inbox row is left failed;
+//   - every order's payment saga (an events.ProcessManager: two orders in three are paid, a
+//     PaymentTimeout timer voids the others) ends in exactly one terminal state, its
+//     settlement stream holds exactly its two events, and every payment timer fired.
 //
 // Flags: -n orders, --brokers for a real Kafka, --avro (with --schema-registry, or an embedded
 // registry) for Avro payloads in the Confluent wire format. `demo --help` lists them all.

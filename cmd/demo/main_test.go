@@ -40,6 +40,10 @@ func TestDemoRunsAndHoldsItsInvariants(t *testing.T) {
 			require.Regexp(t, `duplicates suppressed\s+9\s+ok`, s)
 			require.Regexp(t, `effects applied \(invoices\)\s+120 \(120 distinct orders\)\s+ok`, s)
 			require.Regexp(t, `per-key order verified\s+7 customers\s+ok`, s)
+			require.Regexp(t, `sagas in exactly one terminal state\s+120 of 120\s+ok`, s)
+			require.Regexp(t, `saga effects applied once\s+0 settlements off\s+ok`, s)
+			require.Regexp(t, `payment timers fired\s+120\s+ok`, s)
+			require.Regexp(t, `sagas timed out \(settlement voided\)\s+([4-9]\d|1[0-2]\d)\s`, s) // at least the 40 that never pay
 			require.Contains(t, s, "all invariants hold")
 		})
 	}

@@ -9,13 +9,192 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/events"
 	"github.com/keiro-go/keiro/internal/cli"
 )
 
 // eventsCmd groups the event store's operator commands.
 type eventsCmd struct {
-	Dead eventsDeadCmd `cmd:"" help:"List and replay events that subscriptions dead-lettered."`
+	Dead     eventsDeadCmd     `cmd:"" help:"List and replay events that subscriptions dead-lettered."`
+	Dispatch eventsDispatchCmd `cmd:"" help:"List commands that routers and process managers dead-lettered."`
+	Timers   eventsTimersCmd   `cmd:"" help:"Inspect, requeue and cancel durable timers."`
+}
+
+// eventsDispatchCmd lists dispatch dead letters.
+type eventsDispatchCmd struct {
+	List eventsDispatchListCmd `cmd:"" help:"List dispatch dead letters, newest first."`
+}
+
+// eventsDispatchListCmd lists the commands routers and process managers set aside under
+// RejectedDeadLetter.
+type eventsDispatchListCmd struct {
+	Dispatcher string `help:"Only dead letters of this router or process manager." placeholder:"NAME"`
+	Limit      int    `help:"Most rows listed." default:"100"`
+	JSON       bool   `name:"json" help:"Print JSON lines instead of a table."`
+}
+
+// ValidateFlags reports a bad limit.
+func (c *eventsDispatchListCmd) ValidateFlags() error {
+	var p cli.Problems
+	if c.Limit < 1 {
+		p.Add("limit", "must be at least 1, got %d", c.Limit)
+	}
+	return p.Err()
+}
+
+// Run lists the dispatch dead letters.
+func (c *eventsDispatchListCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
+	conn, store, err := g.DB.eventStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	dead, err := store.ListDispatchDeadLetters(ctx, conn, c.Dispatcher, c.Limit)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		enc := json.NewEncoder(env.Stdout)
+		for _, d := range dead {
+			if err := enc.Encode(d); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tKIND\tDISPATCHER\tCORRELATION\tSOURCE\tEMIT\tTARGET\tCREATED\tCLASS\tERROR")
+	for _, d := range dead {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", d.ID, d.Kind, d.Dispatcher, d.CorrelationID,
+			d.SourceEventID, d.EmitIndex, d.TargetStream, d.CreatedAt.UTC().Format(time.RFC3339), d.ErrorClass, oneLine(d.Error, 120))
+	}
+	return tw.Flush()
+}
+
+// eventsTimersCmd groups the durable timers' operator commands.
+type eventsTimersCmd struct {
+	Stuck   eventsTimersStuckCmd   `cmd:"" help:"Count due and firing timers and list the firing ones, oldest claim first."`
+	Requeue eventsTimersRequeueCmd `cmd:"" help:"Put firing timers back to scheduled (their worker is gone)."`
+	Cancel  eventsTimersCancelCmd  `cmd:"" help:"Cancel scheduled or firing timers."`
+}
+
+// eventsTimersStuckCmd lists firing timers.
+type eventsTimersStuckCmd struct {
+	OlderThan   time.Duration `help:"Only timers claimed at least this long ago." default:"0s"`
+	MinAttempts int64         `help:"Only timers claimed at least this many times." default:"0"`
+	Limit       int           `help:"Most rows listed." default:"100"`
+	JSON        bool          `name:"json" help:"Print JSON lines instead of a table."`
+}
+
+// ValidateFlags reports negative bounds.
+func (c *eventsTimersStuckCmd) ValidateFlags() error {
+	var p cli.Problems
+	if c.Limit < 1 {
+		p.Add("limit", "must be at least 1, got %d", c.Limit)
+	}
+	if c.OlderThan < 0 {
+		p.Add("older-than", "must not be negative, got %s", c.OlderThan)
+	}
+	if c.MinAttempts < 0 {
+		p.Add("min-attempts", "must not be negative, got %d", c.MinAttempts)
+	}
+	return p.Err()
+}
+
+// Run prints the counts and the firing timers.
+func (c *eventsTimersStuckCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
+	conn, store, err := g.DB.eventStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	now := time.Now()
+	counts, err := store.CountTimers(ctx, conn, now)
+	if err != nil {
+		return err
+	}
+	stuck, err := store.FindStuckTimers(ctx, conn, now, events.StuckTimerFilter{MinAge: c.OlderThan, MinAttempts: c.MinAttempts, Limit: c.Limit})
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		enc := json.NewEncoder(env.Stdout)
+		for _, t := range stuck {
+			if err := enc.Encode(t); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	fmt.Fprintf(env.Stdout, "%d timers due, %d firing\n", counts.Due, counts.Firing)
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIMER\tPROCESS-MANAGER\tCORRELATION\tFIRE-AT\tCLAIMED\tATTEMPTS\tLAST-ERROR")
+	for _, t := range stuck {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", t.ID, t.ProcessManager, t.CorrelationID,
+			t.FireAt.UTC().Format(time.RFC3339), t.UpdatedAt.UTC().Format(time.RFC3339), t.Attempts, oneLine(t.LastError, 120))
+	}
+	return tw.Flush()
+}
+
+// eventsTimersRequeueCmd requeues firing timers.
+type eventsTimersRequeueCmd struct {
+	IDs []string `arg:"" name:"timer-id" help:"Ids of firing timers."`
+}
+
+// Run requeues each timer.
+func (c *eventsTimersRequeueCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
+	return timersEach(ctx, g, env, c.IDs, "requeued", "not firing", func(ctx context.Context, s *events.Store, conn *pgx.Conn, id envelope.UUID) (bool, error) {
+		return s.RequeueStuckTimer(ctx, conn, id)
+	})
+}
+
+// eventsTimersCancelCmd cancels timers.
+type eventsTimersCancelCmd struct {
+	IDs []string `arg:"" name:"timer-id" help:"Ids of scheduled or firing timers."`
+}
+
+// Run cancels each timer.
+func (c *eventsTimersCancelCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
+	return timersEach(ctx, g, env, c.IDs, "cancelled", "not scheduled or firing", func(ctx context.Context, s *events.Store, conn *pgx.Conn, id envelope.UUID) (bool, error) {
+		return s.CancelTimer(ctx, conn, id)
+	})
+}
+
+// timersEach applies op to each timer id, printing what happened, and fails when an id is not
+// a UUID or op left a timer alone.
+func timersEach(ctx context.Context, g *grammar, env *cli.Env, raw []string, done, skipped string,
+	op func(context.Context, *events.Store, *pgx.Conn, envelope.UUID) (bool, error)) error {
+	ids := make([]envelope.UUID, len(raw))
+	for i, r := range raw {
+		id, err := envelope.ParseUUID(r)
+		if err != nil {
+			return fmt.Errorf("timer id %q: %w", r, err)
+		}
+		ids[i] = id
+	}
+	conn, store, err := g.DB.eventStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	left := 0
+	for _, id := range ids {
+		ok, err := op(ctx, store, conn, id)
+		if err != nil {
+			return err
+		}
+		if ok {
+			fmt.Fprintf(env.Stdout, "%s %s\n", id, done)
+		} else {
+			left++
+			fmt.Fprintf(env.Stdout, "%s left alone: unknown or %s\n", id, skipped)
+		}
+	}
+	if left > 0 {
+		return fmt.Errorf("%d of %d timers were left alone (see `relay events timers stuck`)", left, len(ids))
+	}
+	return nil
 }
 
 // eventsDeadCmd lists and replays subscription dead letters.
