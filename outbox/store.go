@@ -380,9 +380,6 @@ func (s *Store) resolveExisting(ctx context.Context, tx pgx.Tx, events []envelop
 			return nil, fmt.Errorf("enqueue outbox events: message %q of source %q was neither inserted nor found",
 				events[i].MessageID, events[i].Source)
 		}
-		if r.id == results[i].OutboxID {
-			continue // log mode: the trigger wrote this call's row to keiro_outbox_log
-		}
 		results[i].OutboxID = r.id
 		if fields := conflictFields(&events[i], &r.ev); len(fields) > 0 {
 			results[i].Outcome = Conflict

@@ -19,9 +19,8 @@ const sqlLookupRow = `SELECT ` + RowColumns + ` FROM {{schema}}.keiro_outbox WHE
 
 // sqlEnqueueExistingRows reads back the rows of the (source $1[i], message id $2[i]) pairs
 // that an enqueue did not insert into keiro_outbox, to tell a duplicate from an identity
-// conflict: from keiro_outbox, or from keiro_outbox_log (log mode, migration 009: there the
-// row may be the one this enqueue wrote, which carries its outbox id). A log row has no
-// delivery state: its columns read as a pending row's.
+// conflict: from keiro_outbox, or from keiro_outbox_log (an event enqueued in the other mode,
+// migration 009). A log row has no delivery state: its columns read as a pending row's.
 const sqlEnqueueExistingRows = `SELECT ` + RowColumns + ` FROM {{schema}}.keiro_outbox
 WHERE (source, message_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
 UNION ALL
