@@ -11,6 +11,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 	_ "github.com/keiro-go/keiro/outbox/logrelay"
@@ -172,4 +173,39 @@ func st(t *testing.T) *outbox.Store {
 	s, err := outbox.NewStore("keiro")
 	require.NoError(t, err)
 	return s
+}
+
+// In log mode, an event enqueued again with the same caller-chosen outbox id (the events
+// layer's deterministic ids) is a duplicate when identical and a conflict when changed, as in
+// claim mode.
+func TestLogModeEnqueueWithIDs(t *testing.T) {
+	t.Parallel()
+	db, _, st := rig(t, 1)
+	ctx := context.Background()
+	dropLogSlot(t, db.Pool, outbox.DefaultLogSlot(db.Schema))
+	_, err := st.SetMode(ctx, db.Pool, outbox.ModeLog, "")
+	require.NoError(t, err)
+	id := envelope.NewUUIDv7()
+	ev := event("m-1", "orders", ptr("k"), `{"n":1}`)
+	enq := func(e envelope.Event) ([]outbox.EnqueueResult, error) {
+		var res []outbox.EnqueueResult
+		err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			var err error
+			res, err = st.EnqueueWithIDsTx(ctx, tx, []envelope.UUID{id}, e)
+			return err
+		})
+		return res, err
+	}
+	res, err := enq(ev)
+	require.NoError(t, err)
+	require.Equal(t, outbox.Inserted, res[0].Outcome)
+	res, err = enq(ev)
+	require.NoError(t, err)
+	require.Equal(t, outbox.Duplicate, res[0].Outcome)
+	require.Equal(t, id, res[0].OutboxID)
+	ev.Payload = []byte(`{"n":2}`)
+	_, err = enq(ev)
+	require.ErrorIs(t, err, outbox.ErrIdentityConflict)
+	require.Equal(t, 1, count(t, db.Pool, "keiro_outbox_log"))
+	require.Zero(t, count(t, db.Pool, "keiro_outbox"))
 }
