@@ -438,3 +438,74 @@ func TestBadOTelEnvIsAUsageError(t *testing.T) {
 		t.Fatalf("the variable is not named:\n%s", p.output())
 	}
 }
+
+// relay run --mode=log (KEIRO_RELAY_MODE=log) switches the schema, publishes the rows pending
+// in keiro_outbox first, then those written in log mode from the slot, each key in order.
+func TestEndToEndLogMode(t *testing.T) {
+	db := testenv.NewDB(t)
+	slot := db.Schema + "_keiro_log"
+	t.Cleanup(func() { // after the relay's process has stopped (cleanups run last in, first out)
+		ctx := context.Background()
+		for range 100 {
+			_, err := db.Pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+			if err == nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond) // the stopped relay's walsender releases the slot shortly after
+		}
+		_, _ = db.Pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+slot)
+	})
+	kc := testenv.NewKafka(t)
+	kc.CreateTopic(t, "orders", 3)
+	ctx := context.Background()
+	st, err := outbox.NewStore(db.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueue := func(from, to int) {
+		evs := make([]envelope.Event, 0, to-from)
+		for i := from; i < to; i++ {
+			key := fmt.Sprintf("order-%d", i%5)
+			evs = append(evs, testEvent(fmt.Sprintf("m-%03d", i), "ordering", "orders", &key))
+		}
+		if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			_, err := st.EnqueueTx(ctx, tx, evs...)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enqueue(0, 20) // claim mode: pending in keiro_outbox when the relay starts
+	start(t, []string{
+		"KEIRO_RELAY_DATABASE_URL=" + testenv.DatabaseURL(),
+		"KEIRO_RELAY_SCHEMA=" + db.Schema,
+		"KEIRO_RELAY_BROKERS=" + strings.Join(kc.Seeds, ","),
+		"KEIRO_RELAY_HTTP_ADDR=127.0.0.1:0",
+		"KEIRO_RELAY_MODE=log",
+	}, "--log-format=json", "--poll-interval=100ms")
+	testenv.WaitFor(t, 30*time.Second, "the relay switched the schema to log mode", func() bool {
+		m, err := st.Mode(ctx, db.Pool)
+		return err == nil && m == outbox.ModeLog
+	})
+	enqueue(20, 50)
+	recs := kc.ConsumeRecords(t, 50, 30*time.Second, "orders")
+	if len(recs) != 50 {
+		t.Fatalf("consumed %d of 50 records", len(recs))
+	}
+	last := map[string]string{}
+	for _, r := range recs {
+		ev, err := envelope.Decode(envelope.Record{Key: r.Key, Value: r.Value, Headers: headersOf(r.Headers)})
+		if err != nil {
+			t.Fatalf("decode record: %v", err)
+		}
+		if k := string(r.Key); ev.MessageID <= last[k] {
+			t.Fatalf("key %s: %s after %s", k, ev.MessageID, last[k])
+		} else {
+			last[k] = ev.MessageID
+		}
+	}
+	var inLog int
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM keiro_outbox_log").Scan(&inLog); err != nil || inLog != 30 {
+		t.Fatalf("keiro_outbox_log holds %d rows (%v), want 30", inLog, err)
+	}
+}
