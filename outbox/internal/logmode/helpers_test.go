@@ -37,6 +37,7 @@ func newFixture(t *testing.T, kcfg testenv.KafkaConfig) *fixture {
 	// commit after its creation.
 	name := db.Schema + "_keiro_log"
 	ctx := context.Background()
+	sweepAbandonedSlots(t, db.Pool)
 	_, err := db.Pool.Exec(ctx, "CREATE PUBLICATION "+name+" FOR TABLE keiro_outbox_log WITH (publish = 'insert')")
 	require.NoError(t, err)
 	t.Cleanup(func() { dropSlot(t, db.Pool, name) })
@@ -138,3 +139,17 @@ func ids(recs []*kgo.Record) []string {
 	}
 	return out
 }
+
+// sweepAbandonedSlots drops the slots of earlier test runs that ended without their cleanup (a
+// test binary killed by its -timeout): inactive slots of a test schema's name that keep more
+// than 1 GiB of WAL. Left alone they would make the shared server keep WAL without bound.
+func sweepAbandonedSlots(t testing.TB, pool *pgxpool.Pool) {
+	if _, err := pool.Exec(context.Background(), sqlSweepSlots); err != nil {
+		t.Logf("sweep abandoned test slots: %v", err)
+	}
+}
+
+// sqlSweepSlots is sweepAbandonedSlots' statement.
+const sqlSweepSlots = `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+WHERE NOT active AND slot_name ~ '^t_[0-9a-f]{12}_keiro_log$'
+  AND pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn) > 1073741824`
