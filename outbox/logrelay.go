@@ -100,9 +100,9 @@ func (r *Relay) slotGauges() (metric.Registration, error) {
 		metric.WithDescription("WAL retained by the log-mode replication slot (from its restart_lsn to the current WAL position)."))
 	safe, err2 := m.Int64ObservableGauge(MetricLogSlotSafeWAL, metric.WithUnit("By"),
 		metric.WithDescription("WAL that can still be written before the slot is in danger of invalidation (max_slot_wal_keep_size)."))
-	active, err3 := m.Int64ObservableGauge(MetricLogSlotActive, metric.WithUnit("1"),
+	active, err3 := m.Int64ObservableGauge(MetricLogSlotActive, metric.WithUnit("{slot}"),
 		metric.WithDescription("1 while a relay reads the log-mode slot."))
-	lost, err4 := m.Int64ObservableGauge(MetricLogSlotLost, metric.WithUnit("1"),
+	lost, err4 := m.Int64ObservableGauge(MetricLogSlotLost, metric.WithUnit("{slot}"),
 		metric.WithDescription("1 once PostgreSQL invalidated the slot (wal_status lost): events must be recovered from keiro_outbox_log."))
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return nil, fmt.Errorf("create slot gauges: %w", err)
