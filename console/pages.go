@@ -44,6 +44,8 @@ var funcs = template.FuncMap{
 	"chart":    chart,
 	"short":    short,
 	"deref":    func(s *string) string { return derefOr(s, "") },
+	"deref64":  func(n *int64) int64 { return *n },
+	"ageOf0":   func(s float64) string { return fmtAge(&s) },
 	"keyOf":    func(s *string) string { return derefOr(s, "—") },
 	"statuses": func() []string { return outboxStatuses },
 	"has": func(list []string, s string) bool {
