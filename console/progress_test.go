@@ -19,7 +19,9 @@ import (
 )
 
 // lateProgress is the console's progress source for a consumer built after the rig.
-type lateProgress struct{ c atomic.Pointer[inbox.Consumer] }
+type lateProgress struct {
+	c atomic.Pointer[inbox.Consumer]
+}
 
 func (l *lateProgress) Progress() []inbox.PartitionProgress {
 	if c := l.c.Load(); c != nil {
