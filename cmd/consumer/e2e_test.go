@@ -233,6 +233,27 @@ func TestRunSQLModeEffectsExactlyOnce(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, 200, resp.StatusCode)
 
+	// consumer status --admin-url asks the running consumer for the partitions it owns: each
+	// with its last commit and nothing stuck, in JSON and as text.
+	statusEnv := []string{"KEIRO_CONSUMER_DATABASE_URL=" + testenv.DatabaseURL(), "KEIRO_CONSUMER_SCHEMA=" + db.Schema}
+	sr := runBinary(t, 60*time.Second, statusEnv, "status", "--json", "--admin-url=http://"+addr)
+	require.Equal(t, 0, sr.code, sr.stderr)
+	var st inboxStatus
+	require.NoError(t, json.Unmarshal([]byte(sr.stdout), &st), sr.stdout)
+	require.NotNil(t, st.Partitions, sr.stdout)
+	require.Equal(t, "billing", st.Partitions.Group)
+	require.Zero(t, st.Partitions.Stuck)
+	require.Len(t, st.Partitions.Partitions, 3, sr.stdout)
+	for _, pl := range st.Partitions.Partitions {
+		require.NotNil(t, pl.Progress, "partition %d is owned by the running consumer", pl.Partition)
+		require.Nil(t, pl.Progress.StuckSince)
+		require.Zero(t, pl.Lag)
+	}
+	sr = runBinary(t, 60*time.Second, statusEnv, "status", "--admin-url=http://"+addr+"/")
+	require.Equal(t, 0, sr.code, sr.stderr)
+	require.Contains(t, sr.stdout, "running consumer, group billing: 3 partition(s), 0 stuck")
+	require.Regexp(t, `(?m)^orders\.v1\s+0\s+0\s+-\s+-\s+\S+\s+idle$`, sr.stdout)
+
 	// More duplicates while running, and one new message.
 	produce(t, cl, topic, evs[5], evs[20], orderEvent("o-new", 99))
 	want["o-new"] = 99
