@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keiro-go/keiro/events"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/outbox"
 )
@@ -27,6 +28,8 @@ type page struct {
 	Inbox    bool
 	Events   bool
 	CanRetry bool
+	// DeadLetters reports that the consumer's dead-letter topics are served.
+	DeadLetters bool
 	// Refresh is the seconds between refreshes of the page's live part (0: none).
 	Refresh int
 	// OutboxMax and InboxMax are the attempt ceilings (0: unknown).
@@ -70,6 +73,17 @@ var funcs = template.FuncMap{
 	"when":     when,
 	"either":   either,
 	"whenp":    whenp,
+	// either1 is a dead-letter reason, or "unknown" for a record without one.
+	"either1": func(s string) string {
+		if s == "" {
+			return "unknown"
+		}
+		return s
+	},
+	"subStatuses": func() []string {
+		return []string{events.DeadLetterDead, events.DeadLetterReplay, events.DeadLetterReplayed}
+	},
+	"subValue": subDeadLetterValue,
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -193,7 +207,8 @@ func short(n int, s string) string {
 }
 
 // pageNames are the templates of templates/, each parsed with layout.html.
-var pageNames = []string{"overview", "outbox", "outbox_row", "requeue", "inbox", "inbox_entry", "retry", "subscriptions", "search", "requeued", "retried", "error"}
+var pageNames = []string{"overview", "outbox", "outbox_row", "requeue", "inbox", "inbox_entry", "retry", "subscriptions", "search", "requeued", "retried", "error",
+	"deadletters", "deadletter", "replay", "replayed", "subdeadletters", "subreplay", "subreplayed"}
 
 func parsePages() (map[string]*template.Template, error) {
 	layout, err := fs.ReadFile(templateFS, "templates/layout.html")
@@ -225,6 +240,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 		Title: c.cfg.Title, Heading: heading, Active: active, Who: p.name, CSRF: c.guard.csrfToken(p),
 		ReadOnly: c.cfg.ReadOnly, Outbox: c.cfg.Outbox != nil, Inbox: c.cfg.Inbox != nil, Events: c.cfg.Events != nil,
 		CanRetry: c.cfg.Inbox != nil && c.cfg.Inbox.Handler != nil && !c.cfg.ReadOnly, Data: data,
+		DeadLetters: c.cfg.Inbox != nil && len(c.cfg.Inbox.DeadLetterTopics) > 0,
 	}
 	pg.Refresh = refreshSeconds[name]
 	if c.cfg.Outbox != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro/console"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/keirotest/testenv"
@@ -339,7 +340,7 @@ func TestRunHTTPModeWithDeadLetters(t *testing.T) {
 		"KEIRO_CONSUMER_HANDLER=http", "KEIRO_CONSUMER_HTTP_URL="+srv.URL+"/events",
 		"KEIRO_CONSUMER_HTTP_HEADER=Authorization: Bearer t0ken", "KEIRO_CONSUMER_NAME=ledger-inbox",
 		"KEIRO_CONSUMER_MAX_ATTEMPTS=2"))
-	p.waitLog(servingRe, 30*time.Second)
+	addr := p.waitLog(servingRe, 30*time.Second)[1]
 
 	dlq := kc.ConsumeRecords(t, 3, 30*time.Second, topic+".dlq")
 	require.Len(t, dlq, 3, p.log())
@@ -366,6 +367,21 @@ func TestRunHTTPModeWithDeadLetters(t *testing.T) {
 	}
 	require.Contains(t, dlqErr, "422")
 	require.Contains(t, dlqErr, "unknown account")
+
+	// The console lists the dead-letter topic of --dlq-topic with the reasons; only the record
+	// that never reached the inbox (decode) is offered for replay.
+	resp, err := http.Get("http://" + addr + "/api/v1/inbox/dead-letters")
+	require.NoError(t, err)
+	var dl console.DeadLetterPage
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&dl))
+	resp.Body.Close()
+	require.Equal(t, []console.DeadLetterTopic{{Topic: topic + ".dlq", Records: 3}}, dl.Topics)
+	require.Len(t, dl.Records, 3)
+	replayable := map[string]bool{}
+	for _, d := range dl.Records {
+		replayable[d.Reason] = d.Replayable
+	}
+	require.Equal(t, map[string]bool{inbox.ReasonDecode: true, inbox.ReasonPoisoned: false, inbox.ReasonPermanent: false}, replayable)
 
 	adm := kadm.NewClient(cl)
 	testenv.WaitFor(t, 30*time.Second, "every record committed", func() bool { return committedAll(t, adm, "ledger", topic) })
