@@ -83,7 +83,8 @@ var funcs = template.FuncMap{
 	"subStatuses": func() []string {
 		return []string{events.DeadLetterDead, events.DeadLetterReplay, events.DeadLetterReplayed}
 	},
-	"subValue": subDeadLetterValue,
+	"subValue":  subDeadLetterValue,
+	"groupLink": groupQuery,
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -208,7 +209,7 @@ func short(n int, s string) string {
 
 // pageNames are the templates of templates/, each parsed with layout.html.
 var pageNames = []string{"overview", "outbox", "outbox_row", "requeue", "inbox", "inbox_entry", "retry", "subscriptions", "search", "requeued", "retried", "error",
-	"deadletters", "deadletter", "replay", "replayed", "subdeadletters", "subreplay", "subreplayed"}
+	"deadletters", "deadletter", "replay", "replayed", "subdeadletters", "subreplay", "subreplayed", "groups"}
 
 func parsePages() (map[string]*template.Template, error) {
 	layout, err := fs.ReadFile(templateFS, "templates/layout.html")
