@@ -182,7 +182,11 @@ func (c *Console) listInboxFailed(ctx context.Context, r *http.Request) (InboxPa
 	if err != nil {
 		return InboxPage{}, badRequest{err}
 	}
-	opts := inbox.ListOptions{Source: strings.TrimSpace(q.Get("source")), Limit: limit + 1}
+	archived, err := parseArchived(r)
+	if err != nil {
+		return InboxPage{}, badRequest{err}
+	}
+	opts := inbox.ListOptions{Source: strings.TrimSpace(q.Get("source")), Limit: limit + 1, Archived: archived}
 	if cur := q.Get("cursor"); cur != "" {
 		if opts.After, err = decodeInboxCursor(cur); err != nil {
 			return InboxPage{}, badRequest{err}

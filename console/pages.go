@@ -209,7 +209,7 @@ func short(n int, s string) string {
 
 // pageNames are the templates of templates/, each parsed with layout.html.
 var pageNames = []string{"overview", "outbox", "outbox_row", "requeue", "inbox", "inbox_entry", "retry", "subscriptions", "search", "requeued", "retried", "error",
-	"deadletters", "deadletter", "replay", "replayed", "subdeadletters", "subreplay", "subreplayed", "groups"}
+	"deadletters", "deadletter", "replay", "replayed", "subdeadletters", "subreplay", "subreplayed", "groups", "archive", "archived"}
 
 func parsePages() (map[string]*template.Template, error) {
 	layout, err := fs.ReadFile(templateFS, "templates/layout.html")
@@ -352,7 +352,12 @@ type inboxListData struct {
 	Source   string
 	Page     InboxPage
 	First    bool
+	// Archived lists the archived messages instead of the working list.
+	Archived bool
 }
+
+// ArchivedParam is the list's ?archived= value: "true", or "" for the working list.
+func (d inboxListData) ArchivedParam() string { return archivedParam(d.Archived) }
 
 func (c *Console) pageInboxFailed(w http.ResponseWriter, r *http.Request) {
 	pg, err := c.listInboxFailed(r.Context(), r)
@@ -367,6 +372,7 @@ func (c *Console) pageInboxFailed(w http.ResponseWriter, r *http.Request) {
 	}
 	c.render(w, r, http.StatusOK, "inbox", "Inbox: failed and poisoned messages", "inbox", inboxListData{
 		Consumer: c.cfg.Inbox.Consumer, Source: r.URL.Query().Get("source"), Page: pg, First: r.URL.Query().Get("cursor") == "",
+		Archived: r.URL.Query().Get("archived") == "true",
 	})
 }
 

@@ -187,6 +187,30 @@ type outboxFilter struct {
 	Source, Destination string
 	Before              int64
 	Limit               int
+	// Archived lists the archived rows instead of the working list.
+	Archived bool
+}
+
+// ArchivedParam is the filter's ?archived= value: "true", or "" for the working list.
+func (f outboxFilter) ArchivedParam() string { return archivedParam(f.Archived) }
+
+func archivedParam(on bool) string {
+	if on {
+		return "true"
+	}
+	return ""
+}
+
+// parseArchived reads ?archived=: true or false (or absent: false).
+func parseArchived(r *http.Request) (bool, error) {
+	switch v := r.URL.Query().Get("archived"); v {
+	case "", "false":
+		return false, nil
+	case "true":
+		return true, nil
+	default:
+		return false, fmt.Errorf("archived must be true or false, got %q", v)
+	}
 }
 
 // parseOutboxFilter reads ?status=&source=&destination=&cursor=&limit=.
@@ -221,12 +245,15 @@ func parseOutboxFilter(r *http.Request) (outboxFilter, error) {
 	if f.Limit, err = pageSize(r); err != nil {
 		errs = append(errs, err)
 	}
+	if f.Archived, err = parseArchived(r); err != nil {
+		errs = append(errs, err)
+	}
 	return f, errors.Join(errs...)
 }
 
 func (c *Console) listOutboxRows(ctx context.Context, f outboxFilter) (OutboxPage, error) {
 	rows, err := c.outbox.ListOutbox(ctx, c.cfg.Outbox.Pool, outbox.ListOptions{Statuses: f.Statuses,
-		Source: f.Source, Destination: f.Destination, NewestFirst: true, Before: f.Before, Limit: f.Limit + 1})
+		Source: f.Source, Destination: f.Destination, NewestFirst: true, Before: f.Before, Limit: f.Limit + 1, Archived: f.Archived})
 	if err != nil {
 		return OutboxPage{}, err
 	}

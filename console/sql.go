@@ -32,7 +32,8 @@ func bind(q, schema, table string) string {
 	return strings.ReplaceAll(q, "{{t}}", schema+"."+table)
 }
 
-// Failure groups: the dead or rejected outbox rows, and one consumer's failed inbox rows,
+// Failure groups: the dead or rejected outbox rows, and one consumer's failed inbox rows, archived
+// rows aside,
 // grouped by error class and normalised message. {{norm}} is the normalisation of last_error:
 // UUIDs become <id>, runs of 16 or more hex digits <hex>, and whole numbers <n> (an id, an
 // offset, an amount), so that "order 41 …" and "order 42 …" fall in one group; the result is cut
@@ -53,7 +54,7 @@ SELECT class, message, count(*), min(updated_at), max(updated_at), min(last_erro
        (array_agg(DISTINCT event_type ORDER BY event_type))[1:5]
   FROM (SELECT {{class}} AS class, {{norm}} AS message, updated_at, coalesce(last_error, '') AS last_error,
                destination, event_type
-          FROM {{t}} WHERE phase = 2) g
+          FROM {{t}} WHERE phase = 2 AND archived_at IS NULL) g
  GROUP BY class, message
  ORDER BY count(*) DESC, class, message
  LIMIT $1`
@@ -61,7 +62,7 @@ SELECT class, message, count(*), min(updated_at), max(updated_at), min(last_erro
 	// sqlOutboxGroupIDs lists the outbox ids of one group, newest first.
 	sqlOutboxGroupIDs = `
 SELECT outbox_id FROM (SELECT outbox_id, updated_at, {{class}} AS class, {{norm}} AS message
-                         FROM {{t}} WHERE phase = 2) g
+                         FROM {{t}} WHERE phase = 2 AND archived_at IS NULL) g
  WHERE class = $1 AND message = $2
  ORDER BY updated_at DESC
  LIMIT $3`
@@ -76,7 +77,7 @@ SELECT class, message, count(*), min(failed_at), max(failed_at), min(last_error)
        (array_agg(DISTINCT coalesce(event_type, '') ORDER BY coalesce(event_type, '')))[1:5]
   FROM (SELECT {{class}} AS class, {{norm}} AS message, failed_at, coalesce(last_error, '') AS last_error,
                source, event_type
-          FROM {{t}} WHERE consumer = $1 AND status = 'failed') g
+          FROM {{t}} WHERE consumer = $1 AND status = 'failed' AND archived_at IS NULL) g
  GROUP BY class, message
  ORDER BY count(*) DESC, class, message
  LIMIT $2`
@@ -84,7 +85,7 @@ SELECT class, message, count(*), min(failed_at), max(failed_at), min(last_error)
 	// sqlInboxGroupKeys lists the keys of one group of consumer $1, oldest failure first.
 	sqlInboxGroupKeys = `
 SELECT source, dedupe_key FROM (SELECT source, dedupe_key, failed_at, {{class}} AS class, {{norm}} AS message
-                                  FROM {{t}} WHERE consumer = $1 AND status = 'failed') g
+                                  FROM {{t}} WHERE consumer = $1 AND status = 'failed' AND archived_at IS NULL) g
  WHERE class = $2 AND message = $3
  ORDER BY failed_at, source, dedupe_key
  LIMIT $4`

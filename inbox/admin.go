@@ -70,6 +70,9 @@ type ListOptions struct {
 	// After continues after this entry (pass the last entry of the previous page). Defaults to
 	// nil (the first page).
 	After *Entry
+	// Archived lists only archived rows (failed rows an operator set aside with Archive).
+	// Defaults to false: only rows not archived, the working list.
+	Archived bool
 }
 
 // ListFailed returns failed rows of the store's consumer, oldest failure first, for the
@@ -82,7 +85,7 @@ func (s *Store) ListFailed(ctx context.Context, db DB, opts ListOptions) ([]Entr
 	if opts.After != nil && opts.After.FailedAt != nil {
 		afterAt, afterSrc, afterKey = *opts.After.FailedAt, opts.After.Source, opts.After.DedupeKey
 	}
-	rows, err := db.Query(ctx, s.sql.listFailed, s.cfg.Consumer, opts.Source, afterAt, afterSrc, afterKey, opts.Limit)
+	rows, err := db.Query(ctx, s.sql.listFailed, s.cfg.Consumer, opts.Source, afterAt, afterSrc, afterKey, opts.Limit, opts.Archived)
 	if err != nil {
 		return nil, fmt.Errorf("list failed inbox rows: %w", err)
 	}
@@ -127,6 +130,33 @@ func (s *Store) Search(ctx context.Context, db DB, term string, limit int) ([]En
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("search inbox rows: %w", err)
+	}
+	return out, nil
+}
+
+// Archive sets aside the store consumer's failed rows among keys that are not archived yet, and
+// returns them: an operator's "nothing to do about these". Archived rows leave the working list
+// (ListFailed without Archived, and so `consumer inbox failed list` and retry --all) and stay in
+// the table: ListFailed with Archived lists them, Search and Lookup find them, and Reprocess
+// runs them. A completed, missing or already archived row is not in the answer.
+func (s *Store) Archive(ctx context.Context, db DB, keys []Key) ([]Key, error) {
+	if len(keys) == 0 {
+		return nil, errors.New("archive inbox rows: no keys")
+	}
+	srcs, dks := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		srcs[i], dks[i] = k.Source, k.DedupeKey
+	}
+	rows, err := db.Query(ctx, s.sql.archive, s.cfg.Consumer, srcs, dks)
+	if err != nil {
+		return nil, fmt.Errorf("archive inbox rows: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Key, error) {
+		var k Key
+		return k, r.Scan(&k.Source, &k.DedupeKey)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("archive inbox rows: %w", err)
 	}
 	return out, nil
 }

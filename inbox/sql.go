@@ -48,6 +48,7 @@ type statements struct {
 	markCompletedDO  string
 	lookup           string
 	listFailed       string
+	archive          string
 	search           string
 	retryKeys        string
 	retryAll         string
@@ -109,9 +110,15 @@ FROM ` + t + ` WHERE consumer = $1 AND source = $2 AND dedupe_key = $3`,
 	completed_at, failed_at, coalesce(last_error, '')
 FROM ` + t + `
 WHERE consumer = $1 AND status = 'failed' AND ($2 = '' OR source = $2)
-  AND (failed_at, source, dedupe_key) > ($3, $4, $5)
+  AND (failed_at, source, dedupe_key) > ($3, $4, $5) AND (archived_at IS NOT NULL) = $7
 ORDER BY failed_at, source, dedupe_key
 LIMIT $6`,
+		// archive sets aside consumer $1's failed rows among the keys ($2, $3) not archived yet.
+		archive: `UPDATE ` + t + ` i SET archived_at = now()
+FROM unnest($2::text[], $3::text[]) AS k(source, dedupe_key)
+WHERE i.consumer = $1 AND i.status = 'failed' AND i.archived_at IS NULL
+  AND i.source = k.source AND i.dedupe_key = k.dedupe_key
+RETURNING i.source, i.dedupe_key`,
 		// search scans the consumer's rows (the primary key's prefix) for an exact source,
 		// dedupe key, message id, key or event type: an operator's search (Store.Search).
 		search: `SELECT ` + envelopeColumns + `, received_at, status, attempt_count, poisoned,

@@ -37,6 +37,9 @@ type ListOptions struct {
 	Before int64
 	// Limit is the most rows returned. Defaults to DefaultListLimit.
 	Limit int
+	// Archived lists only archived rows (dead or rejected rows an operator set aside with
+	// ArchiveTx). Defaults to false: only rows not archived, the working list.
+	Archived bool
 }
 
 // ListOutbox lists outbox rows in seq order (the relay's order), or newest first, filtered
@@ -63,7 +66,7 @@ func (s *Store) ListOutbox(ctx context.Context, q Querier, opts ListOptions) ([]
 		sql, from = s.q.ListOutboxNewest, opts.Before
 	}
 	return s.listRows(ctx, q, "list outbox rows", sql, from, statuses,
-		nullString(opts.Source), nullString(opts.Destination), nullString(opts.Key), limit, phases)
+		nullString(opts.Source), nullString(opts.Destination), nullString(opts.Key), limit, phases, opts.Archived)
 }
 
 // SearchOutbox lists the rows, in any status, whose message id, key, event type or source is

@@ -35,8 +35,10 @@ type Queries struct {
 	// ListOutbox, ListOutboxNewest, SearchOutbox, CountDead, ListStuckOutbox, ListSentGcCandidates and
 	// Activity are the inspection listings (list.go).
 	ListOutbox, ListOutboxNewest, SearchOutbox, CountDead string
-	ListStuckOutbox, ListSentGcCandidates                 string
-	Activity                                              string
+	// Archive sets aside dead and rejected rows (Store.ArchiveTx).
+	Archive                               string
+	ListStuckOutbox, ListSentGcCandidates string
+	Activity                              string
 	// LookupRow and EnqueueExistingRows read whole rows of RowColumns.
 	LookupRow, EnqueueExistingRows string
 }
@@ -98,6 +100,7 @@ func New(schema string) *Queries {
 		ListOutboxNewest:     r.Replace(sqlListOutboxNewest),
 		SearchOutbox:         r.Replace(sqlSearchOutbox),
 		CountDead:            r.Replace(sqlCountDead),
+		Archive:              r.Replace(sqlArchive),
 		ListStuckOutbox:      r.Replace(sqlListStuckOutbox),
 		ListSentGcCandidates: r.Replace(sqlListSentGcCandidates),
 		Activity:             r.Replace(sqlActivity),

@@ -489,28 +489,30 @@ const sqlStatus = `
 SELECT status, destination, count(*), min(created_at)
 FROM {{schema}}.keiro_outbox GROUP BY status, destination ORDER BY status, destination`
 
-// sqlListDead lists dead and rejected rows after seq $1, optionally of one source ($2) and one
-// destination ($3), at most $4.
+// sqlListDead lists dead and rejected rows that are not archived after seq $1, optionally of one
+// source ($2) and one destination ($3), at most $4.
 const sqlListDead = `
 SELECT seq, outbox_id, message_id, source, destination, message_key, status, attempt_count,
     last_error, rejection_code, updated_at
 FROM {{schema}}.keiro_outbox
-WHERE phase = 2 AND seq > $1
+WHERE phase = 2 AND archived_at IS NULL AND seq > $1
   AND ($2::text IS NULL OR source = $2) AND ($3::text IS NULL OR destination = $3)
 ORDER BY seq LIMIT $4`
 
 // sqlRequeue puts dead and rejected rows back to pending with a fresh attempt budget:
-// the ids in $1, or every row of source $2 and/or destination $4, or all ($3). It returns
-// their ids in seq order.
+// the ids in $1 (archived or not: a requeue brings an archived row back), or every row not
+// archived of source $2 and/or destination $4, or all of them ($3). It returns their ids in seq
+// order.
 const sqlRequeue = `
 WITH moved AS (
 UPDATE {{schema}}.keiro_outbox SET status = 'pending', attempt_count = 0, next_attempt_at = now(),
     rejected_at = NULL, rejection_code = NULL, claim_token = NULL, produce_started = false,
-    lease_until = NULL, updated_at = now()
+    lease_until = NULL, updated_at = now(), archived_at = NULL
 WHERE phase = 2
   AND (outbox_id = ANY($1::uuid[])
-       OR (($2::text IS NOT NULL OR $4::text IS NOT NULL)
-           AND ($2::text IS NULL OR source = $2) AND ($4::text IS NULL OR destination = $4))
-       OR $3::boolean)
+       OR (archived_at IS NULL
+           AND ((($2::text IS NOT NULL OR $4::text IS NOT NULL)
+                 AND ($2::text IS NULL OR source = $2) AND ($4::text IS NULL OR destination = $4))
+                OR $3::boolean)))
 RETURNING outbox_id, seq)
 SELECT outbox_id FROM moved ORDER BY seq`
