@@ -36,6 +36,11 @@ type Console struct {
 	outbox *outbox.Store
 	inbox  *inbox.Store
 	events *events.Store
+
+	// apiPatterns are the /api/v1 routes registered, as given to the mux.
+	apiPatterns []string
+	// openapi is the API's OpenAPI document (GET /api/v1/openapi.json).
+	openapi map[string]any
 }
 
 // New validates cfg and returns the console's handler. Mount it for the paths /api/v1/ and
@@ -66,35 +71,41 @@ func New(cfg Config) (*Console, error) {
 	if c.pages, err = parsePages(); err != nil {
 		return nil, err
 	}
+	c.openapi = openAPIDocument()
 	c.routes()
 	return c, nil
 }
 
 func (c *Console) routes() {
 	m := c.mux
-	// JSON API.
-	m.HandleFunc("GET /api/v1/outbox/summary", c.needOutbox(apiRead(c, c.readOutboxSummary)))
-	m.HandleFunc("GET /api/v1/outbox/rows", c.needOutbox(c.apiOutboxRows))
-	m.HandleFunc("GET /api/v1/outbox/rows/{id}", c.needOutbox(c.apiOutboxRow))
-	m.HandleFunc("POST /api/v1/outbox/requeue", c.needOutbox(c.apiOutboxRequeue))
-	m.HandleFunc("GET /api/v1/outbox/groups", c.needOutbox(apiRead(c, c.readOutboxGroups)))
-	m.HandleFunc("POST /api/v1/outbox/groups/requeue", c.needOutbox(c.apiOutboxGroupRequeue))
-	m.HandleFunc("POST /api/v1/outbox/archive", c.needOutbox(c.apiOutboxArchive))
-	m.HandleFunc("POST /api/v1/inbox/archive", c.needInbox(c.apiInboxArchive))
-	m.HandleFunc("GET /api/v1/inbox/groups", c.needInbox(apiRead(c, c.readInboxGroups)))
-	m.HandleFunc("POST /api/v1/inbox/groups/retry", c.needInbox(c.apiInboxGroupRetry))
-	m.HandleFunc("GET /api/v1/inbox/summary", c.needInbox(apiRead(c, c.readInboxSummary)))
-	m.HandleFunc("GET /api/v1/inbox/failed", c.needInbox(c.apiInboxFailed))
-	m.HandleFunc("GET /api/v1/inbox/failed/{source}/{key...}", c.needInbox(c.apiInboxEntry))
-	m.HandleFunc("POST /api/v1/inbox/retry", c.needInbox(c.apiInboxRetry))
-	m.HandleFunc("GET /api/v1/consumer/lag", c.needInbox(c.apiLag))
-	m.HandleFunc("GET /api/v1/search", c.needRows(c.apiSearch))
-	m.HandleFunc("GET /api/v1/inbox/dead-letters", c.needDeadLetters(c.apiDeadLetters))
-	m.HandleFunc("GET /api/v1/inbox/dead-letters/{topic}/{partition}/{offset}", c.needDeadLetters(c.apiDeadLetter))
-	m.HandleFunc("POST /api/v1/inbox/dead-letters/replay", c.needDeadLetters(c.apiDeadLetterReplay))
-	m.HandleFunc("GET /api/v1/subscriptions", c.needEvents(apiRead(c, c.readSubscriptions)))
-	m.HandleFunc("GET /api/v1/subscriptions/dead-letters", c.needEvents(c.apiSubDeadLetters))
-	m.HandleFunc("POST /api/v1/subscriptions/dead-letters/replay", c.needEvents(c.apiSubDeadLetterReplay))
+	// JSON API: every route is described in apiOperations (openapi.go).
+	api := func(pattern string, h http.HandlerFunc) {
+		c.apiPatterns = append(c.apiPatterns, pattern)
+		m.HandleFunc(pattern, h)
+	}
+	api("GET /api/v1/openapi.json", c.apiOpenAPI)
+	api("GET /api/v1/outbox/summary", c.needOutbox(apiRead(c, c.readOutboxSummary)))
+	api("GET /api/v1/outbox/rows", c.needOutbox(c.apiOutboxRows))
+	api("GET /api/v1/outbox/rows/{id}", c.needOutbox(c.apiOutboxRow))
+	api("POST /api/v1/outbox/requeue", c.needOutbox(c.apiOutboxRequeue))
+	api("GET /api/v1/outbox/groups", c.needOutbox(apiRead(c, c.readOutboxGroups)))
+	api("POST /api/v1/outbox/groups/requeue", c.needOutbox(c.apiOutboxGroupRequeue))
+	api("POST /api/v1/outbox/archive", c.needOutbox(c.apiOutboxArchive))
+	api("POST /api/v1/inbox/archive", c.needInbox(c.apiInboxArchive))
+	api("GET /api/v1/inbox/groups", c.needInbox(apiRead(c, c.readInboxGroups)))
+	api("POST /api/v1/inbox/groups/retry", c.needInbox(c.apiInboxGroupRetry))
+	api("GET /api/v1/inbox/summary", c.needInbox(apiRead(c, c.readInboxSummary)))
+	api("GET /api/v1/inbox/failed", c.needInbox(c.apiInboxFailed))
+	api("GET /api/v1/inbox/failed/{source}/{key...}", c.needInbox(c.apiInboxEntry))
+	api("POST /api/v1/inbox/retry", c.needInbox(c.apiInboxRetry))
+	api("GET /api/v1/consumer/lag", c.needInbox(c.apiLag))
+	api("GET /api/v1/search", c.needRows(c.apiSearch))
+	api("GET /api/v1/inbox/dead-letters", c.needDeadLetters(c.apiDeadLetters))
+	api("GET /api/v1/inbox/dead-letters/{topic}/{partition}/{offset}", c.needDeadLetters(c.apiDeadLetter))
+	api("POST /api/v1/inbox/dead-letters/replay", c.needDeadLetters(c.apiDeadLetterReplay))
+	api("GET /api/v1/subscriptions", c.needEvents(apiRead(c, c.readSubscriptions)))
+	api("GET /api/v1/subscriptions/dead-letters", c.needEvents(c.apiSubDeadLetters))
+	api("POST /api/v1/subscriptions/dead-letters/replay", c.needEvents(c.apiSubDeadLetterReplay))
 	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no API endpoint %s %s (see docs/console.md for the list)", r.Method, r.URL.Path))
 	})
