@@ -105,6 +105,9 @@ type InboxEntry struct {
 	Headers []Header `json:"headers"`
 	// Payload is the stored payload (a preview in lists).
 	Payload Payload `json:"payload"`
+	// AttemptHistory is the row's failed attempts, oldest first (the last 20); only in the
+	// answer for one row.
+	AttemptHistory []inbox.Attempt `json:"attempt_history,omitempty"`
 }
 
 // KafkaPosition is a record's topic, partition and offset.
@@ -519,15 +522,28 @@ func (c *Console) apiInboxEntry(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	e, err := c.inbox.Lookup(r.Context(), c.cfg.Inbox.Pool, k)
+	e, err := c.inboxDetail(r.Context(), k)
 	switch {
 	case errors.Is(err, inbox.ErrNotFound):
 		writeError(w, http.StatusNotFound, err.Error())
 	case err != nil:
 		c.serverError(w, r, err)
 	default:
-		writeJSON(w, http.StatusOK, c.inboxEntry(e, DefaultDetailPayloadBytes))
+		writeJSON(w, http.StatusOK, e)
 	}
+}
+
+// inboxDetail is one row with its payload and attempt history, for its page and its answer.
+func (c *Console) inboxDetail(ctx context.Context, k inbox.Key) (InboxEntry, error) {
+	e, err := c.inbox.Lookup(ctx, c.cfg.Inbox.Pool, k)
+	if err != nil {
+		return InboxEntry{}, err
+	}
+	out := c.inboxEntry(e, DefaultDetailPayloadBytes)
+	if out.AttemptHistory, err = c.inbox.AttemptHistory(ctx, c.cfg.Inbox.Pool, k); err != nil {
+		return InboxEntry{}, err
+	}
+	return out, nil
 }
 
 func (c *Console) apiInboxRetry(w http.ResponseWriter, r *http.Request) {

@@ -30,6 +30,16 @@ type DeadLetterPage struct {
 	NextCursor string `json:"next_cursor,omitempty"`
 }
 
+// AnyReplayable reports whether a record of the page can be replayed.
+func (p DeadLetterPage) AnyReplayable() bool {
+	for _, r := range p.Records {
+		if r.Replayable {
+			return true
+		}
+	}
+	return false
+}
+
 // DeadLetterTopic is one dead-letter topic of the consumer.
 type DeadLetterTopic struct {
 	// Topic is the topic's name.

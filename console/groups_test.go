@@ -103,3 +103,33 @@ func TestFailureGroups(t *testing.T) {
 	require.Empty(t, groups.Groups)
 	require.True(t, strings.Contains(r.get(t, "/console/inbox/groups").body, `id="no-groups"`))
 }
+
+// TestAttemptHistoryShown: a row's page and its API answer list its failed attempts.
+func TestAttemptHistoryShown(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	r.process(t, event("h-1", "orders.v1", ptr("k1"), `{"poison":1}`), 0, 1)
+	var e console.InboxEntry
+	a := r.get(t, "/api/v1/inbox/failed/orders/h-1")
+	require.Equal(t, http.StatusOK, a.code, a.body)
+	a.json(t, &e)
+	require.Len(t, e.AttemptHistory, 1)
+	require.Equal(t, 1, e.AttemptHistory[0].Attempt)
+	require.Contains(t, e.AttemptHistory[0].Error, "payload is poison")
+	page := r.get(t, "/console/inbox/orders/h-1").body
+	require.Regexp(t, `(?s)id="attempt-history".*1 of 1.*payload is poison`, page)
+
+	ids := r.enqueue(t, event("o-1", "payments.v1", ptr("k"), `{}`))
+	r.exec(t, fmt.Sprintf(`UPDATE %s.keiro_outbox SET status = 'rejected', rejected_at = now(), rejection_code = 'message_too_large',
+		attempt_count = 2, last_error = 'too large', attempt_errors = '[{"attempt":1,"at":"2026-12-01T10:00:00Z","error":"broker <down>"},
+		{"attempt":2,"at":"2026-12-01T10:01:00Z","error":"too large","code":"message_too_large"}]' WHERE outbox_id = $1`, r.db.Schema), ids[0])
+	var o console.OutboxRow
+	r.get(t, "/api/v1/outbox/rows/"+ids[0]).json(t, &o)
+	require.Len(t, o.AttemptHistory, 2)
+	require.Equal(t, "message_too_large", o.AttemptHistory[1].Code)
+	page = r.get(t, "/console/outbox/"+ids[0]).body
+	require.Regexp(t, `(?s)id="attempt-history".*broker &lt;down&gt;.*message_too_large`, page)
+	var list console.OutboxPage
+	r.get(t, "/api/v1/outbox/rows").json(t, &list)
+	require.Nil(t, list.Rows[0].AttemptHistory, "lists carry no history")
+}

@@ -382,15 +382,14 @@ func (c *Console) pageInboxEntry(w http.ResponseWriter, r *http.Request) {
 		c.pageError(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	e, err := c.inbox.Lookup(r.Context(), c.cfg.Inbox.Pool, k)
+	e, err := c.inboxDetail(r.Context(), k)
 	switch {
 	case errors.Is(err, inbox.ErrNotFound):
 		c.pageError(w, r, http.StatusNotFound, err.Error()+" for consumer "+c.cfg.Inbox.Consumer+".")
 	case err != nil:
 		c.serverError(w, r, err)
 	default:
-		c.render(w, r, http.StatusOK, "inbox_entry", "Inbox message "+k.Source+" / "+k.DedupeKey, "inbox",
-			c.inboxEntry(e, DefaultDetailPayloadBytes))
+		c.render(w, r, http.StatusOK, "inbox_entry", "Inbox message "+k.Source+" / "+k.DedupeKey, "inbox", e)
 	}
 }
 

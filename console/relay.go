@@ -154,6 +154,9 @@ type OutboxRow struct {
 	LastError string `json:"last_error,omitempty"`
 	// RejectionCode is the Kafka error of a rejected row ("message_too_large").
 	RejectionCode string `json:"rejection_code,omitempty"`
+	// AttemptHistory is the row's failed attempts, oldest first (the last 20); only in the
+	// answer for one row.
+	AttemptHistory []outbox.Attempt `json:"attempt_history,omitempty"`
 	// NextAttemptAt is when a failed row is retried.
 	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
 	// PublishedAt, Partition and Offset are set on sent rows.
@@ -297,7 +300,11 @@ func (c *Console) getOutboxRow(ctx context.Context, raw string) (OutboxRow, erro
 	if err != nil {
 		return OutboxRow{}, err
 	}
-	return outboxRowOf(row, DefaultDetailPayloadBytes), nil
+	o := outboxRowOf(row, DefaultDetailPayloadBytes)
+	if o.AttemptHistory, err = c.outbox.AttemptHistory(ctx, c.cfg.Outbox.Pool, id); err != nil {
+		return OutboxRow{}, err
+	}
+	return o, nil
 }
 
 // RequeueRequest is the body of POST /api/v1/outbox/requeue: ids, or a source and/or

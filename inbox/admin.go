@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -130,6 +131,35 @@ func (s *Store) Search(ctx context.Context, db DB, term string, limit int) ([]En
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("search inbox rows: %w", err)
+	}
+	return out, nil
+}
+
+// Attempt is one failed attempt of a row, as its history keeps it.
+type Attempt struct {
+	// Attempt is the attempt's number (1 for the first).
+	Attempt int `json:"attempt"`
+	// At is when the attempt failed.
+	At time.Time `json:"at"`
+	// Error is the handler's error (at most 1024 bytes).
+	Error string `json:"error"`
+}
+
+// AttemptHistory returns row k's failed attempts, oldest first (the last 20; deliveries and
+// Reprocess alike), or [ErrNotFound]. A row that never failed has none.
+func (s *Store) AttemptHistory(ctx context.Context, db DB, k Key) ([]Attempt, error) {
+	var raw []byte
+	if err := db.QueryRow(ctx, s.sql.attemptErrors, s.cfg.Consumer, k.Source, k.DedupeKey).Scan(&raw); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("inbox row %s/%s: %w", k.Source, k.DedupeKey, ErrNotFound)
+		}
+		return nil, fmt.Errorf("read the attempts of inbox row %s/%s: %w", k.Source, k.DedupeKey, err)
+	}
+	out := []Attempt{}
+	if raw != nil {
+		if err := json.Unmarshal(raw, &out); err != nil {
+			return nil, fmt.Errorf("read the attempts of inbox row %s/%s: %w", k.Source, k.DedupeKey, err)
+		}
 	}
 	return out, nil
 }

@@ -49,6 +49,7 @@ type statements struct {
 	lookup           string
 	listFailed       string
 	archive          string
+	attemptErrors    string
 	search           string
 	retryKeys        string
 	retryAll         string
@@ -72,17 +73,24 @@ FROM ` + unnestRows + `
 ON CONFLICT (consumer, source, dedupe_key) DO NOTHING
 RETURNING source, dedupe_key`,
 		// A failed attempt, in its own transaction after the handler's rolled back. Never flips a
-		// row that another process completed meanwhile (WHERE status = 'failed').
-		recordFailure: `INSERT INTO ` + t + ` (` + storedCols + `, status, attempt_count, poisoned, failed_at, last_error)
-SELECT ` + selectRow + `, 'failed', 1, $28 OR 1 >= $29, now(), $27
+		// row that another process completed meanwhile (WHERE status = 'failed'). The attempt
+		// joins the row's history (attempt_errors, the last 20).
+		recordFailure: `INSERT INTO ` + t + ` (` + storedCols + `, status, attempt_count, poisoned, failed_at, last_error, attempt_errors)
+SELECT ` + selectRow + `, 'failed', 1, $28 OR 1 >= $29, now(), $27,
+    jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now(), 'error', left($27, 1024)))
 FROM ` + unnestRows + `
 ON CONFLICT (consumer, source, dedupe_key) DO UPDATE
 SET attempt_count = keiro_inbox.attempt_count + 1,
     poisoned = keiro_inbox.poisoned OR $28 OR keiro_inbox.attempt_count + 1 >= $29,
     failed_at = now(),
-    last_error = EXCLUDED.last_error
+    last_error = EXCLUDED.last_error,
+    attempt_errors = jsonb_path_query_array(coalesce(keiro_inbox.attempt_errors, '[]'::jsonb) || jsonb_build_array(
+        jsonb_build_object('attempt', keiro_inbox.attempt_count + 1, 'at', now(), 'error', left(EXCLUDED.last_error, 1024))),
+        '$[last - 19 to last]')
 WHERE keiro_inbox.status = 'failed'
 RETURNING attempt_count, poisoned`,
+		// attemptErrors reads a row's failed attempts (Store.AttemptHistory).
+		attemptErrors: `SELECT attempt_errors FROM ` + t + ` WHERE consumer = $1 AND source = $2 AND dedupe_key = $3`,
 		// The rows that earlier deliveries of $2/$3 recorded (existing.go): readExisting
 		// without a lock (completed rows are terminal), lockExisting FOR UPDATE (failed rows
 		// that may be rerun).

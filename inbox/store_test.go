@@ -702,3 +702,36 @@ func TestArchiveFailedRows(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, inbox.Processed, r.Outcome)
 }
+
+// TestAttemptHistory: every failed attempt, by a delivery or by Reprocess, joins the row's
+// history with its number, time and error.
+func TestAttemptHistory(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.NewDB(t)
+	s := newStore(t, db, func(c *inbox.StoreConfig) { c.MaxAttempts = 5 })
+	n := 0
+	fail := func(context.Context, pgx.Tx, envelope.Event) error {
+		n++
+		return fmt.Errorf("downstream said no (%d)", n)
+	}
+	ev := newEvent("src", "t")
+	for range 2 {
+		res, err := s.Process(ctx, db.Pool, inbox.Delivery{Event: ev}, fail)
+		require.NoError(t, err)
+		require.Equal(t, inbox.HandlerFailed, res.Outcome)
+	}
+	k := inbox.Key{Source: ev.Source, DedupeKey: ev.MessageID}
+	_, err := s.Reprocess(ctx, db.Pool, k, fail)
+	require.NoError(t, err)
+	h, err := s.AttemptHistory(ctx, db.Pool, k)
+	require.NoError(t, err)
+	require.Len(t, h, 3)
+	for i, a := range h {
+		require.Equal(t, i+1, a.Attempt)
+		require.Equal(t, fmt.Sprintf("downstream said no (%d)", i+1), a.Error)
+		require.False(t, a.At.IsZero())
+	}
+	_, err = s.AttemptHistory(ctx, db.Pool, inbox.Key{Source: "src", DedupeKey: "none"})
+	require.ErrorIs(t, err, inbox.ErrNotFound)
+}

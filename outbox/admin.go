@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -178,6 +179,37 @@ type RequeueFilter struct {
 	Destination string
 	// All requeues every dead or rejected row.
 	All bool
+}
+
+// Attempt is one failed attempt of a row, as its history keeps it.
+type Attempt struct {
+	// Attempt is the attempt's number (1 for the first).
+	Attempt int `json:"attempt"`
+	// At is when the attempt failed.
+	At time.Time `json:"at"`
+	// Error is the attempt's error (at most 1024 bytes).
+	Error string `json:"error"`
+	// Code is the rejection code of an attempt Kafka refused for good; empty otherwise.
+	Code string `json:"code,omitempty"`
+}
+
+// AttemptHistory returns row id's failed or rejected produce attempts, oldest first (the last
+// 20; a requeue keeps them), or [ErrNotFound]. A row that never failed has none.
+func (s *Store) AttemptHistory(ctx context.Context, q Querier, id envelope.UUID) ([]Attempt, error) {
+	var raw []byte
+	if err := q.QueryRow(ctx, s.q.AttemptErrors, [16]byte(id)).Scan(&raw); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("outbox row %s: %w", id, ErrNotFound)
+		}
+		return nil, fmt.Errorf("read the attempts of outbox row %s: %w", id, err)
+	}
+	out := []Attempt{}
+	if raw != nil {
+		if err := json.Unmarshal(raw, &out); err != nil {
+			return nil, fmt.Errorf("read the attempts of outbox row %s: %w", id, err)
+		}
+	}
+	return out, nil
 }
 
 // ArchiveTx sets aside, in tx, the dead and rejected rows among ids that are not archived yet,

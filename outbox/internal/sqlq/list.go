@@ -32,6 +32,9 @@ const sqlCountDead = `SELECT count(*) FROM {{schema}}.keiro_outbox
 WHERE phase = 2 AND archived_at IS NULL
   AND ($1::text IS NULL OR source = $1) AND ($2::text IS NULL OR destination = $2)`
 
+// sqlAttemptErrors reads row $1's failed attempts (NULL: none recorded).
+const sqlAttemptErrors = `SELECT attempt_errors FROM {{schema}}.keiro_outbox WHERE outbox_id = $1`
+
 // sqlArchive archives the dead and rejected rows among the ids $1 that are not archived yet,
 // and returns their ids in seq order.
 const sqlArchive = `

@@ -35,8 +35,9 @@ type Queries struct {
 	// ListOutbox, ListOutboxNewest, SearchOutbox, CountDead, ListStuckOutbox, ListSentGcCandidates and
 	// Activity are the inspection listings (list.go).
 	ListOutbox, ListOutboxNewest, SearchOutbox, CountDead string
-	// Archive sets aside dead and rejected rows (Store.ArchiveTx).
-	Archive                               string
+	// Archive sets aside dead and rejected rows (Store.ArchiveTx); AttemptErrors reads a row's
+	// failed attempts (Store.AttemptHistory).
+	Archive, AttemptErrors                string
 	ListStuckOutbox, ListSentGcCandidates string
 	Activity                              string
 	// LookupRow and EnqueueExistingRows read whole rows of RowColumns.
@@ -101,6 +102,7 @@ func New(schema string) *Queries {
 		SearchOutbox:         r.Replace(sqlSearchOutbox),
 		CountDead:            r.Replace(sqlCountDead),
 		Archive:              r.Replace(sqlArchive),
+		AttemptErrors:        r.Replace(sqlAttemptErrors),
 		ListStuckOutbox:      r.Replace(sqlListStuckOutbox),
 		ListSentGcCandidates: r.Replace(sqlListSentGcCandidates),
 		Activity:             r.Replace(sqlActivity),

@@ -379,7 +379,8 @@ const (
 // failure goes dead. The token is cleared, and produce_started with it.
 // Outcomes: sent; failed (or dead when the ceiling is reached); skipped (failed, attempt
 // refunded, due now); deferred (failed during a Kafka outage, attempt refunded, due after the
-// delay); released (pending, attempt refunded); rejected (terminal).
+// delay); released (pending, attempt refunded); rejected (terminal). A failed or rejected
+// produce appends its attempt to attempt_errors (the last 20 kept).
 const sqlMark = `
 UPDATE {{schema}}.keiro_outbox o SET
     status = CASE m.outcome
@@ -397,6 +398,10 @@ UPDATE {{schema}}.keiro_outbox o SET
         WHEN 'released' THEN now()
         ELSE o.next_attempt_at END,
     last_error = CASE m.outcome WHEN 'sent' THEN NULL WHEN 'released' THEN o.last_error ELSE m.err END,
+    attempt_errors = CASE WHEN m.outcome IN ('failed', 'rejected') THEN jsonb_path_query_array(
+        coalesce(o.attempt_errors, '[]'::jsonb) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+            'attempt', o.attempt_count, 'at', now(), 'error', left(m.err, 1024), 'code', nullif(m.code, '')))),
+        '$[last - 19 to last]') ELSE o.attempt_errors END,
     published_at = CASE WHEN m.outcome = 'sent' THEN now() ELSE o.published_at END,
     kafka_partition = CASE WHEN m.outcome = 'sent' THEN m.part ELSE o.kafka_partition END,
     kafka_offset = CASE WHEN m.outcome = 'sent' THEN m.off ELSE o.kafka_offset END,
