@@ -214,6 +214,10 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if msg := badText(r); msg != "" {
+		c.fail(w, r, api, http.StatusBadRequest, msg)
+		return
+	}
 	c.mux.ServeHTTP(w, r)
 }
 

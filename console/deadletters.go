@@ -348,6 +348,9 @@ func (c *Console) readDeadLetter(ctx context.Context, ref RecordRef) (*kgo.Recor
 		return nil, badRequest{err}
 	}
 	recs, err := kafkaread.Range(ctx, c.cfg.Inbox.Kafka, ref.Topic, ref.Partition, ref.Offset, ref.Offset+1)
+	if errors.Is(err, kafkaread.ErrNoPartition) {
+		return nil, errDeadLetterNotFound{ref}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -361,7 +364,7 @@ func (c *Console) readDeadLetter(ctx context.Context, ref RecordRef) (*kgo.Recor
 type errDeadLetterNotFound struct{ ref RecordRef }
 
 func (e errDeadLetterNotFound) Error() string {
-	return fmt.Sprintf("no record at %s partition %d offset %d (past the end, removed by retention or compaction)", e.ref.Topic, e.ref.Partition, e.ref.Offset)
+	return fmt.Sprintf("no record at %s partition %d offset %d (no such partition, past the end, or removed by retention or compaction)", e.ref.Topic, e.ref.Partition, e.ref.Offset)
 }
 
 // ReplayRequest is the body of POST /api/v1/inbox/dead-letters/replay.

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -466,5 +468,73 @@ func decodeBody(r *http.Request, v any) (int, string) {
 		}
 		return http.StatusBadRequest, "request body is not the expected JSON: " + err.Error()
 	}
+	if hasNUL(reflect.ValueOf(v)) {
+		return http.StatusBadRequest, errNUL
+	}
 	return 0, ""
+}
+
+// errNUL refuses text with a NUL character, which no row, topic or name can hold (PostgreSQL's
+// text refuses it).
+const errNUL = "a value of the request contains a NUL character (\u0000), which no stored value can hold"
+
+// hasNUL reports whether a string reachable from v (fields, elements, pointers) holds a NUL.
+func hasNUL(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.String:
+		return strings.ContainsRune(v.String(), 0)
+	case reflect.Pointer, reflect.Interface:
+		return !v.IsNil() && hasNUL(v.Elem())
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() && hasNUL(v.Field(i)) {
+				return true
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		for i := range v.Len() {
+			if hasNUL(v.Index(i)) {
+				return true
+			}
+		}
+	case reflect.Map:
+		for _, k := range v.MapKeys() {
+			if hasNUL(k) || hasNUL(v.MapIndex(k)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// badText reports why a request's path, query or form cannot be served: a NUL character or
+// invalid UTF-8, which no stored value can match; "" when they are fine.
+func badText(r *http.Request) string {
+	check := func(what, s string) string {
+		switch {
+		case strings.ContainsRune(s, 0):
+			return what + " contains a NUL character, which no stored value can hold"
+		case !utf8.ValidString(s):
+			return what + " is not valid UTF-8"
+		}
+		return ""
+	}
+	if msg := check("the path", r.URL.Path); msg != "" {
+		return msg
+	}
+	for k, vs := range r.URL.Query() {
+		for _, v := range vs {
+			if msg := check("query parameter "+strconv.Quote(k), v); msg != "" {
+				return msg
+			}
+		}
+	}
+	for k, vs := range r.PostForm {
+		for _, v := range vs {
+			if msg := check("form field "+strconv.Quote(k), v); msg != "" {
+				return msg
+			}
+		}
+	}
+	return ""
 }

@@ -15,6 +15,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
+// ErrNoPartition reports a topic or partition the cluster does not have.
+var ErrNoPartition = errors.New("no such topic or partition")
+
 // fetchBytes bounds one Fetch answer (Kafka returns at least one batch even when it is larger).
 const fetchBytes = 4 << 20
 
@@ -75,12 +78,15 @@ func Range(ctx context.Context, cl *kgo.Client, topic string, partition int32, f
 		return nil, fmt.Errorf("read the metadata of %s: %w", topic, err)
 	}
 	td, ok := md.Topics[topic]
-	if !ok || td.Err != nil {
-		return nil, fmt.Errorf("topic %s: %w", topic, errors.Join(td.Err, errIfMissing(ok)))
+	if !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
+		return nil, fmt.Errorf("topic %s: %w", topic, ErrNoPartition)
+	}
+	if td.Err != nil {
+		return nil, fmt.Errorf("topic %s: %w", topic, td.Err)
 	}
 	pd, ok := td.Partitions[partition]
 	if !ok {
-		return nil, fmt.Errorf("topic %s has no partition %d", topic, partition)
+		return nil, fmt.Errorf("topic %s partition %d: %w", topic, partition, ErrNoPartition)
 	}
 	if pd.Err != nil {
 		return nil, fmt.Errorf("topic %s partition %d: %w", topic, partition, pd.Err)
@@ -103,13 +109,6 @@ func Range(ctx context.Context, cl *kgo.Client, topic string, partition int32, f
 		from = next
 	}
 	return out, nil
-}
-
-func errIfMissing(found bool) error {
-	if found {
-		return nil
-	}
-	return kerr.UnknownTopicOrPartition
 }
 
 // fetch sends one Fetch for partition at offset to its leader; next is the offset after the
