@@ -25,6 +25,7 @@ import (
 	"github.com/keiro-go/keiro/console"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
+	"github.com/keiro-go/keiro/internal/apifuzz"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
@@ -554,4 +555,26 @@ func TestRunReadinessFollowsKafkaOutage(t *testing.T) {
 type inboxReadiness struct {
 	Status  string   `json:"status"`
 	Failing []string `json:"failing"`
+}
+
+// TestAdminAPIFuzzed runs schemathesis against the running consumer's admin API, with a
+// poisoned message in its inbox and its dead-letter topic (internal/apifuzz: no 5xx, only the
+// statuses and JSON its OpenAPI document declares).
+func TestAdminAPIFuzzed(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	sqlFixture(t, db)
+	kc := testenv.NewKafka(t)
+	const topic = "orders.v1"
+	kc.CreateTopic(t, topic, 1)
+	kc.CreateTopic(t, topic+".dlq", 1)
+	bad := orderEvent("bad-1", 0)
+	bad.Payload = []byte(`{"mode":"poison"}`)
+	produce(t, kc.NewClient(t), topic, orderEvent("ok-1", 1), bad)
+	p := startBinary(t, e2eEnv(db, kc, "billing", topic,
+		"KEIRO_CONSUMER_HANDLER=sql", "KEIRO_CONSUMER_SQL_FUNCTION="+db.Schema+".apply_event",
+		"KEIRO_CONSUMER_ADMIN_TOKEN=fuzz-token"))
+	addr := p.waitLog(servingRe, 30*time.Second)[1]
+	kc.ConsumeRecords(t, 1, 30*time.Second, topic+".dlq")
+	apifuzz.Run(t, "http://"+addr, "fuzz-token", p.log)
 }
