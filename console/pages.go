@@ -73,8 +73,8 @@ var funcs = template.FuncMap{
 	"when":     when,
 	"either":   either,
 	"whenp":    whenp,
-	// either1 is a dead-letter reason, or "unknown" for a record without one.
-	"either1": func(s string) string {
+	// reasonOr is a dead-letter reason, or "unknown" for a record without one.
+	"reasonOr": func(s string) string {
 		if s == "" {
 			return "unknown"
 		}

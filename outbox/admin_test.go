@@ -263,6 +263,11 @@ func TestArchive(t *testing.T) {
 	found, err := st.SearchOutbox(ctx, db.Pool, "r1", 0)
 	require.NoError(t, err)
 	require.Len(t, found, 1, "an archived row stays searchable")
+	relay, err := outbox.NewRelay(db.Pool, newKafka(t).NewClient(t, outbox.ProducerOpts()...), outbox.RelayConfig{Schema: db.Schema, Retention: -1})
+	require.NoError(t, err)
+	res, err := relay.MaintenancePass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), res.Dead, "the dead gauge (and its alert) leaves archived rows aside")
 
 	n, err = st.Requeue(ctx, db.Pool, outbox.RequeueFilter{All: true})
 	require.NoError(t, err)

@@ -470,7 +470,8 @@ del AS (
     RETURNING 1)
 SELECT (SELECT got FROM lock), (SELECT count(*) FROM del)`
 
-// sqlGauges samples, per destination, the backlog, the oldest pending age and the dead count,
+// sqlGauges samples, per destination, the backlog, the oldest pending age and the dead count
+// (archived rows aside: an operator set them aside, they need no alert),
 // if it gets the maintenance lock $1. The oldest pending age is that of the oldest open row,
 // publishing ones included: a row stuck publishing (a produce that cannot complete, with two
 // brokers of three down) is as unpublished as a pending one, and the alert on the age must see it.
@@ -484,7 +485,7 @@ LEFT JOIN LATERAL (
     SELECT destination,
         count(*) FILTER (WHERE phase = 0) AS backlog,
         extract(epoch FROM now() - min(created_at) FILTER (WHERE phase = 0))::float8 AS age,
-        count(*) FILTER (WHERE phase = 2) AS dead
+        count(*) FILTER (WHERE phase = 2 AND archived_at IS NULL) AS dead
     FROM {{schema}}.keiro_outbox
     WHERE l.got AND phase IN (0, 2)
     GROUP BY destination) g ON true`
