@@ -56,7 +56,9 @@ func TestSubscriptionDeadLettersListAndReplay(t *testing.T) {
 	go func() { errc <- sub.Run(subCtx) }()
 	t.Cleanup(func() {
 		cancel()
-		<-errc
+		if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("subscription: %v", err)
+		}
 	})
 	p.Wait(t, 3, time.Minute, errc)
 
