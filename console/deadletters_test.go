@@ -181,3 +181,19 @@ func TestDeadLetterTopicListAndReplay(t *testing.T) {
 	require.Len(t, cp.Headers, len(record(event("nokey-1", topic, ptr("cust-1"), `{"n":1}`), topic).Headers))
 	require.Contains(t, r.logs.String(), "dead-letter replay")
 }
+
+// TestDeadLetterTopicNotCreatedYet: before the first dead letter the topic may not exist; the
+// list says so instead of failing.
+func TestDeadLetterTopicNotCreatedYet(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, func(c *console.Config) { c.Inbox.DeadLetterTopics = []string{"never.dlq"} })
+	var page console.DeadLetterPage
+	a := r.get(t, "/api/v1/inbox/dead-letters")
+	require.Equal(t, http.StatusOK, a.code, a.body)
+	a.json(t, &page)
+	require.Len(t, page.Topics, 1)
+	require.Contains(t, page.Topics[0].Error, "created by the first dead letter")
+	require.Empty(t, page.Records)
+	require.Equal(t, http.StatusNotFound, r.get(t, "/api/v1/inbox/dead-letters/never.dlq/0/0").code)
+	require.Equal(t, http.StatusOK, r.get(t, "/console/dead-letters").code)
+}
