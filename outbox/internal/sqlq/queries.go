@@ -18,10 +18,13 @@ type Queries struct {
 	// ClaimKeys is the per-key policies' claim past the front of the backlog (sqlClaimKeys).
 	ClaimKeys          string
 	Mark, Renew, Start string
-	ReleaseLost        string
-	Retention, Gauges  string
-	Status, ListDead   string
-	Requeue            string
+	// MarkHistory is Mark for a batch with a failed or rejected row: it also appends each such
+	// row's attempt to its history.
+	MarkHistory       string
+	ReleaseLost       string
+	Retention, Gauges string
+	Status, ListDead  string
+	Requeue           string
 	// SleepLock and SleepUnlock take and release sleepLockAll; the filtered forms, sleepLockFiltered.
 	SleepLock, SleepUnlock                 string
 	SleepLockFiltered, SleepUnlockFiltered string
@@ -80,7 +83,8 @@ func New(schema string) *Queries {
 		ClaimSource:          claim(preJoinSource, preSource, postSource, shareOfSource),
 		ClaimAny:             claim("", "TRUE", postNone, shareOfSeq),
 		ClaimKeys:            claimKeys,
-		Mark:                 r.Replace(sqlMark),
+		Mark:                 r.Replace(strings.Replace(sqlMark, "{{attempt_errors}}", "", 1)),
+		MarkHistory:          r.Replace(strings.Replace(sqlMark, "{{attempt_errors}}", markHistory, 1)),
 		Renew:                r.Replace(sqlRenew),
 		Start:                r.Replace(sqlStartProduce),
 		ReleaseLost:          r.Replace(sqlReleaseLostClaim),

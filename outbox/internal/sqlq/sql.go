@@ -379,8 +379,10 @@ const (
 // failure goes dead. The token is cleared, and produce_started with it.
 // Outcomes: sent; failed (or dead when the ceiling is reached); skipped (failed, attempt
 // refunded, due now); deferred (failed during a Kafka outage, attempt refunded, due after the
-// delay); released (pending, attempt refunded); rejected (terminal). A failed or rejected
-// produce appends its attempt to attempt_errors (the last 20 kept).
+// delay); released (pending, attempt refunded); rejected (terminal). {{attempt_errors}} is
+// empty in Mark, the statement of a batch without failures (the common case, which so does not
+// pay for it), and markHistory in MarkHistory: a failed or rejected produce appends its attempt
+// to attempt_errors (the last 20 kept).
 const sqlMark = `
 UPDATE {{schema}}.keiro_outbox o SET
     status = CASE m.outcome
@@ -398,11 +400,7 @@ UPDATE {{schema}}.keiro_outbox o SET
         WHEN 'released' THEN now()
         ELSE o.next_attempt_at END,
     last_error = CASE m.outcome WHEN 'sent' THEN NULL WHEN 'released' THEN o.last_error ELSE m.err END,
-    attempt_errors = CASE WHEN m.outcome IN ('failed', 'rejected') THEN jsonb_path_query_array(
-        coalesce(o.attempt_errors, '[]'::jsonb) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
-            'attempt', o.attempt_count, 'at', now(), 'error', left(m.err, 1024), 'code', nullif(m.code, '')))),
-        '$[last - 19 to last]') ELSE o.attempt_errors END,
-    published_at = CASE WHEN m.outcome = 'sent' THEN now() ELSE o.published_at END,
+{{attempt_errors}}    published_at = CASE WHEN m.outcome = 'sent' THEN now() ELSE o.published_at END,
     kafka_partition = CASE WHEN m.outcome = 'sent' THEN m.part ELSE o.kafka_partition END,
     kafka_offset = CASE WHEN m.outcome = 'sent' THEN m.off ELSE o.kafka_offset END,
     rejected_at = CASE WHEN m.outcome = 'rejected' THEN now() ELSE o.rejected_at END,
@@ -415,6 +413,13 @@ FROM unnest($2::uuid[], $3::text[], $4::text[], $5::bigint[], $6::int[], $7::big
     AS m(id, outcome, err, delay_us, part, off, code)
 WHERE o.outbox_id = m.id AND o.claim_token = $1::uuid AND o.status = 'publishing'
 RETURNING o.outbox_id, m.outcome, o.status`
+
+// markHistory is sqlMark's attempt_errors assignment in MarkHistory.
+const markHistory = `    attempt_errors = CASE WHEN m.outcome IN ('failed', 'rejected') THEN jsonb_path_query_array(
+        coalesce(o.attempt_errors, '[]'::jsonb) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+            'attempt', o.attempt_count, 'at', now(), 'error', left(m.err, 1024), 'code', nullif(m.code, '')))),
+        '$[last - 19 to last]') ELSE o.attempt_errors END,
+`
 
 // sqlRenew extends the lease of a batch still in flight: its rows ($2) still publishing under
 // claim token $1 get a lease of $3 microseconds from now. A row that is not (its lease expired
