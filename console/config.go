@@ -6,10 +6,12 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/migrations"
 )
@@ -84,6 +86,24 @@ type InboxConfig struct {
 	Kafka *kgo.Client
 	// Group is the Kafka consumer group whose lag is shown. Defaults to Consumer.
 	Group string
+	// Progress is the running consumer (an *inbox.Consumer in the same process), whose view of
+	// the partitions it owns is shown beside the lag: the record in flight, the age of the
+	// oldest waiting record, the last commit and the partitions stuck. Defaults to nil: only
+	// Kafka's offsets are shown.
+	Progress ProgressSource
+	// StuckAfter is how long a partition with records waiting may go without moving before it
+	// is shown stuck. Defaults to inbox.DefaultStuckAfter.
+	StuckAfter time.Duration
+	// DeadLetterTopics are the consumer's dead-letter topics (ConsumerConfig.DeadLetterTopic
+	// for each topic it reads), listed on the dead-letter page, whose records can be replayed
+	// to their source topic through Kafka. Defaults to none: the page is not offered.
+	DeadLetterTopics []string
+}
+
+// ProgressSource reports a running consumer's partitions; *inbox.Consumer implements it.
+type ProgressSource interface {
+	// Progress returns the progress of each partition the consumer owns.
+	Progress() []inbox.PartitionProgress
 }
 
 // EventsConfig locates the event store whose subscriptions are shown.
@@ -129,6 +149,9 @@ func (c *Config) applyDefaults() {
 		if c.Inbox.Group == "" {
 			c.Inbox.Group = c.Inbox.Consumer
 		}
+		if c.Inbox.StuckAfter == 0 {
+			c.Inbox.StuckAfter = inbox.DefaultStuckAfter
+		}
 	}
 	if c.Events != nil && c.Events.Schema == "" {
 		c.Events.Schema = migrations.DefaultSchema
@@ -163,6 +186,17 @@ func (c *Config) validate() error {
 		}
 		if err := migrations.ValidateSchema(i.Schema); err != nil {
 			errs = append(errs, fmt.Errorf("Inbox.Schema: %w", err))
+		}
+		if i.StuckAfter < 0 {
+			errs = append(errs, fmt.Errorf("Inbox.StuckAfter must be positive, got %s", i.StuckAfter))
+		}
+		for _, t := range i.DeadLetterTopics {
+			if err := envelope.ValidateTopic(t); err != nil {
+				errs = append(errs, fmt.Errorf("Inbox.DeadLetterTopics: topic %q %v", t, err))
+			}
+		}
+		if len(i.DeadLetterTopics) > 0 && i.Kafka == nil {
+			errs = append(errs, errors.New("Inbox.DeadLetterTopics needs Inbox.Kafka: the dead letters are read from Kafka"))
 		}
 	}
 	if e := c.Events; e != nil {

@@ -36,6 +36,11 @@ type Console struct {
 	outbox *outbox.Store
 	inbox  *inbox.Store
 	events *events.Store
+
+	// apiPatterns are the /api/v1 routes registered, as given to the mux.
+	apiPatterns []string
+	// openapi is the API's OpenAPI document (GET /api/v1/openapi.json).
+	openapi map[string]any
 }
 
 // New validates cfg and returns the console's handler. Mount it for the paths /api/v1/ and
@@ -66,30 +71,54 @@ func New(cfg Config) (*Console, error) {
 	if c.pages, err = parsePages(); err != nil {
 		return nil, err
 	}
+	c.openapi = openAPIDocument()
 	c.routes()
 	return c, nil
 }
 
 func (c *Console) routes() {
 	m := c.mux
-	// JSON API.
-	m.HandleFunc("GET /api/v1/outbox/summary", c.needOutbox(apiRead(c, c.readOutboxSummary)))
-	m.HandleFunc("GET /api/v1/outbox/rows", c.needOutbox(c.apiOutboxRows))
-	m.HandleFunc("GET /api/v1/outbox/rows/{id}", c.needOutbox(c.apiOutboxRow))
-	m.HandleFunc("POST /api/v1/outbox/requeue", c.needOutbox(c.apiOutboxRequeue))
-	m.HandleFunc("GET /api/v1/inbox/summary", c.needInbox(apiRead(c, c.readInboxSummary)))
-	m.HandleFunc("GET /api/v1/inbox/failed", c.needInbox(c.apiInboxFailed))
-	m.HandleFunc("GET /api/v1/inbox/failed/{source}/{key...}", c.needInbox(c.apiInboxEntry))
-	m.HandleFunc("POST /api/v1/inbox/retry", c.needInbox(c.apiInboxRetry))
-	m.HandleFunc("GET /api/v1/consumer/lag", c.needInbox(c.apiLag))
-	m.HandleFunc("GET /api/v1/search", c.needRows(c.apiSearch))
-	m.HandleFunc("GET /api/v1/subscriptions", c.needEvents(apiRead(c, c.readSubscriptions)))
+	// JSON API: every route is described in apiOperations (openapi.go).
+	api := func(pattern string, h http.HandlerFunc) {
+		c.apiPatterns = append(c.apiPatterns, pattern)
+		m.HandleFunc(pattern, h)
+	}
+	api("GET /api/v1/openapi.json", c.apiOpenAPI)
+	api("GET /api/v1/outbox/summary", c.needOutbox(apiRead(c, c.readOutboxSummary)))
+	api("GET /api/v1/outbox/rows", c.needOutbox(c.apiOutboxRows))
+	api("GET /api/v1/outbox/rows/{id}", c.needOutbox(c.apiOutboxRow))
+	api("POST /api/v1/outbox/requeue", c.needOutbox(c.apiOutboxRequeue))
+	api("GET /api/v1/outbox/groups", c.needOutbox(apiRead(c, c.readOutboxGroups)))
+	api("POST /api/v1/outbox/groups/requeue", c.needOutbox(c.apiOutboxGroupRequeue))
+	api("POST /api/v1/outbox/archive", c.needOutbox(c.apiOutboxArchive))
+	api("POST /api/v1/inbox/archive", c.needInbox(c.apiInboxArchive))
+	api("GET /api/v1/inbox/groups", c.needInbox(apiRead(c, c.readInboxGroups)))
+	api("POST /api/v1/inbox/groups/retry", c.needInbox(c.apiInboxGroupRetry))
+	api("GET /api/v1/inbox/summary", c.needInbox(apiRead(c, c.readInboxSummary)))
+	api("GET /api/v1/inbox/failed", c.needInbox(c.apiInboxFailed))
+	api("GET /api/v1/inbox/failed/{source}/{key...}", c.needInbox(c.apiInboxEntry))
+	api("POST /api/v1/inbox/retry", c.needInbox(c.apiInboxRetry))
+	api("GET /api/v1/consumer/lag", c.needInbox(c.apiLag))
+	api("GET /api/v1/search", c.needRows(c.apiSearch))
+	api("GET /api/v1/inbox/dead-letters", c.needDeadLetters(c.apiDeadLetters))
+	api("GET /api/v1/inbox/dead-letters/{topic}/{partition}/{offset}", c.needDeadLetters(c.apiDeadLetter))
+	api("POST /api/v1/inbox/dead-letters/replay", c.needDeadLetters(c.apiDeadLetterReplay))
+	api("GET /api/v1/subscriptions", c.needEvents(apiRead(c, c.readSubscriptions)))
+	api("GET /api/v1/subscriptions/dead-letters", c.needEvents(c.apiSubDeadLetters))
+	api("POST /api/v1/subscriptions/dead-letters/replay", c.needEvents(c.apiSubDeadLetterReplay))
 	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no API endpoint %s %s (see docs/console.md for the list)", r.Method, r.URL.Path))
 	})
 	// Web console.
 	m.HandleFunc("GET /console/{$}", c.pageOverview)
 	m.HandleFunc("GET /console/outbox", c.needOutbox(c.pageOutboxRows))
+	m.HandleFunc("GET /console/outbox/groups", c.needOutbox(c.pageOutboxGroups))
+	m.HandleFunc("POST /console/outbox/groups/requeue", c.needOutbox(c.pageOutboxGroupRequeue))
+	m.HandleFunc("POST /console/outbox/archive", c.needOutbox(c.pageOutboxArchive))
+	m.HandleFunc("POST /console/inbox/archive", c.needInbox(c.pageInboxArchive))
+	m.HandleFunc("GET /console/archived", c.pageArchived)
+	m.HandleFunc("GET /console/inbox/groups", c.needInbox(c.pageInboxGroups))
+	m.HandleFunc("POST /console/inbox/groups/retry", c.needInbox(c.pageInboxGroupRetry))
 	m.HandleFunc("GET /console/outbox/{id}", c.needOutbox(c.pageOutboxRow))
 	m.HandleFunc("POST /console/outbox/requeue", c.needOutbox(c.pageOutboxRequeue))
 	m.HandleFunc("GET /console/outbox/requeued", c.needOutbox(c.pageOutboxRequeued))
@@ -98,7 +127,14 @@ func (c *Console) routes() {
 	m.HandleFunc("POST /console/inbox/retry", c.needInbox(c.pageInboxRetry))
 	m.HandleFunc("GET /console/inbox/retried", c.needInbox(c.pageInboxRetried))
 	m.HandleFunc("GET /console/search", c.needRows(c.pageSearch))
+	m.HandleFunc("GET /console/dead-letters", c.needDeadLetters(c.pageDeadLetters))
+	m.HandleFunc("GET /console/dead-letters/{topic}/{partition}/{offset}", c.needDeadLetters(c.pageDeadLetter))
+	m.HandleFunc("POST /console/dead-letters/replay", c.needDeadLetters(c.pageDeadLetterReplay))
+	m.HandleFunc("GET /console/dead-letters/replayed", c.needDeadLetters(c.pageDeadLetterReplayed))
 	m.HandleFunc("GET /console/subscriptions", c.needEvents(c.pageSubscriptions))
+	m.HandleFunc("GET /console/subscriptions/dead-letters", c.needEvents(c.pageSubDeadLetters))
+	m.HandleFunc("POST /console/subscriptions/dead-letters/replay", c.needEvents(c.pageSubDeadLetterReplay))
+	m.HandleFunc("GET /console/subscriptions/dead-letters/replayed", c.needEvents(c.pageSubDeadLetterReplayed))
 	static, _ := fs.Sub(assetFS, "assets")
 	m.Handle("GET /console/assets/", http.StripPrefix("/console/assets/", assetHandler(http.FileServerFS(static))))
 	m.HandleFunc("GET /console", func(w http.ResponseWriter, r *http.Request) {
@@ -177,6 +213,10 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			c.refusePost(w, r, api, p, http.StatusForbidden, reason)
 			return
 		}
+	}
+	if msg := badText(r); msg != "" {
+		c.fail(w, r, api, http.StatusBadRequest, msg)
+		return
 	}
 	c.mux.ServeHTTP(w, r)
 }

@@ -105,6 +105,9 @@ type InboxEntry struct {
 	Headers []Header `json:"headers"`
 	// Payload is the stored payload (a preview in lists).
 	Payload Payload `json:"payload"`
+	// AttemptHistory is the row's failed attempts, oldest first (the last 20); only in the
+	// answer for one row.
+	AttemptHistory []inbox.Attempt `json:"attempt_history,omitempty"`
 }
 
 // KafkaPosition is a record's topic, partition and offset.
@@ -182,7 +185,11 @@ func (c *Console) listInboxFailed(ctx context.Context, r *http.Request) (InboxPa
 	if err != nil {
 		return InboxPage{}, badRequest{err}
 	}
-	opts := inbox.ListOptions{Source: strings.TrimSpace(q.Get("source")), Limit: limit + 1,
+	archived, err := parseArchived(r)
+	if err != nil {
+		return InboxPage{}, badRequest{err}
+	}
+	opts := inbox.ListOptions{Source: strings.TrimSpace(q.Get("source")), Limit: limit + 1, Archived: archived,
 		PayloadBytes: DefaultPreviewBytes}
 	if cur := q.Get("cursor"); cur != "" {
 		if opts.After, err = decodeInboxCursor(cur); err != nil {
@@ -346,6 +353,11 @@ type ConsumerLag struct {
 	Partitions []PartitionLag `json:"partitions"`
 	// TotalLag sums the partitions' lag.
 	TotalLag int64 `json:"total_lag"`
+	// Stuck counts the partitions shown stuck (see PartitionLag.StuckSince).
+	Stuck int `json:"stuck"`
+	// StuckAfterSeconds is how long a partition with records waiting may go without moving
+	// before it is shown stuck (InboxConfig.StuckAfter).
+	StuckAfterSeconds float64 `json:"stuck_after_seconds"`
 	// ReadAt is when the offsets were read from Kafka.
 	ReadAt time.Time `json:"read_at"`
 }
@@ -367,6 +379,51 @@ type PartitionLag struct {
 	Member string `json:"member,omitempty"`
 	// Error is the commit or end-offset error, if any.
 	Error string `json:"error,omitempty"`
+	// Progress is the running consumer's own view of the partition, when this server runs
+	// the member that owns it (InboxConfig.Progress); absent otherwise.
+	Progress *PartitionProgress `json:"progress,omitempty"`
+}
+
+// PartitionProgress is what the running consumer knows of a partition it owns, read from its
+// memory (inbox.Consumer.Progress): the age of the oldest unconsumed record is that of the
+// oldest record it fetched and has not finished, which costs no request to Kafka.
+type PartitionProgress struct {
+	// Waiting counts the records fetched and not yet done, the one in flight included.
+	Waiting int `json:"waiting"`
+	// InFlight is the offset of the record being processed; null between records.
+	InFlight *int64 `json:"in_flight"`
+	// InFlightSeconds is how long the record in flight has been processed; null when none.
+	InFlightSeconds *float64 `json:"in_flight_seconds"`
+	// OldestWaitingAgeSeconds is the age of the oldest waiting record (from its Kafka
+	// timestamp); null when nothing waits.
+	OldestWaitingAgeSeconds *float64 `json:"oldest_waiting_age_seconds"`
+	// LastCommitAgeSeconds is the time since this member last committed the partition's
+	// offset; null when it has committed none since it was assigned the partition.
+	LastCommitAgeSeconds *float64 `json:"last_commit_age_seconds"`
+	// MovedAt is when the partition last moved (a record started or finished, or the
+	// partition was assigned).
+	MovedAt time.Time `json:"moved_at"`
+	// StuckSince is set when records wait and nothing moved for StuckAfterSeconds: the time
+	// the partition last moved. Null when it is not stuck.
+	StuckSince *time.Time `json:"stuck_since"`
+}
+
+// Stuck reports a stuck partition.
+func (p PartitionLag) Stuck() bool { return p.Progress != nil && p.Progress.StuckSince != nil }
+
+// progressOf is the API's form of a consumer's partition progress at now.
+func progressOf(p inbox.PartitionProgress, now time.Time, stuckAfter time.Duration) *PartitionProgress {
+	out := &PartitionProgress{Waiting: p.Waiting, MovedAt: p.MovedAt.UTC(),
+		OldestWaitingAgeSeconds: ageSeconds(now, p.OldestWaiting), LastCommitAgeSeconds: ageSeconds(now, p.CommittedAt)}
+	if p.InFlight >= 0 {
+		off := p.InFlight
+		out.InFlight, out.InFlightSeconds = &off, ageSeconds(now, p.InFlightSince)
+	}
+	if since, stuck := p.StuckSince(now, stuckAfter); stuck {
+		since = since.UTC()
+		out.StuckSince = &since
+	}
+	return out
 }
 
 // errNoKafka reports a lag request on a console without a Kafka client.
@@ -374,33 +431,76 @@ var errNoKafka = errors.New("consumer lag is not available: the console has no K
 
 func (c *Console) readLag(ctx context.Context) (ConsumerLag, error) {
 	ic := c.cfg.Inbox
-	out := ConsumerLag{Group: ic.Group, Partitions: []PartitionLag{}}
-	if ic.Kafka == nil {
+	out := ConsumerLag{Group: ic.Group, Partitions: []PartitionLag{}, StuckAfterSeconds: ic.StuckAfter.Seconds()}
+	if ic.Kafka == nil && ic.Progress == nil {
 		return out, errNoKafka
 	}
-	g, err := inbox.GroupLag(ctx, ic.Kafka, ic.Group)
-	if errors.Is(err, inbox.ErrGroupUnknown) {
-		out.ReadAt, out.State = time.Now().UTC(), "Unknown" // the group never joined nor committed
-		return out, nil
-	} else if err != nil {
-		return out, err
+	if ic.Kafka != nil {
+		g, err := inbox.GroupLag(ctx, ic.Kafka, ic.Group)
+		switch {
+		case errors.Is(err, inbox.ErrGroupUnknown):
+			out.State = "Unknown" // the group never joined nor committed
+		case err != nil:
+			return out, err
+		default:
+			out.State, out.Members = g.State, len(g.Members)
+			for _, l := range g.Lag.Sorted() {
+				pl := PartitionLag{Topic: l.Topic, Partition: l.Partition, Committed: l.Commit.At, End: l.End.Offset, Lag: l.Lag}
+				if l.Member != nil {
+					pl.Member = strings.TrimSpace(l.Member.ClientID + " " + l.Member.ClientHost)
+				}
+				if l.Err != nil {
+					pl.Error = l.Err.Error()
+				}
+				if pl.Lag > 0 {
+					out.TotalLag += pl.Lag
+				}
+				out.Partitions = append(out.Partitions, pl)
+			}
+		}
+	} else {
+		out.State = "Unknown" // no Kafka client: the running member's view alone
 	}
 	out.ReadAt = time.Now().UTC()
-	out.State, out.Members = g.State, len(g.Members)
-	for _, l := range g.Lag.Sorted() {
-		pl := PartitionLag{Topic: l.Topic, Partition: l.Partition, Committed: l.Commit.At, End: l.End.Offset, Lag: l.Lag}
-		if l.Member != nil {
-			pl.Member = strings.TrimSpace(l.Member.ClientID + " " + l.Member.ClientHost)
-		}
-		if l.Err != nil {
-			pl.Error = l.Err.Error()
-		}
-		if pl.Lag > 0 {
-			out.TotalLag += pl.Lag
-		}
-		out.Partitions = append(out.Partitions, pl)
+	if ic.Progress != nil {
+		c.mergeProgress(&out, ic.Progress.Progress())
 	}
 	return out, nil
+}
+
+// mergeProgress adds the running consumer's view to the partitions it owns (adding those Kafka
+// did not list, with unknown offsets) and counts the stuck ones.
+func (c *Console) mergeProgress(out *ConsumerLag, ps []inbox.PartitionProgress) {
+	idx := make(map[topicPartition]int, len(out.Partitions))
+	for i, p := range out.Partitions {
+		idx[topicPartition{p.Topic, p.Partition}] = i
+	}
+	for _, p := range ps {
+		i, ok := idx[topicPartition{p.Topic, p.Partition}]
+		if !ok {
+			out.Partitions = append(out.Partitions, PartitionLag{Topic: p.Topic, Partition: p.Partition, Committed: p.Committed, End: -1, Lag: -1})
+			i = len(out.Partitions) - 1
+		}
+		out.Partitions[i].Progress = progressOf(p, out.ReadAt, c.cfg.Inbox.StuckAfter)
+	}
+	sort.SliceStable(out.Partitions, func(i, j int) bool {
+		a, b := out.Partitions[i], out.Partitions[j]
+		if a.Topic != b.Topic {
+			return a.Topic < b.Topic
+		}
+		return a.Partition < b.Partition
+	})
+	for _, p := range out.Partitions {
+		if p.Stuck() {
+			out.Stuck++
+		}
+	}
+}
+
+// topicPartition names a partition.
+type topicPartition struct {
+	topic     string
+	partition int32
 }
 
 // --- API handlers ---
@@ -424,15 +524,28 @@ func (c *Console) apiInboxEntry(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	e, err := c.inbox.Lookup(r.Context(), c.cfg.Inbox.Pool, k)
+	e, err := c.inboxDetail(r.Context(), k)
 	switch {
 	case errors.Is(err, inbox.ErrNotFound):
 		writeError(w, http.StatusNotFound, err.Error())
 	case err != nil:
 		c.serverError(w, r, err)
 	default:
-		writeJSON(w, http.StatusOK, c.inboxEntry(e, DefaultDetailPayloadBytes))
+		writeJSON(w, http.StatusOK, e)
 	}
+}
+
+// inboxDetail is one row with its payload and attempt history, for its page and its answer.
+func (c *Console) inboxDetail(ctx context.Context, k inbox.Key) (InboxEntry, error) {
+	e, err := c.inbox.Lookup(ctx, c.cfg.Inbox.Pool, k)
+	if err != nil {
+		return InboxEntry{}, err
+	}
+	out := c.inboxEntry(e, DefaultDetailPayloadBytes)
+	if out.AttemptHistory, err = c.inbox.AttemptHistory(ctx, c.cfg.Inbox.Pool, k); err != nil {
+		return InboxEntry{}, err
+	}
+	return out, nil
 }
 
 func (c *Console) apiInboxRetry(w http.ResponseWriter, r *http.Request) {

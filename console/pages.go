@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keiro-go/keiro/events"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/outbox"
 )
@@ -27,6 +28,8 @@ type page struct {
 	Inbox    bool
 	Events   bool
 	CanRetry bool
+	// DeadLetters reports that the consumer's dead-letter topics are served.
+	DeadLetters bool
 	// Refresh is the seconds between refreshes of the page's live part (0: none).
 	Refresh int
 	// OutboxMax and InboxMax are the attempt ceilings (0: unknown).
@@ -44,6 +47,8 @@ var funcs = template.FuncMap{
 	"chart":    chart,
 	"short":    short,
 	"deref":    func(s *string) string { return derefOr(s, "") },
+	"deref64":  func(n *int64) int64 { return *n },
+	"ageOf0":   func(s float64) string { return fmtAge(&s) },
 	"keyOf":    func(s *string) string { return derefOr(s, "—") },
 	"statuses": func() []string { return outboxStatuses },
 	"has": func(list []string, s string) bool {
@@ -68,6 +73,18 @@ var funcs = template.FuncMap{
 	"when":     when,
 	"either":   either,
 	"whenp":    whenp,
+	// reasonOr is a dead-letter reason, or "unknown" for a record without one.
+	"reasonOr": func(s string) string {
+		if s == "" {
+			return "unknown"
+		}
+		return s
+	},
+	"subStatuses": func() []string {
+		return []string{events.DeadLetterDead, events.DeadLetterReplay, events.DeadLetterReplayed}
+	},
+	"subValue":  subDeadLetterValue,
+	"groupLink": groupQuery,
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -191,7 +208,8 @@ func short(n int, s string) string {
 }
 
 // pageNames are the templates of templates/, each parsed with layout.html.
-var pageNames = []string{"overview", "outbox", "outbox_row", "requeue", "inbox", "inbox_entry", "retry", "subscriptions", "search", "requeued", "retried", "error"}
+var pageNames = []string{"overview", "outbox", "outbox_row", "requeue", "inbox", "inbox_entry", "retry", "subscriptions", "search", "requeued", "retried", "error",
+	"deadletters", "deadletter", "replay", "replayed", "subdeadletters", "subreplay", "subreplayed", "groups", "archive", "archived"}
 
 func parsePages() (map[string]*template.Template, error) {
 	layout, err := fs.ReadFile(templateFS, "templates/layout.html")
@@ -223,6 +241,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 		Title: c.cfg.Title, Heading: heading, Active: active, Who: p.name, CSRF: c.guard.csrfToken(p),
 		ReadOnly: c.cfg.ReadOnly, Outbox: c.cfg.Outbox != nil, Inbox: c.cfg.Inbox != nil, Events: c.cfg.Events != nil,
 		CanRetry: c.cfg.Inbox != nil && c.cfg.Inbox.Handler != nil && !c.cfg.ReadOnly, Data: data,
+		DeadLetters: c.cfg.Inbox != nil && len(c.cfg.Inbox.DeadLetterTopics) > 0,
 	}
 	pg.Refresh = refreshSeconds[name]
 	if c.cfg.Outbox != nil {
@@ -333,7 +352,12 @@ type inboxListData struct {
 	Source   string
 	Page     InboxPage
 	First    bool
+	// Archived lists the archived messages instead of the working list.
+	Archived bool
 }
+
+// ArchivedParam is the list's ?archived= value: "true", or "" for the working list.
+func (d inboxListData) ArchivedParam() string { return archivedParam(d.Archived) }
 
 func (c *Console) pageInboxFailed(w http.ResponseWriter, r *http.Request) {
 	pg, err := c.listInboxFailed(r.Context(), r)
@@ -348,6 +372,7 @@ func (c *Console) pageInboxFailed(w http.ResponseWriter, r *http.Request) {
 	}
 	c.render(w, r, http.StatusOK, "inbox", "Inbox: failed and poisoned messages", "inbox", inboxListData{
 		Consumer: c.cfg.Inbox.Consumer, Source: r.URL.Query().Get("source"), Page: pg, First: r.URL.Query().Get("cursor") == "",
+		Archived: r.URL.Query().Get("archived") == "true",
 	})
 }
 
@@ -357,15 +382,14 @@ func (c *Console) pageInboxEntry(w http.ResponseWriter, r *http.Request) {
 		c.pageError(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	e, err := c.inbox.Lookup(r.Context(), c.cfg.Inbox.Pool, k)
+	e, err := c.inboxDetail(r.Context(), k)
 	switch {
 	case errors.Is(err, inbox.ErrNotFound):
 		c.pageError(w, r, http.StatusNotFound, err.Error()+" for consumer "+c.cfg.Inbox.Consumer+".")
 	case err != nil:
 		c.serverError(w, r, err)
 	default:
-		c.render(w, r, http.StatusOK, "inbox_entry", "Inbox message "+k.Source+" / "+k.DedupeKey, "inbox",
-			c.inboxEntry(e, DefaultDetailPayloadBytes))
+		c.render(w, r, http.StatusOK, "inbox_entry", "Inbox message "+k.Source+" / "+k.DedupeKey, "inbox", e)
 	}
 }
 

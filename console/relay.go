@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -155,6 +157,9 @@ type OutboxRow struct {
 	LastError string `json:"last_error,omitempty"`
 	// RejectionCode is the Kafka error of a rejected row ("message_too_large").
 	RejectionCode string `json:"rejection_code,omitempty"`
+	// AttemptHistory is the row's failed attempts, oldest first (the last 20); only in the
+	// answer for one row.
+	AttemptHistory []outbox.Attempt `json:"attempt_history,omitempty"`
 	// NextAttemptAt is when a failed row is retried.
 	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
 	// PublishedAt, Partition and Offset are set on sent rows.
@@ -188,6 +193,30 @@ type outboxFilter struct {
 	Source, Destination string
 	Before              int64
 	Limit               int
+	// Archived lists the archived rows instead of the working list.
+	Archived bool
+}
+
+// ArchivedParam is the filter's ?archived= value: "true", or "" for the working list.
+func (f outboxFilter) ArchivedParam() string { return archivedParam(f.Archived) }
+
+func archivedParam(on bool) string {
+	if on {
+		return "true"
+	}
+	return ""
+}
+
+// parseArchived reads ?archived=: true or false (or absent: false).
+func parseArchived(r *http.Request) (bool, error) {
+	switch v := r.URL.Query().Get("archived"); v {
+	case "", "false":
+		return false, nil
+	case "true":
+		return true, nil
+	default:
+		return false, fmt.Errorf("archived must be true or false, got %q", v)
+	}
 }
 
 // parseOutboxFilter reads ?status=&source=&destination=&cursor=&limit=.
@@ -222,13 +251,16 @@ func parseOutboxFilter(r *http.Request) (outboxFilter, error) {
 	if f.Limit, err = pageSize(r); err != nil {
 		errs = append(errs, err)
 	}
+	if f.Archived, err = parseArchived(r); err != nil {
+		errs = append(errs, err)
+	}
 	return f, errors.Join(errs...)
 }
 
 func (c *Console) listOutboxRows(ctx context.Context, f outboxFilter) (OutboxPage, error) {
 	rows, err := c.outbox.ListOutbox(ctx, c.cfg.Outbox.Pool, outbox.ListOptions{Statuses: f.Statuses,
 		Source: f.Source, Destination: f.Destination, NewestFirst: true, Before: f.Before, Limit: f.Limit + 1,
-		PayloadBytes: DefaultPreviewBytes})
+		Archived: f.Archived, PayloadBytes: DefaultPreviewBytes})
 	if err != nil {
 		return OutboxPage{}, err
 	}
@@ -272,7 +304,11 @@ func (c *Console) getOutboxRow(ctx context.Context, raw string) (OutboxRow, erro
 	if err != nil {
 		return OutboxRow{}, err
 	}
-	return outboxRowOf(row, DefaultDetailPayloadBytes), nil
+	o := outboxRowOf(row, DefaultDetailPayloadBytes)
+	if o.AttemptHistory, err = c.outbox.AttemptHistory(ctx, c.cfg.Outbox.Pool, id); err != nil {
+		return OutboxRow{}, err
+	}
+	return o, nil
 }
 
 // RequeueRequest is the body of POST /api/v1/outbox/requeue: ids, or a source and/or
@@ -434,5 +470,73 @@ func decodeBody(r *http.Request, v any) (int, string) {
 		}
 		return http.StatusBadRequest, "request body is not the expected JSON: " + err.Error()
 	}
+	if hasNUL(reflect.ValueOf(v)) {
+		return http.StatusBadRequest, errNUL
+	}
 	return 0, ""
+}
+
+// errNUL refuses text with a NUL character, which no row, topic or name can hold (PostgreSQL's
+// text refuses it).
+const errNUL = "a value of the request contains a NUL character (\u0000), which no stored value can hold"
+
+// hasNUL reports whether a string reachable from v (fields, elements, pointers) holds a NUL.
+func hasNUL(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.String:
+		return strings.ContainsRune(v.String(), 0)
+	case reflect.Pointer, reflect.Interface:
+		return !v.IsNil() && hasNUL(v.Elem())
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() && hasNUL(v.Field(i)) {
+				return true
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		for i := range v.Len() {
+			if hasNUL(v.Index(i)) {
+				return true
+			}
+		}
+	case reflect.Map:
+		for _, k := range v.MapKeys() {
+			if hasNUL(k) || hasNUL(v.MapIndex(k)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// badText reports why a request's path, query or form cannot be served: a NUL character or
+// invalid UTF-8, which no stored value can match; "" when they are fine.
+func badText(r *http.Request) string {
+	check := func(what, s string) string {
+		switch {
+		case strings.ContainsRune(s, 0):
+			return what + " contains a NUL character, which no stored value can hold"
+		case !utf8.ValidString(s):
+			return what + " is not valid UTF-8"
+		}
+		return ""
+	}
+	if msg := check("the path", r.URL.Path); msg != "" {
+		return msg
+	}
+	for k, vs := range r.URL.Query() {
+		for _, v := range vs {
+			if msg := check("query parameter "+strconv.Quote(k), v); msg != "" {
+				return msg
+			}
+		}
+	}
+	for k, vs := range r.PostForm {
+		for _, v := range vs {
+			if msg := check("form field "+strconv.Quote(k), v); msg != "" {
+				return msg
+			}
+		}
+	}
+	return ""
 }

@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -76,6 +77,9 @@ type ListOptions struct {
 	// After continues after this entry (pass the last entry of the previous page). Defaults to
 	// nil (the first page).
 	After *Entry
+	// Archived lists only archived rows (failed rows an operator set aside with Archive).
+	// Defaults to false: only rows not archived, the working list.
+	Archived bool
 	// PayloadBytes, when positive, reads at most this many bytes of each row's payload
 	// (Entry.PayloadSize has its whole size), so a page of large messages reads only what it
 	// shows; NoPayload reads none. Defaults to 0 (whole payloads).
@@ -112,7 +116,7 @@ func (s *Store) ListFailed(ctx context.Context, db DB, opts ListOptions) ([]Entr
 		afterAt, afterSrc, afterKey = *opts.After.FailedAt, opts.After.Source, opts.After.DedupeKey
 	}
 	return listEntries(ctx, db, "list failed inbox rows", s.sql.listFailed,
-		s.cfg.Consumer, opts.Source, afterAt, afterSrc, afterKey, opts.Limit, opts.PayloadBytes)
+		s.cfg.Consumer, opts.Source, afterAt, afterSrc, afterKey, opts.Limit, opts.Archived, opts.PayloadBytes)
 }
 
 // Search returns the store's consumer's rows, completed or failed, whose source, dedupe key,
@@ -141,6 +145,62 @@ func listEntries(ctx context.Context, db DB, what, sql string, args ...any) ([]E
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Entry, error) { return scanEntry(r) })
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
+}
+
+// Attempt is one failed attempt of a row, as its history keeps it.
+type Attempt struct {
+	// Attempt is the attempt's number (1 for the first).
+	Attempt int `json:"attempt"`
+	// At is when the attempt failed.
+	At time.Time `json:"at"`
+	// Error is the handler's error (at most 1024 bytes).
+	Error string `json:"error"`
+}
+
+// AttemptHistory returns row k's failed attempts, oldest first (the last 20; deliveries and
+// Reprocess alike), or [ErrNotFound]. A row that never failed has none.
+func (s *Store) AttemptHistory(ctx context.Context, db DB, k Key) ([]Attempt, error) {
+	var raw []byte
+	if err := db.QueryRow(ctx, s.sql.attemptErrors, s.cfg.Consumer, k.Source, k.DedupeKey).Scan(&raw); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("inbox row %s/%s: %w", k.Source, k.DedupeKey, ErrNotFound)
+		}
+		return nil, fmt.Errorf("read the attempts of inbox row %s/%s: %w", k.Source, k.DedupeKey, err)
+	}
+	out := []Attempt{}
+	if raw != nil {
+		if err := json.Unmarshal(raw, &out); err != nil {
+			return nil, fmt.Errorf("read the attempts of inbox row %s/%s: %w", k.Source, k.DedupeKey, err)
+		}
+	}
+	return out, nil
+}
+
+// Archive sets aside the store consumer's failed rows among keys that are not archived yet, and
+// returns them: an operator's "nothing to do about these". Archived rows leave the working list
+// (ListFailed without Archived, and so `consumer inbox failed list` and retry --all) and stay in
+// the table: ListFailed with Archived lists them, Search and Lookup find them, and Reprocess
+// runs them. A completed, missing or already archived row is not in the answer.
+func (s *Store) Archive(ctx context.Context, db DB, keys []Key) ([]Key, error) {
+	if len(keys) == 0 {
+		return nil, errors.New("archive inbox rows: no keys")
+	}
+	srcs, dks := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		srcs[i], dks[i] = k.Source, k.DedupeKey
+	}
+	rows, err := db.Query(ctx, s.sql.archive, s.cfg.Consumer, srcs, dks)
+	if err != nil {
+		return nil, fmt.Errorf("archive inbox rows: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Key, error) {
+		var k Key
+		return k, r.Scan(&k.Source, &k.DedupeKey)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("archive inbox rows: %w", err)
 	}
 	return out, nil
 }

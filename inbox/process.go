@@ -20,6 +20,7 @@ func (w *partitionWorker) processChunk(recs []*kgo.Record) int {
 			if i > 0 && w.quitting() {
 				return i
 			}
+			w.track.begin(r)
 			d, bad, ok := w.prepare(r)
 			switch {
 			case !ok:
@@ -39,6 +40,7 @@ func (w *partitionWorker) processChunk(recs []*kgo.Record) int {
 			return start
 		}
 		end := min(start+w.c.cfg.BatchSize, len(recs))
+		w.track.begin(recs[start])
 		n := w.processBatch(recs[start:end])
 		if n < end-start {
 			return start + n

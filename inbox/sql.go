@@ -48,6 +48,8 @@ type statements struct {
 	markCompletedDO  string
 	lookup           string
 	listFailed       string
+	archive          string
+	attemptErrors    string
 	search           string
 	retryKeys        string
 	retryAll         string
@@ -77,17 +79,24 @@ FROM ` + unnestRows + `
 ON CONFLICT (consumer, source, dedupe_key) DO NOTHING
 RETURNING source, dedupe_key`,
 		// A failed attempt, in its own transaction after the handler's rolled back. Never flips a
-		// row that another process completed meanwhile (WHERE status = 'failed').
-		recordFailure: `INSERT INTO ` + t + ` (` + storedCols + `, status, attempt_count, poisoned, failed_at, last_error)
-SELECT ` + selectRow + `, 'failed', 1, $28 OR 1 >= $29, now(), $27
+		// row that another process completed meanwhile (WHERE status = 'failed'). The attempt
+		// joins the row's history (attempt_errors, the last 20).
+		recordFailure: `INSERT INTO ` + t + ` (` + storedCols + `, status, attempt_count, poisoned, failed_at, last_error, attempt_errors)
+SELECT ` + selectRow + `, 'failed', 1, $28 OR 1 >= $29, now(), $27,
+    jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now(), 'error', left($27, 1024)))
 FROM ` + unnestRows + `
 ON CONFLICT (consumer, source, dedupe_key) DO UPDATE
 SET attempt_count = keiro_inbox.attempt_count + 1,
     poisoned = keiro_inbox.poisoned OR $28 OR keiro_inbox.attempt_count + 1 >= $29,
     failed_at = now(),
-    last_error = EXCLUDED.last_error
+    last_error = EXCLUDED.last_error,
+    attempt_errors = jsonb_path_query_array(coalesce(keiro_inbox.attempt_errors, '[]'::jsonb) || jsonb_build_array(
+        jsonb_build_object('attempt', keiro_inbox.attempt_count + 1, 'at', now(), 'error', left(EXCLUDED.last_error, 1024))),
+        '$[last - 19 to last]')
 WHERE keiro_inbox.status = 'failed'
 RETURNING attempt_count, poisoned`,
+		// attemptErrors reads a row's failed attempts (Store.AttemptHistory).
+		attemptErrors: `SELECT attempt_errors FROM ` + t + ` WHERE consumer = $1 AND source = $2 AND dedupe_key = $3`,
 		// The rows that earlier deliveries of $2/$3 recorded (existing.go): readExisting
 		// without a lock (completed rows are terminal), lockExisting FOR UPDATE (failed rows
 		// that may be rerun).
@@ -110,13 +119,20 @@ SET status = 'completed', completed_at = now(), poisoned = false, last_error = N
 WHERE consumer = $1 AND source = $2 AND dedupe_key = $3`,
 		lookup: `SELECT ` + entry("payload_bytes") + `
 FROM ` + t + ` WHERE consumer = $1 AND source = $2 AND dedupe_key = $3`,
-		// listFailed reads at most $7 bytes of each payload (pgtext.PrefixSQL).
-		listFailed: `SELECT ` + entry(pgtext.PrefixSQL("payload_bytes", 7)) + `
+		// listFailed lists archived ($7 true) or working failed rows, with at most $8 bytes of
+		// each payload (pgtext.PrefixSQL).
+		listFailed: `SELECT ` + entry(pgtext.PrefixSQL("payload_bytes", 8)) + `
 FROM ` + t + `
 WHERE consumer = $1 AND status = 'failed' AND ($2 = '' OR source = $2)
-  AND (failed_at, source, dedupe_key) > ($3, $4, $5)
+  AND (failed_at, source, dedupe_key) > ($3, $4, $5) AND (archived_at IS NOT NULL) = $7
 ORDER BY failed_at, source, dedupe_key
 LIMIT $6`,
+		// archive sets aside consumer $1's failed rows among the keys ($2, $3) not archived yet.
+		archive: `UPDATE ` + t + ` i SET archived_at = now()
+FROM unnest($2::text[], $3::text[]) AS k(source, dedupe_key)
+WHERE i.consumer = $1 AND i.status = 'failed' AND i.archived_at IS NULL
+  AND i.source = k.source AND i.dedupe_key = k.dedupe_key
+RETURNING i.source, i.dedupe_key`,
 		// search scans the consumer's rows (the primary key's prefix) for an exact source,
 		// dedupe key, message id, key or event type: an operator's search (Store.Search), with at
 		// most $4 bytes of each payload.

@@ -657,3 +657,81 @@ func raceDeliveries(t *testing.T, db *testenv.DB, fx *effects, first, second *in
 	require.NoError(t, e2)
 	return r1, r2, ran.Load()
 }
+
+// TestArchiveFailedRows: archived failed rows leave ListFailed, are listed with Archived, stay
+// found by Lookup and run by Reprocess; completed and missing rows are not archived.
+func TestArchiveFailedRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.NewDB(t)
+	fx := newEffects(t, db)
+	s := newStore(t, db, func(c *inbox.StoreConfig) { c.MaxAttempts = 1 })
+	fail := func(context.Context, pgx.Tx, envelope.Event) error { return errors.New("bad") }
+	var keys []inbox.Key
+	for range 2 {
+		ev := newEvent("src", "t")
+		res, err := s.Process(ctx, db.Pool, inbox.Delivery{Event: ev}, fail)
+		require.NoError(t, err)
+		keys = append(keys, inbox.Key{Source: ev.Source, DedupeKey: res.DedupeKey})
+	}
+	ok := newEvent("src", "t")
+	res, err := s.Process(ctx, db.Pool, inbox.Delivery{Event: ok}, fx.handler())
+	require.NoError(t, err)
+	done := inbox.Key{Source: ok.Source, DedupeKey: res.DedupeKey}
+
+	_, err = s.Archive(ctx, db.Pool, nil)
+	require.Error(t, err)
+	got, err := s.Archive(ctx, db.Pool, []inbox.Key{keys[0], done, {Source: "src", DedupeKey: "missing"}})
+	require.NoError(t, err)
+	require.Equal(t, []inbox.Key{keys[0]}, got)
+	got, err = s.Archive(ctx, db.Pool, []inbox.Key{keys[0]})
+	require.NoError(t, err)
+	require.Empty(t, got, "archived already")
+
+	working, err := s.ListFailed(ctx, db.Pool, inbox.ListOptions{})
+	require.NoError(t, err)
+	require.Len(t, working, 1)
+	require.Equal(t, keys[1].DedupeKey, working[0].DedupeKey)
+	shelf, err := s.ListFailed(ctx, db.Pool, inbox.ListOptions{Archived: true})
+	require.NoError(t, err)
+	require.Len(t, shelf, 1)
+	require.Equal(t, keys[0].DedupeKey, shelf[0].DedupeKey)
+	_, err = s.Lookup(ctx, db.Pool, keys[0])
+	require.NoError(t, err)
+	r, err := s.Reprocess(ctx, db.Pool, keys[0], fx.handler())
+	require.NoError(t, err)
+	require.Equal(t, inbox.Processed, r.Outcome)
+}
+
+// TestAttemptHistory: every failed attempt, by a delivery or by Reprocess, joins the row's
+// history with its number, time and error.
+func TestAttemptHistory(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.NewDB(t)
+	s := newStore(t, db, func(c *inbox.StoreConfig) { c.MaxAttempts = 5 })
+	n := 0
+	fail := func(context.Context, pgx.Tx, envelope.Event) error {
+		n++
+		return fmt.Errorf("downstream said no (%d)", n)
+	}
+	ev := newEvent("src", "t")
+	for range 2 {
+		res, err := s.Process(ctx, db.Pool, inbox.Delivery{Event: ev}, fail)
+		require.NoError(t, err)
+		require.Equal(t, inbox.HandlerFailed, res.Outcome)
+	}
+	k := inbox.Key{Source: ev.Source, DedupeKey: ev.MessageID}
+	_, err := s.Reprocess(ctx, db.Pool, k, fail)
+	require.NoError(t, err)
+	h, err := s.AttemptHistory(ctx, db.Pool, k)
+	require.NoError(t, err)
+	require.Len(t, h, 3)
+	for i, a := range h {
+		require.Equal(t, i+1, a.Attempt)
+		require.Equal(t, fmt.Sprintf("downstream said no (%d)", i+1), a.Error)
+		require.False(t, a.At.IsZero())
+	}
+	_, err = s.AttemptHistory(ctx, db.Pool, inbox.Key{Source: "src", DedupeKey: "none"})
+	require.ErrorIs(t, err, inbox.ErrNotFound)
+}

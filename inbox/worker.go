@@ -39,6 +39,8 @@ type partitionWorker struct {
 	// slot reports that the worker holds a concurrency slot (a token in Consumer.sem). Only
 	// the worker's goroutine reads or writes it.
 	slot bool
+	// track records the partition's progress for Consumer.Progress (progress.go).
+	track *tracker
 }
 
 func newPartitionWorker(c *Consumer, cl *kgo.Client, tp topicPartition) *partitionWorker {
@@ -47,7 +49,7 @@ func newPartitionWorker(c *Consumer, cl *kgo.Client, tp topicPartition) *partiti
 	cl.ResumeFetchPartitions(map[string][]int32{tp.topic: {tp.partition}})
 	return &partitionWorker{
 		c: c, cl: cl, tp: tp, buf: newBuffer(&c.cfg), wake: make(chan struct{}, 1), quit: make(chan struct{}),
-		done: make(chan struct{}), ctx: ctx, cancel: cancel,
+		done: make(chan struct{}), ctx: ctx, cancel: cancel, track: newTracker(time.Now()),
 	}
 }
 
@@ -156,6 +158,7 @@ func (w *partitionWorker) run() {
 			}
 			n := w.processChunk(recs)
 			w.release()
+			w.track.end()
 			if n > 0 {
 				commits.Done(recs[n-1], n)
 			}
@@ -234,6 +237,7 @@ func (w *partitionWorker) commit(last *kgo.Record, n int) {
 		return
 	}
 	w.c.committed.Add(int64(n))
+	w.track.committedTo(last.Offset + 1)
 	if w.c.cfg.OnCommitted != nil {
 		w.c.cfg.OnCommitted(Commit{Topic: last.Topic, Partition: last.Partition, Offset: last.Offset + 1, Records: n})
 	}

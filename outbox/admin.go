@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -146,7 +147,8 @@ func (s *Store) ListDead(ctx context.Context, q Querier, opts ListDeadOptions) (
 	return out, nil
 }
 
-// CountDead counts the dead and rejected rows of source and destination ("": any): the rows a
+// CountDead counts the dead and rejected rows of source and destination ("": any), archived
+// rows aside: the rows a
 // Requeue with that RequeueFilter's Source and Destination moves (both "": every such row, as
 // RequeueFilter.All). It reads the dead rows' partial index: cheap with few dead rows.
 func (s *Store) CountDead(ctx context.Context, q Querier, source, destination string) (int64, error) {
@@ -165,6 +167,8 @@ func nullString(s string) *string {
 }
 
 // RequeueFilter selects the dead and rejected rows to requeue. At least one field must be set.
+// Source, Destination and All leave archived rows (ArchiveTx) where they are; a row named in
+// IDs is requeued archived or not, and is no longer archived.
 type RequeueFilter struct {
 	// IDs requeues these rows.
 	IDs []envelope.UUID
@@ -175,6 +179,66 @@ type RequeueFilter struct {
 	Destination string
 	// All requeues every dead or rejected row.
 	All bool
+}
+
+// Attempt is one failed attempt of a row, as its history keeps it.
+type Attempt struct {
+	// Attempt is the attempt's number (1 for the first).
+	Attempt int `json:"attempt"`
+	// At is when the attempt failed.
+	At time.Time `json:"at"`
+	// Error is the attempt's error (at most 1024 bytes).
+	Error string `json:"error"`
+	// Code is the rejection code of an attempt Kafka refused for good; empty otherwise.
+	Code string `json:"code,omitempty"`
+}
+
+// AttemptHistory returns row id's failed or rejected produce attempts, oldest first (the last
+// 20; a requeue keeps them), or [ErrNotFound]. A row that never failed has none.
+func (s *Store) AttemptHistory(ctx context.Context, q Querier, id envelope.UUID) ([]Attempt, error) {
+	var raw []byte
+	if err := q.QueryRow(ctx, s.q.AttemptErrors, [16]byte(id)).Scan(&raw); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("outbox row %s: %w", id, ErrNotFound)
+		}
+		return nil, fmt.Errorf("read the attempts of outbox row %s: %w", id, err)
+	}
+	out := []Attempt{}
+	if raw != nil {
+		if err := json.Unmarshal(raw, &out); err != nil {
+			return nil, fmt.Errorf("read the attempts of outbox row %s: %w", id, err)
+		}
+	}
+	return out, nil
+}
+
+// ArchiveTx sets aside, in tx, the dead and rejected rows among ids that are not archived yet,
+// and returns them in seq order: an operator's "nothing to do about these". Archived rows leave
+// the working lists (ListDead, ListOutbox without Archived, CountDead, a filter's or All's
+// requeue) and stay in the table: ListOutbox with Archived lists them, SearchOutbox finds them,
+// and a requeue that names one brings it back. A row in another status, archived already or
+// missing is not in the answer.
+func (s *Store) ArchiveTx(ctx context.Context, tx pgx.Tx, ids []envelope.UUID) ([]envelope.UUID, error) {
+	if len(ids) == 0 {
+		return nil, errors.New("archive outbox rows: no ids")
+	}
+	raw := make([][16]byte, len(ids))
+	for i, id := range ids {
+		raw[i] = id
+	}
+	rows, err := tx.Query(ctx, s.q.Archive, raw)
+	if err != nil {
+		return nil, fmt.Errorf("archive outbox rows: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (envelope.UUID, error) {
+		var id [16]byte
+		err := r.Scan(&id)
+		return id, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("archive outbox rows: %w", err)
+	}
+	return out, nil
 }
 
 // Requeue moves the selected dead and rejected rows back to pending with a fresh attempt budget,

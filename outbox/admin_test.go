@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -217,4 +218,65 @@ func TestParsePolicy(t *testing.T) {
 	}
 	_, err := outbox.ParsePolicy("fifo")
 	require.ErrorContains(t, err, "per-key")
+}
+
+// TestArchive: archived dead and rejected rows leave the dead list, the count and a filter's
+// requeue, stay listed with Archived and found by search, and come back when a requeue names
+// them.
+func TestArchive(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	st, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	seedStatuses(t, db, st)
+	ctx := context.Background()
+	dead, err := st.ListDead(ctx, db.Pool, outbox.ListDeadOptions{})
+	require.NoError(t, err)
+	d1, r1 := dead[0].OutboxID, dead[2].OutboxID
+	pending, err := st.ListOutbox(ctx, db.Pool, outbox.ListOptions{Status: "pending"})
+	require.NoError(t, err)
+
+	var archived []envelope.UUID
+	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		archived, err = st.ArchiveTx(ctx, tx, []envelope.UUID{d1, r1, pending[0].OutboxID, envelope.NewUUIDv7()})
+		return err
+	}))
+	require.Equal(t, []envelope.UUID{d1, r1}, archived, "only dead and rejected rows are archived")
+	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		again, err := st.ArchiveTx(ctx, tx, []envelope.UUID{d1})
+		require.Empty(t, again, "archived already")
+		return err
+	}))
+
+	left, err := st.ListDead(ctx, db.Pool, outbox.ListDeadOptions{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"d2"}, messageIDs(left))
+	n, err := st.CountDead(ctx, db.Pool, "", "")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	working, err := st.ListOutbox(ctx, db.Pool, outbox.ListOptions{Statuses: []string{"dead", "rejected"}})
+	require.NoError(t, err)
+	require.Len(t, working, 1)
+	shelf, err := st.ListOutbox(ctx, db.Pool, outbox.ListOptions{Statuses: []string{"dead", "rejected"}, Archived: true, NewestFirst: true})
+	require.NoError(t, err)
+	require.Len(t, shelf, 2)
+	found, err := st.SearchOutbox(ctx, db.Pool, outbox.SearchOptions{Term: "r1"})
+	require.NoError(t, err)
+	require.Len(t, found, 1, "an archived row stays searchable")
+	relay, err := outbox.NewRelay(db.Pool, newKafka(t).NewClient(t, outbox.ProducerOpts()...), outbox.RelayConfig{Schema: db.Schema, Retention: -1})
+	require.NoError(t, err)
+	res, err := relay.MaintenancePass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), res.Dead, "the dead gauge (and its alert) leaves archived rows aside")
+
+	n, err = st.Requeue(ctx, db.Pool, outbox.RequeueFilter{All: true})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n, "all leaves archived rows alone")
+	n, err = st.Requeue(ctx, db.Pool, outbox.RequeueFilter{IDs: []envelope.UUID{r1}})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n, "a named archived row is requeued")
+	shelf, err = st.ListOutbox(ctx, db.Pool, outbox.ListOptions{Archived: true})
+	require.NoError(t, err)
+	require.Len(t, shelf, 1, "and is no longer archived")
+	require.Equal(t, d1, shelf[0].OutboxID)
 }

@@ -343,7 +343,14 @@ func (s *Store) markBatch(ctx context.Context, q Querier, token envelope.UUID, m
 			codes[i] = &marks[i].code
 		}
 	}
-	rows, err := q.Query(ctx, s.q.Mark, [16]byte(token), ids, outs, errs, delays, parts, offs, codes, maxAttempts)
+	sql := s.q.Mark
+	for _, m := range marks {
+		if m.outcome == outcomeFailed || m.outcome == outcomeRejected {
+			sql = s.q.MarkHistory // only a batch with a failure writes attempt histories
+			break
+		}
+	}
+	rows, err := q.Query(ctx, sql, [16]byte(token), ids, outs, errs, delays, parts, offs, codes, maxAttempts)
 	if err != nil {
 		return transitions{}, fmt.Errorf("mark outbox batch: %w", err)
 	}

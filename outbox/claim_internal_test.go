@@ -526,3 +526,45 @@ func TestSleepLockTry(t *testing.T) {
 		})
 	}
 }
+
+// TestMarkKeepsAttemptHistory: each failed or rejected produce appends its attempt, number,
+// time, error and code to the row's history, which a sent row never gets.
+func TestMarkKeepsAttemptHistory(t *testing.T) {
+	t.Parallel()
+	db, st := setup(t, ev("f", k("F")), ev("r", k("R")), ev("s", k("S")))
+	ctx := context.Background()
+	byID := map[string]envelope.UUID{}
+	tok, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
+	require.NoError(t, err)
+	for _, r := range rows {
+		byID[r.event.MessageID] = r.id
+	}
+	_, err = st.markBatch(ctx, db.Pool, tok, []mark{
+		{id: byID["f"], outcome: outcomeFailed, err: "broker unreachable"},
+		{id: byID["r"], outcome: outcomeRejected, err: "too large", code: "message_too_large"},
+		{id: byID["s"], outcome: outcomeSent},
+	}, 5)
+	require.NoError(t, err)
+	tok, rows, err = st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"f"}, ids(rows))
+	_, err = st.markBatch(ctx, db.Pool, tok, []mark{{id: byID["f"], outcome: outcomeFailed, err: "request timed out"}}, 5)
+	require.NoError(t, err)
+
+	h, err := st.AttemptHistory(ctx, db.Pool, byID["f"])
+	require.NoError(t, err)
+	require.Len(t, h, 2)
+	require.Equal(t, 1, h[0].Attempt)
+	require.Equal(t, "broker unreachable", h[0].Error)
+	require.Equal(t, 2, h[1].Attempt)
+	require.Equal(t, "request timed out", h[1].Error)
+	require.False(t, h[1].At.Before(h[0].At))
+	h, err = st.AttemptHistory(ctx, db.Pool, byID["r"])
+	require.NoError(t, err)
+	require.Equal(t, []Attempt{{Attempt: 1, At: h[0].At, Error: "too large", Code: "message_too_large"}}, h)
+	h, err = st.AttemptHistory(ctx, db.Pool, byID["s"])
+	require.NoError(t, err)
+	require.Empty(t, h)
+	_, err = st.AttemptHistory(ctx, db.Pool, envelope.NewUUIDv7())
+	require.ErrorIs(t, err, ErrNotFound)
+}

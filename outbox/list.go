@@ -39,6 +39,9 @@ type ListOptions struct {
 	Before int64
 	// Limit is the most rows returned. Defaults to DefaultListLimit.
 	Limit int
+	// Archived lists only archived rows (dead or rejected rows an operator set aside with
+	// ArchiveTx). Defaults to false: only rows not archived, the working list.
+	Archived bool
 	// PayloadBytes, when positive, reads at most this many bytes of each row's payload
 	// (Row.PayloadSize has its whole size): a listing of rows whose payloads are megabytes
 	// (rows Kafka rejected as too large) reads only what it shows. NoPayload reads none.
@@ -87,7 +90,8 @@ func (s *Store) ListOutbox(ctx context.Context, q Querier, opts ListOptions) ([]
 		sql, from = s.q.ListOutboxNewest, opts.Before
 	}
 	return s.listRows(ctx, q, "list outbox rows", sql, from, statuses,
-		nullString(opts.Source), nullString(opts.Destination), nullString(opts.Key), limit, phases, opts.PayloadBytes)
+		nullString(opts.Source), nullString(opts.Destination), nullString(opts.Key), limit, phases, opts.Archived,
+		opts.PayloadBytes)
 }
 
 // SearchOutbox lists the rows, in any status, whose message id, key, event type or source is

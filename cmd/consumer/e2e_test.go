@@ -22,8 +22,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro/console"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
+	"github.com/keiro-go/keiro/internal/apifuzz"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
@@ -233,6 +235,27 @@ func TestRunSQLModeEffectsExactlyOnce(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, 200, resp.StatusCode)
 
+	// consumer status --admin-url asks the running consumer for the partitions it owns: each
+	// with its last commit and nothing stuck, in JSON and as text.
+	statusEnv := []string{"KEIRO_CONSUMER_DATABASE_URL=" + testenv.DatabaseURL(), "KEIRO_CONSUMER_SCHEMA=" + db.Schema}
+	sr := runBinary(t, 60*time.Second, statusEnv, "status", "--json", "--admin-url=http://"+addr)
+	require.Equal(t, 0, sr.code, sr.stderr)
+	var st inboxStatus
+	require.NoError(t, json.Unmarshal([]byte(sr.stdout), &st), sr.stdout)
+	require.NotNil(t, st.Partitions, sr.stdout)
+	require.Equal(t, "billing", st.Partitions.Group)
+	require.Zero(t, st.Partitions.Stuck)
+	require.Len(t, st.Partitions.Partitions, 3, sr.stdout)
+	for _, pl := range st.Partitions.Partitions {
+		require.NotNil(t, pl.Progress, "partition %d is owned by the running consumer", pl.Partition)
+		require.Nil(t, pl.Progress.StuckSince)
+		require.Zero(t, pl.Lag)
+	}
+	sr = runBinary(t, 60*time.Second, statusEnv, "status", "--admin-url=http://"+addr+"/")
+	require.Equal(t, 0, sr.code, sr.stderr)
+	require.Contains(t, sr.stdout, "running consumer, group billing: 3 partition(s), 0 stuck")
+	require.Regexp(t, `(?m)^orders\.v1\s+0\s+0\s+-\s+-\s+\S+\s+idle$`, sr.stdout)
+
 	// More duplicates while running, and one new message.
 	produce(t, cl, topic, evs[5], evs[20], orderEvent("o-new", 99))
 	want["o-new"] = 99
@@ -318,7 +341,7 @@ func TestRunHTTPModeWithDeadLetters(t *testing.T) {
 		"KEIRO_CONSUMER_HANDLER=http", "KEIRO_CONSUMER_HTTP_URL="+srv.URL+"/events",
 		"KEIRO_CONSUMER_HTTP_HEADER=Authorization: Bearer t0ken", "KEIRO_CONSUMER_NAME=ledger-inbox",
 		"KEIRO_CONSUMER_MAX_ATTEMPTS=2"))
-	p.waitLog(servingRe, 30*time.Second)
+	addr := p.waitLog(servingRe, 30*time.Second)[1]
 
 	dlq := kc.ConsumeRecords(t, 3, 30*time.Second, topic+".dlq")
 	require.Len(t, dlq, 3, p.log())
@@ -345,6 +368,21 @@ func TestRunHTTPModeWithDeadLetters(t *testing.T) {
 	}
 	require.Contains(t, dlqErr, "422")
 	require.Contains(t, dlqErr, "unknown account")
+
+	// The console lists the dead-letter topic of --dlq-topic with the reasons; only the record
+	// that never reached the inbox (decode) is offered for replay.
+	resp, err := http.Get("http://" + addr + "/api/v1/inbox/dead-letters")
+	require.NoError(t, err)
+	var dl console.DeadLetterPage
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&dl))
+	resp.Body.Close()
+	require.Equal(t, []console.DeadLetterTopic{{Topic: topic + ".dlq", Records: 3}}, dl.Topics)
+	require.Len(t, dl.Records, 3)
+	replayable := map[string]bool{}
+	for _, d := range dl.Records {
+		replayable[d.Reason] = d.Replayable
+	}
+	require.Equal(t, map[string]bool{inbox.ReasonDecode: true, inbox.ReasonPoisoned: false, inbox.ReasonPermanent: false}, replayable)
 
 	adm := kadm.NewClient(cl)
 	testenv.WaitFor(t, 30*time.Second, "every record committed", func() bool { return committedAll(t, adm, "ledger", topic) })
@@ -517,4 +555,26 @@ func TestRunReadinessFollowsKafkaOutage(t *testing.T) {
 type inboxReadiness struct {
 	Status  string   `json:"status"`
 	Failing []string `json:"failing"`
+}
+
+// TestAdminAPIFuzzed runs schemathesis against the running consumer's admin API, with a
+// poisoned message in its inbox and its dead-letter topic (internal/apifuzz: no 5xx, only the
+// statuses and JSON its OpenAPI document declares).
+func TestAdminAPIFuzzed(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	sqlFixture(t, db)
+	kc := testenv.NewKafka(t)
+	const topic = "orders.v1"
+	kc.CreateTopic(t, topic, 1)
+	kc.CreateTopic(t, topic+".dlq", 1)
+	bad := orderEvent("bad-1", 0)
+	bad.Payload = []byte(`{"mode":"poison"}`)
+	produce(t, kc.NewClient(t), topic, orderEvent("ok-1", 1), bad)
+	p := startBinary(t, e2eEnv(db, kc, "billing", topic,
+		"KEIRO_CONSUMER_HANDLER=sql", "KEIRO_CONSUMER_SQL_FUNCTION="+db.Schema+".apply_event",
+		"KEIRO_CONSUMER_ADMIN_TOKEN=fuzz-token"))
+	addr := p.waitLog(servingRe, 30*time.Second)[1]
+	kc.ConsumeRecords(t, 1, 30*time.Second, topic+".dlq")
+	apifuzz.Run(t, "http://"+addr, "fuzz-token", p.log)
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -213,7 +215,7 @@ func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 	defer stopHTTP()
 	httpDone := make(chan error, 1)
 	if c.HTTPAddr != "" {
-		admin, closeAdmin, err := c.console(pool, g.DB.Schema, h, kopts, log)
+		admin, closeAdmin, err := c.console(pool, g.DB.Schema, h, consumer, kopts, log)
 		if err != nil {
 			return err
 		}
@@ -257,8 +259,10 @@ func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 
 // console is the admin API and operator console of the inbox and the group's lag, mounted on
 // the HTTP server: open on loopback, token-protected elsewhere. Retry runs the configured
-// handler; lag is read through a client that joins no group. Call the returned func to close it.
-func (c *runCmd) console(pool *pgxpool.Pool, schema string, h *builtHandler, kopts []kgo.Opt, log *slog.Logger) (*console.Console, func(), error) {
+// handler; lag is read through a client that joins no group, beside the running consumer's own
+// view of its partitions; the dead-letter topics of the consumed topics are listed and replayed
+// through that client. Call the returned func to close it.
+func (c *runCmd) console(pool *pgxpool.Pool, schema string, h *builtHandler, consumer *inbox.Consumer, kopts []kgo.Opt, log *slog.Logger) (*console.Console, func(), error) {
 	token, err := c.Admin.Token()
 	if err != nil {
 		return nil, nil, err
@@ -270,7 +274,8 @@ func (c *runCmd) console(pool *pgxpool.Pool, schema string, h *builtHandler, kop
 	con, err := console.New(console.Config{
 		Inbox: &console.InboxConfig{
 			Pool: pool, Schema: schema, Consumer: c.ID.consumerName(), Handler: h.handle,
-			MaxAttempts: c.MaxAttempts, Kafka: cl, Group: c.ID.Group,
+			MaxAttempts: c.MaxAttempts, Kafka: cl, Group: c.ID.Group, Progress: consumer,
+			DeadLetterTopics: c.deadLetterTopics(),
 		},
 		Auth:     console.AuthConfig{Token: token, AllowUnauthenticated: console.IsLoopback(c.HTTPAddr)},
 		ReadOnly: c.Admin.AdminReadOnly,
@@ -345,4 +350,16 @@ func (c *runCmd) batchSize() int {
 		return 1
 	}
 	return inbox.DefaultBatchSize
+}
+
+// deadLetterTopics are the dead-letter topics of the consumed topics (--dlq-topic with {topic}
+// replaced), each once.
+func (c *runCmd) deadLetterTopics() []string {
+	var out []string
+	for _, t := range c.Topics {
+		if dlq := strings.ReplaceAll(c.DLQTopic, "{topic}", t); !slices.Contains(out, dlq) {
+			out = append(out, dlq)
+		}
+	}
+	return out
 }

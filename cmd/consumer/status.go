@@ -3,7 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -12,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro/console"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/internal/cli"
 	"github.com/keiro-go/keiro/internal/kafkaconfig"
@@ -30,6 +35,9 @@ type statusCmd struct {
 	TLS  kafkaconfig.TLS  `embed:"" prefix:"kafka-tls-"`
 	SASL kafkaconfig.SASL `embed:"" prefix:"kafka-sasl-"`
 	JSON bool             `name:"json" help:"Print JSON instead of text."`
+	// AdminURL and AdminTokenFile reach a running consumer's admin API for its partitions.
+	AdminURL       string `name:"admin-url" help:"Base URL of a running consumer's HTTP server (its --http-addr, e.g. http://127.0.0.1:9478): the partitions it owns are shown with the record in flight, the age of the oldest waiting record, the time since the last commit and a stuck-since flag." placeholder:"URL"`
+	AdminTokenFile string `name:"admin-token-file" env:"-" help:"File holding the admin token of --admin-url (trailing newline trimmed); not needed on loopback." placeholder:"FILE"`
 }
 
 // consumerCounts are one inbox consumer name's rows by state.
@@ -62,6 +70,11 @@ type inboxStatus struct {
 	Lag *groupLag `json:"lag"`
 	// LagError says why the lag could not be read.
 	LagError string `json:"lag_error,omitempty"`
+	// Partitions are the running consumer's partitions (with --admin-url), as its admin API
+	// answers GET /api/v1/consumer/lag; null without --admin-url.
+	Partitions *console.ConsumerLag `json:"partitions,omitempty"`
+	// PartitionsError says why the running consumer could not be asked.
+	PartitionsError string `json:"partitions_error,omitempty"`
 }
 
 // ValidateFlags checks the Kafka connection flags the lag is read with: with --brokers, every
@@ -72,12 +85,30 @@ func (c *statusCmd) ValidateFlags() error {
 		if c.TLS.Enabled || c.SASL.Mechanism != "" {
 			var p cli.Problems
 			p.Add("brokers", "is required with the Kafka TLS or SASL flags: they only apply to reading the lag")
-			return p.Err()
+			return errors.Join(p.Err(), c.validateAdmin())
 		}
-		return nil
+		return c.validateAdmin()
 	}
 	kc := kafkaconfig.Config{Brokers: c.Brokers, TLS: c.TLS, SASL: c.SASL}
-	return kc.ValidateFlags()
+	return errors.Join(kc.ValidateFlags(), c.validateAdmin())
+}
+
+// validateAdmin checks --admin-url and --admin-token-file.
+func (c *statusCmd) validateAdmin() error {
+	var p cli.Problems
+	if c.AdminURL != "" {
+		u, err := url.Parse(c.AdminURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			p.Add("admin-url", "%q is not an http:// or https:// URL with a host (the consumer's --http-addr, e.g. http://127.0.0.1:9478)", c.AdminURL)
+		}
+	} else if c.AdminTokenFile != "" {
+		p.Add("admin-token-file", "only applies with --admin-url")
+	}
+	af := cli.AdminFlags{AdminTokenFile: c.AdminTokenFile}
+	if _, err := af.Token(); err != nil {
+		p.AddErr("admin-token-file", err)
+	}
+	return p.Err()
 }
 
 // Run prints the status. It fails (exit 1) when migrations are pending, so that it can serve
@@ -106,7 +137,16 @@ func (c *statusCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 			st.LagError = err.Error()
 		}
 	}
+	if c.AdminURL != "" {
+		st.Partitions, err = c.readPartitions(ctx)
+		if err != nil {
+			st.PartitionsError = err.Error()
+		}
+	}
 	c.print(env, st)
+	if st.PartitionsError != "" {
+		return &cli.ExitError{Code: cli.ExitFailure, Err: fmt.Errorf("ask the running consumer at %s: %s", c.AdminURL, st.PartitionsError)}
+	}
 	if st.LagError != "" {
 		return &cli.ExitError{Code: cli.ExitFailure, Err: fmt.Errorf("read the lag of group %s: %s", c.ID.Group, st.LagError)}
 	}
@@ -169,6 +209,86 @@ func readLag(ctx context.Context, kc kafkaconfig.Config, group string) (*groupLa
 	return out, nil
 }
 
+// readPartitions asks the running consumer's admin API for its lag and partitions.
+func (c *statusCmd) readPartitions(ctx context.Context) (*console.ConsumerLag, error) {
+	af := cli.AdminFlags{AdminTokenFile: c.AdminTokenFile}
+	token, err := af.Token()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, lagTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(c.AdminURL, "/")+"/api/v1/consumer/lag", nil)
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w (is the consumer running with --http-addr?)", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			return nil, fmt.Errorf("%s: %s", resp.Status, e.Error)
+		}
+		return nil, fmt.Errorf("%s (is %s a consumer's HTTP address?)", resp.Status, c.AdminURL)
+	}
+	var l console.ConsumerLag
+	if err := json.Unmarshal(body, &l); err != nil {
+		return nil, fmt.Errorf("read the answer: %w", err)
+	}
+	return &l, nil
+}
+
+// printPartitions prints the running consumer's partitions, one line each.
+func printPartitions(w io.Writer, l *console.ConsumerLag) {
+	fmt.Fprintf(w, "\nrunning consumer, group %s: %d partition(s), %d stuck (no move for %s while records wait)\n",
+		l.Group, len(l.Partitions), l.Stuck, time.Duration(l.StuckAfterSeconds*float64(time.Second)))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOPIC\tPARTITION\tLAG\tIN FLIGHT\tOLDEST WAITING\tLAST COMMIT\tSTATE")
+	secs := func(s *float64, none string) string {
+		if s == nil {
+			return none
+		}
+		return time.Duration(*s * float64(time.Second)).Round(time.Second).String()
+	}
+	for _, p := range l.Partitions {
+		lag := "-"
+		if p.Lag >= 0 {
+			lag = fmt.Sprint(p.Lag)
+		}
+		pr := p.Progress
+		if pr == nil {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t-\t-\t-\tnot owned by this member\n", p.Topic, p.Partition, lag)
+			continue
+		}
+		inFlight := "-"
+		if pr.InFlight != nil {
+			inFlight = fmt.Sprintf("%d for %s", *pr.InFlight, secs(pr.InFlightSeconds, "?"))
+		}
+		state := "idle"
+		switch {
+		case pr.StuckSince != nil:
+			state = "STUCK since " + pr.StuckSince.UTC().Format(time.RFC3339)
+		case pr.Waiting > 0:
+			state = "moving"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", p.Topic, p.Partition, lag, inFlight,
+			secs(pr.OldestWaitingAgeSeconds, "-"), secs(pr.LastCommitAgeSeconds, "none yet"), state)
+	}
+	_ = tw.Flush()
+}
+
 func (c *statusCmd) print(env *cli.Env, st inboxStatus) {
 	if c.JSON {
 		enc := json.NewEncoder(env.Stdout)
@@ -214,5 +334,8 @@ func (c *statusCmd) print(env *cli.Env, st inboxStatus) {
 			parts = append(parts, fmt.Sprintf("%s=%d", t, sum))
 		}
 		fmt.Fprintf(w, "\ngroup %s (%s): lag %d (%s)\n", st.Lag.Group, st.Lag.State, st.Lag.Total, strings.Join(parts, ", "))
+	}
+	if st.Partitions != nil {
+		printPartitions(w, st.Partitions)
 	}
 }

@@ -101,6 +101,19 @@ func TestStatusAndFailedListJSON(t *testing.T) {
 	require.Equal(t, 2, r.code, r.stdout+r.stderr)
 	require.Contains(t, r.stderr, "--brokers")
 
+	// --admin-url: a URL that is not one is refused (exit 2), a consumer that does not answer
+	// fails the command (exit 1) after the rest is printed.
+	r = runBinary(t, 60*time.Second, env, "status", "--admin-url=127.0.0.1:9478")
+	require.Equal(t, 2, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stderr, "--admin-url")
+	r = runBinary(t, 60*time.Second, env, "status", "--admin-token-file=/nonexistent")
+	require.Equal(t, 2, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stderr, "only applies with --admin-url")
+	r = runBinary(t, 60*time.Second, env, "status", "--admin-url=http://127.0.0.1:1")
+	require.Equal(t, 1, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stdout, "schema "+db.Schema)
+	require.Contains(t, r.stderr, "ask the running consumer at http://127.0.0.1:1")
+
 	r = runBinary(t, 60*time.Second, env, "inbox", "failed", "list", "--name=billing", "--json")
 	require.Equal(t, 0, r.code, r.stderr)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")

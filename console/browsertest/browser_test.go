@@ -247,7 +247,7 @@ func TestBrowserConsole(t *testing.T) {
 	con, err := console.New(console.Config{
 		Outbox: &console.OutboxConfig{Pool: db.Pool, Schema: db.Schema, MaxAttempts: 1},
 		Inbox: &console.InboxConfig{Pool: db.Pool, Schema: db.Schema, Consumer: consumerName, Handler: handle,
-			MaxAttempts: 1, Kafka: kc.NewClient(t), Group: consumerName},
+			MaxAttempts: 1, Kafka: kc.NewClient(t), Group: consumerName, DeadLetterTopics: []string{"orders.v1.dlq"}},
 		Events: &console.EventsConfig{Pool: db.Pool, Schema: db.Schema},
 		Auth:   console.AuthConfig{AllowUnauthenticated: true},
 		Title:  "acme-billing",
@@ -383,6 +383,7 @@ func TestBrowserConsole(t *testing.T) {
 	require.Contains(t, text("#headers"), "keiro-correlation-id")
 	require.Contains(t, text("#payload"), `"note": "<script>alert('x')</script>"`, "the payload renders as indented JSON text")
 	require.Zero(t, count("script:not([src])"), "the payload's <script> is text, not an element")
+	require.Contains(t, text("#attempt-history"), "UNKNOWN_SERVER_ERROR", "the relay recorded the failed attempt")
 	shot("outbox-row")
 
 	// Requeue with confirmation; the relay publishes the row once the broker is fixed.
@@ -412,7 +413,19 @@ func TestBrowserConsole(t *testing.T) {
 	shot("inbox")
 	run("open entry", chromedp.Click(chromedp.CSS("#inbox-rows tbody a")), chromedp.WaitVisible(chromedp.CSS("#payload")))
 	require.Equal(t, "poisoned", text("#entry-status"))
+	require.Contains(t, text("#attempt-history"), "1 of 1")
 	shot("inbox-entry")
+
+	// The failure groups and the dead-letter topic show the same message from two sides.
+	run("inbox groups", chromedp.Navigate(srv.URL+"/console/inbox/groups"), chromedp.WaitVisible(chromedp.CSS("#groups")))
+	require.Contains(t, text("#groups tbody"), "customer <n> has no billing address")
+	shot("inbox-groups")
+	run("dead letters", chromedp.Navigate(srv.URL+"/console/dead-letters"), chromedp.WaitVisible(chromedp.CSS("#dlq-rows")))
+	dlq := text("#dlq-rows tbody")
+	require.Contains(t, dlq, "permanent")
+	require.Contains(t, dlq, "no billing address")
+	require.Contains(t, dlq, "orders.v1/0@1")
+	shot("dead-letters")
 	run("back to list", chromedp.Navigate(srv.URL+"/console/inbox"), chromedp.WaitVisible(chromedp.CSS("#inbox-rows")))
 	handlerFixed.Store(true)
 	run("select and retry", chromedp.Click(chromedp.CSS(".select-all")), chromedp.Click(chromedp.CSS("#retry-selected")),
@@ -432,7 +445,7 @@ func TestBrowserConsole(t *testing.T) {
 	if os.Getenv("KEIRO_UPDATE_DOCS") != "" {
 		docs := filepath.Join("..", "..", "docs", "console")
 		require.NoError(t, os.MkdirAll(docs, 0o755))
-		for _, name := range []string{"overview", "overview-390", "overview-dark", "search", "outbox", "outbox-row", "requeue-confirm", "inbox", "retry-result"} {
+		for _, name := range []string{"overview", "overview-390", "overview-dark", "search", "outbox", "outbox-row", "requeue-confirm", "inbox", "retry-result", "inbox-groups", "dead-letters"} {
 			b, err := os.ReadFile(filepath.Join(shots, name+".png"))
 			require.NoError(t, err)
 			require.NoError(t, os.WriteFile(filepath.Join(docs, name+".png"), b, 0o644))

@@ -154,3 +154,11 @@ const (
 	recordOverhead = int(unsafe.Sizeof(kgo.Record{}) + unsafe.Sizeof(kmsg.Record{}))
 	headerOverhead = int(unsafe.Sizeof(kgo.RecordHeader{}) + unsafe.Sizeof(kmsg.Header{}))
 )
+
+// Head is the oldest record not yet taken, or nil when none is buffered.
+func (b *Buffer) Head() *kgo.Record {
+	if len(b.queue) == 0 {
+		return nil
+	}
+	return b.queue[0]
+}

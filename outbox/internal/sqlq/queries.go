@@ -20,10 +20,13 @@ type Queries struct {
 	// ClaimKeys is the per-key policies' claim past the front of the backlog (sqlClaimKeys).
 	ClaimKeys          string
 	Mark, Renew, Start string
-	ReleaseLost        string
-	Retention, Gauges  string
-	Status, ListDead   string
-	Requeue            string
+	// MarkHistory is Mark for a batch with a failed or rejected row: it also appends each such
+	// row's attempt to its history.
+	MarkHistory       string
+	ReleaseLost       string
+	Retention, Gauges string
+	Status, ListDead  string
+	Requeue           string
 	// SleepLock and SleepUnlock take and release sleepLockAll; the filtered forms, sleepLockFiltered.
 	SleepLock, SleepUnlock                 string
 	SleepLockFiltered, SleepUnlockFiltered string
@@ -37,8 +40,11 @@ type Queries struct {
 	// ListOutbox, ListOutboxNewest, SearchOutbox, CountDead, ListStuckOutbox, ListSentGcCandidates and
 	// Activity are the inspection listings (list.go).
 	ListOutbox, ListOutboxNewest, SearchOutbox, CountDead string
-	ListStuckOutbox, ListSentGcCandidates                 string
-	Activity                                              string
+	// Archive sets aside dead and rejected rows (Store.ArchiveTx); AttemptErrors reads a row's
+	// failed attempts (Store.AttemptHistory).
+	Archive, AttemptErrors                string
+	ListStuckOutbox, ListSentGcCandidates string
+	Activity                              string
 	// ReadMode and SetMode read and change the schema's mode (claim or log); AnyOpen tells
 	// whether keiro_outbox has open rows. CreatePublication still holds {{publication}}, a
 	// validated slot name the caller substitutes; FindPublication, CreateSlot and SlotStatus
@@ -46,7 +52,7 @@ type Queries struct {
 	ReadMode, SetMode, AnyOpen                                 string
 	FindPublication, CreatePublication, CreateSlot, SlotStatus string
 	// LookupRow and EnqueueExistingRows read whole rows of RowColumns. ListOutbox,
-	// ListOutboxNewest (their $8) and SearchOutbox (its $3) read a prefix of each payload
+	// ListOutboxNewest (their $9) and SearchOutbox (its $3) read a prefix of each payload
 	// (pgtext.PrefixSQL); the other listings read whole payloads.
 	LookupRow, EnqueueExistingRows string
 }
@@ -90,7 +96,8 @@ func New(schema string) *Queries {
 		ClaimSource:          claim(preJoinSource, preSource, postSource, shareOfSource),
 		ClaimAny:             claim("", "TRUE", postNone, shareOfSeq),
 		ClaimKeys:            claimKeys,
-		Mark:                 r.Replace(sqlMark),
+		Mark:                 r.Replace(strings.Replace(sqlMark, "{{attempt_errors}}", "", 1)),
+		MarkHistory:          r.Replace(strings.Replace(sqlMark, "{{attempt_errors}}", markHistory, 1)),
 		Renew:                r.Replace(sqlRenew),
 		Start:                r.Replace(sqlStartProduce),
 		ReleaseLost:          r.Replace(sqlReleaseLostClaim),
@@ -114,10 +121,12 @@ func New(schema string) *Queries {
 		CreatePublication:    r.Replace(sqlCreatePublication),
 		CreateSlot:           sqlCreateSlot,
 		SlotStatus:           sqlSlotStatus,
-		ListOutbox:           prefix(sqlListOutbox, 8),
-		ListOutboxNewest:     prefix(sqlListOutboxNewest, 8),
+		ListOutbox:           prefix(sqlListOutbox, 9),
+		ListOutboxNewest:     prefix(sqlListOutboxNewest, 9),
 		SearchOutbox:         prefix(sqlSearchOutbox, 3),
 		CountDead:            r.Replace(sqlCountDead),
+		Archive:              r.Replace(sqlArchive),
+		AttemptErrors:        r.Replace(sqlAttemptErrors),
 		ListStuckOutbox:      r.Replace(sqlListStuckOutbox),
 		ListSentGcCandidates: r.Replace(sqlListSentGcCandidates),
 		Activity:             r.Replace(sqlActivity),

@@ -408,7 +408,10 @@ const (
 // failure goes dead. The token is cleared, and produce_started with it.
 // Outcomes: sent; failed (or dead when the ceiling is reached); skipped (failed, attempt
 // refunded, due now); deferred (failed during a Kafka outage, attempt refunded, due after the
-// delay); released (pending, attempt refunded); rejected (terminal).
+// delay); released (pending, attempt refunded); rejected (terminal). {{attempt_errors}} is
+// empty in Mark, the statement of a batch without failures (the common case, which so does not
+// pay for it), and markHistory in MarkHistory: a failed or rejected produce appends its attempt
+// to attempt_errors (the last 20 kept).
 const sqlMark = `
 UPDATE {{schema}}.keiro_outbox o SET
     status = CASE m.outcome
@@ -426,7 +429,7 @@ UPDATE {{schema}}.keiro_outbox o SET
         WHEN 'released' THEN now()
         ELSE o.next_attempt_at END,
     last_error = CASE m.outcome WHEN 'sent' THEN NULL WHEN 'released' THEN o.last_error ELSE m.err END,
-    published_at = CASE WHEN m.outcome = 'sent' THEN now() ELSE o.published_at END,
+{{attempt_errors}}    published_at = CASE WHEN m.outcome = 'sent' THEN now() ELSE o.published_at END,
     kafka_partition = CASE WHEN m.outcome = 'sent' THEN m.part ELSE o.kafka_partition END,
     kafka_offset = CASE WHEN m.outcome = 'sent' THEN m.off ELSE o.kafka_offset END,
     rejected_at = CASE WHEN m.outcome = 'rejected' THEN now() ELSE o.rejected_at END,
@@ -439,6 +442,13 @@ FROM unnest($2::uuid[], $3::text[], $4::text[], $5::bigint[], $6::int[], $7::big
     AS m(id, outcome, err, delay_us, part, off, code)
 WHERE o.outbox_id = m.id AND o.claim_token = $1::uuid AND o.status = 'publishing'
 RETURNING o.outbox_id, m.outcome, o.status`
+
+// markHistory is sqlMark's attempt_errors assignment in MarkHistory.
+const markHistory = `    attempt_errors = CASE WHEN m.outcome IN ('failed', 'rejected') THEN jsonb_path_query_array(
+        coalesce(o.attempt_errors, '[]'::jsonb) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+            'attempt', o.attempt_count, 'at', now(), 'error', left(m.err, 1024), 'code', nullif(m.code, '')))),
+        '$[last - 19 to last]') ELSE o.attempt_errors END,
+`
 
 // sqlRenew extends the lease of a batch still in flight: its rows ($2) still publishing under
 // claim token $1 get a lease of $3 microseconds from now. A row that is not (its lease expired
@@ -494,7 +504,8 @@ del AS (
     RETURNING 1)
 SELECT (SELECT got FROM lock), (SELECT count(*) FROM del)`
 
-// sqlGauges samples, per destination, the backlog, the oldest pending age and the dead count,
+// sqlGauges samples, per destination, the backlog, the oldest pending age and the dead count
+// (archived rows aside: an operator set them aside, they need no alert),
 // if it gets the maintenance lock $1. The oldest pending age is that of the oldest open row,
 // publishing ones included: a row stuck publishing (a produce that cannot complete, with two
 // brokers of three down) is as unpublished as a pending one, and the alert on the age must see it.
@@ -508,7 +519,7 @@ LEFT JOIN LATERAL (
     SELECT destination,
         count(*) FILTER (WHERE phase = 0) AS backlog,
         extract(epoch FROM now() - min(created_at) FILTER (WHERE phase = 0))::float8 AS age,
-        count(*) FILTER (WHERE phase = 2) AS dead
+        count(*) FILTER (WHERE phase = 2 AND archived_at IS NULL) AS dead
     FROM {{schema}}.keiro_outbox
     WHERE l.got AND phase IN (0, 2)
     GROUP BY destination) g ON true`
@@ -518,29 +529,31 @@ const sqlStatus = `
 SELECT status, destination, count(*), min(created_at)
 FROM {{schema}}.keiro_outbox GROUP BY status, destination ORDER BY status, destination`
 
-// sqlListDead lists dead and rejected rows after seq $1, optionally of one source ($2) and one
-// destination ($3), at most $4.
+// sqlListDead lists dead and rejected rows that are not archived after seq $1, optionally of one
+// source ($2) and one destination ($3), at most $4.
 const sqlListDead = `
 SELECT seq, outbox_id, message_id, source, destination, message_key, status, attempt_count,
     last_error, rejection_code, updated_at
 FROM {{schema}}.keiro_outbox
-WHERE phase = 2 AND seq > $1
+WHERE phase = 2 AND archived_at IS NULL AND seq > $1
   AND ($2::text IS NULL OR source = $2) AND ($3::text IS NULL OR destination = $3)
 ORDER BY seq LIMIT $4`
 
 // sqlRequeue puts dead and rejected rows back to pending with a fresh attempt budget:
-// the ids in $1, or every row of source $2 and/or destination $4, or all ($3). It returns
-// their ids in seq order.
+// the ids in $1 (archived or not: a requeue brings an archived row back), or every row not
+// archived of source $2 and/or destination $4, or all of them ($3). It returns their ids in seq
+// order.
 const sqlRequeue = `
 WITH moved AS (
 UPDATE {{schema}}.keiro_outbox SET status = 'pending', attempt_count = 0, next_attempt_at = now(),
     rejected_at = NULL, rejection_code = NULL, claim_token = NULL, produce_started = false,
-    lease_until = NULL, updated_at = now()
+    lease_until = NULL, updated_at = now(), archived_at = NULL
 WHERE phase = 2
   AND (outbox_id = ANY($1::uuid[])
-       OR (($2::text IS NOT NULL OR $4::text IS NOT NULL)
-           AND ($2::text IS NULL OR source = $2) AND ($4::text IS NULL OR destination = $4))
-       OR $3::boolean)
+       OR (archived_at IS NULL
+           AND ((($2::text IS NOT NULL OR $4::text IS NOT NULL)
+                 AND ($2::text IS NULL OR source = $2) AND ($4::text IS NULL OR destination = $4))
+                OR $3::boolean)))
 RETURNING outbox_id, seq)
 SELECT outbox_id FROM moved ORDER BY seq`
 
