@@ -106,6 +106,7 @@ func (c *Console) routes() {
 	api("GET /api/v1/subscriptions", c.needEvents(apiRead(c, c.readSubscriptions)))
 	api("GET /api/v1/subscriptions/dead-letters", c.needEvents(c.apiSubDeadLetters))
 	api("POST /api/v1/subscriptions/dead-letters/replay", c.needEvents(c.apiSubDeadLetterReplay))
+	api("GET /api/v1/sagas", c.needEvents(c.apiSagas))
 	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no API endpoint %s %s (see docs/console.md for the list)", r.Method, r.URL.Path))
 	})
@@ -135,6 +136,7 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /console/subscriptions/dead-letters", c.needEvents(c.pageSubDeadLetters))
 	m.HandleFunc("POST /console/subscriptions/dead-letters/replay", c.needEvents(c.pageSubDeadLetterReplay))
 	m.HandleFunc("GET /console/subscriptions/dead-letters/replayed", c.needEvents(c.pageSubDeadLetterReplayed))
+	m.HandleFunc("GET /console/sagas", c.needEvents(c.pageSagas))
 	static, _ := fs.Sub(assetFS, "assets")
 	m.Handle("GET /console/assets/", http.StripPrefix("/console/assets/", assetHandler(http.FileServerFS(static))))
 	m.HandleFunc("GET /console", func(w http.ResponseWriter, r *http.Request) {

@@ -93,6 +93,9 @@ var apiOperations = []apiOperation{
 		answer: SubscriptionDeadLetters{}, errors: []int{400}},
 	{method: "POST", path: "/api/v1/subscriptions/dead-letters/replay", summary: "Ask the running subscription to deliver dead letters again.",
 		body: SubscriptionReplayRequest{}, answer: SubscriptionReplayAnswer{}, errors: []int{400, 403, 413}},
+	{method: "GET", path: "/api/v1/sagas", summary: "The commands routers and process managers dead-lettered, and the durable timers due and firing.",
+		params: []apiParam{{name: "dispatcher", in: "query", typ: "string", doc: "a router's or process manager's name"}, pLimit},
+		answer: Sagas{}, errors: []int{400}},
 }
 
 // openAPIDocument builds the document.

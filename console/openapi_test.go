@@ -196,6 +196,8 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 		{"GET", "/api/v1/search", "/api/v1/search", nil, 400},
 		{"GET", "/api/v1/subscriptions", "", nil, 200},
 		{"GET", "/api/v1/subscriptions/dead-letters", "", nil, 200},
+		{"GET", "/api/v1/sagas", "", nil, 200},
+		{"GET", "/api/v1/sagas?limit=0x", "/api/v1/sagas", nil, 400},
 		{"POST", "/api/v1/outbox/requeue", "", console.RequeueRequest{IDs: []string{ids[0]}}, 200},
 		{"POST", "/api/v1/outbox/requeue", "", map[string]any{"ids": "x"}, 400},
 		{"POST", "/api/v1/outbox/archive", "", console.OutboxArchiveRequest{IDs: []string{ids[1]}}, 200},

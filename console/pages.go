@@ -209,7 +209,7 @@ func short(n int, s string) string {
 
 // pageNames are the templates of templates/, each parsed with layout.html.
 var pageNames = []string{"overview", "outbox", "outbox_row", "requeue", "inbox", "inbox_entry", "retry", "subscriptions", "search", "requeued", "retried", "error",
-	"deadletters", "deadletter", "replay", "replayed", "subdeadletters", "subreplay", "subreplayed", "groups", "archive", "archived"}
+	"deadletters", "deadletter", "replay", "replayed", "subdeadletters", "subreplay", "subreplayed", "groups", "archive", "archived", "sagas"}
 
 func parsePages() (map[string]*template.Template, error) {
 	layout, err := fs.ReadFile(templateFS, "templates/layout.html")
