@@ -101,24 +101,20 @@ func (s *stream) produce(ctx context.Context, t *txn, ev *envelope.Event) {
 	}
 	s.w.add(t, size)
 	e.client.Produce(context.Background(), rec, func(rec *kgo.Record, err error) {
-		switch {
-		case err == nil:
+		if err == nil {
 			e.published.Add(1)
 			if e.onAck != nil {
 				e.onAck(ev.MessageID)
 			}
-		default:
-			class, code := kafkaerr.Classify(err)
-			if class != kafkaerr.Permanent {
-				break // the transaction fails: the session ends and the next replays it
-			}
+		} else if class, code := kafkaerr.Classify(err); class == kafkaerr.Permanent {
+			// Otherwise the transaction fails: the session ends and the next replays it.
 			if kafkaerr.Suspect(err, !alone) {
 				e.suspects.add(ev.MessageID)
 				err = fmt.Errorf("%w (message %s is produced alone by the next session)", err, ev.MessageID)
-				break
+			} else {
+				e.reject(ev, code, err)
+				err = nil
 			}
-			e.reject(ev, code, err)
-			err = nil
 		}
 		s.w.settle(t, size, err)
 	})
