@@ -87,7 +87,7 @@ func (c *Console) routes() {
 	api("GET /api/v1/outbox/summary", c.needOutbox(apiRead(c, c.readOutboxSummary)))
 	api("GET /api/v1/outbox/rows", c.needOutbox(c.apiOutboxRows))
 	api("GET /api/v1/outbox/rows/{id}", c.needOutbox(c.apiOutboxRow))
-	api("POST /api/v1/outbox/requeue", c.needOutbox(c.apiOutboxRequeue))
+	api("POST /api/v1/outbox/requeue", c.needOutbox(apiAction(c, "requeue", func(q RequeueRequest) error { _, err := q.filter(); return err }, c.requeue)))
 	api("GET /api/v1/outbox/groups", c.needOutbox(apiRead(c, c.readOutboxGroups)))
 	api("POST /api/v1/outbox/groups/requeue", c.needOutbox(c.apiOutboxGroupRequeue))
 	api("POST /api/v1/outbox/archive", c.needOutbox(c.apiOutboxArchive))
@@ -102,10 +102,10 @@ func (c *Console) routes() {
 	api("GET /api/v1/search", c.needRows(c.apiSearch))
 	api("GET /api/v1/inbox/dead-letters", c.needDeadLetters(c.apiDeadLetters))
 	api("GET /api/v1/inbox/dead-letters/{topic}/{partition}/{offset}", c.needDeadLetters(c.apiDeadLetter))
-	api("POST /api/v1/inbox/dead-letters/replay", c.needDeadLetters(c.apiDeadLetterReplay))
+	api("POST /api/v1/inbox/dead-letters/replay", c.needDeadLetters(apiAction(c, "replay", ReplayRequest.validate, c.replayDeadLetters)))
 	api("GET /api/v1/subscriptions", c.needEvents(apiRead(c, c.readSubscriptions)))
 	api("GET /api/v1/subscriptions/dead-letters", c.needEvents(c.apiSubDeadLetters))
-	api("POST /api/v1/subscriptions/dead-letters/replay", c.needEvents(c.apiSubDeadLetterReplay))
+	api("POST /api/v1/subscriptions/dead-letters/replay", c.needEvents(apiAction(c, "replay", SubscriptionReplayRequest.validate, c.replaySubDeadLetters)))
 	api("GET /api/v1/sagas", c.needEvents(c.apiSagas))
 	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no API endpoint %s %s (see docs/console.md for the list)", r.Method, r.URL.Path))
@@ -157,6 +157,28 @@ func apiRead[T any](c *Console, read func(context.Context) (T, error)) http.Hand
 			return
 		}
 		writeJSON(w, http.StatusOK, v)
+	}
+}
+
+// apiAction is a POST handler of the admin API: decode the JSON body into Q, refuse it with
+// 400 "verb: …" when check fails, run act and answer its result as JSON.
+func apiAction[Q, A any](c *Console, verb string, check func(Q) error, act func(*http.Request, Q) (A, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var q Q
+		if status, msg := decodeBody(r, &q); status != 0 {
+			writeError(w, status, msg)
+			return
+		}
+		if err := check(q); err != nil {
+			writeError(w, http.StatusBadRequest, verb+": "+err.Error())
+			return
+		}
+		ans, err := act(r, q)
+		if err != nil {
+			c.serverError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, ans)
 	}
 }
 

@@ -553,21 +553,7 @@ func (c *Console) apiInboxRetry(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotImplemented, "retry is not available: the console has no handler (InboxConfig.Handler)")
 		return
 	}
-	var q RetryRequest
-	if status, msg := decodeBody(r, &q); status != 0 {
-		writeError(w, status, msg)
-		return
-	}
-	if err := q.validate(); err != nil {
-		writeError(w, http.StatusBadRequest, "retry: "+err.Error())
-		return
-	}
-	ans, err := c.retry(r, q)
-	if err != nil {
-		c.serverError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, ans)
+	apiAction(c, "retry", RetryRequest.validate, c.retry)(w, r)
 }
 
 func (c *Console) apiLag(w http.ResponseWriter, r *http.Request) {

@@ -501,21 +501,3 @@ func (c *Console) apiDeadLetter(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, deadLetterOf(rec, DefaultDetailPayloadBytes))
 	}
 }
-
-func (c *Console) apiDeadLetterReplay(w http.ResponseWriter, r *http.Request) {
-	var q ReplayRequest
-	if status, msg := decodeBody(r, &q); status != 0 {
-		writeError(w, status, msg)
-		return
-	}
-	if err := q.validate(); err != nil {
-		writeError(w, http.StatusBadRequest, "replay: "+err.Error())
-		return
-	}
-	ans, err := c.replayDeadLetters(r, q)
-	if err != nil {
-		c.serverError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, ans)
-}

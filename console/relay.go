@@ -441,24 +441,6 @@ func (c *Console) apiOutboxRow(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (c *Console) apiOutboxRequeue(w http.ResponseWriter, r *http.Request) {
-	var q RequeueRequest
-	if status, msg := decodeBody(r, &q); status != 0 {
-		writeError(w, status, msg)
-		return
-	}
-	if _, err := q.filter(); err != nil {
-		writeError(w, http.StatusBadRequest, "requeue: "+err.Error())
-		return
-	}
-	ans, err := c.requeue(r, q)
-	if err != nil {
-		c.serverError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, ans)
-}
-
 // decodeBody reads a JSON body into v, refusing unknown fields and oversized bodies.
 func decodeBody(r *http.Request, v any) (int, string) {
 	dec := json.NewDecoder(r.Body)

@@ -130,21 +130,3 @@ func (c *Console) apiSubDeadLetters(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, out)
 }
-
-func (c *Console) apiSubDeadLetterReplay(w http.ResponseWriter, r *http.Request) {
-	var q SubscriptionReplayRequest
-	if status, msg := decodeBody(r, &q); status != 0 {
-		writeError(w, status, msg)
-		return
-	}
-	if err := q.validate(); err != nil {
-		writeError(w, http.StatusBadRequest, "replay: "+err.Error())
-		return
-	}
-	ans, err := c.replaySubDeadLetters(r, q)
-	if err != nil {
-		c.serverError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, ans)
-}
