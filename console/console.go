@@ -85,7 +85,7 @@ func (c *Console) routes() {
 	}
 	api("GET /api/v1/openapi.json", c.apiOpenAPI)
 	api("GET /api/v1/outbox/summary", c.needOutbox(apiRead(c, c.readOutboxSummary)))
-	api("GET /api/v1/outbox/rows", c.needOutbox(c.apiOutboxRows))
+	api("GET /api/v1/outbox/rows", c.needOutbox(apiQuery(c, parseOutboxFilter, c.listOutboxRows)))
 	api("GET /api/v1/outbox/rows/{id}", c.needOutbox(c.apiOutboxRow))
 	api("POST /api/v1/outbox/requeue", c.needOutbox(apiAction(c, "requeue", func(q RequeueRequest) error { _, err := q.filter(); return err }, c.requeue)))
 	api("GET /api/v1/outbox/groups", c.needOutbox(apiRead(c, c.readOutboxGroups)))
@@ -104,9 +104,9 @@ func (c *Console) routes() {
 	api("GET /api/v1/inbox/dead-letters/{topic}/{partition}/{offset}", c.needDeadLetters(c.apiDeadLetter))
 	api("POST /api/v1/inbox/dead-letters/replay", c.needDeadLetters(apiAction(c, "replay", ReplayRequest.validate, c.replayDeadLetters)))
 	api("GET /api/v1/subscriptions", c.needEvents(apiRead(c, c.readSubscriptions)))
-	api("GET /api/v1/subscriptions/dead-letters", c.needEvents(c.apiSubDeadLetters))
+	api("GET /api/v1/subscriptions/dead-letters", c.needEvents(apiQuery(c, parseSubDeadLetterFilter, c.listSubDeadLetters)))
 	api("POST /api/v1/subscriptions/dead-letters/replay", c.needEvents(apiAction(c, "replay", SubscriptionReplayRequest.validate, c.replaySubDeadLetters)))
-	api("GET /api/v1/sagas", c.needEvents(c.apiSagas))
+	api("GET /api/v1/sagas", c.needEvents(apiQuery(c, parseSagasFilter, c.readSagas)))
 	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no API endpoint %s %s (see docs/console.md for the list)", r.Method, r.URL.Path))
 	})
@@ -152,6 +152,24 @@ func (c *Console) routes() {
 func apiRead[T any](c *Console, read func(context.Context) (T, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		v, err := read(r.Context())
+		if err != nil {
+			c.serverError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+	}
+}
+
+// apiQuery is a GET handler of the admin API: parse the request's query into F (400 with
+// its error when it is bad), read and answer the result as JSON.
+func apiQuery[F, T any](c *Console, parse func(*http.Request) (F, error), read func(context.Context, F) (T, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		f, err := parse(r)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		v, err := read(r.Context(), f)
 		if err != nil {
 			c.serverError(w, r, err)
 			return

@@ -413,20 +413,6 @@ func (c *Console) countRequeueable(ctx context.Context, source, destination stri
 
 // --- API handlers ---
 
-func (c *Console) apiOutboxRows(w http.ResponseWriter, r *http.Request) {
-	f, err := parseOutboxFilter(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	page, err := c.listOutboxRows(r.Context(), f)
-	if err != nil {
-		c.serverError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, page)
-}
-
 func (c *Console) apiOutboxRow(w http.ResponseWriter, r *http.Request) {
 	o, err := c.getOutboxRow(r.Context(), r.PathValue("id"))
 	switch {

@@ -73,20 +73,6 @@ func (c *Console) readSagas(ctx context.Context, f sagasFilter) (Sagas, error) {
 	return out, nil
 }
 
-func (c *Console) apiSagas(w http.ResponseWriter, r *http.Request) {
-	f, err := parseSagasFilter(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	out, err := c.readSagas(r.Context(), f)
-	if err != nil {
-		c.serverError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
 // sagasData is the sagas page's content.
 type sagasData struct {
 	Filter sagasFilter

@@ -116,17 +116,3 @@ func (c *Console) replaySubDeadLetters(r *http.Request, q SubscriptionReplayRequ
 	}
 	return SubscriptionReplayAnswer{Subscription: q.Subscription, Requested: n, Note: subReplayNote}, nil
 }
-
-func (c *Console) apiSubDeadLetters(w http.ResponseWriter, r *http.Request) {
-	f, err := parseSubDeadLetterFilter(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	out, err := c.listSubDeadLetters(r.Context(), f)
-	if err != nil {
-		c.serverError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, out)
-}
