@@ -251,15 +251,11 @@ type deadRow struct {
 
 // Run lists dead and rejected rows.
 func (c *deadListCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
-	conn, err := g.DB.connect(ctx)
+	conn, store, err := g.DB.outboxStore(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	store, err := outbox.NewStore(g.DB.Schema)
-	if err != nil {
-		return err
-	}
 	dead, err := store.ListDead(ctx, conn, outbox.ListDeadOptions{Source: c.Source, Destination: c.Destination, Limit: c.Limit})
 	if err != nil {
 		return err
@@ -310,15 +306,11 @@ var errDryRun = errors.New("dry run")
 // Run requeues the selected rows in one transaction and wakes listening relays
 // (outbox.Store.RequeueTx, as the console's requeue); --dry-run rolls the transaction back.
 func (c *deadRequeueCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
-	conn, err := g.DB.connect(ctx)
+	conn, store, err := g.DB.outboxStore(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	store, err := outbox.NewStore(g.DB.Schema)
-	if err != nil {
-		return err
-	}
 	if !c.DryRun {
 		fmt.Fprintln(env.Stderr, requeueWarning)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/events"
 	"github.com/keiro-go/keiro/internal/cli"
+	"github.com/keiro-go/keiro/outbox"
 )
 
 // eventsCmd groups the event store's operator commands.
@@ -293,6 +294,19 @@ func (c *eventsDeadReplayCmd) Run(ctx context.Context, g *grammar, env *cli.Env)
 	}
 	fmt.Fprintln(env.Stderr, "the running subscription delivers them at its next poll; check with `relay events dead list --status=replayed`")
 	return nil
+}
+
+// outboxStore connects to the database and returns the outbox Store of the flags' schema.
+func (f *dbFlags) outboxStore(ctx context.Context) (*pgx.Conn, *outbox.Store, error) {
+	store, err := outbox.NewStore(f.Schema)
+	if err != nil {
+		return nil, nil, err
+	}
+	conn, err := f.connect(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return conn, store, nil
 }
 
 // eventStore connects to the database and returns the event store of its schema.

@@ -10,15 +10,11 @@ import (
 
 // Run prints the schema's mode and, when its slot exists, the slot's state.
 func (c *modeShowCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
-	conn, err := g.DB.connect(ctx)
+	conn, store, err := g.DB.outboxStore(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	store, err := outbox.NewStore(g.DB.Schema)
-	if err != nil {
-		return err
-	}
 	mode, err := store.Mode(ctx, conn)
 	if err != nil {
 		return fmt.Errorf("%w (apply the migrations: relay migrate)", err)
@@ -40,15 +36,11 @@ func (c *modeSetCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 	if err != nil {
 		return err
 	}
-	conn, err := g.DB.connect(ctx)
+	conn, store, err := g.DB.outboxStore(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	store, err := outbox.NewStore(g.DB.Schema)
-	if err != nil {
-		return err
-	}
 	ch, err := store.SetMode(ctx, conn, mode, c.LogSlot)
 	if err != nil {
 		return err

@@ -90,15 +90,11 @@ type listedRow struct {
 
 func listRows(ctx context.Context, g *grammar, env *cli.Env, asJSON bool, limit int, paged bool,
 	list func(context.Context, *outbox.Store, outbox.Querier) ([]outbox.Row, error)) error {
-	conn, err := g.DB.connect(ctx)
+	conn, st, err := g.DB.outboxStore(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	st, err := outbox.NewStore(g.DB.Schema)
-	if err != nil {
-		return err
-	}
 	rows, err := list(ctx, st, conn)
 	if err != nil {
 		return err
