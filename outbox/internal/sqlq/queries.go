@@ -26,7 +26,10 @@ type Queries struct {
 	ReleaseLost       string
 	Retention, Gauges string
 	Status, ListDead  string
-	Requeue           string
+	// StatusUnarchived is Status on a schema before migration 011 (no archived_at), which
+	// HasArchive tells apart.
+	StatusUnarchived, HasArchive string
+	Requeue                      string
 	// SleepLock and SleepUnlock take and release sleepLockAll; the filtered forms, sleepLockFiltered.
 	SleepLock, SleepUnlock                 string
 	SleepLockFiltered, SleepUnlockFiltered string
@@ -104,6 +107,8 @@ func New(schema string) *Queries {
 		Retention:            r.Replace(sqlRetention),
 		Gauges:               r.Replace(sqlGauges),
 		Status:               r.Replace(sqlStatus),
+		StatusUnarchived:     r.Replace(sqlStatusUnarchived),
+		HasArchive:           r.Replace(sqlHasArchive),
 		ListDead:             r.Replace(sqlListDead),
 		Requeue:              r.Replace(sqlRequeue),
 		SleepLock:            r.Replace(strings.ReplaceAll(sqlSleepLock, "{{key}}", sleepLockAll)),

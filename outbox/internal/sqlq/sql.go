@@ -524,10 +524,21 @@ LEFT JOIN LATERAL (
     WHERE l.got AND phase IN (0, 2)
     GROUP BY destination) g ON true`
 
-// sqlStatus counts rows per status and destination.
+// sqlStatus counts rows per status, destination and archived or not (archived_at, migration
+// 011_archive.sql).
 const sqlStatus = `
-SELECT status, destination, count(*), min(created_at)
+SELECT status, destination, archived_at IS NOT NULL, count(*), min(created_at)
+FROM {{schema}}.keiro_outbox GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`
+
+// sqlStatusUnarchived is sqlStatus on a schema before migration 011, which has no archived rows.
+const sqlStatusUnarchived = `
+SELECT status, destination, false, count(*), min(created_at)
 FROM {{schema}}.keiro_outbox GROUP BY status, destination ORDER BY status, destination`
+
+// sqlHasArchive tells whether keiro_outbox has archived_at (migration 011_archive.sql applied).
+const sqlHasArchive = `
+SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+WHERE attrelid = to_regclass('{{schema}}.keiro_outbox') AND attname = 'archived_at' AND NOT attisdropped)`
 
 // sqlListDead lists dead and rejected rows that are not archived after seq $1, optionally of one
 // source ($2) and one destination ($3), at most $4.
