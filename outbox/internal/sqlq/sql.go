@@ -593,3 +593,30 @@ const sqlSlotStatus = `SELECT coalesce(active_pid, 0), coalesce(confirmed_flush_
     coalesce(pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), restart_lsn), 0)::bigint,
     coalesce(wal_status, ''), safe_wal_size
 FROM pg_catalog.pg_replication_slots WHERE slot_name = $1`
+
+// Failure groups: the dead and rejected rows not archived, grouped by error class (dead, or
+// "rejected: " and the rejection code) and normalised last error ({{norm}},
+// pgtext.NormalisedErrorSQL).
+const outboxClass = `CASE status WHEN 'rejected' THEN 'rejected: ' || rejection_code ELSE status END`
+
+// sqlFailureGroups lists at most $1 groups, largest first: class, message, count, first and last
+// failure, one row's last error as written, up to 5 destinations and 5 event types.
+const sqlFailureGroups = `
+SELECT class, message, count(*), min(updated_at), max(updated_at), min(last_error),
+       (array_agg(DISTINCT destination ORDER BY destination))[1:5],
+       (array_agg(DISTINCT event_type ORDER BY event_type))[1:5]
+  FROM (SELECT {{class}} AS class, {{norm}} AS message, updated_at, coalesce(last_error, '') AS last_error,
+               destination, event_type
+          FROM {{schema}}.keiro_outbox WHERE phase = 2 AND archived_at IS NULL) g
+ GROUP BY class, message
+ ORDER BY count(*) DESC, class, message
+ LIMIT $1`
+
+// sqlFailureGroupIDs lists the outbox ids of the group of class $1 and message $2, newest
+// first, at most $3.
+const sqlFailureGroupIDs = `
+SELECT outbox_id FROM (SELECT outbox_id, updated_at, {{class}} AS class, {{norm}} AS message
+                         FROM {{schema}}.keiro_outbox WHERE phase = 2 AND archived_at IS NULL) g
+ WHERE class = $1 AND message = $2
+ ORDER BY updated_at DESC
+ LIMIT $3`
