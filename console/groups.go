@@ -3,14 +3,9 @@ package console
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-
-	"github.com/keiro-go/keiro/envelope"
 )
 
 // MaxGroups is the most failure groups a listing returns.
@@ -60,52 +55,41 @@ func (g GroupRef) validate() error {
 	return nil
 }
 
-func readGroups(ctx context.Context, q interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, sql string, args ...any) (FailureGroups, error) {
-	out := FailureGroups{Groups: []FailureGroup{}}
-	rows, err := q.Query(ctx, sql, args...)
+func (c *Console) readOutboxGroups(ctx context.Context) (FailureGroups, error) {
+	gs, err := c.outbox.FailureGroups(ctx, c.cfg.Outbox.Pool, MaxGroups)
+	out := FailureGroups{Groups: make([]FailureGroup, 0, len(gs))}
 	if err != nil {
-		return out, fmt.Errorf("list failure groups: %w", err)
+		return out, err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var g FailureGroup
-		if err := rows.Scan(&g.Class, &g.Message, &g.Count, &g.First, &g.Last, &g.Example, &g.Where, &g.EventTypes); err != nil {
-			return out, fmt.Errorf("list failure groups: %w", err)
-		}
-		out.Groups = append(out.Groups, g)
-	}
-	if err := rows.Err(); err != nil {
-		return out, fmt.Errorf("list failure groups: %w", err)
+	for _, g := range gs {
+		out.Groups = append(out.Groups, FailureGroup{Class: g.Class, Message: g.Message, Count: g.Count, First: g.First, Last: g.Last,
+			Example: g.Example, Where: g.Destinations, EventTypes: g.EventTypes})
 	}
 	return out, nil
 }
 
-func (c *Console) readOutboxGroups(ctx context.Context) (FailureGroups, error) {
-	oc := c.cfg.Outbox
-	return readGroups(ctx, oc.Pool, bindGroup(sqlOutboxGroups, oc.Schema, "keiro_outbox", sqlOutboxClass), MaxGroups)
-}
-
 func (c *Console) readInboxGroups(ctx context.Context) (FailureGroups, error) {
-	ic := c.cfg.Inbox
-	return readGroups(ctx, ic.Pool, bindGroup(sqlInboxGroups, ic.Schema, "keiro_inbox", sqlInboxClass), ic.Consumer, MaxGroups)
+	gs, err := c.inbox.FailureGroups(ctx, c.cfg.Inbox.Pool, MaxGroups)
+	out := FailureGroups{Groups: make([]FailureGroup, 0, len(gs))}
+	if err != nil {
+		return out, err
+	}
+	for _, g := range gs {
+		out.Groups = append(out.Groups, FailureGroup{Class: g.Class, Message: g.Message, Count: g.Count, First: g.First, Last: g.Last,
+			Example: g.Example, Where: g.Sources, EventTypes: g.EventTypes})
+	}
+	return out, nil
 }
 
 // outboxGroupIDs lists up to MaxSelection outbox ids of group g, newest first; more reports
 // that the group has more rows.
 func (c *Console) outboxGroupIDs(ctx context.Context, g GroupRef) (ids []string, more bool, err error) {
-	oc := c.cfg.Outbox
-	rows, err := oc.Pool.Query(ctx, bindGroup(sqlOutboxGroupIDs, oc.Schema, "keiro_outbox", sqlOutboxClass), g.Class, g.Message, MaxSelection+1)
+	uuids, err := c.outbox.FailureGroupIDs(ctx, c.cfg.Outbox.Pool, g.Class, g.Message, MaxSelection+1)
 	if err != nil {
-		return nil, false, fmt.Errorf("list the rows of a failure group: %w", err)
-	}
-	uuids, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
-	if err != nil {
-		return nil, false, fmt.Errorf("list the rows of a failure group: %w", err)
+		return nil, false, err
 	}
 	for _, u := range uuids {
-		ids = append(ids, envelope.UUID(u).String())
+		ids = append(ids, u.String())
 	}
 	if len(ids) > MaxSelection {
 		return ids[:MaxSelection], true, nil
@@ -115,17 +99,12 @@ func (c *Console) outboxGroupIDs(ctx context.Context, g GroupRef) (ids []string,
 
 // inboxGroupKeys lists up to MaxSelection keys of group g, oldest failure first.
 func (c *Console) inboxGroupKeys(ctx context.Context, g GroupRef) (keys []RetryKey, more bool, err error) {
-	ic := c.cfg.Inbox
-	rows, err := ic.Pool.Query(ctx, bindGroup(sqlInboxGroupKeys, ic.Schema, "keiro_inbox", sqlInboxClass), ic.Consumer, g.Class, g.Message, MaxSelection+1)
+	ks, err := c.inbox.FailureGroupKeys(ctx, c.cfg.Inbox.Pool, g.Class, g.Message, MaxSelection+1)
 	if err != nil {
-		return nil, false, fmt.Errorf("list the messages of a failure group: %w", err)
+		return nil, false, err
 	}
-	keys, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (RetryKey, error) {
-		var k RetryKey
-		return k, r.Scan(&k.Source, &k.DedupeKey)
-	})
-	if err != nil {
-		return nil, false, fmt.Errorf("list the messages of a failure group: %w", err)
+	for _, k := range ks {
+		keys = append(keys, RetryKey{Source: k.Source, DedupeKey: k.DedupeKey})
 	}
 	if len(keys) > MaxSelection {
 		return keys[:MaxSelection], true, nil

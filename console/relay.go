@@ -39,8 +39,11 @@ type OutboxSummary struct {
 	// OldestPendingID is the outbox id of the row at the head of the queue: the unpublished row
 	// (pending, failed or publishing) the relay claims first. Empty when none.
 	OldestPendingID string `json:"oldest_pending_id,omitempty"`
-	// DeadOrRejected counts the rows waiting for an operator.
+	// DeadOrRejected counts the rows waiting for an operator, archived rows aside.
 	DeadOrRejected int64 `json:"dead_or_rejected"`
+	// Archived counts the dead and rejected rows an operator set aside, in neither Destinations,
+	// Totals nor DeadOrRejected.
+	Archived int64 `json:"archived"`
 	// SentLastMinute counts the rows published in the last minute.
 	SentLastMinute int64 `json:"sent_last_minute"`
 	// FailedLastMinute counts the rows that went dead or rejected in the last minute.
@@ -89,7 +92,7 @@ func (c *Console) readOutboxSummary(ctx context.Context) (OutboxSummary, error) 
 	if err != nil {
 		return s, fmt.Errorf("read outbox summary: %w", err)
 	}
-	s.Backlog, s.DeadOrRejected = st.Backlog, st.Dead
+	s.Backlog, s.DeadOrRejected, s.Archived = st.Backlog, st.Dead, st.Archived
 	byDest := map[string]*DestinationSummary{}
 	for _, n := range st.Counts {
 		d := byDest[n.Destination]

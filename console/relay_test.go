@@ -331,3 +331,27 @@ func TestOutboxRequeueAPI(t *testing.T) {
 		map[string]string{"Content-Type": "application/json", "X-CSRF-Token": r.csrf(t)})
 	require.Equal(t, http.StatusRequestEntityTooLarge, a.code, a.body)
 }
+
+// Archived rows leave the summary's counts (an operator set them aside: nothing to do) and are
+// counted on their own, on the overview too.
+func TestOutboxSummaryCountsArchivedRowsApart(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	ids := deadFixture(t, r)
+	a := r.postJSON(t, "/api/v1/outbox/archive", console.OutboxArchiveRequest{IDs: []string{ids["d1"], ids["r1"]}})
+	require.Equal(t, http.StatusOK, a.code, a.body)
+	var ans console.ArchiveAnswer
+	a.json(t, &ans)
+	require.Equal(t, 2, ans.Archived)
+
+	var s console.OutboxSummary
+	r.get(t, "/api/v1/outbox/summary").json(t, &s)
+	require.Equal(t, int64(2), s.DeadOrRejected, "d2 and p1 still wait for an operator")
+	require.Equal(t, int64(2), s.Archived)
+	require.Equal(t, map[string]int64{"dead": 1, "failed": 1, "sent": 1, "pending": 1}, s.Destinations[0].Counts)
+	require.Equal(t, int64(2), s.Totals["dead"])
+	require.Zero(t, s.Totals["rejected"])
+	page := r.get(t, "/console/")
+	require.Equal(t, http.StatusOK, page.code)
+	require.Contains(t, page.body, `id="archived-count">2 archived</a>`)
+}

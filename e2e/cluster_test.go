@@ -74,9 +74,10 @@ func TestThreeBrokerFailures(t *testing.T) {
 	for _, r := range relays {
 		relayAddrs = append(relayAddrs, r.waitAddr(t, 30*time.Second))
 	}
-	// oldestPendingAge is the gauge as an alert over every relay sees it: one relay at a time
-	// samples the outbox's gauges (under the maintenance lock), so a single relay's value may be
-	// an older sample.
+	// oldestPendingAge is the gauge as the alert rules read it, the maximum over the relays: only
+	// a relay whose latest maintenance pass sampled the outbox (under the maintenance lock)
+	// exports it, the others export no series (read as 0 here), so which relay samples changes
+	// nothing.
 	oldestPendingAge := func() float64 {
 		var age float64
 		for _, addr := range relayAddrs {

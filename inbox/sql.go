@@ -58,7 +58,36 @@ type statements struct {
 	countByConsumer  string
 	activity         string
 	markDeadLettered string
+	failureGroups    string
+	failureGroupKeys string
 }
+
+// failure groups: the store consumer's failed rows not archived, grouped by error class
+// (poisoned or retrying) and normalised last error ({{norm}}, pgtext.NormalisedErrorSQL).
+const (
+	inboxClass = `CASE WHEN poisoned THEN 'poisoned' ELSE 'retrying' END`
+	// sqlFailureGroups lists at most $2 groups of consumer $1, largest first: class, message,
+	// count, first and last failure, one row's last error as written, up to 5 sources and 5
+	// event types.
+	sqlFailureGroups = `
+SELECT class, message, count(*), min(failed_at), max(failed_at), min(last_error),
+       (array_agg(DISTINCT source ORDER BY source))[1:5],
+       (array_agg(DISTINCT coalesce(event_type, '') ORDER BY coalesce(event_type, '')))[1:5]
+  FROM (SELECT {{class}} AS class, {{norm}} AS message, failed_at, coalesce(last_error, '') AS last_error,
+               source, event_type
+          FROM {{t}} WHERE consumer = $1 AND status = 'failed' AND archived_at IS NULL) g
+ GROUP BY class, message
+ ORDER BY count(*) DESC, class, message
+ LIMIT $2`
+	// sqlFailureGroupKeys lists the keys of consumer $1's group of class $2 and message $3,
+	// oldest failure first, at most $4.
+	sqlFailureGroupKeys = `
+SELECT source, dedupe_key FROM (SELECT source, dedupe_key, failed_at, {{class}} AS class, {{norm}} AS message
+                                  FROM {{t}} WHERE consumer = $1 AND status = 'failed' AND archived_at IS NULL) g
+ WHERE class = $2 AND message = $3
+ ORDER BY failed_at, source, dedupe_key
+ LIMIT $4`
+)
 
 func newStatements(schema string) statements {
 	t := schema + ".keiro_inbox"
@@ -69,7 +98,10 @@ func newStatements(schema string) statements {
 		return strings.Replace(envelopeColumns, "payload_bytes", payload+", octet_length(payload_bytes)", 1) +
 			`, received_at, status, attempt_count, poisoned, completed_at, failed_at, coalesce(last_error, '')`
 	}
+	groups := strings.NewReplacer("{{t}}", t, "{{class}}", inboxClass, "{{norm}}", pgtext.NormalisedErrorSQL("last_error"))
 	return statements{
+		failureGroups:    groups.Replace(sqlFailureGroups),
+		failureGroupKeys: groups.Replace(sqlFailureGroupKeys),
 		// insert-first: the dedupe row, completed, inserted before the handler runs in the same
 		// transaction. A concurrent insert of the same key blocks on the primary key until the
 		// first transaction ends.

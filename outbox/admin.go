@@ -23,31 +23,49 @@ type Status struct {
 	// OldestPendingCreatedAt is, per destination, the creation time of its oldest pending or
 	// failed row; destinations without such rows are absent.
 	OldestPendingCreatedAt map[string]time.Time
-	// Dead is the number of dead and rejected rows (kept for operators).
+	// Dead is the number of dead and rejected rows waiting for an operator, archived ones aside.
 	Dead int64
+	// Archived is the number of dead and rejected rows an operator set aside (ArchiveTx); they
+	// are in neither Counts nor Dead. Always 0 on a schema before migration 011, which has no
+	// archive.
+	Archived int64
 }
 
-// StatusCount is the number of rows with one status and destination.
+// StatusCount is the number of rows with one status and destination, archived rows aside.
 type StatusCount struct {
 	Status, Destination string
 	Count               int64
 }
 
-// Status counts the outbox's rows per status and destination. It scans the whole table
-// (including retained sent rows): an operator command, not a hot path.
+// Status counts the outbox's rows per status and destination, archived rows apart. It scans
+// the whole table (including retained sent rows): an operator command, not a hot path. It works
+// on a schema migrated up to 010 too (before the archive).
 func (s *Store) Status(ctx context.Context, q Querier) (Status, error) {
 	st := Status{OldestPendingCreatedAt: map[string]time.Time{}}
-	rows, err := q.Query(ctx, s.q.Status)
+	var archive bool
+	if err := q.QueryRow(ctx, s.q.HasArchive).Scan(&archive); err != nil {
+		return st, fmt.Errorf("outbox status: %w", err)
+	}
+	query := s.q.StatusUnarchived
+	if archive {
+		query = s.q.Status
+	}
+	rows, err := q.Query(ctx, query)
 	if err != nil {
 		return st, fmt.Errorf("outbox status: %w", err)
 	}
 	var oldest time.Time
 	for rows.Next() {
 		var c StatusCount
+		var archived bool
 		var first time.Time
-		if err := rows.Scan(&c.Status, &c.Destination, &c.Count, &first); err != nil {
+		if err := rows.Scan(&c.Status, &c.Destination, &archived, &c.Count, &first); err != nil {
 			rows.Close()
 			return st, fmt.Errorf("outbox status: %w", err)
+		}
+		if archived {
+			st.Archived += c.Count
+			continue
 		}
 		st.Counts = append(st.Counts, c)
 		switch c.Status {

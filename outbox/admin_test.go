@@ -3,11 +3,13 @@ package outbox_test
 import (
 	"context"
 	"hash/fnv"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/tern/v2/migrate"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -279,4 +281,73 @@ func TestArchive(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, shelf, 1, "and is no longer archived")
 	require.Equal(t, d1, shelf[0].OutboxID)
+}
+
+// migrateUpTo applies the migrations of ../migrations/sql up to version to a fresh schema, as an
+// older release left it.
+func migrateUpTo(t *testing.T, version int32) *testenv.DB {
+	t.Helper()
+	db := testenv.NewDBWith(t, testenv.DBConfig{SkipMigrations: true})
+	ctx := context.Background()
+	c, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer c.Release()
+	_, err = c.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+db.Schema)
+	require.NoError(t, err)
+	m, err := migrate.NewMigratorEx(ctx, c.Conn(), db.Schema+".keiro_schema_version", &migrate.MigratorOptions{})
+	require.NoError(t, err)
+	m.Data["schema"] = db.Schema
+	require.NoError(t, m.LoadMigrations(os.DirFS("../migrations/sql")))
+	require.NoError(t, m.MigrateTo(ctx, version))
+	return db
+}
+
+// Archived rows (an operator set them aside) are counted apart: neither in Counts nor in Dead,
+// which tell what waits for an operator.
+func TestStatusCountsArchivedRowsApart(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	st, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	seedStatuses(t, db, st)
+	ctx := context.Background()
+	dead, err := st.ListDead(ctx, db.Pool, outbox.ListDeadOptions{Destination: "t1"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"d1", "r1"}, messageIDs(dead))
+	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		got, err := st.ArchiveTx(ctx, tx, []envelope.UUID{dead[0].OutboxID, dead[1].OutboxID})
+		require.Len(t, got, 2)
+		return err
+	}))
+
+	s, err := st.Status(ctx, db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), s.Dead, "d2 only: d1 and r1 are archived")
+	require.Equal(t, int64(2), s.Archived)
+	require.Equal(t, int64(2), s.Backlog)
+	require.ElementsMatch(t, []outbox.StatusCount{
+		{Status: "pending", Destination: "t1", Count: 1}, {Status: "pending", Destination: "t2", Count: 1},
+		{Status: "dead", Destination: "t2", Count: 1}, {Status: "sent", Destination: "t1", Count: 1},
+	}, s.Counts)
+}
+
+// A schema migrated up to 010 has no archive column: Status still counts its rows, none archived.
+func TestStatusOnASchemaBeforeTheArchive(t *testing.T) {
+	t.Parallel()
+	db := migrateUpTo(t, 10)
+	var archive bool
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM information_schema.columns
+	    WHERE table_schema = $1 AND table_name = 'keiro_outbox' AND column_name = 'archived_at')`, db.Schema).Scan(&archive))
+	require.False(t, archive, "migration 011 is not applied")
+	st, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	seedStatuses(t, db, st)
+
+	s, err := st.Status(context.Background(), db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), s.Dead)
+	require.Zero(t, s.Archived)
+	require.Equal(t, int64(2), s.Backlog)
+	require.GreaterOrEqual(t, s.OldestPendingAge, 59*time.Minute)
+	require.Contains(t, s.Counts, outbox.StatusCount{Status: "rejected", Destination: "t1", Count: 1})
 }

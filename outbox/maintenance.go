@@ -12,10 +12,15 @@ import (
 // is worked down over several passes instead of one long one.
 const maxRetentionBatchesPerPass = 100
 
+// gaugeFreshness is how many maintenance intervals a relay's gauge sample stays exported when
+// no pass replaces or withdraws it.
+const gaugeFreshness = 3
+
 // maintain runs a maintenance pass every MaintenanceInterval (and once at start).
 func (r *Relay) maintain(ctx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
+	defer r.inst.forgetGauges() // a stopped relay exports no outbox-wide gauge
 	for {
 		select {
 		case <-ctx.Done():
@@ -46,8 +51,17 @@ type MaintenanceResult struct {
 // oldest-pending-age and dead gauges. Every statement runs only if it gets the maintenance
 // lock; the pass stops at the first that does not (another relay is at it). Run calls it every
 // MaintenanceInterval; it is exported for tests and operators.
-func (r *Relay) MaintenancePass(ctx context.Context) (MaintenanceResult, error) {
-	var res MaintenanceResult
+//
+// Only a relay whose latest pass sampled the gauges exports them: a pass that does not (another
+// relay has the lock, or the pass failed) stops this relay's export of the outbox-wide gauges
+// until it samples again, so no relay keeps exporting an old sample.
+func (r *Relay) MaintenancePass(ctx context.Context) (res MaintenanceResult, err error) {
+	sampled := false
+	defer func() {
+		if !sampled {
+			r.inst.forgetGauges()
+		}
+	}()
 	// Each statement takes the maintenance lock for its own transaction only: no session holds it
 	// between statements, so maintenance is safe behind PgBouncer in transaction mode (a session
 	// lock would stay on whichever server connection took it).
@@ -82,7 +96,8 @@ func (r *Relay) MaintenancePass(ctx context.Context) (MaintenanceResult, error) 
 		res.Dead += g.dead
 		res.OldestPendingAge = max(res.OldestPendingAge, time.Duration(g.oldestAge*float64(time.Second)))
 	}
-	r.inst.recordGauges(ctx, gauges)
+	r.inst.recordGauges(gauges)
+	sampled = true
 	return res, nil
 }
 

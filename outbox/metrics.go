@@ -29,17 +29,24 @@ type instruments struct {
 	rejected     metric.Int64Counter
 	reclaimed    metric.Int64Counter
 	orderBroken  metric.Int64Counter
-	backlog      metric.Int64Gauge
-	oldestAge    metric.Float64Gauge
-	dead         metric.Int64Gauge
+	backlog      metric.Int64ObservableGauge
+	oldestAge    metric.Float64ObservableGauge
+	dead         metric.Int64ObservableGauge
 	latency      metric.Float64Histogram
 	batchSize    metric.Int64Histogram
 	// sent and sendDuration are the messaging semantic conventions' client metrics.
 	sent         metric.Int64Counter
 	sendDuration metric.Float64Histogram
 
+	meter metric.Meter
+
 	mu        sync.Mutex
-	gaugeSeen map[string]bool // destinations with a gauge recorded, to zero them once drained
+	gaugeSeen map[string]bool // destinations with a gauge sampled, to report them 0 once drained
+	// sample is the relay's latest gauge sample, observed at each collection; nil when its latest
+	// maintenance pass did not sample (another relay did) or the relay stopped, and then the
+	// outbox-wide gauges are not exported by this relay. sampledAt is when it was taken.
+	sample    []destGauges
+	sampledAt time.Time
 }
 
 func newInstruments(mp metric.MeterProvider) (*instruments, error) {
@@ -47,7 +54,7 @@ func newInstruments(mp metric.MeterProvider) (*instruments, error) {
 		mp = otel.GetMeterProvider()
 	}
 	m := mp.Meter(tracing.ScopeName)
-	in := &instruments{gaugeSeen: map[string]bool{}}
+	in := &instruments{meter: m, gaugeSeen: map[string]bool{}}
 	var errs []error
 	counter := func(name, desc, unit string) metric.Int64Counter {
 		c, err := m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
@@ -63,11 +70,11 @@ func newInstruments(mp metric.MeterProvider) (*instruments, error) {
 	in.orderBroken = counter(tracing.MetricOutboxOrderBroken, "Outbox rows Kafka acknowledged after an earlier row of their key failed in the same flush (should stay 0).", "{event}")
 	in.sent = counter(tracing.MetricClientSentMessages, "Records the relay produced to Kafka; error.type is set on those that failed.", "{message}")
 	var err error
-	in.backlog, err = m.Int64Gauge(tracing.MetricOutboxBacklog, metric.WithDescription("Outbox rows pending, failed or publishing."), metric.WithUnit("{event}"))
+	in.backlog, err = m.Int64ObservableGauge(tracing.MetricOutboxBacklog, metric.WithDescription("Outbox rows pending, failed or publishing."), metric.WithUnit("{event}"))
 	errs = append(errs, err)
-	in.oldestAge, err = m.Float64Gauge(tracing.MetricOutboxOldestPending, metric.WithDescription("Age of the oldest pending or failed outbox row."), metric.WithUnit("s"))
+	in.oldestAge, err = m.Float64ObservableGauge(tracing.MetricOutboxOldestPending, metric.WithDescription("Age of the oldest pending or failed outbox row."), metric.WithUnit("s"))
 	errs = append(errs, err)
-	in.dead, err = m.Int64Gauge(tracing.MetricOutboxDead, metric.WithDescription("Outbox rows dead or rejected, kept for operators."), metric.WithUnit("{event}"))
+	in.dead, err = m.Int64ObservableGauge(tracing.MetricOutboxDead, metric.WithDescription("Outbox rows dead or rejected, kept for operators."), metric.WithUnit("{event}"))
 	errs = append(errs, err)
 	in.latency, err = m.Float64Histogram(tracing.MetricOutboxPublishLatency, metric.WithDescription("Time from the row's creation (enqueue transaction start) to the broker's acknowledgement."), metric.WithUnit("s"),
 		metric.WithExplicitBucketBoundaries(tracing.LatencyBuckets...))
@@ -131,27 +138,52 @@ type destGauges struct {
 	dead        int64
 }
 
-// recordGauges records the sampled gauges per destination, and zeroes the gauges of
-// destinations sampled before that have no open or dead row any more (a gauge keeps its last
-// value, and a drained destination must not keep alerting).
-func (in *instruments) recordGauges(ctx context.Context, gs []destGauges) {
+// observeGauges registers the callback that exports the relay's latest gauge sample at each
+// collection (a relay calls it once; a Store's instruments never observe the gauges).
+func (in *instruments) observeGauges(fresh time.Duration) error {
+	_, err := in.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		if in.sample == nil || time.Since(in.sampledAt) > fresh {
+			return nil // another relay samples, or this one stopped sampling: export nothing
+		}
+		for _, g := range in.sample {
+			attrs := destinationAttr(g.destination)
+			o.ObserveInt64(in.backlog, g.backlog, attrs)
+			o.ObserveFloat64(in.oldestAge, g.oldestAge, attrs)
+			o.ObserveInt64(in.dead, g.dead, attrs)
+		}
+		return nil
+	}, in.backlog, in.oldestAge, in.dead)
+	return err
+}
+
+// recordGauges keeps the sampled gauges per destination for the next collections, with 0 for
+// the destinations sampled before that have no open or dead row any more (a drained
+// destination must not keep alerting, and its series reads 0 rather than vanishing).
+func (in *instruments) recordGauges(gs []destGauges) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	now := map[string]bool{}
+	sample := make([]destGauges, 0, len(in.gaugeSeen)+len(gs))
 	for _, g := range gs {
 		now[g.destination] = true
 		in.gaugeSeen[g.destination] = true
-		attrs := destinationAttr(g.destination)
-		in.backlog.Record(ctx, g.backlog, attrs)
-		in.oldestAge.Record(ctx, g.oldestAge, attrs)
-		in.dead.Record(ctx, g.dead, attrs)
+		sample = append(sample, g)
 	}
 	for d := range in.gaugeSeen {
 		if !now[d] {
-			attrs := destinationAttr(d)
-			in.backlog.Record(ctx, 0, attrs)
-			in.oldestAge.Record(ctx, 0, attrs)
-			in.dead.Record(ctx, 0, attrs)
+			sample = append(sample, destGauges{destination: d})
 		}
 	}
+	in.sample, in.sampledAt = sample, time.Now()
+}
+
+// forgetGauges stops the export of the gauges until the relay samples again: its latest pass
+// did not sample (another relay took the maintenance lock, or the pass failed), or it stopped.
+// Only a relay that sampled exports the outbox-wide gauges, so none keeps exporting an old sample.
+func (in *instruments) forgetGauges() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.sample = nil
 }

@@ -11,6 +11,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/keiro-go/keiro/internal/advisorylock"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 	"github.com/keiro-go/keiro/tracing"
@@ -85,15 +86,18 @@ func TestRelayGaugesPerDestinationAndSendMetrics(t *testing.T) {
 	}
 
 	// The relay publishes orders and rejects the oversized payment.
+	// It stops then (a stopped relay exports no gauge: its sample, taken when it started, is
+	// old), and the idle relay samples again.
 	p := new(testenv.Progress)
-	startRelay(t, db, kc, outbox.RelayConfig{OnBatch: onSettled(p), MeterProvider: mp, MaxRecordBytes: 1024, Logger: testLogger(t)})
+	_, stop, stopped := runRelay(t, db, kc.NewClient(t, outbox.ProducerOpts()...),
+		outbox.RelayConfig{OnBatch: onSettled(p), MeterProvider: mp, MaxRecordBytes: 1024, Logger: testLogger(t)})
 	p.Wait(t, 3, 30*time.Second, nil)
+	stop()
+	require.NoError(t, <-stopped)
 
-	require.Eventually(t, func() bool {
-		res, err := idle.MaintenancePass(context.Background())
-		require.NoError(t, err)
-		return res.Ran
-	}, 30*time.Second, time.Millisecond, "take the maintenance turn from the running relay")
+	res, err = idle.MaintenancePass(context.Background())
+	require.NoError(t, err)
+	require.True(t, res.Ran)
 	got = collectMetrics(t, reader)
 	require.Equal(t, map[string]float64{"orders": 0, "payments": 0}, gaugeByDestination(t, got, tracing.MetricOutboxBacklog), "orders drained to 0")
 	require.Equal(t, map[string]float64{"orders": 0, "payments": 0}, gaugeByDestination(t, got, tracing.MetricOutboxOldestPending))
@@ -139,4 +143,95 @@ func TestOldestPendingAgeCountsRowsStuckPublishing(t *testing.T) {
 	require.GreaterOrEqual(t, res.OldestPendingAge, 10*time.Minute)
 	age := gaugeByDestination(t, collectMetrics(t, reader), tracing.MetricOutboxOldestPending)["orders"]
 	require.GreaterOrEqual(t, age, 600.0, "the rows stuck publishing count")
+}
+
+// gaugePoints counts the data points of the outbox-wide gauges in one collection.
+func gaugePoints(t *testing.T, reader *sdkmetric.ManualReader) int {
+	t.Helper()
+	got := collectMetrics(t, reader)
+	n := 0
+	for _, name := range []string{tracing.MetricOutboxBacklog, tracing.MetricOutboxOldestPending, tracing.MetricOutboxDead} {
+		switch g := got[name].(type) {
+		case nil:
+		case metricdata.Gauge[int64]:
+			n += len(g.DataPoints)
+		case metricdata.Gauge[float64]:
+			n += len(g.DataPoints)
+		default:
+			t.Fatalf("%s is %T, not a gauge", name, got[name])
+		}
+	}
+	return n
+}
+
+// Only the relay whose latest maintenance pass sampled the gauges exports them: a relay whose
+// pass found the maintenance lock taken, whose pass failed, or that stopped exports no point of
+// the outbox-wide gauges, so it cannot keep reporting an incident's backlog after the sampling
+// relay saw it drain (an alert on its old sample would never resolve). When the sampling relay
+// stops, the other's next pass takes the sampling over.
+func TestOnlyTheSamplingRelayExportsTheGauges(t *testing.T) {
+	t.Parallel()
+	db, kc, st := rig(t, 1)
+	ctx := context.Background()
+	enqueue(t, db.Pool, st, keyedEvents("orders", 3, 1)...)
+	newRelay := func() (*outbox.Relay, *sdkmetric.ManualReader) {
+		reader := sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+		r, err := outbox.NewRelay(db.Pool, kc.NewClient(t, outbox.ProducerOpts()...), outbox.RelayConfig{Schema: db.Schema,
+			MeterProvider: mp, MaintenanceInterval: time.Hour, Logger: testLogger(t)})
+		require.NoError(t, err)
+		return r, reader
+	}
+	pass := func(r *outbox.Relay) bool {
+		t.Helper()
+		res, err := r.MaintenancePass(ctx)
+		require.NoError(t, err)
+		return res.Ran
+	}
+	a, readerA := newRelay()
+	b, readerB := newRelay()
+	require.Zero(t, gaugePoints(t, readerA), "no sample yet")
+
+	// Both sample the backlog of the incident.
+	require.True(t, pass(b))
+	require.True(t, pass(a))
+	require.Equal(t, map[string]float64{"orders": 3}, gaugeByDestination(t, collectMetrics(t, readerB), tracing.MetricOutboxBacklog))
+
+	// The backlog drains; b's next pass finds the lock taken, a's samples the drained outbox.
+	_, err := db.Pool.Exec(ctx, `DELETE FROM `+db.Schema+`.keiro_outbox`)
+	require.NoError(t, err)
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	var got bool
+	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, advisorylock.OutboxMaintenance(db.Schema)).Scan(&got))
+	require.True(t, got)
+	require.False(t, pass(b), "the maintenance lock is taken")
+	require.NoError(t, tx.Commit(ctx))
+	require.True(t, pass(a))
+
+	require.Zero(t, gaugePoints(t, readerB), "b did not sample: it must not export its sample of the backlog")
+	got2 := collectMetrics(t, readerA)
+	require.Equal(t, map[string]float64{"orders": 0}, gaugeByDestination(t, got2, tracing.MetricOutboxBacklog))
+	require.Equal(t, map[string]float64{"orders": 0}, gaugeByDestination(t, got2, tracing.MetricOutboxOldestPending))
+	require.Equal(t, map[string]float64{"orders": 0}, gaugeByDestination(t, got2, tracing.MetricOutboxDead))
+
+	// A pass that fails withdraws the sample too; the next that samples exports again.
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = a.MaintenancePass(canceled)
+	require.Error(t, err)
+	require.Zero(t, gaugePoints(t, readerA), "a failed pass sampled nothing")
+	require.True(t, pass(a))
+	require.Equal(t, 3, gaugePoints(t, readerA))
+
+	// a runs and stops: a stopped relay exports no outbox-wide gauge, and b takes the sampling over.
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	stop()
+	require.NoError(t, <-done)
+	require.Zero(t, gaugePoints(t, readerA), "a stopped")
+	require.True(t, pass(b))
+	require.Equal(t, map[string]float64{"orders": 0}, gaugeByDestination(t, collectMetrics(t, readerB), tracing.MetricOutboxBacklog))
 }

@@ -230,6 +230,11 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, cfg RelayConfig) (*Relay, 
 	if err != nil {
 		return nil, fmt.Errorf("new outbox relay: create instruments: %w", err)
 	}
+	// A sample older than a few maintenance intervals is not exported either: the relay's
+	// maintenance is stuck (a pass that cannot finish), and its last sample says nothing of now.
+	if err := inst.observeGauges(gaugeFreshness * cfg.MaintenanceInterval); err != nil {
+		return nil, fmt.Errorf("new outbox relay: observe gauges: %w", err)
+	}
 	tp := cfg.TracerProvider
 	if tp == nil {
 		tp = otel.GetTracerProvider()

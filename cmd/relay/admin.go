@@ -104,8 +104,11 @@ type outboxStatus struct {
 	Totals map[string]int64 `json:"totals"`
 	// Backlog counts rows still to publish: pending + failed + publishing.
 	Backlog int64 `json:"backlog"`
-	// Dead counts dead and rejected rows (for `relay dead list`).
+	// Dead counts dead and rejected rows (for `relay dead list`), archived ones aside.
 	Dead int64 `json:"dead"`
+	// Archived counts the dead and rejected rows an operator set aside (in neither Destinations,
+	// Totals nor Dead); 0 before migration 011.
+	Archived int64 `json:"archived"`
 	// OldestPendingAgeSeconds is the age of the oldest pending or failed row; null when none.
 	OldestPendingAgeSeconds *float64 `json:"oldest_pending_age_seconds"`
 	// Mode is the schema's mode, claim or log (empty before migration 009).
@@ -172,7 +175,7 @@ func readStatus(ctx context.Context, conn *pgx.Conn, db *dbFlags) (outboxStatus,
 		st.Totals[c.Status] += c.Count
 		waiting = waiting || c.Status == "pending" || c.Status == "failed"
 	}
-	st.Backlog, st.Dead = ost.Backlog, ost.Dead
+	st.Backlog, st.Dead, st.Archived = ost.Backlog, ost.Dead, ost.Archived
 	if mst.Current >= logModeMigration {
 		mode, err := store.Mode(ctx, conn)
 		if err != nil {
@@ -232,6 +235,9 @@ func printStatus(w io.Writer, st outboxStatus) {
 		fmt.Fprint(w, " (see `relay dead list`)")
 	}
 	fmt.Fprintln(w)
+	if st.Archived > 0 {
+		fmt.Fprintf(w, "archived (dead or rejected, set aside): %d\n", st.Archived)
+	}
 }
 
 // deadRow is one row of `relay dead list`.

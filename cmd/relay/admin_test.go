@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/tern/v2/migrate"
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
@@ -379,5 +381,73 @@ func TestModeCommands(t *testing.T) {
 	r = invoke(t, append(base, "mode", "set", "claim")...)
 	if r.code != 0 || !strings.Contains(r.stdout, "mode claim (was log)") || !strings.Contains(r.stdout, "confirmed position at or past") {
 		t.Fatalf("mode set claim: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// Archived rows are counted apart: in neither the table nor "dead or rejected".
+func TestStatusCountsArchivedRowsApart(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	seed(t, db,
+		testEvent("a1", "ordering", "orders", k("o1")),
+		testEvent("a2", "ordering", "orders", k("o2")),
+		testEvent("a3", "ordering", "orders", k("o3")),
+	)
+	setStatus(t, db, "dead", "broker down", "a1", "a2")
+	if _, err := db.Pool.Exec(context.Background(), fmt.Sprintf(
+		"UPDATE %s.keiro_outbox SET archived_at = now() WHERE message_id = 'a1'", db.Schema)); err != nil {
+		t.Fatal(err)
+	}
+	r := invoke(t, "--database-url="+testenv.DatabaseURL(), "--schema="+db.Schema, "status", "--json")
+	var st outboxStatus
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &st) != nil {
+		t.Fatalf("%d %s %s", r.code, r.stdout, r.stderr)
+	}
+	if st.Dead != 1 || st.Archived != 1 || st.Totals["dead"] != 1 || st.Destinations["orders"]["dead"] != 1 || st.Backlog != 1 {
+		t.Fatalf("archived a1 counted as dead: %+v", st)
+	}
+	r = invoke(t, "--database-url="+testenv.DatabaseURL(), "--schema="+db.Schema, "status")
+	for _, want := range []string{"dead or rejected: 1 (see `relay dead list`)", "archived (dead or rejected, set aside): 1"} {
+		if r.code != 0 || !strings.Contains(r.stdout, want) {
+			t.Errorf("status lacks %q: %d\n%s%s", want, r.code, r.stdout, r.stderr)
+		}
+	}
+}
+
+// `relay status` works on a schema migrated up to 010, before the archive.
+func TestStatusBeforeTheArchiveMigration(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDBWith(t, testenv.DBConfig{SkipMigrations: true})
+	ctx := context.Background()
+	c, err := db.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+db.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := migrate.NewMigratorEx(ctx, c.Conn(), db.Schema+".keiro_schema_version", &migrate.MigratorOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Data["schema"] = db.Schema
+	if err := m.LoadMigrations(os.DirFS("../../migrations/sql")); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.MigrateTo(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	c.Release()
+	seed(t, db, testEvent("a1", "ordering", "orders", k("o1")), testEvent("a2", "ordering", "orders", k("o2")))
+	setStatus(t, db, "dead", "broker down", "a1")
+
+	r := invoke(t, "--database-url="+testenv.DatabaseURL(), "--schema="+db.Schema, "status", "--json")
+	var st outboxStatus
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &st) != nil {
+		t.Fatalf("%d %s %s", r.code, r.stdout, r.stderr)
+	}
+	if st.SchemaVersion != 10 || st.Dead != 1 || st.Archived != 0 || st.Backlog != 1 || st.Mode == "" {
+		t.Fatalf("status of a schema at 010: %+v", st)
 	}
 }

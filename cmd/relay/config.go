@@ -46,7 +46,7 @@ const (
 	DefaultMaintenanceInterval = outbox.DefaultMaintenanceInterval
 	DefaultVacuumThreshold     = outbox.DefaultVacuumThreshold
 	DefaultHTTPAddr            = httpserver.DefaultAddr
-	DefaultDeadListLimit       = 100
+	DefaultListLimit           = 100
 )
 
 // policies are the names --policy accepts (outbox.ParsePolicy).
@@ -81,7 +81,7 @@ func vars() kong.Vars {
 		"maintenance_interval": d(DefaultMaintenanceInterval),
 		"vacuum_threshold":     strconv.Itoa(DefaultVacuumThreshold),
 		"http_addr":            DefaultHTTPAddr,
-		"dead_list_limit":      strconv.Itoa(DefaultDeadListLimit),
+		"list_limit":           strconv.Itoa(DefaultListLimit),
 		"schema":               migrations.DefaultSchema,
 	}
 }
@@ -324,15 +324,20 @@ type deadCmd struct {
 type deadListCmd struct {
 	Source      string `help:"Only rows of this source." placeholder:"SOURCE"`
 	Destination string `help:"Only rows for this destination (topic)." placeholder:"TOPIC"`
-	Limit       int    `help:"Most rows listed." default:"${dead_list_limit}"`
-	JSON        bool   `name:"json" help:"Print JSON lines instead of a table."`
+	ListFlags   `embed:""`
+}
+
+// ListFlags are the flags every listing command shares: --limit and --json.
+type ListFlags struct {
+	Limit int  `help:"Most rows listed." default:"${list_limit}"`
+	JSON  bool `name:"json" help:"Print JSON lines instead of a table."`
 }
 
 // ValidateFlags reports a bad limit.
-func (c *deadListCmd) ValidateFlags() error {
+func (f *ListFlags) ValidateFlags() error {
 	var p cli.Problems
-	if c.Limit < 1 {
-		p.Add("limit", "must be at least 1, got %d", c.Limit)
+	if f.Limit < 1 {
+		p.Add("limit", "must be at least 1, got %d", f.Limit)
 	}
 	return p.Err()
 }

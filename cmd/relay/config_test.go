@@ -298,3 +298,35 @@ func TestModeLogRefusesPgBouncer(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, out.String())
 	}
 }
+
+// The six listing commands share --limit and --json (ListFlags): each defaults to 100 rows,
+// takes $KEIRO_RELAY_LIMIT, and refuses a limit below 1 once, naming the flag, beside its own
+// problems.
+func TestListingCommandsShareLimitAndJSON(t *testing.T) {
+	listings := [][]string{
+		{"dead", "list"}, {"rows", "list"}, {"rows", "stuck"},
+		{"events", "dead", "list"}, {"events", "dispatch", "list"}, {"events", "timers", "stuck"},
+	}
+	for _, args := range listings {
+		_, err := parse(t, append(append([]string{"--database-url=postgres://h/db"}, args...), "--limit=0")...)
+		if err == nil || strings.Count(err.Error(), "--limit: must be at least 1, got 0") != 1 {
+			t.Errorf("%v --limit=0: want one limit problem, got %v", args, err)
+		}
+		r := invoke(t, append(args, "--help")...)
+		h := strings.Join(strings.Fields(r.stdout), " ")
+		for _, want := range []string{"--limit=", "Most rows listed", "$KEIRO_RELAY_LIMIT", "default: 100", "--json", "Print JSON lines instead of a table", "$KEIRO_RELAY_JSON"} {
+			if r.code != 0 || !strings.Contains(h, want) {
+				t.Errorf("%v --help lacks %q: %d\n%s", args, want, r.code, r.stdout)
+			}
+		}
+	}
+	_, err := parse(t, "--database-url=postgres://h/db", "rows", "stuck", "--limit=0", "--older-than=-1s")
+	if err == nil || !strings.Contains(err.Error(), "--limit: must be at least 1") || !strings.Contains(err.Error(), "--older-than: must not be negative") {
+		t.Errorf("rows stuck: want both problems, got %v", err)
+	}
+	t.Setenv("KEIRO_RELAY_LIMIT", "0")
+	_, err = parse(t, "--database-url=postgres://h/db", "events", "dispatch", "list")
+	if err == nil || !strings.Contains(err.Error(), "(from $KEIRO_RELAY_LIMIT)") {
+		t.Errorf("limit from the environment: %v", err)
+	}
+}

@@ -31,17 +31,7 @@ type eventsDispatchCmd struct {
 // RejectedDeadLetter.
 type eventsDispatchListCmd struct {
 	Dispatcher string `help:"Only dead letters of this router or process manager." placeholder:"NAME"`
-	Limit      int    `help:"Most rows listed." default:"100"`
-	JSON       bool   `name:"json" help:"Print JSON lines instead of a table."`
-}
-
-// ValidateFlags reports a bad limit.
-func (c *eventsDispatchListCmd) ValidateFlags() error {
-	var p cli.Problems
-	if c.Limit < 1 {
-		p.Add("limit", "must be at least 1, got %d", c.Limit)
-	}
-	return p.Err()
+	ListFlags  `embed:""`
 }
 
 // Run lists the dispatch dead letters.
@@ -84,16 +74,12 @@ type eventsTimersCmd struct {
 type eventsTimersStuckCmd struct {
 	OlderThan   time.Duration `help:"Only timers claimed at least this long ago." default:"0s"`
 	MinAttempts int64         `help:"Only timers claimed at least this many times." default:"0"`
-	Limit       int           `help:"Most rows listed." default:"100"`
-	JSON        bool          `name:"json" help:"Print JSON lines instead of a table."`
+	ListFlags   `embed:""`
 }
 
-// ValidateFlags reports negative bounds.
+// ValidateFlags reports negative bounds (ListFlags reports a bad limit).
 func (c *eventsTimersStuckCmd) ValidateFlags() error {
 	var p cli.Problems
-	if c.Limit < 1 {
-		p.Add("limit", "must be at least 1, got %d", c.Limit)
-	}
 	if c.OlderThan < 0 {
 		p.Add("older-than", "must not be negative, got %s", c.OlderThan)
 	}
@@ -209,17 +195,7 @@ type eventsDeadListCmd struct {
 	Subscription string `help:"Only dead letters of this subscription." placeholder:"NAME"`
 	Status       string `help:"Only dead letters in this status: dead, replay or replayed." enum:",dead,replay,replayed" default:""`
 	After        int64  `help:"Only dead letters with a larger id (paging)." placeholder:"ID"`
-	Limit        int    `help:"Most rows listed." default:"100"`
-	JSON         bool   `name:"json" help:"Print JSON lines instead of a table."`
-}
-
-// ValidateFlags reports a bad limit.
-func (c *eventsDeadListCmd) ValidateFlags() error {
-	var p cli.Problems
-	if c.Limit < 1 {
-		p.Add("limit", "must be at least 1, got %d", c.Limit)
-	}
-	return p.Err()
+	ListFlags    `embed:""`
 }
 
 // Run lists the dead letters.

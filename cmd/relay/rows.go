@@ -24,17 +24,7 @@ type rowsListCmd struct {
 	Destination string `help:"Only rows for this destination (topic)." placeholder:"TOPIC"`
 	Key         string `help:"Only rows with this message key." placeholder:"KEY"`
 	After       int64  `help:"Only rows after this seq (paging: the last seq of the previous page)." placeholder:"SEQ"`
-	Limit       int    `help:"Most rows listed." default:"100"`
-	JSON        bool   `name:"json" help:"Print JSON lines instead of a table."`
-}
-
-// ValidateFlags reports a bad limit.
-func (c *rowsListCmd) ValidateFlags() error {
-	var p cli.Problems
-	if c.Limit < 1 {
-		p.Add("limit", "must be at least 1, got %d", c.Limit)
-	}
-	return p.Err()
+	ListFlags   `embed:""`
 }
 
 // Run lists the rows.
@@ -48,16 +38,12 @@ func (c *rowsListCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 // rowsStuckCmd lists stuck rows.
 type rowsStuckCmd struct {
 	OlderThan time.Duration `help:"Claims older than this are listed." default:"5m"`
-	Limit     int           `help:"Most rows listed." default:"100"`
-	JSON      bool          `name:"json" help:"Print JSON lines instead of a table."`
+	ListFlags `embed:""`
 }
 
-// ValidateFlags reports a bad limit or threshold.
+// ValidateFlags reports a bad threshold (ListFlags reports a bad limit).
 func (c *rowsStuckCmd) ValidateFlags() error {
 	var p cli.Problems
-	if c.Limit < 1 {
-		p.Add("limit", "must be at least 1, got %d", c.Limit)
-	}
 	if c.OlderThan < 0 {
 		p.Add("older-than", "must not be negative, got %v", c.OlderThan)
 	}

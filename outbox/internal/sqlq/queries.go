@@ -26,7 +26,10 @@ type Queries struct {
 	ReleaseLost       string
 	Retention, Gauges string
 	Status, ListDead  string
-	Requeue           string
+	// StatusUnarchived is Status on a schema before migration 011 (no archived_at), which
+	// HasArchive tells apart.
+	StatusUnarchived, HasArchive string
+	Requeue                      string
 	// SleepLock and SleepUnlock take and release sleepLockAll; the filtered forms, sleepLockFiltered.
 	SleepLock, SleepUnlock                 string
 	SleepLockFiltered, SleepUnlockFiltered string
@@ -40,6 +43,8 @@ type Queries struct {
 	// ListOutbox, ListOutboxNewest, SearchOutbox, CountDead, ListStuckOutbox, ListSentGcCandidates and
 	// Activity are the inspection listings (list.go).
 	ListOutbox, ListOutboxNewest, SearchOutbox, CountDead string
+	// FailureGroups and FailureGroupIDs group the dead and rejected rows by error (groups.go).
+	FailureGroups, FailureGroupIDs string
 	// Archive sets aside dead and rejected rows (Store.ArchiveTx); AttemptErrors reads a row's
 	// failed attempts (Store.AttemptHistory).
 	Archive, AttemptErrors                string
@@ -87,7 +92,10 @@ func New(schema string) *Queries {
 		"{{in_share_r}}", fmt.Sprintf(InShare, "$6", fmt.Sprintf(ShareOfKey, "r")),
 		"{{in_share_h}}", fmt.Sprintf(InShare, "$6", fmt.Sprintf(ShareOfKey, "h")),
 	).Replace(sqlClaimKeys + sqlClaimTail)))
+	groups := strings.NewReplacer("{{class}}", outboxClass, "{{norm}}", pgtext.NormalisedErrorSQL("last_error"))
 	return &Queries{
+		FailureGroups:        r.Replace(groups.Replace(sqlFailureGroups)),
+		FailureGroupIDs:      r.Replace(groups.Replace(sqlFailureGroupIDs)),
 		Enqueue:              r.Replace(locks.Replace(sqlEnqueue)),
 		DeclareSource:        r.Replace(sqlDeclareSource),
 		RevokeSource:         r.Replace(sqlRevokeSource),
@@ -104,6 +112,8 @@ func New(schema string) *Queries {
 		Retention:            r.Replace(sqlRetention),
 		Gauges:               r.Replace(sqlGauges),
 		Status:               r.Replace(sqlStatus),
+		StatusUnarchived:     r.Replace(sqlStatusUnarchived),
+		HasArchive:           r.Replace(sqlHasArchive),
 		ListDead:             r.Replace(sqlListDead),
 		Requeue:              r.Replace(sqlRequeue),
 		SleepLock:            r.Replace(strings.ReplaceAll(sqlSleepLock, "{{key}}", sleepLockAll)),

@@ -524,10 +524,21 @@ LEFT JOIN LATERAL (
     WHERE l.got AND phase IN (0, 2)
     GROUP BY destination) g ON true`
 
-// sqlStatus counts rows per status and destination.
+// sqlStatus counts rows per status, destination and archived or not (archived_at, migration
+// 011_archive.sql).
 const sqlStatus = `
-SELECT status, destination, count(*), min(created_at)
+SELECT status, destination, archived_at IS NOT NULL, count(*), min(created_at)
+FROM {{schema}}.keiro_outbox GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`
+
+// sqlStatusUnarchived is sqlStatus on a schema before migration 011, which has no archived rows.
+const sqlStatusUnarchived = `
+SELECT status, destination, false, count(*), min(created_at)
 FROM {{schema}}.keiro_outbox GROUP BY status, destination ORDER BY status, destination`
+
+// sqlHasArchive tells whether keiro_outbox has archived_at (migration 011_archive.sql applied).
+const sqlHasArchive = `
+SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+WHERE attrelid = to_regclass('{{schema}}.keiro_outbox') AND attname = 'archived_at' AND NOT attisdropped)`
 
 // sqlListDead lists dead and rejected rows that are not archived after seq $1, optionally of one
 // source ($2) and one destination ($3), at most $4.
@@ -582,3 +593,30 @@ const sqlSlotStatus = `SELECT coalesce(active_pid, 0), coalesce(confirmed_flush_
     coalesce(pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), restart_lsn), 0)::bigint,
     coalesce(wal_status, ''), safe_wal_size
 FROM pg_catalog.pg_replication_slots WHERE slot_name = $1`
+
+// Failure groups: the dead and rejected rows not archived, grouped by error class (dead, or
+// "rejected: " and the rejection code) and normalised last error ({{norm}},
+// pgtext.NormalisedErrorSQL).
+const outboxClass = `CASE status WHEN 'rejected' THEN 'rejected: ' || rejection_code ELSE status END`
+
+// sqlFailureGroups lists at most $1 groups, largest first: class, message, count, first and last
+// failure, one row's last error as written, up to 5 destinations and 5 event types.
+const sqlFailureGroups = `
+SELECT class, message, count(*), min(updated_at), max(updated_at), min(last_error),
+       (array_agg(DISTINCT destination ORDER BY destination))[1:5],
+       (array_agg(DISTINCT event_type ORDER BY event_type))[1:5]
+  FROM (SELECT {{class}} AS class, {{norm}} AS message, updated_at, coalesce(last_error, '') AS last_error,
+               destination, event_type
+          FROM {{schema}}.keiro_outbox WHERE phase = 2 AND archived_at IS NULL) g
+ GROUP BY class, message
+ ORDER BY count(*) DESC, class, message
+ LIMIT $1`
+
+// sqlFailureGroupIDs lists the outbox ids of the group of class $1 and message $2, newest
+// first, at most $3.
+const sqlFailureGroupIDs = `
+SELECT outbox_id FROM (SELECT outbox_id, updated_at, {{class}} AS class, {{norm}} AS message
+                         FROM {{schema}}.keiro_outbox WHERE phase = 2 AND archived_at IS NULL) g
+ WHERE class = $1 AND message = $2
+ ORDER BY updated_at DESC
+ LIMIT $3`
