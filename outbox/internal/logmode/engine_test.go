@@ -219,7 +219,7 @@ func TestPoisonRecordDoesNotStopTheStream(t *testing.T) {
 	last := make(chan struct{})
 	var lastOnce sync.Once
 	cfg := f.cfg
-	cfg.OnRejected = func(r logmode.Rejection) { rejected <- r }
+	cfg.OnRejected = func(r logmode.Rejection) error { rejected <- r; return nil }
 	run(t, f.newEngine(t, cfg, logmode.Hooks{OnAck: func(id string) {
 		if id == "ok-4" {
 			lastOnce.Do(func() { close(last) })
