@@ -109,7 +109,8 @@ func (s *Store) writeDeadLetter(ctx context.Context, q Querier, ev *envelope.Eve
 // (the engine's rejections among them), and a requeued one (Requeue, `relay dead requeue`)
 // is pending there again, for the claim loop to publish. It also runs the maintenance pass
 // (retention, the backlog and dead gauges) and the relay's vacuum of keiro_outbox. A requeued
-// dead letter is published after the later events of its key, as in claim mode.
+// dead letter is published after the later events of its key, as in claim mode. The claim
+// loop stops when the schema is switched back to claim mode (checked every PollInterval).
 func (r *Relay) runLog(ctx context.Context) error {
 	mode, err := r.store.Mode(ctx, r.pool)
 	if err != nil {
@@ -144,20 +145,45 @@ func (r *Relay) runLog(ctx context.Context) error {
 	defer stopEngine()
 	engineDone := make(chan error, 1)
 	go func() { engineDone <- r.logEngine.Run(ectx) }()
-	select {
-	case err = <-engineDone:
-		stopClaim()
-		if cerr := <-claimDone; err == nil {
-			err = cerr
-		}
-	case err = <-claimDone:
-		// The claim loop ended first: halted (StopTheLine) or ctx ended.
-		stopEngine()
-		if eerr := <-engineDone; err == nil {
-			err = eerr
+	// Once the schema is switched back to claim mode, new events land in keiro_outbox, and
+	// the slot may still hold older events of their keys: the claim loop stops (the claim
+	// relays publish keiro_outbox from then on) and the engine goes on with the slot.
+	claiming := claimDone
+	tick := time.NewTicker(r.cfg.PollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-engineDone:
+			stopClaim()
+			if claiming != nil {
+				if cerr := <-claiming; err == nil {
+					err = cerr
+				}
+			}
+			return err
+		case err := <-claiming:
+			// The claim loop ended first: halted (StopTheLine) or ctx ended.
+			stopEngine()
+			if eerr := <-engineDone; err == nil {
+				err = eerr
+			}
+			return err
+		case <-tick.C:
+			if claiming == nil {
+				continue
+			}
+			if m, err := r.store.Mode(ctx, r.pool); err == nil && m != ModeLog {
+				r.log.InfoContext(ctx, "log mode: the schema is in claim mode; the claim loop stops, the slot is still followed")
+				stopClaim()
+				if err := <-claiming; err != nil {
+					stopEngine()
+					<-engineDone
+					return err
+				}
+				claiming = nil
+			}
 		}
 	}
-	return err
 }
 
 // The log-mode slot's gauges (the WAL guard), with the slot's name as attribute
