@@ -151,8 +151,10 @@ type RelayConfig struct {
 	// (Store.SetMode: producers then write keiro_outbox_log), publishes the rows still open in
 	// keiro_outbox as ModeClaim does, and then follows the replication slot LogSlot in commit
 	// order; the pool's role needs the REPLICATION attribute and the server wal_level =
-	// logical. Several relays in log mode elect one reader per slot; the others wait on
-	// standby. Defaults to ModeClaim.
+	// logical. A record Kafka refuses for good is written as a rejected row of keiro_outbox
+	// (ListDead, Requeue) before its transaction is confirmed, and the claim loop keeps
+	// running beside the slot to publish requeued ones. Several relays in log mode elect one
+	// reader per slot; the others wait on standby. Defaults to ModeClaim.
 	Mode Mode
 	// LogSlot is the replication slot (and publication) of ModeLog. Defaults to
 	// DefaultLogSlot(Schema).

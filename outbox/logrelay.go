@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/outbox/internal/logreg"
 	"github.com/keiro-go/keiro/tracing"
 )
@@ -40,19 +41,76 @@ func (r *Relay) newLogEngine() (logreg.Engine, error) {
 		CloudEvents:             r.cfg.CloudEvents,
 		CloudEventsDestinations: r.cfg.CloudEventsDestinations,
 		Logger:                  r.log,
-		OnRejected: func(rej logreg.Rejection) {
-			r.stats.rejected.Add(1)
-			r.log.Error("log mode: Kafka refused an event for good; the stream moves on",
-				"message_id", rej.MessageID, "source", rej.Source, "destination", rej.Destination,
-				"code", rej.Code, "err", rej.Err)
-		},
+		OnRejected:              r.deadLetter,
 	})
+}
+
+// deadLetterTimeout bounds one dead-letter write; past it the write counts as failed.
+const deadLetterTimeout = 15 * time.Second
+
+// deadLetter is the log-mode engine's dead-letter sink: it writes the rejected event as a
+// 'rejected' row of keiro_outbox, where ListDead, Requeue, the console and the dead gauge
+// read dead letters. The engine confirms the event's transaction only once it returned nil;
+// an error ends the engine's session, and the next one replays the transaction and calls it
+// again (the write is idempotent: a second one writes nothing).
+func (r *Relay) deadLetter(rej logreg.Rejection) error {
+	if rej.Event == nil {
+		return fmt.Errorf("dead letter of message %s: no event", rej.MessageID)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), deadLetterTimeout)
+	defer cancel()
+	errText := ""
+	if rej.Err != nil {
+		errText = rej.Err.Error()
+	}
+	wrote, err := r.store.writeDeadLetter(ctx, r.pool, rej.Event, rej.Code, errText)
+	if err != nil {
+		return err
+	}
+	if wrote {
+		r.stats.rejected.Add(1)
+	}
+	r.log.Error("log mode: Kafka refused an event for good; it is a dead letter of keiro_outbox (relay dead list), and the stream moves on",
+		"message_id", rej.MessageID, "source", rej.Source, "destination", rej.Destination,
+		"code", rej.Code, "err", rej.Err, "written", wrote)
+	return nil
+}
+
+// writeDeadLetter writes ev, which Kafka refused for good with code (the Kafka error's name in
+// lower case, as the claim relay's rejection_code) and errText, as a 'rejected' row of
+// keiro_outbox with the outbox id of its keiro_outbox_log row, its first attempt counted. It
+// reports whether it wrote the row: false when the event is already there (a replayed
+// transaction's second rejection, or an event also enqueued in claim mode).
+func (s *Store) writeDeadLetter(ctx context.Context, q Querier, ev *envelope.Event, code, errText string) (bool, error) {
+	a := newEnqueueArgs(1)
+	a.add(envelope.NewUUIDv7(), ev, ev.TraceContext)
+	args := append(a.args(false, false)[:22], code, errText)
+	rows, err := q.Query(ctx, s.q.DeadLetter, args...)
+	if err != nil {
+		return false, fmt.Errorf("write the dead letter of message %s: %w", ev.MessageID, err)
+	}
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return false, fmt.Errorf("write the dead letter of message %s: %w", ev.MessageID, err)
+	}
+	return n > 0, nil
 }
 
 // runLog is Run in ModeLog: switch the schema to log mode (so producers stop writing
 // keiro_outbox), publish what is still open in keiro_outbox with the claim loop (the rows
 // enqueued before the switch come first, which keeps each key's order across it), then
 // follow the slot. The slot exists from the switch on and holds the rows written since.
+//
+// The claim loop keeps running beside the engine: keiro_outbox still holds the dead letters
+// (the engine's rejections among them), and a requeued one (Requeue, `relay dead requeue`)
+// is pending there again, for the claim loop to publish. It also runs the maintenance pass
+// (retention, the backlog and dead gauges) and the relay's vacuum of keiro_outbox. A requeued
+// dead letter is published after the later events of its key, as in claim mode. The claim
+// loop stops when the schema is switched back to claim mode (checked every PollInterval).
 func (r *Relay) runLog(ctx context.Context) error {
 	mode, err := r.store.Mode(ctx, r.pool)
 	if err != nil {
@@ -65,15 +123,67 @@ func (r *Relay) runLog(ctx context.Context) error {
 		}
 		r.log.InfoContext(ctx, "switched the outbox to log mode", "from", ch.From, "lsn", ch.LSN)
 	}
-	if err := r.drainClaimed(ctx); err != nil || ctx.Err() != nil {
+	cctx, stopClaim := context.WithCancel(ctx)
+	defer stopClaim()
+	claimDone := make(chan error, 1)
+	go func() { claimDone <- r.runClaim(cctx) }()
+	if err := r.drainClaimed(ctx, claimDone); err != nil || ctx.Err() != nil {
+		stopClaim()
+		if err == nil {
+			err = <-claimDone
+		}
 		return err
 	}
 	unregister, err := r.slotGauges()
 	if err != nil {
+		stopClaim()
+		<-claimDone
 		return fmt.Errorf("outbox relay: %w", err)
 	}
 	defer func() { _ = unregister.Unregister() }()
-	return r.logEngine.Run(ctx)
+	ectx, stopEngine := context.WithCancel(ctx)
+	defer stopEngine()
+	engineDone := make(chan error, 1)
+	go func() { engineDone <- r.logEngine.Run(ectx) }()
+	// Once the schema is switched back to claim mode, new events land in keiro_outbox, and
+	// the slot may still hold older events of their keys: the claim loop stops (the claim
+	// relays publish keiro_outbox from then on) and the engine goes on with the slot.
+	claiming := claimDone
+	tick := time.NewTicker(r.cfg.PollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-engineDone:
+			stopClaim()
+			if claiming != nil {
+				if cerr := <-claiming; err == nil {
+					err = cerr
+				}
+			}
+			return err
+		case err := <-claiming:
+			// The claim loop ended first: halted (StopTheLine) or ctx ended.
+			stopEngine()
+			if eerr := <-engineDone; err == nil {
+				err = eerr
+			}
+			return err
+		case <-tick.C:
+			if claiming == nil {
+				continue
+			}
+			if m, err := r.store.Mode(ctx, r.pool); err == nil && m != ModeLog {
+				r.log.InfoContext(ctx, "log mode: the schema is in claim mode; the claim loop stops, the slot is still followed")
+				stopClaim()
+				if err := <-claiming; err != nil {
+					stopEngine()
+					<-engineDone
+					return err
+				}
+				claiming = nil
+			}
+		}
+	}
 }
 
 // The log-mode slot's gauges (the WAL guard), with the slot's name as attribute
@@ -133,39 +243,40 @@ func b2i(b bool) int64 {
 	return 0
 }
 
-// drainClaimed runs the claim loop until keiro_outbox has no open row (pending, failed or
-// publishing), checking every PollInterval.
-func (r *Relay) drainClaimed(ctx context.Context) error {
+// drainClaimed waits until keiro_outbox has no open row (pending, failed or publishing),
+// checking every PollInterval, while the claim loop (claimDone reports its end) publishes
+// them. It returns the claim loop's error if the loop ends first.
+func (r *Relay) drainClaimed(ctx context.Context, claimDone <-chan error) error {
 	open := func() (bool, error) {
 		var n bool
 		err := r.pool.QueryRow(ctx, r.store.q.AnyOpen).Scan(&n)
 		return n, err
 	}
-	if n, err := open(); err != nil || !n {
-		if err != nil && ctx.Err() == nil {
+	n, err := open()
+	if err != nil {
+		if ctx.Err() == nil {
 			return fmt.Errorf("outbox relay: look for open rows of keiro_outbox: %w", err)
 		}
 		return nil
 	}
+	if !n {
+		return nil
+	}
 	r.log.InfoContext(ctx, "log mode: publishing the rows still open in keiro_outbox first")
-	dctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.runClaim(dctx) }()
 	t := time.NewTicker(r.cfg.PollInterval)
 	defer t.Stop()
 	for {
 		select {
-		case err := <-done:
-			stop()
-			if ctx.Err() != nil {
-				return nil
+		case <-ctx.Done():
+			return nil
+		case err := <-claimDone:
+			if err == nil {
+				err = errors.New("outbox relay: the claim loop ended before keiro_outbox was drained")
 			}
 			return err
 		case <-t.C:
-			n, err := open()
-			if err == nil && !n {
-				stop()
-				return <-done
+			if n, err := open(); err == nil && !n {
+				return nil
 			}
 		}
 	}

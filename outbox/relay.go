@@ -291,7 +291,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	return r.runClaim(ctx)
 }
 
-// runClaim is Run in ModeClaim (and the drain of keiro_outbox's open rows in ModeLog).
+// runClaim is Run in ModeClaim (and, in ModeLog, the claim loop of keiro_outbox beside the slot: its open rows at the switch and requeued dead letters).
 func (r *Relay) runClaim(ctx context.Context) error {
 
 	// stop ends claiming (ctx cancelled or halt); hard ends waiting for produce and marks.

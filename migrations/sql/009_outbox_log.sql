@@ -78,10 +78,18 @@ CREATE TRIGGER keiro_outbox_settings_fence BEFORE INSERT OR UPDATE OR DELETE OR 
 -- keiro_outbox (enqueued in claim mode) goes on to keiro_outbox, where the unique constraint
 -- meets it as before; in claim mode an event already in keiro_outbox_log writes nothing. The
 -- cost is one lookup of the settings row and one index probe of the other table per row.
+--
+-- Only a row inserted as 'pending' (the default, what every producer writes) is routed. A row
+-- inserted with another status goes to keiro_outbox in either mode, with the key lock and seq
+-- of any row: it is the log-mode relay's dead letter, an event of keiro_outbox_log Kafka
+-- refused for good, written as 'rejected' where `relay dead list|requeue` and the console read
+-- dead letters (docs/architecture.md, "Failures and dead letters").
 CREATE OR REPLACE FUNCTION {{.schema}}.keiro_outbox_order() RETURNS trigger
 LANGUAGE plpgsql AS $fn$
 BEGIN
-    IF (SELECT s.mode FROM {{.schema}}.keiro_outbox_settings s) = 'log' THEN
+    IF NEW.status IS DISTINCT FROM 'pending' THEN
+        NULL; -- a dead letter (or another non-producer row): keiro_outbox, below
+    ELSIF (SELECT s.mode FROM {{.schema}}.keiro_outbox_settings s) = 'log' THEN
         IF NOT EXISTS (SELECT 1 FROM {{.schema}}.keiro_outbox o
                        WHERE o.source = NEW.source AND o.message_id = NEW.message_id) THEN
             INSERT INTO {{.schema}}.keiro_outbox_log (outbox_id, message_id, source, destination,

@@ -31,10 +31,12 @@ func newEngine(c logreg.Config) (logreg.Engine, error) {
 		CloudEvents:             c.CloudEvents,
 		CloudEventsDestinations: c.CloudEventsDestinations,
 		Logger:                  c.Logger,
-		OnRejected: func(r logmode.Rejection) {
-			if c.OnRejected != nil {
-				c.OnRejected(logreg.Rejection{MessageID: r.MessageID, Source: r.Source, Destination: r.Destination, Code: r.Code, Err: r.Err})
+		OnRejected: func(r logmode.Rejection) error {
+			if c.OnRejected == nil {
+				return nil
 			}
+			return c.OnRejected(logreg.Rejection{MessageID: r.MessageID, Source: r.Source,
+				Destination: r.Destination, Code: r.Code, Err: r.Err, Event: r.Event})
 		},
 	})
 	if err != nil {

@@ -75,10 +75,15 @@ type Config struct {
 	// CloudEventsDestinations adds them to the records of these destinations only.
 	// Defaults to none.
 	CloudEventsDestinations []string
-	// OnRejected is called, from a producer goroutine, for each event Kafka refused for good
-	// (or that is larger than MaxRecordBytes); the stream moves on past it. Defaults to a
-	// function that logs the rejection.
-	OnRejected func(Rejection)
+	// OnRejected is the dead-letter sink: it is called, from a goroutine of its own (at most
+	// a few at a time), for each event Kafka refused for good (or that is larger than
+	// MaxRecordBytes), and must make the rejection durable before it returns nil. The
+	// rejected record stays in flight until then: its transaction is not confirmed to
+	// PostgreSQL before. An error fails the record as a failed produce does: the session ends
+	// and the next one replays the transaction (which rejects the event again and calls
+	// OnRejected again: the sink must be idempotent). The stream moves on past a rejection
+	// the sink accepted. Defaults to a function that logs the rejection and returns nil.
+	OnRejected func(Rejection) error
 	// Logger receives the engine's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 }

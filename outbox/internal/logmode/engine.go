@@ -30,6 +30,8 @@ type Engine struct {
 	sessions  atomic.Int64
 	suspects  suspects
 
+	deadLetters deadLetters // OnRejected's slots (produce.go)
+
 	// Test hooks, set before Run.
 	onActive    func()                     // a session started replicating
 	onStandby   func(pid int)              // the slot was found active for pid
@@ -43,7 +45,7 @@ type Engine struct {
 type Stats struct {
 	// Published counts records Kafka acknowledged.
 	Published int64
-	// Rejected counts events reported through OnRejected.
+	// Rejected counts the rejected events whose dead letter OnRejected wrote.
 	Rejected int64
 	// Sessions counts the sessions that started replicating.
 	Sessions int64

@@ -219,7 +219,7 @@ func TestPoisonRecordDoesNotStopTheStream(t *testing.T) {
 	last := make(chan struct{})
 	var lastOnce sync.Once
 	cfg := f.cfg
-	cfg.OnRejected = func(r logmode.Rejection) { rejected <- r }
+	cfg.OnRejected = func(r logmode.Rejection) error { rejected <- r; return nil }
 	run(t, f.newEngine(t, cfg, logmode.Hooks{OnAck: func(id string) {
 		if id == "ok-4" {
 			lastOnce.Do(func() { close(last) })
@@ -441,4 +441,73 @@ func TestConnectionLostReplaysFromConfirmed(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, []int64{1}, acked["confirmed"], "the confirmed transaction is not replayed")
+}
+
+// A rejected record stays in flight until OnRejected wrote its dead letter: while the sink
+// fails, no status update confirms the record's transaction, the session ends and the next
+// one replays it (and calls the sink again); once the sink works, the transaction is
+// confirmed and the rejection counted once.
+func TestDeadLetterFailureHoldsTheTransaction(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testenv.KafkaConfig{Topics: []string{"orders", "poison"}})
+	ctx := context.Background()
+	res, err := kadm.NewClient(f.kafka.Client).AlterTopicConfigs(ctx,
+		[]kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: kadm.StringPtr("2048")}}, "poison")
+	require.NoError(t, err)
+	require.NoError(t, res[0].Err)
+
+	var failing, written atomic.Bool
+	failing.Store(true)
+	var refusals atomic.Int64
+	var poisonEnd atomic.Uint64 // the poison transaction's end: the first transaction read
+	var violation atomic.Value  // the position a status update confirmed too early
+	confirmedPast := make(chan struct{})
+	var pastOnce sync.Once
+	cfg := f.cfg
+	cfg.OnRejected = func(r logmode.Rejection) error {
+		require.Equal(t, "bad", r.MessageID)
+		require.NotNil(t, r.Event)
+		require.Equal(t, "poison", r.Event.Destination)
+		if failing.Load() {
+			refusals.Add(1)
+			return fmt.Errorf("database down")
+		}
+		written.Store(true)
+		return nil
+	}
+	e := f.newEngine(t, cfg, logmode.Hooks{
+		OnCommit: func(end pglogrepl.LSN) { poisonEnd.CompareAndSwap(0, uint64(end)) },
+		OnReport: func(pos pglogrepl.LSN) {
+			end := poisonEnd.Load()
+			if end == 0 || uint64(pos) < end {
+				return
+			}
+			if !written.Load() {
+				violation.Store(pos)
+			} else {
+				pastOnce.Do(func() { close(confirmedPast) })
+			}
+		},
+	})
+	run(t, e)
+	big := make([]byte, 16384)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range big {
+		big[i] = 'a' + byte(rng.IntN(26))
+	}
+	commitEvents(t, f.db.Pool, event{id: "bad", dest: "poison", key: "k", payload: append(append([]byte(`"`), big...), '"')},
+		event{id: "ok-1", dest: "orders", key: "k"})
+	testenv.WaitFor(t, time.Minute, "a replay called the failing sink again", func() bool { return refusals.Load() >= 2 })
+	require.Nil(t, violation.Load(), "a status update confirmed the transaction of an unwritten dead letter")
+	require.GreaterOrEqual(t, e.Stats().Sessions, int64(2), "the failed write ended the session")
+	require.Zero(t, e.Stats().Rejected)
+
+	failing.Store(false)
+	select {
+	case <-confirmedPast:
+	case <-time.After(time.Minute):
+		t.Fatal("the transaction was not confirmed once the dead letter was written")
+	}
+	require.Nil(t, violation.Load())
+	require.EqualValues(t, 1, e.Stats().Rejected)
 }

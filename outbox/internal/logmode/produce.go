@@ -13,7 +13,7 @@ import (
 )
 
 // Rejection is an event Kafka refused for good, or one larger than MaxRecordBytes. The
-// stream moves on past it; its transaction is confirmed.
+// stream moves on past it; its transaction is confirmed once OnRejected wrote it.
 type Rejection struct {
 	// MessageID and Source identify the event.
 	MessageID, Source string
@@ -26,7 +26,26 @@ type Rejection struct {
 	Code string
 	// Err is the refusal.
 	Err error
+	// Event is the decoded event, whole: what a dead letter keeps.
+	Event *envelope.Event
 }
+
+// maxDeadLetterWrites bounds the OnRejected calls running at once: a burst of rejections
+// takes a few database connections, not one per record.
+const maxDeadLetterWrites = 4
+
+// deadLetters are the engine's slots for OnRejected calls.
+type deadLetters struct {
+	once  sync.Once
+	slots chan struct{}
+}
+
+func (d *deadLetters) acquire() {
+	d.once.Do(func() { d.slots = make(chan struct{}, maxDeadLetterWrites) })
+	d.slots <- struct{}{}
+}
+
+func (d *deadLetters) release() { <-d.slots }
 
 // suspects are the message ids whose record Kafka refused as too large or invalid in a
 // request that may have held other records of its partition: a poison record fails its
@@ -92,7 +111,9 @@ func (s *stream) produce(ctx context.Context, t *txn, ev *envelope.Event) {
 	rec, s.headers = e.record(ev, s.headers)
 	size := recordSize(rec)
 	if size > e.maxRecordBytes {
-		e.reject(ev, "message_too_large", fmt.Errorf("record of about %d bytes exceeds the %d-byte limit (MaxRecordBytes / ProducerBatchMaxBytes)", size, e.maxRecordBytes))
+		// In flight (of no bytes: nothing is sent) until its dead letter is written.
+		s.w.add(t, 0)
+		s.reject(t, 0, ev, "message_too_large", fmt.Errorf("record of about %d bytes exceeds the %d-byte limit (MaxRecordBytes / ProducerBatchMaxBytes)", size, e.maxRecordBytes))
 		return
 	}
 	alone := e.suspects.take(ev.MessageID)
@@ -112,8 +133,8 @@ func (s *stream) produce(ctx context.Context, t *txn, ev *envelope.Event) {
 				e.suspects.add(ev.MessageID)
 				err = fmt.Errorf("%w (message %s is produced alone by the next session)", err, ev.MessageID)
 			} else {
-				e.reject(ev, code, err)
-				err = nil
+				s.reject(t, size, ev, code, err)
+				return
 			}
 		}
 		s.w.settle(t, size, err)
@@ -135,14 +156,34 @@ func (s *stream) drain(ctx context.Context) {
 	}
 }
 
-// reject reports ev through OnRejected.
-func (e *Engine) reject(ev *envelope.Event, code string, err error) {
-	e.rejected.Add(1)
-	r := Rejection{MessageID: ev.MessageID, Source: ev.Source, Destination: ev.Destination, Key: ev.Key, Code: code, Err: err}
+// reject writes ev's dead letter through OnRejected, off the caller's goroutine (a producer
+// promise must not wait on the database), and then settles ev's record, in flight until then:
+// ev's transaction is confirmed only once the rejection is durable. A sink that fails
+// settles the record as failed: the session ends, and the next one replays the transaction,
+// rejects ev again and writes again.
+func (s *stream) reject(t *txn, size int, ev *envelope.Event, code string, refusal error) {
+	e := s.e
+	r := Rejection{MessageID: ev.MessageID, Source: ev.Source, Destination: ev.Destination, Key: ev.Key,
+		Code: code, Err: refusal, Event: ev}
+	go func() {
+		e.deadLetters.acquire()
+		err := e.deadLetter(r)
+		e.deadLetters.release()
+		if err != nil {
+			err = fmt.Errorf("write the dead letter of message %s (%s): %w", r.MessageID, code, err)
+		} else {
+			e.rejected.Add(1)
+		}
+		s.w.settle(t, size, err)
+	}()
+}
+
+// deadLetter hands r to OnRejected, or logs it when there is none.
+func (e *Engine) deadLetter(r Rejection) error {
 	if e.cfg.OnRejected != nil {
-		e.cfg.OnRejected(r)
-		return
+		return e.cfg.OnRejected(r)
 	}
 	e.log.Error("log mode: Kafka refused an event for good; the stream moves on",
-		"message_id", r.MessageID, "source", r.Source, "destination", r.Destination, "code", code, "err", err)
+		"message_id", r.MessageID, "source", r.Source, "destination", r.Destination, "code", r.Code, "err", r.Err)
+	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keiro-go/keiro/envelope"
 )
 
 // Config is what the relay gives the engine.
@@ -27,14 +29,17 @@ type Config struct {
 	CloudEventsDestinations []string
 	// Logger receives the engine's logs.
 	Logger *slog.Logger
-	// OnRejected is called for each event Kafka refused for good.
-	OnRejected func(Rejection)
+	// OnRejected writes the dead letter of each event Kafka refused for good; the engine
+	// confirms the event's transaction only once it returned nil.
+	OnRejected func(Rejection) error
 }
 
 // Rejection is an event Kafka refused for good.
 type Rejection struct {
 	MessageID, Source, Destination, Code string
 	Err                                  error
+	// Event is the decoded event.
+	Event *envelope.Event
 }
 
 // Engine is a log-mode engine.

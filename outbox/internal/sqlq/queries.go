@@ -54,7 +54,10 @@ type Queries struct {
 	// whether keiro_outbox has open rows. CreatePublication still holds {{publication}}, a
 	// validated slot name the caller substitutes; FindPublication, CreateSlot and SlotStatus
 	// take it as a parameter.
-	ReadMode, SetMode, AnyOpen                                 string
+	ReadMode, SetMode, AnyOpen string
+	// DeadLetter writes an event of keiro_outbox_log that Kafka refused for good as a
+	// rejected row of keiro_outbox (the log-mode relay's dead letter).
+	DeadLetter                                                 string
 	FindPublication, CreatePublication, CreateSlot, SlotStatus string
 	// LookupRow and EnqueueExistingRows read whole rows of RowColumns. ListOutbox,
 	// ListOutboxNewest (their $9) and SearchOutbox (its $3) read a prefix of each payload
@@ -127,6 +130,7 @@ func New(schema string) *Queries {
 		ReadMode:             r.Replace(sqlReadMode),
 		SetMode:              r.Replace(sqlSetMode),
 		AnyOpen:              r.Replace(sqlAnyOpen),
+		DeadLetter:           r.Replace(sqlDeadLetter),
 		FindPublication:      sqlFindPublication,
 		CreatePublication:    r.Replace(sqlCreatePublication),
 		CreateSlot:           sqlCreateSlot,

@@ -568,6 +568,40 @@ WHERE phase = 2
 RETURNING outbox_id, seq)
 SELECT outbox_id FROM moved ORDER BY seq`
 
+// sqlDeadLetter writes the log-mode relay's dead letter: an event of keiro_outbox_log that
+// Kafka refused for good, as a 'rejected' row of keiro_outbox (where ListDead, Requeue and the
+// dead gauge read), with rejection code $23 and error $24, its first attempt counted. $1..$22
+// are sqlEnqueue's one-element arrays of the event. The row keeps the id of its
+// keiro_outbox_log row (the id EnqueueTx returned; $1 when that row is gone). The insert
+// trigger sends a row that is not pending to keiro_outbox in either mode (migration 009). A
+// replayed transaction rejects the event again: the second write does nothing. It returns
+// whether it wrote the row.
+const sqlDeadLetter = `
+INSERT INTO {{schema}}.keiro_outbox (outbox_id, message_id, source, destination,
+    message_key, event_type, schema_version, content_type, schema_registry, schema_subject,
+    schema_version_ref, schema_id, schema_fingerprint, source_event_id,
+    source_global_position, causation_id, correlation_id, traceparent, tracestate,
+    payload_bytes, attributes, occurred_at, status, attempt_count, last_error, rejected_at,
+    rejection_code)
+SELECT coalesce((SELECT l.outbox_id FROM {{schema}}.keiro_outbox_log l
+                 WHERE l.source = i.source AND l.message_id = i.message_id), i.outbox_id),
+    i.message_id, i.source, i.destination, i.message_key, i.event_type,
+    i.schema_version, i.content_type, i.schema_registry, i.schema_subject,
+    i.schema_version_ref, i.schema_id, i.schema_fingerprint, i.source_event_id,
+    i.source_global_position, i.causation_id, i.correlation_id, i.traceparent, i.tracestate,
+    i.payload_bytes, i.attributes::jsonb, i.occurred_at, 'rejected', 1, $24::text, now(), $23::text
+FROM unnest(
+    $1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[],
+    $8::text[], $9::text[], $10::text[], $11::bigint[], $12::bigint[], $13::text[],
+    $14::uuid[], $15::bigint[], $16::uuid[], $17::uuid[], $18::text[], $19::text[],
+    $20::bytea[], $21::text[], $22::timestamptz[]
+) AS i(outbox_id, message_id, source, destination, message_key, event_type,
+    schema_version, content_type, schema_registry, schema_subject, schema_version_ref,
+    schema_id, schema_fingerprint, source_event_id, source_global_position, causation_id,
+    correlation_id, traceparent, tracestate, payload_bytes, attributes, occurred_at)
+ON CONFLICT ON CONSTRAINT keiro_outbox_source_message_id_key DO NOTHING
+RETURNING outbox_id`
+
 // sqlReadMode reads the schema's mode; sqlSetMode changes it ($1). The settings table's
 // statement trigger fences the change against running writers (migration 009).
 const (
