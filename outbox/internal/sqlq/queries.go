@@ -25,8 +25,10 @@ type Queries struct {
 	MarkHistory       string
 	ReleaseLost       string
 	Retention, Gauges string
-	Status, ListDead  string
-	Requeue           string
+	// LogMark and LogRetention are log mode's retention of keiro_outbox_log.
+	LogMark, LogRetention string
+	Status, ListDead      string
+	Requeue               string
 	// SleepLock and SleepUnlock take and release sleepLockAll; the filtered forms, sleepLockFiltered.
 	SleepLock, SleepUnlock                 string
 	SleepLockFiltered, SleepUnlockFiltered string
@@ -102,6 +104,8 @@ func New(schema string) *Queries {
 		Start:                r.Replace(sqlStartProduce),
 		ReleaseLost:          r.Replace(sqlReleaseLostClaim),
 		Retention:            r.Replace(sqlRetention),
+		LogMark:              r.Replace(sqlLogMark),
+		LogRetention:         r.Replace(sqlLogRetention),
 		Gauges:               r.Replace(sqlGauges),
 		Status:               r.Replace(sqlStatus),
 		ListDead:             r.Replace(sqlListDead),
