@@ -48,6 +48,7 @@ var funcs = template.FuncMap{
 	"short":    short,
 	"deref":    func(s *string) string { return derefOr(s, "") },
 	"deref64":  func(n *int64) int64 { return *n },
+	"bytes":    fmtBytes,
 	"ageOf0":   func(s float64) string { return fmtAge(&s) },
 	"keyOf":    func(s *string) string { return derefOr(s, "—") },
 	"statuses": func() []string { return outboxStatuses },
@@ -97,6 +98,21 @@ func derefOr(s *string, d string) string {
 }
 
 func pathEscape(s string) string { return url.PathEscape(s) }
+
+// fmtBytes prints a size in binary units: "512 B", "16.0 KiB", "1.5 GiB".
+func fmtBytes(n int64) string {
+	if n < 1024 && n > -1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	f, unit := float64(n), "B"
+	for _, u := range []string{"KiB", "MiB", "GiB", "TiB", "PiB"} {
+		if f > -1024 && f < 1024 {
+			break
+		}
+		f, unit = f/1024, u
+	}
+	return fmt.Sprintf("%.1f %s", f, unit)
+}
 
 // fmtAge prints seconds as "4s", "3m 12s", "2h 5m", "3d 4h"; "—" for none.
 func fmtAge(s *float64) string {

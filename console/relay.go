@@ -56,6 +56,14 @@ type OutboxSummary struct {
 	LastHour []RateBucket `json:"last_hour"`
 	// ReadAt is the database's clock when the summary was read.
 	ReadAt time.Time `json:"read_at"`
+	// Mode is the outbox's mode, claim or log (docs/architecture.md, "Log mode"). In log mode
+	// the counts above are those of keiro_outbox (the rows from before the switch, dead
+	// letters and their requeues); the slot is the measure of what waits.
+	Mode string `json:"mode"`
+	// LogSlot is the log-mode replication slot (the schema's default slot, as `relay status`
+	// reads it): its reader, confirmed position and the WAL it retains. Absent when the schema
+	// has no such slot.
+	LogSlot *outbox.SlotStatus `json:"log_slot,omitempty"`
 }
 
 // DestinationSummary is one destination's row counts.
@@ -132,6 +140,18 @@ func (c *Console) readOutboxSummary(ctx context.Context) (OutboxSummary, error) 
 	minutes, err := c.outbox.Activity(ctx, q, origin, 60)
 	if err != nil {
 		return s, fmt.Errorf("read outbox summary: %w", err)
+	}
+	mode, err := c.outbox.Mode(ctx, q)
+	if err != nil {
+		return s, fmt.Errorf("read outbox summary: %w", err)
+	}
+	s.Mode = string(mode)
+	slot, err := c.outbox.LogSlotStatus(ctx, q, "")
+	if err != nil {
+		return s, fmt.Errorf("read outbox summary: %w", err)
+	}
+	if slot.Exists {
+		s.LogSlot = &slot
 	}
 	s.LastHour = make([]RateBucket, len(minutes))
 	for i, m := range minutes {

@@ -355,3 +355,37 @@ func TestOutboxSummaryCountsArchivedRowsApart(t *testing.T) {
 	require.Equal(t, http.StatusOK, page.code)
 	require.Contains(t, page.body, `id="archived-count">2 archived</a>`)
 }
+
+// In log mode the summary and the overview show the replication slot: its reader, the WAL it
+// retains and its wal_status (the WAL guard).
+func TestOutboxSummaryLogSlot(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	ctx := t.Context()
+	var s console.OutboxSummary
+	r.get(t, "/api/v1/outbox/summary").json(t, &s)
+	require.Equal(t, "claim", s.Mode)
+	require.Nil(t, s.LogSlot, "no slot in claim mode")
+
+	slot := outbox.DefaultLogSlot(r.db.Schema)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_, _ = r.db.Pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+		_, _ = r.db.Pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+slot)
+	})
+	_, err := r.outbox.SetMode(ctx, r.db.Pool, outbox.ModeLog, "")
+	require.NoError(t, err)
+	r.get(t, "/api/v1/outbox/summary").json(t, &s)
+	require.Equal(t, "log", s.Mode)
+	require.NotNil(t, s.LogSlot)
+	require.Equal(t, slot, s.LogSlot.Slot)
+	require.Zero(t, s.LogSlot.ActivePID, "no relay reads it")
+	require.Contains(t, []string{"reserved", "extended"}, s.LogSlot.WALStatus)
+	require.NotEmpty(t, s.LogSlot.ConfirmedFlushLSN)
+
+	home := r.get(t, "/console/").body
+	require.Contains(t, home, `id="log-slot"`)
+	require.Contains(t, home, "Log slot "+slot)
+	require.Contains(t, home, "no reader")
+	require.Contains(t, home, s.LogSlot.WALStatus)
+}

@@ -106,7 +106,9 @@ type RelayConfig struct {
 	// ShutdownTimeout bounds how long Run waits for in-flight produces after its context is
 	// cancelled; rows still claimed then are released. Defaults to DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
-	// Retention is how long sent rows are kept; negative keeps them forever. Defaults to
+	// Retention is how long sent rows are kept; negative keeps them forever. In ModeLog it also
+	// applies to keiro_outbox_log: a row is deleted once older than Retention and confirmed by
+	// the slot (docs/architecture.md, "Retention of keiro_outbox_log"). Defaults to
 	// DefaultRetention.
 	Retention time.Duration
 	// RetentionBatch is the most sent rows one retention statement deletes. Defaults to

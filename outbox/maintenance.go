@@ -40,6 +40,8 @@ type MaintenanceResult struct {
 	Ran bool
 	// Deleted is the number of sent rows removed by retention.
 	Deleted int64
+	// LogDeleted is the number of keiro_outbox_log rows removed by retention (ModeLog).
+	LogDeleted int64
 	// Backlog, OldestPendingAge and Dead are the sampled gauges.
 	Backlog          int64
 	OldestPendingAge time.Duration
@@ -47,7 +49,8 @@ type MaintenanceResult struct {
 }
 
 // MaintenancePass runs one maintenance pass now if no other relay is running one: it deletes
-// sent rows older than Retention (RetentionBatch per statement) and samples the backlog,
+// sent rows older than Retention (RetentionBatch per statement), in ModeLog the rows of
+// keiro_outbox_log older than Retention that the slot confirmed, and samples the backlog,
 // oldest-pending-age and dead gauges. Every statement runs only if it gets the maintenance
 // lock; the pass stops at the first that does not (another relay is at it). Run calls it every
 // MaintenanceInterval; it is exported for tests and operators.
@@ -82,6 +85,14 @@ func (r *Relay) MaintenancePass(ctx context.Context) (res MaintenanceResult, err
 				break
 			}
 		}
+	}
+	if r.cfg.Mode == ModeLog && r.cfg.Retention >= 0 {
+		n, got, err := r.logRetention(ctx, key)
+		res.LogDeleted = n
+		if err != nil || !got {
+			return res, err
+		}
+		res.Ran = true
 	}
 	gauges, got, err := r.sampleGauges(ctx, key)
 	switch {

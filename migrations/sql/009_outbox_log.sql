@@ -10,7 +10,8 @@
 --
 -- The table stays the source of truth: a slot that is lost or invalidated can be recreated and
 -- the rows it had not confirmed found again here. The unique index keeps enqueue idempotent on
--- (source, message id), as in keiro_outbox; it is the only index. The relay creates the
+-- (source, message id), as in keiro_outbox; a BRIN index on created_at, which costs an insert
+-- almost nothing, serves retention. The relay creates the
 -- publication and the slot when it starts in log mode (they are database objects, not schema
 -- objects, and need the REPLICATION privilege), not this migration.
 CREATE TABLE IF NOT EXISTS {{.schema}}.keiro_outbox_log (
@@ -35,11 +36,29 @@ CREATE TABLE IF NOT EXISTS {{.schema}}.keiro_outbox_log (
     tracestate             text,
     payload_bytes          bytea       NOT NULL,
     attributes             jsonb,
-    occurred_at            timestamptz NOT NULL
+    occurred_at            timestamptz NOT NULL,
+    -- When the row was written (its transaction's start): what retention goes by.
+    created_at             timestamptz NOT NULL DEFAULT now()
 );
 
 CREATE UNIQUE INDEX IF NOT EXISTS keiro_outbox_log_identity_idx
     ON {{.schema}}.keiro_outbox_log (source, message_id);
+
+-- Retention finds old rows through a block-range index: rows are appended in created_at order,
+-- so a range summary per 128 pages is enough, and an insert into the table's last, unsummarized
+-- range writes nothing to it.
+CREATE INDEX IF NOT EXISTS keiro_outbox_log_created_idx
+    ON {{.schema}}.keiro_outbox_log USING brin (created_at);
+
+-- Retention's marks: the log-mode relay records, once a minute, the time and the WAL position.
+-- Once the slot's confirmed_flush_lsn passes a mark, every transaction committed before the mark
+-- was published, so rows written well before the mark's time (an hour, for transactions that
+-- were still open) may be deleted once older than the relay's Retention (docs/architecture.md,
+-- "Retention of keiro_outbox_log").
+CREATE TABLE IF NOT EXISTS {{.schema}}.keiro_outbox_log_marks (
+    at  timestamptz NOT NULL PRIMARY KEY,
+    lsn pg_lsn      NOT NULL
+);
 
 -- The outbox's mode, one row: 'claim' (keiro_outbox, the claim relay) or 'log' (keiro_outbox_log,
 -- the log-mode relay). Producers do not choose: every writer of keiro_outbox (EnqueueTx,

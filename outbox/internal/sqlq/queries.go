@@ -25,7 +25,9 @@ type Queries struct {
 	MarkHistory       string
 	ReleaseLost       string
 	Retention, Gauges string
-	Status, ListDead  string
+	// LogMark and LogRetention are log mode's retention of keiro_outbox_log.
+	LogMark, LogRetention string
+	Status, ListDead      string
 	// StatusUnarchived is Status on a schema before migration 011 (no archived_at), which
 	// HasArchive tells apart.
 	StatusUnarchived, HasArchive string
@@ -113,6 +115,8 @@ func New(schema string) *Queries {
 		Start:                r.Replace(sqlStartProduce),
 		ReleaseLost:          r.Replace(sqlReleaseLostClaim),
 		Retention:            r.Replace(sqlRetention),
+		LogMark:              r.Replace(sqlLogMark),
+		LogRetention:         r.Replace(sqlLogRetention),
 		Gauges:               r.Replace(sqlGauges),
 		Status:               r.Replace(sqlStatus),
 		StatusUnarchived:     r.Replace(sqlStatusUnarchived),

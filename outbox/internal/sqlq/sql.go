@@ -504,6 +504,50 @@ del AS (
     RETURNING 1)
 SELECT (SELECT got FROM lock), (SELECT count(*) FROM del)`
 
+// sqlLogMark records a mark of log-mode retention (migration 009's keiro_outbox_log_marks): the
+// time and the WAL position, unless a mark of the last minute exists, if it gets the maintenance
+// lock $1.
+const sqlLogMark = `
+WITH lock AS MATERIALIZED (SELECT pg_try_advisory_xact_lock($1) AS got),
+ins AS (
+    INSERT INTO {{schema}}.keiro_outbox_log_marks (at, lsn)
+    SELECT clock_timestamp(), pg_catalog.pg_current_wal_lsn()
+    WHERE (SELECT got FROM lock) AND NOT EXISTS (
+        SELECT 1 FROM {{schema}}.keiro_outbox_log_marks WHERE at > now() - interval '1 minute')
+    RETURNING 1)
+SELECT (SELECT got FROM lock), (SELECT count(*) FROM ins)`
+
+// sqlLogRetention deletes up to $2 rows of keiro_outbox_log older than the retention $1 (µs)
+// that the slot $4 has confirmed, if it gets the maintenance lock $3. Confirmed means written
+// an hour or more before the newest mark the slot's confirmed_flush_lsn has passed (a
+// transaction that committed after the mark started before it, and transactions are taken to
+// last under an hour). Without such a mark (no slot, a slot that confirms nothing, an invalidated
+// slot) nothing is deleted: the table is what recovers the events a slot did not confirm. The
+// marks older than that newest confirmed one are forgotten. A deleted row that the slot still
+// had to decode is published all the same (decoding reads the WAL, not the table, and the
+// publication publishes no deletes); the mark protects the recovery copy only.
+const sqlLogRetention = `
+WITH lock AS MATERIALIZED (SELECT pg_try_advisory_xact_lock($3) AS got),
+mark AS MATERIALIZED (
+    SELECT max(m.at) AS at FROM {{schema}}.keiro_outbox_log_marks m
+    JOIN pg_catalog.pg_replication_slots s ON s.slot_name = $4 AND s.database = current_database()
+    WHERE (SELECT got FROM lock) AND s.confirmed_flush_lsn IS NOT NULL
+      AND coalesce(s.wal_status, '') <> 'lost' AND m.lsn <= s.confirmed_flush_lsn),
+cutoff AS MATERIALIZED (
+    SELECT least(now() - $1::bigint * interval '1 microsecond', at - interval '1 hour') AS t
+    FROM mark WHERE at IS NOT NULL),
+del AS (
+    DELETE FROM {{schema}}.keiro_outbox_log
+    WHERE ctid = ANY (ARRAY(
+        SELECT l.ctid FROM {{schema}}.keiro_outbox_log l, cutoff
+        WHERE l.created_at < cutoff.t
+        LIMIT $2))
+    RETURNING 1),
+forget AS (
+    DELETE FROM {{schema}}.keiro_outbox_log_marks m USING mark
+    WHERE m.at < mark.at)
+SELECT (SELECT got FROM lock), (SELECT count(*) FROM del)`
+
 // sqlGauges samples, per destination, the backlog, the oldest pending age and the dead count
 // (archived rows aside: an operator set them aside, they need no alert),
 // if it gets the maintenance lock $1. The oldest pending age is that of the oldest open row,

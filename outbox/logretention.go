@@ -1,0 +1,34 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+)
+
+// logRetention is log mode's part of a maintenance pass: it records retention's mark (the time
+// and the WAL position, once a minute) and deletes the rows of keiro_outbox_log older than
+// Retention that the slot has confirmed, RetentionBatch per statement (sqlq's sqlLogRetention
+// says what confirmed means). got is false when another relay held the maintenance lock key.
+func (r *Relay) logRetention(ctx context.Context, key int64) (deleted int64, got bool, err error) {
+	var n int64
+	if err := r.pool.QueryRow(ctx, r.store.q.LogMark, key).Scan(&got, &n); err != nil {
+		return 0, false, fmt.Errorf("outbox maintenance: record the log retention mark: %w", err)
+	}
+	if !got {
+		return 0, false, nil
+	}
+	for range maxRetentionBatchesPerPass {
+		if err := r.pool.QueryRow(ctx, r.store.q.LogRetention, r.cfg.Retention.Microseconds(),
+			r.cfg.RetentionBatch, key, r.cfg.LogSlot).Scan(&got, &n); err != nil {
+			return deleted, false, fmt.Errorf("outbox maintenance: delete keiro_outbox_log rows past retention: %w", err)
+		}
+		if !got {
+			return deleted, false, nil
+		}
+		deleted += n
+		if n < int64(r.cfg.RetentionBatch) {
+			break
+		}
+	}
+	return deleted, true, nil
+}
