@@ -100,7 +100,7 @@ func (s *stream) produce(ctx context.Context, t *txn, ev *envelope.Event) {
 		s.drain(ctx)
 	}
 	s.w.add(t, size)
-	e.client.Produce(context.Background(), rec, func(rec *kgo.Record, err error) {
+	e.producer.Produce(context.Background(), rec, func(rec *kgo.Record, err error) {
 		if err == nil {
 			e.published.Add(1)
 			if e.onAck != nil {

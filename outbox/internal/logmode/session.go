@@ -160,7 +160,7 @@ func (s *stream) run(ctx context.Context) error {
 			case <-flushCtx.Done():
 				return
 			case <-s.kick:
-				_ = e.client.Flush(flushCtx)
+				_ = e.producer.Flush(flushCtx)
 			}
 		}
 	}()
