@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/outbox/internal/logreg"
 	"github.com/keiro-go/keiro/tracing"
 )
@@ -40,8 +41,10 @@ func (r *Relay) newLogEngine() (logreg.Engine, error) {
 		CloudEvents:             r.cfg.CloudEvents,
 		CloudEventsDestinations: r.cfg.CloudEventsDestinations,
 		Logger:                  r.log,
+		OnSend:                  r.logSend,
 		OnRejected: func(rej logreg.Rejection) {
 			r.stats.rejected.Add(1)
+			r.inst.rejected.Add(context.Background(), 1, destinationAttr(rej.Destination))
 			r.log.Error("log mode: Kafka refused an event for good; the stream moves on",
 				"message_id", rej.MessageID, "source", rej.Source, "destination", rej.Destination,
 				"code", rej.Code, "err", rej.Err)
@@ -168,5 +171,28 @@ func (r *Relay) drainClaimed(ctx context.Context) error {
 				return <-done
 			}
 		}
+	}
+}
+
+// logSend is log mode's OnSend: the claim relay's send span, child of the row's traceparent,
+// and its instruments: sent messages and send duration per record, published and publish
+// latency (from the transaction's commit, the log table having no creation time) per
+// acknowledged one.
+func (r *Relay) logSend(ev *envelope.Event, committed time.Time) (*envelope.TraceContext, func(*kgo.Record, error)) {
+	span, tc := r.startSend(ev)
+	start := time.Now()
+	return tc, func(rec *kgo.Record, err error) {
+		if rec == nil { // rejected before it was sent
+			span.SetAttributes(attribute.String("keiro.outbox.rejection_code", "message_too_large"))
+			span.End()
+			return
+		}
+		r.inst.recordSend(rec, err, start)
+		if err == nil {
+			ctx := context.Background()
+			r.inst.published.Add(ctx, 1, destinationAttr(rec.Topic))
+			r.inst.latency.Record(ctx, time.Since(committed).Seconds())
+		}
+		endSend(span, rec, err)
 	}
 }

@@ -31,6 +31,7 @@ func newEngine(c logreg.Config) (logreg.Engine, error) {
 		CloudEvents:             c.CloudEvents,
 		CloudEventsDestinations: c.CloudEventsDestinations,
 		Logger:                  c.Logger,
+		OnSend:                  c.OnSend,
 		OnRejected: func(r logmode.Rejection) {
 			if c.OnRejected != nil {
 				c.OnRejected(logreg.Rejection{MessageID: r.MessageID, Source: r.Source, Destination: r.Destination, Code: r.Code, Err: r.Err})

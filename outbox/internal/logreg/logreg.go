@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keiro-go/keiro/envelope"
 )
 
 // Config is what the relay gives the engine.
@@ -29,6 +31,10 @@ type Config struct {
 	Logger *slog.Logger
 	// OnRejected is called for each event Kafka refused for good.
 	OnRejected func(Rejection)
+	// OnSend is called before each record is produced (logmode.Config.OnSend): it starts the
+	// send span and returns the record's trace context and the function that records its
+	// outcome in the relay's metrics and ends the span.
+	OnSend func(ev *envelope.Event, committed time.Time) (tc *envelope.TraceContext, done func(rec *kgo.Record, err error))
 }
 
 // Rejection is an event Kafka refused for good.
