@@ -41,6 +41,7 @@ func (r *Relay) newLogEngine() (logreg.Engine, error) {
 		CloudEvents:             r.cfg.CloudEvents,
 		CloudEventsDestinations: r.cfg.CloudEventsDestinations,
 		Logger:                  r.log,
+		OnSend:                  r.logSend,
 		OnRejected:              r.deadLetter,
 	})
 }
@@ -69,6 +70,7 @@ func (r *Relay) deadLetter(rej logreg.Rejection) error {
 	}
 	if wrote {
 		r.stats.rejected.Add(1)
+		r.inst.rejected.Add(ctx, 1, destinationAttr(rej.Destination))
 	}
 	r.log.Error("log mode: Kafka refused an event for good; it is a dead letter of keiro_outbox (relay dead list), and the stream moves on",
 		"message_id", rej.MessageID, "source", rej.Source, "destination", rej.Destination,
@@ -279,5 +281,28 @@ func (r *Relay) drainClaimed(ctx context.Context, claimDone <-chan error) error 
 				return nil
 			}
 		}
+	}
+}
+
+// logSend is log mode's OnSend: the claim relay's send span, child of the row's traceparent,
+// and its instruments: sent messages and send duration per record, published and publish
+// latency (from the transaction's commit, the log table having no creation time) per
+// acknowledged one.
+func (r *Relay) logSend(ev *envelope.Event, committed time.Time) (*envelope.TraceContext, func(*kgo.Record, error)) {
+	span, tc := r.startSend(ev)
+	start := time.Now()
+	return tc, func(rec *kgo.Record, err error) {
+		if rec == nil { // rejected before it was sent
+			span.SetAttributes(attribute.String("keiro.outbox.rejection_code", "message_too_large"))
+			span.End()
+			return
+		}
+		r.inst.recordSend(rec, err, start)
+		if err == nil {
+			ctx := context.Background()
+			r.inst.published.Add(ctx, 1, destinationAttr(rec.Topic))
+			r.inst.latency.Record(ctx, time.Since(committed).Seconds())
+		}
+		endSend(span, rec, err)
 	}
 }

@@ -241,23 +241,10 @@ func (r *Relay) flush(ctx context.Context, refs []rowRef) {
 		if e.Key != nil {
 			rec.Key = []byte(*e.Key)
 		}
-		spanCtx, span := r.tracer.Start(tracing.ContextWith(context.Background(), e.TraceContext),
-			"send "+e.Destination, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
-				attribute.String("messaging.system", "kafka"),
-				attribute.String("messaging.operation.type", "send"),
-				attribute.String("messaging.operation.name", "send"),
-				attribute.String("messaging.destination.name", e.Destination),
-				attribute.String("messaging.message.id", e.MessageID),
-				attribute.Int("keiro.outbox.attempt", row.attempt),
-			))
-		if e.Key != nil {
-			span.SetAttributes(attribute.String("messaging.kafka.message.key", *e.Key))
-		}
+		span, tc := r.startSend(e, attribute.Int("keiro.outbox.attempt", row.attempt))
 		ev := *e
-		if span.IsRecording() {
-			if tc := tracing.FromContext(spanCtx); tc != nil {
-				ev.TraceContext = tc
-			}
+		if tc != nil {
+			ev.TraceContext = tc
 		}
 		headers = ev.AppendHeaders(headers[:0], r.encodeOptions(ev.Destination))
 		rec.Headers = make([]kgo.RecordHeader, len(headers))
@@ -281,14 +268,8 @@ func (r *Relay) flush(ctx context.Context, refs []rowRef) {
 					r.ackHook(e.MessageID)
 				}
 				r.inst.latency.Record(context.Background(), time.Since(created).Seconds())
-				span.SetAttributes(
-					attribute.String("messaging.destination.partition.id", strconv.Itoa(int(rec.Partition))),
-					attribute.Int64("messaging.kafka.offset", rec.Offset))
-			} else {
-				span.RecordError(err)
-				span.SetStatus(codes.Error, err.Error())
 			}
-			span.End()
+			endSend(span, rec, err)
 			mu.Lock()
 			perPartition[tp{rec.Topic, rec.Partition}]++
 			mu.Unlock()
@@ -343,4 +324,38 @@ func groupKey(p Policy, e *envelope.Event) string {
 		return ""
 	}
 	return e.Source + "\x00" + *e.Key
+}
+
+// startSend starts e's send span, a child of the trace context of e's row, and returns it with
+// the span's trace context for the record's headers (nil when the span is not recorded: the
+// record then carries the row's own). The claim relay and log mode share it.
+func (r *Relay) startSend(e *envelope.Event, attrs ...attribute.KeyValue) (trace.Span, *envelope.TraceContext) {
+	spanCtx, span := r.tracer.Start(tracing.ContextWith(context.Background(), e.TraceContext),
+		"send "+e.Destination, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
+			attribute.String("messaging.system", "kafka"),
+			attribute.String("messaging.operation.type", "send"),
+			attribute.String("messaging.operation.name", "send"),
+			attribute.String("messaging.destination.name", e.Destination),
+			attribute.String("messaging.message.id", e.MessageID),
+		), trace.WithAttributes(attrs...))
+	if e.Key != nil {
+		span.SetAttributes(attribute.String("messaging.kafka.message.key", *e.Key))
+	}
+	if !span.IsRecording() {
+		return span, nil
+	}
+	return span, tracing.FromContext(spanCtx)
+}
+
+// endSend records a produced record's outcome on its send span and ends it.
+func endSend(span trace.Span, rec *kgo.Record, err error) {
+	if err == nil {
+		span.SetAttributes(
+			attribute.String("messaging.destination.partition.id", strconv.Itoa(int(rec.Partition))),
+			attribute.Int64("messaging.kafka.offset", rec.Offset))
+	} else {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 }

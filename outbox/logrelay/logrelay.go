@@ -31,6 +31,7 @@ func newEngine(c logreg.Config) (logreg.Engine, error) {
 		CloudEvents:             c.CloudEvents,
 		CloudEventsDestinations: c.CloudEventsDestinations,
 		Logger:                  c.Logger,
+		OnSend:                  c.OnSend,
 		OnRejected: func(r logmode.Rejection) error {
 			if c.OnRejected == nil {
 				return nil

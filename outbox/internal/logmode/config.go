@@ -7,6 +7,9 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/schemaname"
 )
 
@@ -84,6 +87,13 @@ type Config struct {
 	// OnRejected again: the sink must be idempotent). The stream moves on past a rejection
 	// the sink accepted. Defaults to a function that logs the rejection and returns nil.
 	OnRejected func(Rejection) error
+	// OnSend is called, before each record is produced, with its event and the commit time
+	// of its transaction. It returns the trace context the record carries instead of the
+	// event's (nil keeps the event's), and a function the engine calls once with the outcome:
+	// the record acknowledged (err nil) or failed (err the failure), or rec nil and err the
+	// reason when the record is rejected without being sent (larger than MaxRecordBytes). The
+	// relay's metrics and send spans hang on it. Defaults to none.
+	OnSend func(ev *envelope.Event, committed time.Time) (tc *envelope.TraceContext, done func(rec *kgo.Record, err error))
 	// Logger receives the engine's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -21,7 +23,8 @@ var ErrSlotActive = errors.New("replication slot is active for another reader")
 type Engine struct {
 	cfg            Config
 	conn           *pgconn.Config
-	client         *kgo.Client
+	client         *kgo.Client // the caller's: its options build producer
+	producer       *kgo.Client // the engine's own, built by Run from client's options
 	log            *slog.Logger
 	maxRecordBytes int
 
@@ -60,7 +63,8 @@ func (e *Engine) Stats() Stats {
 // PostgreSQL URL or key=value DSN; the engine adds replication=database, and the role needs
 // the REPLICATION attribute) and produces with client. client must be built with the claim
 // relay's producer options (outbox.ProducerOpts: acks from all in-sync replicas, idempotent
-// writes, manual flushing) and be the engine's alone.
+// writes, manual flushing). The engine does not produce with client itself: Run builds a
+// client of its own from client's options (see producerOpts), closed when Run returns.
 func New(connString string, client *kgo.Client, cfg Config) (*Engine, error) {
 	cfg = cfg.withDefaults()
 	var errs []error
@@ -102,14 +106,44 @@ func New(connString string, client *kgo.Client, cfg Config) (*Engine, error) {
 	return &Engine{cfg: cfg, conn: conn, client: client, log: cfg.Logger, maxRecordBytes: maxRecord}, nil
 }
 
+// producerOpts override the caller's client options for the engine's own client: franz-go
+// retries a record until it is acknowledged or refused for good. A partition whose produce
+// fails with a retriable error (leader moved, request timed out, topic not yet known) is held
+// by franz-go itself, its records kept in order, while every other partition goes on. Only a
+// refusal no retry mends reaches the engine: a record too large or invalid is rejected and
+// the stream moves on; any other (not authorized, the client closed) ends the session. The window
+// bounds what waits meanwhile: past MaxInFlightRecords or MaxInFlightBytes the engine stops
+// reading the slot. The caller's bounded retries suit the claim relay, which classifies
+// errors itself and never has two records of a key in flight; here many records of a key
+// are, and a record failed after its retries would end the session, stall every partition
+// for the replay, and could let a later record of its key be acknowledged before it.
+func producerOpts(client *kgo.Client) []kgo.Opt {
+	return append(slices.Clone(client.Opts()),
+		kgo.RecordRetries(math.MaxInt), // franz-go's unlimited default
+		kgo.RecordDeliveryTimeout(0),   // no delivery timeout
+		kgo.UnknownTopicRetries(-1),    // never fail a record of a topic not (yet) known
+	)
+}
+
 // Run follows the slot until ctx is cancelled, then waits up to ShutdownTimeout for the
 // records in flight, confirms what Kafka acknowledged, and returns nil. While another reader
 // holds the slot it waits on standby, trying again every StandbyRetry. A session that fails
-// (PostgreSQL lost, a record Kafka failed after the producer's retries) is followed by a new
-// one after RetryBackoff, which replays from the confirmed position. Run returns an error
-// only for a failure no retry can mend: wal_level is not logical, the role lacks the
-// REPLICATION privilege, the table or the slot's plugin is wrong.
+// (PostgreSQL lost, a record Kafka refused other than for good, such as for authorization) is
+// followed by a new one after RetryBackoff, which replays from the confirmed position. Run
+// returns an error only for a failure no retry can mend: wal_level is not logical, the role
+// lacks the REPLICATION privilege, the table or the slot's plugin is wrong.
+//
+// Run produces with a client of its own, built from the options of New's client with
+// unlimited record retries (see producerOpts), and closes it when it returns. One client
+// serves every session of a Run: the records a held partition still buffers when a session
+// ends stay ahead of the next session's replay of them, in order.
 func (e *Engine) Run(ctx context.Context) error {
+	producer, err := kgo.NewClient(producerOpts(e.client)...)
+	if err != nil {
+		return fmt.Errorf("log mode: build the producer: %w", err)
+	}
+	e.producer = producer
+	defer producer.Close()
 	standby := false
 	for {
 		err := e.session(ctx)

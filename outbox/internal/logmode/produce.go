@@ -107,13 +107,26 @@ func recordSize(rec *kgo.Record) int {
 // it settled, and settled itself before the next one is produced.
 func (s *stream) produce(ctx context.Context, t *txn, ev *envelope.Event) {
 	e := s.e
+	done := func(*kgo.Record, error) {}
+	encoded := ev
+	if e.cfg.OnSend != nil {
+		var tc *envelope.TraceContext
+		tc, done = e.cfg.OnSend(ev, t.at)
+		if tc != nil {
+			c := *ev
+			c.TraceContext = tc
+			encoded = &c
+		}
+	}
 	var rec *kgo.Record
-	rec, s.headers = e.record(ev, s.headers)
+	rec, s.headers = e.record(encoded, s.headers)
 	size := recordSize(rec)
 	if size > e.maxRecordBytes {
 		// In flight (of no bytes: nothing is sent) until its dead letter is written.
+		err := fmt.Errorf("record of about %d bytes exceeds the %d-byte limit (MaxRecordBytes / ProducerBatchMaxBytes)", size, e.maxRecordBytes)
+		done(nil, err)
 		s.w.add(t, 0)
-		s.reject(t, 0, ev, "message_too_large", fmt.Errorf("record of about %d bytes exceeds the %d-byte limit (MaxRecordBytes / ProducerBatchMaxBytes)", size, e.maxRecordBytes))
+		s.reject(t, 0, ev, "message_too_large", err)
 		return
 	}
 	alone := e.suspects.take(ev.MessageID)
@@ -121,7 +134,8 @@ func (s *stream) produce(ctx context.Context, t *txn, ev *envelope.Event) {
 		s.drain(ctx)
 	}
 	s.w.add(t, size)
-	e.client.Produce(context.Background(), rec, func(rec *kgo.Record, err error) {
+	e.producer.Produce(context.Background(), rec, func(rec *kgo.Record, err error) {
+		done(rec, err)
 		if err == nil {
 			e.published.Add(1)
 			if e.onAck != nil {

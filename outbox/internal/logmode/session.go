@@ -160,7 +160,7 @@ func (s *stream) run(ctx context.Context) error {
 			case <-flushCtx.Done():
 				return
 			case <-s.kick:
-				_ = e.client.Flush(flushCtx)
+				_ = e.producer.Flush(flushCtx)
 			}
 		}
 	}()
@@ -316,7 +316,7 @@ func (s *stream) handle(ctx context.Context, data []byte) error {
 		}
 		s.relations[m.RelationID], s.ours[m.RelationID] = l, true
 	case *pglogrepl.BeginMessage:
-		s.tx = s.w.begin()
+		s.tx = s.w.begin(m.CommitTime)
 	case *pglogrepl.InsertMessage:
 		if s.tx == nil {
 			return errors.New("replication: insert outside a transaction")

@@ -2,6 +2,7 @@ package logmode
 
 import (
 	"sync"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 )
@@ -29,6 +30,7 @@ type window struct {
 // txn is one decoded transaction.
 type txn struct {
 	end       pglogrepl.LSN // the Commit message's TransactionEndLSN
+	at        time.Time     // the Begin message's commit time
 	pending   int           // records produced, not settled
 	committed bool
 	failed    bool
@@ -39,9 +41,9 @@ func newWindow(confirmed pglogrepl.LSN) *window {
 	return &window{confirmed: confirmed, settled: make(chan struct{}, 1)}
 }
 
-// begin opens a transaction (a Begin message).
-func (w *window) begin() *txn {
-	t := &txn{}
+// begin opens a transaction (a Begin message) that committed at at.
+func (w *window) begin(at time.Time) *txn {
+	t := &txn{at: at}
 	w.mu.Lock()
 	w.txns = append(w.txns, t)
 	w.mu.Unlock()

@@ -32,6 +32,10 @@ type Config struct {
 	// OnRejected writes the dead letter of each event Kafka refused for good; the engine
 	// confirms the event's transaction only once it returned nil.
 	OnRejected func(Rejection) error
+	// OnSend is called before each record is produced (logmode.Config.OnSend): it starts the
+	// send span and returns the record's trace context and the function that records its
+	// outcome in the relay's metrics and ends the span.
+	OnSend func(ev *envelope.Event, committed time.Time) (tc *envelope.TraceContext, done func(rec *kgo.Record, err error))
 }
 
 // Rejection is an event Kafka refused for good.
