@@ -293,8 +293,8 @@ var logSlotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 
 // modeCmd groups the mode commands.
 type modeCmd struct {
-	Show modeShowCmd `cmd:"" default:"1" help:"Print the schema's mode and, in log mode, its slot."`
-	Set  modeSetCmd  `cmd:"" help:"Switch the schema's mode: log creates the slot first (needs the REPLICATION attribute); waits for running producers."`
+	Show    modeShowCmd    `cmd:"" default:"1" help:"Print the schema's mode and, in log mode, its slot."`
+	Set     modeSetCmd     `cmd:"" help:"Switch the schema's mode: log creates the slot first (needs the REPLICATION attribute); waits for running producers."`
 	Recover modeRecoverCmd `cmd:"" help:"Republish the keiro_outbox_log events written in a time range (a lost slot's unconfirmed events): copies them into keiro_outbox for the relay's claim loop."`
 }
 
