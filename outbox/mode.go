@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -183,4 +184,35 @@ func (s *Store) LogSlotStatus(ctx context.Context, q Querier, slot string) (Slot
 	}
 	st.Exists = true
 	return st, nil
+}
+
+// LogRecovery reports a Store.RecoverLog.
+type LogRecovery struct {
+	// Found counts the rows of keiro_outbox_log in the range.
+	Found int64
+	// Copied counts those copied into keiro_outbox to be published again; the others were
+	// already there (a dead letter, a row from before a switch, an earlier recovery).
+	Copied int64
+}
+
+// RecoverLog republishes the events of keiro_outbox_log written from since to before until:
+// it copies them into keiro_outbox as failed rows due now, in the order they were written, and
+// the claim loop (which a log-mode relay runs beside the slot) publishes them. It is the
+// recovery of a slot that was lost (invalidated past max_slot_wal_keep_size, dropped, or not
+// carried over by a failover) with events it had not confirmed: choose since at or before the
+// last time the slot was known to confirm (its relay's last status, or the incident's start).
+// Events that had reached Kafka are published again with the same message ids, which the
+// inbox dedupes; per key they follow the order they were written in, not their commit order,
+// and may come after the key's newer events from the new slot. Events already in keiro_outbox
+// are skipped, so a second recovery of the same range copies nothing.
+func (s *Store) RecoverLog(ctx context.Context, q Querier, since, until time.Time) (LogRecovery, error) {
+	var r LogRecovery
+	if !until.After(since) {
+		return r, fmt.Errorf("recover keiro_outbox_log: until (%s) must be after since (%s)",
+			until.Format(time.RFC3339), since.Format(time.RFC3339))
+	}
+	if err := q.QueryRow(ctx, s.q.RecoverLog, since, until).Scan(&r.Found, &r.Copied); err != nil {
+		return r, fmt.Errorf("recover keiro_outbox_log: %w", err)
+	}
+	return r, nil
 }

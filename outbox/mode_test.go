@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -214,6 +215,57 @@ func TestLogModeEnqueueWithIDs(t *testing.T) {
 	ev.Payload = []byte(`{"n":2}`)
 	_, err = enq(ev)
 	require.ErrorIs(t, err, outbox.ErrIdentityConflict)
+	require.Equal(t, 1, count(t, db.Pool, "keiro_outbox_log"))
+	require.Zero(t, count(t, db.Pool, "keiro_outbox"))
+}
+
+// In log mode a plain INSERT (or <schema>.enqueue) of an event already in keiro_outbox_log
+// writes nothing when it is the same event, and raises unique_violation naming the changed
+// fields when it is not, as a duplicate INSERT into keiro_outbox does in claim mode: a changed
+// event is never dropped in silence.
+func TestLogModeInsertOfAChangedDuplicateIsAConflict(t *testing.T) {
+	t.Parallel()
+	db, _, st := rig(t, 1)
+	ctx := context.Background()
+	dropLogSlot(t, db.Pool, outbox.DefaultLogSlot(db.Schema))
+	_, err := st.SetMode(ctx, db.Pool, outbox.ModeLog, "")
+	require.NoError(t, err)
+	insert := func(payload, traceparent string) error {
+		var tp *string
+		if traceparent != "" {
+			tp = &traceparent
+		}
+		_, err := db.Pool.Exec(ctx, `INSERT INTO keiro_outbox (outbox_id, message_id, source, destination,
+			message_key, event_type, schema_version, content_type, payload_bytes, occurred_at, traceparent)
+			VALUES (gen_random_uuid(), 'm-1', 'orders-svc', 'orders', 'k', 'OrderPlaced', 1, 'application/json',
+			$1::bytea, '2026-12-01T00:00:00Z', $2)`, []byte(payload), tp)
+		return err
+	}
+	const tp1 = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	require.NoError(t, insert(`{"n":1}`, tp1))
+	require.NoError(t, insert(`{"n":1}`, tp1), "the same event again")
+	require.NoError(t, insert(`{"n":1}`, ""), "a retry without a trace is the same event")
+	require.Equal(t, 1, count(t, db.Pool, "keiro_outbox_log"))
+
+	err = insert(`{"n":2}`, tp1)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "23505", pgErr.Code)
+	require.Equal(t, "keiro_outbox_source_message_id_key", pgErr.ConstraintName)
+	require.Equal(t, "conflicting fields: payload", pgErr.Detail)
+	require.Contains(t, pgErr.Message, `message "m-1" of source "orders-svc" already enqueued with different payload`)
+
+	err = insert(`{"n":1}`, "00-1af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "conflicting fields: trace", pgErr.Detail)
+
+	// <schema>.enqueue answers the same conflict.
+	err = db.Pool.QueryRow(ctx, `SELECT outcome FROM enqueue(source => 'orders-svc', message_id => 'm-1',
+		destination => 'orders', event_type => 'OrderPlaced', payload => '{"n":3}'::bytea,
+		occurred_at => '2026-12-01T00:00:00Z', message_key => 'k', schema_version => 1)`).Scan(new(string))
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "23505", pgErr.Code)
+	require.Equal(t, "conflicting fields: payload", pgErr.Detail)
 	require.Equal(t, 1, count(t, db.Pool, "keiro_outbox_log"))
 	require.Zero(t, count(t, db.Pool, "keiro_outbox"))
 }

@@ -451,3 +451,41 @@ func TestStatusBeforeTheArchiveMigration(t *testing.T) {
 		t.Fatalf("status of a schema at 010: %+v", st)
 	}
 }
+
+// relay mode recover copies a time range of keiro_outbox_log into keiro_outbox, and refuses a
+// bad range before it connects.
+func TestModeRecover(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s.keiro_outbox_log (outbox_id, message_id, source,
+		destination, message_key, event_type, schema_version, content_type, payload_bytes, occurred_at, created_at)
+		VALUES (gen_random_uuid(), 'r1', 'ordering', 'orders', 'k', 'OrderPlaced', 1, 'application/json', '\x7b7d', now(), now() - interval '30 minutes'),
+		       (gen_random_uuid(), 'r2', 'ordering', 'orders', 'k', 'OrderPlaced', 1, 'application/json', '\x7b7d', now(), now() - interval '3 hours')`,
+		db.Schema)); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"--database-url=" + testenv.DatabaseURL(), "--schema=" + db.Schema, "mode", "recover"}
+	r := invoke(t, append(base, "--since=1h")...)
+	if r.code != 0 || !strings.Contains(r.stdout, ": 1 events, 1 copied into keiro_outbox to be published again, 0 already there") {
+		t.Fatalf("recover: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	var status string
+	if err := db.Pool.QueryRow(ctx, fmt.Sprintf(`SELECT status FROM %s.keiro_outbox WHERE message_id = 'r1'`, db.Schema)).Scan(&status); err != nil || status != "failed" {
+		t.Fatalf("r1 in keiro_outbox: %q %v", status, err)
+	}
+	r = invoke(t, append(base, "--since=1h")...)
+	if r.code != 0 || !strings.Contains(r.stdout, ": 1 events, 0 copied") {
+		t.Fatalf("second recover: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	for _, bad := range [][]string{{"--since=yesterday"}, {"--since=1h", "--until=2h"}, {"--since=-1h"}} {
+		r = invoke(t, append(base, bad...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, "--") {
+			t.Errorf("%v: exit %d, stderr %s", bad, r.code, r.stderr)
+		}
+	}
+	r = invoke(t, base...)
+	if r.code != 2 || !strings.Contains(r.stderr, "--since") {
+		t.Errorf("no --since: exit %d, stderr %s", r.code, r.stderr)
+	}
+}

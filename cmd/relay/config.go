@@ -293,8 +293,9 @@ var logSlotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 
 // modeCmd groups the mode commands.
 type modeCmd struct {
-	Show modeShowCmd `cmd:"" default:"1" help:"Print the schema's mode and, in log mode, its slot."`
-	Set  modeSetCmd  `cmd:"" help:"Switch the schema's mode: log creates the slot first (needs the REPLICATION attribute); waits for running producers."`
+	Show    modeShowCmd    `cmd:"" default:"1" help:"Print the schema's mode and, in log mode, its slot."`
+	Set     modeSetCmd     `cmd:"" help:"Switch the schema's mode: log creates the slot first (needs the REPLICATION attribute); waits for running producers."`
+	Recover modeRecoverCmd `cmd:"" help:"Republish the keiro_outbox_log events written in a time range (a lost slot's unconfirmed events): copies them into keiro_outbox for the relay's claim loop."`
 }
 
 // modeShowCmd prints the mode.
@@ -304,6 +305,12 @@ type modeShowCmd struct{}
 type modeSetCmd struct {
 	Mode    string `arg:"" enum:"claim,log" help:"claim or log."`
 	LogSlot string `help:"The replication slot and publication of log mode (default: <schema>_keiro_log)." placeholder:"SLOT"`
+}
+
+// modeRecoverCmd republishes keiro_outbox_log's events of a time range.
+type modeRecoverCmd struct {
+	Since string `required:"" help:"The range's start: an RFC 3339 time, or a duration before now (2h)." placeholder:"TIME"`
+	Until string `help:"The range's end, excluded: an RFC 3339 time or a duration before now (default: now)." placeholder:"TIME"`
 }
 
 // migrateCmd applies migrations.

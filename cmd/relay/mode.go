@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/keiro-go/keiro/internal/cli"
 	"github.com/keiro-go/keiro/outbox"
@@ -53,6 +54,56 @@ func (c *modeSetCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 		fmt.Fprintf(env.Stdout, "producers now write keiro_outbox; keep the log-mode relay running until `relay status` shows the slot's confirmed position at or past %s, then run the relays with --mode=claim and drop the slot\n", ch.LSN)
 	}
 	return nil
+}
+
+// Run copies keiro_outbox_log's events of the range into keiro_outbox to be published again.
+func (c *modeRecoverCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
+	now := time.Now()
+	since, err := parseSince("--since", c.Since, now)
+	if err != nil {
+		return err
+	}
+	until := now
+	if c.Until != "" {
+		if until, err = parseSince("--until", c.Until, now); err != nil {
+			return err
+		}
+	}
+	if !until.After(since) {
+		return usagef("--until (%s) must be after --since (%s)", until.Format(time.RFC3339), since.Format(time.RFC3339))
+	}
+	conn, store, err := g.DB.outboxStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	r, err := store.RecoverLog(ctx, conn, since, until)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.Stdout, "keiro_outbox_log from %s to %s: %d events, %d copied into keiro_outbox to be published again, %d already there\n",
+		since.Format(time.RFC3339), until.Format(time.RFC3339), r.Found, r.Copied, r.Found-r.Copied)
+	if r.Copied > 0 {
+		fmt.Fprintln(env.Stdout, "a relay publishes them (in log mode, its claim loop beside the slot); the inbox dedupes those that had reached Kafka")
+	}
+	return nil
+}
+
+// parseSince reads an RFC 3339 time, or a duration before now.
+func parseSince(flag, s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return time.Time{}, usagef("%s %q: want an RFC 3339 time (2026-12-01T10:00:00Z) or a duration before now (2h)", flag, s)
+	}
+	return now.Add(-d), nil
+}
+
+// usagef is a usage error (exit 2).
+func usagef(format string, args ...any) error {
+	return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf(format, args...)}
 }
 
 // printSlot prints a log-mode slot's state (relay status, relay mode show).

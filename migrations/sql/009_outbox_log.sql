@@ -103,6 +103,60 @@ CREATE TRIGGER keiro_outbox_settings_fence BEFORE INSERT OR UPDATE OR DELETE OR 
 -- of any row: it is the log-mode relay's dead letter, an event of keiro_outbox_log Kafka
 -- refused for good, written as 'rejected' where `relay dead list|requeue` and the console read
 -- dead letters (docs/architecture.md, "Failures and dead letters").
+-- A row routed to keiro_outbox_log whose event is already there (same source and message id):
+-- the same event again writes nothing, as EnqueueTx's and <schema>.enqueue's duplicates; a
+-- changed one raises unique_violation on the outbox's identity constraint, with the changed
+-- fields, as a plain INSERT of a duplicate into keiro_outbox does (the comparison is
+-- <schema>.enqueue's: the trace only when the new row carries one). EnqueueTx in log mode writes
+-- keiro_outbox_log itself and reads duplicates back; this is for the other writers.
+CREATE OR REPLACE FUNCTION {{.schema}}.keiro_outbox_log_duplicate(n {{.schema}}.keiro_outbox)
+RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+    o      {{.schema}}.keiro_outbox_log;
+    fields text[] := '{}';
+BEGIN
+    SELECT * INTO o FROM {{.schema}}.keiro_outbox_log l
+    WHERE l.source = n.source AND l.message_id = n.message_id;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF n.destination IS DISTINCT FROM o.destination OR n.message_key IS DISTINCT FROM o.message_key THEN
+        fields := fields || 'routing'::text;
+    END IF;
+    IF n.event_type IS DISTINCT FROM o.event_type OR n.schema_version IS DISTINCT FROM o.schema_version
+       OR n.content_type IS DISTINCT FROM o.content_type
+       OR n.schema_registry IS DISTINCT FROM o.schema_registry
+       OR n.schema_subject IS DISTINCT FROM o.schema_subject
+       OR n.schema_version_ref IS DISTINCT FROM o.schema_version_ref
+       OR n.schema_id IS DISTINCT FROM o.schema_id
+       OR n.schema_fingerprint IS DISTINCT FROM o.schema_fingerprint THEN
+        fields := fields || 'schema'::text;
+    END IF;
+    IF n.payload_bytes IS DISTINCT FROM o.payload_bytes THEN fields := fields || 'payload'::text; END IF;
+    IF n.occurred_at IS DISTINCT FROM o.occurred_at THEN fields := fields || 'occurred_at'::text; END IF;
+    IF n.causation_id IS DISTINCT FROM o.causation_id OR n.correlation_id IS DISTINCT FROM o.correlation_id THEN
+        fields := fields || 'causal'::text;
+    END IF;
+    IF n.traceparent IS NOT NULL AND (n.traceparent IS DISTINCT FROM o.traceparent
+                                      OR n.tracestate IS DISTINCT FROM o.tracestate) THEN
+        fields := fields || 'trace'::text;
+    END IF;
+    IF n.attributes IS DISTINCT FROM o.attributes THEN fields := fields || 'attributes'::text; END IF;
+    IF n.source_event_id IS DISTINCT FROM o.source_event_id
+       OR n.source_global_position IS DISTINCT FROM o.source_global_position THEN
+        fields := fields || 'provenance'::text;
+    END IF;
+    IF cardinality(fields) > 0 THEN
+        RAISE EXCEPTION USING
+            MESSAGE = format('outbox: message "%s" of source "%s" already enqueued with different %s',
+                n.message_id, n.source, array_to_string(fields, ', ')),
+            ERRCODE = 'unique_violation', CONSTRAINT = 'keiro_outbox_source_message_id_key',
+            DETAIL = 'conflicting fields: ' || array_to_string(fields, ','),
+            HINT = 'roll the transaction back: a message id names one event; give a changed event a new message id';
+    END IF;
+END
+$fn$;
+
 CREATE OR REPLACE FUNCTION {{.schema}}.keiro_outbox_order() RETURNS trigger
 LANGUAGE plpgsql AS $fn$
 BEGIN
@@ -123,6 +177,9 @@ BEGIN
                 NEW.correlation_id, NEW.traceparent, NEW.tracestate, NEW.payload_bytes,
                 NEW.attributes, NEW.occurred_at)
             ON CONFLICT (source, message_id) DO NOTHING;
+            IF NOT FOUND THEN
+                PERFORM {{.schema}}.keiro_outbox_log_duplicate(NEW);
+            END IF;
             RETURN NULL;
         END IF;
     ELSIF EXISTS (SELECT 1 FROM {{.schema}}.keiro_outbox_log l

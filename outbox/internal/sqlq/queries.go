@@ -57,6 +57,8 @@ type Queries struct {
 	// validated slot name the caller substitutes; FindPublication, CreateSlot and SlotStatus
 	// take it as a parameter.
 	ReadMode, SetMode, AnyOpen string
+	// RecoverLog copies keiro_outbox_log's rows of a time range into keiro_outbox (sqlRecoverLog).
+	RecoverLog string
 	// DeadLetter writes an event of keiro_outbox_log that Kafka refused for good as a
 	// rejected row of keiro_outbox (the log-mode relay's dead letter).
 	DeadLetter                                                 string
@@ -134,6 +136,7 @@ func New(schema string) *Queries {
 		ReadMode:             r.Replace(sqlReadMode),
 		SetMode:              r.Replace(sqlSetMode),
 		AnyOpen:              r.Replace(sqlAnyOpen),
+		RecoverLog:           r.Replace(sqlRecoverLog),
 		DeadLetter:           r.Replace(sqlDeadLetter),
 		FindPublication:      sqlFindPublication,
 		CreatePublication:    r.Replace(sqlCreatePublication),

@@ -657,6 +657,32 @@ const (
 // log-mode relay publishes them before it follows the slot.
 const sqlAnyOpen = `SELECT EXISTS (SELECT 1 FROM {{schema}}.keiro_outbox WHERE phase = 0)`
 
+// sqlRecoverLog copies the rows of keiro_outbox_log written from $1 to before $2 into
+// keiro_outbox as 'failed' rows due now, in the order they were written, for the claim loop to
+// publish (Store.RecoverLog): the recovery of the events a lost slot had not confirmed. The insert
+// trigger gives them a key lock and a seq, as any row that is not 'pending'. An event already in
+// keiro_outbox (a dead letter, a row from before a switch, an earlier recovery) is skipped.
+const sqlRecoverLog = `
+WITH src AS MATERIALIZED (
+    SELECT * FROM {{schema}}.keiro_outbox_log
+    WHERE created_at >= $1 AND created_at < $2),
+ins AS (
+    INSERT INTO {{schema}}.keiro_outbox (outbox_id, message_id, source, destination, message_key,
+        event_type, schema_version, content_type, schema_registry, schema_subject,
+        schema_version_ref, schema_id, schema_fingerprint, source_event_id, source_global_position,
+        causation_id, correlation_id, traceparent, tracestate, payload_bytes, attributes,
+        occurred_at, status, next_attempt_at, last_error)
+    SELECT outbox_id, message_id, source, destination, message_key,
+        event_type, schema_version, content_type, schema_registry, schema_subject,
+        schema_version_ref, schema_id, schema_fingerprint, source_event_id, source_global_position,
+        causation_id, correlation_id, traceparent, tracestate, payload_bytes, attributes,
+        occurred_at, 'failed', now(), 'recovered from keiro_outbox_log (relay mode recover)'
+    FROM src
+    ORDER BY created_at
+    ON CONFLICT DO NOTHING
+    RETURNING 1)
+SELECT (SELECT count(*) FROM src), (SELECT count(*) FROM ins)`
+
 // Log mode's publication and slot (Store.SetMode), named by a validated slot name. The
 // publication publishes keiro_outbox_log's inserts only: retention's deletes are not events.
 const (
