@@ -90,8 +90,14 @@ func (s *Store) SetMode(ctx context.Context, db Querier, mode Mode, slot string)
 			return err
 		}
 		defer func() { _ = tx.Rollback(ctx) }()
-		if err := tx.QueryRow(ctx, s.q.ReadMode).Scan(&from); err != nil {
+		// The row lock serializes concurrent changes (relays started together with
+		// --mode=log each switch the schema): the later ones read the mode the first set
+		// and change nothing, so they take no fence.
+		if err := tx.QueryRow(ctx, s.q.ReadModeForUpdate).Scan(&from); err != nil {
 			return err
+		}
+		if Mode(from) == mode {
+			return tx.Commit(ctx)
 		}
 		if _, err := tx.Exec(ctx, s.q.SetMode, string(mode)); err != nil {
 			return err
@@ -125,7 +131,9 @@ func (s *Store) prepareLog(ctx context.Context, db Querier, slot string) error {
 	}
 	if !found {
 		stmt := strings.ReplaceAll(s.q.CreatePublication, "{{publication}}", slot)
-		if _, err := db.Exec(ctx, stmt); err != nil && !isPgCode(err, "42710") {
+		// Another relay creating it at the same moment: duplicate_object, or the catalog's
+		// unique index (unique_violation on pg_publication_pubname_index).
+		if _, err := db.Exec(ctx, stmt); err != nil && !isPgCode(err, "42710") && !isPgCode(err, "23505") {
 			return fmt.Errorf("create publication %s: %w", slot, err)
 		}
 	}

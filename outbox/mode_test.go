@@ -2,6 +2,9 @@ package outbox_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -268,4 +271,85 @@ func TestLogModeInsertOfAChangedDuplicateIsAConflict(t *testing.T) {
 	require.Equal(t, "conflicting fields: payload", pgErr.Detail)
 	require.Equal(t, 1, count(t, db.Pool, "keiro_outbox_log"))
 	require.Zero(t, count(t, db.Pool, "keiro_outbox"))
+}
+
+// Switches of the mode while producers write: several relays switching at once (each starts
+// with --mode=log) and back, under producers writing several statements per transaction through
+// EnqueueTx and plain INSERTs. No switch and no producer fails (no deadlock, no duplicate
+// publication), every event lands in exactly one table, and the later of concurrent switches
+// to one mode change nothing.
+func TestConcurrentSwitchesUnderProducers(t *testing.T) {
+	t.Parallel()
+	db, _, st := rig(t, 1)
+	ctx := context.Background()
+	dropLogSlot(t, db.Pool, outbox.DefaultLogSlot(db.Schema))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	var written atomic.Int64
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := fmt.Sprintf("w%d", w)
+				err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+					for j := range 3 {
+						id := fmt.Sprintf("w%d-%d-%d", w, i, j)
+						if w%2 == 0 {
+							if _, err := st.EnqueueTx(ctx, tx, event(id, "orders", &k, `{"i":0}`)); err != nil {
+								return err
+							}
+							continue
+						}
+						if _, err := tx.Exec(ctx, `INSERT INTO keiro_outbox (outbox_id, message_id, source, destination,
+							message_key, event_type, schema_version, content_type, payload_bytes, occurred_at)
+							VALUES (gen_random_uuid(), $1, 'ordering', 'orders', $2, 'OrderPlaced', 0, 'application/json', '\x7b7d', now())`,
+							id, k); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					errs <- fmt.Errorf("producer %d: %w", w, err)
+					return
+				}
+				written.Add(3)
+			}
+		}()
+	}
+	for _, mode := range []outbox.Mode{outbox.ModeLog, outbox.ModeClaim, outbox.ModeLog} {
+		var sw sync.WaitGroup
+		changed := atomic.Int64{}
+		for range 3 {
+			sw.Add(1)
+			go func() {
+				defer sw.Done()
+				ch, err := st.SetMode(ctx, db.Pool, mode, "")
+				if err != nil {
+					errs <- fmt.Errorf("switch to %s: %w", mode, err)
+					return
+				}
+				if ch.From != ch.To {
+					changed.Add(1)
+				}
+			}()
+		}
+		sw.Wait()
+		require.EqualValues(t, 1, changed.Load(), "one of the concurrent switches to %s changes the mode", mode)
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	require.Positive(t, written.Load())
+	require.EqualValues(t, written.Load(), count(t, db.Pool, "keiro_outbox")+count(t, db.Pool, "keiro_outbox_log"))
 }

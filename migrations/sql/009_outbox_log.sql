@@ -72,13 +72,18 @@ CREATE TABLE IF NOT EXISTS {{.schema}}.keiro_outbox_settings (
 
 INSERT INTO {{.schema}}.keiro_outbox_settings DEFAULT VALUES ON CONFLICT DO NOTHING;
 
--- A change of mode waits for every transaction writing either table and holds new writers back
+-- A change of mode waits for every transaction writing the outbox and holds new writers back
 -- until it commits, as keiro_outbox_source's fence does: no transaction writes rows under both
--- modes, and every writer that starts after the change sees it.
+-- modes, and every writer that starts after the change sees it. It locks keiro_outbox alone:
+-- every producer's statement takes keiro_outbox's ROW EXCLUSIVE lock, in either mode (EnqueueTx's
+-- one statement names keiro_outbox as an insert target whatever the mode; the other writers insert
+-- into keiro_outbox and the trigger routes their rows). A fence taking a second table's lock too
+-- would deadlock with the writers that lock the two tables in the other order (EnqueueTx parses
+-- keiro_outbox_log's insert first, the trigger inserts into it after keiro_outbox's).
 CREATE OR REPLACE FUNCTION {{.schema}}.keiro_outbox_settings_fence() RETURNS trigger
 LANGUAGE plpgsql AS $fn$
 BEGIN
-    LOCK TABLE {{.schema}}.keiro_outbox, {{.schema}}.keiro_outbox_log IN SHARE MODE;
+    LOCK TABLE {{.schema}}.keiro_outbox IN SHARE MODE;
     RETURN NULL;
 END
 $fn$;

@@ -57,6 +57,8 @@ type Queries struct {
 	// validated slot name the caller substitutes; FindPublication, CreateSlot and SlotStatus
 	// take it as a parameter.
 	ReadMode, SetMode, AnyOpen string
+	// ReadModeForUpdate reads the mode and locks its row (the start of a change).
+	ReadModeForUpdate string
 	// RecoverLog copies keiro_outbox_log's rows of a time range into keiro_outbox (sqlRecoverLog).
 	RecoverLog string
 	// DeadLetter writes an event of keiro_outbox_log that Kafka refused for good as a
@@ -134,6 +136,7 @@ func New(schema string) *Queries {
 		ShareTake:            r.Replace(locks.Replace(sqlShareTake)),
 		ShareRelease:         r.Replace(locks.Replace(sqlShareRelease)),
 		ReadMode:             r.Replace(sqlReadMode),
+		ReadModeForUpdate:    r.Replace(sqlReadModeForUpdate),
 		SetMode:              r.Replace(sqlSetMode),
 		AnyOpen:              r.Replace(sqlAnyOpen),
 		RecoverLog:           r.Replace(sqlRecoverLog),

@@ -650,7 +650,10 @@ RETURNING outbox_id`
 // statement trigger fences the change against running writers (migration 009).
 const (
 	sqlReadMode = `SELECT mode FROM {{schema}}.keiro_outbox_settings`
-	sqlSetMode  = `UPDATE {{schema}}.keiro_outbox_settings SET mode = $1, changed_at = now()`
+	// sqlReadModeForUpdate is sqlReadMode holding the row until the transaction ends: the
+	// first step of a change, which serializes concurrent ones.
+	sqlReadModeForUpdate = `SELECT mode FROM {{schema}}.keiro_outbox_settings FOR UPDATE`
+	sqlSetMode           = `UPDATE {{schema}}.keiro_outbox_settings SET mode = $1, changed_at = now()`
 )
 
 // sqlAnyOpen tells whether keiro_outbox has an open row (pending, failed or publishing): the
