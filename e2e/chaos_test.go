@@ -215,6 +215,14 @@ func testChaos(t *testing.T, cb chaosBroker, mode string) {
 		slotName := outbox.DefaultLogSlot(db.Schema)
 		relayEnvs = append(relayEnvs, "KEIRO_RELAY_MODE=log", "KEIRO_RELAY_LOG_SLOT="+slotName)
 		t.Cleanup(func() { dropSlot(t, db, slotName) }) // runs after the processes' kills
+		// Switched before the relays start, as `relay mode set log` does. Three relays started
+		// at once with --mode=log on a claim-mode schema race to create the publication (the
+		// losers exit with a unique violation), and the switch can fail a concurrent enqueue
+		// with a deadlock: both are open (docs/architecture.md, "Tests under faults").
+		st, err := outbox.NewStore(db.Schema)
+		require.NoError(t, err)
+		_, err = st.SetMode(ctx, db.Pool, outbox.ModeLog, slotName)
+		require.NoError(t, err, "switch the schema to log mode")
 	}
 	consumerEnvs := consumerEnv(db, kc, group, topic+","+spanTopic, "KEIRO_CONSUMER_LOG_LEVEL=info",
 		"KEIRO_CONSUMER_SESSION_TIMEOUT="+chaosSessionTimeout.String(),
@@ -574,7 +582,8 @@ chaos: effects applied %d (%d distinct); per-key order violations %d; outbox %v;
 	require.Zero(t, o.inboxNotCompleted, "no inbox row failed")
 	if mode == "log" {
 		// keiro_outbox_log has no status: each of its rows is terminal once its message's
-		// effect is applied, and every event is a row of one of the two tables.
+		// effect is applied, and every event is one of its rows (the schema was in log mode
+		// before the first enqueue; rows of keiro_outbox would be claimed first).
 		require.Zero(t, logNotApplied, "every keiro_outbox_log row's message applied by the consumer")
 		var claimRows int64
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+db.Schema+`.keiro_outbox`).Scan(&claimRows))
