@@ -217,7 +217,7 @@ func testChaos(t *testing.T, cb chaosBroker, mode string) {
 		t.Cleanup(func() { dropSlot(t, db, slotName) }) // runs after the processes' kills
 		// Switched before the relays start, as `relay mode set log` does. Three relays started
 		// at once with --mode=log on a claim-mode schema race to create the publication (the
-		// losers exit with a unique violation), and the switch can fail a concurrent enqueue
+		// losers exit with a unique violation), and their switch failed concurrent enqueues
 		// with a deadlock: both are open (docs/architecture.md, "Tests under faults").
 		st, err := outbox.NewStore(db.Schema)
 		require.NoError(t, err)
