@@ -36,20 +36,24 @@ const (
 	chaosShortDuration   = 10 * time.Second
 	chaosDefaultEvents   = 20000
 	chaosShortEvents     = 3000
-	chaosRelays          = 3
-	chaosConsumers       = 2
-	chaosProducers       = 4
-	chaosKeys            = 400
-	chaosPlainProducers  = 2  // plain-SQL writers, sharing their keys
-	chaosPlainKeys       = 20 // keys of the plain-SQL writers
-	chaosBatch           = 20
-	chaosPartitions      = 6
-	chaosKillEvery       = time.Second
-	chaosOutageEvery     = 7 // kills between two broker outages
-	chaosOutage          = 1500 * time.Millisecond
-	chaosStopEvery       = 4               // relay kills between two relays stopped (SIGSTOP) past their lease
-	chaosSpanEvery       = 20              // one key in this many alternates between the two topics
-	chaosDrainTimeout    = 4 * time.Minute // at least; 3× the chaos duration for long runs
+	// Log mode's run is shorter: its relays are active–standby on one slot, so the run adds
+	// failovers rather than throughput, and the suite's time is bounded.
+	chaosLogDuration    = 20 * time.Second
+	chaosLogEvents      = 10000
+	chaosRelays         = 3
+	chaosConsumers      = 2
+	chaosProducers      = 4
+	chaosKeys           = 400
+	chaosPlainProducers = 2  // plain-SQL writers, sharing their keys
+	chaosPlainKeys      = 20 // keys of the plain-SQL writers
+	chaosBatch          = 20
+	chaosPartitions     = 6
+	chaosKillEvery      = time.Second
+	chaosOutageEvery    = 7 // kills between two broker outages
+	chaosOutage         = 1500 * time.Millisecond
+	chaosStopEvery      = 4               // relay kills between two relays stopped (SIGSTOP) past their lease
+	chaosSpanEvery      = 20              // one key in this many alternates between the two topics
+	chaosDrainTimeout   = 4 * time.Minute // at least; 3× the chaos duration for long runs
 	// The consumer binary keeps franz-go's 45 s session timeout by default; a SIGKILLed member
 	// would hold its partitions that long. The chaos consumers ask for shorter sessions (6 s is
 	// a real broker's group.min.session.timeout.ms): this keeps CI bounded.
@@ -57,8 +61,11 @@ const (
 	chaosRebalanceTimeout = 8 * time.Second
 )
 
-func chaosParams(t *testing.T) (time.Duration, int) {
+func chaosParams(t *testing.T, mode string) (time.Duration, int) {
 	d, n := chaosDefaultDuration, chaosDefaultEvents
+	if mode == "log" {
+		d, n = chaosLogDuration, chaosLogEvents
+	}
 	if testing.Short() {
 		d, n = chaosShortDuration, chaosShortEvents
 	}
@@ -92,9 +99,18 @@ type slot struct {
 // led by two brokers, one of which fails a produce request in five. At the end every committed
 // event's effect is applied exactly once and in per-key order (for a key spanning topics, its
 // records reached Kafka in order), and nothing is left in a non-terminal state.
+//
+// The "log" subtest runs the same scenario on a real broker with the relays in log mode
+// (active–standby on the schema's replication slot): a stopped relay holds the slot while it
+// is stopped, and every row of keiro_outbox_log must reach the consumer's effects.
 func TestChaos(t *testing.T) {
-	t.Run("kfake", func(t *testing.T) { testChaos(t, kfakeChaosBroker(t)) })
-	t.Run("kafka", func(t *testing.T) { testChaos(t, realChaosBroker(t)) })
+	t.Run("kfake", func(t *testing.T) { testChaos(t, kfakeChaosBroker(t), "claim") })
+	t.Run("kafka", func(t *testing.T) { testChaos(t, realChaosBroker(t), "claim") })
+	t.Run("log", func(t *testing.T) {
+		cb := realChaosBroker(t)
+		cb.deep = false // the deep-backlog phase stops the claim relays past their lease
+		testChaos(t, cb, "log")
+	})
 }
 
 // chaosBroker is the Kafka of a chaos run and its way of failing.
@@ -175,15 +191,39 @@ func realChaosBroker(t *testing.T) chaosBroker {
 		}}
 }
 
-func testChaos(t *testing.T, cb chaosBroker) {
-	duration, total := chaosParams(t)
+func testChaos(t *testing.T, cb chaosBroker, mode string) {
+	duration, total := chaosParams(t, mode)
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	effectsFixture(t, db)
 	kc, topic, spanTopic, group := cb.kc, cb.topic, cb.spanTopic, cb.kc.Group("chaos")
 
-	// Attempts are plenty: the injected failures of the span topic must not kill rows.
+	// Attempts are plenty: the injected failures of the span topic must not kill rows. In log
+	// mode the lease and the attempts apply to the rows written to keiro_outbox before a relay
+	// switched the schema (the log-mode relay drains them first).
 	relayEnvs := relayEnv(db, kc, "KEIRO_RELAY_LEASE=5s", "KEIRO_RELAY_LOG_LEVEL=warn", "KEIRO_RELAY_MAX_ATTEMPTS=100")
+	if mode == "log" {
+		// The schema's own slot (its name holds the test schema's), dropped once the relays
+		// are gone. Slots that earlier runs killed by their timeout left (inactive, over
+		// 1 GiB of WAL kept) are dropped first, as the outbox's log-mode tests do.
+		_, err := db.Pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+            WHERE NOT active AND slot_name ~ '^t_[0-9a-f]{12}_keiro_log$'
+              AND pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn) > 1073741824`)
+		if err != nil {
+			t.Logf("sweep abandoned test slots: %v", err)
+		}
+		slotName := outbox.DefaultLogSlot(db.Schema)
+		relayEnvs = append(relayEnvs, "KEIRO_RELAY_MODE=log", "KEIRO_RELAY_LOG_SLOT="+slotName)
+		t.Cleanup(func() { dropSlot(t, db, slotName) }) // runs after the processes' kills
+		// Switched before the relays start, as `relay mode set log` does. Three relays started
+		// at once with --mode=log on a claim-mode schema race to create the publication (the
+		// losers exit with a unique violation), and their switch failed concurrent enqueues
+		// with a deadlock: both are open (docs/architecture.md, "Tests under faults").
+		st, err := outbox.NewStore(db.Schema)
+		require.NoError(t, err)
+		_, err = st.SetMode(ctx, db.Pool, outbox.ModeLog, slotName)
+		require.NoError(t, err, "switch the schema to log mode")
+	}
 	consumerEnvs := consumerEnv(db, kc, group, topic+","+spanTopic, "KEIRO_CONSUMER_LOG_LEVEL=info",
 		"KEIRO_CONSUMER_SESSION_TIMEOUT="+chaosSessionTimeout.String(),
 		"KEIRO_CONSUMER_REBALANCE_TIMEOUT="+chaosRebalanceTimeout.String())
@@ -278,7 +318,11 @@ func testChaos(t *testing.T, cb chaosBroker) {
 			for i := range plainRows {
 				k := fmt.Sprintf("plain-%02d", rng.IntN(chaosPlainKeys))
 				next := func() int64 { plainMu.Lock(); defer plainMu.Unlock(); plainSeqs[k]++; return plainSeqs[k] }
-				if err := plainEnqueue(ctx, db, topic, k, fmt.Sprintf("plain-%d-%06d", p, i), rng.IntN(4) == 0, next); err != nil {
+				enq := plainEnqueue
+				if mode == "log" {
+					enq = plainEnqueueLocked
+				}
+				if err := enq(ctx, db, topic, k, fmt.Sprintf("plain-%d-%06d", p, i), rng.IntN(4) == 0, next); err != nil {
 					pmu.Lock()
 					perr = errors.Join(perr, err)
 					pmu.Unlock()
@@ -359,7 +403,10 @@ func testChaos(t *testing.T, cb chaosBroker) {
 			checkCrashes()
 			s := slots[rng.IntN(len(slots))]
 			if s.kind == "relay" && contAt == nil && (kills["relay"]+1)%chaosStopEvery == 0 {
-				// Stopped past its lease (5 s) while the others take its rows over.
+				// Stopped past its lease (5 s) while the others take its rows over. In log mode
+				// a stopped active relay keeps the slot (its walsender waits up to
+				// wal_sender_timeout, 60 s by default): the standbys wait, and the stream
+				// goes on when the relay is continued 7 s later.
 				require.NoError(t, s.p.cmd.Process.Signal(syscall.SIGSTOP))
 				stops++
 				kills["relay"]++
@@ -408,6 +455,9 @@ func testChaos(t *testing.T, cb chaosBroker) {
 			var applied, notSent int64
 			require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+db.Schema+`.effects`).Scan(&applied))
 			require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+db.Schema+`.keiro_outbox WHERE status <> 'sent'`).Scan(&notSent))
+			if mode == "log" {
+				notSent += logRowsNotApplied(t, db)
+			}
 			committed := committedAll(ctx, adm, group, topic)
 			lastApplied, lastNotSent, lastCommitted = applied, notSent, committed
 			if applied >= want64 && notSent == 0 && committed {
@@ -420,7 +470,7 @@ func testChaos(t *testing.T, cb chaosBroker) {
 		if drained {
 			return
 		}
-		t.Logf("not drained: %d of %d effects applied, %d outbox rows not sent, all offsets committed: %v",
+		t.Logf("not drained: %d of %d effects applied, %d outbox rows not sent (log mode: or log rows not applied), all offsets committed: %v",
 			lastApplied, want64, lastNotSent, lastCommitted)
 		rows, err := db.Pool.Query(ctx, `SELECT status, count(*), min(attempt_count), max(attempt_count), max(last_error) FROM `+db.Schema+`.keiro_outbox GROUP BY status`)
 		if err == nil {
@@ -507,12 +557,17 @@ func testChaos(t *testing.T, cb chaosBroker) {
 	for _, n := range plainSeqs {
 		plainTotal += n
 	}
-	report := fmt.Sprintf(`chaos: %d events (%d by plain SQL) over %d keys in %s of chaos (+%s drain)
+	var logRows, logNotApplied int64
+	if mode == "log" {
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+db.Schema+`.keiro_outbox_log`).Scan(&logRows))
+		logNotApplied = logRowsNotApplied(t, db)
+	}
+	report := fmt.Sprintf(`chaos: %s mode: %d events (%d by plain SQL) over %d keys in %s of chaos (+%s drain); keiro_outbox_log rows %d
 chaos: kills: %d relays (%d of them stops past the lease), %d consumers; broker outages (%s): %d x %s
 chaos: records in Kafka %d = %d events + %d duplicates published (relay at-least-once)
 chaos: duplicate deliveries suppressed by the inbox >= %.0f (killed consumers counted at their last scrape)
 chaos: effects applied %d (%d distinct); per-key order violations %d; outbox %v; inbox rows not completed %d`,
-		want64, plainTotal, len(want), chaosTook.Round(time.Second), drainTook.Round(time.Second),
+		mode, want64, plainTotal, len(want), chaosTook.Round(time.Second), drainTook.Round(time.Second), logRows,
 		kills["relay"], stops, kills["consumer"], cb.what, outages, chaosOutage,
 		o.topicRecords, want64, o.topicRecords-want64,
 		consumerDup+survivorsDup,
@@ -525,6 +580,16 @@ chaos: effects applied %d (%d distinct); per-key order violations %d; outbox %v;
 	require.Empty(t, spanViolations, "per-key order on Kafka of the keys spanning two topics")
 	require.Zero(t, o.outboxNotSent, "no outbox row pending, publishing, failed or dead: %v", o.outboxByStatus)
 	require.Zero(t, o.inboxNotCompleted, "no inbox row failed")
+	if mode == "log" {
+		// keiro_outbox_log has no status: each of its rows is terminal once its message's
+		// effect is applied, and every event is one of its rows (the schema was in log mode
+		// before the first enqueue; rows of keiro_outbox would be claimed first).
+		require.Zero(t, logNotApplied, "every keiro_outbox_log row's message applied by the consumer")
+		var claimRows int64
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+db.Schema+`.keiro_outbox`).Scan(&claimRows))
+		require.Equal(t, want64, logRows+claimRows, "every event is a row of keiro_outbox_log or keiro_outbox")
+		require.Positive(t, logRows, "the relays switched the schema to log mode")
+	}
 	require.GreaterOrEqual(t, o.topicRecords, want64)
 	require.Positive(t, kills["relay"]+kills["consumer"])
 }
@@ -604,4 +669,55 @@ func plainEnqueue(ctx context.Context, db *testenv.DB, topic, key, id string, la
 		}
 		return nil
 	})
+}
+
+// plainEnqueueLocked is plainEnqueue for log mode, where the outbox's insert trigger routes a
+// plain INSERT into keiro_outbox_log (no RETURNING row, no later UPDATE: the slot publishes
+// inserts only) and takes no key lock: the transaction holds an advisory lock on the key
+// before numbering the row, so numbers follow the key's commit order.
+func plainEnqueueLocked(ctx context.Context, db *testenv.DB, topic, key, id string, late bool, next func() int64) error {
+	return pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, key); err != nil {
+			return fmt.Errorf("plain insert %s: lock key: %w", id, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+db.Schema+`.keiro_outbox (outbox_id, message_id, source,
+            destination, message_key, event_type, schema_version, content_type, payload_bytes, occurred_at)
+            VALUES (gen_random_uuid(), $1, 'e2e-sql', $2, $3, 'Counted', 1, 'application/json',
+            convert_to(format('{"seq":%s}', $4::bigint), 'UTF8'), now())`, id, topic, key, next()); err != nil {
+			return fmt.Errorf("plain insert %s: %w", id, err)
+		}
+		if late {
+			if _, err := tx.Exec(ctx, `SELECT pg_sleep(0.02)`); err != nil {
+				return fmt.Errorf("plain insert %s: %w", id, err)
+			}
+		}
+		return nil
+	})
+}
+
+// logRowsNotApplied counts the rows of keiro_outbox_log whose message has no effect.
+func logRowsNotApplied(t *testing.T, db *testenv.DB) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM `+db.Schema+`.keiro_outbox_log l
+        WHERE NOT EXISTS (SELECT 1 FROM `+db.Schema+`.effects e WHERE e.message_id = l.message_id)`).Scan(&n))
+	return n
+}
+
+// dropSlot drops the replication slot and publication of log mode once the relays holding it
+// have exited (their walsenders release the slot shortly after).
+func dropSlot(t *testing.T, db *testenv.DB, slot string) {
+	ctx := context.Background()
+	var err error
+	for range 200 {
+		_, err = db.Pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+		if err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // polling another process's exit
+	}
+	if err != nil {
+		t.Errorf("drop replication slot %s: %v", slot, err)
+	}
+	_, _ = db.Pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{slot}.Sanitize())
 }

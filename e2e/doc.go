@@ -11,7 +11,15 @@
 //     while producers enqueue 20k+ events over many keys and the broker fails for short spells.
 //     At the end every committed event's effect is applied exactly once, in per-key order, and
 //     no outbox or inbox row is left in a non-terminal state. KEIRO_CHAOS_DURATION lengthens it
-//     (`make chaos`); KEIRO_CHAOS_EVENTS sets the number of events.
+//     (`make chaos`); KEIRO_CHAOS_EVENTS sets the number of events. It runs on kfake and on a
+//     real broker in claim mode, and on a real broker in log mode (TestChaos/log: the relays
+//     are active–standby on the schema's replication slot, and every keiro_outbox_log row's
+//     message must reach the effects).
+//   - TestLogModePostgresRestart: a log-mode relay follows a PostgreSQL cluster of the test's
+//     own (initdb into a temporary directory, a free port) that is restarted with
+//     `pg_ctl restart -m fast` and then crashed (`-m immediate`) while a producer enqueues; the
+//     relay reconnects and replays from the confirmed position, and every committed event
+//     reaches the topic in per-key commit order.
 //   - TestInterop*: kcat and librdkafka's Python binding (Debian's python3-confluent-kafka, run by
 //     /usr/bin/python3) read what the relay published and produce records our consumer applies.
 //
