@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
@@ -398,24 +399,36 @@ func BenchmarkDrain(b *testing.B) {
 	benchRelays(b, n, keys)
 }
 
-// BenchmarkSteadyLatency offers 2,000 msgs/s and measures enqueue commit → broker ack latency
-// per message: 4 producers × 5 rows per transaction every 10 ms, 200 keys; and 20 producers × 1
-// row every 10 ms, each transaction doing 2 ms of other work after the enqueue (producers are
-// nearly always inside a transaction that did not notify, the sleep lock's hardest case).
+// BenchmarkSteadyLatency offers a steady rate and measures enqueue commit → broker ack latency
+// per message: the commit time is taken by the producer when its transaction commits, the ack
+// time by the relay's Kafka client when the broker acknowledges the record (a produce hook, the
+// same in both modes). Variants: 2,000 msgs/s from 4 producers × 5 rows per transaction every
+// 10 ms, 200 keys; 20 producers × 1 row every 10 ms, each transaction doing 2 ms of other work
+// after the enqueue (producers are nearly always inside a transaction that did not notify, the
+// sleep lock's hardest case); and 1,000 msgs/s (4 producers × 5 rows every 20 ms) to the claim
+// relay and to log mode, one after the other in the same run.
 func BenchmarkSteadyLatency(b *testing.B) {
 	for _, c := range []struct {
 		name             string
 		producers, perTx int
 		inTxWork         time.Duration
-	}{{"4x5", 4, 5, 0}, {"20x1-busy-tx", 20, 1, 2 * time.Millisecond}} {
-		b.Run(c.name, func(b *testing.B) { steadyLatency(b, c.producers, c.perTx, c.inTxWork) })
+		period           time.Duration
+		mode             Mode
+	}{{"4x5", 4, 5, 0, 10 * time.Millisecond, ModeClaim},
+		{"20x1-busy-tx", 20, 1, 2 * time.Millisecond, 10 * time.Millisecond, ModeClaim},
+		{"1k-claim", 4, 5, 0, 20 * time.Millisecond, ModeClaim},
+		{"1k-log", 4, 5, 0, 20 * time.Millisecond, ModeLog}} {
+		b.Run(c.name, func(b *testing.B) { steadyLatency(b, c.mode, c.producers, c.perTx, c.period, c.inTxWork) })
 	}
 }
 
-func steadyLatency(b *testing.B, producers, perTx int, inTxWork time.Duration) {
+func steadyLatency(b *testing.B, mode Mode, producers, perTx int, period, inTxWork time.Duration) {
 	dur := 10 * time.Second
 	if testing.Short() {
 		dur = 3 * time.Second
+	}
+	if v := envInt("KEIRO_BENCH_STEADY_SECONDS"); v > 0 {
+		dur = time.Duration(v) * time.Second
 	}
 	for range b.N {
 		db := testenv.NewDB(b)
@@ -423,14 +436,14 @@ func steadyLatency(b *testing.B, producers, perTx int, inTxWork time.Duration) {
 		kc.CreateTopic(b, "orders", 6)
 		st, err := NewStore(db.Schema)
 		require.NoError(b, err)
-		client := kc.NewClient(b, ProducerOpts()...)
+		if mode == ModeLog {
+			useLogMode(b, db, st)
+		}
 		var mu sync.Mutex
 		committed := map[string]time.Time{}
 		acked := map[string]time.Time{}
 		var lat []time.Duration
-		r, err := NewRelay(db.Pool, client, RelayConfig{Schema: db.Schema, ClaimConcurrency: envInt("KEIRO_BENCH_CLAIMERS")})
-		require.NoError(b, err)
-		r.ackHook = func(id string) {
+		onAck := func(id string) {
 			now := time.Now()
 			mu.Lock()
 			if c, ok := committed[id]; ok {
@@ -441,12 +454,15 @@ func steadyLatency(b *testing.B, producers, perTx int, inTxWork time.Duration) {
 			}
 			mu.Unlock()
 		}
+		client := kc.NewClient(b, append(ProducerOpts(), kgo.WithHooks(ackHook(onAck)))...)
+		r, err := NewRelay(db.Pool, client, RelayConfig{Schema: db.Schema, Mode: mode, ClaimConcurrency: envInt("KEIRO_BENCH_CLAIMERS")})
+		require.NoError(b, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- r.Run(ctx) }()
 		b.ResetTimer()
-		// Each producer commits perTx rows every 10 ms: 2,000 msgs/s offered in both
-		// variants, even when one commit takes longer than its tick.
+		// Each producer commits perTx rows every period, even when one commit takes longer
+		// than its tick.
 		end := time.Now().Add(dur)
 		payload := bytes.Repeat([]byte("x"), 1000)
 		var offered atomic.Int64
@@ -455,7 +471,7 @@ func steadyLatency(b *testing.B, producers, perTx int, inTxWork time.Duration) {
 			pw.Add(1)
 			go func() {
 				defer pw.Done()
-				tick := time.NewTicker(10 * time.Millisecond)
+				tick := time.NewTicker(period)
 				defer tick.Stop()
 				for i := 0; time.Now().Before(end); {
 					<-tick.C
@@ -493,6 +509,15 @@ func steadyLatency(b *testing.B, producers, perTx int, inTxWork time.Duration) {
 		pw.Wait()
 		i := int(offered.Load())
 		b.StopTimer()
+		// Let the last commits' records be acknowledged (at most a second).
+		for t := time.Now(); time.Since(t) < time.Second; time.Sleep(10 * time.Millisecond) {
+			mu.Lock()
+			left := len(committed)
+			mu.Unlock()
+			if left == 0 {
+				break
+			}
+		}
 		cancel()
 		require.NoError(b, <-done)
 		mu.Lock()
@@ -502,8 +527,25 @@ func steadyLatency(b *testing.B, producers, perTx int, inTxWork time.Duration) {
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 			b.ReportMetric(float64(len(lat))/dur.Seconds(), "acked-msgs/s")
 		}
+		b.ReportMetric(float64(len(committed)), "unacked")
 		b.ReportMetric(float64(i)/dur.Seconds(), "offered-msgs/s")
 		mu.Unlock()
+	}
+}
+
+// ackHook calls f with the message id of every record the broker acknowledged.
+type ackHook func(messageID string)
+
+// OnProduceRecordUnbuffered implements kgo.HookProduceRecordUnbuffered.
+func (f ackHook) OnProduceRecordUnbuffered(rec *kgo.Record, err error) {
+	if err != nil {
+		return
+	}
+	for _, h := range rec.Headers {
+		if h.Key == envelope.HeaderMessageID {
+			f(string(h.Value))
+			return
+		}
 	}
 }
 

@@ -3,7 +3,9 @@ package outbox
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -54,19 +56,7 @@ func benchLogMode(b *testing.B, mode Mode, n, keys, size int) {
 	require.NoError(b, err)
 	kc := testenv.NewKafkaWith(b, testenv.KafkaConfig{Topics: []string{"orders"}, Partitions: 10})
 	if mode == ModeLog {
-		slot := DefaultLogSlot(db.Schema)
-		b.Cleanup(func() {
-			_, _ = db.Pool.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, slot)
-			for range 100 {
-				if _, err := db.Pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot); err == nil {
-					break
-				}
-				time.Sleep(50 * time.Millisecond) // a terminated reader releases its slot shortly after
-			}
-			_, _ = db.Pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+slot)
-		})
-		_, err := st.SetMode(ctx, db.Pool, ModeLog, "")
-		require.NoError(b, err)
+		useLogMode(b, db, st)
 	}
 	lsn := func() int64 {
 		var v int64
@@ -125,6 +115,26 @@ func benchLogMode(b *testing.B, mode Mode, n, keys, size int) {
 	b.ReportMetric(float64(encoded), "encoded-B/event")
 }
 
+// useLogMode switches db's schema to log mode (creating its publication and slot) and drops
+// them when b ends.
+func useLogMode(b *testing.B, db *testenv.DB, st *Store) {
+	b.Helper()
+	ctx := context.Background()
+	slot := DefaultLogSlot(db.Schema)
+	b.Cleanup(func() {
+		_, _ = db.Pool.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, slot)
+		for range 100 {
+			if _, err := db.Pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot); err == nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond) // a terminated reader releases its slot shortly after
+		}
+		_, _ = db.Pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+slot)
+	})
+	_, err := st.SetMode(ctx, db.Pool, ModeLog, "")
+	require.NoError(b, err)
+}
+
 // cpuTime is the process's user and system CPU time.
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
@@ -132,4 +142,68 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkEnqueueModes8 commits single-event transactions (one 200-byte event each, a key per
+// writer) from 8 writers at once with EnqueueTx in log mode and in claim mode, next to the
+// floor: BEGIN, a plain INSERT of the same row into a plain table with keiro_outbox_log's
+// columns and its one unique index (source, message_id), COMMIT. Run it several times and
+// compare within a run:
+//
+//	go test ./outbox/ -run '^$' -bench EnqueueModes8 -benchtime 5000x
+func BenchmarkEnqueueModes8(b *testing.B) {
+	const writers = 8
+	payload := bytes.Repeat([]byte("x"), 200)
+	run := func(b *testing.B, commit func(ctx context.Context, w, i int) error) {
+		ctx := context.Background()
+		var next atomic.Int64
+		b.ResetTimer()
+		require.NoError(b, parallel(writers, func(w int) error {
+			for {
+				i := int(next.Add(1))
+				if i > b.N {
+					return nil
+				}
+				if err := commit(ctx, w, i); err != nil {
+					return err
+				}
+			}
+		}))
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commits/s")
+	}
+	b.Run("floor", func(b *testing.B) {
+		db := testenv.NewDB(b)
+		ctx := context.Background()
+		_, err := db.Pool.Exec(ctx, `CREATE TABLE bench_floor (LIKE keiro_outbox_log INCLUDING DEFAULTS);
+CREATE UNIQUE INDEX ON bench_floor (source, message_id)`)
+		require.NoError(b, err)
+		q := fmt.Sprintf(`INSERT INTO %s.bench_floor (outbox_id, message_id, source, destination,
+    message_key, event_type, schema_version, content_type, payload_bytes, occurred_at)
+VALUES ($1, $2, 'ordering', 'orders', $3, 'E', 1, 'application/json', $4, now())`, db.Schema)
+		run(b, func(ctx context.Context, w, i int) error {
+			return pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, q, [16]byte(envelope.NewUUIDv7()), "m"+strconv.Itoa(i), "k"+strconv.Itoa(w), payload)
+				return err
+			})
+		})
+	})
+	for _, mode := range []Mode{ModeLog, ModeClaim} {
+		b.Run(string(mode), func(b *testing.B) {
+			db := testenv.NewDB(b)
+			st, err := NewStore(db.Schema)
+			require.NoError(b, err)
+			if mode == ModeLog {
+				useLogMode(b, db, st)
+			}
+			run(b, func(ctx context.Context, w, i int) error {
+				k := "k" + strconv.Itoa(w)
+				e := envelope.Event{MessageID: "m" + strconv.Itoa(i), Source: "ordering", Destination: "orders",
+					Key: &k, EventType: "E", ContentType: envelope.ContentTypeJSON, Payload: payload, OccurredAt: time.Now().UTC()}
+				return pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+					_, err := st.EnqueueTx(ctx, tx, e)
+					return err
+				})
+			})
+		})
+	}
 }
