@@ -215,14 +215,9 @@ func testChaos(t *testing.T, cb chaosBroker, mode string) {
 		slotName := outbox.DefaultLogSlot(db.Schema)
 		relayEnvs = append(relayEnvs, "KEIRO_RELAY_MODE=log", "KEIRO_RELAY_LOG_SLOT="+slotName)
 		t.Cleanup(func() { dropSlot(t, db, slotName) }) // runs after the processes' kills
-		// Switched before the relays start, as `relay mode set log` does. Three relays started
-		// at once with --mode=log on a claim-mode schema race to create the publication (the
-		// losers exit with a unique violation), and their switch failed concurrent enqueues
-		// with a deadlock: both are open (docs/architecture.md, "Tests under faults").
-		st, err := outbox.NewStore(db.Schema)
-		require.NoError(t, err)
-		_, err = st.SetMode(ctx, db.Pool, outbox.ModeLog, slotName)
-		require.NoError(t, err, "switch the schema to log mode")
+		// The relays switch the schema themselves, three at once (each starts with
+		// --mode=log on a claim-mode schema) while the producers start writing: the rows
+		// written to keiro_outbox before the switch are drained first.
 	}
 	consumerEnvs := consumerEnv(db, kc, group, topic+","+spanTopic, "KEIRO_CONSUMER_LOG_LEVEL=info",
 		"KEIRO_CONSUMER_SESSION_TIMEOUT="+chaosSessionTimeout.String(),

@@ -139,8 +139,7 @@ func (r *Relay) runLog(ctx context.Context) error {
 	unregister, err := r.slotGauges()
 	if err != nil {
 		stopClaim()
-		<-claimDone
-		return fmt.Errorf("outbox relay: %w", err)
+		return errors.Join(fmt.Errorf("outbox relay: %w", err), <-claimDone)
 	}
 	defer func() { _ = unregister.Unregister() }()
 	ectx, stopEngine := context.WithCancel(ctx)
@@ -179,8 +178,7 @@ func (r *Relay) runLog(ctx context.Context) error {
 				stopClaim()
 				if err := <-claiming; err != nil {
 					stopEngine()
-					<-engineDone
-					return err
+					return errors.Join(err, <-engineDone)
 				}
 				claiming = nil
 			}
