@@ -298,7 +298,7 @@ func (r *Relay) logSend(ev *envelope.Event, committed time.Time) (*envelope.Trac
 		r.inst.recordSend(rec, err, start)
 		if err == nil {
 			ctx := context.Background()
-			r.inst.published.Add(ctx, 1, destinationAttr(rec.Topic))
+			r.inst.published.Add(ctx, 1, r.inst.setsOf(rec.Topic).dest)
 			r.inst.latency.Record(ctx, time.Since(committed).Seconds())
 		}
 		endSend(span, rec, err)
