@@ -35,6 +35,7 @@ func (r *Relay) newLogEngine() (logreg.Engine, error) {
 		Client:                  r.client,
 		Schema:                  r.cfg.Schema,
 		Slot:                    r.cfg.LogSlot,
+		Destinations:            r.cfg.Destinations,
 		MaxInFlightRecords:      inFlight,
 		MaxRecordBytes:          r.cfg.MaxRecordBytes,
 		ShutdownTimeout:         r.cfg.ShutdownTimeout,
@@ -118,12 +119,25 @@ func (r *Relay) runLog(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("outbox relay: %w", err)
 	}
+	// Prepare (or check) the slot even when the schema is in log mode: the overlap with the
+	// schema's other slots, and the publication's destinations, are checked at every start.
+	var ch ModeChange
 	if mode != ModeLog {
-		ch, err := r.store.SetMode(ctx, r.pool, ModeLog, r.cfg.LogSlot)
-		if err != nil {
-			return fmt.Errorf("outbox relay: %w", err)
-		}
-		r.log.InfoContext(ctx, "switched the outbox to log mode", "from", ch.From, "lsn", ch.LSN)
+		ch, err = r.store.SetModeFor(ctx, r.pool, ModeLog, r.cfg.LogSlot, r.cfg.Destinations)
+	} else {
+		ch.From, ch.To = ModeLog, ModeLog
+		ch.Slot, ch.SlotCreated, err = r.store.PrepareLogSlot(ctx, r.pool, r.cfg.LogSlot, r.cfg.Destinations)
+	}
+	if err != nil {
+		return fmt.Errorf("outbox relay: %w", err)
+	}
+	if ch.From != ModeLog {
+		r.log.InfoContext(ctx, "switched the outbox to log mode", "from", ch.From, "lsn", ch.LSN, "slot", ch.Slot)
+	} else if ch.SlotCreated {
+		// The slot decodes what commits from now on; the events of its destinations written
+		// since the switch to log mode (while no slot had them) are in keiro_outbox_log only.
+		r.log.ErrorContext(ctx, "log mode: created the relay's slot while the schema was already in log mode: it publishes the events of its destinations written from now on; republish those written since the switch with `relay mode recover --since=<the switch's time>` (Store.RecoverLog), or prepare every destination group's slot before the switch (relay mode prepare)",
+			"slot", ch.Slot, "destinations", r.cfg.Destinations)
 	}
 	cctx, stopClaim := context.WithCancel(ctx)
 	defer stopClaim()
@@ -243,13 +257,14 @@ func b2i(b bool) int64 {
 	return 0
 }
 
-// drainClaimed waits until keiro_outbox has no open row (pending, failed or publishing),
+// drainClaimed waits until keiro_outbox has no open row (pending, failed or publishing) of the
+// relay's destinations,
 // checking every PollInterval, while the claim loop (claimDone reports its end) publishes
 // them. It returns the claim loop's error if the loop ends first.
 func (r *Relay) drainClaimed(ctx context.Context, claimDone <-chan error) error {
 	open := func() (bool, error) {
 		var n bool
-		err := r.pool.QueryRow(ctx, r.store.q.AnyOpen).Scan(&n)
+		err := r.pool.QueryRow(ctx, r.store.q.AnyOpen, r.cfg.Destinations).Scan(&n)
 		return n, err
 	}
 	n, err := open()

@@ -7,8 +7,10 @@ import (
 
 // logRetention is log mode's part of a maintenance pass: it records retention's mark (the time
 // and the WAL position, once a minute) and deletes the rows of keiro_outbox_log older than
-// Retention that the slot has confirmed, RetentionBatch per statement (sqlq's sqlLogRetention
-// says what confirmed means). got is false when another relay held the maintenance lock key.
+// Retention that every log-mode slot of the schema has confirmed (the lowest confirmed position
+// of Store.LogSlots, the relay's own slot among them: with per-destination relays, the slowest
+// slot holds the rows back), RetentionBatch per statement (sqlq's sqlLogRetention says what
+// confirmed means). got is false when another relay held the maintenance lock key.
 func (r *Relay) logRetention(ctx context.Context, key int64) (deleted int64, got bool, err error) {
 	var n int64
 	if err := r.pool.QueryRow(ctx, r.store.q.LogMark, key).Scan(&got, &n); err != nil {

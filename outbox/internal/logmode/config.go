@@ -11,6 +11,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/schemaname"
+	"github.com/keiro-go/keiro/outbox/internal/logslot"
 )
 
 // Defaults applied by Config.withDefaults.
@@ -50,6 +51,12 @@ type Config struct {
 	// Publication is the publication of keiro_outbox_log's inserts the slot decodes;
 	// created when it does not exist. Defaults to Slot.
 	Publication string
+	// Destinations, if set, restricts the engine to the records of these destinations
+	// (topics): the publication it creates has a row filter (PostgreSQL 15 or later) that
+	// gives the slot only their rows, an existing publication must have the same set, and the
+	// engine skips any other record it decodes (confirming its transaction all the same).
+	// Defaults to every destination.
+	Destinations []string
 	// MaxInFlightRecords bounds the records produced and not yet acknowledged by Kafka.
 	// Defaults to DefaultMaxInFlightRecords.
 	MaxInFlightRecords int
@@ -114,6 +121,7 @@ func (cfg Config) withDefaults() Config {
 	if cfg.Publication == "" {
 		cfg.Publication = cfg.Slot
 	}
+	cfg.Destinations = logslot.Normalize(cfg.Destinations)
 	if cfg.MaxInFlightRecords == 0 {
 		cfg.MaxInFlightRecords = DefaultMaxInFlightRecords
 	}
@@ -149,6 +157,11 @@ func (cfg Config) validate() error {
 	}
 	if !identifier.MatchString(cfg.Publication) {
 		errs = append(errs, fmt.Errorf("Publication %q: must be 1 to 63 lower case letters, digits or underscores", cfg.Publication))
+	}
+	for i, d := range cfg.Destinations {
+		if err := envelope.ValidateTopic(d); err != nil {
+			errs = append(errs, fmt.Errorf("Destinations[%d] %q %w", i, d, err))
+		}
 	}
 	positive := func(name string, v int) {
 		if v < 0 {

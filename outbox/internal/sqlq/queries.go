@@ -65,6 +65,10 @@ type Queries struct {
 	// rejected row of keiro_outbox (the log-mode relay's dead letter).
 	DeadLetter                                                 string
 	FindPublication, CreatePublication, CreateSlot, SlotStatus string
+	// RowFilters, PublicationFilter and LogSlots are per-destination log mode's: whether the
+	// server has publication row filters, a publication's filter, and the schema's log slots.
+	// CreatePublication's {{filter}} is the caller's too (logslot.RowFilter).
+	RowFilters, PublicationFilter, LogSlots string
 	// LookupRow and EnqueueExistingRows read whole rows of RowColumns. ListOutbox,
 	// ListOutboxNewest (their $9) and SearchOutbox (its $3) read a prefix of each payload
 	// (pgtext.PrefixSQL); the other listings read whole payloads.
@@ -145,6 +149,9 @@ func New(schema string) *Queries {
 		CreatePublication:    r.Replace(sqlCreatePublication),
 		CreateSlot:           sqlCreateSlot,
 		SlotStatus:           sqlSlotStatus,
+		RowFilters:           sqlRowFilters,
+		PublicationFilter:    r.Replace(sqlPublicationFilter),
+		LogSlots:             r.Replace(sqlLogSlots),
 		ListOutbox:           prefix(sqlListOutbox, 9),
 		ListOutboxNewest:     prefix(sqlListOutboxNewest, 9),
 		SearchOutbox:         prefix(sqlSearchOutbox, 3),
