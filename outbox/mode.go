@@ -198,13 +198,16 @@ func (s *Store) prepareLog(ctx context.Context, db Querier, slot string, destina
 	if err := db.QueryRow(ctx, s.q.PublicationFilter, slot).Scan(&filter); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return slot, false, fmt.Errorf("find publication %s: %w", slot, err)
 	}
+	pubCreated := false
 	if filter == nil {
 		stmt := strings.NewReplacer("{{publication}}", slot, "{{filter}}", logslot.RowFilter(dests)).Replace(s.q.CreatePublication)
 		// Another relay creating it at the same moment: duplicate_object, or the catalog's
 		// unique index (unique_violation on pg_publication_pubname_index).
-		if _, err := db.Exec(ctx, stmt); err != nil && !isPgCode(err, "42710") && !isPgCode(err, "23505") {
+		_, err := db.Exec(ctx, stmt)
+		if err != nil && !isPgCode(err, "42710") && !isPgCode(err, "23505") {
 			return slot, false, fmt.Errorf("create publication %s: %w", slot, err)
 		}
+		pubCreated = err == nil
 	} else if got := logslot.ParseRowFilter(*filter); !slices.Equal(got, dests) {
 		return slot, false, fmt.Errorf("publication %s publishes %s, not %s: choose another slot (LogSlot, --log-slot), or drop the slot and the publication %s",
 			slot, describeSet(got), describeSet(dests), slot)
@@ -215,6 +218,21 @@ func (s *Store) prepareLog(ctx context.Context, db Querier, slot string, destina
 			err = errors.Join(err, errors.New("log mode needs wal_level = logical and a role with the REPLICATION attribute"))
 		}
 		return slot, false, fmt.Errorf("create replication slot %s: %w", slot, err)
+	}
+	if created {
+		// Two relays of overlapping sets starting at once both passed the first check: the
+		// one that finds the other's slot now drops its own, so that one slot at most
+		// publishes each destination (the other relay's next start sees this one's, or none).
+		if err := s.checkOverlap(ctx, db, slot, dests); err != nil {
+			if _, derr := db.Exec(ctx, s.q.DropSlot, slot); derr != nil {
+				err = errors.Join(err, fmt.Errorf("drop the slot %s just created: %w", slot, derr))
+			} else if pubCreated {
+				if _, derr := db.Exec(ctx, strings.ReplaceAll(s.q.DropPublication, "{{publication}}", slot)); derr != nil {
+					err = errors.Join(err, fmt.Errorf("drop the publication %s just created: %w", slot, derr))
+				}
+			}
+			return slot, false, err
+		}
 	}
 	return slot, created, nil
 }

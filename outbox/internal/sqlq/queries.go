@@ -69,6 +69,9 @@ type Queries struct {
 	// server has publication row filters, a publication's filter, and the schema's log slots.
 	// CreatePublication's {{filter}} is the caller's too (logslot.RowFilter).
 	RowFilters, PublicationFilter, LogSlots string
+	// DropSlot drops an inactive replication slot; DropPublication a publication, whose
+	// {{publication}} the caller substitutes.
+	DropSlot, DropPublication string
 	// LookupRow and EnqueueExistingRows read whole rows of RowColumns. ListOutbox,
 	// ListOutboxNewest (their $9) and SearchOutbox (its $3) read a prefix of each payload
 	// (pgtext.PrefixSQL); the other listings read whole payloads.
@@ -152,6 +155,8 @@ func New(schema string) *Queries {
 		RowFilters:           sqlRowFilters,
 		PublicationFilter:    r.Replace(sqlPublicationFilter),
 		LogSlots:             r.Replace(sqlLogSlots),
+		DropSlot:             sqlDropSlot,
+		DropPublication:      sqlDropPublication,
 		ListOutbox:           prefix(sqlListOutbox, 9),
 		ListOutboxNewest:     prefix(sqlListOutboxNewest, 9),
 		SearchOutbox:         prefix(sqlSearchOutbox, 3),

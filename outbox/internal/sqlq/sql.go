@@ -762,6 +762,11 @@ const (
 SELECT coalesce((SELECT to_jsonb(t) ->> 'rowfilter' FROM pg_catalog.pg_publication_tables t
         WHERE t.pubname = p.pubname AND t.schemaname = '{{schema}}' AND t.tablename = 'keiro_outbox_log'), '')
 FROM pg_catalog.pg_publication p WHERE p.pubname = $1`
+	// sqlDropSlot drops the inactive slot $1 (one a relay created and must give up).
+	sqlDropSlot = `SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM pg_catalog.pg_replication_slots
+WHERE slot_name = $1 AND NOT active`
+	// sqlDropPublication drops the publication {{publication}} (a validated slot name).
+	sqlDropPublication = `DROP PUBLICATION IF EXISTS {{publication}}`
 	// sqlLogSlots lists the publications of keiro_outbox_log, each with its row filter and
 	// the state of the slot of its name (sqlSlotStatus's columns; exists false, zeros and
 	// nulls when there is no such slot).
