@@ -79,7 +79,7 @@ func (e *Engine) setup(ctx context.Context, conn *pgconn.PgConn) (pglogrepl.LSN,
 			return 0, fmt.Errorf("create publication %s: %w", e.cfg.Publication, err)
 		}
 	} else if got := logslot.ParseRowFilter(string(rows[0].Rows[0][0])); !slices.Equal(got, e.cfg.Destinations) {
-		return 0, fmt.Errorf("%w: publication %s publishes %s, not this engine's %s; choose another Slot, or drop the slot and the publication %s",
+		return 0, fmt.Errorf("%w: publication %s publishes %s, and this engine %s; choose another Slot, or drop the slot and the publication %s",
 			errConfig, e.cfg.Publication, describe(got), describe(e.cfg.Destinations), e.cfg.Publication)
 	}
 	for range 2 {
