@@ -46,7 +46,8 @@ type Config struct {
 	Schema string
 	// Slot is the logical replication slot the engine follows; created (pgoutput) when it
 	// does not exist. Engines sharing a slot elect one active reader: the others wait.
-	// Defaults to "<Schema>_keiro_log".
+	// Defaults to logslot.Name(Schema, Destinations): "<Schema>_keiro_log" for every
+	// destination.
 	Slot string
 	// Publication is the publication of keiro_outbox_log's inserts the slot decodes;
 	// created when it does not exist. Defaults to Slot.
@@ -116,7 +117,7 @@ func (cfg Config) withDefaults() Config {
 		cfg.Schema = DefaultSchema
 	}
 	if cfg.Slot == "" {
-		cfg.Slot = cfg.Schema + "_keiro_log"
+		cfg.Slot = logslot.Name(cfg.Schema, cfg.Destinations)
 	}
 	if cfg.Publication == "" {
 		cfg.Publication = cfg.Slot
