@@ -76,6 +76,9 @@ type ModeChange struct {
 	// destinations written since the switch are published by it only after a Store.RecoverLog.
 	Slot        string
 	SlotCreated bool
+	// Changed is when the schema entered the mode From (keiro_outbox_settings.changed_at):
+	// for a From of ModeLog, the switch to log mode.
+	Changed time.Time
 	// LSN is the WAL position once the change committed: every event written in the old mode
 	// is before it. After a switch from log back to claim, the log-mode relay has published
 	// every event of keiro_outbox_log once its slot's confirmed_flush_lsn reaches LSN.
@@ -120,6 +123,7 @@ func (s *Store) SetModeFor(ctx context.Context, db Querier, mode Mode, slot stri
 		slot = ""
 	}
 	var from string
+	var changed time.Time
 	err := func() error {
 		tx, err := db.Begin(ctx)
 		if err != nil {
@@ -129,7 +133,7 @@ func (s *Store) SetModeFor(ctx context.Context, db Querier, mode Mode, slot stri
 		// The row lock serializes concurrent changes (relays started together with
 		// --mode=log each switch the schema): the later ones read the mode the first set
 		// and change nothing, so they take no fence.
-		if err := tx.QueryRow(ctx, s.q.ReadModeForUpdate).Scan(&from); err != nil {
+		if err := tx.QueryRow(ctx, s.q.ReadModeForUpdate).Scan(&from, &changed); err != nil {
 			return err
 		}
 		if Mode(from) == mode {
@@ -147,7 +151,7 @@ func (s *Store) SetModeFor(ctx context.Context, db Querier, mode Mode, slot stri
 	if err := db.QueryRow(ctx, `SELECT pg_catalog.pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
 		return ModeChange{}, errors.Join(fmt.Errorf("set outbox mode %s: read the WAL position", mode), err)
 	}
-	return ModeChange{From: Mode(from), To: mode, LSN: lsn, Slot: slot, SlotCreated: created}, nil
+	return ModeChange{From: Mode(from), To: mode, LSN: lsn, Slot: slot, SlotCreated: created, Changed: changed}, nil
 }
 
 // PrepareLogSlot creates, if they do not exist, the publication and the replication slot of a

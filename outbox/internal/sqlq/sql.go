@@ -669,7 +669,7 @@ const (
 	sqlReadMode = `SELECT mode FROM {{schema}}.keiro_outbox_settings`
 	// sqlReadModeForUpdate is sqlReadMode holding the row until the transaction ends: the
 	// first step of a change, which serializes concurrent ones.
-	sqlReadModeForUpdate = `SELECT mode FROM {{schema}}.keiro_outbox_settings FOR UPDATE`
+	sqlReadModeForUpdate = `SELECT mode, changed_at FROM {{schema}}.keiro_outbox_settings FOR UPDATE`
 	sqlSetMode           = `UPDATE {{schema}}.keiro_outbox_settings SET mode = $1, changed_at = now()`
 )
 
@@ -762,6 +762,8 @@ const (
 SELECT coalesce((SELECT to_jsonb(t) ->> 'rowfilter' FROM pg_catalog.pg_publication_tables t
         WHERE t.pubname = p.pubname AND t.schemaname = '{{schema}}' AND t.tablename = 'keiro_outbox_log'), '')
 FROM pg_catalog.pg_publication p WHERE p.pubname = $1`
+	// sqlClock reads the database's clock (the time keiro_outbox_log's created_at is written in).
+	sqlClock = `SELECT clock_timestamp()`
 	// sqlDropSlot drops the inactive slot $1 (one a relay created and must give up).
 	sqlDropSlot = `SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM pg_catalog.pg_replication_slots
 WHERE slot_name = $1 AND NOT active`
