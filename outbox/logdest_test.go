@@ -174,7 +174,7 @@ func TestLogModePerDestinationRelays(t *testing.T) {
 
 // Retention of keiro_outbox_log waits for the slowest slot of the schema: with the payments
 // relay down, old rows stay although the orders slot confirmed past every mark; once the
-// payments relay has caught up, they go.
+// payments relay has caught up, they go, but for the rows of a destination no slot publishes.
 func TestLogModeRetentionWaitsForSlowestSlot(t *testing.T) {
 	t.Parallel()
 	db, kc, st, slotA, slotB := destRig(t)
@@ -194,6 +194,11 @@ func TestLogModeRetentionWaitsForSlowestSlot(t *testing.T) {
 		pay[i].MessageID = fmt.Sprintf("p-%06d", i)
 	}
 	enqueue(t, db.Pool, st, pay...)
+	audit := keyedEvents("audit", 3, 1) // a destination no slot publishes
+	for i := range audit {
+		audit[i].MessageID = fmt.Sprintf("a-%06d", i)
+	}
+	enqueue(t, db.Pool, st, audit...)
 	kc.ConsumeRecords(t, 10, time.Minute, "orders")
 	_, err := db.Pool.Exec(ctx, `UPDATE keiro_outbox_log SET created_at = now() - interval '2 days'`)
 	require.NoError(t, err)
@@ -215,7 +220,7 @@ func TestLogModeRetentionWaitsForSlowestSlot(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT max(lsn)::text FROM keiro_outbox_log_marks`).Scan(&mark))
 	confirmedPast(t, db.Pool, slotA, mark)
 	require.Zero(t, pass(relayA).LogDeleted)
-	require.Equal(t, 20, count(t, db.Pool, "keiro_outbox_log"), "the payments slot has not confirmed them")
+	require.Equal(t, 23, count(t, db.Pool, "keiro_outbox_log"), "the payments slot has not confirmed them")
 
 	// The payments relay catches up: its slot passes the mark, and the old rows go.
 	relayB, _ := startRelay(t, db, kc, cfg("payments"))
@@ -223,8 +228,12 @@ func TestLogModeRetentionWaitsForSlowestSlot(t *testing.T) {
 	confirmedPast(t, db.Pool, slotB, mark)
 	testenv.WaitFor(t, time.Minute, "retention deleted the rows both slots confirmed", func() bool {
 		pass(relayB)
-		return count(t, db.Pool, "keiro_outbox_log") == 0
+		return count(t, db.Pool, "keiro_outbox_log") == 3
 	})
+	// The rows of a destination no slot publishes stay: they were published by nobody.
+	var kept int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM keiro_outbox_log WHERE destination = 'audit'`).Scan(&kept))
+	require.Equal(t, 3, kept)
 }
 
 // Two overlapping sets prepared at once: at most one slot is left, so no destination is

@@ -528,7 +528,9 @@ SELECT (SELECT got FROM lock), (SELECT count(*) FROM ins)`
 // sqlLogRetention deletes up to $2 rows of keiro_outbox_log older than the retention $1 (µs)
 // that every log-mode slot of the schema has confirmed (sqlLogSlots: the slots named after a
 // publication of keiro_outbox_log; with per-destination relays there are several), among them
-// the relay's own slot $4, if it gets the maintenance lock $3. Confirmed means written an hour or more before the newest mark the
+// the relay's own slot $4, if it gets the maintenance lock $3, and of the destinations $5 (NULL:
+// all; the relay passes those some slot publishes, so that the rows of a destination no slot
+// publishes stay for a recovery). Confirmed means written an hour or more before the newest mark the
 // lowest confirmed_flush_lsn of those slots has passed (a transaction that committed after the
 // mark started before it, and transactions are taken to last under an hour). Without such a
 // mark (no slot, the relay's own slot missing, a slot that confirms nothing, an invalidated
@@ -557,7 +559,7 @@ del AS (
     DELETE FROM {{schema}}.keiro_outbox_log
     WHERE ctid = ANY (ARRAY(
         SELECT l.ctid FROM {{schema}}.keiro_outbox_log l, cutoff
-        WHERE l.created_at < cutoff.t
+        WHERE l.created_at < cutoff.t AND ($5::text[] IS NULL OR l.destination = ANY ($5::text[]))
         LIMIT $2))
     RETURNING 1),
 forget AS (
