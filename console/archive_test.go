@@ -74,6 +74,17 @@ func TestArchive(t *testing.T) {
 	groups = console.FailureGroups{}
 	r.get(t, "/api/v1/inbox/groups").json(t, &groups)
 	require.Empty(t, groups.Groups)
+	// The summary counts them apart: nothing poisoned is left for an operator.
+	var summary console.InboxSummary
+	r.get(t, "/api/v1/inbox/summary").json(t, &summary)
+	for _, cc := range summary.Consumers {
+		if cc.Consumer == summary.Consumer {
+			require.Zero(t, cc.Poisoned+cc.Retrying, "%+v", cc)
+			require.EqualValues(t, 2, cc.Archived, "%+v", cc)
+			require.Nil(t, cc.OldestFailureAgeSeconds)
+		}
+	}
+	require.Contains(t, r.get(t, "/console/").body, `<a href="/console/inbox?archived=true">2</a>`)
 	require.Equal(t, http.StatusNotFound, r.postJSON(t, "/api/v1/inbox/archive",
 		console.InboxArchiveRequest{Class: "poisoned", Message: "permanent: cannot bill p-<n>: payload is poison"}).code)
 	list := r.get(t, "/console/inbox?archived=true")

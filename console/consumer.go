@@ -39,7 +39,9 @@ type ConsumerCounts struct {
 	// Poisoned counts failed rows past their attempt ceiling or failed permanently: dead-lettered,
 	// waiting for an operator's retry.
 	Poisoned int64 `json:"poisoned"`
-	// OldestFailureAgeSeconds is the age of the oldest failure; null when none.
+	// Archived counts failed rows an operator set aside: in neither Retrying nor Poisoned.
+	Archived int64 `json:"archived"`
+	// OldestFailureAgeSeconds is the age of the oldest failure not archived; null when none.
 	OldestFailureAgeSeconds *float64 `json:"oldest_failure_age_seconds"`
 }
 
@@ -55,7 +57,7 @@ func (c *Console) readInboxSummary(ctx context.Context) (InboxSummary, error) {
 		return s, fmt.Errorf("read inbox summary: %w", err)
 	}
 	for _, n := range counts {
-		cc := ConsumerCounts{Consumer: n.Consumer, Completed: n.Completed, Retrying: n.Retrying, Poisoned: n.Poisoned}
+		cc := ConsumerCounts{Consumer: n.Consumer, Completed: n.Completed, Retrying: n.Retrying, Poisoned: n.Poisoned, Archived: n.Archived}
 		if n.OldestFailure != nil {
 			cc.OldestFailureAgeSeconds = ageSeconds(s.ReadAt, *n.OldestFailure)
 		}

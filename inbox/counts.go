@@ -19,7 +19,11 @@ type Counts struct {
 	// Poisoned counts failed rows past their attempt ceiling or failed permanently (a
 	// redelivery skips them until RetryFailed resets them).
 	Poisoned int64
-	// OldestFailure is the last failure of the consumer's oldest failed row; nil when none.
+	// Archived counts failed rows an operator set aside (Archive): they are in neither
+	// Retrying nor Poisoned, and not in OldestFailure.
+	Archived int64
+	// OldestFailure is the last failure of the consumer's oldest failed row that is not
+	// archived; nil when none.
 	OldestFailure *time.Time
 }
 
@@ -27,13 +31,21 @@ type Counts struct {
 // table (not only the store's own consumer), sorted by consumer name. It scans the table:
 // meant for status commands and the operator console, not for a hot path.
 func (s *Store) CountByConsumer(ctx context.Context, db DB) ([]Counts, error) {
-	rows, err := db.Query(ctx, s.sql.countByConsumer)
+	var archive bool
+	if err := db.QueryRow(ctx, s.sql.hasArchive).Scan(&archive); err != nil {
+		return nil, fmt.Errorf("count inbox rows: %w", err)
+	}
+	query := s.sql.countByConsumerUnarchived
+	if archive {
+		query = s.sql.countByConsumer
+	}
+	rows, err := db.Query(ctx, query)
 	if err != nil {
 		return nil, fmt.Errorf("count inbox rows: %w", err)
 	}
 	var out []Counts
 	var c Counts
-	if _, err := pgx.ForEachRow(rows, []any{&c.Consumer, &c.Completed, &c.Retrying, &c.Poisoned, &c.OldestFailure}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&c.Consumer, &c.Completed, &c.Retrying, &c.Poisoned, &c.Archived, &c.OldestFailure}, func() error {
 		out = append(out, c)
 		return nil
 	}); err != nil {

@@ -51,6 +51,19 @@ func TestCountByConsumerAndActivity(t *testing.T) {
 	require.Equal(t, inbox.Counts{Consumer: "billing", Completed: 2, Retrying: 1, Poisoned: 1, OldestFailure: counts[0].OldestFailure}, counts[0])
 	require.Equal(t, inbox.Counts{Consumer: "shipping", Completed: 1}, counts[1])
 
+	// An archived failure leaves the working counts and the oldest failure: archiving both
+	// failed rows leaves nothing retrying or poisoned.
+	listed, err := billing.ListFailed(ctx, db.Pool, inbox.ListOptions{})
+	require.NoError(t, err)
+	require.Len(t, listed, 2)
+	keys := []inbox.Key{{Source: listed[0].Source, DedupeKey: listed[0].DedupeKey}, {Source: listed[1].Source, DedupeKey: listed[1].DedupeKey}}
+	archived, err := billing.Archive(ctx, db.Pool, keys)
+	require.NoError(t, err)
+	require.Len(t, archived, 2)
+	counts, err = billing.CountByConsumer(ctx, db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, inbox.Counts{Consumer: "billing", Completed: 2, Archived: 2}, counts[0])
+
 	// Two minutes either side of now: everything falls in the current one (a minute boundary
 	// passed during the test moves it one bucket on).
 	minutes, err := billing.Activity(ctx, db.Pool, dbNow.Add(-2*time.Minute), 5)

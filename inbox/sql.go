@@ -40,26 +40,28 @@ const existingColumns = `i.source, i.dedupe_key, i.status, i.attempt_count, i.po
 
 // statements holds the SQL of one Store, with its validated schema name substituted.
 type statements struct {
-	insertCompleted  string
-	recordFailure    string
-	readExisting     string
-	lockExisting     string
-	markCompleted    string
-	markCompletedDO  string
-	lookup           string
-	listFailed       string
-	archive          string
-	attemptErrors    string
-	search           string
-	retryKeys        string
-	retryAll         string
-	deleteCompleted  string
-	countFailed      string
-	countByConsumer  string
-	activity         string
-	markDeadLettered string
-	failureGroups    string
-	failureGroupKeys string
+	insertCompleted string
+	recordFailure   string
+	readExisting    string
+	lockExisting    string
+	markCompleted   string
+	markCompletedDO string
+	lookup          string
+	listFailed      string
+	archive         string
+	attemptErrors   string
+	search          string
+	retryKeys       string
+	retryAll        string
+	deleteCompleted string
+	countFailed     string
+	countByConsumer string
+	// countByConsumerUnarchived is countByConsumer before migration 011; hasArchive tells which applies.
+	countByConsumerUnarchived, hasArchive string
+	activity                              string
+	markDeadLettered                      string
+	failureGroups                         string
+	failureGroupKeys                      string
 }
 
 // failure groups: the store consumer's failed rows not archived, grouped by error class
@@ -185,12 +187,25 @@ WHERE consumer = $1 AND status = 'failed'`,
   LIMIT $3))`,
 		countFailed: `SELECT count(*) FROM ` + t + ` WHERE consumer = $1 AND status = 'failed'`,
 		// Every consumer's rows, for status commands and the console (CountByConsumer).
+		// Failed rows an operator archived count apart from the working ones, which alone
+		// make the retrying and poisoned counts and the oldest failure.
 		countByConsumer: `SELECT consumer,
+       count(*) FILTER (WHERE status = 'completed'),
+       count(*) FILTER (WHERE status = 'failed' AND NOT poisoned AND archived_at IS NULL),
+       count(*) FILTER (WHERE status = 'failed' AND poisoned AND archived_at IS NULL),
+       count(*) FILTER (WHERE status = 'failed' AND archived_at IS NOT NULL),
+       min(failed_at) FILTER (WHERE status = 'failed' AND archived_at IS NULL)
+FROM ` + t + ` GROUP BY consumer ORDER BY consumer`,
+		// countByConsumer on a table before migration 011 (no archived_at, no archived row).
+		countByConsumerUnarchived: `SELECT consumer,
        count(*) FILTER (WHERE status = 'completed'),
        count(*) FILTER (WHERE status = 'failed' AND NOT poisoned),
        count(*) FILTER (WHERE status = 'failed' AND poisoned),
+       0::bigint,
        min(failed_at) FILTER (WHERE status = 'failed')
 FROM ` + t + ` GROUP BY consumer ORDER BY consumer`,
+		hasArchive: `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+WHERE attrelid = to_regclass('` + t + `') AND attname = 'archived_at' AND NOT attisdropped)`,
 		// Consumer $1's rows per minute from $2 to $3: completed by completed_at, failed by
 		// their last failure (Activity).
 		activity: `SELECT true, date_bin('1 minute', completed_at, $2::timestamptz), count(*)

@@ -357,3 +357,64 @@ func TestConcurrentSwitchesUnderProducers(t *testing.T) {
 	require.Positive(t, written.Load())
 	require.EqualValues(t, written.Load(), count(t, db.Pool, "keiro_outbox")+count(t, db.Pool, "keiro_outbox_log"))
 }
+
+// One event (bound as scalars) and several (bound as arrays) write the same row, in either
+// mode, every envelope field included; in log mode an event already in keiro_outbox (enqueued
+// in claim mode) is a duplicate, alone or in a batch, and writes nothing to keiro_outbox_log.
+func TestEnqueueOneAndManyWriteTheSameRowInBothModes(t *testing.T) {
+	t.Parallel()
+	db, _, st := rig(t, 1)
+	ctx := context.Background()
+	dropLogSlot(t, db.Pool, outbox.DefaultLogSlot(db.Schema))
+	uuids := []envelope.UUID{envelope.NewUUIDv7(), envelope.NewUUIDv7(), envelope.NewUUIDv7()}
+	full := func(id string) envelope.Event {
+		e := event(id, "orders", ptr("k1"), `{"n":1}`)
+		e.SchemaVersion = 3
+		e.SchemaRef = &envelope.SchemaRef{Registry: ptr("reg"), Subject: ptr("orders-value"), Version: ptr(int64(4)),
+			SchemaID: ptr(int64(17)), Fingerprint: ptr("sha256:ab")}
+		src, causation, correlation := uuids[0], uuids[1], uuids[2]
+		e.SourceEventID, e.CausationID, e.CorrelationID = &src, &causation, &correlation
+		e.SourceGlobalPosition = ptr(int64(42))
+		e.TraceContext = &envelope.TraceContext{Traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", Tracestate: "k=v"}
+		e.Attributes = []byte(`{"tenant": "t1"}`)
+		return e
+	}
+	// The row's columns but its identity (message id, outbox id) and state, as one value.
+	const envelopeOf = `SELECT to_jsonb(r) - 'outbox_id' - 'message_id' - 'created_at' FROM (
+		SELECT outbox_id, message_id, source, destination, message_key, event_type, schema_version,
+		    content_type, schema_registry, schema_subject, schema_version_ref, schema_id,
+		    schema_fingerprint, source_event_id, source_global_position, causation_id, correlation_id,
+		    traceparent, tracestate, payload_bytes, attributes, occurred_at, NULL AS created_at
+		FROM %s WHERE message_id = $1) r`
+	rowOf := func(table, id string) string {
+		t.Helper()
+		var s string
+		require.NoError(t, db.Pool.QueryRow(ctx, fmt.Sprintf(envelopeOf, table), id).Scan(&s))
+		return s
+	}
+
+	enqueue(t, db.Pool, st, full("claim-one"))
+	enqueue(t, db.Pool, st, full("claim-many-1"), full("claim-many-2"))
+	want := rowOf("keiro_outbox", "claim-one")
+	for _, v := range []string{`"reg"`, `"orders-value"`, `"sha256:ab"`, `"k=v"`, `"t1"`, `42`, `17`, uuids[2].String()} {
+		require.Contains(t, want, v) // every field is set, so a field one path drops shows
+	}
+	require.Equal(t, want, rowOf("keiro_outbox", "claim-many-1"))
+
+	_, err := st.SetMode(ctx, db.Pool, outbox.ModeLog, "")
+	require.NoError(t, err)
+	res := enqueue(t, db.Pool, st, full("log-one"))
+	require.Equal(t, outbox.Inserted, res[0].Outcome)
+	res = enqueue(t, db.Pool, st, full("log-many-1"), full("log-many-2"))
+	require.Equal(t, []outbox.EnqueueOutcome{outbox.Inserted, outbox.Inserted}, []outbox.EnqueueOutcome{res[0].Outcome, res[1].Outcome})
+	require.Equal(t, want, rowOf("keiro_outbox_log", "log-one"))
+	require.Equal(t, want, rowOf("keiro_outbox_log", "log-many-2"))
+
+	res = enqueue(t, db.Pool, st, full("claim-one"))
+	require.Equal(t, outbox.Duplicate, res[0].Outcome)
+	res = enqueue(t, db.Pool, st, full("claim-many-2"), full("log-many-3"), full("log-one"))
+	require.Equal(t, []outbox.EnqueueOutcome{outbox.Duplicate, outbox.Inserted, outbox.Duplicate},
+		[]outbox.EnqueueOutcome{res[0].Outcome, res[1].Outcome, res[2].Outcome})
+	require.Equal(t, 4, count(t, db.Pool, "keiro_outbox_log"))
+	require.Equal(t, 3, count(t, db.Pool, "keiro_outbox"))
+}

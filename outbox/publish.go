@@ -349,6 +349,10 @@ func (r *Relay) startSend(e *envelope.Event, attrs ...attribute.KeyValue) (trace
 
 // endSend records a produced record's outcome on its send span and ends it.
 func endSend(span trace.Span, rec *kgo.Record, err error) {
+	if !span.IsRecording() { // not sampled, or no tracer: nothing to build
+		span.End()
+		return
+	}
 	if err == nil {
 		span.SetAttributes(
 			attribute.String("messaging.destination.partition.id", strconv.Itoa(int(rec.Partition))),

@@ -233,7 +233,7 @@ func (s *Store) enqueueCheckedTx(ctx context.Context, tx pgx.Tx, ids []envelope.
 		}
 		a.add(id, e, tc)
 	}
-	inserted, err := s.insert(ctx, tx, len(events), a.args(!s.opts.DisableKeyLocks && severalKeys(events), !s.opts.DisableNotify), check)
+	inserted, err := s.insert(ctx, tx, a, !s.opts.DisableKeyLocks && severalKeys(events), !s.opts.DisableNotify, check)
 	if err != nil {
 		return nil, err
 	}
@@ -252,18 +252,24 @@ func (s *Store) enqueueCheckedTx(ctx context.Context, tx pgx.Tx, ids []envelope.
 	return results, err
 }
 
-// insert runs the enqueue statement of n events with args (and check's query after it, in the
-// same round trip) and returns the ids of the rows it inserted.
-func (s *Store) insert(ctx context.Context, tx pgx.Tx, n int, args []any, check *pathCheck) (map[[16]byte]struct{}, error) {
+// insert runs the enqueue statement of a's events (and check's query after it, in the same
+// round trip) and returns the ids of the rows it inserted. One event binds its columns as
+// scalars (EnqueueOne), several as arrays (EnqueueMany).
+func (s *Store) insert(ctx context.Context, tx pgx.Tx, a *enqueueArgs, lockKeys, notify bool, check *pathCheck) (map[[16]byte]struct{}, error) {
+	n := len(a.ids)
+	query, args := s.q.EnqueueMany, a.args(lockKeys, notify)
+	if n == 1 {
+		query, args = s.q.EnqueueOne, a.scalarArgs(notify)
+	}
 	if check == nil {
-		rows, err := tx.Query(ctx, s.q.Enqueue, args...)
+		rows, err := tx.Query(ctx, query, args...)
 		if err != nil {
 			return nil, enqueueError(err)
 		}
 		return insertedIDs(rows, n)
 	}
 	b := &pgx.Batch{}
-	b.Queue(s.q.Enqueue, args...)
+	b.Queue(query, args...)
 	b.Queue(check.query, check.args...)
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
@@ -473,6 +479,17 @@ func (a *enqueueArgs) add(id envelope.UUID, e *envelope.Event, tc *envelope.Trac
 	a.occurredAt = append(a.occurredAt, e.OccurredAt)
 }
 
+// scalarArgs are the parameters of EnqueueOne: the columns of a's only event. One event takes
+// its key's lock in the insert trigger alone, so $23 is false.
+func (a *enqueueArgs) scalarArgs(notify bool) []any {
+	return []any{a.ids[0], a.messageID[0], a.source[0], a.destination[0], a.key[0], a.eventType[0],
+		a.schemaVersion[0], a.contentType[0], a.registry[0], a.subject[0], a.versionRef[0],
+		a.schemaID[0], a.fingerprint[0], a.sourceEventID[0], a.sourceGlobalPosition[0],
+		a.causationID[0], a.correlationID[0], a.traceparent[0], a.tracestate[0], a.payload[0],
+		a.attributes[0], a.occurredAt[0], false, notify}
+}
+
+// args are the parameters of EnqueueMany: the columns' arrays.
 func (a *enqueueArgs) args(lockKeys, notify bool) []any {
 	return []any{a.ids, a.messageID, a.source, a.destination, a.key, a.eventType, a.schemaVersion,
 		a.contentType, a.registry, a.subject, a.versionRef, a.schemaID, a.fingerprint,

@@ -47,6 +47,8 @@ type consumerCounts struct {
 	Retrying int64 `json:"retrying"`
 	// Poisoned counts failed rows past their attempt ceiling (dead-lettered).
 	Poisoned int64 `json:"poisoned"`
+	// Archived counts failed rows an operator set aside (inbox archive): in neither count above.
+	Archived int64 `json:"archived"`
 }
 
 // groupLag is a consumer group's lag as Kafka reports it.
@@ -172,7 +174,7 @@ func readConsumerCounts(ctx context.Context, conn *pgx.Conn, schema, name string
 	}
 	for _, cc := range counts {
 		if name == "" || cc.Consumer == name {
-			into[cc.Consumer] = consumerCounts{Completed: cc.Completed, Retrying: cc.Retrying, Poisoned: cc.Poisoned}
+			into[cc.Consumer] = consumerCounts{Completed: cc.Completed, Retrying: cc.Retrying, Poisoned: cc.Poisoned, Archived: cc.Archived}
 		}
 	}
 	if _, ok := into[name]; name != "" && !ok {
@@ -306,10 +308,10 @@ func (c *statusCmd) print(env *cli.Env, st inboxStatus) {
 		sort.Strings(names)
 		fmt.Fprintln(w)
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "CONSUMER\tCOMPLETED\tRETRYING\tPOISONED\t")
+		fmt.Fprintln(tw, "CONSUMER\tCOMPLETED\tRETRYING\tPOISONED\tARCHIVED\t")
 		for _, n := range names {
 			cc := st.Consumers[n]
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t\n", n, cc.Completed, cc.Retrying, cc.Poisoned)
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t\n", n, cc.Completed, cc.Retrying, cc.Poisoned, cc.Archived)
 		}
 		_ = tw.Flush()
 		for _, n := range names {

@@ -13,7 +13,8 @@ import (
 
 // Queries holds the statements with the schema substituted.
 type Queries struct {
-	Enqueue string
+	// EnqueueMany writes several events (column arrays), EnqueueOne one (scalars): sqlEnqueue.
+	EnqueueMany, EnqueueOne string
 	// ClaimKey is the claim of the per-key policies (PerKeyHeadOfLine, StopTheLine),
 	// ClaimSource that of PerSourceStream and ClaimAny that of BestEffort (sqlClaim).
 	ClaimKey, ClaimSource, ClaimAny string
@@ -113,7 +114,8 @@ func New(schema string) *Queries {
 	return &Queries{
 		FailureGroups:        r.Replace(groups.Replace(sqlFailureGroups)),
 		FailureGroupIDs:      r.Replace(groups.Replace(sqlFailureGroupIDs)),
-		Enqueue:              r.Replace(locks.Replace(sqlEnqueue)),
+		EnqueueMany:          r.Replace(locks.Replace(strings.ReplaceAll(sqlEnqueue, "{{input}}", sqlEnqueueMany))),
+		EnqueueOne:           r.Replace(locks.Replace(strings.ReplaceAll(sqlEnqueue, "{{input}}", sqlEnqueueOne))),
 		DeclareSource:        r.Replace(sqlDeclareSource),
 		RevokeSource:         r.Replace(sqlRevokeSource),
 		ListSources:          r.Replace(sqlListSources),

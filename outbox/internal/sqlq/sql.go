@@ -20,34 +20,32 @@ import "github.com/keiro-go/keiro/internal/advisorylock"
 //
 // In log mode (migration 009's keiro_outbox_settings, read once by the statement) the rows go
 // straight to keiro_outbox_log (ins_log) with no key lock: the slot publishes in commit order.
-// An event already in keiro_outbox (enqueued in claim mode) still goes to keiro_outbox, where
-// the unique constraint meets it; the outbox's trigger routes any other writer the same way.
+// Each branch's mode test is a one-time filter (an uncorrelated sub-select), so the branch of
+// the other mode scans nothing. An event already in keiro_outbox (enqueued in claim mode, or a
+// dead letter) is inserted nowhere in log mode and read back as a duplicate or a conflict, as
+// an event already in keiro_outbox_log is in claim mode (the outbox's trigger routes every
+// other writer the same way). The statement names keiro_outbox as an insert target in either
+// mode, so every producer takes its ROW EXCLUSIVE lock: the mode switch's fence (migration 009).
 //
-// Each array parameter is read through a scalar sub-select, (SELECT $n::type[]), so that the
-// planner does not see the arrays' lengths in a custom plan: it then estimates every call's
-// input alike, its custom plans cost what the generic plan costs, and PostgreSQL keeps the
-// prepared statement's generic plan after five calls instead of planning every call again
-// (0.4 ms, more than a single event's insert; BENCHMARKS.md note 14).
+// {{input}} is the call's events: sqlEnqueueMany's arrays for several events, sqlEnqueueOne's
+// scalars for one. ins_log reads them itself rather than through the input CTE, which the
+// claim branch alone reads: a CTE is materialized when it is first read, so in log mode the
+// events are never copied into it. Each array parameter is read through a scalar sub-select, (SELECT
+// $n::type[]), so that the planner does not see the arrays' lengths in a custom plan: it then
+// estimates every call's input alike, its custom plans cost what the generic plan costs, and
+// PostgreSQL keeps the prepared statement's generic plan after five calls instead of planning
+// every call again (0.4 ms, more than a single event's insert; BENCHMARKS.md note 14). A single
+// event binds scalars: no arrays to decode, no unnest, a plan as short as a plain insert's.
 const sqlEnqueue = `
 WITH input AS (
-    SELECT * FROM unnest(
-        (SELECT $1::uuid[]), (SELECT $2::text[]), (SELECT $3::text[]), (SELECT $4::text[]),
-        (SELECT $5::text[]), (SELECT $6::text[]), (SELECT $7::bigint[]), (SELECT $8::text[]),
-        (SELECT $9::text[]), (SELECT $10::text[]), (SELECT $11::bigint[]), (SELECT $12::bigint[]),
-        (SELECT $13::text[]), (SELECT $14::uuid[]), (SELECT $15::bigint[]), (SELECT $16::uuid[]),
-        (SELECT $17::uuid[]), (SELECT $18::text[]), (SELECT $19::text[]), (SELECT $20::bytea[]),
-        (SELECT $21::text[]), (SELECT $22::timestamptz[])
-    ) WITH ORDINALITY AS t(outbox_id, message_id, source, destination, message_key, event_type,
-        schema_version, content_type, schema_registry, schema_subject, schema_version_ref,
-        schema_id, schema_fingerprint, source_event_id, source_global_position, causation_id,
-        correlation_id, traceparent, tracestate, payload_bytes, attributes, occurred_at, ord)
+    {{input}}
 ), mode AS (
-    SELECT s.mode = 'log' AS log FROM {{schema}}.keiro_outbox_settings s
+    SELECT coalesce((SELECT s.mode = 'log' FROM {{schema}}.keiro_outbox_settings s), false) AS log
 ), locks AS (
     SELECT count(pg_advisory_xact_lock(h)) AS n FROM (
         SELECT DISTINCT {{key_lock}} AS h
         FROM input WHERE message_key IS NOT NULL AND $23::boolean
-            AND NOT coalesce((SELECT log FROM mode), false)
+            AND NOT (SELECT log FROM mode)
         ORDER BY h
     ) k
 ), ins_log AS (
@@ -61,9 +59,10 @@ WITH input AS (
         i.schema_version_ref, i.schema_id, i.schema_fingerprint, i.source_event_id,
         i.source_global_position, i.causation_id, i.correlation_id, i.traceparent, i.tracestate,
         i.payload_bytes, i.attributes::jsonb, i.occurred_at
-    FROM input i CROSS JOIN mode m
-    WHERE m.log AND NOT EXISTS (SELECT 1 FROM {{schema}}.keiro_outbox o
-                                WHERE o.source = i.source AND o.message_id = i.message_id)
+    FROM ({{input}}) i
+    WHERE (SELECT log FROM mode)
+        AND NOT EXISTS (SELECT 1 FROM {{schema}}.keiro_outbox o
+                        WHERE o.source = i.source AND o.message_id = i.message_id)
     ORDER BY i.ord
     ON CONFLICT (source, message_id) DO NOTHING
     RETURNING outbox_id
@@ -79,9 +78,7 @@ WITH input AS (
         i.source_global_position, i.causation_id, i.correlation_id, i.traceparent, i.tracestate,
         i.payload_bytes, i.attributes::jsonb, i.occurred_at
     FROM input i CROSS JOIN locks
-    WHERE locks.n >= 0 AND (NOT coalesce((SELECT log FROM mode), false)
-        OR EXISTS (SELECT 1 FROM {{schema}}.keiro_outbox o
-                   WHERE o.source = i.source AND o.message_id = i.message_id))
+    WHERE locks.n >= 0 AND NOT (SELECT log FROM mode)
     ORDER BY i.ord
     ON CONFLICT (source, message_id) DO NOTHING
     RETURNING outbox_id
@@ -94,6 +91,30 @@ WITH input AS (
 SELECT outbox_id, (SELECT count(*) FROM notified) FROM ins
 UNION ALL
 SELECT outbox_id, 0 FROM ins_log`
+
+// sqlEnqueueMany is sqlEnqueue's input of several events: $1..$22 are the columns' arrays.
+const sqlEnqueueMany = `SELECT * FROM unnest(
+        (SELECT $1::uuid[]), (SELECT $2::text[]), (SELECT $3::text[]), (SELECT $4::text[]),
+        (SELECT $5::text[]), (SELECT $6::text[]), (SELECT $7::bigint[]), (SELECT $8::text[]),
+        (SELECT $9::text[]), (SELECT $10::text[]), (SELECT $11::bigint[]), (SELECT $12::bigint[]),
+        (SELECT $13::text[]), (SELECT $14::uuid[]), (SELECT $15::bigint[]), (SELECT $16::uuid[]),
+        (SELECT $17::uuid[]), (SELECT $18::text[]), (SELECT $19::text[]), (SELECT $20::bytea[]),
+        (SELECT $21::text[]), (SELECT $22::timestamptz[])
+    ) WITH ORDINALITY AS t(outbox_id, message_id, source, destination, message_key, event_type,
+        schema_version, content_type, schema_registry, schema_subject, schema_version_ref,
+        schema_id, schema_fingerprint, source_event_id, source_global_position, causation_id,
+        correlation_id, traceparent, tracestate, payload_bytes, attributes, occurred_at, ord)`
+
+// sqlEnqueueOne is sqlEnqueue's input of one event: $1..$22 are its columns.
+const sqlEnqueueOne = `SELECT $1::uuid AS outbox_id, $2::text AS message_id, $3::text AS source,
+        $4::text AS destination, $5::text AS message_key, $6::text AS event_type,
+        $7::bigint AS schema_version, $8::text AS content_type, $9::text AS schema_registry,
+        $10::text AS schema_subject, $11::bigint AS schema_version_ref, $12::bigint AS schema_id,
+        $13::text AS schema_fingerprint, $14::uuid AS source_event_id,
+        $15::bigint AS source_global_position, $16::uuid AS causation_id,
+        $17::uuid AS correlation_id, $18::text AS traceparent, $19::text AS tracestate,
+        $20::bytea AS payload_bytes, $21::text AS attributes, $22::timestamptz AS occurred_at,
+        1::bigint AS ord`
 
 // The sleep locks are advisory lock keys (two int4s, a key space apart from the one-int8 keys
 // of the per-key enqueue locks) that make EnqueueTx notify only while a relay sleeps:
@@ -634,7 +655,7 @@ SELECT outbox_id FROM moved ORDER BY seq`
 // sqlDeadLetter writes the log-mode relay's dead letter: an event of keiro_outbox_log that
 // Kafka refused for good, as a 'rejected' row of keiro_outbox (where ListDead, Requeue and the
 // dead gauge read), with rejection code $23 and error $24, its first attempt counted. $1..$22
-// are sqlEnqueue's one-element arrays of the event. The row keeps the id of its
+// are sqlEnqueueMany's one-element arrays of the event. The row keeps the id of its
 // keiro_outbox_log row (the id EnqueueTx returned; $1 when that row is gone). The insert
 // trigger sends a row that is not pending to keiro_outbox in either mode (migration 009). A
 // replayed transaction rejects the event again: the second write does nothing. It returns
