@@ -73,7 +73,9 @@ type ModeChange struct {
 	// Slot is the log-mode slot the change prepared (To is ModeLog), and SlotCreated whether
 	// the change created it. A slot created while the schema was already in log mode (From
 	// ModeLog) decodes only the transactions that commit after its creation: the events of its
-	// destinations written since the switch are published by it only after a Store.RecoverLog.
+	// destinations written since the switch (Changed) are not in it, and Store.RecoverLogFor
+	// republishes them (a log-mode relay that read claim mode before its switch found the
+	// schema switched by another does so itself).
 	Slot        string
 	SlotCreated bool
 	// Changed is when the schema entered the mode From (keiro_outbox_settings.changed_at):
