@@ -49,6 +49,7 @@ var funcs = template.FuncMap{
 	"deref":    func(s *string) string { return derefOr(s, "") },
 	"deref64":  func(n *int64) int64 { return *n },
 	"bytes":    fmtBytes,
+	"join":     strings.Join,
 	"ageOf0":   func(s float64) string { return fmtAge(&s) },
 	"keyOf":    func(s *string) string { return derefOr(s, "—") },
 	"statuses": func() []string { return outboxStatuses },

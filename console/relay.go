@@ -64,6 +64,10 @@ type OutboxSummary struct {
 	// reads it): its reader, confirmed position and the WAL it retains. Absent when the schema
 	// has no such slot.
 	LogSlot *outbox.SlotStatus `json:"log_slot,omitempty"`
+	// LogSlots are every log-mode slot of the schema (outbox.Store.LogSlots: one per
+	// publication of keiro_outbox_log, with the destinations it gives its slot; several with
+	// per-destination relays), in name order. Absent when there is none.
+	LogSlots []outbox.SlotStatus `json:"log_slots,omitempty"`
 }
 
 // DestinationSummary is one destination's row counts.
@@ -152,6 +156,9 @@ func (c *Console) readOutboxSummary(ctx context.Context) (OutboxSummary, error) 
 	}
 	if slot.Exists {
 		s.LogSlot = &slot
+	}
+	if s.LogSlots, err = c.outbox.LogSlots(ctx, q); err != nil {
+		return s, fmt.Errorf("read outbox summary: %w", err)
 	}
 	s.LastHour = make([]RateBucket, len(minutes))
 	for i, m := range minutes {

@@ -382,10 +382,14 @@ func TestOutboxSummaryLogSlot(t *testing.T) {
 	require.Zero(t, s.LogSlot.ActivePID, "no relay reads it")
 	require.Contains(t, []string{"reserved", "extended"}, s.LogSlot.WALStatus)
 	require.NotEmpty(t, s.LogSlot.ConfirmedFlushLSN)
+	require.Len(t, s.LogSlots, 1, "every slot of the schema")
+	require.Equal(t, slot, s.LogSlots[0].Slot)
+	require.Empty(t, s.LogSlots[0].Destinations, "the default slot publishes every destination")
 
 	home := r.get(t, "/console/").body
 	require.Contains(t, home, `id="log-slot"`)
 	require.Contains(t, home, "Log slot "+slot)
 	require.Contains(t, home, "no reader")
 	require.Contains(t, home, s.LogSlot.WALStatus)
+	require.Contains(t, home, "publishes every destination")
 }

@@ -133,7 +133,12 @@ type RelayConfig struct {
 	// Destinations, if set, restricts the relay to rows for these topics (other rows are left
 	// to other relays). Relays with the same Destinations, in any order, split the claim shares
 	// of a deep backlog between them; relays with other Destinations never take part in their
-	// split (see "Several relays" in the package doc). Defaults to all topics.
+	// split (see "Several relays" in the package doc). In ModeLog the relay follows a slot of
+	// its own (LogSlot defaults to LogSlotFor(Schema, Destinations)), whose publication gives
+	// it only these destinations' rows (PostgreSQL 15 or later); relays with the same set share
+	// it, and a relay refuses to start when another log-mode slot of the schema publishes one of
+	// its destinations (ErrLogSlotOverlap; a relay without Destinations publishes them all).
+	// Defaults to all topics.
 	Destinations []string
 	// CloudEvents makes every record also carry the CloudEvents binary-mode headers (ce_id,
 	// ce_source, ce_type, ce_specversion, ce_time, ce_partitionkey) after keiro's, so that
@@ -159,7 +164,7 @@ type RelayConfig struct {
 	// reader per slot; the others wait on standby. Defaults to ModeClaim.
 	Mode Mode
 	// LogSlot is the replication slot (and publication) of ModeLog. Defaults to
-	// DefaultLogSlot(Schema).
+	// LogSlotFor(Schema, Destinations): DefaultLogSlot(Schema) without Destinations.
 	LogSlot string
 	// OnBatch, if set, is called after each batch is marked, with what happened. It runs on the
 	// relay's goroutine: keep it fast. Meant for tests and diagnostics. Defaults to nil.
@@ -208,7 +213,7 @@ func (c *RelayConfig) setDefaults() {
 		c.Mode = ModeClaim
 	}
 	if c.Mode == ModeLog && c.LogSlot == "" {
-		c.LogSlot = DefaultLogSlot(c.Schema)
+		c.LogSlot = LogSlotFor(c.Schema, c.Destinations)
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = DefaultPollInterval
@@ -266,9 +271,6 @@ func (c *RelayConfig) validate() error {
 	}
 	if _, err := ParseMode(string(c.Mode)); err != nil {
 		bad("Mode: %v", err)
-	}
-	if c.Mode == ModeLog && len(c.Destinations) > 0 {
-		bad("Destinations: log mode publishes every destination of the slot (per-destination relays are not supported in log mode yet); leave Destinations empty or use Mode %s", ModeClaim)
 	}
 	if c.LogSlot != "" && c.Mode != ModeLog {
 		bad("LogSlot %q is set but Mode is %s; set Mode to %s or leave LogSlot empty", c.LogSlot, c.Mode, ModeLog)

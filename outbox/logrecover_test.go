@@ -38,9 +38,17 @@ func TestLogModeRecoverAfterALostSlot(t *testing.T) {
 	require.NoError(t, err)
 
 	startRelay(t, db, kc, outbox.RelayConfig{Mode: outbox.ModeLog, PollInterval: 50 * time.Millisecond, Logger: testLogger(t)})
+	// Read by a walsender: while the relay creates the slot, the creating backend is its active
+	// pid, and a transaction that commits before the creation ends is not decoded.
 	testenv.WaitFor(t, time.Minute, "the relay created a new slot and reads it", func() bool {
 		ss, err := st.LogSlotStatus(ctx, db.Pool, "")
-		return err == nil && ss.Exists && ss.ActivePID != 0
+		if err != nil || !ss.Exists || ss.ActivePID == 0 {
+			return false
+		}
+		var walsender bool
+		err = db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE pid = $1 AND backend_type = 'walsender')`, ss.ActivePID).Scan(&walsender)
+		return err == nil && walsender
 	})
 	var later []envelope.Event
 	for i := range 10 {

@@ -35,6 +35,7 @@ func (r *Relay) newLogEngine() (logreg.Engine, error) {
 		Client:                  r.client,
 		Schema:                  r.cfg.Schema,
 		Slot:                    r.cfg.LogSlot,
+		Destinations:            r.cfg.Destinations,
 		MaxInFlightRecords:      inFlight,
 		MaxRecordBytes:          r.cfg.MaxRecordBytes,
 		ShutdownTimeout:         r.cfg.ShutdownTimeout,
@@ -118,12 +119,35 @@ func (r *Relay) runLog(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("outbox relay: %w", err)
 	}
+	// Prepare (or check) the slot even when the schema is in log mode: the overlap with the
+	// schema's other slots, and the publication's destinations, are checked at every start.
+	if r.afterModeRead != nil {
+		r.afterModeRead()
+	}
+	var ch ModeChange
 	if mode != ModeLog {
-		ch, err := r.store.SetMode(ctx, r.pool, ModeLog, r.cfg.LogSlot)
-		if err != nil {
+		ch, err = r.store.SetModeFor(ctx, r.pool, ModeLog, r.cfg.LogSlot, r.cfg.Destinations)
+	} else {
+		ch.From, ch.To = ModeLog, ModeLog
+		ch.Slot, ch.SlotCreated, err = r.store.PrepareLogSlot(ctx, r.pool, r.cfg.LogSlot, r.cfg.Destinations)
+	}
+	if err != nil {
+		return fmt.Errorf("outbox relay: %w", err)
+	}
+	switch {
+	case ch.From != ModeLog:
+		r.log.InfoContext(ctx, "switched the outbox to log mode", "from", ch.From, "lsn", ch.LSN, "slot", ch.Slot)
+	case mode != ModeLog && ch.SlotCreated:
+		// Another relay (another destination group's, started at the same time) switched
+		// the schema between this relay's read of the mode and the creation of its slot.
+		if err := r.recoverSwitchGap(ctx, ch); err != nil {
 			return fmt.Errorf("outbox relay: %w", err)
 		}
-		r.log.InfoContext(ctx, "switched the outbox to log mode", "from", ch.From, "lsn", ch.LSN)
+	case ch.SlotCreated:
+		// The slot decodes what commits from now on; the events of its destinations written
+		// since the switch to log mode (while no slot had them) are in keiro_outbox_log only.
+		r.log.ErrorContext(ctx, "log mode: created the relay's slot while the schema was already in log mode: it publishes the events of its destinations written from now on; republish those written since the switch with `relay mode recover --since=<the switch's time>` (Store.RecoverLog), or prepare every destination group's slot before the switch (relay mode prepare)",
+			"slot", ch.Slot, "destinations", r.cfg.Destinations)
 	}
 	cctx, stopClaim := context.WithCancel(ctx)
 	defer stopClaim()
@@ -186,6 +210,29 @@ func (r *Relay) runLog(ctx context.Context) error {
 	}
 }
 
+// recoverSwitchGap publishes the events of the relay's destinations that were written between
+// another relay's switch to log mode (ch.Changed) and the creation of this relay's slot: no
+// slot has them (the other slots do not publish these destinations). They are copied into
+// keiro_outbox (Store.RecoverLogFor), from an hour before the switch (a transaction that
+// started before the switch may write after it) to now, and the claim loop publishes them
+// before the relay follows its slot, in the order they were written. An event also decoded by
+// the slot (its transaction committed after the slot's creation) is published twice, with the
+// same message id.
+func (r *Relay) recoverSwitchGap(ctx context.Context, ch ModeChange) error {
+	var until time.Time
+	if err := r.pool.QueryRow(ctx, r.store.q.Clock).Scan(&until); err != nil {
+		return fmt.Errorf("read the database's clock: %w", err)
+	}
+	since := ch.Changed.Add(-time.Hour)
+	rec, err := r.store.RecoverLogFor(ctx, r.pool, since, until, r.cfg.Destinations)
+	if err != nil {
+		return err
+	}
+	r.log.WarnContext(ctx, "log mode: another relay switched the schema before this relay's slot existed; the events of its destinations written meanwhile are published from keiro_outbox first",
+		"slot", ch.Slot, "switched_at", ch.Changed, "since", since, "until", until, "found", rec.Found, "copied", rec.Copied)
+	return nil
+}
+
 // The log-mode slot's gauges (the WAL guard), with the slot's name as attribute
 // keiro.outbox.slot: MetricLogSlotRetained is the WAL the slot retains, MetricLogSlotSafeWAL
 // the WAL that can still be written before it is in danger of invalidation (absent when
@@ -243,13 +290,14 @@ func b2i(b bool) int64 {
 	return 0
 }
 
-// drainClaimed waits until keiro_outbox has no open row (pending, failed or publishing),
+// drainClaimed waits until keiro_outbox has no open row (pending, failed or publishing) of the
+// relay's destinations,
 // checking every PollInterval, while the claim loop (claimDone reports its end) publishes
 // them. It returns the claim loop's error if the loop ends first.
 func (r *Relay) drainClaimed(ctx context.Context, claimDone <-chan error) error {
 	open := func() (bool, error) {
 		var n bool
-		err := r.pool.QueryRow(ctx, r.store.q.AnyOpen).Scan(&n)
+		err := r.pool.QueryRow(ctx, r.store.q.AnyOpen, r.cfg.Destinations).Scan(&n)
 		return n, err
 	}
 	n, err := open()

@@ -5,11 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/outbox/internal/logslot"
 )
 
 // Mode is how a schema's outbox is published (docs/architecture.md, "Log mode").
@@ -35,8 +39,19 @@ func ParseMode(s string) (Mode, error) {
 }
 
 // DefaultLogSlot is the replication slot (and publication) of a schema's log mode when none is
-// named: "<schema>_keiro_log".
-func DefaultLogSlot(schema string) string { return schema + "_keiro_log" }
+// named and the relay publishes every destination: "<schema>_keiro_log". It is
+// LogSlotFor(schema, nil).
+func DefaultLogSlot(schema string) string { return logslot.Name(schema, nil) }
+
+// LogSlotFor is the replication slot (and publication) of a log-mode relay restricted to
+// destinations (RelayConfig.Destinations) when LogSlot is not set: DefaultLogSlot(schema) for
+// none, and "<schema>_keiro_log_<hash>" for a set, hash being 12 hexadecimal digits of the
+// SHA-256 of the sorted, deduplicated destinations. Relays with the same set, in any order,
+// share the slot (one reads it, the others wait on standby). The name is a valid slot name
+// for a schema of at most 40 characters; set LogSlot for a longer one.
+func LogSlotFor(schema string, destinations []string) string {
+	return logslot.Name(schema, destinations)
+}
 
 // slotName is what a slot or publication name may be: PostgreSQL's slot-name rule, so the
 // name needs no quoting in the replication protocol.
@@ -55,6 +70,17 @@ func (s *Store) Mode(ctx context.Context, q Querier) (Mode, error) {
 type ModeChange struct {
 	// From and To are the modes before and after.
 	From, To Mode
+	// Slot is the log-mode slot the change prepared (To is ModeLog), and SlotCreated whether
+	// the change created it. A slot created while the schema was already in log mode (From
+	// ModeLog) decodes only the transactions that commit after its creation: the events of its
+	// destinations written since the switch (Changed) are not in it, and Store.RecoverLogFor
+	// republishes them (a log-mode relay that read claim mode before its switch found the
+	// schema switched by another does so itself).
+	Slot        string
+	SlotCreated bool
+	// Changed is when the schema entered the mode From (keiro_outbox_settings.changed_at):
+	// for a From of ModeLog, the switch to log mode.
+	Changed time.Time
 	// LSN is the WAL position once the change committed: every event written in the old mode
 	// is before it. After a switch from log back to claim, the log-mode relay has published
 	// every event of keiro_outbox_log once its slot's confirmed_flush_lsn reaches LSN.
@@ -75,15 +101,31 @@ type ModeChange struct {
 // reaches the returned LSN); drop the slot once no relay runs in log mode (a slot nobody reads
 // makes PostgreSQL keep WAL).
 func (s *Store) SetMode(ctx context.Context, db Querier, mode Mode, slot string) (ModeChange, error) {
+	return s.SetModeFor(ctx, db, mode, slot, nil)
+}
+
+// SetModeFor is SetMode for the relays restricted to destinations (RelayConfig.Destinations):
+// switching to ModeLog prepares the slot of that set (slot "" is LogSlotFor(schema,
+// destinations)), whose publication gives it only the rows of those destinations (a row
+// filter: PostgreSQL 15 or later). It refuses a set that overlaps another log-mode slot of the
+// schema (see Store.LogSlots): two slots would publish the same events. With several
+// destination groups, prepare every group's slot before the switch (PrepareLogSlot), so that
+// each decodes every event of its destinations written after it.
+func (s *Store) SetModeFor(ctx context.Context, db Querier, mode Mode, slot string, destinations []string) (ModeChange, error) {
 	if _, err := ParseMode(string(mode)); err != nil {
 		return ModeChange{}, fmt.Errorf("set outbox mode: %w", err)
 	}
+	var created bool
 	if mode == ModeLog {
-		if err := s.prepareLog(ctx, db, slot); err != nil {
+		var err error
+		if slot, created, err = s.prepareLog(ctx, db, slot, destinations); err != nil {
 			return ModeChange{}, fmt.Errorf("set outbox mode: %w", err)
 		}
+	} else {
+		slot = ""
 	}
 	var from string
+	var changed time.Time
 	err := func() error {
 		tx, err := db.Begin(ctx)
 		if err != nil {
@@ -93,7 +135,7 @@ func (s *Store) SetMode(ctx context.Context, db Querier, mode Mode, slot string)
 		// The row lock serializes concurrent changes (relays started together with
 		// --mode=log each switch the schema): the later ones read the mode the first set
 		// and change nothing, so they take no fence.
-		if err := tx.QueryRow(ctx, s.q.ReadModeForUpdate).Scan(&from); err != nil {
+		if err := tx.QueryRow(ctx, s.q.ReadModeForUpdate).Scan(&from, &changed); err != nil {
 			return err
 		}
 		if Mode(from) == mode {
@@ -111,39 +153,146 @@ func (s *Store) SetMode(ctx context.Context, db Querier, mode Mode, slot string)
 	if err := db.QueryRow(ctx, `SELECT pg_catalog.pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
 		return ModeChange{}, errors.Join(fmt.Errorf("set outbox mode %s: read the WAL position", mode), err)
 	}
-	return ModeChange{From: Mode(from), To: mode, LSN: lsn}, nil
+	return ModeChange{From: Mode(from), To: mode, LSN: lsn, Slot: slot, SlotCreated: created, Changed: changed}, nil
 }
 
-// prepareLog creates, if they do not exist, the publication of keiro_outbox_log's inserts and
-// the logical replication slot (pgoutput) of log mode, both named slot ("" is DefaultLogSlot).
-// A slot decodes only the transactions that commit after its creation: it must exist before
-// the mode becomes 'log'.
-func (s *Store) prepareLog(ctx context.Context, db Querier, slot string) error {
+// PrepareLogSlot creates, if they do not exist, the publication and the replication slot of a
+// log-mode relay restricted to destinations (nil: every destination; slot "" is
+// LogSlotFor(schema, destinations)), without changing the mode, and returns the slot's name
+// and whether it created the slot. Run it for each destination group before the switch to log
+// mode: a slot decodes only what commits after its creation. It refuses a set that overlaps
+// another log-mode slot of the schema, and an existing publication of another set.
+func (s *Store) PrepareLogSlot(ctx context.Context, db Querier, slot string, destinations []string) (string, bool, error) {
+	slot, created, err := s.prepareLog(ctx, db, slot, destinations)
+	if err != nil {
+		return slot, false, fmt.Errorf("prepare the log-mode slot: %w", err)
+	}
+	return slot, created, nil
+}
+
+// prepareLog creates, if they do not exist, the publication of keiro_outbox_log's inserts of
+// destinations (a row filter; nil: every destination) and the logical replication slot
+// (pgoutput) of log mode, both named slot ("" is LogSlotFor(schema, destinations)). It
+// returns the slot's name and whether it created the slot. A slot decodes only the
+// transactions that commit after its creation: it must exist before the mode becomes 'log'.
+func (s *Store) prepareLog(ctx context.Context, db Querier, slot string, destinations []string) (string, bool, error) {
+	dests := logslot.Normalize(destinations)
 	if slot == "" {
-		slot = DefaultLogSlot(s.schema)
+		slot = LogSlotFor(s.schema, dests)
 	}
 	if !slotName.MatchString(slot) {
-		return fmt.Errorf("slot %q: must be 1 to 63 lower case letters, digits or underscores", slot)
+		return slot, false, fmt.Errorf("slot %q: must be 1 to 63 lower case letters, digits or underscores", slot)
 	}
-	var found bool
-	if err := db.QueryRow(ctx, s.q.FindPublication, slot).Scan(&found); err != nil {
-		return fmt.Errorf("find publication %s: %w", slot, err)
-	}
-	if !found {
-		stmt := strings.ReplaceAll(s.q.CreatePublication, "{{publication}}", slot)
-		// Another relay creating it at the same moment: duplicate_object, or the catalog's
-		// unique index (unique_violation on pg_publication_pubname_index).
-		if _, err := db.Exec(ctx, stmt); err != nil && !isPgCode(err, "42710") && !isPgCode(err, "23505") {
-			return fmt.Errorf("create publication %s: %w", slot, err)
+	for i, d := range dests {
+		if err := envelope.ValidateTopic(d); err != nil {
+			return slot, false, fmt.Errorf("destinations[%d] %q %w", i, d, err)
 		}
 	}
-	if _, err := db.Exec(ctx, s.q.CreateSlot, slot); err != nil && !isPgCode(err, "42710") {
+	if len(dests) > 0 {
+		var ok bool
+		if err := db.QueryRow(ctx, s.q.RowFilters).Scan(&ok); err != nil {
+			return slot, false, fmt.Errorf("read the server version: %w", err)
+		}
+		if !ok {
+			return slot, false, errors.New("destinations in log mode need PostgreSQL 15 or later (publication row filters)")
+		}
+	}
+	if err := s.checkOverlap(ctx, db, slot, dests); err != nil {
+		return slot, false, err
+	}
+	var filter *string
+	if err := db.QueryRow(ctx, s.q.PublicationFilter, slot).Scan(&filter); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return slot, false, fmt.Errorf("find publication %s: %w", slot, err)
+	}
+	pubCreated := false
+	if filter == nil {
+		stmt := strings.NewReplacer("{{publication}}", slot, "{{filter}}", logslot.RowFilter(dests)).Replace(s.q.CreatePublication)
+		// Another relay creating it at the same moment: duplicate_object, or the catalog's
+		// unique index (unique_violation on pg_publication_pubname_index).
+		_, err := db.Exec(ctx, stmt)
+		if err != nil && !isPgCode(err, "42710") && !isPgCode(err, "23505") {
+			return slot, false, fmt.Errorf("create publication %s: %w", slot, err)
+		}
+		pubCreated = err == nil
+	} else if got := logslot.ParseRowFilter(*filter); !slices.Equal(got, dests) {
+		return slot, false, fmt.Errorf("publication %s publishes %s, not %s: choose another slot (LogSlot, --log-slot), or drop the slot and the publication %s",
+			slot, describeSet(got), describeSet(dests), slot)
+	}
+	created, err := createSlot(ctx, db, s.q.CreateSlot, slot)
+	if err != nil && !isPgCode(err, "42710") {
 		if isPgCode(err, "55000") || isPgCode(err, "42501") {
 			err = errors.Join(err, errors.New("log mode needs wal_level = logical and a role with the REPLICATION attribute"))
 		}
-		return fmt.Errorf("create replication slot %s: %w", slot, err)
+		return slot, false, fmt.Errorf("create replication slot %s: %w", slot, err)
+	}
+	if created {
+		// Two relays of overlapping sets starting at once both passed the first check: the
+		// one that finds the other's slot now drops its own, so that one slot at most
+		// publishes each destination (the other relay's next start sees this one's, or none).
+		if err := s.checkOverlap(ctx, db, slot, dests); err != nil {
+			if _, derr := db.Exec(ctx, s.q.DropSlot, slot); derr != nil {
+				err = errors.Join(err, fmt.Errorf("drop the slot %s just created: %w", slot, derr))
+			} else if pubCreated {
+				if _, derr := db.Exec(ctx, strings.ReplaceAll(s.q.DropPublication, "{{publication}}", slot)); derr != nil {
+					err = errors.Join(err, fmt.Errorf("drop the publication %s just created: %w", slot, derr))
+				}
+			}
+			return slot, false, err
+		}
+	}
+	return slot, created, nil
+}
+
+// createSlot runs stmt (sqlq's CreateSlot) for slot, and reports whether it created the slot
+// (its row) rather than found it.
+func createSlot(ctx context.Context, db Querier, stmt, slot string) (bool, error) {
+	rows, err := db.Query(ctx, stmt, slot)
+	if err != nil {
+		return false, err
+	}
+	created := rows.Next()
+	rows.Close()
+	return created, rows.Err()
+}
+
+// checkOverlap refuses a slot of dests (nil: every destination) when another existing
+// log-mode slot of the schema publishes one of its destinations: both would publish it.
+func (s *Store) checkOverlap(ctx context.Context, q Querier, slot string, dests []string) error {
+	slots, err := s.LogSlots(ctx, q)
+	if err != nil {
+		return err
+	}
+	for _, o := range slots {
+		if o.Slot == slot || !o.Exists {
+			continue
+		}
+		if both := logslot.Overlap(dests, o.Destinations); len(both) > 0 {
+			return fmt.Errorf("%w: slot %s would publish %s, and the slot %s of the schema already publishes %s: both would publish %s; give the relays disjoint Destinations, or drop the slot %s (and its publication) once no relay reads it",
+				ErrLogSlotOverlap, slot, describeSet(dests), o.Slot, describeSet(o.Destinations), describeBoth(both), o.Slot)
+		}
 	}
 	return nil
+}
+
+// ErrLogSlotOverlap reports a log-mode slot whose destinations overlap another slot's of the
+// schema (a relay without Destinations overlaps every other): both would publish the same
+// events. The relay refuses to start.
+var ErrLogSlotOverlap = errors.New("log-mode slots overlap")
+
+// describeSet names a destination set in a message: nil is every destination.
+func describeSet(set []string) string {
+	if len(set) == 0 {
+		return "every destination"
+	}
+	return "the destinations " + strings.Join(set, ", ")
+}
+
+// describeBoth names the overlap of two sets.
+func describeBoth(both []string) string {
+	if len(both) == 1 && both[0] == "*" {
+		return "every destination"
+	}
+	return strings.Join(both, ", ")
 }
 
 // isPgCode reports a PostgreSQL error of SQLSTATE code.
@@ -174,6 +323,37 @@ type SlotStatus struct {
 	// SafeWALSize is how many more bytes of WAL can be written before the slot is in danger
 	// of losing WAL; nil when max_slot_wal_keep_size is -1 (unlimited).
 	SafeWALSize *int64 `json:"safe_wal_size"`
+	// Destinations are the destinations the slot's publication gives it (its row filter);
+	// empty for every destination. Only Store.LogSlots fills it.
+	Destinations []string `json:"destinations,omitempty"`
+}
+
+// LogSlots reads every log-mode slot of the schema: one per publication of its
+// keiro_outbox_log (keiro names a slot after its publication), in name order, with the
+// destinations the publication gives it. A publication whose slot does not exist is listed
+// with Exists false. Retention of keiro_outbox_log deletes only what every existing one has
+// confirmed.
+func (s *Store) LogSlots(ctx context.Context, q Querier) ([]SlotStatus, error) {
+	rows, err := q.Query(ctx, s.q.LogSlots)
+	if err != nil {
+		return nil, fmt.Errorf("read the log-mode slots: %w", err)
+	}
+	defer rows.Close()
+	var out []SlotStatus
+	for rows.Next() {
+		var st SlotStatus
+		var filter string
+		if err := rows.Scan(&st.Slot, &filter, &st.Exists, &st.ActivePID, &st.ConfirmedFlushLSN, &st.RetainedBytes,
+			&st.WALStatus, &st.SafeWALSize); err != nil {
+			return nil, fmt.Errorf("read the log-mode slots: %w", err)
+		}
+		st.Destinations = logslot.ParseRowFilter(filter)
+		out = append(out, st)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the log-mode slots: %w", err)
+	}
+	return out, nil
 }
 
 // LogSlotStatus reads the log-mode slot's state (slot "" is DefaultLogSlot).
@@ -214,12 +394,19 @@ type LogRecovery struct {
 // and may come after the key's newer events from the new slot. Events already in keiro_outbox
 // are skipped, so a second recovery of the same range copies nothing.
 func (s *Store) RecoverLog(ctx context.Context, q Querier, since, until time.Time) (LogRecovery, error) {
+	return s.RecoverLogFor(ctx, q, since, until, nil)
+}
+
+// RecoverLogFor is RecoverLog restricted to the events of destinations (nil: all): the
+// recovery of a per-destination relay's slot (RelayConfig.Destinations), which republishes
+// none of the other slots' events.
+func (s *Store) RecoverLogFor(ctx context.Context, q Querier, since, until time.Time, destinations []string) (LogRecovery, error) {
 	var r LogRecovery
 	if !until.After(since) {
 		return r, fmt.Errorf("recover keiro_outbox_log: until (%s) must be after since (%s)",
 			until.Format(time.RFC3339), since.Format(time.RFC3339))
 	}
-	if err := q.QueryRow(ctx, s.q.RecoverLog, since, until).Scan(&r.Found, &r.Copied); err != nil {
+	if err := q.QueryRow(ctx, s.q.RecoverLog, since, until, logslot.Normalize(destinations)).Scan(&r.Found, &r.Copied); err != nil {
 		return r, fmt.Errorf("recover keiro_outbox_log: %w", err)
 	}
 	return r, nil

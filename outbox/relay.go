@@ -60,6 +60,9 @@ type Relay struct {
 	sleepHook func()
 	// flushHook, if set (tests), runs before each flush's lease check.
 	flushHook func()
+	// afterModeRead, if set (tests), runs in ModeLog between the relay's read of the schema's
+	// mode and the preparation of its slot.
+	afterModeRead func()
 	// now is the relay's clock (time.Now; tests inject one): leases are timed with its
 	// monotonic reading, so a wall-clock step neither shortens nor stretches them.
 	now          func() time.Time

@@ -113,8 +113,12 @@ type outboxStatus struct {
 	OldestPendingAgeSeconds *float64 `json:"oldest_pending_age_seconds"`
 	// Mode is the schema's mode, claim or log (empty before migration 009).
 	Mode string `json:"mode,omitempty"`
-	// LogSlot is the log-mode slot's state; null when the slot does not exist.
+	// LogSlot is the default log-mode slot's state (outbox.DefaultLogSlot); null when the slot
+	// does not exist.
 	LogSlot *outbox.SlotStatus `json:"log_slot,omitempty"`
+	// LogSlots are every log-mode slot of the schema (one per publication of keiro_outbox_log,
+	// with the destinations it gives its slot; several with per-destination relays).
+	LogSlots []outbox.SlotStatus `json:"log_slots,omitempty"`
 }
 
 // Run prints the outbox's state.
@@ -137,8 +141,8 @@ func (c *statusCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 	if st.Mode != "" {
 		fmt.Fprintf(env.Stdout, "mode: %s\n", st.Mode)
 	}
-	if st.LogSlot != nil {
-		printSlot(env, *st.LogSlot)
+	for _, ss := range st.LogSlots {
+		printSlot(env, ss)
 	}
 	return nil
 }
@@ -188,6 +192,9 @@ func readStatus(ctx context.Context, conn *pgx.Conn, db *dbFlags) (outboxStatus,
 		}
 		if ss.Exists {
 			st.LogSlot = &ss
+		}
+		if st.LogSlots, err = store.LogSlots(ctx, conn); err != nil {
+			return st, err
 		}
 	}
 	if waiting {

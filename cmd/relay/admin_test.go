@@ -489,3 +489,61 @@ func TestModeRecover(t *testing.T) {
 		t.Errorf("no --since: exit %d, stderr %s", r.code, r.stderr)
 	}
 }
+
+// Per-destination relays in log mode: `mode prepare` creates a group's slot before the switch,
+// `mode set log --destinations` another's and switches, `status` and `mode show` list every
+// slot with its destinations, the slot of every destination is refused beside them, and
+// `mode recover --destinations` copies only those destinations' events.
+func TestModeDestinationGroups(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	orders, payments := outbox.LogSlotFor(db.Schema, []string{"orders"}), outbox.LogSlotFor(db.Schema, []string{"payments"})
+	t.Cleanup(func() {
+		for _, slot := range []string{orders, payments, outbox.DefaultLogSlot(db.Schema)} {
+			_, _ = db.Pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+			_, _ = db.Pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+slot)
+		}
+	})
+	base := []string{"--database-url=" + testenv.DatabaseURL(), "--schema=" + db.Schema}
+	r := invoke(t, append(base, "mode", "prepare", "--destinations=orders")...)
+	if r.code != 0 || !strings.Contains(r.stdout, "log slot "+orders+" created for orders") {
+		t.Fatalf("mode prepare: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	r = invoke(t, append(base, "mode", "set", "log", "--destinations=payments")...)
+	if r.code != 0 || !strings.Contains(r.stdout, "mode log (was claim)") {
+		t.Fatalf("mode set log --destinations: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	r = invoke(t, append(base, "mode", "set", "log")...)
+	if r.code == 0 || !strings.Contains(r.stderr, "would publish every destination") {
+		t.Fatalf("mode set log beside the groups: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	r = invoke(t, append(base, "status", "--json")...)
+	var st outboxStatus
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+		t.Fatalf("%v\n%s", err, r.stdout)
+	}
+	got := map[string]string{}
+	for _, s := range st.LogSlots {
+		got[s.Slot] = strings.Join(s.Destinations, ",")
+	}
+	if st.LogSlot != nil || len(got) != 2 || got[orders] != "orders" || got[payments] != "payments" {
+		t.Fatalf("status: default slot %+v, slots %v", st.LogSlot, got)
+	}
+	r = invoke(t, append(base, "mode")...)
+	if !strings.Contains(r.stdout, "log slot "+orders+" (destinations orders): reader none") ||
+		!strings.Contains(r.stdout, "log slot "+payments+" (destinations payments): reader none") {
+		t.Fatalf("mode show:\n%s", r.stdout)
+	}
+	if _, err := db.Pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s.keiro_outbox_log (outbox_id, message_id, source,
+		destination, message_key, event_type, schema_version, content_type, payload_bytes, occurred_at, created_at)
+		VALUES (gen_random_uuid(), 'o1', 'ordering', 'orders', 'k', 'OrderPlaced', 1, 'application/json', '\x7b7d', now(), now() - interval '30 minutes'),
+		       (gen_random_uuid(), 'p1', 'ordering', 'payments', 'k', 'PaymentTaken', 1, 'application/json', '\x7b7d', now(), now() - interval '30 minutes')`,
+		db.Schema)); err != nil {
+		t.Fatal(err)
+	}
+	r = invoke(t, append(base, "mode", "recover", "--since=1h", "--destinations=payments")...)
+	if r.code != 0 || !strings.Contains(r.stdout, ": 1 events, 1 copied") {
+		t.Fatalf("recover --destinations: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+}

@@ -166,7 +166,7 @@ type runCmd struct {
 	Admin cli.AdminFlags     `embed:""`
 
 	Mode                string        `help:"How the relay publishes: claim (claim and mark keiro_outbox's rows; works everywhere) or log (switch the schema to log mode and follow a logical replication slot in commit order; needs wal_level=logical and the REPLICATION attribute, not through PgBouncer)." default:"claim" placeholder:"MODE"`
-	LogSlot             string        `help:"With --mode=log: the replication slot and publication (default: <schema>_keiro_log)." placeholder:"SLOT"`
+	LogSlot             string        `help:"With --mode=log: the replication slot and publication (default: <schema>_keiro_log; with --destinations, <schema>_keiro_log_<hash of the set>)." placeholder:"SLOT"`
 	Policy              string        `help:"Ordering policy: ${policies}." default:"${policy}" placeholder:"POLICY"`
 	BatchSize           int           `help:"Rows claimed per batch." default:"${batch_size}"`
 	MaxInFlight         int           `help:"Claimed batches being published at once (per-key order is kept)." default:"${max_in_flight}"`
@@ -182,7 +182,7 @@ type runCmd struct {
 	Retention           time.Duration `help:"How long sent rows are kept before deletion; 0 keeps them forever." default:"${retention}"`
 	MaintenanceInterval time.Duration `help:"Period of retention and gauges (one relay at a time)." default:"${maintenance_interval}"`
 	VacuumThreshold     int64         `help:"Vacuum the outbox table once it holds this many dead row versions, without waiting for autovacuum (a deep backlog drains at full speed); needs the role to own the table; 0 never vacuums." default:"${vacuum_threshold}"`
-	Destinations        []string      `help:"Only publish rows for these destinations (topics), comma separated (default: all)." placeholder:"TOPIC"`
+	Destinations        []string      `help:"Only publish rows for these destinations (topics), comma separated (default: all). With --mode=log the relay follows a slot of its own that gets only these destinations' rows (PostgreSQL 15+), and refuses to start if another slot of the schema publishes one of them." placeholder:"TOPIC"`
 	OrderedSources      []string      `help:"With --policy=per-source: declare these sources ordered streams at start (their producers then serialise per source, so their rows are published in commit order, null keys included), comma separated." placeholder:"SOURCE"`
 	Migrate             bool          `help:"Apply database migrations before starting."`
 	MaxRecordBytes      int           `help:"Largest record produced; larger rows are rejected (message_too_large). Set to the topic's max.message.bytes if lower; 0 uses the producer's batch limit."`
@@ -205,8 +205,10 @@ func (c *runCmd) ValidateFlags() error {
 	if _, err := outbox.ParseMode(c.Mode); err != nil {
 		p.Add("mode", "unknown mode %q: use claim or log", c.Mode)
 	}
-	if c.Mode == string(outbox.ModeLog) && len(c.Destinations) > 0 {
-		p.Add("destinations", "is not supported with --mode=log yet (one slot publishes every destination)")
+	for i, d := range c.Destinations {
+		if err := envelope.ValidateTopic(d); err != nil {
+			p.Add("destinations", "entry %d %q %v", i+1, d, err)
+		}
 	}
 	if c.LogSlot != "" && c.Mode != string(outbox.ModeLog) {
 		p.Add("log-slot", "names the slot of --mode=log (got --mode=%s)", c.Mode)
@@ -295,6 +297,7 @@ var logSlotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 type modeCmd struct {
 	Show    modeShowCmd    `cmd:"" default:"1" help:"Print the schema's mode and, in log mode, its slot."`
 	Set     modeSetCmd     `cmd:"" help:"Switch the schema's mode: log creates the slot first (needs the REPLICATION attribute); waits for running producers."`
+	Prepare modePrepareCmd `cmd:"" help:"Create the slot and publication of a destination group's log-mode relays (--destinations) without switching: prepare every group before the switch, so that each slot holds every event of its destinations."`
 	Recover modeRecoverCmd `cmd:"" help:"Republish the keiro_outbox_log events written in a time range (a lost slot's unconfirmed events): copies them into keiro_outbox for the relay's claim loop."`
 }
 
@@ -303,14 +306,22 @@ type modeShowCmd struct{}
 
 // modeSetCmd switches the mode.
 type modeSetCmd struct {
-	Mode    string `arg:"" enum:"claim,log" help:"claim or log."`
-	LogSlot string `help:"The replication slot and publication of log mode (default: <schema>_keiro_log)." placeholder:"SLOT"`
+	Mode         string   `arg:"" enum:"claim,log" help:"claim or log."`
+	LogSlot      string   `help:"The replication slot and publication of log mode (default: <schema>_keiro_log; with --destinations, <schema>_keiro_log_<hash of the set>)." placeholder:"SLOT"`
+	Destinations []string `help:"With log: create the slot of the relays run with these --destinations (comma separated) instead of the slot of every destination." placeholder:"TOPIC"`
+}
+
+// modePrepareCmd creates a destination group's slot without switching.
+type modePrepareCmd struct {
+	LogSlot      string   `help:"The replication slot and publication (default: <schema>_keiro_log_<hash of the set>)." placeholder:"SLOT"`
+	Destinations []string `required:"" help:"The destinations (topics) of the group's relays, comma separated, as their --destinations." placeholder:"TOPIC"`
 }
 
 // modeRecoverCmd republishes keiro_outbox_log's events of a time range.
 type modeRecoverCmd struct {
-	Since string `required:"" help:"The range's start: an RFC 3339 time, or a duration before now (2h)." placeholder:"TIME"`
-	Until string `help:"The range's end, excluded: an RFC 3339 time or a duration before now (default: now)." placeholder:"TIME"`
+	Since        string   `required:"" help:"The range's start: an RFC 3339 time, or a duration before now (2h)." placeholder:"TIME"`
+	Until        string   `help:"The range's end, excluded: an RFC 3339 time or a duration before now (default: now)." placeholder:"TIME"`
+	Destinations []string `help:"Only the events of these destinations (a per-destination relay's slot), comma separated (default: all)." placeholder:"TOPIC"`
 }
 
 // migrateCmd applies migrations.

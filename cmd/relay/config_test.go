@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -277,7 +278,7 @@ func TestModeFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"run", "--mode=wal"}, `--mode: unknown mode "wal": use claim or log`},
-		{[]string{"run", "--mode=log", "--destinations=orders"}, "--destinations: is not supported with --mode=log yet"},
+		{[]string{"run", "--mode=log", "--destinations=orders,a/b"}, `--destinations: entry 2 "a/b" is not a legal Kafka topic`},
 		{[]string{"run", "--mode=claim", "--log-slot=s"}, "--log-slot: names the slot of --mode=log (got --mode=claim)"},
 		{[]string{"run", "--mode=log", "--log-slot=Bad-Slot"}, `--log-slot: "Bad-Slot" must be 1 to 63 lower case letters`},
 	} {
@@ -285,6 +286,20 @@ func TestModeFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: err = %v, want %q", c.args, err, c.want)
 		}
+	}
+	// Per-destination relays in log mode: a slot of their own, named after the set.
+	g, err = parse(t, "--database-url=postgres://h/db", "--brokers=h:1", "run", "--mode=log", "--destinations=payments,orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = g.Run.relayConfig(g.DB.Schema, false, nil)
+	if cfg.Mode != outbox.ModeLog || !slices.Equal(cfg.Destinations, []string{"payments", "orders"}) {
+		t.Fatalf("--mode=log --destinations: Mode %q, Destinations %q", cfg.Mode, cfg.Destinations)
+	}
+	var out strings.Builder
+	if code := run(context.Background(), []string{"--database-url=postgres://127.0.0.1:1/db", "mode", "set", "claim", "--destinations=orders"}, &out, &out); code != 2 ||
+		!strings.Contains(out.String(), "--destinations names the slot of log mode") {
+		t.Errorf("mode set claim --destinations: exit %d: %s", code, out.String())
 	}
 	if _, err := parse(t, "--database-url=postgres://h/db", "mode", "set", "wal"); err == nil || !strings.Contains(err.Error(), "must be one of") {
 		t.Errorf("mode set wal: err = %v", err)

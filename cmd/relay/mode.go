@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/keiro-go/keiro/internal/cli"
@@ -21,12 +22,38 @@ func (c *modeShowCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 		return fmt.Errorf("%w (apply the migrations: relay migrate)", err)
 	}
 	fmt.Fprintf(env.Stdout, "schema %s: mode %s\n", g.DB.Schema, mode)
-	ss, err := store.LogSlotStatus(ctx, conn, "")
+	slots, err := store.LogSlots(ctx, conn)
 	if err != nil {
 		return err
 	}
-	if ss.Exists {
+	for _, ss := range slots {
 		printSlot(env, ss)
+	}
+	return nil
+}
+
+// Run creates a destination group's slot and publication.
+func (c *modePrepareCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
+	conn, store, err := g.DB.outboxStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	mode, err := store.Mode(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("%w (apply the migrations: relay migrate)", err)
+	}
+	slot, created, err := store.PrepareLogSlot(ctx, conn, c.LogSlot, c.Destinations)
+	if err != nil {
+		return err
+	}
+	verb := "exists"
+	if created {
+		verb = "created"
+	}
+	fmt.Fprintf(env.Stdout, "schema %s: log slot %s %s for %s\n", g.DB.Schema, slot, verb, strings.Join(c.Destinations, ", "))
+	if created && mode == outbox.ModeLog {
+		fmt.Fprintf(env.Stdout, "the schema is already in log mode: the slot holds the events written from now on; republish the earlier ones of its destinations with `relay mode recover --since=<the switch's time> --destinations=%s`\n", strings.Join(c.Destinations, ","))
 	}
 	return nil
 }
@@ -37,21 +64,27 @@ func (c *modeSetCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 	if err != nil {
 		return err
 	}
+	if len(c.Destinations) > 0 && mode != outbox.ModeLog {
+		return usagef("--destinations names the slot of log mode (got %s)", mode)
+	}
 	conn, store, err := g.DB.outboxStore(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	ch, err := store.SetMode(ctx, conn, mode, c.LogSlot)
+	ch, err := store.SetModeFor(ctx, conn, mode, c.LogSlot, c.Destinations)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(env.Stdout, "schema %s: mode %s (was %s) from WAL position %s\n", g.DB.Schema, ch.To, ch.From, ch.LSN)
+	if ch.SlotCreated && ch.From == outbox.ModeLog {
+		fmt.Fprintf(env.Stdout, "created the log slot %s while the schema was already in log mode: it holds the events written from now on; republish the earlier ones of its destinations with `relay mode recover --since=<the switch's time>`\n", ch.Slot)
+	}
 	switch {
 	case ch.To == outbox.ModeLog && ch.From != outbox.ModeLog:
 		fmt.Fprintln(env.Stdout, "producers now write keiro_outbox_log; run the relays with --mode=log (they publish the rows still open in keiro_outbox first)")
 	case ch.To == outbox.ModeClaim && ch.From != outbox.ModeClaim:
-		fmt.Fprintf(env.Stdout, "producers now write keiro_outbox; keep the log-mode relay running until `relay status` shows the slot's confirmed position at or past %s, then run the relays with --mode=claim and drop the slot\n", ch.LSN)
+		fmt.Fprintf(env.Stdout, "producers now write keiro_outbox; keep the log-mode relays running until `relay status` shows each slot's confirmed position at or past %s, then run the relays with --mode=claim and drop the slots\n", ch.LSN)
 	}
 	return nil
 }
@@ -77,7 +110,7 @@ func (c *modeRecoverCmd) Run(ctx context.Context, g *grammar, env *cli.Env) erro
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	r, err := store.RecoverLog(ctx, conn, since, until)
+	r, err := store.RecoverLogFor(ctx, conn, since, until, c.Destinations)
 	if err != nil {
 		return err
 	}
@@ -116,8 +149,16 @@ func printSlot(env *cli.Env, ss outbox.SlotStatus) {
 	if ss.SafeWALSize != nil {
 		safe = fmt.Sprintf("%d B", *ss.SafeWALSize)
 	}
-	fmt.Fprintf(env.Stdout, "log slot %s: reader %s, confirmed %s, retained WAL %d B, wal_status %s, safe_wal_size %s\n",
-		ss.Slot, active, ss.ConfirmedFlushLSN, ss.RetainedBytes, ss.WALStatus, safe)
+	if !ss.Exists {
+		fmt.Fprintf(env.Stdout, "log slot %s: missing (its publication exists, the slot does not)\n", ss.Slot)
+		return
+	}
+	dests := ""
+	if len(ss.Destinations) > 0 {
+		dests = " (destinations " + strings.Join(ss.Destinations, ", ") + ")"
+	}
+	fmt.Fprintf(env.Stdout, "log slot %s%s: reader %s, confirmed %s, retained WAL %d B, wal_status %s, safe_wal_size %s\n",
+		ss.Slot, dests, active, ss.ConfirmedFlushLSN, ss.RetainedBytes, ss.WALStatus, safe)
 	if ss.WALStatus == "lost" {
 		fmt.Fprintln(env.Stdout, "the slot is invalidated: PostgreSQL removed WAL it had not confirmed; drop it and recover the unconfirmed events from keiro_outbox_log (docs/architecture.md, \"Log mode\")")
 	}

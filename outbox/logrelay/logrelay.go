@@ -25,6 +25,7 @@ func newEngine(c logreg.Config) (logreg.Engine, error) {
 	e, err := logmode.New(c.ConnString, c.Client, logmode.Config{
 		Schema:                  c.Schema,
 		Slot:                    c.Slot,
+		Destinations:            c.Destinations,
 		MaxInFlightRecords:      c.MaxInFlightRecords,
 		MaxRecordBytes:          c.MaxRecordBytes,
 		ShutdownTimeout:         c.ShutdownTimeout,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/schemaname"
+	"github.com/keiro-go/keiro/outbox/internal/logslot"
 )
 
 // Defaults applied by Config.withDefaults.
@@ -45,11 +46,18 @@ type Config struct {
 	Schema string
 	// Slot is the logical replication slot the engine follows; created (pgoutput) when it
 	// does not exist. Engines sharing a slot elect one active reader: the others wait.
-	// Defaults to "<Schema>_keiro_log".
+	// Defaults to logslot.Name(Schema, Destinations): "<Schema>_keiro_log" for every
+	// destination.
 	Slot string
 	// Publication is the publication of keiro_outbox_log's inserts the slot decodes;
 	// created when it does not exist. Defaults to Slot.
 	Publication string
+	// Destinations, if set, restricts the engine to the records of these destinations
+	// (topics): the publication it creates has a row filter (PostgreSQL 15 or later) that
+	// gives the slot only their rows, an existing publication must have the same set, and the
+	// engine skips any other record it decodes (confirming its transaction all the same).
+	// Defaults to every destination.
+	Destinations []string
 	// MaxInFlightRecords bounds the records produced and not yet acknowledged by Kafka.
 	// Defaults to DefaultMaxInFlightRecords.
 	MaxInFlightRecords int
@@ -109,11 +117,12 @@ func (cfg Config) withDefaults() Config {
 		cfg.Schema = DefaultSchema
 	}
 	if cfg.Slot == "" {
-		cfg.Slot = cfg.Schema + "_keiro_log"
+		cfg.Slot = logslot.Name(cfg.Schema, cfg.Destinations)
 	}
 	if cfg.Publication == "" {
 		cfg.Publication = cfg.Slot
 	}
+	cfg.Destinations = logslot.Normalize(cfg.Destinations)
 	if cfg.MaxInFlightRecords == 0 {
 		cfg.MaxInFlightRecords = DefaultMaxInFlightRecords
 	}
@@ -149,6 +158,11 @@ func (cfg Config) validate() error {
 	}
 	if !identifier.MatchString(cfg.Publication) {
 		errs = append(errs, fmt.Errorf("Publication %q: must be 1 to 63 lower case letters, digits or underscores", cfg.Publication))
+	}
+	for i, d := range cfg.Destinations {
+		if err := envelope.ValidateTopic(d); err != nil {
+			errs = append(errs, fmt.Errorf("Destinations[%d] %q %w", i, d, err))
+		}
 	}
 	positive := func(name string, v int) {
 		if v < 0 {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -12,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/outbox/internal/logslot"
 )
 
 // session is one replication connection's life: set up the publication and the slot, start
@@ -58,6 +61,15 @@ func (e *Engine) session(ctx context.Context) error {
 // setup creates the publication and the slot if they do not exist and returns the slot's
 // confirmed position. A slot another reader holds is ErrSlotActive.
 func (e *Engine) setup(ctx context.Context, conn *pgconn.PgConn) (pglogrepl.LSN, error) {
+	if len(e.cfg.Destinations) > 0 {
+		res, err := conn.Exec(ctx, sqlRowFilters).ReadAll()
+		if err != nil {
+			return 0, fmt.Errorf("read the server version: %w", err)
+		}
+		if len(res) == 0 || len(res[0].Rows) == 0 || string(res[0].Rows[0][0]) != "t" {
+			return 0, fmt.Errorf("%w: Destinations in log mode need PostgreSQL 15 or later (publication row filters)", errConfig)
+		}
+	}
 	rows, err := conn.Exec(ctx, e.statement(sqlFindPublication)).ReadAll()
 	if err != nil {
 		return 0, fmt.Errorf("find publication %s: %w", e.cfg.Publication, err)
@@ -66,6 +78,9 @@ func (e *Engine) setup(ctx context.Context, conn *pgconn.PgConn) (pglogrepl.LSN,
 		if _, err := conn.Exec(ctx, e.statement(sqlCreatePublication)).ReadAll(); err != nil && !isDuplicate(err) {
 			return 0, fmt.Errorf("create publication %s: %w", e.cfg.Publication, err)
 		}
+	} else if got := logslot.ParseRowFilter(string(rows[0].Rows[0][0])); !slices.Equal(got, e.cfg.Destinations) {
+		return 0, fmt.Errorf("%w: publication %s publishes %s, and this engine %s; choose another Slot, or drop the slot and the publication %s",
+			errConfig, e.cfg.Publication, describe(got), describe(e.cfg.Destinations), e.cfg.Publication)
 	}
 	for range 2 {
 		slot, err := e.findSlot(ctx, conn)
@@ -92,6 +107,14 @@ func (e *Engine) setup(ctx context.Context, conn *pgconn.PgConn) (pglogrepl.LSN,
 		e.log.InfoContext(ctx, "log mode: created replication slot", "slot", e.cfg.Slot)
 	}
 	return 0, fmt.Errorf("replication slot %s: created but not found", e.cfg.Slot)
+}
+
+// describe names a destination set in an error: nil is every destination.
+func describe(set []string) string {
+	if len(set) == 0 {
+		return "every destination"
+	}
+	return "the destinations " + strings.Join(set, ", ")
 }
 
 // slotRow is a row of pg_replication_slots.
@@ -331,6 +354,11 @@ func (s *stream) handle(ctx context.Context, data []byte) error {
 		ev, err := l.event(m.Tuple)
 		if err != nil {
 			return fmt.Errorf("%w: %w", errConfig, err)
+		}
+		if len(s.e.cfg.Destinations) > 0 && !slices.Contains(s.e.cfg.Destinations, ev.Destination) {
+			// Not this engine's: the publication's row filter keeps such rows out, this is
+			// its backstop. The transaction is confirmed without it.
+			return nil
 		}
 		s.produce(ctx, s.tx, &ev)
 	case *pglogrepl.CommitMessage:

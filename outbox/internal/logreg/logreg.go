@@ -19,6 +19,8 @@ type Config struct {
 	ConnString string
 	// Schema holds keiro_outbox_log; Slot is the slot and publication.
 	Schema, Slot string
+	// Destinations restricts the engine to these destinations' records (nil: all).
+	Destinations []string
 	// Client is the relay's producer.
 	Client *kgo.Client
 	// MaxInFlightRecords and MaxRecordBytes bound the produce; ShutdownTimeout the wait at stop.

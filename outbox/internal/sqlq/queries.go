@@ -58,7 +58,8 @@ type Queries struct {
 	// validated slot name the caller substitutes; FindPublication, CreateSlot and SlotStatus
 	// take it as a parameter.
 	ReadMode, SetMode, AnyOpen string
-	// ReadModeForUpdate reads the mode and locks its row (the start of a change).
+	// ReadModeForUpdate reads the mode and the time it was set, and locks its row (the start
+	// of a change).
 	ReadModeForUpdate string
 	// RecoverLog copies keiro_outbox_log's rows of a time range into keiro_outbox (sqlRecoverLog).
 	RecoverLog string
@@ -66,6 +67,13 @@ type Queries struct {
 	// rejected row of keiro_outbox (the log-mode relay's dead letter).
 	DeadLetter                                                 string
 	FindPublication, CreatePublication, CreateSlot, SlotStatus string
+	// RowFilters, PublicationFilter and LogSlots are per-destination log mode's: whether the
+	// server has publication row filters, a publication's filter, and the schema's log slots.
+	// CreatePublication's {{filter}} is the caller's too (logslot.RowFilter).
+	RowFilters, PublicationFilter, LogSlots string
+	// DropSlot drops an inactive replication slot; DropPublication a publication, whose
+	// {{publication}} the caller substitutes. Clock reads the database's clock.
+	DropSlot, DropPublication, Clock string
 	// LookupRow and EnqueueExistingRows read whole rows of RowColumns. ListOutbox,
 	// ListOutboxNewest (their $9) and SearchOutbox (its $3) read a prefix of each payload
 	// (pgtext.PrefixSQL); the other listings read whole payloads.
@@ -147,6 +155,12 @@ func New(schema string) *Queries {
 		CreatePublication:    r.Replace(sqlCreatePublication),
 		CreateSlot:           sqlCreateSlot,
 		SlotStatus:           sqlSlotStatus,
+		RowFilters:           sqlRowFilters,
+		PublicationFilter:    r.Replace(sqlPublicationFilter),
+		LogSlots:             r.Replace(sqlLogSlots),
+		DropSlot:             sqlDropSlot,
+		DropPublication:      sqlDropPublication,
+		Clock:                sqlClock,
 		ListOutbox:           prefix(sqlListOutbox, 9),
 		ListOutboxNewest:     prefix(sqlListOutboxNewest, 9),
 		SearchOutbox:         prefix(sqlSearchOutbox, 3),

@@ -547,21 +547,32 @@ ins AS (
 SELECT (SELECT got FROM lock), (SELECT count(*) FROM ins)`
 
 // sqlLogRetention deletes up to $2 rows of keiro_outbox_log older than the retention $1 (µs)
-// that the slot $4 has confirmed, if it gets the maintenance lock $3. Confirmed means written
-// an hour or more before the newest mark the slot's confirmed_flush_lsn has passed (a
-// transaction that committed after the mark started before it, and transactions are taken to
-// last under an hour). Without such a mark (no slot, a slot that confirms nothing, an invalidated
-// slot) nothing is deleted: the table is what recovers the events a slot did not confirm. The
-// marks older than that newest confirmed one are forgotten. A deleted row that the slot still
-// had to decode is published all the same (decoding reads the WAL, not the table, and the
-// publication publishes no deletes); the mark protects the recovery copy only.
+// that every log-mode slot of the schema has confirmed (sqlLogSlots: the slots named after a
+// publication of keiro_outbox_log; with per-destination relays there are several), among them
+// the relay's own slot $4, if it gets the maintenance lock $3, and of the destinations $5 (NULL:
+// all; the relay passes those some slot publishes, so that the rows of a destination no slot
+// publishes stay for a recovery). Confirmed means written an hour or more before the newest mark the
+// lowest confirmed_flush_lsn of those slots has passed (a transaction that committed after the
+// mark started before it, and transactions are taken to last under an hour). Without such a
+// mark (no slot, the relay's own slot missing, a slot that confirms nothing, an invalidated
+// slot among them) nothing is
+// deleted: the table is what recovers the events a slot did not confirm. The marks older than
+// that newest confirmed one are forgotten. A deleted row that a slot still had to decode is
+// published all the same (decoding reads the WAL, not the table, and the publication
+// publishes no deletes); the mark protects the recovery copy only.
 const sqlLogRetention = `
 WITH lock AS MATERIALIZED (SELECT pg_try_advisory_xact_lock($3) AS got),
+slots AS MATERIALIZED (
+    SELECT s.confirmed_flush_lsn AS lsn, coalesce(s.wal_status, '') AS wal_status, s.slot_name = $4 AS own
+    FROM pg_catalog.pg_publication_tables t
+    JOIN pg_catalog.pg_replication_slots s ON s.slot_name = t.pubname AND s.database = current_database()
+    WHERE (SELECT got FROM lock) AND t.schemaname = '{{schema}}' AND t.tablename = 'keiro_outbox_log'),
+low AS MATERIALIZED (
+    SELECT min(lsn) AS lsn FROM slots
+    HAVING bool_or(own) AND bool_and(lsn IS NOT NULL AND wal_status <> 'lost')),
 mark AS MATERIALIZED (
-    SELECT max(m.at) AS at FROM {{schema}}.keiro_outbox_log_marks m
-    JOIN pg_catalog.pg_replication_slots s ON s.slot_name = $4 AND s.database = current_database()
-    WHERE (SELECT got FROM lock) AND s.confirmed_flush_lsn IS NOT NULL
-      AND coalesce(s.wal_status, '') <> 'lost' AND m.lsn <= s.confirmed_flush_lsn),
+    SELECT max(m.at) AS at FROM {{schema}}.keiro_outbox_log_marks m, low
+    WHERE m.lsn <= low.lsn),
 cutoff AS MATERIALIZED (
     SELECT least(now() - $1::bigint * interval '1 microsecond', at - interval '1 hour') AS t
     FROM mark WHERE at IS NOT NULL),
@@ -569,7 +580,7 @@ del AS (
     DELETE FROM {{schema}}.keiro_outbox_log
     WHERE ctid = ANY (ARRAY(
         SELECT l.ctid FROM {{schema}}.keiro_outbox_log l, cutoff
-        WHERE l.created_at < cutoff.t
+        WHERE l.created_at < cutoff.t AND ($5::text[] IS NULL OR l.destination = ANY ($5::text[]))
         LIMIT $2))
     RETURNING 1),
 forget AS (
@@ -681,15 +692,18 @@ const (
 	sqlReadMode = `SELECT mode FROM {{schema}}.keiro_outbox_settings`
 	// sqlReadModeForUpdate is sqlReadMode holding the row until the transaction ends: the
 	// first step of a change, which serializes concurrent ones.
-	sqlReadModeForUpdate = `SELECT mode FROM {{schema}}.keiro_outbox_settings FOR UPDATE`
+	sqlReadModeForUpdate = `SELECT mode, changed_at FROM {{schema}}.keiro_outbox_settings FOR UPDATE`
 	sqlSetMode           = `UPDATE {{schema}}.keiro_outbox_settings SET mode = $1, changed_at = now()`
 )
 
-// sqlAnyOpen tells whether keiro_outbox has an open row (pending, failed or publishing): the
-// log-mode relay publishes them before it follows the slot.
-const sqlAnyOpen = `SELECT EXISTS (SELECT 1 FROM {{schema}}.keiro_outbox WHERE phase = 0)`
+// sqlAnyOpen tells whether keiro_outbox has an open row (pending, failed or publishing) of
+// the destinations $1 (NULL: any): the log-mode relay publishes them before it follows the
+// slot.
+const sqlAnyOpen = `SELECT EXISTS (SELECT 1 FROM {{schema}}.keiro_outbox
+WHERE phase = 0 AND ($1::text[] IS NULL OR destination = ANY ($1::text[])))`
 
-// sqlRecoverLog copies the rows of keiro_outbox_log written from $1 to before $2 into
+// sqlRecoverLog copies the rows of keiro_outbox_log written from $1 to before $2, of the
+// destinations $3 (NULL: all), into
 // keiro_outbox as 'failed' rows due now, in the order they were written, for the claim loop to
 // publish (Store.RecoverLog): the recovery of the events a lost slot had not confirmed. The insert
 // trigger gives them a key lock and a seq, as any row that is not 'pending'. An event already in
@@ -697,7 +711,8 @@ const sqlAnyOpen = `SELECT EXISTS (SELECT 1 FROM {{schema}}.keiro_outbox WHERE p
 const sqlRecoverLog = `
 WITH src AS MATERIALIZED (
     SELECT * FROM {{schema}}.keiro_outbox_log
-    WHERE created_at >= $1 AND created_at < $2),
+    WHERE created_at >= $1 AND created_at < $2
+      AND ($3::text[] IS NULL OR destination = ANY ($3::text[]))),
 ins AS (
     INSERT INTO {{schema}}.keiro_outbox (outbox_id, message_id, source, destination, message_key,
         event_type, schema_version, content_type, schema_registry, schema_subject,
@@ -719,7 +734,7 @@ SELECT (SELECT count(*) FROM src), (SELECT count(*) FROM ins)`
 // publication publishes keiro_outbox_log's inserts only: retention's deletes are not events.
 const (
 	sqlFindPublication   = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = $1)`
-	sqlCreatePublication = `CREATE PUBLICATION {{publication}} FOR TABLE {{schema}}.keiro_outbox_log WITH (publish = 'insert')`
+	sqlCreatePublication = `CREATE PUBLICATION {{publication}} FOR TABLE {{schema}}.keiro_outbox_log{{filter}} WITH (publish = 'insert')`
 	sqlCreateSlot        = `SELECT pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput')
 WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_name = $1)`
 )
@@ -756,3 +771,37 @@ SELECT outbox_id FROM (SELECT outbox_id, updated_at, {{class}} AS class, {{norm}
  WHERE class = $1 AND message = $2
  ORDER BY updated_at DESC
  LIMIT $3`
+
+// Per-destination log mode (Store.LogSlots, Store.PrepareLogSlot). A schema's log-mode slots
+// are the replication slots named after a publication of its keiro_outbox_log; a slot's
+// destinations are its publication's row filter (logslot.RowFilter). pg_publication_tables
+// has rowfilter from PostgreSQL 15 on: to_jsonb reads it on any version (absent is null).
+const (
+	// sqlRowFilters tells whether the server has publication row filters (PostgreSQL 15).
+	sqlRowFilters = `SELECT current_setting('server_version_num')::int >= 150000`
+	// sqlPublicationFilter reads the row filter ("" for none) of publication $1 on
+	// keiro_outbox_log; no row when there is no such publication.
+	sqlPublicationFilter = `
+SELECT coalesce((SELECT to_jsonb(t) ->> 'rowfilter' FROM pg_catalog.pg_publication_tables t
+        WHERE t.pubname = p.pubname AND t.schemaname = '{{schema}}' AND t.tablename = 'keiro_outbox_log'), '')
+FROM pg_catalog.pg_publication p WHERE p.pubname = $1`
+	// sqlClock reads the database's clock (the time keiro_outbox_log's created_at is written in).
+	sqlClock = `SELECT clock_timestamp()`
+	// sqlDropSlot drops the inactive slot $1 (one a relay created and must give up).
+	sqlDropSlot = `SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM pg_catalog.pg_replication_slots
+WHERE slot_name = $1 AND NOT active`
+	// sqlDropPublication drops the publication {{publication}} (a validated slot name).
+	sqlDropPublication = `DROP PUBLICATION IF EXISTS {{publication}}`
+	// sqlLogSlots lists the publications of keiro_outbox_log, each with its row filter and
+	// the state of the slot of its name (sqlSlotStatus's columns; exists false, zeros and
+	// nulls when there is no such slot).
+	sqlLogSlots = `
+SELECT t.pubname::text, coalesce(to_jsonb(t) ->> 'rowfilter', ''), s.slot_name IS NOT NULL,
+    coalesce(s.active_pid, 0), coalesce(s.confirmed_flush_lsn::text, ''),
+    coalesce(pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), s.restart_lsn), 0)::bigint,
+    coalesce(s.wal_status, ''), s.safe_wal_size
+FROM pg_catalog.pg_publication_tables t
+LEFT JOIN pg_catalog.pg_replication_slots s ON s.slot_name = t.pubname AND s.database = current_database()
+WHERE t.schemaname = '{{schema}}' AND t.tablename = 'keiro_outbox_log'
+ORDER BY t.pubname`
+)
