@@ -2,6 +2,7 @@ package logmode
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -321,8 +322,12 @@ func (s *stream) endPeriod() {
 	}
 }
 
-// handle decodes one pgoutput message.
+// handle decodes one pgoutput message. data is the connection's read buffer, valid until the
+// next message is read: what outlives the call is copied.
 func (s *stream) handle(ctx context.Context, data []byte) error {
+	if len(data) > 0 && data[0] == byte(pglogrepl.MessageTypeInsert) {
+		return s.insert(ctx, data)
+	}
 	m, err := pglogrepl.Parse(data)
 	if err != nil {
 		return fmt.Errorf("decode pgoutput message: %w", err)
@@ -340,27 +345,6 @@ func (s *stream) handle(ctx context.Context, data []byte) error {
 		s.relations[m.RelationID], s.ours[m.RelationID] = l, true
 	case *pglogrepl.BeginMessage:
 		s.tx = s.w.begin(m.CommitTime)
-	case *pglogrepl.InsertMessage:
-		if s.tx == nil {
-			return errors.New("replication: insert outside a transaction")
-		}
-		l := s.relations[m.RelationID]
-		if l == nil {
-			if known := s.ours[m.RelationID]; known {
-				return fmt.Errorf("replication: insert into relation %d before its description", m.RelationID)
-			}
-			return nil // a table of the publication other than ours
-		}
-		ev, err := l.event(m.Tuple)
-		if err != nil {
-			return fmt.Errorf("%w: %w", errConfig, err)
-		}
-		if len(s.e.cfg.Destinations) > 0 && !slices.Contains(s.e.cfg.Destinations, ev.Destination) {
-			// Not this engine's: the publication's row filter keeps such rows out, this is
-			// its backstop. The transaction is confirmed without it.
-			return nil
-		}
-		s.produce(ctx, s.tx, &ev)
 	case *pglogrepl.CommitMessage:
 		if s.tx == nil {
 			return errors.New("replication: commit outside a transaction")
@@ -372,5 +356,40 @@ func (s *stream) handle(ctx context.Context, data []byte) error {
 		s.tx = nil
 		s.flushNow()
 	}
+	return nil
+}
+
+// insert decodes an Insert message (pgoutput's 'I', relation id, 'N', the new tuple) of
+// keiro_outbox_log and produces its record; an insert into another table of the publication
+// is skipped. The tuple is decoded in place (layout.row), not through pglogrepl.Parse, which
+// allocates every column twice over: inserts are the stream's volume.
+func (s *stream) insert(ctx context.Context, data []byte) error {
+	if len(data) < 6 {
+		return fmt.Errorf("decode pgoutput message: insert of %d bytes", len(data))
+	}
+	if s.tx == nil {
+		return errors.New("replication: insert outside a transaction")
+	}
+	rel := binary.BigEndian.Uint32(data[1:])
+	if data[5] != 'N' {
+		return fmt.Errorf("decode pgoutput message: insert into relation %d has tuple type %q, want 'N'", rel, data[5])
+	}
+	l := s.relations[rel]
+	if l == nil {
+		if known := s.ours[rel]; known {
+			return fmt.Errorf("replication: insert into relation %d before its description", rel)
+		}
+		return nil // a table of the publication other than ours
+	}
+	r, err := l.row(data[6:])
+	if err != nil {
+		return fmt.Errorf("%w: %w", errConfig, err)
+	}
+	if len(s.e.cfg.Destinations) > 0 && !slices.Contains(s.e.cfg.Destinations, r.ev.Destination) {
+		// Not this engine's: the publication's row filter keeps such rows out, this is
+		// its backstop. The transaction is confirmed without it.
+		return nil
+	}
+	s.produce(ctx, s.tx, r)
 	return nil
 }
