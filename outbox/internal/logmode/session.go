@@ -238,6 +238,14 @@ func (s *stream) loop(ctx context.Context) error {
 	next := time.Now().Add(e.cfg.StatusInterval)
 	rctx := s.period(ctx, next)
 	defer s.endPeriod()
+	// A read waits until the next status report through the connection's read deadline, which
+	// ctx's end moves to now. Reading with a context instead (ReceiveMessage(rctx)) makes pgconn
+	// watch it for every message: three allocations a message, most of the stream's garbage
+	// after the records themselves. A deadline that passes is a timeout, which pgconn survives.
+	conn := s.conn.Conn()
+	stopWatch := context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Now()) })
+	defer stopWatch()
+	var deadline time.Time // the read deadline set
 	for {
 		if err := s.w.err(); err != nil {
 			return fmt.Errorf("produce: %w", err)
@@ -262,7 +270,16 @@ func (s *stream) loop(ctx context.Context) error {
 			}
 			continue
 		}
-		msg, err := s.conn.ReceiveMessage(rctx)
+		if !next.Equal(deadline) {
+			if err := conn.SetReadDeadline(next); err != nil {
+				return fmt.Errorf("set the replication connection's read deadline: %w", err)
+			}
+			deadline = next
+			if ctx.Err() != nil { // ended before the deadline was set: AfterFunc's was overwritten
+				return nil
+			}
+		}
+		msg, err := s.conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
