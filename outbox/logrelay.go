@@ -26,7 +26,7 @@ func (r *Relay) newLogEngine() (logreg.Engine, error) {
 	if conn == "" {
 		return nil, errors.New("Mode log: the pool has no connection string to open a replication connection with; build it with pgxpool.New or pgxpool.ParseConfig")
 	}
-	inFlight := 16384 // the engine's default
+	inFlight := 2048 // the engine's default, logmode.DefaultMaxInFlightRecords (not linked here)
 	if n, ok := r.client.OptValue(kgo.MaxBufferedRecords).(int64); ok && n < int64(inFlight) {
 		inFlight = int(n)
 	}

@@ -20,8 +20,12 @@ const (
 	DefaultSchema = schemaname.Default
 	// DefaultMaxInFlightRecords bounds the records produced and not yet acknowledged; past it
 	// the engine stops reading the slot. It is below the producer's MaxBufferedRecords
-	// (franz-go refuses a record past that bound under manual flushing).
-	DefaultMaxInFlightRecords = 16384
+	// (franz-go refuses a record past that bound under manual flushing), and as many rows as
+	// the claim relay keeps between claim and mark (4 batches of 512): a record in flight
+	// keeps about 2 KiB of heap for 1 KiB of payload, which the collector's target multiplies
+	// (GOGC), and 16,384 of them raised the relay binary's peak RSS by 10-30 MiB with no
+	// gain in drain rate (docs/benchmarks-history.md).
+	DefaultMaxInFlightRecords = 2048
 	// DefaultMaxInFlightBytes bounds the bytes of the records in flight (key, value and
 	// headers); past it the engine stops reading the slot.
 	DefaultMaxInFlightBytes = 32 << 20

@@ -4,9 +4,11 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keiro-go/keiro/envelope"
 )
@@ -82,16 +84,19 @@ var columns = [numColumns]struct {
 
 // layout maps the table's columns to their positions in a relation's tuples.
 type layout struct {
-	pos [numColumns]int // tuple position of each column
-	n   int             // the relation's column count
+	pos   [numColumns]int // tuple position of each column
+	field []int           // column of each tuple position; -1 for a column the engine does not read
 }
 
 // newLayout checks a Relation message of keiro_outbox_log against the columns the engine
 // reads and returns where each is. Extra columns are ignored.
 func newLayout(rel *pglogrepl.RelationMessage) (*layout, error) {
-	l := &layout{n: len(rel.Columns)}
+	l := &layout{field: make([]int, len(rel.Columns))}
 	for i := range l.pos {
 		l.pos[i] = -1
+	}
+	for p := range l.field {
+		l.field[p] = -1
 	}
 	for p, c := range rel.Columns {
 		for i, want := range columns {
@@ -102,7 +107,7 @@ func newLayout(rel *pglogrepl.RelationMessage) (*layout, error) {
 				return nil, fmt.Errorf("column %s.%s.%s has type oid %d, want %d; apply keiro's migrations",
 					rel.Namespace, rel.RelationName, c.Name, c.DataType, want.oid)
 			}
-			l.pos[i] = p
+			l.pos[i], l.field[p] = p, i
 		}
 	}
 	for i, p := range l.pos {
@@ -116,46 +121,127 @@ func newLayout(rel *pglogrepl.RelationMessage) (*layout, error) {
 // pgEpoch is the origin of PostgreSQL's timestamps.
 var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// event decodes one inserted row into an event. The event's strings and payload copy the
-// tuple's bytes, which pglogrepl allocated for this message alone.
-func (l *layout) event(tuple *pglogrepl.TupleData) (envelope.Event, error) {
-	var e envelope.Event
-	if tuple == nil || len(tuple.Columns) != l.n {
-		return e, fmt.Errorf("tuple has %d columns, the relation %d", len(tupleColumns(tuple)), l.n)
+// row is one decoded insert: its event and the Kafka record built from it, with everything
+// both point to that fits in one allocation (the key, the trace context). A row lives while
+// its record is in flight: franz-go holds the record until its promise ran, and the promise
+// reads the event (its message id, its dead letter).
+type row struct {
+	ev  envelope.Event
+	rec kgo.Record
+	key string
+	tc  envelope.TraceContext
+}
+
+// The pgoutput tuple's column kinds (protocol "TupleData").
+const (
+	tupleNull      = 'n'
+	tupleUnchanged = 'u' // an unchanged TOASTed value: never in an insert
+	tupleText      = 't'
+	tupleBinary    = 'b'
+)
+
+// row decodes the TupleData of an Insert message of the layout's relation (tuple: the bytes
+// after the message's 'N'), as pgoutput sends it with binary 'true'. tuple may be the
+// connection's read buffer: every byte the row keeps is copied, in four allocations besides
+// the row (the text columns in one string, the payload, the key and attributes in one slice),
+// instead of pglogrepl's one per column and its copies turned into strings again.
+func (l *layout) row(tuple []byte) (*row, error) {
+	var raw [numColumns][]byte // each column's binary value; nil when null, absent or not binary
+	if len(tuple) < 2 {
+		return nil, fmt.Errorf("tuple of %d bytes has no column count", len(tuple))
 	}
-	raw := func(i int) []byte {
-		if l.pos[i] < 0 {
-			return nil
-		}
-		c := tuple.Columns[l.pos[i]]
-		if c.DataType != pglogrepl.TupleDataTypeBinary {
-			return nil
-		}
-		return c.Data
+	n := int(binary.BigEndian.Uint16(tuple))
+	if n != len(l.field) {
+		return nil, fmt.Errorf("tuple has %d columns, the relation %d", n, len(l.field))
 	}
-	present := func(i int) bool { return raw(i) != nil }
-	str := func(i int) *string {
-		if !present(i) {
+	p := 2
+	for i := range n {
+		if p >= len(tuple) {
+			return nil, fmt.Errorf("tuple ends before column %d of %d", i+1, n)
+		}
+		kind := tuple[p]
+		p++
+		var v []byte
+		switch kind {
+		case tupleNull, tupleUnchanged:
+		case tupleText, tupleBinary:
+			if len(tuple)-p < 4 {
+				return nil, fmt.Errorf("tuple ends in the length of column %d", i+1)
+			}
+			size := int(binary.BigEndian.Uint32(tuple[p:]))
+			p += 4
+			if size < 0 || size > len(tuple)-p {
+				return nil, fmt.Errorf("column %d: %d bytes, the tuple has %d left", i+1, size, len(tuple)-p)
+			}
+			v = tuple[p : p+size : p+size]
+			p += size
+		default:
+			return nil, fmt.Errorf("column %d: unknown tuple data kind %q", i+1, kind)
+		}
+		if f := l.field[i]; f >= 0 && kind == tupleBinary {
+			raw[f] = v
+		}
+	}
+
+	var errs []error
+	for i, c := range columns {
+		if c.required && raw[i] == nil {
+			errs = append(errs, fmt.Errorf("column %s is null", c.name))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("decode keiro_outbox_log row: %v", errs)
+	}
+
+	// The text columns, copied into one string that the event's strings are cut from.
+	textCols := [...]int{colMessageID, colSource, colDestination, colMessageKey, colEventType, colContentType,
+		colSchemaRegistry, colSchemaSubject, colSchemaFingerprint, colTraceparent, colTracestate}
+	size := 0
+	for _, c := range textCols {
+		size += len(raw[c])
+	}
+	var sb strings.Builder
+	sb.Grow(size)
+	for _, c := range textCols {
+		sb.Write(raw[c])
+	}
+	text := sb.String()
+	var str [numColumns]string
+	off := 0
+	for _, c := range textCols {
+		str[c] = text[off : off+len(raw[c])]
+		off += len(raw[c])
+	}
+	strPtr := func(i int) *string { // for the rare columns: an allocation each
+		if raw[i] == nil {
 			return nil
 		}
-		s := string(raw(i))
+		s := str[i]
 		return &s
 	}
-	var errs []error
-	int8 := func(i int) *int64 {
-		b := raw(i)
+
+	int8 := func(i int) (int64, bool) {
+		b := raw[i]
 		if b == nil {
-			return nil
+			return 0, false
 		}
 		if len(b) != 8 {
 			errs = append(errs, fmt.Errorf("column %s: %d bytes, want 8", columns[i].name, len(b)))
+			return 0, false
+		}
+		return int64(binary.BigEndian.Uint64(b)), true
+	}
+	int8Ptr := func(i int) *int64 { // for the optional columns: an allocation each
+		v, ok := int8(i)
+		if !ok {
 			return nil
 		}
-		v := int64(binary.BigEndian.Uint64(b))
-		return &v
+		p := new(int64)
+		*p = v
+		return p
 	}
 	uuid := func(i int) *envelope.UUID {
-		b := raw(i)
+		b := raw[i]
 		if b == nil {
 			return nil
 		}
@@ -166,58 +252,54 @@ func (l *layout) event(tuple *pglogrepl.TupleData) (envelope.Event, error) {
 		u := envelope.UUID(b)
 		return &u
 	}
-	for i, c := range columns {
-		if c.required && !present(i) {
-			errs = append(errs, fmt.Errorf("column %s is null", c.name))
-		}
-	}
-	if len(errs) > 0 {
-		return e, fmt.Errorf("decode keiro_outbox_log row: %v", errs)
-	}
-	e.MessageID = string(raw(colMessageID))
-	e.Source = string(raw(colSource))
-	e.Destination = string(raw(colDestination))
-	e.Key = str(colMessageKey)
-	e.EventType = string(raw(colEventType))
-	if v := int8(colSchemaVersion); v != nil {
-		e.SchemaVersion = *v
-	}
-	e.ContentType = string(raw(colContentType))
-	registry, subject, fp := str(colSchemaRegistry), str(colSchemaSubject), str(colSchemaFingerprint)
-	versionRef, schemaID := int8(colSchemaVersionRef), int8(colSchemaID)
+
+	r := &row{}
+	e := &r.ev
+	e.MessageID, e.Source, e.Destination = str[colMessageID], str[colSource], str[colDestination]
+	e.EventType, e.ContentType = str[colEventType], str[colContentType]
+	e.SchemaVersion, _ = int8(colSchemaVersion)
+	registry, subject, fp := strPtr(colSchemaRegistry), strPtr(colSchemaSubject), strPtr(colSchemaFingerprint)
+	versionRef, schemaID := int8Ptr(colSchemaVersionRef), int8Ptr(colSchemaID)
 	if registry != nil || subject != nil || fp != nil || versionRef != nil || schemaID != nil {
 		e.SchemaRef = &envelope.SchemaRef{Registry: registry, Subject: subject, Version: versionRef, SchemaID: schemaID, Fingerprint: fp}
 	}
 	e.SourceEventID = uuid(colSourceEventID)
-	e.SourceGlobalPosition = int8(colSourceGlobalPosition)
+	e.SourceGlobalPosition = int8Ptr(colSourceGlobalPosition)
 	e.CausationID, e.CorrelationID = uuid(colCausationID), uuid(colCorrelationID)
-	if tp := str(colTraceparent); tp != nil {
-		e.TraceContext = &envelope.TraceContext{Traceparent: *tp}
-		if ts := str(colTracestate); ts != nil {
-			e.TraceContext.Tracestate = *ts
-		}
+	if raw[colTraceparent] != nil {
+		r.tc = envelope.TraceContext{Traceparent: str[colTraceparent], Tracestate: str[colTracestate]}
+		e.TraceContext = &r.tc
 	}
-	e.Payload = raw(colPayload) // pglogrepl's own copy
-	if b := raw(colAttributes); b != nil {
-		if len(b) < 1 || b[0] != 1 {
+	if v, ok := int8(colOccurredAt); ok {
+		e.OccurredAt = pgEpoch.Add(time.Duration(v) * time.Microsecond)
+	}
+
+	// The bytes: the payload in an allocation of its own (it is most of the row), the key's
+	// bytes (the record's key) and the attributes in one more.
+	e.Payload = append(make([]byte, 0, len(raw[colPayload])), raw[colPayload]...)
+	attrs := raw[colAttributes]
+	if attrs != nil {
+		if len(attrs) < 1 || attrs[0] != 1 {
 			errs = append(errs, fmt.Errorf("column attributes: unknown jsonb format version"))
+			attrs = nil
 		} else {
-			e.Attributes = json.RawMessage(b[1:])
+			attrs = attrs[1:]
 		}
 	}
-	if v := int8(colOccurredAt); v != nil {
-		e.OccurredAt = pgEpoch.Add(time.Duration(*v) * time.Microsecond)
+	if key, n := raw[colMessageKey], len(raw[colMessageKey])+len(attrs); n > 0 || key != nil || attrs != nil {
+		b := make([]byte, 0, n)
+		b = append(b, key...)
+		if key != nil {
+			r.key = str[colMessageKey]
+			e.Key = &r.key
+			r.rec.Key = b[:len(key):len(key)]
+		}
+		if attrs != nil {
+			e.Attributes = json.RawMessage(append(b, attrs...)[len(key):])
+		}
 	}
 	if len(errs) > 0 {
-		return e, fmt.Errorf("decode keiro_outbox_log row %q: %v", e.MessageID, errs)
+		return nil, fmt.Errorf("decode keiro_outbox_log row %q: %v", e.MessageID, errs)
 	}
-	return e, nil
-}
-
-// tupleColumns returns the tuple's columns (none for a nil tuple).
-func tupleColumns(t *pglogrepl.TupleData) []*pglogrepl.TupleDataColumn {
-	if t == nil {
-		return nil
-	}
-	return t.Columns
+	return r, nil
 }

@@ -75,13 +75,13 @@ func (s *suspects) take(id string) bool {
 	return true
 }
 
-// record builds ev's Kafka record with the envelope's header encoding, exactly as the claim
-// relay does (envelope.Event.AppendHeaders with the destination's options).
-func (e *Engine) record(ev *envelope.Event, headers []envelope.Header) (*kgo.Record, []envelope.Header) {
-	rec := &kgo.Record{Topic: ev.Destination, Value: ev.Payload}
-	if ev.Key != nil {
-		rec.Key = []byte(*ev.Key)
-	}
+// record builds the Kafka record of r in r.rec with the envelope's header encoding, exactly
+// as the claim relay does (envelope.Event.AppendHeaders with the destination's options). ev is
+// r's event, or a copy of it with another trace context (OnSend). The key's bytes are the
+// decoding's (layout.row); the value is the payload itself, not a copy.
+func (e *Engine) record(r *row, ev *envelope.Event, headers []envelope.Header) []envelope.Header {
+	rec := &r.rec
+	rec.Topic, rec.Value = ev.Destination, ev.Payload
 	headers = ev.AppendHeaders(headers[:0], envelope.EncodeOptions{
 		CloudEvents: e.cfg.CloudEvents || slices.Contains(e.cfg.CloudEventsDestinations, ev.Destination),
 	})
@@ -89,7 +89,7 @@ func (e *Engine) record(ev *envelope.Event, headers []envelope.Header) (*kgo.Rec
 	for i, h := range headers {
 		rec.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
 	}
-	return rec, headers
+	return headers
 }
 
 // recordSize is an upper bound of rec's size inside a Kafka record batch (the claim relay's
@@ -102,11 +102,13 @@ func recordSize(rec *kgo.Record) int {
 	return n
 }
 
-// produce sends ev's record as part of t. A record larger than MaxRecordBytes is rejected
+// produce sends r's record as part of t. A record larger than MaxRecordBytes is rejected
 // without being sent. A suspect (see suspects) is produced alone: after every record before
-// it settled, and settled itself before the next one is produced.
-func (s *stream) produce(ctx context.Context, t *txn, ev *envelope.Event) {
+// it settled, and settled itself before the next one is produced. r is not reused: franz-go
+// holds r.rec, and its promise r.ev, until the promise ran.
+func (s *stream) produce(ctx context.Context, t *txn, r *row) {
 	e := s.e
+	ev := &r.ev
 	done := func(*kgo.Record, error) {}
 	encoded := ev
 	if e.cfg.OnSend != nil {
@@ -118,8 +120,8 @@ func (s *stream) produce(ctx context.Context, t *txn, ev *envelope.Event) {
 			encoded = &c
 		}
 	}
-	var rec *kgo.Record
-	rec, s.headers = e.record(encoded, s.headers)
+	s.headers = e.record(r, encoded, s.headers)
+	rec := &r.rec
 	size := recordSize(rec)
 	if size > e.maxRecordBytes {
 		// In flight (of no bytes: nothing is sent) until its dead letter is written.

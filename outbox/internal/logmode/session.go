@@ -2,6 +2,7 @@ package logmode
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -237,6 +238,14 @@ func (s *stream) loop(ctx context.Context) error {
 	next := time.Now().Add(e.cfg.StatusInterval)
 	rctx := s.period(ctx, next)
 	defer s.endPeriod()
+	// A read waits until the next status report through the connection's read deadline, which
+	// ctx's end moves to now. Reading with a context instead (ReceiveMessage(rctx)) makes pgconn
+	// watch it for every message: three allocations a message, most of the stream's garbage
+	// after the records themselves. A deadline that passes is a timeout, which pgconn survives.
+	conn := s.conn.Conn()
+	stopWatch := context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Now()) })
+	defer stopWatch()
+	var deadline time.Time // the read deadline set
 	for {
 		if err := s.w.err(); err != nil {
 			return fmt.Errorf("produce: %w", err)
@@ -261,7 +270,16 @@ func (s *stream) loop(ctx context.Context) error {
 			}
 			continue
 		}
-		msg, err := s.conn.ReceiveMessage(rctx)
+		if !next.Equal(deadline) {
+			if err := conn.SetReadDeadline(next); err != nil {
+				return fmt.Errorf("set the replication connection's read deadline: %w", err)
+			}
+			deadline = next
+			if ctx.Err() != nil { // ended before the deadline was set: AfterFunc's was overwritten
+				return nil
+			}
+		}
+		msg, err := s.conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -321,8 +339,12 @@ func (s *stream) endPeriod() {
 	}
 }
 
-// handle decodes one pgoutput message.
+// handle decodes one pgoutput message. data is the connection's read buffer, valid until the
+// next message is read: what outlives the call is copied.
 func (s *stream) handle(ctx context.Context, data []byte) error {
+	if len(data) > 0 && data[0] == byte(pglogrepl.MessageTypeInsert) {
+		return s.insert(ctx, data)
+	}
 	m, err := pglogrepl.Parse(data)
 	if err != nil {
 		return fmt.Errorf("decode pgoutput message: %w", err)
@@ -340,27 +362,6 @@ func (s *stream) handle(ctx context.Context, data []byte) error {
 		s.relations[m.RelationID], s.ours[m.RelationID] = l, true
 	case *pglogrepl.BeginMessage:
 		s.tx = s.w.begin(m.CommitTime)
-	case *pglogrepl.InsertMessage:
-		if s.tx == nil {
-			return errors.New("replication: insert outside a transaction")
-		}
-		l := s.relations[m.RelationID]
-		if l == nil {
-			if known := s.ours[m.RelationID]; known {
-				return fmt.Errorf("replication: insert into relation %d before its description", m.RelationID)
-			}
-			return nil // a table of the publication other than ours
-		}
-		ev, err := l.event(m.Tuple)
-		if err != nil {
-			return fmt.Errorf("%w: %w", errConfig, err)
-		}
-		if len(s.e.cfg.Destinations) > 0 && !slices.Contains(s.e.cfg.Destinations, ev.Destination) {
-			// Not this engine's: the publication's row filter keeps such rows out, this is
-			// its backstop. The transaction is confirmed without it.
-			return nil
-		}
-		s.produce(ctx, s.tx, &ev)
 	case *pglogrepl.CommitMessage:
 		if s.tx == nil {
 			return errors.New("replication: commit outside a transaction")
@@ -372,5 +373,40 @@ func (s *stream) handle(ctx context.Context, data []byte) error {
 		s.tx = nil
 		s.flushNow()
 	}
+	return nil
+}
+
+// insert decodes an Insert message (pgoutput's 'I', relation id, 'N', the new tuple) of
+// keiro_outbox_log and produces its record; an insert into another table of the publication
+// is skipped. The tuple is decoded in place (layout.row), not through pglogrepl.Parse, which
+// allocates every column twice over: inserts are the stream's volume.
+func (s *stream) insert(ctx context.Context, data []byte) error {
+	if len(data) < 6 {
+		return fmt.Errorf("decode pgoutput message: insert of %d bytes", len(data))
+	}
+	if s.tx == nil {
+		return errors.New("replication: insert outside a transaction")
+	}
+	rel := binary.BigEndian.Uint32(data[1:])
+	if data[5] != 'N' {
+		return fmt.Errorf("decode pgoutput message: insert into relation %d has tuple type %q, want 'N'", rel, data[5])
+	}
+	l := s.relations[rel]
+	if l == nil {
+		if known := s.ours[rel]; known {
+			return fmt.Errorf("replication: insert into relation %d before its description", rel)
+		}
+		return nil // a table of the publication other than ours
+	}
+	r, err := l.row(data[6:])
+	if err != nil {
+		return fmt.Errorf("%w: %w", errConfig, err)
+	}
+	if len(s.e.cfg.Destinations) > 0 && !slices.Contains(s.e.cfg.Destinations, r.ev.Destination) {
+		// Not this engine's: the publication's row filter keeps such rows out, this is
+		// its backstop. The transaction is confirmed without it.
+		return nil
+	}
+	s.produce(ctx, s.tx, r)
 	return nil
 }
