@@ -94,3 +94,18 @@ func rig(t testing.TB, partitions int32) (*testenv.DB, *testenv.Kafka, *outbox.S
 	require.NoError(t, err)
 	return db, kc, st
 }
+
+// maintenancePass runs r's maintenance pass until one takes the maintenance lock (a running
+// relay's own maintenance takes the same lock now and then: a pass that found it held did
+// nothing) and returns that pass's result.
+func maintenancePass(t testing.TB, r *outbox.Relay) outbox.MaintenanceResult {
+	t.Helper()
+	var res outbox.MaintenanceResult
+	testenv.WaitFor(t, time.Minute, "a maintenance pass that took the lock", func() bool {
+		var err error
+		res, err = r.MaintenancePass(context.Background())
+		require.NoError(t, err)
+		return res.Ran
+	})
+	return res
+}

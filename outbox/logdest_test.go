@@ -205,21 +205,11 @@ func TestLogModeRetentionWaitsForSlowestSlot(t *testing.T) {
 
 	// The orders relay's passes record a mark; the orders slot confirms past it, the payments
 	// slot (nobody reads it) stays at its creation.
-	pass := func(r *outbox.Relay) outbox.MaintenanceResult {
-		var res outbox.MaintenanceResult
-		testenv.WaitFor(t, time.Minute, "a maintenance pass that took the lock", func() bool {
-			var err error
-			res, err = r.MaintenancePass(ctx)
-			require.NoError(t, err)
-			return res.Ran
-		})
-		return res
-	}
-	pass(relayA)
+	maintenancePass(t, relayA)
 	var mark string
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT max(lsn)::text FROM keiro_outbox_log_marks`).Scan(&mark))
 	confirmedPast(t, db.Pool, slotA, mark)
-	require.Zero(t, pass(relayA).LogDeleted)
+	require.Zero(t, maintenancePass(t, relayA).LogDeleted)
 	require.Equal(t, 23, count(t, db.Pool, "keiro_outbox_log"), "the payments slot has not confirmed them")
 
 	// The payments relay catches up: its slot passes the mark, and the old rows go.
@@ -227,7 +217,7 @@ func TestLogModeRetentionWaitsForSlowestSlot(t *testing.T) {
 	kc.ConsumeRecords(t, 10, time.Minute, "payments")
 	confirmedPast(t, db.Pool, slotB, mark)
 	testenv.WaitFor(t, time.Minute, "retention deleted the rows both slots confirmed", func() bool {
-		pass(relayB)
+		maintenancePass(t, relayB)
 		return count(t, db.Pool, "keiro_outbox_log") == 3
 	})
 	// The rows of a destination no slot publishes stay: they were published by nobody.

@@ -6,21 +6,34 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/keiro-go/keiro/internal/cli"
 	"github.com/keiro-go/keiro/outbox"
 )
 
+// outboxMode opens the outbox store as outboxStore does and reads the schema's mode; the
+// caller closes conn.
+func (f *dbFlags) outboxMode(ctx context.Context) (*pgx.Conn, *outbox.Store, outbox.Mode, error) {
+	conn, store, err := f.outboxStore(ctx)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	mode, err := store.Mode(ctx, conn)
+	if err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, nil, "", fmt.Errorf("%w (apply the migrations: relay migrate)", err)
+	}
+	return conn, store, mode, nil
+}
+
 // Run prints the schema's mode and, when its slot exists, the slot's state.
 func (c *modeShowCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
-	conn, store, err := g.DB.outboxStore(ctx)
+	conn, store, mode, err := g.DB.outboxMode(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	mode, err := store.Mode(ctx, conn)
-	if err != nil {
-		return fmt.Errorf("%w (apply the migrations: relay migrate)", err)
-	}
 	fmt.Fprintf(env.Stdout, "schema %s: mode %s\n", g.DB.Schema, mode)
 	slots, err := store.LogSlots(ctx, conn)
 	if err != nil {
@@ -34,15 +47,11 @@ func (c *modeShowCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 
 // Run creates a destination group's slot and publication.
 func (c *modePrepareCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
-	conn, store, err := g.DB.outboxStore(ctx)
+	conn, store, mode, err := g.DB.outboxMode(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	mode, err := store.Mode(ctx, conn)
-	if err != nil {
-		return fmt.Errorf("%w (apply the migrations: relay migrate)", err)
-	}
 	slot, created, err := store.PrepareLogSlot(ctx, conn, c.LogSlot, c.Destinations)
 	if err != nil {
 		return err
