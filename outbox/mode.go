@@ -334,6 +334,21 @@ type SlotStatus struct {
 // with Exists false. Retention of keiro_outbox_log deletes only what every existing one has
 // confirmed.
 func (s *Store) LogSlots(ctx context.Context, q Querier) ([]SlotStatus, error) {
+	for attempt := 1; ; attempt++ {
+		out, err := s.logSlots(ctx, q)
+		// pg_publication_tables fails with undefined_object when a publication it listed is
+		// dropped before it reads that publication's tables (a relay dropping the slot it lost
+		// an overlap race with): read again, outside a transaction, where that can succeed.
+		var pgErr *pgconn.PgError
+		if _, inTx := q.(pgx.Tx); err == nil || inTx || attempt == 5 ||
+			!errors.As(err, &pgErr) || pgErr.Code != "42704" {
+			return out, err
+		}
+	}
+}
+
+// logSlots is one read of LogSlots.
+func (s *Store) logSlots(ctx context.Context, q Querier) ([]SlotStatus, error) {
 	rows, err := q.Query(ctx, s.q.LogSlots)
 	if err != nil {
 		return nil, fmt.Errorf("read the log-mode slots: %w", err)
