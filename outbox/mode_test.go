@@ -356,6 +356,13 @@ func TestConcurrentSwitchesUnderProducers(t *testing.T) {
 	}
 	require.Positive(t, written.Load())
 	require.EqualValues(t, written.Load(), count(t, db.Pool, "keiro_outbox")+count(t, db.Pool, "keiro_outbox_log"))
+	// No transaction wrote under both modes: each one's three events are in one table.
+	var split []string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT coalesce(array_agg(tx), '{}') FROM (
+		SELECT regexp_replace(message_id, '-[0-9]+$', '') AS tx, count(DISTINCT t) AS tables FROM (
+			SELECT message_id, 'claim' AS t FROM keiro_outbox UNION ALL SELECT message_id, 'log' FROM keiro_outbox_log) r
+		GROUP BY 1) x WHERE tables > 1`).Scan(&split))
+	require.Empty(t, split, "transactions that wrote under both modes")
 }
 
 // One event (bound as scalars) and several (bound as arrays) write the same row, in either
@@ -417,4 +424,81 @@ func TestEnqueueOneAndManyWriteTheSameRowInBothModes(t *testing.T) {
 		[]outbox.EnqueueOutcome{res[0].Outcome, res[1].Outcome, res[2].Outcome})
 	require.Equal(t, 4, count(t, db.Pool, "keiro_outbox_log"))
 	require.Equal(t, 3, count(t, db.Pool, "keiro_outbox"))
+}
+
+// outboxLocks lists the locks tx holds on keiro_outbox, sorted.
+func outboxLocks(t *testing.T, tx pgx.Tx) []string {
+	t.Helper()
+	var modes []string
+	require.NoError(t, tx.QueryRow(context.Background(), `SELECT coalesce(array_agg(mode::text ORDER BY mode), '{}')
+		FROM pg_catalog.pg_locks WHERE pid = pg_backend_pid() AND relation = 'keiro_outbox'::regclass`).Scan(&modes))
+	return modes
+}
+
+// Once an enqueue found the schema in log mode, EnqueueTx writes with log mode's statement,
+// which holds keiro_outbox's ROW SHARE lock and not the ROW EXCLUSIVE lock of an insert target.
+// The mode switch's fence (migration 012) waits for that lock: a switch back to claim waits
+// for a transaction that enqueued in log mode, and the first enqueue after it finds claim mode
+// and writes keiro_outbox, in one call. On a schema whose fence predates 012 (it waits for ROW
+// EXCLUSIVE alone) EnqueueTx keeps the statement of both modes.
+func TestLogModeEnqueueHoldsTheSwitchBack(t *testing.T) {
+	t.Parallel()
+	db, _, st := rig(t, 1)
+	ctx := context.Background()
+	dropLogSlot(t, db.Pool, outbox.DefaultLogSlot(db.Schema))
+	_, err := st.SetMode(ctx, db.Pool, outbox.ModeLog, "")
+	require.NoError(t, err)
+	enqueue(t, db.Pool, st, event("first", "orders", ptr("k"), `{}`))
+
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = st.EnqueueTx(ctx, tx, event("held", "orders", ptr("k"), `{}`), event("held-2", "orders", ptr("k"), `{}`))
+	require.NoError(t, err)
+	require.Equal(t, []string{"RowShareLock"}, outboxLocks(t, tx))
+
+	switched := make(chan error, 1)
+	go func() {
+		_, err := st.SetMode(ctx, db.Pool, outbox.ModeClaim, "")
+		switched <- err
+	}()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks
+			WHERE relation = 'keiro_outbox'::regclass AND mode = 'ExclusiveLock' AND NOT granted)`).Scan(&waiting))
+		return waiting
+	}, 10*time.Second, 10*time.Millisecond, "the switch waits for the log-mode transaction")
+	select {
+	case err := <-switched:
+		t.Fatalf("the switch ended (%v) while a transaction that enqueued in log mode was open", err)
+	default:
+	}
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, <-switched)
+
+	res := enqueue(t, db.Pool, st, event("after", "orders", ptr("k"), `{}`))
+	require.Equal(t, outbox.Inserted, res[0].Outcome)
+	var table string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT 'keiro_outbox' FROM keiro_outbox WHERE message_id = 'after'
+		UNION ALL SELECT 'keiro_outbox_log' FROM keiro_outbox_log WHERE message_id = 'after'`).Scan(&table))
+	require.Equal(t, "keiro_outbox", table)
+	require.Equal(t, 3, count(t, db.Pool, "keiro_outbox_log"))
+
+	// A fence from before migration 012: the statement of both modes, whose ROW EXCLUSIVE lock
+	// it waits for, in log mode too.
+	_, err = db.Pool.Exec(ctx, `CREATE OR REPLACE FUNCTION keiro_outbox_settings_fence() RETURNS trigger
+		LANGUAGE plpgsql AS $fn$ BEGIN LOCK TABLE keiro_outbox IN SHARE MODE; RETURN NULL; END $fn$`)
+	require.NoError(t, err)
+	_, err = st.SetMode(ctx, db.Pool, outbox.ModeLog, "")
+	require.NoError(t, err)
+	old, err := outbox.NewStore(db.Schema)
+	require.NoError(t, err)
+	for i := range 3 {
+		require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			_, err := old.EnqueueTx(ctx, tx, event(fmt.Sprintf("old-%d", i), "orders", ptr("k"), `{}`))
+			require.Contains(t, outboxLocks(t, tx), "RowExclusiveLock")
+			return err
+		}))
+	}
+	require.Equal(t, 6, count(t, db.Pool, "keiro_outbox_log"))
 }

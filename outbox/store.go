@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -120,6 +121,12 @@ type Store struct {
 	// walkDeep, if set (benchmarks), makes the unbounded claim of the per-key policies walk
 	// the backlog in seq order as it used to, instead of finding the heads by key.
 	walkDeep bool
+	// logEnqueue is set once an enqueue found the schema in log mode with migration 012's
+	// fence: later ones run the log-mode statement (Store.insert).
+	logEnqueue atomic.Bool
+	// fenceChecked is when an enqueue last found the schema without that fence (Unix
+	// nanoseconds; 0: never): it is checked again a minute later, not at every call.
+	fenceChecked atomic.Int64
 }
 
 // NewStore returns a Store for the outbox in schema, which must be a valid schema name
@@ -255,16 +262,87 @@ func (s *Store) enqueueCheckedTx(ctx context.Context, tx pgx.Tx, ids []envelope.
 // insert runs the enqueue statement of a's events (and check's query after it, in the same
 // round trip) and returns the ids of the rows it inserted. One event binds its columns as
 // scalars (EnqueueOne), several as arrays (EnqueueMany).
+//
+// The statement follows the schema's mode, which it reads itself (sqlq's sqlEnqueue), and
+// tells it in its last row. Once a call found log mode the Store runs the log-mode statement
+// (sqlEnqueueLog), which sets up no insert into keiro_outbox; if that one finds the schema
+// back in claim mode it inserts nothing, and the call runs the statement of both modes in the
+// same transaction. The mode switch cannot come between the two: the first statement's lock
+// on keiro_outbox holds it back until the transaction ends.
 func (s *Store) insert(ctx context.Context, tx pgx.Tx, a *enqueueArgs, lockKeys, notify bool, check *pathCheck) (map[[16]byte]struct{}, error) {
-	n := len(a.ids)
-	query, args := s.q.EnqueueMany, a.args(lockKeys, notify)
-	if n == 1 {
-		query, args = s.q.EnqueueOne, a.scalarArgs(notify)
+	logMode := s.logEnqueue.Load()
+	inserted, isLog, err := s.runInsert(ctx, tx, s.enqueueStatement(logMode, a, lockKeys, notify), check)
+	if err != nil {
+		return nil, err
 	}
+	if logMode && !isLog {
+		s.logEnqueue.Store(false)
+		if inserted, isLog, err = s.runInsert(ctx, tx, s.enqueueStatement(false, a, lockKeys, notify), nil); err != nil {
+			return nil, err
+		}
+	}
+	if isLog && !logMode {
+		if err := s.learnLogMode(ctx, tx); err != nil {
+			return nil, err
+		}
+	}
+	return inserted, nil
+}
+
+// enqueueStatement is the enqueue statement and its parameters: log mode's (sqlEnqueueLog) or
+// both modes' (sqlEnqueue), for one event or several.
+func (s *Store) enqueueStatement(logMode bool, a *enqueueArgs, lockKeys, notify bool) enqueueStmt {
+	one, many := s.q.EnqueueOne, s.q.EnqueueMany
+	if logMode {
+		one, many = s.q.EnqueueLogOne, s.q.EnqueueLogMany
+	}
+	st := enqueueStmt{query: many, args: a.args(lockKeys, notify), rows: len(a.ids)}
+	if st.rows == 1 {
+		st.query, st.args = one, a.scalarArgs(notify)
+	}
+	if logMode {
+		st.args = st.args[:enqueueColumns] // no key locks ($23) and no NOTIFY ($24) in log mode
+	}
+	return st
+}
+
+// enqueueColumns is the number of an event's columns, the enqueue statements' first parameters.
+const enqueueColumns = 22
+
+// enqueueStmt is an enqueue statement with its parameters and the number of its events.
+type enqueueStmt struct {
+	query string
+	args  []any
+	rows  int
+}
+
+// learnLogMode makes later calls run the log-mode statement, once the schema's mode switch
+// is known to fence it (migration 012: sqlq's LogFence). A schema migrated before 012 keeps the
+// statement of both modes, and is looked at again a minute later.
+func (s *Store) learnLogMode(ctx context.Context, tx pgx.Tx) error {
+	if last := s.fenceChecked.Load(); last != 0 && time.Since(time.Unix(0, last)) < time.Minute {
+		return nil
+	}
+	var fenced bool
+	if err := tx.QueryRow(ctx, s.q.LogFence).Scan(&fenced); err != nil {
+		return fmt.Errorf("enqueue outbox events: read the mode switch's fence: %w", err)
+	}
+	if !fenced {
+		s.fenceChecked.Store(time.Now().UnixNano())
+		return nil
+	}
+	s.logEnqueue.Store(true)
+	return nil
+}
+
+// runInsert runs an enqueueStatement (and check's query after it, in the same round trip) and
+// returns the ids it inserted and whether it found the schema in log mode.
+func (s *Store) runInsert(ctx context.Context, tx pgx.Tx, stmt enqueueStmt, check *pathCheck) (map[[16]byte]struct{}, bool, error) {
+	query, args, n := stmt.query, stmt.args, stmt.rows
 	if check == nil {
 		rows, err := tx.Query(ctx, query, args...)
 		if err != nil {
-			return nil, enqueueError(err)
+			return nil, false, enqueueError(err)
 		}
 		return insertedIDs(rows, n)
 	}
@@ -275,42 +353,48 @@ func (s *Store) insert(ctx context.Context, tx pgx.Tx, a *enqueueArgs, lockKeys,
 	defer br.Close()
 	rows, err := br.Query()
 	if err != nil {
-		return nil, enqueueError(err)
+		return nil, false, enqueueError(err)
 	}
-	inserted, err := insertedIDs(rows, n)
+	inserted, isLog, err := insertedIDs(rows, n)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var found *string
 	if err := br.QueryRow().Scan(&found); err != nil {
-		return nil, fmt.Errorf("enqueue outbox events: find the outbox table on the search_path: %w", err)
+		return nil, false, fmt.Errorf("enqueue outbox events: find the outbox table on the search_path: %w", err)
 	}
 	if err := br.Close(); err != nil {
-		return nil, enqueueError(err)
+		return nil, false, enqueueError(err)
 	}
 	if err := check.verify(found); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return inserted, nil
+	return inserted, isLog, nil
 }
 
-// insertedIDs reads the ids the enqueue statement returns.
-func insertedIDs(rows pgx.Rows, n int) (map[[16]byte]struct{}, error) {
+// insertedIDs reads the ids an enqueue statement returns, and its mode row: a NULL id, with 1
+// in log mode.
+func insertedIDs(rows pgx.Rows, n int) (map[[16]byte]struct{}, bool, error) {
 	defer rows.Close()
 	inserted := make(map[[16]byte]struct{}, n)
+	var isLog bool
 	for rows.Next() {
-		var id [16]byte
+		var id *[16]byte
 		var n int64
 		if err := rows.Scan(&id, &n); err != nil {
-			return nil, enqueueError(err)
+			return nil, false, enqueueError(err)
 		}
-		inserted[id] = struct{}{}
+		if id == nil {
+			isLog = n == 1
+			continue
+		}
+		inserted[*id] = struct{}{}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, enqueueError(err)
+		return nil, false, enqueueError(err)
 	}
-	return inserted, nil
+	return inserted, isLog, nil
 }
 
 // severalKeys reports whether events name more than one keyed (source, key). Only then does

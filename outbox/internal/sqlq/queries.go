@@ -15,6 +15,11 @@ import (
 type Queries struct {
 	// EnqueueMany writes several events (column arrays), EnqueueOne one (scalars): sqlEnqueue.
 	EnqueueMany, EnqueueOne string
+	// EnqueueLogMany and EnqueueLogOne are their log-mode statements: sqlEnqueueLog.
+	EnqueueLogMany, EnqueueLogOne string
+	// LogFence tells whether the schema's mode switch fences log mode's enqueue statement
+	// (migration 012).
+	LogFence string
 	// ClaimKey is the claim of the per-key policies (PerKeyHeadOfLine, StopTheLine),
 	// ClaimSource that of PerSourceStream and ClaimAny that of BestEffort (sqlClaim).
 	ClaimKey, ClaimSource, ClaimAny string
@@ -116,6 +121,9 @@ func New(schema string) *Queries {
 		FailureGroupIDs:      r.Replace(groups.Replace(sqlFailureGroupIDs)),
 		EnqueueMany:          r.Replace(locks.Replace(strings.ReplaceAll(sqlEnqueue, "{{input}}", sqlEnqueueMany))),
 		EnqueueOne:           r.Replace(locks.Replace(strings.ReplaceAll(sqlEnqueue, "{{input}}", sqlEnqueueOne))),
+		EnqueueLogMany:       r.Replace(strings.ReplaceAll(sqlEnqueueLog, "{{input}}", sqlEnqueueMany)),
+		EnqueueLogOne:        r.Replace(strings.ReplaceAll(sqlEnqueueLog, "{{input}}", sqlEnqueueOne)),
+		LogFence:             r.Replace(sqlLogFence),
 		DeclareSource:        r.Replace(sqlDeclareSource),
 		RevokeSource:         r.Replace(sqlRevokeSource),
 		ListSources:          r.Replace(sqlListSources),

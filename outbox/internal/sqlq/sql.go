@@ -90,7 +90,50 @@ WITH input AS (
 )
 SELECT outbox_id, (SELECT count(*) FROM notified) FROM ins
 UNION ALL
-SELECT outbox_id, 0 FROM ins_log`
+SELECT outbox_id, 0 FROM ins_log
+UNION ALL
+SELECT NULL, log::int FROM mode`
+
+// sqlEnqueueLog is the enqueue statement of a schema that a previous call found in log mode
+// (Store.insert): sqlEnqueue's ins_log branch alone. It names keiro_outbox only in its probe,
+// whose rows it locks FOR KEY SHARE, so the statement takes keiro_outbox's ROW SHARE lock,
+// which the mode switch's fence (EXCLUSIVE since migration 012) waits for and holds back as
+// it does the ROW EXCLUSIVE lock of every other writer; a transaction that enqueued in log
+// mode therefore commits before the mode changes, or starts after the change. Naming
+// keiro_outbox as an insert target, as sqlEnqueue does, costs a quarter of a single event's
+// statement (the insert's result relation, its five indexes and trigger are set up at every
+// execution, although the branch inserts nothing): BENCHMARKS.md, note 14. The probe locks a
+// row only when it finds one, an event enqueued in claim mode, and no row that is not deleted
+// or re-keyed is ever waited for. If the schema is back in claim mode the statement inserts
+// nothing, and its mode row says so; the caller then runs sqlEnqueue in the same transaction.
+//
+// Both statements end with the mode row: a NULL id and 1 in log mode, 0 in claim mode.
+const sqlEnqueueLog = `
+WITH mode AS (
+    SELECT coalesce((SELECT s.mode = 'log' FROM {{schema}}.keiro_outbox_settings s), false) AS log
+), ins_log AS (
+    INSERT INTO {{schema}}.keiro_outbox_log (outbox_id, message_id, source, destination,
+        message_key, event_type, schema_version, content_type, schema_registry, schema_subject,
+        schema_version_ref, schema_id, schema_fingerprint, source_event_id,
+        source_global_position, causation_id, correlation_id, traceparent, tracestate,
+        payload_bytes, attributes, occurred_at)
+    SELECT i.outbox_id, i.message_id, i.source, i.destination, i.message_key, i.event_type,
+        i.schema_version, i.content_type, i.schema_registry, i.schema_subject,
+        i.schema_version_ref, i.schema_id, i.schema_fingerprint, i.source_event_id,
+        i.source_global_position, i.causation_id, i.correlation_id, i.traceparent, i.tracestate,
+        i.payload_bytes, i.attributes::jsonb, i.occurred_at
+    FROM ({{input}}) i
+    WHERE (SELECT log FROM mode)
+        AND NOT EXISTS (SELECT 1 FROM {{schema}}.keiro_outbox o
+                        WHERE o.source = i.source AND o.message_id = i.message_id
+                        FOR KEY SHARE)
+    ORDER BY i.ord
+    ON CONFLICT (source, message_id) DO NOTHING
+    RETURNING outbox_id
+)
+SELECT outbox_id, 0 FROM ins_log
+UNION ALL
+SELECT NULL, log::int FROM mode`
 
 // sqlEnqueueMany is sqlEnqueue's input of several events: $1..$22 are the columns' arrays.
 const sqlEnqueueMany = `SELECT * FROM unnest(
@@ -685,6 +728,15 @@ FROM unnest(
     correlation_id, traceparent, tracestate, payload_bytes, attributes, occurred_at)
 ON CONFLICT ON CONSTRAINT keiro_outbox_source_message_id_key DO NOTHING
 RETURNING outbox_id`
+
+// sqlLogFence tells whether the schema's mode switch takes keiro_outbox's EXCLUSIVE lock
+// (migration 012), which sqlEnqueueLog's ROW SHARE lock needs; before it the fence took SHARE,
+// which waits only for writers of keiro_outbox. It reads the catalog alone, so it fails in no
+// schema and aborts no caller's transaction.
+const sqlLogFence = `SELECT EXISTS (
+    SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+    WHERE n.nspname = '{{schema}}' AND p.proname = 'keiro_outbox_settings_fence'
+        AND p.prosrc LIKE '%keiro_outbox IN EXCLUSIVE MODE%')`
 
 // sqlReadMode reads the schema's mode; sqlSetMode changes it ($1). The settings table's
 // statement trigger fences the change against running writers (migration 009).
