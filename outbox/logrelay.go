@@ -85,9 +85,9 @@ func (r *Relay) deadLetter(rej logreg.Rejection) error {
 // reports whether it wrote the row: false when the event is already there (a replayed
 // transaction's second rejection, or an event also enqueued in claim mode).
 func (s *Store) writeDeadLetter(ctx context.Context, q Querier, ev *envelope.Event, code, errText string) (bool, error) {
-	a := newEnqueueArgs(1)
+	a := newEnqueueArgs(1, len(ev.Payload))
 	a.add(envelope.NewUUIDv7(), ev, ev.TraceContext)
-	args := append(a.args(false, false)[:22], code, errText)
+	args := append(a.scalarArgs(false)[:enqueueColumns], code, errText)
 	rows, err := q.Query(ctx, s.q.DeadLetter, args...)
 	if err != nil {
 		return false, fmt.Errorf("write the dead letter of message %s: %w", ev.MessageID, err)

@@ -224,7 +224,11 @@ func (s *Store) enqueueCheckedTx(ctx context.Context, tx pgx.Tx, ids []envelope.
 		return nil, fmt.Errorf("enqueue outbox events: %w", errors.Join(problems...))
 	}
 	var ambient *envelope.TraceContext
-	a := newEnqueueArgs(len(events))
+	size := 0
+	for i := range events {
+		size += len(events[i].Payload)
+	}
+	a := newEnqueueArgs(len(events), size)
 	for i := range events {
 		e := &events[i]
 		tc := e.TraceContext
@@ -300,8 +304,11 @@ func (s *Store) enqueueStatement(logMode bool, a *enqueueArgs, lockKeys, notify 
 	if st.rows == 1 {
 		st.query, st.args = one, a.scalarArgs(notify)
 	}
-	if logMode {
-		st.args = st.args[:enqueueColumns] // no key locks ($23) and no NOTIFY ($24) in log mode
+	if logMode { // no key locks ($23) and no NOTIFY ($24) in log mode
+		st.args = st.args[:enqueueColumns:enqueueColumns]
+		if st.rows > 1 {
+			st.args = append(st.args, a.payload())
+		}
 	}
 	return st
 }
@@ -496,17 +503,19 @@ type enqueueArgs struct {
 	sourceEventID, causationID, correlationID []*[16]byte
 	sourceGlobalPosition                      []*int64
 	traceparent, tracestate                   []*string
-	payload                                   [][]byte
+	payloads                                  []byte  // every payload, one after the other
+	spans                                     []int64 // each payload's offset << 32 | length
 	attributes                                []*string
 	occurredAt                                []time.Time
 }
 
-func newEnqueueArgs(n int) *enqueueArgs {
-	return &enqueueArgs{
+// newEnqueueArgs returns the arguments of n events whose payloads add up to size bytes.
+func newEnqueueArgs(n, size int) *enqueueArgs {
+	return &enqueueArgs{payloads: make([]byte, 0, size),
 		ids: make([][16]byte, 0, n), messageID: make([]string, 0, n), source: make([]string, 0, n),
 		destination: make([]string, 0, n), eventType: make([]string, 0, n), key: make([]*string, 0, n),
 		schemaVersion: make([]int64, 0, n), contentType: make([]string, 0, n),
-		payload: make([][]byte, 0, n), occurredAt: make([]time.Time, 0, n),
+		spans: make([]int64, 0, n), occurredAt: make([]time.Time, 0, n),
 	}
 }
 
@@ -549,11 +558,8 @@ func (a *enqueueArgs) add(id envelope.UUID, e *envelope.Event, tc *envelope.Trac
 	}
 	a.traceparent = append(a.traceparent, tp)
 	a.tracestate = append(a.tracestate, ts)
-	payload := e.Payload
-	if payload == nil {
-		payload = []byte{}
-	}
-	a.payload = append(a.payload, payload)
+	a.spans = append(a.spans, int64(len(a.payloads))<<32|int64(len(e.Payload)))
+	a.payloads = append(a.payloads, e.Payload...)
 	var attrs *string
 	if e.Attributes != nil {
 		s := string(e.Attributes)
@@ -569,16 +575,26 @@ func (a *enqueueArgs) scalarArgs(notify bool) []any {
 	return []any{a.ids[0], a.messageID[0], a.source[0], a.destination[0], a.key[0], a.eventType[0],
 		a.schemaVersion[0], a.contentType[0], a.registry[0], a.subject[0], a.versionRef[0],
 		a.schemaID[0], a.fingerprint[0], a.sourceEventID[0], a.sourceGlobalPosition[0],
-		a.causationID[0], a.correlationID[0], a.traceparent[0], a.tracestate[0], a.payload[0],
+		a.causationID[0], a.correlationID[0], a.traceparent[0], a.tracestate[0], a.payload(),
 		a.attributes[0], a.occurredAt[0], false, notify}
 }
 
-// args are the parameters of EnqueueMany: the columns' arrays.
+// payload is a's payloads, one after the other (the only one's, for one event): never nil,
+// since payload_bytes is never NULL.
+func (a *enqueueArgs) payload() []byte {
+	if a.payloads == nil {
+		return []byte{}
+	}
+	return a.payloads
+}
+
+// args are the parameters of EnqueueMany: the columns' arrays, the flags, and the payloads
+// ($25, sqlq's sqlEnqueueMany).
 func (a *enqueueArgs) args(lockKeys, notify bool) []any {
 	return []any{a.ids, a.messageID, a.source, a.destination, a.key, a.eventType, a.schemaVersion,
 		a.contentType, a.registry, a.subject, a.versionRef, a.schemaID, a.fingerprint,
 		a.sourceEventID, a.sourceGlobalPosition, a.causationID, a.correlationID,
-		a.traceparent, a.tracestate, a.payload, a.attributes, a.occurredAt, lockKeys, notify}
+		a.traceparent, a.tracestate, a.spans, a.attributes, a.occurredAt, lockKeys, notify, a.payload()}
 }
 
 // storedEvent is an outbox row's event columns.

@@ -115,13 +115,16 @@ func New(schema string) *Queries {
 		"{{in_share_r}}", fmt.Sprintf(InShare, "$6", fmt.Sprintf(ShareOfKey, "r")),
 		"{{in_share_h}}", fmt.Sprintf(InShare, "$6", fmt.Sprintf(ShareOfKey, "h")),
 	).Replace(sqlClaimKeys + sqlClaimTail)))
+	// many is sqlEnqueueMany with its payloads in parameter p: the statement of both modes
+	// takes the key-lock and notify flags before it ($23, $24), log mode's takes neither.
+	many := func(p string) string { return strings.ReplaceAll(sqlEnqueueMany, "{{payloads}}", p) }
 	groups := strings.NewReplacer("{{class}}", outboxClass, "{{norm}}", pgtext.NormalisedErrorSQL("last_error"))
 	return &Queries{
 		FailureGroups:        r.Replace(groups.Replace(sqlFailureGroups)),
 		FailureGroupIDs:      r.Replace(groups.Replace(sqlFailureGroupIDs)),
-		EnqueueMany:          r.Replace(locks.Replace(strings.ReplaceAll(sqlEnqueue, "{{input}}", sqlEnqueueMany))),
+		EnqueueMany:          r.Replace(locks.Replace(strings.ReplaceAll(sqlEnqueue, "{{input}}", many("$25")))),
 		EnqueueOne:           r.Replace(locks.Replace(strings.ReplaceAll(sqlEnqueue, "{{input}}", sqlEnqueueOne))),
-		EnqueueLogMany:       r.Replace(strings.ReplaceAll(sqlEnqueueLog, "{{input}}", sqlEnqueueMany)),
+		EnqueueLogMany:       r.Replace(strings.ReplaceAll(sqlEnqueueLog, "{{input}}", many("$23"))),
 		EnqueueLogOne:        r.Replace(strings.ReplaceAll(sqlEnqueueLog, "{{input}}", sqlEnqueueOne)),
 		LogFence:             r.Replace(sqlLogFence),
 		DeclareSource:        r.Replace(sqlDeclareSource),
@@ -158,7 +161,7 @@ func New(schema string) *Queries {
 		SetMode:              r.Replace(sqlSetMode),
 		AnyOpen:              r.Replace(sqlAnyOpen),
 		RecoverLog:           r.Replace(sqlRecoverLog),
-		DeadLetter:           r.Replace(sqlDeadLetter),
+		DeadLetter:           r.Replace(strings.ReplaceAll(sqlDeadLetter, "{{input}}", sqlEnqueueOne)),
 		FindPublication:      sqlFindPublication,
 		CreatePublication:    r.Replace(sqlCreatePublication),
 		CreateSlot:           sqlCreateSlot,

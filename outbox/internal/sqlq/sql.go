@@ -135,18 +135,30 @@ SELECT outbox_id, 0 FROM ins_log
 UNION ALL
 SELECT NULL, log::int FROM mode`
 
-// sqlEnqueueMany is sqlEnqueue's input of several events: $1..$22 are the columns' arrays.
-const sqlEnqueueMany = `SELECT * FROM unnest(
+// sqlEnqueueMany is sqlEnqueue's input of several events: $1..$22 are the columns' arrays,
+// but for the payloads: {{payloads}} is every payload, one after the other, in one bytea, and
+// $20 their spans in it, each the offset shifted left by 32 bits plus the length. One bytea
+// parameter is encoded by the client in one copy; a bytea[] of a thousand 1 KiB payloads was
+// appended element by element into a buffer that grew a copy at a time, a fifth of the
+// statement's time (BENCHMARKS.md, note 6).
+const sqlEnqueueMany = `SELECT t.outbox_id, t.message_id, t.source, t.destination, t.message_key, t.event_type,
+        t.schema_version, t.content_type, t.schema_registry, t.schema_subject, t.schema_version_ref,
+        t.schema_id, t.schema_fingerprint, t.source_event_id, t.source_global_position,
+        t.causation_id, t.correlation_id, t.traceparent, t.tracestate,
+        substring((SELECT {{payloads}}::bytea) FROM (t.span >> 32)::int + 1 FOR (t.span & 4294967295)::int)
+            AS payload_bytes,
+        t.attributes, t.occurred_at, t.ord
+    FROM unnest(
         (SELECT $1::uuid[]), (SELECT $2::text[]), (SELECT $3::text[]), (SELECT $4::text[]),
         (SELECT $5::text[]), (SELECT $6::text[]), (SELECT $7::bigint[]), (SELECT $8::text[]),
         (SELECT $9::text[]), (SELECT $10::text[]), (SELECT $11::bigint[]), (SELECT $12::bigint[]),
         (SELECT $13::text[]), (SELECT $14::uuid[]), (SELECT $15::bigint[]), (SELECT $16::uuid[]),
-        (SELECT $17::uuid[]), (SELECT $18::text[]), (SELECT $19::text[]), (SELECT $20::bytea[]),
+        (SELECT $17::uuid[]), (SELECT $18::text[]), (SELECT $19::text[]), (SELECT $20::bigint[]),
         (SELECT $21::text[]), (SELECT $22::timestamptz[])
     ) WITH ORDINALITY AS t(outbox_id, message_id, source, destination, message_key, event_type,
         schema_version, content_type, schema_registry, schema_subject, schema_version_ref,
         schema_id, schema_fingerprint, source_event_id, source_global_position, causation_id,
-        correlation_id, traceparent, tracestate, payload_bytes, attributes, occurred_at, ord)`
+        correlation_id, traceparent, tracestate, span, attributes, occurred_at, ord)`
 
 // sqlEnqueueOne is sqlEnqueue's input of one event: $1..$22 are its columns.
 const sqlEnqueueOne = `SELECT $1::uuid AS outbox_id, $2::text AS message_id, $3::text AS source,
@@ -698,7 +710,7 @@ SELECT outbox_id FROM moved ORDER BY seq`
 // sqlDeadLetter writes the log-mode relay's dead letter: an event of keiro_outbox_log that
 // Kafka refused for good, as a 'rejected' row of keiro_outbox (where ListDead, Requeue and the
 // dead gauge read), with rejection code $23 and error $24, its first attempt counted. $1..$22
-// are sqlEnqueueMany's one-element arrays of the event. The row keeps the id of its
+// are sqlEnqueueOne's columns of the event. The row keeps the id of its
 // keiro_outbox_log row (the id EnqueueTx returned; $1 when that row is gone). The insert
 // trigger sends a row that is not pending to keiro_outbox in either mode (migration 009). A
 // replayed transaction rejects the event again: the second write does nothing. It returns
@@ -717,15 +729,7 @@ SELECT coalesce((SELECT l.outbox_id FROM {{schema}}.keiro_outbox_log l
     i.schema_version_ref, i.schema_id, i.schema_fingerprint, i.source_event_id,
     i.source_global_position, i.causation_id, i.correlation_id, i.traceparent, i.tracestate,
     i.payload_bytes, i.attributes::jsonb, i.occurred_at, 'rejected', 1, $24::text, now(), $23::text
-FROM unnest(
-    $1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[],
-    $8::text[], $9::text[], $10::text[], $11::bigint[], $12::bigint[], $13::text[],
-    $14::uuid[], $15::bigint[], $16::uuid[], $17::uuid[], $18::text[], $19::text[],
-    $20::bytea[], $21::text[], $22::timestamptz[]
-) AS i(outbox_id, message_id, source, destination, message_key, event_type,
-    schema_version, content_type, schema_registry, schema_subject, schema_version_ref,
-    schema_id, schema_fingerprint, source_event_id, source_global_position, causation_id,
-    correlation_id, traceparent, tracestate, payload_bytes, attributes, occurred_at)
+FROM ({{input}}) i
 ON CONFLICT ON CONSTRAINT keiro_outbox_source_message_id_key DO NOTHING
 RETURNING outbox_id`
 
