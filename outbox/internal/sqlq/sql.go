@@ -140,7 +140,7 @@ SELECT NULL, log::int FROM mode`
 // $20 their spans in it, each the offset shifted left by 32 bits plus the length. One bytea
 // parameter is encoded by the client in one copy; a bytea[] of a thousand 1 KiB payloads was
 // appended element by element into a buffer that grew a copy at a time, a fifth of the
-// statement's time (BENCHMARKS.md, note 6).
+// statement's time (BENCHMARKS.md, note 13).
 const sqlEnqueueMany = `SELECT t.outbox_id, t.message_id, t.source, t.destination, t.message_key, t.event_type,
         t.schema_version, t.content_type, t.schema_registry, t.schema_subject, t.schema_version_ref,
         t.schema_id, t.schema_fingerprint, t.source_event_id, t.source_global_position,
