@@ -185,6 +185,16 @@ func TestRelayConfigModeValidation(t *testing.T) {
 	require.Error(t, err)
 }
 
+// logModeRig is rig with the schema switched to log mode (its slot dropped when t ends).
+func logModeRig(t *testing.T) (*testenv.DB, *outbox.Store) {
+	t.Helper()
+	db, _, st := rig(t, 1)
+	dropLogSlot(t, db.Pool, outbox.DefaultLogSlot(db.Schema))
+	_, err := st.SetMode(context.Background(), db.Pool, outbox.ModeLog, "")
+	require.NoError(t, err)
+	return db, st
+}
+
 func st(t *testing.T) *outbox.Store {
 	s, err := outbox.NewStore("keiro")
 	require.NoError(t, err)
@@ -196,11 +206,8 @@ func st(t *testing.T) *outbox.Store {
 // claim mode.
 func TestLogModeEnqueueWithIDs(t *testing.T) {
 	t.Parallel()
-	db, _, st := rig(t, 1)
+	db, st := logModeRig(t)
 	ctx := context.Background()
-	dropLogSlot(t, db.Pool, outbox.DefaultLogSlot(db.Schema))
-	_, err := st.SetMode(ctx, db.Pool, outbox.ModeLog, "")
-	require.NoError(t, err)
 	id := envelope.NewUUIDv7()
 	ev := event("m-1", "orders", ptr("k"), `{"n":1}`)
 	enq := func(e envelope.Event) ([]outbox.EnqueueResult, error) {
@@ -232,11 +239,8 @@ func TestLogModeEnqueueWithIDs(t *testing.T) {
 // event is never dropped in silence.
 func TestLogModeInsertOfAChangedDuplicateIsAConflict(t *testing.T) {
 	t.Parallel()
-	db, _, st := rig(t, 1)
+	db, _ := logModeRig(t)
 	ctx := context.Background()
-	dropLogSlot(t, db.Pool, outbox.DefaultLogSlot(db.Schema))
-	_, err := st.SetMode(ctx, db.Pool, outbox.ModeLog, "")
-	require.NoError(t, err)
 	insert := func(payload, traceparent string) error {
 		var tp *string
 		if traceparent != "" {
@@ -254,7 +258,7 @@ func TestLogModeInsertOfAChangedDuplicateIsAConflict(t *testing.T) {
 	require.NoError(t, insert(`{"n":1}`, ""), "a retry without a trace is the same event")
 	require.Equal(t, 1, count(t, db.Pool, "keiro_outbox_log"))
 
-	err = insert(`{"n":2}`, tp1)
+	err := insert(`{"n":2}`, tp1)
 	var pgErr *pgconn.PgError
 	require.ErrorAs(t, err, &pgErr)
 	require.Equal(t, "23505", pgErr.Code)
@@ -443,11 +447,8 @@ func outboxLocks(t *testing.T, tx pgx.Tx) []string {
 // EXCLUSIVE alone) EnqueueTx keeps the statement of both modes.
 func TestLogModeEnqueueHoldsTheSwitchBack(t *testing.T) {
 	t.Parallel()
-	db, _, st := rig(t, 1)
+	db, st := logModeRig(t)
 	ctx := context.Background()
-	dropLogSlot(t, db.Pool, outbox.DefaultLogSlot(db.Schema))
-	_, err := st.SetMode(ctx, db.Pool, outbox.ModeLog, "")
-	require.NoError(t, err)
 	enqueue(t, db.Pool, st, event("first", "orders", ptr("k"), `{}`))
 
 	tx, err := db.Pool.Begin(ctx)

@@ -118,14 +118,18 @@ func New(schema string) *Queries {
 	// many is sqlEnqueueMany with its payloads in parameter p: the statement of both modes
 	// takes the key-lock and notify flags before it ($23, $24), log mode's takes neither.
 	many := func(p string) string { return strings.ReplaceAll(sqlEnqueueMany, "{{payloads}}", p) }
+	// enqueue is an enqueue statement with its insert into keiro_outbox_log and its input.
+	enqueue := func(q, input string) string {
+		return strings.ReplaceAll(strings.ReplaceAll(q, "{{insert_log}}", sqlInsertLog), "{{input}}", input)
+	}
 	groups := strings.NewReplacer("{{class}}", outboxClass, "{{norm}}", pgtext.NormalisedErrorSQL("last_error"))
 	return &Queries{
 		FailureGroups:        r.Replace(groups.Replace(sqlFailureGroups)),
 		FailureGroupIDs:      r.Replace(groups.Replace(sqlFailureGroupIDs)),
-		EnqueueMany:          r.Replace(locks.Replace(strings.ReplaceAll(sqlEnqueue, "{{input}}", many("$25")))),
-		EnqueueOne:           r.Replace(locks.Replace(strings.ReplaceAll(sqlEnqueue, "{{input}}", sqlEnqueueOne))),
-		EnqueueLogMany:       r.Replace(strings.ReplaceAll(sqlEnqueueLog, "{{input}}", many("$23"))),
-		EnqueueLogOne:        r.Replace(strings.ReplaceAll(sqlEnqueueLog, "{{input}}", sqlEnqueueOne)),
+		EnqueueMany:          r.Replace(locks.Replace(enqueue(sqlEnqueue, many("$25")))),
+		EnqueueOne:           r.Replace(locks.Replace(enqueue(sqlEnqueue, sqlEnqueueOne))),
+		EnqueueLogMany:       r.Replace(enqueue(sqlEnqueueLog, many("$23"))),
+		EnqueueLogOne:        r.Replace(enqueue(sqlEnqueueLog, sqlEnqueueOne)),
 		LogFence:             r.Replace(sqlLogFence),
 		DeclareSource:        r.Replace(sqlDeclareSource),
 		RevokeSource:         r.Replace(sqlRevokeSource),

@@ -19,7 +19,8 @@ import "github.com/keiro-go/keiro/internal/advisorylock"
 // sent.
 //
 // In log mode (migration 009's keiro_outbox_settings, read once by the statement) the rows go
-// straight to keiro_outbox_log (ins_log) with no key lock: the slot publishes in commit order.
+// straight to keiro_outbox_log (ins_log, sqlInsertLog) with no key lock: the slot publishes in
+// commit order.
 // Each branch's mode test is a one-time filter (an uncorrelated sub-select), so the branch of
 // the other mode scans nothing. An event already in keiro_outbox (enqueued in claim mode, or a
 // dead letter) is inserted nowhere in log mode and read back as a duplicate or a conflict, as
@@ -49,23 +50,7 @@ WITH input AS (
         ORDER BY h
     ) k
 ), ins_log AS (
-    INSERT INTO {{schema}}.keiro_outbox_log (outbox_id, message_id, source, destination,
-        message_key, event_type, schema_version, content_type, schema_registry, schema_subject,
-        schema_version_ref, schema_id, schema_fingerprint, source_event_id,
-        source_global_position, causation_id, correlation_id, traceparent, tracestate,
-        payload_bytes, attributes, occurred_at)
-    SELECT i.outbox_id, i.message_id, i.source, i.destination, i.message_key, i.event_type,
-        i.schema_version, i.content_type, i.schema_registry, i.schema_subject,
-        i.schema_version_ref, i.schema_id, i.schema_fingerprint, i.source_event_id,
-        i.source_global_position, i.causation_id, i.correlation_id, i.traceparent, i.tracestate,
-        i.payload_bytes, i.attributes::jsonb, i.occurred_at
-    FROM ({{input}}) i
-    WHERE (SELECT log FROM mode)
-        AND NOT EXISTS (SELECT 1 FROM {{schema}}.keiro_outbox o
-                        WHERE o.source = i.source AND o.message_id = i.message_id)
-    ORDER BY i.ord
-    ON CONFLICT (source, message_id) DO NOTHING
-    RETURNING outbox_id
+    {{insert_log}}
 ), ins AS (
     INSERT INTO {{schema}}.keiro_outbox (outbox_id, message_id, source, destination, message_key,
         event_type, schema_version, content_type, schema_registry, schema_subject,
@@ -112,7 +97,17 @@ const sqlEnqueueLog = `
 WITH mode AS (
     SELECT coalesce((SELECT s.mode = 'log' FROM {{schema}}.keiro_outbox_settings s), false) AS log
 ), ins_log AS (
-    INSERT INTO {{schema}}.keiro_outbox_log (outbox_id, message_id, source, destination,
+    {{insert_log}}
+)
+SELECT outbox_id, 0 FROM ins_log
+UNION ALL
+SELECT NULL, log::int FROM mode`
+
+// sqlInsertLog is the insert into keiro_outbox_log of both enqueue statements ({{insert_log}}):
+// in log mode, the events of {{input}} that keiro_outbox does not hold already. Its probe
+// locks what it finds FOR KEY SHARE, which gives the statement keiro_outbox's ROW SHARE lock
+// (see sqlEnqueueLog).
+const sqlInsertLog = `INSERT INTO {{schema}}.keiro_outbox_log (outbox_id, message_id, source, destination,
         message_key, event_type, schema_version, content_type, schema_registry, schema_subject,
         schema_version_ref, schema_id, schema_fingerprint, source_event_id,
         source_global_position, causation_id, correlation_id, traceparent, tracestate,
@@ -129,11 +124,7 @@ WITH mode AS (
                         FOR KEY SHARE)
     ORDER BY i.ord
     ON CONFLICT (source, message_id) DO NOTHING
-    RETURNING outbox_id
-)
-SELECT outbox_id, 0 FROM ins_log
-UNION ALL
-SELECT NULL, log::int FROM mode`
+    RETURNING outbox_id`
 
 // sqlEnqueueMany is sqlEnqueue's input of several events: $1..$22 are the columns' arrays,
 // but for the payloads: {{payloads}} is every payload, one after the other, in one bytea, and
