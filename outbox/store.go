@@ -121,12 +121,9 @@ type Store struct {
 	// walkDeep, if set (benchmarks), makes the unbounded claim of the per-key policies walk
 	// the backlog in seq order as it used to, instead of finding the heads by key.
 	walkDeep bool
-	// logEnqueue is set once an enqueue found the schema in log mode with migration 012's
-	// fence: later ones run the log-mode statement (Store.insert).
+	// logEnqueue is set once an enqueue found the schema in log mode: later ones run the
+	// log-mode statement (Store.insert).
 	logEnqueue atomic.Bool
-	// fenceChecked is when an enqueue last found the schema without that fence (Unix
-	// nanoseconds; 0: never): it is checked again a minute later, not at every call.
-	fenceChecked atomic.Int64
 }
 
 // NewStore returns a Store for the outbox in schema, which must be a valid schema name
@@ -269,10 +266,11 @@ func (s *Store) enqueueCheckedTx(ctx context.Context, tx pgx.Tx, ids []envelope.
 //
 // The statement follows the schema's mode, which it reads itself (sqlq's sqlEnqueue), and
 // tells it in its last row. Once a call found log mode the Store runs the log-mode statement
-// (sqlEnqueueLog), which sets up no insert into keiro_outbox; if that one finds the schema
-// back in claim mode it inserts nothing, and the call runs the statement of both modes in the
-// same transaction. The mode switch cannot come between the two: the first statement's lock
-// on keiro_outbox holds it back until the transaction ends.
+// (sqlEnqueueLog), which sets up no insert into keiro_outbox, after a LOCK TABLE of keiro_outbox
+// in the same round trip: the ROW EXCLUSIVE lock every writer holds, which the mode switch's
+// fence waits for. If the log-mode statement finds the schema back in claim mode it inserts
+// nothing, and the call runs the statement of both modes in the same transaction; the switch
+// cannot come between the two, since the lock holds it back until the transaction ends.
 func (s *Store) insert(ctx context.Context, tx pgx.Tx, a *enqueueArgs, lockKeys, notify bool, check *pathCheck) (map[[16]byte]struct{}, error) {
 	logMode := s.logEnqueue.Load()
 	inserted, isLog, err := s.runInsert(ctx, tx, s.enqueueStatement(logMode, a, lockKeys, notify), check)
@@ -280,15 +278,12 @@ func (s *Store) insert(ctx context.Context, tx pgx.Tx, a *enqueueArgs, lockKeys,
 		return nil, err
 	}
 	if logMode && !isLog {
-		s.logEnqueue.Store(false)
 		if inserted, isLog, err = s.runInsert(ctx, tx, s.enqueueStatement(false, a, lockKeys, notify), nil); err != nil {
 			return nil, err
 		}
 	}
-	if isLog && !logMode {
-		if err := s.learnLogMode(ctx, tx); err != nil {
-			return nil, err
-		}
+	if isLog != logMode {
+		s.logEnqueue.Store(isLog)
 	}
 	return inserted, nil
 }
@@ -305,6 +300,7 @@ func (s *Store) enqueueStatement(logMode bool, a *enqueueArgs, lockKeys, notify 
 		st.query, st.args = one, a.scalarArgs(notify)
 	}
 	if logMode { // no key locks ($23) and no NOTIFY ($24) in log mode
+		st.fence = s.q.LockOutbox
 		st.args = st.args[:enqueueColumns:enqueueColumns]
 		if st.rows > 1 {
 			st.args = append(st.args, a.payload())
@@ -316,65 +312,59 @@ func (s *Store) enqueueStatement(logMode bool, a *enqueueArgs, lockKeys, notify 
 // enqueueColumns is the number of an event's columns, the enqueue statements' first parameters.
 const enqueueColumns = 22
 
-// enqueueStmt is an enqueue statement with its parameters and the number of its events.
+// enqueueStmt is an enqueue statement with its parameters and the number of its events, and
+// the statement that takes keiro_outbox's ROW EXCLUSIVE lock before it (log mode's), if any.
 type enqueueStmt struct {
+	fence string
 	query string
 	args  []any
 	rows  int
 }
 
-// learnLogMode makes later calls run the log-mode statement, once the schema's mode switch
-// is known to fence it (migration 012: sqlq's LogFence). A schema migrated before 012 keeps the
-// statement of both modes, and is looked at again a minute later.
-func (s *Store) learnLogMode(ctx context.Context, tx pgx.Tx) error {
-	if last := s.fenceChecked.Load(); last != 0 && time.Since(time.Unix(0, last)) < time.Minute {
-		return nil
-	}
-	var fenced bool
-	if err := tx.QueryRow(ctx, s.q.LogFence).Scan(&fenced); err != nil {
-		return fmt.Errorf("enqueue outbox events: read the mode switch's fence: %w", err)
-	}
-	if !fenced {
-		s.fenceChecked.Store(time.Now().UnixNano())
-		return nil
-	}
-	s.logEnqueue.Store(true)
-	return nil
-}
-
-// runInsert runs an enqueueStatement (and check's query after it, in the same round trip) and
-// returns the ids it inserted and whether it found the schema in log mode.
+// runInsert runs an enqueueStatement (after its fence, and with check's query after it, in the
+// same round trip) and returns the ids it inserted and whether it found the schema in log mode.
 func (s *Store) runInsert(ctx context.Context, tx pgx.Tx, stmt enqueueStmt, check *pathCheck) (map[[16]byte]struct{}, bool, error) {
-	query, args, n := stmt.query, stmt.args, stmt.rows
-	if check == nil {
-		rows, err := tx.Query(ctx, query, args...)
+	if stmt.fence == "" && check == nil {
+		rows, err := tx.Query(ctx, stmt.query, stmt.args...)
 		if err != nil {
 			return nil, false, enqueueError(err)
 		}
-		return insertedIDs(rows, n)
+		return insertedIDs(rows, stmt.rows)
 	}
 	b := &pgx.Batch{}
-	b.Queue(query, args...)
-	b.Queue(check.query, check.args...)
+	if stmt.fence != "" {
+		b.Queue(stmt.fence)
+	}
+	b.Queue(stmt.query, stmt.args...)
+	if check != nil {
+		b.Queue(check.query, check.args...)
+	}
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
+	if stmt.fence != "" {
+		if _, err := br.Exec(); err != nil {
+			return nil, false, enqueueError(err)
+		}
+	}
 	rows, err := br.Query()
 	if err != nil {
 		return nil, false, enqueueError(err)
 	}
-	inserted, isLog, err := insertedIDs(rows, n)
+	inserted, isLog, err := insertedIDs(rows, stmt.rows)
 	if err != nil {
 		return nil, false, err
 	}
-	var found *string
-	if err := br.QueryRow().Scan(&found); err != nil {
-		return nil, false, fmt.Errorf("enqueue outbox events: find the outbox table on the search_path: %w", err)
+	if check != nil {
+		var found *string
+		if err := br.QueryRow().Scan(&found); err != nil {
+			return nil, false, fmt.Errorf("enqueue outbox events: find the outbox table on the search_path: %w", err)
+		}
+		if err := check.verify(found); err != nil {
+			return nil, false, err
+		}
 	}
 	if err := br.Close(); err != nil {
 		return nil, false, enqueueError(err)
-	}
-	if err := check.verify(found); err != nil {
-		return nil, false, err
 	}
 	return inserted, isLog, nil
 }

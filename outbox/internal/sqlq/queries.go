@@ -17,9 +17,8 @@ type Queries struct {
 	EnqueueMany, EnqueueOne string
 	// EnqueueLogMany and EnqueueLogOne are their log-mode statements: sqlEnqueueLog.
 	EnqueueLogMany, EnqueueLogOne string
-	// LogFence tells whether the schema's mode switch fences log mode's enqueue statement
-	// (migration 012).
-	LogFence string
+	// LockOutbox takes keiro_outbox's ROW EXCLUSIVE lock before log mode's statement.
+	LockOutbox string
 	// ClaimKey is the claim of the per-key policies (PerKeyHeadOfLine, StopTheLine),
 	// ClaimSource that of PerSourceStream and ClaimAny that of BestEffort (sqlClaim).
 	ClaimKey, ClaimSource, ClaimAny string
@@ -130,7 +129,7 @@ func New(schema string) *Queries {
 		EnqueueOne:           r.Replace(locks.Replace(enqueue(sqlEnqueue, sqlEnqueueOne))),
 		EnqueueLogMany:       r.Replace(enqueue(sqlEnqueueLog, many("$23"))),
 		EnqueueLogOne:        r.Replace(enqueue(sqlEnqueueLog, sqlEnqueueOne)),
-		LogFence:             r.Replace(sqlLogFence),
+		LockOutbox:           r.Replace(sqlLockOutbox),
 		DeclareSource:        r.Replace(sqlDeclareSource),
 		RevokeSource:         r.Replace(sqlRevokeSource),
 		ListSources:          r.Replace(sqlListSources),

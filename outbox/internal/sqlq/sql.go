@@ -80,17 +80,18 @@ UNION ALL
 SELECT NULL, log::int FROM mode`
 
 // sqlEnqueueLog is the enqueue statement of a schema that a previous call found in log mode
-// (Store.insert): sqlEnqueue's ins_log branch alone. It names keiro_outbox only in its probe,
-// whose rows it locks FOR KEY SHARE, so the statement takes keiro_outbox's ROW SHARE lock,
-// which the mode switch's fence (EXCLUSIVE since migration 012) waits for and holds back as
-// it does the ROW EXCLUSIVE lock of every other writer; a transaction that enqueued in log
-// mode therefore commits before the mode changes, or starts after the change. Naming
-// keiro_outbox as an insert target, as sqlEnqueue does, costs a quarter of a single event's
-// statement (the insert's result relation, its five indexes and trigger are set up at every
-// execution, although the branch inserts nothing): BENCHMARKS.md, note 14. The probe locks a
-// row only when it finds one, an event enqueued in claim mode, and no row that is not deleted
-// or re-keyed is ever waited for. If the schema is back in claim mode the statement inserts
-// nothing, and its mode row says so; the caller then runs sqlEnqueue in the same transaction.
+// (Store.insert): sqlEnqueue's ins_log branch alone. It names keiro_outbox only in its probe
+// (an ACCESS SHARE lock), so the caller sends sqlLockOutbox before it, in the same round trip:
+// the ROW EXCLUSIVE lock of every writer, which the mode switch's fence (migration 009) waits
+// for and holds back, so a transaction that enqueued in log mode commits before the mode
+// changes, or starts after the change. Naming keiro_outbox as an insert target instead, as
+// sqlEnqueue does, costs a quarter of a single event's statement (the insert's result
+// relation, its five indexes and trigger are set up at every execution, although the branch
+// inserts nothing): BENCHMARKS.md, note 14. A row lock on the probe (ROW SHARE, with a fence
+// of EXCLUSIVE) would cost no statement, but needs the UPDATE privilege on keiro_outbox,
+// which a producer's role need not have. If the schema is back in claim mode the statement
+// inserts nothing, and its mode row says so; the caller then runs sqlEnqueue in the same
+// transaction.
 //
 // Both statements end with the mode row: a NULL id and 1 in log mode, 0 in claim mode.
 const sqlEnqueueLog = `
@@ -103,10 +104,11 @@ SELECT outbox_id, 0 FROM ins_log
 UNION ALL
 SELECT NULL, log::int FROM mode`
 
+// sqlLockOutbox is what log mode's enqueue statement is sent after (see sqlEnqueueLog).
+const sqlLockOutbox = `LOCK TABLE {{schema}}.keiro_outbox IN ROW EXCLUSIVE MODE`
+
 // sqlInsertLog is the insert into keiro_outbox_log of both enqueue statements ({{insert_log}}):
-// in log mode, the events of {{input}} that keiro_outbox does not hold already. Its probe
-// locks what it finds FOR KEY SHARE, which gives the statement keiro_outbox's ROW SHARE lock
-// (see sqlEnqueueLog).
+// in log mode, the events of {{input}} that keiro_outbox does not hold already.
 const sqlInsertLog = `INSERT INTO {{schema}}.keiro_outbox_log (outbox_id, message_id, source, destination,
         message_key, event_type, schema_version, content_type, schema_registry, schema_subject,
         schema_version_ref, schema_id, schema_fingerprint, source_event_id,
@@ -120,8 +122,7 @@ const sqlInsertLog = `INSERT INTO {{schema}}.keiro_outbox_log (outbox_id, messag
     FROM ({{input}}) i
     WHERE (SELECT log FROM mode)
         AND NOT EXISTS (SELECT 1 FROM {{schema}}.keiro_outbox o
-                        WHERE o.source = i.source AND o.message_id = i.message_id
-                        FOR KEY SHARE)
+                        WHERE o.source = i.source AND o.message_id = i.message_id)
     ORDER BY i.ord
     ON CONFLICT (source, message_id) DO NOTHING
     RETURNING outbox_id`
@@ -723,15 +724,6 @@ SELECT coalesce((SELECT l.outbox_id FROM {{schema}}.keiro_outbox_log l
 FROM ({{input}}) i
 ON CONFLICT ON CONSTRAINT keiro_outbox_source_message_id_key DO NOTHING
 RETURNING outbox_id`
-
-// sqlLogFence tells whether the schema's mode switch takes keiro_outbox's EXCLUSIVE lock
-// (migration 012), which sqlEnqueueLog's ROW SHARE lock needs; before it the fence took SHARE,
-// which waits only for writers of keiro_outbox. It reads the catalog alone, so it fails in no
-// schema and aborts no caller's transaction.
-const sqlLogFence = `SELECT EXISTS (
-    SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
-    WHERE n.nspname = '{{schema}}' AND p.proname = 'keiro_outbox_settings_fence'
-        AND p.prosrc LIKE '%keiro_outbox IN EXCLUSIVE MODE%')`
 
 // sqlReadMode reads the schema's mode; sqlSetMode changes it ($1). The settings table's
 // statement trigger fences the change against running writers (migration 009).
