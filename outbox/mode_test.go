@@ -477,3 +477,46 @@ func TestLogModeEnqueueHoldsTheSwitchBack(t *testing.T) {
 
 	require.False(t, outbox.EnqueuesInLogMode(st), "the call found claim mode")
 }
+
+// A producer's role needs no more than SELECT and INSERT on the outbox's tables, and USAGE on
+// its sequence, to enqueue in either mode, log mode's own statement included.
+func TestProducerRoleEnqueuesInBothModes(t *testing.T) {
+	t.Parallel()
+	db, st := logModeRig(t)
+	ctx := context.Background()
+	role := "producer_" + db.Schema
+	_, err := db.Pool.Exec(ctx, fmt.Sprintf(`CREATE ROLE %[1]s;
+		GRANT USAGE ON SCHEMA %[2]s TO %[1]s;
+		GRANT SELECT, INSERT ON %[2]s.keiro_outbox, %[2]s.keiro_outbox_log TO %[1]s;
+		GRANT SELECT ON %[2]s.keiro_outbox_settings, %[2]s.keiro_outbox_source TO %[1]s;
+		GRANT USAGE ON SEQUENCE %[2]s.keiro_outbox_seq TO %[1]s`, role, db.Schema))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = db.Pool.Exec(context.Background(), fmt.Sprintf("DROP OWNED BY %[1]s; DROP ROLE %[1]s", role))
+	})
+	cfg := db.Pool.Config()
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, "SET ROLE "+role)
+		return err
+	}
+	producer, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(producer.Close)
+
+	for i := range 3 { // the first call finds log mode, the next ones run log mode's statement
+		res := enqueue(t, producer, st, event(fmt.Sprintf("log-%d", i), "orders", ptr("k"), `{}`),
+			event(fmt.Sprintf("log-%d-b", i), "orders", ptr("k"), `{}`))
+		require.Equal(t, outbox.Inserted, res[0].Outcome)
+		res = enqueue(t, producer, st, event(fmt.Sprintf("log-%d-c", i), "orders", ptr("k"), `{}`))
+		require.Equal(t, outbox.Inserted, res[0].Outcome)
+	}
+	require.True(t, outbox.EnqueuesInLogMode(st))
+	_, err = st.SetMode(ctx, db.Pool, outbox.ModeClaim, "")
+	require.NoError(t, err)
+	for i := range 2 {
+		res := enqueue(t, producer, st, event(fmt.Sprintf("claim-%d", i), "orders", ptr("k"), `{}`))
+		require.Equal(t, outbox.Inserted, res[0].Outcome)
+	}
+	require.Equal(t, 9, count(t, db.Pool, "keiro_outbox_log"))
+	require.Equal(t, 2, count(t, db.Pool, "keiro_outbox"))
+}
