@@ -121,8 +121,8 @@ type Store struct {
 	// walkDeep, if set (benchmarks), makes the unbounded claim of the per-key policies walk
 	// the backlog in seq order as it used to, instead of finding the heads by key.
 	walkDeep bool
-	// logEnqueue is set once an enqueue found the schema in log mode: later ones run the
-	// log-mode statement (Store.insert).
+	// logEnqueue is whether the last enqueue found the schema in log mode: the next one runs
+	// log mode's statement first (Store.insert).
 	logEnqueue atomic.Bool
 }
 
@@ -264,32 +264,29 @@ func (s *Store) enqueueCheckedTx(ctx context.Context, tx pgx.Tx, ids []envelope.
 // round trip) and returns the ids of the rows it inserted. One event binds its columns as
 // scalars (EnqueueOne), several as arrays (EnqueueMany).
 //
-// The statement follows the schema's mode, which it reads itself (sqlq's sqlEnqueue), and
-// tells it in its last row. Once a call found log mode the Store runs the log-mode statement
-// (sqlEnqueueLog), which sets up no insert into keiro_outbox, after a LOCK TABLE of keiro_outbox
-// in the same round trip: the ROW EXCLUSIVE lock every writer holds, which the mode switch's
-// fence waits for. If the log-mode statement finds the schema back in claim mode it inserts
-// nothing, and the call runs the statement of both modes in the same transaction; the switch
-// cannot come between the two, since the lock holds it back until the transaction ends.
+// Each mode has its statement (sqlq's sqlEnqueue and sqlEnqueueLog), which reads the schema's
+// mode itself, inserts nothing in the other mode and tells the mode in its last row. The Store
+// runs the statement of the mode its last call found (claim at first); when the schema is in
+// the other mode, the call runs the other statement in the same transaction. The mode switch
+// cannot come between the two: the first statement's lock on keiro_outbox holds it back until
+// the transaction ends.
 func (s *Store) insert(ctx context.Context, tx pgx.Tx, a *enqueueArgs, lockKeys, notify bool, check *pathCheck) (map[[16]byte]struct{}, error) {
 	logMode := s.logEnqueue.Load()
 	inserted, isLog, err := s.runInsert(ctx, tx, s.enqueueStatement(logMode, a, lockKeys, notify), check)
 	if err != nil {
 		return nil, err
 	}
-	if logMode && !isLog {
-		if inserted, isLog, err = s.runInsert(ctx, tx, s.enqueueStatement(false, a, lockKeys, notify), nil); err != nil {
-			return nil, err
-		}
-	}
 	if isLog != logMode {
 		s.logEnqueue.Store(isLog)
+		if inserted, _, err = s.runInsert(ctx, tx, s.enqueueStatement(isLog, a, lockKeys, notify), nil); err != nil {
+			return nil, err
+		}
 	}
 	return inserted, nil
 }
 
-// enqueueStatement is the enqueue statement and its parameters: log mode's (sqlEnqueueLog) or
-// both modes' (sqlEnqueue), for one event or several.
+// enqueueStatement is the enqueue statement of a mode and its parameters: log mode's
+// (sqlEnqueueLog, after its lock) or claim mode's (sqlEnqueue), for one event or several.
 func (s *Store) enqueueStatement(logMode bool, a *enqueueArgs, lockKeys, notify bool) enqueueStmt {
 	one, many := s.q.EnqueueOne, s.q.EnqueueMany
 	if logMode {

@@ -13,9 +13,9 @@ import (
 
 // Queries holds the statements with the schema substituted.
 type Queries struct {
-	// EnqueueMany writes several events (column arrays), EnqueueOne one (scalars): sqlEnqueue.
-	EnqueueMany, EnqueueOne string
-	// EnqueueLogMany and EnqueueLogOne are their log-mode statements: sqlEnqueueLog.
+	// EnqueueMany writes several events (column arrays), EnqueueOne one (scalars), in claim
+	// mode: sqlEnqueue. EnqueueLogMany and EnqueueLogOne are log mode's: sqlEnqueueLog.
+	EnqueueMany, EnqueueOne       string
 	EnqueueLogMany, EnqueueLogOne string
 	// LockOutbox takes keiro_outbox's ROW EXCLUSIVE lock before log mode's statement.
 	LockOutbox string
@@ -117,10 +117,7 @@ func New(schema string) *Queries {
 	// many is sqlEnqueueMany with its payloads in parameter p: the statement of both modes
 	// takes the key-lock and notify flags before it ($23, $24), log mode's takes neither.
 	many := func(p string) string { return strings.ReplaceAll(sqlEnqueueMany, "{{payloads}}", p) }
-	// enqueue is an enqueue statement with its insert into keiro_outbox_log and its input.
-	enqueue := func(q, input string) string {
-		return strings.ReplaceAll(strings.ReplaceAll(q, "{{insert_log}}", sqlInsertLog), "{{input}}", input)
-	}
+	enqueue := func(q, input string) string { return strings.ReplaceAll(q, "{{input}}", input) }
 	groups := strings.NewReplacer("{{class}}", outboxClass, "{{norm}}", pgtext.NormalisedErrorSQL("last_error"))
 	return &Queries{
 		FailureGroups:        r.Replace(groups.Replace(sqlFailureGroups)),

@@ -8,30 +8,34 @@ import "github.com/keiro-go/keiro/internal/advisorylock"
 // from user input at run time. The advisory lock keys come from locks.go through the
 // {{…_lock}} placeholders, replaced in the same place.
 
-// sqlEnqueue inserts one call's events in one statement. The outbox's BEFORE INSERT trigger
-// (migration "outbox_order") takes each row's (source, key) transaction-scoped advisory lock,
-// or its declared source's lock, before it draws the row's seq, so same-key enqueuing
-// transactions serialise and seq order equals commit order per key, for every writer. With
-// $23 = true (a call with several keys) the locks CTE first takes the keys' locks in hash order,
-// the same keys the trigger takes (it re-enters them at no wait), so two calls naming the same
-// keys in different orders cannot deadlock; the INSERT reads the one-row locks CTE, so they are
-// held before any row is inserted. With $24 = false (StoreOptions.DisableNotify) no NOTIFY is
-// sent.
+// sqlEnqueue and sqlEnqueueLog insert one call's events in one statement, each in its mode:
+// sqlEnqueue into keiro_outbox (claim mode), sqlEnqueueLog into keiro_outbox_log (log mode).
+// Each reads the schema's mode itself (migration 009's keiro_outbox_settings, once per
+// statement), inserts nothing when the schema is in the other mode (the test is a one-time
+// filter, an uncorrelated sub-select), and ends with the mode row: a NULL id and 1 in log mode,
+// 0 in claim mode. The Store runs the statement of the mode its last call found, and the other
+// one, in the same transaction, when the mode row says the schema changed (Store.insert): a
+// producer follows the mode without a redeploy, and pays one statement of the other mode once
+// after a switch. An event already in the other mode's table is inserted nowhere and read back
+// as a duplicate or a conflict (in claim mode the outbox's trigger sees to it, as for every
+// other writer; in log mode sqlEnqueueLog's probe).
 //
-// In log mode (migration 009's keiro_outbox_settings, read once by the statement) the rows go
-// straight to keiro_outbox_log (ins_log, sqlInsertLog) with no key lock: the slot publishes in
-// commit order.
-// Each branch's mode test is a one-time filter (an uncorrelated sub-select), so the branch of
-// the other mode scans nothing. An event already in keiro_outbox (enqueued in claim mode, or a
-// dead letter) is inserted nowhere in log mode and read back as a duplicate or a conflict, as
-// an event already in keiro_outbox_log is in claim mode (the outbox's trigger routes every
-// other writer the same way). The statement names keiro_outbox as an insert target in either
-// mode, so every producer takes its ROW EXCLUSIVE lock: the mode switch's fence (migration 009).
+// Both statements take keiro_outbox's ROW EXCLUSIVE lock, which the mode switch's fence waits
+// for and holds back (migration 009): sqlEnqueue as its insert target, sqlEnqueueLog through
+// sqlLockOutbox, sent before it in the same round trip. Each statement's snapshot is taken
+// after that lock, so it reads the mode the switch left.
+//
+// sqlEnqueue: the outbox's BEFORE INSERT trigger (migration "outbox_order") takes each row's
+// (source, key) transaction-scoped advisory lock, or its declared source's lock, before it
+// draws the row's seq, so same-key enqueuing transactions serialise and seq order equals commit
+// order per key, for every writer. With $23 = true (a call with several keys) the locks CTE
+// first takes the keys' locks in hash order, the same keys the trigger takes (it re-enters them
+// at no wait), so two calls naming the same keys in different orders cannot deadlock; the
+// INSERT reads the one-row locks CTE, so they are held before any row is inserted. With $24 =
+// false (StoreOptions.DisableNotify) no NOTIFY is sent.
 //
 // {{input}} is the call's events: sqlEnqueueMany's arrays for several events, sqlEnqueueOne's
-// scalars for one. ins_log reads them itself rather than through the input CTE, which the
-// claim branch alone reads: a CTE is materialized when it is first read, so in log mode the
-// events are never copied into it. Each array parameter is read through a scalar sub-select, (SELECT
+// scalars for one. Each array parameter is read through a scalar sub-select, (SELECT
 // $n::type[]), so that the planner does not see the arrays' lengths in a custom plan: it then
 // estimates every call's input alike, its custom plans cost what the generic plan costs, and
 // PostgreSQL keeps the prepared statement's generic plan after five calls instead of planning
@@ -49,8 +53,6 @@ WITH input AS (
             AND NOT (SELECT log FROM mode)
         ORDER BY h
     ) k
-), ins_log AS (
-    {{insert_log}}
 ), ins AS (
     INSERT INTO {{schema}}.keiro_outbox (outbox_id, message_id, source, destination, message_key,
         event_type, schema_version, content_type, schema_registry, schema_subject,
@@ -75,41 +77,21 @@ WITH input AS (
 )
 SELECT outbox_id, (SELECT count(*) FROM notified) FROM ins
 UNION ALL
-SELECT outbox_id, 0 FROM ins_log
-UNION ALL
 SELECT NULL, log::int FROM mode`
 
-// sqlEnqueueLog is the enqueue statement of a schema that a previous call found in log mode
-// (Store.insert): sqlEnqueue's ins_log branch alone. It names keiro_outbox only in its probe
-// (an ACCESS SHARE lock), so the caller sends sqlLockOutbox before it, in the same round trip:
-// the ROW EXCLUSIVE lock of every writer, which the mode switch's fence (migration 009) waits
-// for and holds back, so a transaction that enqueued in log mode commits before the mode
-// changes, or starts after the change. Naming keiro_outbox as an insert target instead, as
-// sqlEnqueue does, costs a quarter of a single event's statement (the insert's result
-// relation, its five indexes and trigger are set up at every execution, although the branch
-// inserts nothing): BENCHMARKS.md, note 14. A row lock on the probe (ROW SHARE, with a fence
-// of EXCLUSIVE) would cost no statement, but needs the UPDATE privilege on keiro_outbox,
-// which a producer's role need not have. If the schema is back in claim mode the statement
-// inserts nothing, and its mode row says so; the caller then runs sqlEnqueue in the same
-// transaction.
-//
-// Both statements end with the mode row: a NULL id and 1 in log mode, 0 in claim mode.
+// sqlEnqueueLog is log mode's statement (see sqlEnqueue): the rows go straight to
+// keiro_outbox_log with no key lock, since the slot publishes in commit order. It names
+// keiro_outbox only in its probe for an event already there (an ACCESS SHARE lock), so the
+// caller sends sqlLockOutbox before it. Naming keiro_outbox as an insert target that inserts
+// nothing would cost a quarter of a single event's statement (the insert's result relation,
+// its five indexes and trigger are set up at every execution): BENCHMARKS.md, note 14. A row
+// lock on the probe (ROW SHARE, with a fence of EXCLUSIVE) would cost no statement, but needs
+// the UPDATE privilege on keiro_outbox, which a producer's role need not have.
 const sqlEnqueueLog = `
 WITH mode AS (
     SELECT coalesce((SELECT s.mode = 'log' FROM {{schema}}.keiro_outbox_settings s), false) AS log
 ), ins_log AS (
-    {{insert_log}}
-)
-SELECT outbox_id, 0 FROM ins_log
-UNION ALL
-SELECT NULL, log::int FROM mode`
-
-// sqlLockOutbox is what log mode's enqueue statement is sent after (see sqlEnqueueLog).
-const sqlLockOutbox = `LOCK TABLE {{schema}}.keiro_outbox IN ROW EXCLUSIVE MODE`
-
-// sqlInsertLog is the insert into keiro_outbox_log of both enqueue statements ({{insert_log}}):
-// in log mode, the events of {{input}} that keiro_outbox does not hold already.
-const sqlInsertLog = `INSERT INTO {{schema}}.keiro_outbox_log (outbox_id, message_id, source, destination,
+    INSERT INTO {{schema}}.keiro_outbox_log (outbox_id, message_id, source, destination,
         message_key, event_type, schema_version, content_type, schema_registry, schema_subject,
         schema_version_ref, schema_id, schema_fingerprint, source_event_id,
         source_global_position, causation_id, correlation_id, traceparent, tracestate,
@@ -125,7 +107,14 @@ const sqlInsertLog = `INSERT INTO {{schema}}.keiro_outbox_log (outbox_id, messag
                         WHERE o.source = i.source AND o.message_id = i.message_id)
     ORDER BY i.ord
     ON CONFLICT (source, message_id) DO NOTHING
-    RETURNING outbox_id`
+    RETURNING outbox_id
+)
+SELECT outbox_id, 0 FROM ins_log
+UNION ALL
+SELECT NULL, log::int FROM mode`
+
+// sqlLockOutbox is what log mode's enqueue statement is sent after (see sqlEnqueueLog).
+const sqlLockOutbox = `LOCK TABLE {{schema}}.keiro_outbox IN ROW EXCLUSIVE MODE`
 
 // sqlEnqueueMany is sqlEnqueue's input of several events: $1..$22 are the columns' arrays,
 // but for the payloads: {{payloads}} is every payload, one after the other, in one bytea, and
