@@ -1,6 +1,7 @@
 package outbox_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -519,4 +520,40 @@ func TestProducerRoleEnqueuesInBothModes(t *testing.T) {
 	}
 	require.Equal(t, 9, count(t, db.Pool, "keiro_outbox_log"))
 	require.Equal(t, 2, count(t, db.Pool, "keiro_outbox"))
+}
+
+// A call's payloads travel as one bytea and their spans: each row gets exactly its own bytes,
+// empty, one byte, every byte value, large, in either mode, and with nil and empty payloads alike.
+func TestEnqueueManyKeepsEachPayload(t *testing.T) {
+	t.Parallel()
+	db, _, st := rig(t, 1)
+	ctx := context.Background()
+	dropLogSlot(t, db.Pool, outbox.DefaultLogSlot(db.Schema))
+	every := make([]byte, 256)
+	for i := range every {
+		every[i] = byte(i)
+	}
+	payloads := [][]byte{nil, {}, {0}, every, bytes.Repeat([]byte{0xff, 0x00, 'x'}, 100_000), []byte(`{"n":1}`)}
+	for _, mode := range []outbox.Mode{outbox.ModeClaim, outbox.ModeLog} {
+		_, err := st.SetMode(ctx, db.Pool, mode, "")
+		require.NoError(t, err)
+		table := map[outbox.Mode]string{outbox.ModeClaim: "keiro_outbox", outbox.ModeLog: "keiro_outbox_log"}[mode]
+		for round := range 2 { // the second call runs the statement of the mode the first one found
+			events := make([]envelope.Event, len(payloads))
+			for i, p := range payloads {
+				events[i] = event(fmt.Sprintf("%s-%d-%d", mode, round, i), "orders", ptr("k"), "")
+				events[i].ContentType = "application/octet-stream"
+				events[i].Payload = p
+			}
+			res := enqueue(t, db.Pool, st, events...)
+			for i := range events {
+				require.Equal(t, outbox.Inserted, res[i].Outcome)
+				var got []byte
+				require.NoError(t, db.Pool.QueryRow(ctx, "SELECT payload_bytes FROM "+table+" WHERE message_id = $1",
+					events[i].MessageID).Scan(&got))
+				require.Equal(t, len(payloads[i]), len(got), "payload %d in %s", i, mode)
+				require.True(t, bytes.Equal(payloads[i], got), "payload %d in %s", i, mode)
+			}
+		}
+	}
 }
