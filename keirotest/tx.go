@@ -3,6 +3,7 @@ package keirotest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -76,7 +77,13 @@ func NewTx(t testing.TB) *Tx {
 			return
 		}
 		defer conn.Close(context.WithoutCancel(ctx))
-		s.err = migrations.Migrate(ctx, conn, TxSchema)
+		if s.err = migrations.Migrate(ctx, conn, TxSchema); s.err == nil {
+			return
+		}
+		if st, err := migrations.GetStatus(ctx, conn, TxSchema); err == nil && st.Current > st.Latest {
+			s.err = fmt.Errorf("%w; the schema was migrated by a newer keiro-go (version %d, this one knows %d): "+
+				"drop it, it holds nothing committed (DROP SCHEMA %s CASCADE)", s.err, st.Current, st.Latest, TxSchema)
+		}
 	})
 	if s.err != nil {
 		t.Fatalf("%s: migrate schema %s on %s:%d (is PostgreSQL reachable? set KEIRO_TEST_DATABASE_URL or DATABASE_URL "+

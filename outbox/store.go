@@ -292,9 +292,11 @@ func (s *Store) enqueueStatement(logMode bool, a *enqueueArgs, lockKeys, notify 
 	if logMode {
 		one, many = s.q.EnqueueLogOne, s.q.EnqueueLogMany
 	}
-	st := enqueueStmt{query: many, args: a.args(lockKeys, notify), rows: len(a.ids)}
+	st := enqueueStmt{query: one, rows: len(a.ids)}
 	if st.rows == 1 {
-		st.query, st.args = one, a.scalarArgs(notify)
+		st.args = a.scalarArgs(notify)
+	} else {
+		st.query, st.args = many, a.args(lockKeys, notify)
 	}
 	if logMode { // no key locks ($23) and no NOTIFY ($24) in log mode
 		st.fence = s.q.LockOutbox
