@@ -114,8 +114,8 @@ func New(schema string) *Queries {
 		"{{in_share_r}}", fmt.Sprintf(InShare, "$6", fmt.Sprintf(ShareOfKey, "r")),
 		"{{in_share_h}}", fmt.Sprintf(InShare, "$6", fmt.Sprintf(ShareOfKey, "h")),
 	).Replace(sqlClaimKeys + sqlClaimTail)))
-	// many is sqlEnqueueMany with its payloads in parameter p: the statement of both modes
-	// takes the key-lock and notify flags before it ($23, $24), log mode's takes neither.
+	// many is sqlEnqueueMany with its payloads in parameter p: claim mode's statement takes the
+	// key-lock and notify flags before it ($23, $24), log mode's takes neither.
 	many := func(p string) string { return strings.ReplaceAll(sqlEnqueueMany, "{{payloads}}", p) }
 	enqueue := func(q, input string) string { return strings.ReplaceAll(q, "{{input}}", input) }
 	groups := strings.NewReplacer("{{class}}", outboxClass, "{{norm}}", pgtext.NormalisedErrorSQL("last_error"))
@@ -161,7 +161,7 @@ func New(schema string) *Queries {
 		SetMode:              r.Replace(sqlSetMode),
 		AnyOpen:              r.Replace(sqlAnyOpen),
 		RecoverLog:           r.Replace(sqlRecoverLog),
-		DeadLetter:           r.Replace(strings.ReplaceAll(sqlDeadLetter, "{{input}}", sqlEnqueueOne)),
+		DeadLetter:           r.Replace(enqueue(sqlDeadLetter, sqlEnqueueOne)),
 		FindPublication:      sqlFindPublication,
 		CreatePublication:    r.Replace(sqlCreatePublication),
 		CreateSlot:           sqlCreateSlot,
