@@ -2,3 +2,6 @@ package outbox
 
 // EnqueuesInLogMode reports whether s's next enqueue runs log mode's statement (Store.insert).
 func EnqueuesInLogMode(s *Store) bool { return s.logEnqueue.Load() }
+
+// OnSlotWait makes s call f each time it waits for a slot another session is creating.
+func OnSlotWait(s *Store, f func()) { s.slotWait = f }

@@ -138,10 +138,18 @@ func (r *Relay) runLog(ctx context.Context) error {
 	case ch.From != ModeLog:
 		r.log.InfoContext(ctx, "switched the outbox to log mode", "from", ch.From, "lsn", ch.LSN, "slot", ch.Slot)
 	case mode != ModeLog && ch.SlotCreated:
-		// Another relay (another destination group's, started at the same time) switched
-		// the schema between this relay's read of the mode and the creation of its slot.
-		if err := r.recoverSwitchGap(ctx, ch); err != nil {
+		// Another relay switched the schema between this relay's read of the mode and the
+		// creation of its slot. One of this slot's relays switched only once the slot was
+		// consistent (Store.SetModeFor waits for it), so nothing is missing from it; another
+		// destination group's relay, started at the same time, may have switched before.
+		others, err := r.otherLogSlots(ctx, ch.Slot)
+		if err != nil {
 			return fmt.Errorf("outbox relay: %w", err)
+		}
+		if others {
+			if err := r.recoverSwitchGap(ctx, ch); err != nil {
+				return fmt.Errorf("outbox relay: %w", err)
+			}
 		}
 	case ch.SlotCreated:
 		// The slot decodes what commits from now on; the events of its destinations written
@@ -208,6 +216,21 @@ func (r *Relay) runLog(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// otherLogSlots reports whether the schema has a log-mode slot other than slot: another
+// destination group's, which a switch to log mode may have been made with.
+func (r *Relay) otherLogSlots(ctx context.Context, slot string) (bool, error) {
+	slots, err := r.store.LogSlots(ctx, r.pool)
+	if err != nil {
+		return false, err
+	}
+	for _, o := range slots {
+		if o.Slot != slot && o.Exists {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // recoverSwitchGap publishes the events of the relay's destinations that were written between

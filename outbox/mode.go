@@ -225,6 +225,11 @@ func (s *Store) prepareLog(ctx context.Context, db Querier, slot string, destina
 		}
 		return slot, false, fmt.Errorf("create replication slot %s: %w", slot, err)
 	}
+	if !created {
+		if err := s.awaitConsistentSlot(ctx, db, slot); err != nil {
+			return slot, false, err
+		}
+	}
 	if created {
 		// Two relays of overlapping sets starting at once both passed the first check: the
 		// one that finds the other's slot now drops its own, so that one slot at most
@@ -253,6 +258,33 @@ func createSlot(ctx context.Context, db Querier, stmt, slot string) (bool, error
 	created := rows.Next()
 	rows.Close()
 	return created, rows.Err()
+}
+
+// awaitConsistentSlot waits until slot, which another session created, has reached its
+// consistent point (its confirmed_flush_lsn is set). A slot is listed as soon as its creation
+// starts, and its creation waits for the transactions running then to end; it decodes only
+// what commits after that point. A switch to log mode made before it would leave the events
+// committed in between in keiro_outbox_log alone, so SetModeFor and a relay's start wait here.
+func (s *Store) awaitConsistentSlot(ctx context.Context, db Querier, slot string) error {
+	for {
+		st, err := s.LogSlotStatus(ctx, db, slot)
+		switch {
+		case err != nil:
+			return err
+		case !st.Exists:
+			return fmt.Errorf("replication slot %s: its creation by another session failed; try again", slot)
+		case st.ConfirmedFlushLSN != "":
+			return nil
+		}
+		if s.slotWait != nil {
+			s.slotWait()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for replication slot %s, which another session is creating, to reach its consistent point: %w", slot, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // checkOverlap refuses a slot of dests (nil: every destination) when another existing

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -556,4 +557,68 @@ func TestEnqueueManyKeepsEachPayload(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A slot is listed as soon as its creation starts, and reaches its consistent point only once
+// the transactions running then have ended; it decodes only what commits after that. A switch
+// to log mode that finds the slot being created by another session (a relay started at the
+// same time) waits for that point, so no event written after the switch is missing from the
+// slot.
+func TestSwitchWaitsForASlotBeingCreated(t *testing.T) {
+	t.Parallel()
+	db, _, st := rig(t, 1)
+	ctx := context.Background()
+	slot := outbox.DefaultLogSlot(db.Schema)
+	dropLogSlot(t, db.Pool, slot)
+	blocker, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = blocker.Rollback(ctx) }()
+	_, err = blocker.Exec(ctx, "SELECT pg_catalog.txid_current()") // a running transaction the creation waits for
+	require.NoError(t, err)
+
+	created := make(chan error, 1)
+	go func() {
+		_, _, err := st.PrepareLogSlot(ctx, db.Pool, "", nil)
+		created <- err
+	}()
+	require.Eventually(t, func() bool {
+		var listed bool
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots
+			WHERE slot_name = $1)`, slot).Scan(&listed))
+		return listed
+	}, 10*time.Second, 10*time.Millisecond, "the slot is listed while it is being created")
+
+	other, err := outbox.NewStore(db.Schema) // another relay's
+	require.NoError(t, err)
+	waits := make(chan struct{}, 1)
+	outbox.OnSlotWait(other, func() {
+		select {
+		case waits <- struct{}{}:
+		default:
+		}
+	})
+	switched := make(chan outbox.ModeChange, 1)
+	go func() {
+		ch, err := other.SetMode(ctx, db.Pool, outbox.ModeLog, "")
+		assert.NoError(t, err)
+		switched <- ch
+	}()
+	select {
+	case <-waits:
+	case ch := <-switched:
+		t.Fatalf("switched to log mode (%+v) while the slot was being created", ch)
+	}
+	mode, err := st.Mode(ctx, db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, outbox.ModeClaim, mode, "no switch before the slot is consistent")
+
+	require.NoError(t, blocker.Rollback(ctx))
+	require.NoError(t, <-created)
+	ch := <-switched
+	require.Equal(t, outbox.ModeLog, ch.To)
+	require.False(t, ch.SlotCreated)
+	var consistent bool
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT confirmed_flush_lsn <= $2::pg_lsn FROM pg_catalog.pg_replication_slots
+		WHERE slot_name = $1`, slot, ch.LSN).Scan(&consistent))
+	require.True(t, consistent, "the slot was consistent before the switch")
 }

@@ -121,6 +121,9 @@ type Store struct {
 	// walkDeep, if set (benchmarks), makes the unbounded claim of the per-key policies walk
 	// the backlog in seq order as it used to, instead of finding the heads by key.
 	walkDeep bool
+	// slotWait, if set (tests), runs each time awaitConsistentSlot finds the slot not yet
+	// consistent.
+	slotWait func()
 	// logEnqueue is whether the last enqueue found the schema in log mode: the next one runs
 	// log mode's statement first (Store.insert).
 	logEnqueue atomic.Bool
