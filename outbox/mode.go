@@ -229,8 +229,7 @@ func (s *Store) prepareLog(ctx context.Context, db Querier, slot string, destina
 		if err := s.awaitConsistentSlot(ctx, db, slot); err != nil {
 			return slot, false, err
 		}
-	}
-	if created {
+	} else {
 		// Two relays of overlapping sets starting at once both passed the first check: the
 		// one that finds the other's slot now drops its own, so that one slot at most
 		// publishes each destination (the other relay's next start sees this one's, or none).
