@@ -79,3 +79,30 @@ func TestAvroDecoderRegistryDownIsRetryable(t *testing.T) {
 	require.Error(t, err)
 	require.False(t, inbox.IsPermanent(err), "%v", err)
 }
+
+// An unreachable registry is an outage for every message, not a failure of this one: no
+// attempt is used, so good messages are not dead-lettered while it is down. The consumer
+// stopping (its context cancelled) is neither permanent nor an outage.
+func TestAvroDecoderRegistryDownIsAnOutage(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(srv.Close)
+	reg, err := schema.NewRegistry(schema.RegistryConfig{URL: srv.URL, MaxAttempts: 1, RequestTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(reg.Close)
+	des, err := schema.NewDeserializer(reg, schema.DeserializerConfig{})
+	require.NoError(t, err)
+	ev := testEvent()
+	ev.ContentType = "application/vnd.confluent.avro"
+	ev.Payload = append(schema.AppendFrameHeader(nil, 77), 2, 'x')
+	_, err = AvroDecoder(des)(context.Background(), ev)
+	require.True(t, inbox.IsOutage(err), "%v", err)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = AvroDecoder(des)(ctx, ev)
+	require.Error(t, err)
+	require.False(t, inbox.IsPermanent(err), "a stopping consumer does not poison the message: %v", err)
+}
