@@ -133,17 +133,21 @@ func (s *SQL) callError(ev envelope.Event, err error) error {
 	case IsPermanentSQLError(err):
 		return inbox.Permanent(err)
 	case isUndefinedFunction(err):
-		// The function is missing (being replaced by a deploy, or dropped): an outage of the
-		// handler, not a fault of the message; no attempt is used until it is back.
+		// The handler's function is missing (being replaced by a deploy, or dropped): an
+		// outage of the handler, not a fault of the message; no attempt is used until it is
+		// back.
 		return inbox.Outage(err)
 	}
 	return err
 }
 
-// isUndefinedFunction reports SQLSTATE 42883 (undefined_function).
+// isUndefinedFunction reports SQLSTATE 42883 (undefined_function) raised by the handler's own
+// statement: the function it calls does not exist. The same code raised inside the function's
+// body (a call it makes, perhaps chosen by the document) has a context (Where) and may recur
+// for the same message, so it is an ordinary failure that uses attempts.
 func isUndefinedFunction(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "42883"
+	return errors.As(err, &pe) && pe.Code == "42883" && pe.Where == ""
 }
 
 // function is the quoted function name of the query.

@@ -144,3 +144,28 @@ func TestSQLFunctionNameValidation(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, `SELECT "apply"($1::jsonb)`, h.Query())
 }
+
+// TestSQLUndefinedFunctionInsideTheFunctionIsNotAnOutage: SQLSTATE 42883 raised inside the
+// function's body (a dynamic call the document chooses) recurs for the same document; only the
+// handler's own function being missing is an outage. Before, every 42883 was an outage, retried
+// forever without using an attempt.
+func TestSQLUndefinedFunctionInsideTheFunctionIsNotAnOutage(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	_, err := db.Pool.Exec(context.Background(), fmt.Sprintf(`
+CREATE FUNCTION %[1]s.dispatch(doc jsonb) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  EXECUTE format('SELECT %%I()', doc->'payload'->>'handler');
+END $$;`, db.Schema))
+	require.NoError(t, err)
+	h, err := NewSQL(SQLConfig{Function: db.Schema + ".dispatch"})
+	require.NoError(t, err)
+	store := newStore(t, db, 2)
+	ev := testEvent()
+	ev.Payload = []byte(`{"handler":"no_such_handler"}`)
+	res, err := store.Process(context.Background(), db.Pool, inbox.Delivery{Event: ev}, h.Handle)
+	require.NoError(t, err)
+	require.Equal(t, inbox.HandlerFailed, res.Outcome, "%v", res.Err)
+	require.False(t, inbox.IsOutage(res.Err), "%v", res.Err)
+	require.Equal(t, 1, res.Attempts)
+}
