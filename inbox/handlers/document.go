@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/inbox"
 )
 
 // PayloadEncodingBase64 is the value of the document's "payload_encoding" field when the payload
@@ -18,8 +20,9 @@ const PayloadEncodingBase64 = "base64"
 // PayloadDecoder turns a non-JSON payload (for example Confluent-framed Avro) into JSON for the
 // document. It returns (nil, nil) when it does not handle the event's content type; the payload
 // is then carried as base64. An error it returns is treated like a handler error: wrap it with
-// inbox.Permanent when the bytes can never be decoded, leave it plain when the cause is
-// transient (the schema registry is unreachable).
+// inbox.Permanent when the bytes can never be decoded, with inbox.Outage when a dependency is
+// down for every message (the schema registry is unreachable), and leave it plain otherwise
+// (it uses an attempt).
 type PayloadDecoder func(ctx context.Context, ev envelope.Event) (json.RawMessage, error)
 
 // Document is the JSON shape in which both handler modes hand an event over. Field names are
@@ -45,11 +48,19 @@ type Document struct {
 }
 
 // ErrInvalidJSONPayload reports an event whose content type says JSON but whose payload (or
-// attributes) is not valid JSON. Handlers return it wrapped as permanent.
+// attributes) is not valid JSON (UTF-8 text, RFC 8259), or a PayloadDecoder that returned
+// invalid JSON. [NewDocument] returns it wrapped as permanent: the same event always fails so.
 var ErrInvalidJSONPayload = errors.New("payload is not valid JSON")
 
+// ErrInvalidUTF8 reports an event with a text field (message id, source, destination, event
+// type, content type or key) that is not valid UTF-8, which a JSON document cannot carry
+// unchanged (encoding/json would replace the bytes with U+FFFD, and the receiver would see
+// another key or id). [MarshalDocument] returns it wrapped as permanent.
+var ErrInvalidUTF8 = errors.New("not valid UTF-8")
+
 // NewDocument builds the document for ev. decode may be nil. Non-JSON payloads that decode
-// does not handle are carried as base64.
+// does not handle are carried as base64. A payload or attributes that are not valid JSON are
+// a permanent [ErrInvalidJSONPayload]; decode's errors keep their class.
 func NewDocument(ctx context.Context, ev envelope.Event, decode PayloadDecoder) (Document, error) {
 	d := Document{
 		MessageID:     ev.MessageID,
@@ -65,15 +76,15 @@ func NewDocument(ctx context.Context, ev envelope.Event, decode PayloadDecoder) 
 		CorrelationID: uuidString(ev.CorrelationID),
 	}
 	if len(ev.Attributes) > 0 {
-		if !json.Valid(ev.Attributes) {
-			return Document{}, fmt.Errorf("attributes of message %q: %w", ev.MessageID, ErrInvalidJSONPayload)
+		if !validJSON(ev.Attributes) {
+			return Document{}, inbox.Permanent(fmt.Errorf("attributes of message %q: %w", ev.MessageID, ErrInvalidJSONPayload))
 		}
 		d.Attributes = ev.Attributes
 	}
 	switch {
 	case envelope.IsJSONContentType(ev.ContentType):
-		if !json.Valid(ev.Payload) {
-			return Document{}, fmt.Errorf("message %q with content type %q: %w", ev.MessageID, ev.ContentType, ErrInvalidJSONPayload)
+		if !validJSON(ev.Payload) {
+			return Document{}, inbox.Permanent(fmt.Errorf("message %q with content type %q: %w", ev.MessageID, ev.ContentType, ErrInvalidJSONPayload))
 		}
 		d.Payload = ev.Payload
 		return d, nil
@@ -83,8 +94,8 @@ func NewDocument(ctx context.Context, ev envelope.Event, decode PayloadDecoder) 
 			return Document{}, fmt.Errorf("decode payload of message %q (content type %q): %w", ev.MessageID, ev.ContentType, err)
 		}
 		if js != nil {
-			if !json.Valid(js) {
-				return Document{}, fmt.Errorf("payload decoder for message %q returned invalid JSON", ev.MessageID)
+			if !validJSON(js) {
+				return Document{}, inbox.Permanent(fmt.Errorf("payload decoder for message %q (content type %q): %w", ev.MessageID, ev.ContentType, ErrInvalidJSONPayload))
 			}
 			d.Payload = js
 			return d, nil
@@ -99,8 +110,12 @@ func NewDocument(ctx context.Context, ev envelope.Event, decode PayloadDecoder) 
 	return d, nil
 }
 
-// MarshalDocument builds the document for ev and encodes it as JSON.
+// MarshalDocument builds the document for ev and encodes it as JSON. Besides NewDocument's
+// errors, a text field that is not valid UTF-8 is a permanent [ErrInvalidUTF8].
 func MarshalDocument(ctx context.Context, ev envelope.Event, decode PayloadDecoder) ([]byte, error) {
+	if err := checkDocumentText(ev); err != nil {
+		return nil, err
+	}
 	d, err := NewDocument(ctx, ev, decode)
 	if err != nil {
 		return nil, err
@@ -115,6 +130,38 @@ func MarshalDocument(ctx context.Context, ev envelope.Event, decode PayloadDecod
 		return nil, fmt.Errorf("encode document of message %q: %w", ev.MessageID, err)
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// validJSON reports whether b is JSON text: valid JSON and valid UTF-8 (json.Valid accepts
+// invalid UTF-8 inside strings).
+func validJSON(b []byte) bool { return json.Valid(b) && utf8.Valid(b) }
+
+// checkDocumentText returns a permanent [ErrInvalidUTF8] naming the first text field of ev that
+// a JSON document cannot carry unchanged.
+func checkDocumentText(ev envelope.Event) error {
+	fields := [...]struct{ name, v string }{
+		{"message id", ev.MessageID}, {"source", ev.Source}, {"destination", ev.Destination},
+		{"event type", ev.EventType}, {"content type", ev.ContentType}, {"key", ""},
+	}
+	if ev.Key != nil {
+		fields[len(fields)-1].v = *ev.Key
+	}
+	for _, f := range fields {
+		if utf8.ValidString(f.v) {
+			continue
+		}
+		i := 0
+		for i < len(f.v) {
+			r, n := utf8.DecodeRuneInString(f.v[i:])
+			if r == utf8.RuneError && n <= 1 {
+				break
+			}
+			i += n
+		}
+		return inbox.Permanent(fmt.Errorf("%s of message %q is %w (byte %d is %#02x): a JSON document cannot carry it unchanged; correct the producer (a binary key can travel with the http handler's cloudevents-binary format, which percent-encodes it)",
+			f.name, ev.MessageID, ErrInvalidUTF8, i, f.v[i]))
+	}
+	return nil
 }
 
 func uuidString(u *envelope.UUID) *string {

@@ -8,13 +8,16 @@ import (
 	"errors"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/inbox"
 )
 
 // FuzzNewDocument feeds arbitrary payloads, attributes and content types (bytes from Kafka)
-// to the document builder: it must never panic, must either fail with ErrInvalidJSONPayload
-// or produce valid JSON, and must carry the payload unchanged (embedded or base64).
+// to the document builder: it must never panic, must either fail permanently with
+// ErrInvalidJSONPayload or ErrInvalidUTF8 or produce valid JSON, and must carry the payload
+// and the content type unchanged (embedded or base64).
 func FuzzNewDocument(f *testing.F) {
 	f.Add("application/json", []byte(`{"a":1}`), []byte(`{"t":"x"}`))
 	f.Add("application/json; charset=utf-8", []byte(`[1, 2`), []byte(nil))
@@ -25,20 +28,24 @@ func FuzzNewDocument(f *testing.F) {
 			Attributes: attrs, OccurredAt: time.Unix(0, 0)}
 		b, err := MarshalDocument(context.Background(), ev, nil)
 		if err != nil {
-			if !errors.Is(err, ErrInvalidJSONPayload) {
+			if !errors.Is(err, ErrInvalidJSONPayload) && !errors.Is(err, ErrInvalidUTF8) || !inbox.IsPermanent(err) {
 				t.Fatalf("unexpected error kind: %v", err)
 			}
 			return
 		}
-		if !json.Valid(b) {
+		if !json.Valid(b) || !utf8.Valid(b) {
 			t.Fatalf("invalid JSON document: %s", b)
 		}
 		var doc struct {
+			ContentType     string          `json:"content_type"`
 			Payload         json.RawMessage `json:"payload"`
 			PayloadEncoding string          `json:"payload_encoding"`
 		}
 		if err := json.Unmarshal(b, &doc); err != nil {
 			t.Fatal(err)
+		}
+		if doc.ContentType != contentType {
+			t.Fatalf("content type changed: %q → %q", contentType, doc.ContentType)
 		}
 		if doc.PayloadEncoding == PayloadEncodingBase64 {
 			var s string

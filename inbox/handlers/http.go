@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"go.opentelemetry.io/otel/propagation"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
@@ -36,7 +36,8 @@ const maxDrain = 64 << 10
 // HTTPConfig configures [NewHTTP].
 type HTTPConfig struct {
 	// URL is the endpoint each event is POSTed to; its scheme (http or https) selects TLS.
-	// Required.
+	// Its userinfo and query may hold secrets: the handler's errors name only its scheme, host
+	// and path. Required.
 	URL string
 	// Consumer is the inbox consumer name, the first part of the Idempotency-Key. Required.
 	Consumer string
@@ -44,8 +45,10 @@ type HTTPConfig struct {
 	// Defaults to DefaultHTTPTimeout.
 	Timeout time.Duration
 	// Header holds extra request headers, for example Authorization. Their values are treated
-	// as secrets and never appear in errors. Content-Type, Idempotency-Key, traceparent and
-	// tracestate are always set by the handler and cannot be overridden. Defaults to none.
+	// as secrets and never appear in errors; a value with a control character is refused by
+	// NewHTTP. Content-Type, Idempotency-Key, traceparent and tracestate (and the ce-*
+	// attributes in FormatCloudEventsBinary) are always set by the handler and cannot be
+	// overridden. Defaults to none.
 	Header http.Header
 	// Client sends the requests; its Timeout and CheckRedirect are left alone, so set them
 	// yourself when you pass one. Defaults to a client on a clone of http.DefaultTransport that
@@ -92,10 +95,15 @@ func (c *HTTPConfig) validate() error {
 		errs = append(errs, errors.New("URL is not a valid URL")) // err may echo credentials
 	} else if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
 		errs = append(errs, fmt.Errorf("URL must be an absolute http:// or https:// URL, got scheme %q", u.Scheme))
+	} else if !httpguts.ValidHostHeader(u.Host) {
+		errs = append(errs, errors.New("URL has a host that is not valid in HTTP"))
 	}
 	if c.Consumer == "" {
 		errs = append(errs, errors.New("Consumer is required (it is part of the Idempotency-Key)"))
+	} else if invalidHeaderByte(c.Consumer) >= 0 {
+		errs = append(errs, fmt.Errorf("Consumer %q has a control character, which the Idempotency-Key header cannot carry", c.Consumer))
 	}
+	errs = append(errs, validateHeader(c.Header)...)
 	if !validFormat(c.Format) {
 		errs = append(errs, fmt.Errorf("Format %q is not %s, %s or %s", c.Format, FormatKeiro, FormatCloudEventsStructured, FormatCloudEventsBinary))
 	}
@@ -111,8 +119,9 @@ func (c *HTTPConfig) validate() error {
 // HTTP delivers each event as a JSON [Document] in a POST request. It gives at-least-once
 // delivery to the service, which dedupes by the Idempotency-Key header (see the package doc).
 type HTTP struct {
-	cfg  HTTPConfig
-	host string
+	cfg    HTTPConfig
+	header http.Header // cfg.Header, checked, with the handler's own headers removed
+	redact redactor
 }
 
 // NewHTTP validates cfg and returns the handler.
@@ -122,7 +131,11 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 		return nil, fmt.Errorf("http handler config: %w", err)
 	}
 	u, _ := url.Parse(cfg.URL)
-	return &HTTP{cfg: cfg, host: u.Host}, nil
+	hdr := cfg.Header.Clone()
+	for _, k := range []string{"Content-Type", HeaderIdempotencyKey, envelope.HeaderTraceparent, envelope.HeaderTracestate} {
+		hdr.Del(k)
+	}
+	return &HTTP{cfg: cfg, header: hdr, redact: newRedactor(u, hdr)}, nil
 }
 
 // CloseIdleConnections closes the idle keep-alive connections of the handler's client; call
@@ -137,47 +150,47 @@ func (h *HTTP) IdempotencyKey(ctx context.Context, ev envelope.Event) string {
 // Handle POSTs ev to the configured URL. It has the inbox Handler signature; tx is not used,
 // because the HTTP effect cannot join the transaction. A nil result means the service answered
 // 2xx. An unreachable or overloaded target (no answer, 429, 502, 503, 504) is an
-// [inbox.Outage]: no attempt is used. Other errors are classified as described in the package
-// doc.
+// [inbox.Outage]: no attempt is used. An event the request cannot carry (a header value the
+// client would refuse, text a JSON body cannot hold, invalid JSON) is permanent. Other errors
+// are classified as described in the package doc. Errors never carry the URL's userinfo or
+// query.
 func (h *HTTP) Handle(ctx context.Context, _ pgx.Tx, ev envelope.Event) error {
-	body, contentType, ceHeader, err := encodeRequest(ctx, h.cfg.Format, ev, h.cfg.DecodePayload)
+	enc, err := encodeRequest(ctx, h.cfg.Format, ev, h.cfg.DecodePayload)
 	if err != nil {
-		if errors.Is(err, ErrInvalidJSONPayload) {
-			return inbox.Permanent(err)
-		}
+		return err
+	}
+	hdr, err := h.requestHeader(ctx, ev, enc)
+	if err != nil {
 		return err
 	}
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.cfg.URL, bytes.NewReader(body))
+	var st sendTrace
+	req, err := http.NewRequestWithContext(withSendTrace(ctx, &st), http.MethodPost, h.cfg.URL, bytes.NewReader(enc.body))
 	if err != nil {
-		return fmt.Errorf("build request to %s: %w", h.host, err)
+		// Not reached: NewHTTP parsed the same URL.
+		return fmt.Errorf("build request to %s: %w", h.redact.safeURL, h.redact.clientError(err))
 	}
-	for k, vs := range h.cfg.Header {
-		for _, v := range vs {
-			req.Header.Add(k, v)
-		}
-	}
-	for k, vs := range ceHeader {
-		req.Header[k] = vs
-	}
-	req.Header.Set("Content-Type", contentType)
-	req.Header.Set(HeaderIdempotencyKey, h.IdempotencyKey(ctx, ev))
-	req.Header.Del(envelope.HeaderTraceparent)
-	req.Header.Del(envelope.HeaderTracestate)
-	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	req.Header = hdr
 
 	resp, err := h.cfg.Client.Do(req)
 	if err != nil {
-		// Timeouts, refused connections, resets, TLS failures: the target is unreachable, not
-		// the message at fault, so no attempt is used (an operator can fix the configuration
-		// meanwhile). *url.Error never carries header values.
-		err = fmt.Errorf("deliver message %q to %s: %w", ev.MessageID, h.host, err)
-		if parent.Err() != nil {
+		transport := isTransportFailure(err, &st)
+		err = fmt.Errorf("deliver message %q to %s: %w", ev.MessageID, h.redact.safeURL, h.redact.clientError(err))
+		switch {
+		case parent.Err() != nil:
 			return err // the consumer is stopping
+		case transport:
+			// Timeouts, refused connections, resets, TLS failures, a malformed answer: the
+			// target is unreachable, not the message at fault, so no attempt is used (an
+			// operator can fix the configuration meanwhile).
+			return inbox.Outage(err)
 		}
-		return inbox.Outage(err)
+		// The client refused the request before sending it. That is no outage of the target;
+		// requestHeader already refuses what the client refuses for a header value, so what is
+		// left uses an attempt and, if it recurs, ends in the dead-letter topic.
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
@@ -188,10 +201,11 @@ func (h *HTTP) Handle(ctx context.Context, _ pgx.Tx, ev envelope.Event) error {
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
 	serr := &StatusError{
 		StatusCode: resp.StatusCode,
-		Body:       strings.ToValidUTF8(string(snippet), "\uFFFD"),
+		// A body may echo the request URI (and with it the query's secrets).
+		Body:       h.redact.text(strings.ToValidUTF8(string(snippet), "\uFFFD")),
 		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
 	}
-	err = fmt.Errorf("deliver message %q to %s: %w", ev.MessageID, h.host, serr)
+	err = fmt.Errorf("deliver message %q to %s: %w", ev.MessageID, h.redact.safeURL, serr)
 	switch {
 	case !serr.Retryable():
 		return inbox.Permanent(err)

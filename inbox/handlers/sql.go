@@ -114,13 +114,10 @@ func (s *SQL) HandleBatch(ctx context.Context, tx pgx.Tx, evs []envelope.Event) 
 	return nil
 }
 
-// document is ev's document as text, with a malformed JSON payload made permanent.
+// document is ev's document as text; MarshalDocument classifies its errors.
 func (s *SQL) document(ctx context.Context, ev envelope.Event) (string, error) {
 	doc, err := MarshalDocument(ctx, ev, s.decode)
 	if err != nil {
-		if errors.Is(err, ErrInvalidJSONPayload) {
-			return "", inbox.Permanent(err)
-		}
 		return "", err
 	}
 	return string(doc), nil

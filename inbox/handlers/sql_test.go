@@ -169,3 +169,21 @@ END $$;`, db.Schema))
 	require.False(t, inbox.IsOutage(res.Err), "%v", res.Err)
 	require.Equal(t, 1, res.Attempts)
 }
+
+// TestSQLDocumentRefusesInvalidUTF8: a key that is not UTF-8 cannot be carried by the JSON
+// document unchanged; the message fails permanently instead of reaching the function with
+// U+FFFD in place of its bytes.
+func TestSQLDocumentRefusesInvalidUTF8(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	effectsFixture(t, db)
+	h, err := NewSQL(SQLConfig{Function: db.Schema + ".apply_event"})
+	require.NoError(t, err)
+	ev := testEvent()
+	key := "order-\xff"
+	ev.Key = &key
+	err = runInTx(t, db, h, ev)
+	require.Error(t, err)
+	require.True(t, inbox.IsPermanent(err), "%v", err)
+	require.ErrorIs(t, err, ErrInvalidUTF8)
+}

@@ -1,0 +1,170 @@
+package handlers
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/inbox"
+	"github.com/keiro-go/keiro/keirotest/testenv"
+)
+
+// TestHTTPBadHeaderInputDoesNotStopThePartition runs records through the consumer, on one
+// partition: a message whose id carries a newline (an Idempotency-Key the HTTP client refuses)
+// is dead-lettered with reason "permanent", and the records behind it reach the service exactly
+// once. In cloudevents-binary mode a record with a binary Kafka key goes first and is delivered,
+// its key percent-encoded in ce-partitionkey.
+func TestHTTPBadHeaderInputDoesNotStopThePartition(t *testing.T) {
+	t.Parallel()
+	for _, format := range []string{FormatKeiro, FormatCloudEventsBinary} {
+		t.Run(format, func(t *testing.T) {
+			t.Parallel()
+			testBadHeaderInput(t, format)
+		})
+	}
+}
+
+func testBadHeaderInput(t *testing.T, format string) {
+	db := testenv.NewDB(t)
+	kc := testenv.NewKafka(t)
+	const topic = "billing.headers.v1"
+	kc.CreateTopic(t, topic, 1)
+	kc.CreateTopic(t, topic+".dlq", 1)
+
+	binaryKey := string([]byte{0xff, 0x00, 0x0a, 0x80})
+	var evs []envelope.Event
+	add := func(id string, key *string) {
+		ev := testEvent()
+		ev.MessageID, ev.Key = id, key
+		evs = append(evs, ev)
+	}
+	if format == FormatCloudEventsBinary {
+		add("binary-key", &binaryKey)
+	}
+	add("bad\nid-1", nil)
+	add("good-1", nil)
+	add("good-2", nil)
+	recs := make([]*kgo.Record, len(evs))
+	for i, ev := range evs {
+		r := ev.Record(envelope.EncodeOptions{})
+		hs := make([]kgo.RecordHeader, len(r.Headers))
+		for j, h := range r.Headers {
+			hs[j] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
+		}
+		recs[i] = &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: hs}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, kc.NewClient(t).ProduceSync(ctx, recs...).FirstErr())
+
+	var (
+		smu       sync.Mutex
+		delivered = map[string]int{}
+		keys      = map[string]string{}
+	)
+	srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		smu.Lock()
+		defer smu.Unlock()
+		id := r.Header.Get(HeaderIdempotencyKey)
+		delivered[id]++
+		if k := r.Header.Get("Ce-Partitionkey"); k != "" {
+			keys[id], _ = url.PathUnescape(k)
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	h := newHTTP(t, srv.URL, func(c *HTTPConfig) { c.Format = format })
+
+	var (
+		mu        sync.Mutex
+		committed int64
+		dead      = map[string]string{} // message id → reason
+	)
+	n := int64(len(recs))
+	allCommitted := make(chan struct{})
+	c, err := inbox.NewConsumer(db.Pool, inbox.ConsumerConfig{
+		Brokers: kc.Seeds, Group: "billing", Topics: []string{topic}, BatchSize: 1,
+		Store:  inbox.StoreConfig{Schema: db.Schema, Consumer: "billing", MaxAttempts: 3},
+		Retry:  inbox.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond},
+		Logger: slog.New(slog.DiscardHandler),
+		KafkaOpts: []kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())},
+		OnCommitted: func(cm inbox.Commit) {
+			mu.Lock()
+			defer mu.Unlock()
+			if committed < n && cm.Offset >= n {
+				close(allCommitted)
+			}
+			committed = max(committed, cm.Offset)
+		},
+		OnDeadLettered: func(r *kgo.Record, reason string) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, hd := range r.Headers {
+				if hd.Key == envelope.HeaderMessageID {
+					dead[string(hd.Value)] = reason
+				}
+			}
+		},
+	}, h.Handle)
+	require.NoError(t, err)
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(runCtx) }()
+	defer func() {
+		stop()
+		require.NoError(t, <-done)
+	}()
+
+	select {
+	case <-allCommitted:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the partition did not move past the bad record: stats %+v", c.Stats())
+	}
+	mu.Lock()
+	require.Equal(t, map[string]string{"bad\nid-1": inbox.ReasonPermanent}, dead)
+	mu.Unlock()
+	require.Zero(t, c.Stats().Deferred, "no outage was reported")
+
+	smu.Lock()
+	defer smu.Unlock()
+	want := map[string]int{"billing:ordering:good-1": 1, "billing:ordering:good-2": 1}
+	if format == FormatCloudEventsBinary {
+		want["billing:ordering:binary-key"] = 1
+		require.Equal(t, binaryKey, keys["billing:ordering:binary-key"], "the binary key arrives intact")
+	}
+	require.Equal(t, want, delivered)
+
+	dlq := readDLQ(t, kc, topic+".dlq")
+	require.Equal(t, inbox.ReasonPermanent, dlq[inbox.HeaderDLQReason])
+	require.Contains(t, dlq[inbox.HeaderDLQError], HeaderIdempotencyKey)
+}
+
+// readDLQ reads the one record of the dead-letter topic and returns its headers.
+func readDLQ(t *testing.T, kc *testenv.Kafka, topic string) map[string]string {
+	t.Helper()
+	cl := kc.NewClient(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		fs := cl.PollFetches(ctx)
+		require.NoError(t, ctx.Err(), "no dead-letter record")
+		var hs map[string]string
+		fs.EachRecord(func(r *kgo.Record) {
+			hs = map[string]string{}
+			for _, h := range r.Headers {
+				hs[h.Key] = string(h.Value)
+			}
+		})
+		if hs != nil {
+			return hs
+		}
+	}
+}
