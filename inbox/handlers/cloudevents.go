@@ -82,8 +82,8 @@ func encodeRequest(ctx context.Context, format string, ev envelope.Event, decode
 			{"specversion", envelope.CloudEventsSpecVersion}, {"id", d.MessageID}, {"source", d.Source},
 			{"type", d.EventType}, {"time", d.OccurredAt.Format(time.RFC3339Nano)},
 		}}
-		if d.Key != nil {
-			e.ce = append(e.ce, ceAttr{"partitionkey", *d.Key})
+		if ev.Key != nil {
+			e.ce = append(e.ce, ceAttr{"partitionkey", *ev.Key}) // the raw key, percent-encoded
 		}
 		if base64Data {
 			// The payload's own bytes and media type.
@@ -96,12 +96,18 @@ func encodeRequest(ctx context.Context, format string, ev envelope.Event, decode
 	if err := checkDocumentText(ev); err != nil {
 		return encoded{}, err
 	}
+	if ev.Key != nil {
+		// partitionkey is a String attribute: a key that is not UTF-8 cannot be one.
+		if err := checkUTF8(ev, "key", *ev.Key); err != nil {
+			return encoded{}, fmt.Errorf("%w (a binary key travels with the cloudevents-binary format, percent-encoded)", err)
+		}
+	}
 	ce := map[string]any{
 		"specversion": envelope.CloudEventsSpecVersion, "id": d.MessageID, "source": d.Source,
 		"type": d.EventType, "time": d.OccurredAt.Format(time.RFC3339Nano),
 	}
-	if d.Key != nil {
-		ce["partitionkey"] = *d.Key
+	if ev.Key != nil {
+		ce["partitionkey"] = *ev.Key
 	}
 	if base64Data {
 		var b64 string

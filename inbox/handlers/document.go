@@ -3,9 +3,11 @@ package handlers
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -14,7 +16,8 @@ import (
 )
 
 // PayloadEncodingBase64 is the value of the document's "payload_encoding" field when the payload
-// is not JSON and is carried as base64 text.
+// is not JSON and is carried as base64 text, and of its "key_encoding" field when the key is not
+// text (not valid UTF-8, or with a NUL byte: a binary key such as a Confluent-framed one).
 const PayloadEncodingBase64 = "base64"
 
 // PayloadDecoder turns a non-JSON payload (for example Confluent-framed Avro) into JSON for the
@@ -28,9 +31,10 @@ type PayloadDecoder func(ctx context.Context, ev envelope.Event) (json.RawMessag
 // Document is the JSON shape in which both handler modes hand an event over. Field names are
 // snake_case and stable; absent optional values are null.
 type Document struct {
-	MessageID     string          `json:"message_id"`
-	Source        string          `json:"source"`
-	Destination   string          `json:"destination"`
+	MessageID   string `json:"message_id"`
+	Source      string `json:"source"`
+	Destination string `json:"destination"`
+	// Key is the Kafka key: its text, or base64 when KeyEncoding is "base64".
 	Key           *string         `json:"key"`
 	EventType     string          `json:"event_type"`
 	SchemaVersion int64           `json:"schema_version"`
@@ -45,6 +49,10 @@ type Document struct {
 	Payload json.RawMessage `json:"payload"`
 	// PayloadEncoding is "base64" when Payload is base64 text, else omitted.
 	PayloadEncoding string `json:"payload_encoding,omitempty"`
+	// KeyEncoding is "base64" when Key is the base64 of a key that is not text (not valid
+	// UTF-8, or with a NUL byte, which JSON cannot carry unchanged or PostgreSQL's jsonb
+	// refuses), else omitted.
+	KeyEncoding string `json:"key_encoding,omitempty"`
 }
 
 // ErrInvalidJSONPayload reports an event whose content type says JSON but whose payload (or
@@ -53,9 +61,10 @@ type Document struct {
 var ErrInvalidJSONPayload = errors.New("payload is not valid JSON")
 
 // ErrInvalidUTF8 reports an event with a text field (message id, source, destination, event
-// type, content type or key) that is not valid UTF-8, which a JSON document cannot carry
-// unchanged (encoding/json would replace the bytes with U+FFFD, and the receiver would see
-// another key or id). [MarshalDocument] returns it wrapped as permanent.
+// type or content type) that is not valid UTF-8, which a JSON document cannot carry unchanged
+// (encoding/json would replace the bytes with U+FFFD, and the receiver would see another id).
+// [MarshalDocument] returns it wrapped as permanent. (A key that is not text travels as base64,
+// see [Document].KeyEncoding.)
 var ErrInvalidUTF8 = errors.New("not valid UTF-8")
 
 // NewDocument builds the document for ev. decode may be nil. Non-JSON payloads that decode
@@ -74,6 +83,10 @@ func NewDocument(ctx context.Context, ev envelope.Event, decode PayloadDecoder) 
 		SourceEventID: uuidString(ev.SourceEventID),
 		CausationID:   uuidString(ev.CausationID),
 		CorrelationID: uuidString(ev.CorrelationID),
+	}
+	if ev.Key != nil && !isText(*ev.Key) {
+		k := base64.StdEncoding.EncodeToString([]byte(*ev.Key))
+		d.Key, d.KeyEncoding = &k, PayloadEncodingBase64
 	}
 	if len(ev.Attributes) > 0 {
 		if !validJSON(ev.Attributes) {
@@ -136,32 +149,40 @@ func MarshalDocument(ctx context.Context, ev envelope.Event, decode PayloadDecod
 // invalid UTF-8 inside strings).
 func validJSON(b []byte) bool { return json.Valid(b) && utf8.Valid(b) }
 
-// checkDocumentText returns a permanent [ErrInvalidUTF8] naming the first text field of ev that
-// a JSON document cannot carry unchanged.
+// isText reports whether a key can travel as a JSON string unchanged, everywhere the document
+// goes: valid UTF-8 without a NUL byte (PostgreSQL's jsonb refuses \u0000).
+func isText(k string) bool { return utf8.ValidString(k) && strings.IndexByte(k, 0) < 0 }
+
+// checkDocumentText returns a permanent [ErrInvalidUTF8] naming the first text field of ev
+// (besides the key, see [Document].KeyEncoding) that a JSON document cannot carry unchanged.
 func checkDocumentText(ev envelope.Event) error {
 	fields := [...]struct{ name, v string }{
 		{"message id", ev.MessageID}, {"source", ev.Source}, {"destination", ev.Destination},
-		{"event type", ev.EventType}, {"content type", ev.ContentType}, {"key", ""},
-	}
-	if ev.Key != nil {
-		fields[len(fields)-1].v = *ev.Key
+		{"event type", ev.EventType}, {"content type", ev.ContentType},
 	}
 	for _, f := range fields {
-		if utf8.ValidString(f.v) {
-			continue
+		if err := checkUTF8(ev, f.name, f.v); err != nil {
+			return err
 		}
-		i := 0
-		for i < len(f.v) {
-			r, n := utf8.DecodeRuneInString(f.v[i:])
-			if r == utf8.RuneError && n <= 1 {
-				break
-			}
-			i += n
-		}
-		return inbox.Permanent(fmt.Errorf("%s of message %q is %w (byte %d is %#02x): a JSON document cannot carry it unchanged; correct the producer (a binary key can travel with the http handler's cloudevents-binary format, which percent-encodes it)",
-			f.name, ev.MessageID, ErrInvalidUTF8, i, f.v[i]))
 	}
 	return nil
+}
+
+// checkUTF8 returns a permanent [ErrInvalidUTF8] when v, the field name of ev, is not UTF-8.
+func checkUTF8(ev envelope.Event, name, v string) error {
+	if utf8.ValidString(v) {
+		return nil
+	}
+	i := 0
+	for i < len(v) {
+		r, n := utf8.DecodeRuneInString(v[i:])
+		if r == utf8.RuneError && n <= 1 {
+			break
+		}
+		i += n
+	}
+	return inbox.Permanent(fmt.Errorf("%s of message %q is %w (byte %d is %#02x): a JSON document cannot carry it unchanged; correct the producer",
+		name, ev.MessageID, ErrInvalidUTF8, i, v[i]))
 }
 
 func uuidString(u *envelope.UUID) *string {

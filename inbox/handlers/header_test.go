@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -106,22 +107,32 @@ func TestHTTPCloudEventsContentTypeFromEvent(t *testing.T) {
 	require.Empty(t, seen)
 }
 
-// A JSON document (keiro, CloudEvents structured, and the SQL mode's) cannot carry a string
-// that is not valid UTF-8 unchanged: json.Marshal would silently replace the bytes. Such an
-// event is the message's failure, named, instead of a delivery with a different key.
-func TestJSONDocumentRefusesInvalidUTF8(t *testing.T) {
+// A JSON document cannot carry a string that is not valid UTF-8 unchanged: json.Marshal would
+// silently replace the bytes. A key that is not text travels as base64 with "key_encoding" in
+// the keiro document; CloudEvents structured mode (partitionkey is a String) refuses it, and
+// both refuse other such fields, naming them, instead of delivering another id.
+func TestJSONDocumentCarriesOnlyText(t *testing.T) {
 	t.Parallel()
 	srv, seen := newServer(t, func(w http.ResponseWriter, _ *http.Request) {})
+	key := "\x00\x00\x00\x00\x07order-\xff" // a Confluent-framed key, say
+	h := newHTTP(t, srv.URL)
+	ev := testEvent()
+	ev.Key = &key
+	require.NoError(t, h.Handle(context.Background(), nil, ev))
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal((<-seen).body, &doc))
+	require.Equal(t, "base64", doc["key_encoding"])
+	require.Equal(t, base64.StdEncoding.EncodeToString([]byte(key)), doc["key"])
+
 	for _, format := range []string{FormatKeiro, FormatCloudEventsStructured} {
 		h := newHTTP(t, srv.URL, func(c *HTTPConfig) { c.Format = format })
 		ev := testEvent()
-		key := "order-\xff"
-		ev.Key = &key
+		ev.Source = "order\xe9s"
 		err := h.Handle(context.Background(), nil, ev)
 		require.Error(t, err, format)
 		require.True(t, inbox.IsPermanent(err), "%s: %v", format, err)
 		require.ErrorIs(t, err, ErrInvalidUTF8)
-		require.Contains(t, err.Error(), "key")
+		require.Contains(t, err.Error(), "source of message")
 
 		ev = testEvent()
 		ev.Payload = []byte("{\"note\": \"caf\xe9\"}") // JSON must be UTF-8 (RFC 8259)
@@ -129,6 +140,12 @@ func TestJSONDocumentRefusesInvalidUTF8(t *testing.T) {
 		require.ErrorIs(t, err, ErrInvalidJSONPayload, format)
 		require.True(t, inbox.IsPermanent(err), "%s: %v", format, err)
 	}
+	h = newHTTP(t, srv.URL, func(c *HTTPConfig) { c.Format = FormatCloudEventsStructured })
+	ev = testEvent()
+	ev.Key = &key
+	err := h.Handle(context.Background(), nil, ev)
+	require.ErrorIs(t, err, ErrInvalidUTF8)
+	require.True(t, inbox.IsPermanent(err), "%v", err)
 	require.Empty(t, seen)
 }
 
@@ -352,6 +369,16 @@ func (p *headerProperty) check(t testing.TB, format string, ev envelope.Event) s
 		}
 		if doc[id] != ev.MessageID {
 			t.Fatalf("%s: %s %q, want %q", format, id, doc[id], ev.MessageID)
+		}
+		if format == FormatKeiro && ev.Key != nil {
+			k, _ := doc["key"].(string)
+			if doc["key_encoding"] == PayloadEncodingBase64 {
+				raw, _ := base64.StdEncoding.DecodeString(k)
+				k = string(raw)
+			}
+			if k != *ev.Key {
+				t.Fatalf("key %q arrived as %q", *ev.Key, k)
+			}
 		}
 	}
 	return "delivered"

@@ -170,20 +170,26 @@ END $$;`, db.Schema))
 	require.Equal(t, 1, res.Attempts)
 }
 
-// TestSQLDocumentRefusesInvalidUTF8: a key that is not UTF-8 cannot be carried by the JSON
-// document unchanged; the message fails permanently instead of reaching the function with
-// U+FFFD in place of its bytes.
-func TestSQLDocumentRefusesInvalidUTF8(t *testing.T) {
+// TestSQLBinaryKeyTravelsAsBase64: a key that is not text (a Confluent-framed key starts with a
+// NUL byte, which jsonb refuses as \u0000) reaches the function as base64 with
+// "key_encoding": "base64". Before, such a key failed the call with SQLSTATE 22P05 on every
+// delivery (a NUL) or arrived with U+FFFD in place of its bytes (not UTF-8).
+func TestSQLBinaryKeyTravelsAsBase64(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
 	effectsFixture(t, db)
 	h, err := NewSQL(SQLConfig{Function: db.Schema + ".apply_event"})
 	require.NoError(t, err)
-	ev := testEvent()
-	key := "order-\xff"
-	ev.Key = &key
-	err = runInTx(t, db, h, ev)
-	require.Error(t, err)
-	require.True(t, inbox.IsPermanent(err), "%v", err)
-	require.ErrorIs(t, err, ErrInvalidUTF8)
+	for i, key := range []string{"\x00\x00\x00\x00\x07order", "order-\xff"} {
+		ev := testEvent()
+		ev.MessageID = fmt.Sprintf("bin-%d", i)
+		ev.Key = &key
+		require.NoError(t, runInTx(t, db, h, ev), "%q", key)
+		var got []byte
+		var enc string
+		require.NoError(t, db.Pool.QueryRow(context.Background(),
+			`SELECT decode(doc->>'key', 'base64'), doc->>'key_encoding' FROM `+db.Schema+`.effects WHERE message_id = $1`, ev.MessageID).Scan(&got, &enc))
+		require.Equal(t, []byte(key), got)
+		require.Equal(t, "base64", enc)
+	}
 }
