@@ -45,7 +45,8 @@ var (
 )
 
 // DecodeError is a permanent failure to decode a framed Avro payload. It matches its Kind and
-// [ErrMalformedPayload] with errors.Is, and unwraps to the underlying cause, if any.
+// [ErrMalformedPayload] with errors.Is, unwraps to the underlying cause, if any, and is marked
+// permanent for the inbox (a Permanent method).
 type DecodeError struct {
 	// Kind is one of ErrWrongMagicByte, ErrTruncatedFrame, ErrUnknownSchemaID,
 	// ErrPayloadMismatch.
@@ -80,6 +81,11 @@ func (e *DecodeError) Is(target error) bool {
 
 // Unwrap returns the underlying cause.
 func (e *DecodeError) Unwrap() error { return e.Err }
+
+// Permanent reports true: the same bytes never decode. It is the marker inbox.IsPermanent (and
+// events.IsPermanent) look for, so a DecodeError returned through the consumer's SchemaDecoder
+// (EventHook) dead-letters its record instead of being retried forever.
+func (e *DecodeError) Permanent() bool { return true }
 
 // RegistryError is a failure talking to the schema registry. It matches Kind with errors.Is
 // (ErrRegistryUnavailable, ErrSubjectNotFound, ErrUnknownSchemaID, ErrIncompatibleSchema,

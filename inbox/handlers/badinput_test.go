@@ -4,17 +4,21 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sr/srfake"
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/keirotest/testenv"
+	"github.com/keiro-go/keiro/schema"
 )
 
 // TestHTTPBadHeaderInputDoesNotStopThePartition runs records through the consumer, on one
@@ -167,4 +171,97 @@ func readDLQ(t *testing.T, kc *testenv.Kafka, topic string) map[string]string {
 			return hs
 		}
 	}
+}
+
+// TestSchemaEventHookMalformedAvroIsDeadLettered: schema.Deserializer.EventHook as the
+// consumer's SchemaDecoder. An Avro record with a schema id the registry does not know can never
+// decode: it is dead-lettered with reason "schema" and the record behind it is processed. Before,
+// its error was not marked permanent, so the consumer retried it forever ("schema decoding
+// failed; retrying") and the partition never moved.
+func TestSchemaEventHookMalformedAvroIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	kc := testenv.NewKafka(t)
+	const topic = "billing.avro.v1"
+	kc.CreateTopic(t, topic, 1)
+	kc.CreateTopic(t, topic+".dlq", 1)
+
+	fake := srfake.NewRegistry()
+	regSrv := httptest.NewServer(fake.Handler())
+	t.Cleanup(regSrv.Close)
+	reg, err := schema.NewRegistry(schema.RegistryConfig{URL: regSrv.URL, MaxAttempts: 1, RequestTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(reg.Close)
+	des, err := schema.NewDeserializer(reg, schema.DeserializerConfig{})
+	require.NoError(t, err)
+
+	bad, good := testEvent(), testEvent()
+	bad.MessageID, bad.ContentType = "unknown-schema", "application/vnd.confluent.avro"
+	bad.Payload = append(schema.AppendFrameHeader(nil, 4242), 2, 'x')
+	good.MessageID = "good"
+	var recs []*kgo.Record
+	for _, ev := range []envelope.Event{bad, good} {
+		r := ev.Record(envelope.EncodeOptions{})
+		hs := make([]kgo.RecordHeader, len(r.Headers))
+		for j, h := range r.Headers {
+			hs[j] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
+		}
+		recs = append(recs, &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: hs})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, kc.NewClient(t).ProduceSync(ctx, recs...).FirstErr())
+
+	var (
+		mu      sync.Mutex
+		handled []string
+		dead    = map[string]string{}
+	)
+	committed := make(chan struct{})
+	var once sync.Once
+	c, err := inbox.NewConsumer(db.Pool, inbox.ConsumerConfig{
+		Brokers: kc.Seeds, Group: "billing", Topics: []string{topic}, BatchSize: 1,
+		Store:         inbox.StoreConfig{Schema: db.Schema, Consumer: "billing", MaxAttempts: 3},
+		Retry:         inbox.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond},
+		Logger:        slog.New(slog.DiscardHandler),
+		SchemaDecoder: des.EventHook(),
+		KafkaOpts: []kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())},
+		OnCommitted: func(cm inbox.Commit) {
+			if cm.Offset >= 2 {
+				once.Do(func() { close(committed) })
+			}
+		},
+		OnDeadLettered: func(r *kgo.Record, reason string) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, hd := range r.Headers {
+				if hd.Key == envelope.HeaderMessageID {
+					dead[string(hd.Value)] = reason
+				}
+			}
+		},
+	}, func(_ context.Context, _ pgx.Tx, ev envelope.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		handled = append(handled, ev.MessageID)
+		return nil
+	})
+	require.NoError(t, err)
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(runCtx) }()
+	defer func() {
+		stop()
+		require.NoError(t, <-done)
+	}()
+	select {
+	case <-committed:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the partition did not move past the undecodable Avro record: stats %+v", c.Stats())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, map[string]string{"unknown-schema": inbox.ReasonSchema}, dead)
+	require.Equal(t, []string{"good"}, handled)
 }
