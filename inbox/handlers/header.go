@@ -221,6 +221,14 @@ func newRedactor(u *url.URL, hdr http.Header) redactor {
 	return r
 }
 
+// longest is the length of the longest secret, 0 without any.
+func (r redactor) longest() int {
+	if len(r.secrets) == 0 {
+		return 0
+	}
+	return len(r.secrets[0])
+}
+
 // text returns s with every secret of the URL replaced by "REDACTED".
 func (r redactor) text(s string) string {
 	for _, sec := range r.secrets {

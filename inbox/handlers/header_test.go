@@ -253,6 +253,21 @@ func TestHTTPErrorsRedactURLSecrets(t *testing.T) {
 	}
 }
 
+// A secret that the body snippet's cut would split is removed whole.
+func TestHTTPErrorBodyRedactsAcrossTheCut(t *testing.T) {
+	t.Parallel()
+	srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, strings.Repeat("x", DefaultMaxErrorBody-3)+r.URL.Query().Get("token"))
+	})
+	h := newHTTP(t, srv.URL+"/hook?token=s3cret")
+	err := h.Handle(context.Background(), nil, testEvent())
+	var se *StatusError
+	require.ErrorAs(t, err, &se)
+	require.Len(t, se.Body, DefaultMaxErrorBody)
+	require.NotContains(t, se.Body, "s3c")
+}
+
 // The header-value property: whatever bytes an event carries in the fields that become request
 // headers (id, source, type, key, content type), Handle either delivers the request (and the
 // ce-* attributes percent-decode to the original bytes) or fails permanently. Never an outage,

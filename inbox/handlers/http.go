@@ -197,12 +197,9 @@ func (h *HTTP) Handle(ctx context.Context, _ pgx.Tx, ev envelope.Event) error {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
 		return nil
 	}
-	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, int64(h.cfg.MaxErrorBody)))
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
 	serr := &StatusError{
 		StatusCode: resp.StatusCode,
-		// A body may echo the request URI (and with it the query's secrets).
-		Body:       h.redact.text(strings.ToValidUTF8(string(snippet), "\uFFFD")),
+		Body:       h.errorBody(resp.Body),
 		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
 	}
 	err = fmt.Errorf("deliver message %q to %s: %w", ev.MessageID, h.redact.safeURL, serr)
@@ -213,6 +210,19 @@ func (h *HTTP) Handle(ctx context.Context, _ pgx.Tx, ev envelope.Event) error {
 		return inbox.OutageRetryAfter(err, serr.RetryAfter)
 	}
 	return err
+}
+
+// errorBody reads the start of a failed response's body, at most MaxErrorBody bytes, with the
+// URL's secrets removed (a body may echo the request URI), and drains the rest.
+func (h *HTTP) errorBody(body io.Reader) string {
+	// Read a secret's length more, so that one crossing the cut is removed whole.
+	snippet, _ := io.ReadAll(io.LimitReader(body, int64(h.cfg.MaxErrorBody+h.redact.longest())))
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, maxDrain))
+	s := h.redact.text(string(snippet))
+	if len(s) > h.cfg.MaxErrorBody {
+		s = s[:h.cfg.MaxErrorBody]
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
 // StatusError is a non-2xx answer of the HTTP endpoint.
