@@ -31,11 +31,11 @@ import (
 // attributes of CloudEvents binary mode are percent-encoded instead and never fail this way.)
 var ErrInvalidHeaderValue = errors.New("invalid HTTP header value")
 
-// headerField is a request header whose value is taken from the event.
+// headerField is a request header the handler sets, with where its value comes from.
 type headerField struct {
 	name  string
 	value string
-	// from says which event fields the value comes from, for the error.
+	// from says which fields the value comes from, for the error.
 	from string
 }
 

@@ -184,8 +184,9 @@ func TestHTTPClientErrorClassification(t *testing.T) {
 		_, _ = c.Write([]byte("SSH-2.0-OpenSSH_9.6\r\n\r\n"))
 	})
 	closing := listen(t, func(net.Conn) {})
-	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	tlsSrv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	tlsSrv.Config.ErrorLog = discardLog()
+	tlsSrv.StartTLS()
 	t.Cleanup(tlsSrv.Close)
 	for name, target := range map[string]string{
 		"malformed answer":        "http://" + garbage + "/x",

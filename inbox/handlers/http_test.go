@@ -260,6 +260,7 @@ func TestHTTPTimeoutIsRetryable(t *testing.T) {
 	require.Error(t, err)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.False(t, inbox.IsPermanent(err))
+	require.True(t, inbox.IsOutage(err), "%v", err)
 }
 
 func TestHTTPConnectionRefusedIsRetryable(t *testing.T) {
@@ -272,6 +273,7 @@ func TestHTTPConnectionRefusedIsRetryable(t *testing.T) {
 	err = h.Handle(context.Background(), nil, testEvent())
 	require.Error(t, err)
 	require.False(t, inbox.IsPermanent(err))
+	require.True(t, inbox.IsOutage(err), "%v", err)
 	var se *StatusError
 	require.False(t, errors.As(err, &se))
 }
