@@ -157,6 +157,7 @@ func TestHTTPConfigHeaderValidation(t *testing.T) {
 		{URL: "http://127.0.0.1/x", Consumer: "c", Header: http.Header{"Authorization": {"Bearer s3cret\nX: y"}}},
 		{URL: "http://127.0.0.1/x", Consumer: "c", Header: http.Header{"Bad Name": {"v"}}},
 		{URL: "http://127.0.0.1/x", Consumer: "bill\ning"},
+		{URL: "http://127.0.0.1:99999/x", Consumer: "c"},
 	} {
 		_, err := NewHTTP(cfg)
 		require.Error(t, err, "%+v", cfg.Header)

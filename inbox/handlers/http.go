@@ -97,6 +97,10 @@ func (c *HTTPConfig) validate() error {
 		errs = append(errs, fmt.Errorf("URL must be an absolute http:// or https:// URL, got scheme %q", u.Scheme))
 	} else if !httpguts.ValidHostHeader(u.Host) {
 		errs = append(errs, errors.New("URL has a host that is not valid in HTTP"))
+	} else if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			errs = append(errs, fmt.Errorf("URL port %q is not a port number (1 to 65535)", p))
+		}
 	}
 	if c.Consumer == "" {
 		errs = append(errs, errors.New("Consumer is required (it is part of the Idempotency-Key)"))
