@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"os/exec"
 	"runtime"
@@ -28,8 +27,8 @@ import (
 )
 
 // BenchmarkConsumerMemory measures what a consumer with the default configuration holds
-// while it works off a backlog that overfills every partition's buffer and the fetches the
-// formula counts (compressed with snappy, as the relay produces them): peak RSS (VmHWM) and
+// while it works off a backlog, compressed with snappy as the relay produces it, that
+// overfills every partition's buffer and what its fetches would hold decompressed: peak RSS (VmHWM) and
 // peak Go heap of a process that runs only the consumer, against the sizing formula of
 // docs/operations.md (consumerLive, consumerLimit), and its CPU per record with GOGC=200 (what
 // the binaries run with) under no memory limit, under the Kubernetes overlay's limit and under
@@ -50,17 +49,18 @@ func BenchmarkConsumerMemory(b *testing.B) {
 	const k8sLimit = 256 << 20 // deploy/kubernetes: the consumer's memory limit
 	for _, payload := range []int{1 << 10, 50 << 10} {
 		size := inbox.RecordBytes(memBenchRecord("bench.memory.v1", 0, memBenchPayload(payload)))
-		k := math.Round(memBenchRatio(payload)) // a stable name for the formula's case
+		k := memBenchRatio(payload)
 		for _, parts := range []int{4, 16} {
 			// Enough records for each partition to hold three buffers' worth (or three times
-			// its record bound), and the fetches the formula counts once decompressed.
+			// its record bound), and three fetches of compressed bytes decompressed (what
+			// the consumer would hold if it did not size its fetches by the ratio).
 			perPart := 3*min(inbox.DefaultMaxBufferedRecords, inbox.DefaultMaxBufferedBytes/size) +
-				int((2*k+1)*(1<<20))/size
+				int(3*k*(1<<20))/size
 			if testing.Short() {
 				perPart /= 3
 			}
 			n := perPart * parts
-			live := consumerLive(parts, size, k)
+			live := consumerLive(parts, size)
 			// GOMEMLIMIT as the binaries set it (90 % of the container's limit): none, the
 			// Kubernetes overlay's limit, and the limit the formula asks for.
 			for _, c := range []struct {
@@ -75,7 +75,7 @@ func BenchmarkConsumerMemory(b *testing.B) {
 					b.ReportMetric(float64(res["live"])/(1<<20), "peak-gc-live-MiB")
 					b.ReportMetric(float64(live)/(1<<20), "formula-L-MiB")
 					b.ReportMetric(float64(consumerLimit(live))/(1<<20), "formula-limit-MiB")
-					b.ReportMetric(k, "formula-k")
+					b.ReportMetric(k, "snappy-k")
 					b.ReportMetric(float64(res["uncompressed"])/float64(max(res["compressed"], 1)), "fetched-k")
 					b.ReportMetric(float64(res["cpu"])/1e3/float64(n), "cpu-µs/record")
 					b.ReportMetric(float64(n)/(float64(res["elapsed"])/1e9), "records/s")
@@ -104,26 +104,26 @@ func memBenchRecord(topic string, i int, payload []byte) *kgo.Record {
 
 // consumerLive is docs/operations.md's estimate L of what a consumer with the default
 // configuration holds, owning parts partitions of records that count size bytes each (as
-// MaxBufferedBytes counts them: key, value, headers and their Go structures) in batches
-// compressed k to 1: each partition holds at most its bounds, buffered and in progress, plus
-// two fetches decompressed (the one that tops the buffer over its bound and the Kafka client's
-// next one: the client bounds a fetch's compressed bytes, so each holds k × F once
-// decompressed) and the rest of a decompressed batch whose first records are done (at most
-// the producer's batch, about F); up to MaxConcurrentPartitions batches (at most BatchSize
-// records and a quarter of MaxBufferedBytes) are processed at once, each turned into about four
-// times its bytes (decoded events, the inbox rows' parameters, the connection's buffers); plus
-// 16 MiB for the runtime, the clients and the pools.
-func consumerLive(parts, size int, k float64) int64 {
+// MaxBufferedBytes counts them: key, value, headers and their Go structures): each partition
+// holds at most its bounds, buffered and in progress, plus three fetches (the one that tops
+// the buffer over its bound, the Kafka client's next one, and the rest of a fetched batch whose
+// first records are done; the consumer sizes its fetch requests by the compression ratio it
+// measures, so that a fetch holds about FetchMaxPartitionBytes once decompressed); up to
+// MaxConcurrentPartitions batches (at most BatchSize records and a quarter of
+// MaxBufferedBytes) are processed at once, each turned into about four times its bytes
+// (decoded events, the inbox rows' parameters, the connection's buffers); plus 16 MiB for the
+// runtime, the clients and the pools.
+func consumerLive(parts, size int) int64 {
 	const fetch = 1 << 20 // kgo's FetchMaxPartitionBytes default
 	held := min(int64(inbox.DefaultMaxBufferedBytes), int64(inbox.DefaultMaxBufferedRecords)*int64(size))
 	batch := min(int64(inbox.DefaultBatchSize)*int64(size), int64(inbox.DefaultMaxBufferedBytes)/4)
-	fetches := int64((2*k + 1) * fetch)
-	return int64(parts)*(held+fetches) + int64(min(parts, inbox.DefaultMaxConcurrentPartitions))*4*batch + 16<<20
+	return int64(parts)*(held+3*fetch) + int64(min(parts, inbox.DefaultMaxConcurrentPartitions))*4*batch + 16<<20
 }
 
 // memBenchRatio is k, the compression ratio of the benchmark's record batches as its producer
 // writes them (snappy, the Kafka client's default and the relay's): a producer batch's worth
-// of records (1 MiB) compressed.
+// of records (1 MiB) compressed. Its synthetic payloads (one repeated character) compress
+// about 15 to 1.
 func memBenchRatio(payload int) float64 {
 	var src []byte
 	for i := 0; len(src) < 1<<20; i++ {
