@@ -267,7 +267,6 @@ func redactKeywordValue(s string) (string, []string) {
 			j++
 		}
 		out.WriteString(s[i:j])
-		i = j
 		// Value.
 		raw, val, closed, end := readValue(s, j)
 		if !closed {
