@@ -135,6 +135,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if c.cfg.TopicsRegex {
 		opts = append(opts, kgo.ConsumeRegex())
 	}
+	sizerHook := &fetchSizerHook{}
+	opts = append(opts, kgo.WithHooks(sizerHook))
 	if len(c.cfg.Brokers) > 0 {
 		opts = append(opts, kgo.SeedBrokers(c.cfg.Brokers...))
 	}
@@ -150,6 +152,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("create kafka consumer client: %w", err)
 	}
+	sizerHook.set(newFetchSizer(cl))
 	c.mu.Lock()
 	c.cl = cl
 	c.mu.Unlock()

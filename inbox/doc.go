@@ -76,7 +76,10 @@
 //     their partitions' workers, so records polled before a revocation never reach the worker
 //     of a later assignment of the same partition ahead of its re-fetch.
 //   - Back-pressure: each partition holds at most ConsumerConfig.MaxBufferedRecords records
-//     and MaxBufferedBytes bytes (plus one poll), buffered or in progress: a batch counts until
+//     and MaxBufferedBytes bytes (plus one poll: the consumer sizes its fetch requests by the
+//     compression ratio it measures, so that a poll holds about the client's
+//     FetchMaxPartitionBytes per partition decompressed), buffered or in progress: a batch
+//     counts until
 //     its transaction has ended, and a record counts its Go structures too. A full buffer
 //     holds up the next poll while the other partitions have records to work on; when one of them runs dry, the full partitions' fetching is paused
 //     (kgo.PauseFetchPartitions, which drops what the client already fetched for them) until

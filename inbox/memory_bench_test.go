@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -26,7 +27,8 @@ import (
 )
 
 // BenchmarkConsumerMemory measures what a consumer with the default configuration holds
-// while it works off a backlog that overfills every partition's buffer: peak RSS (VmHWM) and
+// while it works off a backlog, compressed with snappy as the relay produces it, that
+// overfills every partition's buffer and what its fetches would hold decompressed: peak RSS (VmHWM) and
 // peak Go heap of a process that runs only the consumer, against the sizing formula of
 // docs/operations.md (consumerLive, consumerLimit), and its CPU per record with GOGC=200 (what
 // the binaries run with) under no memory limit, under the Kubernetes overlay's limit and under
@@ -47,10 +49,13 @@ func BenchmarkConsumerMemory(b *testing.B) {
 	const k8sLimit = 256 << 20 // deploy/kubernetes: the consumer's memory limit
 	for _, payload := range []int{1 << 10, 50 << 10} {
 		size := inbox.RecordBytes(memBenchRecord("bench.memory.v1", 0, memBenchPayload(payload)))
+		k := memBenchRatio(payload)
 		for _, parts := range []int{4, 16} {
 			// Enough records for each partition to hold three buffers' worth (or three times
-			// its record bound).
-			perPart := 3 * min(inbox.DefaultMaxBufferedRecords, inbox.DefaultMaxBufferedBytes/size)
+			// its record bound), and three fetches of compressed bytes decompressed (what
+			// the consumer would hold if it did not size its fetches by the ratio).
+			perPart := 3*min(inbox.DefaultMaxBufferedRecords, inbox.DefaultMaxBufferedBytes/size) +
+				int(3*k*(1<<20))/size
 			if testing.Short() {
 				perPart /= 3
 			}
@@ -70,9 +75,14 @@ func BenchmarkConsumerMemory(b *testing.B) {
 					b.ReportMetric(float64(res["live"])/(1<<20), "peak-gc-live-MiB")
 					b.ReportMetric(float64(live)/(1<<20), "formula-L-MiB")
 					b.ReportMetric(float64(consumerLimit(live))/(1<<20), "formula-limit-MiB")
+					b.ReportMetric(k, "snappy-k")
+					b.ReportMetric(float64(res["uncompressed"])/float64(max(res["compressed"], 1)), "fetched-k")
 					b.ReportMetric(float64(res["cpu"])/1e3/float64(n), "cpu-µs/record")
 					b.ReportMetric(float64(n)/(float64(res["elapsed"])/1e9), "records/s")
 					b.ReportMetric(0, "ns/op")
+					if c.container == consumerLimit(live) && res["rss"] > c.container {
+						b.Errorf("peak RSS %d MiB over the formula's container of %d MiB", res["rss"]>>20, c.container>>20)
+					}
 				})
 			}
 		}
@@ -97,15 +107,47 @@ func memBenchRecord(topic string, i int, payload []byte) *kgo.Record {
 // MaxBufferedBytes counts them: key, value, headers and their Go structures): each partition
 // holds at most its bounds, buffered and in progress, plus three fetches (the one that tops
 // the buffer over its bound, the Kafka client's next one, and the rest of a fetched batch whose
-// first records are done); up to MaxConcurrentPartitions batches (at most BatchSize records and
-// a quarter of MaxBufferedBytes) are processed at once, each turned into about four times its
-// bytes (decoded events, the inbox rows' parameters, the connection's buffers); plus 16 MiB
-// for the runtime, the clients and the pools.
+// first records are done; the consumer sizes its fetch requests by the compression ratio it
+// measures, so that a fetch holds about FetchMaxPartitionBytes once decompressed); up to
+// MaxConcurrentPartitions batches (at most BatchSize records and a quarter of
+// MaxBufferedBytes) are processed at once, each turned into about four times its bytes
+// (decoded events, the inbox rows' parameters, the connection's buffers); plus 16 MiB for the
+// runtime, the clients and the pools.
 func consumerLive(parts, size int) int64 {
 	const fetch = 1 << 20 // kgo's FetchMaxPartitionBytes default
 	held := min(int64(inbox.DefaultMaxBufferedBytes), int64(inbox.DefaultMaxBufferedRecords)*int64(size))
 	batch := min(int64(inbox.DefaultBatchSize)*int64(size), int64(inbox.DefaultMaxBufferedBytes)/4)
 	return int64(parts)*(held+3*fetch) + int64(min(parts, inbox.DefaultMaxConcurrentPartitions))*4*batch + 16<<20
+}
+
+// memBenchRatio is k, the compression ratio of the benchmark's record batches as its producer
+// writes them (snappy, the Kafka client's default and the relay's): a producer batch's worth
+// of records (1 MiB) compressed. Its synthetic payloads (one repeated character) compress
+// about 15 to 1.
+func memBenchRatio(payload int) float64 {
+	var src []byte
+	for i := 0; len(src) < 1<<20; i++ {
+		r := memBenchRecord("bench.memory.v1", i, memBenchPayload(payload))
+		src = append(append(src, r.Key...), r.Value...)
+		for _, h := range r.Headers {
+			src = append(append(src, h.Key...), h.Value...)
+		}
+	}
+	c, err := kgo.DefaultCompressor(kgo.SnappyCompression())
+	if err != nil {
+		panic(err)
+	}
+	out, _ := c.Compress(new(bytes.Buffer), src)
+	return float64(len(src)) / float64(len(out))
+}
+
+// fetchRatio counts the compressed and uncompressed bytes of the batches the consumer fetches.
+type fetchRatio struct{ compressed, uncompressed atomic.Int64 }
+
+// OnFetchBatchRead implements kgo.HookFetchBatchRead.
+func (f *fetchRatio) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32, m kgo.FetchBatchMetrics) {
+	f.compressed.Add(int64(m.CompressedBytes))
+	f.uncompressed.Add(int64(m.UncompressedBytes))
 }
 
 // consumerLimit is the container memory limit docs/operations.md asks for: 2 × L + 48 MiB.
@@ -202,11 +244,12 @@ func memBenchChild(b *testing.B, role string) {
 		fx := newEffects(b, db)
 		base := procStatus("VmRSS")
 		p := newProgress()
+		var ratio fetchRatio
 		c, err := inbox.NewConsumer(db.Pool, inbox.ConsumerConfig{
 			Brokers: []string{addr}, Group: "bench", Topics: []string{topic},
 			Store:       inbox.StoreConfig{Schema: db.Schema},
 			OnCommitted: p.onCommitted, Logger: slog.New(slog.DiscardHandler),
-			KafkaOpts: []kgo.Opt{kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())},
+			KafkaOpts: []kgo.Opt{kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.WithHooks(&ratio)},
 		}, fx.handler())
 		require.NoError(b, err)
 		var heap, live atomic.Int64
@@ -247,8 +290,9 @@ func memBenchChild(b *testing.B, role string) {
 		rss := procStatus("VmHWM")
 		cancel()
 		require.NoError(b, <-done)
-		fmt.Printf("MEMBENCH-RESULT rss=%d base=%d heap=%d live=%d cpu=%d elapsed=%d\n",
-			rss, base, heap.Load(), live.Load(), cpu.Nanoseconds(), elapsed.Nanoseconds())
+		fmt.Printf("MEMBENCH-RESULT rss=%d base=%d heap=%d live=%d cpu=%d elapsed=%d compressed=%d uncompressed=%d\n",
+			rss, base, heap.Load(), live.Load(), cpu.Nanoseconds(), elapsed.Nanoseconds(),
+			ratio.compressed.Load(), ratio.uncompressed.Load())
 	}
 }
 

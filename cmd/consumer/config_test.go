@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"github.com/keiro-go/keiro/internal/cli"
+	"github.com/keiro-go/keiro/internal/cli/dsntest"
+	"math/rand/v2"
 	"regexp"
 	"strings"
 	"testing"
@@ -117,5 +119,24 @@ func TestHeadersParse(t *testing.T) {
 		_, err := f.headers()
 		require.Error(t, err, "%q", bad)
 		require.False(t, strings.Contains(err.Error(), "s3"))
+	}
+}
+
+// Property: a connection string with a random secret in any place and form (generated, valid or
+// broken) never shows it in what the consumer prints when it cannot parse or reach the
+// database.
+func TestGeneratedDSNSecretsNeverPrinted(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, 3))
+	for range 150 {
+		c := dsntest.Gen(r)
+		code, out, stderr := runArgs(t, "--database-url="+c.DSN, "status")
+		require.NotEqual(t, 0, code, "status with %q succeeded", c.DSN)
+		for _, f := range c.Forbidden {
+			if strings.Contains(out+stderr, f) {
+				t.Fatalf("the secret %q (as %q) of\n%q\nwas printed:\n%s", c.Secret, f, c.DSN, stderr)
+			}
+		}
 	}
 }

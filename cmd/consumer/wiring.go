@@ -25,11 +25,11 @@ func openPool(ctx context.Context, db *dbFlags) (*pgxpool.Pool, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("open PostgreSQL pool for %s: %w", dsn, err)
+		return nil, fmt.Errorf("open PostgreSQL pool for %s: %w", dsn, cli.RedactError(err, dsn))
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect to PostgreSQL at %s: %w", dsn, pgconfig.ConnectError(err))
+		return nil, fmt.Errorf("connect to PostgreSQL at %s: %w", dsn, cli.RedactError(pgconfig.ConnectError(err), dsn))
 	}
 	return pool, nil
 }
@@ -42,7 +42,7 @@ func (f *dbFlags) connect(ctx context.Context) (*pgx.Conn, error) {
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect to PostgreSQL at %s: %w", f.DatabaseURL, pgconfig.ConnectError(err))
+		return nil, fmt.Errorf("connect to PostgreSQL at %s: %w", f.DatabaseURL, cli.RedactError(pgconfig.ConnectError(err), f.DatabaseURL))
 	}
 	return conn, nil
 }

@@ -24,11 +24,11 @@ import (
 func (f *dbFlags) connect(ctx context.Context) (*pgx.Conn, error) {
 	cfg, err := f.pg().ParseConn(f.DatabaseURL.Reveal())
 	if err != nil {
-		return nil, &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("--database-url %s: %w", f.DatabaseURL, redactErr(err, f.DatabaseURL))}
+		return nil, &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("--database-url %s: %w", f.DatabaseURL, err)}
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", f.DatabaseURL, redactErr(pgconfig.ConnectError(err), f.DatabaseURL))
+		return nil, fmt.Errorf("connect to %s: %w", f.DatabaseURL, cli.RedactError(pgconfig.ConnectError(err), f.DatabaseURL))
 	}
 	return conn, nil
 }
@@ -44,19 +44,6 @@ func (f *dbFlags) migrationsAllowed(command string) error {
 		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf(errMigrateThroughPgBouncer, command)}
 	}
 	return nil
-}
-
-// redactErr removes the connection string's password from err's message (pgx may quote the
-// connection string in parse errors).
-func redactErr(err error, dsn cli.DSN) error {
-	if err == nil || dsn == "" {
-		return err
-	}
-	msg := err.Error()
-	if red := dsn.String(); red != dsn.Reveal() && strings.Contains(msg, dsn.Reveal()) {
-		return errors.New(strings.ReplaceAll(msg, dsn.Reveal(), red))
-	}
-	return err
 }
 
 // Run applies the migrations and prints their status.

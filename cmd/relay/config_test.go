@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
 	"github.com/keiro-go/keiro/internal/cli"
+	"github.com/keiro-go/keiro/internal/cli/dsntest"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -343,5 +345,25 @@ func TestListingCommandsShareLimitAndJSON(t *testing.T) {
 	_, err = parse(t, "--database-url=postgres://h/db", "events", "dispatch", "list")
 	if err == nil || !strings.Contains(err.Error(), "(from $KEIRO_RELAY_LIMIT)") {
 		t.Errorf("limit from the environment: %v", err)
+	}
+}
+
+// Property: a connection string with a random secret in any place and form (generated, valid or
+// broken) never shows it in what the relay prints when it cannot parse or reach the database.
+func TestGeneratedDSNSecretsNotPrinted(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, 2))
+	for range 150 {
+		c := dsntest.Gen(r)
+		res := invoke(t, "--database-url="+c.DSN, "status")
+		if res.code == 0 {
+			t.Fatalf("status with %q succeeded", c.DSN)
+		}
+		for _, f := range c.Forbidden {
+			if strings.Contains(res.stdout+res.stderr, f) {
+				t.Fatalf("the secret %q (as %q) of\n%q\nwas printed:\n%s", c.Secret, f, c.DSN, res.stderr)
+			}
+		}
 	}
 }

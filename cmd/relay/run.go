@@ -167,14 +167,14 @@ func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 	}
 	pcfg, err := g.DB.pg().ParsePool(g.DB.DatabaseURL.Reveal())
 	if err != nil {
-		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("--database-url %s: %w", g.DB.DatabaseURL, redactErr(err, g.DB.DatabaseURL))}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("--database-url %s: %w", g.DB.DatabaseURL, err)}
 	}
 	if _, set := pcfg.ConnConfig.RuntimeParams["application_name"]; !set {
 		pcfg.ConnConfig.RuntimeParams["application_name"] = outbox.ApplicationName(g.DB.Schema) // counted by the console, poll-only too
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return fmt.Errorf("open database pool for %s: %w", g.DB.DatabaseURL, redactErr(err, g.DB.DatabaseURL))
+		return fmt.Errorf("open database pool for %s: %w", g.DB.DatabaseURL, cli.RedactError(err, g.DB.DatabaseURL))
 	}
 	defer pool.Close()
 

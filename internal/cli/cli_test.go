@@ -258,7 +258,12 @@ func TestRedactDSN(t *testing.T) {
 		"host=h password='p w' dbname=d":            "host=h password=****** dbname=d",
 		"password=pw":                               "password=******",
 		"host=h dbname=d":                           "host=h dbname=d",
-		"postgres://u:pw@[bad":                      "******",
+		"postgres://u:pw@[bad":                      "postgres://******@[bad",
+		"host=h password = 's3 \\'cret' dbname=d":   "host=h password = ****** dbname=d",
+		"host=h sslpassword= pw2 password =pw":      "host=h sslpassword= ****** password =******",
+		"postgres://u:pw@h1:5432,h2:5433/db":        "postgres://u:******@h1:5432,h2:5433/db",
+		"https://h/x?api_key=k1&a=b&access_token=t": "https://h/x?api_key=******&a=b&access_token=******",
+		"host=h password 'pw'":                      "host=h password ******",
 	}
 	for in, want := range cases {
 		if got := cli.RedactDSN(in); got != want {

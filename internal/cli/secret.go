@@ -3,10 +3,8 @@ package cli
 import (
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"reflect"
-	"regexp"
 	"strings"
 
 	"github.com/alecthomas/kong"
@@ -58,47 +56,6 @@ func (d DSN) LogValue() slog.Value { return slog.StringValue(d.String()) }
 
 // MarshalText implements encoding.TextMarshaler with the redacted form.
 func (d DSN) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
-
-var kvPassword = regexp.MustCompile(`(?i)(^|\s)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)`)
-
-// RedactDSN replaces the password of a connection string with [Redacted]: the user:pass@ part
-// of a URL (any scheme, including kafka or http URLs), a password query parameter, and
-// password=… in key=value form. A string it cannot parse is redacted whole when it could hold
-// a password, so that a malformed secret is not printed either.
-func RedactDSN(s string) string {
-	if s == "" {
-		return ""
-	}
-	if strings.Contains(s, "://") {
-		u, err := url.Parse(s)
-		if err != nil {
-			if strings.Contains(s, "@") {
-				return Redacted
-			}
-			return s
-		}
-		if u.User != nil {
-			if _, ok := u.User.Password(); ok {
-				u.User = url.UserPassword(u.User.Username(), redactMarker)
-			}
-		}
-		q := u.Query()
-		for k := range q {
-			if strings.EqualFold(k, "password") || strings.EqualFold(k, "sslpassword") {
-				q.Set(k, redactMarker)
-			}
-		}
-		if len(q) > 0 {
-			u.RawQuery = q.Encode()
-		}
-		// url.UserPassword percent-encodes; put the marker in afterwards so it reads plainly.
-		return strings.ReplaceAll(u.String(), redactMarker, Redacted)
-	}
-	return kvPassword.ReplaceAllString(s, "${1}${2}"+Redacted)
-}
-
-// redactMarker stands in for a password while the URL is re-encoded (url escapes '*').
-const redactMarker = "KEIROREDACTEDPASSWORD"
 
 // secretFiles resolves every Secret and DSN flag that is not on the command line from the file
 // named by its environment variable with _FILE appended (KEIRO_RELAY_DATABASE_URL_FILE), the

@@ -11,5 +11,8 @@
 // The server binds when [Listen] returns (so a taken port fails at startup and [Server.Addr]
 // knows the port chosen for ":0"), listens on loopback by default ([DefaultAddr]) because the
 // endpoints are unauthenticated, and [Server.Serve] shuts it down gracefully when its context
-// ends: in-flight requests finish within Config.ShutdownTimeout.
+// ends: in-flight requests finish within Config.ShutdownTimeout. Every connection is bounded:
+// reading a request's headers (5 s) and the whole request (30 s), answering it (1 minute; the
+// admin API's and console's actions, POSTs, 5 minutes), idling between requests (1 minute),
+// headers (64 KiB, 431 beyond) and bodies (1 MiB, 413 beyond); Config overrides each.
 package httpserver

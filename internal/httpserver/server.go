@@ -19,6 +19,23 @@ const (
 	DefaultAddr            = "127.0.0.1:9464"
 	DefaultCheckTimeout    = 2 * time.Second
 	DefaultShutdownTimeout = 5 * time.Second
+	// DefaultReadHeaderTimeout bounds reading a request's headers.
+	DefaultReadHeaderTimeout = 5 * time.Second
+	// DefaultReadTimeout bounds reading a whole request, its body included: a client that
+	// sends its headers and stalls the body is disconnected.
+	DefaultReadTimeout = 30 * time.Second
+	// DefaultWriteTimeout bounds a response, from the end of the request's headers: a page,
+	// /metrics or /readyz.
+	DefaultWriteTimeout = time.Minute
+	// DefaultActionWriteTimeout is the write deadline of the admin API's and the console's
+	// actions (POST), which may requeue, retry or archive a whole group.
+	DefaultActionWriteTimeout = 5 * time.Minute
+	// DefaultIdleTimeout closes a keep-alive connection that has sent no request for so long.
+	DefaultIdleTimeout = time.Minute
+	// DefaultMaxHeaderBytes bounds a request's headers (431 beyond).
+	DefaultMaxHeaderBytes = 64 << 10
+	// DefaultMaxBodyBytes bounds a request's body (413 beyond), as the console bounds a POST.
+	DefaultMaxBodyBytes = 1 << 20
 )
 
 // Check is one readiness check: Run returns nil when the dependency is usable.
@@ -46,6 +63,28 @@ type Config struct {
 	// ShutdownTimeout bounds the graceful shutdown when Serve's context ends. Defaults to
 	// [DefaultShutdownTimeout].
 	ShutdownTimeout time.Duration
+	// ReadHeaderTimeout bounds reading a request's headers. Defaults to
+	// [DefaultReadHeaderTimeout].
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds reading a whole request, body included. Defaults to
+	// [DefaultReadTimeout].
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing a response, from the end of the request's headers. Defaults
+	// to [DefaultWriteTimeout].
+	WriteTimeout time.Duration
+	// ActionWriteTimeout replaces WriteTimeout for Admin's POST requests (actions on whole
+	// groups of rows). Defaults to [DefaultActionWriteTimeout].
+	ActionWriteTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection idle for so long. Defaults to
+	// [DefaultIdleTimeout].
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a request's headers; larger ones are answered 431. Defaults to
+	// [DefaultMaxHeaderBytes].
+	MaxHeaderBytes int
+	// MaxBodyBytes bounds a request's body: a Content-Length above it is answered 413 before
+	// any handler runs, and a longer body without one fails the handler's read with
+	// *http.MaxBytesError. Defaults to [DefaultMaxBodyBytes].
+	MaxBodyBytes int64
 }
 
 func (c Config) withDefaults() Config {
@@ -58,6 +97,27 @@ func (c Config) withDefaults() Config {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if c.ReadHeaderTimeout == 0 {
+		c.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = DefaultReadTimeout
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = DefaultWriteTimeout
+	}
+	if c.ActionWriteTimeout == 0 {
+		c.ActionWriteTimeout = DefaultActionWriteTimeout
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.MaxHeaderBytes == 0 {
+		c.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
 	return c
 }
 
@@ -69,8 +129,20 @@ func (c Config) validate() error {
 	if c.CheckTimeout < 0 {
 		errs = append(errs, fmt.Errorf("CheckTimeout must not be negative, got %s", c.CheckTimeout))
 	}
-	if c.ShutdownTimeout < 0 {
-		errs = append(errs, fmt.Errorf("ShutdownTimeout must not be negative, got %s", c.ShutdownTimeout))
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"ShutdownTimeout", c.ShutdownTimeout}, {"ReadHeaderTimeout", c.ReadHeaderTimeout}, {"ReadTimeout", c.ReadTimeout},
+		{"WriteTimeout", c.WriteTimeout}, {"ActionWriteTimeout", c.ActionWriteTimeout}, {"IdleTimeout", c.IdleTimeout}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative, got %s", d.name, d.v))
+		}
+	}
+	if c.MaxHeaderBytes < 0 {
+		errs = append(errs, fmt.Errorf("MaxHeaderBytes must not be negative, got %d", c.MaxHeaderBytes))
+	}
+	if c.MaxBodyBytes < 0 {
+		errs = append(errs, fmt.Errorf("MaxBodyBytes must not be negative, got %d", c.MaxBodyBytes))
 	}
 	seen := map[string]bool{}
 	for i, ch := range c.Checks {
@@ -107,7 +179,14 @@ func Listen(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("listen for http on %s: %w", cfg.Addr, err)
 	}
 	s := &Server{cfg: cfg, ln: ln}
-	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	s.srv = &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+	}
 	return s, nil
 }
 
@@ -157,8 +236,43 @@ func (s *Server) Serve(ctx context.Context) error {
 	return nil
 }
 
-// Handler returns the mux of /healthz, /readyz, /metrics and, when set, Config.Admin.
+// Handler returns the mux of /healthz, /readyz, /metrics and, when set, Config.Admin, with
+// request bodies bounded by Config.MaxBodyBytes.
 func (s *Server) Handler() http.Handler {
+	return s.boundBody(s.mux())
+}
+
+// boundBody answers 413 to a request whose Content-Length exceeds Config.MaxBodyBytes and
+// bounds the body of the others.
+func (s *Server) boundBody(h http.Handler) http.Handler {
+	limit := s.cfg.MaxBodyBytes
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > limit {
+			w.Header().Set("Connection", "close")
+			http.Error(w, fmt.Sprintf("request body of %d bytes is over the limit of %d", r.ContentLength, limit),
+				http.StatusRequestEntityTooLarge)
+			return
+		}
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = http.MaxBytesReader(w, r.Body, limit)
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// action gives Admin's POST requests Config.ActionWriteTimeout to answer instead of
+// Config.WriteTimeout.
+func (s *Server) action(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			// Not supported by a ResponseWriter without a connection (NewHandler in a test).
+			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.ActionWriteTimeout))
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) mux() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -169,9 +283,10 @@ func (s *Server) Handler() http.Handler {
 		mux.Handle("GET /metrics", s.cfg.Metrics)
 	}
 	if s.cfg.Admin != nil {
-		mux.Handle("/api/", s.cfg.Admin)
-		mux.Handle("/console/", s.cfg.Admin)
-		mux.Handle("/console", s.cfg.Admin)
+		admin := s.action(s.cfg.Admin)
+		mux.Handle("/api/", admin)
+		mux.Handle("/console/", admin)
+		mux.Handle("/console", admin)
 		mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, "/console/", http.StatusFound)
 		})

@@ -17,6 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/keiro-go/keiro/internal/cli"
 )
 
 // ExecModeParam is the connection-string parameter with which pgx reads its query execution
@@ -44,27 +46,29 @@ func (o Options) Pooled(dsn string) bool {
 	return ok && (mode == "cache_describe" || mode == "describe_exec")
 }
 
-// ParsePool parses dsn into a pool configuration with the options applied.
+// ParsePool parses dsn into a pool configuration with the options applied. Its errors never
+// show dsn's secrets (cli.RedactError).
 func (o Options) ParsePool(dsn string) (*pgxpool.Config, error) {
 	if err := o.check(dsn); err != nil {
 		return nil, err
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, err
+		return nil, cli.RedactError(err, cli.DSN(dsn))
 	}
 	o.apply(dsn, cfg.ConnConfig)
 	return cfg, nil
 }
 
-// ParseConn parses dsn into a single connection's configuration with the options applied.
+// ParseConn parses dsn into a single connection's configuration with the options applied. Its
+// errors never show dsn's secrets (cli.RedactError).
 func (o Options) ParseConn(dsn string) (*pgx.ConnConfig, error) {
 	if err := o.check(dsn); err != nil {
 		return nil, err
 	}
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, err
+		return nil, cli.RedactError(err, cli.DSN(dsn))
 	}
 	o.apply(dsn, cfg)
 	return cfg, nil
