@@ -76,7 +76,6 @@ func Classify(err error) (Class, string) {
 	return Transient, ""
 }
 
-
 // Suspect reports a record Kafka refused for good with err in a request that held other
 // records for its partition too (shared): the refusal may concern another record of the
 // request (a poison record fails its bystanders), so the row is retried alone before it is
