@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -193,6 +194,34 @@ func deadLetterOf(r *kgo.Record, previewBytes int) DeadLetterRecord {
 	return d
 }
 
+// deadLetterOf is deadLetterOf with the console's replay targets: a record whose source topic
+// (keiro-dlq-topic) the consumer does not read is not replayable, whatever else it is.
+func (c *Console) deadLetterOf(r *kgo.Record, previewBytes int) DeadLetterRecord {
+	d := deadLetterOf(r, previewBytes)
+	if d.Replayable && !c.consumes(d.Original.Topic) {
+		d.Replayable = false
+		d.NotReplayable = fmt.Sprintf("its %s header names %q, which is not a topic this consumer reads (%s): a replay writes only to those",
+			inbox.HeaderDLQTopic, d.Original.Topic, strings.Join(c.cfg.Inbox.Topics, ", "))
+	}
+	return d
+}
+
+// consumes reports whether the consumer reads topic (InboxConfig.Topics and TopicsRegex).
+func (c *Console) consumes(topic string) bool {
+	for _, t := range c.cfg.Inbox.Topics {
+		if !c.cfg.Inbox.TopicsRegex {
+			if t == topic {
+				return true
+			}
+			continue
+		}
+		if re, err := regexp.Compile(t); err == nil && re.MatchString(topic) {
+			return true
+		}
+	}
+	return false
+}
+
 // dlqCursor is, per dead-letter topic and partition, the offset before which a listing
 // continues.
 type dlqCursor map[string]map[int32]int64
@@ -323,7 +352,7 @@ func (c *Console) listDeadLetters(ctx context.Context, r *http.Request) (DeadLet
 		}
 		rec := best.recs[len(best.recs)-1]
 		best.recs, best.before = best.recs[:len(best.recs)-1], rec.Offset
-		page.Records = append(page.Records, deadLetterOf(rec, DefaultPreviewBytes))
+		page.Records = append(page.Records, c.deadLetterOf(rec, DefaultPreviewBytes))
 	}
 	next := dlqCursor{}
 	more := false
@@ -433,7 +462,7 @@ func (c *Console) replayDeadLetters(r *http.Request, q ReplayRequest) (ReplayAns
 		case err != nil:
 			return ans, err
 		}
-		d := deadLetterOf(rec, 0)
+		d := c.deadLetterOf(rec, 0)
 		if !d.Replayable {
 			ans.Skipped = append(ans.Skipped, SkippedRecord{Record: ref, Reason: d.NotReplayable})
 			continue
@@ -498,6 +527,6 @@ func (c *Console) apiDeadLetter(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		c.serverError(w, r, err)
 	default:
-		writeJSON(w, http.StatusOK, deadLetterOf(rec, DefaultDetailPayloadBytes))
+		writeJSON(w, http.StatusOK, c.deadLetterOf(rec, DefaultDetailPayloadBytes))
 	}
 }

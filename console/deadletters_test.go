@@ -37,7 +37,7 @@ func record(ev envelope.Event, topic string) *kgo.Record {
 func TestDeadLetterTopicListAndReplay(t *testing.T) {
 	t.Parallel()
 	const topic, dlq = "orders.dl.v1", "orders.dl.v1.dlq"
-	r := newRig(t, func(c *console.Config) { c.Inbox.DeadLetterTopics = []string{dlq} })
+	r := newRig(t, func(c *console.Config) { c.Inbox.DeadLetterTopics, c.Inbox.Topics = []string{dlq}, []string{topic} })
 	r.kc.CreateTopic(t, topic, 1)
 	r.kc.CreateTopic(t, dlq, 2)
 
@@ -154,7 +154,7 @@ func TestDeadLetterTopicListAndReplay(t *testing.T) {
 	form := "csrf_token=" + url.QueryEscape(r.csrf(t)) + "&record=" + url.QueryEscape(noKey.Ref().Value())
 	conf := r.postForm(t, "/console/dead-letters/replay", form)
 	require.Equal(t, http.StatusOK, conf.code, conf.body)
-	require.Contains(t, conf.body, "Replay 1 of 1 record(s) to their source topic?")
+	require.Contains(t, conf.body, "Replay 1 of 1 record(s) to "+topic+"?")
 	require.Contains(t, conf.body, "OrderPlaced")
 	require.Contains(t, conf.body, "cust-1")
 	require.Contains(t, conf.body, "no order number")
@@ -186,7 +186,9 @@ func TestDeadLetterTopicListAndReplay(t *testing.T) {
 // list says so instead of failing.
 func TestDeadLetterTopicNotCreatedYet(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, func(c *console.Config) { c.Inbox.DeadLetterTopics = []string{"never.dlq"} })
+	r := newRig(t, func(c *console.Config) {
+		c.Inbox.DeadLetterTopics, c.Inbox.Topics = []string{"never.dlq"}, []string{"never"}
+	})
 	var page console.DeadLetterPage
 	a := r.get(t, "/api/v1/inbox/dead-letters")
 	require.Equal(t, http.StatusOK, a.code, a.body)
@@ -196,4 +198,70 @@ func TestDeadLetterTopicNotCreatedYet(t *testing.T) {
 	require.Empty(t, page.Records)
 	require.Equal(t, http.StatusNotFound, r.get(t, "/api/v1/inbox/dead-letters/never.dlq/0/0").code)
 	require.Equal(t, http.StatusOK, r.get(t, "/console/dead-letters").code)
+}
+
+// TestDeadLetterReplayOnlyToConsumedTopics: a replay writes a dead letter to the topic its own
+// keiro-dlq-topic header names, so a record written to the dead-letter topic by anyone could
+// have the console produce to any topic. Only the topics the consumer reads are replay targets:
+// another is refused with the reason (in the list, the confirmation and the API), and the
+// confirmation names the topic a record goes back to.
+func TestDeadLetterReplayOnlyToConsumedTopics(t *testing.T) {
+	t.Parallel()
+	const topic, dlq, foreign = "orders.only.v1", "orders.only.v1.dlq", "payments.ledger.v1"
+	r := newRig(t, func(c *console.Config) {
+		c.Inbox.DeadLetterTopics = []string{dlq}
+		c.Inbox.Topics = []string{topic}
+	})
+	r.kc.CreateTopic(t, topic, 1)
+	r.kc.CreateTopic(t, dlq, 1)
+	r.kc.CreateTopic(t, foreign, 1)
+	deadLetter := func(id, to string) *kgo.Record {
+		rec := record(event(id, topic, ptr("cust-1"), `{"n":1}`), dlq)
+		rec.Headers = append(rec.Headers,
+			kgo.RecordHeader{Key: inbox.HeaderDLQReason, Value: []byte(inbox.ReasonDecode)},
+			kgo.RecordHeader{Key: inbox.HeaderDLQTopic, Value: []byte(to)},
+			kgo.RecordHeader{Key: inbox.HeaderDLQPartition, Value: []byte("0")},
+			kgo.RecordHeader{Key: inbox.HeaderDLQOffset, Value: []byte("0")})
+		return rec
+	}
+	prod := r.kc.NewClient(t)
+	require.NoError(t, prod.ProduceSync(context.Background(), deadLetter("forged-1", foreign), deadLetter("own-1", topic)).FirstErr())
+
+	var page console.DeadLetterPage
+	a := r.get(t, "/api/v1/inbox/dead-letters")
+	require.Equal(t, http.StatusOK, a.code, a.body)
+	a.json(t, &page)
+	require.Len(t, page.Records, 2, a.body)
+	byID := map[string]console.DeadLetterRecord{}
+	for _, d := range page.Records {
+		byID[d.MessageID] = d
+	}
+	forged, own := byID["forged-1"], byID["own-1"]
+	require.False(t, forged.Replayable)
+	require.Contains(t, forged.NotReplayable, `"payments.ledger.v1", which is not a topic this consumer reads`)
+	require.True(t, own.Replayable, own.NotReplayable)
+
+	// The confirmation names the target topic, and says why the other is not replayed.
+	form := "csrf_token=" + url.QueryEscape(r.csrf(t)) + "&record=" + url.QueryEscape(forged.Ref().Value()) +
+		"&record=" + url.QueryEscape(own.Ref().Value())
+	conf := r.postForm(t, "/console/dead-letters/replay", form)
+	require.Equal(t, http.StatusOK, conf.code, conf.body)
+	require.Contains(t, conf.body, "Replay 1 of 2 record(s) to "+topic+"?")
+	require.Contains(t, conf.body, "is not a topic this consumer reads")
+
+	var ans console.ReplayAnswer
+	a = r.postJSON(t, "/api/v1/inbox/dead-letters/replay", console.ReplayRequest{Records: []console.RecordRef{forged.Ref(), own.Ref()}})
+	require.Equal(t, http.StatusOK, a.code, a.body)
+	a.json(t, &ans)
+	require.Len(t, ans.Skipped, 1)
+	require.Equal(t, forged.Ref(), ans.Skipped[0].Record)
+	require.Contains(t, ans.Skipped[0].Reason, "is not a topic this consumer reads")
+	require.Len(t, ans.Replayed, 1)
+	require.Equal(t, topic, ans.Replayed[0].To.Topic)
+	require.Empty(t, r.kc.Records(t, foreign), "nothing was written to the topic the header named")
+
+	// A console that offers replay must know what the consumer reads.
+	_, err := console.New(console.Config{Inbox: &console.InboxConfig{Pool: r.db.Pool, Consumer: consumerName,
+		Kafka: r.kc.NewClient(t), DeadLetterTopics: []string{dlq}}, Auth: console.AuthConfig{AllowUnauthenticated: true}})
+	require.ErrorContains(t, err, "Inbox.DeadLetterTopics needs Inbox.Topics")
 }
