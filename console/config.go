@@ -31,6 +31,12 @@ const (
 	MaxRequestBytes = 1 << 20
 	// MaxSelection is the most rows one requeue or retry may name.
 	MaxSelection = 1000
+	// DeadLetterPageBytes bounds the bytes of records one page of the dead-letter list reads
+	// from Kafka, besides the newest record of each partition (which the newest-first merge
+	// needs): a page of large records is shorter, and its cursor continues it.
+	DeadLetterPageBytes = 16 << 20
+	// dlqFetchBytes bounds one Fetch answer of the dead-letter list.
+	dlqFetchBytes = 1 << 20
 	// DefaultTitle names the console in its pages.
 	DefaultTitle = "keiro"
 )

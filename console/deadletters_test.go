@@ -2,6 +2,8 @@ package console_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -9,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -264,4 +267,76 @@ func TestDeadLetterReplayOnlyToConsumedTopics(t *testing.T) {
 	_, err := console.New(console.Config{Inbox: &console.InboxConfig{Pool: r.db.Pool, Consumer: consumerName,
 		Kafka: r.kc.NewClient(t), DeadLetterTopics: []string{dlq}}, Auth: console.AuthConfig{AllowUnauthenticated: true}})
 	require.ErrorContains(t, err, "Inbox.DeadLetterTopics needs Inbox.Topics")
+}
+
+// TestDeadLetterListReadsBoundedBytes: a page of the dead-letter list over partitions of large
+// records reads a bounded number of bytes, not its page size in records from every partition
+// (50 records of 1 MB from each of 12 partitions was 600 MB for one page); values are shown
+// truncated with their size; the pages, followed by their cursors, still list every record
+// once; and reading one record (its page, a replay) reads one record's batch, not the 4 MiB
+// after it.
+func TestDeadLetterListReadsBoundedBytes(t *testing.T) {
+	t.Parallel()
+	const dlq, parts, perPart, size = "orders.big.v1.dlq", 4, 10, 900_000
+	r := newRig(t, func(c *console.Config) {
+		c.Inbox.DeadLetterTopics, c.Inbox.Topics = []string{dlq}, []string{"orders.big.v1"}
+	})
+	r.kc.CreateTopic(t, dlq, parts)
+	var fetched atomic.Int64
+	console.SetFetchHook(r.con, func(n int) { fetched.Add(int64(n)) })
+	prod := r.kc.NewClient(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	at := time.Now().Add(-time.Hour)
+	for i := range parts * perPart {
+		rec := &kgo.Record{Topic: dlq, Partition: int32(i % parts), Key: []byte("k"), Value: incompressible(size),
+			Timestamp: at.Add(time.Duration(i) * time.Second),
+			Headers:   []kgo.RecordHeader{{Key: inbox.HeaderDLQReason, Value: []byte(inbox.ReasonDecode)}}}
+		require.NoError(t, prod.ProduceSync(context.Background(), rec).FirstErr())
+	}
+	const total = parts * perPart * size
+	// A page reads at most the page's byte budget, plus the newest record of each partition
+	// (the merge needs every partition's head) and one answer past the budget.
+	const bound = console.DeadLetterPageBytes + (parts+1)*(size+1<<10)
+
+	seen := map[string]bool{}
+	cursor := ""
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, parts*perPart, "the pages end")
+		fetched.Store(0)
+		var page console.DeadLetterPage
+		a := r.get(t, "/api/v1/inbox/dead-letters?cursor="+url.QueryEscape(cursor))
+		require.Equal(t, http.StatusOK, a.code, a.body)
+		a.json(t, &page)
+		require.LessOrEqual(t, fetched.Load(), int64(bound), "page %d read %d bytes of %d in the topic", pages, fetched.Load(), total)
+		require.NotEmpty(t, page.Records, "every page makes progress")
+		var last time.Time
+		for i, d := range page.Records {
+			require.False(t, seen[d.Path()], "%s listed twice", d.Path())
+			seen[d.Path()] = true
+			require.Equal(t, size, d.Payload.Size)
+			require.True(t, d.Payload.Truncated)
+			require.LessOrEqual(t, len(d.Payload.Text), console.DefaultPreviewBytes)
+			if i > 0 {
+				require.False(t, d.Timestamp.After(last), "newest first within a page")
+			}
+			last = d.Timestamp
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		cursor = page.NextCursor
+	}
+	require.Len(t, seen, parts*perPart, "every record listed once")
+
+	// One record: one batch read.
+	fetched.Store(0)
+	a := r.get(t, "/api/v1/inbox/dead-letters/"+dlq+"/1/3")
+	require.Equal(t, http.StatusOK, a.code, a.body)
+	require.LessOrEqual(t, fetched.Load(), int64(size+1<<10), "reading one record read %d bytes", fetched.Load())
+}
+
+// incompressible returns n bytes of random hex text (a compressed batch is as large as it).
+func incompressible(n int) []byte {
+	b := make([]byte, n/2)
+	_, _ = rand.Read(b)
+	return []byte(hex.EncodeToString(b))
 }
