@@ -159,6 +159,10 @@ func TestDeadLetterSinkOutage(t *testing.T) {
 			require.Zero(t, p.total(topic), "the partition waits")
 			require.Zero(t, fx.count(t, good.MessageID), "nothing runs ahead of the bad record")
 			require.Contains(t, logs.String(), tc.advice)
+			pp := r.c.Progress()
+			require.Len(t, pp, 1)
+			require.False(t, pp[0].DeadLetterBlockedSince.IsZero(), "the partition's progress shows it waiting")
+			require.NotEmpty(t, pp[0].DeadLetterError)
 
 			if fault != nil {
 				fault.End()
@@ -166,6 +170,9 @@ func TestDeadLetterSinkOutage(t *testing.T) {
 				kc.CreateTopic(t, dlqTopic, 1)
 			}
 			p.waitCommitted(t, topic, 2, 30*time.Second)
+			pp = r.c.Progress()
+			require.Len(t, pp, 1)
+			require.True(t, pp[0].DeadLetterBlockedSince.IsZero(), "no longer waiting")
 			r.stop(t)
 
 			require.Equal(t, 1, fx.count(t, good.MessageID))
