@@ -2,12 +2,15 @@ package inbox_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
@@ -224,4 +227,50 @@ func eachMetric(t testing.TB, reader *sdkmetric.ManualReader, name string, f fun
 			}
 		}
 	}
+}
+
+// TestDeadLetterRefusedByRealBrokerAsTooLarge: on Apache Kafka, a dead-letter topic whose
+// max.message.bytes is below the dead letter (and below the client's batch limit, so the
+// client sends it) refuses it with MESSAGE_TOO_LARGE: the consumer sends it again without its
+// value at once, and the partition moves on.
+func TestDeadLetterRefusedByRealBrokerAsTooLarge(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	fx := newEffects(t, db)
+	kc := testenv.NewRealKafka(t)
+	topic := kc.Topic("billing.small-dlq.v1")
+	kc.CreateTopic(t, topic, 1)
+	maxBytes := "20000"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := kadm.NewClient(kc.Client).CreateTopic(ctx, 1, -1, map[string]*string{"max.message.bytes": &maxBytes}, topic+".dlq")
+	require.NoError(t, err)
+	require.NoError(t, res.Err)
+	prod := kc.NewClient(t)
+	good := newEvent("ordering", topic)
+	produce(t, prod, &kgo.Record{Topic: topic, Key: []byte("k"), Value: incompressible(50_000)})
+	produceEvents(t, prod, good)
+
+	p := newProgress()
+	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
+		Brokers: kc.Seeds, Group: kc.Group("billing"), Topics: []string{topic},
+		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted,
+	}, fx.handler())
+	p.waitCommitted(t, topic, 2, 60*time.Second)
+	r.stop(t)
+
+	require.Equal(t, 1, fx.count(t, good.MessageID))
+	require.EqualValues(t, 1, r.c.Stats().DeadLetterValueOmitted)
+	dlq := kc.ConsumeRecords(t, 1, 30*time.Second, topic+".dlq")
+	require.Len(t, dlq, 1)
+	require.Empty(t, dlq[0].Value)
+	require.Equal(t, "50000", header(dlq[0], inbox.HeaderDLQValueOmitted))
+	require.Equal(t, "k", string(dlq[0].Key))
+}
+
+// incompressible returns n bytes of random hex text (a compressed batch is as large as it).
+func incompressible(n int) []byte {
+	b := make([]byte, n/2)
+	_, _ = rand.Read(b)
+	return []byte(hex.EncodeToString(b))
 }
