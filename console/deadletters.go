@@ -143,6 +143,7 @@ func deadLetterOf(r *kgo.Record, previewBytes int) DeadLetterRecord {
 	d := DeadLetterRecord{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp.UTC(), Headers: []Header{}}
 	var contentType string
 	var origTopic, origPart, origOff string
+	valueOmitted := false
 	for _, h := range r.Headers {
 		v := string(h.Value)
 		shown := v
@@ -169,6 +170,8 @@ func deadLetterOf(r *kgo.Record, previewBytes int) DeadLetterRecord {
 			origPart = v
 		case inbox.HeaderDLQOffset:
 			origOff = v
+		case inbox.HeaderDLQValueOmitted, inbox.HeaderDLQKeyOmitted, inbox.HeaderDLQHeadersOmitted:
+			valueOmitted = true
 		case envelope.HeaderMessageID:
 			d.MessageID = strings.ToValidUTF8(v, "\uFFFD")
 		case envelope.HeaderEventType:
@@ -197,6 +200,9 @@ func deadLetterOf(r *kgo.Record, previewBytes int) DeadLetterRecord {
 		d.NotReplayable = fmt.Sprintf("its %s header %q is not a valid topic name", inbox.HeaderDLQTopic, d.Original.Topic)
 	case d.Reason == inbox.ReasonPoisoned || d.Reason == inbox.ReasonPermanent:
 		d.NotReplayable = notReplayableInInbox
+	case valueOmitted:
+		d.NotReplayable = fmt.Sprintf("the dead letter was too large for Kafka and carries no value (%s): the original is at %s partition %d offset %d until the topic's retention removes it; reset the group's offset there or produce it again",
+			inbox.HeaderDLQValueOmitted, d.Original.Topic, d.Original.Partition, d.Original.Offset)
 	default:
 		d.Replayable = true
 	}

@@ -228,13 +228,16 @@ func TestDeadLetterReplayOnlyToConsumedTopics(t *testing.T) {
 		return rec
 	}
 	prod := r.kc.NewClient(t)
-	require.NoError(t, prod.ProduceSync(context.Background(), deadLetter("forged-1", foreign), deadLetter("own-1", topic)).FirstErr())
+	omitted := deadLetter("omitted-1", topic)
+	omitted.Value = nil
+	omitted.Headers = append(omitted.Headers, kgo.RecordHeader{Key: inbox.HeaderDLQValueOmitted, Value: []byte("1000000")})
+	require.NoError(t, prod.ProduceSync(context.Background(), deadLetter("forged-1", foreign), deadLetter("own-1", topic), omitted).FirstErr())
 
 	var page console.DeadLetterPage
 	a := r.get(t, "/api/v1/inbox/dead-letters")
 	require.Equal(t, http.StatusOK, a.code, a.body)
 	a.json(t, &page)
-	require.Len(t, page.Records, 2, a.body)
+	require.Len(t, page.Records, 3, a.body)
 	byID := map[string]console.DeadLetterRecord{}
 	for _, d := range page.Records {
 		byID[d.MessageID] = d
@@ -243,6 +246,9 @@ func TestDeadLetterReplayOnlyToConsumedTopics(t *testing.T) {
 	require.False(t, forged.Replayable)
 	require.Contains(t, forged.NotReplayable, `"payments.ledger.v1", which is not a topic this consumer reads`)
 	require.True(t, own.Replayable, own.NotReplayable)
+	// A dead letter written without its value (too large for Kafka) is not replayed empty.
+	require.False(t, byID["omitted-1"].Replayable)
+	require.Contains(t, byID["omitted-1"].NotReplayable, "carries no value")
 
 	// The confirmation names the target topic, and says why the other is not replayed.
 	form := "csrf_token=" + url.QueryEscape(r.csrf(t)) + "&record=" + url.QueryEscape(forged.Ref().Value()) +
