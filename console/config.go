@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"regexp"
 	"strings"
 	"time"
 
@@ -30,6 +31,12 @@ const (
 	MaxRequestBytes = 1 << 20
 	// MaxSelection is the most rows one requeue or retry may name.
 	MaxSelection = 1000
+	// DeadLetterPageBytes bounds the bytes of records one page of the dead-letter list reads
+	// from Kafka, besides the newest record of each partition (which the newest-first merge
+	// needs): a page of large records is shorter, and its cursor continues it.
+	DeadLetterPageBytes = 16 << 20
+	// dlqFetchBytes bounds one Fetch answer of the dead-letter list.
+	dlqFetchBytes = 1 << 20
 	// DefaultTitle names the console in its pages.
 	DefaultTitle = "keiro"
 )
@@ -98,6 +105,15 @@ type InboxConfig struct {
 	// for each topic it reads), listed on the dead-letter page, whose records can be replayed
 	// to their source topic through Kafka. Defaults to none: the page is not offered.
 	DeadLetterTopics []string
+	// Topics are the topics the consumer reads (ConsumerConfig.Topics): a replay writes a
+	// dead letter back to its keiro-dlq-topic only when it is one of them, and refuses any
+	// other (the header is part of the record, which anyone who may write the dead-letter
+	// topic can set). Required with DeadLetterTopics.
+	Topics []string
+	// TopicsRegex reports that Topics are regular expressions (ConsumerConfig.TopicsRegex): a
+	// replay target must match one of them, as the consumer's subscription does. Defaults to
+	// false.
+	TopicsRegex bool
 }
 
 // ProgressSource reports a running consumer's partitions; *inbox.Consumer implements it.
@@ -197,6 +213,16 @@ func (c *Config) validate() error {
 		}
 		if len(i.DeadLetterTopics) > 0 && i.Kafka == nil {
 			errs = append(errs, errors.New("Inbox.DeadLetterTopics needs Inbox.Kafka: the dead letters are read from Kafka"))
+		}
+		if len(i.DeadLetterTopics) > 0 && len(i.Topics) == 0 {
+			errs = append(errs, errors.New("Inbox.DeadLetterTopics needs Inbox.Topics (the topics the consumer reads): a replay writes only to them"))
+		}
+		if i.TopicsRegex {
+			for _, t := range i.Topics {
+				if _, err := regexp.Compile(t); err != nil {
+					errs = append(errs, fmt.Errorf("Inbox.Topics: %q is not a regular expression: %v", t, err))
+				}
+			}
 		}
 	}
 	if e := c.Events; e != nil {

@@ -41,6 +41,9 @@ type Console struct {
 	apiPatterns []string
 	// openapi is the API's OpenAPI document (GET /api/v1/openapi.json).
 	openapi map[string]any
+	// fetched, when set (by tests), is told the bytes of each Fetch answer read from a
+	// dead-letter topic.
+	fetched func(bytes int)
 }
 
 // New validates cfg and returns the console's handler. Mount it for the paths /api/v1/ and

@@ -408,6 +408,11 @@ type PartitionProgress struct {
 	// StuckSince is set when records wait and nothing moved for StuckAfterSeconds: the time
 	// the partition last moved. Null when it is not stuck.
 	StuckSince *time.Time `json:"stuck_since"`
+	// DeadLetterBlockedSince is set when the partition waits on a failing dead-letter produce
+	// (the dead-letter topic missing, not writable, or Kafka down): when it began waiting.
+	// DeadLetterError is the last failure. Absent when it does not wait on one.
+	DeadLetterBlockedSince *time.Time `json:"dead_letter_blocked_since,omitempty"`
+	DeadLetterError        string     `json:"dead_letter_error,omitempty"`
 }
 
 // Stuck reports a stuck partition.
@@ -424,6 +429,10 @@ func progressOf(p inbox.PartitionProgress, now time.Time, stuckAfter time.Durati
 	if since, stuck := p.StuckSince(now, stuckAfter); stuck {
 		since = since.UTC()
 		out.StuckSince = &since
+	}
+	if !p.DeadLetterBlockedSince.IsZero() {
+		since := p.DeadLetterBlockedSince.UTC()
+		out.DeadLetterBlockedSince, out.DeadLetterError = &since, p.DeadLetterError
 	}
 	return out
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -132,19 +133,29 @@ func parseRecordRef(s string) (RecordRef, error) {
 // notReplayableInInbox is why a poisoned or permanent record is not replayed.
 const notReplayableInInbox = "the consumer stored this message in its inbox before dead-lettering it, so a replayed record would be skipped as already dead-lettered: retry it from the inbox (failed messages) once the handler is fixed"
 
-// deadLetterOf describes a dead-letter record; previewBytes bounds the payload shown.
+// maxHeaderShown is the least of a header's value a list shows (the error header's 4 KiB).
+const maxHeaderShown = 4 << 10
+
+// deadLetterOf describes a dead-letter record; previewBytes bounds the payload shown, and the
+// header values shown beyond maxHeaderShown.
 func deadLetterOf(r *kgo.Record, previewBytes int) DeadLetterRecord {
+	headerCap := max(previewBytes, maxHeaderShown) // a header's value shown, at most
 	d := DeadLetterRecord{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp.UTC(), Headers: []Header{}}
 	var contentType string
 	var origTopic, origPart, origOff string
+	valueOmitted := false
 	for _, h := range r.Headers {
 		v := string(h.Value)
-		d.Headers = append(d.Headers, Header{Key: h.Key, Value: strings.ToValidUTF8(v, "\uFFFD")})
+		shown := v
+		if len(shown) > headerCap {
+			shown = fmt.Sprintf("%s… (%d bytes)", shown[:headerCap], len(v))
+		}
+		d.Headers = append(d.Headers, Header{Key: h.Key, Value: strings.ToValidUTF8(shown, "\uFFFD")})
 		switch h.Key {
 		case inbox.HeaderDLQReason:
 			d.Reason = v
 		case inbox.HeaderDLQError:
-			d.Error = strings.ToValidUTF8(v, "\uFFFD")
+			d.Error = strings.ToValidUTF8(shown, "\uFFFD")
 		case inbox.HeaderDLQAttempts:
 			d.Attempts, _ = strconv.Atoi(v)
 		case inbox.HeaderDLQConsumer:
@@ -159,6 +170,8 @@ func deadLetterOf(r *kgo.Record, previewBytes int) DeadLetterRecord {
 			origPart = v
 		case inbox.HeaderDLQOffset:
 			origOff = v
+		case inbox.HeaderDLQValueOmitted, inbox.HeaderDLQKeyOmitted, inbox.HeaderDLQHeadersOmitted:
+			valueOmitted = true
 		case envelope.HeaderMessageID:
 			d.MessageID = strings.ToValidUTF8(v, "\uFFFD")
 		case envelope.HeaderEventType:
@@ -187,10 +200,41 @@ func deadLetterOf(r *kgo.Record, previewBytes int) DeadLetterRecord {
 		d.NotReplayable = fmt.Sprintf("its %s header %q is not a valid topic name", inbox.HeaderDLQTopic, d.Original.Topic)
 	case d.Reason == inbox.ReasonPoisoned || d.Reason == inbox.ReasonPermanent:
 		d.NotReplayable = notReplayableInInbox
+	case valueOmitted:
+		d.NotReplayable = fmt.Sprintf("the dead letter was too large for Kafka and carries no value (%s): the original is at %s partition %d offset %d until the topic's retention removes it; reset the group's offset there or produce it again",
+			inbox.HeaderDLQValueOmitted, d.Original.Topic, d.Original.Partition, d.Original.Offset)
 	default:
 		d.Replayable = true
 	}
 	return d
+}
+
+// deadLetterOf is deadLetterOf with the console's replay targets: a record whose source topic
+// (keiro-dlq-topic) the consumer does not read is not replayable, whatever else it is.
+func (c *Console) deadLetterOf(r *kgo.Record, previewBytes int) DeadLetterRecord {
+	d := deadLetterOf(r, previewBytes)
+	if d.Replayable && !c.consumes(d.Original.Topic) {
+		d.Replayable = false
+		d.NotReplayable = fmt.Sprintf("its %s header names %q, which is not a topic this consumer reads (%s): a replay writes only to those",
+			inbox.HeaderDLQTopic, d.Original.Topic, strings.Join(c.cfg.Inbox.Topics, ", "))
+	}
+	return d
+}
+
+// consumes reports whether the consumer reads topic (InboxConfig.Topics and TopicsRegex).
+func (c *Console) consumes(topic string) bool {
+	for _, t := range c.cfg.Inbox.Topics {
+		if !c.cfg.Inbox.TopicsRegex {
+			if t == topic {
+				return true
+			}
+			continue
+		}
+		if re, err := regexp.Compile(t); err == nil && re.MatchString(topic) {
+			return true
+		}
+	}
+	return false
 }
 
 // dlqCursor is, per dead-letter topic and partition, the offset before which a listing
@@ -263,14 +307,7 @@ func (c *Console) listDeadLetters(ctx context.Context, r *http.Request) (DeadLet
 		return DeadLetterPage{}, err
 	}
 	page := DeadLetterPage{Topics: []DeadLetterTopic{}, Records: []DeadLetterRecord{}}
-	type part struct {
-		topic     string
-		partition int32
-		before    int64
-		more      bool // records remain before the fetched ones
-		recs      []*kgo.Record
-	}
-	var parts []*part
+	var parts []*dlqPart
 	for _, t := range topics {
 		dt := DeadLetterTopic{Topic: t}
 		if b, ok := bounds[t][-1]; ok {
@@ -292,24 +329,28 @@ func (c *Console) listDeadLetters(ctx context.Context, r *http.Request) (DeadLet
 				}
 				before = min(before, b.End)
 			}
-			from := max(b.Start, before-int64(limit))
-			recs, err := kafkaread.Range(ctx, cl, t, p, from, before)
-			if err != nil {
-				return page, err
-			}
-			parts = append(parts, &part{topic: t, partition: p, before: before, more: from > b.Start, recs: recs})
+			parts = append(parts, &dlqPart{topic: t, partition: p, start: b.Start, before: before, readFrom: before})
 		}
 		page.Topics = append(page.Topics, dt)
 	}
-	slices.SortFunc(parts, func(a, b *part) int {
+	slices.SortFunc(parts, func(a, b *dlqPart) int {
 		if a.topic != b.topic {
 			return strings.Compare(a.topic, b.topic)
 		}
 		return int(a.partition - b.partition)
 	})
-	// Merge: take the newest of the partitions' last records until the page is full.
+	rd := &dlqReader{c: c, ctx: ctx}
+	// The newest record of every partition: the merge needs each partition's head.
+	for _, p := range parts {
+		if err := rd.fill(p, 1); err != nil {
+			return page, err
+		}
+	}
+	// Merge: take the newest of the partitions' heads until the page is full. A partition
+	// whose fetched records ran out is read further (twice as many each time) while the
+	// page's byte budget lasts; past it the page ends, and the cursor continues it.
 	for len(page.Records) < limit {
-		var best *part
+		var best *dlqPart
 		for _, p := range parts {
 			if len(p.recs) == 0 {
 				continue
@@ -321,14 +362,26 @@ func (c *Console) listDeadLetters(ctx context.Context, r *http.Request) (DeadLet
 		if best == nil {
 			break
 		}
-		rec := best.recs[len(best.recs)-1]
-		best.recs, best.before = best.recs[:len(best.recs)-1], rec.Offset
-		page.Records = append(page.Records, deadLetterOf(rec, DefaultPreviewBytes))
+		d := best.recs[len(best.recs)-1]
+		best.recs, best.before = best.recs[:len(best.recs)-1], d.Offset
+		page.Records = append(page.Records, d)
+		if len(best.recs) == 0 && best.readFrom > best.start && len(page.Records) < limit {
+			if rd.spent >= DeadLetterPageBytes {
+				break
+			}
+			best.window = min(2*max(best.window, 1), int64(limit-len(page.Records)))
+			if err := rd.fill(best, best.window); err != nil {
+				if errors.Is(err, kafkaread.ErrBudget) {
+					break
+				}
+				return page, err
+			}
+		}
 	}
 	next := dlqCursor{}
 	more := false
 	for _, p := range parts {
-		if len(p.recs) > 0 || p.more {
+		if len(p.recs) > 0 || p.readFrom > p.start {
 			more = true
 		}
 		if next[p.topic] == nil {
@@ -342,12 +395,60 @@ func (c *Console) listDeadLetters(ctx context.Context, r *http.Request) (DeadLet
 	return page, nil
 }
 
+// dlqPart is one partition of a dead-letter listing: the records read and not yet listed.
+type dlqPart struct {
+	topic     string
+	partition int32
+	start     int64 // the log start offset
+	before    int64 // the listing continues before this offset (the cursor)
+	readFrom  int64 // the oldest offset read
+	window    int64 // how many offsets the last read covered
+	recs      []DeadLetterRecord
+}
+
+// dlqReader reads the partitions of one dead-letter page within DeadLetterPageBytes.
+type dlqReader struct {
+	c     *Console
+	ctx   context.Context
+	spent int
+}
+
+// fill reads up to n offsets of p below the ones already read, as list entries (values cut
+// to their preview), skipping offsets without a record; a read stopped by the page's byte
+// budget returns kafkaread.ErrBudget and keeps nothing of it.
+func (rd *dlqReader) fill(p *dlqPart, n int64) error {
+	for len(p.recs) == 0 && p.readFrom > p.start {
+		from := max(p.start, p.readFrom-n)
+		opts := kafkaread.Options{MaxBytes: dlqFetchBytes, Fetched: func(b int) {
+			rd.spent += b
+			if rd.c.fetched != nil {
+				rd.c.fetched(b)
+			}
+		}}
+		if n > 1 {
+			opts.MaxTotalBytes = max(DeadLetterPageBytes-rd.spent, 1)
+		}
+		recs, err := kafkaread.Range(rd.ctx, rd.c.cfg.Inbox.Kafka, p.topic, p.partition, from, p.readFrom, opts)
+		if err != nil {
+			return err
+		}
+		for _, r := range recs {
+			p.recs = append(p.recs, rd.c.deadLetterOf(r, DefaultPreviewBytes))
+		}
+		p.readFrom, p.window = from, n
+		n *= 2
+	}
+	return nil
+}
+
 // readDeadLetter reads one dead-letter record.
 func (c *Console) readDeadLetter(ctx context.Context, ref RecordRef) (*kgo.Record, error) {
 	if err := c.checkDeadLetterTopic(ref.Topic); err != nil {
 		return nil, badRequest{err}
 	}
-	recs, err := kafkaread.Range(ctx, c.cfg.Inbox.Kafka, ref.Topic, ref.Partition, ref.Offset, ref.Offset+1)
+	// One batch: the one holding the record (a dead letter is produced alone).
+	recs, err := kafkaread.Range(ctx, c.cfg.Inbox.Kafka, ref.Topic, ref.Partition, ref.Offset, ref.Offset+1,
+		kafkaread.Options{MaxBytes: 1, Fetched: c.fetched})
 	if errors.Is(err, kafkaread.ErrNoPartition) {
 		return nil, errDeadLetterNotFound{ref}
 	}
@@ -414,14 +515,33 @@ type SkippedRecord struct {
 	Reason string `json:"reason"`
 }
 
-// replayDeadLetters writes each named record back to its source topic (keiro-dlq-topic) with
-// its key, value and headers minus keiro-dlq-* (a new timestamp), and logs who replayed what. The copies are produced in request order in one call, so records of one key keep their
-// order.
+// replayDeadLetters writes each named record back to its source topic (keiro-dlq-topic), when
+// the consumer reads it, with its key, value and headers minus keiro-dlq-* (a new timestamp),
+// and logs who replayed what. Each record is read alone (one batch); the copies are produced in
+// request order, DeadLetterPageBytes at a time, so records of one key keep their order.
 func (c *Console) replayDeadLetters(r *http.Request, q ReplayRequest) (ReplayAnswer, error) {
 	ctx := r.Context()
 	ans := ReplayAnswer{Replayed: []ReplayedRecord{}, Skipped: []SkippedRecord{}}
 	var out []*kgo.Record
 	var from []RecordRef
+	held := 0
+	// flush produces the copies held, in order, so that a replay of many large records holds
+	// at most DeadLetterPageBytes of them at a time.
+	flush := func() {
+		if len(out) == 0 {
+			return
+		}
+		res := c.cfg.Inbox.Kafka.ProduceSync(ctx, out...)
+		for i, pr := range res {
+			if pr.Err != nil {
+				ans.Skipped = append(ans.Skipped, SkippedRecord{Record: from[i], Reason: "produce to " + out[i].Topic + ": " + pr.Err.Error()})
+				continue
+			}
+			ans.Replayed = append(ans.Replayed, ReplayedRecord{From: from[i],
+				To: KafkaPosition{Topic: pr.Record.Topic, Partition: pr.Record.Partition, Offset: pr.Record.Offset}})
+		}
+		out, from, held = out[:0], from[:0], 0
+	}
 	for _, ref := range q.Records {
 		rec, err := c.readDeadLetter(ctx, ref)
 		var nf errDeadLetterNotFound
@@ -433,7 +553,7 @@ func (c *Console) replayDeadLetters(r *http.Request, q ReplayRequest) (ReplayAns
 		case err != nil:
 			return ans, err
 		}
-		d := deadLetterOf(rec, 0)
+		d := c.deadLetterOf(rec, 0)
 		if !d.Replayable {
 			ans.Skipped = append(ans.Skipped, SkippedRecord{Record: ref, Reason: d.NotReplayable})
 			continue
@@ -446,18 +566,15 @@ func (c *Console) replayDeadLetters(r *http.Request, q ReplayRequest) (ReplayAns
 		}
 		out = append(out, cp)
 		from = append(from, ref)
-	}
-	if len(out) > 0 {
-		res := c.cfg.Inbox.Kafka.ProduceSync(ctx, out...)
-		for i, pr := range res {
-			if pr.Err != nil {
-				ans.Skipped = append(ans.Skipped, SkippedRecord{Record: from[i], Reason: "produce to " + out[i].Topic + ": " + pr.Err.Error()})
-				continue
-			}
-			ans.Replayed = append(ans.Replayed, ReplayedRecord{From: from[i],
-				To: KafkaPosition{Topic: pr.Record.Topic, Partition: pr.Record.Partition, Offset: pr.Record.Offset}})
+		held += len(cp.Key) + len(cp.Value)
+		for _, h := range cp.Headers {
+			held += len(h.Key) + len(h.Value)
+		}
+		if held >= DeadLetterPageBytes {
+			flush()
 		}
 	}
+	flush()
 	c.action(r, "dead-letter replay", "consumer", c.cfg.Inbox.Consumer, "records", len(q.Records),
 		"replayed", len(ans.Replayed), "skipped", len(ans.Skipped))
 	return ans, nil
@@ -498,6 +615,6 @@ func (c *Console) apiDeadLetter(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		c.serverError(w, r, err)
 	default:
-		writeJSON(w, http.StatusOK, deadLetterOf(rec, DefaultDetailPayloadBytes))
+		writeJSON(w, http.StatusOK, c.deadLetterOf(rec, DefaultDetailPayloadBytes))
 	}
 }

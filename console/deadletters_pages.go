@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -52,7 +53,7 @@ func (c *Console) pageDeadLetter(w http.ResponseWriter, r *http.Request) {
 		c.serverError(w, r, err)
 	default:
 		c.render(w, r, http.StatusOK, "deadletter", "Dead letter "+ref.Topic+" / "+strconv.Itoa(int(ref.Partition))+" @ "+strconv.FormatInt(ref.Offset, 10),
-			"deadletters", deadLetterOf(rec, DefaultDetailPayloadBytes))
+			"deadletters", c.deadLetterOf(rec, DefaultDetailPayloadBytes))
 	}
 }
 
@@ -64,6 +65,8 @@ type replayData struct {
 	Missing []SkippedRecord
 	// Replayable counts the records a confirmed replay writes.
 	Replayable int
+	// Targets are the topics a confirmed replay writes to, in the order of the records.
+	Targets []string
 }
 
 func (c *Console) pageDeadLetterReplay(w http.ResponseWriter, r *http.Request) {
@@ -93,9 +96,12 @@ func (c *Console) pageDeadLetterReplay(w http.ResponseWriter, r *http.Request) {
 				c.serverError(w, r, err)
 				return
 			default:
-				dl := deadLetterOf(rec, 0)
+				dl := c.deadLetterOf(rec, 0)
 				if dl.Replayable {
 					d.Replayable++
+					if !slices.Contains(d.Targets, dl.Original.Topic) {
+						d.Targets = append(d.Targets, dl.Original.Topic)
+					}
 				}
 				d.Records = append(d.Records, dl)
 			}

@@ -2,6 +2,8 @@ package console_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -9,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -37,7 +40,7 @@ func record(ev envelope.Event, topic string) *kgo.Record {
 func TestDeadLetterTopicListAndReplay(t *testing.T) {
 	t.Parallel()
 	const topic, dlq = "orders.dl.v1", "orders.dl.v1.dlq"
-	r := newRig(t, func(c *console.Config) { c.Inbox.DeadLetterTopics = []string{dlq} })
+	r := newRig(t, func(c *console.Config) { c.Inbox.DeadLetterTopics, c.Inbox.Topics = []string{dlq}, []string{topic} })
 	r.kc.CreateTopic(t, topic, 1)
 	r.kc.CreateTopic(t, dlq, 2)
 
@@ -154,7 +157,7 @@ func TestDeadLetterTopicListAndReplay(t *testing.T) {
 	form := "csrf_token=" + url.QueryEscape(r.csrf(t)) + "&record=" + url.QueryEscape(noKey.Ref().Value())
 	conf := r.postForm(t, "/console/dead-letters/replay", form)
 	require.Equal(t, http.StatusOK, conf.code, conf.body)
-	require.Contains(t, conf.body, "Replay 1 of 1 record(s) to their source topic?")
+	require.Contains(t, conf.body, "Replay 1 of 1 record(s) to "+topic+"?")
 	require.Contains(t, conf.body, "OrderPlaced")
 	require.Contains(t, conf.body, "cust-1")
 	require.Contains(t, conf.body, "no order number")
@@ -186,7 +189,9 @@ func TestDeadLetterTopicListAndReplay(t *testing.T) {
 // list says so instead of failing.
 func TestDeadLetterTopicNotCreatedYet(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, func(c *console.Config) { c.Inbox.DeadLetterTopics = []string{"never.dlq"} })
+	r := newRig(t, func(c *console.Config) {
+		c.Inbox.DeadLetterTopics, c.Inbox.Topics = []string{"never.dlq"}, []string{"never"}
+	})
 	var page console.DeadLetterPage
 	a := r.get(t, "/api/v1/inbox/dead-letters")
 	require.Equal(t, http.StatusOK, a.code, a.body)
@@ -196,4 +201,148 @@ func TestDeadLetterTopicNotCreatedYet(t *testing.T) {
 	require.Empty(t, page.Records)
 	require.Equal(t, http.StatusNotFound, r.get(t, "/api/v1/inbox/dead-letters/never.dlq/0/0").code)
 	require.Equal(t, http.StatusOK, r.get(t, "/console/dead-letters").code)
+}
+
+// TestDeadLetterReplayOnlyToConsumedTopics: a replay writes a dead letter to the topic its own
+// keiro-dlq-topic header names, so a record written to the dead-letter topic by anyone could
+// have the console produce to any topic. Only the topics the consumer reads are replay targets:
+// another is refused with the reason (in the list, the confirmation and the API), and the
+// confirmation names the topic a record goes back to.
+func TestDeadLetterReplayOnlyToConsumedTopics(t *testing.T) {
+	t.Parallel()
+	const topic, dlq, foreign = "orders.only.v1", "orders.only.v1.dlq", "payments.ledger.v1"
+	r := newRig(t, func(c *console.Config) {
+		c.Inbox.DeadLetterTopics = []string{dlq}
+		c.Inbox.Topics = []string{topic}
+	})
+	r.kc.CreateTopic(t, topic, 1)
+	r.kc.CreateTopic(t, dlq, 1)
+	r.kc.CreateTopic(t, foreign, 1)
+	deadLetter := func(id, to string) *kgo.Record {
+		rec := record(event(id, topic, ptr("cust-1"), `{"n":1}`), dlq)
+		rec.Headers = append(rec.Headers,
+			kgo.RecordHeader{Key: inbox.HeaderDLQReason, Value: []byte(inbox.ReasonDecode)},
+			kgo.RecordHeader{Key: inbox.HeaderDLQTopic, Value: []byte(to)},
+			kgo.RecordHeader{Key: inbox.HeaderDLQPartition, Value: []byte("0")},
+			kgo.RecordHeader{Key: inbox.HeaderDLQOffset, Value: []byte("0")})
+		return rec
+	}
+	prod := r.kc.NewClient(t)
+	omitted := deadLetter("omitted-1", topic)
+	omitted.Value = nil
+	omitted.Headers = append(omitted.Headers, kgo.RecordHeader{Key: inbox.HeaderDLQValueOmitted, Value: []byte("1000000")})
+	require.NoError(t, prod.ProduceSync(context.Background(), deadLetter("forged-1", foreign), deadLetter("own-1", topic), omitted).FirstErr())
+
+	var page console.DeadLetterPage
+	a := r.get(t, "/api/v1/inbox/dead-letters")
+	require.Equal(t, http.StatusOK, a.code, a.body)
+	a.json(t, &page)
+	require.Len(t, page.Records, 3, a.body)
+	byID := map[string]console.DeadLetterRecord{}
+	for _, d := range page.Records {
+		byID[d.MessageID] = d
+	}
+	forged, own := byID["forged-1"], byID["own-1"]
+	require.False(t, forged.Replayable)
+	require.Contains(t, forged.NotReplayable, `"payments.ledger.v1", which is not a topic this consumer reads`)
+	require.True(t, own.Replayable, own.NotReplayable)
+	// A dead letter written without its value (too large for Kafka) is not replayed empty.
+	require.False(t, byID["omitted-1"].Replayable)
+	require.Contains(t, byID["omitted-1"].NotReplayable, "carries no value")
+
+	// The confirmation names the target topic, and says why the other is not replayed.
+	form := "csrf_token=" + url.QueryEscape(r.csrf(t)) + "&record=" + url.QueryEscape(forged.Ref().Value()) +
+		"&record=" + url.QueryEscape(own.Ref().Value())
+	conf := r.postForm(t, "/console/dead-letters/replay", form)
+	require.Equal(t, http.StatusOK, conf.code, conf.body)
+	require.Contains(t, conf.body, "Replay 1 of 2 record(s) to "+topic+"?")
+	require.Contains(t, conf.body, "is not a topic this consumer reads")
+
+	var ans console.ReplayAnswer
+	a = r.postJSON(t, "/api/v1/inbox/dead-letters/replay", console.ReplayRequest{Records: []console.RecordRef{forged.Ref(), own.Ref()}})
+	require.Equal(t, http.StatusOK, a.code, a.body)
+	a.json(t, &ans)
+	require.Len(t, ans.Skipped, 1)
+	require.Equal(t, forged.Ref(), ans.Skipped[0].Record)
+	require.Contains(t, ans.Skipped[0].Reason, "is not a topic this consumer reads")
+	require.Len(t, ans.Replayed, 1)
+	require.Equal(t, topic, ans.Replayed[0].To.Topic)
+	require.Empty(t, r.kc.Records(t, foreign), "nothing was written to the topic the header named")
+
+	// A console that offers replay must know what the consumer reads.
+	_, err := console.New(console.Config{Inbox: &console.InboxConfig{Pool: r.db.Pool, Consumer: consumerName,
+		Kafka: r.kc.NewClient(t), DeadLetterTopics: []string{dlq}}, Auth: console.AuthConfig{AllowUnauthenticated: true}})
+	require.ErrorContains(t, err, "Inbox.DeadLetterTopics needs Inbox.Topics")
+}
+
+// TestDeadLetterListReadsBoundedBytes: a page of the dead-letter list over partitions of large
+// records reads a bounded number of bytes, not its page size in records from every partition
+// (50 records of 1 MB from each of 12 partitions was 600 MB for one page); values are shown
+// truncated with their size; the pages, followed by their cursors, still list every record
+// once; and reading one record (its page, a replay) reads one record's batch, not the 4 MiB
+// after it.
+func TestDeadLetterListReadsBoundedBytes(t *testing.T) {
+	t.Parallel()
+	const dlq, parts, perPart, size = "orders.big.v1.dlq", 4, 10, 900_000
+	r := newRig(t, func(c *console.Config) {
+		c.Inbox.DeadLetterTopics, c.Inbox.Topics = []string{dlq}, []string{"orders.big.v1"}
+	})
+	r.kc.CreateTopic(t, dlq, parts)
+	var fetched atomic.Int64
+	console.SetFetchHook(r.con, func(n int) { fetched.Add(int64(n)) })
+	prod := r.kc.NewClient(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	at := time.Now().Add(-time.Hour)
+	for i := range parts * perPart {
+		rec := &kgo.Record{Topic: dlq, Partition: int32(i % parts), Key: []byte("k"), Value: incompressible(size),
+			Timestamp: at.Add(time.Duration(i) * time.Second),
+			Headers:   []kgo.RecordHeader{{Key: inbox.HeaderDLQReason, Value: []byte(inbox.ReasonDecode)}}}
+		require.NoError(t, prod.ProduceSync(context.Background(), rec).FirstErr())
+	}
+	const total = parts * perPart * size
+	// A page reads at most the page's byte budget, plus the newest record of each partition
+	// (the merge needs every partition's head) and one answer past the budget.
+	const bound = console.DeadLetterPageBytes + (parts+1)*(size+1<<10)
+
+	seen := map[string]bool{}
+	cursor := ""
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, parts*perPart, "the pages end")
+		fetched.Store(0)
+		var page console.DeadLetterPage
+		a := r.get(t, "/api/v1/inbox/dead-letters?cursor="+url.QueryEscape(cursor))
+		require.Equal(t, http.StatusOK, a.code, a.body)
+		a.json(t, &page)
+		require.LessOrEqual(t, fetched.Load(), int64(bound), "page %d read %d bytes of %d in the topic", pages, fetched.Load(), total)
+		require.NotEmpty(t, page.Records, "every page makes progress")
+		var last time.Time
+		for i, d := range page.Records {
+			require.False(t, seen[d.Path()], "%s listed twice", d.Path())
+			seen[d.Path()] = true
+			require.Equal(t, size, d.Payload.Size)
+			require.True(t, d.Payload.Truncated)
+			require.LessOrEqual(t, len(d.Payload.Text), console.DefaultPreviewBytes)
+			if i > 0 {
+				require.False(t, d.Timestamp.After(last), "newest first within a page")
+			}
+			last = d.Timestamp
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		cursor = page.NextCursor
+	}
+	require.Len(t, seen, parts*perPart, "every record listed once")
+
+	// One record: one batch read.
+	fetched.Store(0)
+	a := r.get(t, "/api/v1/inbox/dead-letters/"+dlq+"/1/3")
+	require.Equal(t, http.StatusOK, a.code, a.body)
+	require.LessOrEqual(t, fetched.Load(), int64(size+1<<10), "reading one record read %d bytes", fetched.Load())
+}
+
+// incompressible returns n bytes of random hex text (a compressed batch is as large as it).
+func incompressible(n int) []byte {
+	b := make([]byte, n/2)
+	_, _ = rand.Read(b)
+	return []byte(hex.EncodeToString(b))
 }

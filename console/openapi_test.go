@@ -142,7 +142,7 @@ func answerSchema(t *testing.T, doc map[string]any, method, path string, code in
 func TestOpenAPICoversEveryRoute(t *testing.T) {
 	t.Parallel()
 	const topic, dlq = "orders.oa.v1", "orders.oa.v1.dlq"
-	r := newRig(t, func(c *console.Config) { c.Inbox.DeadLetterTopics = []string{dlq} })
+	r := newRig(t, func(c *console.Config) { c.Inbox.DeadLetterTopics, c.Inbox.Topics = []string{dlq}, []string{topic} })
 	a := r.get(t, "/api/v1/openapi.json")
 	require.Equal(t, http.StatusOK, a.code, a.body)
 	var doc map[string]any
@@ -151,7 +151,7 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 
 	// The same console's registered routes, path parameters named as OpenAPI names them.
 	con, err := console.New(console.Config{Inbox: &console.InboxConfig{Pool: r.db.Pool, Schema: r.db.Schema, Consumer: consumerName,
-		Kafka: r.kc.NewClient(t), DeadLetterTopics: []string{dlq}}, Auth: console.AuthConfig{AllowUnauthenticated: true}})
+		Kafka: r.kc.NewClient(t), DeadLetterTopics: []string{dlq}, Topics: []string{topic}}, Auth: console.AuthConfig{AllowUnauthenticated: true}})
 	require.NoError(t, err)
 	var registered []string
 	for _, p := range con.APIPatterns() {

@@ -30,6 +30,7 @@ type rig struct {
 	db     *testenv.DB
 	kc     *testenv.Kafka
 	srv    *httptest.Server
+	con    *console.Console
 	outbox *outbox.Store
 	inbox  *inbox.Store
 	logs   *testenv.LogBuffer
@@ -63,6 +64,7 @@ func newRig(t *testing.T, mod func(*console.Config)) *rig {
 	}
 	c, err := console.New(cfg)
 	require.NoError(t, err)
+	r.con = c
 	r.srv = httptest.NewServer(c)
 	t.Cleanup(r.srv.Close)
 	return r

@@ -23,7 +23,7 @@ func TestSchemathesis(t *testing.T) {
 	const topic, dlq, token = "orders.fz.v1", "orders.fz.v1.dlq", "fuzz-token"
 	logs := &testenv.LogBuffer{}
 	r := newRig(t, func(c *console.Config) {
-		c.Inbox.DeadLetterTopics = []string{dlq}
+		c.Inbox.DeadLetterTopics, c.Inbox.Topics = []string{dlq}, []string{topic}
 		c.Auth = console.AuthConfig{Token: token}
 		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelError}))
 	})

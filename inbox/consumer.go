@@ -34,6 +34,12 @@ type Stats struct {
 	// full while another partition needed a poll (each costs a re-fetch of what the client had
 	// already fetched for it; see MaxBufferedRecords).
 	FetchPauses int64
+	// DeadLetterBlocked is the number of partitions waiting now on a failing dead-letter
+	// produce (the dead-letter topic missing, not writable, or Kafka unavailable).
+	DeadLetterBlocked int64
+	// DeadLetterValueOmitted counts dead letters too large for Kafka, written with their value
+	// omitted (the original stays at its topic, partition and offset).
+	DeadLetterValueOmitted int64
 }
 
 // Consumer runs a Kafka consumer group whose records go through the inbox. Create it with
@@ -61,7 +67,7 @@ type Consumer struct {
 	baseCtx context.Context
 
 	processed, duplicates, handlerFailures, deadLettered, committed, storageErrors, deferred atomic.Int64
-	fetchPauses                                                                              atomic.Int64
+	fetchPauses, dlqBlocked, dlqValueOmitted                                                 atomic.Int64
 }
 
 type topicPartition struct {
@@ -91,12 +97,14 @@ func NewConsumer(pool *pgxpool.Pool, cfg ConsumerConfig, h Handler) (*Consumer, 
 		return nil, err
 	}
 	store.group, store.in.group = cfg.Group, cfg.Group
-	return &Consumer{
+	c := &Consumer{
 		pool: pool, cfg: cfg, h: h, store: store, in: store.in, log: cfg.Logger,
 		sem:     make(chan struct{}, cfg.MaxConcurrentPartitions),
 		room:    make(chan struct{}, 1),
 		workers: map[topicPartition]*partitionWorker{},
-	}, nil
+	}
+	store.in.dlqBlocked.Store(&blockedSource{consumer: cfg.Store.Consumer, n: &c.dlqBlocked})
+	return c, nil
 }
 
 // Store returns the consumer's inbox store (for operator commands).
@@ -108,7 +116,7 @@ func (c *Consumer) Stats() Stats {
 		Processed: c.processed.Load(), Duplicates: c.duplicates.Load(),
 		HandlerFailures: c.handlerFailures.Load(), DeadLettered: c.deadLettered.Load(),
 		Committed: c.committed.Load(), StorageErrors: c.storageErrors.Load(), Deferred: c.deferred.Load(),
-		FetchPauses: c.fetchPauses.Load(),
+		FetchPauses: c.fetchPauses.Load(), DeadLetterBlocked: c.dlqBlocked.Load(), DeadLetterValueOmitted: c.dlqValueOmitted.Load(),
 	}
 }
 

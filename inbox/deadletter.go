@@ -79,6 +79,15 @@ const (
 	HeaderDLQOffset    = "keiro-dlq-offset"
 	HeaderDLQConsumer  = "keiro-dlq-consumer"
 	HeaderDLQAt        = "keiro-dlq-at"
+	// HeaderDLQValueOmitted is set on a dead letter Kafka could not take whole (too large):
+	// the value is omitted and the header holds its size in bytes. The original stays at
+	// keiro-dlq-topic, -partition and -offset (until the topic's retention removes it).
+	HeaderDLQValueOmitted = "keiro-dlq-value-omitted"
+	// HeaderDLQKeyOmitted and HeaderDLQHeadersOmitted are set on a dead letter too large for
+	// Kafka even without its value: the key (its size in bytes) and the original headers
+	// (their count) are omitted too.
+	HeaderDLQKeyOmitted     = "keiro-dlq-key-omitted"
+	HeaderDLQHeadersOmitted = "keiro-dlq-headers-omitted"
 )
 
 // Values of the keiro-dlq-reason header.

@@ -43,6 +43,11 @@ type PartitionProgress struct {
 	// MovedAt is when the partition last moved: a record started or finished, or the
 	// partition was assigned. A record retried again and again does not move it.
 	MovedAt time.Time
+	// DeadLetterBlockedSince is when the partition began waiting on a failing dead-letter
+	// produce (the dead-letter topic missing, not writable, or Kafka unavailable); zero when
+	// it is not waiting on one. DeadLetterError is the last failure.
+	DeadLetterBlockedSince time.Time
+	DeadLetterError        string
 }
 
 // StuckSince reports whether p is stuck at now: records wait and nothing moved for at least
@@ -90,6 +95,8 @@ type tracker struct {
 	committed     int64
 	committedAt   time.Time
 	movedAt       time.Time
+	dlqSince      time.Time
+	dlqErr        string
 }
 
 func newTracker(now time.Time) *tracker {
@@ -115,6 +122,21 @@ func (t *tracker) end() {
 	t.inFlight, t.inFlightSince, t.inFlightTS, t.movedAt = -1, time.Time{}, time.Time{}, time.Now()
 }
 
+// deadLetterBlocked records a failed dead-letter produce (err) of the record in flight, or
+// with err nil that the partition no longer waits on one.
+func (t *tracker) deadLetterBlocked(err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err == nil {
+		t.dlqSince, t.dlqErr = time.Time{}, ""
+		return
+	}
+	if t.dlqSince.IsZero() {
+		t.dlqSince = time.Now()
+	}
+	t.dlqErr = err.Error()
+}
+
 // committedTo records an offset commit.
 func (t *tracker) committedTo(offset int64) {
 	t.mu.Lock()
@@ -135,7 +157,7 @@ func (w *partitionWorker) progress() PartitionProgress {
 	p := PartitionProgress{
 		Topic: w.tp.topic, Partition: w.tp.partition, AssignedAt: t.assignedAt, Waiting: queued + held,
 		InFlight: t.inFlight, InFlightSince: t.inFlightSince, Committed: t.committed, CommittedAt: t.committedAt,
-		MovedAt: t.movedAt,
+		MovedAt: t.movedAt, DeadLetterBlockedSince: t.dlqSince, DeadLetterError: t.dlqErr,
 	}
 	switch {
 	case t.inFlight >= 0:

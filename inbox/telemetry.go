@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -35,6 +36,12 @@ type instruments struct {
 	consumed        metric.Int64Counter
 	processDuration metric.Float64Histogram
 	fetchPauses     metric.Int64Counter
+	// dlqOmitted and dlqFailures count dead letters sent without their value and failed
+	// dead-letter produces; dlqBlocked, set by a Consumer, is its count of partitions
+	// waiting on a failing dead-letter produce (the keiro.inbox.deadletter.blocked gauge).
+	dlqOmitted  metric.Int64Counter
+	dlqFailures metric.Int64Counter
+	dlqBlocked  atomic.Pointer[blockedSource]
 
 	// group is the consumer group, set by the Consumer before it runs ("" for a Store used on
 	// its own).
@@ -62,7 +69,7 @@ func newInstruments(mp metric.MeterProvider, tp trace.TracerProvider) (*instrume
 	}
 	m := mp.Meter(scope)
 	in := &instruments{tracer: tp.Tracer(scope)}
-	var errs [12]error
+	var errs [15]error
 	in.processed, errs[0] = m.Int64Counter(tracing.MetricInboxProcessed, metric.WithUnit("{message}"),
 		metric.WithDescription("Messages whose handler committed."))
 	in.duplicates, errs[1] = m.Int64Counter(tracing.MetricInboxDuplicates, metric.WithUnit("{message}"),
@@ -87,6 +94,13 @@ func newInstruments(mp metric.MeterProvider, tp trace.TracerProvider) (*instrume
 		metric.WithExplicitBucketBoundaries(tracing.LatencyBuckets...))
 	in.fetchPauses, errs[11] = m.Int64Counter(tracing.MetricConsumerFetchPauses, metric.WithUnit("{pause}"),
 		metric.WithDescription("Partition fetches paused because the partition's buffer was full while another partition needed a poll."))
+	in.dlqOmitted, errs[12] = m.Int64Counter(tracing.MetricInboxDeadLetterValueOmitted, metric.WithUnit("{message}"),
+		metric.WithDescription("Dead letters too large for Kafka, written with their value omitted."))
+	in.dlqFailures, errs[13] = m.Int64Counter(tracing.MetricInboxDeadLetterFailures, metric.WithUnit("{produce}"),
+		metric.WithDescription("Dead-letter produces that failed and are retried while their partition waits."))
+	_, errs[14] = m.Int64ObservableGauge(tracing.MetricInboxDeadLetterBlocked, metric.WithUnit("{partition}"),
+		metric.WithDescription("Partitions waiting on a failing dead-letter produce."),
+		metric.WithInt64Callback(in.observeBlocked))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, fmt.Errorf("create inbox instruments: %w", err)
 	}
@@ -259,6 +273,34 @@ func (in *instruments) observeLag(_ context.Context, o metric.Int64Observer) err
 			tracing.PartitionKey.String(strconv.Itoa(int(tp.partition))))))
 	}
 	return nil
+}
+
+// blockedSource is a Consumer's count of partitions blocked on the dead-letter sink.
+type blockedSource struct {
+	consumer string
+	n        *atomic.Int64
+}
+
+// observeBlocked reports the partitions blocked on the dead-letter sink (0 when none is), for
+// the consumer running with these instruments.
+func (in *instruments) observeBlocked(_ context.Context, o metric.Int64Observer) error {
+	if src := in.dlqBlocked.Load(); src != nil {
+		o.Observe(src.n.Load(), in.consumerAttrs(src.consumer))
+	}
+	return nil
+}
+
+// deadLetterFailed counts a failed dead-letter produce; code is the Kafka error's name ("" for
+// another error: error.type _OTHER).
+func (in *instruments) deadLetterFailed(ctx context.Context, consumer, code string) {
+	if code == "" {
+		code = "_OTHER"
+	}
+	kvs := []attribute.KeyValue{tracing.ConsumerKey.String(consumer), tracing.ErrorTypeKey.String(code)}
+	if in.group != "" {
+		kvs = append(kvs, tracing.GroupKey.String(in.group))
+	}
+	in.dlqFailures.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(kvs...)))
 }
 
 // processSpan is the process span with what messaging.process.duration needs when it ends.

@@ -125,6 +125,18 @@ const (
 	// MetricInboxDeadlettered names a counter in {message}; attributes keiro.consumer.name,
 	// messaging.destination.name, messaging.consumer.group.name.
 	MetricInboxDeadlettered = "keiro.inbox.deadlettered"
+	// MetricInboxDeadLetterValueOmitted names a counter in {message}: dead letters Kafka could
+	// not take whole (too large), sent with their value omitted; attributes keiro.consumer.name,
+	// messaging.destination.name (the consumed topic), messaging.consumer.group.name.
+	MetricInboxDeadLetterValueOmitted = "keiro.inbox.deadletter.value_omitted"
+	// MetricInboxDeadLetterFailures names a counter in {produce}: dead-letter produces that
+	// failed and will be retried (the dead-letter topic missing, not writable, or Kafka
+	// unavailable); attributes keiro.consumer.name, messaging.consumer.group.name, error.type
+	// (the Kafka error's name, or _OTHER).
+	MetricInboxDeadLetterFailures = "keiro.inbox.deadletter.failures"
+	// MetricInboxDeadLetterBlocked names a gauge in {partition}: partitions waiting on a
+	// failing dead-letter produce; attributes keiro.consumer.name, messaging.consumer.group.name.
+	MetricInboxDeadLetterBlocked = "keiro.inbox.deadletter.blocked"
 	// MetricInboxHandlerDuration names a histogram in s: time in the handler.
 	MetricInboxHandlerDuration = "keiro.inbox.handler.duration"
 	// MetricInboxBacklog names a gauge in {message}: failed inbox rows; attributes
@@ -275,6 +287,12 @@ var MetricNames = []Metric{
 		Description: "Messages that failed permanently or past the attempt ceiling."},
 	{Name: MetricInboxDeadlettered, Kind: Counter, Unit: "{message}", Attributes: []attribute.Key{ConsumerKey, DestinationKey, GroupKey},
 		Description: "Messages written to the dead-letter topic."},
+	{Name: MetricInboxDeadLetterValueOmitted, Kind: Counter, Unit: "{message}", Attributes: []attribute.Key{ConsumerKey, DestinationKey, GroupKey},
+		Description: "Dead letters too large for Kafka, written with their value omitted (the original stays at its topic, partition and offset)."},
+	{Name: MetricInboxDeadLetterFailures, Kind: Counter, Unit: "{produce}", Attributes: []attribute.Key{ConsumerKey, GroupKey, ErrorTypeKey},
+		Description: "Dead-letter produces that failed and are retried while their partition waits."},
+	{Name: MetricInboxDeadLetterBlocked, Kind: Gauge, Unit: "{partition}", Attributes: []attribute.Key{ConsumerKey, GroupKey},
+		Description: "Partitions waiting on a failing dead-letter produce (the dead-letter topic missing, not writable, or Kafka unavailable)."},
 	{Name: MetricInboxHandlerDuration, Kind: Histogram, Unit: "s", Buckets: LatencyBuckets,
 		Description: "Duration of the handler and its inbox transaction."},
 	{Name: MetricInboxBacklog, Kind: Gauge, Unit: "{message}", Attributes: []attribute.Key{ConsumerKey, GroupKey},

@@ -275,7 +275,7 @@ func (c *runCmd) console(pool *pgxpool.Pool, schema string, h *builtHandler, con
 		Inbox: &console.InboxConfig{
 			Pool: pool, Schema: schema, Consumer: c.ID.consumerName(), Handler: h.handle,
 			MaxAttempts: c.MaxAttempts, Kafka: cl, Group: c.ID.Group, Progress: consumer,
-			DeadLetterTopics: c.deadLetterTopics(),
+			DeadLetterTopics: c.deadLetterTopics(), Topics: c.Topics,
 		},
 		Auth:     console.AuthConfig{Token: token, AllowUnauthenticated: console.IsLoopback(c.HTTPAddr)},
 		ReadOnly: c.Admin.AdminReadOnly,

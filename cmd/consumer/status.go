@@ -280,6 +280,8 @@ func printPartitions(w io.Writer, l *console.ConsumerLag) {
 		}
 		state := "idle"
 		switch {
+		case pr.DeadLetterBlockedSince != nil:
+			state = "WAITING ON THE DEAD-LETTER TOPIC since " + pr.DeadLetterBlockedSince.UTC().Format(time.RFC3339) + ": " + pr.DeadLetterError
 		case pr.StuckSince != nil:
 			state = "STUCK since " + pr.StuckSince.UTC().Format(time.RFC3339)
 		case pr.Waiting > 0:

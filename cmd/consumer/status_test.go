@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro/console"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/inbox/handlers"
@@ -131,4 +132,18 @@ func TestStatusAndFailedListJSON(t *testing.T) {
 	require.Equal(t, "orders.v1", rf.Topic)
 	require.Equal(t, int64(41), *rf.Offset)
 	require.Contains(t, rf.LastError, "downstream busy")
+}
+
+// TestPrintPartitionsNamesDeadLetterWait: a partition waiting on a failing dead-letter produce
+// says so, with the failure, ahead of its stuck flag.
+func TestPrintPartitionsNamesDeadLetterWait(t *testing.T) {
+	t.Parallel()
+	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	var out strings.Builder
+	printPartitions(&out, &console.ConsumerLag{Group: "billing", Partitions: []console.PartitionLag{{
+		Topic: "orders.v1", Partition: 3, Lag: 12,
+		Progress: &console.PartitionProgress{Waiting: 12, StuckSince: &since, DeadLetterBlockedSince: &since,
+			DeadLetterError: "TOPIC_AUTHORIZATION_FAILED"},
+	}}})
+	require.Contains(t, out.String(), "WAITING ON THE DEAD-LETTER TOPIC since 2026-01-02T03:04:05Z: TOPIC_AUTHORIZATION_FAILED")
 }

@@ -247,7 +247,7 @@ func TestBrowserConsole(t *testing.T) {
 	con, err := console.New(console.Config{
 		Outbox: &console.OutboxConfig{Pool: db.Pool, Schema: db.Schema, MaxAttempts: 1},
 		Inbox: &console.InboxConfig{Pool: db.Pool, Schema: db.Schema, Consumer: consumerName, Handler: handle,
-			MaxAttempts: 1, Kafka: kc.NewClient(t), Group: consumerName, DeadLetterTopics: []string{"orders.v1.dlq"}},
+			MaxAttempts: 1, Kafka: kc.NewClient(t), Group: consumerName, DeadLetterTopics: []string{"orders.v1.dlq"}, Topics: []string{"orders.v1"}},
 		Events: &console.EventsConfig{Pool: db.Pool, Schema: db.Schema},
 		Auth:   console.AuthConfig{AllowUnauthenticated: true},
 		Title:  "acme-billing",

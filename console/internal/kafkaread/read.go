@@ -18,8 +18,25 @@ import (
 // ErrNoPartition reports a topic or partition the cluster does not have.
 var ErrNoPartition = errors.New("no such topic or partition")
 
-// fetchBytes bounds one Fetch answer (Kafka returns at least one batch even when it is larger).
+// fetchBytes bounds one Fetch answer by default (Kafka returns at least one batch even when it
+// is larger).
 const fetchBytes = 4 << 20
+
+// ErrBudget reports a Range that stopped because its answers reached Options.MaxTotalBytes
+// before the end of the range: the records it returns are the oldest of the range only.
+var ErrBudget = errors.New("the read reached its byte budget")
+
+// Options bound a Range.
+type Options struct {
+	// MaxBytes bounds each Fetch answer; Kafka still returns a first record batch larger than
+	// it. 1 reads one batch per Fetch. Defaults to 4 MiB.
+	MaxBytes int32
+	// MaxTotalBytes, when positive, stops the Range with ErrBudget once its answers hold this
+	// many bytes of record batches and the range is not read to its end.
+	MaxTotalBytes int
+	// Fetched, when set, is told the bytes of record batches of each Fetch answer.
+	Fetched func(bytes int)
+}
 
 // Bounds are a partition's log start and end offsets.
 type Bounds struct {
@@ -69,7 +86,10 @@ func Partitions(ctx context.Context, cl *kgo.Client, topics ...string) (map[stri
 // Range returns the committed records of topic's partition with offsets in [from, to), oldest
 // first. Offsets missing from the log (compacted, aborted, control records, before its start or
 // past its end) are skipped.
-func Range(ctx context.Context, cl *kgo.Client, topic string, partition int32, from, to int64) ([]*kgo.Record, error) {
+func Range(ctx context.Context, cl *kgo.Client, topic string, partition int32, from, to int64, opts Options) ([]*kgo.Record, error) {
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = fetchBytes
+	}
 	if from >= to {
 		return nil, nil
 	}
@@ -92,8 +112,16 @@ func Range(ctx context.Context, cl *kgo.Client, topic string, partition int32, f
 		return nil, fmt.Errorf("topic %s partition %d: %w", topic, partition, pd.Err)
 	}
 	var out []*kgo.Record
+	spent := 0
 	for from < to {
-		recs, next, err := fetch(ctx, cl, td, pd.Leader, partition, from)
+		if opts.MaxTotalBytes > 0 && spent >= opts.MaxTotalBytes {
+			return out, fmt.Errorf("read %s partition %d from %d: %w", topic, partition, from, ErrBudget)
+		}
+		recs, next, n, err := fetch(ctx, cl, td, pd.Leader, partition, from, opts.MaxBytes)
+		spent += n
+		if opts.Fetched != nil && n > 0 {
+			opts.Fetched(n)
+		}
 		if err != nil {
 			return out, err
 		}
@@ -111,29 +139,29 @@ func Range(ctx context.Context, cl *kgo.Client, topic string, partition int32, f
 	return out, nil
 }
 
-// fetch sends one Fetch for partition at offset to its leader; next is the offset after the
-// last one the answer covered.
-func fetch(ctx context.Context, cl *kgo.Client, td kadm.TopicDetail, leader, partition int32, offset int64) ([]*kgo.Record, int64, error) {
+// fetch sends one Fetch for partition at offset to its leader, its answer bounded by maxBytes;
+// next is the offset after the last one the answer covered, n the bytes of its record batches.
+func fetch(ctx context.Context, cl *kgo.Client, td kadm.TopicDetail, leader, partition int32, offset int64, maxBytes int32) (recs []*kgo.Record, next int64, n int, err error) {
 	req := kmsg.NewPtrFetchRequest()
 	req.ReplicaID = -1
 	req.MaxWaitMillis = 100
 	req.MinBytes = 1
-	req.MaxBytes = fetchBytes
+	req.MaxBytes = maxBytes
 	req.IsolationLevel = 1
 	req.SessionEpoch = -1
 	rt := kmsg.NewFetchRequestTopic()
 	rt.Topic, rt.TopicID = td.Topic, td.ID
 	rp := kmsg.NewFetchRequestTopicPartition()
-	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = partition, offset, fetchBytes
+	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = partition, offset, maxBytes
 	rp.CurrentLeaderEpoch, rp.LogStartOffset = -1, -1
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
 	resp, err := req.RequestWith(ctx, cl.Broker(int(leader)))
 	if err != nil {
-		return nil, offset, fmt.Errorf("fetch %s partition %d at %d: %w", td.Topic, partition, offset, err)
+		return nil, offset, 0, fmt.Errorf("fetch %s partition %d at %d: %w", td.Topic, partition, offset, err)
 	}
 	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-		return nil, offset, fmt.Errorf("fetch %s partition %d at %d: %w", td.Topic, partition, offset, err)
+		return nil, offset, 0, fmt.Errorf("fetch %s partition %d at %d: %w", td.Topic, partition, offset, err)
 	}
 	for i := range resp.Topics {
 		for j := range resp.Topics[i].Partitions {
@@ -141,17 +169,19 @@ func fetch(ctx context.Context, cl *kgo.Client, td kadm.TopicDetail, leader, par
 			if p.Partition != partition {
 				continue
 			}
-			fp, last := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
+			n := len(p.RecordBatches)
+			fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
 				Offset: offset, Topic: td.Topic, Partition: partition, IsolationLevel: kgo.ReadCommitted(),
 			}, p, kgo.DefaultDecompressor(), nil)
 			if errors.Is(fp.Err, kerr.OffsetOutOfRange) {
-				return nil, offset, nil // before the log start or past its end: no record there
+				return nil, offset, n, nil // before the log start or past its end: no record there
 			}
 			if fp.Err != nil {
-				return nil, offset, fmt.Errorf("fetch %s partition %d at %d: %w", td.Topic, partition, offset, fp.Err)
+				return nil, offset, n, fmt.Errorf("fetch %s partition %d at %d: %w", td.Topic, partition, offset, fp.Err)
 			}
-			return fp.Records, max(last+1, offset), nil
+			// ProcessFetchPartition answers the offset after the last one it processed.
+			return fp.Records, max(next, offset), n, nil
 		}
 	}
-	return nil, offset, fmt.Errorf("fetch %s partition %d at %d: the broker's answer has no such partition", td.Topic, partition, offset)
+	return nil, offset, 0, fmt.Errorf("fetch %s partition %d at %d: the broker's answer has no such partition", td.Topic, partition, offset)
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	sharedkafkaerr "github.com/keiro-go/keiro/internal/kafkaerr"
 )
 
 // Class is how the relay treats a produce error.
@@ -74,11 +76,6 @@ func Classify(err error) (Class, string) {
 	return Transient, ""
 }
 
-// recordLevel are the rejection codes that concern one record (as opposed to its topic).
-var recordLevel = map[string]bool{
-	"message_too_large": true, "record_list_too_large": true, "invalid_record": true, "corrupt_message": true,
-}
-
 // Suspect reports a record Kafka refused for good with err in a request that held other
 // records for its partition too (shared): the refusal may concern another record of the
 // request (a poison record fails its bystanders), so the row is retried alone before it is
@@ -104,5 +101,6 @@ func OfRecord(err error, shared bool) (Class, string) {
 }
 
 func isSuspect(shared bool, class Class, code string) bool {
-	return shared && class == Permanent && recordLevel[code]
+	// A rejection code that concerns one record, as opposed to its topic.
+	return shared && class == Permanent && sharedkafkaerr.IsRecordCode(code)
 }
