@@ -39,6 +39,7 @@ func (r *Relay) newLogEngine() (logreg.Engine, error) {
 		MaxInFlightRecords:      inFlight,
 		MaxRecordBytes:          r.cfg.MaxRecordBytes,
 		ShutdownTimeout:         r.cfg.ShutdownTimeout,
+		UnknownTopicRetries:     r.cfg.LogUnknownTopicRetries,
 		CloudEvents:             r.cfg.CloudEvents,
 		CloudEventsDestinations: r.cfg.CloudEventsDestinations,
 		Logger:                  r.log,

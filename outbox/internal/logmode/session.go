@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/outbox/internal/kafkaerr"
 	"github.com/keiro-go/keiro/outbox/internal/logslot"
 )
 
@@ -399,12 +400,23 @@ func (s *stream) insert(ctx context.Context, data []byte) error {
 		return nil // a table of the publication other than ours
 	}
 	r, err := l.row(data[6:])
-	if err != nil {
+	var bad *badRowError
+	switch {
+	case errors.As(err, &bad):
+		r = bad.r
+	case err != nil:
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
 	if len(s.e.cfg.Destinations) > 0 && !slices.Contains(s.e.cfg.Destinations, r.ev.Destination) {
 		// Not this engine's: the publication's row filter keeps such rows out, this is
 		// its backstop. The transaction is confirmed without it.
+		return nil
+	}
+	if bad != nil {
+		// The row, not the stream, is at fault: a replay would meet it again. It is
+		// rejected, in flight (of no bytes) until its dead letter is written.
+		s.w.add(s.tx, 0)
+		s.reject(s.tx, 0, &r.ev, kafkaerr.CodeUndecodable, bad)
 		return nil
 	}
 	s.produce(ctx, s.tx, r)
