@@ -314,7 +314,7 @@ type modeSetCmd struct {
 // modePrepareCmd creates a destination group's slot without switching.
 type modePrepareCmd struct {
 	LogSlot      string   `help:"The replication slot and publication (default: <schema>_keiro_log_<hash of the set>)." placeholder:"SLOT"`
-	Destinations []string `required:"" help:"The destinations (topics) of the group's relays, comma separated, as their --destinations." placeholder:"TOPIC"`
+	Destinations []string `help:"The destinations (topics) of the group's relays, comma separated, as their --destinations (default: every destination)." placeholder:"TOPIC"`
 }
 
 // modeRecoverCmd republishes keiro_outbox_log's events of a time range.
