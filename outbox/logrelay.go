@@ -133,7 +133,7 @@ func (r *Relay) runLog(ctx context.Context) error {
 		// The schema is in log mode: a publication that lost its table is refused, not
 		// repaired, since the slot did not decode the events written meanwhile.
 		var p LogPrepared
-		p, err = r.store.prepareLog(ctx, r.pool, r.cfg.LogSlot, r.cfg.Destinations, false)
+		p, err = r.store.prepareLog(ctx, r.pool, r.cfg.LogSlot, r.cfg.Destinations, never)
 		ch.Slot, ch.SlotCreated = p.Slot, p.SlotCreated
 	}
 	if err != nil {

@@ -119,11 +119,11 @@ func (s *Store) SetModeFor(ctx context.Context, db Querier, mode Mode, slot stri
 		// Before the switch a publication that lost its table is re-pointed (no event was
 		// written to keiro_outbox_log meanwhile); in log mode it is refused: the events
 		// written since were not decoded (PrepareLog repairs it, and says so).
-		cur, err := s.Mode(ctx, db)
-		if err != nil {
-			return ModeChange{}, fmt.Errorf("set outbox mode: %w", err)
+		beforeSwitch := func() (bool, error) {
+			cur, err := s.Mode(ctx, db)
+			return cur != ModeLog, err
 		}
-		p, err := s.prepareLog(ctx, db, slot, destinations, cur != ModeLog)
+		p, err := s.prepareLog(ctx, db, slot, destinations, beforeSwitch)
 		if err != nil {
 			return ModeChange{}, fmt.Errorf("set outbox mode: %w", err)
 		}
@@ -196,7 +196,7 @@ type LogPrepared struct {
 // table), and refuses, with the line that says what to do, a publication with other tables
 // or FOR ALL TABLES, another destination set, or a slot of another kind, plugin or database.
 func (s *Store) PrepareLog(ctx context.Context, db Querier, slot string, destinations []string) (LogPrepared, error) {
-	p, err := s.prepareLog(ctx, db, slot, destinations, true)
+	p, err := s.prepareLog(ctx, db, slot, destinations, always)
 	if err != nil {
 		return p, fmt.Errorf("prepare the log-mode slot: %w", err)
 	}
@@ -208,10 +208,10 @@ func (s *Store) PrepareLog(ctx context.Context, db Querier, slot string, destina
 // (pgoutput) of log mode, both named slot ("" is LogSlotFor(schema, destinations)), and
 // verifies them when they exist (logslot.CheckPublication, logslot.CheckSlot). A slot decodes
 // only the transactions that commit after its creation: it must exist before the mode becomes
-// 'log'. A publication that lost its table is repaired when repairLost is set (before the
-// switch, or an operator's PrepareLog) and refused otherwise (logslot.MissedError: a relay's
+// 'log'. A publication that lost its table is repaired when repairLost reports true (before
+// the switch, or an operator's PrepareLog; it is asked only then) and refused otherwise (logslot.MissedError: a relay's
 // start in log mode must not confirm past the events its slot did not decode).
-func (s *Store) prepareLog(ctx context.Context, db Querier, slot string, destinations []string, repairLost bool) (LogPrepared, error) {
+func (s *Store) prepareLog(ctx context.Context, db Querier, slot string, destinations []string, repairLost func() (bool, error)) (LogPrepared, error) {
 	dests := logslot.Normalize(destinations)
 	if slot == "" {
 		slot = LogSlotFor(s.schema, dests)
@@ -255,8 +255,14 @@ func (s *Store) prepareLog(ctx context.Context, db Querier, slot string, destina
 	case logslot.Refuse:
 		return out, err
 	case logslot.Repair:
-		if lost && !repairLost {
-			return out, logslot.MissedError(err, slot, dests)
+		if lost {
+			ok, rerr := repairLost()
+			if rerr != nil {
+				return out, errors.Join(err, rerr)
+			}
+			if !ok {
+				return out, logslot.MissedError(err, slot, dests)
+			}
 		}
 		for _, stmt := range []string{logslot.SQLRepointPublication, logslot.SQLPublishInsertOnly} {
 			if _, xerr := db.Exec(ctx, logslot.Statement(stmt, s.schema, slot, dests)); xerr != nil {
@@ -297,6 +303,12 @@ func (s *Store) prepareLog(ctx context.Context, db Querier, slot string, destina
 	out.SlotCreated = created
 	return out, nil
 }
+
+// always and never are prepareLog's repairLost for an operator's repair and for a relay's
+// start in log mode.
+func always() (bool, error) { return true, nil }
+
+func never() (bool, error) { return false, nil }
 
 // findPublication reads the publication named slot (logslot.SQLPublication); nil when it does
 // not exist.
