@@ -32,6 +32,10 @@ const (
 	DefaultClaimConcurrency = 1
 	// DefaultMaxAttempts is keiro's 10 attempts before a row goes dead.
 	DefaultMaxAttempts = 10
+	// DefaultLogUnknownTopicRetries is ModeLog's bound on the metadata refreshes a record of
+	// a topic Kafka does not know waits for before it is rejected (RelayConfig.
+	// LogUnknownTopicRetries): about a minute with ProducerOpts' DefaultMetadataMinAge.
+	DefaultLogUnknownTopicRetries = 240
 	// DefaultBackoffInitial is the first retry delay.
 	DefaultBackoffInitial = time.Second
 	// DefaultBackoffMax caps the retry delay.
@@ -166,6 +170,15 @@ type RelayConfig struct {
 	// LogSlot is the replication slot (and publication) of ModeLog. Defaults to
 	// LogSlotFor(Schema, Destinations): DefaultLogSlot(Schema) without Destinations.
 	LogSlot string
+	// LogUnknownTopicRetries bounds, in ModeLog, how long a record of a topic Kafka does not
+	// know waits for the topic: franz-go looks for it again at each metadata refresh (at most
+	// DefaultMetadataMinAge apart with ProducerOpts), and after this many it fails the
+	// topic's waiting records, which are rejected with code unknown_topic_or_partition
+	// (rejected rows of keiro_outbox: `relay dead requeue` them once the topic exists) and
+	// the slot moves on. Meanwhile the slot is not confirmed past them. It is log mode's
+	// counterpart of claim mode's attempts, where the row dies after MaxAttempts.
+	// Defaults to DefaultLogUnknownTopicRetries.
+	LogUnknownTopicRetries int
 	// OnBatch, if set, is called after each batch is marked, with what happened. It runs on the
 	// relay's goroutine: keep it fast. Meant for tests and diagnostics. Defaults to nil.
 	OnBatch func(BatchResult)
@@ -214,6 +227,9 @@ func (c *RelayConfig) setDefaults() {
 	}
 	if c.Mode == ModeLog && c.LogSlot == "" {
 		c.LogSlot = LogSlotFor(c.Schema, c.Destinations)
+	}
+	if c.LogUnknownTopicRetries == 0 {
+		c.LogUnknownTopicRetries = DefaultLogUnknownTopicRetries
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = DefaultPollInterval
@@ -274,6 +290,9 @@ func (c *RelayConfig) validate() error {
 	}
 	if c.LogSlot != "" && c.Mode != ModeLog {
 		bad("LogSlot %q is set but Mode is %s; set Mode to %s or leave LogSlot empty", c.LogSlot, c.Mode, ModeLog)
+	}
+	if c.LogUnknownTopicRetries < 0 {
+		bad("LogUnknownTopicRetries must not be negative, got %d", c.LogUnknownTopicRetries)
 	}
 	if c.PollInterval < 0 {
 		bad("PollInterval must be positive, got %s", c.PollInterval)

@@ -5,3 +5,11 @@ func EnqueuesInLogMode(s *Store) bool { return s.logEnqueue.Load() }
 
 // OnSlotWait makes s call f each time it waits for a slot another session is creating.
 func OnSlotWait(s *Store, f func()) { s.slotWait = f }
+
+// LogSessions returns the sessions r's log-mode engine started (0 in claim mode).
+func LogSessions(r *Relay) int64 {
+	if r.logEngine == nil {
+		return 0
+	}
+	return r.logEngine.Sessions()
+}

@@ -97,7 +97,7 @@ func TestLogModePerDestinationRelays(t *testing.T) {
 	require.ErrorContains(t, err, "the slot "+slotA+" of the schema already publishes the destinations orders: both would publish orders")
 	// A named slot whose publication has another set is refused too.
 	_, _, err = st.PrepareLogSlot(ctx, db.Pool, slotA, []string{"orders", "audit"})
-	require.ErrorContains(t, err, "publication "+slotA+" publishes the destinations orders, not the destinations audit, orders")
+	require.ErrorContains(t, err, "publication "+slotA+" publishes the destinations orders, and this relay the destinations audit, orders")
 	slots, err := st.LogSlots(ctx, db.Pool)
 	require.NoError(t, err)
 	require.Len(t, slots, 2, "nothing was created by the refused ones: %+v", slots)

@@ -39,6 +39,7 @@ func (r *Relay) newLogEngine() (logreg.Engine, error) {
 		MaxInFlightRecords:      inFlight,
 		MaxRecordBytes:          r.cfg.MaxRecordBytes,
 		ShutdownTimeout:         r.cfg.ShutdownTimeout,
+		UnknownTopicRetries:     r.cfg.LogUnknownTopicRetries,
 		CloudEvents:             r.cfg.CloudEvents,
 		CloudEventsDestinations: r.cfg.CloudEventsDestinations,
 		Logger:                  r.log,
@@ -129,7 +130,11 @@ func (r *Relay) runLog(ctx context.Context) error {
 		ch, err = r.store.SetModeFor(ctx, r.pool, ModeLog, r.cfg.LogSlot, r.cfg.Destinations)
 	} else {
 		ch.From, ch.To = ModeLog, ModeLog
-		ch.Slot, ch.SlotCreated, err = r.store.PrepareLogSlot(ctx, r.pool, r.cfg.LogSlot, r.cfg.Destinations)
+		// The schema is in log mode: a publication that lost its table is refused, not
+		// repaired, since the slot did not decode the events written meanwhile.
+		var p LogPrepared
+		p, err = r.store.prepareLog(ctx, r.pool, r.cfg.LogSlot, r.cfg.Destinations, never)
+		ch.Slot, ch.SlotCreated = p.Slot, p.SlotCreated
 	}
 	if err != nil {
 		return fmt.Errorf("outbox relay: %w", err)

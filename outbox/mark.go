@@ -100,7 +100,7 @@ func (r *Relay) plan(b *batch, results []produceResult) markplan.Plan {
 		rows[i] = markplan.Row{Group: groupKey(r.cfg.Policy, &row.event), Key: groupKey(PerKeyHeadOfLine, &row.event),
 			Attempt: row.attempt, Reclaimed: row.reclaimed, Dead: row.dead}
 		res[i] = markplan.Result{Done: pr.done, Err: pr.err, Partition: pr.partition, Offset: pr.offset,
-			RejectMsg: pr.rejectMsg, Shared: pr.shared, LeaseLost: pr.leaseLost}
+			RejectCode: pr.rejectCode, RejectMsg: pr.rejectMsg, Shared: pr.shared, LeaseLost: pr.leaseLost}
 	}
 	return markplan.Decide(rows, res, r.cfg.Policy == StopTheLine, r.cfg.Backoff.Delay)
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 
@@ -117,10 +116,18 @@ func (s *Store) SetModeFor(ctx context.Context, db Querier, mode Mode, slot stri
 	}
 	var created bool
 	if mode == ModeLog {
-		var err error
-		if slot, created, err = s.prepareLog(ctx, db, slot, destinations); err != nil {
+		// Before the switch a publication that lost its table is re-pointed (no event was
+		// written to keiro_outbox_log meanwhile); in log mode it is refused: the events
+		// written since were not decoded (PrepareLog repairs it, and says so).
+		beforeSwitch := func() (bool, error) {
+			cur, err := s.Mode(ctx, db)
+			return cur != ModeLog, err
+		}
+		p, err := s.prepareLog(ctx, db, slot, destinations, beforeSwitch)
+		if err != nil {
 			return ModeChange{}, fmt.Errorf("set outbox mode: %w", err)
 		}
+		slot, created = p.Slot, p.SlotCreated
 	} else {
 		slot = ""
 	}
@@ -161,73 +168,122 @@ func (s *Store) SetModeFor(ctx context.Context, db Querier, mode Mode, slot stri
 // LogSlotFor(schema, destinations)), without changing the mode, and returns the slot's name
 // and whether it created the slot. Run it for each destination group before the switch to log
 // mode: a slot decodes only what commits after its creation. It refuses a set that overlaps
-// another log-mode slot of the schema, and an existing publication of another set.
+// another log-mode slot of the schema, and an existing publication or slot that is not the
+// relay's (see PrepareLog).
 func (s *Store) PrepareLogSlot(ctx context.Context, db Querier, slot string, destinations []string) (string, bool, error) {
-	slot, created, err := s.prepareLog(ctx, db, slot, destinations)
+	p, err := s.PrepareLog(ctx, db, slot, destinations)
+	return p.Slot, p.SlotCreated, err
+}
+
+// LogPrepared reports a Store.PrepareLog.
+type LogPrepared struct {
+	// Slot is the slot's name, and SlotCreated whether PrepareLog created it.
+	Slot        string
+	SlotCreated bool
+	// PublicationRepaired is set when the slot's publication published none of
+	// keiro_outbox_log's inserts (the table was dropped after its creation, as by a DROP
+	// SCHEMA … CASCADE and a new migration) and was re-pointed at the table. In log mode the
+	// events written meanwhile were not decoded by the slot: republish them with
+	// Store.RecoverLogFor (`relay mode recover`).
+	PublicationRepaired bool
+}
+
+// PrepareLog is PrepareLogSlot with its full report. It verifies what exists (logslot's rule,
+// the one the log-mode relay applies at every session): the slot must be a logical slot of
+// this database, of the plugin pgoutput, not invalidated; the publication must publish
+// exactly the schema's keiro_outbox_log, inserts only, with the row filter of destinations.
+// It repairs the publication of its own that does not (named after the slot, no other
+// table), and refuses, with the line that says what to do, a publication with other tables
+// or FOR ALL TABLES, another destination set, or a slot of another kind, plugin or database.
+func (s *Store) PrepareLog(ctx context.Context, db Querier, slot string, destinations []string) (LogPrepared, error) {
+	p, err := s.prepareLog(ctx, db, slot, destinations, always)
 	if err != nil {
-		return slot, false, fmt.Errorf("prepare the log-mode slot: %w", err)
+		return p, fmt.Errorf("prepare the log-mode slot: %w", err)
 	}
-	return slot, created, nil
+	return p, nil
 }
 
 // prepareLog creates, if they do not exist, the publication of keiro_outbox_log's inserts of
 // destinations (a row filter; nil: every destination) and the logical replication slot
-// (pgoutput) of log mode, both named slot ("" is LogSlotFor(schema, destinations)). It
-// returns the slot's name and whether it created the slot. A slot decodes only the
-// transactions that commit after its creation: it must exist before the mode becomes 'log'.
-func (s *Store) prepareLog(ctx context.Context, db Querier, slot string, destinations []string) (string, bool, error) {
+// (pgoutput) of log mode, both named slot ("" is LogSlotFor(schema, destinations)), and
+// verifies them when they exist (logslot.CheckPublication, logslot.CheckSlot). A slot decodes
+// only the transactions that commit after its creation: it must exist before the mode becomes
+// 'log'. A publication that lost its table is repaired when repairLost reports true (before
+// the switch, or an operator's PrepareLog; it is asked only then) and refused otherwise (logslot.MissedError: a relay's
+// start in log mode must not confirm past the events its slot did not decode).
+func (s *Store) prepareLog(ctx context.Context, db Querier, slot string, destinations []string, repairLost func() (bool, error)) (LogPrepared, error) {
 	dests := logslot.Normalize(destinations)
 	if slot == "" {
 		slot = LogSlotFor(s.schema, dests)
 	}
+	out := LogPrepared{Slot: slot}
 	if !slotName.MatchString(slot) {
-		return slot, false, fmt.Errorf("slot %q: must be 1 to 63 lower case letters, digits or underscores", slot)
+		return out, fmt.Errorf("slot %q: must be 1 to 63 lower case letters, digits or underscores", slot)
 	}
 	for i, d := range dests {
 		if err := envelope.ValidateTopic(d); err != nil {
-			return slot, false, fmt.Errorf("destinations[%d] %q %w", i, d, err)
+			return out, fmt.Errorf("destinations[%d] %q %w", i, d, err)
 		}
 	}
 	if len(dests) > 0 {
 		var ok bool
 		if err := db.QueryRow(ctx, s.q.RowFilters).Scan(&ok); err != nil {
-			return slot, false, fmt.Errorf("read the server version: %w", err)
+			return out, fmt.Errorf("read the server version: %w", err)
 		}
 		if !ok {
-			return slot, false, errors.New("destinations in log mode need PostgreSQL 15 or later (publication row filters)")
+			return out, errors.New("destinations in log mode need PostgreSQL 15 or later (publication row filters)")
 		}
 	}
 	if err := s.checkOverlap(ctx, db, slot, dests); err != nil {
-		return slot, false, err
+		return out, err
 	}
-	var filter *string
-	if err := db.QueryRow(ctx, s.q.PublicationFilter, slot).Scan(&filter); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return slot, false, fmt.Errorf("find publication %s: %w", slot, err)
+	pub, err := s.findPublication(ctx, db, slot, dests)
+	if err != nil {
+		return out, err
 	}
 	pubCreated := false
-	if filter == nil {
-		stmt := strings.NewReplacer("{{publication}}", slot, "{{filter}}", logslot.RowFilter(dests)).Replace(s.q.CreatePublication)
+	switch v, lost, err := logslot.CheckPublication(pub, s.schema, dests); v {
+	case logslot.Create:
+		stmt := logslot.Statement(logslot.SQLCreatePublication, s.schema, slot, dests)
 		// Another relay creating it at the same moment: duplicate_object, or the catalog's
 		// unique index (unique_violation on pg_publication_pubname_index).
 		_, err := db.Exec(ctx, stmt)
 		if err != nil && !isPgCode(err, "42710") && !isPgCode(err, "23505") {
-			return slot, false, fmt.Errorf("create publication %s: %w", slot, err)
+			return out, fmt.Errorf("create publication %s: %w", slot, err)
 		}
 		pubCreated = err == nil
-	} else if got := logslot.ParseRowFilter(*filter); !slices.Equal(got, dests) {
-		return slot, false, fmt.Errorf("publication %s publishes %s, not %s: choose another slot (LogSlot, --log-slot), or drop the slot and the publication %s",
-			slot, describeSet(got), describeSet(dests), slot)
+	case logslot.Refuse:
+		return out, err
+	case logslot.Repair:
+		if lost {
+			ok, rerr := repairLost()
+			if rerr != nil {
+				return out, errors.Join(err, rerr)
+			}
+			if !ok {
+				return out, logslot.MissedError(err, slot, dests)
+			}
+		}
+		for _, stmt := range []string{logslot.SQLRepointPublication, logslot.SQLPublishInsertOnly} {
+			if _, xerr := db.Exec(ctx, logslot.Statement(stmt, s.schema, slot, dests)); xerr != nil {
+				return out, errors.Join(err, fmt.Errorf("repair publication %s: %w", slot, xerr))
+			}
+		}
+		out.PublicationRepaired = lost
 	}
 	created, err := createSlot(ctx, db, s.q.CreateSlot, slot)
 	if err != nil && !isPgCode(err, "42710") {
 		if isPgCode(err, "55000") || isPgCode(err, "42501") {
 			err = errors.Join(err, errors.New("log mode needs wal_level = logical and a role with the REPLICATION attribute"))
 		}
-		return slot, false, fmt.Errorf("create replication slot %s: %w", slot, err)
+		return out, fmt.Errorf("create replication slot %s: %w", slot, err)
 	}
 	if !created {
+		if err := s.checkSlot(ctx, db, slot); err != nil {
+			return out, err
+		}
 		if err := s.awaitConsistentSlot(ctx, db, slot); err != nil {
-			return slot, false, err
+			return out, err
 		}
 	} else {
 		// Two relays of overlapping sets starting at once both passed the first check: the
@@ -241,10 +297,60 @@ func (s *Store) prepareLog(ctx context.Context, db Querier, slot string, destina
 					err = errors.Join(err, fmt.Errorf("drop the publication %s just created: %w", slot, derr))
 				}
 			}
-			return slot, false, err
+			return out, err
 		}
 	}
-	return slot, created, nil
+	out.SlotCreated = created
+	return out, nil
+}
+
+// always and never are prepareLog's repairLost for an operator's repair and for a relay's
+// start in log mode.
+func always() (bool, error) { return true, nil }
+
+func never() (bool, error) { return false, nil }
+
+// findPublication reads the publication named slot (logslot.SQLPublication); nil when it does
+// not exist.
+func (s *Store) findPublication(ctx context.Context, q Querier, slot string, dests []string) (*logslot.Publication, error) {
+	cols := make([]string, 6)
+	dst := make([]any, len(cols))
+	for i := range cols {
+		dst[i] = &cols[i]
+	}
+	err := q.QueryRow(ctx, logslot.Statement(logslot.SQLPublication, s.schema, slot, dests)).Scan(dst...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("find publication %s: %w", slot, err)
+	}
+	p, err := logslot.ParsePublication(slot, cols)
+	if err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// checkSlot verifies the existing slot (logslot.SQLSlot, logslot.CheckSlot).
+func (s *Store) checkSlot(ctx context.Context, q Querier, slot string) error {
+	cols := make([]string, 8)
+	dst := make([]any, len(cols))
+	for i := range cols {
+		dst[i] = &cols[i]
+	}
+	err := q.QueryRow(ctx, logslot.Statement(logslot.SQLSlot, s.schema, slot, nil)).Scan(dst...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // dropped meanwhile: awaitConsistentSlot says so
+	}
+	if err != nil {
+		return fmt.Errorf("read replication slot %s: %w", slot, err)
+	}
+	st, err := logslot.ParseSlot(slot, cols)
+	if err != nil {
+		return err
+	}
+	return logslot.CheckSlot(&st)
 }
 
 // createSlot runs stmt (sqlq's CreateSlot) for slot, and reports whether it created the slot

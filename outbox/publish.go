@@ -29,7 +29,9 @@ type produceResult struct {
 	err       error
 	partition int32
 	offset    int64
-	rejectMsg string // pre-produce rejection (too large)
+	// rejectCode and rejectMsg are a rejection before the produce: an illegal topic
+	// (kafkaerr.CheckTopic) or a record too large.
+	rejectCode, rejectMsg string
 	// shared: other records of the flush went to the same partition, so a record-level
 	// refusal (MESSAGE_TOO_LARGE, ...) cannot be pinned on this record.
 	shared bool
@@ -237,6 +239,10 @@ func (r *Relay) flush(ctx context.Context, refs []rowRef) {
 			continue
 		}
 		e := &row.event
+		if code, err := kafkaerr.CheckTopic(e.Destination); err != nil {
+			b.results[i] = produceResult{done: true, rejectCode: code, rejectMsg: err.Error()}
+			continue
+		}
 		rec := &kgo.Record{Topic: e.Destination, Value: e.Payload}
 		if e.Key != nil {
 			rec.Key = []byte(*e.Key)
@@ -253,8 +259,8 @@ func (r *Relay) flush(ctx context.Context, refs []rowRef) {
 		}
 		if size := recordSize(rec); size > r.maxRecordBytes {
 			msg := fmt.Sprintf("record of about %d bytes exceeds the %d-byte limit (MaxRecordBytes / ProducerBatchMaxBytes)", size, r.maxRecordBytes)
-			b.results[i] = produceResult{done: true, rejectMsg: msg}
-			span.SetAttributes(attribute.String("keiro.outbox.rejection_code", "message_too_large"))
+			b.results[i] = produceResult{done: true, rejectCode: kafkaerr.CodeMessageTooLarge, rejectMsg: msg}
+			span.SetAttributes(attribute.String("keiro.outbox.rejection_code", kafkaerr.CodeMessageTooLarge))
 			span.End()
 			continue
 		}

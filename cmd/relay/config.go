@@ -165,32 +165,33 @@ type runCmd struct {
 	Kafka kafkaconfig.Config `embed:""`
 	Admin cli.AdminFlags     `embed:""`
 
-	Mode                string        `help:"How the relay publishes: claim (claim and mark keiro_outbox's rows; works everywhere) or log (switch the schema to log mode and follow a logical replication slot in commit order; needs wal_level=logical and the REPLICATION attribute, not through PgBouncer)." default:"claim" placeholder:"MODE"`
-	LogSlot             string        `help:"With --mode=log: the replication slot and publication (default: <schema>_keiro_log; with --destinations, <schema>_keiro_log_<hash of the set>)." placeholder:"SLOT"`
-	Policy              string        `help:"Ordering policy: ${policies}." default:"${policy}" placeholder:"POLICY"`
-	BatchSize           int           `help:"Rows claimed per batch." default:"${batch_size}"`
-	MaxInFlight         int           `help:"Claimed batches being published at once (per-key order is kept)." default:"${max_in_flight}"`
-	ClaimConcurrency    int           `help:"Claim statements running at once (at most max-in-flight; per-key order is kept)." default:"${claim_concurrency}"`
-	MaxAttempts         int           `help:"Publish attempts before a row goes dead." default:"${max_attempts}"`
-	BackoffInitial      time.Duration `help:"First retry delay; doubles per attempt, with jitter." default:"${backoff_initial}"`
-	BackoffMax          time.Duration `help:"Longest retry delay." default:"${backoff_max}"`
-	BackoffMultiplier   float64       `help:"Growth of the retry delay per attempt (at least 1)." default:"${backoff_multiplier}"`
-	Lease               time.Duration `help:"How long a claim is owned before another relay may reclaim the row." default:"${lease}"`
-	PollInterval        time.Duration `help:"Poll period; also the fallback when no NOTIFY arrives, and how often a claim scans the whole backlog." default:"${poll_interval}"`
-	PollOnly            bool          `help:"Do not LISTEN for NOTIFY (for PgBouncer in transaction mode); poll only."`
-	ShutdownTimeout     time.Duration `help:"On SIGTERM, how long in-flight rows may take to finish before they are released." default:"${shutdown_timeout}"`
-	Retention           time.Duration `help:"How long sent rows are kept before deletion; 0 keeps them forever." default:"${retention}"`
-	MaintenanceInterval time.Duration `help:"Period of retention and gauges (one relay at a time)." default:"${maintenance_interval}"`
-	VacuumThreshold     int64         `help:"Vacuum the outbox table once it holds this many dead row versions, without waiting for autovacuum (a deep backlog drains at full speed); needs the role to own the table; 0 never vacuums." default:"${vacuum_threshold}"`
-	Destinations        []string      `help:"Only publish rows for these destinations (topics), comma separated (default: all). With --mode=log the relay follows a slot of its own that gets only these destinations' rows (PostgreSQL 15+), and refuses to start if another slot of the schema publishes one of them." placeholder:"TOPIC"`
-	OrderedSources      []string      `help:"With --policy=per-source: declare these sources ordered streams at start (their producers then serialise per source, so their rows are published in commit order, null keys included), comma separated." placeholder:"SOURCE"`
-	Migrate             bool          `help:"Apply database migrations before starting."`
-	MaxRecordBytes      int           `help:"Largest record produced; larger rows are rejected (message_too_large). Set to the topic's max.message.bytes if lower; 0 uses the producer's batch limit."`
-	HTTPAddr            string        `name:"http-addr" help:"Address of /healthz, /readyz, /metrics, the admin API (/api/v1/) and the console (/console/); empty disables." default:"${http_addr}" placeholder:"HOST:PORT"`
-	CloudEvents         bool          `name:"cloudevents" help:"Also emit the CloudEvents binary-mode headers (ce_id, ce_source, ce_type, ce_specversion, ce_time, ce_partitionkey) on every record."`
-	CloudEventsTopics   []string      `name:"cloudevents-destinations" help:"Emit the CloudEvents headers on the records of these destinations (topics) only, comma separated." placeholder:"TOPIC"`
-	Compression         string        `help:"Compression of produced batches: none, gzip, snappy, lz4 or zstd (default: the producer's, snappy)." placeholder:"CODEC"`
-	MaxBatchBytes       int32         `help:"Largest produce batch per partition in bytes; match the topics' max.message.bytes (0: the producer's default, about 1 MB). Records above it are rejected." placeholder:"BYTES"`
+	Mode                   string        `help:"How the relay publishes: claim (claim and mark keiro_outbox's rows; works everywhere) or log (switch the schema to log mode and follow a logical replication slot in commit order; needs wal_level=logical and the REPLICATION attribute, not through PgBouncer)." default:"claim" placeholder:"MODE"`
+	LogSlot                string        `help:"With --mode=log: the replication slot and publication (default: <schema>_keiro_log; with --destinations, <schema>_keiro_log_<hash of the set>)." placeholder:"SLOT"`
+	LogUnknownTopicRetries int           `help:"With --mode=log: metadata refreshes a record of a topic Kafka does not know waits for before it is rejected (unknown_topic_or_partition); 0 uses the default (240, about a minute)."`
+	Policy                 string        `help:"Ordering policy: ${policies}." default:"${policy}" placeholder:"POLICY"`
+	BatchSize              int           `help:"Rows claimed per batch." default:"${batch_size}"`
+	MaxInFlight            int           `help:"Claimed batches being published at once (per-key order is kept)." default:"${max_in_flight}"`
+	ClaimConcurrency       int           `help:"Claim statements running at once (at most max-in-flight; per-key order is kept)." default:"${claim_concurrency}"`
+	MaxAttempts            int           `help:"Publish attempts before a row goes dead." default:"${max_attempts}"`
+	BackoffInitial         time.Duration `help:"First retry delay; doubles per attempt, with jitter." default:"${backoff_initial}"`
+	BackoffMax             time.Duration `help:"Longest retry delay." default:"${backoff_max}"`
+	BackoffMultiplier      float64       `help:"Growth of the retry delay per attempt (at least 1)." default:"${backoff_multiplier}"`
+	Lease                  time.Duration `help:"How long a claim is owned before another relay may reclaim the row." default:"${lease}"`
+	PollInterval           time.Duration `help:"Poll period; also the fallback when no NOTIFY arrives, and how often a claim scans the whole backlog." default:"${poll_interval}"`
+	PollOnly               bool          `help:"Do not LISTEN for NOTIFY (for PgBouncer in transaction mode); poll only."`
+	ShutdownTimeout        time.Duration `help:"On SIGTERM, how long in-flight rows may take to finish before they are released." default:"${shutdown_timeout}"`
+	Retention              time.Duration `help:"How long sent rows are kept before deletion; 0 keeps them forever." default:"${retention}"`
+	MaintenanceInterval    time.Duration `help:"Period of retention and gauges (one relay at a time)." default:"${maintenance_interval}"`
+	VacuumThreshold        int64         `help:"Vacuum the outbox table once it holds this many dead row versions, without waiting for autovacuum (a deep backlog drains at full speed); needs the role to own the table; 0 never vacuums." default:"${vacuum_threshold}"`
+	Destinations           []string      `help:"Only publish rows for these destinations (topics), comma separated (default: all). With --mode=log the relay follows a slot of its own that gets only these destinations' rows (PostgreSQL 15+), and refuses to start if another slot of the schema publishes one of them." placeholder:"TOPIC"`
+	OrderedSources         []string      `help:"With --policy=per-source: declare these sources ordered streams at start (their producers then serialise per source, so their rows are published in commit order, null keys included), comma separated." placeholder:"SOURCE"`
+	Migrate                bool          `help:"Apply database migrations before starting."`
+	MaxRecordBytes         int           `help:"Largest record produced; larger rows are rejected (message_too_large). Set to the topic's max.message.bytes if lower; 0 uses the producer's batch limit."`
+	HTTPAddr               string        `name:"http-addr" help:"Address of /healthz, /readyz, /metrics, the admin API (/api/v1/) and the console (/console/); empty disables." default:"${http_addr}" placeholder:"HOST:PORT"`
+	CloudEvents            bool          `name:"cloudevents" help:"Also emit the CloudEvents binary-mode headers (ce_id, ce_source, ce_type, ce_specversion, ce_time, ce_partitionkey) on every record."`
+	CloudEventsTopics      []string      `name:"cloudevents-destinations" help:"Emit the CloudEvents headers on the records of these destinations (topics) only, comma separated." placeholder:"TOPIC"`
+	Compression            string        `help:"Compression of produced batches: none, gzip, snappy, lz4 or zstd (default: the producer's, snappy)." placeholder:"CODEC"`
+	MaxBatchBytes          int32         `help:"Largest produce batch per partition in bytes; match the topics' max.message.bytes (0: the producer's default, about 1 MB). Records above it are rejected." placeholder:"BYTES"`
 }
 
 // compressionCodecs maps --compression to the producer's codec.
@@ -215,6 +216,9 @@ func (c *runCmd) ValidateFlags() error {
 	}
 	if c.LogSlot != "" && !logSlotName.MatchString(c.LogSlot) {
 		p.Add("log-slot", "%q must be 1 to 63 lower case letters, digits or underscores", c.LogSlot)
+	}
+	if c.LogUnknownTopicRetries < 0 {
+		p.Add("log-unknown-topic-retries", "must not be negative (0 means the default), got %d", c.LogUnknownTopicRetries)
 	}
 	if _, err := outbox.ParsePolicy(c.Policy); err != nil {
 		p.Add("policy", "unknown policy %q: use %s", c.Policy, strings.Join(policies, ", "))
@@ -313,8 +317,8 @@ type modeSetCmd struct {
 
 // modePrepareCmd creates a destination group's slot without switching.
 type modePrepareCmd struct {
-	LogSlot      string   `help:"The replication slot and publication (default: <schema>_keiro_log_<hash of the set>)." placeholder:"SLOT"`
-	Destinations []string `required:"" help:"The destinations (topics) of the group's relays, comma separated, as their --destinations." placeholder:"TOPIC"`
+	LogSlot      string   `help:"The replication slot and publication (default: <schema>_keiro_log; with --destinations, <schema>_keiro_log_<hash of the set>)." placeholder:"SLOT"`
+	Destinations []string `help:"The destinations (topics) of the group's relays, comma separated, as their --destinations (default: every destination)." placeholder:"TOPIC"`
 }
 
 // modeRecoverCmd republishes keiro_outbox_log's events of a time range.

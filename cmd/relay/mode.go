@@ -52,15 +52,26 @@ func (c *modePrepareCmd) Run(ctx context.Context, g *grammar, env *cli.Env) erro
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	slot, created, err := store.PrepareLogSlot(ctx, conn, c.LogSlot, c.Destinations)
+	p, err := store.PrepareLog(ctx, conn, c.LogSlot, c.Destinations)
 	if err != nil {
 		return err
 	}
+	slot, created := p.Slot, p.SlotCreated
 	verb := "exists"
 	if created {
 		verb = "created"
 	}
-	fmt.Fprintf(env.Stdout, "schema %s: log slot %s %s for %s\n", g.DB.Schema, slot, verb, strings.Join(c.Destinations, ", "))
+	dests := "every destination"
+	if len(c.Destinations) > 0 {
+		dests = strings.Join(c.Destinations, ", ")
+	}
+	fmt.Fprintf(env.Stdout, "schema %s: log slot %s %s for %s\n", g.DB.Schema, slot, verb, dests)
+	if p.PublicationRepaired {
+		fmt.Fprintf(env.Stdout, "repaired the publication %s, which published no table (keiro_outbox_log was dropped after its creation)\n", slot)
+	}
+	if p.PublicationRepaired && mode == outbox.ModeLog {
+		fmt.Fprintf(env.Stdout, "the schema is in log mode: the slot did not decode the events written while the publication had no table; republish them with `relay mode recover --since=<when the table was created again>%s`, then start the relay\n", destFlag(c.Destinations))
+	}
 	if created && mode == outbox.ModeLog {
 		fmt.Fprintf(env.Stdout, "the schema is already in log mode: the slot holds the events written from now on; republish the earlier ones of its destinations with `relay mode recover --since=<the switch's time> --destinations=%s`\n", strings.Join(c.Destinations, ","))
 	}
@@ -129,6 +140,14 @@ func (c *modeRecoverCmd) Run(ctx context.Context, g *grammar, env *cli.Env) erro
 		fmt.Fprintln(env.Stdout, "a relay publishes them (in log mode, its claim loop beside the slot); the inbox dedupes those that had reached Kafka")
 	}
 	return nil
+}
+
+// destFlag is the --destinations flag of dests, or "" for none.
+func destFlag(dests []string) string {
+	if len(dests) == 0 {
+		return ""
+	}
+	return " --destinations=" + strings.Join(dests, ",")
 }
 
 // parseSince reads an RFC 3339 time, or a duration before now.

@@ -58,6 +58,7 @@ func (c *runCmd) relayConfig(schema string, pgbouncer bool, log *slog.Logger) ou
 		CloudEventsDestinations: c.CloudEventsTopics,
 		Mode:                    outbox.Mode(c.Mode),
 		LogSlot:                 c.LogSlot,
+		LogUnknownTopicRetries:  c.LogUnknownTopicRetries,
 		Logger:                  log,
 	}
 }

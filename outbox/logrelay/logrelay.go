@@ -21,6 +21,8 @@ type engine struct{ *logmode.Engine }
 
 func (e engine) Published() int64 { return e.Stats().Published }
 
+func (e engine) Sessions() int64 { return e.Stats().Sessions }
+
 func newEngine(c logreg.Config) (logreg.Engine, error) {
 	e, err := logmode.New(c.ConnString, c.Client, logmode.Config{
 		Schema:                  c.Schema,
@@ -29,6 +31,7 @@ func newEngine(c logreg.Config) (logreg.Engine, error) {
 		MaxInFlightRecords:      c.MaxInFlightRecords,
 		MaxRecordBytes:          c.MaxRecordBytes,
 		ShutdownTimeout:         c.ShutdownTimeout,
+		UnknownTopicRetries:     c.UnknownTopicRetries,
 		CloudEvents:             c.CloudEvents,
 		CloudEventsDestinations: c.CloudEventsDestinations,
 		Logger:                  c.Logger,

@@ -6,6 +6,7 @@ package kafkaerr
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -14,8 +15,47 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro/envelope"
 	sharedkafkaerr "github.com/keiro-go/keiro/internal/kafkaerr"
 )
+
+// The rejection codes the relay gives itself, besides the Kafka error names Classify gives.
+const (
+	// CodeInvalidTopic rejects a record whose destination is not a legal Kafka topic name
+	// (empty, longer than 249 characters, or of other characters than a-z A-Z 0-9 . _ -):
+	// no produce can succeed, so it is not attempted (CheckTopic).
+	CodeInvalidTopic = "invalid_topic"
+	// CodeMessageTooLarge rejects a record larger than the relay's MaxRecordBytes before it
+	// is sent, as Kafka's MESSAGE_TOO_LARGE would.
+	CodeMessageTooLarge = "message_too_large"
+	// CodeUnknownTopic rejects, in log mode, a record whose topic Kafka still did not know
+	// after the producer's bounded wait for it (OfLogRecord).
+	CodeUnknownTopic = "unknown_topic_or_partition"
+	// CodeUndecodable rejects, in log mode, a row of keiro_outbox_log whose column values
+	// do not make an event (an occurred_at of infinity, ...).
+	CodeUndecodable = "undecodable_row"
+)
+
+// CheckTopic is the check both relay modes make of a record's destination where they build
+// the record, before any produce: an illegal topic name is refused by the client ("no
+// topic", for an empty one) or by Kafka on every attempt, so the row is rejected at once with
+// CodeInvalidTopic and the reason, instead of using its attempts (claim mode) or ending the
+// log-mode engine's session on every replay.
+func CheckTopic(topic string) (code string, err error) {
+	if err := envelope.ValidateTopic(topic); err != nil {
+		return CodeInvalidTopic, fmt.Errorf("destination %q %w; correct the row's destination and requeue it", bounded(topic), err)
+	}
+	return "", nil
+}
+
+// bounded shortens a name for an error message.
+func bounded(s string) string {
+	const n = 300
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
 
 // Class is how the relay treats a produce error.
 type Class int
@@ -74,6 +114,20 @@ func Classify(err error) (Class, string) {
 		return Outage, ""
 	}
 	return Transient, ""
+}
+
+// OfLogRecord is log mode's treatment of a produce error: Classify's, except that an unknown
+// topic is permanent. The log-mode engine's producer retries every record without limit but
+// for an unknown topic, which it waits for a bounded number of metadata refreshes
+// (UnknownTopicRetries): an unknown-topic error that reaches the engine has used that bound,
+// as a claim-mode row that dies after its attempts. The record is rejected with
+// CodeUnknownTopic, and a requeue publishes it once the topic exists.
+func OfLogRecord(err error) (Class, string) {
+	class, code := Classify(err)
+	if class != Permanent && (errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID)) {
+		return Permanent, CodeUnknownTopic
+	}
+	return class, code
 }
 
 // Suspect reports a record Kafka refused for good with err in a request that held other

@@ -65,3 +65,39 @@ func TestOfRecord(t *testing.T) {
 		require.Equal(t, c.suspect, Suspect(c.err, c.shared), "%v shared=%v", c.err, c.shared)
 	}
 }
+
+// TestCheckTopic: a destination that is not a legal topic is rejected before any produce,
+// with CodeInvalidTopic and a reason naming it.
+func TestCheckTopic(t *testing.T) {
+	for _, topic := range []string{"", "bad topic!", ".", "..", "a\nb", string(make([]byte, 250))} {
+		code, err := CheckTopic(topic)
+		require.Equal(t, CodeInvalidTopic, code, "%q", topic)
+		require.ErrorContains(t, err, "destination", "%q", topic)
+	}
+	for _, topic := range []string{"orders", "a.b_c-1"} {
+		code, err := CheckTopic(topic)
+		require.NoError(t, err)
+		require.Empty(t, code)
+	}
+}
+
+// TestOfLogRecord: in log mode an unknown topic that reached the engine used its bounded wait
+// and rejects the record; everything else is classified as in claim mode.
+func TestOfLogRecord(t *testing.T) {
+	for _, c := range []struct {
+		err   error
+		class Class
+		code  string
+	}{
+		{kerr.UnknownTopicOrPartition, Permanent, CodeUnknownTopic},
+		{fmt.Errorf("no partitions: %w", kerr.UnknownTopicOrPartition), Permanent, CodeUnknownTopic},
+		{kerr.UnknownTopicID, Permanent, CodeUnknownTopic},
+		{kerr.MessageTooLarge, Permanent, "message_too_large"},
+		{kerr.NotLeaderForPartition, Outage, ""},
+		{errors.New("something else"), Transient, ""},
+	} {
+		class, code := OfLogRecord(c.err)
+		require.Equal(t, c.class, class, "%v", c.err)
+		require.Equal(t, c.code, code, "%v", c.err)
+	}
+}

@@ -29,6 +29,10 @@ const (
 	// DefaultMaxInFlightBytes bounds the bytes of the records in flight (key, value and
 	// headers); past it the engine stops reading the slot.
 	DefaultMaxInFlightBytes = 32 << 20
+	// DefaultUnknownTopicRetries bounds the metadata refreshes a record of a topic Kafka
+	// does not know waits for before it is rejected: about a minute with the relay's
+	// ProducerOpts (metadata at most 250 ms old).
+	DefaultUnknownTopicRetries = 240
 	// DefaultStatusInterval is how often the engine reports its confirmed position to
 	// PostgreSQL when the server does not ask sooner; well inside the server's
 	// wal_sender_timeout (60 s by default).
@@ -72,6 +76,13 @@ type Config struct {
 	// through OnRejected without being sent. Defaults to the client's
 	// ProducerBatchMaxBytes (what franz-go can send at all).
 	MaxRecordBytes int
+	// UnknownTopicRetries bounds how long a record of a topic Kafka does not know waits for
+	// the topic: franz-go looks for it again at each metadata refresh (at most the client's
+	// MetadataMinAge apart), and after this many fails the topic's waiting records, which
+	// are rejected (code unknown_topic_or_partition, through OnRejected) and the stream moves
+	// on. Their transactions are not confirmed before. Defaults to
+	// DefaultUnknownTopicRetries.
+	UnknownTopicRetries int
 	// StatusInterval is how often the confirmed position is reported to PostgreSQL.
 	// Defaults to DefaultStatusInterval.
 	StatusInterval time.Duration
@@ -145,6 +156,9 @@ func (cfg Config) withDefaults() Config {
 	if cfg.ShutdownTimeout == 0 {
 		cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if cfg.UnknownTopicRetries == 0 {
+		cfg.UnknownTopicRetries = DefaultUnknownTopicRetries
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -176,6 +190,7 @@ func (cfg Config) validate() error {
 	positive("MaxInFlightRecords", cfg.MaxInFlightRecords)
 	positive("MaxInFlightBytes", cfg.MaxInFlightBytes)
 	positive("MaxRecordBytes", cfg.MaxRecordBytes)
+	positive("UnknownTopicRetries", cfg.UnknownTopicRetries)
 	for _, d := range []struct {
 		name string
 		d    time.Duration

@@ -3,7 +3,9 @@ package logmode
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -183,14 +185,14 @@ func (l *layout) row(tuple []byte) (*row, error) {
 		}
 	}
 
+	// From here on the tuple is whole: a column value that does not make an event (a
+	// required column null or not binary, a value of the wrong size, an occurred_at of
+	// infinity) is that row's failure, reported with what could be decoded (badRowError).
 	var errs []error
 	for i, c := range columns {
 		if c.required && raw[i] == nil {
 			errs = append(errs, fmt.Errorf("column %s is null", c.name))
 		}
-	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("decode keiro_outbox_log row: %v", errs)
 	}
 
 	// The text columns, copied into one string that the event's strings are cut from.
@@ -271,7 +273,14 @@ func (l *layout) row(tuple []byte) (*row, error) {
 		e.TraceContext = &r.tc
 	}
 	if v, ok := int8(colOccurredAt); ok {
-		e.OccurredAt = pgEpoch.Add(time.Duration(v) * time.Microsecond)
+		switch v {
+		case math.MaxInt64:
+			errs = append(errs, errors.New("column occurred_at is infinity, which no event can carry"))
+		case math.MinInt64:
+			errs = append(errs, errors.New("column occurred_at is -infinity, which no event can carry"))
+		default:
+			e.OccurredAt = pgTime(v)
+		}
 	}
 
 	// The bytes: the payload in an allocation of its own (it is most of the row), the key's
@@ -299,7 +308,32 @@ func (l *layout) row(tuple []byte) (*row, error) {
 		}
 	}
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("decode keiro_outbox_log row %q: %v", e.MessageID, errs)
+		return nil, &badRowError{r: r, err: fmt.Errorf("decode keiro_outbox_log row %q of source %q: %w", e.MessageID, e.Source, errors.Join(errs...))}
 	}
 	return r, nil
+}
+
+// badRowError is a row whose tuple is whole but whose column values do not make an event: the
+// row's failure, not the stream's. r holds what was decoded (the columns that failed are
+// zero), for the row's dead letter.
+type badRowError struct {
+	r   *row
+	err error
+}
+
+func (e *badRowError) Error() string { return e.err.Error() }
+
+func (e *badRowError) Unwrap() error { return e.err }
+
+// pgEpochUnix is pgEpoch in Unix seconds.
+const pgEpochUnix = 946_684_800
+
+// pgTime is the time of a timestamptz in pgoutput's binary form (microseconds since pgEpoch),
+// exact over PostgreSQL's whole range (a time.Duration holds only 292 years).
+func pgTime(us int64) time.Time {
+	sec, frac := us/1_000_000, us%1_000_000
+	if frac < 0 {
+		sec, frac = sec-1, frac+1_000_000
+	}
+	return time.Unix(pgEpochUnix+sec, frac*1000).UTC()
 }

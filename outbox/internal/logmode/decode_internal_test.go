@@ -3,6 +3,7 @@ package logmode
 import (
 	"bytes"
 	"encoding/binary"
+	"math"
 	"runtime"
 	"strconv"
 	"testing"
@@ -246,4 +247,32 @@ func BenchmarkRowRecord(b *testing.B) {
 	runtime.ReadMemStats(&m1)
 	b.ReportMetric(float64(m1.HeapAlloc-m0.HeapAlloc)/held, "retained-B/record")
 	runtime.KeepAlive(keep)
+}
+
+// An occurred_at beyond a time.Duration's 292 years from 2000 decodes exactly (it wrapped
+// around before); one of ±infinity is the row's failure (badRowError), with the rest of the
+// row decoded for its dead letter, not the stream's.
+func TestRowOccurredAtRange(t *testing.T) {
+	l := testLayout(t)
+	v := benchRow(2)
+	far := time.Date(2400, 2, 29, 12, 0, 0, 123456000, time.UTC)
+	v["occurred_at"] = be64((far.Unix()-pgEpoch.Unix())*1_000_000 + 123456)
+	r, err := l.row(encodeTuple(rowValues(v)))
+	require.NoError(t, err)
+	require.Equal(t, far, r.ev.OccurredAt)
+	old := time.Date(1650, 1, 1, 0, 0, 0, 0, time.UTC)
+	v["occurred_at"] = be64(-(pgEpoch.Unix() - old.Unix()) * 1_000_000)
+	r, err = l.row(encodeTuple(rowValues(v)))
+	require.NoError(t, err)
+	require.Equal(t, old, r.ev.OccurredAt)
+	for _, inf := range []int64{math.MaxInt64, math.MinInt64} {
+		v["occurred_at"] = be64(inf)
+		_, err := l.row(encodeTuple(rowValues(v)))
+		var bad *badRowError
+		require.ErrorAs(t, err, &bad)
+		require.ErrorContains(t, err, "infinity")
+		require.Equal(t, "m123456", bad.r.ev.MessageID)
+		require.Equal(t, "orders", bad.r.ev.Destination)
+		require.True(t, bad.r.ev.OccurredAt.IsZero())
+	}
 }

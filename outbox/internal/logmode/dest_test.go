@@ -67,5 +67,5 @@ func TestDestinationsFilterOnTheServer(t *testing.T) {
 	err = e.Run(rctx)
 	require.Error(t, err)
 	require.False(t, errors.Is(err, context.DeadlineExceeded))
-	require.ErrorContains(t, err, "publication "+slot+" publishes the destinations orders, and this engine the destinations payments")
+	require.ErrorContains(t, err, "publication "+slot+" publishes the destinations orders, and this relay the destinations payments")
 }

@@ -110,18 +110,22 @@ func New(connString string, client *kgo.Client, cfg Config) (*Engine, error) {
 // retries a record until it is acknowledged or refused for good. A partition whose produce
 // fails with a retriable error (leader moved, request timed out, topic not yet known) is held
 // by franz-go itself, its records kept in order, while every other partition goes on. Only a
-// refusal no retry mends reaches the engine: a record too large or invalid is rejected and
-// the stream moves on; any other (not authorized, the client closed) ends the session. The window
+// refusal no retry mends reaches the engine: a record too large or invalid, or of a topic
+// still unknown after UnknownTopicRetries metadata refreshes, is rejected and the stream
+// moves on; any other (the cluster not authorized, the client closed) ends the session. The window
 // bounds what waits meanwhile: past MaxInFlightRecords or MaxInFlightBytes the engine stops
 // reading the slot. The caller's bounded retries suit the claim relay, which classifies
 // errors itself and never has two records of a key in flight; here many records of a key
 // are, and a record failed after its retries would end the session, stall every partition
 // for the replay, and could let a later record of its key be acknowledged before it.
-func producerOpts(client *kgo.Client) []kgo.Opt {
+func producerOpts(client *kgo.Client, unknownTopicRetries int) []kgo.Opt {
 	return append(slices.Clone(client.Opts()),
 		kgo.RecordRetries(math.MaxInt), // franz-go's unlimited default
 		kgo.RecordDeliveryTimeout(0),   // no delivery timeout
-		kgo.UnknownTopicRetries(-1),    // never fail a record of a topic not (yet) known
+		// A topic not (yet) known is waited for a bounded number of metadata refreshes:
+		// then its records fail with UNKNOWN_TOPIC_OR_PARTITION and are rejected
+		// (kafkaerr.OfLogRecord), as a claim-mode row dies after its attempts.
+		kgo.UnknownTopicRetries(unknownTopicRetries),
 	)
 }
 
@@ -138,7 +142,7 @@ func producerOpts(client *kgo.Client) []kgo.Opt {
 // serves every session of a Run: the records a held partition still buffers when a session
 // ends stay ahead of the next session's replay of them, in order.
 func (e *Engine) Run(ctx context.Context) error {
-	producer, err := kgo.NewClient(producerOpts(e.client)...)
+	producer, err := kgo.NewClient(producerOpts(e.client, e.cfg.UnknownTopicRetries)...)
 	if err != nil {
 		return fmt.Errorf("log mode: build the producer: %w", err)
 	}

@@ -12,8 +12,10 @@ import (
 	"github.com/keiro-go/keiro/outbox/internal/kafkaerr"
 )
 
-// Rejection is an event Kafka refused for good, or one larger than MaxRecordBytes. The
-// stream moves on past it; its transaction is confirmed once OnRejected wrote it.
+// Rejection is an event that cannot be published: Kafka refused it for good, its topic is
+// not a legal name or stayed unknown past UnknownTopicRetries, it is larger than
+// MaxRecordBytes, or its row does not decode into an event. The stream moves on past it; its
+// transaction is confirmed once OnRejected wrote it.
 type Rejection struct {
 	// MessageID and Source identify the event.
 	MessageID, Source string
@@ -22,7 +24,8 @@ type Rejection struct {
 	// Key is its Kafka key; nil when it has none.
 	Key *string
 	// Code is the rejection code, the Kafka error name in lower case
-	// ("message_too_large", ...), as the claim relay's rejection_code.
+	// ("message_too_large", ...) or one of kafkaerr's own (invalid_topic,
+	// unknown_topic_or_partition, undecodable_row), as the claim relay's rejection_code.
 	Code string
 	// Err is the refusal.
 	Err error
@@ -109,6 +112,13 @@ func recordSize(rec *kgo.Record) int {
 func (s *stream) produce(ctx context.Context, t *txn, r *row) {
 	e := s.e
 	ev := &r.ev
+	if code, err := kafkaerr.CheckTopic(ev.Destination); err != nil {
+		// No produce of it can succeed (franz-go refuses an empty topic itself): a
+		// rejection, in flight (of no bytes) until its dead letter is written.
+		s.w.add(t, 0)
+		s.reject(t, 0, ev, code, err)
+		return
+	}
 	done := func(*kgo.Record, error) {}
 	encoded := ev
 	if e.cfg.OnSend != nil {
@@ -128,7 +138,7 @@ func (s *stream) produce(ctx context.Context, t *txn, r *row) {
 		err := fmt.Errorf("record of about %d bytes exceeds the %d-byte limit (MaxRecordBytes / ProducerBatchMaxBytes)", size, e.maxRecordBytes)
 		done(nil, err)
 		s.w.add(t, 0)
-		s.reject(t, 0, ev, "message_too_large", err)
+		s.reject(t, 0, ev, kafkaerr.CodeMessageTooLarge, err)
 		return
 	}
 	alone := e.suspects.take(ev.MessageID)
@@ -143,7 +153,7 @@ func (s *stream) produce(ctx context.Context, t *txn, r *row) {
 			if e.onAck != nil {
 				e.onAck(ev.MessageID)
 			}
-		} else if class, code := kafkaerr.Classify(err); class == kafkaerr.Permanent {
+		} else if class, code := kafkaerr.OfLogRecord(err); class == kafkaerr.Permanent {
 			// Otherwise the transaction fails: the session ends and the next replays it.
 			if kafkaerr.Suspect(err, !alone) {
 				e.suspects.add(ev.MessageID)

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -15,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/outbox/internal/kafkaerr"
 	"github.com/keiro-go/keiro/outbox/internal/logslot"
 )
 
@@ -59,8 +58,12 @@ func (e *Engine) session(ctx context.Context) error {
 	return s.run(ctx)
 }
 
-// setup creates the publication and the slot if they do not exist and returns the slot's
-// confirmed position. A slot another reader holds is ErrSlotActive.
+// setup verifies the publication and the slot (logslot's rule, which the Store applies at
+// the relay's start too), creates them if they do not exist, and returns the slot's confirmed
+// position. A slot another reader holds is ErrSlotActive. A publication or slot that is not as
+// expected is errConfig, with the line that says what to do: the schema is in log mode, so a
+// publication that lost its table means events the slot did not decode, and the engine must
+// not confirm past them.
 func (e *Engine) setup(ctx context.Context, conn *pgconn.PgConn) (pglogrepl.LSN, error) {
 	if len(e.cfg.Destinations) > 0 {
 		res, err := conn.Exec(ctx, sqlRowFilters).ReadAll()
@@ -71,17 +74,22 @@ func (e *Engine) setup(ctx context.Context, conn *pgconn.PgConn) (pglogrepl.LSN,
 			return 0, fmt.Errorf("%w: Destinations in log mode need PostgreSQL 15 or later (publication row filters)", errConfig)
 		}
 	}
-	rows, err := conn.Exec(ctx, e.statement(sqlFindPublication)).ReadAll()
+	pub, err := e.findPublication(ctx, conn)
 	if err != nil {
-		return 0, fmt.Errorf("find publication %s: %w", e.cfg.Publication, err)
+		return 0, err
 	}
-	if len(rows) == 0 || len(rows[0].Rows) == 0 {
-		if _, err := conn.Exec(ctx, e.statement(sqlCreatePublication)).ReadAll(); err != nil && !isDuplicate(err) {
+	switch v, lost, err := logslot.CheckPublication(pub, e.cfg.Schema, e.cfg.Destinations); v {
+	case logslot.Create:
+		if _, err := conn.Exec(ctx, logslot.Statement(logslot.SQLCreatePublication, e.cfg.Schema, e.cfg.Publication, e.cfg.Destinations)).ReadAll(); err != nil && !isDuplicate(err) {
 			return 0, fmt.Errorf("create publication %s: %w", e.cfg.Publication, err)
 		}
-	} else if got := logslot.ParseRowFilter(string(rows[0].Rows[0][0])); !slices.Equal(got, e.cfg.Destinations) {
-		return 0, fmt.Errorf("%w: publication %s publishes %s, and this engine %s; choose another Slot, or drop the slot and the publication %s",
-			errConfig, e.cfg.Publication, describe(got), describe(e.cfg.Destinations), e.cfg.Publication)
+	case logslot.Repair:
+		if lost {
+			return 0, fmt.Errorf("%w: %w", errConfig, logslot.MissedError(err, e.cfg.Slot, e.cfg.Destinations))
+		}
+		return 0, fmt.Errorf("%w: %w; repair it with `relay mode prepare --log-slot=%s` (or a relay's start)", errConfig, err, e.cfg.Slot)
+	case logslot.Refuse:
+		return 0, fmt.Errorf("%w: %w", errConfig, err)
 	}
 	for range 2 {
 		slot, err := e.findSlot(ctx, conn)
@@ -89,16 +97,20 @@ func (e *Engine) setup(ctx context.Context, conn *pgconn.PgConn) (pglogrepl.LSN,
 			return 0, err
 		}
 		if slot != nil {
-			if slot.plugin != "pgoutput" {
-				return 0, fmt.Errorf("%w: slot %s uses the plugin %s, not pgoutput; drop it or choose another Slot", errConfig, e.cfg.Slot, slot.plugin)
+			if err := logslot.CheckSlot(slot); err != nil {
+				return 0, fmt.Errorf("%w: %w", errConfig, err)
 			}
-			if slot.walStatus == "lost" {
-				return 0, fmt.Errorf("%w: slot %s was invalidated (wal_status lost): PostgreSQL removed WAL it had not confirmed; drop it, and recover the unconfirmed events from keiro_outbox_log", errConfig, e.cfg.Slot)
+			if slot.ActivePID != 0 {
+				return 0, &slotActiveError{pid: slot.ActivePID}
 			}
-			if slot.activePID != 0 {
-				return 0, &slotActiveError{pid: slot.activePID}
+			if slot.Confirmed == "" {
+				return 0, nil // being created by another session: its consistent point is the start
 			}
-			return slot.confirmed, nil
+			lsn, err := pglogrepl.ParseLSN(slot.Confirmed)
+			if err != nil {
+				return 0, fmt.Errorf("replication slot %s: confirmed_flush_lsn: %w", e.cfg.Slot, err)
+			}
+			return lsn, nil
 		}
 		_, err = pglogrepl.CreateReplicationSlot(ctx, conn, e.cfg.Slot, "pgoutput",
 			pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication})
@@ -110,42 +122,46 @@ func (e *Engine) setup(ctx context.Context, conn *pgconn.PgConn) (pglogrepl.LSN,
 	return 0, fmt.Errorf("replication slot %s: created but not found", e.cfg.Slot)
 }
 
-// describe names a destination set in an error: nil is every destination.
-func describe(set []string) string {
-	if len(set) == 0 {
-		return "every destination"
+// findPublication reads the publication (logslot.SQLPublication); nil when it does not exist.
+func (e *Engine) findPublication(ctx context.Context, conn *pgconn.PgConn) (*logslot.Publication, error) {
+	stmt := logslot.Statement(logslot.SQLPublication, e.cfg.Schema, e.cfg.Publication, e.cfg.Destinations)
+	res, err := conn.Exec(ctx, stmt).ReadAll()
+	if err != nil {
+		return nil, fmt.Errorf("find publication %s: %w", e.cfg.Publication, err)
 	}
-	return "the destinations " + strings.Join(set, ", ")
+	if len(res) == 0 || len(res[0].Rows) == 0 {
+		return nil, nil
+	}
+	p, err := logslot.ParsePublication(e.cfg.Publication, texts(res[0].Rows[0]))
+	if err != nil {
+		return nil, err
+	}
+	return &p, nil
 }
 
-// slotRow is a row of pg_replication_slots.
-type slotRow struct {
-	plugin    string
-	confirmed pglogrepl.LSN
-	activePID int
-	walStatus string
-}
-
-// findSlot reads the slot's row; nil when the slot does not exist.
-func (e *Engine) findSlot(ctx context.Context, conn *pgconn.PgConn) (*slotRow, error) {
-	res, err := conn.Exec(ctx, e.statement(sqlFindSlot)).ReadAll()
+// findSlot reads the slot (logslot.SQLSlot); nil when no slot of its name exists.
+func (e *Engine) findSlot(ctx context.Context, conn *pgconn.PgConn) (*logslot.Slot, error) {
+	res, err := conn.Exec(ctx, logslot.Statement(logslot.SQLSlot, e.cfg.Schema, e.cfg.Slot, nil)).ReadAll()
 	if err != nil {
 		return nil, fmt.Errorf("find replication slot %s: %w", e.cfg.Slot, err)
 	}
 	if len(res) == 0 || len(res[0].Rows) == 0 {
 		return nil, nil
 	}
-	r := res[0].Rows[0]
-	s := &slotRow{plugin: string(r[0]), walStatus: string(r[3])}
-	if len(r[1]) > 0 {
-		if s.confirmed, err = pglogrepl.ParseLSN(string(r[1])); err != nil {
-			return nil, fmt.Errorf("replication slot %s: confirmed_flush_lsn: %w", e.cfg.Slot, err)
-		}
+	s, err := logslot.ParseSlot(e.cfg.Slot, texts(res[0].Rows[0]))
+	if err != nil {
+		return nil, err
 	}
-	if s.activePID, err = strconv.Atoi(string(r[2])); err != nil {
-		return nil, fmt.Errorf("replication slot %s: active_pid: %w", e.cfg.Slot, err)
+	return &s, nil
+}
+
+// texts is a result row's columns as strings.
+func texts(row [][]byte) []string {
+	out := make([]string, len(row))
+	for i, c := range row {
+		out[i] = string(c)
 	}
-	return s, nil
+	return out
 }
 
 // isDuplicate reports PostgreSQL's duplicate_object: another engine created it first.
@@ -399,12 +415,23 @@ func (s *stream) insert(ctx context.Context, data []byte) error {
 		return nil // a table of the publication other than ours
 	}
 	r, err := l.row(data[6:])
-	if err != nil {
+	var bad *badRowError
+	switch {
+	case errors.As(err, &bad):
+		r = bad.r
+	case err != nil:
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
 	if len(s.e.cfg.Destinations) > 0 && !slices.Contains(s.e.cfg.Destinations, r.ev.Destination) {
 		// Not this engine's: the publication's row filter keeps such rows out, this is
 		// its backstop. The transaction is confirmed without it.
+		return nil
+	}
+	if bad != nil {
+		// The row, not the stream, is at fault: a replay would meet it again. It is
+		// rejected, in flight (of no bytes) until its dead letter is written.
+		s.w.add(s.tx, 0)
+		s.reject(s.tx, 0, &r.ev, kafkaerr.CodeUndecodable, bad)
 		return nil
 	}
 	s.produce(ctx, s.tx, r)

@@ -26,6 +26,9 @@ type Config struct {
 	// MaxInFlightRecords and MaxRecordBytes bound the produce; ShutdownTimeout the wait at stop.
 	MaxInFlightRecords, MaxRecordBytes int
 	ShutdownTimeout                    time.Duration
+	// UnknownTopicRetries bounds the wait of a record for a topic Kafka does not know
+	// (logmode.Config.UnknownTopicRetries).
+	UnknownTopicRetries int
 	// CloudEvents and CloudEventsDestinations are the relay's CloudEvents settings.
 	CloudEvents             bool
 	CloudEventsDestinations []string
@@ -54,6 +57,8 @@ type Engine interface {
 	Run(ctx context.Context) error
 	// Published counts the records Kafka acknowledged.
 	Published() int64
+	// Sessions counts the sessions that started replicating.
+	Sessions() int64
 }
 
 // New builds an engine; nil until outbox/logrelay is imported.

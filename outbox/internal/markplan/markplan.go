@@ -79,8 +79,9 @@ type Result struct {
 	Err       error
 	Partition int32
 	Offset    int64
-	// RejectMsg is the reason the row was refused before its produce (too large).
-	RejectMsg string
+	// RejectCode and RejectMsg are the code and reason of a row refused before its produce
+	// (an illegal topic, a record too large); RejectCode "" is message_too_large.
+	RejectCode, RejectMsg string
 	// Shared: other records of the flush went to the same partition, so a record-level
 	// refusal cannot be pinned on this record (kafkaerr.Suspect).
 	Shared bool
@@ -176,7 +177,10 @@ func Decide(rows []Row, results []Result, stopTheLine bool, retryDelay func(atte
 		m := Mark{Row: i}
 		switch {
 		case pr.RejectMsg != "":
-			m.Outcome, m.Code, m.Err = Rejected, "message_too_large", pr.RejectMsg
+			m.Outcome, m.Code, m.Err = Rejected, pr.RejectCode, pr.RejectMsg
+			if m.Code == "" {
+				m.Code = "message_too_large"
+			}
 		case pr.Done && pr.Err == nil:
 			m.Outcome, m.Partition, m.Offset = Sent, pr.Partition, pr.Offset
 			p.Sent = true

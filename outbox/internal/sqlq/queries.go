@@ -58,9 +58,8 @@ type Queries struct {
 	ListStuckOutbox, ListSentGcCandidates string
 	Activity                              string
 	// ReadMode and SetMode read and change the schema's mode (claim or log); AnyOpen tells
-	// whether keiro_outbox has open rows. CreatePublication still holds {{publication}}, a
-	// validated slot name the caller substitutes; FindPublication, CreateSlot and SlotStatus
-	// take it as a parameter.
+	// whether keiro_outbox has open rows. CreateSlot and SlotStatus take the slot's name as a
+	// parameter; the publication's statements are logslot's (SQLPublication, ...).
 	ReadMode, SetMode, AnyOpen string
 	// ReadModeForUpdate reads the mode and the time it was set, and locks its row (the start
 	// of a change).
@@ -69,12 +68,11 @@ type Queries struct {
 	RecoverLog string
 	// DeadLetter writes an event of keiro_outbox_log that Kafka refused for good as a
 	// rejected row of keiro_outbox (the log-mode relay's dead letter).
-	DeadLetter                                                 string
-	FindPublication, CreatePublication, CreateSlot, SlotStatus string
-	// RowFilters, PublicationFilter and LogSlots are per-destination log mode's: whether the
-	// server has publication row filters, a publication's filter, and the schema's log slots.
-	// CreatePublication's {{filter}} is the caller's too (logslot.RowFilter).
-	RowFilters, PublicationFilter, LogSlots string
+	DeadLetter             string
+	CreateSlot, SlotStatus string
+	// RowFilters and LogSlots are per-destination log mode's: whether the server has
+	// publication row filters, and the schema's log slots.
+	RowFilters, LogSlots string
 	// DropSlot drops an inactive replication slot; DropPublication a publication, whose
 	// {{publication}} the caller substitutes. Clock reads the database's clock.
 	DropSlot, DropPublication, Clock string
@@ -162,12 +160,9 @@ func New(schema string) *Queries {
 		AnyOpen:              r.Replace(sqlAnyOpen),
 		RecoverLog:           r.Replace(sqlRecoverLog),
 		DeadLetter:           r.Replace(enqueue(sqlDeadLetter, sqlEnqueueOne)),
-		FindPublication:      sqlFindPublication,
-		CreatePublication:    r.Replace(sqlCreatePublication),
 		CreateSlot:           sqlCreateSlot,
 		SlotStatus:           sqlSlotStatus,
 		RowFilters:           sqlRowFilters,
-		PublicationFilter:    r.Replace(sqlPublicationFilter),
 		LogSlots:             r.Replace(sqlLogSlots),
 		DropSlot:             sqlDropSlot,
 		DropPublication:      sqlDropPublication,

@@ -761,9 +761,7 @@ SELECT (SELECT count(*) FROM src), (SELECT count(*) FROM ins)`
 // Log mode's publication and slot (Store.SetMode), named by a validated slot name. The
 // publication publishes keiro_outbox_log's inserts only: retention's deletes are not events.
 const (
-	sqlFindPublication   = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = $1)`
-	sqlCreatePublication = `CREATE PUBLICATION {{publication}} FOR TABLE {{schema}}.keiro_outbox_log{{filter}} WITH (publish = 'insert')`
-	sqlCreateSlot        = `SELECT pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput')
+	sqlCreateSlot = `SELECT pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput')
 WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_name = $1)`
 )
 
@@ -807,12 +805,6 @@ SELECT outbox_id FROM (SELECT outbox_id, updated_at, {{class}} AS class, {{norm}
 const (
 	// sqlRowFilters tells whether the server has publication row filters (PostgreSQL 15).
 	sqlRowFilters = `SELECT current_setting('server_version_num')::int >= 150000`
-	// sqlPublicationFilter reads the row filter ("" for none) of publication $1 on
-	// keiro_outbox_log; no row when there is no such publication.
-	sqlPublicationFilter = `
-SELECT coalesce((SELECT to_jsonb(t) ->> 'rowfilter' FROM pg_catalog.pg_publication_tables t
-        WHERE t.pubname = p.pubname AND t.schemaname = '{{schema}}' AND t.tablename = 'keiro_outbox_log'), '')
-FROM pg_catalog.pg_publication p WHERE p.pubname = $1`
 	// sqlClock reads the database's clock (the time keiro_outbox_log's created_at is written in).
 	sqlClock = `SELECT clock_timestamp()`
 	// sqlDropSlot drops the inactive slot $1 (one a relay created and must give up).
