@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -153,3 +155,20 @@ func waitState(t *testing.T, timeout time.Duration, what string, check func() (d
 
 // tail is the end of a process log, for failure messages.
 func logTail(p *proc) string { return tail(p.log(), 60) }
+
+// lockedWriter appends to a builder under a mutex: a logger's output a test reads meanwhile.
+type lockedWriter struct {
+	mu *sync.Mutex
+	b  *strings.Builder
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+// newTestLogger logs text lines into b (guarded by mu), for a component run in process.
+func newTestLogger(mu *sync.Mutex, b *strings.Builder) *slog.Logger {
+	return slog.New(slog.NewTextHandler(lockedWriter{mu: mu, b: b}, nil))
+}
