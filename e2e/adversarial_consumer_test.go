@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -361,7 +362,12 @@ func (a *adversarialConsumer) check(handled func() []delivered, logs func() stri
 		}
 		require.NotEmpty(t, h[inbox.HeaderDLQReason], "case %d (%s): dead letter without a reason", i, a.cases[i])
 		require.NotEmpty(t, h[inbox.HeaderDLQError], "case %d (%s): dead letter without an error", i, a.cases[i])
-		require.Equal(t, a.cases[i].Value, r.Value, "case %d: the dead letter keeps the value", i)
+		// A dead letter keeps the value; one too large for Kafka with its dead-letter headers
+		// (the dead-letter test's case) omits it.
+		if !bytes.Equal(a.cases[i].Value, r.Value) {
+			require.True(t, len(r.Value) == 0 && len(a.cases[i].Value) > 900_000,
+				"case %d: the dead letter changed the value: %s", i, shown(r.Value))
+		}
 		require.Equal(t, a.cases[i].Key, r.Key, "case %d: the dead letter keeps the key", i)
 		deadLettered[i]++
 		reasons[h[inbox.HeaderDLQReason]]++
