@@ -256,9 +256,9 @@ func classify(text string) delivered {
 }
 
 // adversarialConsumer is the setup of the consumer boundaries: a topic with one partition per
-// case (case i's bad record at offset 0 of partition i, its good record at offset 1, so that a
-// case that holds up its partition holds up no other and every failing case shows), its
-// dead-letter topic, and the check.
+// case up to maxCasePartitions (case i's bad record and the good record behind it on partition
+// i mod maxCasePartitions, so that a case that holds up its partition holds up few others and
+// failing cases show side by side), its dead-letter topic, and the check.
 type adversarialConsumer struct {
 	t          *testing.T
 	db         *testenv.DB
@@ -266,12 +266,20 @@ type adversarialConsumer struct {
 	topic, dlq string
 	group      string
 	cases      []consumerCase
+	partitions int
+	badAt      map[[2]int64]int // (partition, offset) of a case's bad record -> case
+	goodAt     map[[2]int64]int
+	produced   map[int32]int64 // records per partition
 }
 
+// maxCasePartitions bounds the partitions of the consumer boundaries' topic.
+const maxCasePartitions = 64
+
 func newAdversarialConsumer(t *testing.T, kc *testenv.Kafka, cases []consumerCase) *adversarialConsumer {
-	a := &adversarialConsumer{t: t, db: testenv.NewDB(t), kc: kc, topic: kc.Topic("adv.in"), group: kc.Group("adv")}
+	a := &adversarialConsumer{t: t, db: testenv.NewDB(t), kc: kc, topic: kc.Topic("adv.in"), group: kc.Group("adv"),
+		partitions: min(len(cases), maxCasePartitions), badAt: map[[2]int64]int{}, goodAt: map[[2]int64]int{}, produced: map[int32]int64{}}
 	a.dlq = a.topic + ".dlq"
-	kc.CreateTopic(t, a.topic, int32(len(cases)))
+	kc.CreateTopic(t, a.topic, int32(a.partitions))
 	kc.CreateTopic(t, a.dlq, 1)
 	_, err := a.db.Pool.Exec(context.Background(), fmt.Sprintf(`
 CREATE TABLE %[1]s.adv_effects (
@@ -297,14 +305,17 @@ func (a *adversarialConsumer) produce(goodRecord func(i int, key []byte) *kgo.Re
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for i, c := range a.cases {
-		bad := &kgo.Record{Topic: a.topic, Partition: int32(i), Key: c.Key, Value: c.Value, Headers: c.Headers}
+		part := int32(i % a.partitions)
+		bad := &kgo.Record{Topic: a.topic, Partition: part, Key: c.Key, Value: c.Value, Headers: c.Headers}
 		r, err := cl.ProduceSync(ctx, bad).First()
 		require.NoError(t, err, "produce case %d (%s)", i, c)
-		require.Zero(t, r.Offset, "case %d: the bad record is its partition's first", i)
+		a.badAt[[2]int64{int64(part), r.Offset}] = i
 		g := goodRecord(i, goodKey(c, i))
-		g.Topic, g.Partition = a.topic, int32(i)
-		_, err = cl.ProduceSync(ctx, g).First()
+		g.Topic, g.Partition = a.topic, part
+		r, err = cl.ProduceSync(ctx, g).First()
 		require.NoError(t, err, "produce the good record of case %d", i)
+		a.goodAt[[2]int64{int64(part), r.Offset}] = i
+		a.produced[part] = r.Offset + 1
 	}
 }
 
@@ -337,8 +348,10 @@ func (a *adversarialConsumer) check(handled func() []delivered, logs func() stri
 		}
 		var open []string
 		for i, c := range a.cases {
-			if at := committed[int32(i)]; !seen[i] || at != 2 {
-				open = append(open, fmt.Sprintf("case %d (committed offset %d of 2, good record handled: %v): %s", i, at, seen[i], c))
+			part := int32(i % a.partitions)
+			if at, end := committed[part], a.produced[part]; !seen[i] || at != end {
+				open = append(open, fmt.Sprintf("case %d (partition %d committed to offset %d of %d, good record handled: %v): %s",
+					i, part, at, end, seen[i], c))
 			}
 		}
 		return len(open) == 0, fmt.Sprintf("%d of %d cases open:\n%s\nlog:\n%s", len(open), len(a.cases), strings.Join(open, "\n"), logs())
@@ -354,12 +367,14 @@ func (a *adversarialConsumer) check(handled func() []delivered, logs func() stri
 				h[x.Key] = string(x.Value)
 			}
 		}
-		i, err := strconv.Atoi(h[inbox.HeaderDLQPartition])
-		require.NoError(t, err, "dead letter without a readable %s: %v", inbox.HeaderDLQPartition, h)
-		require.True(t, i >= 0 && i < len(a.cases), "dead letter of partition %d, which no case produced", i)
-		if h[inbox.HeaderDLQOffset] != "0" {
-			t.Fatalf("the good record of case %d was dead-lettered: %s: %s", i, h[inbox.HeaderDLQReason], h[inbox.HeaderDLQError])
+		part, err1 := strconv.ParseInt(h[inbox.HeaderDLQPartition], 10, 32)
+		off, err2 := strconv.ParseInt(h[inbox.HeaderDLQOffset], 10, 64)
+		require.True(t, err1 == nil && err2 == nil, "dead letter without a readable partition and offset: %v", h)
+		if g, ok := a.goodAt[[2]int64{part, off}]; ok {
+			t.Fatalf("the good record of case %d was dead-lettered: %s: %s", g, h[inbox.HeaderDLQReason], h[inbox.HeaderDLQError])
 		}
+		i, ok := a.badAt[[2]int64{part, off}]
+		require.True(t, ok, "dead letter of partition %d offset %d, which no case produced", part, off)
 		require.NotEmpty(t, h[inbox.HeaderDLQReason], "case %d (%s): dead letter without a reason", i, a.cases[i])
 		require.NotEmpty(t, h[inbox.HeaderDLQError], "case %d (%s): dead letter without an error", i, a.cases[i])
 		// A dead letter keeps the value; one too large for Kafka with its dead-letter headers
@@ -424,7 +439,7 @@ func (a *adversarialConsumer) startConsumer(extra ...string) *proc {
 	env := consumerEnv(a.db, a.kc, a.group, a.topic, append([]string{
 		"KEIRO_CONSUMER_SQL_FUNCTION=" + a.db.Schema + ".adv_apply", "KEIRO_CONSUMER_MAX_ATTEMPTS=2",
 		"KEIRO_CONSUMER_BACKOFF_INITIAL=20ms", "KEIRO_CONSUMER_BACKOFF_MAX=200ms",
-		fmt.Sprintf("KEIRO_CONSUMER_CONCURRENCY=%d", len(a.cases))}, extra...)...)
+		fmt.Sprintf("KEIRO_CONSUMER_CONCURRENCY=%d", a.partitions)}, extra...)...)
 	p := startProc(a.t, "consumer", consumerBin, consumerAddrRe, env)
 	p.waitAddr(a.t, 30*time.Second)
 	return p
@@ -440,7 +455,7 @@ func TestAdversarialConsumerGo(t *testing.T) {
 		var logs strings.Builder
 		var mu sync.Mutex
 		c, err := inbox.NewConsumer(a.db.Pool, inbox.ConsumerConfig{
-			Brokers: kc.Seeds, Group: a.group, Topics: []string{a.topic}, MaxConcurrentPartitions: len(a.cases),
+			Brokers: kc.Seeds, Group: a.group, Topics: []string{a.topic}, MaxConcurrentPartitions: a.partitions,
 			Store:  inbox.StoreConfig{Schema: a.db.Schema, MaxAttempts: 2},
 			Retry:  inbox.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 			Logger: newTestLogger(&mu, &logs),
