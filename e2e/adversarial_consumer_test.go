@@ -384,6 +384,9 @@ func (a *adversarialConsumer) check(handled func() []delivered, logs func() stri
 				"case %d: the dead letter changed the value: %s", i, shown(r.Value))
 		}
 		require.Equal(t, a.cases[i].Key, r.Key, "case %d: the dead letter keeps the key", i)
+		if n, err := strconv.Atoi(h[inbox.HeaderDLQAttempts]); err == nil {
+			require.LessOrEqual(t, n, consumerMaxAttempts, "case %d (%s) used more than its attempts", i, a.cases[i])
+		}
 		deadLettered[i]++
 		reasons[h[inbox.HeaderDLQReason]]++
 	}
@@ -434,10 +437,13 @@ func consumerCases(t *testing.T) []consumerCase {
 	return append(fixedConsumerCases(), generate(consumerCaseGen, adversarialSeed(t), adversarialN(t, 6))...)
 }
 
+// consumerMaxAttempts is the consumer's retry budget in the suite.
+const consumerMaxAttempts = 2
+
 // startConsumer starts the consumer binary on the setup's topic with a small retry budget.
 func (a *adversarialConsumer) startConsumer(extra ...string) *proc {
 	env := consumerEnv(a.db, a.kc, a.group, a.topic, append([]string{
-		"KEIRO_CONSUMER_SQL_FUNCTION=" + a.db.Schema + ".adv_apply", "KEIRO_CONSUMER_MAX_ATTEMPTS=2",
+		"KEIRO_CONSUMER_SQL_FUNCTION=" + a.db.Schema + ".adv_apply", fmt.Sprintf("KEIRO_CONSUMER_MAX_ATTEMPTS=%d", consumerMaxAttempts),
 		"KEIRO_CONSUMER_BACKOFF_INITIAL=20ms", "KEIRO_CONSUMER_BACKOFF_MAX=200ms",
 		fmt.Sprintf("KEIRO_CONSUMER_CONCURRENCY=%d", a.partitions)}, extra...)...)
 	p := startProc(a.t, "consumer", consumerBin, consumerAddrRe, env)
@@ -456,7 +462,7 @@ func TestAdversarialConsumerGo(t *testing.T) {
 		var mu sync.Mutex
 		c, err := inbox.NewConsumer(a.db.Pool, inbox.ConsumerConfig{
 			Brokers: kc.Seeds, Group: a.group, Topics: []string{a.topic}, MaxConcurrentPartitions: a.partitions,
-			Store:  inbox.StoreConfig{Schema: a.db.Schema, MaxAttempts: 2},
+			Store:  inbox.StoreConfig{Schema: a.db.Schema, MaxAttempts: consumerMaxAttempts},
 			Retry:  inbox.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 			Logger: newTestLogger(&mu, &logs),
 		}, func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {

@@ -301,9 +301,12 @@ func (a *adversarialOutbox) writeRows(ctx context.Context) {
 	require.Equal(t, before, a.rowCount(ctx), "a refused INSERT leaves no row")
 }
 
+// relayMaxAttempts is the relay's retry budget in the suite.
+const relayMaxAttempts = 2
+
 // startRelay starts the relay binary with a small retry budget: two attempts, short backoffs.
 func (a *adversarialOutbox) startRelay(extra ...string) {
-	env := relayEnv(a.db, a.kc, append([]string{"KEIRO_RELAY_MAX_ATTEMPTS=2", "KEIRO_RELAY_BACKOFF_INITIAL=50ms",
+	env := relayEnv(a.db, a.kc, append([]string{fmt.Sprintf("KEIRO_RELAY_MAX_ATTEMPTS=%d", relayMaxAttempts), "KEIRO_RELAY_BACKOFF_INITIAL=50ms",
 		"KEIRO_RELAY_BACKOFF_MAX=200ms", "KEIRO_RELAY_POLL_INTERVAL=100ms"}, extra...)...)
 	a.relay = startProc(a.t, "relay", relayBin, relayAddrRe, env)
 	a.relay.waitAddr(a.t, 30*time.Second)
@@ -393,6 +396,7 @@ func (a *adversarialOutbox) check(ctx context.Context) {
 		} else {
 			require.Empty(t, byID[c.Row.MessageID], "case %d (%s) must not be published", i, c)
 			d := dead[c.Row.MessageID]
+			require.LessOrEqual(t, d.Attempts, relayMaxAttempts, "case %d (%s) used more than its attempts", i, c)
 			if len(c.Row.Payload) >= hugePayload && c.Dest == destGood {
 				require.Equal(t, "message_too_large", d.RejectionCode, "case %d (%s): %s", i, c, d.LastError)
 			}
@@ -507,7 +511,20 @@ func TestAdversarialOutboxLog(t *testing.T) {
 			return m == outbox.ModeLog, fmt.Sprintf("mode %s\n%s", m, logTail(a.relay))
 		})
 		a.writeRows(ctx)
+		var written string
+		require.NoError(t, a.db.Pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&written))
 		a.check(ctx)
+		// The slot moves on past every row: no WAL is retained for a row that cannot be published.
+		waitState(t, 30*time.Second, "the slot confirmed past the rows written", func() (bool, string) {
+			var confirmed string
+			var past bool
+			err := a.db.Pool.QueryRow(ctx, `SELECT coalesce(confirmed_flush_lsn::text, ''), coalesce(confirmed_flush_lsn >= $2::pg_lsn, false)
+                FROM pg_replication_slots WHERE slot_name = $1`, slot, written).Scan(&confirmed, &past)
+			if err != nil {
+				return false, err.Error()
+			}
+			return past, fmt.Sprintf("slot %s confirmed %s, rows written up to %s\n%s", slot, confirmed, written, logTail(a.relay))
+		})
 		require.Equal(t, 0, a.relay.term(t, 30*time.Second), logTail(a.relay))
 	})
 }
