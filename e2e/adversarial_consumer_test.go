@@ -232,7 +232,7 @@ func (c consumerCase) tagged(i int) consumerCase {
 // goodKey is the key of the good record behind a case: the bad record's own key when a keiro
 // record can carry it (text, no NUL, not long), else one of its own.
 func goodKey(c consumerCase, i int) []byte {
-	if c.Key != nil && len(c.Key) > 0 && len(c.Key) < 1024 && utf8.Valid(c.Key) && !strings.ContainsRune(string(c.Key), 0) {
+	if len(c.Key) > 0 && len(c.Key) < 1024 && utf8.Valid(c.Key) && !strings.ContainsRune(string(c.Key), 0) {
 		return c.Key
 	}
 	return []byte(fmt.Sprintf("k%04d", i))

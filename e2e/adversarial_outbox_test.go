@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -436,7 +437,7 @@ func (a *adversarialOutbox) rowState(ctx context.Context, r outboxRow) string {
 	err := a.db.Pool.QueryRow(ctx, `SELECT status, attempt_count, coalesce(last_error, ''), coalesce(rejection_code, '')
         FROM `+a.db.Schema+`.keiro_outbox WHERE source = $1 AND message_id = $2`, r.Source, r.MessageID).Scan(&status, &attempts, &lastErr, &code)
 	switch {
-	case err == pgx.ErrNoRows:
+	case errors.Is(err, pgx.ErrNoRows):
 		return "no keiro_outbox row"
 	case err != nil:
 		return err.Error()
