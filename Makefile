@@ -38,7 +38,7 @@ build: ## Build every package and the binaries into ./bin (VERSION and COMMIT st
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/relay ./cmd/consumer
 
 .PHONY: test
-test: vet postgres ## Run the whole test suite (PostgreSQL started; a real Kafka broker from Maven, kfake; short fuzz runs; race detector on the storage packages).
+test: vet postgres ## Run the whole test suite (PostgreSQL started; a real Kafka broker from Maven, kfake; short fuzz runs; the adversarial suite with a few generated cases per boundary; race detector on the storage packages).
 	$(MAKE) --no-print-directory lint
 	$(GO) run ./internal/kafkabroker/cmd/kafkabroker classpath
 	$(MAKE) --no-print-directory alerts-check
@@ -83,6 +83,18 @@ fuzz-short: ## Run every fuzz target briefly (FUZZTIME each: 50000x executions b
 	  echo "fuzz $$pkg $$spec"; \
 	  $(GO) test -run='^$$' -fuzz="^$$spec$$" -fuzztime=$(FUZZTIME) $$pkg; \
 	done
+
+# make fuzz: the adversarial suite (e2e/adversarial_*_test.go) with many generated cases per
+# boundary, then every fuzz target for longer than make test does. A count, not a duration, for
+# the reason given at FUZZTIME.
+ADVERSARIAL_N ?= 500
+FUZZTIME_LONG ?= 2000000x
+
+.PHONY: fuzz
+fuzz: postgres ## Run the adversarial suite with ADVERSARIAL_N generated bad inputs per boundary (default 500; ADVERSARIAL_SEED=n replays a run), then every fuzz target for FUZZTIME_LONG (default 2000000x executions).
+	KEIRO_ADVERSARIAL_N=$(ADVERSARIAL_N) $(if $(ADVERSARIAL_SEED),KEIRO_ADVERSARIAL_SEED=$(ADVERSARIAL_SEED)) \
+	  $(GO) test -count=1 -timeout 60m -run '^TestAdversarial' ./e2e/
+	$(MAKE) --no-print-directory fuzz-short FUZZTIME=$(FUZZTIME_LONG)
 
 .PHONY: bench
 bench: ## Run the benchmarks recorded in BENCHMARKS.md.

@@ -36,6 +36,7 @@ require (
 	golang.org/x/sync v0.25.0
 	google.golang.org/grpc v1.84.0
 	google.golang.org/protobuf v1.36.12
+	pgregory.net/rapid v1.3.0
 )
 
 require (

@@ -22,6 +22,14 @@
 //     reaches the topic in per-key commit order.
 //   - TestInterop*: kcat and librdkafka's Python binding (Debian's python3-confluent-kafka, run by
 //     /usr/bin/python3) read what the relay published and produce records our consumer applies.
+//   - TestAdversarial*: every boundary where outside bytes enter, fed generated bad inputs
+//     (adversarial_gen_test.go; KEIRO_ADVERSARIAL_N cases per boundary, from KEIRO_ADVERSARIAL_SEED,
+//     `make fuzz` for many) each followed by a good item on its key or partition: outbox rows
+//     written by plain SQL in claim and log mode, Kafka records through the consumer's go, sql,
+//     http (each format) and Avro paths, and dead-letter produces that fail. The bad item ends
+//     visible with its reason (a dead or rejected row, a dead letter with keiro-dlq-reason, a
+//     refusal), the good one is delivered once, and nothing else is lost, reordered or
+//     duplicated.
 //
 // What is guaranteed is what the tests assert: see docs/reliability.md for the chaos figures.
 package e2e
