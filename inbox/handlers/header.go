@@ -137,12 +137,17 @@ func ceEscape(c byte) bool { return c < 0x21 || c > 0x7e || c == '"' || c == '%'
 // sendTrace records how far the client got with a request.
 type sendTrace struct {
 	wrote atomic.Bool // a byte of the request was written towards the target
+	// conn: the client got a connection (new or reused), so the request passed the client's
+	// own checks; a failure from here on (a reused connection the server closed meanwhile)
+	// is the target's or the network's.
+	conn atomic.Bool
 }
 
 // withSendTrace returns ctx with a client trace that records into st.
 func withSendTrace(ctx context.Context, st *sendTrace) context.Context {
 	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		WroteHeaderField: func(string, []string) { st.wrote.Store(true) },
+		GotConn:          func(httptrace.GotConnInfo) { st.conn.Store(true) },
 	})
 }
 
@@ -152,7 +157,7 @@ func withSendTrace(ctx context.Context, st *sendTrace) context.Context {
 // after the request started to be written (a malformed answer). Everything else (the client
 // refusing the request before sending it, a proxy function's error) is not an outage.
 func isTransportFailure(err error, st *sendTrace) bool {
-	if st.wrote.Load() {
+	if st.wrote.Load() || st.conn.Load() {
 		return true
 	}
 	var ue *url.Error
