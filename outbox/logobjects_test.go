@@ -126,9 +126,9 @@ func TestLogModeVerifiesItsReplicationObjects(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, outbox.ModeClaim, m, "nothing switched")
 
-	exec("DROP PUBLICATION " + slot)
-	exec("CREATE PUBLICATION " + slot + " FOR ALL TABLES")
-	require.ErrorContains(t, startErr(), "FOR ALL TABLES")
+	// FOR ALL TABLES is refused by the same rule (logslot's TestCheckPublication): it is not
+	// created here, since a database-wide publication of updates makes every other test's
+	// UPDATE of a table without a replica identity fail.
 
 	// Its own, without a table (and publishing every operation): re-pointed before the switch.
 	exec("DROP PUBLICATION " + slot)
