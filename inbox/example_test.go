@@ -9,23 +9,21 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/keirotest/testenv"
-	"github.com/keiro-go/keiro/migrations"
 )
 
 // A redelivered message runs its handler once: the second Process is a duplicate.
 func ExampleStore_Process() {
 	ctx := context.Background()
-	db := exampleDB()
-	defer db.close()
+	db, dropDB := testenv.NewExampleDB()
+	defer dropDB()
 
-	store, err := inbox.NewStore(inbox.StoreConfig{Schema: db.schema, Consumer: "billing"})
+	store, err := inbox.NewStore(inbox.StoreConfig{Schema: db.Schema, Consumer: "billing"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -36,7 +34,7 @@ func ExampleStore_Process() {
 		return nil
 	}
 	for range 2 {
-		res, err := store.Process(ctx, db.pool, d, charge)
+		res, err := store.Process(ctx, db.Pool, d, charge)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -54,18 +52,18 @@ func ExampleStore_Process() {
 func ExampleNewConsumer() {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	db := exampleDB()
-	defer db.close()
+	db, dropDB := testenv.NewExampleDB()
+	defer dropDB()
 	cluster, _ := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "billing.orders.v1"))
 	defer cluster.Close()
 	publishExample(cluster, exampleEvent("order-42-placed", `{"order":42}`)) // as the relay publishes it
 
 	committed := make(chan inbox.Commit, 1)
-	consumer, err := inbox.NewConsumer(db.pool, inbox.ConsumerConfig{
+	consumer, err := inbox.NewConsumer(db.Pool, inbox.ConsumerConfig{
 		Brokers:     cluster.ListenAddrs(),
 		Group:       "billing",
 		Topics:      []string{"billing.orders.v1"},
-		Store:       inbox.StoreConfig{Schema: db.schema},
+		Store:       inbox.StoreConfig{Schema: db.Schema},
 		OnCommitted: func(c inbox.Commit) { committed <- c },
 	}, func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
 		// ... INSERT INTO invoices ... through tx ...
@@ -94,19 +92,19 @@ func ExampleNewConsumer() {
 func ExamplePermanent() {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	db := exampleDB()
-	defer db.close()
+	db, dropDB := testenv.NewExampleDB()
+	defer dropDB()
 	cluster, _ := kfake.NewCluster(kfake.NumBrokers(1),
 		kfake.SeedTopics(1, "billing.orders.v1", "billing.orders.v1.dlq"))
 	defer cluster.Close()
 	publishExample(cluster, exampleEvent("order-43-placed", `{"order":"forty-three"}`))
 
 	deadLettered := make(chan string, 1)
-	consumer, err := inbox.NewConsumer(db.pool, inbox.ConsumerConfig{
+	consumer, err := inbox.NewConsumer(db.Pool, inbox.ConsumerConfig{
 		Brokers: cluster.ListenAddrs(),
 		Group:   "billing",
 		Topics:  []string{"billing.orders.v1"},
-		Store:   inbox.StoreConfig{Schema: db.schema},
+		Store:   inbox.StoreConfig{Schema: db.Schema},
 		Logger:  slog.New(slog.DiscardHandler), // it logs each dead letter as a warning
 		OnDeadLettered: func(r *kgo.Record, reason string) {
 			deadLettered <- fmt.Sprintf("%s of %s dead-lettered: %s", r.Key, r.Topic, reason)
@@ -135,12 +133,8 @@ func ExamplePermanent() {
 // each delivery gets its own outcome, and duplicates inside or across batches do not run.
 func ExampleStore_ProcessBatch() {
 	ctx := context.Background()
-	db := exampleDB()
-	defer db.close()
-	store, err := inbox.NewStore(inbox.StoreConfig{Schema: db.schema, Consumer: "billing"})
-	if err != nil {
-		log.Fatal(err)
-	}
+	db, store, dropDB := exampleStore() // as in ExampleStore_Process
+	defer dropDB()
 	charge := func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
 		fmt.Println("charging", ev.MessageID)
 		return nil
@@ -154,7 +148,7 @@ func ExampleStore_ProcessBatch() {
 		{Event: exampleEvent("order-3-placed", `{"order":3}`)},
 	}
 	for _, batch := range [][]inbox.Delivery{first, second} {
-		results, err := store.ProcessBatch(ctx, db.pool, batch, charge)
+		results, err := store.ProcessBatch(ctx, db.Pool, batch, charge)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -177,24 +171,20 @@ func ExampleStore_ProcessBatch() {
 // committed long ago, so no redelivery would bring it back.
 func ExampleStore_Reprocess() {
 	ctx := context.Background()
-	db := exampleDB()
-	defer db.close()
-	store, err := inbox.NewStore(inbox.StoreConfig{Schema: db.schema, Consumer: "billing"})
-	if err != nil {
-		log.Fatal(err)
-	}
+	db, store, dropDB := exampleStore() // as in ExampleStore_Process
+	defer dropDB()
 	d := inbox.Delivery{Event: exampleEvent("order-44-placed", `{"order":44}`)}
 	broken := func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
 		return inbox.Permanent(errors.New("no price list for region eu-west"))
 	}
-	res, err := store.Process(ctx, db.pool, d, broken)
+	res, err := store.Process(ctx, db.Pool, d, broken)
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println(res.Outcome, "-", res.Err)
 
 	fixed := func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error { return nil }
-	res, err = store.Reprocess(ctx, db.pool, inbox.Key{Source: "ordering", DedupeKey: res.DedupeKey}, fixed)
+	res, err = store.Reprocess(ctx, db.Pool, inbox.Key{Source: "ordering", DedupeKey: res.DedupeKey}, fixed)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -232,30 +222,12 @@ func publishExample(cluster *kfake.Cluster, ev envelope.Event) {
 	}
 }
 
-type exampleSchema struct {
-	pool   *pgxpool.Pool
-	schema string
-	close  func()
-}
-
-// exampleDB creates a migrated schema for the example and drops it on close.
-func exampleDB() exampleSchema {
-	ctx := context.Background()
-	schema := "inbox_example_" + envelope.NewUUIDv7().String()[24:]
-	conn, err := pgx.Connect(ctx, testenv.DatabaseURL())
+// exampleStore opens a migrated schema and the inbox Store of consumer "billing" on it.
+func exampleStore() (*testenv.DB, *inbox.Store, func()) {
+	db, dropDB := testenv.NewExampleDB()
+	store, err := inbox.NewStore(inbox.StoreConfig{Schema: db.Schema, Consumer: "billing"})
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer conn.Close(ctx)
-	if err := migrations.Migrate(ctx, conn, schema); err != nil {
-		log.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx, testenv.DatabaseURL())
-	if err != nil {
-		log.Fatal(err)
-	}
-	return exampleSchema{pool: pool, schema: schema, close: func() {
-		_, _ = pool.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
-		pool.Close()
-	}}
+	return db, store, dropDB
 }

@@ -18,7 +18,6 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
-	"github.com/keiro-go/keiro/migrations"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -26,8 +25,8 @@ import (
 // event, and a relay running in the same process publishes it to Kafka.
 func Example() {
 	ctx := context.Background()
-	db := exampleDB()
-	defer db.close()
+	db, dropDB := testenv.NewExampleDB()
+	defer dropDB()
 	cluster, _ := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "billing.orders.v1"))
 	defer cluster.Close()
 
@@ -38,8 +37,8 @@ func Example() {
 	}
 	defer client.Close()
 	published := make(chan outbox.BatchResult, 1)
-	relay, err := outbox.NewRelay(db.pool, client, outbox.RelayConfig{
-		Schema:  db.schema,
+	relay, err := outbox.NewRelay(db.Pool, client, outbox.RelayConfig{
+		Schema:  db.Schema,
 		OnBatch: func(b outbox.BatchResult) { published <- b },
 	})
 	if err != nil {
@@ -50,9 +49,9 @@ func Example() {
 	go func() { done <- relay.Run(runCtx) }()
 
 	// The business transaction: write the order and, atomically, its integration event.
-	store, _ := outbox.NewStore(db.schema)
+	store, _ := outbox.NewStore(db.Schema)
 	key := "order-42"
-	err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 		// ... INSERT INTO orders ... in the same tx ...
 		res, err := store.EnqueueTx(ctx, tx, envelope.Event{
 			MessageID:   "order-42-placed",
@@ -108,9 +107,9 @@ func Example_service() {
 // that enqueues the same event again writes nothing.
 func ExampleStore_EnqueueTx() {
 	ctx := context.Background()
-	db := exampleDB()
-	defer db.close()
-	store, err := outbox.NewStore(db.schema)
+	db, dropDB := testenv.NewExampleDB()
+	defer dropDB()
+	store, err := outbox.NewStore(db.Schema)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -121,7 +120,7 @@ func ExampleStore_EnqueueTx() {
 		Payload: []byte(`{"order":42,"total":1250}`), OccurredAt: time.Now(),
 	}
 	for range 2 { // the command runs twice: the second enqueue is a duplicate
-		err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 			// ... INSERT INTO orders ... through tx ...
 			res, err := store.EnqueueTx(ctx, tx, placed)
 			if err == nil {
@@ -137,7 +136,7 @@ func ExampleStore_EnqueueTx() {
 	// The same message id with other content is a conflict: nothing is written, roll back.
 	changed := placed
 	changed.Payload = []byte(`{"order":42,"total":9999}`)
-	err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 		_, err := store.EnqueueTx(ctx, tx, changed)
 		return err
 	})
@@ -153,21 +152,13 @@ func ExampleStore_EnqueueTx() {
 // needs no Store.
 func ExampleEnqueueTx() {
 	ctx := context.Background()
-	db := exampleDB()
-	defer db.close()
-	cfg, err := pgxpool.ParseConfig(testenv.DatabaseURL())
-	if err != nil {
-		log.Fatal(err)
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = db.schema // the service's schema
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer pool.Close()
+	db, dropDB := testenv.NewExampleDB()
+	defer dropDB()
+	// db.Pool's connections use db.Schema as their search_path, as a service's connections use
+	// its schema (search_path in the connection string, or pgx's RuntimeParams).
 
 	key := "order-42"
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 		res, err := outbox.EnqueueTx(ctx, tx, envelope.Event{
 			MessageID: "order-42-placed", Source: "ordering", Destination: "billing.orders.v1", Key: &key,
 			EventType: "OrderPlaced", ContentType: envelope.ContentTypeJSON,
@@ -189,15 +180,15 @@ func ExampleEnqueueTx() {
 // options (seed brokers, TLS, SASL, client id). NewRelay refuses a client that could publish
 // a key out of order or lose a record.
 func ExampleProducerOpts() {
-	db := exampleDB()
-	defer db.close()
+	db, dropDB := testenv.NewExampleDB()
+	defer dropDB()
 	opts := append(outbox.ProducerOpts(), kgo.SeedBrokers("localhost:9092"), kgo.ClientID("ordering-relay"))
 	client, err := kgo.NewClient(opts...)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer client.Close()
-	_, err = outbox.NewRelay(db.pool, client, outbox.RelayConfig{Schema: db.schema})
+	_, err = outbox.NewRelay(db.Pool, client, outbox.RelayConfig{Schema: db.Schema})
 	fmt.Println("relay with ProducerOpts:", err)
 
 	plain, err := kgo.NewClient(kgo.SeedBrokers("localhost:9092")) // no manual flushing
@@ -205,7 +196,7 @@ func ExampleProducerOpts() {
 		log.Fatal(err)
 	}
 	defer plain.Close()
-	_, err = outbox.NewRelay(db.pool, plain, outbox.RelayConfig{Schema: db.schema})
+	_, err = outbox.NewRelay(db.Pool, plain, outbox.RelayConfig{Schema: db.Schema})
 	fmt.Println("relay without them refused:", err != nil)
 	// Output:
 	// relay with ProducerOpts: <nil>
@@ -218,13 +209,13 @@ func ExampleProducerOpts() {
 // it. cmd/relay offers the same as `relay dead list` and `relay dead requeue`.
 func ExampleStore_Requeue() {
 	ctx := context.Background()
-	db := exampleDB()
-	defer db.close()
+	db, dropDB := testenv.NewExampleDB()
+	defer dropDB()
 	cluster, _ := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "billing.invoices.v1"))
 	defer cluster.Close()
-	store, _ := outbox.NewStore(db.schema)
+	store, _ := outbox.NewStore(db.Schema)
 	key := "invoice-7"
-	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 		_, err := store.EnqueueTx(ctx, tx, envelope.Event{
 			MessageID: "invoice-7-issued", Source: "billing", Destination: "billing.invoices.v1", Key: &key,
 			EventType: "InvoiceIssued", ContentType: envelope.ContentTypeJSON,
@@ -237,7 +228,7 @@ func ExampleStore_Requeue() {
 	}
 
 	runExampleRelay(db, cluster, outbox.RelayConfig{MaxRecordBytes: 1024}, 1)
-	dead, err := store.ListDead(ctx, db.pool, outbox.ListDeadOptions{Destination: "billing.invoices.v1"})
+	dead, err := store.ListDead(ctx, db.Pool, outbox.ListDeadOptions{Destination: "billing.invoices.v1"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -245,7 +236,7 @@ func ExampleStore_Requeue() {
 		fmt.Println(d.MessageID, d.Status, d.RejectionCode)
 	}
 
-	n, err := store.Requeue(ctx, db.pool, outbox.RequeueFilter{Destination: "billing.invoices.v1"})
+	n, err := store.Requeue(ctx, db.Pool, outbox.RequeueFilter{Destination: "billing.invoices.v1"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -263,16 +254,16 @@ func ExampleStore_Requeue() {
 // producers. Kafka orders only within a partition, so the topic has one.
 func ExampleStore_DeclarePerSourceOrder() {
 	ctx := context.Background()
-	db := exampleDB()
-	defer db.close()
+	db, dropDB := testenv.NewExampleDB()
+	defer dropDB()
 	cluster, _ := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "ledger.entries.v1"))
 	defer cluster.Close()
-	store, _ := outbox.NewStore(db.schema)
-	if err := store.DeclarePerSourceOrder(ctx, db.pool, "ledger"); err != nil {
+	store, _ := outbox.NewStore(db.Schema)
+	if err := store.DeclarePerSourceOrder(ctx, db.Pool, "ledger"); err != nil {
 		log.Fatal(err)
 	}
 	for i := 1; i <= 3; i++ {
-		err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 			_, err := store.EnqueueTx(ctx, tx, envelope.Event{ // no key: ordered by the source
 				MessageID: fmt.Sprintf("entry-%d", i), Source: "ledger", Destination: "ledger.entries.v1",
 				EventType: "EntryPosted", ContentType: envelope.ContentTypeJSON,
@@ -306,7 +297,7 @@ func ExampleStore_DeclarePerSourceOrder() {
 
 // runExampleRelay runs a relay on db's schema until it has marked rows rows (published,
 // rejected or otherwise), and returns the sum of its batches.
-func runExampleRelay(db exampleSchema, cluster *kfake.Cluster, cfg outbox.RelayConfig, rows int) outbox.BatchResult {
+func runExampleRelay(db *testenv.DB, cluster *kfake.Cluster, cfg outbox.RelayConfig, rows int) outbox.BatchResult {
 	client, err := kgo.NewClient(append(outbox.ProducerOpts(), kgo.SeedBrokers(cluster.ListenAddrs()...))...)
 	if err != nil {
 		log.Fatal(err)
@@ -317,7 +308,7 @@ func runExampleRelay(db exampleSchema, cluster *kfake.Cluster, cfg outbox.RelayC
 		mu  sync.Mutex // batches in flight may be marked concurrently
 		sum outbox.BatchResult
 	)
-	cfg.Schema = db.schema
+	cfg.Schema = db.Schema
 	cfg.OnBatch = func(b outbox.BatchResult) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -328,7 +319,7 @@ func runExampleRelay(db exampleSchema, cluster *kfake.Cluster, cfg outbox.RelayC
 			marked <- sum
 		}
 	}
-	relay, err := outbox.NewRelay(db.pool, client, cfg)
+	relay, err := outbox.NewRelay(db.Pool, client, cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -341,35 +332,4 @@ func runExampleRelay(db exampleSchema, cluster *kfake.Cluster, cfg outbox.RelayC
 		log.Fatal(err)
 	}
 	return b
-}
-
-type exampleSchema struct {
-	pool   *pgxpool.Pool
-	schema string
-	close  func()
-}
-
-// exampleDB creates a migrated schema for the example and drops it on close.
-func exampleDB() exampleSchema {
-	ctx := context.Background()
-	schema := fmt.Sprintf("example_%d", time.Now().UnixNano())
-	conn, err := pgx.Connect(ctx, testenv.DatabaseURL())
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		log.Fatal(err)
-	}
-	if err := migrations.Migrate(ctx, conn, schema); err != nil {
-		log.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx, testenv.DatabaseURL())
-	if err != nil {
-		log.Fatal(err)
-	}
-	return exampleSchema{pool: pool, schema: schema, close: func() {
-		_, _ = pool.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
-		pool.Close()
-	}}
 }
