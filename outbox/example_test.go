@@ -87,17 +87,36 @@ func Example() {
 // placeOrder and publishAndShip is in readme_test.go, which TestREADMEExample keeps identical
 // to the README.
 func Example_service() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, pool, stop := connectService()
 	defer stop()
-	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer pool.Close()
 	if err := placeOrder(ctx, pool, "42"); err != nil {
 		log.Fatal(err)
 	}
 	if err := publishAndShip(ctx, pool, []string{"localhost:9092"}); err != nil && !errors.Is(err, context.Canceled) {
+		log.Fatal(err)
+	}
+}
+
+// A relay in log mode follows a logical replication slot instead of claiming and marking rows:
+// it switches the schema to log mode when it starts (every producer follows without a
+// redeploy, writing the same events) and publishes them in commit order, writing nothing per
+// event after the insert. The program links the log engine by importing package
+// outbox/logrelay; the pool's role needs the REPLICATION attribute and the server
+// wal_level = logical. `relay run --mode=log` is the same relay as a sidecar, and
+// `relay mode set claim` switches back.
+func ExampleRelayConfig_logMode() {
+	ctx, pool, stop := connectService()
+	defer stop()
+	client, err := kgo.NewClient(append(outbox.ProducerOpts(), kgo.SeedBrokers("localhost:9092"))...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	relay, err := outbox.NewRelay(pool, client, outbox.RelayConfig{Mode: outbox.ModeLog})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := relay.Run(ctx); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -293,6 +312,20 @@ func ExampleStore_DeclarePerSourceOrder() {
 	// {"entry":1}
 	// {"entry":2}
 	// {"entry":3}
+}
+
+// connectService opens a service's pool on DATABASE_URL, under a context an interrupt
+// cancels; stop closes both.
+func connectService() (context.Context, *pgxpool.Pool, func()) {
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	return ctx, pool, func() {
+		pool.Close()
+		cancel()
+	}
 }
 
 // runExampleRelay runs a relay on db's schema until it has marked rows rows (published,
