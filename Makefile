@@ -30,7 +30,7 @@ demo: postgres ## Run the end-to-end demo (embedded Kafka, local PostgreSQL at D
 # Stamped into the binaries (`relay --version`); without them the Go build info is used.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
-LDFLAGS := -X github.com/keiro-go/keiro/internal/cli.version=$(VERSION) -X github.com/keiro-go/keiro/internal/cli.commit=$(COMMIT)
+LDFLAGS := -X github.com/keiro-go/keiro/cmd/internal/cli.version=$(VERSION) -X github.com/keiro-go/keiro/cmd/internal/cli.commit=$(COMMIT)
 
 .PHONY: build
 build: ## Build every package and the binaries into ./bin (VERSION and COMMIT stamped).
@@ -40,7 +40,7 @@ build: ## Build every package and the binaries into ./bin (VERSION and COMMIT st
 .PHONY: test
 test: vet postgres ## Run the whole test suite (PostgreSQL started; a real Kafka broker from Maven, kfake; short fuzz runs; the adversarial suite with a few generated cases per boundary; race detector on the storage packages).
 	$(MAKE) --no-print-directory lint
-	$(GO) run ./internal/kafkabroker/cmd/kafkabroker classpath
+	$(GO) run ./keirotest/testenv/kafkabroker/cmd/kafkabroker classpath
 	$(MAKE) --no-print-directory alerts-check
 	$(MAKE) --no-print-directory deploy-check
 	$(MAKE) --no-print-directory qa-modules-test
@@ -74,7 +74,7 @@ qa-modules-test: ## Test the QA modules (compose validation and stack run, the c
 
 .PHONY: kafka
 kafka: ## Run a real Apache Kafka broker on loopback for the tests (BROKERS=3 for a cluster); prints KEIRO_TEST_KAFKA_BROKERS.
-	$(GO) run ./internal/kafkabroker/cmd/kafkabroker run -brokers $${BROKERS:-1}
+	$(GO) run ./keirotest/testenv/kafkabroker/cmd/kafkabroker run -brokers $${BROKERS:-1}
 
 .PHONY: fuzz-short
 fuzz-short: ## Run every fuzz target briefly (FUZZTIME each: 50000x executions by default, or a duration such as 5m).

@@ -11,11 +11,11 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/keiro-go/keiro/cmd/internal/cli"
+	"github.com/keiro-go/keiro/cmd/internal/healthcheck"
+	"github.com/keiro-go/keiro/cmd/internal/pgconfig"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/inbox/handlers"
-	"github.com/keiro-go/keiro/internal/cli"
-	"github.com/keiro-go/keiro/internal/healthcheck"
-	"github.com/keiro-go/keiro/internal/pgconfig"
 	"github.com/keiro-go/keiro/migrations"
 )
 

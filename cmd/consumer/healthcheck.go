@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 
-	"github.com/keiro-go/keiro/internal/cli"
-	"github.com/keiro-go/keiro/internal/healthcheck"
+	"github.com/keiro-go/keiro/cmd/internal/cli"
+	"github.com/keiro-go/keiro/cmd/internal/healthcheck"
 )
 
 // healthcheckCmd is in the grammar for --help; run dispatches "consumer healthcheck …" before
-// parsing, so the database flags are not needed (internal/healthcheck).
+// parsing, so the database flags are not needed (cmd/internal/healthcheck).
 type healthcheckCmd struct {
 	Args []string `arg:"" optional:"" passthrough:"" help:"--http-addr, --endpoint=readyz|healthz, --timeout (consumer healthcheck --help)."`
 }

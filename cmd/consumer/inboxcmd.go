@@ -10,8 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/keiro-go/keiro/cmd/internal/cli"
 	"github.com/keiro-go/keiro/inbox"
-	"github.com/keiro-go/keiro/internal/cli"
 )
 
 // inboxCmd groups the operator commands on inbox rows.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/keiro-go/keiro/internal/cli"
+	"github.com/keiro-go/keiro/cmd/internal/cli"
 	"github.com/keiro-go/keiro/migrations"
 )
 

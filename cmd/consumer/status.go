@@ -16,10 +16,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro/cmd/internal/cli"
+	"github.com/keiro-go/keiro/cmd/internal/kafkaconfig"
 	"github.com/keiro-go/keiro/console"
 	"github.com/keiro-go/keiro/inbox"
-	"github.com/keiro-go/keiro/internal/cli"
-	"github.com/keiro-go/keiro/internal/kafkaconfig"
 	"github.com/keiro-go/keiro/migrations"
 )
 

@@ -8,11 +8,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/keiro-go/keiro/cmd/internal/cli"
+	"github.com/keiro-go/keiro/cmd/internal/pgconfig"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/inbox/handlers"
-	"github.com/keiro-go/keiro/internal/cli"
-	"github.com/keiro-go/keiro/internal/pgconfig"
 	"github.com/keiro-go/keiro/schema"
 )
 

@@ -12,13 +12,13 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro/cmd/internal/cli"
+	"github.com/keiro-go/keiro/cmd/internal/healthcheck"
+	"github.com/keiro-go/keiro/cmd/internal/kafkaconfig"
+	"github.com/keiro-go/keiro/cmd/internal/pgconfig"
+	"github.com/keiro-go/keiro/cmd/internal/schemacli"
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/cli"
-	"github.com/keiro-go/keiro/internal/healthcheck"
 	"github.com/keiro-go/keiro/internal/httpserver"
-	"github.com/keiro-go/keiro/internal/kafkaconfig"
-	"github.com/keiro-go/keiro/internal/pgconfig"
-	"github.com/keiro-go/keiro/internal/schemacli"
 	"github.com/keiro-go/keiro/migrations"
 	"github.com/keiro-go/keiro/outbox"
 )
@@ -113,7 +113,7 @@ type grammar struct {
 	Healthcheck healthcheckCmd `cmd:"" help:"GET this relay's /readyz (or /healthz) and exit 0 when healthy, 1 otherwise (container healthchecks)."`
 }
 
-// schemaCmd hands its arguments to internal/schemacli. It is in the grammar for --help; run
+// schemaCmd hands its arguments to cmd/internal/schemacli. It is in the grammar for --help; run
 // dispatches "relay schema …" before parsing, so the relay's database flags are not needed.
 type schemaCmd struct {
 	Args []string `arg:"" optional:"" passthrough:"" help:"register|check SUBJECT FILE.avsc and the registry flags."`

@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/keiro-go/keiro/cmd/internal/cli"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/events"
-	"github.com/keiro-go/keiro/internal/cli"
 	"github.com/keiro-go/keiro/outbox"
 )
 

@@ -9,7 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/keiro-go/keiro/internal/gctune"
+	"github.com/keiro-go/keiro/cmd/internal/gctune"
 )
 
 func main() {

@@ -10,11 +10,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro/cmd/internal/cli"
+	"github.com/keiro-go/keiro/cmd/internal/gctune"
+	"github.com/keiro-go/keiro/cmd/internal/kafkaconfig"
 	"github.com/keiro-go/keiro/console"
-	"github.com/keiro-go/keiro/internal/cli"
-	"github.com/keiro-go/keiro/internal/gctune"
 	"github.com/keiro-go/keiro/internal/httpserver"
-	"github.com/keiro-go/keiro/internal/kafkaconfig"
 	"github.com/keiro-go/keiro/migrations"
 	"github.com/keiro-go/keiro/outbox"
 	_ "github.com/keiro-go/keiro/outbox/logrelay" // --mode=log

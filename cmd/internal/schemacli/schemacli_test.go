@@ -14,7 +14,7 @@ import (
 
 	"github.com/keiro-go/keiro/keirotest/testenv"
 
-	"github.com/keiro-go/keiro/internal/schemacli"
+	"github.com/keiro-go/keiro/cmd/internal/schemacli"
 	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 )

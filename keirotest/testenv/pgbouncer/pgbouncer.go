@@ -1,10 +1,10 @@
-// Package testpgbouncer runs a real PgBouncer process in transaction pooling mode in front of the
+// Package pgbouncer runs a real PgBouncer process in transaction pooling mode in front of the
 // test PostgreSQL server (KEIRO_TEST_DATABASE_URL), on a free loopback port, for tests that must
 // prove a component works through it.
 //
 // A test that needs PgBouncer fails, never skips, when the binary is missing: install Debian's
 // pgbouncer package (.ci/run does).
-package testpgbouncer
+package pgbouncer
 
 import (
 	"bufio"

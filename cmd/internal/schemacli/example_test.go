@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/keiro-go/keiro/internal/schemacli"
+	"github.com/keiro-go/keiro/cmd/internal/schemacli"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 )
 

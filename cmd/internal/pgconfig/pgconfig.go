@@ -18,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/keiro-go/keiro/internal/cli"
+	"github.com/keiro-go/keiro/cmd/internal/cli"
 )
 
 // ExecModeParam is the connection-string parameter with which pgx reads its query execution

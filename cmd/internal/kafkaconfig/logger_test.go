@@ -11,7 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/keiro-go/keiro/internal/kafkaconfig"
+	"github.com/keiro-go/keiro/cmd/internal/kafkaconfig"
 )
 
 // A client that cannot reach its broker logs the failure through slog at warn or error.

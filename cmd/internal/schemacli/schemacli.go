@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/keiro-go/keiro/internal/cli"
+	"github.com/keiro-go/keiro/cmd/internal/cli"
 	"github.com/keiro-go/keiro/schema"
 )
 

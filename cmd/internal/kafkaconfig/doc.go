@@ -4,7 +4,7 @@
 //
 // [Config] is both a library configuration and a kong flag group: embed it in a command with
 // `embed:""` and its fields become --brokers, --client-id, --kafka-tls-…, --kafka-sasl-…, each
-// with an environment variable (internal/cli). [Config.ValidateFlags] reports every problem at
+// with an environment variable (cmd/internal/cli). [Config.ValidateFlags] reports every problem at
 // once, each naming its flag; files are read and parsed during validation, so a bad path or a
 // certificate without its key is reported before anything connects. The SASL password is a
 // cli.Secret and never prints.

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/keiro-go/keiro/internal/cli"
+	"github.com/keiro-go/keiro/cmd/internal/cli"
 )
 
 // FuzzParse feeds arbitrary command lines (outside input) to the parser: it must never panic,

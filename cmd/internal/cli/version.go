@@ -8,7 +8,7 @@ import (
 
 // Build stamps, set at link time:
 //
-//	go build -ldflags "-X github.com/keiro-go/keiro/internal/cli.version=v1.2.3 -X github.com/keiro-go/keiro/internal/cli.commit=$(git rev-parse HEAD)"
+//	go build -ldflags "-X github.com/keiro-go/keiro/cmd/internal/cli.version=v1.2.3 -X github.com/keiro-go/keiro/cmd/internal/cli.commit=$(git rev-parse HEAD)"
 //
 // Unset, [Build] falls back to what the Go toolchain recorded in the binary
 // (debug.ReadBuildInfo: the module version and the vcs.revision of the build).

@@ -9,10 +9,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/keiro-go/keiro/cmd/internal/pgconfig"
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/pgconfig"
-	"github.com/keiro-go/keiro/internal/testpgbouncer"
 	"github.com/keiro-go/keiro/keirotest/testenv"
+	"github.com/keiro-go/keiro/keirotest/testenv/pgbouncer"
 )
 
 // interleave runs, through PgBouncer in transaction mode, a statement on c1, then holds that
@@ -44,7 +44,7 @@ func interleave(t *testing.T, cfg *pgx.ConnConfig) error {
 
 func TestPgBouncerModeSurvivesTransactionPooling(t *testing.T) {
 	t.Parallel()
-	b := testpgbouncer.Start(t)
+	b := pgbouncer.Start(t)
 
 	// pgx's default: the named statement stays on the first server connection.
 	plain, err := pgconfig.Options{}.ParseConn(b.URL())

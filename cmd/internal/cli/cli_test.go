@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keiro-go/keiro/internal/cli"
+	"github.com/keiro-go/keiro/cmd/internal/cli"
 )
 
 type group struct {

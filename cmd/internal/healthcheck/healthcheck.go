@@ -12,7 +12,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
-	"github.com/keiro-go/keiro/internal/cli"
+	"github.com/keiro-go/keiro/cmd/internal/cli"
 )
 
 // Command is the argument that selects the healthcheck: "relay healthcheck".

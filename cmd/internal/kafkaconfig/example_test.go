@@ -3,7 +3,7 @@ package kafkaconfig_test
 import (
 	"fmt"
 
-	"github.com/keiro-go/keiro/internal/kafkaconfig"
+	"github.com/keiro-go/keiro/cmd/internal/kafkaconfig"
 )
 
 func ExampleConfig_ValidateFlags() {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/keiro-go/keiro/internal/cli"
+	"github.com/keiro-go/keiro/cmd/internal/cli"
 )
 
 type exampleGrammar struct {

@@ -1,7 +1,7 @@
 // Command kafkabroker resolves and runs the Apache Kafka broker of keiro-go's test suite.
 //
-//	go run ./internal/kafkabroker/cmd/kafkabroker classpath    # resolve the jars (once per machine)
-//	go run ./internal/kafkabroker/cmd/kafkabroker run [-brokers 3]
+//	go run ./keirotest/testenv/kafkabroker/cmd/kafkabroker classpath    # resolve the jars (once per machine)
+//	go run ./keirotest/testenv/kafkabroker/cmd/kafkabroker run [-brokers 3]
 //
 // run starts a cluster on loopback, prints KEIRO_TEST_KAFKA_BROKERS=host:port,… for the tests
 // to use, and stops it on SIGINT or SIGTERM.
@@ -16,7 +16,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/keiro-go/keiro/internal/kafkabroker"
+	"github.com/keiro-go/keiro/keirotest/testenv/kafkabroker"
 )
 
 func main() {

@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/keiro-go/keiro/internal/kafkabroker"
+	"github.com/keiro-go/keiro/keirotest/testenv/kafkabroker"
 )
 
 // produceConsume produces n records under a key of its own and reads the topic from the
