@@ -50,7 +50,7 @@ test: vet postgres ## Run the whole test suite (PostgreSQL started; a real Kafka
 
 # Modules of their own whose dependencies stay out of the main go.mod: the compose validation
 # (compose-go, BuildKit's Dockerfile parser) and the console's browser test (chromedp).
-QA_MODULES := internal/composecheck console/browsertest
+QA_MODULES := deploy/compose/validate console/browsertest
 
 .PHONY: vet
 vet: ## gofmt check and go vet (the peers harness and the QA modules, modules of their own, are vetted too, so they keep building).
@@ -120,7 +120,7 @@ deploy-check: ## Decode every Kubernetes manifest strictly into the API types (s
 
 .PHONY: compose-check
 compose-check: ## Validate docker-compose.yml and the Dockerfile, and run its relay and consumer on a real Kafka (no engine needed; a module of its own).
-	cd internal/composecheck && $(GO) test -count=1 ./...
+	cd deploy/compose/validate && $(GO) test -count=1 ./...
 
 .PHONY: clean
 clean: ## Remove build output.

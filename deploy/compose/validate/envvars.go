@@ -1,4 +1,4 @@
-package composecheck
+package validate
 
 import "github.com/keiro-go/keiro/tracing/otelsetup"
 

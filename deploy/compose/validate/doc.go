@@ -1,4 +1,4 @@
-// Package composecheck validates the repository's docker-compose.yml and Dockerfile without a
+// Package validate checks the repository's docker-compose.yml and Dockerfile without a
 // Docker engine, so CI catches a broken demo stack: the compose file must load with compose-go
 // (the Compose specification's reference parser); every depends_on target must exist, with a
 // healthcheck when the condition is service_healthy; build contexts, Dockerfiles, build
@@ -16,6 +16,6 @@
 //
 // It is a module of its own (go.mod here, replacing github.com/keiro-go/keiro with the
 // repository), so that compose-go and BuildKit stay out of the main module. Run it with
-// `cd internal/composecheck && go test ./...` (the Makefile's compose-check target; make test
+// `cd deploy/compose/validate && go test ./...` (the Makefile's compose-check target; make test
 // runs it).
-package composecheck
+package validate

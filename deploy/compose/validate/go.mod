@@ -1,8 +1,8 @@
-module github.com/keiro-go/keiro/internal/composecheck
+module github.com/keiro-go/keiro/deploy/compose/validate
 
 go 1.26.8
 
-replace github.com/keiro-go/keiro => ../..
+replace github.com/keiro-go/keiro => ../../..
 
 require (
 	github.com/compose-spec/compose-go/v2 v2.16.2

@@ -1,4 +1,4 @@
-package composecheck_test
+package validate_test
 
 import (
 	"bufio"
@@ -32,7 +32,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
-	"github.com/keiro-go/keiro/internal/composecheck"
+	"github.com/keiro-go/keiro/deploy/compose/validate"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
@@ -50,7 +50,7 @@ var stackServices = []struct {
 type stackConfig struct {
 	// orders is the demo producer's N; 0 stops after the healthchecks.
 	orders int
-	// skipChecks runs without composecheck.CheckProject first, to show that the run itself
+	// skipChecks runs without validate.CheckProject first, to show that the run itself
 	// fails on a broken file, not only the up-front check.
 	skipChecks bool
 	// healthWait bounds the wait for each healthcheck to pass. Defaults to 60s.
@@ -145,16 +145,16 @@ func runStack(t *testing.T, composeFile string, cfg stackConfig) error {
 		cfg.healthWait = 60 * time.Second
 	}
 	ctx := context.Background()
-	p, err := composecheck.LoadProject(ctx, composeFile, nil)
+	p, err := validate.LoadProject(ctx, composeFile, nil)
 	if err != nil {
 		return err
 	}
 	if !cfg.skipChecks {
-		if err := composecheck.CheckProject(p); err != nil {
+		if err := validate.CheckProject(p); err != nil {
 			return err
 		}
 	}
-	topics, err := composecheck.InitTopics(p)
+	topics, err := validate.InitTopics(p)
 	if err != nil {
 		return err
 	}
@@ -171,7 +171,7 @@ func runStack(t *testing.T, composeFile string, cfg stackConfig) error {
 	t.Cleanup(registry.Close)
 	otlp := newOTLPSink(t)
 	db := newComposeDatabase(t)
-	network := composecheck.Network{
+	network := validate.Network{
 		"postgres:5432":        db.hostport,
 		"postgres":             db.host,
 		"kafka:9092":           strings.Join(k.Seeds, ","),
@@ -197,7 +197,7 @@ func runStack(t *testing.T, composeFile string, cfg stackConfig) error {
 		// container's network namespace. Here it would take a fixed port on every interface of
 		// a shared machine (colliding with a parallel run or anything else on it), so each
 		// binary listens on a free loopback port and the healthcheck is given the port it got.
-		addrEnv := composecheck.HTTPAddrEnv(sv.name)
+		addrEnv := validate.HTTPAddrEnv(sv.name)
 		env[addrEnv] = "127.0.0.1:0"
 		pr, err := startProc(t, sv.name, argv, env, sv.addrRe)
 		if err != nil {
@@ -243,16 +243,16 @@ func runStack(t *testing.T, composeFile string, cfg stackConfig) error {
 // composeService returns the environment and argv of a service built from the Dockerfile, as
 // its container gets them, with the compose network's addresses mapped by net and the
 // database name replaced by dbName; argv[0] is the locally built binary.
-func composeService(p *types.Project, name string, network composecheck.Network, dbName string) (map[string]string, []string, error) {
-	env, err := composecheck.ServiceEnv(p, name)
+func composeService(p *types.Project, name string, network validate.Network, dbName string) (map[string]string, []string, error) {
+	env, err := validate.ServiceEnv(p, name)
 	if err != nil {
 		return nil, nil, err
 	}
-	argv, err := composecheck.ServiceCommand(p, name)
+	argv, err := validate.ServiceCommand(p, name)
 	if err != nil {
 		return nil, nil, err
 	}
-	img, _, err := composecheck.ServiceImage(p, name)
+	img, _, err := validate.ServiceImage(p, name)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -295,7 +295,7 @@ func waitHealthy(p *types.Project, name string, env map[string]string, pr *proc,
 	if hc == nil || hc.Disable || len(hc.Test) < 2 || hc.Test[0] != "CMD" {
 		return fmt.Errorf("service %q: healthcheck %v is not an exec-form CMD the test can run", name, hc)
 	}
-	img, _, err := composecheck.ServiceImage(p, name)
+	img, _, err := validate.ServiceImage(p, name)
 	if err != nil {
 		return err
 	}
@@ -336,7 +336,7 @@ func waitHealthy(p *types.Project, name string, env map[string]string, pr *proc,
 
 // createTopics creates the stack's topics under their literal names (the compose file's, not
 // a test namespace) on the real broker, and deletes them and the consumer groups at cleanup.
-func createTopics(t *testing.T, topics []composecheck.Topic, groups []string) *testenv.Kafka {
+func createTopics(t *testing.T, topics []validate.Topic, groups []string) *testenv.Kafka {
 	t.Helper()
 	k := testenv.NewRealKafka(t)
 	var names []string
@@ -435,7 +435,7 @@ END $$`)
 // applyInitSQL runs the postgres service's /docker-entrypoint-initdb.d/*.sql on the test's
 // database the way the image's initdb does: in name order, with psql as POSTGRES_USER,
 // stopping at the first error.
-func applyInitSQL(t *testing.T, p *types.Project, network composecheck.Network, db *composeDB) error {
+func applyInitSQL(t *testing.T, p *types.Project, network validate.Network, db *composeDB) error {
 	t.Helper()
 	s := p.Services["postgres"]
 	var dir string
@@ -452,7 +452,7 @@ func applyInitSQL(t *testing.T, p *types.Project, network composecheck.Network, 
 		return err
 	}
 	slices.Sort(files)
-	env, err := composecheck.ServiceEnv(p, "postgres")
+	env, err := validate.ServiceEnv(p, "postgres")
 	if err != nil {
 		return err
 	}
@@ -474,10 +474,10 @@ func applyInitSQL(t *testing.T, p *types.Project, network composecheck.Network, 
 
 // runDemoOrders runs the demo-orders service's entrypoint with its environment (N set to n),
 // its bind mounts mapped onto their host paths.
-func runDemoOrders(t *testing.T, p *types.Project, network composecheck.Network, dbName string, n int) error {
+func runDemoOrders(t *testing.T, p *types.Project, network validate.Network, dbName string, n int) error {
 	t.Helper()
 	const name = "demo-orders"
-	env, err := composecheck.ServiceEnv(p, name)
+	env, err := validate.ServiceEnv(p, name)
 	if err != nil {
 		return err
 	}
@@ -485,7 +485,7 @@ func runDemoOrders(t *testing.T, p *types.Project, network composecheck.Network,
 		env[k] = mapDatabase(k, network.Rewrite(v), dbName)
 	}
 	env["N"] = strconv.Itoa(n) // docker compose run -e N=…
-	argv, err := composecheck.ServiceCommand(p, name)
+	argv, err := validate.ServiceCommand(p, name)
 	if err != nil {
 		return err
 	}
@@ -584,7 +584,7 @@ func binary(name string) (string, error) {
 		}
 		_, file, _, _ := runtime.Caller(0)
 		cmd := exec.Command("go", "build", "-o", bins.dir+string(os.PathSeparator), "./cmd/relay", "./cmd/consumer")
-		cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
+		cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..", "..")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			bins.err = fmt.Errorf("build the binaries: %v\n%s", err, out)
 		}
@@ -735,7 +735,7 @@ func tail(s string, n int) string {
 }
 
 func TestNetworkRewrite(t *testing.T) {
-	n := composecheck.Network{
+	n := validate.Network{
 		"postgres:5432": "127.0.0.1:5432",
 		"postgres":      "127.0.0.1",
 		"kafka:9092":    "127.0.0.1:40001,127.0.0.1:40002",

@@ -1,4 +1,4 @@
-package composecheck_test
+package validate_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package composecheck_test
+package validate_test
 
 import (
 	"context"
@@ -8,24 +8,24 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/keiro-go/keiro/internal/composecheck"
+	"github.com/keiro-go/keiro/deploy/compose/validate"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
-// repoRoot is the repository root, two directories above this file.
+// repoRoot is the repository root, three directories above this file.
 func repoRoot(t *testing.T) string {
 	t.Helper()
 	_, file, _, ok := runtime.Caller(0)
 	if !ok {
 		t.Fatal("no caller information")
 	}
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
 }
 
 // TestComposeFile loads the repository's docker-compose.yml with compose-go and checks it.
 func TestComposeFile(t *testing.T) {
 	root := repoRoot(t)
-	p, err := composecheck.LoadProject(context.Background(), filepath.Join(root, "docker-compose.yml"), nil)
+	p, err := validate.LoadProject(context.Background(), filepath.Join(root, "docker-compose.yml"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func TestComposeFile(t *testing.T) {
 			t.Errorf("service %q missing", want)
 		}
 	}
-	if err := composecheck.CheckProject(p); err != nil {
+	if err := validate.CheckProject(p); err != nil {
 		t.Fatal(err)
 	}
 	// The stack's Kafka is the release the real-broker tests run, so the two cannot drift.
@@ -44,11 +44,11 @@ func TestComposeFile(t *testing.T) {
 		}
 	}
 	// Interpolation: a host port moved through the environment is honoured and still checked.
-	p, err = composecheck.LoadProject(context.Background(), filepath.Join(root, "docker-compose.yml"), []string{"KEIRO_RELAY_PORT=9465"})
+	p, err = validate.LoadProject(context.Background(), filepath.Join(root, "docker-compose.yml"), []string{"KEIRO_RELAY_PORT=9465"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = composecheck.CheckProject(p)
+	err = validate.CheckProject(p)
 	if err == nil || !strings.Contains(err.Error(), "host port 9465/tcp") {
 		t.Fatalf("moving the relay onto the consumer's port: err = %v", err)
 	}
@@ -57,10 +57,10 @@ func TestComposeFile(t *testing.T) {
 // TestDockerfile checks the repository's Dockerfile against its build context.
 func TestDockerfile(t *testing.T) {
 	root := repoRoot(t)
-	if err := composecheck.CheckDockerfile(filepath.Join(root, "Dockerfile"), root); err != nil {
+	if err := validate.CheckDockerfile(filepath.Join(root, "Dockerfile"), root); err != nil {
 		t.Fatal(err)
 	}
-	d, err := composecheck.ParseDockerfile(filepath.Join(root, "Dockerfile"))
+	d, err := validate.ParseDockerfile(filepath.Join(root, "Dockerfile"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,11 +145,11 @@ services:
 		"Dockerfile":         goodDockerfile,
 		"present/file":       "x",
 	})
-	p, err := composecheck.LoadProject(context.Background(), filepath.Join(dir, "docker-compose.yml"), nil)
+	p, err := validate.LoadProject(context.Background(), filepath.Join(dir, "docker-compose.yml"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = composecheck.CheckProject(p)
+	err = validate.CheckProject(p)
 	if err == nil {
 		t.Fatal("CheckProject accepted a broken project")
 	}
@@ -190,7 +190,7 @@ func TestLoadProjectRejectsInvalidFiles(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := writeTree(t, map[string]string{"docker-compose.yml": compose})
-			if _, err := composecheck.LoadProject(context.Background(), filepath.Join(dir, "docker-compose.yml"), nil); err == nil {
+			if _, err := validate.LoadProject(context.Background(), filepath.Join(dir, "docker-compose.yml"), nil); err == nil {
 				t.Fatal("LoadProject accepted an invalid file")
 			}
 		})
@@ -242,7 +242,7 @@ func TestCheckDockerfileFindsProblems(t *testing.T) {
 				files[k] = v
 			}
 			dir := writeTree(t, files)
-			err := composecheck.CheckDockerfile(filepath.Join(dir, "Dockerfile"), dir)
+			err := validate.CheckDockerfile(filepath.Join(dir, "Dockerfile"), dir)
 			if len(c.want) == 0 {
 				if err != nil {
 					t.Fatalf("unexpected problems: %v", err)

@@ -1,4 +1,4 @@
-package composecheck
+package validate
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package composecheck_test
+package validate_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/keiro-go/keiro/internal/composecheck"
+	"github.com/keiro-go/keiro/deploy/compose/validate"
 )
 
 const imageBuild = `FROM golang:1.26 AS build
@@ -59,7 +59,7 @@ ENTRYPOINT ["/usr/local/bin/relay"]
 				"cmd/relay/main.go": "package main\n\nfunc main() {}\n",
 				"Dockerfile":        c.dockerfile,
 			})
-			err := composecheck.CheckDockerfile(filepath.Join(dir, "Dockerfile"), dir)
+			err := validate.CheckDockerfile(filepath.Join(dir, "Dockerfile"), dir)
 			if len(c.want) == 0 {
 				if err != nil {
 					t.Fatalf("unexpected problems: %v", err)
@@ -114,11 +114,11 @@ services:
 		"cmd/relay/main.go":  "package main\n\nfunc main() {}\n",
 		"Dockerfile":         goodImage,
 	})
-	p, err := composecheck.LoadProject(context.Background(), filepath.Join(dir, "docker-compose.yml"), nil)
+	p, err := validate.LoadProject(context.Background(), filepath.Join(dir, "docker-compose.yml"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = composecheck.CheckProject(p)
+	err = validate.CheckProject(p)
 	if err == nil {
 		t.Fatal("CheckProject accepted services that do not fit their image")
 	}
