@@ -150,11 +150,11 @@ func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 	}()
 
 	if c.Migrate {
-		if err := g.DB.migrationsAllowed("consumer migrate"); err != nil {
+		if err := g.DB.MigrationsAllowed("consumer migrate"); err != nil {
 			return err
 		}
 	}
-	pool, err := openPool(ctx, &g.DB)
+	pool, err := g.DB.OpenPool(ctx)
 	if err != nil {
 		return err
 	}
