@@ -26,7 +26,10 @@ func (f *dbFlags) ValidateFlags() error { return f.Validate("KEIRO_TEST") }
 
 type runCmd struct{}
 
-func (c *runCmd) Run(env *cli.Env) error { _, err := io.WriteString(env.Stdout, "running\n"); return err }
+func (c *runCmd) Run(env *cli.Env) error {
+	_, err := io.WriteString(env.Stdout, "running\n")
+	return err
+}
 
 func testSidecar() *sidecar.Sidecar {
 	return &sidecar.Sidecar{
