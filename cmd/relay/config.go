@@ -84,20 +84,18 @@ func vars() kong.Vars {
 }
 
 // relaySidecar describes the relay to the code it shares with the consumer.
-func relaySidecar() *sidecar.Sidecar {
-	return &sidecar.Sidecar{
-		Name:            "relay",
-		Description:     description,
-		EnvPrefix:       EnvPrefix,
-		DefaultHTTPAddr: DefaultHTTPAddr,
-		DatabaseURLHelp: " The password is never printed.",
-		PgBouncerHelp:   ", polling only (implies --poll-only)",
-		Options:         []kong.Option{vars()},
-	}
+var relaySidecar = &sidecar.Sidecar{
+	Name:            "relay",
+	Description:     description,
+	EnvPrefix:       EnvPrefix,
+	DefaultHTTPAddr: DefaultHTTPAddr,
+	DatabaseURLHelp: " The password is never printed.",
+	PgBouncerHelp:   ", polling only (implies --poll-only)",
+	Options:         []kong.Option{vars()},
 }
 
 // app is the relay's command line.
-func app() cli.App { return relaySidecar().App() }
+func app() cli.App { return relaySidecar.App() }
 
 // grammar is the command line: flags shared by every command, then the commands.
 type grammar struct {
@@ -136,7 +134,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "schema" {
 		return schemacli.Run(ctx, args[1:], stdout, stderr)
 	}
-	return relaySidecar().Run(ctx, &grammar{}, args, stdout, stderr)
+	return relaySidecar.Run(ctx, &grammar{}, args, stdout, stderr)
 }
 
 // dbFlags locate the outbox table: the database flags both binaries share.

@@ -5,15 +5,16 @@
 //
 // A binary describes itself once:
 //
-//	var binary = sidecar.Sidecar{Name: "consumer", EnvPrefix: "KEIRO_CONSUMER", …}
+//	var consumerSidecar = &sidecar.Sidecar{Name: "consumer", EnvPrefix: "KEIRO_CONSUMER", …}
 //
 //	func main() { sidecar.Main(run) }
 //
 //	func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-//		return binary.Run(ctx, &grammar{}, args, stdout, stderr)
+//		return consumerSidecar.Run(ctx, &grammar{}, args, stdout, stderr)
 //	}
 //
-// and embeds [DB] and [HealthcheckCmd] in its grammar. What differs between the binaries (the
+// and embeds [DB] (in a flag group of its own, whose ValidateFlags calls [DB.Validate] with the
+// binary's prefix) and [HealthcheckCmd] in its grammar. What differs between the binaries (the
 // help of --database-url and --pgbouncer, the healthcheck's address) is a field of [Sidecar],
 // so that their flags, environment variables, help and exit codes stay what they were.
 package sidecar
