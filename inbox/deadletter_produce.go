@@ -1,7 +1,6 @@
 package inbox
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"time"
@@ -212,20 +211,4 @@ func truncate(s string, n int) string {
 		return s[:n]
 	}
 	return s
-}
-
-// deadLetterPoisoned dead-letters the poisoned message d and marks its inbox row, so that a
-// redelivery is a duplicate rather than a second dead letter. If the mark fails, a later
-// redelivery dead-letters the message again (the dead-letter topic is at least once).
-func (w *partitionWorker) deadLetterPoisoned(r *kgo.Record, d *Delivery, reason string, res Result) bool {
-	if !w.deadLetter(r, reason, res.Err, res.Attempts) {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(w.c.baseCtx, w.c.cfg.ShutdownTimeout)
-	defer cancel()
-	if err := w.c.store.markDeadLettered(ctx, w.c.pool, d.Event.Source, res.DedupeKey); err != nil {
-		w.c.log.WarnContext(ctx, "could not record the dead letter in the inbox; a redelivery will dead-letter the message again",
-			"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "error", err)
-	}
-	return true
 }

@@ -8,10 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox/internal/buffer"
 	"github.com/keiro-go/keiro/inbox/internal/pacing"
-	"github.com/keiro-go/keiro/tracing"
 )
 
 // partitionWorker processes one assigned partition in offset order. This file holds its
@@ -241,20 +239,4 @@ func (w *partitionWorker) commit(last *kgo.Record, n int) {
 	if w.c.cfg.OnCommitted != nil {
 		w.c.cfg.OnCommitted(Commit{Topic: last.Topic, Partition: last.Partition, Offset: last.Offset + 1, Records: n})
 	}
-}
-
-// logCtx is the worker's context carrying r's trace context (its traceparent header, read
-// from the raw headers so that an undecodable record has it too): a line logged about r carries
-// the trace_id of the event's trace, from the producing transaction on.
-func (w *partitionWorker) logCtx(r *kgo.Record) context.Context {
-	var tc envelope.TraceContext
-	for _, h := range r.Headers {
-		switch h.Key {
-		case envelope.HeaderTraceparent:
-			tc.Traceparent = string(h.Value)
-		case envelope.HeaderTracestate:
-			tc.Tracestate = string(h.Value)
-		}
-	}
-	return tracing.ContextWith(w.ctx, &tc)
 }
