@@ -30,7 +30,7 @@ import (
 // filter such deliveries. A database error returns (nil, err): some deliveries may have
 // committed (in the one-at-a-time fallback); retrying the batch classifies those as Duplicate.
 func (s *Store) ProcessBatch(ctx context.Context, db DB, ds []Delivery, h Handler) ([]Result, error) {
-	return s.processBatch(ctx, db, ds, h, nil, false)
+	return s.processBatch(ctx, db, ds, nil, h, nil, false)
 }
 
 // BatchHandler applies the effects of several events at once through tx, the inbox
@@ -52,10 +52,11 @@ func (bh BatchHandler) Handler() Handler {
 // the failing event; from there on it proceeds as [Store.ProcessBatch] does, so a poison
 // message never discards its batch mates.
 func (s *Store) ProcessBatchWith(ctx context.Context, db DB, ds []Delivery, bh BatchHandler) ([]Result, error) {
-	return s.processBatch(ctx, db, ds, bh.Handler(), bh, false)
+	return s.processBatch(ctx, db, ds, nil, bh.Handler(), bh, false)
 }
 
-// processBatch implements ProcessBatch and ProcessBatchWith. stopAtFailure makes it stop at
+// processBatch implements ProcessBatch and ProcessBatchWith; keys, when not nil, are the
+// deliveries' dedupe keys, already computed (by the consumer runner). stopAtFailure makes it stop at
 // the first HandlerFailed or Deferred result, leaving the later unique deliveries unattempted
 // (Outcome 0), so that the consumer can retry the failed one first and keep per-key order.
 //
@@ -64,8 +65,8 @@ func (s *Store) ProcessBatchWith(ctx context.Context, db DB, ds []Delivery, bh B
 // new batch transaction, the failing one goes through process alone, and the rest form the
 // next batch. When the failing delivery cannot be told (the commit itself failed), the rest go
 // one at a time.
-func (s *Store) processBatch(ctx context.Context, db DB, ds []Delivery, h Handler, bh BatchHandler, stopAtFailure bool) ([]Result, error) {
-	b, err := s.newBatchRun(db, ds, h, bh, stopAtFailure)
+func (s *Store) processBatch(ctx context.Context, db DB, ds []Delivery, keys []string, h Handler, bh BatchHandler, stopAtFailure bool) ([]Result, error) {
+	b, err := s.newBatchRun(db, ds, keys, h, bh, stopAtFailure)
 	if err != nil {
 		return nil, err
 	}
@@ -91,15 +92,16 @@ type batchRun struct {
 	unique []int
 }
 
-// newBatchRun computes each delivery's dedupe key and sets the in-batch repeats apart.
-func (s *Store) newBatchRun(db DB, ds []Delivery, h Handler, bh BatchHandler, stopAtFailure bool) (*batchRun, error) {
+// newBatchRun sets each delivery's dedupe key (from keys, else computed) and sets the in-batch
+// repeats apart.
+func (s *Store) newBatchRun(db DB, ds []Delivery, keys []string, h Handler, bh BatchHandler, stopAtFailure bool) (*batchRun, error) {
 	b := &batchRun{s: s, db: db, ds: ds, h: h, bh: bh, stopAtFailure: stopAtFailure,
 		results: make([]Result, len(ds)), unique: make([]int, 0, len(ds))}
 	seen := make(map[rowKey]bool, len(ds))
 	for i := range ds {
-		key, err := s.cfg.DedupePolicy.Key(ds[i])
+		key, err := b.key(i, keys)
 		if err != nil {
-			return nil, fmt.Errorf("delivery %d of the batch: %w", i, err)
+			return nil, err
 		}
 		b.results[i].DedupeKey = key
 		k := rowKey{ds[i].Event.Source, key}
@@ -111,6 +113,18 @@ func (s *Store) newBatchRun(db DB, ds []Delivery, h Handler, bh BatchHandler, st
 		b.unique = append(b.unique, i)
 	}
 	return b, nil
+}
+
+// key is the dedupe key of delivery i: keys[i], or computed when keys is nil.
+func (b *batchRun) key(i int, keys []string) (string, error) {
+	if keys != nil {
+		return keys[i], nil
+	}
+	key, err := b.s.cfg.DedupePolicy.Key(b.ds[i])
+	if err != nil {
+		return "", fmt.Errorf("delivery %d of the batch: %w", i, err)
+	}
+	return key, nil
 }
 
 // run runs the unique deliveries in batch transactions until each has a result, or, with

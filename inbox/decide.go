@@ -7,11 +7,13 @@ import (
 )
 
 // plan is what decide makes of the records at the head of a batch: ds, the deliveries of
-// recs[:len(ds)] in offset order, go through the inbox; bad, when set, is why the record after
-// them, recs[len(ds)], goes to the dead-letter topic without reaching it.
+// recs[:len(ds)] in offset order, under the dedupe keys keys, go through the inbox; bad, when
+// set, is why the record after them, recs[len(ds)], goes to the dead-letter topic without
+// reaching it.
 type plan struct {
-	ds  []Delivery
-	bad *badRecord
+	ds   []Delivery
+	keys []string
+	bad  *badRecord
 }
 
 // badRecord is why a record goes to the dead-letter topic without reaching the inbox.
@@ -21,12 +23,12 @@ type badRecord struct {
 }
 
 // decide decodes recs from the start up to the first record to dead-letter as it is, into
-// a plan whose deliveries reuse buf's array. ok=false means the worker stopped first (while a
+// a plan that reuses the arrays of prev's. ok=false means the worker stopped first (while a
 // schema decoder was retried): no record of recs is done.
-func (w *partitionWorker) decide(recs []*kgo.Record, buf []Delivery) (p plan, ok bool) {
-	p.ds = buf[:0]
+func (w *partitionWorker) decide(recs []*kgo.Record, prev plan) (p plan, ok bool) {
+	p.ds, p.keys = prev.ds[:0], prev.keys[:0]
 	for _, r := range recs {
-		d, bad, ok := w.decode(r)
+		d, key, bad, ok := w.decode(r)
 		switch {
 		case !ok:
 			return p, false
@@ -34,17 +36,17 @@ func (w *partitionWorker) decide(recs []*kgo.Record, buf []Delivery) (p plan, ok
 			p.bad = bad
 			return p, true
 		}
-		p.ds = append(p.ds, d)
+		p.ds, p.keys = append(p.ds, d), append(p.keys, key)
 	}
 	return p, true
 }
 
-// decode decodes r into a delivery. A non-nil bad means r must be dead-lettered; ok=false
-// means the worker is stopping and r was abandoned.
-func (w *partitionWorker) decode(r *kgo.Record) (d Delivery, bad *badRecord, ok bool) {
+// decode decodes r into a delivery and computes its dedupe key. A non-nil bad means r must be
+// dead-lettered; ok=false means the worker is stopping and r was abandoned.
+func (w *partitionWorker) decode(r *kgo.Record) (d Delivery, key string, bad *badRecord, ok bool) {
 	ev, err := envelope.Decode(toEnvelopeRecord(r))
 	if err != nil {
-		return d, &badRecord{ReasonDecode, err}, true
+		return d, "", &badRecord{ReasonDecode, err}, true
 	}
 	if dec := w.c.cfg.SchemaDecoder; dec != nil {
 		for n := 0; ; n++ {
@@ -53,20 +55,21 @@ func (w *partitionWorker) decode(r *kgo.Record) (d Delivery, bad *badRecord, ok 
 				break
 			}
 			if IsPermanent(err) {
-				return d, &badRecord{ReasonSchema, err}, true
+				return d, "", &badRecord{ReasonSchema, err}, true
 			}
 			w.c.log.WarnContext(w.logCtx(r), "schema decoding failed; retrying", "topic", r.Topic, "partition", r.Partition,
 				"offset", r.Offset, "error", err)
 			if !w.sleep(n) {
-				return d, nil, false
+				return d, "", nil, false
 			}
 		}
 	}
 	d = Delivery{Event: ev, Kafka: &KafkaRef{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}}
-	if _, err := w.c.store.DedupeKey(d); err != nil {
-		return d, &badRecord{ReasonDedupe, err}, true
+	key, err = w.c.store.DedupeKey(d)
+	if err != nil {
+		return d, "", &badRecord{ReasonDedupe, err}, true
 	}
-	return d, nil, true
+	return d, key, nil, true
 }
 
 func toEnvelopeRecord(r *kgo.Record) envelope.Record {

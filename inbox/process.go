@@ -43,13 +43,13 @@ func (w *partitionWorker) processChunk(recs []*kgo.Record) int {
 // record ahead of the effects of earlier offsets.
 func (w *partitionWorker) pipeline(recs []*kgo.Record) int {
 	done := 0
-	buf := make([]Delivery, 0, len(recs))
+	p := plan{ds: make([]Delivery, 0, len(recs)), keys: make([]string, 0, len(recs))}
 	for done < len(recs) {
-		p, ok := w.decide(recs[done:], buf)
-		if !ok {
+		var ok bool
+		if p, ok = w.decide(recs[done:], p); !ok {
 			return done // decoded, not applied
 		}
-		n := w.apply(recs[done:], p.ds)
+		n := w.apply(recs[done:], p)
 		done += n
 		if n < len(p.ds) {
 			return done

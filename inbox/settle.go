@@ -35,8 +35,9 @@ func (w *partitionWorker) settleBatch(recs []*kgo.Record, ds []Delivery, results
 
 // untilSettled takes d (from r), whose last run through the inbox gave res or the storage
 // error err, until it is settled (processed, a duplicate or dead-lettered): a failure is
-// retried alone through Store.Process after its backoff. df counts d's deferrals. false means
-// the worker stopped first.
+// retried alone through the transaction of Store.Process, under res.DedupeKey (which every
+// result carries), after its backoff. df counts d's deferrals. false means the worker stopped
+// first.
 func (w *partitionWorker) untilSettled(r *kgo.Record, d *Delivery, res Result, err error, df *deferrals) bool {
 	storageFailures := 0
 	for {
@@ -62,7 +63,7 @@ func (w *partitionWorker) untilSettled(r *kgo.Record, d *Delivery, res Result, e
 		if !w.sleepFor(wait) {
 			return false
 		}
-		res, err = w.c.store.Process(w.ctx, w.c.pool, *d, w.c.h)
+		res, err = w.c.store.process(w.ctx, w.c.pool, *d, res.DedupeKey, w.c.h, false)
 	}
 }
 
