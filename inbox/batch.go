@@ -30,7 +30,11 @@ import (
 // filter such deliveries. A database error returns (nil, err): some deliveries may have
 // committed (in the one-at-a-time fallback); retrying the batch classifies those as Duplicate.
 func (s *Store) ProcessBatch(ctx context.Context, db DB, ds []Delivery, h Handler) ([]Result, error) {
-	return s.processBatch(ctx, db, ds, nil, h, nil, false)
+	keys, err := s.dedupeKeys(ds)
+	if err != nil {
+		return nil, err
+	}
+	return s.processBatch(ctx, db, ds, keys, h, nil, false)
 }
 
 // BatchHandler applies the effects of several events at once through tx, the inbox
@@ -52,12 +56,29 @@ func (bh BatchHandler) Handler() Handler {
 // the failing event; from there on it proceeds as [Store.ProcessBatch] does, so a poison
 // message never discards its batch mates.
 func (s *Store) ProcessBatchWith(ctx context.Context, db DB, ds []Delivery, bh BatchHandler) ([]Result, error) {
-	return s.processBatch(ctx, db, ds, nil, bh.Handler(), bh, false)
+	keys, err := s.dedupeKeys(ds)
+	if err != nil {
+		return nil, err
+	}
+	return s.processBatch(ctx, db, ds, keys, bh.Handler(), bh, false)
 }
 
-// processBatch implements ProcessBatch and ProcessBatchWith; keys, when not nil, are the
-// deliveries' dedupe keys, already computed (by the consumer runner). stopAtFailure makes it stop at
-// the first HandlerFailed or Deferred result, leaving the later unique deliveries unattempted
+// dedupeKeys computes the dedupe key of each of ds, or returns a *[DedupePolicyError] naming the
+// first delivery whose key cannot be computed.
+func (s *Store) dedupeKeys(ds []Delivery) ([]string, error) {
+	keys := make([]string, len(ds))
+	for i := range ds {
+		key, err := s.cfg.DedupePolicy.Key(ds[i])
+		if err != nil {
+			return nil, fmt.Errorf("delivery %d of the batch: %w", i, err)
+		}
+		keys[i] = key
+	}
+	return keys, nil
+}
+
+// processBatch implements ProcessBatch and ProcessBatchWith, with keys the deliveries' dedupe
+// keys. stopAtFailure makes it stop at the first HandlerFailed or Deferred result, leaving the later unique deliveries unattempted
 // (Outcome 0), so that the consumer can retry the failed one first and keep per-key order.
 //
 // After a failed batch, the deliveries before the failing one (known when each handler runs
@@ -66,10 +87,7 @@ func (s *Store) ProcessBatchWith(ctx context.Context, db DB, ds []Delivery, bh B
 // next batch. When the failing delivery cannot be told (the commit itself failed), the rest go
 // one at a time.
 func (s *Store) processBatch(ctx context.Context, db DB, ds []Delivery, keys []string, h Handler, bh BatchHandler, stopAtFailure bool) ([]Result, error) {
-	b, err := s.newBatchRun(db, ds, keys, h, bh, stopAtFailure)
-	if err != nil {
-		return nil, err
-	}
+	b := s.newBatchRun(db, ds, keys, h, bh, stopAtFailure)
 	if err := b.run(ctx); err != nil {
 		return nil, err
 	}
@@ -92,17 +110,13 @@ type batchRun struct {
 	unique []int
 }
 
-// newBatchRun sets each delivery's dedupe key (from keys, else computed) and sets the in-batch
+// newBatchRun sets each delivery's dedupe key (keys) in its result and sets the in-batch
 // repeats apart.
-func (s *Store) newBatchRun(db DB, ds []Delivery, keys []string, h Handler, bh BatchHandler, stopAtFailure bool) (*batchRun, error) {
+func (s *Store) newBatchRun(db DB, ds []Delivery, keys []string, h Handler, bh BatchHandler, stopAtFailure bool) *batchRun {
 	b := &batchRun{s: s, db: db, ds: ds, h: h, bh: bh, stopAtFailure: stopAtFailure,
 		results: make([]Result, len(ds)), unique: make([]int, 0, len(ds))}
 	seen := make(map[rowKey]bool, len(ds))
-	for i := range ds {
-		key, err := b.key(i, keys)
-		if err != nil {
-			return nil, err
-		}
+	for i, key := range keys {
 		b.results[i].DedupeKey = key
 		k := rowKey{ds[i].Event.Source, key}
 		if seen[k] {
@@ -112,19 +126,7 @@ func (s *Store) newBatchRun(db DB, ds []Delivery, keys []string, h Handler, bh B
 		seen[k] = true
 		b.unique = append(b.unique, i)
 	}
-	return b, nil
-}
-
-// key is the dedupe key of delivery i: keys[i], or computed when keys is nil.
-func (b *batchRun) key(i int, keys []string) (string, error) {
-	if keys != nil {
-		return keys[i], nil
-	}
-	key, err := b.s.cfg.DedupePolicy.Key(b.ds[i])
-	if err != nil {
-		return "", fmt.Errorf("delivery %d of the batch: %w", i, err)
-	}
-	return key, nil
+	return b
 }
 
 // run runs the unique deliveries in batch transactions until each has a result, or, with
@@ -315,6 +317,29 @@ func (b *batchRun) insertRows(ctx context.Context, tx pgx.Tx, unique []int) (row
 		}
 	}
 	return rows, true, nil
+}
+
+// settleExisting reads, in tx, the rows of the batch's unique deliveries that the insert found
+// in its way (those not in inserted) and settles their results from them; rerun gets the
+// deliveries whose failed row runs its handler again. false means a row vanished under
+// retention after the insert saw it.
+func (b *batchRun) settleExisting(ctx context.Context, tx pgx.Tx, unique []int, inserted map[[2]string]bool, rerun map[int]bool) (bool, error) {
+	var keys []rowKey
+	for _, i := range unique {
+		if k := (rowKey{b.ds[i].Event.Source, b.results[i].DedupeKey}); !inserted[k] {
+			keys = append(keys, k)
+		}
+	}
+	found, err := b.s.readExisting(ctx, tx, keys)
+	if err != nil || len(found) != len(keys) {
+		return false, err
+	}
+	for _, i := range unique {
+		if e, ok := found[rowKey{b.ds[i].Event.Source, b.results[i].DedupeKey}]; ok && b.s.settleExisting(e, false, &b.results[i]) {
+			rerun[i] = true
+		}
+	}
+	return true, nil
 }
 
 // runHandlers runs the handlers of rows.toRun in tx (bh once for all of them, else h for each)

@@ -119,8 +119,7 @@ func (w *partitionWorker) deadLettered(r, out *kgo.Record, shape dlqShape, reaso
 			"value_bytes", len(r.Value), "key_omitted", shape == dlqBare, "max_record_bytes", limit,
 			"reason", reason, "error", errText)
 	} else {
-		c.log.WarnContext(w.logCtx(r), "record dead-lettered", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
-			"dead_letter_topic", out.Topic, "reason", reason, "error", errText)
+		w.warnRecord(r, "record dead-lettered", "dead_letter_topic", out.Topic, "reason", reason, "error", errText)
 	}
 	if c.cfg.OnDeadLettered != nil {
 		c.cfg.OnDeadLettered(r, reason)

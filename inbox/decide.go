@@ -57,8 +57,7 @@ func (w *partitionWorker) decode(r *kgo.Record) (d Delivery, key string, bad *ba
 			if IsPermanent(err) {
 				return d, "", &badRecord{ReasonSchema, err}, true
 			}
-			w.c.log.WarnContext(w.logCtx(r), "schema decoding failed; retrying", "topic", r.Topic, "partition", r.Partition,
-				"offset", r.Offset, "error", err)
+			w.warnRecord(r, "schema decoding failed; retrying", "error", err)
 			if !w.sleep(n) {
 				return d, "", nil, false
 			}

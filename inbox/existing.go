@@ -83,26 +83,3 @@ func (s *Store) settleExisting(e existingRow, force bool, res *Result) (rerun bo
 	}
 	return true
 }
-
-// settleExisting reads, in tx, the rows of the batch's unique deliveries that the insert found
-// in its way (those not in inserted) and settles their results from them; rerun gets the
-// deliveries whose failed row runs its handler again. false means a row vanished under
-// retention after the insert saw it.
-func (b *batchRun) settleExisting(ctx context.Context, tx pgx.Tx, unique []int, inserted map[[2]string]bool, rerun map[int]bool) (bool, error) {
-	var keys []rowKey
-	for _, i := range unique {
-		if k := (rowKey{b.ds[i].Event.Source, b.results[i].DedupeKey}); !inserted[k] {
-			keys = append(keys, k)
-		}
-	}
-	found, err := b.s.readExisting(ctx, tx, keys)
-	if err != nil || len(found) != len(keys) {
-		return false, err
-	}
-	for _, i := range unique {
-		if e, ok := found[rowKey{b.ds[i].Event.Source, b.results[i].DedupeKey}]; ok && b.s.settleExisting(e, false, &b.results[i]) {
-			rerun[i] = true
-		}
-	}
-	return true, nil
-}

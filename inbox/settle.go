@@ -6,9 +6,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/tracing"
 )
 
 // settleBatch settles the results of a batch transaction in order: a record the batch left
@@ -49,13 +46,15 @@ func (w *partitionWorker) untilSettled(r *kgo.Record, d *Delivery, res Result, e
 		case err != nil && unstorable(err):
 			return w.deadLetter(r, ReasonUnstorable, err, 0)
 		case err != nil:
-			w.storageFailed(r, err)
+			w.c.storageErrors.Add(1)
+			w.warnRecord(r, "inbox storage error; retrying", "error", err)
 			wait = w.c.cfg.Retry.Delay(storageFailures + 1)
 			storageFailures++
 		case res.Outcome == Deferred:
 			wait, storageFailures = df.wait, 0
 		case res.Outcome == HandlerFailed:
-			w.handlerFailed(r, res)
+			w.c.handlerFailures.Add(1)
+			w.warnRecord(r, "handler failed; retrying", "attempts", res.Attempts, "error", res.Err)
 			wait, storageFailures = w.c.cfg.Retry.Delay(max(res.Attempts-1, 0)+1), 0
 		default:
 			return w.settle(r, d, res)
@@ -65,21 +64,6 @@ func (w *partitionWorker) untilSettled(r *kgo.Record, d *Delivery, res Result, e
 		}
 		res, err = w.c.store.process(w.ctx, w.c.pool, *d, res.DedupeKey, w.c.h, false)
 	}
-}
-
-// storageFailed counts and logs err, a storage error of r's delivery, to be retried.
-func (w *partitionWorker) storageFailed(r *kgo.Record, err error) {
-	w.c.storageErrors.Add(1)
-	w.c.log.WarnContext(w.logCtx(r), "inbox storage error; retrying", "topic", r.Topic, "partition", r.Partition,
-		"offset", r.Offset, "error", err)
-}
-
-// handlerFailed counts and logs res, a failed attempt of r's delivery below the ceiling, to be
-// retried.
-func (w *partitionWorker) handlerFailed(r *kgo.Record, res Result) {
-	w.c.handlerFailures.Add(1)
-	w.c.log.WarnContext(w.logCtx(r), "handler failed; retrying", "topic", r.Topic, "partition", r.Partition,
-		"offset", r.Offset, "attempts", res.Attempts, "error", res.Err)
 }
 
 // deferrals counts one record's handler failures that used no attempt.
@@ -109,8 +93,7 @@ func (w *partitionWorker) deferred(r *kgo.Record, d Delivery, res Result, df *de
 	if kind == deferContention {
 		what = "contention"
 	}
-	w.c.log.WarnContext(w.logCtx(r), "handler failed on "+what+"; retrying without using an attempt", "topic", r.Topic,
-		"partition", r.Partition, "offset", r.Offset, "retry_in", df.wait, "error", res.Err)
+	w.warnRecord(r, "handler failed on "+what+"; retrying without using an attempt", "retry_in", df.wait, "error", res.Err)
 	return res, nil
 }
 
@@ -162,20 +145,4 @@ func (w *partitionWorker) deadLetterPoisoned(r *kgo.Record, d *Delivery, reason 
 			"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "error", err)
 	}
 	return true
-}
-
-// logCtx is the worker's context carrying r's trace context (its traceparent header, read
-// from the raw headers so that an undecodable record has it too): a line logged about r carries
-// the trace_id of the event's trace, from the producing transaction on.
-func (w *partitionWorker) logCtx(r *kgo.Record) context.Context {
-	var tc envelope.TraceContext
-	for _, h := range r.Headers {
-		switch h.Key {
-		case envelope.HeaderTraceparent:
-			tc.Traceparent = string(h.Value)
-		case envelope.HeaderTracestate:
-			tc.Tracestate = string(h.Value)
-		}
-	}
-	return tracing.ContextWith(w.ctx, &tc)
 }

@@ -8,14 +8,16 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox/internal/buffer"
 	"github.com/keiro-go/keiro/inbox/internal/pacing"
+	"github.com/keiro-go/keiro/tracing"
 )
 
 // partitionWorker processes one assigned partition in offset order. This file holds its
 // lifecycle, its buffer (inbox/internal/buffer), its turns and offset commits
-// (inbox/internal/pacing) and its concurrency slot; process.go how it runs its records through
-// the inbox, deadletter_produce.go how it dead-letters one.
+// (inbox/internal/pacing) and its concurrency slot; process.go the path of its records through
+// the inbox (decide.go, apply.go, settle.go), deadletter_produce.go how it dead-letters one.
 type partitionWorker struct {
 	c  *Consumer
 	cl *kgo.Client
@@ -239,4 +241,26 @@ func (w *partitionWorker) commit(last *kgo.Record, n int) {
 	if w.c.cfg.OnCommitted != nil {
 		w.c.cfg.OnCommitted(Commit{Topic: last.Topic, Partition: last.Partition, Offset: last.Offset + 1, Records: n})
 	}
+}
+
+// logCtx is the worker's context carrying r's trace context (its traceparent header, read
+// from the raw headers so that an undecodable record has it too): a line logged about r carries
+// the trace_id of the event's trace, from the producing transaction on.
+func (w *partitionWorker) logCtx(r *kgo.Record) context.Context {
+	var tc envelope.TraceContext
+	for _, h := range r.Headers {
+		switch h.Key {
+		case envelope.HeaderTraceparent:
+			tc.Traceparent = string(h.Value)
+		case envelope.HeaderTracestate:
+			tc.Tracestate = string(h.Value)
+		}
+	}
+	return tracing.ContextWith(w.ctx, &tc)
+}
+
+// warnRecord logs a warning about r, in its trace (logCtx), with its topic, partition and offset
+// ahead of args.
+func (w *partitionWorker) warnRecord(r *kgo.Record, msg string, args ...any) {
+	w.c.log.WarnContext(w.logCtx(r), msg, append([]any{"topic", r.Topic, "partition", r.Partition, "offset", r.Offset}, args...)...)
 }
