@@ -28,7 +28,7 @@ func (w *partitionWorker) apply(recs []*kgo.Record, p plan) int {
 			// time, the others are processed and that one is dead-lettered.
 			return done + w.applyAlone(recs[done:], ds[done:], keys[done:])
 		}
-		n, ok := w.settleBatch(recs[done:], ds[done:], results)
+		n, ok := w.settleBatch(recs[done:], ds[done:], keys[done:], results)
 		done += n
 		if !ok {
 			return done
@@ -43,10 +43,10 @@ func (w *partitionWorker) apply(recs []*kgo.Record, p plan) int {
 // (unstorable); ok=false means the worker stopped first.
 func (w *partitionWorker) transact(ds []Delivery, keys []string) (results []Result, ok bool) {
 	for try := 0; ; try++ {
-		results, err := w.c.store.processBatch(w.ctx, w.c.pool, ds, keys, w.c.h, w.c.cfg.BatchHandler, true)
+		res, err := w.c.store.processBatch(w.ctx, w.c.pool, ds, keys, w.c.h, w.c.cfg.BatchHandler, true)
 		switch {
 		case err == nil:
-			return results, true
+			return res, true
 		case unstorable(err):
 			return nil, true
 		}
@@ -64,7 +64,7 @@ func (w *partitionWorker) transact(ds []Delivery, keys []string) (results []Resu
 func (w *partitionWorker) applyAlone(recs []*kgo.Record, ds []Delivery, keys []string) int {
 	for i := range ds {
 		res, err := w.c.store.process(w.ctx, w.c.pool, ds[i], keys[i], w.c.h, false)
-		if !w.untilSettled(recs[i], &ds[i], res, err, &deferrals{}) {
+		if !w.untilSettled(recs[i], &ds[i], keys[i], res, err) {
 			return i
 		}
 	}

@@ -14,7 +14,8 @@ import (
 //	                      it is retried alone, in place, and the records after it form the
 //	                      next transaction
 //	settle (settle.go)    each outcome counted; a poisoned message dead-lettered; then the
-//	                      plan's record to dead-letter, and the next plan
+//	                      plan's record to dead-letter (deadletter_produce.go), and the next
+//	                      plan
 //	commit (worker.go)    the offsets of the records done
 //
 // Each step hands the next a value (a plan, the transaction's results) and returns how many

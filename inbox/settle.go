@@ -8,18 +8,18 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// settleBatch settles the results of a batch transaction in order: a record the batch left
-// failed (HandlerFailed, Deferred) is retried alone, in place, before the records after it are
-// settled. n counts the records settled; with ok=true and n below len(results), the
-// transaction stopped at recs[n] (Outcome 0: not attempted), which starts the next one.
-// ok=false means the worker stopped first.
-func (w *partitionWorker) settleBatch(recs []*kgo.Record, ds []Delivery, results []Result) (n int, ok bool) {
+// settleBatch settles the results of a batch transaction of ds (of recs, under the dedupe keys
+// keys) in order: a record the batch left failed (HandlerFailed, Deferred) is retried alone, in
+// place, before the records after it are settled. n counts the records settled; with ok=true
+// and n below len(results), the transaction stopped at recs[n] (Outcome 0: not attempted),
+// which starts the next one. ok=false means the worker stopped first.
+func (w *partitionWorker) settleBatch(recs []*kgo.Record, ds []Delivery, keys []string, results []Result) (n int, ok bool) {
 	for j, res := range results {
 		switch res.Outcome {
 		case 0:
 			return j, true
 		case HandlerFailed, Deferred:
-			ok = w.untilSettled(recs[j], &ds[j], res, nil, &deferrals{})
+			ok = w.untilSettled(recs[j], &ds[j], keys[j], res, nil)
 		default:
 			ok = w.settle(recs[j], &ds[j], res)
 		}
@@ -30,13 +30,13 @@ func (w *partitionWorker) settleBatch(recs []*kgo.Record, ds []Delivery, results
 	return len(results), true
 }
 
-// untilSettled takes d (from r), whose last run through the inbox gave res or the storage
-// error err, until it is settled (processed, a duplicate or dead-lettered): a failure is
-// retried alone through the transaction of Store.Process, under res.DedupeKey (which every
-// result carries), after its backoff. df counts d's deferrals. false means the worker stopped
-// first.
-func (w *partitionWorker) untilSettled(r *kgo.Record, d *Delivery, res Result, err error, df *deferrals) bool {
+// untilSettled takes d (from r, under the dedupe key key), whose last run through the inbox
+// gave res or the storage error err, until it is settled (processed, a duplicate or
+// dead-lettered): a failure is retried alone through the transaction of Store.Process, after
+// its backoff. false means the worker stopped first.
+func (w *partitionWorker) untilSettled(r *kgo.Record, d *Delivery, key string, res Result, err error) bool {
 	storageFailures := 0
+	df := &deferrals{}
 	for {
 		if err == nil && res.Outcome == Deferred {
 			res, err = w.deferred(r, *d, res, df)
@@ -62,7 +62,7 @@ func (w *partitionWorker) untilSettled(r *kgo.Record, d *Delivery, res Result, e
 		if !w.sleepFor(wait) {
 			return false
 		}
-		res, err = w.c.store.process(w.ctx, w.c.pool, *d, res.DedupeKey, w.c.h, false)
+		res, err = w.c.store.process(w.ctx, w.c.pool, *d, key, w.c.h, false)
 	}
 }
 
