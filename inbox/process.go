@@ -8,8 +8,9 @@ import (
 // records; one at a time when BatchSize is 1):
 //
 //	take (worker.go)      the records at the head of the partition's buffer
-//	decide (decide.go)    decode them into a plan: the deliveries for the inbox, up to the
-//	                      first record to dead-letter as it is (undecodable, ...)
+//	decide (decide.go)    decode them into a plan: the deliveries for the inbox and their
+//	                      dedupe keys, up to the first record to dead-letter as it is
+//	                      (undecodable, ...)
 //	apply (apply.go)      the plan's deliveries in one inbox transaction; a record that fails
 //	                      it is retried alone, in place, and the records after it form the
 //	                      next transaction
