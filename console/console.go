@@ -33,7 +33,9 @@ type Console struct {
 	pages map[string]*template.Template
 	log   *slog.Logger
 
-	outbox *outbox.Store
+	outbox *outbox.Admin
+	// modes reads the outbox's mode and log slots.
+	modes *outbox.Store
 	inbox  *inbox.Store
 	events *events.Store
 
@@ -56,7 +58,10 @@ func New(cfg Config) (*Console, error) {
 	c := &Console{cfg: cfg, guard: newGuard(cfg.Auth), mux: http.NewServeMux(), log: cfg.Logger}
 	var err error
 	if cfg.Outbox != nil {
-		if c.outbox, err = outbox.NewStore(cfg.Outbox.Schema); err != nil {
+		if c.outbox, err = outbox.NewAdmin(cfg.Outbox.Schema); err != nil {
+			return nil, fmt.Errorf("configure console: %w", err)
+		}
+		if c.modes, err = outbox.NewStore(cfg.Outbox.Schema); err != nil {
 			return nil, fmt.Errorf("configure console: %w", err)
 		}
 	}

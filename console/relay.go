@@ -100,7 +100,7 @@ func (c *Console) readOutboxSummary(ctx context.Context) (OutboxSummary, error) 
 		&s.SentLastMinute, &s.FailedLastMinute, &s.RelaysConnected, &s.ReadAt, &origin); err != nil {
 		return s, fmt.Errorf("read outbox summary: %w", err)
 	}
-	st, err := c.outbox.Status(ctx, q)
+	st, err := c.outbox.Overview(ctx, q)
 	if err != nil {
 		return s, fmt.Errorf("read outbox summary: %w", err)
 	}
@@ -145,19 +145,19 @@ func (c *Console) readOutboxSummary(ctx context.Context) (OutboxSummary, error) 
 	if err != nil {
 		return s, fmt.Errorf("read outbox summary: %w", err)
 	}
-	mode, err := c.outbox.Mode(ctx, q)
+	mode, err := c.modes.Mode(ctx, q)
 	if err != nil {
 		return s, fmt.Errorf("read outbox summary: %w", err)
 	}
 	s.Mode = string(mode)
-	slot, err := c.outbox.LogSlotStatus(ctx, q, "")
+	slot, err := c.modes.LogSlotStatus(ctx, q, "")
 	if err != nil {
 		return s, fmt.Errorf("read outbox summary: %w", err)
 	}
 	if slot.Exists {
 		s.LogSlot = &slot
 	}
-	if s.LogSlots, err = c.outbox.LogSlots(ctx, q); err != nil {
+	if s.LogSlots, err = c.modes.LogSlots(ctx, q); err != nil {
 		return s, fmt.Errorf("read outbox summary: %w", err)
 	}
 	s.LastHour = make([]RateBucket, len(minutes))

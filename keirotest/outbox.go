@@ -215,7 +215,7 @@ func readRows(ctx context.Context, q outbox.Querier, schema, query string, args 
 	if err != nil {
 		return nil, err
 	}
-	st, err := outbox.NewStore(schema)
+	st, err := outbox.NewAdmin(schema)
 	if err != nil {
 		return nil, err
 	}

@@ -167,7 +167,7 @@ func TestRequireEnqueuedFailureMessages(t *testing.T) {
 func TestStatusesAreTheOutboxStatuses(t *testing.T) {
 	t.Parallel()
 	db := keirotest.NewDB(t)
-	st, err := outbox.NewStore(db.Schema)
+	st, err := outbox.NewAdmin(db.Schema)
 	if err != nil {
 		t.Fatal(err)
 	}

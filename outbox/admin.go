@@ -5,15 +5,43 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/internal/schemaname"
+	"github.com/keiro-go/keiro/outbox/internal/sqlq"
 )
 
-// Status is an overview of the outbox, for `relay status`.
-type Status struct {
+// Admin is the operator's surface of one schema's outbox, apart from the producer's [Store]:
+// the overview, listings and lookups (rows.go), dead rows, requeue, archive, attempt history,
+// failure groups, activity and per-source order declarations. Like a Store it holds no
+// connection: every method takes the transaction or Querier to run on. An Admin is safe for
+// concurrent use.
+type Admin struct {
+	schema string
+	q      *sqlq.Queries
+}
+
+// NewAdmin returns the Admin of the outbox in schema, which must be a valid schema name
+// (lowercase letters, digits and underscores).
+func NewAdmin(schema string) (*Admin, error) {
+	if err := schemaname.Validate(schema); err != nil {
+		return nil, fmt.Errorf("new outbox admin: %w", err)
+	}
+	return &Admin{schema: schema, q: sqlq.New(schema)}, nil
+}
+
+// Schema returns the schema the Admin addresses.
+func (a *Admin) Schema() string { return a.schema }
+
+// notifyChannel is the channel relays listen on ([Store.NotifyChannel]).
+func (a *Admin) notifyChannel() string { return notifyChannel(a.schema) }
+
+// Overview is an overview of the outbox, for `relay status` and the console's summary.
+type Overview struct {
 	// Counts lists the number of rows per status and destination.
 	Counts []StatusCount
 	// Backlog is the number of rows pending, failed or publishing.
@@ -37,18 +65,18 @@ type StatusCount struct {
 	Count               int64
 }
 
-// Status counts the outbox's rows per status and destination, archived rows apart. It scans
+// Overview counts the outbox's rows per status and destination, archived rows apart. It scans
 // the whole table (including retained sent rows): an operator command, not a hot path. It works
 // on a schema migrated up to 010 too (before the archive).
-func (s *Store) Status(ctx context.Context, q Querier) (Status, error) {
-	st := Status{OldestPendingCreatedAt: map[string]time.Time{}}
+func (a *Admin) Overview(ctx context.Context, q Querier) (Overview, error) {
+	st := Overview{OldestPendingCreatedAt: map[string]time.Time{}}
 	var archive bool
-	if err := q.QueryRow(ctx, s.q.HasArchive).Scan(&archive); err != nil {
+	if err := q.QueryRow(ctx, a.q.HasArchive).Scan(&archive); err != nil {
 		return st, fmt.Errorf("outbox status: %w", err)
 	}
-	query := s.q.StatusUnarchived
+	query := a.q.StatusUnarchived
 	if archive {
-		query = s.q.Status
+		query = a.q.Status
 	}
 	rows, err := q.Query(ctx, query)
 	if err != nil {
@@ -132,11 +160,11 @@ type DeadRow struct {
 }
 
 // ListDead lists dead and rejected rows in seq order.
-func (s *Store) ListDead(ctx context.Context, q Querier, opts ListDeadOptions) ([]DeadRow, error) {
+func (a *Admin) ListDead(ctx context.Context, q Querier, opts ListDeadOptions) ([]DeadRow, error) {
 	if opts.Limit <= 0 {
 		opts.Limit = 100
 	}
-	rows, err := q.Query(ctx, s.q.ListDead, opts.After, nullString(opts.Source), nullString(opts.Destination), opts.Limit)
+	rows, err := q.Query(ctx, a.q.ListDead, opts.After, nullString(opts.Source), nullString(opts.Destination), opts.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("list dead outbox rows: %w", err)
 	}
@@ -169,9 +197,9 @@ func (s *Store) ListDead(ctx context.Context, q Querier, opts ListDeadOptions) (
 // rows aside: the rows a
 // Requeue with that RequeueFilter's Source and Destination moves (both "": every such row, as
 // RequeueFilter.All). It reads the dead rows' partial index: cheap with few dead rows.
-func (s *Store) CountDead(ctx context.Context, q Querier, source, destination string) (int64, error) {
+func (a *Admin) CountDead(ctx context.Context, q Querier, source, destination string) (int64, error) {
 	var n int64
-	if err := q.QueryRow(ctx, s.q.CountDead, nullString(source), nullString(destination)).Scan(&n); err != nil {
+	if err := q.QueryRow(ctx, a.q.CountDead, nullString(source), nullString(destination)).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count dead outbox rows: %w", err)
 	}
 	return n, nil
@@ -213,9 +241,9 @@ type Attempt struct {
 
 // AttemptHistory returns row id's failed or rejected produce attempts, oldest first (the last
 // 20; a requeue keeps them), or [ErrNotFound]. A row that never failed has none.
-func (s *Store) AttemptHistory(ctx context.Context, q Querier, id envelope.UUID) ([]Attempt, error) {
+func (a *Admin) AttemptHistory(ctx context.Context, q Querier, id envelope.UUID) ([]Attempt, error) {
 	var raw []byte
-	if err := q.QueryRow(ctx, s.q.AttemptErrors, [16]byte(id)).Scan(&raw); err != nil {
+	if err := q.QueryRow(ctx, a.q.AttemptErrors, [16]byte(id)).Scan(&raw); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, fmt.Errorf("outbox row %s: %w", id, ErrNotFound)
 		}
@@ -236,7 +264,7 @@ func (s *Store) AttemptHistory(ctx context.Context, q Querier, id envelope.UUID)
 // requeue) and stay in the table: ListOutbox with Archived lists them, SearchOutbox finds them,
 // and a requeue that names one brings it back. A row in another status, archived already or
 // missing is not in the answer.
-func (s *Store) ArchiveTx(ctx context.Context, tx pgx.Tx, ids []envelope.UUID) ([]envelope.UUID, error) {
+func (a *Admin) ArchiveTx(ctx context.Context, tx pgx.Tx, ids []envelope.UUID) ([]envelope.UUID, error) {
 	if len(ids) == 0 {
 		return nil, errors.New("archive outbox rows: no ids")
 	}
@@ -244,7 +272,7 @@ func (s *Store) ArchiveTx(ctx context.Context, tx pgx.Tx, ids []envelope.UUID) (
 	for i, id := range ids {
 		raw[i] = id
 	}
-	rows, err := tx.Query(ctx, s.q.Archive, raw)
+	rows, err := tx.Query(ctx, a.q.Archive, raw)
 	if err != nil {
 		return nil, fmt.Errorf("archive outbox rows: %w", err)
 	}
@@ -263,13 +291,13 @@ func (s *Store) ArchiveTx(ctx context.Context, tx pgx.Tx, ids []envelope.UUID) (
 // due now, and returns how many moved. Only dead and rejected rows are affected. A requeued row
 // keeps its seq: if later rows of its key were published while it was dead, it now arrives
 // after them (its key's order is broken for that message, which is why it was dead).
-func (s *Store) Requeue(ctx context.Context, q Querier, f RequeueFilter) (int64, error) {
-	ids, err := s.RequeueRows(ctx, q, f)
+func (a *Admin) Requeue(ctx context.Context, q Querier, f RequeueFilter) (int64, error) {
+	ids, err := a.RequeueRows(ctx, q, f)
 	return int64(len(ids)), err
 }
 
 // RequeueRows is Requeue returning the ids of the rows it moved, in seq order.
-func (s *Store) RequeueRows(ctx context.Context, q Querier, f RequeueFilter) ([]envelope.UUID, error) {
+func (a *Admin) RequeueRows(ctx context.Context, q Querier, f RequeueFilter) ([]envelope.UUID, error) {
 	if len(f.IDs) == 0 && f.Source == "" && f.Destination == "" && !f.All {
 		return nil, errors.New("requeue outbox rows: empty filter (set IDs, Source, Destination or All)")
 	}
@@ -277,7 +305,7 @@ func (s *Store) RequeueRows(ctx context.Context, q Querier, f RequeueFilter) ([]
 	for i, id := range f.IDs {
 		ids[i] = id
 	}
-	rows, err := q.Query(ctx, s.q.Requeue, ids, nullString(f.Source), f.All, nullString(f.Destination))
+	rows, err := q.Query(ctx, a.q.Requeue, ids, nullString(f.Source), f.All, nullString(f.Destination))
 	if err != nil {
 		return nil, fmt.Errorf("requeue outbox rows: %w", err)
 	}
@@ -290,51 +318,6 @@ func (s *Store) RequeueRows(ctx context.Context, q Querier, f RequeueFilter) ([]
 		return nil, fmt.Errorf("requeue outbox rows: %w", err)
 	}
 	return moved, nil
-}
-
-// Row is an outbox row as stored, for inspection.
-type Row struct {
-	// Seq is the row's position in the outbox's order.
-	Seq int64
-	// OutboxID is the row's id.
-	OutboxID envelope.UUID
-	// Event is the enqueued event. Its Payload is a prefix of the stored payload when the
-	// listing asked for one (ListOptions.PayloadBytes, SearchOptions.PayloadBytes); PayloadSize
-	// is the whole payload's size.
-	Event envelope.Event
-	// PayloadSize is the stored payload's size in bytes.
-	PayloadSize int
-	// Status is pending, publishing, sent, failed, dead or rejected.
-	Status string
-	// Attempts is the number of publish attempts counted.
-	Attempts int
-	// NextAttemptAt is when a pending or failed row becomes due.
-	NextAttemptAt time.Time
-	// LastError is the last failure's text, if any.
-	LastError string
-	// RejectionCode is set on rejected rows.
-	RejectionCode string
-	// PublishedAt, Partition and Offset are set on sent rows.
-	PublishedAt *time.Time
-	Partition   *int32
-	Offset      *int64
-	// CreatedAt and UpdatedAt are the row's timestamps.
-	CreatedAt, UpdatedAt time.Time
-}
-
-// ErrNotFound reports a lookup of an outbox id that is not in the outbox.
-var ErrNotFound = errors.New("outbox row not found")
-
-// Lookup reads one row by outbox id, or returns an error wrapping ErrNotFound.
-func (s *Store) Lookup(ctx context.Context, q Querier, id envelope.UUID) (Row, error) {
-	r, err := scanRow(q.QueryRow(ctx, s.q.LookupRow, [16]byte(id)))
-	if err != nil {
-		if errors.Is(err, errNoRows) {
-			return r, fmt.Errorf("lookup outbox row %s: %w", id, ErrNotFound)
-		}
-		return r, fmt.Errorf("lookup outbox row %s: %w", id, err)
-	}
-	return r, nil
 }
 
 // RequeueSkip is a row named by id that RequeueTx did not requeue, and why.
@@ -361,15 +344,15 @@ const RequeueWarning = `A requeued row keeps its place (seq) in the outbox, but 
 
 // RequeueTx is the operator's requeue (`relay dead requeue`, the console and its API): in tx,
 // it checks each id of f.IDs (a missing row or one that is not dead or rejected is skipped and
-// reported), requeues the remaining selection with [Store.RequeueRows], and notifies listening
+// reported), requeues the remaining selection with [Admin.RequeueRows], and notifies listening
 // relays when a row moved. The rows become visible to relays when tx commits; nothing moves if
 // tx rolls back. When every id is skipped nothing is requeued (an ids-only filter never widens).
-func (s *Store) RequeueTx(ctx context.Context, tx pgx.Tx, f RequeueFilter) (RequeueResult, error) {
+func (a *Admin) RequeueTx(ctx context.Context, tx pgx.Tx, f RequeueFilter) (RequeueResult, error) {
 	var res RequeueResult
 	named := f.IDs
 	f.IDs = nil
 	for _, id := range named {
-		row, err := s.Lookup(ctx, tx, id)
+		row, err := a.Lookup(ctx, tx, id)
 		switch {
 		case errors.Is(err, ErrNotFound):
 			res.Skipped = append(res.Skipped, RequeueSkip{ID: id, Reason: "no such row"})
@@ -385,15 +368,201 @@ func (s *Store) RequeueTx(ctx context.Context, tx pgx.Tx, f RequeueFilter) (Requ
 	if len(named) > 0 && len(f.IDs) == 0 {
 		return res, nil // nothing to requeue; an empty filter would be refused
 	}
-	moved, err := s.RequeueRows(ctx, tx, f)
+	moved, err := a.RequeueRows(ctx, tx, f)
 	if err != nil {
 		return res, err
 	}
 	res.Requeued = moved
 	if len(moved) > 0 {
-		if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", s.NotifyChannel()); err != nil {
+		if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", a.notifyChannel()); err != nil {
 			return res, fmt.Errorf("notify relays of requeued rows: %w", err)
 		}
 	}
 	return res, nil
+}
+
+// FailureGroup is the dead and rejected rows (archived ones aside) that share an error class
+// and a normalised last error: UUIDs, runs of 16 or more hex digits and numbers replaced by
+// <id>, <hex> and <n>, so that "order 41 …" and "order 42 …" fall in one group.
+type FailureGroup struct {
+	// Class is "dead", or "rejected: " and the rejection code.
+	Class string
+	// Message is the normalised last error (at most 500 characters).
+	Message string
+	// Count is the number of rows in the group.
+	Count int64
+	// First and Last are the oldest and newest failure (updated_at) of the group.
+	First, Last time.Time
+	// Example is one row's last error as it was written.
+	Example string
+	// Destinations and EventTypes list up to 5 destinations and event types of the rows.
+	Destinations, EventTypes []string
+}
+
+// FailureGroups lists at most limit groups of the dead and rejected rows, largest first. It
+// scans those rows: an operator's view, not a hot path.
+func (a *Admin) FailureGroups(ctx context.Context, q Querier, limit int) ([]FailureGroup, error) {
+	if limit < 1 {
+		return nil, errors.New("list outbox failure groups: limit must be at least 1")
+	}
+	rows, err := q.Query(ctx, a.q.FailureGroups, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list outbox failure groups: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FailureGroup, error) {
+		var g FailureGroup
+		return g, r.Scan(&g.Class, &g.Message, &g.Count, &g.First, &g.Last, &g.Example, &g.Destinations, &g.EventTypes)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list outbox failure groups: %w", err)
+	}
+	return out, nil
+}
+
+// FailureGroupIDs lists the ids of at most limit rows of the group of class and message (as
+// FailureGroups lists them), newest first.
+func (a *Admin) FailureGroupIDs(ctx context.Context, q Querier, class, message string, limit int) ([]envelope.UUID, error) {
+	if limit < 1 {
+		return nil, errors.New("list the rows of an outbox failure group: limit must be at least 1")
+	}
+	rows, err := q.Query(ctx, a.q.FailureGroupIDs, class, message, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list the rows of an outbox failure group: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
+	if err != nil {
+		return nil, fmt.Errorf("list the rows of an outbox failure group: %w", err)
+	}
+	out := make([]envelope.UUID, len(ids))
+	for i, id := range ids {
+		out[i] = id
+	}
+	return out, nil
+}
+
+// Minute counts the outbox's rows of one minute, as Activity reads them.
+type Minute struct {
+	// Start is the minute's start.
+	Start time.Time
+	// Sent counts rows published in the minute.
+	Sent int64
+	// Failed counts rows that went dead or rejected in the minute.
+	Failed int64
+}
+
+// Activity returns n minutes of the outbox's rows from the minute starting at from: rows
+// published, and rows gone dead or rejected, one Minute per minute (zero counts included),
+// oldest first. It reads retained rows only: sent rows deleted by retention count in no minute,
+// and a requeued row no longer counts as failed.
+func (a *Admin) Activity(ctx context.Context, q Querier, from time.Time, n int) ([]Minute, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("outbox activity: n must be at least 1, got %d", n)
+	}
+	out := make([]Minute, n)
+	for i := range out {
+		out[i].Start = from.Add(time.Duration(i) * time.Minute).UTC()
+	}
+	rows, err := q.Query(ctx, a.q.Activity, from, from.Add(time.Duration(n)*time.Minute))
+	if err != nil {
+		return nil, fmt.Errorf("read outbox activity: %w", err)
+	}
+	var sent bool
+	var at time.Time
+	var count int64
+	if _, err := pgx.ForEachRow(rows, []any{&sent, &at, &count}, func() error {
+		i := int(at.Sub(from) / time.Minute)
+		if i < 0 || i >= n {
+			return nil
+		}
+		if sent {
+			out[i].Sent += count
+		} else {
+			out[i].Failed += count
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read outbox activity: %w", err)
+	}
+	return out, nil
+}
+
+// DeclarePerSourceOrder declares sources as ordered streams, on q (a pool, a connection or a
+// transaction; in a transaction the declaration takes effect when it commits). From then on
+// every row of such a source, whatever its key (null keys included) and whoever writes it
+// (EnqueueTx, <schema>.enqueue or a plain INSERT), takes one transaction lock per source before
+// it draws its seq, so the source's producers serialise and its seq order is its commit order:
+// the order a relay with the PerSourceStream policy publishes. Without a declaration
+// PerSourceStream claims in seq order but a transaction that commits late is published after
+// later rows of its source. Producers of a declared source commit one at a time.
+//
+// A declaration waits for every transaction writing the outbox to end and holds new writers
+// back until it commits (see docs/architecture.md, "Order at enqueue"), so declare a source
+// before its producers start. Declaring a declared source does nothing and does not wait.
+func (a *Admin) DeclarePerSourceOrder(ctx context.Context, q Querier, sources ...string) error {
+	if err := validSources(sources); err != nil {
+		return fmt.Errorf("declare per-source order: %w", err)
+	}
+	declared, err := a.PerSourceOrdered(ctx, q)
+	if err != nil {
+		return fmt.Errorf("declare per-source order: %w", err)
+	}
+	var missing []string
+	for _, src := range sources {
+		if !slices.Contains(declared, src) && !slices.Contains(missing, src) {
+			missing = append(missing, src)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if _, err := q.Exec(ctx, a.q.DeclareSource, missing); err != nil {
+		return fmt.Errorf("declare per-source order of %q: %w", missing, err)
+	}
+	return nil
+}
+
+// RevokePerSourceOrder removes the per-source declaration of sources, on q: their rows are then
+// ordered per (source, key) again, and rows without a key are unordered. Like a declaration,
+// it waits for the outbox's running writers. Revoking an undeclared source does nothing.
+func (a *Admin) RevokePerSourceOrder(ctx context.Context, q Querier, sources ...string) error {
+	if err := validSources(sources); err != nil {
+		return fmt.Errorf("revoke per-source order: %w", err)
+	}
+	if _, err := q.Exec(ctx, a.q.RevokeSource, sources); err != nil {
+		return fmt.Errorf("revoke per-source order of %q: %w", sources, err)
+	}
+	return nil
+}
+
+// PerSourceOrdered lists the sources declared with [Admin.DeclarePerSourceOrder], sorted.
+func (a *Admin) PerSourceOrdered(ctx context.Context, q Querier) ([]string, error) {
+	rows, err := q.Query(ctx, a.q.ListSources)
+	if err != nil {
+		return nil, fmt.Errorf("list per-source ordered sources: %w (is the schema migrated? run `relay migrate`)", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var src string
+		if err := rows.Scan(&src); err != nil {
+			return nil, fmt.Errorf("list per-source ordered sources: %w", err)
+		}
+		out = append(out, src)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list per-source ordered sources: %w", err)
+	}
+	return out, nil
+}
+
+func validSources(sources []string) error {
+	if len(sources) == 0 {
+		return errors.New("no source given")
+	}
+	for i, src := range sources {
+		if src == "" {
+			return fmt.Errorf("source %d is empty", i)
+		}
+	}
+	return nil
 }

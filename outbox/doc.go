@@ -27,7 +27,7 @@
 // same-key producers serialise and seq order is commit order for every key. EnqueueTx takes a
 // call's several keys' locks first, in sorted order, so its calls never deadlock. A hash
 // collision only serialises two unrelated keys. A source declared with
-// [Store.DeclarePerSourceOrder] takes one lock per source instead (null keys included), which
+// [Admin.DeclarePerSourceOrder] takes one lock per source instead (null keys included), which
 // is what makes [PerSourceStream] publish its rows in commit order.
 //
 // # Relay
@@ -74,7 +74,7 @@
 //
 //   - At least once: a committed row is published until Kafka acknowledges it, unless it is
 //     rejected as unpublishable or exhausts MaxAttempts (then it is kept as 'rejected' or 'dead'
-//     for operators: [Store.ListDead], [Store.Requeue]).
+//     for operators: [Admin.ListDead], [Admin.Requeue]).
 //   - Duplicates on Kafka only for rows whose produce was in flight when their relay died, was
 //     paused past its lease, or was shut down past ShutdownTimeout. Consumers deduplicate by message id (the
 //     inbox does).
@@ -91,7 +91,7 @@
 // # Ordering policies
 //
 // [PerKeyHeadOfLine] (default), [PerSourceStream] (every row of a source, null keys included,
-// in commit order for sources declared with [Store.DeclarePerSourceOrder]; Kafka orders only
+// in commit order for sources declared with [Admin.DeclarePerSourceOrder]; Kafka orders only
 // within a partition, so a total order needs a single-partition topic),
 // [StopTheLine] (claims like per-key, one batch in flight, publishes row by row; the first
 // failure halts: no later row of the batch is sent, and Run returns an error wrapping

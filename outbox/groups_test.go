@@ -36,12 +36,12 @@ UPDATE keiro_outbox SET status = 'rejected', rejection_code = 'message_too_large
 UPDATE keiro_outbox SET status = 'failed', last_error = 'kafka: NOT_ENOUGH_REPLICAS for 0191a2b3-c4d5-7e6f-8a9b-000000000001 at offset 2 (batch 00000000000000000b)' WHERE message_id = 'f1';`)
 	require.NoError(t, err)
 	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-		got, err := st.ArchiveTx(ctx, tx, []envelope.UUID{res[2].OutboxID})
+		got, err := outbox.AdminOf(st).ArchiveTx(ctx, tx, []envelope.UUID{res[2].OutboxID})
 		require.Len(t, got, 1)
 		return err
 	}))
 
-	groups, err := st.FailureGroups(ctx, db.Pool, 10)
+	groups, err := outbox.AdminOf(st).FailureGroups(ctx, db.Pool, 10)
 	require.NoError(t, err)
 	require.Len(t, groups, 2)
 	dead, rejected := groups[0], groups[1]
@@ -58,21 +58,21 @@ UPDATE keiro_outbox SET status = 'failed', last_error = 'kafka: NOT_ENOUGH_REPLI
 	require.Equal(t, "record of about <n> bytes exceeds the <n>-byte limit", rejected.Message)
 	require.EqualValues(t, 2, rejected.Count)
 
-	ids, err := st.FailureGroupIDs(ctx, db.Pool, dead.Class, dead.Message, 10)
+	ids, err := outbox.AdminOf(st).FailureGroupIDs(ctx, db.Pool, dead.Class, dead.Message, 10)
 	require.NoError(t, err)
 	require.Equal(t, []envelope.UUID{res[1].OutboxID, res[0].OutboxID}, ids, "newest first")
-	ids, err = st.FailureGroupIDs(ctx, db.Pool, dead.Class, dead.Message, 1)
+	ids, err = outbox.AdminOf(st).FailureGroupIDs(ctx, db.Pool, dead.Class, dead.Message, 1)
 	require.NoError(t, err)
 	require.Equal(t, []envelope.UUID{res[1].OutboxID}, ids)
-	ids, err = st.FailureGroupIDs(ctx, db.Pool, "rejected: message_too_large", dead.Message, 10)
+	ids, err = outbox.AdminOf(st).FailureGroupIDs(ctx, db.Pool, "rejected: message_too_large", dead.Message, 10)
 	require.NoError(t, err)
 	require.Empty(t, ids, "the class is part of the group")
 
-	top, err := st.FailureGroups(ctx, db.Pool, 1)
+	top, err := outbox.AdminOf(st).FailureGroups(ctx, db.Pool, 1)
 	require.NoError(t, err)
 	require.Len(t, top, 1)
-	_, err = st.FailureGroups(ctx, db.Pool, 0)
+	_, err = outbox.AdminOf(st).FailureGroups(ctx, db.Pool, 0)
 	require.Error(t, err)
-	_, err = st.FailureGroupIDs(ctx, db.Pool, dead.Class, dead.Message, 0)
+	_, err = outbox.AdminOf(st).FailureGroupIDs(ctx, db.Pool, dead.Class, dead.Message, 0)
 	require.Error(t, err)
 }

@@ -96,7 +96,7 @@ func TestStopTheLineHaltsAndNamesTheRow(t *testing.T) {
 	err = r.Run(context.Background())
 	require.ErrorIs(t, err, outbox.ErrHalted)
 	require.Contains(t, err.Error(), res[0].OutboxID.String())
-	row, err := st.Lookup(context.Background(), db.Pool, res[0].OutboxID)
+	row, err := outbox.AdminOf(st).Lookup(context.Background(), db.Pool, res[0].OutboxID)
 	require.NoError(t, err)
 	require.Equal(t, "failed", row.Status)
 	require.Equal(t, 1, row.Attempts)
@@ -149,7 +149,7 @@ func TestStopTheLinePublishesRowByRow(t *testing.T) {
 	require.Equal(t, []int{1, 1, 1, 1}, sizes, "records per produce request")
 	mu.Unlock()
 	for i, rr := range res {
-		row, err := st.Lookup(context.Background(), db.Pool, rr.OutboxID)
+		row, err := outbox.AdminOf(st).Lookup(context.Background(), db.Pool, rr.OutboxID)
 		require.NoError(t, err)
 		switch {
 		case i < 3:

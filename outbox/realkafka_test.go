@@ -61,7 +61,7 @@ func TestRelayRejectsWhatTheRealBrokerRefuses(t *testing.T) {
 	startRelay(t, db, kc, outbox.RelayConfig{OnBatch: onSettled(p), PollInterval: 10 * time.Millisecond,
 		Backoff: outbox.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}, Logger: testLogger(t)})
 	p.Wait(t, 30, time.Minute, nil)
-	dead, err := st.ListDead(ctx, db.Pool, outbox.ListDeadOptions{})
+	dead, err := outbox.AdminOf(st).ListDead(ctx, db.Pool, outbox.ListDeadOptions{})
 	require.NoError(t, err)
 	require.Len(t, dead, 1)
 	require.Equal(t, evs[13].MessageID, dead[0].MessageID)

@@ -52,8 +52,8 @@ type Queries struct {
 	ListOutbox, ListOutboxNewest, SearchOutbox, CountDead string
 	// FailureGroups and FailureGroupIDs group the dead and rejected rows by error (groups.go).
 	FailureGroups, FailureGroupIDs string
-	// Archive sets aside dead and rejected rows (Store.ArchiveTx); AttemptErrors reads a row's
-	// failed attempts (Store.AttemptHistory).
+	// Archive sets aside dead and rejected rows (Admin.ArchiveTx); AttemptErrors reads a row's
+	// failed attempts (Admin.AttemptHistory).
 	Archive, AttemptErrors                string
 	ListStuckOutbox, ListSentGcCandidates string
 	Activity                              string

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,8 +11,54 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/pgtext"
 )
+
+// Row is an outbox row as stored, for inspection.
+type Row struct {
+	// Seq is the row's position in the outbox's order.
+	Seq int64
+	// OutboxID is the row's id.
+	OutboxID envelope.UUID
+	// Event is the enqueued event. Its Payload is a prefix of the stored payload when the
+	// listing asked for one (ListOptions.PayloadBytes, SearchOptions.PayloadBytes); PayloadSize
+	// is the whole payload's size.
+	Event envelope.Event
+	// PayloadSize is the stored payload's size in bytes.
+	PayloadSize int
+	// Status is pending, publishing, sent, failed, dead or rejected.
+	Status string
+	// Attempts is the number of publish attempts counted.
+	Attempts int
+	// NextAttemptAt is when a pending or failed row becomes due.
+	NextAttemptAt time.Time
+	// LastError is the last failure's text, if any.
+	LastError string
+	// RejectionCode is set on rejected rows.
+	RejectionCode string
+	// PublishedAt, Partition and Offset are set on sent rows.
+	PublishedAt *time.Time
+	Partition   *int32
+	Offset      *int64
+	// CreatedAt and UpdatedAt are the row's timestamps.
+	CreatedAt, UpdatedAt time.Time
+}
+
+// ErrNotFound reports a lookup of an outbox id that is not in the outbox.
+var ErrNotFound = errors.New("outbox row not found")
+
+// Lookup reads one row by outbox id, or returns an error wrapping ErrNotFound.
+func (a *Admin) Lookup(ctx context.Context, q Querier, id envelope.UUID) (Row, error) {
+	r, err := scanRow(q.QueryRow(ctx, a.q.LookupRow, [16]byte(id)))
+	if err != nil {
+		if errors.Is(err, errNoRows) {
+			return r, fmt.Errorf("lookup outbox row %s: %w", id, ErrNotFound)
+		}
+		return r, fmt.Errorf("lookup outbox row %s: %w", id, err)
+	}
+	return r, nil
+}
 
 // DefaultListLimit is the number of rows a listing returns when no limit is given.
 const DefaultListLimit = 100
@@ -67,7 +114,7 @@ type SearchOptions struct {
 // ListOutbox lists outbox rows in seq order (the relay's order), or newest first, filtered
 // and paged by opts. An operator command: without a status it scans the table, retained sent
 // rows included; with statuses it reads only their phases' rows (their partial indexes).
-func (s *Store) ListOutbox(ctx context.Context, q Querier, opts ListOptions) ([]Row, error) {
+func (a *Admin) ListOutbox(ctx context.Context, q Querier, opts ListOptions) ([]Row, error) {
 	statuses, phases, err := listStatuses(opts)
 	if err != nil {
 		return nil, fmt.Errorf("list outbox rows: %w", err)
@@ -76,7 +123,7 @@ func (s *Store) ListOutbox(ctx context.Context, q Querier, opts ListOptions) ([]
 	if err != nil {
 		return nil, fmt.Errorf("list outbox rows: %w", err)
 	}
-	sql, from := s.q.ListOutbox, opts.After
+	sql, from := a.q.ListOutbox, opts.After
 	switch {
 	case opts.NewestFirst && opts.After != 0:
 		return nil, errors.New("list outbox rows: After continues a listing in seq order; continue a NewestFirst listing with Before")
@@ -87,9 +134,9 @@ func (s *Store) ListOutbox(ctx context.Context, q Querier, opts ListOptions) ([]
 	case opts.PayloadBytes < NoPayload:
 		return nil, fmt.Errorf("list outbox rows: PayloadBytes %d is negative; NoPayload (-1) lists no payloads", opts.PayloadBytes)
 	case opts.NewestFirst:
-		sql, from = s.q.ListOutboxNewest, opts.Before
+		sql, from = a.q.ListOutboxNewest, opts.Before
 	}
-	return s.listRows(ctx, q, "list outbox rows", sql, from, statuses,
+	return a.listRows(ctx, q, "list outbox rows", sql, from, statuses,
 		nullString(opts.Source), nullString(opts.Destination), nullString(opts.Key), limit, phases, opts.Archived,
 		opts.PayloadBytes)
 }
@@ -98,7 +145,7 @@ func (s *Store) ListOutbox(ctx context.Context, q Querier, opts ListOptions) ([]
 // exactly opts.Term, newest first: how an operator finds a message by what a log line or a
 // customer's report names. It scans the table, retained sent rows included; an empty term is
 // an error.
-func (s *Store) SearchOutbox(ctx context.Context, q Querier, opts SearchOptions) ([]Row, error) {
+func (a *Admin) SearchOutbox(ctx context.Context, q Querier, opts SearchOptions) ([]Row, error) {
 	if opts.Term == "" {
 		return nil, errors.New("search outbox rows: the search term is empty")
 	}
@@ -109,7 +156,7 @@ func (s *Store) SearchOutbox(ctx context.Context, q Querier, opts SearchOptions)
 	if opts.PayloadBytes < NoPayload {
 		return nil, fmt.Errorf("search outbox rows: PayloadBytes %d is negative; NoPayload (-1) lists no payloads", opts.PayloadBytes)
 	}
-	return s.listRows(ctx, q, "search outbox rows", s.q.SearchOutbox, opts.Term, limit, opts.PayloadBytes)
+	return a.listRows(ctx, q, "search outbox rows", a.q.SearchOutbox, opts.Term, limit, opts.PayloadBytes)
 }
 
 // listStatuses checks opts' statuses and returns them with their phases (nil, nil: any).
@@ -152,7 +199,7 @@ func statusPhase(status string) int16 {
 // outliving RelayConfig.LeaseDuration is reclaimed by the next relay; rows listed here long
 // after that point to a relay stalled mid-publish or a lease set too long. limit 0 means
 // DefaultListLimit.
-func (s *Store) ListStuckOutbox(ctx context.Context, q Querier, olderThan time.Duration, limit int) ([]Row, error) {
+func (a *Admin) ListStuckOutbox(ctx context.Context, q Querier, olderThan time.Duration, limit int) ([]Row, error) {
 	if olderThan < 0 {
 		return nil, fmt.Errorf("list stuck outbox rows: olderThan %v is negative", olderThan)
 	}
@@ -160,13 +207,13 @@ func (s *Store) ListStuckOutbox(ctx context.Context, q Querier, olderThan time.D
 	if err != nil {
 		return nil, fmt.Errorf("list stuck outbox rows: %w", err)
 	}
-	return s.listRows(ctx, q, "list stuck outbox rows", s.q.ListStuckOutbox, olderThan.Microseconds(), limit)
+	return a.listRows(ctx, q, "list stuck outbox rows", a.q.ListStuckOutbox, olderThan.Microseconds(), limit)
 }
 
 // ListSentGcCandidates lists sent rows published more than retention ago, oldest first
 // (keiro's listSentOutboxGcCandidates): the rows a retention pass with that Retention deletes
 // next. limit 0 means DefaultListLimit.
-func (s *Store) ListSentGcCandidates(ctx context.Context, q Querier, retention time.Duration, limit int) ([]Row, error) {
+func (a *Admin) ListSentGcCandidates(ctx context.Context, q Querier, retention time.Duration, limit int) ([]Row, error) {
 	if retention < 0 {
 		return nil, fmt.Errorf("list sent outbox rows past retention: retention %v is negative", retention)
 	}
@@ -174,10 +221,10 @@ func (s *Store) ListSentGcCandidates(ctx context.Context, q Querier, retention t
 	if err != nil {
 		return nil, fmt.Errorf("list sent outbox rows past retention: %w", err)
 	}
-	return s.listRows(ctx, q, "list sent outbox rows past retention", s.q.ListSentGcCandidates, retention.Microseconds(), limit)
+	return a.listRows(ctx, q, "list sent outbox rows past retention", a.q.ListSentGcCandidates, retention.Microseconds(), limit)
 }
 
-func (s *Store) listRows(ctx context.Context, q Querier, what, sql string, args ...any) ([]Row, error) {
+func (a *Admin) listRows(ctx context.Context, q Querier, what, sql string, args ...any) ([]Row, error) {
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
@@ -197,4 +244,68 @@ func listLimit(n int) (int, error) {
 		return 0, fmt.Errorf("limit %d is negative", n)
 	}
 	return n, nil
+}
+
+// The outbox row codec: the one function that maps the one column list every statement
+// reading whole rows selects (sqlq.RowColumns: inspection listings, Lookup, the enqueue's
+// read-back of existing rows) to a Row. The claim reads its own columns (claim.go,
+// internal/sqlq) and shares fillEvent only.
+
+// scanRow reads one row of sqlq.RowColumns.
+func scanRow(row pgx.Row) (Row, error) {
+	var (
+		r                              Row
+		rid                            [16]byte
+		lastErr, code                  *string
+		key, registry, subject, fp     *string
+		versionRef, schemaID, position *int64
+		sourceEventID, causation, corr *[16]byte
+		tp, ts, attrs                  *string
+	)
+	e := &r.Event
+	err := row.Scan(&r.Seq, &r.Status, &r.Attempts, &r.NextAttemptAt,
+		&lastErr, &r.PublishedAt, &r.Partition, &r.Offset, &code, &r.CreatedAt, &r.UpdatedAt,
+		&rid, &e.Source, &e.MessageID, &e.Destination, &key, &e.EventType,
+		&e.SchemaVersion, &e.ContentType, &registry, &subject, &versionRef, &schemaID, &fp,
+		&sourceEventID, &position, &causation, &corr, &tp, &ts, &e.Payload, &r.PayloadSize, &attrs, &e.OccurredAt)
+	if err != nil {
+		return r, err
+	}
+	r.OutboxID = rid
+	if lastErr != nil {
+		r.LastError = *lastErr
+	}
+	if code != nil {
+		r.RejectionCode = *code
+	}
+	fillEvent(e, key, registry, subject, fp, versionRef, schemaID, position, sourceEventID, causation, corr, tp, ts, attrs)
+	return r, nil
+}
+
+// fillEvent sets the event's fields read from nullable columns.
+func fillEvent(e *envelope.Event, key, registry, subject, fp *string, versionRef, schemaID, position *int64,
+	sourceEventID, causation, corr *[16]byte, tp, ts, attrs *string) {
+	e.Key = key
+	if registry != nil || subject != nil || fp != nil || versionRef != nil || schemaID != nil {
+		e.SchemaRef = &envelope.SchemaRef{Registry: registry, Subject: subject, Version: versionRef, SchemaID: schemaID, Fingerprint: fp}
+	}
+	e.SourceGlobalPosition = position
+	toUUID := func(b *[16]byte) *envelope.UUID {
+		if b == nil {
+			return nil
+		}
+		u := envelope.UUID(*b)
+		return &u
+	}
+	e.SourceEventID, e.CausationID, e.CorrelationID = toUUID(sourceEventID), toUUID(causation), toUUID(corr)
+	if tp != nil {
+		e.TraceContext = &envelope.TraceContext{Traceparent: *tp}
+		if ts != nil {
+			e.TraceContext.Tracestate = *ts
+		}
+	}
+	if attrs != nil {
+		e.Attributes = json.RawMessage(*attrs)
+	}
+	e.OccurredAt = e.OccurredAt.UTC()
 }
