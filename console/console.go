@@ -35,7 +35,7 @@ type Console struct {
 
 	outbox *outbox.Admin
 	// modes reads the outbox's mode and log slots.
-	modes *outbox.Store
+	modes  *outbox.Store
 	inbox  *inbox.Store
 	events *events.Store
 
