@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keiro-go/keiro/failure"
 	"github.com/keiro-go/keiro/inbox"
 )
 
@@ -109,7 +110,7 @@ type InboxEntry struct {
 	Payload Payload `json:"payload"`
 	// AttemptHistory is the row's failed attempts, oldest first (the last 20); only in the
 	// answer for one row.
-	AttemptHistory []inbox.Attempt `json:"attempt_history,omitempty"`
+	AttemptHistory []failure.Attempt `json:"attempt_history,omitempty"`
 }
 
 // KafkaPosition is a record's topic, partition and offset.

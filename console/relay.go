@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/failure"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -189,7 +190,7 @@ type OutboxRow struct {
 	RejectionCode string `json:"rejection_code,omitempty"`
 	// AttemptHistory is the row's failed attempts, oldest first (the last 20); only in the
 	// answer for one row.
-	AttemptHistory []outbox.Attempt `json:"attempt_history,omitempty"`
+	AttemptHistory []failure.Attempt `json:"attempt_history,omitempty"`
 	// NextAttemptAt is when a failed row is retried.
 	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
 	// PublishedAt, Partition and Offset are set on sent rows.

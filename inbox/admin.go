@@ -2,13 +2,14 @@ package inbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/keiro-go/keiro/failure"
+	"github.com/keiro-go/keiro/internal/failgroup"
 	"github.com/keiro-go/keiro/internal/pgtext"
 )
 
@@ -149,33 +150,11 @@ func listEntries(ctx context.Context, db DB, what, sql string, args ...any) ([]E
 	return out, nil
 }
 
-// Attempt is one failed attempt of a row, as its history keeps it.
-type Attempt struct {
-	// Attempt is the attempt's number (1 for the first).
-	Attempt int `json:"attempt"`
-	// At is when the attempt failed.
-	At time.Time `json:"at"`
-	// Error is the handler's error (at most 1024 bytes).
-	Error string `json:"error"`
-}
-
 // AttemptHistory returns row k's failed attempts, oldest first (the last 20; deliveries and
 // Reprocess alike), or [ErrNotFound]. A row that never failed has none.
-func (s *Store) AttemptHistory(ctx context.Context, db DB, k Key) ([]Attempt, error) {
-	var raw []byte
-	if err := db.QueryRow(ctx, s.sql.attemptErrors, s.cfg.Consumer, k.Source, k.DedupeKey).Scan(&raw); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("inbox row %s/%s: %w", k.Source, k.DedupeKey, ErrNotFound)
-		}
-		return nil, fmt.Errorf("read the attempts of inbox row %s/%s: %w", k.Source, k.DedupeKey, err)
-	}
-	out := []Attempt{}
-	if raw != nil {
-		if err := json.Unmarshal(raw, &out); err != nil {
-			return nil, fmt.Errorf("read the attempts of inbox row %s/%s: %w", k.Source, k.DedupeKey, err)
-		}
-	}
-	return out, nil
+func (s *Store) AttemptHistory(ctx context.Context, db DB, k Key) ([]failure.Attempt, error) {
+	return failgroup.Attempts(ctx, db, fmt.Sprintf("inbox row %s/%s", k.Source, k.DedupeKey), ErrNotFound,
+		s.sql.attemptErrors, s.cfg.Consumer, k.Source, k.DedupeKey)
 }
 
 // Archive sets aside the store consumer's failed rows among keys that are not archived yet, and

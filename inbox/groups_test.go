@@ -47,7 +47,7 @@ func TestFailureGroupsNormaliseErrors(t *testing.T) {
 	require.Equal(t, "poisoned", g.Class)
 	require.Equal(t, "order <n> of <id>: tx <hex> failed after <n> s", g.Message)
 	require.EqualValues(t, 2, g.Count, "the archived row and shipping's row are not in it")
-	require.Equal(t, []string{"src"}, g.Sources)
+	require.Equal(t, []string{"src"}, g.Where)
 	require.Contains(t, []string{
 		"order 41 of 0191a2b3-c4d5-7e6f-8a9b-0c1d2e3f4a5b: tx deadbeefdeadbeef00 failed after 2.5 s",
 		"order 42 of 0191a2b3-c4d5-7e6f-8a9b-ffffffffffff: tx 0123456789abcdef01 failed after 10 s",

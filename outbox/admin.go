@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/failure"
+	"github.com/keiro-go/keiro/internal/failgroup"
 	"github.com/keiro-go/keiro/internal/schemaname"
 	"github.com/keiro-go/keiro/outbox/internal/sqlq"
 )
@@ -227,35 +228,10 @@ type RequeueFilter struct {
 	All bool
 }
 
-// Attempt is one failed attempt of a row, as its history keeps it.
-type Attempt struct {
-	// Attempt is the attempt's number (1 for the first).
-	Attempt int `json:"attempt"`
-	// At is when the attempt failed.
-	At time.Time `json:"at"`
-	// Error is the attempt's error (at most 1024 bytes).
-	Error string `json:"error"`
-	// Code is the rejection code of an attempt Kafka refused for good; empty otherwise.
-	Code string `json:"code,omitempty"`
-}
-
 // AttemptHistory returns row id's failed or rejected produce attempts, oldest first (the last
 // 20; a requeue keeps them), or [ErrNotFound]. A row that never failed has none.
-func (a *Admin) AttemptHistory(ctx context.Context, q Querier, id envelope.UUID) ([]Attempt, error) {
-	var raw []byte
-	if err := q.QueryRow(ctx, a.q.AttemptErrors, [16]byte(id)).Scan(&raw); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("outbox row %s: %w", id, ErrNotFound)
-		}
-		return nil, fmt.Errorf("read the attempts of outbox row %s: %w", id, err)
-	}
-	out := []Attempt{}
-	if raw != nil {
-		if err := json.Unmarshal(raw, &out); err != nil {
-			return nil, fmt.Errorf("read the attempts of outbox row %s: %w", id, err)
-		}
-	}
-	return out, nil
+func (a *Admin) AttemptHistory(ctx context.Context, q Querier, id envelope.UUID) ([]failure.Attempt, error) {
+	return failgroup.Attempts(ctx, q, fmt.Sprintf("outbox row %s", id), ErrNotFound, a.q.AttemptErrors, [16]byte(id))
 }
 
 // ArchiveTx sets aside, in tx, the dead and rejected rows among ids that are not archived yet,
@@ -276,11 +252,7 @@ func (a *Admin) ArchiveTx(ctx context.Context, tx pgx.Tx, ids []envelope.UUID) (
 	if err != nil {
 		return nil, fmt.Errorf("archive outbox rows: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (envelope.UUID, error) {
-		var id [16]byte
-		err := r.Scan(&id)
-		return id, err
-	})
+	out, err := pgx.CollectRows(rows, scanID)
 	if err != nil {
 		return nil, fmt.Errorf("archive outbox rows: %w", err)
 	}
@@ -309,11 +281,7 @@ func (a *Admin) RequeueRows(ctx context.Context, q Querier, f RequeueFilter) ([]
 	if err != nil {
 		return nil, fmt.Errorf("requeue outbox rows: %w", err)
 	}
-	moved, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (envelope.UUID, error) {
-		var id [16]byte
-		err := r.Scan(&id)
-		return id, err
-	})
+	moved, err := pgx.CollectRows(rows, scanID)
 	if err != nil {
 		return nil, fmt.Errorf("requeue outbox rows: %w", err)
 	}
@@ -381,63 +349,18 @@ func (a *Admin) RequeueTx(ctx context.Context, tx pgx.Tx, f RequeueFilter) (Requ
 	return res, nil
 }
 
-// FailureGroup is the dead and rejected rows (archived ones aside) that share an error class
-// and a normalised last error: UUIDs, runs of 16 or more hex digits and numbers replaced by
-// <id>, <hex> and <n>, so that "order 41 …" and "order 42 …" fall in one group.
-type FailureGroup struct {
-	// Class is "dead", or "rejected: " and the rejection code.
-	Class string
-	// Message is the normalised last error (at most 500 characters).
-	Message string
-	// Count is the number of rows in the group.
-	Count int64
-	// First and Last are the oldest and newest failure (updated_at) of the group.
-	First, Last time.Time
-	// Example is one row's last error as it was written.
-	Example string
-	// Destinations and EventTypes list up to 5 destinations and event types of the rows.
-	Destinations, EventTypes []string
-}
-
-// FailureGroups lists at most limit groups of the dead and rejected rows, largest first. It
-// scans those rows: an operator's view, not a hot path.
-func (a *Admin) FailureGroups(ctx context.Context, q Querier, limit int) ([]FailureGroup, error) {
-	if limit < 1 {
-		return nil, errors.New("list outbox failure groups: limit must be at least 1")
-	}
-	rows, err := q.Query(ctx, a.q.FailureGroups, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list outbox failure groups: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FailureGroup, error) {
-		var g FailureGroup
-		return g, r.Scan(&g.Class, &g.Message, &g.Count, &g.First, &g.Last, &g.Example, &g.Destinations, &g.EventTypes)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list outbox failure groups: %w", err)
-	}
-	return out, nil
+// FailureGroups lists at most limit groups of the dead and rejected rows (archived ones aside),
+// largest first; a group's Where lists destinations. It scans those rows: an operator's view,
+// not a hot path.
+func (a *Admin) FailureGroups(ctx context.Context, q Querier, limit int) ([]failure.Group, error) {
+	return failgroup.Groups(ctx, q, "list outbox failure groups", a.q.FailureGroups, limit)
 }
 
 // FailureGroupIDs lists the ids of at most limit rows of the group of class and message (as
 // FailureGroups lists them), newest first.
 func (a *Admin) FailureGroupIDs(ctx context.Context, q Querier, class, message string, limit int) ([]envelope.UUID, error) {
-	if limit < 1 {
-		return nil, errors.New("list the rows of an outbox failure group: limit must be at least 1")
-	}
-	rows, err := q.Query(ctx, a.q.FailureGroupIDs, class, message, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list the rows of an outbox failure group: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
-	if err != nil {
-		return nil, fmt.Errorf("list the rows of an outbox failure group: %w", err)
-	}
-	out := make([]envelope.UUID, len(ids))
-	for i, id := range ids {
-		out[i] = id
-	}
-	return out, nil
+	return failgroup.Keys(ctx, q, "list the rows of an outbox failure group", a.q.FailureGroupIDs,
+		scanID, class, message, limit)
 }
 
 // Minute counts the outbox's rows of one minute, as Activity reads them.
@@ -565,4 +488,11 @@ func validSources(sources []string) error {
 		}
 	}
 	return nil
+}
+
+// scanID reads a row of one outbox id.
+func scanID(r pgx.CollectableRow) (envelope.UUID, error) {
+	var id [16]byte
+	err := r.Scan(&id)
+	return id, err
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/failure"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox/internal/markplan"
 )
@@ -561,7 +562,7 @@ func TestMarkKeepsAttemptHistory(t *testing.T) {
 	require.False(t, h[1].At.Before(h[0].At))
 	h, err = AdminOf(st).AttemptHistory(ctx, db.Pool, byID["r"])
 	require.NoError(t, err)
-	require.Equal(t, []Attempt{{Attempt: 1, At: h[0].At, Error: "too large", Code: "message_too_large"}}, h)
+	require.Equal(t, []failure.Attempt{{Attempt: 1, At: h[0].At, Error: "too large", Code: "message_too_large"}}, h)
 	h, err = AdminOf(st).AttemptHistory(ctx, db.Pool, byID["s"])
 	require.NoError(t, err)
 	require.Empty(t, h)

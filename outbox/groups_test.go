@@ -51,7 +51,7 @@ UPDATE keiro_outbox SET status = 'failed', last_error = 'kafka: NOT_ENOUGH_REPLI
 	require.Equal(t, "dead", dead.Class)
 	require.Equal(t, "kafka: NOT_ENOUGH_REPLICAS for <id> at offset <n> (batch <hex>)", dead.Message)
 	require.EqualValues(t, 2, dead.Count, "the archived and the failed row are not in it")
-	require.Equal(t, []string{"orders", "payments"}, dead.Destinations)
+	require.Equal(t, []string{"orders", "payments"}, dead.Where)
 	require.True(t, dead.First.Before(dead.Last))
 	require.Contains(t, dead.Example, "kafka: NOT_ENOUGH_REPLICAS for 0191a2b3-")
 	require.Equal(t, "rejected: message_too_large", rejected.Class)
