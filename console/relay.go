@@ -113,10 +113,10 @@ func (c *Console) readOutboxSummary(ctx context.Context) (OutboxSummary, error) 
 			d = &DestinationSummary{Destination: n.Destination, Counts: map[string]int64{}}
 			byDest[n.Destination] = d
 		}
-		d.Counts[n.Status] = n.Count
-		s.Totals[n.Status] += n.Count
+		d.Counts[string(n.Status)] = n.Count
+		s.Totals[string(n.Status)] += n.Count
 		switch n.Status {
-		case "pending", "failed", "publishing":
+		case outbox.StatusPending, outbox.StatusFailed, outbox.StatusPublishing:
 			d.Backlog += n.Count
 		}
 	}
@@ -133,7 +133,7 @@ func (c *Console) readOutboxSummary(ctx context.Context) (OutboxSummary, error) 
 	sort.Slice(s.Destinations, func(i, j int) bool { return s.Destinations[i].Destination < s.Destinations[j].Destination })
 	s.OldestPendingAgeSeconds = ageSeconds(s.ReadAt, oldest)
 	if s.Backlog > 0 {
-		head, err := c.outbox.ListOutbox(ctx, q, outbox.ListOptions{Statuses: []string{"pending", "failed", "publishing"}, Limit: 1,
+		head, err := c.outbox.ListOutbox(ctx, q, outbox.ListOptions{Statuses: []outbox.Status{outbox.StatusPending, outbox.StatusFailed, outbox.StatusPublishing}, Limit: 1,
 			PayloadBytes: outbox.NoPayload})
 		if err != nil {
 			return s, fmt.Errorf("read outbox summary: %w", err)
@@ -228,6 +228,15 @@ type outboxFilter struct {
 	Archived bool
 }
 
+// statuses are the filter's statuses, as the outbox types them.
+func (f outboxFilter) statuses() []outbox.Status {
+	out := make([]outbox.Status, len(f.Statuses))
+	for i, s := range f.Statuses {
+		out[i] = outbox.Status(s)
+	}
+	return out
+}
+
 // ArchivedParam is the filter's ?archived= value: "true", or "" for the working list.
 func (f outboxFilter) ArchivedParam() string { return archivedParam(f.Archived) }
 
@@ -289,7 +298,7 @@ func parseOutboxFilter(r *http.Request) (outboxFilter, error) {
 }
 
 func (c *Console) listOutboxRows(ctx context.Context, f outboxFilter) (OutboxPage, error) {
-	rows, err := c.outbox.ListOutbox(ctx, c.cfg.Outbox.Pool, outbox.ListOptions{Statuses: f.Statuses,
+	rows, err := c.outbox.ListOutbox(ctx, c.cfg.Outbox.Pool, outbox.ListOptions{Statuses: f.statuses(),
 		Source: f.Source, Destination: f.Destination, NewestFirst: true, Before: f.Before, Limit: f.Limit + 1,
 		Archived: f.Archived, PayloadBytes: DefaultPreviewBytes})
 	if err != nil {
@@ -310,7 +319,7 @@ func (c *Console) listOutboxRows(ctx context.Context, f outboxFilter) (OutboxPag
 func outboxRowOf(row outbox.Row, payloadBytes int) OutboxRow {
 	e := &row.Event
 	o := OutboxRow{
-		OutboxID: row.OutboxID.String(), Seq: row.Seq, Status: row.Status,
+		OutboxID: row.OutboxID.String(), Seq: row.Seq, Status: string(row.Status),
 		Source: e.Source, Destination: e.Destination, MessageID: e.MessageID, Key: e.Key, EventType: e.EventType,
 		Attempts: row.Attempts, LastError: row.LastError, RejectionCode: row.RejectionCode,
 		PublishedAt: row.PublishedAt, Partition: row.Partition, Offset: row.Offset,

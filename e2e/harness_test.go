@@ -337,7 +337,7 @@ func readOutcome(t *testing.T, db *testenv.DB, kc *testenv.Kafka, topic string, 
 	require.NoError(t, err)
 	o.outboxByStatus = map[string]int64{}
 	for _, c := range st.Counts {
-		o.outboxByStatus[c.Status] += c.Count
+		o.outboxByStatus[string(c.Status)] += c.Count
 		if c.Status != "sent" {
 			o.outboxNotSent += c.Count
 		}

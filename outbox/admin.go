@@ -62,8 +62,9 @@ type Overview struct {
 
 // StatusCount is the number of rows with one status and destination, archived rows aside.
 type StatusCount struct {
-	Status, Destination string
-	Count               int64
+	Status      Status
+	Destination string
+	Count       int64
 }
 
 // Overview counts the outbox's rows per status and destination, archived rows apart. It scans
@@ -98,9 +99,9 @@ func (a *Admin) Overview(ctx context.Context, q Querier) (Overview, error) {
 		}
 		st.Counts = append(st.Counts, c)
 		switch c.Status {
-		case statusPending, statusFailed, statusPublishing:
+		case StatusPending, StatusFailed, StatusPublishing:
 			st.Backlog += c.Count
-			if c.Status == statusPublishing {
+			if c.Status == StatusPublishing {
 				break
 			}
 			if oldest.IsZero() || first.Before(oldest) {
@@ -109,7 +110,7 @@ func (a *Admin) Overview(ctx context.Context, q Querier) (Overview, error) {
 			if o, ok := st.OldestPendingCreatedAt[c.Destination]; !ok || first.Before(o) {
 				st.OldestPendingCreatedAt[c.Destination] = first
 			}
-		case statusDead, statusRejected:
+		case StatusDead, StatusRejected:
 			st.Dead += c.Count
 		}
 	}
@@ -148,8 +149,8 @@ type DeadRow struct {
 	// MessageID, Source, Destination and Key identify the message.
 	MessageID, Source, Destination string
 	Key                            *string
-	// Status is "dead" or "rejected".
-	Status string
+	// Status is StatusDead or StatusRejected.
+	Status Status
 	// Attempts is the number of publish attempts made.
 	Attempts int
 	// LastError is the last failure's text.
@@ -327,8 +328,8 @@ func (a *Admin) RequeueTx(ctx context.Context, tx pgx.Tx, f RequeueFilter) (Requ
 			continue
 		case err != nil:
 			return res, err
-		case row.Status != statusDead && row.Status != statusRejected:
-			res.Skipped = append(res.Skipped, RequeueSkip{ID: id, Reason: row.Status})
+		case row.Status != StatusDead && row.Status != StatusRejected:
+			res.Skipped = append(res.Skipped, RequeueSkip{ID: id, Reason: string(row.Status)})
 			continue
 		}
 		f.IDs = append(f.IDs, id)

@@ -99,7 +99,7 @@ func TestLogModeRejectionIsADeadLetterAndRequeues(t *testing.T) {
 	require.Equal(t, 4, count(t, db.Pool, "keiro_outbox_log"))
 
 	dead := waitDead(t, db.Pool, st, "bad")
-	require.Equal(t, "rejected", dead.Status)
+	require.Equal(t, outbox.StatusRejected, dead.Status)
 	require.Equal(t, "message_too_large", dead.RejectionCode)
 	require.NotEmpty(t, dead.LastError)
 	require.Equal(t, badID, dead.OutboxID, "the dead letter keeps the id EnqueueTx returned")

@@ -98,7 +98,7 @@ func TestStopTheLineHaltsAndNamesTheRow(t *testing.T) {
 	require.Contains(t, err.Error(), res[0].OutboxID.String())
 	row, err := outbox.AdminOf(st).Lookup(context.Background(), db.Pool, res[0].OutboxID)
 	require.NoError(t, err)
-	require.Equal(t, "failed", row.Status)
+	require.Equal(t, outbox.StatusFailed, row.Status)
 	require.Equal(t, 1, row.Attempts)
 	var skipped, attempts int
 	require.NoError(t, db.Pool.QueryRow(context.Background(),
@@ -153,12 +153,12 @@ func TestStopTheLinePublishesRowByRow(t *testing.T) {
 		require.NoError(t, err)
 		switch {
 		case i < 3:
-			require.Equal(t, "sent", row.Status, "row %d", i)
+			require.Equal(t, outbox.StatusSent, row.Status, "row %d", i)
 		case i == 3:
-			require.Equal(t, "failed", row.Status)
+			require.Equal(t, outbox.StatusFailed, row.Status)
 			require.Equal(t, 1, row.Attempts)
 		default:
-			require.Equal(t, "failed", row.Status, "row %d: %+v", i, row)
+			require.Equal(t, outbox.StatusFailed, row.Status, "row %d: %+v", i, row)
 			require.Zero(t, row.Attempts, "row %d", i)
 			require.Contains(t, row.LastError, "skipped", "row %d", i)
 		}

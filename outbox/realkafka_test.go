@@ -65,7 +65,7 @@ func TestRelayRejectsWhatTheRealBrokerRefuses(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, dead, 1)
 	require.Equal(t, evs[13].MessageID, dead[0].MessageID)
-	require.Equal(t, "rejected", dead[0].Status)
+	require.Equal(t, outbox.StatusRejected, dead[0].Status)
 	require.Equal(t, "message_too_large", dead[0].RejectionCode)
 	distinct, dups := checkOrder(t, kc.ConsumeRecords(t, 30, 10*time.Second, topic))
 	require.Equal(t, 29, distinct)

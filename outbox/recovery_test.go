@@ -212,7 +212,7 @@ func TestStopTheLineHaltsOnARowDeadInTheClaim(t *testing.T) {
 	require.Zero(t, sent)
 	row, err := outbox.AdminOf(st).Lookup(context.Background(), db.Pool, res[0].OutboxID)
 	require.NoError(t, err)
-	require.Equal(t, "dead", row.Status)
+	require.Equal(t, outbox.StatusDead, row.Status)
 }
 
 // TestRelaySurvivesBrokerOutage: every produce fails (NOT_LEADER_FOR_PARTITION, retriable) for a
@@ -343,7 +343,7 @@ func TestRelayRejectsPoisonRows(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, dead, 2)
 	for _, d := range dead {
-		require.Equal(t, "rejected", d.Status)
+		require.Equal(t, outbox.StatusRejected, d.Status)
 		require.Equal(t, "message_too_large", d.RejectionCode)
 		require.NotEmpty(t, d.LastError)
 	}
@@ -390,7 +390,7 @@ func TestRowsGoDeadAfterMaxAttemptsAndFreeTheirKey(t *testing.T) {
 	// Rows behind a live head use none.
 	var a2Attempts int
 	for i, want := range []struct {
-		status   string
+		status   outbox.Status
 		attempts []int
 	}{{"dead", []int{3}}, {"sent", []int{1, 2}}, {"sent", []int{1}}, {"dead", []int{3}}} {
 		row, err := outbox.AdminOf(st).Lookup(ctx, db.Pool, res[i].OutboxID)

@@ -35,7 +35,7 @@ func TestRowCodec(t *testing.T) {
 	row, err := outbox.AdminOf(st).Lookup(ctx, db.Pool, res[0].OutboxID)
 	require.NoError(t, err)
 	require.Equal(t, res[0].OutboxID, row.OutboxID)
-	require.Equal(t, "pending", row.Status)
+	require.Equal(t, outbox.StatusPending, row.Status)
 	require.Equal(t, e, row.Event)
 	listed, err := outbox.AdminOf(st).ListOutbox(ctx, db.Pool, outbox.ListOptions{})
 	require.NoError(t, err)
@@ -78,7 +78,7 @@ func TestListNewestFirstAndCounts(t *testing.T) {
 	_, err = db.Pool.Exec(ctx, `UPDATE keiro_outbox SET created_at = created_at - interval '1 hour' WHERE message_id = 'b'`)
 	require.NoError(t, err)
 
-	opts := outbox.ListOptions{Statuses: []string{"dead", "rejected", "failed"}, NewestFirst: true, Limit: 2}
+	opts := outbox.ListOptions{Statuses: []outbox.Status{"dead", "rejected", "failed"}, NewestFirst: true, Limit: 2}
 	page, err := outbox.AdminOf(st).ListOutbox(ctx, db.Pool, opts)
 	require.NoError(t, err)
 	require.Equal(t, []string{"e", "d"}, rowMessageIDs(page))
@@ -88,7 +88,7 @@ func TestListNewestFirstAndCounts(t *testing.T) {
 	page, err = outbox.AdminOf(st).ListOutbox(ctx, db.Pool, opts)
 	require.NoError(t, err)
 	require.Equal(t, []string{"c", "a"}, rowMessageIDs(page))
-	dead, err := outbox.AdminOf(st).ListOutbox(ctx, db.Pool, outbox.ListOptions{Statuses: []string{"dead"}, Destination: "orders"})
+	dead, err := outbox.AdminOf(st).ListOutbox(ctx, db.Pool, outbox.ListOptions{Statuses: []outbox.Status{"dead"}, Destination: "orders"})
 	require.NoError(t, err)
 	require.Equal(t, []string{"a"}, rowMessageIDs(dead))
 
@@ -110,8 +110,8 @@ func TestListNewestFirstAndCounts(t *testing.T) {
 		opts outbox.ListOptions
 		want string
 	}{
-		{outbox.ListOptions{Status: "dead", Statuses: []string{"failed"}}, "at most one of Status and Statuses"},
-		{outbox.ListOptions{Statuses: []string{"dead", "lost"}}, `unknown status "lost"`},
+		{outbox.ListOptions{Status: "dead", Statuses: []outbox.Status{"failed"}}, "at most one of Status and Statuses"},
+		{outbox.ListOptions{Statuses: []outbox.Status{"dead", "lost"}}, `unknown status "lost"`},
 		{outbox.ListOptions{NewestFirst: true, After: 3}, "continue a NewestFirst listing with Before"},
 		{outbox.ListOptions{Before: 3}, "set NewestFirst"},
 		{outbox.ListOptions{NewestFirst: true, Before: -1}, "positive"},

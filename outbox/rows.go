@@ -15,6 +15,36 @@ import (
 	"github.com/keiro-go/keiro/internal/pgtext"
 )
 
+// Status is an outbox row's status, its place in the outbox's state machine
+// (docs/architecture.md): pending → publishing → sent, with failed (retried after a backoff),
+// dead (attempts exhausted) and rejected (refused by Kafka for good) on the way.
+type Status string
+
+// The statuses of an outbox row (the values of its status column).
+const (
+	// StatusPending: enqueued, waiting for a relay (also a row released or requeued).
+	StatusPending Status = "pending"
+	// StatusPublishing: claimed by a relay, under its lease.
+	StatusPublishing Status = "publishing"
+	// StatusSent: acknowledged by Kafka.
+	StatusSent Status = "sent"
+	// StatusFailed: a publish attempt failed; the row is retried after its backoff.
+	StatusFailed Status = "failed"
+	// StatusDead: the attempts ran out; an operator requeues it.
+	StatusDead Status = "dead"
+	// StatusRejected: Kafka refused the record for good (too large, invalid topic, ...).
+	StatusRejected Status = "rejected"
+)
+
+// statuses are every Status, in the order of the state machine.
+var statuses = []Status{StatusPending, StatusPublishing, StatusSent, StatusFailed, StatusDead, StatusRejected}
+
+// Statuses returns every Status, in the order of the outbox's state machine.
+func Statuses() []Status { return slices.Clone(statuses) }
+
+// Valid reports whether s is one of [Statuses].
+func (s Status) Valid() bool { return slices.Contains(statuses, s) }
+
 // Row is an outbox row as stored, for inspection.
 type Row struct {
 	// Seq is the row's position in the outbox's order.
@@ -27,8 +57,8 @@ type Row struct {
 	Event envelope.Event
 	// PayloadSize is the stored payload's size in bytes.
 	PayloadSize int
-	// Status is pending, publishing, sent, failed, dead or rejected.
-	Status string
+	// Status is the row's place in the outbox's state machine.
+	Status Status
 	// Attempts is the number of publish attempts counted.
 	Attempts int
 	// NextAttemptAt is when a pending or failed row becomes due.
@@ -63,17 +93,14 @@ func (a *Admin) Lookup(ctx context.Context, q Querier, id envelope.UUID) (Row, e
 // DefaultListLimit is the number of rows a listing returns when no limit is given.
 const DefaultListLimit = 100
 
-// statusNames are the row statuses a listing may filter on.
-var statusNames = []string{statusPending, statusPublishing, statusSent, statusFailed, statusDead, statusRejected}
 
 // ListOptions filters and pages ListOutbox (keiro's listOutbox).
 type ListOptions struct {
-	// Status lists only rows in this status (pending, publishing, sent, failed, dead,
-	// rejected). Defaults to "" (all).
-	Status string
+	// Status lists only rows in this status (one of [Statuses]). Defaults to "" (all).
+	Status Status
 	// Statuses lists only rows in any of these statuses, as Status does for one; set at most
 	// one of Status and Statuses. Defaults to nil (all).
-	Statuses []string
+	Statuses []Status
 	// Source, Destination and Key list only rows with these values. Default to "" (any).
 	Source, Destination, Key string
 	// After continues a listing: pass the previous page's last Row.Seq. Defaults to 0.
@@ -159,39 +186,50 @@ func (a *Admin) SearchOutbox(ctx context.Context, q Querier, opts SearchOptions)
 	return a.listRows(ctx, q, "search outbox rows", a.q.SearchOutbox, opts.Term, limit, opts.PayloadBytes)
 }
 
-// listStatuses checks opts' statuses and returns them with their phases (nil, nil: any).
+// listStatuses checks opts' statuses and returns their names with their phases (nil, nil: any).
 func listStatuses(opts ListOptions) ([]string, []int16, error) {
 	statuses := opts.Statuses
 	switch {
 	case opts.Status != "" && len(statuses) > 0:
 		return nil, nil, errors.New("set at most one of Status and Statuses")
 	case opts.Status != "":
-		statuses = []string{opts.Status}
+		statuses = []Status{opts.Status}
 	case len(statuses) == 0:
 		return nil, nil, nil
 	}
 	var phases []int16
-	for _, st := range statuses {
-		if !slices.Contains(statusNames, st) {
-			return nil, nil, fmt.Errorf("unknown status %q; use one of %s", st, strings.Join(statusNames, ", "))
+	names := make([]string, len(statuses))
+	for i, st := range statuses {
+		if !st.Valid() {
+			return nil, nil, fmt.Errorf("unknown status %q; use one of %s", st, statusList())
 		}
-		if ph := statusPhase(st); !slices.Contains(phases, ph) {
+		if ph := st.phase(); !slices.Contains(phases, ph) {
 			phases = append(phases, ph)
 		}
+		names[i] = string(st)
 	}
-	return statuses, phases, nil
+	return names, phases, nil
 }
 
-// statusPhase is a status's phase column: 0 open (pending, publishing, failed), 1 sent,
-// 2 dead or rejected.
-func statusPhase(status string) int16 {
-	switch status {
-	case statusSent:
+// phase is the status's phase column: 0 open (pending, publishing, failed), 1 sent, 2 dead or
+// rejected.
+func (s Status) phase() int16 {
+	switch s {
+	case StatusSent:
 		return 1
-	case statusDead, statusRejected:
+	case StatusDead, StatusRejected:
 		return 2
 	}
 	return 0
+}
+
+// statusList is [Statuses] as "pending, publishing, ...".
+func statusList() string {
+	names := make([]string, len(statuses))
+	for i, st := range statuses {
+		names[i] = string(st)
+	}
+	return strings.Join(names, ", ")
 }
 
 // ListStuckOutbox lists rows in publishing whose claim is older than olderThan, oldest claim

@@ -450,7 +450,7 @@ func TestSQLEnqueueAnswersLikeEnqueueTx(t *testing.T) {
 	require.Equal(t, "inserted", outcome)
 	row, err := outbox.AdminOf(st).Lookup(ctx, db.Pool, envelope.UUID(id))
 	require.NoError(t, err)
-	require.Equal(t, "pending", row.Status)
+	require.Equal(t, outbox.StatusPending, row.Status)
 	id2, outcome, err := sqlEnqueue(ctx, db.Pool, db.Schema, args(ev))
 	require.NoError(t, err)
 	require.Equal(t, "duplicate", outcome)

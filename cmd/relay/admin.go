@@ -162,9 +162,9 @@ func readStatus(ctx context.Context, conn *pgx.Conn, db *dbFlags) (outboxStatus,
 		if st.Destinations[c.Destination] == nil {
 			st.Destinations[c.Destination] = map[string]int64{}
 		}
-		st.Destinations[c.Destination][c.Status] = c.Count
-		st.Totals[c.Status] += c.Count
-		waiting = waiting || c.Status == "pending" || c.Status == "failed"
+		st.Destinations[c.Destination][string(c.Status)] = c.Count
+		st.Totals[string(c.Status)] += c.Count
+		waiting = waiting || c.Status == outbox.StatusPending || c.Status == outbox.StatusFailed
 	}
 	st.Backlog, st.Dead, st.Archived = ost.Backlog, ost.Dead, ost.Archived
 	if mst.Current >= logModeMigration {
@@ -267,7 +267,7 @@ func (c *deadListCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 	rows := make([]deadRow, len(dead))
 	for i, d := range dead {
 		rows[i] = deadRow{OutboxID: d.OutboxID.String(), Seq: d.Seq, Source: d.Source, Destination: d.Destination,
-			MessageID: d.MessageID, Key: d.Key, Status: d.Status, Attempts: d.Attempts, LastError: d.LastError,
+			MessageID: d.MessageID, Key: d.Key, Status: string(d.Status), Attempts: d.Attempts, LastError: d.LastError,
 			RejectionCode: d.RejectionCode, UpdatedAt: d.UpdatedAt}
 	}
 	if c.JSON {

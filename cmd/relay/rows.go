@@ -30,7 +30,7 @@ type rowsListCmd struct {
 // Run lists the rows.
 func (c *rowsListCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 	return listRows(ctx, g, env, c.JSON, c.Limit, true, func(ctx context.Context, st *outbox.Admin, q outbox.Querier) ([]outbox.Row, error) {
-		return st.ListOutbox(ctx, q, outbox.ListOptions{Status: c.Status, Source: c.Source, Destination: c.Destination,
+		return st.ListOutbox(ctx, q, outbox.ListOptions{Status: outbox.Status(c.Status), Source: c.Source, Destination: c.Destination,
 			Key: c.Key, After: c.After, Limit: c.Limit})
 	})
 }
@@ -87,7 +87,7 @@ func listRows(ctx context.Context, g *grammar, env *cli.Env, asJSON bool, limit 
 	}
 	out := make([]listedRow, len(rows))
 	for i, r := range rows {
-		out[i] = listedRow{OutboxID: r.OutboxID.String(), Seq: r.Seq, Status: r.Status, Source: r.Event.Source,
+		out[i] = listedRow{OutboxID: r.OutboxID.String(), Seq: r.Seq, Status: string(r.Status), Source: r.Event.Source,
 			Destination: r.Event.Destination, Key: r.Event.Key, MessageID: r.Event.MessageID, EventType: r.Event.EventType,
 			Attempts: r.Attempts, LastError: r.LastError, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, PublishedAt: r.PublishedAt}
 	}
