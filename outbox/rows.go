@@ -93,7 +93,6 @@ func (a *Admin) Lookup(ctx context.Context, q Querier, id envelope.UUID) (Row, e
 // DefaultListLimit is the number of rows a listing returns when no limit is given.
 const DefaultListLimit = 100
 
-
 // ListOptions filters and pages ListOutbox (keiro's listOutbox).
 type ListOptions struct {
 	// Status lists only rows in this status (one of [Statuses]). Defaults to "" (all).
