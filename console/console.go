@@ -36,7 +36,7 @@ type Console struct {
 	outbox *outbox.Admin
 	// modes reads the outbox's mode and log slots.
 	modes  *outbox.Store
-	inbox  *inbox.Store
+	inbox  *inbox.Admin
 	events *events.Store
 
 	// apiPatterns are the /api/v1 routes registered, as given to the mux.
@@ -66,10 +66,11 @@ func New(cfg Config) (*Console, error) {
 		}
 	}
 	if cfg.Inbox != nil {
-		c.inbox, err = inbox.NewStore(inbox.StoreConfig{Schema: cfg.Inbox.Schema, Consumer: cfg.Inbox.Consumer, MaxAttempts: cfg.Inbox.MaxAttempts})
+		st, err := inbox.NewStore(inbox.StoreConfig{Schema: cfg.Inbox.Schema, Consumer: cfg.Inbox.Consumer, MaxAttempts: cfg.Inbox.MaxAttempts})
 		if err != nil {
 			return nil, fmt.Errorf("configure console: %w", err)
 		}
+		c.inbox = inbox.NewAdmin(st)
 	}
 	if cfg.Events != nil {
 		if c.events, err = events.NewStore(events.StoreConfig{Schema: cfg.Events.Schema}); err != nil {

@@ -282,7 +282,7 @@ func (q RetryRequest) validate() error {
 	return errors.Join(errs...)
 }
 
-// retry re-runs each row through the consumer's handler (inbox.Store.Reprocess, as
+// retry re-runs each row through the consumer's handler (inbox.Admin.Reprocess, as
 // `consumer inbox failed retry`), and logs who retried what.
 func (c *Console) retry(r *http.Request, q RetryRequest) (RetryAnswer, error) {
 	ctx := r.Context()

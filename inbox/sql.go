@@ -114,7 +114,7 @@ SET attempt_count = keiro_inbox.attempt_count + 1,
         '$[last - 19 to last]')
 WHERE keiro_inbox.status = 'failed'
 RETURNING attempt_count, poisoned`,
-		// attemptErrors reads a row's failed attempts (Store.AttemptHistory).
+		// attemptErrors reads a row's failed attempts (Admin.AttemptHistory).
 		attemptErrors: `SELECT attempt_errors FROM ` + t + ` WHERE consumer = $1 AND source = $2 AND dedupe_key = $3`,
 		// The rows that earlier deliveries of $2/$3 recorded (existing.go): readExisting
 		// without a lock (completed rows are terminal), lockExisting FOR UPDATE (failed rows
@@ -153,7 +153,7 @@ WHERE i.consumer = $1 AND i.status = 'failed' AND i.archived_at IS NULL
   AND i.source = k.source AND i.dedupe_key = k.dedupe_key
 RETURNING i.source, i.dedupe_key`,
 		// search scans the consumer's rows (the primary key's prefix) for an exact source,
-		// dedupe key, message id, key or event type: an operator's search (Store.Search), with at
+		// dedupe key, message id, key or event type: an operator's search (Admin.Search), with at
 		// most $4 bytes of each payload.
 		search: `SELECT ` + entry(pgtext.PrefixSQL("payload_bytes", 4)) + `
 FROM ` + t + `

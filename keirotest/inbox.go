@@ -57,7 +57,7 @@ func (s InboxStatus) failed() bool { return s != InboxCompleted }
 
 // InboxRow is an inbox row as the kit reads it.
 type InboxRow struct {
-	// Entry is the stored row, as inbox.Store.Lookup returns it (envelope, attempts, last
+	// Entry is the stored row, as inbox.Admin.Lookup returns it (envelope, attempts, last
 	// error).
 	Entry inbox.Entry
 	// Status is the row's state.
@@ -144,7 +144,7 @@ func lookupInbox(ctx context.Context, q inbox.DB, schema, consumer string, l inb
 	if err != nil {
 		return InboxRow{}, err
 	}
-	e, err := st.Lookup(ctx, q, inbox.Key{Source: l.source, DedupeKey: l.dedupeKey})
+	e, err := inbox.NewAdmin(st).Lookup(ctx, q, inbox.Key{Source: l.source, DedupeKey: l.dedupeKey})
 	if err != nil {
 		return InboxRow{}, err
 	}
