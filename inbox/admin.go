@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/keiro-go/keiro/failure"
-	"github.com/keiro-go/keiro/internal/failgroup"
+	"github.com/keiro-go/keiro/internal/adminq"
 	"github.com/keiro-go/keiro/internal/pgtext"
 )
 
@@ -166,7 +166,7 @@ func listEntries(ctx context.Context, db DB, what, sql string, args ...any) ([]E
 // AttemptHistory returns row k's failed attempts, oldest first (the last 20; deliveries and
 // Reprocess alike), or [ErrNotFound]. A row that never failed has none.
 func (a *Admin) AttemptHistory(ctx context.Context, db DB, k Key) ([]failure.Attempt, error) {
-	return failgroup.Attempts(ctx, db, fmt.Sprintf("inbox row %s/%s", k.Source, k.DedupeKey), ErrNotFound,
+	return adminq.Attempts(ctx, db, fmt.Sprintf("inbox row %s/%s", k.Source, k.DedupeKey), ErrNotFound,
 		a.s.sql.attemptErrors, a.s.cfg.Consumer, k.Source, k.DedupeKey)
 }
 
@@ -260,13 +260,13 @@ func (a *Admin) Reprocess(ctx context.Context, db DB, k Key, h Handler) (Result,
 // aside), largest first; a group's Where lists sources. It scans those rows: an operator's
 // view, not a hot path.
 func (a *Admin) FailureGroups(ctx context.Context, db DB, limit int) ([]failure.Group, error) {
-	return failgroup.Groups(ctx, db, "list inbox failure groups", a.s.sql.failureGroups, limit, a.s.cfg.Consumer)
+	return adminq.Groups(ctx, db, "list inbox failure groups", a.s.sql.failureGroups, limit, a.s.cfg.Consumer)
 }
 
 // FailureGroupKeys lists the keys of at most limit rows of the group of class and message (as
 // FailureGroups lists them), oldest failure first.
 func (a *Admin) FailureGroupKeys(ctx context.Context, db DB, class, message string, limit int) ([]Key, error) {
-	return failgroup.Keys(ctx, db, "list the messages of an inbox failure group", a.s.sql.failureGroupKeys,
+	return adminq.Keys(ctx, db, "list the messages of an inbox failure group", a.s.sql.failureGroupKeys,
 		func(r pgx.CollectableRow) (Key, error) {
 			var k Key
 			return k, r.Scan(&k.Source, &k.DedupeKey)
@@ -337,30 +337,13 @@ func (a *Admin) Activity(ctx context.Context, db DB, from time.Time, n int) ([]M
 	if n < 1 {
 		return nil, fmt.Errorf("inbox activity: n must be at least 1, got %d", n)
 	}
-	out := make([]Minute, n)
-	for i := range out {
-		out[i].Start = from.Add(time.Duration(i) * time.Minute).UTC()
-	}
-	rows, err := db.Query(ctx, a.s.sql.activity, a.s.cfg.Consumer, from, from.Add(time.Duration(n)*time.Minute))
+	ms, err := adminq.Activity(ctx, db, "read inbox activity", a.s.sql.activity, from, n, a.s.cfg.Consumer)
 	if err != nil {
-		return nil, fmt.Errorf("read inbox activity: %w", err)
+		return nil, err
 	}
-	var completed bool
-	var at time.Time
-	var count int64
-	if _, err := pgx.ForEachRow(rows, []any{&completed, &at, &count}, func() error {
-		i := int(at.Sub(from) / time.Minute)
-		if i < 0 || i >= n {
-			return nil
-		}
-		if completed {
-			out[i].Completed += count
-		} else {
-			out[i].Failed += count
-		}
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("read inbox activity: %w", err)
+	out := make([]Minute, n)
+	for i, m := range ms {
+		out[i] = Minute{Start: m.Start, Completed: m.Done, Failed: m.Failed}
 	}
 	return out, nil
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/failgroup"
+	"github.com/keiro-go/keiro/internal/adminq"
 	"github.com/keiro-go/keiro/internal/pgtext"
 )
 
@@ -66,10 +66,10 @@ type statements struct {
 }
 
 // failureRows are the store consumer's ($1) failed rows not archived, grouped by error class
-// (poisoned or retrying) and normalised last error (failgroup), oldest failure first within a
+// (poisoned or retrying) and normalised last error (adminq), oldest failure first within a
 // group; t is the inbox table.
-func failureRows(t string) failgroup.Table {
-	return failgroup.Table{
+func failureRows(t string) adminq.Table {
+	return adminq.Table{
 		Rows:   t + ` WHERE consumer = $1 AND status = 'failed' AND archived_at IS NULL`,
 		Params: 1,
 		Class:  `CASE WHEN poisoned THEN 'poisoned' ELSE 'retrying' END`,

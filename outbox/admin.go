@@ -11,7 +11,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/failure"
-	"github.com/keiro-go/keiro/internal/failgroup"
+	"github.com/keiro-go/keiro/internal/adminq"
 	"github.com/keiro-go/keiro/internal/schemaname"
 	"github.com/keiro-go/keiro/outbox/internal/sqlq"
 )
@@ -232,7 +232,7 @@ type RequeueFilter struct {
 // AttemptHistory returns row id's failed or rejected produce attempts, oldest first (the last
 // 20; a requeue keeps them), or [ErrNotFound]. A row that never failed has none.
 func (a *Admin) AttemptHistory(ctx context.Context, q Querier, id envelope.UUID) ([]failure.Attempt, error) {
-	return failgroup.Attempts(ctx, q, fmt.Sprintf("outbox row %s", id), ErrNotFound, a.q.AttemptErrors, [16]byte(id))
+	return adminq.Attempts(ctx, q, fmt.Sprintf("outbox row %s", id), ErrNotFound, a.q.AttemptErrors, [16]byte(id))
 }
 
 // ArchiveTx sets aside, in tx, the dead and rejected rows among ids that are not archived yet,
@@ -354,13 +354,13 @@ func (a *Admin) RequeueTx(ctx context.Context, tx pgx.Tx, f RequeueFilter) (Requ
 // largest first; a group's Where lists destinations. It scans those rows: an operator's view,
 // not a hot path.
 func (a *Admin) FailureGroups(ctx context.Context, q Querier, limit int) ([]failure.Group, error) {
-	return failgroup.Groups(ctx, q, "list outbox failure groups", a.q.FailureGroups, limit)
+	return adminq.Groups(ctx, q, "list outbox failure groups", a.q.FailureGroups, limit)
 }
 
 // FailureGroupIDs lists the ids of at most limit rows of the group of class and message (as
 // FailureGroups lists them), newest first.
 func (a *Admin) FailureGroupIDs(ctx context.Context, q Querier, class, message string, limit int) ([]envelope.UUID, error) {
-	return failgroup.Keys(ctx, q, "list the rows of an outbox failure group", a.q.FailureGroupIDs,
+	return adminq.Keys(ctx, q, "list the rows of an outbox failure group", a.q.FailureGroupIDs,
 		scanID, class, message, limit)
 }
 
@@ -382,30 +382,13 @@ func (a *Admin) Activity(ctx context.Context, q Querier, from time.Time, n int) 
 	if n < 1 {
 		return nil, fmt.Errorf("outbox activity: n must be at least 1, got %d", n)
 	}
-	out := make([]Minute, n)
-	for i := range out {
-		out[i].Start = from.Add(time.Duration(i) * time.Minute).UTC()
-	}
-	rows, err := q.Query(ctx, a.q.Activity, from, from.Add(time.Duration(n)*time.Minute))
+	ms, err := adminq.Activity(ctx, q, "read outbox activity", a.q.Activity, from, n)
 	if err != nil {
-		return nil, fmt.Errorf("read outbox activity: %w", err)
+		return nil, err
 	}
-	var sent bool
-	var at time.Time
-	var count int64
-	if _, err := pgx.ForEachRow(rows, []any{&sent, &at, &count}, func() error {
-		i := int(at.Sub(from) / time.Minute)
-		if i < 0 || i >= n {
-			return nil
-		}
-		if sent {
-			out[i].Sent += count
-		} else {
-			out[i].Failed += count
-		}
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("read outbox activity: %w", err)
+	out := make([]Minute, n)
+	for i, m := range ms {
+		out[i] = Minute{Start: m.Start, Sent: m.Done, Failed: m.Failed}
 	}
 	return out, nil
 }

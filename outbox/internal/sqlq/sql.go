@@ -1,8 +1,8 @@
 package sqlq
 
 import (
+	"github.com/keiro-go/keiro/internal/adminq"
 	"github.com/keiro-go/keiro/internal/advisorylock"
-	"github.com/keiro-go/keiro/internal/failgroup"
 )
 
 // All of the outbox's SQL lives in this package. Every statement names its tables through the
@@ -775,9 +775,9 @@ const sqlSlotStatus = `SELECT coalesce(active_pid, 0), coalesce(confirmed_flush_
 FROM pg_catalog.pg_replication_slots WHERE slot_name = $1`
 
 // failureRows are the dead and rejected rows not archived, grouped by error class (dead, or
-// "rejected: " and the rejection code) and normalised last error (failgroup), newest failure
+// "rejected: " and the rejection code) and normalised last error (adminq), newest failure
 // first within a group.
-var failureRows = failgroup.Table{
+var failureRows = adminq.Table{
 	Rows:  `{{schema}}.keiro_outbox WHERE phase = 2 AND archived_at IS NULL`,
 	Class: `CASE status WHEN 'rejected' THEN 'rejected: ' || rejection_code ELSE status END`,
 	At:    "updated_at", Where: "destination", Key: "outbox_id", Order: "at DESC",

@@ -1,7 +1,7 @@
-// Package failgroup is the machinery the outbox's and the inbox's Admin share to group their
-// failed rows by error ([failure.Group]) and to read a row's attempt history: one SQL
-// template for both tables, and the functions that run and scan it.
-package failgroup
+// Package adminq is the machinery the outbox's and the inbox's Admin share: grouping failed
+// rows by error ([failure.Group], one SQL template for both tables), reading a row's attempt
+// history, and counting a table's activity per minute.
+package adminq
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -130,6 +131,44 @@ func Attempts(ctx context.Context, q pgdb.DB, what string, notFound error, query
 		if err := json.Unmarshal(raw, &out); err != nil {
 			return nil, fmt.Errorf("read the attempts of %s: %w", what, err)
 		}
+	}
+	return out, nil
+}
+
+// Minute counts one minute of a table's rows: Done (published, completed) and Failed.
+type Minute struct {
+	Start        time.Time
+	Done, Failed int64
+}
+
+// Activity returns n minutes from the minute starting at from, zero counts included, oldest
+// first, counted from query's rows (done bool, minute timestamptz, count bigint), which it
+// runs with args, then from and the end of the n minutes. what names the reading in errors.
+func Activity(ctx context.Context, q pgdb.DB, what, query string, from time.Time, n int, args ...any) ([]Minute, error) {
+	out := make([]Minute, n)
+	for i := range out {
+		out[i].Start = from.Add(time.Duration(i) * time.Minute).UTC()
+	}
+	rows, err := q.Query(ctx, query, append(args, from, from.Add(time.Duration(n)*time.Minute))...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	var done bool
+	var at time.Time
+	var count int64
+	if _, err := pgx.ForEachRow(rows, []any{&done, &at, &count}, func() error {
+		i := int(at.Sub(from) / time.Minute)
+		if i < 0 || i >= n {
+			return nil
+		}
+		if done {
+			out[i].Done += count
+		} else {
+			out[i].Failed += count
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return out, nil
 }
