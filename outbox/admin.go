@@ -128,6 +128,108 @@ func (a *Admin) Overview(ctx context.Context, q Querier) (Overview, error) {
 	return st, nil
 }
 
+// Lookup reads one row by outbox id, or returns an error wrapping ErrNotFound.
+func (a *Admin) Lookup(ctx context.Context, q Querier, id envelope.UUID) (Row, error) {
+	r, err := scanRow(q.QueryRow(ctx, a.q.LookupRow, [16]byte(id)))
+	if err != nil {
+		if errors.Is(err, errNoRows) {
+			return r, fmt.Errorf("lookup outbox row %s: %w", id, ErrNotFound)
+		}
+		return r, fmt.Errorf("lookup outbox row %s: %w", id, err)
+	}
+	return r, nil
+}
+
+// ListOutbox lists outbox rows in seq order (the relay's order), or newest first, filtered
+// and paged by opts. An operator command: without a status it scans the table, retained sent
+// rows included; with statuses it reads only their phases' rows (their partial indexes).
+func (a *Admin) ListOutbox(ctx context.Context, q Querier, opts ListOptions) ([]Row, error) {
+	statuses, phases, err := listStatuses(opts)
+	if err != nil {
+		return nil, fmt.Errorf("list outbox rows: %w", err)
+	}
+	limit, err := listLimit(opts.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list outbox rows: %w", err)
+	}
+	sql, from := a.q.ListOutbox, opts.After
+	switch {
+	case opts.NewestFirst && opts.After != 0:
+		return nil, errors.New("list outbox rows: After continues a listing in seq order; continue a NewestFirst listing with Before")
+	case !opts.NewestFirst && opts.Before != 0:
+		return nil, errors.New("list outbox rows: Before continues a NewestFirst listing; set NewestFirst, or continue with After")
+	case opts.After < 0 || opts.Before < 0:
+		return nil, fmt.Errorf("list outbox rows: a seq to continue from is positive, got After %d, Before %d", opts.After, opts.Before)
+	case opts.PayloadBytes < NoPayload:
+		return nil, fmt.Errorf("list outbox rows: PayloadBytes %d is negative; NoPayload (-1) lists no payloads", opts.PayloadBytes)
+	case opts.NewestFirst:
+		sql, from = a.q.ListOutboxNewest, opts.Before
+	}
+	return a.listRows(ctx, q, "list outbox rows", sql, from, statuses,
+		nullString(opts.Source), nullString(opts.Destination), nullString(opts.Key), limit, phases, opts.Archived,
+		opts.PayloadBytes)
+}
+
+// SearchOutbox lists the rows, in any status, whose message id, key, event type or source is
+// exactly opts.Term, newest first: how an operator finds a message by what a log line or a
+// customer's report names. It scans the table, retained sent rows included; an empty term is
+// an error.
+func (a *Admin) SearchOutbox(ctx context.Context, q Querier, opts SearchOptions) ([]Row, error) {
+	if opts.Term == "" {
+		return nil, errors.New("search outbox rows: the search term is empty")
+	}
+	limit, err := listLimit(opts.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("search outbox rows: %w", err)
+	}
+	if opts.PayloadBytes < NoPayload {
+		return nil, fmt.Errorf("search outbox rows: PayloadBytes %d is negative; NoPayload (-1) lists no payloads", opts.PayloadBytes)
+	}
+	return a.listRows(ctx, q, "search outbox rows", a.q.SearchOutbox, opts.Term, limit, opts.PayloadBytes)
+}
+
+// ListStuckOutbox lists rows in publishing whose claim is older than olderThan, oldest claim
+// first (keiro's listStuckOutbox): a relay claimed them and has not marked them since. A claim
+// outliving RelayConfig.LeaseDuration is reclaimed by the next relay; rows listed here long
+// after that point to a relay stalled mid-publish or a lease set too long. limit 0 means
+// DefaultListLimit.
+func (a *Admin) ListStuckOutbox(ctx context.Context, q Querier, olderThan time.Duration, limit int) ([]Row, error) {
+	if olderThan < 0 {
+		return nil, fmt.Errorf("list stuck outbox rows: olderThan %v is negative", olderThan)
+	}
+	limit, err := listLimit(limit)
+	if err != nil {
+		return nil, fmt.Errorf("list stuck outbox rows: %w", err)
+	}
+	return a.listRows(ctx, q, "list stuck outbox rows", a.q.ListStuckOutbox, olderThan.Microseconds(), limit)
+}
+
+// ListSentGcCandidates lists sent rows published more than retention ago, oldest first
+// (keiro's listSentOutboxGcCandidates): the rows a retention pass with that Retention deletes
+// next. limit 0 means DefaultListLimit.
+func (a *Admin) ListSentGcCandidates(ctx context.Context, q Querier, retention time.Duration, limit int) ([]Row, error) {
+	if retention < 0 {
+		return nil, fmt.Errorf("list sent outbox rows past retention: retention %v is negative", retention)
+	}
+	limit, err := listLimit(limit)
+	if err != nil {
+		return nil, fmt.Errorf("list sent outbox rows past retention: %w", err)
+	}
+	return a.listRows(ctx, q, "list sent outbox rows past retention", a.q.ListSentGcCandidates, retention.Microseconds(), limit)
+}
+
+func (a *Admin) listRows(ctx context.Context, q Querier, what, sql string, args ...any) ([]Row, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) { return scanRow(r) })
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
+}
+
 // ListDeadOptions filters ListDead.
 type ListDeadOptions struct {
 	// Source, if set, lists only rows of this source.

@@ -1,7 +1,6 @@
 package outbox
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -78,18 +77,6 @@ type Row struct {
 // ErrNotFound reports a lookup of an outbox id that is not in the outbox.
 var ErrNotFound = errors.New("outbox row not found")
 
-// Lookup reads one row by outbox id, or returns an error wrapping ErrNotFound.
-func (a *Admin) Lookup(ctx context.Context, q Querier, id envelope.UUID) (Row, error) {
-	r, err := scanRow(q.QueryRow(ctx, a.q.LookupRow, [16]byte(id)))
-	if err != nil {
-		if errors.Is(err, errNoRows) {
-			return r, fmt.Errorf("lookup outbox row %s: %w", id, ErrNotFound)
-		}
-		return r, fmt.Errorf("lookup outbox row %s: %w", id, err)
-	}
-	return r, nil
-}
-
 // DefaultListLimit is the number of rows a listing returns when no limit is given.
 const DefaultListLimit = 100
 
@@ -135,54 +122,6 @@ type SearchOptions struct {
 	// PayloadBytes, when positive, reads at most this many bytes of each row's payload, as
 	// ListOptions.PayloadBytes does; NoPayload reads none. Defaults to 0 (whole payloads).
 	PayloadBytes int
-}
-
-// ListOutbox lists outbox rows in seq order (the relay's order), or newest first, filtered
-// and paged by opts. An operator command: without a status it scans the table, retained sent
-// rows included; with statuses it reads only their phases' rows (their partial indexes).
-func (a *Admin) ListOutbox(ctx context.Context, q Querier, opts ListOptions) ([]Row, error) {
-	statuses, phases, err := listStatuses(opts)
-	if err != nil {
-		return nil, fmt.Errorf("list outbox rows: %w", err)
-	}
-	limit, err := listLimit(opts.Limit)
-	if err != nil {
-		return nil, fmt.Errorf("list outbox rows: %w", err)
-	}
-	sql, from := a.q.ListOutbox, opts.After
-	switch {
-	case opts.NewestFirst && opts.After != 0:
-		return nil, errors.New("list outbox rows: After continues a listing in seq order; continue a NewestFirst listing with Before")
-	case !opts.NewestFirst && opts.Before != 0:
-		return nil, errors.New("list outbox rows: Before continues a NewestFirst listing; set NewestFirst, or continue with After")
-	case opts.After < 0 || opts.Before < 0:
-		return nil, fmt.Errorf("list outbox rows: a seq to continue from is positive, got After %d, Before %d", opts.After, opts.Before)
-	case opts.PayloadBytes < NoPayload:
-		return nil, fmt.Errorf("list outbox rows: PayloadBytes %d is negative; NoPayload (-1) lists no payloads", opts.PayloadBytes)
-	case opts.NewestFirst:
-		sql, from = a.q.ListOutboxNewest, opts.Before
-	}
-	return a.listRows(ctx, q, "list outbox rows", sql, from, statuses,
-		nullString(opts.Source), nullString(opts.Destination), nullString(opts.Key), limit, phases, opts.Archived,
-		opts.PayloadBytes)
-}
-
-// SearchOutbox lists the rows, in any status, whose message id, key, event type or source is
-// exactly opts.Term, newest first: how an operator finds a message by what a log line or a
-// customer's report names. It scans the table, retained sent rows included; an empty term is
-// an error.
-func (a *Admin) SearchOutbox(ctx context.Context, q Querier, opts SearchOptions) ([]Row, error) {
-	if opts.Term == "" {
-		return nil, errors.New("search outbox rows: the search term is empty")
-	}
-	limit, err := listLimit(opts.Limit)
-	if err != nil {
-		return nil, fmt.Errorf("search outbox rows: %w", err)
-	}
-	if opts.PayloadBytes < NoPayload {
-		return nil, fmt.Errorf("search outbox rows: PayloadBytes %d is negative; NoPayload (-1) lists no payloads", opts.PayloadBytes)
-	}
-	return a.listRows(ctx, q, "search outbox rows", a.q.SearchOutbox, opts.Term, limit, opts.PayloadBytes)
 }
 
 // listStatuses checks opts' statuses and returns their names with their phases (nil, nil: any).
@@ -231,48 +170,6 @@ func statusList() string {
 	return strings.Join(names, ", ")
 }
 
-// ListStuckOutbox lists rows in publishing whose claim is older than olderThan, oldest claim
-// first (keiro's listStuckOutbox): a relay claimed them and has not marked them since. A claim
-// outliving RelayConfig.LeaseDuration is reclaimed by the next relay; rows listed here long
-// after that point to a relay stalled mid-publish or a lease set too long. limit 0 means
-// DefaultListLimit.
-func (a *Admin) ListStuckOutbox(ctx context.Context, q Querier, olderThan time.Duration, limit int) ([]Row, error) {
-	if olderThan < 0 {
-		return nil, fmt.Errorf("list stuck outbox rows: olderThan %v is negative", olderThan)
-	}
-	limit, err := listLimit(limit)
-	if err != nil {
-		return nil, fmt.Errorf("list stuck outbox rows: %w", err)
-	}
-	return a.listRows(ctx, q, "list stuck outbox rows", a.q.ListStuckOutbox, olderThan.Microseconds(), limit)
-}
-
-// ListSentGcCandidates lists sent rows published more than retention ago, oldest first
-// (keiro's listSentOutboxGcCandidates): the rows a retention pass with that Retention deletes
-// next. limit 0 means DefaultListLimit.
-func (a *Admin) ListSentGcCandidates(ctx context.Context, q Querier, retention time.Duration, limit int) ([]Row, error) {
-	if retention < 0 {
-		return nil, fmt.Errorf("list sent outbox rows past retention: retention %v is negative", retention)
-	}
-	limit, err := listLimit(limit)
-	if err != nil {
-		return nil, fmt.Errorf("list sent outbox rows past retention: %w", err)
-	}
-	return a.listRows(ctx, q, "list sent outbox rows past retention", a.q.ListSentGcCandidates, retention.Microseconds(), limit)
-}
-
-func (a *Admin) listRows(ctx context.Context, q Querier, what, sql string, args ...any) ([]Row, error) {
-	rows, err := q.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) { return scanRow(r) })
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	return out, nil
-}
-
 func listLimit(n int) (int, error) {
 	switch {
 	case n == 0:
@@ -297,14 +194,14 @@ func scanRow(row pgx.Row) (Row, error) {
 		key, registry, subject, fp     *string
 		versionRef, schemaID, position *int64
 		sourceEventID, causation, corr *[16]byte
-		tp, ts, attrs                  *string
+		traceparent, tracestate, attrs *string
 	)
 	e := &r.Event
 	err := row.Scan(&r.Seq, &r.Status, &r.Attempts, &r.NextAttemptAt,
 		&lastErr, &r.PublishedAt, &r.Partition, &r.Offset, &code, &r.CreatedAt, &r.UpdatedAt,
 		&rid, &e.Source, &e.MessageID, &e.Destination, &key, &e.EventType,
 		&e.SchemaVersion, &e.ContentType, &registry, &subject, &versionRef, &schemaID, &fp,
-		&sourceEventID, &position, &causation, &corr, &tp, &ts, &e.Payload, &r.PayloadSize, &attrs, &e.OccurredAt)
+		&sourceEventID, &position, &causation, &corr, &traceparent, &tracestate, &e.Payload, &r.PayloadSize, &attrs, &e.OccurredAt)
 	if err != nil {
 		return r, err
 	}
@@ -315,13 +212,13 @@ func scanRow(row pgx.Row) (Row, error) {
 	if code != nil {
 		r.RejectionCode = *code
 	}
-	fillEvent(e, key, registry, subject, fp, versionRef, schemaID, position, sourceEventID, causation, corr, tp, ts, attrs)
+	fillEvent(e, key, registry, subject, fp, versionRef, schemaID, position, sourceEventID, causation, corr, traceparent, tracestate, attrs)
 	return r, nil
 }
 
 // fillEvent sets the event's fields read from nullable columns.
 func fillEvent(e *envelope.Event, key, registry, subject, fp *string, versionRef, schemaID, position *int64,
-	sourceEventID, causation, corr *[16]byte, tp, ts, attrs *string) {
+	sourceEventID, causation, corr *[16]byte, traceparent, tracestate, attrs *string) {
 	e.Key = key
 	if registry != nil || subject != nil || fp != nil || versionRef != nil || schemaID != nil {
 		e.SchemaRef = &envelope.SchemaRef{Registry: registry, Subject: subject, Version: versionRef, SchemaID: schemaID, Fingerprint: fp}
@@ -335,10 +232,10 @@ func fillEvent(e *envelope.Event, key, registry, subject, fp *string, versionRef
 		return &u
 	}
 	e.SourceEventID, e.CausationID, e.CorrelationID = toUUID(sourceEventID), toUUID(causation), toUUID(corr)
-	if tp != nil {
-		e.TraceContext = &envelope.TraceContext{Traceparent: *tp}
-		if ts != nil {
-			e.TraceContext.Tracestate = *ts
+	if traceparent != nil {
+		e.TraceContext = &envelope.TraceContext{Traceparent: *traceparent}
+		if tracestate != nil {
+			e.TraceContext.Tracestate = *tracestate
 		}
 	}
 	if attrs != nil {

@@ -574,15 +574,15 @@ func (a *enqueueArgs) add(id envelope.UUID, e *envelope.Event, tc *envelope.Trac
 	a.sourceGlobalPosition = append(a.sourceGlobalPosition, e.SourceGlobalPosition)
 	a.causationID = append(a.causationID, uuidPtr(e.CausationID))
 	a.correlationID = append(a.correlationID, uuidPtr(e.CorrelationID))
-	var tp, ts *string
+	var parent, state *string
 	if tc != nil && tc.Traceparent != "" {
-		tp = &tc.Traceparent
+		parent = &tc.Traceparent
 		if tc.Tracestate != "" {
-			ts = &tc.Tracestate
+			state = &tc.Tracestate
 		}
 	}
-	a.traceparent = append(a.traceparent, tp)
-	a.tracestate = append(a.tracestate, ts)
+	a.traceparent = append(a.traceparent, parent)
+	a.tracestate = append(a.tracestate, state)
 	a.spans = append(a.spans, int64(len(a.payloads))<<32|int64(len(e.Payload)))
 	a.payloads = append(a.payloads, e.Payload...)
 	var attrs *string
