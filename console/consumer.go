@@ -130,7 +130,7 @@ func (c *Console) inboxEntry(e inbox.Entry, previewBytes int) InboxEntry {
 	ev := e.Delivery.Event
 	ev.Source = e.Source
 	out := InboxEntry{
-		Consumer: c.cfg.Inbox.Consumer, Source: e.Source, DedupeKey: e.DedupeKey, Status: e.Status,
+		Consumer: c.cfg.Inbox.Consumer, Source: e.Source, DedupeKey: e.DedupeKey, Status: string(e.Status),
 		Attempts: e.Attempts, Poisoned: e.Poisoned, LastError: e.LastError, MessageID: ev.MessageID,
 		EventType: ev.EventType, Destination: ev.Destination, ReceivedAt: e.ReceivedAt, FailedAt: e.FailedAt,
 		CompletedAt: e.CompletedAt, Headers: headersOf(&ev),

@@ -172,7 +172,7 @@ func TestDeadLetterTopicListAndReplay(t *testing.T) {
 	}
 	e, err := inbox.NewAdmin(r.inbox).Lookup(context.Background(), r.db.Pool, inbox.Key{Source: "orders", DedupeKey: "nokey-1"})
 	require.NoError(t, err)
-	require.Equal(t, "completed", e.Status)
+	require.Equal(t, inbox.StatusCompleted, e.Status)
 
 	copies := r.kc.Records(t, topic)
 	require.Len(t, copies, 3)

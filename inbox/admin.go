@@ -26,6 +26,19 @@ type Admin struct {
 // NewAdmin returns the Admin of s's consumer.
 func NewAdmin(s *Store) *Admin { return &Admin{s: s} }
 
+// Status is an inbox row's status (the values of keiro_inbox.status).
+type Status string
+
+// The statuses of an inbox row.
+const (
+	// StatusCompleted: the handler's transaction committed; the row dedupes redeliveries until
+	// retention deletes it.
+	StatusCompleted Status = "completed"
+	// StatusFailed: the last attempt failed; Entry.Poisoned tells whether a redelivery still
+	// runs it.
+	StatusFailed Status = "failed"
+)
+
 // Entry is one stored inbox row.
 type Entry struct {
 	// Source is the producing bounded context (the event's Source).
@@ -39,8 +52,8 @@ type Entry struct {
 	Delivery Delivery
 	// PayloadSize is the stored payload's size in bytes.
 	PayloadSize int
-	// Status is "completed" or "failed".
-	Status string
+	// Status is StatusCompleted or StatusFailed.
+	Status Status
 	// Attempts is the number of failed attempts.
 	Attempts int
 	// Poisoned reports a failed row that redeliveries no longer run (see Outcome
@@ -249,7 +262,7 @@ func (a *Admin) Reprocess(ctx context.Context, db DB, k Key, h Handler) (Result,
 	if err != nil {
 		return Result{}, fmt.Errorf("reprocess inbox row: %w", err)
 	}
-	if e.Status == "completed" {
+	if e.Status == StatusCompleted {
 		return Result{Outcome: Duplicate, DedupeKey: k.DedupeKey, Attempts: e.Attempts}, nil
 	}
 	e.Delivery.Event.Source = k.Source

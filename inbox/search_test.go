@@ -40,8 +40,8 @@ func TestSearch(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, byKey, 2)
 	require.Equal(t, failed.MessageID, byKey[0].Delivery.Event.MessageID, "newest received first")
-	require.Equal(t, "failed", byKey[0].Status)
-	require.Equal(t, "completed", byKey[1].Status)
+	require.Equal(t, inbox.StatusFailed, byKey[0].Status)
+	require.Equal(t, inbox.StatusCompleted, byKey[1].Status)
 
 	for term, want := range map[string]int{done.MessageID: 1, "OrderCancelled": 1, "orders": 2, "nothing": 0} {
 		got, err := inbox.NewAdmin(s).Search(ctx, db.Pool, inbox.SearchOptions{Term: term})

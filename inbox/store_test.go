@@ -40,7 +40,7 @@ func TestProcessThenDuplicate(t *testing.T) {
 
 	e, err := inbox.NewAdmin(s).Lookup(ctx, db.Pool, inbox.Key{Source: "ordering", DedupeKey: ev.MessageID})
 	require.NoError(t, err)
-	require.Equal(t, "completed", e.Status)
+	require.Equal(t, inbox.StatusCompleted, e.Status)
 	require.NotNil(t, e.CompletedAt)
 	require.Equal(t, ev.Payload, e.Delivery.Event.Payload)
 	require.Equal(t, *ev.Key, *e.Delivery.Event.Key)
@@ -177,7 +177,7 @@ func TestHandlerFailureRetryAndPoison(t *testing.T) {
 		require.Equal(t, 0, fx.count(t, ev.MessageID), "effects rolled back")
 		e, err := inbox.NewAdmin(s).Lookup(ctx, db.Pool, k)
 		require.NoError(t, err)
-		require.Equal(t, "failed", e.Status)
+		require.Equal(t, inbox.StatusFailed, e.Status)
 		require.Equal(t, attempt, e.Attempts)
 		require.Contains(t, e.LastError, "downstream said no")
 		// The failure path stores the full envelope even in DedupeOnly mode.
@@ -226,7 +226,7 @@ func TestTransientFailureThenSuccessKeepsAttempts(t *testing.T) {
 	require.Equal(t, 1, fx.count(t, ev.MessageID))
 	e, err := inbox.NewAdmin(s).Lookup(ctx, db.Pool, inbox.Key{Source: ev.Source, DedupeKey: ev.MessageID})
 	require.NoError(t, err)
-	require.Equal(t, "completed", e.Status)
+	require.Equal(t, inbox.StatusCompleted, e.Status)
 	require.Equal(t, 1, e.Attempts)
 	require.Empty(t, e.Delivery.Event.Payload, "DedupeOnly drops the payload once completed")
 	require.Empty(t, e.LastError)
@@ -287,7 +287,7 @@ func TestDedupeOnlyTransientFailureIsNotUnstorable(t *testing.T) {
 	require.Equal(t, inbox.HandlerFailed, res.Outcome)
 	e, err := inbox.NewAdmin(s).Lookup(ctx, db.Pool, inbox.Key{Source: ev.Source, DedupeKey: ev.MessageID})
 	require.NoError(t, err)
-	require.Equal(t, "failed", e.Status)
+	require.Equal(t, inbox.StatusFailed, e.Status)
 	require.Equal(t, ev.Payload, e.Delivery.Event.Payload, "the failed row keeps the payload")
 	require.Equal(t, "k=\uFFFD", e.Delivery.Event.TraceContext.Tracestate)
 	require.JSONEq(t, `{"note":"a\uFFFDb","n\uFFFD":[1.50,"\uFFFD"]}`, string(e.Delivery.Event.Attributes))
@@ -351,7 +351,7 @@ func TestPermanentPanicAndBrokenTransactions(t *testing.T) {
 			require.Equal(t, 0, fx.count(t, ev.MessageID), "no effect may survive")
 			e, err := inbox.NewAdmin(s).Lookup(ctx, db.Pool, inbox.Key{Source: ev.Source, DedupeKey: ev.MessageID})
 			require.NoError(t, err)
-			require.Equal(t, "failed", e.Status)
+			require.Equal(t, inbox.StatusFailed, e.Status)
 		})
 	}
 

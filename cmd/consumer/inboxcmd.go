@@ -227,7 +227,7 @@ func dryRunRetry(ctx context.Context, env *cli.Env, admin *inbox.Admin, db inbox
 			fmt.Fprintf(env.Stdout, "%s\tskip\tno such row\n", name)
 		case err != nil:
 			return err
-		case e.Status != "failed":
+		case e.Status != inbox.StatusFailed:
 			fmt.Fprintf(env.Stdout, "%s\tskip\t%s\n", name, e.Status)
 		default:
 			n++
