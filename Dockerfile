@@ -23,7 +23,7 @@ COPY . .
 ARG VERSION=dev
 ARG REVISION=unknown
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    go build -ldflags="-s -w -X github.com/keiro-go/keiro/internal/cli.version=${VERSION} -X github.com/keiro-go/keiro/internal/cli.commit=${REVISION}" \
+    go build -ldflags="-s -w -X github.com/keiro-go/keiro/cmd/internal/cli.version=${VERSION} -X github.com/keiro-go/keiro/cmd/internal/cli.commit=${REVISION}" \
       -o /out/ ./cmd/relay ./cmd/consumer
 # The runtime's only files besides the binary: an unprivileged user and a writable /tmp.
 RUN mkdir -p /rootfs/etc /rootfs/tmp \

@@ -30,7 +30,7 @@ demo: postgres ## Run the end-to-end demo (embedded Kafka, local PostgreSQL at D
 # Stamped into the binaries (`relay --version`); without them the Go build info is used.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
-LDFLAGS := -X github.com/keiro-go/keiro/internal/cli.version=$(VERSION) -X github.com/keiro-go/keiro/internal/cli.commit=$(COMMIT)
+LDFLAGS := -X github.com/keiro-go/keiro/cmd/internal/cli.version=$(VERSION) -X github.com/keiro-go/keiro/cmd/internal/cli.commit=$(COMMIT)
 
 .PHONY: build
 build: ## Build every package and the binaries into ./bin (VERSION and COMMIT stamped).
@@ -40,7 +40,7 @@ build: ## Build every package and the binaries into ./bin (VERSION and COMMIT st
 .PHONY: test
 test: vet postgres ## Run the whole test suite (PostgreSQL started; a real Kafka broker from Maven, kfake; short fuzz runs; the adversarial suite with a few generated cases per boundary; race detector on the storage packages).
 	$(MAKE) --no-print-directory lint
-	$(GO) run ./internal/kafkabroker/cmd/kafkabroker classpath
+	$(GO) run ./keirotest/testenv/kafkabroker/cmd/kafkabroker classpath
 	$(MAKE) --no-print-directory alerts-check
 	$(MAKE) --no-print-directory deploy-check
 	$(MAKE) --no-print-directory qa-modules-test
@@ -50,7 +50,7 @@ test: vet postgres ## Run the whole test suite (PostgreSQL started; a real Kafka
 
 # Modules of their own whose dependencies stay out of the main go.mod: the compose validation
 # (compose-go, BuildKit's Dockerfile parser) and the console's browser test (chromedp).
-QA_MODULES := internal/composecheck console/browsertest
+QA_MODULES := deploy/compose/validate console/browsertest
 
 .PHONY: vet
 vet: ## gofmt check and go vet (the peers harness and the QA modules, modules of their own, are vetted too, so they keep building).
@@ -74,7 +74,7 @@ qa-modules-test: ## Test the QA modules (compose validation and stack run, the c
 
 .PHONY: kafka
 kafka: ## Run a real Apache Kafka broker on loopback for the tests (BROKERS=3 for a cluster); prints KEIRO_TEST_KAFKA_BROKERS.
-	$(GO) run ./internal/kafkabroker/cmd/kafkabroker run -brokers $${BROKERS:-1}
+	$(GO) run ./keirotest/testenv/kafkabroker/cmd/kafkabroker run -brokers $${BROKERS:-1}
 
 .PHONY: fuzz-short
 fuzz-short: ## Run every fuzz target briefly (FUZZTIME each: 50000x executions by default, or a duration such as 5m).
@@ -120,7 +120,7 @@ deploy-check: ## Decode every Kubernetes manifest strictly into the API types (s
 
 .PHONY: compose-check
 compose-check: ## Validate docker-compose.yml and the Dockerfile, and run its relay and consumer on a real Kafka (no engine needed; a module of its own).
-	cd internal/composecheck && $(GO) test -count=1 ./...
+	cd deploy/compose/validate && $(GO) test -count=1 ./...
 
 .PHONY: clean
 clean: ## Remove build output.

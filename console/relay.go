@@ -417,7 +417,7 @@ func (q RequeueRequest) filter() (outbox.RequeueFilter, error) {
 	return f, errors.Join(errs...)
 }
 
-// requeue runs outbox.Store.RequeueTx in one transaction and logs who requeued what.
+// requeue runs outbox.Admin.RequeueTx in one transaction and logs who requeued what.
 func (c *Console) requeue(r *http.Request, q RequeueRequest) (RequeueAnswer, error) {
 	ans := RequeueAnswer{Requeued: []string{}, Warning: outbox.RequeueWarning}
 	f, err := q.filter()

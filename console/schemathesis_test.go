@@ -10,14 +10,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keiro-go/keiro/console"
-	"github.com/keiro-go/keiro/internal/apifuzz"
 	"github.com/keiro-go/keiro/keirotest/testenv"
+	"github.com/keiro-go/keiro/keirotest/testenv/apifuzz"
 )
 
 // TestSchemathesis fuzzes the admin API from its own OpenAPI document with schemathesis: a
 // console serving the outbox, an inbox with a handler, a dead-letter topic and the event
 // store, over PostgreSQL and a Kafka cluster, with dead rows, a poisoned message and a dead
-// letter in them (internal/apifuzz: no 5xx, only the statuses and JSON the document declares).
+// letter in them (keirotest/testenv/apifuzz: no 5xx, only the statuses and JSON the document declares).
 func TestSchemathesis(t *testing.T) {
 	t.Parallel()
 	const topic, dlq, token = "orders.fz.v1", "orders.fz.v1.dlq", "fuzz-token"

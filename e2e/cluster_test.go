@@ -14,8 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/kafkabroker"
 	"github.com/keiro-go/keiro/keirotest/testenv"
+	"github.com/keiro-go/keiro/keirotest/testenv/kafkabroker"
 	"github.com/keiro-go/keiro/outbox"
 )
 

@@ -13,8 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/testpgbouncer"
 	"github.com/keiro-go/keiro/keirotest/testenv"
+	"github.com/keiro-go/keiro/keirotest/testenv/pgbouncer"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -35,7 +35,7 @@ func testThroughPgBouncer(t *testing.T, kc *testenv.Kafka) {
 	topic, group := kc.Topic("e2e.pgbouncer.v1"), kc.Group("bounced")
 	kc.CreateTopic(t, topic, 3)
 	kc.CreateTopic(t, topic+".dlq", 1)
-	pgb := testpgbouncer.Start(t)
+	pgb := pgbouncer.Start(t)
 
 	ob, err := outbox.NewStore(db.Schema)
 	require.NoError(t, err)

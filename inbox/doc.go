@@ -2,6 +2,39 @@
 // handler runs in one transaction with a dedupe row, so a redelivered message never runs its
 // effects twice.
 //
+// # Usage
+//
+// A bounded context consumes its topics with a [Handler] that writes its effects through the
+// inbox transaction:
+//
+//	consumer, err := inbox.NewConsumer(pool, inbox.ConsumerConfig{
+//		Brokers: brokers, Group: "billing", Topics: []string{"orders.v1"},
+//	}, func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
+//		var order struct{ ID string }
+//		if err := envelope.DecodeJSON(&ev, &order); err != nil {
+//			return inbox.Permanent(err) // no retry can fix it: dead-letter it now
+//		}
+//		_, err := tx.Exec(ctx, `INSERT INTO invoices (order_id) VALUES ($1)`, order.ID)
+//		return err // any other error is retried, then dead-lettered
+//	})
+//	if err != nil {
+//		return err
+//	}
+//	return consumer.Run(ctx) // until ctx is cancelled; offsets commit after the transactions
+//
+// The handler's writes and the message's inbox row (in schema "keiro" by default,
+// ConsumerConfig.Store.Schema) commit together; a redelivery finds the row and skips the
+// handler. Records are processed in batches of up to BatchSize in one transaction, with the
+// guarantees of one record at a time. A message that fails MaxAttempts times, or at once with
+// [Permanent], goes to the dead-letter topic ("{topic}.dlq") and stays in the inbox for an
+// operator ([Admin.ListFailed], [Admin.Reprocess]; `consumer inbox failed list|retry`, the
+// console). cmd/consumer runs the same consumer as a sidecar, with handlers that call an HTTP
+// endpoint of the service or a PostgreSQL function.
+//
+// Deliveries that do not come from the consumer (another transport, a replay) go through
+// [Store.Process] or [Store.ProcessBatch] with the same guarantees. The package's examples
+// run each of these paths.
+//
 // # Guarantees
 //
 //   - Idempotent receive within the retention window. The inbox row keyed by

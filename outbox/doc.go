@@ -1,34 +1,80 @@
-// Package outbox is keiro-go's transactional outbox: integration events written in the
-// producer's own PostgreSQL transaction ([Store.EnqueueTx]) and published to Kafka by a relay
-// ([Relay]) that runs as a sidecar (cmd/relay) or inside the service.
+// Package outbox is keiro-go's transactional outbox: a service writes its integration events
+// in its own PostgreSQL transaction, and a relay publishes them to Kafka, at least once and in
+// order per key.
+//
+// # Usage
+//
+// A producer enqueues events in the transaction that writes its data:
+//
+//	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//		if _, err := tx.Exec(ctx, `INSERT INTO orders (id) VALUES ($1)`, id); err != nil {
+//			return err
+//		}
+//		_, err := outbox.EnqueueTx(ctx, tx, envelope.Event{
+//			MessageID: "order-placed-" + id, Source: "ordering", Destination: "orders.v1", Key: &id,
+//			EventType: "OrderPlaced", ContentType: envelope.ContentTypeJSON,
+//			Payload: payload, OccurredAt: time.Now(),
+//		})
+//		return err
+//	})
+//
+// The event commits or rolls back with the order; the relay sees it only after commit.
+// [EnqueueTx] writes to the outbox the transaction's search_path resolves, else to schema
+// "keiro"; [NewStore] names the schema instead ([Store.EnqueueTx]). Producers in other
+// languages call the SQL function <schema>.enqueue, or insert into keiro_outbox: the database
+// keeps each key's order whatever the client.
+//
+// A relay publishes the outbox. It runs as a sidecar (cmd/relay: `relay run`) or inside the
+// service, with a Kafka client of its own built from [ProducerOpts]:
+//
+//	client, err := kgo.NewClient(append(outbox.ProducerOpts(), kgo.SeedBrokers(brokers...))...)
+//	if err != nil {
+//		return err
+//	}
+//	relay, err := outbox.NewRelay(pool, client, outbox.RelayConfig{}) // schema "keiro"
+//	if err != nil {
+//		return err
+//	}
+//	return relay.Run(ctx) // publishes until ctx is cancelled, then shuts down cleanly
+//
+// Any number of relays may drain one outbox. An event Kafka refuses for good, or that keeps
+// failing, is kept as a rejected or dead row for an operator: [Admin.ListDead] lists them and
+// [Admin.Requeue] publishes them again (`relay dead list`, `relay dead requeue`, the
+// console). [RelayConfig.Policy] chooses the ordering ([PerKeyHeadOfLine] by default). With
+// [RelayConfig.Mode] set to [ModeLog] a relay follows a logical replication slot instead of
+// claiming rows (package outbox/logrelay provides that engine). The package's examples run
+// each of these paths.
+//
+// # Guarantees
+//
+//   - Atomic: an event is written in the producer's transaction and commits or rolls back
+//     with it; the database, not the client, keeps each key's rows in commit order.
+//   - At least once: a committed row is published until Kafka acknowledges it, unless it is
+//     rejected as unpublishable or exhausts MaxAttempts (then it is kept as 'rejected' or 'dead'
+//     for operators: [Admin.ListDead], [Admin.Requeue]).
+//   - Duplicates on Kafka only for rows whose produce was in flight when their relay died, was
+//     paused past its lease, or was shut down past ShutdownTimeout. Consumers deduplicate by
+//     message id (the inbox does).
+//   - Per (source, key) order under PerKeyHeadOfLine (the default), with any number of relays: a
+//     row is claimed only when every earlier non-terminal row of its key is claimed in the same
+//     statement, so a key is in at most one batch at a time; inside a batch the records of a
+//     key go to one partition in order, and because the relay buffers a whole batch before
+//     flushing, a failed produce request fails every later record of its partition (franz-go
+//     keeps the idempotent sequence intact) — a later record of a key never reaches Kafka after
+//     an earlier one failed. A key's rows for different destinations never share a flush (two
+//     topics' requests succeed or fail independently): a row for another destination waits for
+//     the flush of the rows before it. Rows without a key are unordered.
 //
 // # Enqueue
 //
 // [Store.EnqueueTx] validates the events and writes them in the caller's transaction, in one
-// statement. Rows are visible to the relay only after commit; a rollback leaves nothing. A
-// sleeping relay is woken by a NOTIFY on "<schema>.keiro_outbox", which PostgreSQL delivers at
-// commit. A NOTIFY holds a database-wide lock from commit to WAL flush, so committers that
-// notify queue up: EnqueueTx notifies only while a relay sleeps. A relay about to sleep holds an
-// advisory lock (the sleep lock) that producers try to take shared; a producer that took it did
-// not notify, and the relay cannot take it until that producer's transaction ends, so it claims
-// the row before it sleeps (docs/architecture.md, "Wake-ups"). StoreOptions.DisableNotify turns
-// notifications off; [Store.Notify] wakes relays after commit.
+// statement. Rows are visible to the relay only after commit; a rollback leaves nothing.
 // Enqueuing is idempotent on (source, message id): identical content is a Duplicate, different
 // content an identity Conflict (an error wrapping [ErrIdentityConflict], naming the differing
 // field classes; roll back). The trace context of the caller's span is stored on the row when
 // the event carries none, so the relay's send span continues the business transaction's trace.
-//
-// Per-key order across concurrent producers. keiro orders by a value assigned at insert, so two
-// transactions enqueuing the same key concurrently could commit in the opposite order. The
-// outbox's BEFORE INSERT trigger (migration "outbox_order") prevents it for every writer,
-// whatever its client (EnqueueTx, the SQL function <schema>.enqueue, a plain INSERT): it takes a
-// transaction-scoped advisory lock per keyed (source, key)
-// (pg_advisory_xact_lock(hashtextextended(schema‖source‖key))) and only then draws seq, so
-// same-key producers serialise and seq order is commit order for every key. EnqueueTx takes a
-// call's several keys' locks first, in sorted order, so its calls never deadlock. A hash
-// collision only serialises two unrelated keys. A source declared with
-// [Admin.DeclarePerSourceOrder] takes one lock per source instead (null keys included), which
-// is what makes [PerSourceStream] publish its rows in commit order.
+// A sleeping relay is woken at commit (see "Wake-ups" below); [StoreOptions].DisableNotify turns
+// that off, and [Store.Notify] wakes relays after commit.
 //
 // # Relay
 //
@@ -70,24 +116,6 @@
 // LOCKED, tokens, leases), so a share changing hands is safe. PollOnly relays take no shares.
 // [Stats] reports the shares held (Shares, ShareMembers, ShareClaims).
 //
-// # Guarantees
-//
-//   - At least once: a committed row is published until Kafka acknowledges it, unless it is
-//     rejected as unpublishable or exhausts MaxAttempts (then it is kept as 'rejected' or 'dead'
-//     for operators: [Admin.ListDead], [Admin.Requeue]).
-//   - Duplicates on Kafka only for rows whose produce was in flight when their relay died, was
-//     paused past its lease, or was shut down past ShutdownTimeout. Consumers deduplicate by message id (the
-//     inbox does).
-//   - Per (source, key) order under PerKeyHeadOfLine (the default), with any number of relays: a
-//     row is claimed only when every earlier non-terminal row of its key is claimed in the same
-//     statement, so a key is in at most one batch at a time; inside a batch the records of a
-//     key go to one partition in order, and because the relay buffers a whole batch before
-//     flushing, a failed produce request fails every later record of its partition (franz-go
-//     keeps the idempotent sequence intact) — a later record of a key never reaches Kafka after
-//     an earlier one failed. A key's rows for different destinations never share a flush (two
-//     topics' requests succeed or fail independently): a row for another destination waits for
-//     the flush of the rows before it. Rows without a key are unordered.
-//
 // # Ordering policies
 //
 // [PerKeyHeadOfLine] (default), [PerSourceStream] (every row of a source, null keys included,
@@ -100,6 +128,29 @@
 // group that Kafka did not acknowledge are "skipped": back to 'failed' with their attempt
 // refunded, due at once (still blocked behind the failed row). Rows Kafka did acknowledge are
 // marked sent: re-sending them would only add duplicates.
+//
+// # Order at enqueue
+//
+// Per-key order across concurrent producers: keiro orders by a value assigned at insert, so two
+// transactions enqueuing the same key concurrently could commit in the opposite order. The
+// outbox's BEFORE INSERT trigger (migration "outbox_order") prevents it for every writer,
+// whatever its client (EnqueueTx, the SQL function <schema>.enqueue, a plain INSERT): it takes a
+// transaction-scoped advisory lock per keyed (source, key)
+// (pg_advisory_xact_lock(hashtextextended(schema‖source‖key))) and only then draws seq, so
+// same-key producers serialise and seq order is commit order for every key. EnqueueTx takes a
+// call's several keys' locks first, in sorted order, so its calls never deadlock. A hash
+// collision only serialises two unrelated keys. A source declared with
+// [Admin.DeclarePerSourceOrder] takes one lock per source instead (null keys included), which
+// is what makes [PerSourceStream] publish its rows in commit order.
+//
+// # Wake-ups
+//
+// A sleeping relay is woken by a NOTIFY on "<schema>.keiro_outbox", which PostgreSQL delivers
+// at commit. A NOTIFY holds a database-wide lock from commit to WAL flush, so committers that
+// notify queue up: EnqueueTx notifies only while a relay sleeps. A relay about to sleep holds an
+// advisory lock (the sleep lock) that producers try to take shared; a producer that took it did
+// not notify, and the relay cannot take it until that producer's transaction ends, so it claims
+// the row before it sleeps (docs/architecture.md, "Wake-ups").
 //
 // # Failures
 //

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -16,13 +17,13 @@ import (
 // here the overview and the listing of the rows no relay has published yet.
 func ExampleAdmin_ListOutbox() {
 	ctx := context.Background()
-	db := exampleDB()
-	defer db.close()
-	store, err := outbox.NewStore(db.schema)
+	db, dropDB := testenv.NewExampleDB()
+	defer dropDB()
+	store, err := outbox.NewStore(db.Schema)
 	if err != nil {
 		log.Fatal(err)
 	}
-	err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 		_, err := store.EnqueueTx(ctx, tx, envelope.Event{
 			MessageID: "order-42-placed", Source: "ordering", Destination: "billing.orders.v1",
 			EventType: "OrderPlaced", ContentType: envelope.ContentTypeJSON,
@@ -34,16 +35,16 @@ func ExampleAdmin_ListOutbox() {
 		log.Fatal(err)
 	}
 
-	admin, err := outbox.NewAdmin(db.schema)
+	admin, err := outbox.NewAdmin(db.Schema)
 	if err != nil {
 		log.Fatal(err)
 	}
-	overview, err := admin.Overview(ctx, db.pool)
+	overview, err := admin.Overview(ctx, db.Pool)
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("backlog:", overview.Backlog, "dead:", overview.Dead)
-	rows, err := admin.ListOutbox(ctx, db.pool, outbox.ListOptions{Status: outbox.StatusPending})
+	rows, err := admin.ListOutbox(ctx, db.Pool, outbox.ListOptions{Status: outbox.StatusPending})
 	if err != nil {
 		log.Fatal(err)
 	}

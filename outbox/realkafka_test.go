@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
 
-	"github.com/keiro-go/keiro/internal/kafkabroker"
 	"github.com/keiro-go/keiro/keirotest/testenv"
+	"github.com/keiro-go/keiro/keirotest/testenv/kafkabroker"
 	"github.com/keiro-go/keiro/outbox"
 )
 

@@ -48,7 +48,7 @@ func TestComposePrometheusScrapesBinaries(t *testing.T) {
 			}
 		}
 	}
-	// The images listen on the ports they expose (Dockerfile, internal/composecheck).
+	// The images listen on the ports they expose (Dockerfile, deploy/compose/validate).
 	require.Contains(t, targets, "relay:9464")
 	require.Contains(t, targets, "consumer:9465")
 }

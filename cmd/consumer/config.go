@@ -11,12 +11,10 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/keiro-go/keiro/cmd/internal/cli"
+	"github.com/keiro-go/keiro/cmd/internal/sidecar"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/inbox/handlers"
-	"github.com/keiro-go/keiro/internal/cli"
-	"github.com/keiro-go/keiro/internal/healthcheck"
-	"github.com/keiro-go/keiro/internal/pgconfig"
-	"github.com/keiro-go/keiro/migrations"
 )
 
 // EnvPrefix prefixes every flag's environment variable: --group reads KEIRO_CONSUMER_GROUP.
@@ -53,32 +51,20 @@ type grammar struct {
 	cli.LogFlags `embed:""`
 	DB           dbFlags `embed:""`
 
-	Run         runCmd         `cmd:"" default:"withargs" help:"Consume and process messages (the default command)."`
-	Migrate     migrateCmd     `cmd:"" help:"Apply the database migrations and exit."`
-	Status      statusCmd      `cmd:"" help:"Print the schema version and the inbox's failed-row counts."`
-	Inbox       inboxCmd       `cmd:"" help:"Inspect and re-run inbox rows."`
-	Healthcheck healthcheckCmd `cmd:"" help:"GET this consumer's /readyz (or /healthz) and exit 0 when healthy, 1 otherwise (container healthchecks)."`
+	Run         runCmd                 `cmd:"" default:"withargs" help:"Consume and process messages (the default command)."`
+	Migrate     migrateCmd             `cmd:"" help:"Apply the database migrations and exit."`
+	Status      statusCmd              `cmd:"" help:"Print the schema version and the inbox's failed-row counts."`
+	Inbox       inboxCmd               `cmd:"" help:"Inspect and re-run inbox rows."`
+	Healthcheck sidecar.HealthcheckCmd `cmd:"" help:"GET this consumer's /readyz (or /healthz) and exit 0 when healthy, 1 otherwise (container healthchecks)."`
 }
 
-// dbFlags locate the inbox tables.
+// dbFlags locate the inbox tables: the database flags both binaries share.
 type dbFlags struct {
-	DatabaseURL cli.DSN `help:"PostgreSQL connection URL (required); TLS through sslmode." placeholder:"URL"`
-	Schema      string  `help:"Schema holding keiro's tables." default:"keiro"`
-	PgBouncer   bool    `name:"pgbouncer" help:"The database URL points at PgBouncer in transaction pooling mode: no named prepared statements (pgx cache_describe); migrations must then run on a direct connection."`
+	sidecar.DB
 }
-
-// pg is the connection setup of the flags.
-func (f *dbFlags) pg() pgconfig.Options { return pgconfig.Options{PgBouncer: f.PgBouncer} }
 
 // ValidateFlags reports a missing URL and a bad schema name.
-func (f *dbFlags) ValidateFlags() error {
-	var p cli.Problems
-	if f.DatabaseURL == "" {
-		p.Add("database-url", "is required (or set $%s_DATABASE_URL)", EnvPrefix)
-	}
-	p.AddErr("schema", migrations.ValidateSchema(f.Schema))
-	return p.Err()
-}
+func (f *dbFlags) ValidateFlags() error { return f.Validate(EnvPrefix) }
 
 // identityFlags name the inbox consumer: the first part of every inbox row's key.
 type identityFlags struct {
@@ -161,11 +147,15 @@ func (f *handlerFlags) headers() (http.Header, error) {
 	return h, nil
 }
 
+// consumerSidecar describes the consumer to the code it shares with the relay.
+var consumerSidecar = &sidecar.Sidecar{
+	Name:            "consumer",
+	Description:     description,
+	EnvPrefix:       EnvPrefix,
+	DefaultHTTPAddr: DefaultHTTPAddr,
+}
+
 // run parses args and runs the selected command; it returns the process exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == healthcheck.Command {
-		return healthcheck.Run(ctx, "consumer", EnvPrefix, DefaultHTTPAddr, args[1:], stdout, stderr)
-	}
-	app := cli.App{Name: "consumer", EnvPrefix: EnvPrefix, Description: description, Stdout: stdout, Stderr: stderr}
-	return app.Run(ctx, &grammar{}, args)
+	return consumerSidecar.Run(ctx, &grammar{}, args, stdout, stderr)
 }

@@ -25,8 +25,8 @@ import (
 	"github.com/keiro-go/keiro/console"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
-	"github.com/keiro-go/keiro/internal/apifuzz"
 	"github.com/keiro-go/keiro/keirotest/testenv"
+	"github.com/keiro-go/keiro/keirotest/testenv/apifuzz"
 )
 
 // proc is a consumer binary running in the background.
@@ -558,7 +558,7 @@ type inboxReadiness struct {
 }
 
 // TestAdminAPIFuzzed runs schemathesis against the running consumer's admin API, with a
-// poisoned message in its inbox and its dead-letter topic (internal/apifuzz: no 5xx, only the
+// poisoned message in its inbox and its dead-letter topic (keirotest/testenv/apifuzz: no 5xx, only the
 // statuses and JSON its OpenAPI document declares).
 func TestAdminAPIFuzzed(t *testing.T) {
 	t.Parallel()

@@ -10,8 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/keiro-go/keiro/cmd/internal/cli"
 	"github.com/keiro-go/keiro/inbox"
-	"github.com/keiro-go/keiro/internal/cli"
 )
 
 // inboxCmd groups the operator commands on inbox rows.
@@ -69,7 +69,7 @@ func (c *failedListCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error
 		return err
 	}
 	admin := inbox.NewAdmin(store)
-	pool, err := openPool(ctx, &g.DB)
+	pool, err := g.DB.OpenPool(ctx)
 	if err != nil {
 		return err
 	}
@@ -163,7 +163,7 @@ func (c *failedRetryCmd) Run(ctx context.Context, env *cli.Env, g *grammar) erro
 		return err
 	}
 	defer h.close()
-	pool, err := openPool(ctx, &g.DB)
+	pool, err := g.DB.OpenPool(ctx)
 	if err != nil {
 		return err
 	}

@@ -1,17 +1,5 @@
 package main
 
-import (
-	"context"
-	"os"
-	"os/signal"
-	"syscall"
+import "github.com/keiro-go/keiro/cmd/internal/sidecar"
 
-	"github.com/keiro-go/keiro/internal/gctune"
-)
-
-func main() {
-	gctune.Apply()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
-}
+func main() { sidecar.Main(run) }

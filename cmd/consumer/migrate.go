@@ -4,8 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/keiro-go/keiro/internal/cli"
-	"github.com/keiro-go/keiro/migrations"
+	"github.com/keiro-go/keiro/cmd/internal/cli"
 )
 
 // migrateCmd applies the embedded migrations.
@@ -13,18 +12,7 @@ type migrateCmd struct{}
 
 // Run applies every pending migration under the migrations' advisory lock.
 func (c *migrateCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
-	if err := g.DB.migrationsAllowed("consumer migrate"); err != nil {
-		return err
-	}
-	conn, err := g.DB.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if err := migrations.Migrate(ctx, conn, g.DB.Schema); err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	st, err := migrations.GetStatus(ctx, conn, g.DB.Schema)
+	st, err := g.DB.Migrate(ctx, "consumer migrate")
 	if err != nil {
 		return err
 	}

@@ -12,13 +12,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro/cmd/internal/cli"
+	"github.com/keiro-go/keiro/cmd/internal/gctune"
+	"github.com/keiro-go/keiro/cmd/internal/kafkaconfig"
 	"github.com/keiro-go/keiro/console"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
-	"github.com/keiro-go/keiro/internal/cli"
-	"github.com/keiro-go/keiro/internal/gctune"
 	"github.com/keiro-go/keiro/internal/httpserver"
-	"github.com/keiro-go/keiro/internal/kafkaconfig"
 	"github.com/keiro-go/keiro/migrations"
 	"github.com/keiro-go/keiro/tracing/otelsetup"
 )
@@ -150,11 +150,11 @@ func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 	}()
 
 	if c.Migrate {
-		if err := g.DB.migrationsAllowed("consumer migrate"); err != nil {
+		if err := g.DB.MigrationsAllowed("consumer migrate"); err != nil {
 			return err
 		}
 	}
-	pool, err := openPool(ctx, &g.DB)
+	pool, err := g.DB.OpenPool(ctx)
 	if err != nil {
 		return err
 	}

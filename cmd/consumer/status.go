@@ -16,10 +16,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro/cmd/internal/cli"
+	"github.com/keiro-go/keiro/cmd/internal/kafkaconfig"
 	"github.com/keiro-go/keiro/console"
 	"github.com/keiro-go/keiro/inbox"
-	"github.com/keiro-go/keiro/internal/cli"
-	"github.com/keiro-go/keiro/internal/kafkaconfig"
 	"github.com/keiro-go/keiro/migrations"
 )
 
@@ -116,7 +116,7 @@ func (c *statusCmd) validateAdmin() error {
 // Run prints the status. It fails (exit 1) when migrations are pending, so that it can serve
 // as a deployment check, and when the lag was asked for and could not be read.
 func (c *statusCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
-	conn, err := g.DB.connect(ctx)
+	conn, err := g.DB.Connect(ctx)
 	if err != nil {
 		return err
 	}

@@ -5,57 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/inbox/handlers"
-	"github.com/keiro-go/keiro/internal/cli"
-	"github.com/keiro-go/keiro/internal/pgconfig"
 	"github.com/keiro-go/keiro/schema"
 )
-
-// openPool connects to PostgreSQL and checks the connection.
-func openPool(ctx context.Context, db *dbFlags) (*pgxpool.Pool, error) {
-	dsn := db.DatabaseURL
-	cfg, err := db.pg().ParsePool(dsn.Reveal())
-	if err != nil {
-		return nil, &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("--database-url %s: %w", dsn, err)}
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("open PostgreSQL pool for %s: %w", dsn, cli.RedactError(err, dsn))
-	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("connect to PostgreSQL at %s: %w", dsn, cli.RedactError(pgconfig.ConnectError(err), dsn))
-	}
-	return pool, nil
-}
-
-// connect opens one connection for an operator command.
-func (f *dbFlags) connect(ctx context.Context) (*pgx.Conn, error) {
-	cfg, err := f.pg().ParseConn(f.DatabaseURL.Reveal())
-	if err != nil {
-		return nil, &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("--database-url %s: %w", f.DatabaseURL, err)}
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("connect to PostgreSQL at %s: %w", f.DatabaseURL, cli.RedactError(pgconfig.ConnectError(err), f.DatabaseURL))
-	}
-	return conn, nil
-}
-
-// migrationsAllowed refuses (exit 2) to migrate through a transaction-pooling PgBouncer.
-func (f *dbFlags) migrationsAllowed(command string) error {
-	if f.PgBouncer {
-		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("migrations hold a session advisory lock, which "+
-			"PgBouncer in transaction mode does not keep: run `%s` without --pgbouncer, with --database-url pointing at "+
-			"PostgreSQL directly (or at a session-pooled PgBouncer database)", command)}
-	}
-	return nil
-}
 
 // dedupePolicy maps --dedupe-policy to the inbox policy.
 func dedupePolicy(name string) inbox.DedupePolicy {

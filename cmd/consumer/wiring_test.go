@@ -6,9 +6,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/keiro-go/keiro/cmd/internal/cli"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
-	"github.com/keiro-go/keiro/internal/cli"
 )
 
 func TestIdempotencyKeyFollowsDedupePolicy(t *testing.T) {

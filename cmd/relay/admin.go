@@ -13,53 +13,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/keiro-go/keiro/cmd/internal/cli"
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/cli"
-	"github.com/keiro-go/keiro/internal/pgconfig"
 	"github.com/keiro-go/keiro/migrations"
 	"github.com/keiro-go/keiro/outbox"
 )
 
-// connect opens one connection for an operator command.
-func (f *dbFlags) connect(ctx context.Context) (*pgx.Conn, error) {
-	cfg, err := f.pg().ParseConn(f.DatabaseURL.Reveal())
-	if err != nil {
-		return nil, &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("--database-url %s: %w", f.DatabaseURL, err)}
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", f.DatabaseURL, cli.RedactError(pgconfig.ConnectError(err), f.DatabaseURL))
-	}
-	return conn, nil
-}
-
-// errMigrateThroughPgBouncer explains why migrations do not run with --pgbouncer.
-const errMigrateThroughPgBouncer = "migrations hold a session advisory lock, which PgBouncer in transaction mode " +
-	"does not keep: run `%s` without --pgbouncer, with --database-url pointing at PostgreSQL directly " +
-	"(or at a session-pooled PgBouncer database)"
-
-// migrationsAllowed refuses (exit 2) to migrate through a transaction-pooling PgBouncer.
-func (f *dbFlags) migrationsAllowed(command string) error {
-	if f.PgBouncer {
-		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf(errMigrateThroughPgBouncer, command)}
-	}
-	return nil
-}
-
 // Run applies the migrations and prints their status.
 func (c *migrateCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
-	if err := g.DB.migrationsAllowed("relay migrate"); err != nil {
-		return err
-	}
-	conn, err := g.DB.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if err := migrations.Migrate(ctx, conn, g.DB.Schema); err != nil {
-		return err
-	}
-	st, err := migrations.GetStatus(ctx, conn, g.DB.Schema)
+	st, err := g.DB.Migrate(ctx, "relay migrate")
 	if err != nil {
 		return err
 	}
@@ -110,7 +72,7 @@ type outboxStatus struct {
 
 // Run prints the outbox's state.
 func (c *statusCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
-	conn, err := g.DB.connect(ctx)
+	conn, err := g.DB.Connect(ctx)
 	if err != nil {
 		return err
 	}

@@ -8,13 +8,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/keiro-go/keiro/internal/apifuzz"
 	"github.com/keiro-go/keiro/keirotest/testenv"
+	"github.com/keiro-go/keiro/keirotest/testenv/apifuzz"
 	"github.com/keiro-go/keiro/outbox"
 )
 
 // TestAdminAPIFuzzed runs schemathesis against the running relay's admin API, with dead and
-// rejected rows in its outbox (internal/apifuzz: no 5xx, only the statuses and JSON its OpenAPI
+// rejected rows in its outbox (keirotest/testenv/apifuzz: no 5xx, only the statuses and JSON its OpenAPI
 // document declares).
 func TestAdminAPIFuzzed(t *testing.T) {
 	t.Parallel()

@@ -12,14 +12,12 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro/cmd/internal/cli"
+	"github.com/keiro-go/keiro/cmd/internal/kafkaconfig"
+	"github.com/keiro-go/keiro/cmd/internal/schemacli"
+	"github.com/keiro-go/keiro/cmd/internal/sidecar"
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/cli"
-	"github.com/keiro-go/keiro/internal/healthcheck"
 	"github.com/keiro-go/keiro/internal/httpserver"
-	"github.com/keiro-go/keiro/internal/kafkaconfig"
-	"github.com/keiro-go/keiro/internal/pgconfig"
-	"github.com/keiro-go/keiro/internal/schemacli"
-	"github.com/keiro-go/keiro/migrations"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -82,19 +80,22 @@ func vars() kong.Vars {
 		"vacuum_threshold":     strconv.Itoa(DefaultVacuumThreshold),
 		"http_addr":            DefaultHTTPAddr,
 		"list_limit":           strconv.Itoa(DefaultListLimit),
-		"schema":               migrations.DefaultSchema,
 	}
 }
 
-// app is the relay's command line, with the given output streams.
-func app() cli.App {
-	return cli.App{
-		Name:        "relay",
-		Description: description,
-		EnvPrefix:   EnvPrefix,
-		Options:     []kong.Option{vars()},
-	}
+// relaySidecar describes the relay to the code it shares with the consumer.
+var relaySidecar = &sidecar.Sidecar{
+	Name:            "relay",
+	Description:     description,
+	EnvPrefix:       EnvPrefix,
+	DefaultHTTPAddr: DefaultHTTPAddr,
+	DatabaseURLHelp: " The password is never printed.",
+	PgBouncerHelp:   ", polling only (implies --poll-only)",
+	Options:         []kong.Option{vars()},
 }
+
+// app is the relay's command line.
+func app() cli.App { return relaySidecar.App() }
 
 // grammar is the command line: flags shared by every command, then the commands.
 type grammar struct {
@@ -102,18 +103,18 @@ type grammar struct {
 	cli.LogFlags `embed:""`
 	DB           dbFlags `embed:""`
 
-	Run         runCmd         `cmd:"" default:"withargs" help:"Publish outbox rows to Kafka (the default command)."`
-	Migrate     migrateCmd     `cmd:"" help:"Apply the embedded database migrations and print their status."`
-	Status      statusCmd      `cmd:"" help:"Print outbox row counts per status and destination, the oldest pending age and dead rows."`
-	Dead        deadCmd        `cmd:"" help:"List and requeue dead and rejected rows."`
-	Events      eventsCmd      `cmd:"" help:"Inspect the event store: subscription dead letters (relay events dead --help)."`
-	Rows        rowsCmd        `cmd:"" help:"List outbox rows by filter, or rows stuck in publishing."`
-	Schema      schemaCmd      `cmd:"" help:"Register or check Avro schemas in the Schema Registry (relay schema --help)."`
-	Mode        modeCmd        `cmd:"" help:"Show or switch the outbox's mode, claim or log, for every producer at once (relay mode --help)."`
-	Healthcheck healthcheckCmd `cmd:"" help:"GET this relay's /readyz (or /healthz) and exit 0 when healthy, 1 otherwise (container healthchecks)."`
+	Run         runCmd                 `cmd:"" default:"withargs" help:"Publish outbox rows to Kafka (the default command)."`
+	Migrate     migrateCmd             `cmd:"" help:"Apply the embedded database migrations and print their status."`
+	Status      statusCmd              `cmd:"" help:"Print outbox row counts per status and destination, the oldest pending age and dead rows."`
+	Dead        deadCmd                `cmd:"" help:"List and requeue dead and rejected rows."`
+	Events      eventsCmd              `cmd:"" help:"Inspect the event store: subscription dead letters (relay events dead --help)."`
+	Rows        rowsCmd                `cmd:"" help:"List outbox rows by filter, or rows stuck in publishing."`
+	Schema      schemaCmd              `cmd:"" help:"Register or check Avro schemas in the Schema Registry (relay schema --help)."`
+	Mode        modeCmd                `cmd:"" help:"Show or switch the outbox's mode, claim or log, for every producer at once (relay mode --help)."`
+	Healthcheck sidecar.HealthcheckCmd `cmd:"" help:"GET this relay's /readyz (or /healthz) and exit 0 when healthy, 1 otherwise (container healthchecks)."`
 }
 
-// schemaCmd hands its arguments to internal/schemacli. It is in the grammar for --help; run
+// schemaCmd hands its arguments to cmd/internal/schemacli. It is in the grammar for --help; run
 // dispatches "relay schema …" before parsing, so the relay's database flags are not needed.
 type schemaCmd struct {
 	Args []string `arg:"" optional:"" passthrough:"" help:"register|check SUBJECT FILE.avsc and the registry flags."`
@@ -127,38 +128,22 @@ func (c *schemaCmd) Run(ctx context.Context, env *cli.Env) error {
 	return nil
 }
 
-// run is the whole command line: it returns the process exit code.
+// run is the whole command line: it returns the process exit code. "relay schema …" goes to
+// cmd/internal/schemacli before any flag is parsed, as the healthcheck does.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "schema" {
 		return schemacli.Run(ctx, args[1:], stdout, stderr)
 	}
-	if len(args) > 0 && args[0] == healthcheck.Command {
-		return healthcheck.Run(ctx, "relay", EnvPrefix, DefaultHTTPAddr, args[1:], stdout, stderr)
-	}
-	a := app()
-	a.Stdout, a.Stderr = stdout, stderr
-	return a.Run(ctx, &grammar{}, args)
+	return relaySidecar.Run(ctx, &grammar{}, args, stdout, stderr)
 }
 
-// dbFlags locate the outbox table.
+// dbFlags locate the outbox table: the database flags both binaries share.
 type dbFlags struct {
-	DatabaseURL cli.DSN `help:"PostgreSQL connection URL (required); TLS through sslmode. The password is never printed." placeholder:"URL"`
-	Schema      string  `help:"Schema holding keiro's tables." default:"${schema}"`
-	PgBouncer   bool    `name:"pgbouncer" help:"The database URL points at PgBouncer in transaction pooling mode: no named prepared statements (pgx cache_describe), polling only (implies --poll-only); migrations must then run on a direct connection."`
+	sidecar.DB
 }
-
-// pg is the connection setup of the flags.
-func (f *dbFlags) pg() pgconfig.Options { return pgconfig.Options{PgBouncer: f.PgBouncer} }
 
 // ValidateFlags reports a missing URL and a bad schema name.
-func (f *dbFlags) ValidateFlags() error {
-	var p cli.Problems
-	if f.DatabaseURL == "" {
-		p.Add("database-url", "is required (or set $%s_DATABASE_URL)", EnvPrefix)
-	}
-	p.AddErr("schema", migrations.ValidateSchema(f.Schema))
-	return p.Err()
-}
+func (f *dbFlags) ValidateFlags() error { return f.Validate(EnvPrefix) }
 
 // runCmd publishes outbox rows until SIGINT/SIGTERM.
 type runCmd struct {

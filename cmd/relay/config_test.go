@@ -15,8 +15,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
-	"github.com/keiro-go/keiro/internal/cli"
-	"github.com/keiro-go/keiro/internal/cli/dsntest"
+	"github.com/keiro-go/keiro/cmd/internal/cli"
+	"github.com/keiro-go/keiro/cmd/internal/cli/dsntest"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -204,7 +204,7 @@ func TestSecretsNotPrintedOnError(t *testing.T) {
 	}
 }
 
-// `relay schema …` reaches internal/schemacli without the relay's database flags, and its
+// `relay schema …` reaches cmd/internal/schemacli without the relay's database flags, and its
 // problems come back with its exit code.
 func TestSchemaSubcommand(t *testing.T) {
 	r := invoke(t, "schema", "--help")

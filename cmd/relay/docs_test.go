@@ -44,7 +44,7 @@ func flagsTable(t *testing.T) string {
 	visit = func(n *kong.Node) {
 		for _, c := range n.Children {
 			if c.Name == "schema" {
-				continue // its flags are internal/schemacli's: `relay schema --help`
+				continue // its flags are cmd/internal/schemacli's: `relay schema --help`
 			}
 			if len(c.Flags) > 0 {
 				section("relay "+c.Path(), c.Flags)

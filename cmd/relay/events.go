@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/keiro-go/keiro/cmd/internal/cli"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/events"
-	"github.com/keiro-go/keiro/internal/cli"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -278,7 +278,7 @@ func (f *dbFlags) outboxStore(ctx context.Context) (*pgx.Conn, *outbox.Store, er
 	if err != nil {
 		return nil, nil, err
 	}
-	conn, err := f.connect(ctx)
+	conn, err := f.Connect(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -291,7 +291,7 @@ func (f *dbFlags) outboxAdmin(ctx context.Context) (*pgx.Conn, *outbox.Admin, er
 	if err != nil {
 		return nil, nil, err
 	}
-	conn, err := f.connect(ctx)
+	conn, err := f.Connect(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -304,7 +304,7 @@ func (f *dbFlags) eventStore(ctx context.Context) (*pgx.Conn, *events.Store, err
 	if err != nil {
 		return nil, nil, err
 	}
-	conn, err := f.connect(ctx)
+	conn, err := f.Connect(ctx)
 	if err != nil {
 		return nil, nil, err
 	}

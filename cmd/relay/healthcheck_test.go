@@ -5,7 +5,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/keiro-go/keiro/internal/healthcheck/healthchecktest"
+	"github.com/keiro-go/keiro/cmd/internal/healthcheck/healthchecktest"
 )
 
 // "relay healthcheck" needs no database flags and answers for the binary's own HTTP server: 0

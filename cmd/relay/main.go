@@ -3,20 +3,6 @@
 // the schema, inspect the outbox and requeue dead rows. See docs/relay.md.
 package main
 
-import (
-	"context"
-	"os"
-	"os/signal"
-	"syscall"
+import "github.com/keiro-go/keiro/cmd/internal/sidecar"
 
-	"github.com/keiro-go/keiro/internal/gctune"
-)
-
-func main() {
-	gctune.Apply()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
-}
+func main() { sidecar.Main(run) }

@@ -10,11 +10,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro/cmd/internal/cli"
+	"github.com/keiro-go/keiro/cmd/internal/gctune"
+	"github.com/keiro-go/keiro/cmd/internal/kafkaconfig"
 	"github.com/keiro-go/keiro/console"
-	"github.com/keiro-go/keiro/internal/cli"
-	"github.com/keiro-go/keiro/internal/gctune"
 	"github.com/keiro-go/keiro/internal/httpserver"
-	"github.com/keiro-go/keiro/internal/kafkaconfig"
 	"github.com/keiro-go/keiro/migrations"
 	"github.com/keiro-go/keiro/outbox"
 	_ "github.com/keiro-go/keiro/outbox/logrelay" // --mode=log
@@ -156,7 +156,7 @@ func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 	}()
 
 	if c.Migrate {
-		if err := g.DB.migrationsAllowed("relay migrate"); err != nil {
+		if err := g.DB.MigrationsAllowed("relay migrate"); err != nil {
 			return err
 		}
 	}
@@ -166,7 +166,7 @@ func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 	if err := prepareSchema(ctx, g, c.Migrate, log); err != nil {
 		return err
 	}
-	pcfg, err := g.DB.pg().ParsePool(g.DB.DatabaseURL.Reveal())
+	pcfg, err := g.DB.PG().ParsePool(g.DB.DatabaseURL.Reveal())
 	if err != nil {
 		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("--database-url %s: %w", g.DB.DatabaseURL, err)}
 	}
@@ -286,7 +286,7 @@ func (c *runCmd) console(pool *pgxpool.Pool, schema string, log *slog.Logger) (*
 // prepareSchema applies the migrations when asked, and otherwise refuses to start on a schema
 // that is behind the binary (the claim SQL needs the current tables).
 func prepareSchema(ctx context.Context, g *grammar, migrate bool, log *slog.Logger) error {
-	conn, err := g.DB.connect(ctx)
+	conn, err := g.DB.Connect(ctx)
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/keiro-go/keiro/internal/cli"
+	"github.com/keiro-go/keiro/cmd/internal/cli"
 )
 
 // --version prints the build and exits 0, before any configuration is checked.
@@ -21,7 +21,7 @@ func TestVersionFlag(t *testing.T) {
 // A release build stamps its version and commit with -ldflags; --version prints them.
 func TestVersionStampedAtBuild(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "relay")
-	const pkg = "github.com/keiro-go/keiro/internal/cli"
+	const pkg = "github.com/keiro-go/keiro/cmd/internal/cli"
 	build := exec.Command("go", "build", "-o", bin, "-ldflags", "-X "+pkg+".version=v1.2.3 -X "+pkg+".commit=0123abcd", ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

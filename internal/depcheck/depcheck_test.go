@@ -26,8 +26,8 @@ var forbidden = []struct{ prefix, belongs string }{
 	{"github.com/jackc/tern", "migrations"},
 	{"github.com/Masterminds/", "migrations"},
 	{"dario.cat/mergo", "migrations"},
-	{"github.com/compose-spec/", "internal/composecheck (its own module)"},
-	{"github.com/moby/", "internal/composecheck (its own module)"},
+	{"github.com/compose-spec/", "deploy/compose/validate (its own module)"},
+	{"github.com/moby/", "deploy/compose/validate (its own module)"},
 	{"github.com/chromedp/", "console/browsertest (its own module)"},
 }
 

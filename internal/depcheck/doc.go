@@ -11,6 +11,6 @@
 // The facts come from `go list -deps` and from the linker (`go build -ldflags=-dumpdep`), so the
 // tests depend on the build, not on the machine.
 // The opt-in packages that bring those dependencies are tracing/otelsetup (telemetry setup from
-// OTEL_*), migrations (the tern runner) and the modules of their own (internal/composecheck,
+// OTEL_*), migrations (the tern runner) and the modules of their own (deploy/compose/validate,
 // console/browsertest).
 package depcheck

@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"go.uber.org/goleak"
 
-	"github.com/keiro-go/keiro/internal/kafkabroker"
+	"github.com/keiro-go/keiro/keirotest/testenv/kafkabroker"
 )
 
 // KafkaBrokersEnv names the environment variable that points the real-broker tests at a
