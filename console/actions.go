@@ -119,7 +119,7 @@ func (c *Console) requeueContext(ctx context.Context, q RequeueRequest, f outbox
 			return d, err
 		}
 		d.Count = n
-		opts := outbox.ListOptions{Statuses: []string{"dead", "rejected"}, Source: q.Source, Destination: q.Destination,
+		opts := outbox.ListOptions{Statuses: []outbox.Status{outbox.StatusDead, outbox.StatusRejected}, Source: q.Source, Destination: q.Destination,
 			NewestFirst: true, Limit: confirmSample, PayloadBytes: outbox.NoPayload}
 		rows, err := c.outbox.ListOutbox(ctx, pool, opts)
 		if err != nil {
@@ -129,7 +129,7 @@ func (c *Console) requeueContext(ctx context.Context, q RequeueRequest, f outbox
 			d.Rows = append(d.Rows, outboxRowOf(row, 0))
 		}
 		d.Sample = int64(len(d.Rows)) < n
-		opts.Statuses, opts.Limit = []string{"rejected"}, 1
+		opts.Statuses, opts.Limit = []outbox.Status{outbox.StatusRejected}, 1
 		if rejected, err := c.outbox.ListOutbox(ctx, pool, opts); err != nil {
 			return d, err
 		} else if len(rejected) > 0 {

@@ -33,8 +33,10 @@ type Console struct {
 	pages map[string]*template.Template
 	log   *slog.Logger
 
-	outbox *outbox.Store
-	inbox  *inbox.Store
+	outbox *outbox.Admin
+	// modes reads the outbox's mode and log slots.
+	modes  *outbox.Store
+	inbox  *inbox.Admin
 	events *events.Store
 
 	// apiPatterns are the /api/v1 routes registered, as given to the mux.
@@ -56,15 +58,19 @@ func New(cfg Config) (*Console, error) {
 	c := &Console{cfg: cfg, guard: newGuard(cfg.Auth), mux: http.NewServeMux(), log: cfg.Logger}
 	var err error
 	if cfg.Outbox != nil {
-		if c.outbox, err = outbox.NewStore(cfg.Outbox.Schema); err != nil {
+		if c.outbox, err = outbox.NewAdmin(cfg.Outbox.Schema); err != nil {
+			return nil, fmt.Errorf("configure console: %w", err)
+		}
+		if c.modes, err = outbox.NewStore(cfg.Outbox.Schema); err != nil {
 			return nil, fmt.Errorf("configure console: %w", err)
 		}
 	}
 	if cfg.Inbox != nil {
-		c.inbox, err = inbox.NewStore(inbox.StoreConfig{Schema: cfg.Inbox.Schema, Consumer: cfg.Inbox.Consumer, MaxAttempts: cfg.Inbox.MaxAttempts})
+		st, err := inbox.NewStore(inbox.StoreConfig{Schema: cfg.Inbox.Schema, Consumer: cfg.Inbox.Consumer, MaxAttempts: cfg.Inbox.MaxAttempts})
 		if err != nil {
 			return nil, fmt.Errorf("configure console: %w", err)
 		}
+		c.inbox = inbox.NewAdmin(st)
 	}
 	if cfg.Events != nil {
 		if c.events, err = events.NewStore(events.StoreConfig{Schema: cfg.Events.Schema}); err != nil {

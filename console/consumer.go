@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keiro-go/keiro/failure"
 	"github.com/keiro-go/keiro/inbox"
 )
 
@@ -109,7 +110,7 @@ type InboxEntry struct {
 	Payload Payload `json:"payload"`
 	// AttemptHistory is the row's failed attempts, oldest first (the last 20); only in the
 	// answer for one row.
-	AttemptHistory []inbox.Attempt `json:"attempt_history,omitempty"`
+	AttemptHistory []failure.Attempt `json:"attempt_history,omitempty"`
 }
 
 // KafkaPosition is a record's topic, partition and offset.
@@ -129,7 +130,7 @@ func (c *Console) inboxEntry(e inbox.Entry, previewBytes int) InboxEntry {
 	ev := e.Delivery.Event
 	ev.Source = e.Source
 	out := InboxEntry{
-		Consumer: c.cfg.Inbox.Consumer, Source: e.Source, DedupeKey: e.DedupeKey, Status: e.Status,
+		Consumer: c.cfg.Inbox.Consumer, Source: e.Source, DedupeKey: e.DedupeKey, Status: string(e.Status),
 		Attempts: e.Attempts, Poisoned: e.Poisoned, LastError: e.LastError, MessageID: ev.MessageID,
 		EventType: ev.EventType, Destination: ev.Destination, ReceivedAt: e.ReceivedAt, FailedAt: e.FailedAt,
 		CompletedAt: e.CompletedAt, Headers: headersOf(&ev),
@@ -281,7 +282,7 @@ func (q RetryRequest) validate() error {
 	return errors.Join(errs...)
 }
 
-// retry re-runs each row through the consumer's handler (inbox.Store.Reprocess, as
+// retry re-runs each row through the consumer's handler (inbox.Admin.Reprocess, as
 // `consumer inbox failed retry`), and logs who retried what.
 func (c *Console) retry(r *http.Request, q RetryRequest) (RetryAnswer, error) {
 	ctx := r.Context()

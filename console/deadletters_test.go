@@ -170,9 +170,9 @@ func TestDeadLetterTopicListAndReplay(t *testing.T) {
 			break
 		}
 	}
-	e, err := r.inbox.Lookup(context.Background(), r.db.Pool, inbox.Key{Source: "orders", DedupeKey: "nokey-1"})
+	e, err := inbox.NewAdmin(r.inbox).Lookup(context.Background(), r.db.Pool, inbox.Key{Source: "orders", DedupeKey: "nokey-1"})
 	require.NoError(t, err)
-	require.Equal(t, "completed", e.Status)
+	require.Equal(t, inbox.StatusCompleted, e.Status)
 
 	copies := r.kc.Records(t, topic)
 	require.Len(t, copies, 3)

@@ -12,9 +12,9 @@
 //
 // # Actions and their guarantees
 //
-// Requeue is [outbox.Store.RequeueTx], the same function as `relay dead requeue`: only dead and
+// Requeue is [outbox.Admin.RequeueTx], the same function as `relay dead requeue`: only dead and
 // rejected rows move, in one transaction, and listening relays are woken. Retry is
-// [inbox.Store.Reprocess] for each row, the same as `consumer inbox failed retry`: the handler
+// [inbox.Admin.Reprocess] for each row, the same as `consumer inbox failed retry`: the handler
 // runs again from the stored envelope inside an inbox transaction, so a success marks the row
 // completed exactly once.
 //

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/keiro-go/keiro/failure"
 )
 
 // MaxGroups is the most failure groups a listing returns.
@@ -56,27 +58,22 @@ func (g GroupRef) validate() error {
 }
 
 func (c *Console) readOutboxGroups(ctx context.Context) (FailureGroups, error) {
-	gs, err := c.outbox.FailureGroups(ctx, c.cfg.Outbox.Pool, MaxGroups)
-	out := FailureGroups{Groups: make([]FailureGroup, 0, len(gs))}
-	if err != nil {
-		return out, err
-	}
-	for _, g := range gs {
-		out.Groups = append(out.Groups, FailureGroup{Class: g.Class, Message: g.Message, Count: g.Count, First: g.First, Last: g.Last,
-			Example: g.Example, Where: g.Destinations, EventTypes: g.EventTypes})
-	}
-	return out, nil
+	return failureGroups(c.outbox.FailureGroups(ctx, c.cfg.Outbox.Pool, MaxGroups))
 }
 
 func (c *Console) readInboxGroups(ctx context.Context) (FailureGroups, error) {
-	gs, err := c.inbox.FailureGroups(ctx, c.cfg.Inbox.Pool, MaxGroups)
+	return failureGroups(c.inbox.FailureGroups(ctx, c.cfg.Inbox.Pool, MaxGroups))
+}
+
+// failureGroups is the answer of a listing of failure groups.
+func failureGroups(gs []failure.Group, err error) (FailureGroups, error) {
 	out := FailureGroups{Groups: make([]FailureGroup, 0, len(gs))}
 	if err != nil {
 		return out, err
 	}
 	for _, g := range gs {
 		out.Groups = append(out.Groups, FailureGroup{Class: g.Class, Message: g.Message, Count: g.Count, First: g.First, Last: g.Last,
-			Example: g.Example, Where: g.Sources, EventTypes: g.EventTypes})
+			Example: g.Example, Where: g.Where, EventTypes: g.EventTypes})
 	}
 	return out, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/failure"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -100,7 +101,7 @@ func (c *Console) readOutboxSummary(ctx context.Context) (OutboxSummary, error) 
 		&s.SentLastMinute, &s.FailedLastMinute, &s.RelaysConnected, &s.ReadAt, &origin); err != nil {
 		return s, fmt.Errorf("read outbox summary: %w", err)
 	}
-	st, err := c.outbox.Status(ctx, q)
+	st, err := c.outbox.Overview(ctx, q)
 	if err != nil {
 		return s, fmt.Errorf("read outbox summary: %w", err)
 	}
@@ -112,10 +113,10 @@ func (c *Console) readOutboxSummary(ctx context.Context) (OutboxSummary, error) 
 			d = &DestinationSummary{Destination: n.Destination, Counts: map[string]int64{}}
 			byDest[n.Destination] = d
 		}
-		d.Counts[n.Status] = n.Count
-		s.Totals[n.Status] += n.Count
+		d.Counts[string(n.Status)] = n.Count
+		s.Totals[string(n.Status)] += n.Count
 		switch n.Status {
-		case "pending", "failed", "publishing":
+		case outbox.StatusPending, outbox.StatusFailed, outbox.StatusPublishing:
 			d.Backlog += n.Count
 		}
 	}
@@ -132,7 +133,7 @@ func (c *Console) readOutboxSummary(ctx context.Context) (OutboxSummary, error) 
 	sort.Slice(s.Destinations, func(i, j int) bool { return s.Destinations[i].Destination < s.Destinations[j].Destination })
 	s.OldestPendingAgeSeconds = ageSeconds(s.ReadAt, oldest)
 	if s.Backlog > 0 {
-		head, err := c.outbox.ListOutbox(ctx, q, outbox.ListOptions{Statuses: []string{"pending", "failed", "publishing"}, Limit: 1,
+		head, err := c.outbox.ListOutbox(ctx, q, outbox.ListOptions{Statuses: []outbox.Status{outbox.StatusPending, outbox.StatusFailed, outbox.StatusPublishing}, Limit: 1,
 			PayloadBytes: outbox.NoPayload})
 		if err != nil {
 			return s, fmt.Errorf("read outbox summary: %w", err)
@@ -145,19 +146,19 @@ func (c *Console) readOutboxSummary(ctx context.Context) (OutboxSummary, error) 
 	if err != nil {
 		return s, fmt.Errorf("read outbox summary: %w", err)
 	}
-	mode, err := c.outbox.Mode(ctx, q)
+	mode, err := c.modes.Mode(ctx, q)
 	if err != nil {
 		return s, fmt.Errorf("read outbox summary: %w", err)
 	}
 	s.Mode = string(mode)
-	slot, err := c.outbox.LogSlotStatus(ctx, q, "")
+	slot, err := c.modes.LogSlotStatus(ctx, q, "")
 	if err != nil {
 		return s, fmt.Errorf("read outbox summary: %w", err)
 	}
 	if slot.Exists {
 		s.LogSlot = &slot
 	}
-	if s.LogSlots, err = c.outbox.LogSlots(ctx, q); err != nil {
+	if s.LogSlots, err = c.modes.LogSlots(ctx, q); err != nil {
 		return s, fmt.Errorf("read outbox summary: %w", err)
 	}
 	s.LastHour = make([]RateBucket, len(minutes))
@@ -189,7 +190,7 @@ type OutboxRow struct {
 	RejectionCode string `json:"rejection_code,omitempty"`
 	// AttemptHistory is the row's failed attempts, oldest first (the last 20); only in the
 	// answer for one row.
-	AttemptHistory []outbox.Attempt `json:"attempt_history,omitempty"`
+	AttemptHistory []failure.Attempt `json:"attempt_history,omitempty"`
 	// NextAttemptAt is when a failed row is retried.
 	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
 	// PublishedAt, Partition and Offset are set on sent rows.
@@ -225,6 +226,15 @@ type outboxFilter struct {
 	Limit               int
 	// Archived lists the archived rows instead of the working list.
 	Archived bool
+}
+
+// statuses are the filter's statuses, as the outbox types them.
+func (f outboxFilter) statuses() []outbox.Status {
+	out := make([]outbox.Status, len(f.Statuses))
+	for i, s := range f.Statuses {
+		out[i] = outbox.Status(s)
+	}
+	return out
 }
 
 // ArchivedParam is the filter's ?archived= value: "true", or "" for the working list.
@@ -288,7 +298,7 @@ func parseOutboxFilter(r *http.Request) (outboxFilter, error) {
 }
 
 func (c *Console) listOutboxRows(ctx context.Context, f outboxFilter) (OutboxPage, error) {
-	rows, err := c.outbox.ListOutbox(ctx, c.cfg.Outbox.Pool, outbox.ListOptions{Statuses: f.Statuses,
+	rows, err := c.outbox.ListOutbox(ctx, c.cfg.Outbox.Pool, outbox.ListOptions{Statuses: f.statuses(),
 		Source: f.Source, Destination: f.Destination, NewestFirst: true, Before: f.Before, Limit: f.Limit + 1,
 		Archived: f.Archived, PayloadBytes: DefaultPreviewBytes})
 	if err != nil {
@@ -309,7 +319,7 @@ func (c *Console) listOutboxRows(ctx context.Context, f outboxFilter) (OutboxPag
 func outboxRowOf(row outbox.Row, payloadBytes int) OutboxRow {
 	e := &row.Event
 	o := OutboxRow{
-		OutboxID: row.OutboxID.String(), Seq: row.Seq, Status: row.Status,
+		OutboxID: row.OutboxID.String(), Seq: row.Seq, Status: string(row.Status),
 		Source: e.Source, Destination: e.Destination, MessageID: e.MessageID, Key: e.Key, EventType: e.EventType,
 		Attempts: row.Attempts, LastError: row.LastError, RejectionCode: row.RejectionCode,
 		PublishedAt: row.PublishedAt, Partition: row.Partition, Offset: row.Offset,
@@ -407,7 +417,7 @@ func (q RequeueRequest) filter() (outbox.RequeueFilter, error) {
 	return f, errors.Join(errs...)
 }
 
-// requeue runs outbox.Store.RequeueTx in one transaction and logs who requeued what.
+// requeue runs outbox.Admin.RequeueTx in one transaction and logs who requeued what.
 func (c *Console) requeue(r *http.Request, q RequeueRequest) (RequeueAnswer, error) {
 	ans := RequeueAnswer{Requeued: []string{}, Warning: outbox.RequeueWarning}
 	f, err := q.filter()

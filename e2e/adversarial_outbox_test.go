@@ -335,7 +335,7 @@ func (a *adversarialOutbox) published(ctx context.Context) (map[string][]*kgo.Re
 
 // deadRows is the outbox's dead listing (what `relay dead list` shows), by message id.
 func (a *adversarialOutbox) deadRows(ctx context.Context) (map[string]outbox.DeadRow, error) {
-	st, err := outbox.NewStore(a.db.Schema)
+	st, err := outbox.NewAdmin(a.db.Schema)
 	if err != nil {
 		return nil, err
 	}

@@ -331,13 +331,13 @@ func readOutcome(t *testing.T, db *testenv.DB, kc *testenv.Kafka, topic string, 
 		}
 	}
 
-	ob, err := outbox.NewStore(db.Schema)
+	ob, err := outbox.NewAdmin(db.Schema)
 	require.NoError(t, err)
-	st, err := ob.Status(ctx, db.Pool)
+	st, err := ob.Overview(ctx, db.Pool)
 	require.NoError(t, err)
 	o.outboxByStatus = map[string]int64{}
 	for _, c := range st.Counts {
-		o.outboxByStatus[c.Status] += c.Count
+		o.outboxByStatus[string(c.Status)] += c.Count
 		if c.Status != "sent" {
 			o.outboxNotSent += c.Count
 		}

@@ -2,14 +2,41 @@ package inbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/keiro-go/keiro/failure"
+	"github.com/keiro-go/keiro/internal/adminq"
 	"github.com/keiro-go/keiro/internal/pgtext"
+)
+
+// Admin is the operator's surface of one consumer's inbox, apart from what a consumer runs
+// ([Store.Process]): lookup, listings and search, attempt history, archive, retry and
+// reprocess, failure groups, counts and activity. It works through the consumer's Store (its
+// schema, its consumer name and, for Reprocess, its processing), as franz-go's kadm works
+// through a kgo client. Like a Store it holds no connection: every method takes the DB to run
+// on. An Admin is safe for concurrent use.
+type Admin struct {
+	s *Store
+}
+
+// NewAdmin returns the Admin of s's consumer.
+func NewAdmin(s *Store) *Admin { return &Admin{s: s} }
+
+// Status is an inbox row's status (the values of keiro_inbox.status).
+type Status string
+
+// The statuses of an inbox row.
+const (
+	// StatusCompleted: the handler's transaction committed; the row dedupes redeliveries until
+	// retention deletes it.
+	StatusCompleted Status = "completed"
+	// StatusFailed: the last attempt failed; Entry.Poisoned tells whether a redelivery still
+	// runs it.
+	StatusFailed Status = "failed"
 )
 
 // Entry is one stored inbox row.
@@ -25,8 +52,8 @@ type Entry struct {
 	Delivery Delivery
 	// PayloadSize is the stored payload's size in bytes.
 	PayloadSize int
-	// Status is "completed" or "failed".
-	Status string
+	// Status is StatusCompleted or StatusFailed.
+	Status Status
 	// Attempts is the number of failed attempts.
 	Attempts int
 	// Poisoned reports a failed row that redeliveries no longer run (see Outcome
@@ -51,8 +78,8 @@ type Key struct {
 }
 
 // Lookup returns the row of (source, dedupeKey), or [ErrNotFound].
-func (s *Store) Lookup(ctx context.Context, db DB, k Key) (Entry, error) {
-	e, err := scanEntry(db.QueryRow(ctx, s.sql.lookup, s.cfg.Consumer, k.Source, k.DedupeKey))
+func (a *Admin) Lookup(ctx context.Context, db DB, k Key) (Entry, error) {
+	e, err := scanEntry(db.QueryRow(ctx, a.s.sql.lookup, a.s.cfg.Consumer, k.Source, k.DedupeKey))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Entry{}, fmt.Errorf("look up inbox row %s/%s: %w", k.Source, k.DedupeKey, ErrNotFound)
 	}
@@ -104,7 +131,7 @@ const NoPayload = pgtext.PrefixNone
 
 // ListFailed returns failed rows of the store's consumer, oldest failure first, for the
 // `consumer inbox failed list` command.
-func (s *Store) ListFailed(ctx context.Context, db DB, opts ListOptions) ([]Entry, error) {
+func (a *Admin) ListFailed(ctx context.Context, db DB, opts ListOptions) ([]Entry, error) {
 	if opts.Limit <= 0 {
 		opts.Limit = DefaultListLimit
 	}
@@ -115,15 +142,15 @@ func (s *Store) ListFailed(ctx context.Context, db DB, opts ListOptions) ([]Entr
 	if opts.After != nil && opts.After.FailedAt != nil {
 		afterAt, afterSrc, afterKey = *opts.After.FailedAt, opts.After.Source, opts.After.DedupeKey
 	}
-	return listEntries(ctx, db, "list failed inbox rows", s.sql.listFailed,
-		s.cfg.Consumer, opts.Source, afterAt, afterSrc, afterKey, opts.Limit, opts.Archived, opts.PayloadBytes)
+	return listEntries(ctx, db, "list failed inbox rows", a.s.sql.listFailed,
+		a.s.cfg.Consumer, opts.Source, afterAt, afterSrc, afterKey, opts.Limit, opts.Archived, opts.PayloadBytes)
 }
 
 // Search returns the store's consumer's rows, completed or failed, whose source, dedupe key,
 // message id, key or event type is exactly opts.Term, newest received first: how an operator
 // finds a message by what a log line names. It reads every row of the consumer; an empty term
 // is an error.
-func (s *Store) Search(ctx context.Context, db DB, opts SearchOptions) ([]Entry, error) {
+func (a *Admin) Search(ctx context.Context, db DB, opts SearchOptions) ([]Entry, error) {
 	if opts.Term == "" {
 		return nil, errors.New("search inbox rows: the search term is empty")
 	}
@@ -133,7 +160,7 @@ func (s *Store) Search(ctx context.Context, db DB, opts SearchOptions) ([]Entry,
 	if opts.PayloadBytes < NoPayload {
 		return nil, fmt.Errorf("search inbox rows: PayloadBytes %d is negative; NoPayload (-1) lists no payloads", opts.PayloadBytes)
 	}
-	return listEntries(ctx, db, "search inbox rows", s.sql.search, s.cfg.Consumer, opts.Term, opts.Limit, opts.PayloadBytes)
+	return listEntries(ctx, db, "search inbox rows", a.s.sql.search, a.s.cfg.Consumer, opts.Term, opts.Limit, opts.PayloadBytes)
 }
 
 // listEntries runs a listing statement and scans its rows.
@@ -149,33 +176,11 @@ func listEntries(ctx context.Context, db DB, what, sql string, args ...any) ([]E
 	return out, nil
 }
 
-// Attempt is one failed attempt of a row, as its history keeps it.
-type Attempt struct {
-	// Attempt is the attempt's number (1 for the first).
-	Attempt int `json:"attempt"`
-	// At is when the attempt failed.
-	At time.Time `json:"at"`
-	// Error is the handler's error (at most 1024 bytes).
-	Error string `json:"error"`
-}
-
 // AttemptHistory returns row k's failed attempts, oldest first (the last 20; deliveries and
 // Reprocess alike), or [ErrNotFound]. A row that never failed has none.
-func (s *Store) AttemptHistory(ctx context.Context, db DB, k Key) ([]Attempt, error) {
-	var raw []byte
-	if err := db.QueryRow(ctx, s.sql.attemptErrors, s.cfg.Consumer, k.Source, k.DedupeKey).Scan(&raw); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("inbox row %s/%s: %w", k.Source, k.DedupeKey, ErrNotFound)
-		}
-		return nil, fmt.Errorf("read the attempts of inbox row %s/%s: %w", k.Source, k.DedupeKey, err)
-	}
-	out := []Attempt{}
-	if raw != nil {
-		if err := json.Unmarshal(raw, &out); err != nil {
-			return nil, fmt.Errorf("read the attempts of inbox row %s/%s: %w", k.Source, k.DedupeKey, err)
-		}
-	}
-	return out, nil
+func (a *Admin) AttemptHistory(ctx context.Context, db DB, k Key) ([]failure.Attempt, error) {
+	return adminq.Attempts(ctx, db, fmt.Sprintf("inbox row %s/%s", k.Source, k.DedupeKey), ErrNotFound,
+		a.s.sql.attemptErrors, a.s.cfg.Consumer, k.Source, k.DedupeKey)
 }
 
 // Archive sets aside the store consumer's failed rows among keys that are not archived yet, and
@@ -183,7 +188,7 @@ func (s *Store) AttemptHistory(ctx context.Context, db DB, k Key) ([]Attempt, er
 // (ListFailed without Archived, and so `consumer inbox failed list` and retry --all) and stay in
 // the table: ListFailed with Archived lists them, Search and Lookup find them, and Reprocess
 // runs them. A completed, missing or already archived row is not in the answer.
-func (s *Store) Archive(ctx context.Context, db DB, keys []Key) ([]Key, error) {
+func (a *Admin) Archive(ctx context.Context, db DB, keys []Key) ([]Key, error) {
 	if len(keys) == 0 {
 		return nil, errors.New("archive inbox rows: no keys")
 	}
@@ -191,7 +196,7 @@ func (s *Store) Archive(ctx context.Context, db DB, keys []Key) ([]Key, error) {
 	for i, k := range keys {
 		srcs[i], dks[i] = k.Source, k.DedupeKey
 	}
-	rows, err := db.Query(ctx, s.sql.archive, s.cfg.Consumer, srcs, dks)
+	rows, err := db.Query(ctx, a.s.sql.archive, a.s.cfg.Consumer, srcs, dks)
 	if err != nil {
 		return nil, fmt.Errorf("archive inbox rows: %w", err)
 	}
@@ -219,21 +224,21 @@ type RetryFilter struct {
 // A reset alone does not run anything: the consumer runner already committed the offset of a
 // poisoned message (after dead-lettering it), so Kafka will not redeliver it unless the
 // dead-letter topic is replayed or offsets are rewound. To re-run a failed message now, from
-// its stored envelope, use [Store.Reprocess] (the `consumer inbox failed retry` command does).
-func (s *Store) RetryFailed(ctx context.Context, db DB, f RetryFilter) (int64, error) {
+// its stored envelope, use [Admin.Reprocess] (the `consumer inbox failed retry` command does).
+func (a *Admin) RetryFailed(ctx context.Context, db DB, f RetryFilter) (int64, error) {
 	var (
 		tag interface{ RowsAffected() int64 }
 		err error
 	)
 	switch {
 	case f.All:
-		tag, err = db.Exec(ctx, s.sql.retryAll, s.cfg.Consumer)
+		tag, err = db.Exec(ctx, a.s.sql.retryAll, a.s.cfg.Consumer)
 	case len(f.Keys) > 0:
 		srcs, keys := make([]string, len(f.Keys)), make([]string, len(f.Keys))
 		for i, k := range f.Keys {
 			srcs[i], keys[i] = k.Source, k.DedupeKey
 		}
-		tag, err = db.Exec(ctx, s.sql.retryKeys, s.cfg.Consumer, srcs, keys)
+		tag, err = db.Exec(ctx, a.s.sql.retryKeys, a.s.cfg.Consumer, srcs, keys)
 	default:
 		return 0, errors.New("retry failed inbox rows: name the rows (Keys) or set All")
 	}
@@ -247,68 +252,111 @@ func (s *Store) RetryFailed(ctx context.Context, db DB, f RetryFilter) (int64, e
 // transaction, whatever its attempt count: success marks it completed (Processed); failure
 // records one more attempt (HandlerFailed or Poisoned). A completed row is a Duplicate and h
 // does not run. A missing row returns [ErrNotFound].
-func (s *Store) Reprocess(ctx context.Context, db DB, k Key, h Handler) (Result, error) {
+func (a *Admin) Reprocess(ctx context.Context, db DB, k Key, h Handler) (Result, error) {
 	var e Entry
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var err error
-		e, err = s.Lookup(ctx, tx, k)
+		e, err = a.Lookup(ctx, tx, k)
 		return err
 	})
 	if err != nil {
 		return Result{}, fmt.Errorf("reprocess inbox row: %w", err)
 	}
-	if e.Status == "completed" {
+	if e.Status == StatusCompleted {
 		return Result{Outcome: Duplicate, DedupeKey: k.DedupeKey, Attempts: e.Attempts}, nil
 	}
 	e.Delivery.Event.Source = k.Source
-	return s.process(ctx, db, e.Delivery, k.DedupeKey, h, true)
+	return a.s.process(ctx, db, e.Delivery, k.DedupeKey, h, true)
 }
 
-// Defaults of retention.
-const (
-	// DefaultRetention is the dedupe window: completed rows older than this are deleted by
-	// the consumer's maintenance. A redelivery after the window runs the handler again.
-	DefaultRetention = 7 * 24 * time.Hour
-	// DefaultDeleteBatch is how many rows one retention statement deletes.
-	DefaultDeleteBatch = 1000
-)
-
-// DeleteCompleted deletes the consumer's completed rows that completed more than olderThan
-// ago, batch rows per statement (each its own short transaction, to keep locks and WAL bursts
-// small), and returns how many it deleted. Failed rows are kept for operators.
-//
-// The retention defines the dedupe window: a message redelivered after its row was deleted is
-// processed again. Keep olderThan well above the longest redelivery delay you expect (topic
-// retention when offsets can be rewound, replays of dead-letter topics).
-func (s *Store) DeleteCompleted(ctx context.Context, db DB, olderThan time.Duration, batch int) (int64, error) {
-	if batch <= 0 {
-		batch = DefaultDeleteBatch
-	}
-	var total int64
-	for {
-		n, err := s.deleteCompletedBatch(ctx, db, olderThan, batch)
-		total += n
-		if err != nil || n < int64(batch) {
-			return total, err
-		}
-	}
+// FailureGroups lists at most limit groups of the store consumer's failed rows (archived ones
+// aside), largest first; a group's Where lists sources. It scans those rows: an operator's
+// view, not a hot path.
+func (a *Admin) FailureGroups(ctx context.Context, db DB, limit int) ([]failure.Group, error) {
+	return adminq.Groups(ctx, db, "list inbox failure groups", a.s.sql.failureGroups, limit, a.s.cfg.Consumer)
 }
 
-// deleteCompletedBatch deletes at most batch of the consumer's completed rows older than
-// olderThan, and returns how many it deleted.
-func (s *Store) deleteCompletedBatch(ctx context.Context, db DB, olderThan time.Duration, batch int) (int64, error) {
-	tag, err := db.Exec(ctx, s.sql.deleteCompleted, s.cfg.Consumer, intervalText(olderThan), batch)
+// FailureGroupKeys lists the keys of at most limit rows of the group of class and message (as
+// FailureGroups lists them), oldest failure first.
+func (a *Admin) FailureGroupKeys(ctx context.Context, db DB, class, message string, limit int) ([]Key, error) {
+	return adminq.Keys(ctx, db, "list the messages of an inbox failure group", a.s.sql.failureGroupKeys,
+		func(r pgx.CollectableRow) (Key, error) {
+			var k Key
+			return k, r.Scan(&k.Source, &k.DedupeKey)
+		}, class, message, limit, a.s.cfg.Consumer)
+}
+
+// Counts are one inbox consumer's rows, as CountByConsumer reads them.
+type Counts struct {
+	// Consumer is the inbox consumer name.
+	Consumer string
+	// Completed counts processed rows still retained (the dedupe window).
+	Completed int64
+	// Retrying counts failed rows that a redelivery runs again.
+	Retrying int64
+	// Poisoned counts failed rows past their attempt ceiling or failed permanently (a
+	// redelivery skips them until RetryFailed resets them).
+	Poisoned int64
+	// Archived counts failed rows an operator set aside (Archive): they are in neither
+	// Retrying nor Poisoned, and not in OldestFailure.
+	Archived int64
+	// OldestFailure is the last failure of the consumer's oldest failed row that is not
+	// archived; nil when none.
+	OldestFailure *time.Time
+}
+
+// CountByConsumer returns the row counts of every consumer with rows in the store's inbox
+// table (not only the store's own consumer), sorted by consumer name. It scans the table:
+// meant for status commands and the operator console, not for a hot path.
+func (a *Admin) CountByConsumer(ctx context.Context, db DB) ([]Counts, error) {
+	var archive bool
+	if err := db.QueryRow(ctx, a.s.sql.hasArchive).Scan(&archive); err != nil {
+		return nil, fmt.Errorf("count inbox rows: %w", err)
+	}
+	query := a.s.sql.countByConsumerUnarchived
+	if archive {
+		query = a.s.sql.countByConsumer
+	}
+	rows, err := db.Query(ctx, query)
 	if err != nil {
-		return 0, fmt.Errorf("delete completed inbox rows: %w", err)
+		return nil, fmt.Errorf("count inbox rows: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	var out []Counts
+	var c Counts
+	if _, err := pgx.ForEachRow(rows, []any{&c.Consumer, &c.Completed, &c.Retrying, &c.Poisoned, &c.Archived, &c.OldestFailure}, func() error {
+		out = append(out, c)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("count inbox rows: %w", err)
+	}
+	return out, nil
 }
 
-// CountFailed returns the number of failed rows of the consumer (the keiro.inbox.backlog gauge).
-func (s *Store) CountFailed(ctx context.Context, db DB) (int64, error) {
-	var n int64
-	if err := db.QueryRow(ctx, s.sql.countFailed, s.cfg.Consumer).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count failed inbox rows: %w", err)
+// Minute counts the store consumer's rows of one minute, as Activity reads them.
+type Minute struct {
+	// Start is the minute's start.
+	Start time.Time
+	// Completed counts rows that completed in the minute.
+	Completed int64
+	// Failed counts failed rows whose last failure fell in the minute.
+	Failed int64
+}
+
+// Activity returns n minutes of the store consumer's rows from the minute starting at from:
+// rows completed and failed rows by their last failure, one Minute per minute (zero counts
+// included), oldest first. A row counts in the minute of its latest state only, so a minute
+// that completed 10 rows later deleted by retention counts none.
+func (a *Admin) Activity(ctx context.Context, db DB, from time.Time, n int) ([]Minute, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("inbox activity: n must be at least 1, got %d", n)
 	}
-	return n, nil
+	ms, err := adminq.Activity(ctx, db, "read inbox activity", a.s.sql.activity, from, n, a.s.cfg.Consumer)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Minute, n)
+	for i, m := range ms {
+		out[i] = Minute{Start: m.Start, Completed: m.Done, Failed: m.Failed}
+	}
+	return out, nil
 }

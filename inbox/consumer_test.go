@@ -391,7 +391,7 @@ func testConsumerPoisonAndPermanentGoToDeadLetterTopic(t *testing.T, kc *testenv
 
 	require.Equal(t, 0, fx.count(t, poison))
 	require.Equal(t, 0, fx.count(t, permanent))
-	failed, err := r.c.Store().ListFailed(context.Background(), db.Pool, inbox.ListOptions{})
+	failed, err := inbox.NewAdmin(r.c.Store()).ListFailed(context.Background(), db.Pool, inbox.ListOptions{})
 	require.NoError(t, err)
 	require.Len(t, failed, 2)
 }

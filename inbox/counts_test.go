@@ -34,7 +34,7 @@ func TestCountByConsumerAndActivity(t *testing.T) {
 	var dbNow time.Time
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT date_trunc('minute', now())`).Scan(&dbNow))
 
-	counts, err := billing.CountByConsumer(ctx, db.Pool)
+	counts, err := inbox.NewAdmin(billing).CountByConsumer(ctx, db.Pool)
 	require.NoError(t, err)
 	require.Empty(t, counts)
 
@@ -44,7 +44,7 @@ func TestCountByConsumerAndActivity(t *testing.T) {
 	process(billing, poison, inbox.Poisoned)
 	process(shipping, ok, inbox.Processed)
 
-	counts, err = shipping.CountByConsumer(ctx, db.Pool)
+	counts, err = inbox.NewAdmin(shipping).CountByConsumer(ctx, db.Pool)
 	require.NoError(t, err)
 	require.Len(t, counts, 2)
 	require.NotNil(t, counts[0].OldestFailure)
@@ -53,20 +53,20 @@ func TestCountByConsumerAndActivity(t *testing.T) {
 
 	// An archived failure leaves the working counts and the oldest failure: archiving both
 	// failed rows leaves nothing retrying or poisoned.
-	listed, err := billing.ListFailed(ctx, db.Pool, inbox.ListOptions{})
+	listed, err := inbox.NewAdmin(billing).ListFailed(ctx, db.Pool, inbox.ListOptions{})
 	require.NoError(t, err)
 	require.Len(t, listed, 2)
 	keys := []inbox.Key{{Source: listed[0].Source, DedupeKey: listed[0].DedupeKey}, {Source: listed[1].Source, DedupeKey: listed[1].DedupeKey}}
-	archived, err := billing.Archive(ctx, db.Pool, keys)
+	archived, err := inbox.NewAdmin(billing).Archive(ctx, db.Pool, keys)
 	require.NoError(t, err)
 	require.Len(t, archived, 2)
-	counts, err = billing.CountByConsumer(ctx, db.Pool)
+	counts, err = inbox.NewAdmin(billing).CountByConsumer(ctx, db.Pool)
 	require.NoError(t, err)
 	require.Equal(t, inbox.Counts{Consumer: "billing", Completed: 2, Archived: 2}, counts[0])
 
 	// Two minutes either side of now: everything falls in the current one (a minute boundary
 	// passed during the test moves it one bucket on).
-	minutes, err := billing.Activity(ctx, db.Pool, dbNow.Add(-2*time.Minute), 5)
+	minutes, err := inbox.NewAdmin(billing).Activity(ctx, db.Pool, dbNow.Add(-2*time.Minute), 5)
 	require.NoError(t, err)
 	require.Len(t, minutes, 5)
 	var completed, failed int64
@@ -80,6 +80,6 @@ func TestCountByConsumerAndActivity(t *testing.T) {
 	require.Equal(t, int64(2), completed)
 	require.Equal(t, int64(2), failed)
 
-	_, err = billing.Activity(ctx, db.Pool, dbNow, 0)
+	_, err = inbox.NewAdmin(billing).Activity(ctx, db.Pool, dbNow, 0)
 	require.ErrorContains(t, err, "n must be at least 1")
 }

@@ -176,7 +176,7 @@ func TestConsumerRedeliveredDeadLetterIsADuplicate(t *testing.T) {
 			require.Equal(t, inbox.ReasonPoisoned, header(dlq[earlier.MessageID], inbox.HeaderDLQReason))
 
 			// An operator's reset clears the mark: the next delivery runs (and dead-letters) again.
-			n, err := r.c.Store().RetryFailed(context.Background(), db.Pool, inbox.RetryFilter{All: true})
+			n, err := inbox.NewAdmin(r.c.Store()).RetryFailed(context.Background(), db.Pool, inbox.RetryFilter{All: true})
 			require.NoError(t, err)
 			require.EqualValues(t, 2, n)
 			var marked int

@@ -56,7 +56,7 @@ func TestProcessContentionAndOutageUseNoAttempt(t *testing.T) {
 		require.Equal(t, inbox.Deferred, res.Outcome, name)
 		require.Error(t, res.Err, name)
 		require.Zero(t, res.Attempts, name)
-		_, err = s.Lookup(ctx, db.Pool, inbox.Key{Source: "ordering", DedupeKey: ev.MessageID})
+		_, err = inbox.NewAdmin(s).Lookup(ctx, db.Pool, inbox.Key{Source: "ordering", DedupeKey: ev.MessageID})
 		require.ErrorIs(t, err, inbox.ErrNotFound, "%s: no failed row, no attempt", name)
 		require.Zero(t, fx.count(t, ev.MessageID), "%s: effects rolled back", name)
 
@@ -140,7 +140,7 @@ func testContentionIsNotPoison(t *testing.T, batch int) {
 	st := r.c.Stats()
 	require.EqualValues(t, 1, st.DeadLettered)
 	require.EqualValues(t, 6-inBatch+8, st.Deferred)
-	e, err := r.c.Store().Lookup(context.Background(), db.Pool, inbox.Key{Source: "ordering", DedupeKey: flaky.MessageID})
+	e, err := inbox.NewAdmin(r.c.Store()).Lookup(context.Background(), db.Pool, inbox.Key{Source: "ordering", DedupeKey: flaky.MessageID})
 	require.NoError(t, err)
 	require.Zero(t, e.Attempts, "contention used no attempt")
 }

@@ -27,7 +27,7 @@
 // handler. Records are processed in batches of up to BatchSize in one transaction, with the
 // guarantees of one record at a time. A message that fails MaxAttempts times, or at once with
 // [Permanent], goes to the dead-letter topic ("{topic}.dlq") and stays in the inbox for an
-// operator ([Store.ListFailed], [Store.Reprocess]; `consumer inbox failed list|retry`, the
+// operator ([Admin.ListFailed], [Admin.Reprocess]; `consumer inbox failed list|retry`, the
 // console). cmd/consumer runs the same consumer as a sidecar, with handlers that call an HTTP
 // endpoint of the service or a PostgreSQL function.
 //
@@ -50,7 +50,7 @@
 //     failed attempt in a separate transaction with the full envelope. After
 //     StoreConfig.MaxAttempts attempts, or at once for a [Permanent] error, the message is
 //     [Poisoned]; later deliveries classify as [PreviouslyFailed] and never run it again
-//     until an operator resets it ([Store.RetryFailed]) or re-runs it ([Store.Reprocess]).
+//     until an operator resets it ([Admin.RetryFailed]) or re-runs it ([Admin.Reprocess]).
 //   - The dedupe window is the retention of completed rows ([Store.DeleteCompleted],
 //     [DefaultRetention] = 7 days): a message redelivered after its row was deleted is
 //     processed again. Failed rows are never deleted by retention.
@@ -92,9 +92,9 @@
 //     [PreviouslyFailed]; once the runner's dead-letter produce is acknowledged it records it
 //     in the row (Result.DeadLettered), and later redeliveries count as duplicates instead of
 //     being dead-lettered again (a runner stopped between the two dead-letters the message on
-//     its next delivery). [Store.RetryFailed] resets rows so that a
+//     its next delivery). [Admin.RetryFailed] resets rows so that a
 //     redelivery runs them again; since the runner already committed their offsets, the
-//     operator command `consumer inbox failed retry` uses [Store.Reprocess], which re-runs the
+//     operator command `consumer inbox failed retry` uses [Admin.Reprocess], which re-runs the
 //     handler from the stored full envelope inside an inbox transaction.
 //   - Group commit (the default, [DefaultBatchSize] 500): a partition's worker takes what is
 //     buffered for it, up to BatchSize records, into one transaction ([Store.ProcessBatch];

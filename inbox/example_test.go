@@ -167,9 +167,9 @@ func ExampleStore_ProcessBatch() {
 }
 
 // A poisoned message stays in the inbox with its full envelope. After the fix, an operator
-// re-runs it with Reprocess (cmd/consumer: `consumer inbox failed retry`): its offset was
-// committed long ago, so no redelivery would bring it back.
-func ExampleStore_Reprocess() {
+// re-runs it with the consumer's Admin (cmd/consumer: `consumer inbox failed retry`): its
+// offset was committed long ago, so no redelivery would bring it back.
+func ExampleAdmin_Reprocess() {
 	ctx := context.Background()
 	db, store, dropDB := exampleStore() // as in ExampleStore_Process
 	defer dropDB()
@@ -184,7 +184,7 @@ func ExampleStore_Reprocess() {
 	fmt.Println(res.Outcome, "-", res.Err)
 
 	fixed := func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error { return nil }
-	res, err = store.Reprocess(ctx, db.Pool, inbox.Key{Source: "ordering", DedupeKey: res.DedupeKey}, fixed)
+	res, err = inbox.NewAdmin(store).Reprocess(ctx, db.Pool, inbox.Key{Source: "ordering", DedupeKey: res.DedupeKey}, fixed)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -36,22 +36,22 @@ func TestSearch(t *testing.T) {
 	_, err = other.Process(ctx, db.Pool, inbox.Delivery{Event: newEvent("orders", "t")}, ok)
 	require.NoError(t, err)
 
-	byKey, err := s.Search(ctx, db.Pool, inbox.SearchOptions{Term: key})
+	byKey, err := inbox.NewAdmin(s).Search(ctx, db.Pool, inbox.SearchOptions{Term: key})
 	require.NoError(t, err)
 	require.Len(t, byKey, 2)
 	require.Equal(t, failed.MessageID, byKey[0].Delivery.Event.MessageID, "newest received first")
-	require.Equal(t, "failed", byKey[0].Status)
-	require.Equal(t, "completed", byKey[1].Status)
+	require.Equal(t, inbox.StatusFailed, byKey[0].Status)
+	require.Equal(t, inbox.StatusCompleted, byKey[1].Status)
 
 	for term, want := range map[string]int{done.MessageID: 1, "OrderCancelled": 1, "orders": 2, "nothing": 0} {
-		got, err := s.Search(ctx, db.Pool, inbox.SearchOptions{Term: term})
+		got, err := inbox.NewAdmin(s).Search(ctx, db.Pool, inbox.SearchOptions{Term: term})
 		require.NoError(t, err)
 		require.Len(t, got, want, term)
 	}
-	limited, err := s.Search(ctx, db.Pool, inbox.SearchOptions{Term: "orders", Limit: 1})
+	limited, err := inbox.NewAdmin(s).Search(ctx, db.Pool, inbox.SearchOptions{Term: "orders", Limit: 1})
 	require.NoError(t, err)
 	require.Len(t, limited, 1)
-	_, err = s.Search(ctx, db.Pool, inbox.SearchOptions{})
+	_, err = inbox.NewAdmin(s).Search(ctx, db.Pool, inbox.SearchOptions{})
 	require.ErrorContains(t, err, "empty")
 }
 
@@ -81,16 +81,16 @@ func TestListingsReadAPrefixOfEachPayload(t *testing.T) {
 			require.Equal(t, big[:want], []byte(entries[0].Delivery.Event.Payload))
 		}
 	}
-	check(32)(s.ListFailed(ctx, db.Pool, inbox.ListOptions{PayloadBytes: 32}))
-	check(0)(s.ListFailed(ctx, db.Pool, inbox.ListOptions{PayloadBytes: inbox.NoPayload}))
-	check(len(big))(s.ListFailed(ctx, db.Pool, inbox.ListOptions{}))
-	check(100)(s.Search(ctx, db.Pool, inbox.SearchOptions{Term: ev.MessageID, PayloadBytes: 100}))
-	check(len(big))(s.Search(ctx, db.Pool, inbox.SearchOptions{Term: ev.MessageID}))
-	e, err := s.Lookup(ctx, db.Pool, inbox.Key{Source: ev.Source, DedupeKey: ev.MessageID})
+	check(32)(inbox.NewAdmin(s).ListFailed(ctx, db.Pool, inbox.ListOptions{PayloadBytes: 32}))
+	check(0)(inbox.NewAdmin(s).ListFailed(ctx, db.Pool, inbox.ListOptions{PayloadBytes: inbox.NoPayload}))
+	check(len(big))(inbox.NewAdmin(s).ListFailed(ctx, db.Pool, inbox.ListOptions{}))
+	check(100)(inbox.NewAdmin(s).Search(ctx, db.Pool, inbox.SearchOptions{Term: ev.MessageID, PayloadBytes: 100}))
+	check(len(big))(inbox.NewAdmin(s).Search(ctx, db.Pool, inbox.SearchOptions{Term: ev.MessageID}))
+	e, err := inbox.NewAdmin(s).Lookup(ctx, db.Pool, inbox.Key{Source: ev.Source, DedupeKey: ev.MessageID})
 	check(len(big))([]inbox.Entry{e}, err)
 
-	_, err = s.ListFailed(ctx, db.Pool, inbox.ListOptions{PayloadBytes: -2})
+	_, err = inbox.NewAdmin(s).ListFailed(ctx, db.Pool, inbox.ListOptions{PayloadBytes: -2})
 	require.ErrorContains(t, err, "PayloadBytes -2 is negative")
-	_, err = s.Search(ctx, db.Pool, inbox.SearchOptions{Term: "orders", PayloadBytes: -2})
+	_, err = inbox.NewAdmin(s).Search(ctx, db.Pool, inbox.SearchOptions{Term: "orders", PayloadBytes: -2})
 	require.ErrorContains(t, err, "PayloadBytes -2 is negative")
 }

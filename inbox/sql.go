@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/internal/adminq"
 	"github.com/keiro-go/keiro/internal/pgtext"
 )
 
@@ -64,32 +65,17 @@ type statements struct {
 	failureGroupKeys                      string
 }
 
-// failure groups: the store consumer's failed rows not archived, grouped by error class
-// (poisoned or retrying) and normalised last error ({{norm}}, pgtext.NormalisedErrorSQL).
-const (
-	inboxClass = `CASE WHEN poisoned THEN 'poisoned' ELSE 'retrying' END`
-	// sqlFailureGroups lists at most $2 groups of consumer $1, largest first: class, message,
-	// count, first and last failure, one row's last error as written, up to 5 sources and 5
-	// event types.
-	sqlFailureGroups = `
-SELECT class, message, count(*), min(failed_at), max(failed_at), min(last_error),
-       (array_agg(DISTINCT source ORDER BY source))[1:5],
-       (array_agg(DISTINCT coalesce(event_type, '') ORDER BY coalesce(event_type, '')))[1:5]
-  FROM (SELECT {{class}} AS class, {{norm}} AS message, failed_at, coalesce(last_error, '') AS last_error,
-               source, event_type
-          FROM {{t}} WHERE consumer = $1 AND status = 'failed' AND archived_at IS NULL) g
- GROUP BY class, message
- ORDER BY count(*) DESC, class, message
- LIMIT $2`
-	// sqlFailureGroupKeys lists the keys of consumer $1's group of class $2 and message $3,
-	// oldest failure first, at most $4.
-	sqlFailureGroupKeys = `
-SELECT source, dedupe_key FROM (SELECT source, dedupe_key, failed_at, {{class}} AS class, {{norm}} AS message
-                                  FROM {{t}} WHERE consumer = $1 AND status = 'failed' AND archived_at IS NULL) g
- WHERE class = $2 AND message = $3
- ORDER BY failed_at, source, dedupe_key
- LIMIT $4`
-)
+// failureRows are the store consumer's ($1) failed rows not archived, grouped by error class
+// (poisoned or retrying) and normalised last error (adminq), oldest failure first within a
+// group; t is the inbox table.
+func failureRows(t string) adminq.Table {
+	return adminq.Table{
+		Rows:   t + ` WHERE consumer = $1 AND status = 'failed' AND archived_at IS NULL`,
+		Params: 1,
+		Class:  `CASE WHEN poisoned THEN 'poisoned' ELSE 'retrying' END`,
+		At:     "failed_at", Where: "source", Key: "source, dedupe_key", Order: "at, source, dedupe_key",
+	}
+}
 
 func newStatements(schema string) statements {
 	t := schema + ".keiro_inbox"
@@ -100,10 +86,9 @@ func newStatements(schema string) statements {
 		return strings.Replace(envelopeColumns, "payload_bytes", payload+", octet_length(payload_bytes)", 1) +
 			`, received_at, status, attempt_count, poisoned, completed_at, failed_at, coalesce(last_error, '')`
 	}
-	groups := strings.NewReplacer("{{t}}", t, "{{class}}", inboxClass, "{{norm}}", pgtext.NormalisedErrorSQL("last_error"))
 	return statements{
-		failureGroups:    groups.Replace(sqlFailureGroups),
-		failureGroupKeys: groups.Replace(sqlFailureGroupKeys),
+		failureGroups:    failureRows(t).GroupsSQL(),
+		failureGroupKeys: failureRows(t).KeysSQL(),
 		// insert-first: the dedupe row, completed, inserted before the handler runs in the same
 		// transaction. A concurrent insert of the same key blocks on the primary key until the
 		// first transaction ends.
@@ -129,7 +114,7 @@ SET attempt_count = keiro_inbox.attempt_count + 1,
         '$[last - 19 to last]')
 WHERE keiro_inbox.status = 'failed'
 RETURNING attempt_count, poisoned`,
-		// attemptErrors reads a row's failed attempts (Store.AttemptHistory).
+		// attemptErrors reads a row's failed attempts (Admin.AttemptHistory).
 		attemptErrors: `SELECT attempt_errors FROM ` + t + ` WHERE consumer = $1 AND source = $2 AND dedupe_key = $3`,
 		// The rows that earlier deliveries of $2/$3 recorded (existing.go): readExisting
 		// without a lock (completed rows are terminal), lockExisting FOR UPDATE (failed rows
@@ -168,7 +153,7 @@ WHERE i.consumer = $1 AND i.status = 'failed' AND i.archived_at IS NULL
   AND i.source = k.source AND i.dedupe_key = k.dedupe_key
 RETURNING i.source, i.dedupe_key`,
 		// search scans the consumer's rows (the primary key's prefix) for an exact source,
-		// dedupe key, message id, key or event type: an operator's search (Store.Search), with at
+		// dedupe key, message id, key or event type: an operator's search (Admin.Search), with at
 		// most $4 bytes of each payload.
 		search: `SELECT ` + entry(pgtext.PrefixSQL("payload_bytes", 4)) + `
 FROM ` + t + `

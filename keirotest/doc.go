@@ -8,8 +8,8 @@
 //     client; [Kafka.FailProduces] makes it refuse produce requests for a while, so a service
 //     can test what it does during a Kafka outage.
 //   - [RequireEnqueued] and [RequireNotEnqueued] assert outbox rows, inside the caller's
-//     transaction or after it committed; a row's status is one of the [Status] constants
-//     ([StatusPending], [StatusSent], ...), and any other value fails the test.
+//     transaction or after it committed; a row's status is an [outbox.Status]
+//     ([outbox.StatusPending], [outbox.StatusSent], ...), and any other value fails the test.
 //   - [DrainOutbox] runs a real relay until the outbox is empty and returns what it published.
 //   - [RequirePublished] asserts records on a topic, keiro headers decoded.
 //   - [Deliver] hands an event to an inbox handler (a Go handler, a PostgreSQL function or an

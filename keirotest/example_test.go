@@ -198,8 +198,8 @@ func ExampleDrainOutbox() {
 			fmt.Printf("%s %s key=%s offset=%d\n", row.Status, row.Event.Destination, *row.Event.Key, *row.Offset)
 		}
 		// Nothing is left to publish: statuses are the kit's constants (a misspelt one fails).
-		keirotest.RequireNotEnqueued(t, db.Pool, keirotest.Enqueued{Status: keirotest.StatusPending})
-		keirotest.RequireEnqueued(t, db.Pool, keirotest.Enqueued{Status: keirotest.StatusSent, Count: 2})
+		keirotest.RequireNotEnqueued(t, db.Pool, keirotest.Enqueued{Status: outbox.StatusPending})
+		keirotest.RequireEnqueued(t, db.Pool, keirotest.Enqueued{Status: outbox.StatusSent, Count: 2})
 	})
 	// Output:
 	// sent ordering.orders.v1 key=1001 offset=0

@@ -17,7 +17,8 @@ import (
 )
 
 // InboxStatus is the state of an inbox row as the kit's inbox assertions match it: the row's
-// status column together with its poisoned and dead-lettered marks. The assertions fail the
+// status column (an inbox.Status) together with its poisoned and dead-lettered marks, which
+// split inbox.StatusFailed in three. The assertions fail the
 // test on any value but these constants.
 type InboxStatus string
 
@@ -57,7 +58,7 @@ func (s InboxStatus) failed() bool { return s != InboxCompleted }
 
 // InboxRow is an inbox row as the kit reads it.
 type InboxRow struct {
-	// Entry is the stored row, as inbox.Store.Lookup returns it (envelope, attempts, last
+	// Entry is the stored row, as inbox.Admin.Lookup returns it (envelope, attempts, last
 	// error).
 	Entry inbox.Entry
 	// Status is the row's state.
@@ -117,7 +118,7 @@ func readInbox(ctx context.Context, q inbox.DB, schema, consumer, messageID stri
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (inboxLine, error) {
 		var (
 			l                      inboxLine
-			status                 string
+			status                 inbox.Status
 			poisoned, deadLettered bool
 			attempts               int32
 		)
@@ -125,7 +126,7 @@ func readInbox(ctx context.Context, q inbox.DB, schema, consumer, messageID stri
 			&deadLettered, &l.lastError)
 		l.attempts = int(attempts)
 		switch {
-		case status == "completed":
+		case status == inbox.StatusCompleted:
 			l.status = InboxCompleted
 		case deadLettered:
 			l.status = InboxDeadLettered
@@ -144,7 +145,7 @@ func lookupInbox(ctx context.Context, q inbox.DB, schema, consumer string, l inb
 	if err != nil {
 		return InboxRow{}, err
 	}
-	e, err := st.Lookup(ctx, q, inbox.Key{Source: l.source, DedupeKey: l.dedupeKey})
+	e, err := inbox.NewAdmin(st).Lookup(ctx, q, inbox.Key{Source: l.source, DedupeKey: l.dedupeKey})
 	if err != nil {
 		return InboxRow{}, err
 	}

@@ -16,7 +16,7 @@ func TestInboxAssertions(t *testing.T) {
 	keirotest.Deliver(t, db.Pool, locked, keirotest.DeliverConfig{Handler: flaky, Want: inbox.HandlerFailed})
 
 	row := keirotest.RequireProcessed(t, db.Pool, good.MessageID)
-	if row.Status != keirotest.InboxCompleted || row.Entry.Status != "completed" || row.Entry.Delivery.Event.EventType != "OrderPlaced" {
+	if row.Status != keirotest.InboxCompleted || row.Entry.Status != inbox.StatusCompleted || row.Entry.Delivery.Event.EventType != "OrderPlaced" {
 		t.Fatalf("want the completed row of %s, got %+v", good.MessageID, row)
 	}
 	row = keirotest.RequireInboxFailed(t, db.Pool, refused.MessageID, keirotest.InboxOptions{

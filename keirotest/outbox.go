@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -15,36 +14,14 @@ import (
 	"github.com/keiro-go/keiro/outbox"
 )
 
-// Status is the status of an outbox row, as [Enqueued.Status] matches it. RequireEnqueued and
-// RequireNotEnqueued fail the test on any value but these constants, so a misspelt status
-// cannot make a RequireNotEnqueued pass without testing anything.
-type Status string
-
-// The statuses of an outbox row (the outbox's state machine: docs/architecture.md).
-const (
-	// StatusPending: enqueued, waiting for a relay (also a row released or requeued).
-	StatusPending Status = "pending"
-	// StatusPublishing: claimed by a relay, under its lease.
-	StatusPublishing Status = "publishing"
-	// StatusSent: acknowledged by Kafka.
-	StatusSent Status = "sent"
-	// StatusFailed: a publish attempt failed; the row is retried after its backoff.
-	StatusFailed Status = "failed"
-	// StatusDead: the attempts ran out; an operator requeues it.
-	StatusDead Status = "dead"
-	// StatusRejected: Kafka refused the record for good (too large, invalid topic, ...).
-	StatusRejected Status = "rejected"
-)
-
-// Statuses are every outbox row status, in the order of the outbox's state machine.
-var Statuses = []Status{StatusPending, StatusPublishing, StatusSent, StatusFailed, StatusDead, StatusRejected}
-
-// check reports a Status that is not one of [Statuses]; the empty Status (any) is valid.
-func (s Status) check() error {
-	if s == "" || slices.Contains(Statuses, s) {
+// checkStatus reports a status that is not one of outbox.Statuses; the empty status (any) is
+// valid. RequireEnqueued and RequireNotEnqueued fail the test on any other value, so a misspelt
+// status cannot make a RequireNotEnqueued pass without testing anything.
+func checkStatus(s outbox.Status) error {
+	if s == "" || s.Valid() {
 		return nil
 	}
-	return fmt.Errorf("unknown Enqueued.Status %q: use StatusPending, StatusPublishing, StatusSent, StatusFailed, "+
+	return fmt.Errorf("unknown Enqueued.Status %q: use outbox.StatusPending, StatusPublishing, StatusSent, StatusFailed, "+
 		"StatusDead or StatusRejected", string(s))
 }
 
@@ -72,9 +49,9 @@ type Enqueued struct {
 	Payload PayloadMatcher
 	// Where is a last check of the whole event; its error says what differs. Defaults to none.
 	Where func(envelope.Event) error
-	// Status is the row's status, one of [Statuses] (StatusPending, StatusSent, ...); any
-	// other value fails the test. Defaults to any.
-	Status Status
+	// Status is the row's status, one of outbox.Statuses (outbox.StatusPending,
+	// outbox.StatusSent, ...); any other value fails the test. Defaults to any.
+	Status outbox.Status
 	// Count is the exact number of matching rows RequireEnqueued wants. Defaults to 0: at
 	// least one.
 	Count int
@@ -95,7 +72,7 @@ func RequireEnqueued(t testing.TB, q outbox.Querier, want Enqueued) []outbox.Row
 	if want.Count < 0 {
 		t.Fatalf("keirotest.RequireEnqueued: Enqueued.Count must not be negative, got %d", want.Count)
 	}
-	if err := want.Status.check(); err != nil {
+	if err := checkStatus(want.Status); err != nil {
 		t.Fatalf("keirotest.RequireEnqueued: %v", err)
 	}
 	schema, rows := outboxRows(t, "keirotest.RequireEnqueued", q, want.Schema)
@@ -103,7 +80,7 @@ func RequireEnqueued(t testing.TB, q outbox.Querier, want Enqueued) []outbox.Row
 	diffs := make([][]string, len(rows))
 	var matched []outbox.Row
 	for i, r := range rows {
-		diffs[i] = c.mismatches(r.Event, r.Status)
+		diffs[i] = c.mismatches(r.Event, string(r.Status))
 		if len(diffs[i]) == 0 {
 			matched = append(matched, r)
 		}
@@ -133,14 +110,14 @@ func RequireEnqueued(t testing.TB, q outbox.Querier, want Enqueued) []outbox.Row
 // RequireEnqueued.
 func RequireNotEnqueued(t testing.TB, q outbox.Querier, unwanted Enqueued) {
 	t.Helper()
-	if err := unwanted.Status.check(); err != nil {
+	if err := checkStatus(unwanted.Status); err != nil {
 		t.Fatalf("keirotest.RequireNotEnqueued: %v", err)
 	}
 	schema, rows := outboxRows(t, "keirotest.RequireNotEnqueued", q, unwanted.Schema)
 	c := unwanted.criteria()
 	var matched []outbox.Row
 	for _, r := range rows {
-		if len(c.mismatches(r.Event, r.Status)) == 0 {
+		if len(c.mismatches(r.Event, string(r.Status))) == 0 {
 			matched = append(matched, r)
 		}
 	}
@@ -215,7 +192,7 @@ func readRows(ctx context.Context, q outbox.Querier, schema, query string, args 
 	if err != nil {
 		return nil, err
 	}
-	st, err := outbox.NewStore(schema)
+	st, err := outbox.NewAdmin(schema)
 	if err != nil {
 		return nil, err
 	}

@@ -55,7 +55,7 @@ func TestRequireEnqueuedInsideAndAfterTransaction(t *testing.T) {
 
 	// Inside the transaction the row is visible; from the pool it is not yet.
 	rows := keirotest.RequireEnqueued(t, tx, want)
-	if len(rows) != 1 || rows[0].Status != string(keirotest.StatusPending) {
+	if len(rows) != 1 || rows[0].Status != outbox.StatusPending {
 		t.Fatalf("want one pending row, got %+v", rows)
 	}
 	keirotest.RequireNotEnqueued(t, db.Pool, want)
@@ -134,12 +134,12 @@ func TestRequireEnqueuedFailureMessages(t *testing.T) {
 	})
 	t.Run("status", func(t *testing.T) {
 		r := record(t, func(tb testing.TB) {
-			keirotest.RequireEnqueued(tb, db.Pool, keirotest.Enqueued{Key: "1001", Status: keirotest.StatusSent})
+			keirotest.RequireEnqueued(tb, db.Pool, keirotest.Enqueued{Key: "1001", Status: outbox.StatusSent})
 		})
 		requireFailure(t, r, `want: key "1001", status "sent"`, `status is "pending", want "sent"`)
 		r = record(t, func(tb testing.TB) {
-			keirotest.RequireEnqueued(tb, db.Pool, keirotest.Enqueued{Key: "1001", Status: keirotest.StatusPending, Count: 1})
-			keirotest.RequireNotEnqueued(tb, db.Pool, keirotest.Enqueued{Status: keirotest.StatusDead})
+			keirotest.RequireEnqueued(tb, db.Pool, keirotest.Enqueued{Key: "1001", Status: outbox.StatusPending, Count: 1})
+			keirotest.RequireNotEnqueued(tb, db.Pool, keirotest.Enqueued{Status: outbox.StatusDead})
 		})
 		requirePass(t, r)
 	})
@@ -147,7 +147,7 @@ func TestRequireEnqueuedFailureMessages(t *testing.T) {
 		r := record(t, func(tb testing.TB) {
 			keirotest.RequireNotEnqueued(tb, db.Pool, keirotest.Enqueued{Key: "1001", Status: "snet"})
 		})
-		requireFailure(t, r, `keirotest.RequireNotEnqueued: unknown Enqueued.Status "snet": use StatusPending, StatusPublishing, StatusSent`)
+		requireFailure(t, r, `keirotest.RequireNotEnqueued: unknown Enqueued.Status "snet": use outbox.StatusPending, StatusPublishing, StatusSent`)
 		r = record(t, func(tb testing.TB) {
 			keirotest.RequireEnqueued(tb, db.Pool, keirotest.Enqueued{Status: "Pending"})
 		})
@@ -162,17 +162,17 @@ func TestRequireEnqueuedFailureMessages(t *testing.T) {
 	})
 }
 
-// TestStatusesAreTheOutboxStatuses: every Status constant is a status the outbox knows (its
-// listing refuses any other).
-func TestStatusesAreTheOutboxStatuses(t *testing.T) {
+// TestStatusesAreListable: the outbox listing accepts every outbox.Statuses value (and
+// refuses any other), which the kit's Enqueued.Status checks rely on.
+func TestStatusesAreListable(t *testing.T) {
 	t.Parallel()
 	db := keirotest.NewDB(t)
-	st, err := outbox.NewStore(db.Schema)
+	st, err := outbox.NewAdmin(db.Schema)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range keirotest.Statuses {
-		if _, err := st.ListOutbox(context.Background(), db.Pool, outbox.ListOptions{Status: string(s)}); err != nil {
+	for _, s := range outbox.Statuses() {
+		if _, err := st.ListOutbox(context.Background(), db.Pool, outbox.ListOptions{Status: s}); err != nil {
 			t.Errorf("status %q: %v", s, err)
 		}
 	}

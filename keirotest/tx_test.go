@@ -29,7 +29,7 @@ func TestNewTxRollsBack(t *testing.T) {
 		if _, err := outbox.EnqueueTx(ctx, tx, ev); err != nil { // the package-level EnqueueTx finds the schema
 			t.Fatal(err)
 		}
-		keirotest.RequireEnqueued(t, tx, keirotest.Enqueued{MessageID: ev.MessageID, Status: keirotest.StatusPending, Count: 1})
+		keirotest.RequireEnqueued(t, tx, keirotest.Enqueued{MessageID: ev.MessageID, Status: outbox.StatusPending, Count: 1})
 
 		if _, err := tx.Exec(ctx, `CREATE TABLE invoices (order_id text PRIMARY KEY, total_cents int NOT NULL)`); err != nil {
 			t.Fatal(err)

@@ -31,7 +31,7 @@ func TestActivity(t *testing.T) {
 	set("dead", `, updated_at = $2`, from.Add(2*time.Minute), "d")
 	set("sent", `, published_at = $2`, from.Add(3*time.Minute), "e") // past the 3 minutes asked
 
-	minutes, err := st.Activity(ctx, db.Pool, from, 3)
+	minutes, err := outbox.AdminOf(st).Activity(ctx, db.Pool, from, 3)
 	require.NoError(t, err)
 	require.Equal(t, []outbox.Minute{
 		{Start: from, Sent: 2},
@@ -39,6 +39,6 @@ func TestActivity(t *testing.T) {
 		{Start: from.Add(2 * time.Minute), Sent: 1, Failed: 1},
 	}, minutes)
 
-	_, err = st.Activity(ctx, db.Pool, from, 0)
+	_, err = outbox.AdminOf(st).Activity(ctx, db.Pool, from, 0)
 	require.ErrorContains(t, err, "n must be at least 1")
 }

@@ -2,18 +2,47 @@ package outbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/failure"
+	"github.com/keiro-go/keiro/internal/adminq"
+	"github.com/keiro-go/keiro/internal/schemaname"
+	"github.com/keiro-go/keiro/outbox/internal/sqlq"
 )
 
-// Status is an overview of the outbox, for `relay status`.
-type Status struct {
+// Admin is the operator's surface of one schema's outbox, apart from the producer's [Store]:
+// the overview, listings and lookups (rows.go), dead rows, requeue, archive, attempt history,
+// failure groups, activity and per-source order declarations. Like a Store it holds no
+// connection: every method takes the transaction or Querier to run on. An Admin is safe for
+// concurrent use.
+type Admin struct {
+	schema string
+	q      *sqlq.Queries
+}
+
+// NewAdmin returns the Admin of the outbox in schema, which must be a valid schema name
+// (lowercase letters, digits and underscores).
+func NewAdmin(schema string) (*Admin, error) {
+	if err := schemaname.Validate(schema); err != nil {
+		return nil, fmt.Errorf("new outbox admin: %w", err)
+	}
+	return &Admin{schema: schema, q: sqlq.New(schema)}, nil
+}
+
+// Schema returns the schema the Admin addresses.
+func (a *Admin) Schema() string { return a.schema }
+
+// notifyChannel is the channel relays listen on ([Store.NotifyChannel]).
+func (a *Admin) notifyChannel() string { return notifyChannel(a.schema) }
+
+// Overview is an overview of the outbox, for `relay status` and the console's summary.
+type Overview struct {
 	// Counts lists the number of rows per status and destination.
 	Counts []StatusCount
 	// Backlog is the number of rows pending, failed or publishing.
@@ -33,22 +62,23 @@ type Status struct {
 
 // StatusCount is the number of rows with one status and destination, archived rows aside.
 type StatusCount struct {
-	Status, Destination string
-	Count               int64
+	Status      Status
+	Destination string
+	Count       int64
 }
 
-// Status counts the outbox's rows per status and destination, archived rows apart. It scans
+// Overview counts the outbox's rows per status and destination, archived rows apart. It scans
 // the whole table (including retained sent rows): an operator command, not a hot path. It works
 // on a schema migrated up to 010 too (before the archive).
-func (s *Store) Status(ctx context.Context, q Querier) (Status, error) {
-	st := Status{OldestPendingCreatedAt: map[string]time.Time{}}
+func (a *Admin) Overview(ctx context.Context, q Querier) (Overview, error) {
+	st := Overview{OldestPendingCreatedAt: map[string]time.Time{}}
 	var archive bool
-	if err := q.QueryRow(ctx, s.q.HasArchive).Scan(&archive); err != nil {
+	if err := q.QueryRow(ctx, a.q.HasArchive).Scan(&archive); err != nil {
 		return st, fmt.Errorf("outbox status: %w", err)
 	}
-	query := s.q.StatusUnarchived
+	query := a.q.StatusUnarchived
 	if archive {
-		query = s.q.Status
+		query = a.q.Status
 	}
 	rows, err := q.Query(ctx, query)
 	if err != nil {
@@ -69,9 +99,9 @@ func (s *Store) Status(ctx context.Context, q Querier) (Status, error) {
 		}
 		st.Counts = append(st.Counts, c)
 		switch c.Status {
-		case statusPending, statusFailed, statusPublishing:
+		case StatusPending, StatusFailed, StatusPublishing:
 			st.Backlog += c.Count
-			if c.Status == statusPublishing {
+			if c.Status == StatusPublishing {
 				break
 			}
 			if oldest.IsZero() || first.Before(oldest) {
@@ -80,7 +110,7 @@ func (s *Store) Status(ctx context.Context, q Querier) (Status, error) {
 			if o, ok := st.OldestPendingCreatedAt[c.Destination]; !ok || first.Before(o) {
 				st.OldestPendingCreatedAt[c.Destination] = first
 			}
-		case statusDead, statusRejected:
+		case StatusDead, StatusRejected:
 			st.Dead += c.Count
 		}
 	}
@@ -96,6 +126,108 @@ func (s *Store) Status(ctx context.Context, q Querier) (Status, error) {
 		st.OldestPendingAge = now.Sub(oldest)
 	}
 	return st, nil
+}
+
+// Lookup reads one row by outbox id, or returns an error wrapping ErrNotFound.
+func (a *Admin) Lookup(ctx context.Context, q Querier, id envelope.UUID) (Row, error) {
+	r, err := scanRow(q.QueryRow(ctx, a.q.LookupRow, [16]byte(id)))
+	if err != nil {
+		if errors.Is(err, errNoRows) {
+			return r, fmt.Errorf("lookup outbox row %s: %w", id, ErrNotFound)
+		}
+		return r, fmt.Errorf("lookup outbox row %s: %w", id, err)
+	}
+	return r, nil
+}
+
+// ListOutbox lists outbox rows in seq order (the relay's order), or newest first, filtered
+// and paged by opts. An operator command: without a status it scans the table, retained sent
+// rows included; with statuses it reads only their phases' rows (their partial indexes).
+func (a *Admin) ListOutbox(ctx context.Context, q Querier, opts ListOptions) ([]Row, error) {
+	statuses, phases, err := listStatuses(opts)
+	if err != nil {
+		return nil, fmt.Errorf("list outbox rows: %w", err)
+	}
+	limit, err := listLimit(opts.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list outbox rows: %w", err)
+	}
+	sql, from := a.q.ListOutbox, opts.After
+	switch {
+	case opts.NewestFirst && opts.After != 0:
+		return nil, errors.New("list outbox rows: After continues a listing in seq order; continue a NewestFirst listing with Before")
+	case !opts.NewestFirst && opts.Before != 0:
+		return nil, errors.New("list outbox rows: Before continues a NewestFirst listing; set NewestFirst, or continue with After")
+	case opts.After < 0 || opts.Before < 0:
+		return nil, fmt.Errorf("list outbox rows: a seq to continue from is positive, got After %d, Before %d", opts.After, opts.Before)
+	case opts.PayloadBytes < NoPayload:
+		return nil, fmt.Errorf("list outbox rows: PayloadBytes %d is negative; NoPayload (-1) lists no payloads", opts.PayloadBytes)
+	case opts.NewestFirst:
+		sql, from = a.q.ListOutboxNewest, opts.Before
+	}
+	return a.listRows(ctx, q, "list outbox rows", sql, from, statuses,
+		nullString(opts.Source), nullString(opts.Destination), nullString(opts.Key), limit, phases, opts.Archived,
+		opts.PayloadBytes)
+}
+
+// SearchOutbox lists the rows, in any status, whose message id, key, event type or source is
+// exactly opts.Term, newest first: how an operator finds a message by what a log line or a
+// customer's report names. It scans the table, retained sent rows included; an empty term is
+// an error.
+func (a *Admin) SearchOutbox(ctx context.Context, q Querier, opts SearchOptions) ([]Row, error) {
+	if opts.Term == "" {
+		return nil, errors.New("search outbox rows: the search term is empty")
+	}
+	limit, err := listLimit(opts.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("search outbox rows: %w", err)
+	}
+	if opts.PayloadBytes < NoPayload {
+		return nil, fmt.Errorf("search outbox rows: PayloadBytes %d is negative; NoPayload (-1) lists no payloads", opts.PayloadBytes)
+	}
+	return a.listRows(ctx, q, "search outbox rows", a.q.SearchOutbox, opts.Term, limit, opts.PayloadBytes)
+}
+
+// ListStuckOutbox lists rows in publishing whose claim is older than olderThan, oldest claim
+// first (keiro's listStuckOutbox): a relay claimed them and has not marked them since. A claim
+// outliving RelayConfig.LeaseDuration is reclaimed by the next relay; rows listed here long
+// after that point to a relay stalled mid-publish or a lease set too long. limit 0 means
+// DefaultListLimit.
+func (a *Admin) ListStuckOutbox(ctx context.Context, q Querier, olderThan time.Duration, limit int) ([]Row, error) {
+	if olderThan < 0 {
+		return nil, fmt.Errorf("list stuck outbox rows: olderThan %v is negative", olderThan)
+	}
+	limit, err := listLimit(limit)
+	if err != nil {
+		return nil, fmt.Errorf("list stuck outbox rows: %w", err)
+	}
+	return a.listRows(ctx, q, "list stuck outbox rows", a.q.ListStuckOutbox, olderThan.Microseconds(), limit)
+}
+
+// ListSentGcCandidates lists sent rows published more than retention ago, oldest first
+// (keiro's listSentOutboxGcCandidates): the rows a retention pass with that Retention deletes
+// next. limit 0 means DefaultListLimit.
+func (a *Admin) ListSentGcCandidates(ctx context.Context, q Querier, retention time.Duration, limit int) ([]Row, error) {
+	if retention < 0 {
+		return nil, fmt.Errorf("list sent outbox rows past retention: retention %v is negative", retention)
+	}
+	limit, err := listLimit(limit)
+	if err != nil {
+		return nil, fmt.Errorf("list sent outbox rows past retention: %w", err)
+	}
+	return a.listRows(ctx, q, "list sent outbox rows past retention", a.q.ListSentGcCandidates, retention.Microseconds(), limit)
+}
+
+func (a *Admin) listRows(ctx context.Context, q Querier, what, sql string, args ...any) ([]Row, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) { return scanRow(r) })
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
 }
 
 // ListDeadOptions filters ListDead.
@@ -119,8 +251,8 @@ type DeadRow struct {
 	// MessageID, Source, Destination and Key identify the message.
 	MessageID, Source, Destination string
 	Key                            *string
-	// Status is "dead" or "rejected".
-	Status string
+	// Status is StatusDead or StatusRejected.
+	Status Status
 	// Attempts is the number of publish attempts made.
 	Attempts int
 	// LastError is the last failure's text.
@@ -132,11 +264,11 @@ type DeadRow struct {
 }
 
 // ListDead lists dead and rejected rows in seq order.
-func (s *Store) ListDead(ctx context.Context, q Querier, opts ListDeadOptions) ([]DeadRow, error) {
+func (a *Admin) ListDead(ctx context.Context, q Querier, opts ListDeadOptions) ([]DeadRow, error) {
 	if opts.Limit <= 0 {
 		opts.Limit = 100
 	}
-	rows, err := q.Query(ctx, s.q.ListDead, opts.After, nullString(opts.Source), nullString(opts.Destination), opts.Limit)
+	rows, err := q.Query(ctx, a.q.ListDead, opts.After, nullString(opts.Source), nullString(opts.Destination), opts.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("list dead outbox rows: %w", err)
 	}
@@ -169,9 +301,9 @@ func (s *Store) ListDead(ctx context.Context, q Querier, opts ListDeadOptions) (
 // rows aside: the rows a
 // Requeue with that RequeueFilter's Source and Destination moves (both "": every such row, as
 // RequeueFilter.All). It reads the dead rows' partial index: cheap with few dead rows.
-func (s *Store) CountDead(ctx context.Context, q Querier, source, destination string) (int64, error) {
+func (a *Admin) CountDead(ctx context.Context, q Querier, source, destination string) (int64, error) {
 	var n int64
-	if err := q.QueryRow(ctx, s.q.CountDead, nullString(source), nullString(destination)).Scan(&n); err != nil {
+	if err := q.QueryRow(ctx, a.q.CountDead, nullString(source), nullString(destination)).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count dead outbox rows: %w", err)
 	}
 	return n, nil
@@ -199,35 +331,10 @@ type RequeueFilter struct {
 	All bool
 }
 
-// Attempt is one failed attempt of a row, as its history keeps it.
-type Attempt struct {
-	// Attempt is the attempt's number (1 for the first).
-	Attempt int `json:"attempt"`
-	// At is when the attempt failed.
-	At time.Time `json:"at"`
-	// Error is the attempt's error (at most 1024 bytes).
-	Error string `json:"error"`
-	// Code is the rejection code of an attempt Kafka refused for good; empty otherwise.
-	Code string `json:"code,omitempty"`
-}
-
 // AttemptHistory returns row id's failed or rejected produce attempts, oldest first (the last
 // 20; a requeue keeps them), or [ErrNotFound]. A row that never failed has none.
-func (s *Store) AttemptHistory(ctx context.Context, q Querier, id envelope.UUID) ([]Attempt, error) {
-	var raw []byte
-	if err := q.QueryRow(ctx, s.q.AttemptErrors, [16]byte(id)).Scan(&raw); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("outbox row %s: %w", id, ErrNotFound)
-		}
-		return nil, fmt.Errorf("read the attempts of outbox row %s: %w", id, err)
-	}
-	out := []Attempt{}
-	if raw != nil {
-		if err := json.Unmarshal(raw, &out); err != nil {
-			return nil, fmt.Errorf("read the attempts of outbox row %s: %w", id, err)
-		}
-	}
-	return out, nil
+func (a *Admin) AttemptHistory(ctx context.Context, q Querier, id envelope.UUID) ([]failure.Attempt, error) {
+	return adminq.Attempts(ctx, q, fmt.Sprintf("outbox row %s", id), ErrNotFound, a.q.AttemptErrors, [16]byte(id))
 }
 
 // ArchiveTx sets aside, in tx, the dead and rejected rows among ids that are not archived yet,
@@ -236,7 +343,7 @@ func (s *Store) AttemptHistory(ctx context.Context, q Querier, id envelope.UUID)
 // requeue) and stay in the table: ListOutbox with Archived lists them, SearchOutbox finds them,
 // and a requeue that names one brings it back. A row in another status, archived already or
 // missing is not in the answer.
-func (s *Store) ArchiveTx(ctx context.Context, tx pgx.Tx, ids []envelope.UUID) ([]envelope.UUID, error) {
+func (a *Admin) ArchiveTx(ctx context.Context, tx pgx.Tx, ids []envelope.UUID) ([]envelope.UUID, error) {
 	if len(ids) == 0 {
 		return nil, errors.New("archive outbox rows: no ids")
 	}
@@ -244,15 +351,11 @@ func (s *Store) ArchiveTx(ctx context.Context, tx pgx.Tx, ids []envelope.UUID) (
 	for i, id := range ids {
 		raw[i] = id
 	}
-	rows, err := tx.Query(ctx, s.q.Archive, raw)
+	rows, err := tx.Query(ctx, a.q.Archive, raw)
 	if err != nil {
 		return nil, fmt.Errorf("archive outbox rows: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (envelope.UUID, error) {
-		var id [16]byte
-		err := r.Scan(&id)
-		return id, err
-	})
+	out, err := pgx.CollectRows(rows, scanID)
 	if err != nil {
 		return nil, fmt.Errorf("archive outbox rows: %w", err)
 	}
@@ -263,13 +366,13 @@ func (s *Store) ArchiveTx(ctx context.Context, tx pgx.Tx, ids []envelope.UUID) (
 // due now, and returns how many moved. Only dead and rejected rows are affected. A requeued row
 // keeps its seq: if later rows of its key were published while it was dead, it now arrives
 // after them (its key's order is broken for that message, which is why it was dead).
-func (s *Store) Requeue(ctx context.Context, q Querier, f RequeueFilter) (int64, error) {
-	ids, err := s.RequeueRows(ctx, q, f)
+func (a *Admin) Requeue(ctx context.Context, q Querier, f RequeueFilter) (int64, error) {
+	ids, err := a.RequeueRows(ctx, q, f)
 	return int64(len(ids)), err
 }
 
 // RequeueRows is Requeue returning the ids of the rows it moved, in seq order.
-func (s *Store) RequeueRows(ctx context.Context, q Querier, f RequeueFilter) ([]envelope.UUID, error) {
+func (a *Admin) RequeueRows(ctx context.Context, q Querier, f RequeueFilter) ([]envelope.UUID, error) {
 	if len(f.IDs) == 0 && f.Source == "" && f.Destination == "" && !f.All {
 		return nil, errors.New("requeue outbox rows: empty filter (set IDs, Source, Destination or All)")
 	}
@@ -277,64 +380,15 @@ func (s *Store) RequeueRows(ctx context.Context, q Querier, f RequeueFilter) ([]
 	for i, id := range f.IDs {
 		ids[i] = id
 	}
-	rows, err := q.Query(ctx, s.q.Requeue, ids, nullString(f.Source), f.All, nullString(f.Destination))
+	rows, err := q.Query(ctx, a.q.Requeue, ids, nullString(f.Source), f.All, nullString(f.Destination))
 	if err != nil {
 		return nil, fmt.Errorf("requeue outbox rows: %w", err)
 	}
-	moved, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (envelope.UUID, error) {
-		var id [16]byte
-		err := r.Scan(&id)
-		return id, err
-	})
+	moved, err := pgx.CollectRows(rows, scanID)
 	if err != nil {
 		return nil, fmt.Errorf("requeue outbox rows: %w", err)
 	}
 	return moved, nil
-}
-
-// Row is an outbox row as stored, for inspection.
-type Row struct {
-	// Seq is the row's position in the outbox's order.
-	Seq int64
-	// OutboxID is the row's id.
-	OutboxID envelope.UUID
-	// Event is the enqueued event. Its Payload is a prefix of the stored payload when the
-	// listing asked for one (ListOptions.PayloadBytes, SearchOptions.PayloadBytes); PayloadSize
-	// is the whole payload's size.
-	Event envelope.Event
-	// PayloadSize is the stored payload's size in bytes.
-	PayloadSize int
-	// Status is pending, publishing, sent, failed, dead or rejected.
-	Status string
-	// Attempts is the number of publish attempts counted.
-	Attempts int
-	// NextAttemptAt is when a pending or failed row becomes due.
-	NextAttemptAt time.Time
-	// LastError is the last failure's text, if any.
-	LastError string
-	// RejectionCode is set on rejected rows.
-	RejectionCode string
-	// PublishedAt, Partition and Offset are set on sent rows.
-	PublishedAt *time.Time
-	Partition   *int32
-	Offset      *int64
-	// CreatedAt and UpdatedAt are the row's timestamps.
-	CreatedAt, UpdatedAt time.Time
-}
-
-// ErrNotFound reports a lookup of an outbox id that is not in the outbox.
-var ErrNotFound = errors.New("outbox row not found")
-
-// Lookup reads one row by outbox id, or returns an error wrapping ErrNotFound.
-func (s *Store) Lookup(ctx context.Context, q Querier, id envelope.UUID) (Row, error) {
-	r, err := scanRow(q.QueryRow(ctx, s.q.LookupRow, [16]byte(id)))
-	if err != nil {
-		if errors.Is(err, errNoRows) {
-			return r, fmt.Errorf("lookup outbox row %s: %w", id, ErrNotFound)
-		}
-		return r, fmt.Errorf("lookup outbox row %s: %w", id, err)
-	}
-	return r, nil
 }
 
 // RequeueSkip is a row named by id that RequeueTx did not requeue, and why.
@@ -361,23 +415,23 @@ const RequeueWarning = `A requeued row keeps its place (seq) in the outbox, but 
 
 // RequeueTx is the operator's requeue (`relay dead requeue`, the console and its API): in tx,
 // it checks each id of f.IDs (a missing row or one that is not dead or rejected is skipped and
-// reported), requeues the remaining selection with [Store.RequeueRows], and notifies listening
+// reported), requeues the remaining selection with [Admin.RequeueRows], and notifies listening
 // relays when a row moved. The rows become visible to relays when tx commits; nothing moves if
 // tx rolls back. When every id is skipped nothing is requeued (an ids-only filter never widens).
-func (s *Store) RequeueTx(ctx context.Context, tx pgx.Tx, f RequeueFilter) (RequeueResult, error) {
+func (a *Admin) RequeueTx(ctx context.Context, tx pgx.Tx, f RequeueFilter) (RequeueResult, error) {
 	var res RequeueResult
 	named := f.IDs
 	f.IDs = nil
 	for _, id := range named {
-		row, err := s.Lookup(ctx, tx, id)
+		row, err := a.Lookup(ctx, tx, id)
 		switch {
 		case errors.Is(err, ErrNotFound):
 			res.Skipped = append(res.Skipped, RequeueSkip{ID: id, Reason: "no such row"})
 			continue
 		case err != nil:
 			return res, err
-		case row.Status != statusDead && row.Status != statusRejected:
-			res.Skipped = append(res.Skipped, RequeueSkip{ID: id, Reason: row.Status})
+		case row.Status != StatusDead && row.Status != StatusRejected:
+			res.Skipped = append(res.Skipped, RequeueSkip{ID: id, Reason: string(row.Status)})
 			continue
 		}
 		f.IDs = append(f.IDs, id)
@@ -385,15 +439,146 @@ func (s *Store) RequeueTx(ctx context.Context, tx pgx.Tx, f RequeueFilter) (Requ
 	if len(named) > 0 && len(f.IDs) == 0 {
 		return res, nil // nothing to requeue; an empty filter would be refused
 	}
-	moved, err := s.RequeueRows(ctx, tx, f)
+	moved, err := a.RequeueRows(ctx, tx, f)
 	if err != nil {
 		return res, err
 	}
 	res.Requeued = moved
 	if len(moved) > 0 {
-		if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", s.NotifyChannel()); err != nil {
+		if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", a.notifyChannel()); err != nil {
 			return res, fmt.Errorf("notify relays of requeued rows: %w", err)
 		}
 	}
 	return res, nil
+}
+
+// FailureGroups lists at most limit groups of the dead and rejected rows (archived ones aside),
+// largest first; a group's Where lists destinations. It scans those rows: an operator's view,
+// not a hot path.
+func (a *Admin) FailureGroups(ctx context.Context, q Querier, limit int) ([]failure.Group, error) {
+	return adminq.Groups(ctx, q, "list outbox failure groups", a.q.FailureGroups, limit)
+}
+
+// FailureGroupIDs lists the ids of at most limit rows of the group of class and message (as
+// FailureGroups lists them), newest first.
+func (a *Admin) FailureGroupIDs(ctx context.Context, q Querier, class, message string, limit int) ([]envelope.UUID, error) {
+	return adminq.Keys(ctx, q, "list the rows of an outbox failure group", a.q.FailureGroupIDs,
+		scanID, class, message, limit)
+}
+
+// Minute counts the outbox's rows of one minute, as Activity reads them.
+type Minute struct {
+	// Start is the minute's start.
+	Start time.Time
+	// Sent counts rows published in the minute.
+	Sent int64
+	// Failed counts rows that went dead or rejected in the minute.
+	Failed int64
+}
+
+// Activity returns n minutes of the outbox's rows from the minute starting at from: rows
+// published, and rows gone dead or rejected, one Minute per minute (zero counts included),
+// oldest first. It reads retained rows only: sent rows deleted by retention count in no minute,
+// and a requeued row no longer counts as failed.
+func (a *Admin) Activity(ctx context.Context, q Querier, from time.Time, n int) ([]Minute, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("outbox activity: n must be at least 1, got %d", n)
+	}
+	ms, err := adminq.Activity(ctx, q, "read outbox activity", a.q.Activity, from, n)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Minute, n)
+	for i, m := range ms {
+		out[i] = Minute{Start: m.Start, Sent: m.Done, Failed: m.Failed}
+	}
+	return out, nil
+}
+
+// DeclarePerSourceOrder declares sources as ordered streams, on q (a pool, a connection or a
+// transaction; in a transaction the declaration takes effect when it commits). From then on
+// every row of such a source, whatever its key (null keys included) and whoever writes it
+// (EnqueueTx, <schema>.enqueue or a plain INSERT), takes one transaction lock per source before
+// it draws its seq, so the source's producers serialise and its seq order is its commit order:
+// the order a relay with the PerSourceStream policy publishes. Without a declaration
+// PerSourceStream claims in seq order but a transaction that commits late is published after
+// later rows of its source. Producers of a declared source commit one at a time.
+//
+// A declaration waits for every transaction writing the outbox to end and holds new writers
+// back until it commits (see docs/architecture.md, "Order at enqueue"), so declare a source
+// before its producers start. Declaring a declared source does nothing and does not wait.
+func (a *Admin) DeclarePerSourceOrder(ctx context.Context, q Querier, sources ...string) error {
+	if err := validSources(sources); err != nil {
+		return fmt.Errorf("declare per-source order: %w", err)
+	}
+	declared, err := a.PerSourceOrdered(ctx, q)
+	if err != nil {
+		return fmt.Errorf("declare per-source order: %w", err)
+	}
+	var missing []string
+	for _, src := range sources {
+		if !slices.Contains(declared, src) && !slices.Contains(missing, src) {
+			missing = append(missing, src)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if _, err := q.Exec(ctx, a.q.DeclareSource, missing); err != nil {
+		return fmt.Errorf("declare per-source order of %q: %w", missing, err)
+	}
+	return nil
+}
+
+// RevokePerSourceOrder removes the per-source declaration of sources, on q: their rows are then
+// ordered per (source, key) again, and rows without a key are unordered. Like a declaration,
+// it waits for the outbox's running writers. Revoking an undeclared source does nothing.
+func (a *Admin) RevokePerSourceOrder(ctx context.Context, q Querier, sources ...string) error {
+	if err := validSources(sources); err != nil {
+		return fmt.Errorf("revoke per-source order: %w", err)
+	}
+	if _, err := q.Exec(ctx, a.q.RevokeSource, sources); err != nil {
+		return fmt.Errorf("revoke per-source order of %q: %w", sources, err)
+	}
+	return nil
+}
+
+// PerSourceOrdered lists the sources declared with [Admin.DeclarePerSourceOrder], sorted.
+func (a *Admin) PerSourceOrdered(ctx context.Context, q Querier) ([]string, error) {
+	rows, err := q.Query(ctx, a.q.ListSources)
+	if err != nil {
+		return nil, fmt.Errorf("list per-source ordered sources: %w (is the schema migrated? run `relay migrate`)", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var src string
+		if err := rows.Scan(&src); err != nil {
+			return nil, fmt.Errorf("list per-source ordered sources: %w", err)
+		}
+		out = append(out, src)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list per-source ordered sources: %w", err)
+	}
+	return out, nil
+}
+
+func validSources(sources []string) error {
+	if len(sources) == 0 {
+		return errors.New("no source given")
+	}
+	for i, src := range sources {
+		if src == "" {
+			return fmt.Errorf("source %d is empty", i)
+		}
+	}
+	return nil
+}
+
+// scanID reads a row of one outbox id.
+func scanID(r pgx.CollectableRow) (envelope.UUID, error) {
+	var id [16]byte
+	err := r.Scan(&id)
+	return id, err
 }

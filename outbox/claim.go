@@ -31,7 +31,7 @@ const (
 	// PerSourceStream orders all rows of a source, whatever their key (null keys included).
 	// Kafka itself orders only within a partition, so a total order needs a single-partition
 	// destination. The order is commit order for sources declared with
-	// [Store.DeclarePerSourceOrder]; for others a transaction that commits late is published
+	// [Admin.DeclarePerSourceOrder]; for others a transaction that commits late is published
 	// after later rows of its source.
 	PerSourceStream
 	// StopTheLine claims like PerKeyHeadOfLine with one batch in flight and publishes row by

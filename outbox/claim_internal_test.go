@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/failure"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox/internal/markplan"
 )
@@ -551,7 +552,7 @@ func TestMarkKeepsAttemptHistory(t *testing.T) {
 	_, err = st.markBatch(ctx, db.Pool, tok, []mark{{id: byID["f"], outcome: outcomeFailed, err: "request timed out"}}, 5)
 	require.NoError(t, err)
 
-	h, err := st.AttemptHistory(ctx, db.Pool, byID["f"])
+	h, err := AdminOf(st).AttemptHistory(ctx, db.Pool, byID["f"])
 	require.NoError(t, err)
 	require.Len(t, h, 2)
 	require.Equal(t, 1, h[0].Attempt)
@@ -559,12 +560,12 @@ func TestMarkKeepsAttemptHistory(t *testing.T) {
 	require.Equal(t, 2, h[1].Attempt)
 	require.Equal(t, "request timed out", h[1].Error)
 	require.False(t, h[1].At.Before(h[0].At))
-	h, err = st.AttemptHistory(ctx, db.Pool, byID["r"])
+	h, err = AdminOf(st).AttemptHistory(ctx, db.Pool, byID["r"])
 	require.NoError(t, err)
-	require.Equal(t, []Attempt{{Attempt: 1, At: h[0].At, Error: "too large", Code: "message_too_large"}}, h)
-	h, err = st.AttemptHistory(ctx, db.Pool, byID["s"])
+	require.Equal(t, []failure.Attempt{{Attempt: 1, At: h[0].At, Error: "too large", Code: "message_too_large"}}, h)
+	h, err = AdminOf(st).AttemptHistory(ctx, db.Pool, byID["s"])
 	require.NoError(t, err)
 	require.Empty(t, h)
-	_, err = st.AttemptHistory(ctx, db.Pool, envelope.NewUUIDv7())
+	_, err = AdminOf(st).AttemptHistory(ctx, db.Pool, envelope.NewUUIDv7())
 	require.ErrorIs(t, err, ErrNotFound)
 }

@@ -38,8 +38,8 @@
 //	return relay.Run(ctx) // publishes until ctx is cancelled, then shuts down cleanly
 //
 // Any number of relays may drain one outbox. An event Kafka refuses for good, or that keeps
-// failing, is kept as a rejected or dead row for an operator: [Store.ListDead] lists them and
-// [Store.Requeue] publishes them again (`relay dead list`, `relay dead requeue`, the
+// failing, is kept as a rejected or dead row for an operator: [Admin.ListDead] lists them and
+// [Admin.Requeue] publishes them again (`relay dead list`, `relay dead requeue`, the
 // console). [RelayConfig.Policy] chooses the ordering ([PerKeyHeadOfLine] by default). With
 // [RelayConfig.Mode] set to [ModeLog] a relay follows a logical replication slot instead of
 // claiming rows (package outbox/logrelay provides that engine). The package's examples run
@@ -51,7 +51,7 @@
 //     with it; the database, not the client, keeps each key's rows in commit order.
 //   - At least once: a committed row is published until Kafka acknowledges it, unless it is
 //     rejected as unpublishable or exhausts MaxAttempts (then it is kept as 'rejected' or 'dead'
-//     for operators: [Store.ListDead], [Store.Requeue]).
+//     for operators: [Admin.ListDead], [Admin.Requeue]).
 //   - Duplicates on Kafka only for rows whose produce was in flight when their relay died, was
 //     paused past its lease, or was shut down past ShutdownTimeout. Consumers deduplicate by
 //     message id (the inbox does).
@@ -119,7 +119,7 @@
 // # Ordering policies
 //
 // [PerKeyHeadOfLine] (default), [PerSourceStream] (every row of a source, null keys included,
-// in commit order for sources declared with [Store.DeclarePerSourceOrder]; Kafka orders only
+// in commit order for sources declared with [Admin.DeclarePerSourceOrder]; Kafka orders only
 // within a partition, so a total order needs a single-partition topic),
 // [StopTheLine] (claims like per-key, one batch in flight, publishes row by row; the first
 // failure halts: no later row of the batch is sent, and Run returns an error wrapping
@@ -140,7 +140,7 @@
 // same-key producers serialise and seq order is commit order for every key. EnqueueTx takes a
 // call's several keys' locks first, in sorted order, so its calls never deadlock. A hash
 // collision only serialises two unrelated keys. A source declared with
-// [Store.DeclarePerSourceOrder] takes one lock per source instead (null keys included), which
+// [Admin.DeclarePerSourceOrder] takes one lock per source instead (null keys included), which
 // is what makes [PerSourceStream] publish its rows in commit order.
 //
 // # Wake-ups

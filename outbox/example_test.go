@@ -224,9 +224,9 @@ func ExampleProducerOpts() {
 
 // An event the relay cannot publish is kept as a dead or rejected row for an operator: here a
 // record larger than the relay's limit is rejected before it reaches Kafka. Once the cause is
-// fixed (a relay with a higher limit), Requeue sends it back to pending and a relay publishes
-// it. cmd/relay offers the same as `relay dead list` and `relay dead requeue`.
-func ExampleStore_Requeue() {
+// fixed (a relay with a higher limit), the operator's Admin requeues it to pending and a relay
+// publishes it. cmd/relay offers the same as `relay dead list` and `relay dead requeue`.
+func ExampleAdmin_Requeue() {
 	ctx := context.Background()
 	db, dropDB := testenv.NewExampleDB()
 	defer dropDB()
@@ -247,7 +247,8 @@ func ExampleStore_Requeue() {
 	}
 
 	runExampleRelay(db, cluster, outbox.RelayConfig{MaxRecordBytes: 1024}, 1)
-	dead, err := store.ListDead(ctx, db.Pool, outbox.ListDeadOptions{Destination: "billing.invoices.v1"})
+	admin, _ := outbox.NewAdmin(db.Schema)
+	dead, err := admin.ListDead(ctx, db.Pool, outbox.ListDeadOptions{Destination: "billing.invoices.v1"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -255,7 +256,7 @@ func ExampleStore_Requeue() {
 		fmt.Println(d.MessageID, d.Status, d.RejectionCode)
 	}
 
-	n, err := store.Requeue(ctx, db.Pool, outbox.RequeueFilter{Destination: "billing.invoices.v1"})
+	n, err := admin.Requeue(ctx, db.Pool, outbox.RequeueFilter{Destination: "billing.invoices.v1"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -271,16 +272,17 @@ func ExampleStore_Requeue() {
 // Under PerSourceStream a relay publishes every row of a source in order, null keys included;
 // for a source declared with DeclarePerSourceOrder that order is the commit order of its
 // producers. Kafka orders only within a partition, so the topic has one.
-func ExampleStore_DeclarePerSourceOrder() {
+func ExampleAdmin_DeclarePerSourceOrder() {
 	ctx := context.Background()
 	db, dropDB := testenv.NewExampleDB()
 	defer dropDB()
 	cluster, _ := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "ledger.entries.v1"))
 	defer cluster.Close()
-	store, _ := outbox.NewStore(db.Schema)
-	if err := store.DeclarePerSourceOrder(ctx, db.Pool, "ledger"); err != nil {
+	admin, _ := outbox.NewAdmin(db.Schema)
+	if err := admin.DeclarePerSourceOrder(ctx, db.Pool, "ledger"); err != nil {
 		log.Fatal(err)
 	}
+	store, _ := outbox.NewStore(db.Schema)
 	for i := 1; i <= 3; i++ {
 		err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 			_, err := store.EnqueueTx(ctx, tx, envelope.Event{ // no key: ordered by the source

@@ -55,7 +55,7 @@ func TestLogModeBadDestinationsAreRejected(t *testing.T) {
 		for id, code := range map[string]string{"empty": "invalid_topic", "illegal": "invalid_topic",
 			"unknown": "unknown_topic_or_partition"} {
 			dead := waitDead(t, db.Pool, st, id)
-			require.Equal(t, "rejected", dead.Status, id)
+			require.Equal(t, outbox.StatusRejected, dead.Status, id)
 			require.Equal(t, code, dead.RejectionCode, id)
 			require.NotEmpty(t, dead.LastError, id)
 			require.Equal(t, "k", *dead.Key, id)
@@ -89,7 +89,7 @@ VALUES (gen_random_uuid(), $1, 'ordering', $2, 'k', 'OrderPlaced', 1, 'applicati
 	p.Wait(t, 4, time.Minute, nil)
 	for _, id := range []string{"empty", "illegal"} {
 		dead := waitDead(t, db.Pool, st, id)
-		require.Equal(t, "rejected", dead.Status, id)
+		require.Equal(t, outbox.StatusRejected, dead.Status, id)
 		require.Equal(t, "invalid_topic", dead.RejectionCode, id)
 		require.Contains(t, dead.LastError, "destination", id)
 	}

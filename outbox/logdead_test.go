@@ -54,7 +54,7 @@ func waitDead(t *testing.T, pool *pgxpool.Pool, st *outbox.Store, id string) out
 	t.Helper()
 	var got outbox.DeadRow
 	testenv.WaitFor(t, time.Minute, "the dead letter of "+id, func() bool {
-		rows, err := st.ListDead(context.Background(), pool, outbox.ListDeadOptions{})
+		rows, err := outbox.AdminOf(st).ListDead(context.Background(), pool, outbox.ListDeadOptions{})
 		require.NoError(t, err)
 		for _, r := range rows {
 			if r.MessageID == id {
@@ -99,13 +99,13 @@ func TestLogModeRejectionIsADeadLetterAndRequeues(t *testing.T) {
 	require.Equal(t, 4, count(t, db.Pool, "keiro_outbox_log"))
 
 	dead := waitDead(t, db.Pool, st, "bad")
-	require.Equal(t, "rejected", dead.Status)
+	require.Equal(t, outbox.StatusRejected, dead.Status)
 	require.Equal(t, "message_too_large", dead.RejectionCode)
 	require.NotEmpty(t, dead.LastError)
 	require.Equal(t, badID, dead.OutboxID, "the dead letter keeps the id EnqueueTx returned")
 	require.Equal(t, 1, dead.Attempts)
 	require.Equal(t, "k", *dead.Key)
-	row, err := st.Lookup(ctx, db.Pool, badID)
+	row, err := outbox.AdminOf(st).Lookup(ctx, db.Pool, badID)
 	require.NoError(t, err)
 	require.Equal(t, bigPayload(1, 16384), string(row.Event.Payload), "the dead letter holds the whole event")
 	require.Equal(t, "OrderPlaced", row.Event.EventType)
@@ -131,7 +131,7 @@ func TestLogModeRejectionIsADeadLetterAndRequeues(t *testing.T) {
 	// The topic accepts it now; a requeue puts it back to pending, and the log-mode relay
 	// publishes it.
 	setMaxMessageBytes(t, kc, "orders", "1048588")
-	n, err := st.Requeue(ctx, db.Pool, outbox.RequeueFilter{IDs: []envelope.UUID{badID}})
+	n, err := outbox.AdminOf(st).Requeue(ctx, db.Pool, outbox.RequeueFilter{IDs: []envelope.UUID{badID}})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	testenv.WaitFor(t, time.Minute, "the requeued dead letter is published, after the later events of its key", func() bool {
@@ -139,7 +139,7 @@ func TestLogModeRejectionIsADeadLetterAndRequeues(t *testing.T) {
 		return got[len(got)-1] == "bad"
 	})
 	testenv.WaitFor(t, time.Minute, "the requeued row is sent", func() bool {
-		row, err := st.Lookup(ctx, db.Pool, badID)
+		row, err := outbox.AdminOf(st).Lookup(ctx, db.Pool, badID)
 		require.NoError(t, err)
 		return row.Status == "sent"
 	})
@@ -187,7 +187,7 @@ CREATE TRIGGER refuse_dead_letter BEFORE INSERT ON keiro_outbox
 		return n
 	}
 	testenv.WaitFor(t, time.Minute, "a replay of the transaction tried the dead letter again", func() bool { return refusals() >= 2 })
-	dead, err := st.ListDead(ctx, db.Pool, outbox.ListDeadOptions{})
+	dead, err := outbox.AdminOf(st).ListDead(ctx, db.Pool, outbox.ListDeadOptions{})
 	require.NoError(t, err)
 	require.Empty(t, dead)
 	require.Zero(t, r.Stats().Rejected, "a rejection counts once written")
@@ -237,7 +237,7 @@ VALUES (gen_random_uuid(), $1, 'ordering', 'orders', 'k', 'OrderPlaced', 1, 'app
 	l, c, seq := where("r1")
 	require.Equal(t, [2]int{0, 1}, [2]int{l, c}, "a rejected row in log mode")
 	require.NotNil(t, seq)
-	dead, err := st.ListDead(ctx, db.Pool, outbox.ListDeadOptions{})
+	dead, err := outbox.AdminOf(st).ListDead(ctx, db.Pool, outbox.ListDeadOptions{})
 	require.NoError(t, err)
 	require.Len(t, dead, 1)
 	require.Equal(t, "r1", dead[0].MessageID)

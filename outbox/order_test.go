@@ -96,9 +96,9 @@ func TestStopTheLineHaltsAndNamesTheRow(t *testing.T) {
 	err = r.Run(context.Background())
 	require.ErrorIs(t, err, outbox.ErrHalted)
 	require.Contains(t, err.Error(), res[0].OutboxID.String())
-	row, err := st.Lookup(context.Background(), db.Pool, res[0].OutboxID)
+	row, err := outbox.AdminOf(st).Lookup(context.Background(), db.Pool, res[0].OutboxID)
 	require.NoError(t, err)
-	require.Equal(t, "failed", row.Status)
+	require.Equal(t, outbox.StatusFailed, row.Status)
 	require.Equal(t, 1, row.Attempts)
 	var skipped, attempts int
 	require.NoError(t, db.Pool.QueryRow(context.Background(),
@@ -149,16 +149,16 @@ func TestStopTheLinePublishesRowByRow(t *testing.T) {
 	require.Equal(t, []int{1, 1, 1, 1}, sizes, "records per produce request")
 	mu.Unlock()
 	for i, rr := range res {
-		row, err := st.Lookup(context.Background(), db.Pool, rr.OutboxID)
+		row, err := outbox.AdminOf(st).Lookup(context.Background(), db.Pool, rr.OutboxID)
 		require.NoError(t, err)
 		switch {
 		case i < 3:
-			require.Equal(t, "sent", row.Status, "row %d", i)
+			require.Equal(t, outbox.StatusSent, row.Status, "row %d", i)
 		case i == 3:
-			require.Equal(t, "failed", row.Status)
+			require.Equal(t, outbox.StatusFailed, row.Status)
 			require.Equal(t, 1, row.Attempts)
 		default:
-			require.Equal(t, "failed", row.Status, "row %d: %+v", i, row)
+			require.Equal(t, outbox.StatusFailed, row.Status, "row %d: %+v", i, row)
 			require.Zero(t, row.Attempts, "row %d", i)
 			require.Contains(t, row.LastError, "skipped", "row %d", i)
 		}

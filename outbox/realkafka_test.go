@@ -61,11 +61,11 @@ func TestRelayRejectsWhatTheRealBrokerRefuses(t *testing.T) {
 	startRelay(t, db, kc, outbox.RelayConfig{OnBatch: onSettled(p), PollInterval: 10 * time.Millisecond,
 		Backoff: outbox.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}, Logger: testLogger(t)})
 	p.Wait(t, 30, time.Minute, nil)
-	dead, err := st.ListDead(ctx, db.Pool, outbox.ListDeadOptions{})
+	dead, err := outbox.AdminOf(st).ListDead(ctx, db.Pool, outbox.ListDeadOptions{})
 	require.NoError(t, err)
 	require.Len(t, dead, 1)
 	require.Equal(t, evs[13].MessageID, dead[0].MessageID)
-	require.Equal(t, "rejected", dead[0].Status)
+	require.Equal(t, outbox.StatusRejected, dead[0].Status)
 	require.Equal(t, "message_too_large", dead[0].RejectionCode)
 	distinct, dups := checkOrder(t, kc.ConsumeRecords(t, 30, 10*time.Second, topic))
 	require.Equal(t, 29, distinct)

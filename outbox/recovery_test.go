@@ -210,9 +210,9 @@ func TestStopTheLineHaltsOnARowDeadInTheClaim(t *testing.T) {
 	var sent int
 	require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM keiro_outbox WHERE status = 'sent'").Scan(&sent))
 	require.Zero(t, sent)
-	row, err := st.Lookup(context.Background(), db.Pool, res[0].OutboxID)
+	row, err := outbox.AdminOf(st).Lookup(context.Background(), db.Pool, res[0].OutboxID)
 	require.NoError(t, err)
-	require.Equal(t, "dead", row.Status)
+	require.Equal(t, outbox.StatusDead, row.Status)
 }
 
 // TestRelaySurvivesBrokerOutage: every produce fails (NOT_LEADER_FOR_PARTITION, retriable) for a
@@ -339,11 +339,11 @@ func TestRelayRejectsPoisonRows(t *testing.T) {
 	p.Wait(t, 30, 60*time.Second, nil)
 
 	ctx := context.Background()
-	dead, err := st.ListDead(ctx, db.Pool, outbox.ListDeadOptions{})
+	dead, err := outbox.AdminOf(st).ListDead(ctx, db.Pool, outbox.ListDeadOptions{})
 	require.NoError(t, err)
 	require.Len(t, dead, 2)
 	for _, d := range dead {
-		require.Equal(t, "rejected", d.Status)
+		require.Equal(t, outbox.StatusRejected, d.Status)
 		require.Equal(t, "message_too_large", d.RejectionCode)
 		require.NotEmpty(t, d.LastError)
 	}
@@ -390,10 +390,10 @@ func TestRowsGoDeadAfterMaxAttemptsAndFreeTheirKey(t *testing.T) {
 	// Rows behind a live head use none.
 	var a2Attempts int
 	for i, want := range []struct {
-		status   string
+		status   outbox.Status
 		attempts []int
 	}{{"dead", []int{3}}, {"sent", []int{1, 2}}, {"sent", []int{1}}, {"dead", []int{3}}} {
-		row, err := st.Lookup(ctx, db.Pool, res[i].OutboxID)
+		row, err := outbox.AdminOf(st).Lookup(ctx, db.Pool, res[i].OutboxID)
 		require.NoError(t, err)
 		require.Equal(t, want.status, row.Status, row.Event.MessageID)
 		require.Contains(t, want.attempts, row.Attempts, row.Event.MessageID)
@@ -482,7 +482,7 @@ func TestPoisonBystanderKeepsItsKeyOrder(t *testing.T) {
 	distinct, _ := checkOrder(t, recs)
 	require.Equal(t, 4, distinct)
 	require.Zero(t, r.Stats().OrderBroken)
-	dead, err := st.ListDead(context.Background(), db.Pool, outbox.ListDeadOptions{})
+	dead, err := outbox.AdminOf(st).ListDead(context.Background(), db.Pool, outbox.ListDeadOptions{})
 	require.NoError(t, err)
 	require.Len(t, dead, 1)
 	require.Equal(t, "m-1", dead[0].MessageID)

@@ -32,12 +32,12 @@ func TestRowCodec(t *testing.T) {
 	e.Attributes = []byte(`{"tenant": "t1"}`) // as jsonb prints it
 	res := enqueue(t, db.Pool, st, e)
 
-	row, err := st.Lookup(ctx, db.Pool, res[0].OutboxID)
+	row, err := outbox.AdminOf(st).Lookup(ctx, db.Pool, res[0].OutboxID)
 	require.NoError(t, err)
 	require.Equal(t, res[0].OutboxID, row.OutboxID)
-	require.Equal(t, "pending", row.Status)
+	require.Equal(t, outbox.StatusPending, row.Status)
 	require.Equal(t, e, row.Event)
-	listed, err := st.ListOutbox(ctx, db.Pool, outbox.ListOptions{})
+	listed, err := outbox.AdminOf(st).ListOutbox(ctx, db.Pool, outbox.ListOptions{})
 	require.NoError(t, err)
 	require.Len(t, listed, 1)
 	require.Equal(t, row, listed[0])
@@ -78,31 +78,31 @@ func TestListNewestFirstAndCounts(t *testing.T) {
 	_, err = db.Pool.Exec(ctx, `UPDATE keiro_outbox SET created_at = created_at - interval '1 hour' WHERE message_id = 'b'`)
 	require.NoError(t, err)
 
-	opts := outbox.ListOptions{Statuses: []string{"dead", "rejected", "failed"}, NewestFirst: true, Limit: 2}
-	page, err := st.ListOutbox(ctx, db.Pool, opts)
+	opts := outbox.ListOptions{Statuses: []outbox.Status{"dead", "rejected", "failed"}, NewestFirst: true, Limit: 2}
+	page, err := outbox.AdminOf(st).ListOutbox(ctx, db.Pool, opts)
 	require.NoError(t, err)
 	require.Equal(t, []string{"e", "d"}, rowMessageIDs(page))
 	require.Equal(t, "broker down", page[0].LastError)
 	require.Equal(t, "message_too_large", page[1].RejectionCode)
 	opts.Before = page[1].Seq
-	page, err = st.ListOutbox(ctx, db.Pool, opts)
+	page, err = outbox.AdminOf(st).ListOutbox(ctx, db.Pool, opts)
 	require.NoError(t, err)
 	require.Equal(t, []string{"c", "a"}, rowMessageIDs(page))
-	dead, err := st.ListOutbox(ctx, db.Pool, outbox.ListOptions{Statuses: []string{"dead"}, Destination: "orders"})
+	dead, err := outbox.AdminOf(st).ListOutbox(ctx, db.Pool, outbox.ListOptions{Statuses: []outbox.Status{"dead"}, Destination: "orders"})
 	require.NoError(t, err)
 	require.Equal(t, []string{"a"}, rowMessageIDs(dead))
 
 	for filter, want := range map[[2]string]int64{{"", ""}: 3, {"", "orders"}: 2, {"ordering", "invoices"}: 1, {"billing", ""}: 0} {
-		n, err := st.CountDead(ctx, db.Pool, filter[0], filter[1])
+		n, err := outbox.AdminOf(st).CountDead(ctx, db.Pool, filter[0], filter[1])
 		require.NoError(t, err)
 		require.Equal(t, want, n, "source %q, destination %q", filter[0], filter[1])
 	}
 
-	status, err := st.Status(ctx, db.Pool)
+	status, err := outbox.AdminOf(st).Overview(ctx, db.Pool)
 	require.NoError(t, err)
-	b, err := st.ListOutbox(ctx, db.Pool, outbox.ListOptions{Status: "pending"})
+	b, err := outbox.AdminOf(st).ListOutbox(ctx, db.Pool, outbox.ListOptions{Status: "pending"})
 	require.NoError(t, err)
-	e, err := st.ListOutbox(ctx, db.Pool, outbox.ListOptions{Status: "failed"})
+	e, err := outbox.AdminOf(st).ListOutbox(ctx, db.Pool, outbox.ListOptions{Status: "failed"})
 	require.NoError(t, err)
 	require.Equal(t, map[string]time.Time{"orders": b[0].CreatedAt, "invoices": e[0].CreatedAt}, status.OldestPendingCreatedAt)
 
@@ -110,13 +110,13 @@ func TestListNewestFirstAndCounts(t *testing.T) {
 		opts outbox.ListOptions
 		want string
 	}{
-		{outbox.ListOptions{Status: "dead", Statuses: []string{"failed"}}, "at most one of Status and Statuses"},
-		{outbox.ListOptions{Statuses: []string{"dead", "lost"}}, `unknown status "lost"`},
+		{outbox.ListOptions{Status: "dead", Statuses: []outbox.Status{"failed"}}, "at most one of Status and Statuses"},
+		{outbox.ListOptions{Statuses: []outbox.Status{"dead", "lost"}}, `unknown status "lost"`},
 		{outbox.ListOptions{NewestFirst: true, After: 3}, "continue a NewestFirst listing with Before"},
 		{outbox.ListOptions{Before: 3}, "set NewestFirst"},
 		{outbox.ListOptions{NewestFirst: true, Before: -1}, "positive"},
 	} {
-		_, err := st.ListOutbox(ctx, db.Pool, bad.opts)
+		_, err := outbox.AdminOf(st).ListOutbox(ctx, db.Pool, bad.opts)
 		require.ErrorContains(t, err, bad.want)
 	}
 }

@@ -337,7 +337,7 @@ func TestPerSourceStreamDeclaredSourceOrder(t *testing.T) {
 	kc.CreateTopic(t, "ledger", 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	require.NoError(t, st.DeclarePerSourceOrder(ctx, db.Pool, "ledger"))
+	require.NoError(t, outbox.AdminOf(st).DeclarePerSourceOrder(ctx, db.Pool, "ledger"))
 	p := new(testenv.Progress)
 	startRelay(t, db, kc, outbox.RelayConfig{Policy: outbox.PerSourceStream, PollInterval: 10 * time.Millisecond,
 		OnBatch: onSettled(p), Logger: testLogger(t)})
@@ -382,7 +382,7 @@ func TestDeclaringASourceWaitsForRunningWriters(t *testing.T) {
 	conn := connectApp(ctx, t, db, "keiro-test-declare")
 	defer conn.Close(ctx)
 	done := make(chan error, 1)
-	go func() { done <- st.DeclarePerSourceOrder(ctx, conn, "ledger", "ledger") }()
+	go func() { done <- outbox.AdminOf(st).DeclarePerSourceOrder(ctx, conn, "ledger", "ledger") }()
 	for {
 		var waiting bool
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
@@ -398,23 +398,23 @@ func TestDeclaringASourceWaitsForRunningWriters(t *testing.T) {
 	}
 	require.NoError(t, writer.commit())
 	require.NoError(t, <-done)
-	got, err := st.PerSourceOrdered(ctx, db.Pool)
+	got, err := outbox.AdminOf(st).PerSourceOrdered(ctx, db.Pool)
 	require.NoError(t, err)
 	require.Equal(t, []string{"ledger"}, got)
 
 	// Already declared: nothing to change, so no wait behind a running writer.
 	writer = begin(ctx, t, db, pgxWriter, "keiro-test-writer2", plainRow{id: "w2", source: "other", topic: "ledger", i: 0})
-	require.NoError(t, st.DeclarePerSourceOrder(ctx, db.Pool, "ledger"))
+	require.NoError(t, outbox.AdminOf(st).DeclarePerSourceOrder(ctx, db.Pool, "ledger"))
 	require.NoError(t, writer.commit())
 
-	require.NoError(t, st.RevokePerSourceOrder(ctx, db.Pool, "ledger"))
-	got, err = st.PerSourceOrdered(ctx, db.Pool)
+	require.NoError(t, outbox.AdminOf(st).RevokePerSourceOrder(ctx, db.Pool, "ledger"))
+	got, err = outbox.AdminOf(st).PerSourceOrdered(ctx, db.Pool)
 	require.NoError(t, err)
 	require.Empty(t, got)
 
-	require.ErrorContains(t, st.DeclarePerSourceOrder(ctx, db.Pool), "no source given")
-	require.ErrorContains(t, st.DeclarePerSourceOrder(ctx, db.Pool, "a", ""), "source 1 is empty")
-	require.ErrorContains(t, st.RevokePerSourceOrder(ctx, db.Pool), "no source given")
+	require.ErrorContains(t, outbox.AdminOf(st).DeclarePerSourceOrder(ctx, db.Pool), "no source given")
+	require.ErrorContains(t, outbox.AdminOf(st).DeclarePerSourceOrder(ctx, db.Pool, "a", ""), "source 1 is empty")
+	require.ErrorContains(t, outbox.AdminOf(st).RevokePerSourceOrder(ctx, db.Pool), "no source given")
 }
 
 // sqlEnqueue calls <schema>.enqueue with named arguments, the way another language does.
@@ -448,9 +448,9 @@ func TestSQLEnqueueAnswersLikeEnqueueTx(t *testing.T) {
 	id, outcome, err := sqlEnqueue(ctx, db.Pool, db.Schema, args(ev))
 	require.NoError(t, err)
 	require.Equal(t, "inserted", outcome)
-	row, err := st.Lookup(ctx, db.Pool, envelope.UUID(id))
+	row, err := outbox.AdminOf(st).Lookup(ctx, db.Pool, envelope.UUID(id))
 	require.NoError(t, err)
-	require.Equal(t, "pending", row.Status)
+	require.Equal(t, outbox.StatusPending, row.Status)
 	id2, outcome, err := sqlEnqueue(ctx, db.Pool, db.Schema, args(ev))
 	require.NoError(t, err)
 	require.Equal(t, "duplicate", outcome)

@@ -68,6 +68,7 @@ func (c *failedListCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error
 	if err != nil {
 		return err
 	}
+	admin := inbox.NewAdmin(store)
 	pool, err := g.DB.OpenPool(ctx)
 	if err != nil {
 		return err
@@ -80,7 +81,7 @@ func (c *failedListCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error
 	}
 	var after *inbox.Entry
 	for n := 0; n < c.Limit; {
-		page, err := store.ListFailed(ctx, pool, inbox.ListOptions{Source: c.Source, Limit: min(c.Limit-n, inbox.DefaultListLimit), After: after})
+		page, err := admin.ListFailed(ctx, pool, inbox.ListOptions{Source: c.Source, Limit: min(c.Limit-n, inbox.DefaultListLimit), After: after})
 		if err != nil {
 			return err
 		}
@@ -145,7 +146,7 @@ func (c *failedRetryCmd) ValidateFlags() error {
 	return p.Err()
 }
 
-// Run re-runs each row through the handler in an inbox transaction (inbox.Store.Reprocess) and
+// Run re-runs each row through the handler in an inbox transaction (inbox.Admin.Reprocess) and
 // prints its outcome. It fails when a row is missing or its re-run failed again.
 func (c *failedRetryCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 	log, err := g.Logger(env.Stderr)
@@ -156,6 +157,7 @@ func (c *failedRetryCmd) Run(ctx context.Context, env *cli.Env, g *grammar) erro
 	if err != nil {
 		return err
 	}
+	admin := inbox.NewAdmin(store)
 	h, err := buildHandler(&c.H, c.ID.consumerName(), inbox.DedupeMessageID, log)
 	if err != nil {
 		return err
@@ -175,7 +177,7 @@ func (c *failedRetryCmd) Run(ctx context.Context, env *cli.Env, g *grammar) erro
 	if c.All {
 		var after *inbox.Entry
 		for {
-			page, err := store.ListFailed(ctx, pool, inbox.ListOptions{After: after})
+			page, err := admin.ListFailed(ctx, pool, inbox.ListOptions{After: after})
 			if err != nil {
 				return err
 			}
@@ -189,11 +191,11 @@ func (c *failedRetryCmd) Run(ctx context.Context, env *cli.Env, g *grammar) erro
 		}
 	}
 	if c.DryRun {
-		return dryRunRetry(ctx, env, store, pool, keys)
+		return dryRunRetry(ctx, env, admin, pool, keys)
 	}
 	var failed int
 	for _, k := range keys {
-		res, err := store.Reprocess(ctx, pool, k, h.handle)
+		res, err := admin.Reprocess(ctx, pool, k, h.handle)
 		name := k.Source + ":" + k.DedupeKey
 		switch {
 		case err != nil:
@@ -215,17 +217,17 @@ func (c *failedRetryCmd) Run(ctx context.Context, env *cli.Env, g *grammar) erro
 
 // dryRunRetry prints what a retry of keys would re-run: each failed row with its attempts and
 // last error, and the keys that would be skipped (missing or not failed).
-func dryRunRetry(ctx context.Context, env *cli.Env, store *inbox.Store, db inbox.DB, keys []inbox.Key) error {
+func dryRunRetry(ctx context.Context, env *cli.Env, admin *inbox.Admin, db inbox.DB, keys []inbox.Key) error {
 	n := 0
 	for _, k := range keys {
 		name := k.Source + ":" + k.DedupeKey
-		e, err := store.Lookup(ctx, db, k)
+		e, err := admin.Lookup(ctx, db, k)
 		switch {
 		case errors.Is(err, inbox.ErrNotFound):
 			fmt.Fprintf(env.Stdout, "%s\tskip\tno such row\n", name)
 		case err != nil:
 			return err
-		case e.Status != "failed":
+		case e.Status != inbox.StatusFailed:
 			fmt.Fprintf(env.Stdout, "%s\tskip\t%s\n", name, e.Status)
 		default:
 			n++

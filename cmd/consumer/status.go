@@ -156,7 +156,7 @@ func (c *statusCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 }
 
 // readConsumerCounts fills into with the inbox's row counts of every consumer name, or of
-// name alone (zero counts when it has no rows), as inbox.Store.CountByConsumer reads them.
+// name alone (zero counts when it has no rows), as inbox.Admin.CountByConsumer reads them.
 func readConsumerCounts(ctx context.Context, conn *pgx.Conn, schema, name string, into map[string]consumerCounts) error {
 	// CountByConsumer reads every consumer's rows whatever its store is named; the name
 	// only has to be a valid one.
@@ -168,7 +168,7 @@ func readConsumerCounts(ctx context.Context, conn *pgx.Conn, schema, name string
 	if err != nil {
 		return err
 	}
-	counts, err := store.CountByConsumer(ctx, conn)
+	counts, err := inbox.NewAdmin(store).CountByConsumer(ctx, conn)
 	if err != nil {
 		return err
 	}

@@ -114,11 +114,11 @@ func (r *Report) Print(w io.Writer) {
 // verify reads the outcome from PostgreSQL and checks the invariants.
 func verify(ctx context.Context, pool *pgxpool.Pool, cfg Config, perCustomer map[string]int64, placed, injected int64,
 	rs outbox.Stats, consumer *inbox.Consumer) (*Report, error) {
-	ob, err := outbox.NewStore(cfg.Schema)
+	ob, err := outbox.NewAdmin(cfg.Schema)
 	if err != nil {
 		return nil, err
 	}
-	st, err := ob.Status(ctx, pool)
+	st, err := ob.Overview(ctx, pool)
 	if err != nil {
 		return nil, fmt.Errorf("read the outbox status: %w", err)
 	}

@@ -111,11 +111,11 @@ func readStatus(ctx context.Context, conn *pgx.Conn, db *dbFlags) (outboxStatus,
 	if mst.Current == 0 {
 		return st, fmt.Errorf("schema %s has no outbox table: run `relay migrate` (or `relay run --migrate`)", db.Schema)
 	}
-	store, err := outbox.NewStore(db.Schema)
+	admin, err := outbox.NewAdmin(db.Schema)
 	if err != nil {
 		return st, err
 	}
-	ost, err := store.Status(ctx, conn)
+	ost, err := admin.Overview(ctx, conn)
 	if err != nil {
 		return st, err
 	}
@@ -124,12 +124,16 @@ func readStatus(ctx context.Context, conn *pgx.Conn, db *dbFlags) (outboxStatus,
 		if st.Destinations[c.Destination] == nil {
 			st.Destinations[c.Destination] = map[string]int64{}
 		}
-		st.Destinations[c.Destination][c.Status] = c.Count
-		st.Totals[c.Status] += c.Count
-		waiting = waiting || c.Status == "pending" || c.Status == "failed"
+		st.Destinations[c.Destination][string(c.Status)] = c.Count
+		st.Totals[string(c.Status)] += c.Count
+		waiting = waiting || c.Status == outbox.StatusPending || c.Status == outbox.StatusFailed
 	}
 	st.Backlog, st.Dead, st.Archived = ost.Backlog, ost.Dead, ost.Archived
 	if mst.Current >= logModeMigration {
+		store, err := outbox.NewStore(db.Schema)
+		if err != nil {
+			return st, err
+		}
 		mode, err := store.Mode(ctx, conn)
 		if err != nil {
 			return st, err
@@ -213,19 +217,19 @@ type deadRow struct {
 
 // Run lists dead and rejected rows.
 func (c *deadListCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
-	conn, store, err := g.DB.outboxStore(ctx)
+	conn, admin, err := g.DB.outboxAdmin(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	dead, err := store.ListDead(ctx, conn, outbox.ListDeadOptions{Source: c.Source, Destination: c.Destination, Limit: c.Limit})
+	dead, err := admin.ListDead(ctx, conn, outbox.ListDeadOptions{Source: c.Source, Destination: c.Destination, Limit: c.Limit})
 	if err != nil {
 		return err
 	}
 	rows := make([]deadRow, len(dead))
 	for i, d := range dead {
 		rows[i] = deadRow{OutboxID: d.OutboxID.String(), Seq: d.Seq, Source: d.Source, Destination: d.Destination,
-			MessageID: d.MessageID, Key: d.Key, Status: d.Status, Attempts: d.Attempts, LastError: d.LastError,
+			MessageID: d.MessageID, Key: d.Key, Status: string(d.Status), Attempts: d.Attempts, LastError: d.LastError,
 			RejectionCode: d.RejectionCode, UpdatedAt: d.UpdatedAt}
 	}
 	if c.JSON {
@@ -266,9 +270,9 @@ var requeueWarning = "warning: " + outbox.RequeueWarning
 var errDryRun = errors.New("dry run")
 
 // Run requeues the selected rows in one transaction and wakes listening relays
-// (outbox.Store.RequeueTx, as the console's requeue); --dry-run rolls the transaction back.
+// (outbox.Admin.RequeueTx, as the console's requeue); --dry-run rolls the transaction back.
 func (c *deadRequeueCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
-	conn, store, err := g.DB.outboxStore(ctx)
+	conn, admin, err := g.DB.outboxAdmin(ctx)
 	if err != nil {
 		return err
 	}
@@ -284,7 +288,7 @@ func (c *deadRequeueCmd) Run(ctx context.Context, g *grammar, env *cli.Env) erro
 	var res outbox.RequeueResult
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		var err error
-		if res, err = store.RequeueTx(ctx, tx, filter); err != nil {
+		if res, err = admin.RequeueTx(ctx, tx, filter); err != nil {
 			return err
 		}
 		if c.DryRun {

@@ -285,6 +285,19 @@ func (f *dbFlags) outboxStore(ctx context.Context) (*pgx.Conn, *outbox.Store, er
 	return conn, store, nil
 }
 
+// outboxAdmin connects to the database and returns the outbox Admin of the flags' schema.
+func (f *dbFlags) outboxAdmin(ctx context.Context) (*pgx.Conn, *outbox.Admin, error) {
+	admin, err := outbox.NewAdmin(f.Schema)
+	if err != nil {
+		return nil, nil, err
+	}
+	conn, err := f.Connect(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return conn, admin, nil
+}
+
 // eventStore connects to the database and returns the event store of its schema.
 func (f *dbFlags) eventStore(ctx context.Context) (*pgx.Conn, *events.Store, error) {
 	store, err := events.NewStore(events.StoreConfig{Schema: f.Schema})

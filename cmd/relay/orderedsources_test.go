@@ -19,7 +19,7 @@ func TestRunDeclaresOrderedSources(t *testing.T) {
 	p := start(t, nil, "--database-url="+testenv.DatabaseURL(), "--schema="+db.Schema, "--brokers="+kc.Seeds[0],
 		"--http-addr=", "--policy=per-source", "--ordered-sources=ledger,audit")
 	p.waitLine(t, regexpMust(`per-source ordered sources.*audit.*ledger`), 30*time.Second)
-	st, err := outbox.NewStore(db.Schema)
+	st, err := outbox.NewAdmin(db.Schema)
 	if err != nil {
 		t.Fatal(err)
 	}

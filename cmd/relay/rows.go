@@ -29,8 +29,8 @@ type rowsListCmd struct {
 
 // Run lists the rows.
 func (c *rowsListCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
-	return listRows(ctx, g, env, c.JSON, c.Limit, true, func(ctx context.Context, st *outbox.Store, q outbox.Querier) ([]outbox.Row, error) {
-		return st.ListOutbox(ctx, q, outbox.ListOptions{Status: c.Status, Source: c.Source, Destination: c.Destination,
+	return listRows(ctx, g, env, c.JSON, c.Limit, true, func(ctx context.Context, st *outbox.Admin, q outbox.Querier) ([]outbox.Row, error) {
+		return st.ListOutbox(ctx, q, outbox.ListOptions{Status: outbox.Status(c.Status), Source: c.Source, Destination: c.Destination,
 			Key: c.Key, After: c.After, Limit: c.Limit})
 	})
 }
@@ -52,7 +52,7 @@ func (c *rowsStuckCmd) ValidateFlags() error {
 
 // Run lists the stuck rows.
 func (c *rowsStuckCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
-	return listRows(ctx, g, env, c.JSON, c.Limit, false, func(ctx context.Context, st *outbox.Store, q outbox.Querier) ([]outbox.Row, error) {
+	return listRows(ctx, g, env, c.JSON, c.Limit, false, func(ctx context.Context, st *outbox.Admin, q outbox.Querier) ([]outbox.Row, error) {
 		return st.ListStuckOutbox(ctx, q, c.OlderThan, c.Limit)
 	})
 }
@@ -75,8 +75,8 @@ type listedRow struct {
 }
 
 func listRows(ctx context.Context, g *grammar, env *cli.Env, asJSON bool, limit int, paged bool,
-	list func(context.Context, *outbox.Store, outbox.Querier) ([]outbox.Row, error)) error {
-	conn, st, err := g.DB.outboxStore(ctx)
+	list func(context.Context, *outbox.Admin, outbox.Querier) ([]outbox.Row, error)) error {
+	conn, st, err := g.DB.outboxAdmin(ctx)
 	if err != nil {
 		return err
 	}
@@ -87,7 +87,7 @@ func listRows(ctx context.Context, g *grammar, env *cli.Env, asJSON bool, limit 
 	}
 	out := make([]listedRow, len(rows))
 	for i, r := range rows {
-		out[i] = listedRow{OutboxID: r.OutboxID.String(), Seq: r.Seq, Status: r.Status, Source: r.Event.Source,
+		out[i] = listedRow{OutboxID: r.OutboxID.String(), Seq: r.Seq, Status: string(r.Status), Source: r.Event.Source,
 			Destination: r.Event.Destination, Key: r.Event.Key, MessageID: r.Event.MessageID, EventType: r.Event.EventType,
 			Attempts: r.Attempts, LastError: r.LastError, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, PublishedAt: r.PublishedAt}
 	}

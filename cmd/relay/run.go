@@ -78,7 +78,7 @@ func (c *runCmd) declareOrderedSources(ctx context.Context, pool *pgxpool.Pool, 
 	if c.Policy != outbox.PerSourceStream.String() {
 		return nil
 	}
-	st, err := outbox.NewStore(schema)
+	st, err := outbox.NewAdmin(schema)
 	if err != nil {
 		return err
 	}

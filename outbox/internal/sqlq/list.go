@@ -14,7 +14,7 @@ WHERE seq > $1 AND ($2::text[] IS NULL OR (status = ANY($2) AND phase = ANY($7::
 ORDER BY seq LIMIT $6`
 
 // sqlSearchOutbox lists the rows whose message id, key, event type or source is $1, newest
-// first, at most $2, with at most $3 bytes of each payload (Store.SearchOutbox). An operator's search: it scans the table, retained
+// first, at most $2, with at most $3 bytes of each payload (Admin.SearchOutbox). An operator's search: it scans the table, retained
 // sent rows included.
 const sqlSearchOutbox = `SELECT ` + RowColumns + ` FROM {{schema}}.keiro_outbox
 WHERE message_id = $1 OR message_key = $1 OR event_type = $1 OR source = $1

@@ -52,8 +52,8 @@ type Queries struct {
 	ListOutbox, ListOutboxNewest, SearchOutbox, CountDead string
 	// FailureGroups and FailureGroupIDs group the dead and rejected rows by error (groups.go).
 	FailureGroups, FailureGroupIDs string
-	// Archive sets aside dead and rejected rows (Store.ArchiveTx); AttemptErrors reads a row's
-	// failed attempts (Store.AttemptHistory).
+	// Archive sets aside dead and rejected rows (Admin.ArchiveTx); AttemptErrors reads a row's
+	// failed attempts (Admin.AttemptHistory).
 	Archive, AttemptErrors                string
 	ListStuckOutbox, ListSentGcCandidates string
 	Activity                              string
@@ -116,10 +116,9 @@ func New(schema string) *Queries {
 	// key-lock and notify flags before it ($23, $24), log mode's takes neither.
 	many := func(p string) string { return strings.ReplaceAll(sqlEnqueueMany, "{{payloads}}", p) }
 	enqueue := func(q, input string) string { return strings.ReplaceAll(q, "{{input}}", input) }
-	groups := strings.NewReplacer("{{class}}", outboxClass, "{{norm}}", pgtext.NormalisedErrorSQL("last_error"))
 	return &Queries{
-		FailureGroups:        r.Replace(groups.Replace(sqlFailureGroups)),
-		FailureGroupIDs:      r.Replace(groups.Replace(sqlFailureGroupIDs)),
+		FailureGroups:        r.Replace(failureRows.GroupsSQL()),
+		FailureGroupIDs:      r.Replace(failureRows.KeysSQL()),
 		EnqueueMany:          r.Replace(locks.Replace(enqueue(sqlEnqueue, many("$25")))),
 		EnqueueOne:           r.Replace(locks.Replace(enqueue(sqlEnqueue, sqlEnqueueOne))),
 		EnqueueLogMany:       r.Replace(enqueue(sqlEnqueueLog, many("$23"))),

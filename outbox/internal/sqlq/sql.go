@@ -1,6 +1,9 @@
 package sqlq
 
-import "github.com/keiro-go/keiro/internal/advisorylock"
+import (
+	"github.com/keiro-go/keiro/internal/adminq"
+	"github.com/keiro-go/keiro/internal/advisorylock"
+)
 
 // All of the outbox's SQL lives in this package. Every statement names its tables through the
 // {{schema}} placeholder, replaced once by [New] with a schema name that
@@ -771,32 +774,14 @@ const sqlSlotStatus = `SELECT coalesce(active_pid, 0), coalesce(confirmed_flush_
     coalesce(wal_status, ''), safe_wal_size
 FROM pg_catalog.pg_replication_slots WHERE slot_name = $1`
 
-// Failure groups: the dead and rejected rows not archived, grouped by error class (dead, or
-// "rejected: " and the rejection code) and normalised last error ({{norm}},
-// pgtext.NormalisedErrorSQL).
-const outboxClass = `CASE status WHEN 'rejected' THEN 'rejected: ' || rejection_code ELSE status END`
-
-// sqlFailureGroups lists at most $1 groups, largest first: class, message, count, first and last
-// failure, one row's last error as written, up to 5 destinations and 5 event types.
-const sqlFailureGroups = `
-SELECT class, message, count(*), min(updated_at), max(updated_at), min(last_error),
-       (array_agg(DISTINCT destination ORDER BY destination))[1:5],
-       (array_agg(DISTINCT event_type ORDER BY event_type))[1:5]
-  FROM (SELECT {{class}} AS class, {{norm}} AS message, updated_at, coalesce(last_error, '') AS last_error,
-               destination, event_type
-          FROM {{schema}}.keiro_outbox WHERE phase = 2 AND archived_at IS NULL) g
- GROUP BY class, message
- ORDER BY count(*) DESC, class, message
- LIMIT $1`
-
-// sqlFailureGroupIDs lists the outbox ids of the group of class $1 and message $2, newest
-// first, at most $3.
-const sqlFailureGroupIDs = `
-SELECT outbox_id FROM (SELECT outbox_id, updated_at, {{class}} AS class, {{norm}} AS message
-                         FROM {{schema}}.keiro_outbox WHERE phase = 2 AND archived_at IS NULL) g
- WHERE class = $1 AND message = $2
- ORDER BY updated_at DESC
- LIMIT $3`
+// failureRows are the dead and rejected rows not archived, grouped by error class (dead, or
+// "rejected: " and the rejection code) and normalised last error (adminq), newest failure
+// first within a group.
+var failureRows = adminq.Table{
+	Rows:  `{{schema}}.keiro_outbox WHERE phase = 2 AND archived_at IS NULL`,
+	Class: `CASE status WHEN 'rejected' THEN 'rejected: ' || rejection_code ELSE status END`,
+	At:    "updated_at", Where: "destination", Key: "outbox_id", Order: "at DESC",
+}
 
 // Per-destination log mode (Store.LogSlots, Store.PrepareLogSlot). A schema's log-mode slots
 // are the replication slots named after a publication of its keiro_outbox_log; a slot's
