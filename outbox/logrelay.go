@@ -6,45 +6,35 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/outbox/internal/logreg"
+	"github.com/keiro-go/keiro/outbox/internal/logsource"
+	"github.com/keiro-go/keiro/outbox/internal/publish"
 	"github.com/keiro-go/keiro/tracing"
 )
 
-// newLogEngine builds the ModeLog engine of r: it reads the slot through a replication
-// connection to the pool's database and produces with r's client.
-func (r *Relay) newLogEngine() (logreg.Engine, error) {
-	if logreg.New == nil {
-		return nil, errors.New(`Mode log: import _ "github.com/keiro-go/keiro/outbox/logrelay" to link the log-mode engine`)
-	}
+// newLogEngine builds the ModeLog engine of r with cfg.LogEngine: it reads the slot through
+// a replication connection to the pool's database and publishes through r's publisher.
+func (r *Relay) newLogEngine() (logsource.Engine, error) {
 	conn := r.pool.Config().ConnString()
 	if conn == "" {
 		return nil, errors.New("Mode log: the pool has no connection string to open a replication connection with; build it with pgxpool.New or pgxpool.ParseConfig")
 	}
-	inFlight := 2048 // the engine's default, logmode.DefaultMaxInFlightRecords (not linked here)
-	if n, ok := r.client.OptValue(kgo.MaxBufferedRecords).(int64); ok && n < int64(inFlight) {
-		inFlight = int(n)
+	inFlight := logsource.DefaultMaxInFlightRecords
+	if n := r.pub.MaxBufferedRecords(); n > 0 && n < inFlight {
+		inFlight = n
 	}
-	return logreg.New(logreg.Config{
-		ConnString:              conn,
-		Client:                  r.client,
-		Schema:                  r.cfg.Schema,
-		Slot:                    r.cfg.LogSlot,
-		Destinations:            r.cfg.Destinations,
-		MaxInFlightRecords:      inFlight,
-		MaxRecordBytes:          r.cfg.MaxRecordBytes,
-		ShutdownTimeout:         r.cfg.ShutdownTimeout,
-		UnknownTopicRetries:     r.cfg.LogUnknownTopicRetries,
-		CloudEvents:             r.cfg.CloudEvents,
-		CloudEventsDestinations: r.cfg.CloudEventsDestinations,
-		Logger:                  r.log,
-		OnSend:                  r.logSend,
-		OnRejected:              r.deadLetter,
+	return r.cfg.LogEngine(conn, r.pub, logsource.Config{
+		Schema:              r.cfg.Schema,
+		Slot:                r.cfg.LogSlot,
+		Destinations:        r.cfg.Destinations,
+		MaxInFlightRecords:  inFlight,
+		ShutdownTimeout:     r.cfg.ShutdownTimeout,
+		UnknownTopicRetries: r.cfg.LogUnknownTopicRetries,
+		Logger:              r.log,
 	})
 }
 
@@ -56,7 +46,7 @@ const deadLetterTimeout = 15 * time.Second
 // read dead letters. The engine confirms the event's transaction only once it returned nil;
 // an error ends the engine's session, and the next one replays the transaction and calls it
 // again (the write is idempotent: a second one writes nothing).
-func (r *Relay) deadLetter(rej logreg.Rejection) error {
+func (r *Relay) deadLetter(rej publish.Rejection) error {
 	if rej.Event == nil {
 		return fmt.Errorf("dead letter of message %s: no event", rej.MessageID)
 	}
@@ -72,7 +62,7 @@ func (r *Relay) deadLetter(rej logreg.Rejection) error {
 	}
 	if wrote {
 		r.stats.rejected.Add(1)
-		r.inst.rejected.Add(ctx, 1, destinationAttr(rej.Destination))
+		r.inst.rejected.Add(ctx, 1, publish.DestinationAttr(rej.Destination))
 	}
 	r.log.Error("log mode: Kafka refused an event for good; it is a dead letter of keiro_outbox (relay dead list), and the stream moves on",
 		"message_id", rej.MessageID, "source", rej.Source, "destination", rej.Destination,
@@ -355,28 +345,5 @@ func (r *Relay) drainClaimed(ctx context.Context, claimDone <-chan error) error 
 				return nil
 			}
 		}
-	}
-}
-
-// logSend is log mode's OnSend: the claim relay's send span, child of the row's traceparent,
-// and its instruments: sent messages and send duration per record, published and publish
-// latency (from the transaction's commit, the log table having no creation time) per
-// acknowledged one.
-func (r *Relay) logSend(ev *envelope.Event, committed time.Time) (*envelope.TraceContext, func(*kgo.Record, error)) {
-	span, tc := r.startSend(ev)
-	start := time.Now()
-	return tc, func(rec *kgo.Record, err error) {
-		if rec == nil { // rejected before it was sent
-			span.SetAttributes(attribute.String("keiro.outbox.rejection_code", "message_too_large"))
-			span.End()
-			return
-		}
-		r.inst.recordSend(rec, err, start)
-		if err == nil {
-			ctx := context.Background()
-			r.inst.published.Add(ctx, 1, r.inst.setsOf(rec.Topic).dest)
-			r.inst.latency.Record(ctx, time.Since(committed).Seconds())
-		}
-		endSend(span, rec, err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/backoff"
 	"github.com/keiro-go/keiro/outbox/internal/markplan"
+	"github.com/keiro-go/keiro/outbox/internal/publish"
 	"github.com/keiro-go/keiro/outbox/internal/translog"
 )
 
@@ -25,9 +26,9 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 	p := r.plan(b, results)
 	for i, suspect := range p.Suspects {
 		if suspect {
-			r.suspects.Store(b.rows[i].id, struct{}{})
+			r.suspects.Add(b.rows[i].id)
 		} else {
-			r.suspects.Delete(b.rows[i].id)
+			r.suspects.Remove(b.rows[i].id)
 		}
 	}
 	for _, i := range p.OrderBroken {
@@ -154,9 +155,9 @@ func (r *Relay) writeMarks(ctx context.Context, b *batch, marks []mark) transiti
 // record adds a batch's real transitions to the metrics, per destination.
 func (r *Relay) record(ctx context.Context, b *batch, t transitions, deadOnClaim map[string]int) {
 	for dest, c := range t.byDest {
-		attrs := destinationAttr(dest)
+		attrs := publish.DestinationAttr(dest)
 		if c.sent > 0 {
-			r.inst.published.Add(ctx, int64(c.sent), attrs)
+			r.pub.AddPublished(ctx, int64(c.sent), dest)
 		}
 		if c.retried > 0 {
 			r.inst.retried.Add(ctx, int64(c.retried), attrs)
@@ -169,7 +170,7 @@ func (r *Relay) record(ctx context.Context, b *batch, t transitions, deadOnClaim
 		}
 	}
 	for dest, n := range deadOnClaim {
-		r.inst.deadlettered.Add(ctx, int64(n), destinationAttr(dest))
+		r.inst.deadlettered.Add(ctx, int64(n), publish.DestinationAttr(dest))
 	}
 	if n := countReclaimed(b); n > 0 {
 		r.inst.reclaimed.Add(ctx, int64(n))

@@ -2,20 +2,14 @@ package outbox
 
 import (
 	"context"
-	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/outbox/internal/kafkaerr"
-	"github.com/keiro-go/keiro/tracing"
 )
 
 // tp names a topic partition.
@@ -103,7 +97,7 @@ func (r *Relay) produce(stop, ctx context.Context, batches []*batch) {
 				failed[groupKey(StopTheLine, &row.event)] = true
 				continue
 			}
-			_, suspect := r.suspects.Load(row.id)
+			suspect := r.suspects.Has(row.id)
 			_, known := r.topics.Load(row.event.Destination)
 			// StopTheLine publishes row by row (keiro §1.3.5): one flush holds records for
 			// several partitions, and a failure of one partition's request does not stop the
@@ -243,39 +237,29 @@ func (r *Relay) flush(ctx context.Context, refs []rowRef) {
 			b.results[i] = produceResult{done: true, rejectCode: code, rejectMsg: err.Error()}
 			continue
 		}
-		rec := &kgo.Record{Topic: e.Destination, Value: e.Payload}
+		rec := &kgo.Record{}
 		if e.Key != nil {
 			rec.Key = []byte(*e.Key)
 		}
-		span, tc := r.startSend(e, attribute.Int("keiro.outbox.attempt", row.attempt))
+		send, tc := r.pub.StartSend(e, attribute.Int("keiro.outbox.attempt", row.attempt))
 		ev := *e
 		if tc != nil {
 			ev.TraceContext = tc
 		}
-		headers = ev.AppendHeaders(headers[:0], r.encodeOptions(ev.Destination))
-		rec.Headers = make([]kgo.RecordHeader, len(headers))
-		for j, h := range headers {
-			rec.Headers[j] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
-		}
-		if size := recordSize(rec); size > r.maxRecordBytes {
-			msg := fmt.Sprintf("record of about %d bytes exceeds the %d-byte limit (MaxRecordBytes / ProducerBatchMaxBytes)", size, r.maxRecordBytes)
-			b.results[i] = produceResult{done: true, rejectCode: kafkaerr.CodeMessageTooLarge, rejectMsg: msg}
-			span.SetAttributes(attribute.String("keiro.outbox.rejection_code", kafkaerr.CodeMessageTooLarge))
-			span.End()
+		headers = r.pub.Record(rec, &ev, headers)
+		if _, err := r.pub.CheckSize(rec); err != nil {
+			b.results[i] = produceResult{done: true, rejectCode: kafkaerr.CodeMessageTooLarge, rejectMsg: err.Error()}
+			send.Rejected(kafkaerr.CodeMessageTooLarge)
 			continue
 		}
 		pending.Add(1)
 		produced = append(produced, ref)
-		created, start := row.createdAt, time.Now()
-		r.client.Produce(ctx, rec, func(rec *kgo.Record, err error) {
-			r.inst.recordSend(rec, err, start)
-			if err == nil {
-				if r.ackHook != nil {
-					r.ackHook(e.MessageID)
-				}
-				r.inst.latency.Record(context.Background(), time.Since(created).Seconds())
+		created := row.createdAt
+		r.pub.Client().Produce(ctx, rec, func(rec *kgo.Record, err error) {
+			send.Done(rec, err, created)
+			if err == nil && r.ackHook != nil {
+				r.ackHook(e.MessageID)
 			}
-			endSend(span, rec, err)
 			mu.Lock()
 			perPartition[tp{rec.Topic, rec.Partition}]++
 			mu.Unlock()
@@ -291,7 +275,7 @@ func (r *Relay) flush(ctx context.Context, refs []rowRef) {
 	if len(produced) == 0 {
 		return
 	}
-	if err := r.client.Flush(ctx); err != nil && ctx.Err() == nil {
+	if err := r.pub.Client().Flush(ctx); err != nil && ctx.Err() == nil {
 		r.log.WarnContext(ctx, "flush failed", "err", err)
 	}
 	select {
@@ -330,42 +314,4 @@ func groupKey(p Policy, e *envelope.Event) string {
 		return ""
 	}
 	return e.Source + "\x00" + *e.Key
-}
-
-// startSend starts e's send span, a child of the trace context of e's row, and returns it with
-// the span's trace context for the record's headers (nil when the span is not recorded: the
-// record then carries the row's own). The claim relay and log mode share it.
-func (r *Relay) startSend(e *envelope.Event, attrs ...attribute.KeyValue) (trace.Span, *envelope.TraceContext) {
-	spanCtx, span := r.tracer.Start(tracing.ContextWith(context.Background(), e.TraceContext),
-		"send "+e.Destination, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
-			attribute.String("messaging.system", "kafka"),
-			attribute.String("messaging.operation.type", "send"),
-			attribute.String("messaging.operation.name", "send"),
-			attribute.String("messaging.destination.name", e.Destination),
-			attribute.String("messaging.message.id", e.MessageID),
-		), trace.WithAttributes(attrs...))
-	if e.Key != nil {
-		span.SetAttributes(attribute.String("messaging.kafka.message.key", *e.Key))
-	}
-	if !span.IsRecording() {
-		return span, nil
-	}
-	return span, tracing.FromContext(spanCtx)
-}
-
-// endSend records a produced record's outcome on its send span and ends it.
-func endSend(span trace.Span, rec *kgo.Record, err error) {
-	if !span.IsRecording() { // not sampled, or no tracer: nothing to build
-		span.End()
-		return
-	}
-	if err == nil {
-		span.SetAttributes(
-			attribute.String("messaging.destination.partition.id", strconv.Itoa(int(rec.Partition))),
-			attribute.Int64("messaging.kafka.offset", rec.Offset))
-	} else {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.End()
 }

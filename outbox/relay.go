@@ -14,14 +14,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/backoff"
-	"github.com/keiro-go/keiro/outbox/internal/logreg"
+	"github.com/keiro-go/keiro/outbox/internal/logsource"
+	"github.com/keiro-go/keiro/outbox/internal/publish"
 	"github.com/keiro-go/keiro/outbox/internal/shares"
 	"github.com/keiro-go/keiro/outbox/internal/translog"
 	"github.com/keiro-go/keiro/outbox/internal/vacuum"
+	"github.com/keiro-go/keiro/tracing"
 )
 
 // ErrHalted is wrapped by the error Run returns when a StopTheLine relay halted on a failed row.
@@ -31,20 +32,16 @@ var ErrHalted = errors.New("outbox relay halted (stop-the-line)")
 // client, and marks every row with its outcome. Any number of relays (in any number of
 // processes) may drain one table. Create one with NewRelay and start it with Run.
 type Relay struct {
-	pool   *pgxpool.Pool
-	client *kgo.Client
-	cfg    RelayConfig
-	store  *Store
-	inst   *instruments
-	tracer trace.Tracer
-	log    *slog.Logger
-
-	maxRecordBytes int
-	wake           chan struct{}
-	// suspects are rows that were refused with a record-level error while sharing a partition
-	// with other records: they are produced alone next time, to learn whether they are the
-	// poison or a bystander.
-	suspects sync.Map // envelope.UUID → struct{}
+	pool  *pgxpool.Pool
+	cfg   RelayConfig
+	store *Store
+	inst  *instruments
+	log   *slog.Logger
+	// pub turns rows into records for both sources, the claim loop and the log engine.
+	pub  *publish.Publisher
+	wake chan struct{}
+	// suspects are the rows produced alone next time (publish.Suspects), by outbox id.
+	suspects publish.Suspects[envelope.UUID]
 	// topics are the destinations this relay's client has published to. The first record
 	// for any other topic is produced alone: franz-go holds records for a topic it has no
 	// metadata for aside and hands them to their partitions one by one once the metadata
@@ -53,7 +50,7 @@ type Relay struct {
 	// by a success of later records of the same key.
 	topics sync.Map // topic name → struct{}
 	// logEngine follows the slot in ModeLog (logrelay.go); nil in ModeClaim.
-	logEngine logreg.Engine
+	logEngine logsource.Engine
 	// ackHook, if set (benchmarks), is called with each acknowledged row's message id.
 	ackHook func(messageID string)
 	// sleepHook, if set (tests), runs before each try of the sleep lock.
@@ -185,41 +182,14 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, cfg RelayConfig) (*Relay, 
 	if pool == nil {
 		errs = append(errs, errors.New("pool is nil"))
 	}
-	if client == nil {
-		errs = append(errs, errors.New("client is nil"))
-	}
 	if err := cfg.validate(); err != nil {
 		errs = append(errs, err)
 	}
-	maxRecord := cfg.MaxRecordBytes
-	if client != nil {
-		if acks, ok := client.OptValue(kgo.RequiredAcks).(kgo.Acks); !ok || acks != kgo.AllISRAcks() {
-			errs = append(errs, errors.New("client: RequiredAcks must be AllISRAcks; build it with outbox.ProducerOpts()"))
-		}
-		if dis, _ := client.OptValue(kgo.DisableIdempotentWrite).(bool); dis {
-			errs = append(errs, errors.New("client: idempotent writes are disabled; build it with outbox.ProducerOpts()"))
-		}
-		if manual, _ := client.OptValue(kgo.ManualFlushing).(bool); !manual {
-			errs = append(errs, errors.New("client: ManualFlushing is required; build it with outbox.ProducerOpts()"))
-		}
-		if n, ok := client.OptValue(kgo.MaxBufferedRecords).(int64); ok && n < int64(cfg.BatchSize*cfg.MaxInFlightBatches) {
-			errs = append(errs, fmt.Errorf("client: MaxBufferedRecords (%d) must be at least BatchSize × MaxInFlightBatches (%d)",
-				n, cfg.BatchSize*cfg.MaxInFlightBatches))
-		}
-		if n, ok := client.OptValue(kgo.MaxBufferedBytes).(int64); ok && n > 0 {
-			// Past the limit franz-go fails records before buffering them: every claim would
-			// use attempts on rows it never sent.
-			errs = append(errs, fmt.Errorf("client: MaxBufferedBytes (%d) must not be set; bound the buffer with MaxBufferedRecords", n))
-		}
-		if b, ok := client.OptValue(kgo.ProducerBatchMaxBytes).(int32); ok && (maxRecord == 0 || int(b) < maxRecord) {
-			maxRecord = int(b)
-		}
+	if _, err := publish.CheckClient(client, cfg.BatchSize*cfg.MaxInFlightBatches, cfg.MaxRecordBytes); err != nil {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("new outbox relay: %w", err)
-	}
-	if maxRecord == 0 {
-		maxRecord = 1_000_012 // franz-go's default ProducerBatchMaxBytes
 	}
 	if cfg.Policy == StopTheLine {
 		cfg.MaxInFlightBatches = 1 // a halt must leave nothing after the failed row in flight
@@ -238,15 +208,14 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, cfg RelayConfig) (*Relay, 
 	if err := inst.observeGauges(gaugeFreshness * cfg.MaintenanceInterval); err != nil {
 		return nil, fmt.Errorf("new outbox relay: observe gauges: %w", err)
 	}
-	tp := cfg.TracerProvider
-	if tp == nil {
-		tp = otel.GetTracerProvider()
-	}
 	r := &Relay{
-		pool: pool, client: client, cfg: cfg, store: store, inst: inst,
-		tracer: tp.Tracer(scope), log: cfg.Logger.With("component", "outbox-relay", "schema", cfg.Schema),
-		maxRecordBytes: maxRecord, wake: make(chan struct{}, 1), backlog: make(chan struct{}, cfg.ClaimConcurrency),
+		pool: pool, cfg: cfg, store: store, inst: inst,
+		log:  cfg.Logger.With("component", "outbox-relay", "schema", cfg.Schema),
+		wake: make(chan struct{}, 1), backlog: make(chan struct{}, cfg.ClaimConcurrency),
 		now: time.Now,
+	}
+	if r.pub, err = r.newPublisher(client); err != nil {
+		return nil, fmt.Errorf("new outbox relay: %w", err)
 	}
 	if !cfg.PollOnly {
 		r.shares = shares.New(ownConnConfig(pool, cfg.Schema), store.q, cfg.Destinations)
@@ -257,6 +226,25 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, cfg RelayConfig) (*Relay, 
 		}
 	}
 	return r, nil
+}
+
+// newPublisher returns the relay's publisher: it produces with client, whose options
+// NewRelay checked.
+func (r *Relay) newPublisher(client *kgo.Client) (*publish.Publisher, error) {
+	cfg := &r.cfg
+	tp, mp := cfg.TracerProvider, cfg.MeterProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	return publish.New(publish.Config{
+		Client: client, Buffered: cfg.BatchSize * cfg.MaxInFlightBatches, MaxRecordBytes: cfg.MaxRecordBytes,
+		CloudEvents: cfg.CloudEvents, CloudEventsDestinations: cfg.CloudEventsDestinations,
+		Tracer: tp.Tracer(tracing.ScopeName), Meter: mp.Meter(tracing.ScopeName),
+		DeadLetter: r.deadLetter, Logger: r.log,
+	})
 }
 
 // batch is one claim travelling through the pipeline.
