@@ -217,31 +217,48 @@ func (s *Store) prepareLog(ctx context.Context, db Querier, slot string, destina
 		slot = LogSlotFor(s.schema, dests)
 	}
 	out := LogPrepared{Slot: slot}
+	if err := s.checkLogTarget(ctx, db, slot, dests); err != nil {
+		return out, err
+	}
+	pubCreated, repaired, err := s.preparePublication(ctx, db, slot, dests, repairLost)
+	if err != nil {
+		return out, err
+	}
+	out.PublicationRepaired = repaired
+	out.SlotCreated, err = s.prepareSlot(ctx, db, slot, dests, pubCreated)
+	return out, err
+}
+
+// checkLogTarget refuses a slot name or destinations log mode cannot use, destinations on a
+// server without publication row filters, and destinations another slot publishes.
+func (s *Store) checkLogTarget(ctx context.Context, db Querier, slot string, dests []string) error {
 	if !slotName.MatchString(slot) {
-		return out, fmt.Errorf("slot %q: must be 1 to 63 lower case letters, digits or underscores", slot)
+		return fmt.Errorf("slot %q: must be 1 to 63 lower case letters, digits or underscores", slot)
 	}
 	for i, d := range dests {
 		if err := envelope.ValidateTopic(d); err != nil {
-			return out, fmt.Errorf("destinations[%d] %q %w", i, d, err)
+			return fmt.Errorf("destinations[%d] %q %w", i, d, err)
 		}
 	}
 	if len(dests) > 0 {
 		var ok bool
 		if err := db.QueryRow(ctx, s.q.RowFilters).Scan(&ok); err != nil {
-			return out, fmt.Errorf("read the server version: %w", err)
+			return fmt.Errorf("read the server version: %w", err)
 		}
 		if !ok {
-			return out, errors.New("destinations in log mode need PostgreSQL 15 or later (publication row filters)")
+			return errors.New("destinations in log mode need PostgreSQL 15 or later (publication row filters)")
 		}
 	}
-	if err := s.checkOverlap(ctx, db, slot, dests); err != nil {
-		return out, err
-	}
+	return s.checkOverlap(ctx, db, slot, dests)
+}
+
+// preparePublication creates slot's publication of dests, checks it, or repairs it
+// (prepareLog); it reports whether it created it and whether it repaired a lost table.
+func (s *Store) preparePublication(ctx context.Context, db Querier, slot string, dests []string, repairLost func() (bool, error)) (created, repaired bool, err error) {
 	pub, err := s.findPublication(ctx, db, slot, dests)
 	if err != nil {
-		return out, err
+		return false, false, err
 	}
-	pubCreated := false
 	switch v, lost, err := logslot.CheckPublication(pub, s.schema, dests); v {
 	case logslot.Create:
 		stmt := logslot.Statement(logslot.SQLCreatePublication, s.schema, slot, dests)
@@ -249,59 +266,63 @@ func (s *Store) prepareLog(ctx context.Context, db Querier, slot string, destina
 		// unique index (unique_violation on pg_publication_pubname_index).
 		_, err := db.Exec(ctx, stmt)
 		if err != nil && !isPgCode(err, "42710") && !isPgCode(err, "23505") {
-			return out, fmt.Errorf("create publication %s: %w", slot, err)
+			return false, false, fmt.Errorf("create publication %s: %w", slot, err)
 		}
-		pubCreated = err == nil
+		return err == nil, false, nil
 	case logslot.Refuse:
-		return out, err
+		return false, false, err
 	case logslot.Repair:
 		if lost {
 			ok, rerr := repairLost()
 			if rerr != nil {
-				return out, errors.Join(err, rerr)
+				return false, false, errors.Join(err, rerr)
 			}
 			if !ok {
-				return out, logslot.MissedError(err, slot, dests)
+				return false, false, logslot.MissedError(err, slot, dests)
 			}
 		}
 		for _, stmt := range []string{logslot.SQLRepointPublication, logslot.SQLPublishInsertOnly} {
 			if _, xerr := db.Exec(ctx, logslot.Statement(stmt, s.schema, slot, dests)); xerr != nil {
-				return out, errors.Join(err, fmt.Errorf("repair publication %s: %w", slot, xerr))
+				return false, false, errors.Join(err, fmt.Errorf("repair publication %s: %w", slot, xerr))
 			}
 		}
-		out.PublicationRepaired = lost
+		return false, lost, nil
 	}
+	return false, false, nil
+}
+
+// prepareSlot creates the replication slot, or checks the one that exists and waits until it
+// is consistent; it reports whether it created it. A slot it created that overlaps another
+// relay's, created at the same moment, is dropped again (with its publication when
+// pubCreated).
+func (s *Store) prepareSlot(ctx context.Context, db Querier, slot string, dests []string, pubCreated bool) (bool, error) {
 	created, err := createSlot(ctx, db, s.q.CreateSlot, slot)
 	if err != nil && !isPgCode(err, "42710") {
 		if isPgCode(err, "55000") || isPgCode(err, "42501") {
 			err = errors.Join(err, errors.New("log mode needs wal_level = logical and a role with the REPLICATION attribute"))
 		}
-		return out, fmt.Errorf("create replication slot %s: %w", slot, err)
+		return false, fmt.Errorf("create replication slot %s: %w", slot, err)
 	}
 	if !created {
 		if err := s.checkSlot(ctx, db, slot); err != nil {
-			return out, err
+			return false, err
 		}
-		if err := s.awaitConsistentSlot(ctx, db, slot); err != nil {
-			return out, err
-		}
-	} else {
-		// Two relays of overlapping sets starting at once both passed the first check: the
-		// one that finds the other's slot now drops its own, so that one slot at most
-		// publishes each destination (the other relay's next start sees this one's, or none).
-		if err := s.checkOverlap(ctx, db, slot, dests); err != nil {
-			if _, derr := db.Exec(ctx, s.q.DropSlot, slot); derr != nil {
-				err = errors.Join(err, fmt.Errorf("drop the slot %s just created: %w", slot, derr))
-			} else if pubCreated {
-				if _, derr := db.Exec(ctx, strings.ReplaceAll(s.q.DropPublication, "{{publication}}", slot)); derr != nil {
-					err = errors.Join(err, fmt.Errorf("drop the publication %s just created: %w", slot, derr))
-				}
-			}
-			return out, err
-		}
+		return false, s.awaitConsistentSlot(ctx, db, slot)
 	}
-	out.SlotCreated = created
-	return out, nil
+	// Two relays of overlapping sets starting at once both passed the first check: the
+	// one that finds the other's slot now drops its own, so that one slot at most
+	// publishes each destination (the other relay's next start sees this one's, or none).
+	if err := s.checkOverlap(ctx, db, slot, dests); err != nil {
+		if _, derr := db.Exec(ctx, s.q.DropSlot, slot); derr != nil {
+			err = errors.Join(err, fmt.Errorf("drop the slot %s just created: %w", slot, derr))
+		} else if pubCreated {
+			if _, derr := db.Exec(ctx, strings.ReplaceAll(s.q.DropPublication, "{{publication}}", slot)); derr != nil {
+				err = errors.Join(err, fmt.Errorf("drop the publication %s just created: %w", slot, derr))
+			}
+		}
+		return false, err
+	}
+	return true, nil
 }
 
 // always and never are prepareLog's repairLost for an operator's repair and for a relay's

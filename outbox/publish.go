@@ -12,30 +12,14 @@ import (
 	"github.com/keiro-go/keiro/outbox/internal/kafkaerr"
 )
 
-// tp names a topic partition.
-type tp struct {
+// topicPartition names a topic partition.
+type topicPartition struct {
 	topic     string
 	partition int32
 }
 
-type produceResult struct {
-	done      bool
-	err       error
-	partition int32
-	offset    int64
-	// rejectCode and rejectMsg are a rejection before the produce: an illegal topic
-	// (kafkaerr.CheckTopic) or a record too large.
-	rejectCode, rejectMsg string
-	// shared: other records of the flush went to the same partition, so a record-level
-	// refusal (MESSAGE_TOO_LARGE, ...) cannot be pinned on this record.
-	shared bool
-	// leaseLost: the row was not produced because its batch's lease was lost or about to
-	// expire (holdLeases).
-	leaseLost bool
-}
-
 // produce publishes the batches' rows in order, in as few flushes as it can: a suspect row
-// and the first row for a topic the client has not published to yet (see Relay.topics) each
+// and the first row for a topic the client has not published to yet (see engine.topics) each
 // get a flush of their own, after the rows before them were flushed; under StopTheLine every
 // row does, so nothing after the first failure is sent. A row whose group failed
 // in an earlier flush of this call is not produced (it is skipped or released when marked).
@@ -46,7 +30,7 @@ type produceResult struct {
 // topic's request with a success of the second's would put the key's later row on Kafka
 // first. The later row waits for the next flush instead, which it joins only if the earlier
 // one got through.
-func (r *Relay) produce(stop, ctx context.Context, batches []*batch) {
+func (r *engine) produceBatches(stop, ctx context.Context, batches []*batch) {
 	failed := map[string]bool{}
 	send := func(refs []rowRef) {
 		if stop.Err() != nil {
@@ -62,7 +46,7 @@ func (r *Relay) produce(stop, ctx context.Context, batches []*batch) {
 		if len(kept) == 0 {
 			return
 		}
-		r.flush(ctx, kept)
+		r.flushRecords(ctx, kept)
 		for _, ref := range kept {
 			row := &ref.b.rows[ref.i]
 			ref.b.mu.Lock()
@@ -132,7 +116,7 @@ func (r *Relay) produce(stop, ctx context.Context, batches []*batch) {
 // their last attempt get their produce start recorded first (Store.startProduce), so that a
 // lease expiry turns them dead only if they may have reached Kafka; a row the record does
 // not find under the batch's token was taken over and is not produced either.
-func (r *Relay) holdLeases(ctx context.Context, refs []rowRef, failed map[string]bool) []rowRef {
+func (r *engine) holdLeases(ctx context.Context, refs []rowRef, failed map[string]bool) []rowRef {
 	if r.flushHook != nil {
 		r.flushHook()
 	}
@@ -213,7 +197,7 @@ type rowRef struct {
 // flush buffers every record of refs, flushes them, and waits for every outcome (or ctx).
 // Buffering the whole set before the flush is what keeps per-key order: if Kafka fails a
 // partition's request, franz-go fails every later buffered record of that partition.
-func (r *Relay) flush(ctx context.Context, refs []rowRef) {
+func (r *engine) flushRecords(ctx context.Context, refs []rowRef) {
 	var pending atomic.Int64
 	pending.Store(1)
 	allDone := make(chan struct{})
@@ -224,7 +208,7 @@ func (r *Relay) flush(ctx context.Context, refs []rowRef) {
 	}
 	var headers []envelope.Header
 	var mu sync.Mutex
-	perPartition := map[tp]int{}
+	perPartition := map[topicPartition]int{}
 	var produced []rowRef
 	for _, ref := range refs {
 		b, i := ref.b, ref.i
@@ -261,7 +245,7 @@ func (r *Relay) flush(ctx context.Context, refs []rowRef) {
 				r.ackHook(e.MessageID)
 			}
 			mu.Lock()
-			perPartition[tp{rec.Topic, rec.Partition}]++
+			perPartition[topicPartition{rec.Topic, rec.Partition}]++
 			mu.Unlock()
 			b.mu.Lock()
 			if !b.closed {
@@ -287,17 +271,11 @@ func (r *Relay) flush(ctx context.Context, refs []rowRef) {
 	for _, ref := range produced {
 		ref.b.mu.Lock()
 		res := &ref.b.results[ref.i]
-		if res.done && res.err != nil && perPartition[tp{ref.b.rows[ref.i].event.Destination, res.partition}] > 1 {
+		if res.done && res.err != nil && perPartition[topicPartition{ref.b.rows[ref.i].event.Destination, res.partition}] > 1 {
 			res.shared = true
 		}
 		ref.b.mu.Unlock()
 	}
-}
-
-// failureClass is how the relay treats a failed record (kafkaerr.OfRecord): produce and the
-// mark must agree on it.
-func (res *produceResult) failureClass() (kafkaerr.Class, string) {
-	return kafkaerr.OfRecord(res.err, res.shared)
 }
 
 // groupKey returns the ordering group of a row under the policy ("" = a group of its own).
