@@ -445,7 +445,7 @@ func TestConnectionLostReplaysFromConfirmed(t *testing.T) {
 	require.Equal(t, []int64{1}, acked["confirmed"], "the confirmed transaction is not replayed")
 }
 
-// A rejected record stays in flight until OnRejected wrote its dead letter: while the sink
+// A rejected record stays in flight until the publisher's DeadLetter sink wrote its dead letter: while the sink
 // fails, no status update confirms the record's transaction, the session ends and the next
 // one replays it (and calls the sink again); once the sink works, the transaction is
 // confirmed and the rejection counted once.
