@@ -26,7 +26,7 @@ var claimRetryBackoff = Backoff{Initial: 50 * time.Millisecond, Max: 5 * time.Se
 // that committed, leaving its rows publishing, unmarked, until their lease expires (a halt or a
 // shutdown would stall their keys for a lease). It runs under hard (cancelled at the shutdown
 // deadline) and its batch always enters the pipeline, which releases it unproduced after a stop.
-func (r *engine) claimLoop(ctx, hard context.Context, extra bool, slots chan struct{}, out chan<- *batch) {
+func (r *engine) claimLoop(ctx, hard context.Context, extra bool, slots chan struct{}, out chan<- *claimedBatch) {
 	c := &claimer{r: r, hard: hard, extra: extra, slots: slots, out: out, poll: time.NewTimer(0)}
 	defer c.poll.Stop()
 	// The first claimer of a listening relay sleeps under the sleep lock, so producers notify
@@ -45,7 +45,7 @@ type claimer struct {
 	hard  context.Context
 	extra bool
 	slots chan struct{}
-	out   chan<- *batch
+	out   chan<- *claimedBatch
 	poll  *time.Timer
 	sl    *sleep.Sleeper // the first claimer's, unless PollOnly
 
@@ -233,7 +233,7 @@ func (c *claimer) note(rows []claimedRow, sc claimScan) {
 // send passes a claimed batch on to the producer; its lease is renewed from now on.
 func (c *claimer) send(ctx context.Context, token envelope.UUID, rows []claimedRow, t0 time.Time) {
 	r := c.r
-	b := &batch{token: token, rows: rows, results: make([]produceResult, len(rows)), leasedAt: t0}
+	b := &claimedBatch{token: token, rows: rows, results: make([]produceResult, len(rows)), leasedAt: t0}
 	r.flying.Store(b, struct{}{})
 	if c.sl != nil {
 		r.wakeUp(ctx, c.sl) // busy: producers need not notify
@@ -475,7 +475,7 @@ func (r *engine) renewLeases(ctx context.Context) {
 		case <-t.C:
 		}
 		r.flying.Range(func(k, _ any) bool {
-			b := k.(*batch)
+			b := k.(*claimedBatch)
 			b.mu.Lock()
 			due := r.now().Sub(b.leasedAt) >= r.cfg.Lease/3 // marks too: one retried through an outage
 			b.mu.Unlock()
@@ -488,7 +488,7 @@ func (r *engine) renewLeases(ctx context.Context) {
 }
 
 // extendLease extends b's lease by one Lease from now.
-func (r *engine) extendLease(ctx context.Context, b *batch) {
+func (r *engine) extendLease(ctx context.Context, b *claimedBatch) {
 	ids := make([][16]byte, 0, len(b.rows))
 	for i := range b.rows {
 		if !b.rows[i].dead {
@@ -531,7 +531,7 @@ const leaseMargin = 4
 // leaseHeld reports whether b still holds its lease with the margin, at now: no renewal found
 // its rows taken over, and less than Lease - Lease/leaseMargin passed since the lease was last
 // confirmed (the claim, or the last renewal). The caller holds b.mu.
-func (r *engine) leaseHeld(b *batch, now time.Time) bool {
+func (r *engine) leaseHeld(b *claimedBatch, now time.Time) bool {
 	return !b.lost && now.Sub(b.leasedAt) < r.cfg.Lease-r.cfg.Lease/leaseMargin
 }
 

@@ -72,7 +72,7 @@ type engine struct {
 	backlogged atomic.Bool
 	backlog    chan struct{}
 	// flying holds the batches claimed and not yet marked, for renewLeases.
-	flying sync.Map // *batch → struct{}
+	flying sync.Map // *claimedBatch → struct{}
 	// lost holds the claims whose reply did not arrive: they may have committed, holding
 	// their rows under a lease nobody renews. Each claim first releases them (lostclaim.go).
 	lostMu sync.Mutex
@@ -103,8 +103,8 @@ func ownConnConfig(pool *pgxpool.Pool, schema string) *pgx.ConnConfig {
 	return cc
 }
 
-// batch is one claim travelling through the pipeline.
-type batch struct {
+// claimedBatch is one claim travelling through the pipeline.
+type claimedBatch struct {
 	token envelope.UUID
 	rows  []claimedRow
 

@@ -17,7 +17,7 @@ import (
 // markOutcome decides the outcome of a batch's rows from their produce results (plan), writes
 // them in one statement (writeMarks), and reports the transitions the write made: in the
 // batch's result, the relay's stats, its metrics and its logs.
-func (r *engine) markOutcome(ctx context.Context, b *batch) BatchResult {
+func (r *engine) markOutcome(ctx context.Context, b *claimedBatch) BatchResult {
 	b.mu.Lock()
 	results := append([]produceResult(nil), b.results...)
 	b.closed, b.marking = true, true
@@ -93,7 +93,7 @@ func (r *engine) markOutcome(ctx context.Context, b *batch) BatchResult {
 
 // plan decides the outcome of batch b's rows from their produce results (markplan.Decide),
 // under the relay's ordering policy and retry backoff.
-func (r *engine) plan(b *batch, results []produceResult) markplan.Plan {
+func (r *engine) plan(b *claimedBatch, results []produceResult) markplan.Plan {
 	rows := make([]markplan.Row, len(b.rows))
 	res := make([]markplan.Result, len(b.rows))
 	for i := range b.rows {
@@ -111,7 +111,7 @@ func (r *engine) plan(b *batch, results []produceResult) markplan.Plan {
 // one did. A mark that failed wrote nothing, even when its statement had returned rows before
 // the failure (a connection lost mid-result, an error at commit): its batch counts, logs and
 // reports no transition, and its rows are left to the retry or to their lease.
-func (r *engine) writeMarks(ctx context.Context, b *batch, marks []mark) transitions {
+func (r *engine) writeMarks(ctx context.Context, b *claimedBatch, marks []mark) transitions {
 	t0 := time.Now()
 	refused := 0
 	for attempt := 1; ; attempt++ {
@@ -153,7 +153,7 @@ func (r *engine) writeMarks(ctx context.Context, b *batch, marks []mark) transit
 }
 
 // record adds a batch's real transitions to the metrics, per destination.
-func (r *engine) record(ctx context.Context, b *batch, t transitions, deadOnClaim map[string]int) {
+func (r *engine) record(ctx context.Context, b *claimedBatch, t transitions, deadOnClaim map[string]int) {
 	for dest, c := range t.byDest {
 		attrs := publish.DestinationAttr(dest)
 		if c.sent > 0 {
@@ -177,7 +177,7 @@ func (r *engine) record(ctx context.Context, b *batch, t transitions, deadOnClai
 	}
 }
 
-func countReclaimed(b *batch) int {
+func countReclaimed(b *claimedBatch) int {
 	n := 0
 	for i := range b.rows {
 		if b.rows[i].reclaimed {
@@ -215,7 +215,7 @@ func isRefusal(err error) bool {
 // logTransitions logs the rows of batch b that marks moved to failed, dead or rejected (moved
 // as the mark statement reports them), and the rows that went dead in the claim (the transition
 // log, internal/translog).
-func (r *engine) logTransitions(ctx context.Context, b *batch, marks []mark, moved []markedRow) {
+func (r *engine) logTransitions(ctx context.Context, b *claimedBatch, marks []mark, moved []markedRow) {
 	rows := make(map[envelope.UUID]*claimedRow, len(b.rows))
 	for i := range b.rows {
 		rows[b.rows[i].id] = &b.rows[i]

@@ -30,7 +30,7 @@ type topicPartition struct {
 // topic's request with a success of the second's would put the key's later row on Kafka
 // first. The later row waits for the next flush instead, which it joins only if the earlier
 // one got through.
-func (r *engine) produceBatches(stop, ctx context.Context, batches []*batch) {
+func (r *engine) produceBatches(stop, ctx context.Context, batches []*claimedBatch) {
 	failed := map[string]bool{}
 	send := func(refs []rowRef) {
 		if stop.Err() != nil {
@@ -135,7 +135,7 @@ func (r *engine) holdLeases(ctx context.Context, refs []rowRef, failed map[strin
 	}
 	now := r.now()
 	kept := refs[:0]
-	var last map[*batch][][16]byte
+	var last map[*claimedBatch][][16]byte
 	for _, ref := range refs {
 		b := ref.b
 		b.mu.Lock()
@@ -149,7 +149,7 @@ func (r *engine) holdLeases(ctx context.Context, refs []rowRef, failed map[strin
 		}
 		if row := &b.rows[ref.i]; row.attempt >= r.cfg.MaxAttempts && !row.started && !row.dead {
 			if last == nil {
-				last = map[*batch][][16]byte{}
+				last = map[*claimedBatch][][16]byte{}
 			}
 			last[b] = append(last[b], row.id)
 		}
@@ -190,7 +190,7 @@ func (r *engine) holdLeases(ctx context.Context, refs []rowRef, failed map[strin
 
 // rowRef points at one row of a batch.
 type rowRef struct {
-	b *batch
+	b *claimedBatch
 	i int
 }
 

@@ -228,14 +228,14 @@ type pipeline struct {
 	hardCtx    context.Context
 	hardCancel context.CancelFunc
 	slots      chan struct{}
-	claimed    chan *batch
-	produced   chan *batch
+	claimed    chan *claimedBatch
+	produced   chan *claimedBatch
 }
 
 // newPipeline returns the pipeline of a run under ctx, with its shutdown deadline armed.
 func (r *engine) newPipeline(ctx context.Context) *pipeline {
 	n := r.cfg.MaxInFlightBatches
-	p := &pipeline{r: r, slots: make(chan struct{}, n), claimed: make(chan *batch, n), produced: make(chan *batch, n)}
+	p := &pipeline{r: r, slots: make(chan struct{}, n), claimed: make(chan *claimedBatch, n), produced: make(chan *claimedBatch, n)}
 	p.stopCtx, p.stop = context.WithCancelCause(ctx)
 	p.hardCtx, p.hardCancel = context.WithCancel(context.WithoutCancel(ctx))
 	go p.hardDeadline()
@@ -282,7 +282,7 @@ func (p *pipeline) claimAll(ctx context.Context) {
 func (p *pipeline) produceAll(ctx context.Context) {
 	defer close(p.produced)
 	for b := range p.claimed {
-		group := []*batch{b}
+		group := []*claimedBatch{b}
 	more:
 		for {
 			select {
