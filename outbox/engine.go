@@ -74,7 +74,7 @@ type engine struct {
 	// flying holds the batches claimed and not yet marked, for renewLeases.
 	flying sync.Map // *claimedBatch → struct{}
 	// lost holds the claims whose reply did not arrive: they may have committed, holding
-	// their rows under a lease nobody renews. Each claim first releases them (lostclaim.go).
+	// their rows under a lease nobody renews. Each claim first releases them (claimloop.go).
 	lostMu sync.Mutex
 	lost   []lostClaim
 	// shares are the claim shares this relay prefers while the backlog is deep (internal/shares);

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"time"
 
 	"github.com/keiro-go/keiro/envelope"
@@ -101,11 +100,6 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// identifier is what a slot or publication name may be: PostgreSQL's slot-name rule (lower
-// case letters, digits and underscores), so the name needs no quoting in the replication
-// protocol's commands.
-var identifier = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
-
 // WithDefaults returns cfg with every unset field set to its default.
 func (cfg Config) WithDefaults() Config {
 	if cfg.Schema == "" {
@@ -151,10 +145,10 @@ func (cfg Config) Validate() error {
 	if err := schemaname.Validate(cfg.Schema); err != nil {
 		errs = append(errs, fmt.Errorf("Schema: %w", err))
 	}
-	if !identifier.MatchString(cfg.Slot) {
+	if !logslot.ValidName(cfg.Slot) {
 		errs = append(errs, fmt.Errorf("Slot %q: must be 1 to 63 lower case letters, digits or underscores (set Slot when the schema name is too long for the default)", cfg.Slot))
 	}
-	if !identifier.MatchString(cfg.Publication) {
+	if !logslot.ValidName(cfg.Publication) {
 		errs = append(errs, fmt.Errorf("Publication %q: must be 1 to 63 lower case letters, digits or underscores", cfg.Publication))
 	}
 	for i, d := range cfg.Destinations {
