@@ -362,30 +362,17 @@ func isPgCode(err error, code string) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == code
 }
 
-// SlotStatus is the state of a log-mode replication slot (outbox.SlotStatus).
+// SlotStatus is the state of a log-mode replication slot (pg_replication_slots), with the
+// fields of outbox.SlotStatus, which documents them.
 type SlotStatus struct {
-	// Slot is the slot's name; Exists is false when there is no such slot (the other fields
-	// are then zero).
-	Slot   string `json:"slot"`
-	Exists bool   `json:"exists"`
-	// ActivePID is the backend of the relay reading the slot; 0 when none does (every relay is
-	// down, or on its way to take over).
-	ActivePID int `json:"active_pid"`
-	// ConfirmedFlushLSN is the position the relay confirmed: every event committed before it
-	// was acknowledged by Kafka.
-	ConfirmedFlushLSN string `json:"confirmed_flush_lsn"`
-	// RetainedBytes is the WAL PostgreSQL keeps for the slot (from its restart_lsn to the
-	// current WAL position): it grows while the relay is down or slow.
-	RetainedBytes int64 `json:"retained_bytes"`
-	// WALStatus is reserved, extended, unreserved or lost (lost: PostgreSQL removed WAL the
-	// slot needed, past max_slot_wal_keep_size; the slot is invalid).
-	WALStatus string `json:"wal_status"`
-	// SafeWALSize is how many more bytes of WAL can be written before the slot is in danger
-	// of losing WAL; nil when max_slot_wal_keep_size is -1 (unlimited).
-	SafeWALSize *int64 `json:"safe_wal_size"`
-	// Destinations are the destinations the slot's publication gives it (its row filter);
-	// empty for every destination. Only Slots fills it.
-	Destinations []string `json:"destinations,omitempty"`
+	Slot              string
+	Exists            bool
+	ActivePID         int
+	ConfirmedFlushLSN string
+	RetainedBytes     int64
+	WALStatus         string
+	SafeWALSize       *int64
+	Destinations      []string
 }
 
 // Slots reads every log-mode slot of the schema (outbox.Store.LogSlots).
