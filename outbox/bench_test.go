@@ -22,6 +22,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
+	"github.com/keiro-go/keiro/outbox/logrelay"
 )
 
 // Benchmarks of the relay next to their limits, measured in the same run. Run them with
@@ -455,7 +456,7 @@ func steadyLatency(b *testing.B, mode Mode, producers, perTx int, period, inTxWo
 			mu.Unlock()
 		}
 		client := kc.NewClient(b, append(ProducerOpts(), kgo.WithHooks(ackHook(onAck)))...)
-		r, err := NewRelay(db.Pool, client, RelayConfig{Schema: db.Schema, Mode: mode, ClaimConcurrency: envInt("KEIRO_BENCH_CLAIMERS")})
+		r, err := NewRelay(db.Pool, client, RelayConfig{Schema: db.Schema, Mode: mode, LogEngine: logrelay.Engine, ClaimConcurrency: envInt("KEIRO_BENCH_CLAIMERS")})
 		require.NoError(b, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)

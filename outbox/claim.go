@@ -366,39 +366,44 @@ func (s *Store) markBatch(ctx context.Context, q Querier, token envelope.UUID, m
 		if err := rows.Scan(&id, &out, &status); err != nil {
 			return transitions{}, fmt.Errorf("mark outbox batch: %w", err)
 		}
-		t.rows = append(t.rows, markedRow{id: id, outcome: out, status: status})
-		d := t.byDest[dest[id]]
-		if d == nil {
-			d = &destCounts{}
-			t.byDest[dest[id]] = d
-		}
-		switch {
-		case out == "sent":
-			t.sent++
-			d.sent++
-		case out == "rejected":
-			t.rejected++
-			d.rejected++
-		case out == "skipped":
-			t.skipped++
-			d.retried++
-		case out == "released":
-			t.released++
-		case out == "deferred":
-			t.deferred++
-			d.retried++
-		case status == statusDead:
-			t.dead++
-			d.dead++
-		default:
-			t.failed++
-			d.retried++
-		}
+		t.add(markedRow{id: id, outcome: out, status: status}, dest[id])
 	}
 	if err := rows.Err(); err != nil {
 		return transitions{}, fmt.Errorf("mark outbox batch: %w", err)
 	}
 	return t, nil
+}
+
+// add counts row, a row of destination dest that the mark moved.
+func (t *transitions) add(row markedRow, dest string) {
+	t.rows = append(t.rows, row)
+	d := t.byDest[dest]
+	if d == nil {
+		d = &destCounts{}
+		t.byDest[dest] = d
+	}
+	switch out := row.outcome; {
+	case out == "sent":
+		t.sent++
+		d.sent++
+	case out == "rejected":
+		t.rejected++
+		d.rejected++
+	case out == "skipped":
+		t.skipped++
+		d.retried++
+	case out == "released":
+		t.released++
+	case out == "deferred":
+		t.deferred++
+		d.retried++
+	case row.status == statusDead:
+		t.dead++
+		d.dead++
+	default:
+		t.failed++
+		d.retried++
+	}
 }
 
 // renewLease extends the lease of the rows ids still publishing under token to lease from now,

@@ -12,6 +12,7 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/backoff"
 	"github.com/keiro-go/keiro/internal/schemaname"
+	"github.com/keiro-go/keiro/outbox/internal/logsource"
 )
 
 // Defaults of RelayConfig.
@@ -35,7 +36,7 @@ const (
 	// DefaultLogUnknownTopicRetries is ModeLog's bound on the metadata refreshes a record of
 	// a topic Kafka does not know waits for before it is rejected (RelayConfig.
 	// LogUnknownTopicRetries): about a minute with ProducerOpts' DefaultMetadataMinAge.
-	DefaultLogUnknownTopicRetries = 240
+	DefaultLogUnknownTopicRetries = logsource.DefaultUnknownTopicRetries
 	// DefaultBackoffInitial is the first retry delay.
 	DefaultBackoffInitial = time.Second
 	// DefaultBackoffMax caps the retry delay.
@@ -167,6 +168,10 @@ type RelayConfig struct {
 	// running beside the slot to publish requeued ones. Several relays in log mode elect one
 	// reader per slot; the others wait on standby. Defaults to ModeClaim.
 	Mode Mode
+	// LogEngine is the log engine of ModeLog: set it to logrelay.Engine (package
+	// github.com/keiro-go/keiro/outbox/logrelay, which links the logical replication client
+	// that a relay in ModeClaim goes without). Required in ModeLog. Defaults to nil.
+	LogEngine logsource.Factory
 	// LogSlot is the replication slot (and publication) of ModeLog. Defaults to
 	// LogSlotFor(Schema, Destinations): DefaultLogSlot(Schema) without Destinations.
 	LogSlot string
@@ -290,6 +295,9 @@ func (c *RelayConfig) validate() error {
 	}
 	if c.LogSlot != "" && c.Mode != ModeLog {
 		bad("LogSlot %q is set but Mode is %s; set Mode to %s or leave LogSlot empty", c.LogSlot, c.Mode, ModeLog)
+	}
+	if c.Mode == ModeLog && c.LogEngine == nil {
+		bad("LogEngine is nil but Mode is %s; set it to logrelay.Engine (github.com/keiro-go/keiro/outbox/logrelay)", ModeLog)
 	}
 	if c.LogUnknownTopicRetries < 0 {
 		bad("LogUnknownTopicRetries must not be negative, got %d", c.LogUnknownTopicRetries)

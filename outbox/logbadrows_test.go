@@ -10,6 +10,7 @@ import (
 
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
+	"github.com/keiro-go/keiro/outbox/logrelay"
 )
 
 // insertLogRow writes an event into keiro_outbox_log by a plain SQL INSERT (a writer the docs
@@ -37,7 +38,7 @@ func TestLogModeBadDestinationsAreRejected(t *testing.T) {
 		st, err := outbox.NewStore(db.Schema)
 		require.NoError(t, err)
 		dropLogSlot(t, db.Pool, outbox.DefaultLogSlot(db.Schema))
-		r, _ := startRelayOpts(t, db, kc, outboxOpts(), outbox.RelayConfig{Mode: outbox.ModeLog,
+		r, _ := startRelayOpts(t, db, kc, outboxOpts(), outbox.RelayConfig{Mode: outbox.ModeLog, LogEngine: logrelay.Engine,
 			PollInterval: 50 * time.Millisecond, Logger: testLogger(t), LogUnknownTopicRetries: 20})
 		testenv.WaitFor(t, time.Minute, "the log-mode relay switched the schema", func() bool {
 			m, err := st.Mode(context.Background(), db.Pool)

@@ -17,7 +17,7 @@ import (
 	"github.com/keiro-go/keiro/internal/httpserver"
 	"github.com/keiro-go/keiro/migrations"
 	"github.com/keiro-go/keiro/outbox"
-	_ "github.com/keiro-go/keiro/outbox/logrelay" // --mode=log
+	"github.com/keiro-go/keiro/outbox/logrelay"
 	"github.com/keiro-go/keiro/tracing/otelsetup"
 )
 
@@ -37,7 +37,7 @@ func (c *runCmd) relayConfig(schema string, pgbouncer bool, log *slog.Logger) ou
 	if retention == 0 {
 		retention = -1 // the flag's 0 means forever; the library's is negative
 	}
-	return outbox.RelayConfig{
+	cfg := outbox.RelayConfig{
 		Schema:                  schema,
 		Policy:                  policy,
 		BatchSize:               c.BatchSize,
@@ -61,6 +61,10 @@ func (c *runCmd) relayConfig(schema string, pgbouncer bool, log *slog.Logger) ou
 		LogUnknownTopicRetries:  c.LogUnknownTopicRetries,
 		Logger:                  log,
 	}
+	if cfg.Mode == outbox.ModeLog {
+		cfg.LogEngine = logrelay.Engine
+	}
+	return cfg
 }
 
 // vacuumThreshold is --vacuum-threshold as RelayConfig.VacuumThreshold: 0 never vacuums.
