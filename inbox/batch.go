@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 )
 
@@ -29,7 +30,7 @@ import (
 // (naming the delivery's index) before touching the database; call [Store.DedupeKey] first to
 // filter such deliveries. A database error returns (nil, err): some deliveries may have
 // committed (in the one-at-a-time fallback); retrying the batch classifies those as Duplicate.
-func (s *Store) ProcessBatch(ctx context.Context, db DB, ds []Delivery, h Handler) ([]Result, error) {
+func (s *Store) ProcessBatch(ctx context.Context, db keiro.DB, ds []Delivery, h Handler) ([]Result, error) {
 	keys, err := s.dedupeKeys(ds)
 	if err != nil {
 		return nil, err
@@ -55,7 +56,7 @@ func (bh BatchHandler) Handler() Handler {
 // it fails, the batch rolls back and is run again with bh given one-event slices, which finds
 // the failing event; from there on it proceeds as [Store.ProcessBatch] does, so a poison
 // message never discards its batch mates.
-func (s *Store) ProcessBatchWith(ctx context.Context, db DB, ds []Delivery, bh BatchHandler) ([]Result, error) {
+func (s *Store) ProcessBatchWith(ctx context.Context, db keiro.DB, ds []Delivery, bh BatchHandler) ([]Result, error) {
 	keys, err := s.dedupeKeys(ds)
 	if err != nil {
 		return nil, err
@@ -86,7 +87,7 @@ func (s *Store) dedupeKeys(ds []Delivery) ([]string, error) {
 // new batch transaction, the failing one goes through process alone, and the rest form the
 // next batch. When the failing delivery cannot be told (the commit itself failed), the rest go
 // one at a time.
-func (s *Store) processBatch(ctx context.Context, db DB, ds []Delivery, keys []string, h Handler, bh BatchHandler, stopAtFailure bool) ([]Result, error) {
+func (s *Store) processBatch(ctx context.Context, db keiro.DB, ds []Delivery, keys []string, h Handler, bh BatchHandler, stopAtFailure bool) ([]Result, error) {
 	b := s.newBatchRun(db, ds, keys, h, bh, stopAtFailure)
 	if err := b.run(ctx); err != nil {
 		return nil, err
@@ -99,7 +100,7 @@ func (s *Store) processBatch(ctx context.Context, db DB, ds []Delivery, keys []s
 // far.
 type batchRun struct {
 	s             *Store
-	db            DB
+	db            keiro.DB
 	ds            []Delivery
 	h             Handler
 	bh            BatchHandler
@@ -112,7 +113,7 @@ type batchRun struct {
 
 // newBatchRun sets each delivery's dedupe key (keys) in its result and sets the in-batch
 // repeats apart.
-func (s *Store) newBatchRun(db DB, ds []Delivery, keys []string, h Handler, bh BatchHandler, stopAtFailure bool) *batchRun {
+func (s *Store) newBatchRun(db keiro.DB, ds []Delivery, keys []string, h Handler, bh BatchHandler, stopAtFailure bool) *batchRun {
 	b := &batchRun{s: s, db: db, ds: ds, h: h, bh: bh, stopAtFailure: stopAtFailure,
 		results: make([]Result, len(ds)), unique: make([]int, 0, len(ds))}
 	seen := make(map[rowKey]bool, len(ds))

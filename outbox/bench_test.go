@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox/logrelay"
@@ -281,7 +282,7 @@ func rawDrain(b *testing.B, db *testenv.DB, n, workers int, claim, mark string, 
 			if !inTx {
 				tok = []any{[16]byte(envelope.NewUUIDv7())}
 			}
-			step := func(q Querier) (int64, error) {
+			step := func(q keiro.DB) (int64, error) {
 				rows, err := q.Query(ctx, claimSQL, append(tok, DefaultBatchSize)...)
 				if err != nil {
 					return 0, err
@@ -726,8 +727,7 @@ func BenchmarkEnqueueConcurrent(b *testing.B) {
 	}{{name: "relay-awake"}, {name: "relay-asleep", asleep: true}, {name: "relay-running", relay: true},
 		{name: "relay-running-no-notify", opts: StoreOptions{DisableNotify: true}, relay: true},
 		{name: "no-notify", opts: StoreOptions{DisableNotify: true}},
-		{name: "notify-after-commit", opts: StoreOptions{DisableNotify: true}, notifyAfter: true},
-		{name: "no-notify-no-key-locks", opts: StoreOptions{DisableNotify: true, DisableKeyLocks: true}}} {
+		{name: "notify-after-commit", opts: StoreOptions{DisableNotify: true}, notifyAfter: true}} {
 		b.Run(c.name, func(b *testing.B) {
 			run(b, func(db *testenv.DB) commitFunc {
 				st, err := NewStore(db.Schema, c.opts)

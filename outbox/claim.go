@@ -8,16 +8,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/pgdb"
 	"github.com/keiro-go/keiro/outbox/internal/markplan"
 	"github.com/keiro-go/keiro/outbox/internal/shares"
 )
-
-// Querier runs SQL: keiro's one database handle, the same type as inbox.DB and events.DB. A
-// pgx.Tx, a *pgx.Conn and a *pgxpool.Pool satisfy it; given a pgx.Tx, a statement runs in the
-// caller's transaction.
-type Querier = pgdb.DB
 
 // Policy is an ordering policy (keiro §1.3.6): what a claim must respect and how a failure in
 // a batch affects the rows after it.
@@ -318,7 +313,7 @@ func (t transitions) total() int {
 // Rows no longer publishing under token are left untouched and not counted. On error the
 // statement wrote nothing, whatever rows it returned before failing (a connection lost
 // mid-result, an error at commit), and the transitions returned are empty.
-func (s *Store) markBatch(ctx context.Context, q Querier, token envelope.UUID, marks []mark, maxAttempts int) (transitions, error) {
+func (s *Store) markBatch(ctx context.Context, q keiro.DB, token envelope.UUID, marks []mark, maxAttempts int) (transitions, error) {
 	var t transitions
 	if len(marks) == 0 {
 		return t, nil
@@ -408,7 +403,7 @@ func (t *transitions) add(row markedRow, dest string) {
 
 // renewLease extends the lease of the rows ids still publishing under token to lease from now,
 // and returns how many it extended.
-func (s *Store) renewLease(ctx context.Context, q Querier, token envelope.UUID, ids [][16]byte, lease time.Duration) (int64, error) {
+func (s *Store) renewLease(ctx context.Context, q keiro.DB, token envelope.UUID, ids [][16]byte, lease time.Duration) (int64, error) {
 	tag, err := q.Exec(ctx, s.q.Renew, [16]byte(token), ids, lease.Microseconds())
 	if err != nil {
 		return 0, fmt.Errorf("renew outbox lease: %w", err)
@@ -419,7 +414,7 @@ func (s *Store) renewLease(ctx context.Context, q Querier, token envelope.UUID, 
 // startProduce records that the produce of rows ids, on their last attempt, starts: those
 // still publishing under token get produce_started (sqlStartProduce). It returns the ids it
 // recorded; the others were taken over by another relay.
-func (s *Store) startProduce(ctx context.Context, q Querier, token envelope.UUID, ids [][16]byte) (map[[16]byte]bool, error) {
+func (s *Store) startProduce(ctx context.Context, q keiro.DB, token envelope.UUID, ids [][16]byte) (map[[16]byte]bool, error) {
 	rows, err := q.Query(ctx, s.q.Start, [16]byte(token), ids)
 	if err != nil {
 		return nil, fmt.Errorf("record outbox produce start: %w", err)

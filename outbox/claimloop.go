@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/backoff"
 	"github.com/keiro-go/keiro/outbox/internal/shares"
@@ -17,7 +18,7 @@ import (
 
 // claimRetryBackoff spaces the claims of a relay whose last claim failed (PostgreSQL down or
 // refusing): short at first, so a blip costs little, and at most 5s apart during an outage.
-var claimRetryBackoff = Backoff{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}
+var claimRetryBackoff = keiro.Backoff{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}
 
 // claimLoop claims batches while slots are free, waking on notifications, marks and polls.
 // ClaimConcurrency of them run at once; the extra ones only while claims come back full.
@@ -537,7 +538,7 @@ func (r *engine) leaseHeld(b *claimedBatch, now time.Time) bool {
 
 // listenRetryBackoff spaces the reconnects of a relay's lost LISTEN connection; the relay polls
 // meanwhile, so a reconnect is never urgent and the retries are at most 5s apart.
-var listenRetryBackoff = Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}
+var listenRetryBackoff = keiro.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}
 
 // listen holds a LISTEN connection and signals the claim loop on every notification; it
 // reconnects with backoff when the connection dies. The connection carries the relay's

@@ -9,8 +9,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/backoff"
 	"github.com/keiro-go/keiro/internal/schemaname"
 	"github.com/keiro-go/keiro/outbox/internal/logsource"
 )
@@ -61,13 +61,6 @@ const (
 	DefaultMaintenanceInterval = 30 * time.Second
 )
 
-// Backoff is a capped exponential backoff with equal jitter: the delay before retry n (1-based)
-// is d = min(Max, Initial × Multiplier^(n-1)), drawn uniformly from [d/2, d]. It is the same
-// type as inbox.Backoff. In RelayConfig, Initial defaults to DefaultBackoffInitial, Max to
-// DefaultBackoffMax (raised to Initial when that is larger) and Multiplier to
-// DefaultBackoffMultiplier.
-type Backoff = backoff.Backoff
-
 // RelayConfig configures a Relay. The zero value is valid: every field has a default.
 type RelayConfig struct {
 	// Schema is the PostgreSQL schema holding keiro_outbox. Defaults to DefaultSchema ("keiro").
@@ -93,7 +86,7 @@ type RelayConfig struct {
 	// DefaultMaxAttempts.
 	MaxAttempts int
 	// Backoff spaces the retries of a failed row. Defaults to the Default* backoff constants.
-	Backoff Backoff
+	Backoff keiro.Backoff
 	// Lease is how long a claim stays exclusive. A row still publishing when its lease expires
 	// (its relay died or lost PostgreSQL) is claimed again by any relay. A live relay renews
 	// the lease of a batch still in flight after a third of it, so Lease bounds how long a dead
@@ -223,7 +216,7 @@ func (c *RelayConfig) setDefaults() {
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = DefaultMaxAttempts
 	}
-	c.Backoff = c.Backoff.WithDefaults(Backoff{Initial: DefaultBackoffInitial, Max: DefaultBackoffMax, Multiplier: DefaultBackoffMultiplier})
+	c.Backoff = c.Backoff.WithDefaults(keiro.Backoff{Initial: DefaultBackoffInitial, Max: DefaultBackoffMax, Multiplier: DefaultBackoffMultiplier})
 	if c.Lease == 0 {
 		c.Lease = DefaultLease
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 	"github.com/keiro-go/keiro/outbox/logrelay"
@@ -86,7 +87,7 @@ VALUES (gen_random_uuid(), $1, 'ordering', $2, 'k', 'OrderPlaced', 1, 'applicati
 	}
 	p := new(testenv.Progress)
 	startRelay(t, db, kc, outbox.RelayConfig{OnBatch: onSettled(p), PollInterval: 10 * time.Millisecond,
-		Backoff: outbox.Backoff{Initial: time.Hour}, Logger: testLogger(t)})
+		Backoff: keiro.Backoff{Initial: time.Hour}, Logger: testLogger(t)})
 	p.Wait(t, 4, time.Minute, nil)
 	for _, id := range []string{"empty", "illegal"} {
 		dead := waitDead(t, db.Pool, st, id)

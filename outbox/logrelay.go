@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/outbox/internal/logsource"
 	"github.com/keiro-go/keiro/outbox/internal/publish"
@@ -75,7 +76,7 @@ func (r *engine) deadLetter(rej publish.Rejection) error {
 // keiro_outbox with the outbox id of its keiro_outbox_log row, its first attempt counted. It
 // reports whether it wrote the row: false when the event is already there (a replayed
 // transaction's second rejection, or an event also enqueued in claim mode).
-func (s *Store) writeDeadLetter(ctx context.Context, q Querier, ev *envelope.Event, code, errText string) (bool, error) {
+func (s *Store) writeDeadLetter(ctx context.Context, q keiro.DB, ev *envelope.Event, code, errText string) (bool, error) {
 	a := newEnqueueArgs(1, len(ev.Payload))
 	a.add(envelope.NewUUIDv7(), ev, ev.TraceContext)
 	args := append(a.scalarArgs(false)[:enqueueColumns], code, errText)

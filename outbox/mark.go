@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/backoff"
 	"github.com/keiro-go/keiro/outbox/internal/markplan"
@@ -193,7 +194,7 @@ const maxMarkRefusals = 5
 
 // markRetryBackoff spaces the retries of a batch's mark that PostgreSQL failed: short at first,
 // so a blip costs little, and at most 5s apart during an outage.
-var markRetryBackoff = Backoff{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}
+var markRetryBackoff = keiro.Backoff{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}
 
 // isRefusal reports an error PostgreSQL answered about the statement itself (bad data, a
 // constraint, a trigger's exception), as opposed to a lost connection, a timeout, or a state of

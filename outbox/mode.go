@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/outbox/internal/logslot"
 	"github.com/keiro-go/keiro/outbox/internal/modes"
 )
@@ -47,7 +48,7 @@ func LogSlotFor(schema string, destinations []string) string {
 }
 
 // Mode reads the schema's mode (migration 009's keiro_outbox_settings).
-func (s *Store) Mode(ctx context.Context, q Querier) (Mode, error) {
+func (s *Store) Mode(ctx context.Context, q keiro.DB) (Mode, error) {
 	m, err := s.modes().Mode(ctx, q)
 	return Mode(m), err
 }
@@ -86,7 +87,7 @@ type ModeChange struct {
 // leaves the slot: the log-mode relay publishes what it holds (until its confirmed position
 // reaches the returned LSN); drop the slot once no relay runs in log mode (a slot nobody reads
 // makes PostgreSQL keep WAL).
-func (s *Store) SetMode(ctx context.Context, db Querier, mode Mode, slot string) (ModeChange, error) {
+func (s *Store) SetMode(ctx context.Context, db keiro.DB, mode Mode, slot string) (ModeChange, error) {
 	return s.SetModeFor(ctx, db, mode, slot, nil)
 }
 
@@ -97,7 +98,7 @@ func (s *Store) SetMode(ctx context.Context, db Querier, mode Mode, slot string)
 // schema (see Store.LogSlots): two slots would publish the same events. With several
 // destination groups, prepare every group's slot before the switch (PrepareLogSlot), so that
 // each decodes every event of its destinations written after it.
-func (s *Store) SetModeFor(ctx context.Context, db Querier, mode Mode, slot string, destinations []string) (ModeChange, error) {
+func (s *Store) SetModeFor(ctx context.Context, db keiro.DB, mode Mode, slot string, destinations []string) (ModeChange, error) {
 	if _, err := ParseMode(string(mode)); err != nil {
 		return ModeChange{}, fmt.Errorf("set outbox mode: %w", err)
 	}
@@ -112,7 +113,7 @@ func (s *Store) SetModeFor(ctx context.Context, db Querier, mode Mode, slot stri
 // mode: a slot decodes only what commits after its creation. It refuses a set that overlaps
 // another log-mode slot of the schema, and an existing publication or slot that is not the
 // relay's (see PrepareLog).
-func (s *Store) PrepareLogSlot(ctx context.Context, db Querier, slot string, destinations []string) (string, bool, error) {
+func (s *Store) PrepareLogSlot(ctx context.Context, db keiro.DB, slot string, destinations []string) (string, bool, error) {
 	p, err := s.PrepareLog(ctx, db, slot, destinations)
 	return p.Slot, p.SlotCreated, err
 }
@@ -137,7 +138,7 @@ type LogPrepared struct {
 // It repairs the publication of its own that does not (named after the slot, no other
 // table), and refuses, with the line that says what to do, a publication with other tables
 // or FOR ALL TABLES, another destination set, or a slot of another kind, plugin or database.
-func (s *Store) PrepareLog(ctx context.Context, db Querier, slot string, destinations []string) (LogPrepared, error) {
+func (s *Store) PrepareLog(ctx context.Context, db keiro.DB, slot string, destinations []string) (LogPrepared, error) {
 	p, err := s.prepareLog(ctx, db, slot, destinations, always)
 	if err != nil {
 		return p, fmt.Errorf("prepare the log-mode slot: %w", err)
@@ -153,7 +154,7 @@ func (s *Store) PrepareLog(ctx context.Context, db Querier, slot string, destina
 // 'log'. A publication that lost its table is repaired when repairLost reports true (before
 // the switch, or an operator's PrepareLog; it is asked only then) and refused otherwise (logslot.MissedError: a relay's
 // start in log mode must not confirm past the events its slot did not decode).
-func (s *Store) prepareLog(ctx context.Context, db Querier, slot string, destinations []string, repairLost func() (bool, error)) (LogPrepared, error) {
+func (s *Store) prepareLog(ctx context.Context, db keiro.DB, slot string, destinations []string, repairLost func() (bool, error)) (LogPrepared, error) {
 	p, err := s.modes().PrepareLog(ctx, db, slot, destinations, repairLost)
 	return LogPrepared(p), err
 }
@@ -206,7 +207,7 @@ type SlotStatus struct {
 // destinations the publication gives it. A publication whose slot does not exist is listed
 // with Exists false. Retention of keiro_outbox_log deletes only what every existing one has
 // confirmed.
-func (s *Store) LogSlots(ctx context.Context, q Querier) ([]SlotStatus, error) {
+func (s *Store) LogSlots(ctx context.Context, q keiro.DB) ([]SlotStatus, error) {
 	slots, err := s.modes().Slots(ctx, q)
 	out := make([]SlotStatus, len(slots))
 	for i, st := range slots {
@@ -219,7 +220,7 @@ func (s *Store) LogSlots(ctx context.Context, q Querier) ([]SlotStatus, error) {
 }
 
 // LogSlotStatus reads the log-mode slot's state (slot "" is DefaultLogSlot).
-func (s *Store) LogSlotStatus(ctx context.Context, q Querier, slot string) (SlotStatus, error) {
+func (s *Store) LogSlotStatus(ctx context.Context, q keiro.DB, slot string) (SlotStatus, error) {
 	if slot == "" {
 		slot = DefaultLogSlot(s.schema)
 	}
@@ -246,14 +247,14 @@ type LogRecovery struct {
 // inbox dedupes; per key they follow the order they were written in, not their commit order,
 // and may come after the key's newer events from the new slot. Events already in keiro_outbox
 // are skipped, so a second recovery of the same range copies nothing.
-func (s *Store) RecoverLog(ctx context.Context, q Querier, since, until time.Time) (LogRecovery, error) {
+func (s *Store) RecoverLog(ctx context.Context, q keiro.DB, since, until time.Time) (LogRecovery, error) {
 	return s.RecoverLogFor(ctx, q, since, until, nil)
 }
 
 // RecoverLogFor is RecoverLog restricted to the events of destinations (nil: all): the
 // recovery of a per-destination relay's slot (RelayConfig.Destinations), which republishes
 // none of the other slots' events.
-func (s *Store) RecoverLogFor(ctx context.Context, q Querier, since, until time.Time, destinations []string) (LogRecovery, error) {
+func (s *Store) RecoverLogFor(ctx context.Context, q keiro.DB, since, until time.Time, destinations []string) (LogRecovery, error) {
 	r, err := s.modes().Recover(ctx, q, since, until, destinations)
 	return LogRecovery(r), err
 }

@@ -302,8 +302,8 @@ func TestEnqueueWithoutNotify(t *testing.T) {
 
 // TestEnqueueConcurrentSameKeyCommitOrder: transaction A enqueues key k and stays open; B
 // enqueues k concurrently. B waits for A (seen in pg_stat_activity), so B's row commits after
-// A's and has the larger seq. The deprecated DisableKeyLocks no longer opens the hole: the
-// outbox's insert trigger takes the lock for every writer.
+// A's and has the larger seq. (The outbox's insert
+// trigger takes the lock for every writer: sqlorder_test.go.)
 func TestEnqueueConcurrentSameKeyCommitOrder(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
@@ -349,40 +349,4 @@ func TestEnqueueConcurrentSameKeyCommitOrder(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT (SELECT seq FROM keiro_outbox WHERE message_id='a'), (SELECT seq FROM keiro_outbox WHERE message_id='b')").Scan(&seqA, &seqB))
 	require.Less(t, seqA, seqB)
 
-	// The former opt-out: the trigger still serialises C and D.
-	free, err := outbox.NewStore(db.Schema, outbox.StoreOptions{DisableKeyLocks: true})
-	require.NoError(t, err)
-	txC, err := db.Pool.Begin(ctx)
-	require.NoError(t, err)
-	defer txC.Rollback(ctx)
-	_, err = free.EnqueueTx(ctx, txC, event("c", "t1", ptr("k"), "{}"))
-	require.NoError(t, err)
-	txD, err := db.Pool.Begin(ctx)
-	require.NoError(t, err)
-	defer txD.Rollback(ctx)
-	var pidD int
-	require.NoError(t, txD.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pidD))
-	go func() {
-		_, err := free.EnqueueTx(ctx, txD, event("d", "t1", ptr("k"), "{}"))
-		done <- err
-	}()
-	for {
-		var waiting bool
-		require.NoError(t, db.Pool.QueryRow(ctx,
-			"SELECT coalesce(bool_or(wait_event_type = 'Lock' AND wait_event = 'advisory'), false) FROM pg_stat_activity WHERE pid = $1", pidD).Scan(&waiting))
-		if waiting {
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("D enqueued while C held key k with DisableKeyLocks (err %v): the trigger did not serialise them", err)
-		default:
-		}
-	}
-	require.NoError(t, txC.Commit(ctx))
-	require.NoError(t, <-done)
-	require.NoError(t, txD.Commit(ctx))
-	var seqC, seqD int64
-	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT (SELECT seq FROM keiro_outbox WHERE message_id='c'), (SELECT seq FROM keiro_outbox WHERE message_id='d')").Scan(&seqC, &seqD))
-	require.Less(t, seqC, seqD)
 }

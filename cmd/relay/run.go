@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/cmd/internal/cli"
 	"github.com/keiro-go/keiro/cmd/internal/gctune"
 	"github.com/keiro-go/keiro/cmd/internal/kafkaconfig"
@@ -44,7 +45,7 @@ func (c *runCmd) relayConfig(schema string, pgbouncer bool, log *slog.Logger) ou
 		MaxInFlightBatches:      c.MaxInFlight,
 		ClaimConcurrency:        c.ClaimConcurrency,
 		MaxAttempts:             c.MaxAttempts,
-		Backoff:                 outbox.Backoff{Initial: c.BackoffInitial, Max: c.BackoffMax, Multiplier: c.BackoffMultiplier},
+		Backoff:                 keiro.Backoff{Initial: c.BackoffInitial, Max: c.BackoffMax, Multiplier: c.BackoffMultiplier},
 		Lease:                   c.Lease,
 		PollInterval:            c.PollInterval,
 		PollOnly:                c.PollOnly || pgbouncer,

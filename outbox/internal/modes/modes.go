@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/pgdb"
 	"github.com/keiro-go/keiro/outbox/internal/logslot"
 	"github.com/keiro-go/keiro/outbox/internal/sqlq"
 )
@@ -37,7 +37,7 @@ type Schema struct {
 }
 
 // Mode reads the schema's mode (migration 009's keiro_outbox_settings).
-func (s Schema) Mode(ctx context.Context, q pgdb.DB) (string, error) {
+func (s Schema) Mode(ctx context.Context, q keiro.DB) (string, error) {
 	var m string
 	if err := q.QueryRow(ctx, s.Q.ReadMode).Scan(&m); err != nil {
 		return "", fmt.Errorf("read outbox mode: %w", err)
@@ -63,7 +63,7 @@ type Prepared struct {
 
 // SetMode switches the schema to mode (a valid one), for the relays of destinations: a switch
 // to Log first prepares slot (outbox.Store.SetModeFor).
-func (s Schema) SetMode(ctx context.Context, db pgdb.DB, mode string, slot string, destinations []string) (Change, error) {
+func (s Schema) SetMode(ctx context.Context, db keiro.DB, mode string, slot string, destinations []string) (Change, error) {
 	var created bool
 	if mode == Log {
 		// Before the switch a publication that lost its table is re-pointed (no event was
@@ -121,7 +121,7 @@ func (s Schema) SetMode(ctx context.Context, db pgdb.DB, mode string, slot strin
 // 'log'. A publication that lost its table is repaired when repairLost reports true (before
 // the switch, or an operator's PrepareLog; it is asked only then) and refused otherwise (logslot.MissedError: a relay's
 // start in log mode must not confirm past the events its slot did not decode).
-func (s Schema) PrepareLog(ctx context.Context, db pgdb.DB, slot string, destinations []string, repairLost func() (bool, error)) (Prepared, error) {
+func (s Schema) PrepareLog(ctx context.Context, db keiro.DB, slot string, destinations []string, repairLost func() (bool, error)) (Prepared, error) {
 	dests := logslot.Normalize(destinations)
 	if slot == "" {
 		slot = logslot.Name(s.Name, dests)
@@ -141,7 +141,7 @@ func (s Schema) PrepareLog(ctx context.Context, db pgdb.DB, slot string, destina
 
 // checkLogTarget refuses a slot name or destinations log mode cannot use, destinations on a
 // server without publication row filters, and destinations another slot publishes.
-func (s Schema) checkLogTarget(ctx context.Context, db pgdb.DB, slot string, dests []string) error {
+func (s Schema) checkLogTarget(ctx context.Context, db keiro.DB, slot string, dests []string) error {
 	if !logslot.ValidName(slot) {
 		return fmt.Errorf("slot %q: must be 1 to 63 lower case letters, digits or underscores", slot)
 	}
@@ -164,7 +164,7 @@ func (s Schema) checkLogTarget(ctx context.Context, db pgdb.DB, slot string, des
 
 // preparePublication creates slot's publication of dests, checks it, or repairs it
 // (prepareLog); it reports whether it created it and whether it repaired a lost table.
-func (s Schema) preparePublication(ctx context.Context, db pgdb.DB, slot string, dests []string, repairLost func() (bool, error)) (created, repaired bool, err error) {
+func (s Schema) preparePublication(ctx context.Context, db keiro.DB, slot string, dests []string, repairLost func() (bool, error)) (created, repaired bool, err error) {
 	pub, err := s.findPublication(ctx, db, slot, dests)
 	if err != nil {
 		return false, false, err
@@ -205,7 +205,7 @@ func (s Schema) preparePublication(ctx context.Context, db pgdb.DB, slot string,
 // is consistent; it reports whether it created it. A slot it created that overlaps another
 // relay's, created at the same moment, is dropped again (with its publication when
 // pubCreated).
-func (s Schema) prepareSlot(ctx context.Context, db pgdb.DB, slot string, dests []string, pubCreated bool) (bool, error) {
+func (s Schema) prepareSlot(ctx context.Context, db keiro.DB, slot string, dests []string, pubCreated bool) (bool, error) {
 	created, err := createSlot(ctx, db, s.Q.CreateSlot, slot)
 	if err != nil && !isPgCode(err, "42710") {
 		if isPgCode(err, "55000") || isPgCode(err, "42501") {
@@ -237,7 +237,7 @@ func (s Schema) prepareSlot(ctx context.Context, db pgdb.DB, slot string, dests 
 
 // findPublication reads the publication named slot (logslot.SQLPublication); nil when it does
 // not exist.
-func (s Schema) findPublication(ctx context.Context, q pgdb.DB, slot string, dests []string) (*logslot.Publication, error) {
+func (s Schema) findPublication(ctx context.Context, q keiro.DB, slot string, dests []string) (*logslot.Publication, error) {
 	cols := make([]string, 6)
 	dst := make([]any, len(cols))
 	for i := range cols {
@@ -258,7 +258,7 @@ func (s Schema) findPublication(ctx context.Context, q pgdb.DB, slot string, des
 }
 
 // checkSlot verifies the existing slot (logslot.SQLSlot, logslot.CheckSlot).
-func (s Schema) checkSlot(ctx context.Context, q pgdb.DB, slot string) error {
+func (s Schema) checkSlot(ctx context.Context, q keiro.DB, slot string) error {
 	cols := make([]string, 8)
 	dst := make([]any, len(cols))
 	for i := range cols {
@@ -280,7 +280,7 @@ func (s Schema) checkSlot(ctx context.Context, q pgdb.DB, slot string) error {
 
 // createSlot runs stmt (sqlq's CreateSlot) for slot, and reports whether it created the slot
 // (its row) rather than found it.
-func createSlot(ctx context.Context, db pgdb.DB, stmt, slot string) (bool, error) {
+func createSlot(ctx context.Context, db keiro.DB, stmt, slot string) (bool, error) {
 	rows, err := db.Query(ctx, stmt, slot)
 	if err != nil {
 		return false, err
@@ -295,7 +295,7 @@ func createSlot(ctx context.Context, db pgdb.DB, stmt, slot string) (bool, error
 // starts, and its creation waits for the transactions running then to end; it decodes only
 // what commits after that point. A switch to log mode made before it would leave the events
 // committed in between in keiro_outbox_log alone, so SetModeFor and a relay's start wait here.
-func (s Schema) awaitConsistentSlot(ctx context.Context, db pgdb.DB, slot string) error {
+func (s Schema) awaitConsistentSlot(ctx context.Context, db keiro.DB, slot string) error {
 	for {
 		st, err := s.SlotStatus(ctx, db, slot)
 		switch {
@@ -319,7 +319,7 @@ func (s Schema) awaitConsistentSlot(ctx context.Context, db pgdb.DB, slot string
 
 // checkOverlap refuses a slot of dests (nil: every destination) when another existing
 // log-mode slot of the schema publishes one of its destinations: both would publish it.
-func (s Schema) checkOverlap(ctx context.Context, q pgdb.DB, slot string, dests []string) error {
+func (s Schema) checkOverlap(ctx context.Context, q keiro.DB, slot string, dests []string) error {
 	slots, err := s.Slots(ctx, q)
 	if err != nil {
 		return err
@@ -376,7 +376,7 @@ type SlotStatus struct {
 }
 
 // Slots reads every log-mode slot of the schema (outbox.Store.LogSlots).
-func (s Schema) Slots(ctx context.Context, q pgdb.DB) ([]SlotStatus, error) {
+func (s Schema) Slots(ctx context.Context, q keiro.DB) ([]SlotStatus, error) {
 	for attempt := 1; ; attempt++ {
 		out, err := s.logSlots(ctx, q)
 		// pg_publication_tables fails with undefined_object when a publication it listed is
@@ -391,7 +391,7 @@ func (s Schema) Slots(ctx context.Context, q pgdb.DB) ([]SlotStatus, error) {
 }
 
 // logSlots is one read of Slots.
-func (s Schema) logSlots(ctx context.Context, q pgdb.DB) ([]SlotStatus, error) {
+func (s Schema) logSlots(ctx context.Context, q keiro.DB) ([]SlotStatus, error) {
 	rows, err := q.Query(ctx, s.Q.LogSlots)
 	if err != nil {
 		return nil, fmt.Errorf("read the log-mode slots: %w", err)
@@ -415,7 +415,7 @@ func (s Schema) logSlots(ctx context.Context, q pgdb.DB) ([]SlotStatus, error) {
 }
 
 // SlotStatus reads the log-mode slot's state.
-func (s Schema) SlotStatus(ctx context.Context, q pgdb.DB, slot string) (SlotStatus, error) {
+func (s Schema) SlotStatus(ctx context.Context, q keiro.DB, slot string) (SlotStatus, error) {
 	st := SlotStatus{Slot: slot}
 	err := q.QueryRow(ctx, s.Q.SlotStatus, slot).Scan(&st.ActivePID, &st.ConfirmedFlushLSN, &st.RetainedBytes,
 		&st.WALStatus, &st.SafeWALSize)
@@ -436,7 +436,7 @@ type Recovery struct {
 
 // Recover copies the events of destinations (nil: all) written in keiro_outbox_log from since
 // to before until into keiro_outbox (outbox.Store.RecoverLogFor).
-func (s Schema) Recover(ctx context.Context, q pgdb.DB, since, until time.Time, destinations []string) (Recovery, error) {
+func (s Schema) Recover(ctx context.Context, q keiro.DB, since, until time.Time, destinations []string) (Recovery, error) {
 	var r Recovery
 	if !until.After(since) {
 		return r, fmt.Errorf("recover keiro_outbox_log: until (%s) must be after since (%s)",
