@@ -14,7 +14,8 @@ func TestExpandFillsEveryPlaceholder(t *testing.T) {
 func TestExpandRefusesWhatIsLeft(t *testing.T) {
 	require.PanicsWithValue(t, `pgtext.Expand: placeholder {{table}} left unfilled in "SELECT 1 FROM {{table}}"`,
 		func() { Expand("SELECT 1 FROM {{table}}", "schema", "s") })
-	require.Panics(t, func() { Expand("SELECT 1", "schema") })
+	odd := []string{"schema"}
+	require.Panics(t, func() { Expand("SELECT 1", odd...) })
 }
 
 func TestPartialLeavesTheRest(t *testing.T) {
