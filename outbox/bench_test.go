@@ -725,8 +725,7 @@ func BenchmarkEnqueueConcurrent(b *testing.B) {
 	}{{name: "relay-awake"}, {name: "relay-asleep", asleep: true}, {name: "relay-running", relay: true},
 		{name: "relay-running-no-notify", opts: StoreOptions{DisableNotify: true}, relay: true},
 		{name: "no-notify", opts: StoreOptions{DisableNotify: true}},
-		{name: "notify-after-commit", opts: StoreOptions{DisableNotify: true}, notifyAfter: true},
-		{name: "no-notify-no-key-locks", opts: StoreOptions{DisableNotify: true, DisableKeyLocks: true}}} {
+		{name: "notify-after-commit", opts: StoreOptions{DisableNotify: true}, notifyAfter: true}} {
 		b.Run(c.name, func(b *testing.B) {
 			run(b, func(db *testenv.DB) commitFunc {
 				st, err := NewStore(db.Schema, c.opts)

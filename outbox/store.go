@@ -94,14 +94,6 @@ type EnqueueResult struct {
 
 // StoreOptions tunes a Store.
 type StoreOptions struct {
-	// DisableKeyLocks is kept for compatibility and has no effect on order: the outbox's insert
-	// trigger takes the per-(source, key) lock for every writer (docs/architecture.md, "Order
-	// at enqueue"). It only stops EnqueueTx from taking the locks of a call's several keys up
-	// front in sorted order, so two such calls naming the same keys in different orders may
-	// deadlock (PostgreSQL then aborts one). Defaults to false.
-	//
-	// Deprecated: the database orders every writer; leave it unset.
-	DisableKeyLocks bool
 	// DisableNotify stops EnqueueTx from ever sending a NOTIFY in the caller's transaction. By
 	// default it sends one only while a relay sleeps (see the package doc): a NOTIFY takes a
 	// database-wide lock from the commit until its WAL flush completes, so committing
@@ -277,7 +269,7 @@ func (s *Store) enqueueCheckedTx(ctx context.Context, tx pgx.Tx, ids []envelope.
 		}
 		a.add(id, e, tc)
 	}
-	inserted, err := s.insert(ctx, tx, a, !s.opts.DisableKeyLocks && severalKeys(events), !s.opts.DisableNotify, check)
+	inserted, err := s.insert(ctx, tx, a, severalKeys(events), !s.opts.DisableNotify, check)
 	if err != nil {
 		return nil, err
 	}

@@ -300,10 +300,30 @@ func TestEnqueueWithoutNotify(t *testing.T) {
 	require.ErrorContains(t, st.Notify(ctx, closed), "notify outbox relays")
 }
 
+// awaitAdvisoryWait returns once the session pid waits for an advisory lock (observed state,
+// not a sleep), and fails the test if its enqueue ends first (done): same-key producers would
+// not be serialised.
+func awaitAdvisoryWait(ctx context.Context, t *testing.T, db *testenv.DB, pid int, done <-chan error, what string) {
+	t.Helper()
+	for {
+		var waiting bool
+		require.NoError(t, db.Pool.QueryRow(ctx,
+			"SELECT coalesce(bool_or(wait_event_type = 'Lock' AND wait_event = 'advisory'), false) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&waiting))
+		if waiting {
+			return
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("%s (err %v): same-key producers are not serialised", what, err)
+		default:
+		}
+	}
+}
+
 // TestEnqueueConcurrentSameKeyCommitOrder: transaction A enqueues key k and stays open; B
 // enqueues k concurrently. B waits for A (seen in pg_stat_activity), so B's row commits after
-// A's and has the larger seq. The deprecated DisableKeyLocks no longer opens the hole: the
-// outbox's insert trigger takes the lock for every writer.
+// A's and has the larger seq. Single-key calls (C and D) take no lock of their own: the
+// outbox's insert trigger takes it for every writer.
 func TestEnqueueConcurrentSameKeyCommitOrder(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
@@ -328,20 +348,7 @@ func TestEnqueueConcurrentSameKeyCommitOrder(t *testing.T) {
 		_, err := st.EnqueueTx(ctx, txB, event("b", "t1", ptr("k"), "{}"), event("other", "t1", ptr("k2"), "{}"))
 		done <- err
 	}()
-	// Wait until B is blocked on the advisory lock (observed state, not a sleep).
-	for {
-		var waiting bool
-		require.NoError(t, db.Pool.QueryRow(ctx,
-			"SELECT coalesce(bool_or(wait_event_type = 'Lock' AND wait_event = 'advisory'), false) FROM pg_stat_activity WHERE pid = $1", pidB).Scan(&waiting))
-		if waiting {
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("B enqueued while A held key k (err %v): same-key producers are not serialised", err)
-		default:
-		}
-	}
+	awaitAdvisoryWait(ctx, t, db, pidB, done, "B enqueued while A held key k")
 	require.NoError(t, txA.Commit(ctx))
 	require.NoError(t, <-done)
 	require.NoError(t, txB.Commit(ctx))
@@ -349,13 +356,11 @@ func TestEnqueueConcurrentSameKeyCommitOrder(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT (SELECT seq FROM keiro_outbox WHERE message_id='a'), (SELECT seq FROM keiro_outbox WHERE message_id='b')").Scan(&seqA, &seqB))
 	require.Less(t, seqA, seqB)
 
-	// The former opt-out: the trigger still serialises C and D.
-	free, err := outbox.NewStore(db.Schema, outbox.StoreOptions{DisableKeyLocks: true})
-	require.NoError(t, err)
+	// One key per call: the trigger alone serialises C and D.
 	txC, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer txC.Rollback(ctx)
-	_, err = free.EnqueueTx(ctx, txC, event("c", "t1", ptr("k"), "{}"))
+	_, err = st.EnqueueTx(ctx, txC, event("c", "t1", ptr("k"), "{}"))
 	require.NoError(t, err)
 	txD, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
@@ -363,22 +368,10 @@ func TestEnqueueConcurrentSameKeyCommitOrder(t *testing.T) {
 	var pidD int
 	require.NoError(t, txD.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pidD))
 	go func() {
-		_, err := free.EnqueueTx(ctx, txD, event("d", "t1", ptr("k"), "{}"))
+		_, err := st.EnqueueTx(ctx, txD, event("d", "t1", ptr("k"), "{}"))
 		done <- err
 	}()
-	for {
-		var waiting bool
-		require.NoError(t, db.Pool.QueryRow(ctx,
-			"SELECT coalesce(bool_or(wait_event_type = 'Lock' AND wait_event = 'advisory'), false) FROM pg_stat_activity WHERE pid = $1", pidD).Scan(&waiting))
-		if waiting {
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("D enqueued while C held key k with DisableKeyLocks (err %v): the trigger did not serialise them", err)
-		default:
-		}
-	}
+	awaitAdvisoryWait(ctx, t, db, pidD, done, "D enqueued while C held key k")
 	require.NoError(t, txC.Commit(ctx))
 	require.NoError(t, <-done)
 	require.NoError(t, txD.Commit(ctx))
