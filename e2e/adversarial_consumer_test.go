@@ -24,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 	"pgregory.net/rapid"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/keirotest/testenv"
@@ -463,7 +464,7 @@ func TestAdversarialConsumerGo(t *testing.T) {
 		c, err := inbox.NewConsumer(a.db.Pool, inbox.ConsumerConfig{
 			Brokers: kc.Seeds, Group: a.group, Topics: []string{a.topic}, MaxConcurrentPartitions: a.partitions,
 			Store:  inbox.StoreConfig{Schema: a.db.Schema, MaxAttempts: consumerMaxAttempts},
-			Retry:  inbox.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond},
+			Retry:  keiro.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 			Logger: newTestLogger(&mu, &logs),
 		}, func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
 			var key []byte

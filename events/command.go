@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/backoff"
 )
@@ -75,15 +76,7 @@ type RunnerConfig[S any] struct {
 	// min(Max, Initial·Multiplier^(n−1)) with equal jitter (drawn from its upper half). A
 	// negative Backoff.Initial retries at once. Defaults to {DefaultRetryBackoff,
 	// DefaultMaxRetryBackoff, 2}.
-	Backoff Backoff
-	// RetryBackoff is Backoff.Initial's former spelling, used when Backoff.Initial is zero.
-	//
-	// Deprecated: set Backoff.Initial.
-	RetryBackoff time.Duration
-	// MaxRetryBackoff is Backoff.Max's former spelling, used when Backoff.Max is zero.
-	//
-	// Deprecated: set Backoff.Max.
-	MaxRetryBackoff time.Duration
+	Backoff keiro.Backoff
 	// Hooks run, in order, inside every append transaction, before RunOptions.Hook. Defaults to
 	// none.
 	Hooks []Hook
@@ -115,14 +108,7 @@ func (c *RunnerConfig[S]) applyDefaults() {
 	if c.RetryLimit == 0 {
 		c.RetryLimit = DefaultRetryLimit
 	}
-	if c.Backoff.Initial == 0 {
-		c.Backoff.Initial = c.RetryBackoff // the deprecated spellings
-	}
-	if c.Backoff.Max == 0 {
-		c.Backoff.Max = c.MaxRetryBackoff
-	}
-	c.Backoff = c.Backoff.WithDefaults(Backoff{Initial: DefaultRetryBackoff, Max: DefaultMaxRetryBackoff, Multiplier: backoff.DefaultMultiplier})
-	c.RetryBackoff, c.MaxRetryBackoff = c.Backoff.Initial, c.Backoff.Max
+	c.Backoff = c.Backoff.WithDefaults(keiro.Backoff{Initial: DefaultRetryBackoff, Max: DefaultMaxRetryBackoff, Multiplier: keiro.DefaultMultiplier})
 	if c.Snapshot == nil && c.SnapshotEvery > 0 {
 		c.Snapshot = SnapshotEvery[S](c.SnapshotEvery)
 	}
@@ -222,7 +208,7 @@ type RunOptions struct {
 // the hooks. A version conflict rehydrates and decides again after a jittered backoff, up to
 // RetryLimit times, then fails with a *RetryExhaustedError. A rejected command (Decide's error)
 // is returned as a *RejectedError (errors.Is ErrCommandRejected) wrapping it, never retried. Zero events is a no-op that opens no transaction.
-func (r *Runner[S, C, E]) Run(ctx context.Context, db DB, stream string, cmd C, opts ...RunOptions) (res Result, err error) {
+func (r *Runner[S, C, E]) Run(ctx context.Context, db keiro.DB, stream string, cmd C, opts ...RunOptions) (res Result, err error) {
 	var o RunOptions
 	if len(opts) > 0 {
 		o = opts[0]
@@ -386,7 +372,7 @@ func (r *Runner[S, C, E]) runHooks(ctx context.Context, tx pgx.Tx, out Result, h
 // appendTx appends and runs the hooks in one transaction: open when it is not nil (it is then
 // committed or rolled back here), else a new one. Without hooks the append is a single
 // statement, run in autocommit: one round trip instead of three.
-func (r *Runner[S, C, E]) appendTx(ctx context.Context, db DB, open pgx.Tx, stream string, expected ExpectedVersion, data []EventData, hook Hook) (Result, error) {
+func (r *Runner[S, C, E]) appendTx(ctx context.Context, db keiro.DB, open pgx.Tx, stream string, expected ExpectedVersion, data []EventData, hook Hook) (Result, error) {
 	var out Result
 	var err error
 	body := func(tx pgx.Tx) error {
@@ -431,7 +417,7 @@ func (r *Runner[S, C, E]) backoff(ctx context.Context, attempt int) error {
 // Load hydrates stream: the state its events fold into and its version (0: no events). It
 // starts from a snapshot when snapshots are enabled and a compatible one exists, and replays
 // the rest page by page. Stored versions must be contiguous (ErrHydrationGap otherwise).
-func (r *Runner[S, C, E]) Load(ctx context.Context, q DB, stream string) (S, int64, error) {
+func (r *Runner[S, C, E]) Load(ctx context.Context, q keiro.DB, stream string) (S, int64, error) {
 	state, version := r.decider.Initial, int64(0)
 	if r.cfg.Snapshot != nil {
 		if s, v, ok := r.readSnapshot(ctx, q, stream); ok {
@@ -442,7 +428,7 @@ func (r *Runner[S, C, E]) Load(ctx context.Context, q DB, stream string) (S, int
 }
 
 // foldFrom folds the stream's events after version into state.
-func (r *Runner[S, C, E]) foldFrom(ctx context.Context, q DB, stream string, state S, version int64) (S, int64, error) {
+func (r *Runner[S, C, E]) foldFrom(ctx context.Context, q keiro.DB, stream string, state S, version int64) (S, int64, error) {
 	for e, err := range r.store.ReadStream(ctx, q, stream, Forward, version) {
 		if err != nil {
 			return r.decider.Initial, 0, fmt.Errorf("hydrate %s: %w", stream, err)
@@ -466,7 +452,7 @@ func (r *Runner[S, C, E]) evolve(stream string, state S, version int64, e Record
 	return r.decider.Evolve(state, de), e.StreamVersion, nil
 }
 
-func (r *Runner[S, C, E]) readSnapshot(ctx context.Context, q DB, stream string) (S, int64, bool) {
+func (r *Runner[S, C, E]) readSnapshot(ctx context.Context, q keiro.DB, stream string) (S, int64, bool) {
 	var (
 		version      int64
 		stateVersion int32
@@ -511,7 +497,7 @@ func SnapshotOnTerminal[S any](terminal func(S) bool) SnapshotPolicy[S] {
 
 // maybeSnapshot writes a snapshot after commit when the Snapshot policy asks for one on the
 // append (pre, post]. Failures are counted and logged, never returned.
-func (r *Runner[S, C, E]) maybeSnapshot(ctx context.Context, db DB, stream string, pre int64, state S, emitted []E, post int64) {
+func (r *Runner[S, C, E]) maybeSnapshot(ctx context.Context, db keiro.DB, stream string, pre int64, state S, emitted []E, post int64) {
 	policy := r.cfg.Snapshot
 	if policy == nil {
 		return

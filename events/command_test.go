@@ -17,6 +17,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/events"
 	"github.com/keiro-go/keiro/keirotest/testenv"
@@ -202,7 +203,7 @@ func TestRunRetriesConflicts(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
 	tm := newTelemetry()
-	s, r := newCounterRunner(t, db, tm, events.RunnerConfig[counterState]{RetryLimit: 2, Backoff: events.Backoff{Initial: -1}})
+	s, r := newCounterRunner(t, db, tm, events.RunnerConfig[counterState]{RetryLimit: 2, Backoff: keiro.Backoff{Initial: -1}})
 	ctx := context.Background()
 	_, err := r.Run(ctx, db.Pool, "counter-1", counterCmd{N: 1})
 	require.NoError(t, err)
@@ -287,7 +288,7 @@ func TestConcurrentCommandsOneStream(t *testing.T) {
 
 func concurrentCommands(t *testing.T, limit int) {
 	db := testenv.NewDB(t)
-	s, r := newCounterRunner(t, db, nil, events.RunnerConfig[counterState]{RetryLimit: limit, Backoff: events.Backoff{Initial: time.Millisecond}})
+	s, r := newCounterRunner(t, db, nil, events.RunnerConfig[counterState]{RetryLimit: limit, Backoff: keiro.Backoff{Initial: time.Millisecond}})
 	ctx := context.Background()
 	const workers, perWorker = 8, 25
 	var (
@@ -537,7 +538,7 @@ func TestRunHookConflictIsNotRetried(t *testing.T) {
 	tm := newTelemetry()
 	hookErr := fmt.Errorf("update saga-1: %w", &events.WrongExpectedVersionError{Stream: "saga-1", Expected: events.Exact(3), Actual: 4})
 	calls := 0
-	_, r := newCounterRunner(t, db, tm, events.RunnerConfig[counterState]{Backoff: events.Backoff{Initial: -1},
+	_, r := newCounterRunner(t, db, tm, events.RunnerConfig[counterState]{Backoff: keiro.Backoff{Initial: -1},
 		Hooks: []events.Hook{func(context.Context, pgx.Tx, events.Result) error { calls++; return hookErr }}})
 	ctx := context.Background()
 	for _, stream := range []string{"counter-new", "counter-new"} { // a new stream, then (rolled back) again

@@ -8,8 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/backoff"
 	"github.com/keiro-go/keiro/internal/permanent"
 )
 
@@ -60,11 +60,7 @@ type RetryPolicy struct {
 	// min(Max, Initial·Multiplier^(n−1)) with equal jitter (drawn from its upper half). A
 	// negative Backoff.Initial means no wait. Defaults to {DefaultDeliveryBackoff,
 	// DefaultMaxDeliveryBackoff, 2}.
-	Backoff Backoff
-	// MaxBackoff is Backoff.Max's former spelling, used when Backoff.Max is zero.
-	//
-	// Deprecated: set Backoff.Max.
-	MaxBackoff time.Duration
+	Backoff keiro.Backoff
 	// OnPoison says what happens after the last failed delivery. Defaults to PoisonDeadLetter.
 	OnPoison PoisonPolicy
 }
@@ -73,11 +69,7 @@ func (p *RetryPolicy) applyDefaults() {
 	if p.MaxDeliveries == 0 {
 		p.MaxDeliveries = DefaultMaxDeliveries
 	}
-	if p.Backoff.Max == 0 {
-		p.Backoff.Max = p.MaxBackoff // the deprecated spelling
-	}
-	p.Backoff = p.Backoff.WithDefaults(Backoff{Initial: DefaultDeliveryBackoff, Max: DefaultMaxDeliveryBackoff, Multiplier: backoff.DefaultMultiplier})
-	p.MaxBackoff = p.Backoff.Max
+	p.Backoff = p.Backoff.WithDefaults(keiro.Backoff{Initial: DefaultDeliveryBackoff, Max: DefaultMaxDeliveryBackoff, Multiplier: keiro.DefaultMultiplier})
 }
 
 func (p *RetryPolicy) validate() error {
@@ -170,7 +162,7 @@ type DeadLetterFilter struct {
 }
 
 // ListDeadLetters lists dead letters in ID order (oldest first), filtered by f.
-func (s *Store) ListDeadLetters(ctx context.Context, q DB, f DeadLetterFilter) ([]DeadLetter, error) {
+func (s *Store) ListDeadLetters(ctx context.Context, q keiro.DB, f DeadLetterFilter) ([]DeadLetter, error) {
 	if f.Limit == 0 {
 		f.Limit = 100
 	}
@@ -206,7 +198,7 @@ func (s *Store) ListDeadLetters(ctx context.Context, q DB, f DeadLetterFilter) (
 // a failing replay puts the row back to dead with the new error and one more attempt. Replays
 // are delivered out of log order, one transaction each. It returns the number of rows
 // requested; rows not in status dead are left alone.
-func (s *Store) RequestReplay(ctx context.Context, q DB, subscription string, ids ...int64) (int64, error) {
+func (s *Store) RequestReplay(ctx context.Context, q keiro.DB, subscription string, ids ...int64) (int64, error) {
 	if subscription == "" {
 		return 0, errors.New("request dead-letter replay: subscription name is required")
 	}

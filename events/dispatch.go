@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 )
 
@@ -23,10 +24,10 @@ type Command[C any] struct {
 
 // Target runs commands on target streams. A *[Runner] is a Target; routers and process
 // managers run each command through it with the command's deterministic id as the id of its
-// first event (RunOptions.EventIDs), in its own transaction on the DB they were given (a
-// savepoint when that DB is a transaction).
+// first event (RunOptions.EventIDs), in its own transaction on the keiro.DB they were given (a
+// savepoint when that keiro.DB is a transaction).
 type Target[C any] interface {
-	Run(ctx context.Context, db DB, stream string, cmd C, opts ...RunOptions) (Result, error)
+	Run(ctx context.Context, db keiro.DB, stream string, cmd C, opts ...RunOptions) (Result, error)
 }
 
 // CommandOutcome is what became of one dispatched command.
@@ -108,7 +109,7 @@ func ProcessManagerCommandID(manager, correlation string, source envelope.UUID, 
 
 // EventIn reports whether the event with id is stored in stream. Routers and process managers
 // use it to recognise a command an earlier delivery already dispatched.
-func (s *Store) EventIn(ctx context.Context, q DB, stream string, id envelope.UUID) (bool, error) {
+func (s *Store) EventIn(ctx context.Context, q keiro.DB, stream string, id envelope.UUID) (bool, error) {
 	var in bool
 	if err := q.QueryRow(ctx, s.q.eventIn, id, stream).Scan(&in); err != nil {
 		return false, fmt.Errorf("look up event %s in %s: %w", id, stream, err)
@@ -128,7 +129,7 @@ const (
 // usable for the next command. A failure that turns out to be id already stored in that stream
 // (a concurrent delivery won the race) is a duplicate too; an id stored in another stream is
 // not.
-func dispatchCommand[C any](ctx context.Context, s *Store, db DB, target Target[C], cmd Command[C], id envelope.UUID, md Metadata) CommandResult {
+func dispatchCommand[C any](ctx context.Context, s *Store, db keiro.DB, target Target[C], cmd Command[C], id envelope.UUID, md Metadata) CommandResult {
 	res := CommandResult{Stream: cmd.Stream, CommandID: id}
 	if err := ValidateStreamName(cmd.Stream); err != nil {
 		res.Outcome, res.Err = CommandFailed, fmt.Errorf("dispatch command: %w", err)
@@ -184,7 +185,7 @@ func dispatchCommand[C any](ctx context.Context, s *Store, db DB, target Target[
 // benignDuplicate is keiro's confirmBenignDuplicate: err is an event-id conflict and our id is
 // stored in stream (a concurrent delivery appended it first). An id present only in another
 // stream, or any other error, is not benign.
-func (s *Store) benignDuplicate(ctx context.Context, db DB, stream string, id envelope.UUID, err error) bool {
+func (s *Store) benignDuplicate(ctx context.Context, db keiro.DB, stream string, id envelope.UUID, err error) bool {
 	if !errors.Is(err, ErrEventIDConflict) {
 		return false
 	}

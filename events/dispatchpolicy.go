@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/internal/pgtext"
@@ -193,7 +194,7 @@ type DispatchDeadLetter struct {
 
 // ListDispatchDeadLetters lists the dispatch dead letters of dispatcher (all dispatchers when
 // it is ""), newest first, at most limit rows (100 when limit is 0).
-func (s *Store) ListDispatchDeadLetters(ctx context.Context, q DB, dispatcher string, limit int) ([]DispatchDeadLetter, error) {
+func (s *Store) ListDispatchDeadLetters(ctx context.Context, q keiro.DB, dispatcher string, limit int) ([]DispatchDeadLetter, error) {
 	if limit == 0 {
 		limit = 100
 	}
@@ -282,7 +283,7 @@ type emitted struct {
 // settle is keiro's decideForFailures for one input's results, in the input's transaction db:
 // a systemic failure halts; else a transient one is returned for a redelivery; else the
 // rejections follow p.OnRejected. It returns nil when the input may be acknowledged.
-func (s *Store) settle(ctx context.Context, db DB, kind, name, correlation string, src DispatchSource, res []emitted, p DispatchPolicy) error {
+func (s *Store) settle(ctx context.Context, db keiro.DB, kind, name, correlation string, src DispatchSource, res []emitted, p DispatchPolicy) error {
 	var transient, rejected []emitted
 	for _, e := range res {
 		if e.result.Outcome != CommandFailed {
@@ -337,7 +338,7 @@ func halt(kind, name, correlation string, src DispatchSource, err error) error {
 // handleInput decodes an input and dispatches it in tx, applying p to the failures. decode
 // errors follow p.OnPoison; dispatch's own error (a Resolve that failed) is transient or halts.
 func handleInput[I any](ctx context.Context, s *Store, tx pgx.Tx, kind, name string, src DispatchSource, p DispatchPolicy,
-	decode func() (I, error), dispatch func(ctx context.Context, db DB, src DispatchSource, in I) (string, []emitted, error)) error {
+	decode func() (I, error), dispatch func(ctx context.Context, db keiro.DB, src DispatchSource, in I) (string, []emitted, error)) error {
 	in, err := decode()
 	if err != nil {
 		s.metrics.dispatchPoison.Add(ctx, 1)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/events"
 	"github.com/keiro-go/keiro/keirotest/testenv"
@@ -150,7 +151,7 @@ type scripted struct {
 	fail  map[string]error
 }
 
-func (r *scripted) Run(ctx context.Context, db events.DB, stream string, cmd counterCmd, opts ...events.RunOptions) (events.Result, error) {
+func (r *scripted) Run(ctx context.Context, db keiro.DB, stream string, cmd counterCmd, opts ...events.RunOptions) (events.Result, error) {
 	if err := r.fail[stream]; err != nil {
 		return events.Result{}, err
 	}
@@ -274,7 +275,7 @@ func TestDispatchTransientAndSystemicFailures(t *testing.T) {
 // and reports it as a rejection.
 type abortingTarget struct{ inner events.Target[counterCmd] }
 
-func (a abortingTarget) Run(ctx context.Context, db events.DB, stream string, cmd counterCmd, opts ...events.RunOptions) (events.Result, error) {
+func (a abortingTarget) Run(ctx context.Context, db keiro.DB, stream string, cmd counterCmd, opts ...events.RunOptions) (events.Result, error) {
 	if stream != "counter-aborts" {
 		return a.inner.Run(ctx, db, stream, cmd, opts...)
 	}

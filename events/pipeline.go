@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/keiro-go/keiro"
 )
 
 // batcher sends pipelined statements: *pgxpool.Pool, *pgx.Conn and pgx.Tx have it.
@@ -23,7 +24,7 @@ type batcher interface {
 // real append and the hooks.
 //
 // A rejection or no-op on Initial proves nothing about the stream: the page is read alone.
-func (r *Runner[S, C, E]) hydrateOrCreate(ctx context.Context, db DB, stream string, cmd C, o RunOptions) (created *Result, state S, version int64, open pgx.Tx, err error) {
+func (r *Runner[S, C, E]) hydrateOrCreate(ctx context.Context, db keiro.DB, stream string, cmd C, o RunOptions) (created *Result, state S, version int64, open pgx.Tx, err error) {
 	state = r.decider.Initial
 	var st *appendStatement
 	if emitted, derr := r.decider.Decide(state, cmd); derr == nil && len(emitted) > 0 {
@@ -38,7 +39,7 @@ func (r *Runner[S, C, E]) hydrateOrCreate(ctx context.Context, db DB, stream str
 		return nil, state, version, nil, err
 	}
 	var q interface {
-		DB
+		keiro.DB
 		batcher
 	}
 	if hooks {
@@ -49,7 +50,7 @@ func (r *Runner[S, C, E]) hydrateOrCreate(ctx context.Context, db DB, stream str
 		open, q = tx, tx
 	} else {
 		q = db.(interface {
-			DB
+			keiro.DB
 			batcher
 		})
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/events"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 )
@@ -92,7 +93,7 @@ func TestSubscriptionDeadLettersPoisonEvent(t *testing.T) {
 	p := new(testenv.Progress)
 	sub, err := events.NewSubscription(rig.store, rig.db.Pool, events.SubscriptionConfig{
 		Name: "ledger", BatchSize: 2, AfterCommit: p.Set, MeterProvider: tm.mp,
-		Retry: events.RetryPolicy{MaxDeliveries: 3, Backoff: events.Backoff{Initial: time.Millisecond}},
+		Retry: events.RetryPolicy{MaxDeliveries: 3, Backoff: keiro.Backoff{Initial: time.Millisecond}},
 	}, rig.handle)
 	require.NoError(t, err)
 	_, errc := runSub(t, sub)
@@ -162,7 +163,7 @@ func TestSubscriptionPermanentErrorAndBatchHandler(t *testing.T) {
 	p := new(testenv.Progress)
 	sub, err := events.NewBatchSubscription(rig.store, rig.db.Pool, events.SubscriptionConfig{
 		Name: "ledger", BatchSize: 10, AfterCommit: p.Set,
-		Retry: events.RetryPolicy{MaxDeliveries: 3, Backoff: events.Backoff{Initial: time.Millisecond}},
+		Retry: events.RetryPolicy{MaxDeliveries: 3, Backoff: keiro.Backoff{Initial: time.Millisecond}},
 	}, func(ctx context.Context, tx pgx.Tx, batch []events.RecordedEvent) error {
 		for _, e := range batch {
 			if err := rig.handle(ctx, tx, e); err != nil {
@@ -193,7 +194,7 @@ func TestSubscriptionHaltPolicy(t *testing.T) {
 	ctx := context.Background()
 	h := rig.seed(t)
 	cfg := events.SubscriptionConfig{Name: "strict", BatchSize: 1,
-		Retry: events.RetryPolicy{MaxDeliveries: 2, Backoff: events.Backoff{Initial: -1}, OnPoison: events.PoisonHalt}}
+		Retry: events.RetryPolicy{MaxDeliveries: 2, Backoff: keiro.Backoff{Initial: -1}, OnPoison: events.PoisonHalt}}
 	sub, err := events.NewSubscription(rig.store, rig.db.Pool, cfg, rig.handle)
 	require.NoError(t, err)
 	err = sub.Run(ctx)
@@ -225,7 +226,7 @@ func TestRetryPolicyValidation(t *testing.T) {
 	s := newStore(t, db)
 	h := func(context.Context, pgx.Tx, events.RecordedEvent) error { return nil }
 	_, err := events.NewSubscription(s, db.Pool, events.SubscriptionConfig{Name: "x",
-		Retry: events.RetryPolicy{MaxDeliveries: -1, Backoff: events.Backoff{Max: -time.Second}, OnPoison: 7}}, h)
+		Retry: events.RetryPolicy{MaxDeliveries: -1, Backoff: keiro.Backoff{Max: -time.Second}, OnPoison: 7}}, h)
 	require.Error(t, err)
 	for _, want := range []string{"Retry.MaxDeliveries", "Retry.Backoff.Max", "Retry.OnPoison"} {
 		require.True(t, strings.Contains(err.Error(), want), err.Error())
@@ -250,7 +251,7 @@ func TestSubscriptionDeadLettersUnstorableErrorText(t *testing.T) {
 	p := new(testenv.Progress)
 	sub, err := events.NewSubscription(rig.store, rig.db.Pool, events.SubscriptionConfig{
 		Name: "ledger", BatchSize: 10, AfterCommit: p.Set,
-		Retry: events.RetryPolicy{MaxDeliveries: 2, Backoff: events.Backoff{Initial: time.Millisecond}},
+		Retry: events.RetryPolicy{MaxDeliveries: 2, Backoff: keiro.Backoff{Initial: time.Millisecond}},
 	}, func(ctx context.Context, tx pgx.Tx, e events.RecordedEvent) error {
 		if e.Type == "Poison" {
 			return events.Permanent(errors.New(message.Load().(string)))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 )
 
@@ -143,7 +144,7 @@ func (pm *ProcessManager[S, I, E, C]) Stream(correlation string) string {
 }
 
 // Load returns an instance's state and its stream's version.
-func (pm *ProcessManager[S, I, E, C]) Load(ctx context.Context, q DB, correlation string) (S, int64, error) {
+func (pm *ProcessManager[S, I, E, C]) Load(ctx context.Context, q keiro.DB, correlation string) (S, int64, error) {
 	return pm.runner.Load(ctx, q, pm.Stream(correlation))
 }
 
@@ -181,11 +182,11 @@ func (r ProcessManagerResult) Err() error {
 // every delivery. Dispatch returns an error only when source is the zero UUID or the
 // manager stream is invalid; other failures are in the result. It applies no DispatchPolicy:
 // EventHandler, InboxHandler and TimerFire do.
-func (pm *ProcessManager[S, I, E, C]) Dispatch(ctx context.Context, db DB, source envelope.UUID, input I) (ProcessManagerResult, error) {
+func (pm *ProcessManager[S, I, E, C]) Dispatch(ctx context.Context, db keiro.DB, source envelope.UUID, input I) (ProcessManagerResult, error) {
 	return pm.run(ctx, db, DispatchSource{EventID: source}, input)
 }
 
-func (pm *ProcessManager[S, I, E, C]) run(ctx context.Context, db DB, src DispatchSource, input I) (ProcessManagerResult, error) {
+func (pm *ProcessManager[S, I, E, C]) run(ctx context.Context, db keiro.DB, src DispatchSource, input I) (ProcessManagerResult, error) {
 	name := pm.cfg.Name
 	if src.EventID.IsZero() {
 		return ProcessManagerResult{}, fmt.Errorf("process manager %s: the source event id is the zero UUID; pass the id of the event or message the input came from", name)
@@ -243,7 +244,7 @@ const (
 // lookUpStep reports whether the step id is in the manager stream. On a transaction the lookup
 // travels with the savepoint appendManager rolls back to (one round trip); the savepoint is
 // not released (what follows nests in it; ROLLBACK TO names the newest).
-func (pm *ProcessManager[S, I, E, C]) lookUpStep(ctx context.Context, db DB, stream string, id envelope.UUID) (bool, error) {
+func (pm *ProcessManager[S, I, E, C]) lookUpStep(ctx context.Context, db keiro.DB, stream string, id envelope.UUID) (bool, error) {
 	tx, ok := db.(pgx.Tx)
 	if !ok {
 		return pm.store.EventIn(ctx, db, stream, id)
@@ -262,8 +263,8 @@ func (pm *ProcessManager[S, I, E, C]) lookUpStep(ctx context.Context, db DB, str
 // caller's transaction db, after the savepoint lookUpStep set (rolled back to on failure);
 // on a pool, in a transaction of the runner's, or the timers alone in one of their own when
 // the step has no events.
-func (pm *ProcessManager[S, I, E, C]) appendManager(ctx context.Context, db DB, stream, corr string, src DispatchSource, input I, reaction *Reaction[E, C]) (Result, error) {
-	arm := func(ctx context.Context, q DB) error {
+func (pm *ProcessManager[S, I, E, C]) appendManager(ctx context.Context, db keiro.DB, stream, corr string, src DispatchSource, input I, reaction *Reaction[E, C]) (Result, error) {
+	arm := func(ctx context.Context, q keiro.DB) error {
 		for _, t := range reaction.Timers {
 			if t.ProcessManager == "" {
 				t.ProcessManager = pm.cfg.Name
@@ -302,7 +303,7 @@ func (pm *ProcessManager[S, I, E, C]) appendManager(ctx context.Context, db DB, 
 }
 
 // stateBefore folds the manager stream up to, not including, the event id.
-func (pm *ProcessManager[S, I, E, C]) stateBefore(ctx context.Context, db DB, stream string, id envelope.UUID) (S, error) {
+func (pm *ProcessManager[S, I, E, C]) stateBefore(ctx context.Context, db keiro.DB, stream string, id envelope.UUID) (S, error) {
 	state := pm.cfg.Initial
 	for e, err := range pm.store.ReadStream(ctx, db, stream, Forward, 0) {
 		if err != nil {
@@ -321,7 +322,7 @@ func (pm *ProcessManager[S, I, E, C]) stateBefore(ctx context.Context, db DB, st
 }
 
 // dispatch is run for the source adapters: the manager's failure is the write at index -1.
-func (pm *ProcessManager[S, I, E, C]) dispatch(ctx context.Context, db DB, src DispatchSource, input I) (string, []emitted, error) {
+func (pm *ProcessManager[S, I, E, C]) dispatch(ctx context.Context, db keiro.DB, src DispatchSource, input I) (string, []emitted, error) {
 	res, err := pm.run(ctx, db, src, input)
 	if err != nil {
 		return res.Correlation, nil, err

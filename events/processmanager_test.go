@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/events"
 	"github.com/keiro-go/keiro/inbox"
@@ -360,7 +361,7 @@ func TestProcessManagerSnapshotsAndIsolation(t *testing.T) {
 // nopTarget accepts every command and writes nothing.
 type nopTarget struct{}
 
-func (nopTarget) Run(context.Context, events.DB, string, counterCmd, ...events.RunOptions) (events.Result, error) {
+func (nopTarget) Run(context.Context, keiro.DB, string, counterCmd, ...events.RunOptions) (events.Result, error) {
 	return events.Result{}, nil
 }
 
@@ -415,7 +416,7 @@ func TestProcessManagerFromSubscriptionAndDeadLetterReplay(t *testing.T) {
 	require.NoError(t, err)
 	p := new(testenv.Progress)
 	sub, err := events.NewSubscription(s, db.Pool, events.SubscriptionConfig{Name: "saga", Category: "input", AfterCommit: p.Set,
-		Retry: events.RetryPolicy{MaxDeliveries: 2, Backoff: events.Backoff{Initial: -1}}}, h)
+		Retry: events.RetryPolicy{MaxDeliveries: 2, Backoff: keiro.Backoff{Initial: -1}}}, h)
 	require.NoError(t, err)
 	_, errc := runSub(t, sub)
 	var last events.RecordedEvent

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"iter"
 	"math"
+
+	"github.com/keiro-go/keiro"
 )
 
 // Direction is the order of a stream read.
@@ -20,7 +22,7 @@ const (
 // ReadStream returns an iterator over stream's events, one page (StoreConfig.PageSize) per
 // round trip on q. Forward reads versions after from (0: from the start); Backward reads versions
 // before from (0: from the end). The iteration stops at the first error, which it yields.
-func (s *Store) ReadStream(ctx context.Context, q DB, stream string, dir Direction, from int64) iter.Seq2[RecordedEvent, error] {
+func (s *Store) ReadStream(ctx context.Context, q keiro.DB, stream string, dir Direction, from int64) iter.Seq2[RecordedEvent, error] {
 	return func(yield func(RecordedEvent, error) bool) {
 		cursor := from
 		sql := s.q.readStreamForward
@@ -44,17 +46,17 @@ func (s *Store) ReadStream(ctx context.Context, q DB, stream string, dir Directi
 // one page per round trip on q. It reads what is committed now: an event whose transaction
 // commits later with a lower position than one already read is not returned by this iteration.
 // Use a Subscription to follow the log without missing such events.
-func (s *Store) ReadAll(ctx context.Context, q DB, after int64) iter.Seq2[RecordedEvent, error] {
+func (s *Store) ReadAll(ctx context.Context, q keiro.DB, after int64) iter.Seq2[RecordedEvent, error] {
 	return s.readLog(ctx, q, after, math.MaxInt64, "")
 }
 
 // ReadCategory is ReadAll restricted to the streams of one category ("order" for "order-42").
-func (s *Store) ReadCategory(ctx context.Context, q DB, category string, after int64) iter.Seq2[RecordedEvent, error] {
+func (s *Store) ReadCategory(ctx context.Context, q keiro.DB, category string, after int64) iter.Seq2[RecordedEvent, error] {
 	return s.readLog(ctx, q, after, math.MaxInt64, category)
 }
 
 // readLog pages through positions in (after, upTo], of one category when category is not "".
-func (s *Store) readLog(ctx context.Context, q DB, after, upTo int64, category string) iter.Seq2[RecordedEvent, error] {
+func (s *Store) readLog(ctx context.Context, q keiro.DB, after, upTo int64, category string) iter.Seq2[RecordedEvent, error] {
 	return func(yield func(RecordedEvent, error) bool) {
 		cursor := after
 		for {
@@ -75,7 +77,7 @@ func (s *Store) readLog(ctx context.Context, q DB, after, upTo int64, category s
 
 // readLogPage reads one page of positions in (after, upTo], of one category when category is
 // not "".
-func (s *Store) readLogPage(ctx context.Context, q DB, after, upTo int64, category string, limit int) iter.Seq2[RecordedEvent, error] {
+func (s *Store) readLogPage(ctx context.Context, q keiro.DB, after, upTo int64, category string, limit int) iter.Seq2[RecordedEvent, error] {
 	return func(yield func(RecordedEvent, error) bool) {
 		nop := func(RecordedEvent) {}
 		if category == "" {
@@ -87,12 +89,12 @@ func (s *Store) readLogPage(ctx context.Context, q DB, after, upTo int64, catego
 }
 
 // page runs one page query, yields its rows and reports how many there were and whether to go on.
-func (s *Store) page(ctx context.Context, q DB, yield func(RecordedEvent, error) bool, what string,
+func (s *Store) page(ctx context.Context, q keiro.DB, yield func(RecordedEvent, error) bool, what string,
 	advance func(RecordedEvent), sql string, args ...any) (int, bool) {
 	return s.pageN(ctx, q, yield, what, advance, s.cfg.PageSize, sql, args...)
 }
 
-func (s *Store) pageN(ctx context.Context, q DB, yield func(RecordedEvent, error) bool, what string,
+func (s *Store) pageN(ctx context.Context, q keiro.DB, yield func(RecordedEvent, error) bool, what string,
 	advance func(RecordedEvent), size int, sql string, args ...any) (int, bool) {
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
@@ -126,7 +128,7 @@ func (s *Store) pageN(ctx context.Context, q DB, yield func(RecordedEvent, error
 }
 
 // Head returns the newest global position committed now (0 for an empty log).
-func (s *Store) Head(ctx context.Context, q DB) (int64, error) {
+func (s *Store) Head(ctx context.Context, q keiro.DB) (int64, error) {
 	var h int64
 	if err := q.QueryRow(ctx, s.q.head).Scan(&h); err != nil {
 		return 0, fmt.Errorf("read event store head: %w", err)

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/keiro-go/keiro"
 )
 
 // ShadowHandler builds the handler that applies events to a rebuild's shadow tables: table maps
@@ -64,7 +65,7 @@ func (s *Subscription) RebuildShadow(ctx context.Context, tables []string, h Sha
 	fail := func(err error) error {
 		return fmt.Errorf("rebuild subscription %s in shadow tables: %w", s.cfg.Name, err)
 	}
-	dropShadows := func(q DB) error {
+	dropShadows := func(q keiro.DB) error {
 		for _, p := range pairs {
 			if _, err := q.Exec(ctx, "DROP TABLE IF EXISTS "+p.shadow); err != nil {
 				return fmt.Errorf("drop shadow %s: %w", p.shadow, err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 )
 
@@ -93,7 +94,7 @@ func (r RouterResult) Err() error {
 // delivery. Dispatch returns an error only when Resolve fails or source is the zero UUID; a
 // command's failure is reported in its CommandResult (RouterResult.Err joins them) and does
 // not stop the others. Dispatch applies no DispatchPolicy: EventHandler and InboxHandler do.
-func (r *Router[I, C]) Dispatch(ctx context.Context, db DB, source envelope.UUID, input I) (RouterResult, error) {
+func (r *Router[I, C]) Dispatch(ctx context.Context, db keiro.DB, source envelope.UUID, input I) (RouterResult, error) {
 	key, res, err := r.dispatch(ctx, db, DispatchSource{EventID: source}, input)
 	out := RouterResult{Key: key, Commands: make([]CommandResult, len(res))}
 	for i, e := range res {
@@ -102,7 +103,7 @@ func (r *Router[I, C]) Dispatch(ctx context.Context, db DB, source envelope.UUID
 	return out, err
 }
 
-func (r *Router[I, C]) dispatch(ctx context.Context, db DB, src DispatchSource, input I) (string, []emitted, error) {
+func (r *Router[I, C]) dispatch(ctx context.Context, db keiro.DB, src DispatchSource, input I) (string, []emitted, error) {
 	if src.EventID.IsZero() {
 		return "", nil, fmt.Errorf("router %s: the source event id is the zero UUID; pass the id of the event or message the input came from", r.cfg.Name)
 	}

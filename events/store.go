@@ -23,7 +23,7 @@ import (
 	"github.com/keiro-go/keiro/internal/schemaname"
 	"github.com/keiro-go/keiro/tracing"
 
-	"github.com/keiro-go/keiro/internal/pgdb"
+	"github.com/keiro-go/keiro"
 )
 
 // DefaultPageSize is the number of events a read fetches per round trip.
@@ -36,15 +36,6 @@ const notifyCoalesce = 5 * time.Millisecond
 // notifyTimeout bounds one asynchronous NOTIFY, so a hung database cannot keep the notifying
 // goroutine alive.
 const notifyTimeout = 5 * time.Second
-
-// DB is keiro's one database handle, the same type as outbox.Querier and inbox.DB: a
-// *pgxpool.Pool, a *pgx.Conn or a pgx.Tx (whose Begin opens a savepoint).
-type DB = pgdb.DB
-
-// Querier is the former name of [DB] where statements run.
-//
-// Deprecated: use DB; Querier is an alias of it.
-type Querier = DB
 
 // StoreConfig configures a Store.
 type StoreConfig struct {
@@ -91,7 +82,7 @@ func (c *StoreConfig) validate() error {
 }
 
 // Store reads and appends events in one schema. It holds no connection: every method takes the
-// transaction or DB to run on. A Store is safe for concurrent use.
+// transaction or keiro.DB to run on. A Store is safe for concurrent use.
 type Store struct {
 	cfg     StoreConfig
 	channel string
@@ -133,8 +124,8 @@ func notifyChannel(schema string) string {
 // notifyAsync sends a NOTIFY from a background goroutine, coalescing calls made while one is
 // in flight, or within notifyCoalesce after it, into one more NOTIFY. At most one goroutine runs
 // per Store; it ends as soon as no call is pending. Only a pool is used that way; through any
-// other DB it notifies at once. Failures are ignored: subscriptions also poll.
-func (s *Store) notifyAsync(q DB) {
+// other keiro.DB it notifies at once. Failures are ignored: subscriptions also poll.
+func (s *Store) notifyAsync(q keiro.DB) {
 	if _, ok := q.(*pgxpool.Pool); !ok {
 		// A transaction or a single connection must not be used from another goroutine while
 		// its caller goes on: notify now, on the caller's (inside a transaction, PostgreSQL
@@ -309,14 +300,14 @@ func (s *Store) AppendTx(ctx context.Context, tx pgx.Tx, stream string, expected
 // Notify wakes the subscriptions listening on NotifyChannel. Appends notify by themselves
 // unless StoreConfig.DisableNotify is set; the command runner calls Notify after its commit
 // instead (see Runner.Run).
-func (s *Store) Notify(ctx context.Context, q DB) error {
+func (s *Store) Notify(ctx context.Context, q keiro.DB) error {
 	if _, err := q.Exec(ctx, `SELECT pg_notify($1, '')`, s.channel); err != nil {
 		return fmt.Errorf("notify %s: %w", s.channel, err)
 	}
 	return nil
 }
 
-func (s *Store) appendTx(ctx context.Context, tx DB, stream string, expected ExpectedVersion, notify bool, events []EventData) (res AppendResult, err error) {
+func (s *Store) appendTx(ctx context.Context, tx keiro.DB, stream string, expected ExpectedVersion, notify bool, events []EventData) (res AppendResult, err error) {
 	ctx, span := s.tracer.Start(ctx, "append "+Category(stream), trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(attribute.String(attrStreamName, stream), attribute.String(attrDBSystem, "postgresql")))
 	defer func() {
@@ -450,7 +441,7 @@ func (s *Store) appendError(stream string, err error) error {
 }
 
 // checkExisting looks up caller-supplied ids. ok reports a complete identical duplicate.
-func (s *Store) checkExisting(ctx context.Context, tx DB, stream string, a *appendArgs) (AppendResult, bool, error) {
+func (s *Store) checkExisting(ctx context.Context, tx keiro.DB, stream string, a *appendArgs) (AppendResult, bool, error) {
 	// Only the caller's ids: events without one got fresh ids, which a repeat cannot match.
 	var ids [][16]byte
 	var types []string

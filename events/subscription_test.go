@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/events"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 )
@@ -390,7 +391,7 @@ func TestProjectionExactlyOnceUnderKills(t *testing.T) {
 	h := head(t, s, db)
 	var mu sync.Mutex
 	sub, err := events.NewSubscription(s, db.Pool, events.SubscriptionConfig{Name: "totals", BatchSize: 50,
-		Retry: events.RetryPolicy{Backoff: events.Backoff{Initial: time.Millisecond}}},
+		Retry: events.RetryPolicy{Backoff: keiro.Backoff{Initial: time.Millisecond}}},
 		projectorHandler(1000, rng, &mu))
 	require.NoError(t, err)
 	restarts := 0

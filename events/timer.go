@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/backoff"
 	"github.com/keiro-go/keiro/internal/pgtext"
@@ -128,17 +129,17 @@ func scanTimer(row pgx.Row) (Timer, error) {
 // commit together), or re-arms it with the request's fire time and payload while it is still
 // scheduled. A timer that is firing or terminal (fired, cancelled, dead) is left alone. It
 // reports whether a row was written.
-func (s *Store) ScheduleTimerTx(ctx context.Context, q DB, r TimerRequest) (bool, error) {
+func (s *Store) ScheduleTimerTx(ctx context.Context, q keiro.DB, r TimerRequest) (bool, error) {
 	return s.schedule(ctx, q, r, s.q.timerSchedule)
 }
 
 // ScheduleTimerOnceTx arms a timer unless one with its id exists, whatever its state: the
 // first arm wins (workflow sleeps). It reports whether the timer was armed now.
-func (s *Store) ScheduleTimerOnceTx(ctx context.Context, q DB, r TimerRequest) (bool, error) {
+func (s *Store) ScheduleTimerOnceTx(ctx context.Context, q keiro.DB, r TimerRequest) (bool, error) {
 	return s.schedule(ctx, q, r, s.q.timerScheduleOnce)
 }
 
-func (s *Store) schedule(ctx context.Context, q DB, r TimerRequest, sql string) (bool, error) {
+func (s *Store) schedule(ctx context.Context, q keiro.DB, r TimerRequest, sql string) (bool, error) {
 	if err := r.validate(); err != nil {
 		return false, fmt.Errorf("schedule timer: %w", err)
 	}
@@ -160,7 +161,7 @@ func (s *Store) schedule(ctx context.Context, q DB, r TimerRequest, sql string) 
 // CancelTimer cancels a scheduled or firing timer (a firing timer's effect then rolls back,
 // as its fire can no longer mark it fired). It reports whether the timer was cancelled now:
 // false for an unknown or terminal timer.
-func (s *Store) CancelTimer(ctx context.Context, q DB, id envelope.UUID) (bool, error) {
+func (s *Store) CancelTimer(ctx context.Context, q keiro.DB, id envelope.UUID) (bool, error) {
 	tag, err := q.Exec(ctx, s.q.timerCancel, [16]byte(id))
 	if err != nil {
 		return false, fmt.Errorf("cancel timer %s: %w", id, err)
@@ -172,7 +173,7 @@ func (s *Store) CancelTimer(ctx context.Context, q DB, id envelope.UUID) (bool, 
 var ErrTimerNotFound = errors.New("timer not found")
 
 // GetTimer returns the stored timer id, or ErrTimerNotFound.
-func (s *Store) GetTimer(ctx context.Context, q DB, id envelope.UUID) (Timer, error) {
+func (s *Store) GetTimer(ctx context.Context, q keiro.DB, id envelope.UUID) (Timer, error) {
 	t, err := scanTimer(q.QueryRow(ctx, s.q.timerGet, [16]byte(id)))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Timer{}, fmt.Errorf("get timer %s: %w", id, ErrTimerNotFound)
@@ -195,7 +196,7 @@ type StuckTimerFilter struct {
 
 // FindStuckTimers lists firing timers, oldest claim first: timers whose worker crashed or whose
 // fire failed, until a worker requeues them.
-func (s *Store) FindStuckTimers(ctx context.Context, q DB, now time.Time, f StuckTimerFilter) ([]Timer, error) {
+func (s *Store) FindStuckTimers(ctx context.Context, q keiro.DB, now time.Time, f StuckTimerFilter) ([]Timer, error) {
 	if f.Limit == 0 {
 		f.Limit = 100
 	}
@@ -222,7 +223,7 @@ type TimerCounts struct {
 }
 
 // CountTimers counts the scheduled timers due at now and the firing ones.
-func (s *Store) CountTimers(ctx context.Context, q DB, now time.Time) (TimerCounts, error) {
+func (s *Store) CountTimers(ctx context.Context, q keiro.DB, now time.Time) (TimerCounts, error) {
 	var c TimerCounts
 	if err := q.QueryRow(ctx, s.q.timerGauges, now).Scan(&c.Due, &c.Firing); err != nil {
 		return TimerCounts{}, fmt.Errorf("count timers: %w", err)
@@ -233,7 +234,7 @@ func (s *Store) CountTimers(ctx context.Context, q DB, now time.Time) (TimerCoun
 // RequeueStuckTimer puts a firing timer back to scheduled at once (an operator's fix for a
 // timer whose worker is known to be gone). It reports whether it did: false when the timer is
 // not firing.
-func (s *Store) RequeueStuckTimer(ctx context.Context, q DB, id envelope.UUID) (bool, error) {
+func (s *Store) RequeueStuckTimer(ctx context.Context, q keiro.DB, id envelope.UUID) (bool, error) {
 	tag, err := q.Exec(ctx, s.q.timerRequeue, [16]byte(id))
 	if err != nil {
 		return false, fmt.Errorf("requeue timer %s: %w", id, err)
@@ -271,7 +272,7 @@ type TimerWorkerConfig struct {
 	// Backoff spaces Run's passes after failed ones (the database is unreachable): the wait
 	// after the n-th failure in a row is min(Max, Initial·Multiplier^(n−1)) with equal
 	// jitter. Defaults to {DefaultTimerPollInterval/10, 30s, 2}.
-	Backoff Backoff
+	Backoff keiro.Backoff
 	// Now is the worker's clock. Defaults to time.Now.
 	Now func() time.Time
 	// MeterProvider provides keiro's timer instruments. Defaults to otel.GetMeterProvider().
@@ -295,7 +296,7 @@ type TimerWorkerConfig struct {
 // concurrent use: concurrent RunOnce calls behave as several workers.
 type TimerWorker struct {
 	store   *Store
-	pool    DB
+	pool    keiro.DB
 	cfg     TimerWorkerConfig
 	backlog metric.Int64Gauge
 	stuck   metric.Int64Gauge
@@ -311,7 +312,7 @@ type TimerWorker struct {
 
 // NewTimerWorker returns a TimerWorker over db (a pool: the worker opens its own
 // transactions), reporting every configuration problem at once.
-func NewTimerWorker(store *Store, db DB, cfg TimerWorkerConfig) (*TimerWorker, error) {
+func NewTimerWorker(store *Store, db keiro.DB, cfg TimerWorkerConfig) (*TimerWorker, error) {
 	var errs []error
 	if store == nil {
 		errs = append(errs, errors.New("store is nil"))
@@ -340,7 +341,7 @@ func NewTimerWorker(store *Store, db DB, cfg TimerWorkerConfig) (*TimerWorker, e
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = DefaultTimerPollInterval
 	}
-	cfg.Backoff = cfg.Backoff.WithDefaults(Backoff{Initial: DefaultTimerPollInterval / 10, Max: 30 * time.Second, Multiplier: backoff.DefaultMultiplier})
+	cfg.Backoff = cfg.Backoff.WithDefaults(keiro.Backoff{Initial: DefaultTimerPollInterval / 10, Max: 30 * time.Second, Multiplier: keiro.DefaultMultiplier})
 	if err := cfg.Backoff.Validate("Backoff"); err != nil {
 		errs = append(errs, err)
 	}

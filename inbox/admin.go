@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/failure"
 	"github.com/keiro-go/keiro/internal/adminq"
 	"github.com/keiro-go/keiro/internal/pgtext"
@@ -17,7 +18,7 @@ import (
 // ([Store.Process]): lookup, listings and search, attempt history, archive, retry and
 // reprocess, failure groups, counts and activity. It works through the consumer's Store (its
 // schema, its consumer name and, for Reprocess, its processing), as franz-go's kadm works
-// through a kgo client. Like a Store it holds no connection: every method takes the DB to run
+// through a kgo client. Like a Store it holds no connection: every method takes the keiro.DB to run
 // on. An Admin is safe for concurrent use.
 type Admin struct {
 	s *Store
@@ -78,7 +79,7 @@ type Key struct {
 }
 
 // Lookup returns the row of (source, dedupeKey), or [ErrNotFound].
-func (a *Admin) Lookup(ctx context.Context, db DB, k Key) (Entry, error) {
+func (a *Admin) Lookup(ctx context.Context, db keiro.DB, k Key) (Entry, error) {
 	e, err := scanEntry(db.QueryRow(ctx, a.s.sql.lookup, a.s.cfg.Consumer, k.Source, k.DedupeKey))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Entry{}, fmt.Errorf("look up inbox row %s/%s: %w", k.Source, k.DedupeKey, ErrNotFound)
@@ -131,7 +132,7 @@ const NoPayload = pgtext.PrefixNone
 
 // ListFailed returns failed rows of the store's consumer, oldest failure first, for the
 // `consumer inbox failed list` command.
-func (a *Admin) ListFailed(ctx context.Context, db DB, opts ListOptions) ([]Entry, error) {
+func (a *Admin) ListFailed(ctx context.Context, db keiro.DB, opts ListOptions) ([]Entry, error) {
 	if opts.Limit <= 0 {
 		opts.Limit = DefaultListLimit
 	}
@@ -150,7 +151,7 @@ func (a *Admin) ListFailed(ctx context.Context, db DB, opts ListOptions) ([]Entr
 // message id, key or event type is exactly opts.Term, newest received first: how an operator
 // finds a message by what a log line names. It reads every row of the consumer; an empty term
 // is an error.
-func (a *Admin) Search(ctx context.Context, db DB, opts SearchOptions) ([]Entry, error) {
+func (a *Admin) Search(ctx context.Context, db keiro.DB, opts SearchOptions) ([]Entry, error) {
 	if opts.Term == "" {
 		return nil, errors.New("search inbox rows: the search term is empty")
 	}
@@ -164,7 +165,7 @@ func (a *Admin) Search(ctx context.Context, db DB, opts SearchOptions) ([]Entry,
 }
 
 // listEntries runs a listing statement and scans its rows.
-func listEntries(ctx context.Context, db DB, what, sql string, args ...any) ([]Entry, error) {
+func listEntries(ctx context.Context, db keiro.DB, what, sql string, args ...any) ([]Entry, error) {
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
@@ -178,7 +179,7 @@ func listEntries(ctx context.Context, db DB, what, sql string, args ...any) ([]E
 
 // AttemptHistory returns row k's failed attempts, oldest first (the last 20; deliveries and
 // Reprocess alike), or [ErrNotFound]. A row that never failed has none.
-func (a *Admin) AttemptHistory(ctx context.Context, db DB, k Key) ([]failure.Attempt, error) {
+func (a *Admin) AttemptHistory(ctx context.Context, db keiro.DB, k Key) ([]failure.Attempt, error) {
 	return adminq.Attempts(ctx, db, fmt.Sprintf("inbox row %s/%s", k.Source, k.DedupeKey), ErrNotFound,
 		a.s.sql.attemptErrors, a.s.cfg.Consumer, k.Source, k.DedupeKey)
 }
@@ -188,7 +189,7 @@ func (a *Admin) AttemptHistory(ctx context.Context, db DB, k Key) ([]failure.Att
 // (ListFailed without Archived, and so `consumer inbox failed list` and retry --all) and stay in
 // the table: ListFailed with Archived lists them, Search and Lookup find them, and Reprocess
 // runs them. A completed, missing or already archived row is not in the answer.
-func (a *Admin) Archive(ctx context.Context, db DB, keys []Key) ([]Key, error) {
+func (a *Admin) Archive(ctx context.Context, db keiro.DB, keys []Key) ([]Key, error) {
 	if len(keys) == 0 {
 		return nil, errors.New("archive inbox rows: no keys")
 	}
@@ -225,7 +226,7 @@ type RetryFilter struct {
 // poisoned message (after dead-lettering it), so Kafka will not redeliver it unless the
 // dead-letter topic is replayed or offsets are rewound. To re-run a failed message now, from
 // its stored envelope, use [Admin.Reprocess] (the `consumer inbox failed retry` command does).
-func (a *Admin) RetryFailed(ctx context.Context, db DB, f RetryFilter) (int64, error) {
+func (a *Admin) RetryFailed(ctx context.Context, db keiro.DB, f RetryFilter) (int64, error) {
 	var (
 		tag interface{ RowsAffected() int64 }
 		err error
@@ -252,7 +253,7 @@ func (a *Admin) RetryFailed(ctx context.Context, db DB, f RetryFilter) (int64, e
 // transaction, whatever its attempt count: success marks it completed (Processed); failure
 // records one more attempt (HandlerFailed or Poisoned). A completed row is a Duplicate and h
 // does not run. A missing row returns [ErrNotFound].
-func (a *Admin) Reprocess(ctx context.Context, db DB, k Key, h Handler) (Result, error) {
+func (a *Admin) Reprocess(ctx context.Context, db keiro.DB, k Key, h Handler) (Result, error) {
 	var e Entry
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var err error
@@ -272,13 +273,13 @@ func (a *Admin) Reprocess(ctx context.Context, db DB, k Key, h Handler) (Result,
 // FailureGroups lists at most limit groups of the store consumer's failed rows (archived ones
 // aside), largest first; a group's Where lists sources. It scans those rows: an operator's
 // view, not a hot path.
-func (a *Admin) FailureGroups(ctx context.Context, db DB, limit int) ([]failure.Group, error) {
+func (a *Admin) FailureGroups(ctx context.Context, db keiro.DB, limit int) ([]failure.Group, error) {
 	return adminq.Groups(ctx, db, "list inbox failure groups", a.s.sql.failureGroups, limit, a.s.cfg.Consumer)
 }
 
 // FailureGroupKeys lists the keys of at most limit rows of the group of class and message (as
 // FailureGroups lists them), oldest failure first.
-func (a *Admin) FailureGroupKeys(ctx context.Context, db DB, class, message string, limit int) ([]Key, error) {
+func (a *Admin) FailureGroupKeys(ctx context.Context, db keiro.DB, class, message string, limit int) ([]Key, error) {
 	return adminq.Keys(ctx, db, "list the messages of an inbox failure group", a.s.sql.failureGroupKeys,
 		func(r pgx.CollectableRow) (Key, error) {
 			var k Key
@@ -308,7 +309,7 @@ type Counts struct {
 // CountByConsumer returns the row counts of every consumer with rows in the store's inbox
 // table (not only the store's own consumer), sorted by consumer name. It scans the table:
 // meant for status commands and the operator console, not for a hot path.
-func (a *Admin) CountByConsumer(ctx context.Context, db DB) ([]Counts, error) {
+func (a *Admin) CountByConsumer(ctx context.Context, db keiro.DB) ([]Counts, error) {
 	var archive bool
 	if err := db.QueryRow(ctx, a.s.sql.hasArchive).Scan(&archive); err != nil {
 		return nil, fmt.Errorf("count inbox rows: %w", err)
@@ -346,7 +347,7 @@ type Minute struct {
 // rows completed and failed rows by their last failure, one Minute per minute (zero counts
 // included), oldest first. A row counts in the minute of its latest state only, so a minute
 // that completed 10 rows later deleted by retention counts none.
-func (a *Admin) Activity(ctx context.Context, db DB, from time.Time, n int) ([]Minute, error) {
+func (a *Admin) Activity(ctx context.Context, db keiro.DB, from time.Time, n int) ([]Minute, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("inbox activity: n must be at least 1, got %d", n)
 	}

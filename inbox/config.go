@@ -12,8 +12,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/backoff"
 )
 
 // Defaults of ConsumerConfig.
@@ -58,17 +58,6 @@ const (
 	// contention (IsContention) is retried without using an attempt.
 	DefaultMaxContentionRetries = 50
 )
-
-// Backoff is keiro's one retry delay, the same type as outbox.Backoff and events.Backoff: a
-// capped exponential backoff with equal jitter, where the delay before retry n (1-based) is
-// d = min(Max, Initial × Multiplier^(n-1)), drawn uniformly from [d/2, d]. A zero field takes
-// the consumer's default (DefaultRetryInitial, DefaultRetryMax, DefaultRetryMultiplier).
-type Backoff = backoff.Backoff
-
-// Retry is the former name of [Backoff].
-//
-// Deprecated: use Backoff; Retry is an alias of it.
-type Retry = Backoff
 
 // Commit describes one offset commit, for ConsumerConfig.OnCommitted.
 type Commit struct {
@@ -150,7 +139,7 @@ type ConsumerConfig struct {
 	// SchemaDecoder failures and failed dead-letter produces. A negative Retry.Initial
 	// retries at once. Defaults to {DefaultRetryInitial, DefaultRetryMax,
 	// DefaultRetryMultiplier}.
-	Retry Backoff
+	Retry keiro.Backoff
 	// MaxContentionRetries bounds how many times a record whose handler failed on contention
 	// (a deadlock, a serialization failure, a lock timeout: IsContention) is retried without
 	// using an attempt; past it, each such failure is an ordinary failed attempt, so a handler
@@ -217,7 +206,7 @@ func (c *ConsumerConfig) setDefaults() {
 	if c.MaxContentionRetries == 0 {
 		c.MaxContentionRetries = DefaultMaxContentionRetries
 	}
-	c.Retry = c.Retry.WithDefaults(Backoff{Initial: DefaultRetryInitial, Max: DefaultRetryMax, Multiplier: DefaultRetryMultiplier})
+	c.Retry = c.Retry.WithDefaults(keiro.Backoff{Initial: DefaultRetryInitial, Max: DefaultRetryMax, Multiplier: DefaultRetryMultiplier})
 	if c.Retention == 0 {
 		c.Retention = DefaultRetention
 	}

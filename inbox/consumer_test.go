@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/keirotest/testenv"
@@ -138,7 +139,7 @@ func startConsumerWith(t testing.TB, pool *pgxpool.Pool, cfg inbox.ConsumerConfi
 	cfg.KafkaOpts = append([]kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, cfg.KafkaOpts...)
 	if cfg.Retry.Initial == 0 {
-		cfg.Retry = inbox.Backoff{Initial: time.Millisecond, Max: 20 * time.Millisecond}
+		cfg.Retry = keiro.Backoff{Initial: time.Millisecond, Max: 20 * time.Millisecond}
 	}
 	c, err := inbox.NewConsumer(pool, cfg, h)
 	require.NoError(t, err)

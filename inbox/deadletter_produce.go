@@ -1,7 +1,6 @@
 package inbox
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"time"
@@ -120,8 +119,7 @@ func (w *partitionWorker) deadLettered(r, out *kgo.Record, shape dlqShape, reaso
 			"value_bytes", len(r.Value), "key_omitted", shape == dlqBare, "max_record_bytes", limit,
 			"reason", reason, "error", errText)
 	} else {
-		c.log.WarnContext(w.logCtx(r), "record dead-lettered", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
-			"dead_letter_topic", out.Topic, "reason", reason, "error", errText)
+		w.warnRecord(r, "record dead-lettered", "dead_letter_topic", out.Topic, "reason", reason, "error", errText)
 	}
 	if c.cfg.OnDeadLettered != nil {
 		c.cfg.OnDeadLettered(r, reason)
@@ -212,20 +210,4 @@ func truncate(s string, n int) string {
 		return s[:n]
 	}
 	return s
-}
-
-// deadLetterPoisoned dead-letters the poisoned message d and marks its inbox row, so that a
-// redelivery is a duplicate rather than a second dead letter. If the mark fails, a later
-// redelivery dead-letters the message again (the dead-letter topic is at least once).
-func (w *partitionWorker) deadLetterPoisoned(r *kgo.Record, d *Delivery, reason string, res Result) bool {
-	if !w.deadLetter(r, reason, res.Err, res.Attempts) {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(w.c.baseCtx, w.c.cfg.ShutdownTimeout)
-	defer cancel()
-	if err := w.c.store.markDeadLettered(ctx, w.c.pool, d.Event.Source, res.DedupeKey); err != nil {
-		w.c.log.WarnContext(ctx, "could not record the dead letter in the inbox; a redelivery will dead-letter the message again",
-			"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "error", err)
-	}
-	return true
 }

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/keirotest/testenv"
@@ -480,7 +481,7 @@ func TestConsumerRecordLogLinesCarryTheRecordsTrace(t *testing.T) {
 	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
 		Brokers: kc.Seeds, Group: "billing", Topics: []string{topic}, BatchSize: 1,
 		Store: inbox.StoreConfig{Schema: db.Schema}, OnCommitted: p.onCommitted, Logger: slog.New(logs),
-		Retry: inbox.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
+		Retry: keiro.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
 	}, h)
 	p.waitCommitted(t, topic, 2, 30*time.Second)
 	r.stop(t)
@@ -572,7 +573,7 @@ func TestConsumerRetryingPartitionDoesNotStarveOthers(t *testing.T) {
 	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
 		Brokers: kc.Seeds, Group: "billing", Topics: []string{blocked, free}, MaxConcurrentPartitions: 1,
 		Store: inbox.StoreConfig{Schema: db.Schema, MaxAttempts: 1_000_000}, OnCommitted: p.onCommitted,
-		Retry: inbox.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
+		Retry: keiro.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
 	}, h)
 	<-retrying
 	produceEvents(t, prod, flowing...) // only after the blocked partition is stuck retrying

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/keiro-go/keiro"
 )
 
 // Defaults of retention.
@@ -22,7 +24,7 @@ const (
 // The retention defines the dedupe window: a message redelivered after its row was deleted is
 // processed again. Keep olderThan well above the longest redelivery delay you expect (topic
 // retention when offsets can be rewound, replays of dead-letter topics).
-func (s *Store) DeleteCompleted(ctx context.Context, db DB, olderThan time.Duration, batch int) (int64, error) {
+func (s *Store) DeleteCompleted(ctx context.Context, db keiro.DB, olderThan time.Duration, batch int) (int64, error) {
 	if batch <= 0 {
 		batch = DefaultDeleteBatch
 	}
@@ -38,7 +40,7 @@ func (s *Store) DeleteCompleted(ctx context.Context, db DB, olderThan time.Durat
 
 // deleteCompletedBatch deletes at most batch of the consumer's completed rows older than
 // olderThan, and returns how many it deleted.
-func (s *Store) deleteCompletedBatch(ctx context.Context, db DB, olderThan time.Duration, batch int) (int64, error) {
+func (s *Store) deleteCompletedBatch(ctx context.Context, db keiro.DB, olderThan time.Duration, batch int) (int64, error) {
 	tag, err := db.Exec(ctx, s.sql.deleteCompleted, s.cfg.Consumer, intervalText(olderThan), batch)
 	if err != nil {
 		return 0, fmt.Errorf("delete completed inbox rows: %w", err)
@@ -47,7 +49,7 @@ func (s *Store) deleteCompletedBatch(ctx context.Context, db DB, olderThan time.
 }
 
 // CountFailed returns the number of failed rows of the consumer (the keiro.inbox.backlog gauge).
-func (s *Store) CountFailed(ctx context.Context, db DB) (int64, error) {
+func (s *Store) CountFailed(ctx context.Context, db keiro.DB) (int64, error) {
 	var n int64
 	if err := db.QueryRow(ctx, s.sql.countFailed, s.cfg.Consumer).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count failed inbox rows: %w", err)

@@ -13,8 +13,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/pgdb"
 	"github.com/keiro-go/keiro/internal/pgtext"
 	"github.com/keiro-go/keiro/internal/schemaname"
 )
@@ -25,21 +25,6 @@ import (
 // must not commit tx (Commit returns [ErrTxOwned]); rolling it back is reported as
 // [ErrHandlerRolledBack]. ctx carries the `process <topic>` span.
 type Handler func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error
-
-// DB is keiro's one database handle, the same type as outbox.Querier and events.DB: a
-// *pgxpool.Pool, a *pgx.Conn or a pgx.Tx (whose Begin opens a savepoint). Process and
-// ProcessBatch begin the inbox transaction on it; the other methods run their statements on it.
-type DB = pgdb.DB
-
-// TxBeginner is the former name of [DB] where a transaction is begun.
-//
-// Deprecated: use DB; TxBeginner is an alias of it.
-type TxBeginner = DB
-
-// DBTX is the former name of [DB] where statements run.
-//
-// Deprecated: use DB; DBTX is an alias of it.
-type DBTX = DB
 
 // KafkaRef locates a delivery in Kafka.
 type KafkaRef struct {
@@ -231,7 +216,7 @@ func (s *Store) DedupeKey(d Delivery) (string, error) { return s.cfg.DedupePolic
 // The returned error is for the storage, not the handler: an unsatisfiable dedupe policy
 // (*[DedupePolicyError]) or a database failure, after which the outcome is unknown and the
 // delivery should be retried (a committed one then classifies Duplicate).
-func (s *Store) Process(ctx context.Context, db DB, d Delivery, h Handler) (Result, error) {
+func (s *Store) Process(ctx context.Context, db keiro.DB, d Delivery, h Handler) (Result, error) {
 	key, err := s.cfg.DedupePolicy.Key(d)
 	if err != nil {
 		return Result{}, err
@@ -247,7 +232,7 @@ func (s *Store) topic(d *Delivery) string {
 }
 
 // process is Process with the key computed. force runs a poisoned failed row again (Reprocess).
-func (s *Store) process(ctx context.Context, db DB, d Delivery, key string, h Handler, force bool) (res Result, err error) {
+func (s *Store) process(ctx context.Context, db keiro.DB, d Delivery, key string, h Handler, force bool) (res Result, err error) {
 	ctx, span := s.in.startProcessSpan(ctx, s.group, &d)
 	defer func() {
 		endProcessSpan(span, res, err)
@@ -266,7 +251,7 @@ func (s *Store) process(ctx context.Context, db DB, d Delivery, key string, h Ha
 
 // attempt runs one insert-first transaction. retry is true when the conflicting row vanished
 // between the insert and the read (concurrent retention) and the insert should be tried again.
-func (s *Store) attempt(ctx context.Context, db DB, d Delivery, key string, h Handler, force bool) (res Result, retry bool, err error) {
+func (s *Store) attempt(ctx context.Context, db keiro.DB, d Delivery, key string, h Handler, force bool) (res Result, retry bool, err error) {
 	res.DedupeKey = key
 	source := d.Event.Source
 	tx, err := db.Begin(ctx)
@@ -365,7 +350,7 @@ func unstorable(err error) bool {
 }
 
 // recordFailure records a failed attempt in its own transaction.
-func (s *Store) recordFailure(ctx context.Context, db DB, d *Delivery, key string, herr error) (Result, error) {
+func (s *Store) recordFailure(ctx context.Context, db keiro.DB, d *Delivery, key string, herr error) (Result, error) {
 	res := Result{DedupeKey: key, Err: herr}
 	msg := pgtext.Storable(herr.Error(), maxErrorLen)
 	cols := newRowColumns(1)
@@ -408,7 +393,7 @@ func (s *Store) recordFailure(ctx context.Context, db DB, d *Delivery, key strin
 
 // markDeadLettered records that the dead-letter produce of the poisoned row (source, key) was
 // acknowledged, so that later deliveries classify as duplicates instead of dead letters.
-func (s *Store) markDeadLettered(ctx context.Context, db DB, source, key string) error {
+func (s *Store) markDeadLettered(ctx context.Context, db keiro.DB, source, key string) error {
 	if _, err := db.Exec(ctx, s.sql.markDeadLettered, s.cfg.Consumer, source, key); err != nil {
 		return fmt.Errorf("mark inbox row %s/%s dead-lettered: %w", source, key, err)
 	}

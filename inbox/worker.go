@@ -16,8 +16,8 @@ import (
 
 // partitionWorker processes one assigned partition in offset order. This file holds its
 // lifecycle, its buffer (inbox/internal/buffer), its turns and offset commits
-// (inbox/internal/pacing) and its concurrency slot; process.go how it runs its records through
-// the inbox, deadletter_produce.go how it dead-letters one.
+// (inbox/internal/pacing) and its concurrency slot; process.go the path of its records through
+// the inbox (decide.go, apply.go, settle.go), deadletter_produce.go how it dead-letters one.
 type partitionWorker struct {
 	c  *Consumer
 	cl *kgo.Client
@@ -257,4 +257,10 @@ func (w *partitionWorker) logCtx(r *kgo.Record) context.Context {
 		}
 	}
 	return tracing.ContextWith(w.ctx, &tc)
+}
+
+// warnRecord logs a warning about r, in its trace (logCtx), with its topic, partition and offset
+// ahead of args.
+func (w *partitionWorker) warnRecord(r *kgo.Record, msg string, args ...any) {
+	w.c.log.WarnContext(w.logCtx(r), msg, append([]any{"topic", r.Topic, "partition", r.Partition, "offset", r.Offset}, args...)...)
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keiro-go/keiro"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -50,7 +51,7 @@ func TestFinishingABatchWakesThePollLoop(t *testing.T) {
 // timeouts).
 func TestBackoffDoesNotHoldUpAStop(t *testing.T) {
 	t.Parallel()
-	c := &Consumer{cfg: ConsumerConfig{Retry: Retry{Initial: time.Millisecond, Max: time.Millisecond}},
+	c := &Consumer{cfg: ConsumerConfig{Retry: keiro.Backoff{Initial: time.Millisecond, Max: time.Millisecond}},
 		sem: make(chan struct{}, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/inbox/handlers"
@@ -75,7 +76,7 @@ type Delivered struct {
 // one that the test's rollback undoes. It fails t on a storage error, on an invalid event, when
 // the outcome differs from cfg.Want, and, with cfg.Twice, unless the redelivery was
 // suppressed.
-func Deliver(t testing.TB, pool inbox.DB, ev envelope.Event, cfg DeliverConfig) Delivered {
+func Deliver(t testing.TB, pool keiro.DB, ev envelope.Event, cfg DeliverConfig) Delivered {
 	t.Helper()
 	const who = "keirotest.Deliver"
 	if p, ok := pool.(*pgxpool.Pool); pool == nil || ok && p == nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/migrations"
 	"github.com/keiro-go/keiro/outbox"
@@ -83,7 +84,7 @@ func (l inboxLine) String() string {
 
 // resolveInboxSchema is resolveSchema for the inbox: schema if set (after checking it holds an
 // inbox), else the schema of the keiro_outbox table on q's search_path, else "keiro".
-func resolveInboxSchema(ctx context.Context, q inbox.DB, schema string) (string, error) {
+func resolveInboxSchema(ctx context.Context, q keiro.DB, schema string) (string, error) {
 	if schema == "" {
 		found, err := outbox.ResolveSchema(ctx, q)
 		if errors.Is(err, outbox.ErrNoOutbox) {
@@ -110,7 +111,7 @@ func resolveInboxSchema(ctx context.Context, q inbox.DB, schema string) (string,
 
 // readInbox lists consumer's rows of the inbox in schema (only those of messageID unless it
 // is empty).
-func readInbox(ctx context.Context, q inbox.DB, schema, consumer, messageID string) ([]inboxLine, error) {
+func readInbox(ctx context.Context, q keiro.DB, schema, consumer, messageID string) ([]inboxLine, error) {
 	rows, err := q.Query(ctx, fmt.Sprintf(sqlInboxRows, schema), consumer, messageID)
 	if err != nil {
 		return nil, err
@@ -140,7 +141,7 @@ func readInbox(ctx context.Context, q inbox.DB, schema, consumer, messageID stri
 }
 
 // lookupInbox reads the whole row of l through the inbox package itself.
-func lookupInbox(ctx context.Context, q inbox.DB, schema, consumer string, l inboxLine) (InboxRow, error) {
+func lookupInbox(ctx context.Context, q keiro.DB, schema, consumer string, l inboxLine) (InboxRow, error) {
 	st, err := inbox.NewStore(inbox.StoreConfig{Schema: schema, Consumer: consumer})
 	if err != nil {
 		return InboxRow{}, err
@@ -154,7 +155,7 @@ func lookupInbox(ctx context.Context, q inbox.DB, schema, consumer string, l inb
 
 // inboxConsumers lists the consumers with rows in the inbox of schema, for a failure message
 // about a consumer that has none.
-func inboxConsumers(ctx context.Context, q inbox.DB, schema string) []string {
+func inboxConsumers(ctx context.Context, q keiro.DB, schema string) []string {
 	rows, err := q.Query(ctx, fmt.Sprintf(sqlInboxConsumers, schema))
 	if err != nil {
 		return nil
@@ -194,7 +195,7 @@ type InboxOptions struct {
 // returns the row. q is a pool, or the transaction the delivery ran in (NewTx). The failure
 // message shows the message's row when it is not completed, else the consumer's rows. At most
 // one InboxOptions may be given.
-func RequireProcessed(t testing.TB, q inbox.DB, messageID string, opts ...InboxOptions) InboxRow {
+func RequireProcessed(t testing.TB, q keiro.DB, messageID string, opts ...InboxOptions) InboxRow {
 	t.Helper()
 	const who = "keirotest.RequireProcessed"
 	o := inboxOptions(t, who, opts)
@@ -210,7 +211,7 @@ func RequireProcessed(t testing.TB, q inbox.DB, messageID string, opts ...InboxO
 // or the one of those InboxOptions.Status names. It returns the row, with its attempts and last
 // error. q is a pool or the delivery's transaction, as for RequireProcessed. At most one
 // InboxOptions may be given.
-func RequireInboxFailed(t testing.TB, q inbox.DB, messageID string, opts ...InboxOptions) InboxRow {
+func RequireInboxFailed(t testing.TB, q keiro.DB, messageID string, opts ...InboxOptions) InboxRow {
 	t.Helper()
 	const who = "keirotest.RequireInboxFailed"
 	o := inboxOptions(t, who, opts)
@@ -276,7 +277,7 @@ func inboxOptions(t testing.TB, who string, opts []InboxOptions) InboxOptions {
 
 // requireInbox is RequireProcessed and RequireInboxFailed: o.Status empty means any failed
 // state.
-func requireInbox(t testing.TB, who string, q inbox.DB, messageID string, o InboxOptions) InboxRow {
+func requireInbox(t testing.TB, who string, q keiro.DB, messageID string, o InboxOptions) InboxRow {
 	t.Helper()
 	if q == nil {
 		t.Fatalf("%s: the querier is nil; pass a pool or the delivery's transaction", who)

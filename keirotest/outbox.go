@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/migrations"
 	"github.com/keiro-go/keiro/outbox"
@@ -67,7 +68,7 @@ func (e Enqueued) criteria() criteria {
 // the transaction that enqueued (rows are visible there before commit) or a pool after
 // commit. The failure message lists every row the outbox holds and how each differs from
 // want.
-func RequireEnqueued(t testing.TB, q outbox.Querier, want Enqueued) []outbox.Row {
+func RequireEnqueued(t testing.TB, q keiro.DB, want Enqueued) []outbox.Row {
 	t.Helper()
 	if want.Count < 0 {
 		t.Fatalf("keirotest.RequireEnqueued: Enqueued.Count must not be negative, got %d", want.Count)
@@ -108,7 +109,7 @@ func RequireEnqueued(t testing.TB, q outbox.Querier, want Enqueued) []outbox.Row
 // RequireNotEnqueued fails t if the outbox holds a row matching unwanted (its Count is
 // ignored), listing the rows that match. q is the transaction or a pool, as for
 // RequireEnqueued.
-func RequireNotEnqueued(t testing.TB, q outbox.Querier, unwanted Enqueued) {
+func RequireNotEnqueued(t testing.TB, q keiro.DB, unwanted Enqueued) {
 	t.Helper()
 	if err := checkStatus(unwanted.Status); err != nil {
 		t.Fatalf("keirotest.RequireNotEnqueued: %v", err)
@@ -131,14 +132,14 @@ func RequireNotEnqueued(t testing.TB, q outbox.Querier, unwanted Enqueued) {
 
 // OutboxRows returns every row of the outbox in schema (empty: as for Enqueued.Schema), in
 // outbox order, read through q.
-func OutboxRows(t testing.TB, q outbox.Querier, schema string) []outbox.Row {
+func OutboxRows(t testing.TB, q keiro.DB, schema string) []outbox.Row {
 	t.Helper()
 	_, rows := outboxRows(t, "keirotest.OutboxRows", q, schema)
 	return rows
 }
 
 // outboxRows resolves the schema and reads its rows, failing t with who asked.
-func outboxRows(t testing.TB, who string, q outbox.Querier, schema string) (string, []outbox.Row) {
+func outboxRows(t testing.TB, who string, q keiro.DB, schema string) (string, []outbox.Row) {
 	t.Helper()
 	if q == nil {
 		t.Fatalf("%s: the querier is nil; pass the enqueuing transaction or a pool", who)
@@ -160,7 +161,7 @@ func outboxRows(t testing.TB, who string, q outbox.Querier, schema string) (stri
 // whose outbox the package-level outbox.EnqueueTx writes to through q (outbox.ResolveSchema:
 // the keiro_outbox table on q's search_path, else schema "keiro"), so that the kit looks where
 // EnqueueTx writes.
-func resolveSchema(ctx context.Context, q outbox.Querier, schema string) (string, error) {
+func resolveSchema(ctx context.Context, q keiro.DB, schema string) (string, error) {
 	if schema == "" {
 		found, err := outbox.ResolveSchema(ctx, q)
 		if errors.Is(err, outbox.ErrNoOutbox) {
@@ -183,7 +184,7 @@ func resolveSchema(ctx context.Context, q outbox.Querier, schema string) (string
 }
 
 // readRows looks up, with the outbox package itself, every row whose id query returns.
-func readRows(ctx context.Context, q outbox.Querier, schema, query string, args ...any) ([]outbox.Row, error) {
+func readRows(ctx context.Context, q keiro.DB, schema, query string, args ...any) ([]outbox.Row, error) {
 	r, err := q.Query(ctx, query, args...)
 	if err != nil {
 		return nil, err

@@ -24,7 +24,7 @@ var ErrTxCommit = errors.New("keirotest: the test's transaction (keirotest.NewTx
 	"the code under test must not commit it (commit a nested transaction, tx.Begin, instead)")
 
 // Tx is a test's transaction on the migrated schema TxSchema, from NewTx: pass it wherever the
-// service takes a pgx.Tx, an outbox.Querier or an inbox.DB (outbox.EnqueueTx, an inbox handler,
+// service takes a pgx.Tx, a keiro.DB (outbox.EnqueueTx, an inbox handler,
 // Deliver), and to the assertions, which read through it. Its search_path is TxSchema, so the
 // package-level outbox.EnqueueTx and the kit's assertions find the outbox there. It is rolled
 // back, and its connection closed, when the test ends.

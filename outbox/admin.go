@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/failure"
 	"github.com/keiro-go/keiro/internal/adminq"
@@ -19,7 +20,7 @@ import (
 // Admin is the operator's surface of one schema's outbox, apart from the producer's [Store]:
 // the overview, listings and lookups (rows.go), dead rows, requeue, archive, attempt history,
 // failure groups, activity and per-source order declarations. Like a Store it holds no
-// connection: every method takes the transaction or Querier to run on. An Admin is safe for
+// connection: every method takes the transaction or keiro.DB to run on. An Admin is safe for
 // concurrent use.
 type Admin struct {
 	schema string
@@ -70,7 +71,7 @@ type StatusCount struct {
 // Overview counts the outbox's rows per status and destination, archived rows apart. It scans
 // the whole table (including retained sent rows): an operator command, not a hot path. It works
 // on a schema migrated up to 010 too (before the archive).
-func (a *Admin) Overview(ctx context.Context, q Querier) (Overview, error) {
+func (a *Admin) Overview(ctx context.Context, q keiro.DB) (Overview, error) {
 	st := Overview{OldestPendingCreatedAt: map[string]time.Time{}}
 	var archive bool
 	if err := q.QueryRow(ctx, a.q.HasArchive).Scan(&archive); err != nil {
@@ -129,7 +130,7 @@ func (a *Admin) Overview(ctx context.Context, q Querier) (Overview, error) {
 }
 
 // Lookup reads one row by outbox id, or returns an error wrapping ErrNotFound.
-func (a *Admin) Lookup(ctx context.Context, q Querier, id envelope.UUID) (Row, error) {
+func (a *Admin) Lookup(ctx context.Context, q keiro.DB, id envelope.UUID) (Row, error) {
 	r, err := scanRow(q.QueryRow(ctx, a.q.LookupRow, [16]byte(id)))
 	if err != nil {
 		if errors.Is(err, errNoRows) {
@@ -143,7 +144,7 @@ func (a *Admin) Lookup(ctx context.Context, q Querier, id envelope.UUID) (Row, e
 // ListOutbox lists outbox rows in seq order (the relay's order), or newest first, filtered
 // and paged by opts. An operator command: without a status it scans the table, retained sent
 // rows included; with statuses it reads only their phases' rows (their partial indexes).
-func (a *Admin) ListOutbox(ctx context.Context, q Querier, opts ListOptions) ([]Row, error) {
+func (a *Admin) ListOutbox(ctx context.Context, q keiro.DB, opts ListOptions) ([]Row, error) {
 	statuses, phases, err := listStatuses(opts)
 	if err != nil {
 		return nil, fmt.Errorf("list outbox rows: %w", err)
@@ -174,7 +175,7 @@ func (a *Admin) ListOutbox(ctx context.Context, q Querier, opts ListOptions) ([]
 // exactly opts.Term, newest first: how an operator finds a message by what a log line or a
 // customer's report names. It scans the table, retained sent rows included; an empty term is
 // an error.
-func (a *Admin) SearchOutbox(ctx context.Context, q Querier, opts SearchOptions) ([]Row, error) {
+func (a *Admin) SearchOutbox(ctx context.Context, q keiro.DB, opts SearchOptions) ([]Row, error) {
 	if opts.Term == "" {
 		return nil, errors.New("search outbox rows: the search term is empty")
 	}
@@ -193,7 +194,7 @@ func (a *Admin) SearchOutbox(ctx context.Context, q Querier, opts SearchOptions)
 // outliving RelayConfig.LeaseDuration is reclaimed by the next relay; rows listed here long
 // after that point to a relay stalled mid-publish or a lease set too long. limit 0 means
 // DefaultListLimit.
-func (a *Admin) ListStuckOutbox(ctx context.Context, q Querier, olderThan time.Duration, limit int) ([]Row, error) {
+func (a *Admin) ListStuckOutbox(ctx context.Context, q keiro.DB, olderThan time.Duration, limit int) ([]Row, error) {
 	if olderThan < 0 {
 		return nil, fmt.Errorf("list stuck outbox rows: olderThan %v is negative", olderThan)
 	}
@@ -207,7 +208,7 @@ func (a *Admin) ListStuckOutbox(ctx context.Context, q Querier, olderThan time.D
 // ListSentGcCandidates lists sent rows published more than retention ago, oldest first
 // (keiro's listSentOutboxGcCandidates): the rows a retention pass with that Retention deletes
 // next. limit 0 means DefaultListLimit.
-func (a *Admin) ListSentGcCandidates(ctx context.Context, q Querier, retention time.Duration, limit int) ([]Row, error) {
+func (a *Admin) ListSentGcCandidates(ctx context.Context, q keiro.DB, retention time.Duration, limit int) ([]Row, error) {
 	if retention < 0 {
 		return nil, fmt.Errorf("list sent outbox rows past retention: retention %v is negative", retention)
 	}
@@ -218,7 +219,7 @@ func (a *Admin) ListSentGcCandidates(ctx context.Context, q Querier, retention t
 	return a.listRows(ctx, q, "list sent outbox rows past retention", a.q.ListSentGcCandidates, retention.Microseconds(), limit)
 }
 
-func (a *Admin) listRows(ctx context.Context, q Querier, what, sql string, args ...any) ([]Row, error) {
+func (a *Admin) listRows(ctx context.Context, q keiro.DB, what, sql string, args ...any) ([]Row, error) {
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
@@ -264,7 +265,7 @@ type DeadRow struct {
 }
 
 // ListDead lists dead and rejected rows in seq order.
-func (a *Admin) ListDead(ctx context.Context, q Querier, opts ListDeadOptions) ([]DeadRow, error) {
+func (a *Admin) ListDead(ctx context.Context, q keiro.DB, opts ListDeadOptions) ([]DeadRow, error) {
 	if opts.Limit <= 0 {
 		opts.Limit = 100
 	}
@@ -301,7 +302,7 @@ func (a *Admin) ListDead(ctx context.Context, q Querier, opts ListDeadOptions) (
 // rows aside: the rows a
 // Requeue with that RequeueFilter's Source and Destination moves (both "": every such row, as
 // RequeueFilter.All). It reads the dead rows' partial index: cheap with few dead rows.
-func (a *Admin) CountDead(ctx context.Context, q Querier, source, destination string) (int64, error) {
+func (a *Admin) CountDead(ctx context.Context, q keiro.DB, source, destination string) (int64, error) {
 	var n int64
 	if err := q.QueryRow(ctx, a.q.CountDead, nullString(source), nullString(destination)).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count dead outbox rows: %w", err)
@@ -333,7 +334,7 @@ type RequeueFilter struct {
 
 // AttemptHistory returns row id's failed or rejected produce attempts, oldest first (the last
 // 20; a requeue keeps them), or [ErrNotFound]. A row that never failed has none.
-func (a *Admin) AttemptHistory(ctx context.Context, q Querier, id envelope.UUID) ([]failure.Attempt, error) {
+func (a *Admin) AttemptHistory(ctx context.Context, q keiro.DB, id envelope.UUID) ([]failure.Attempt, error) {
 	return adminq.Attempts(ctx, q, fmt.Sprintf("outbox row %s", id), ErrNotFound, a.q.AttemptErrors, [16]byte(id))
 }
 
@@ -366,13 +367,13 @@ func (a *Admin) ArchiveTx(ctx context.Context, tx pgx.Tx, ids []envelope.UUID) (
 // due now, and returns how many moved. Only dead and rejected rows are affected. A requeued row
 // keeps its seq: if later rows of its key were published while it was dead, it now arrives
 // after them (its key's order is broken for that message, which is why it was dead).
-func (a *Admin) Requeue(ctx context.Context, q Querier, f RequeueFilter) (int64, error) {
+func (a *Admin) Requeue(ctx context.Context, q keiro.DB, f RequeueFilter) (int64, error) {
 	ids, err := a.RequeueRows(ctx, q, f)
 	return int64(len(ids)), err
 }
 
 // RequeueRows is Requeue returning the ids of the rows it moved, in seq order.
-func (a *Admin) RequeueRows(ctx context.Context, q Querier, f RequeueFilter) ([]envelope.UUID, error) {
+func (a *Admin) RequeueRows(ctx context.Context, q keiro.DB, f RequeueFilter) ([]envelope.UUID, error) {
 	if len(f.IDs) == 0 && f.Source == "" && f.Destination == "" && !f.All {
 		return nil, errors.New("requeue outbox rows: empty filter (set IDs, Source, Destination or All)")
 	}
@@ -455,13 +456,13 @@ func (a *Admin) RequeueTx(ctx context.Context, tx pgx.Tx, f RequeueFilter) (Requ
 // FailureGroups lists at most limit groups of the dead and rejected rows (archived ones aside),
 // largest first; a group's Where lists destinations. It scans those rows: an operator's view,
 // not a hot path.
-func (a *Admin) FailureGroups(ctx context.Context, q Querier, limit int) ([]failure.Group, error) {
+func (a *Admin) FailureGroups(ctx context.Context, q keiro.DB, limit int) ([]failure.Group, error) {
 	return adminq.Groups(ctx, q, "list outbox failure groups", a.q.FailureGroups, limit)
 }
 
 // FailureGroupIDs lists the ids of at most limit rows of the group of class and message (as
 // FailureGroups lists them), newest first.
-func (a *Admin) FailureGroupIDs(ctx context.Context, q Querier, class, message string, limit int) ([]envelope.UUID, error) {
+func (a *Admin) FailureGroupIDs(ctx context.Context, q keiro.DB, class, message string, limit int) ([]envelope.UUID, error) {
 	return adminq.Keys(ctx, q, "list the rows of an outbox failure group", a.q.FailureGroupIDs,
 		scanID, class, message, limit)
 }
@@ -480,7 +481,7 @@ type Minute struct {
 // published, and rows gone dead or rejected, one Minute per minute (zero counts included),
 // oldest first. It reads retained rows only: sent rows deleted by retention count in no minute,
 // and a requeued row no longer counts as failed.
-func (a *Admin) Activity(ctx context.Context, q Querier, from time.Time, n int) ([]Minute, error) {
+func (a *Admin) Activity(ctx context.Context, q keiro.DB, from time.Time, n int) ([]Minute, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("outbox activity: n must be at least 1, got %d", n)
 	}
@@ -507,7 +508,7 @@ func (a *Admin) Activity(ctx context.Context, q Querier, from time.Time, n int) 
 // A declaration waits for every transaction writing the outbox to end and holds new writers
 // back until it commits (see docs/architecture.md, "Order at enqueue"), so declare a source
 // before its producers start. Declaring a declared source does nothing and does not wait.
-func (a *Admin) DeclarePerSourceOrder(ctx context.Context, q Querier, sources ...string) error {
+func (a *Admin) DeclarePerSourceOrder(ctx context.Context, q keiro.DB, sources ...string) error {
 	if err := validSources(sources); err != nil {
 		return fmt.Errorf("declare per-source order: %w", err)
 	}
@@ -533,7 +534,7 @@ func (a *Admin) DeclarePerSourceOrder(ctx context.Context, q Querier, sources ..
 // RevokePerSourceOrder removes the per-source declaration of sources, on q: their rows are then
 // ordered per (source, key) again, and rows without a key are unordered. Like a declaration,
 // it waits for the outbox's running writers. Revoking an undeclared source does nothing.
-func (a *Admin) RevokePerSourceOrder(ctx context.Context, q Querier, sources ...string) error {
+func (a *Admin) RevokePerSourceOrder(ctx context.Context, q keiro.DB, sources ...string) error {
 	if err := validSources(sources); err != nil {
 		return fmt.Errorf("revoke per-source order: %w", err)
 	}
@@ -544,7 +545,7 @@ func (a *Admin) RevokePerSourceOrder(ctx context.Context, q Querier, sources ...
 }
 
 // PerSourceOrdered lists the sources declared with [Admin.DeclarePerSourceOrder], sorted.
-func (a *Admin) PerSourceOrdered(ctx context.Context, q Querier) ([]string, error) {
+func (a *Admin) PerSourceOrdered(ctx context.Context, q keiro.DB) ([]string, error) {
 	rows, err := q.Query(ctx, a.q.ListSources)
 	if err != nil {
 		return nil, fmt.Errorf("list per-source ordered sources: %w (is the schema migrated? run `relay migrate`)", err)

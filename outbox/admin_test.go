@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
@@ -177,7 +178,7 @@ func TestRelayConfigValidationNamesEveryField(t *testing.T) {
 	client := kc.NewClient(t, outbox.ProducerOpts()...)
 	_, err := outbox.NewRelay(db.Pool, client, outbox.RelayConfig{
 		Schema: "Bad-Schema", Policy: outbox.Policy(9), BatchSize: -1, MaxInFlightBatches: -2, ClaimConcurrency: -4, MaxAttempts: -3,
-		Backoff: outbox.Backoff{Initial: -time.Second, Max: -2 * time.Second, Multiplier: 0.5},
+		Backoff: keiro.Backoff{Initial: -time.Second, Max: -2 * time.Second, Multiplier: 0.5},
 		Lease:   time.Millisecond, PollInterval: -1, ShutdownTimeout: -1, RetentionBatch: -1,
 		MaintenanceInterval: -1, MaxRecordBytes: -1, Destinations: []string{""},
 	})

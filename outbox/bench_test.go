@@ -20,8 +20,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
+	"github.com/keiro-go/keiro/outbox/logrelay"
 )
 
 // Benchmarks of the relay next to their limits, measured in the same run. Run them with
@@ -280,7 +282,7 @@ func rawDrain(b *testing.B, db *testenv.DB, n, workers int, claim, mark string, 
 			if !inTx {
 				tok = []any{[16]byte(envelope.NewUUIDv7())}
 			}
-			step := func(q Querier) (int64, error) {
+			step := func(q keiro.DB) (int64, error) {
 				rows, err := q.Query(ctx, claimSQL, append(tok, DefaultBatchSize)...)
 				if err != nil {
 					return 0, err
@@ -455,7 +457,7 @@ func steadyLatency(b *testing.B, mode Mode, producers, perTx int, period, inTxWo
 			mu.Unlock()
 		}
 		client := kc.NewClient(b, append(ProducerOpts(), kgo.WithHooks(ackHook(onAck)))...)
-		r, err := NewRelay(db.Pool, client, RelayConfig{Schema: db.Schema, Mode: mode, ClaimConcurrency: envInt("KEIRO_BENCH_CLAIMERS")})
+		r, err := NewRelay(db.Pool, client, RelayConfig{Schema: db.Schema, Mode: mode, LogEngine: logrelay.Engine, ClaimConcurrency: envInt("KEIRO_BENCH_CLAIMERS")})
 		require.NoError(b, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)

@@ -8,16 +8,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/pgdb"
 	"github.com/keiro-go/keiro/outbox/internal/markplan"
 	"github.com/keiro-go/keiro/outbox/internal/shares"
 )
-
-// Querier runs SQL: keiro's one database handle, the same type as inbox.DB and events.DB. A
-// pgx.Tx, a *pgx.Conn and a *pgxpool.Pool satisfy it; given a pgx.Tx, a statement runs in the
-// caller's transaction.
-type Querier = pgdb.DB
 
 // Policy is an ordering policy (keiro §1.3.6): what a claim must respect and how a failure in
 // a batch affects the rows after it.
@@ -318,7 +313,7 @@ func (t transitions) total() int {
 // Rows no longer publishing under token are left untouched and not counted. On error the
 // statement wrote nothing, whatever rows it returned before failing (a connection lost
 // mid-result, an error at commit), and the transitions returned are empty.
-func (s *Store) markBatch(ctx context.Context, q Querier, token envelope.UUID, marks []mark, maxAttempts int) (transitions, error) {
+func (s *Store) markBatch(ctx context.Context, q keiro.DB, token envelope.UUID, marks []mark, maxAttempts int) (transitions, error) {
 	var t transitions
 	if len(marks) == 0 {
 		return t, nil
@@ -366,34 +361,7 @@ func (s *Store) markBatch(ctx context.Context, q Querier, token envelope.UUID, m
 		if err := rows.Scan(&id, &out, &status); err != nil {
 			return transitions{}, fmt.Errorf("mark outbox batch: %w", err)
 		}
-		t.rows = append(t.rows, markedRow{id: id, outcome: out, status: status})
-		d := t.byDest[dest[id]]
-		if d == nil {
-			d = &destCounts{}
-			t.byDest[dest[id]] = d
-		}
-		switch {
-		case out == "sent":
-			t.sent++
-			d.sent++
-		case out == "rejected":
-			t.rejected++
-			d.rejected++
-		case out == "skipped":
-			t.skipped++
-			d.retried++
-		case out == "released":
-			t.released++
-		case out == "deferred":
-			t.deferred++
-			d.retried++
-		case status == statusDead:
-			t.dead++
-			d.dead++
-		default:
-			t.failed++
-			d.retried++
-		}
+		t.add(markedRow{id: id, outcome: out, status: status}, dest[id])
 	}
 	if err := rows.Err(); err != nil {
 		return transitions{}, fmt.Errorf("mark outbox batch: %w", err)
@@ -401,9 +369,41 @@ func (s *Store) markBatch(ctx context.Context, q Querier, token envelope.UUID, m
 	return t, nil
 }
 
+// add counts row, a row of destination dest that the mark moved.
+func (t *transitions) add(row markedRow, dest string) {
+	t.rows = append(t.rows, row)
+	d := t.byDest[dest]
+	if d == nil {
+		d = &destCounts{}
+		t.byDest[dest] = d
+	}
+	switch out := row.outcome; {
+	case out == "sent":
+		t.sent++
+		d.sent++
+	case out == "rejected":
+		t.rejected++
+		d.rejected++
+	case out == "skipped":
+		t.skipped++
+		d.retried++
+	case out == "released":
+		t.released++
+	case out == "deferred":
+		t.deferred++
+		d.retried++
+	case row.status == statusDead:
+		t.dead++
+		d.dead++
+	default:
+		t.failed++
+		d.retried++
+	}
+}
+
 // renewLease extends the lease of the rows ids still publishing under token to lease from now,
 // and returns how many it extended.
-func (s *Store) renewLease(ctx context.Context, q Querier, token envelope.UUID, ids [][16]byte, lease time.Duration) (int64, error) {
+func (s *Store) renewLease(ctx context.Context, q keiro.DB, token envelope.UUID, ids [][16]byte, lease time.Duration) (int64, error) {
 	tag, err := q.Exec(ctx, s.q.Renew, [16]byte(token), ids, lease.Microseconds())
 	if err != nil {
 		return 0, fmt.Errorf("renew outbox lease: %w", err)
@@ -414,7 +414,7 @@ func (s *Store) renewLease(ctx context.Context, q Querier, token envelope.UUID, 
 // startProduce records that the produce of rows ids, on their last attempt, starts: those
 // still publishing under token get produce_started (sqlStartProduce). It returns the ids it
 // recorded; the others were taken over by another relay.
-func (s *Store) startProduce(ctx context.Context, q Querier, token envelope.UUID, ids [][16]byte) (map[[16]byte]bool, error) {
+func (s *Store) startProduce(ctx context.Context, q keiro.DB, token envelope.UUID, ids [][16]byte) (map[[16]byte]bool, error) {
 	rows, err := q.Query(ctx, s.q.Start, [16]byte(token), ids)
 	if err != nil {
 		return nil, fmt.Errorf("record outbox produce start: %w", err)

@@ -434,7 +434,7 @@ func TestMarkOutcomeCountsOrderBroken(t *testing.T) {
 	fail := produceResult{done: true, err: kerr.UnknownServerError}
 	ok := produceResult{done: true, partition: 0, offset: 7}
 	tooLarge := produceResult{done: true, err: kerr.MessageTooLarge}
-	b := &batch{token: token, rows: rows, results: []produceResult{fail, ok, ok, tooLarge, ok, fail, ok}}
+	b := &claimedBatch{token: token, rows: rows, results: []produceResult{fail, ok, ok, tooLarge, ok, fail, ok}}
 	res := r.markOutcome(ctx, b)
 	require.Equal(t, 1, res.OrderBroken, "a2 acked after a1 failed")
 	require.EqualValues(t, 1, r.Stats().OrderBroken)

@@ -9,9 +9,10 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/backoff"
 	"github.com/keiro-go/keiro/internal/schemaname"
+	"github.com/keiro-go/keiro/outbox/internal/logsource"
 )
 
 // Defaults of RelayConfig.
@@ -35,7 +36,7 @@ const (
 	// DefaultLogUnknownTopicRetries is ModeLog's bound on the metadata refreshes a record of
 	// a topic Kafka does not know waits for before it is rejected (RelayConfig.
 	// LogUnknownTopicRetries): about a minute with ProducerOpts' DefaultMetadataMinAge.
-	DefaultLogUnknownTopicRetries = 240
+	DefaultLogUnknownTopicRetries = logsource.DefaultUnknownTopicRetries
 	// DefaultBackoffInitial is the first retry delay.
 	DefaultBackoffInitial = time.Second
 	// DefaultBackoffMax caps the retry delay.
@@ -59,13 +60,6 @@ const (
 	// DefaultMaintenanceInterval is how often retention and gauge sampling run.
 	DefaultMaintenanceInterval = 30 * time.Second
 )
-
-// Backoff is a capped exponential backoff with equal jitter: the delay before retry n (1-based)
-// is d = min(Max, Initial × Multiplier^(n-1)), drawn uniformly from [d/2, d]. It is the same
-// type as inbox.Backoff. In RelayConfig, Initial defaults to DefaultBackoffInitial, Max to
-// DefaultBackoffMax (raised to Initial when that is larger) and Multiplier to
-// DefaultBackoffMultiplier.
-type Backoff = backoff.Backoff
 
 // RelayConfig configures a Relay. The zero value is valid: every field has a default.
 type RelayConfig struct {
@@ -92,7 +86,7 @@ type RelayConfig struct {
 	// DefaultMaxAttempts.
 	MaxAttempts int
 	// Backoff spaces the retries of a failed row. Defaults to the Default* backoff constants.
-	Backoff Backoff
+	Backoff keiro.Backoff
 	// Lease is how long a claim stays exclusive. A row still publishing when its lease expires
 	// (its relay died or lost PostgreSQL) is claimed again by any relay. A live relay renews
 	// the lease of a batch still in flight after a third of it, so Lease bounds how long a dead
@@ -167,6 +161,10 @@ type RelayConfig struct {
 	// running beside the slot to publish requeued ones. Several relays in log mode elect one
 	// reader per slot; the others wait on standby. Defaults to ModeClaim.
 	Mode Mode
+	// LogEngine is the log engine of ModeLog: set it to logrelay.Engine (package
+	// github.com/keiro-go/keiro/outbox/logrelay, which links the logical replication client
+	// that a relay in ModeClaim goes without). Required in ModeLog. Defaults to nil.
+	LogEngine logsource.Factory
 	// LogSlot is the replication slot (and publication) of ModeLog. Defaults to
 	// LogSlotFor(Schema, Destinations): DefaultLogSlot(Schema) without Destinations.
 	LogSlot string
@@ -218,7 +216,7 @@ func (c *RelayConfig) setDefaults() {
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = DefaultMaxAttempts
 	}
-	c.Backoff = c.Backoff.WithDefaults(Backoff{Initial: DefaultBackoffInitial, Max: DefaultBackoffMax, Multiplier: DefaultBackoffMultiplier})
+	c.Backoff = c.Backoff.WithDefaults(keiro.Backoff{Initial: DefaultBackoffInitial, Max: DefaultBackoffMax, Multiplier: DefaultBackoffMultiplier})
 	if c.Lease == 0 {
 		c.Lease = DefaultLease
 	}
@@ -290,6 +288,9 @@ func (c *RelayConfig) validate() error {
 	}
 	if c.LogSlot != "" && c.Mode != ModeLog {
 		bad("LogSlot %q is set but Mode is %s; set Mode to %s or leave LogSlot empty", c.LogSlot, c.Mode, ModeLog)
+	}
+	if c.Mode == ModeLog && c.LogEngine == nil {
+		bad("LogEngine is nil but Mode is %s; set it to logrelay.Engine (github.com/keiro-go/keiro/outbox/logrelay)", ModeLog)
 	}
 	if c.LogUnknownTopicRetries < 0 {
 		bad("LogUnknownTopicRetries must not be negative, got %d", c.LogUnknownTopicRetries)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 )
@@ -18,7 +19,7 @@ import (
 // "keiro", which other processes may use on the test database.
 
 // countRows counts the rows of schema's outbox.
-func countRows(t *testing.T, q Querier, schema string) int {
+func countRows(t *testing.T, q keiro.DB, schema string) int {
 	t.Helper()
 	var n int
 	require.NoError(t, q.QueryRow(context.Background(), "SELECT count(*) FROM "+schema+".keiro_outbox").Scan(&n))

@@ -104,7 +104,7 @@ func TestMarkStoresAnErrorCutThroughACharacter(t *testing.T) {
 	token, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
 	require.NoError(t, err)
 	msg := strings.Repeat("x", markplan.MaxErrorBytes-1) + "é and more" // é's two bytes straddle the limit
-	b := &batch{token: token, rows: rows, results: []produceResult{{done: true, err: errors.New(msg)}}, leasedAt: time.Now()}
+	b := &claimedBatch{token: token, rows: rows, results: []produceResult{{done: true, err: errors.New(msg)}}, leasedAt: time.Now()}
 	res := r.markOutcome(ctx, b)
 	require.Equal(t, 1, res.Retried)
 	require.Zero(t, r.Stats().MarkErrors)

@@ -8,8 +8,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
+	"github.com/keiro-go/keiro/outbox/logrelay"
 )
 
 // insertLogRow writes an event into keiro_outbox_log by a plain SQL INSERT (a writer the docs
@@ -37,7 +39,7 @@ func TestLogModeBadDestinationsAreRejected(t *testing.T) {
 		st, err := outbox.NewStore(db.Schema)
 		require.NoError(t, err)
 		dropLogSlot(t, db.Pool, outbox.DefaultLogSlot(db.Schema))
-		r, _ := startRelayOpts(t, db, kc, outboxOpts(), outbox.RelayConfig{Mode: outbox.ModeLog,
+		r, _ := startRelayOpts(t, db, kc, outboxOpts(), outbox.RelayConfig{Mode: outbox.ModeLog, LogEngine: logrelay.Engine,
 			PollInterval: 50 * time.Millisecond, Logger: testLogger(t), LogUnknownTopicRetries: 20})
 		testenv.WaitFor(t, time.Minute, "the log-mode relay switched the schema", func() bool {
 			m, err := st.Mode(context.Background(), db.Pool)
@@ -85,7 +87,7 @@ VALUES (gen_random_uuid(), $1, 'ordering', $2, 'k', 'OrderPlaced', 1, 'applicati
 	}
 	p := new(testenv.Progress)
 	startRelay(t, db, kc, outbox.RelayConfig{OnBatch: onSettled(p), PollInterval: 10 * time.Millisecond,
-		Backoff: outbox.Backoff{Initial: time.Hour}, Logger: testLogger(t)})
+		Backoff: keiro.Backoff{Initial: time.Hour}, Logger: testLogger(t)})
 	p.Wait(t, 4, time.Minute, nil)
 	for _, id := range []string{"empty", "illegal"} {
 		dead := waitDead(t, db.Pool, st, id)

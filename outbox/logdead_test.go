@@ -13,6 +13,7 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
+	"github.com/keiro-go/keiro/outbox/logrelay"
 )
 
 // bigPayload is a JSON string of n incompressible letters (the producer compresses: a run of
@@ -40,7 +41,7 @@ func setMaxMessageBytes(t *testing.T, kc *testenv.Kafka, topic, v string) {
 func startLogRelay(t *testing.T, db *testenv.DB, kc *testenv.Kafka, st *outbox.Store, cfg outbox.RelayConfig) *outbox.Relay {
 	t.Helper()
 	dropLogSlot(t, db.Pool, outbox.DefaultLogSlot(db.Schema))
-	cfg.Mode, cfg.PollInterval, cfg.Logger = outbox.ModeLog, 50*time.Millisecond, testLogger(t)
+	cfg.Mode, cfg.LogEngine, cfg.PollInterval, cfg.Logger = outbox.ModeLog, logrelay.Engine, 50*time.Millisecond, testLogger(t)
 	r, _ := startRelay(t, db, kc, cfg)
 	testenv.WaitFor(t, time.Minute, "the log-mode relay switched the schema", func() bool {
 		m, err := st.Mode(context.Background(), db.Pool)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
-	_ "github.com/keiro-go/keiro/outbox/logrelay"
+	"github.com/keiro-go/keiro/outbox/logrelay"
 )
 
 // TestLogModeRecoversTheSwitchGap: two destination groups' relays start together in claim
@@ -61,7 +61,7 @@ func TestLogModeRecoversTheSwitchGap(t *testing.T) {
 		}
 		return ids
 	}
-	r, err := NewRelay(db.Pool, kc.NewClient(t, ProducerOpts()...), RelayConfig{Schema: db.Schema, Mode: ModeLog,
+	r, err := NewRelay(db.Pool, kc.NewClient(t, ProducerOpts()...), RelayConfig{Schema: db.Schema, Mode: ModeLog, LogEngine: logrelay.Engine,
 		Destinations: []string{"payments"}, PollInterval: 50 * time.Millisecond, MaintenanceInterval: time.Hour,
 		Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)

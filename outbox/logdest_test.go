@@ -13,6 +13,7 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
+	"github.com/keiro-go/keiro/outbox/logrelay"
 )
 
 // destRig is a schema with topics orders and payments (one partition each, so a topic's
@@ -123,7 +124,7 @@ func TestLogModePerDestinationRelays(t *testing.T) {
 
 	// The orders relay alone: it switches the schema, publishes the pending orders rows (not
 	// waiting for the payments ones, which are not its own), then follows its slot.
-	_, _ = startRelay(t, db, kc, outbox.RelayConfig{Mode: outbox.ModeLog, Destinations: []string{"orders"},
+	_, _ = startRelay(t, db, kc, outbox.RelayConfig{Mode: outbox.ModeLog, LogEngine: logrelay.Engine, Destinations: []string{"orders"},
 		PollInterval: 50 * time.Millisecond, MaintenanceInterval: time.Hour, Logger: testLogger(t)})
 	testenv.WaitFor(t, time.Minute, "the orders relay switched the schema", func() bool {
 		m, err := st.Mode(ctx, db.Pool)
@@ -142,7 +143,7 @@ func TestLogModePerDestinationRelays(t *testing.T) {
 	require.Empty(t, kc.Records(t, "payments"), "the orders relay published no payments row")
 
 	// The payments relay: the pending payments rows, then its slot's.
-	_, _ = startRelay(t, db, kc, outbox.RelayConfig{Mode: outbox.ModeLog, Destinations: []string{"payments"},
+	_, _ = startRelay(t, db, kc, outbox.RelayConfig{Mode: outbox.ModeLog, LogEngine: logrelay.Engine, Destinations: []string{"payments"},
 		PollInterval: 50 * time.Millisecond, MaintenanceInterval: time.Hour, Logger: testLogger(t)})
 	got = kc.ConsumeRecords(t, len(payments), time.Minute, "payments")
 	require.Equal(t, payments, recordIDs(t, got), "payments in commit order")
@@ -165,7 +166,7 @@ func TestLogModePerDestinationRelays(t *testing.T) {
 
 	// A relay of every destination on the same schema refuses to start.
 	r, err := outbox.NewRelay(db.Pool, kc.NewClient(t, outbox.ProducerOpts()...), outbox.RelayConfig{
-		Schema: db.Schema, Mode: outbox.ModeLog, Logger: testLogger(t)})
+		Schema: db.Schema, Mode: outbox.ModeLog, LogEngine: logrelay.Engine, Logger: testLogger(t)})
 	require.NoError(t, err)
 	err = r.Run(ctx)
 	require.ErrorIs(t, err, outbox.ErrLogSlotOverlap)
@@ -180,7 +181,7 @@ func TestLogModeRetentionWaitsForSlowestSlot(t *testing.T) {
 	db, kc, st, slotA, slotB := destRig(t)
 	ctx := context.Background()
 	cfg := func(dest string) outbox.RelayConfig {
-		return outbox.RelayConfig{Mode: outbox.ModeLog, Destinations: []string{dest}, PollInterval: 50 * time.Millisecond,
+		return outbox.RelayConfig{Mode: outbox.ModeLog, LogEngine: logrelay.Engine, Destinations: []string{dest}, PollInterval: 50 * time.Millisecond,
 			MaintenanceInterval: time.Hour, Retention: 24 * time.Hour, Logger: testLogger(t)}
 	}
 	relayA, _ := startRelay(t, db, kc, cfg("orders"))

@@ -15,7 +15,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
-	_ "github.com/keiro-go/keiro/outbox/logrelay"
+	"github.com/keiro-go/keiro/outbox/logrelay"
 )
 
 // BenchmarkLogMode measures log mode next to the claim relay in the same run: the enqueue of
@@ -89,7 +89,7 @@ func benchLogMode(b *testing.B, mode Mode, n, keys, size int) {
 	enqueueTime := time.Since(t0)
 	wal1 := lsn()
 
-	r, err := NewRelay(db.Pool, kc.NewClient(b, ProducerOpts()...), RelayConfig{Schema: db.Schema, Mode: mode})
+	r, err := NewRelay(db.Pool, kc.NewClient(b, ProducerOpts()...), RelayConfig{Schema: db.Schema, Mode: mode, LogEngine: logrelay.Engine})
 	require.NoError(b, err)
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)

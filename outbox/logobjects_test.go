@@ -11,6 +11,7 @@ import (
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/migrations"
 	"github.com/keiro-go/keiro/outbox"
+	"github.com/keiro-go/keiro/outbox/logrelay"
 )
 
 // publishedTables lists the tables publication pub publishes.
@@ -38,7 +39,7 @@ func TestLogModeAfterReprovisionPublishesEverything(t *testing.T) {
 		dropLogSlot(t, db.Pool, slot)
 		st, err := outbox.NewStore(db.Schema)
 		require.NoError(t, err)
-		cfg := outbox.RelayConfig{Mode: outbox.ModeLog, PollInterval: 50 * time.Millisecond, Logger: testLogger(t)}
+		cfg := outbox.RelayConfig{Mode: outbox.ModeLog, LogEngine: logrelay.Engine, PollInterval: 50 * time.Millisecond, Logger: testLogger(t)}
 		_, stop, stopped := runRelay(t, db, kc.NewClient(t, outbox.ProducerOpts()...), cfg)
 		testenv.WaitFor(t, time.Minute, "the log-mode relay switched the schema", func() bool {
 			m, err := st.Mode(ctx, db.Pool)
@@ -109,7 +110,7 @@ func TestLogModeVerifiesItsReplicationObjects(t *testing.T) {
 	startErr := func() error {
 		t.Helper()
 		r, err := outbox.NewRelay(db.Pool, kc.NewClient(t, outbox.ProducerOpts()...), outbox.RelayConfig{
-			Schema: db.Schema, Mode: outbox.ModeLog, Logger: testLogger(t)})
+			Schema: db.Schema, Mode: outbox.ModeLog, LogEngine: logrelay.Engine, Logger: testLogger(t)})
 		require.NoError(t, err)
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()

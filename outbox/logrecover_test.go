@@ -11,6 +11,7 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
+	"github.com/keiro-go/keiro/outbox/logrelay"
 )
 
 // A slot lost with events it had not confirmed: the relay starts a new slot, which holds only
@@ -37,7 +38,7 @@ func TestLogModeRecoverAfterALostSlot(t *testing.T) {
 	_, err = db.Pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, slot)
 	require.NoError(t, err)
 
-	startRelay(t, db, kc, outbox.RelayConfig{Mode: outbox.ModeLog, PollInterval: 50 * time.Millisecond, Logger: testLogger(t)})
+	startRelay(t, db, kc, outbox.RelayConfig{Mode: outbox.ModeLog, LogEngine: logrelay.Engine, PollInterval: 50 * time.Millisecond, Logger: testLogger(t)})
 	// Read by a walsender: while the relay creates the slot, the creating backend is its active
 	// pid, and a transaction that commits before the creation ends is not decoded.
 	testenv.WaitFor(t, time.Minute, "the relay created a new slot and reads it", func() bool {

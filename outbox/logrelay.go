@@ -6,45 +6,36 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/outbox/internal/logreg"
+	"github.com/keiro-go/keiro/outbox/internal/logsource"
+	"github.com/keiro-go/keiro/outbox/internal/publish"
 	"github.com/keiro-go/keiro/tracing"
 )
 
-// newLogEngine builds the ModeLog engine of r: it reads the slot through a replication
-// connection to the pool's database and produces with r's client.
-func (r *Relay) newLogEngine() (logreg.Engine, error) {
-	if logreg.New == nil {
-		return nil, errors.New(`Mode log: import _ "github.com/keiro-go/keiro/outbox/logrelay" to link the log-mode engine`)
-	}
+// newLogEngine builds the ModeLog engine of r with cfg.LogEngine: it reads the slot through
+// a replication connection to the pool's database and publishes through r's publisher.
+func (r *engine) newLogEngine() (logsource.Engine, error) {
 	conn := r.pool.Config().ConnString()
 	if conn == "" {
 		return nil, errors.New("Mode log: the pool has no connection string to open a replication connection with; build it with pgxpool.New or pgxpool.ParseConfig")
 	}
-	inFlight := 2048 // the engine's default, logmode.DefaultMaxInFlightRecords (not linked here)
-	if n, ok := r.client.OptValue(kgo.MaxBufferedRecords).(int64); ok && n < int64(inFlight) {
-		inFlight = int(n)
+	inFlight := logsource.DefaultMaxInFlightRecords
+	if n := r.pub.MaxBufferedRecords(); n > 0 && n < inFlight {
+		inFlight = n
 	}
-	return logreg.New(logreg.Config{
-		ConnString:              conn,
-		Client:                  r.client,
-		Schema:                  r.cfg.Schema,
-		Slot:                    r.cfg.LogSlot,
-		Destinations:            r.cfg.Destinations,
-		MaxInFlightRecords:      inFlight,
-		MaxRecordBytes:          r.cfg.MaxRecordBytes,
-		ShutdownTimeout:         r.cfg.ShutdownTimeout,
-		UnknownTopicRetries:     r.cfg.LogUnknownTopicRetries,
-		CloudEvents:             r.cfg.CloudEvents,
-		CloudEventsDestinations: r.cfg.CloudEventsDestinations,
-		Logger:                  r.log,
-		OnSend:                  r.logSend,
-		OnRejected:              r.deadLetter,
+	return r.cfg.LogEngine(conn, r.pub, logsource.Config{
+		Schema:              r.cfg.Schema,
+		Slot:                r.cfg.LogSlot,
+		Destinations:        r.cfg.Destinations,
+		MaxInFlightRecords:  inFlight,
+		ShutdownTimeout:     r.cfg.ShutdownTimeout,
+		UnknownTopicRetries: r.cfg.LogUnknownTopicRetries,
+		Logger:              r.log,
 	})
 }
 
@@ -56,7 +47,7 @@ const deadLetterTimeout = 15 * time.Second
 // read dead letters. The engine confirms the event's transaction only once it returned nil;
 // an error ends the engine's session, and the next one replays the transaction and calls it
 // again (the write is idempotent: a second one writes nothing).
-func (r *Relay) deadLetter(rej logreg.Rejection) error {
+func (r *engine) deadLetter(rej publish.Rejection) error {
 	if rej.Event == nil {
 		return fmt.Errorf("dead letter of message %s: no event", rej.MessageID)
 	}
@@ -72,7 +63,7 @@ func (r *Relay) deadLetter(rej logreg.Rejection) error {
 	}
 	if wrote {
 		r.stats.rejected.Add(1)
-		r.inst.rejected.Add(ctx, 1, destinationAttr(rej.Destination))
+		r.inst.rejected.Add(ctx, 1, publish.DestinationAttr(rej.Destination))
 	}
 	r.log.Error("log mode: Kafka refused an event for good; it is a dead letter of keiro_outbox (relay dead list), and the stream moves on",
 		"message_id", rej.MessageID, "source", rej.Source, "destination", rej.Destination,
@@ -85,7 +76,7 @@ func (r *Relay) deadLetter(rej logreg.Rejection) error {
 // keiro_outbox with the outbox id of its keiro_outbox_log row, its first attempt counted. It
 // reports whether it wrote the row: false when the event is already there (a replayed
 // transaction's second rejection, or an event also enqueued in claim mode).
-func (s *Store) writeDeadLetter(ctx context.Context, q Querier, ev *envelope.Event, code, errText string) (bool, error) {
+func (s *Store) writeDeadLetter(ctx context.Context, q keiro.DB, ev *envelope.Event, code, errText string) (bool, error) {
 	a := newEnqueueArgs(1, len(ev.Payload))
 	a.add(envelope.NewUUIDv7(), ev, ev.TraceContext)
 	args := append(a.scalarArgs(false)[:enqueueColumns], code, errText)
@@ -104,21 +95,13 @@ func (s *Store) writeDeadLetter(ctx context.Context, q Querier, ev *envelope.Eve
 	return n > 0, nil
 }
 
-// runLog is Run in ModeLog: switch the schema to log mode (so producers stop writing
-// keiro_outbox), publish what is still open in keiro_outbox with the claim loop (the rows
-// enqueued before the switch come first, which keeps each key's order across it), then
-// follow the slot. The slot exists from the switch on and holds the rows written since.
-//
-// The claim loop keeps running beside the engine: keiro_outbox still holds the dead letters
-// (the engine's rejections among them), and a requeued one (Requeue, `relay dead requeue`)
-// is pending there again, for the claim loop to publish. It also runs the maintenance pass
-// (retention, the backlog and dead gauges) and the relay's vacuum of keiro_outbox. A requeued
-// dead letter is published after the later events of its key, as in claim mode. The claim
-// loop stops when the schema is switched back to claim mode (checked every PollInterval).
-func (r *Relay) runLog(ctx context.Context) error {
+// enterLogMode switches the schema to log mode, or checks the relay's slot when it is in log
+// mode already, and publishes the gap left when another relay switched before this relay's
+// slot existed.
+func (r *engine) enterLogMode(ctx context.Context) error {
 	mode, err := r.store.Mode(ctx, r.pool)
 	if err != nil {
-		return fmt.Errorf("outbox relay: %w", err)
+		return err
 	}
 	// Prepare (or check) the slot even when the schema is in log mode: the overlap with the
 	// schema's other slots, and the publication's destinations, are checked at every start.
@@ -137,7 +120,7 @@ func (r *Relay) runLog(ctx context.Context) error {
 		ch.Slot, ch.SlotCreated = p.Slot, p.SlotCreated
 	}
 	if err != nil {
-		return fmt.Errorf("outbox relay: %w", err)
+		return err
 	}
 	switch {
 	case ch.From != ModeLog:
@@ -148,44 +131,28 @@ func (r *Relay) runLog(ctx context.Context) error {
 		// consistent (Store.SetModeFor waits for it), so nothing is missing from it; another
 		// destination group's relay, started at the same time, may have switched before.
 		others, err := r.otherLogSlots(ctx, ch.Slot)
-		if err != nil {
-			return fmt.Errorf("outbox relay: %w", err)
+		if err != nil || !others {
+			return err
 		}
-		if others {
-			if err := r.recoverSwitchGap(ctx, ch); err != nil {
-				return fmt.Errorf("outbox relay: %w", err)
-			}
-		}
+		return r.recoverSwitchGap(ctx, ch)
 	case ch.SlotCreated:
 		// The slot decodes what commits from now on; the events of its destinations written
 		// since the switch to log mode (while no slot had them) are in keiro_outbox_log only.
 		r.log.ErrorContext(ctx, "log mode: created the relay's slot while the schema was already in log mode: it publishes the events of its destinations written from now on; republish those written since the switch with `relay mode recover --since=<the switch's time>` (Store.RecoverLog), or prepare every destination group's slot before the switch (relay mode prepare)",
 			"slot", ch.Slot, "destinations", r.cfg.Destinations)
 	}
-	cctx, stopClaim := context.WithCancel(ctx)
-	defer stopClaim()
-	claimDone := make(chan error, 1)
-	go func() { claimDone <- r.runClaim(cctx) }()
-	if err := r.drainClaimed(ctx, claimDone); err != nil || ctx.Err() != nil {
-		stopClaim()
-		if err == nil {
-			err = <-claimDone
-		}
-		return err
-	}
-	unregister, err := r.slotGauges()
-	if err != nil {
-		stopClaim()
-		return errors.Join(fmt.Errorf("outbox relay: %w", err), <-claimDone)
-	}
-	defer func() { _ = unregister.Unregister() }()
+	return nil
+}
+
+// followSlot runs the log engine beside the claim loop (claimDone reports its end) until ctx
+// ends or either fails. Once the schema is switched back to claim mode, new events land in
+// keiro_outbox, and the slot may still hold older events of their keys: the claim loop stops
+// (the claim relays publish keiro_outbox from then on) and the engine goes on with the slot.
+func (r *engine) followSlot(ctx context.Context, stopClaim context.CancelFunc, claimDone <-chan error) error {
 	ectx, stopEngine := context.WithCancel(ctx)
 	defer stopEngine()
 	engineDone := make(chan error, 1)
 	go func() { engineDone <- r.logEngine.Run(ectx) }()
-	// Once the schema is switched back to claim mode, new events land in keiro_outbox, and
-	// the slot may still hold older events of their keys: the claim loop stops (the claim
-	// relays publish keiro_outbox from then on) and the engine goes on with the slot.
 	claiming := claimDone
 	tick := time.NewTicker(r.cfg.PollInterval)
 	defer tick.Stop()
@@ -225,7 +192,7 @@ func (r *Relay) runLog(ctx context.Context) error {
 
 // otherLogSlots reports whether the schema has a log-mode slot other than slot: another
 // destination group's, which a switch to log mode may have been made with.
-func (r *Relay) otherLogSlots(ctx context.Context, slot string) (bool, error) {
+func (r *engine) otherLogSlots(ctx context.Context, slot string) (bool, error) {
 	slots, err := r.store.LogSlots(ctx, r.pool)
 	if err != nil {
 		return false, err
@@ -246,7 +213,7 @@ func (r *Relay) otherLogSlots(ctx context.Context, slot string) (bool, error) {
 // before the relay follows its slot, in the order they were written. An event also decoded by
 // the slot (its transaction committed after the slot's creation) is published twice, with the
 // same message id.
-func (r *Relay) recoverSwitchGap(ctx context.Context, ch ModeChange) error {
+func (r *engine) recoverSwitchGap(ctx context.Context, ch ModeChange) error {
 	var until time.Time
 	if err := r.pool.QueryRow(ctx, r.store.q.Clock).Scan(&until); err != nil {
 		return fmt.Errorf("read the database's clock: %w", err)
@@ -275,7 +242,7 @@ const (
 
 // slotGauges registers the slot's gauges on the relay's meter; each collection reads the
 // slot's row (one query, bounded by a second).
-func (r *Relay) slotGauges() (metric.Registration, error) {
+func (r *engine) slotGauges() (metric.Registration, error) {
 	mp := r.cfg.MeterProvider
 	if mp == nil {
 		mp = otel.GetMeterProvider()
@@ -322,7 +289,7 @@ func b2i(b bool) int64 {
 // relay's destinations,
 // checking every PollInterval, while the claim loop (claimDone reports its end) publishes
 // them. It returns the claim loop's error if the loop ends first.
-func (r *Relay) drainClaimed(ctx context.Context, claimDone <-chan error) error {
+func (r *engine) drainClaimed(ctx context.Context, claimDone <-chan error) error {
 	open := func() (bool, error) {
 		var n bool
 		err := r.pool.QueryRow(ctx, r.store.q.AnyOpen, r.cfg.Destinations).Scan(&n)
@@ -355,28 +322,5 @@ func (r *Relay) drainClaimed(ctx context.Context, claimDone <-chan error) error 
 				return nil
 			}
 		}
-	}
-}
-
-// logSend is log mode's OnSend: the claim relay's send span, child of the row's traceparent,
-// and its instruments: sent messages and send duration per record, published and publish
-// latency (from the transaction's commit, the log table having no creation time) per
-// acknowledged one.
-func (r *Relay) logSend(ev *envelope.Event, committed time.Time) (*envelope.TraceContext, func(*kgo.Record, error)) {
-	span, tc := r.startSend(ev)
-	start := time.Now()
-	return tc, func(rec *kgo.Record, err error) {
-		if rec == nil { // rejected before it was sent
-			span.SetAttributes(attribute.String("keiro.outbox.rejection_code", "message_too_large"))
-			span.End()
-			return
-		}
-		r.inst.recordSend(rec, err, start)
-		if err == nil {
-			ctx := context.Background()
-			r.inst.published.Add(ctx, 1, r.inst.setsOf(rec.Topic).dest)
-			r.inst.latency.Record(ctx, time.Since(committed).Seconds())
-		}
-		endSend(span, rec, err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
+	"github.com/keiro-go/keiro/outbox/logrelay"
 )
 
 // Log mode's retention deletes the rows of keiro_outbox_log older than Retention once the slot
@@ -21,7 +22,7 @@ func TestLogModeRetention(t *testing.T) {
 	ctx := context.Background()
 	slot := outbox.DefaultLogSlot(db.Schema)
 	dropLogSlot(t, db.Pool, slot)
-	relay, _ := startRelay(t, db, kc, outbox.RelayConfig{Mode: outbox.ModeLog, PollInterval: 50 * time.Millisecond,
+	relay, _ := startRelay(t, db, kc, outbox.RelayConfig{Mode: outbox.ModeLog, LogEngine: logrelay.Engine, PollInterval: 50 * time.Millisecond,
 		MaintenanceInterval: time.Hour, Retention: 24 * time.Hour, RetentionBatch: 3, Logger: testLogger(t)})
 	testenv.WaitFor(t, time.Minute, "the log-mode relay switched the schema", func() bool {
 		m, err := st.Mode(ctx, db.Pool)
@@ -39,7 +40,7 @@ func TestLogModeRetention(t *testing.T) {
 
 	// A relay of a slot that does not exist deletes nothing, however old the rows and marks.
 	other, err := outbox.NewRelay(db.Pool, kc.NewClient(t, outbox.ProducerOpts()...), outbox.RelayConfig{
-		Schema: db.Schema, Mode: outbox.ModeLog, LogSlot: slot + "_none", Retention: 24 * time.Hour})
+		Schema: db.Schema, Mode: outbox.ModeLog, LogEngine: logrelay.Engine, LogSlot: slot + "_none", Retention: 24 * time.Hour})
 	require.NoError(t, err)
 	require.Zero(t, maintenancePass(t, other).LogDeleted)
 	_, err = db.Pool.Exec(ctx, `UPDATE keiro_outbox_log_marks SET at = at - interval '3 days'`)

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/keiro-go/keiro/outbox"
+	"github.com/keiro-go/keiro/outbox/logrelay"
 	"github.com/keiro-go/keiro/tracing"
 )
 
@@ -43,7 +44,7 @@ func TestLogModeSendSpansAndMetrics(t *testing.T) {
 	business.End()
 	require.Equal(t, 3, count(t, db.Pool, "keiro_outbox_log"))
 
-	r, _ := startRelay(t, db, kc, outbox.RelayConfig{Mode: outbox.ModeLog, TracerProvider: tp, MeterProvider: mp, Logger: testLogger(t)})
+	r, _ := startRelay(t, db, kc, outbox.RelayConfig{Mode: outbox.ModeLog, LogEngine: logrelay.Engine, TracerProvider: tp, MeterProvider: mp, Logger: testLogger(t)})
 	recs := kc.ConsumeRecords(t, 3, time.Minute, "orders")
 	require.Len(t, recs, 3)
 	sends := func() []sdktrace.ReadOnlySpan {

@@ -17,7 +17,7 @@ const maxRetentionBatchesPerPass = 100
 const gaugeFreshness = 3
 
 // maintain runs a maintenance pass every MaintenanceInterval (and once at start).
-func (r *Relay) maintain(ctx context.Context) {
+func (r *engine) maintain(ctx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	defer r.inst.forgetGauges() // a stopped relay exports no outbox-wide gauge
@@ -27,7 +27,7 @@ func (r *Relay) maintain(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if _, err := r.MaintenancePass(ctx); err != nil && ctx.Err() == nil {
+		if _, err := r.maintenancePass(ctx); err != nil && ctx.Err() == nil {
 			r.log.WarnContext(ctx, "outbox maintenance failed", "err", err)
 		}
 		t.Reset(r.cfg.MaintenanceInterval)
@@ -48,17 +48,8 @@ type MaintenanceResult struct {
 	Dead             int64
 }
 
-// MaintenancePass runs one maintenance pass now if no other relay is running one: it deletes
-// sent rows older than Retention (RetentionBatch per statement), in ModeLog the rows of
-// keiro_outbox_log older than Retention that the slot confirmed, and samples the backlog,
-// oldest-pending-age and dead gauges. Every statement runs only if it gets the maintenance
-// lock; the pass stops at the first that does not (another relay is at it). Run calls it every
-// MaintenanceInterval; it is exported for tests and operators.
-//
-// Only a relay whose latest pass sampled the gauges exports them: a pass that does not (another
-// relay has the lock, or the pass failed) stops this relay's export of the outbox-wide gauges
-// until it samples again, so no relay keeps exporting an old sample.
-func (r *Relay) MaintenancePass(ctx context.Context) (res MaintenanceResult, err error) {
+// maintenancePass is MaintenancePass.
+func (r *engine) maintenancePass(ctx context.Context) (res MaintenanceResult, err error) {
 	sampled := false
 	defer func() {
 		if !sampled {
@@ -113,7 +104,7 @@ func (r *Relay) MaintenancePass(ctx context.Context) (res MaintenanceResult, err
 }
 
 // sampleGauges reads the per-destination gauges if it gets the maintenance lock key.
-func (r *Relay) sampleGauges(ctx context.Context, key int64) ([]destGauges, bool, error) {
+func (r *engine) sampleGauges(ctx context.Context, key int64) ([]destGauges, bool, error) {
 	rows, err := r.pool.Query(ctx, r.store.q.Gauges, key)
 	if err != nil {
 		return nil, false, err
@@ -133,4 +124,61 @@ func (r *Relay) sampleGauges(ctx context.Context, key int64) ([]destGauges, bool
 		}
 	}
 	return out, got, rows.Err()
+}
+
+// logRetention is log mode's part of a maintenance pass: it records retention's mark (the time
+// and the WAL position, once a minute) and deletes the rows of keiro_outbox_log older than
+// Retention that every log-mode slot of the schema has confirmed (the lowest confirmed position
+// of Store.LogSlots, the relay's own slot among them: with per-destination relays, the slowest
+// slot holds the rows back), RetentionBatch per statement (sqlq's sqlLogRetention says what
+// confirmed means), and only rows of destinations some slot publishes (coveredDestinations).
+// got is false when another relay held the maintenance lock key.
+func (r *engine) logRetention(ctx context.Context, key int64) (deleted int64, got bool, err error) {
+	var n int64
+	if err := r.pool.QueryRow(ctx, r.store.q.LogMark, key).Scan(&got, &n); err != nil {
+		return 0, false, fmt.Errorf("outbox maintenance: record the log retention mark: %w", err)
+	}
+	if !got {
+		return 0, false, nil
+	}
+	covered, err := r.coveredDestinations(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	for range maxRetentionBatchesPerPass {
+		if err := r.pool.QueryRow(ctx, r.store.q.LogRetention, r.cfg.Retention.Microseconds(),
+			r.cfg.RetentionBatch, key, r.cfg.LogSlot, covered).Scan(&got, &n); err != nil {
+			return deleted, false, fmt.Errorf("outbox maintenance: delete keiro_outbox_log rows past retention: %w", err)
+		}
+		if !got {
+			return deleted, false, nil
+		}
+		deleted += n
+		if n < int64(r.cfg.RetentionBatch) {
+			break
+		}
+	}
+	return deleted, true, nil
+}
+
+// coveredDestinations are the destinations some existing log-mode slot of the schema
+// publishes: nil when one publishes them all. With per-destination slots only, the rows of
+// any other destination were published by no slot, and retention keeps them (a group that
+// names the destination later republishes them with Store.RecoverLogFor).
+func (r *engine) coveredDestinations(ctx context.Context) ([]string, error) {
+	slots, err := r.store.LogSlots(ctx, r.pool)
+	if err != nil {
+		return nil, fmt.Errorf("outbox maintenance: %w", err)
+	}
+	covered := []string{}
+	for _, s := range slots {
+		if !s.Exists {
+			continue
+		}
+		if len(s.Destinations) == 0 {
+			return nil, nil
+		}
+		covered = append(covered, s.Destinations...)
+	}
+	return covered, nil
 }

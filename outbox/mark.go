@@ -7,16 +7,18 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/backoff"
 	"github.com/keiro-go/keiro/outbox/internal/markplan"
+	"github.com/keiro-go/keiro/outbox/internal/publish"
 	"github.com/keiro-go/keiro/outbox/internal/translog"
 )
 
 // markOutcome decides the outcome of a batch's rows from their produce results (plan), writes
 // them in one statement (writeMarks), and reports the transitions the write made: in the
 // batch's result, the relay's stats, its metrics and its logs.
-func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
+func (r *engine) markOutcome(ctx context.Context, b *claimedBatch) BatchResult {
 	b.mu.Lock()
 	results := append([]produceResult(nil), b.results...)
 	b.closed, b.marking = true, true
@@ -25,9 +27,9 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 	p := r.plan(b, results)
 	for i, suspect := range p.Suspects {
 		if suspect {
-			r.suspects.Store(b.rows[i].id, struct{}{})
+			r.suspects.Add(b.rows[i].id)
 		} else {
-			r.suspects.Delete(b.rows[i].id)
+			r.suspects.Remove(b.rows[i].id)
 		}
 	}
 	for _, i := range p.OrderBroken {
@@ -92,7 +94,7 @@ func (r *Relay) markOutcome(ctx context.Context, b *batch) BatchResult {
 
 // plan decides the outcome of batch b's rows from their produce results (markplan.Decide),
 // under the relay's ordering policy and retry backoff.
-func (r *Relay) plan(b *batch, results []produceResult) markplan.Plan {
+func (r *engine) plan(b *claimedBatch, results []produceResult) markplan.Plan {
 	rows := make([]markplan.Row, len(b.rows))
 	res := make([]markplan.Result, len(b.rows))
 	for i := range b.rows {
@@ -110,7 +112,7 @@ func (r *Relay) plan(b *batch, results []produceResult) markplan.Plan {
 // one did. A mark that failed wrote nothing, even when its statement had returned rows before
 // the failure (a connection lost mid-result, an error at commit): its batch counts, logs and
 // reports no transition, and its rows are left to the retry or to their lease.
-func (r *Relay) writeMarks(ctx context.Context, b *batch, marks []mark) transitions {
+func (r *engine) writeMarks(ctx context.Context, b *claimedBatch, marks []mark) transitions {
 	t0 := time.Now()
 	refused := 0
 	for attempt := 1; ; attempt++ {
@@ -152,11 +154,11 @@ func (r *Relay) writeMarks(ctx context.Context, b *batch, marks []mark) transiti
 }
 
 // record adds a batch's real transitions to the metrics, per destination.
-func (r *Relay) record(ctx context.Context, b *batch, t transitions, deadOnClaim map[string]int) {
+func (r *engine) record(ctx context.Context, b *claimedBatch, t transitions, deadOnClaim map[string]int) {
 	for dest, c := range t.byDest {
-		attrs := destinationAttr(dest)
+		attrs := publish.DestinationAttr(dest)
 		if c.sent > 0 {
-			r.inst.published.Add(ctx, int64(c.sent), attrs)
+			r.pub.AddPublished(ctx, int64(c.sent), dest)
 		}
 		if c.retried > 0 {
 			r.inst.retried.Add(ctx, int64(c.retried), attrs)
@@ -169,14 +171,14 @@ func (r *Relay) record(ctx context.Context, b *batch, t transitions, deadOnClaim
 		}
 	}
 	for dest, n := range deadOnClaim {
-		r.inst.deadlettered.Add(ctx, int64(n), destinationAttr(dest))
+		r.inst.deadlettered.Add(ctx, int64(n), publish.DestinationAttr(dest))
 	}
 	if n := countReclaimed(b); n > 0 {
 		r.inst.reclaimed.Add(ctx, int64(n))
 	}
 }
 
-func countReclaimed(b *batch) int {
+func countReclaimed(b *claimedBatch) int {
 	n := 0
 	for i := range b.rows {
 		if b.rows[i].reclaimed {
@@ -192,7 +194,7 @@ const maxMarkRefusals = 5
 
 // markRetryBackoff spaces the retries of a batch's mark that PostgreSQL failed: short at first,
 // so a blip costs little, and at most 5s apart during an outage.
-var markRetryBackoff = Backoff{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}
+var markRetryBackoff = keiro.Backoff{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}
 
 // isRefusal reports an error PostgreSQL answered about the statement itself (bad data, a
 // constraint, a trigger's exception), as opposed to a lost connection, a timeout, or a state of
@@ -214,7 +216,7 @@ func isRefusal(err error) bool {
 // logTransitions logs the rows of batch b that marks moved to failed, dead or rejected (moved
 // as the mark statement reports them), and the rows that went dead in the claim (the transition
 // log, internal/translog).
-func (r *Relay) logTransitions(ctx context.Context, b *batch, marks []mark, moved []markedRow) {
+func (r *engine) logTransitions(ctx context.Context, b *claimedBatch, marks []mark, moved []markedRow) {
 	rows := make(map[envelope.UUID]*claimedRow, len(b.rows))
 	for i := range b.rows {
 		rows[b.rows[i].id] = &b.rows[i]
@@ -248,7 +250,7 @@ func (r *Relay) logTransitions(ctx context.Context, b *batch, marks []mark, move
 
 // logTransition logs one row's transition, with m's error (reason without a mark), if the
 // kind's budget allows it.
-func (r *Relay) logTransition(ctx context.Context, kind translog.Kind, row *claimedRow, m *mark, reason string) {
+func (r *engine) logTransition(ctx context.Context, kind translog.Kind, row *claimedRow, m *mark, reason string) {
 	lr := translog.Row{OutboxID: row.id.String(), MessageID: row.event.MessageID, Source: row.event.Source,
 		Destination: row.event.Destination, Key: row.event.Key, Attempt: row.attempt, Err: reason}
 	if m != nil {

@@ -93,7 +93,7 @@ CREATE CONSTRAINT TRIGGER refuse_c1 AFTER UPDATE ON keiro_outbox DEFERRABLE INIT
 	require.Equal(t, "22023", pe.Code)
 	require.Equal(t, 3, read, "the rolled-back mark returned its rows first")
 
-	res := r.markOutcome(ctx, &batch{token: token, rows: rows, results: results, leasedAt: time.Now()})
+	res := r.markOutcome(ctx, &claimedBatch{token: token, rows: rows, results: results, leasedAt: time.Now()})
 	require.Equal(t, BatchResult{Claimed: 3}, res, "the rolled-back transitions are not reported")
 	require.Equal(t, []BatchResult{{Claimed: 3}}, onBatch)
 	s := r.Stats()
@@ -120,7 +120,7 @@ UPDATE keiro_outbox SET lease_until = now() - interval '1 second'`)
 	token, rows, err = st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a1", "b1", "c1"}, ids(rows))
-	res = r.markOutcome(ctx, &batch{token: token, rows: rows, results: results, leasedAt: time.Now()})
+	res = r.markOutcome(ctx, &claimedBatch{token: token, rows: rows, results: results, leasedAt: time.Now()})
 	want := BatchResult{Claimed: 3, Reclaimed: 3, Published: 1, Retried: 1, Rejected: 1}
 	require.Equal(t, want, res)
 	require.Equal(t, []BatchResult{{Claimed: 3}, want}, onBatch)

@@ -7,12 +7,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/keiro-go/keiro/outbox/internal/publish"
 	"github.com/keiro-go/keiro/tracing"
 )
 
@@ -23,7 +21,6 @@ const scope = tracing.ScopeName
 // bounded: source, destination, outcome, error type; never ids or keys.
 type instruments struct {
 	enqueued     metric.Int64Counter
-	published    metric.Int64Counter
 	retried      metric.Int64Counter
 	deadlettered metric.Int64Counter
 	rejected     metric.Int64Counter
@@ -32,18 +29,9 @@ type instruments struct {
 	backlog      metric.Int64ObservableGauge
 	oldestAge    metric.Float64ObservableGauge
 	dead         metric.Int64ObservableGauge
-	latency      metric.Float64Histogram
 	batchSize    metric.Int64Histogram
-	// sent and sendDuration are the messaging semantic conventions' client metrics.
-	sent         metric.Int64Counter
-	sendDuration metric.Float64Histogram
 
 	meter metric.Meter
-
-	// sendSets caches, per topic, the attribute sets of a record's success (topic → *sendSets):
-	// building a set hashes its attributes, which per record is a measurable part of a fast
-	// drain's CPU.
-	sendSets sync.Map
 
 	mu        sync.Mutex
 	gaugeSeen map[string]bool // destinations with a gauge sampled, to report them 0 once drained
@@ -67,13 +55,11 @@ func newInstruments(mp metric.MeterProvider) (*instruments, error) {
 		return c
 	}
 	in.enqueued = counter(tracing.MetricOutboxEnqueued, "Events given to EnqueueTx, by source and outcome (inserted, duplicate, conflict).", "{event}")
-	in.published = counter(tracing.MetricOutboxPublished, "Outbox rows acknowledged by Kafka and marked sent.", "{event}")
 	in.retried = counter(tracing.MetricOutboxRetried, "Outbox rows whose publish failed and that will be retried.", "{event}")
 	in.deadlettered = counter(tracing.MetricOutboxDeadlettered, "Outbox rows that exhausted their attempts and went dead.", "{event}")
 	in.rejected = counter(tracing.MetricOutboxRejected, "Outbox rows Kafka refused permanently (rejected).", "{event}")
 	in.reclaimed = counter(tracing.MetricOutboxReclaimed, "Outbox rows re-claimed after their lease expired.", "{event}")
 	in.orderBroken = counter(tracing.MetricOutboxOrderBroken, "Outbox rows Kafka acknowledged after an earlier row of their key failed in the same flush (should stay 0).", "{event}")
-	in.sent = counter(tracing.MetricClientSentMessages, "Records the relay produced to Kafka; error.type is set on those that failed.", "{message}")
 	var err error
 	in.backlog, err = m.Int64ObservableGauge(tracing.MetricOutboxBacklog, metric.WithDescription("Outbox rows pending, failed or publishing."), metric.WithUnit("{event}"))
 	errs = append(errs, err)
@@ -81,78 +67,13 @@ func newInstruments(mp metric.MeterProvider) (*instruments, error) {
 	errs = append(errs, err)
 	in.dead, err = m.Int64ObservableGauge(tracing.MetricOutboxDead, metric.WithDescription("Outbox rows dead or rejected, kept for operators."), metric.WithUnit("{event}"))
 	errs = append(errs, err)
-	in.latency, err = m.Float64Histogram(tracing.MetricOutboxPublishLatency, metric.WithDescription("Time from the row's creation (enqueue transaction start) to the broker's acknowledgement."), metric.WithUnit("s"),
-		metric.WithExplicitBucketBoundaries(tracing.LatencyBuckets...))
-	errs = append(errs, err)
 	in.batchSize, err = m.Int64Histogram(tracing.MetricOutboxBatchSize, metric.WithDescription("Rows per claimed batch."), metric.WithUnit("{event}"),
 		metric.WithExplicitBucketBoundaries(tracing.BatchSizeBuckets...))
-	errs = append(errs, err)
-	in.sendDuration, err = m.Float64Histogram(tracing.MetricClientOperationDuration, metric.WithDescription("Duration of a produce, from the call to the broker's answer."), metric.WithUnit("s"),
-		metric.WithExplicitBucketBoundaries(tracing.LatencyBuckets...))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("create outbox instruments: %w", err)
 	}
 	return in, nil
-}
-
-func destinationAttr(d string) metric.MeasurementOption {
-	return metric.WithAttributeSet(attribute.NewSet(tracing.DestinationKey.String(d)))
-}
-
-// recordSend records one produce's answer on the semantic conventions' client metrics:
-// messaging.client.sent.messages and messaging.client.operation.duration, with error.type when
-// Kafka (or the client) refused the record.
-func (in *instruments) recordSend(rec *kgo.Record, err error, start time.Time) {
-	var set metric.MeasurementOption
-	if err == nil {
-		set = in.setsOf(rec.Topic).sent
-	} else {
-		set = metric.WithAttributeSet(attribute.NewSet(
-			tracing.MessagingSystemKey.String(tracing.MessagingSystemKafka),
-			tracing.MessagingOperationNameKey.String(tracing.OperationSend),
-			tracing.DestinationKey.String(rec.Topic),
-			tracing.ErrorTypeKey.String(errorType(err))))
-	}
-	ctx := context.Background()
-	in.sent.Add(ctx, 1, set)
-	in.sendDuration.Record(ctx, time.Since(start).Seconds(), set)
-}
-
-// sendSets are a topic's attribute sets for a record sent: dest for the keiro.outbox
-// instruments, sent for the messaging client metrics.
-type sendSets struct{ dest, sent metric.MeasurementOption }
-
-// setsOf returns topic's attribute sets, built once.
-func (in *instruments) setsOf(topic string) *sendSets {
-	if v, ok := in.sendSets.Load(topic); ok {
-		return v.(*sendSets)
-	}
-	v, _ := in.sendSets.LoadOrStore(topic, &sendSets{
-		dest: destinationAttr(topic),
-		sent: metric.WithAttributeSet(attribute.NewSet(
-			tracing.MessagingSystemKey.String(tracing.MessagingSystemKafka),
-			tracing.MessagingOperationNameKey.String(tracing.OperationSend),
-			tracing.DestinationKey.String(topic))),
-	})
-	return v.(*sendSets)
-}
-
-// errorType is the low-cardinality error.type of a produce error: the Kafka error code's name
-// ("NOT_ENOUGH_REPLICAS"), "timeout", "canceled", or the client error's Go type.
-func errorType(err error) string {
-	var ke *kerr.Error
-	switch {
-	case errors.As(err, &ke):
-		return ke.Message
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, kgo.ErrRecordTimeout):
-		return "timeout"
-	case errors.Is(err, context.Canceled), errors.Is(err, kgo.ErrAborting):
-		return "canceled"
-	case errors.Is(err, kgo.ErrMaxBuffered):
-		return "max_buffered"
-	}
-	return fmt.Sprintf("%T", err)
 }
 
 // destGauges are one destination's sampled gauges.
@@ -173,7 +94,7 @@ func (in *instruments) observeGauges(fresh time.Duration) error {
 			return nil // another relay samples, or this one stopped sampling: export nothing
 		}
 		for _, g := range in.sample {
-			attrs := destinationAttr(g.destination)
+			attrs := publish.DestinationAttr(g.destination)
 			o.ObserveInt64(in.backlog, g.backlog, attrs)
 			o.ObserveFloat64(in.oldestAge, g.oldestAge, attrs)
 			o.ObserveInt64(in.dead, g.dead, attrs)

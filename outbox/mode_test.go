@@ -20,7 +20,7 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
-	_ "github.com/keiro-go/keiro/outbox/logrelay"
+	"github.com/keiro-go/keiro/outbox/logrelay"
 )
 
 // dropLogSlot drops a test's slot and publication when it ends (a slot left behind keeps WAL).
@@ -82,7 +82,7 @@ func TestModeSwitchClaimLogClaimLosesNothing(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer func() { _ = mp.Shutdown(context.Background()) }()
-	logRelay, stopLog := startRelay(t, db, kc, outbox.RelayConfig{Mode: outbox.ModeLog, PollInterval: 50 * time.Millisecond,
+	logRelay, stopLog := startRelay(t, db, kc, outbox.RelayConfig{Mode: outbox.ModeLog, LogEngine: logrelay.Engine, PollInterval: 50 * time.Millisecond,
 		MeterProvider: mp, Logger: testLogger(t)})
 	testenv.WaitFor(t, time.Minute, "the log-mode relay switched the schema", func() bool {
 		m, err := st.Mode(ctx, db.Pool)
@@ -171,13 +171,13 @@ func TestRelayConfigModeValidation(t *testing.T) {
 	require.ErrorContains(t, err, `Mode: mode "wal": want claim or log`)
 	_, err = outbox.NewRelay(db.Pool, client, outbox.RelayConfig{Schema: db.Schema, LogSlot: "s"})
 	require.ErrorContains(t, err, `LogSlot "s" is set but Mode is claim`)
-	_, err = outbox.NewRelay(db.Pool, client, outbox.RelayConfig{Schema: db.Schema, Mode: outbox.ModeLog, LogSlot: "Bad-Slot"})
+	_, err = outbox.NewRelay(db.Pool, client, outbox.RelayConfig{Schema: db.Schema, Mode: outbox.ModeLog, LogEngine: logrelay.Engine, LogSlot: "Bad-Slot"})
 	require.ErrorContains(t, err, `Slot "Bad-Slot"`)
 	_, err = st(t).SetMode(context.Background(), db.Pool, outbox.ModeLog, "Bad-Slot")
 	require.ErrorContains(t, err, `slot "Bad-Slot"`)
-	_, err = outbox.NewRelay(db.Pool, client, outbox.RelayConfig{Schema: db.Schema, Mode: outbox.ModeLog, Destinations: []string{"orders"}})
+	_, err = outbox.NewRelay(db.Pool, client, outbox.RelayConfig{Schema: db.Schema, Mode: outbox.ModeLog, LogEngine: logrelay.Engine, Destinations: []string{"orders"}})
 	require.NoError(t, err, "log mode with Destinations: a relay of its own slot")
-	_, err = outbox.NewRelay(db.Pool, client, outbox.RelayConfig{Schema: db.Schema, Mode: outbox.ModeLog, Destinations: []string{"orders", ""}})
+	_, err = outbox.NewRelay(db.Pool, client, outbox.RelayConfig{Schema: db.Schema, Mode: outbox.ModeLog, LogEngine: logrelay.Engine, Destinations: []string{"orders", ""}})
 	require.ErrorContains(t, err, `Destinations[1] "" is empty`)
 	_, _, err = st(t).PrepareLogSlot(context.Background(), db.Pool, "", []string{"orders", "a b"})
 	require.ErrorContains(t, err, `destinations[0] "a b" is not a legal Kafka topic`)

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
@@ -51,7 +52,7 @@ func TestOrderUnderProduceFailuresAllPolicies(t *testing.T) {
 				client := kc.NewClient(t, outboxOpts()...)
 				r, err := outbox.NewRelay(db.Pool, client, outbox.RelayConfig{
 					Schema: db.Schema, Policy: policy, BatchSize: 64, MaxAttempts: 1000,
-					Backoff:      outbox.Backoff{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond},
+					Backoff:      keiro.Backoff{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond},
 					PollInterval: 20 * time.Millisecond, OnBatch: onSettled(p), Logger: testLogger(t),
 				})
 				require.NoError(t, err)
@@ -212,7 +213,7 @@ func TestOrderWhenTheFirstProduceToATopicFails(t *testing.T) {
 			})
 			p := new(testenv.Progress)
 			r, _ := startRelay(t, db, kc, outbox.RelayConfig{BatchSize: n, MaxAttempts: 100, OnBatch: onSettled(p),
-				Backoff: outbox.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}, Logger: testLogger(t)})
+				Backoff: keiro.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}, Logger: testLogger(t)})
 			p.Wait(t, int64(n), 60*time.Second, nil)
 			require.Positive(t, requests.Load())
 			distinct, _ := checkOrder(t, kc.ConsumeRecords(t, n, 30*time.Second, "orders"))
@@ -267,7 +268,7 @@ func TestKeySpanningTwoTopicsKeepsItsOrder(t *testing.T) {
 	})
 	p := new(testenv.Progress)
 	r, _ := startRelayOpts(t, db, kc, outboxOpts(), outbox.RelayConfig{BatchSize: 64, MaxAttempts: 1000, OnBatch: onSettled(p),
-		Backoff: outbox.Backoff{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond}, Logger: testLogger(t)})
+		Backoff: keiro.Backoff{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond}, Logger: testLogger(t)})
 	p.Wait(t, int64(n), 90*time.Second, nil)
 	require.Positive(t, failedReqs.Load(), "no failure was injected")
 	recs := kc.ConsumeRecords(t, n, 30*time.Second, "ta", "tb")

@@ -55,12 +55,3 @@ func ProducerOpts() []kgo.Opt {
 		kgo.MetadataMinAge(DefaultMetadataMinAge),
 	}
 }
-
-// recordSize is an upper bound of rec's size inside a Kafka record batch.
-func recordSize(rec *kgo.Record) int {
-	n := 61 + 21 + len(rec.Key) + len(rec.Value) // batch header + record framing
-	for _, h := range rec.Headers {
-		n += 10 + len(h.Key) + len(h.Value)
-	}
-	return n
-}

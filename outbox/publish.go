@@ -2,46 +2,24 @@ package outbox
 
 import (
 	"context"
-	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/outbox/internal/kafkaerr"
-	"github.com/keiro-go/keiro/tracing"
 )
 
-// tp names a topic partition.
-type tp struct {
+// topicPartition names a topic partition.
+type topicPartition struct {
 	topic     string
 	partition int32
 }
 
-type produceResult struct {
-	done      bool
-	err       error
-	partition int32
-	offset    int64
-	// rejectCode and rejectMsg are a rejection before the produce: an illegal topic
-	// (kafkaerr.CheckTopic) or a record too large.
-	rejectCode, rejectMsg string
-	// shared: other records of the flush went to the same partition, so a record-level
-	// refusal (MESSAGE_TOO_LARGE, ...) cannot be pinned on this record.
-	shared bool
-	// leaseLost: the row was not produced because its batch's lease was lost or about to
-	// expire (holdLeases).
-	leaseLost bool
-}
-
 // produce publishes the batches' rows in order, in as few flushes as it can: a suspect row
-// and the first row for a topic the client has not published to yet (see Relay.topics) each
+// and the first row for a topic the client has not published to yet (see engine.topics) each
 // get a flush of their own, after the rows before them were flushed; under StopTheLine every
 // row does, so nothing after the first failure is sent. A row whose group failed
 // in an earlier flush of this call is not produced (it is skipped or released when marked).
@@ -52,7 +30,7 @@ type produceResult struct {
 // topic's request with a success of the second's would put the key's later row on Kafka
 // first. The later row waits for the next flush instead, which it joins only if the earlier
 // one got through.
-func (r *Relay) produce(stop, ctx context.Context, batches []*batch) {
+func (r *engine) produceBatches(stop, ctx context.Context, batches []*claimedBatch) {
 	failed := map[string]bool{}
 	send := func(refs []rowRef) {
 		if stop.Err() != nil {
@@ -68,7 +46,7 @@ func (r *Relay) produce(stop, ctx context.Context, batches []*batch) {
 		if len(kept) == 0 {
 			return
 		}
-		r.flush(ctx, kept)
+		r.flushRecords(ctx, kept)
 		for _, ref := range kept {
 			row := &ref.b.rows[ref.i]
 			ref.b.mu.Lock()
@@ -103,7 +81,7 @@ func (r *Relay) produce(stop, ctx context.Context, batches []*batch) {
 				failed[groupKey(StopTheLine, &row.event)] = true
 				continue
 			}
-			_, suspect := r.suspects.Load(row.id)
+			suspect := r.suspects.Has(row.id)
 			_, known := r.topics.Load(row.event.Destination)
 			// StopTheLine publishes row by row (keiro §1.3.5): one flush holds records for
 			// several partitions, and a failure of one partition's request does not stop the
@@ -138,7 +116,7 @@ func (r *Relay) produce(stop, ctx context.Context, batches []*batch) {
 // their last attempt get their produce start recorded first (Store.startProduce), so that a
 // lease expiry turns them dead only if they may have reached Kafka; a row the record does
 // not find under the batch's token was taken over and is not produced either.
-func (r *Relay) holdLeases(ctx context.Context, refs []rowRef, failed map[string]bool) []rowRef {
+func (r *engine) holdLeases(ctx context.Context, refs []rowRef, failed map[string]bool) []rowRef {
 	if r.flushHook != nil {
 		r.flushHook()
 	}
@@ -157,7 +135,7 @@ func (r *Relay) holdLeases(ctx context.Context, refs []rowRef, failed map[string
 	}
 	now := r.now()
 	kept := refs[:0]
-	var last map[*batch][][16]byte
+	var last map[*claimedBatch][][16]byte
 	for _, ref := range refs {
 		b := ref.b
 		b.mu.Lock()
@@ -171,7 +149,7 @@ func (r *Relay) holdLeases(ctx context.Context, refs []rowRef, failed map[string
 		}
 		if row := &b.rows[ref.i]; row.attempt >= r.cfg.MaxAttempts && !row.started && !row.dead {
 			if last == nil {
-				last = map[*batch][][16]byte{}
+				last = map[*claimedBatch][][16]byte{}
 			}
 			last[b] = append(last[b], row.id)
 		}
@@ -212,14 +190,14 @@ func (r *Relay) holdLeases(ctx context.Context, refs []rowRef, failed map[string
 
 // rowRef points at one row of a batch.
 type rowRef struct {
-	b *batch
+	b *claimedBatch
 	i int
 }
 
 // flush buffers every record of refs, flushes them, and waits for every outcome (or ctx).
 // Buffering the whole set before the flush is what keeps per-key order: if Kafka fails a
 // partition's request, franz-go fails every later buffered record of that partition.
-func (r *Relay) flush(ctx context.Context, refs []rowRef) {
+func (r *engine) flushRecords(ctx context.Context, refs []rowRef) {
 	var pending atomic.Int64
 	pending.Store(1)
 	allDone := make(chan struct{})
@@ -230,7 +208,7 @@ func (r *Relay) flush(ctx context.Context, refs []rowRef) {
 	}
 	var headers []envelope.Header
 	var mu sync.Mutex
-	perPartition := map[tp]int{}
+	perPartition := map[topicPartition]int{}
 	var produced []rowRef
 	for _, ref := range refs {
 		b, i := ref.b, ref.i
@@ -243,41 +221,31 @@ func (r *Relay) flush(ctx context.Context, refs []rowRef) {
 			b.results[i] = produceResult{done: true, rejectCode: code, rejectMsg: err.Error()}
 			continue
 		}
-		rec := &kgo.Record{Topic: e.Destination, Value: e.Payload}
+		rec := &kgo.Record{}
 		if e.Key != nil {
 			rec.Key = []byte(*e.Key)
 		}
-		span, tc := r.startSend(e, attribute.Int("keiro.outbox.attempt", row.attempt))
+		send, tc := r.pub.StartSend(e, attribute.Int("keiro.outbox.attempt", row.attempt))
 		ev := *e
 		if tc != nil {
 			ev.TraceContext = tc
 		}
-		headers = ev.AppendHeaders(headers[:0], r.encodeOptions(ev.Destination))
-		rec.Headers = make([]kgo.RecordHeader, len(headers))
-		for j, h := range headers {
-			rec.Headers[j] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
-		}
-		if size := recordSize(rec); size > r.maxRecordBytes {
-			msg := fmt.Sprintf("record of about %d bytes exceeds the %d-byte limit (MaxRecordBytes / ProducerBatchMaxBytes)", size, r.maxRecordBytes)
-			b.results[i] = produceResult{done: true, rejectCode: kafkaerr.CodeMessageTooLarge, rejectMsg: msg}
-			span.SetAttributes(attribute.String("keiro.outbox.rejection_code", kafkaerr.CodeMessageTooLarge))
-			span.End()
+		headers = r.pub.Record(rec, &ev, headers)
+		if _, err := r.pub.CheckSize(rec); err != nil {
+			b.results[i] = produceResult{done: true, rejectCode: kafkaerr.CodeMessageTooLarge, rejectMsg: err.Error()}
+			send.Rejected(kafkaerr.CodeMessageTooLarge)
 			continue
 		}
 		pending.Add(1)
 		produced = append(produced, ref)
-		created, start := row.createdAt, time.Now()
-		r.client.Produce(ctx, rec, func(rec *kgo.Record, err error) {
-			r.inst.recordSend(rec, err, start)
-			if err == nil {
-				if r.ackHook != nil {
-					r.ackHook(e.MessageID)
-				}
-				r.inst.latency.Record(context.Background(), time.Since(created).Seconds())
+		created := row.createdAt
+		r.pub.Client().Produce(ctx, rec, func(rec *kgo.Record, err error) {
+			send.Done(rec, err, created)
+			if err == nil && r.ackHook != nil {
+				r.ackHook(e.MessageID)
 			}
-			endSend(span, rec, err)
 			mu.Lock()
-			perPartition[tp{rec.Topic, rec.Partition}]++
+			perPartition[topicPartition{rec.Topic, rec.Partition}]++
 			mu.Unlock()
 			b.mu.Lock()
 			if !b.closed {
@@ -291,7 +259,7 @@ func (r *Relay) flush(ctx context.Context, refs []rowRef) {
 	if len(produced) == 0 {
 		return
 	}
-	if err := r.client.Flush(ctx); err != nil && ctx.Err() == nil {
+	if err := r.pub.Client().Flush(ctx); err != nil && ctx.Err() == nil {
 		r.log.WarnContext(ctx, "flush failed", "err", err)
 	}
 	select {
@@ -303,17 +271,11 @@ func (r *Relay) flush(ctx context.Context, refs []rowRef) {
 	for _, ref := range produced {
 		ref.b.mu.Lock()
 		res := &ref.b.results[ref.i]
-		if res.done && res.err != nil && perPartition[tp{ref.b.rows[ref.i].event.Destination, res.partition}] > 1 {
+		if res.done && res.err != nil && perPartition[topicPartition{ref.b.rows[ref.i].event.Destination, res.partition}] > 1 {
 			res.shared = true
 		}
 		ref.b.mu.Unlock()
 	}
-}
-
-// failureClass is how the relay treats a failed record (kafkaerr.OfRecord): produce and the
-// mark must agree on it.
-func (res *produceResult) failureClass() (kafkaerr.Class, string) {
-	return kafkaerr.OfRecord(res.err, res.shared)
 }
 
 // groupKey returns the ordering group of a row under the policy ("" = a group of its own).
@@ -330,42 +292,4 @@ func groupKey(p Policy, e *envelope.Event) string {
 		return ""
 	}
 	return e.Source + "\x00" + *e.Key
-}
-
-// startSend starts e's send span, a child of the trace context of e's row, and returns it with
-// the span's trace context for the record's headers (nil when the span is not recorded: the
-// record then carries the row's own). The claim relay and log mode share it.
-func (r *Relay) startSend(e *envelope.Event, attrs ...attribute.KeyValue) (trace.Span, *envelope.TraceContext) {
-	spanCtx, span := r.tracer.Start(tracing.ContextWith(context.Background(), e.TraceContext),
-		"send "+e.Destination, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
-			attribute.String("messaging.system", "kafka"),
-			attribute.String("messaging.operation.type", "send"),
-			attribute.String("messaging.operation.name", "send"),
-			attribute.String("messaging.destination.name", e.Destination),
-			attribute.String("messaging.message.id", e.MessageID),
-		), trace.WithAttributes(attrs...))
-	if e.Key != nil {
-		span.SetAttributes(attribute.String("messaging.kafka.message.key", *e.Key))
-	}
-	if !span.IsRecording() {
-		return span, nil
-	}
-	return span, tracing.FromContext(spanCtx)
-}
-
-// endSend records a produced record's outcome on its send span and ends it.
-func endSend(span trace.Span, rec *kgo.Record, err error) {
-	if !span.IsRecording() { // not sampled, or no tracer: nothing to build
-		span.End()
-		return
-	}
-	if err == nil {
-		span.SetAttributes(
-			attribute.String("messaging.destination.partition.id", strconv.Itoa(int(rec.Partition))),
-			attribute.Int64("messaging.kafka.offset", rec.Offset))
-	} else {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.End()
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/keirotest/testenv/kafkabroker"
 	"github.com/keiro-go/keiro/outbox"
@@ -59,7 +60,7 @@ func TestRelayRejectsWhatTheRealBrokerRefuses(t *testing.T) {
 
 	p := new(testenv.Progress)
 	startRelay(t, db, kc, outbox.RelayConfig{OnBatch: onSettled(p), PollInterval: 10 * time.Millisecond,
-		Backoff: outbox.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}, Logger: testLogger(t)})
+		Backoff: keiro.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}, Logger: testLogger(t)})
 	p.Wait(t, 30, time.Minute, nil)
 	dead, err := outbox.AdminOf(st).ListDead(ctx, db.Pool, outbox.ListDeadOptions{})
 	require.NoError(t, err)
@@ -94,7 +95,7 @@ func TestRelayWaitsOutARealBrokerOutage(t *testing.T) {
 	deferred := make(chan struct{}, 1)
 	p := new(testenv.Progress)
 	startRelayOpts(t, db, k, outboxOpts(), outbox.RelayConfig{
-		MaxAttempts: 2, Backoff: outbox.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond},
+		MaxAttempts: 2, Backoff: keiro.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond},
 		PollInterval: 10 * time.Millisecond, Logger: testLogger(t),
 		OnBatch: func(b outbox.BatchResult) {
 			p.Add(settledRows(b))

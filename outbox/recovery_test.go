@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
@@ -230,7 +231,7 @@ func TestRelaySurvivesBrokerOutage(t *testing.T) {
 	p := new(testenv.Progress)
 	var r *outbox.Relay
 	r, _ = startRelayOpts(t, db, kc, outboxOpts(), outbox.RelayConfig{
-		MaxAttempts: 2, Backoff: outbox.Backoff{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond},
+		MaxAttempts: 2, Backoff: keiro.Backoff{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond},
 		PollInterval: 10 * time.Millisecond, Logger: testLogger(t),
 		OnBatch: func(b outbox.BatchResult) {
 			p.Add(settledRows(b))
@@ -334,7 +335,7 @@ func TestRelayRejectsPoisonRows(t *testing.T) {
 
 	p := new(testenv.Progress)
 	startRelay(t, db, kc, outbox.RelayConfig{OnBatch: onSettled(p), MaxRecordBytes: 100_000,
-		Backoff: outbox.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}, PollInterval: 10 * time.Millisecond,
+		Backoff: keiro.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}, PollInterval: 10 * time.Millisecond,
 		Logger: testLogger(t)})
 	p.Wait(t, 30, 60*time.Second, nil)
 
@@ -375,7 +376,7 @@ func TestRowsGoDeadAfterMaxAttemptsAndFreeTheirKey(t *testing.T) {
 	p := new(testenv.Progress)
 	// One batch at a time, so the broker recovers before anything is claimed after the heads died.
 	r, _ := startRelay(t, db, kc, outbox.RelayConfig{MaxAttempts: 3, MaxInFlightBatches: 1, ClaimConcurrency: 1,
-		Backoff: outbox.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}, PollInterval: 10 * time.Millisecond,
+		Backoff: keiro.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}, PollInterval: 10 * time.Millisecond,
 		Logger: testLogger(t), OnBatch: func(b outbox.BatchResult) {
 			if dead.Add(int64(b.Dead)) == 2 {
 				f.set(func(f *faults) { f.all = false })
@@ -462,7 +463,7 @@ func TestPoisonBystanderKeepsItsKeyOrder(t *testing.T) {
 	db, kc, st := poisonRig(t, "orders", "audit")
 	p := new(testenv.Progress)
 	r, _ := startRelay(t, db, kc, outbox.RelayConfig{OnBatch: onSettled(p), MaxRecordBytes: 100_000,
-		Backoff: outbox.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}, PollInterval: 10 * time.Millisecond,
+		Backoff: keiro.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}, PollInterval: 10 * time.Millisecond,
 		Logger: testLogger(t)})
 	enqueue(t, db.Pool, st, event("m-0", "orders", ptr("k0"), `{"i":0}`))
 	p.Wait(t, 1, 30*time.Second, nil) // the client has published to "orders": its rows share flushes
@@ -669,7 +670,7 @@ func TestRelayRetriesWhenTheBackoffEnds(t *testing.T) {
 	f.set(func(f *faults) { f.all, f.code = true, kerr.UnknownServerError.Code })
 	p := new(testenv.Progress)
 	startRelayOpts(t, db, kc, outboxOpts(), outbox.RelayConfig{PollInterval: time.Hour,
-		Backoff: outbox.Backoff{Initial: 200 * time.Millisecond, Max: time.Second, Multiplier: 2},
+		Backoff: keiro.Backoff{Initial: 200 * time.Millisecond, Max: time.Second, Multiplier: 2},
 		OnBatch: onSettled(p), Logger: testLogger(t)})
 	enqueue(t, db.Pool, st, keyedEvents("orders", 3, 1)...)
 	deadline := time.Now().Add(10 * time.Second)

@@ -4,24 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"os"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/trace"
 
-	"github.com/keiro-go/keiro/envelope"
-	"github.com/keiro-go/keiro/internal/backoff"
-	"github.com/keiro-go/keiro/outbox/internal/logreg"
+	"github.com/keiro-go/keiro/outbox/internal/publish"
+	"github.com/keiro-go/keiro/outbox/internal/service"
 	"github.com/keiro-go/keiro/outbox/internal/shares"
-	"github.com/keiro-go/keiro/outbox/internal/translog"
 	"github.com/keiro-go/keiro/outbox/internal/vacuum"
+	"github.com/keiro-go/keiro/tracing"
 )
 
 // ErrHalted is wrapped by the error Run returns when a StopTheLine relay halted on a failed row.
@@ -31,88 +24,7 @@ var ErrHalted = errors.New("outbox relay halted (stop-the-line)")
 // client, and marks every row with its outcome. Any number of relays (in any number of
 // processes) may drain one table. Create one with NewRelay and start it with Run.
 type Relay struct {
-	pool   *pgxpool.Pool
-	client *kgo.Client
-	cfg    RelayConfig
-	store  *Store
-	inst   *instruments
-	tracer trace.Tracer
-	log    *slog.Logger
-
-	maxRecordBytes int
-	wake           chan struct{}
-	// suspects are rows that were refused with a record-level error while sharing a partition
-	// with other records: they are produced alone next time, to learn whether they are the
-	// poison or a bystander.
-	suspects sync.Map // envelope.UUID → struct{}
-	// topics are the destinations this relay's client has published to. The first record
-	// for any other topic is produced alone: franz-go holds records for a topic it has no
-	// metadata for aside and hands them to their partitions one by one once the metadata
-	// arrives; during a flush the first ones can go out (and fail) in one request while the
-	// rest are still being handed over and go out in the next, so a failure could be followed
-	// by a success of later records of the same key.
-	topics sync.Map // topic name → struct{}
-	// logEngine follows the slot in ModeLog (logrelay.go); nil in ModeClaim.
-	logEngine logreg.Engine
-	// ackHook, if set (benchmarks), is called with each acknowledged row's message id.
-	ackHook func(messageID string)
-	// sleepHook, if set (tests), runs before each try of the sleep lock.
-	sleepHook func()
-	// flushHook, if set (tests), runs before each flush's lease check.
-	flushHook func()
-	// afterModeRead, if set (tests), runs in ModeLog between the relay's read of the schema's
-	// mode and the preparation of its slot.
-	afterModeRead func()
-	// now is the relay's clock (time.Now; tests inject one): leases are timed with its
-	// monotonic reading, so a wall-clock step neither shortens nor stretches them.
-	now          func() time.Time
-	outageStreak atomic.Int64
-	running      atomic.Bool
-	// transitionLog rate-limits the log lines of retried, dead and rejected rows.
-	transitionLog translog.Log
-	// signals counts wake-ups (notifications, finished batches), so a claimer can tell that one
-	// happened while its claim ran.
-	signals atomic.Int64
-	// listening is set while the LISTEN session is up: only then may the relay sleep under
-	// the sleep lock (producers' notifications would otherwise go unheard).
-	listening atomic.Bool
-	// inFlight counts the claimed batches not yet marked; each wakes the first claimer when
-	// marked. (An extra claimer's claim in progress is not counted: if it takes rows, their
-	// batch will; if not, nothing will, and the first claimer must not wait on it.)
-	inFlight atomic.Int64
-	// backlogged is set while claims come back full; backlog wakes the extra claimers then.
-	backlogged atomic.Bool
-	backlog    chan struct{}
-	// flying holds the batches claimed and not yet marked, for renewLeases.
-	flying sync.Map // *batch → struct{}
-	// lost holds the claims whose reply did not arrive: they may have committed, holding
-	// their rows under a lease nobody renews. Each claim first releases them (lostclaim.go).
-	lostMu sync.Mutex
-	lost   []lostClaim
-	// shares are the claim shares this relay prefers while the backlog is deep (internal/shares);
-	// nil for a PollOnly relay. shareHook, if set (tests), runs before each balance step.
-	shares    *shares.Set
-	shareHook func(ctx context.Context)
-
-	stats struct {
-		claims, claimed, batches, published, retried, skipped, dead, rejected, released, reclaimed,
-		deferred, claimErrors, markErrors, orderBroken, leaseRenewals, leaseLost, marksAbandoned, shareClaims, vacuums atomic.Int64
-		// sharesDrained counts the claims of the relay's own shares that came back empty
-		// (the relay then claimed from every share for a poll interval): for benchmarks.
-		sharesDrained atomic.Int64
-	}
-}
-
-// ownConnConfig is the configuration of a connection the relay opens beside pool (its LISTEN,
-// claim-share and vacuum sessions): pool's, named with the relay's [ApplicationName], so the
-// relay is seen in pg_stat_activity (and counted by the console) however pool is configured.
-func ownConnConfig(pool *pgxpool.Pool, schema string) *pgx.ConnConfig {
-	cc := pool.Config().ConnConfig.Copy()
-	if cc.RuntimeParams == nil {
-		cc.RuntimeParams = map[string]string{}
-	}
-	cc.RuntimeParams["application_name"] = ApplicationName(schema)
-	return cc
+	*engine
 }
 
 // Stats is a snapshot of a relay's counters since NewRelay.
@@ -185,41 +97,14 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, cfg RelayConfig) (*Relay, 
 	if pool == nil {
 		errs = append(errs, errors.New("pool is nil"))
 	}
-	if client == nil {
-		errs = append(errs, errors.New("client is nil"))
-	}
 	if err := cfg.validate(); err != nil {
 		errs = append(errs, err)
 	}
-	maxRecord := cfg.MaxRecordBytes
-	if client != nil {
-		if acks, ok := client.OptValue(kgo.RequiredAcks).(kgo.Acks); !ok || acks != kgo.AllISRAcks() {
-			errs = append(errs, errors.New("client: RequiredAcks must be AllISRAcks; build it with outbox.ProducerOpts()"))
-		}
-		if dis, _ := client.OptValue(kgo.DisableIdempotentWrite).(bool); dis {
-			errs = append(errs, errors.New("client: idempotent writes are disabled; build it with outbox.ProducerOpts()"))
-		}
-		if manual, _ := client.OptValue(kgo.ManualFlushing).(bool); !manual {
-			errs = append(errs, errors.New("client: ManualFlushing is required; build it with outbox.ProducerOpts()"))
-		}
-		if n, ok := client.OptValue(kgo.MaxBufferedRecords).(int64); ok && n < int64(cfg.BatchSize*cfg.MaxInFlightBatches) {
-			errs = append(errs, fmt.Errorf("client: MaxBufferedRecords (%d) must be at least BatchSize × MaxInFlightBatches (%d)",
-				n, cfg.BatchSize*cfg.MaxInFlightBatches))
-		}
-		if n, ok := client.OptValue(kgo.MaxBufferedBytes).(int64); ok && n > 0 {
-			// Past the limit franz-go fails records before buffering them: every claim would
-			// use attempts on rows it never sent.
-			errs = append(errs, fmt.Errorf("client: MaxBufferedBytes (%d) must not be set; bound the buffer with MaxBufferedRecords", n))
-		}
-		if b, ok := client.OptValue(kgo.ProducerBatchMaxBytes).(int32); ok && (maxRecord == 0 || int(b) < maxRecord) {
-			maxRecord = int(b)
-		}
+	if _, err := publish.CheckClient(client, cfg.BatchSize*cfg.MaxInFlightBatches, cfg.MaxRecordBytes); err != nil {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("new outbox relay: %w", err)
-	}
-	if maxRecord == 0 {
-		maxRecord = 1_000_012 // franz-go's default ProducerBatchMaxBytes
 	}
 	if cfg.Policy == StopTheLine {
 		cfg.MaxInFlightBatches = 1 // a halt must leave nothing after the failed row in flight
@@ -238,15 +123,14 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, cfg RelayConfig) (*Relay, 
 	if err := inst.observeGauges(gaugeFreshness * cfg.MaintenanceInterval); err != nil {
 		return nil, fmt.Errorf("new outbox relay: observe gauges: %w", err)
 	}
-	tp := cfg.TracerProvider
-	if tp == nil {
-		tp = otel.GetTracerProvider()
-	}
-	r := &Relay{
-		pool: pool, client: client, cfg: cfg, store: store, inst: inst,
-		tracer: tp.Tracer(scope), log: cfg.Logger.With("component", "outbox-relay", "schema", cfg.Schema),
-		maxRecordBytes: maxRecord, wake: make(chan struct{}, 1), backlog: make(chan struct{}, cfg.ClaimConcurrency),
+	r := &engine{
+		pool: pool, cfg: cfg, store: store, inst: inst,
+		log:  cfg.Logger.With("component", "outbox-relay", "schema", cfg.Schema),
+		wake: make(chan struct{}, 1), backlog: make(chan struct{}, cfg.ClaimConcurrency),
 		now: time.Now,
+	}
+	if r.pub, err = r.newPublisher(client); err != nil {
+		return nil, fmt.Errorf("new outbox relay: %w", err)
 	}
 	if !cfg.PollOnly {
 		r.shares = shares.New(ownConnConfig(pool, cfg.Schema), store.q, cfg.Destinations)
@@ -256,27 +140,26 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, cfg RelayConfig) (*Relay, 
 			return nil, fmt.Errorf("new outbox relay: %w", err)
 		}
 	}
-	return r, nil
+	return &Relay{r}, nil
 }
 
-// batch is one claim travelling through the pipeline.
-type batch struct {
-	token envelope.UUID
-	rows  []claimedRow
-
-	mu      sync.Mutex
-	results []produceResult // per row, written by produce callbacks
-	closed  bool            // set when the producer stops waiting: late callbacks are ignored
-	// leasedAt is when the batch's lease last started (its claim, or its last renewal), read
-	// before the statement was sent, so never later than the database's start of the lease;
-	// marking is set when its mark begins (rows the mark moves no longer count as renewed, so
-	// a renewal then reports no lost lease); lost, once a renewal found rows taken over by
-	// another relay.
-	leasedAt      time.Time
-	marking, lost bool
-	// expired is set when a flush found the lease lost or too close to its end: the batch's
-	// rows left are not produced.
-	expired bool
+// newPublisher returns the relay's publisher: it produces with client, whose options
+// NewRelay checked.
+func (r *engine) newPublisher(client *kgo.Client) (*publish.Publisher, error) {
+	cfg := &r.cfg
+	tp, mp := cfg.TracerProvider, cfg.MeterProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	return publish.New(publish.Config{
+		Client: client, Buffered: cfg.BatchSize * cfg.MaxInFlightBatches, MaxRecordBytes: cfg.MaxRecordBytes,
+		CloudEvents: cfg.CloudEvents, CloudEventsDestinations: cfg.CloudEventsDestinations,
+		Tracer: tp.Tracer(tracing.ScopeName), Meter: mp.Meter(tracing.ScopeName),
+		DeadLetter: r.deadLetter, Logger: r.log,
+	})
 }
 
 // Run drains the outbox until ctx is cancelled, then shuts down gracefully: it stops claiming,
@@ -294,211 +177,207 @@ func (r *Relay) Run(ctx context.Context) error {
 	return r.runClaim(ctx)
 }
 
-// runClaim is Run in ModeClaim (and, in ModeLog, the claim loop of keiro_outbox beside the slot: its open rows at the switch and requeued dead letters).
-func (r *Relay) runClaim(ctx context.Context) error {
+// runClaim is Run in ModeClaim (and, in ModeLog, the claim loop of keiro_outbox beside the
+// slot: its open rows at the switch and requeued dead letters). Claimers, the producer and
+// the lease renewal run as services beside the relay's background services (backgroundServices);
+// the marker runs on the caller's goroutine, and every service stops with it.
+func (r *engine) runClaim(ctx context.Context) error {
+	p := r.newPipeline(ctx)
+	defer p.close()
+	var bg service.Group
+	bg.Go(p.stopCtx, r.backgroundServices()...)
+	bg.Go(p.stopCtx, service.Func(p.claimAll), service.Func(p.produceAll))
+	renewCtx, stopRenewing := context.WithCancel(p.hardCtx)
+	bg.Go(renewCtx, service.Func(r.renewLeases))
+	err := p.markAll(ctx)
+	stopRenewing()
+	p.stop(nil)
+	bg.Wait()
+	return err
+}
 
-	// stop ends claiming (ctx cancelled or halt); hard ends waiting for produce and marks.
-	stopCtx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
-	hardCtx, hardCancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer hardCancel()
-	go func() {
-		select {
-		case <-stopCtx.Done():
-		case <-hardCtx.Done():
-			return
-		}
-		t := time.NewTimer(r.cfg.ShutdownTimeout)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			hardCancel()
-		case <-hardCtx.Done():
-		}
-	}()
-
-	slots := make(chan struct{}, r.cfg.MaxInFlightBatches)
-	claimed := make(chan *batch, r.cfg.MaxInFlightBatches)
-	produced := make(chan *batch, r.cfg.MaxInFlightBatches)
-	var wg sync.WaitGroup
-	var haltErr atomic.Pointer[error]
-
+// backgroundServices are the relay's loops beside its pipeline: the LISTEN session (unless
+// PollOnly), maintenance, the vacuum of the outbox table and the claim shares' balance.
+func (r *engine) backgroundServices() []service.Service {
+	var svcs []service.Service
 	if !r.cfg.PollOnly {
-		wg.Add(1)
-		go func() { defer wg.Done(); r.listen(stopCtx) }()
+		svcs = append(svcs, service.Func(r.listen))
 	}
-	wg.Add(1)
-	go func() { defer wg.Done(); r.maintain(stopCtx) }()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		vacuum.Run(stopCtx, vacuum.Config{Pool: r.pool, ConnConfig: ownConnConfig(r.pool, r.cfg.Schema), Schema: r.cfg.Schema,
+	svcs = append(svcs, service.Func(r.maintain), service.Func(func(ctx context.Context) {
+		vacuum.Run(ctx, vacuum.Config{Pool: r.pool, ConnConfig: ownConnConfig(r.pool, r.cfg.Schema), Schema: r.cfg.Schema,
 			Threshold: r.cfg.VacuumThreshold, Moved: func() int64 {
 				return r.stats.published.Load() + r.stats.dead.Load() + r.stats.rejected.Load()
 			}, Backlogged: r.backlogged.Load, Logger: r.log, Vacuums: &r.stats.vacuums})
-	}()
+	}))
 	if r.shares != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.shares.Run(stopCtx, min(r.cfg.PollInterval, shares.BalanceInterval), r.log, r.shareHook)
-		}()
+		svcs = append(svcs, service.Func(func(ctx context.Context) {
+			r.shares.Run(ctx, min(r.cfg.PollInterval, shares.BalanceInterval), r.log, r.shareHook)
+		}))
 	}
-	// Claimers share the in-flight slots; claimed closes when the last one stops.
-	var claimers sync.WaitGroup
-	for i := range r.cfg.ClaimConcurrency {
-		claimers.Add(1)
-		go func() {
-			defer claimers.Done()
-			r.claimLoop(stopCtx, hardCtx, i > 0, slots, claimed)
-		}()
+	return svcs
+}
+
+// pipeline is one run of the claim loop: claimers → producer → marker, joined by channels
+// bounded by the in-flight slots.
+type pipeline struct {
+	r *engine
+	// stop ends claiming (ctx cancelled or a halt); hard ends the waits for produce and marks,
+	// ShutdownTimeout after stop.
+	stopCtx    context.Context
+	stop       context.CancelCauseFunc
+	hardCtx    context.Context
+	hardCancel context.CancelFunc
+	slots      chan struct{}
+	claimed    chan *claimedBatch
+	produced   chan *claimedBatch
+}
+
+// newPipeline returns the pipeline of a run under ctx, with its shutdown deadline armed.
+func (r *engine) newPipeline(ctx context.Context) *pipeline {
+	n := r.cfg.MaxInFlightBatches
+	p := &pipeline{r: r, slots: make(chan struct{}, n), claimed: make(chan *claimedBatch, n), produced: make(chan *claimedBatch, n)}
+	p.stopCtx, p.stop = context.WithCancelCause(ctx)
+	p.hardCtx, p.hardCancel = context.WithCancel(context.WithoutCancel(ctx))
+	go p.hardDeadline()
+	return p
+}
+
+// hardDeadline cancels hard ShutdownTimeout after stop (or returns once hard ended).
+func (p *pipeline) hardDeadline() {
+	select {
+	case <-p.stopCtx.Done():
+	case <-p.hardCtx.Done():
+		return
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		claimers.Wait()
-		close(claimed)
-	}()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer close(produced)
-		for b := range claimed {
-			group := []*batch{b}
-		more:
-			for {
-				select {
-				case nb, ok := <-claimed:
-					if !ok {
-						break more
-					}
-					group = append(group, nb)
-				default:
+	t := time.NewTimer(p.r.cfg.ShutdownTimeout)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		p.hardCancel()
+	case <-p.hardCtx.Done():
+	}
+}
+
+// close ends the pipeline's contexts.
+func (p *pipeline) close() {
+	p.stop(nil)
+	p.hardCancel()
+}
+
+// claimAll runs ClaimConcurrency claimers, which share the in-flight slots, and closes
+// claimed when the last one stopped.
+func (p *pipeline) claimAll(ctx context.Context) {
+	var claimers service.Group
+	for i := range p.r.cfg.ClaimConcurrency {
+		claimers.Go(ctx, service.Func(func(ctx context.Context) {
+			p.r.claimLoop(ctx, p.hardCtx, i > 0, p.slots, p.claimed)
+		}))
+	}
+	claimers.Wait()
+	close(p.claimed)
+}
+
+// produceAll produces the claimed batches, as many at once as are waiting, until claimed is
+// closed; after a stop it passes them on unproduced (their rows are released when marked).
+func (p *pipeline) produceAll(ctx context.Context) {
+	defer close(p.produced)
+	for b := range p.claimed {
+		group := []*claimedBatch{b}
+	more:
+		for {
+			select {
+			case nb, ok := <-p.claimed:
+				if !ok {
 					break more
 				}
-			}
-			if stopCtx.Err() == nil {
-				t0 := time.Now()
-				r.produce(stopCtx, hardCtx, group)
-				r.log.DebugContext(ctx, "produced", "batches", len(group), "took", time.Since(t0))
-			}
-			for _, b := range group {
-				produced <- b
+				group = append(group, nb)
+			default:
+				break more
 			}
 		}
-	}()
-	renewCtx, stopRenewing := context.WithCancel(hardCtx)
-	wg.Add(1)
-	go func() { defer wg.Done(); r.renewLeases(renewCtx) }()
-	for b := range produced {
-		res := r.markOutcome(hardCtx, b)
+		if p.stopCtx.Err() == nil {
+			t0 := time.Now()
+			p.r.produceBatches(p.stopCtx, p.hardCtx, group)
+			p.r.log.DebugContext(ctx, "produced", "batches", len(group), "took", time.Since(t0))
+		}
+		for _, b := range group {
+			p.produced <- b
+		}
+	}
+}
+
+// markAll marks each produced batch, frees its slot and wakes the claimers, until the
+// producer stopped. It returns the error of a StopTheLine halt, after which claiming stops.
+func (p *pipeline) markAll(ctx context.Context) error {
+	r := p.r
+	var halted error
+	for b := range p.produced {
+		res := r.markOutcome(p.hardCtx, b)
 		r.flying.Delete(b)
-		if res.HaltedOn != nil && haltErr.Load() == nil {
+		if res.HaltedOn != nil && halted == nil {
 			// Stop before the slot is free: a claim after the halt would only be released.
-			err := fmt.Errorf("%w on outbox row %s", ErrHalted, *res.HaltedOn)
-			haltErr.Store(&err)
-			stop(err)
+			halted = fmt.Errorf("%w on outbox row %s", ErrHalted, *res.HaltedOn)
+			p.stop(halted)
 		}
 		r.inFlight.Add(-1)
-		<-slots
+		<-p.slots
 		r.signal()
 		if len(r.cfg.Destinations) > 0 && !r.cfg.PollOnly && res.Published+res.Dead+res.Rejected > 0 {
 			// Rows that went terminal may have been the heads of keys whose next rows are for
 			// destinations this relay does not publish: wake the relays that do.
-			if err := r.store.Notify(hardCtx, r.pool); err != nil && hardCtx.Err() == nil {
+			if err := r.store.Notify(p.hardCtx, r.pool); err != nil && p.hardCtx.Err() == nil {
 				r.log.WarnContext(ctx, "could not wake the other relays after a batch", "err", err)
 			}
 		}
 	}
-	stopRenewing()
-	stop(nil)
-	wg.Wait()
-	if e := haltErr.Load(); e != nil {
-		return *e
+	return halted
+}
+
+// runLog is Run in ModeLog: switch the schema to log mode (so producers stop writing
+// keiro_outbox), publish what is still open in keiro_outbox with the claim loop (the rows
+// enqueued before the switch come first, which keeps each key's order across it), then
+// follow the slot. The slot exists from the switch on and holds the rows written since.
+//
+// The claim loop keeps running beside the engine: keiro_outbox still holds the dead letters
+// (the engine's rejections among them), and a requeued one (Requeue, `relay dead requeue`)
+// is pending there again, for the claim loop to publish. It also runs the maintenance pass
+// (retention, the backlog and dead gauges) and the relay's vacuum of keiro_outbox. A requeued
+// dead letter is published after the later events of its key, as in claim mode. The claim
+// loop stops when the schema is switched back to claim mode (checked every PollInterval).
+func (r *engine) runLog(ctx context.Context) error {
+	if err := r.enterLogMode(ctx); err != nil {
+		return fmt.Errorf("outbox relay: %w", err)
 	}
-	return nil
-}
-
-// signal wakes the claim loop without blocking.
-func (r *Relay) signal() {
-	r.signals.Add(1)
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
-}
-
-// ApplicationNamePrefix starts the PostgreSQL application_name of every relay's own session:
-// "keiro-relay:SCHEMA@HOST/PID" ([ApplicationName]). The operator console counts the distinct
-// names of a schema's relays among the database's sessions as the relays connected.
-const ApplicationNamePrefix = "keiro-relay:"
-
-// maxApplicationName is PostgreSQL's limit on application_name (NAMEDATALEN-1 bytes).
-const maxApplicationName = 63
-
-// ApplicationName is the application_name of a relay process publishing the outbox of schema:
-// "keiro-relay:SCHEMA@HOST/PID", the schema cut to 32 bytes and the host shortened so that the
-// whole fits PostgreSQL's 63 bytes. A relay sets it on its LISTEN session, the connection it
-// opens for itself, whatever the pool's application_name; a PollOnly relay has no session of
-// its own, and is seen as a relay only when its pool's connections carry this name (the relay
-// binary sets it on its pool unless the database URL names one).
-func ApplicationName(schema string) string {
-	host, _ := os.Hostname()
-	prefix := SchemaApplicationNamePrefix(schema)
-	suffix := fmt.Sprintf("/%d", os.Getpid())
-	if over := len(prefix) + len(host) + len(suffix) - maxApplicationName; over > 0 {
-		host = host[:max(0, len(host)-over)]
-	}
-	return prefix + host + suffix
-}
-
-// SchemaApplicationNamePrefix is the start of the [ApplicationName] of every relay of schema,
-// whatever its host and process: "keiro-relay:SCHEMA@", the schema cut to its first 32 bytes.
-func SchemaApplicationNamePrefix(schema string) string {
-	return ApplicationNamePrefix + schema[:min(len(schema), 32)] + "@"
-}
-
-// listenRetryBackoff spaces the reconnects of a relay's lost LISTEN connection; the relay polls
-// meanwhile, so a reconnect is never urgent and the retries are at most 5s apart.
-var listenRetryBackoff = Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}
-
-// listen holds a LISTEN connection and signals the claim loop on every notification; it
-// reconnects with backoff when the connection dies. The connection carries the relay's
-// [ApplicationName], so the relay is seen in pg_stat_activity (and counted by the console)
-// however its pool is configured.
-func (r *Relay) listen(ctx context.Context) {
-	channel := pgx.Identifier{r.store.NotifyChannel()}.Sanitize()
-	for attempt := 0; ; {
-		err := func() error {
-			conn, err := pgx.ConnectConfig(ctx, ownConnConfig(r.pool, r.cfg.Schema))
-			if err != nil {
-				return fmt.Errorf("connect listener: %w", err)
-			}
-			defer conn.Close(context.WithoutCancel(ctx))
-			if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
-				return fmt.Errorf("listen: %w", err)
-			}
-			attempt = 0
-			r.log.DebugContext(ctx, "outbox listener connected", "channel", r.store.NotifyChannel(),
-				"application_name", conn.Config().RuntimeParams["application_name"])
-			r.listening.Store(true)
-			defer r.listening.Store(false)
-			r.signal() // notifications may have been missed while disconnected
-			for {
-				if _, err := conn.WaitForNotification(ctx); err != nil {
-					return fmt.Errorf("wait for notification: %w", err)
-				}
-				r.signal()
-			}
-		}()
-		if ctx.Err() != nil {
-			return
+	cctx, stopClaim := context.WithCancel(ctx)
+	defer stopClaim()
+	claimDone := make(chan error, 1)
+	go func() { claimDone <- r.runClaim(cctx) }()
+	if err := r.drainClaimed(ctx, claimDone); err != nil || ctx.Err() != nil {
+		stopClaim()
+		if err == nil {
+			err = <-claimDone
 		}
-		attempt++
-		d := listenRetryBackoff.Delay(attempt)
-		r.log.WarnContext(ctx, "outbox listener lost; polling until it reconnects", "err", err, "retry_in", d)
-		if backoff.Sleep(ctx, d) != nil {
-			return
-		}
+		return err
 	}
+	unregister, err := r.slotGauges()
+	if err != nil {
+		stopClaim()
+		return errors.Join(fmt.Errorf("outbox relay: %w", err), <-claimDone)
+	}
+	defer func() { _ = unregister.Unregister() }()
+	return r.followSlot(ctx, stopClaim, claimDone)
+}
+
+// MaintenancePass runs one maintenance pass now if no other relay is running one: it deletes
+// sent rows older than Retention (RetentionBatch per statement), in ModeLog the rows of
+// keiro_outbox_log older than Retention that the slot confirmed, and samples the backlog,
+// oldest-pending-age and dead gauges. Every statement runs only if it gets the maintenance
+// lock; the pass stops at the first that does not (another relay is at it). Run calls it every
+// MaintenanceInterval; it is exported for tests and operators.
+//
+// Only a relay whose latest pass sampled the gauges exports them: a pass that does not (another
+// relay has the lock, or the pass failed) stops this relay's export of the outbox-wide gauges
+// until it samples again, so no relay keeps exporting an old sample.
+func (r *Relay) MaintenancePass(ctx context.Context) (MaintenanceResult, error) {
+	return r.maintenancePass(ctx)
 }

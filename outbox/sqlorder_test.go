@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
@@ -418,7 +419,7 @@ func TestDeclaringASourceWaitsForRunningWriters(t *testing.T) {
 }
 
 // sqlEnqueue calls <schema>.enqueue with named arguments, the way another language does.
-func sqlEnqueue(ctx context.Context, q outbox.Querier, schema string, args pgx.NamedArgs) (id [16]byte, outcome string, err error) {
+func sqlEnqueue(ctx context.Context, q keiro.DB, schema string, args pgx.NamedArgs) (id [16]byte, outcome string, err error) {
 	names := make([]string, 0, len(args))
 	for k := range args {
 		names = append(names, k+" => @"+k)

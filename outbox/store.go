@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/schemaname"
 	"github.com/keiro-go/keiro/outbox/internal/sqlq"
@@ -108,7 +109,7 @@ type StoreOptions struct {
 }
 
 // Store reads and writes one schema's outbox table. It holds no connection: every method takes
-// the transaction or Querier to run on. A Store is safe for concurrent use.
+// the transaction or keiro.DB to run on. A Store is safe for concurrent use.
 type Store struct {
 	schema string
 	opts   StoreOptions
@@ -163,7 +164,7 @@ func notifyChannel(schema string) string { return schema + ".keiro_outbox" }
 // enqueuing transaction committed. Notifications sent at once are coalesced by PostgreSQL per
 // listening session, and a relay claims everything due when woken, so one call after a burst
 // of commits is enough.
-func (s *Store) Notify(ctx context.Context, q Querier) error {
+func (s *Store) Notify(ctx context.Context, q keiro.DB) error {
 	if _, err := q.Exec(ctx, "SELECT pg_notify($1, '')", s.NotifyChannel()); err != nil {
 		return fmt.Errorf("notify outbox relays: %w", err)
 	}
@@ -729,7 +730,7 @@ const sqlResolveSchema = `SELECT coalesce(
 // q: the schema of the keiro_outbox table that q's search_path resolves (a keirotest.NewDB
 // pool's schema), else DefaultSchema. keirotest's assertions find the outbox the same way. It
 // returns an error wrapping ErrNoOutbox when neither holds an outbox table.
-func ResolveSchema(ctx context.Context, q Querier) (string, error) {
+func ResolveSchema(ctx context.Context, q keiro.DB) (string, error) {
 	return defaultOutbox.resolve(ctx, q)
 }
 
@@ -753,7 +754,7 @@ var defaultOutbox = &searchPathOutbox{fallback: DefaultSchema}
 const connSchemaKey = "github.com/keiro-go/keiro/outbox.schema"
 
 // resolve runs sqlResolveSchema on q.
-func (o *searchPathOutbox) resolve(ctx context.Context, q Querier) (string, error) {
+func (o *searchPathOutbox) resolve(ctx context.Context, q keiro.DB) (string, error) {
 	var found *string
 	if err := q.QueryRow(ctx, sqlResolveSchema, o.fallback).Scan(&found); err != nil {
 		return "", fmt.Errorf("find the outbox table on the search_path: %w", err)

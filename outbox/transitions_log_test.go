@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
@@ -60,7 +61,7 @@ func TestRelayLogsRowTransitions(t *testing.T) {
 	rec := &recordingHandler{}
 	p := new(testenv.Progress)
 	startRelay(t, db, kc, outbox.RelayConfig{MaxAttempts: 2, MaxInFlightBatches: 1, ClaimConcurrency: 1, MaxRecordBytes: 1000,
-		Backoff: outbox.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}, PollInterval: 10 * time.Millisecond,
+		Backoff: keiro.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}, PollInterval: 10 * time.Millisecond,
 		Logger: slog.New(rec), OnBatch: onSettled(p)})
 	p.Wait(t, 2, 30*time.Second, nil)
 

@@ -22,6 +22,7 @@ import (
 	"github.com/riferrei/srclient"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/internal/backoff"
 )
 
@@ -67,7 +68,7 @@ type RegistryConfig struct {
 	MaxAttempts int
 	// MinBackoff is the wait before the first retry; it doubles per retry up to MaxBackoff,
 	// with equal jitter (each wait drawn from its upper half), keiro's one retry delay
-	// (outbox.Backoff). Defaults to [DefaultMinBackoff].
+	// (keiro.Backoff). Defaults to [DefaultMinBackoff].
 	MinBackoff time.Duration
 	// MaxBackoff caps the wait between retries. Defaults to [DefaultMaxBackoff].
 	MaxBackoff time.Duration
@@ -597,7 +598,7 @@ func truncate(s string, n int) string {
 // registry is unavailable, waiting with capped exponential backoff and jitter in between.
 // notFound is the sentinel a 404 maps to.
 func retry(ctx context.Context, r *Registry, op string, notFound error, call func(registryAPI) (*srclient.Schema, error)) (*srclient.Schema, error) {
-	wait := backoff.Backoff{Initial: r.cfg.MinBackoff, Max: r.cfg.MaxBackoff, Multiplier: backoff.DefaultMultiplier}
+	wait := keiro.Backoff{Initial: r.cfg.MinBackoff, Max: r.cfg.MaxBackoff, Multiplier: keiro.DefaultMultiplier}
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("%s: %w", op, err)

@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/keirotest/testenv"
@@ -165,7 +166,7 @@ func TestEndToEndTrace(t *testing.T) {
 		// group commit re-runs the mates before a failing record (their first run rolled back),
 		// a number that depends on what the poll happened to buffer together.
 		BatchSize:           1,
-		Retry:               inbox.Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond},
+		Retry:               keiro.Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond},
 		MaintenanceInterval: 50 * time.Millisecond,
 		OnCommitted:         func(c inbox.Commit) { commits <- c },
 	}, handler)

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/cmd/internal/cli"
 	"github.com/keiro-go/keiro/inbox"
 )
@@ -217,7 +218,7 @@ func (c *failedRetryCmd) Run(ctx context.Context, env *cli.Env, g *grammar) erro
 
 // dryRunRetry prints what a retry of keys would re-run: each failed row with its attempts and
 // last error, and the keys that would be skipped (missing or not failed).
-func dryRunRetry(ctx context.Context, env *cli.Env, admin *inbox.Admin, db inbox.DB, keys []inbox.Key) error {
+func dryRunRetry(ctx context.Context, env *cli.Env, admin *inbox.Admin, db keiro.DB, keys []inbox.Key) error {
 	n := 0
 	for _, k := range keys {
 		name := k.Source + ":" + k.DedupeKey

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/cmd/internal/cli"
 	"github.com/keiro-go/keiro/cmd/internal/gctune"
 	"github.com/keiro-go/keiro/cmd/internal/kafkaconfig"
@@ -199,7 +200,7 @@ func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 		MaxBufferedRecords:      c.MaxBufferedRecords,
 		MaxBufferedBytes:        c.MaxBufferedBytes,
 		BatchSize:               c.batchSize(),
-		Retry:                   inbox.Backoff{Initial: c.BackoffInitial, Max: c.BackoffMax},
+		Retry:                   keiro.Backoff{Initial: c.BackoffInitial, Max: c.BackoffMax},
 		BatchHandler:            h.batch, // sql: one round trip for the calls of a batch
 		Retention:               retention,
 		MaintenanceInterval:     c.MaintenanceInterval,

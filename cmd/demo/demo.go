@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/console"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
@@ -241,7 +242,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 		Schema:              cfg.Schema,
 		PollInterval:        200 * time.Millisecond,
 		MaintenanceInterval: time.Second,
-		Backoff:             outbox.Backoff{Initial: 100 * time.Millisecond, Max: 2 * time.Second},
+		Backoff:             keiro.Backoff{Initial: 100 * time.Millisecond, Max: 2 * time.Second},
 		Logger:              cfg.Logger.With("component", "relay"),
 	})
 	if err != nil {

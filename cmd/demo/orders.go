@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/events"
 	"github.com/keiro-go/keiro/outbox"
@@ -173,7 +174,7 @@ func newOrders(dbSchema string, ob *outbox.Store, topic string, codec payloadCod
 	return &ordersContext{runner: runner, seq: map[string]int64{}}, nil
 }
 
-func (o *ordersContext) place(ctx context.Context, db events.DB, customer string, cmd PlaceOrder) error {
+func (o *ordersContext) place(ctx context.Context, db keiro.DB, customer string, cmd PlaceOrder) error {
 	res, err := o.runner.Run(ctx, db, events.StreamName("customer", customer), cmd)
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/events"
 	"github.com/keiro-go/keiro/keirotest/testenv"
@@ -18,7 +19,7 @@ import (
 // refusing is a target that rejects every command.
 type refusing struct{}
 
-func (refusing) Run(_ context.Context, _ events.DB, stream string, _ string, _ ...events.RunOptions) (events.Result, error) {
+func (refusing) Run(_ context.Context, _ keiro.DB, stream string, _ string, _ ...events.RunOptions) (events.Result, error) {
 	return events.Result{}, &events.RejectedError{Stream: stream, Err: errors.New("invoice closed")}
 }
 

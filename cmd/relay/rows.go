@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/cmd/internal/cli"
 	"github.com/keiro-go/keiro/outbox"
 )
@@ -29,7 +30,7 @@ type rowsListCmd struct {
 
 // Run lists the rows.
 func (c *rowsListCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
-	return listRows(ctx, g, env, c.JSON, c.Limit, true, func(ctx context.Context, st *outbox.Admin, q outbox.Querier) ([]outbox.Row, error) {
+	return listRows(ctx, g, env, c.JSON, c.Limit, true, func(ctx context.Context, st *outbox.Admin, q keiro.DB) ([]outbox.Row, error) {
 		return st.ListOutbox(ctx, q, outbox.ListOptions{Status: outbox.Status(c.Status), Source: c.Source, Destination: c.Destination,
 			Key: c.Key, After: c.After, Limit: c.Limit})
 	})
@@ -52,7 +53,7 @@ func (c *rowsStuckCmd) ValidateFlags() error {
 
 // Run lists the stuck rows.
 func (c *rowsStuckCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
-	return listRows(ctx, g, env, c.JSON, c.Limit, false, func(ctx context.Context, st *outbox.Admin, q outbox.Querier) ([]outbox.Row, error) {
+	return listRows(ctx, g, env, c.JSON, c.Limit, false, func(ctx context.Context, st *outbox.Admin, q keiro.DB) ([]outbox.Row, error) {
 		return st.ListStuckOutbox(ctx, q, c.OlderThan, c.Limit)
 	})
 }
@@ -75,7 +76,7 @@ type listedRow struct {
 }
 
 func listRows(ctx context.Context, g *grammar, env *cli.Env, asJSON bool, limit int, paged bool,
-	list func(context.Context, *outbox.Admin, outbox.Querier) ([]outbox.Row, error)) error {
+	list func(context.Context, *outbox.Admin, keiro.DB) ([]outbox.Row, error)) error {
 	conn, st, err := g.DB.outboxAdmin(ctx)
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/cmd/internal/cli"
 	"github.com/keiro-go/keiro/cmd/internal/gctune"
 	"github.com/keiro-go/keiro/cmd/internal/kafkaconfig"
@@ -17,7 +18,7 @@ import (
 	"github.com/keiro-go/keiro/internal/httpserver"
 	"github.com/keiro-go/keiro/migrations"
 	"github.com/keiro-go/keiro/outbox"
-	_ "github.com/keiro-go/keiro/outbox/logrelay" // --mode=log
+	"github.com/keiro-go/keiro/outbox/logrelay"
 	"github.com/keiro-go/keiro/tracing/otelsetup"
 )
 
@@ -37,14 +38,14 @@ func (c *runCmd) relayConfig(schema string, pgbouncer bool, log *slog.Logger) ou
 	if retention == 0 {
 		retention = -1 // the flag's 0 means forever; the library's is negative
 	}
-	return outbox.RelayConfig{
+	cfg := outbox.RelayConfig{
 		Schema:                  schema,
 		Policy:                  policy,
 		BatchSize:               c.BatchSize,
 		MaxInFlightBatches:      c.MaxInFlight,
 		ClaimConcurrency:        c.ClaimConcurrency,
 		MaxAttempts:             c.MaxAttempts,
-		Backoff:                 outbox.Backoff{Initial: c.BackoffInitial, Max: c.BackoffMax, Multiplier: c.BackoffMultiplier},
+		Backoff:                 keiro.Backoff{Initial: c.BackoffInitial, Max: c.BackoffMax, Multiplier: c.BackoffMultiplier},
 		Lease:                   c.Lease,
 		PollInterval:            c.PollInterval,
 		PollOnly:                c.PollOnly || pgbouncer,
@@ -61,6 +62,10 @@ func (c *runCmd) relayConfig(schema string, pgbouncer bool, log *slog.Logger) ou
 		LogUnknownTopicRetries:  c.LogUnknownTopicRetries,
 		Logger:                  log,
 	}
+	if cfg.Mode == outbox.ModeLog {
+		cfg.LogEngine = logrelay.Engine
+	}
+	return cfg
 }
 
 // vacuumThreshold is --vacuum-threshold as RelayConfig.VacuumThreshold: 0 never vacuums.

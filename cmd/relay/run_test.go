@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -21,7 +22,7 @@ func TestRelayConfigMapping(t *testing.T) {
 	cfg := g.Run.relayConfig(g.DB.Schema, g.DB.PgBouncer, nil)
 	want := outbox.RelayConfig{
 		Schema: "tenant_b", Policy: outbox.StopTheLine, BatchSize: 64, MaxInFlightBatches: 2, ClaimConcurrency: 3, MaxAttempts: 3,
-		Backoff: outbox.Backoff{Initial: 250 * time.Millisecond, Max: 30 * time.Second, Multiplier: 1.5},
+		Backoff: keiro.Backoff{Initial: 250 * time.Millisecond, Max: 30 * time.Second, Multiplier: 1.5},
 		Lease:   45 * time.Second, PollInterval: 500 * time.Millisecond, PollOnly: true,
 		ShutdownTimeout: 18 * time.Second, Retention: -1, MaintenanceInterval: time.Minute, VacuumThreshold: -1,
 		MaxRecordBytes: 4096, Destinations: []string{"orders", "invoices"}, Mode: outbox.ModeClaim,

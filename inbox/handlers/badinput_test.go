@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/keirotest/testenv"
@@ -96,7 +97,7 @@ func testBadHeaderInput(t *testing.T, format string) {
 	c, err := inbox.NewConsumer(db.Pool, inbox.ConsumerConfig{
 		Brokers: kc.Seeds, Group: "billing", Topics: []string{topic}, BatchSize: 1,
 		Store:  inbox.StoreConfig{Schema: db.Schema, Consumer: "billing", MaxAttempts: 3},
-		Retry:  inbox.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond},
+		Retry:  keiro.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond},
 		Logger: slog.New(slog.DiscardHandler),
 		KafkaOpts: []kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())},
@@ -222,7 +223,7 @@ func TestSchemaEventHookMalformedAvroIsDeadLettered(t *testing.T) {
 	c, err := inbox.NewConsumer(db.Pool, inbox.ConsumerConfig{
 		Brokers: kc.Seeds, Group: "billing", Topics: []string{topic}, BatchSize: 1,
 		Store:         inbox.StoreConfig{Schema: db.Schema, Consumer: "billing", MaxAttempts: 3},
-		Retry:         inbox.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond},
+		Retry:         keiro.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond},
 		Logger:        slog.New(slog.DiscardHandler),
 		SchemaDecoder: des.EventHook(),
 		KafkaOpts: []kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond),

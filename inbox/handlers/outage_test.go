@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/keirotest/testenv"
@@ -78,7 +79,7 @@ func testHTTPTargetOutage(t *testing.T, down time.Duration) {
 	c, err := inbox.NewConsumer(db.Pool, inbox.ConsumerConfig{
 		Brokers: kc.Seeds, Group: "billing", Topics: []string{topic}, BatchSize: 1,
 		Store:  inbox.StoreConfig{Schema: db.Schema, Consumer: "billing", MaxAttempts: 2},
-		Retry:  inbox.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond},
+		Retry:  keiro.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond},
 		Logger: slog.New(slog.DiscardHandler),
 		KafkaOpts: []kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())},

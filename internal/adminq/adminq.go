@@ -14,8 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/failure"
-	"github.com/keiro-go/keiro/internal/pgdb"
 	"github.com/keiro-go/keiro/internal/pgtext"
 )
 
@@ -79,7 +79,7 @@ func (t Table) KeysSQL() string { return t.replacer(t.param(3)).Replace(sqlKeys)
 
 // Groups runs GroupsSQL on q with args (the Rows' parameters, then the limit, at least 1).
 // what names the listing in errors ("list outbox failure groups").
-func Groups(ctx context.Context, q pgdb.DB, what, query string, limit int, args ...any) ([]failure.Group, error) {
+func Groups(ctx context.Context, q keiro.DB, what, query string, limit int, args ...any) ([]failure.Group, error) {
 	if limit < 1 {
 		return nil, fmt.Errorf("%s: limit must be at least 1", what)
 	}
@@ -99,7 +99,7 @@ func Groups(ctx context.Context, q pgdb.DB, what, query string, limit int, args 
 
 // Keys runs KeysSQL on q with args (the Rows' parameters), class, message and limit (at least
 // 1), and scans each row with scan.
-func Keys[K any](ctx context.Context, q pgdb.DB, what, query string, scan pgx.RowToFunc[K],
+func Keys[K any](ctx context.Context, q keiro.DB, what, query string, scan pgx.RowToFunc[K],
 	class, message string, limit int, args ...any) ([]K, error) {
 	if limit < 1 {
 		return nil, fmt.Errorf("%s: limit must be at least 1", what)
@@ -118,7 +118,7 @@ func Keys[K any](ctx context.Context, q pgdb.DB, what, query string, scan pgx.Ro
 // Attempts reads a row's attempt history (its attempt_errors column) with query and args, one
 // row of one jsonb column; notFound is returned, wrapped, when the row does not exist. what
 // names the row in errors ("outbox row …").
-func Attempts(ctx context.Context, q pgdb.DB, what string, notFound error, query string, args ...any) ([]failure.Attempt, error) {
+func Attempts(ctx context.Context, q keiro.DB, what string, notFound error, query string, args ...any) ([]failure.Attempt, error) {
 	var raw []byte
 	if err := q.QueryRow(ctx, query, args...).Scan(&raw); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -144,7 +144,7 @@ type Minute struct {
 // Activity returns n minutes from the minute starting at from, zero counts included, oldest
 // first, counted from query's rows (done bool, minute timestamptz, count bigint), which it
 // runs with args, then from and the end of the n minutes. what names the reading in errors.
-func Activity(ctx context.Context, q pgdb.DB, what, query string, from time.Time, n int, args ...any) ([]Minute, error) {
+func Activity(ctx context.Context, q keiro.DB, what, query string, from time.Time, n int, args ...any) ([]Minute, error) {
 	out := make([]Minute, n)
 	for i := range out {
 		out[i].Start = from.Add(time.Duration(i) * time.Minute).UTC()

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/advisorylock"
 	"github.com/keiro-go/keiro/keirotest"
@@ -47,7 +48,7 @@ func held(t *testing.T, ctx context.Context, tx pgx.Tx) []lock {
 }
 
 // bigintKey evaluates a one-bigint key expression as pg_locks shows it.
-func bigintKey(t *testing.T, ctx context.Context, q outbox.Querier, expr string, shared bool, args ...any) lock {
+func bigintKey(t *testing.T, ctx context.Context, q keiro.DB, expr string, shared bool, args ...any) lock {
 	t.Helper()
 	var k int64
 	require.NoError(t, q.QueryRow(ctx, "SELECT "+expr, args...).Scan(&k))
@@ -55,7 +56,7 @@ func bigintKey(t *testing.T, ctx context.Context, q outbox.Querier, expr string,
 }
 
 // pairKey evaluates a two-int4 key expression as pg_locks shows it.
-func pairKey(t *testing.T, ctx context.Context, q outbox.Querier, expr string, shared bool, args ...any) lock {
+func pairKey(t *testing.T, ctx context.Context, q keiro.DB, expr string, shared bool, args ...any) lock {
 	t.Helper()
 	var a, b int32
 	require.NoError(t, q.QueryRow(ctx, "SELECT "+expr, args...).Scan(&a, &b))

@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/internal/advisorylock"
-	"github.com/keiro-go/keiro/internal/pgdb"
 )
 
 // MaxBatchesPerPass bounds one pass, so a large backlog of old completed rows is worked down
@@ -27,7 +27,7 @@ var sqlLock = `SELECT pg_try_advisory_xact_lock(` + advisorylock.InboxRetention(
 // first tries the retention lock; the pass stops when another instance holds it, when a batch
 // deletes fewer than batch rows, or after MaxBatchesPerPass batches. It returns the rows
 // deleted.
-func Pass(ctx context.Context, db pgdb.DB, schema, consumer string, batch int,
+func Pass(ctx context.Context, db keiro.DB, schema, consumer string, batch int,
 	del func(ctx context.Context, tx pgx.Tx, batch int) (int64, error)) (int64, error) {
 	var total int64
 	for range MaxBatchesPerPass {

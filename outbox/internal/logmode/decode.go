@@ -148,18 +148,43 @@ const (
 // the row (the text columns in one string, the payload, the key and attributes in one slice),
 // instead of pglogrepl's one per column and its copies turned into strings again.
 func (l *layout) row(tuple []byte) (*row, error) {
-	var raw [numColumns][]byte // each column's binary value; nil when null, absent or not binary
+	var c cols
+	if err := l.split(tuple, &c.raw); err != nil {
+		return nil, err
+	}
+	// From here on the tuple is whole: a column value that does not make an event (a
+	// required column null or not binary, a value of the wrong size, an occurred_at of
+	// infinity) is that row's failure, reported with what could be decoded (badRowError).
+	for i, col := range columns {
+		if col.required && c.raw[i] == nil {
+			c.errs = append(c.errs, fmt.Errorf("column %s is null", col.name))
+		}
+	}
+	c.cutText()
+	r := &row{}
+	c.event(r)
+	c.bytes(r)
+	if len(c.errs) > 0 {
+		e := &r.ev
+		return nil, &badRowError{r: r, err: fmt.Errorf("decode keiro_outbox_log row %q of source %q: %w", e.MessageID, e.Source, errors.Join(c.errs...))}
+	}
+	return r, nil
+}
+
+// split cuts tuple into its columns' binary values, in raw by column (nil when null,
+// absent or not binary). An error means the tuple itself is broken: the stream's failure.
+func (l *layout) split(tuple []byte, raw *[numColumns][]byte) error {
 	if len(tuple) < 2 {
-		return nil, fmt.Errorf("tuple of %d bytes has no column count", len(tuple))
+		return fmt.Errorf("tuple of %d bytes has no column count", len(tuple))
 	}
 	n := int(binary.BigEndian.Uint16(tuple))
 	if n != len(l.field) {
-		return nil, fmt.Errorf("tuple has %d columns, the relation %d", n, len(l.field))
+		return fmt.Errorf("tuple has %d columns, the relation %d", n, len(l.field))
 	}
 	p := 2
 	for i := range n {
 		if p >= len(tuple) {
-			return nil, fmt.Errorf("tuple ends before column %d of %d", i+1, n)
+			return fmt.Errorf("tuple ends before column %d of %d", i+1, n)
 		}
 		kind := tuple[p]
 		p++
@@ -168,138 +193,154 @@ func (l *layout) row(tuple []byte) (*row, error) {
 		case tupleNull, tupleUnchanged:
 		case tupleText, tupleBinary:
 			if len(tuple)-p < 4 {
-				return nil, fmt.Errorf("tuple ends in the length of column %d", i+1)
+				return fmt.Errorf("tuple ends in the length of column %d", i+1)
 			}
 			size := int(binary.BigEndian.Uint32(tuple[p:]))
 			p += 4
 			if size < 0 || size > len(tuple)-p {
-				return nil, fmt.Errorf("column %d: %d bytes, the tuple has %d left", i+1, size, len(tuple)-p)
+				return fmt.Errorf("column %d: %d bytes, the tuple has %d left", i+1, size, len(tuple)-p)
 			}
 			v = tuple[p : p+size : p+size]
 			p += size
 		default:
-			return nil, fmt.Errorf("column %d: unknown tuple data kind %q", i+1, kind)
+			return fmt.Errorf("column %d: unknown tuple data kind %q", i+1, kind)
 		}
 		if f := l.field[i]; f >= 0 && kind == tupleBinary {
 			raw[f] = v
 		}
 	}
+	return nil
+}
 
-	// From here on the tuple is whole: a column value that does not make an event (a
-	// required column null or not binary, a value of the wrong size, an occurred_at of
-	// infinity) is that row's failure, reported with what could be decoded (badRowError).
-	var errs []error
-	for i, c := range columns {
-		if c.required && raw[i] == nil {
-			errs = append(errs, fmt.Errorf("column %s is null", c.name))
-		}
-	}
+// cols are one tuple's column values on their way into a row: raw, the text columns cut
+// from one string (str), and the problems met (errs).
+type cols struct {
+	raw  [numColumns][]byte
+	str  [numColumns]string
+	errs []error
+}
 
-	// The text columns, copied into one string that the event's strings are cut from.
-	textCols := [...]int{colMessageID, colSource, colDestination, colMessageKey, colEventType, colContentType,
-		colSchemaRegistry, colSchemaSubject, colSchemaFingerprint, colTraceparent, colTracestate}
+// textCols are the text columns, copied into one string that the event's strings are cut
+// from.
+var textCols = [...]int{colMessageID, colSource, colDestination, colMessageKey, colEventType, colContentType,
+	colSchemaRegistry, colSchemaSubject, colSchemaFingerprint, colTraceparent, colTracestate}
+
+// cutText copies the text columns into one string and cuts str from it.
+func (c *cols) cutText() {
 	size := 0
-	for _, c := range textCols {
-		size += len(raw[c])
+	for _, i := range textCols {
+		size += len(c.raw[i])
 	}
 	var sb strings.Builder
 	sb.Grow(size)
-	for _, c := range textCols {
-		sb.Write(raw[c])
+	for _, i := range textCols {
+		sb.Write(c.raw[i])
 	}
 	text := sb.String()
-	var str [numColumns]string
 	off := 0
-	for _, c := range textCols {
-		str[c] = text[off : off+len(raw[c])]
-		off += len(raw[c])
+	for _, i := range textCols {
+		c.str[i] = text[off : off+len(c.raw[i])]
+		off += len(c.raw[i])
 	}
-	strPtr := func(i int) *string { // for the rare columns: an allocation each
-		if raw[i] == nil {
-			return nil
-		}
-		s := str[i]
-		return &s
-	}
+}
 
-	int8 := func(i int) (int64, bool) {
-		b := raw[i]
-		if b == nil {
-			return 0, false
-		}
-		if len(b) != 8 {
-			errs = append(errs, fmt.Errorf("column %s: %d bytes, want 8", columns[i].name, len(b)))
-			return 0, false
-		}
-		return int64(binary.BigEndian.Uint64(b)), true
+// strPtr is text column i, nil when null; for the rare columns: an allocation each.
+func (c *cols) strPtr(i int) *string {
+	if c.raw[i] == nil {
+		return nil
 	}
-	int8Ptr := func(i int) *int64 { // for the optional columns: an allocation each
-		v, ok := int8(i)
-		if !ok {
-			return nil
-		}
-		p := new(int64)
-		*p = v
-		return p
-	}
-	uuid := func(i int) *envelope.UUID {
-		b := raw[i]
-		if b == nil {
-			return nil
-		}
-		if len(b) != 16 {
-			errs = append(errs, fmt.Errorf("column %s: %d bytes, want 16", columns[i].name, len(b)))
-			return nil
-		}
-		u := envelope.UUID(b)
-		return &u
-	}
+	s := c.str[i]
+	return &s
+}
 
-	r := &row{}
+// int8 is bigint column i; false when null or of the wrong size (a problem then).
+func (c *cols) int8(i int) (int64, bool) {
+	b := c.raw[i]
+	if b == nil {
+		return 0, false
+	}
+	if len(b) != 8 {
+		c.errs = append(c.errs, fmt.Errorf("column %s: %d bytes, want 8", columns[i].name, len(b)))
+		return 0, false
+	}
+	return int64(binary.BigEndian.Uint64(b)), true
+}
+
+// int8Ptr is bigint column i, nil when null; for the optional columns: an allocation each.
+func (c *cols) int8Ptr(i int) *int64 {
+	v, ok := c.int8(i)
+	if !ok {
+		return nil
+	}
+	p := new(int64)
+	*p = v
+	return p
+}
+
+// uuid is uuid column i, nil when null or of the wrong size (a problem then).
+func (c *cols) uuid(i int) *envelope.UUID {
+	b := c.raw[i]
+	if b == nil {
+		return nil
+	}
+	if len(b) != 16 {
+		c.errs = append(c.errs, fmt.Errorf("column %s: %d bytes, want 16", columns[i].name, len(b)))
+		return nil
+	}
+	u := envelope.UUID(b)
+	return &u
+}
+
+// event fills r's event from the columns, all but its bytes.
+func (c *cols) event(r *row) {
+	str := &c.str
 	e := &r.ev
 	e.MessageID, e.Source, e.Destination = str[colMessageID], str[colSource], str[colDestination]
 	e.EventType, e.ContentType = str[colEventType], str[colContentType]
-	e.SchemaVersion, _ = int8(colSchemaVersion)
-	registry, subject, fp := strPtr(colSchemaRegistry), strPtr(colSchemaSubject), strPtr(colSchemaFingerprint)
-	versionRef, schemaID := int8Ptr(colSchemaVersionRef), int8Ptr(colSchemaID)
+	e.SchemaVersion, _ = c.int8(colSchemaVersion)
+	registry, subject, fp := c.strPtr(colSchemaRegistry), c.strPtr(colSchemaSubject), c.strPtr(colSchemaFingerprint)
+	versionRef, schemaID := c.int8Ptr(colSchemaVersionRef), c.int8Ptr(colSchemaID)
 	if registry != nil || subject != nil || fp != nil || versionRef != nil || schemaID != nil {
 		e.SchemaRef = &envelope.SchemaRef{Registry: registry, Subject: subject, Version: versionRef, SchemaID: schemaID, Fingerprint: fp}
 	}
-	e.SourceEventID = uuid(colSourceEventID)
-	e.SourceGlobalPosition = int8Ptr(colSourceGlobalPosition)
-	e.CausationID, e.CorrelationID = uuid(colCausationID), uuid(colCorrelationID)
-	if raw[colTraceparent] != nil {
+	e.SourceEventID = c.uuid(colSourceEventID)
+	e.SourceGlobalPosition = c.int8Ptr(colSourceGlobalPosition)
+	e.CausationID, e.CorrelationID = c.uuid(colCausationID), c.uuid(colCorrelationID)
+	if c.raw[colTraceparent] != nil {
 		r.tc = envelope.TraceContext{Traceparent: str[colTraceparent], Tracestate: str[colTracestate]}
 		e.TraceContext = &r.tc
 	}
-	if v, ok := int8(colOccurredAt); ok {
+	if v, ok := c.int8(colOccurredAt); ok {
 		switch v {
 		case math.MaxInt64:
-			errs = append(errs, errors.New("column occurred_at is infinity, which no event can carry"))
+			c.errs = append(c.errs, errors.New("column occurred_at is infinity, which no event can carry"))
 		case math.MinInt64:
-			errs = append(errs, errors.New("column occurred_at is -infinity, which no event can carry"))
+			c.errs = append(c.errs, errors.New("column occurred_at is -infinity, which no event can carry"))
 		default:
 			e.OccurredAt = pgTime(v)
 		}
 	}
+}
 
-	// The bytes: the payload in an allocation of its own (it is most of the row), the key's
-	// bytes (the record's key) and the attributes in one more.
-	e.Payload = append(make([]byte, 0, len(raw[colPayload])), raw[colPayload]...)
-	attrs := raw[colAttributes]
+// bytes fills r's bytes: the payload in an allocation of its own (it is most of the row), the
+// key's bytes (the record's key) and the attributes in one more.
+func (c *cols) bytes(r *row) {
+	e := &r.ev
+	e.Payload = append(make([]byte, 0, len(c.raw[colPayload])), c.raw[colPayload]...)
+	attrs := c.raw[colAttributes]
 	if attrs != nil {
 		if len(attrs) < 1 || attrs[0] != 1 {
-			errs = append(errs, fmt.Errorf("column attributes: unknown jsonb format version"))
+			c.errs = append(c.errs, fmt.Errorf("column attributes: unknown jsonb format version"))
 			attrs = nil
 		} else {
 			attrs = attrs[1:]
 		}
 	}
-	if key, n := raw[colMessageKey], len(raw[colMessageKey])+len(attrs); n > 0 || key != nil || attrs != nil {
+	if key, n := c.raw[colMessageKey], len(c.raw[colMessageKey])+len(attrs); n > 0 || key != nil || attrs != nil {
 		b := make([]byte, 0, n)
 		b = append(b, key...)
 		if key != nil {
-			r.key = str[colMessageKey]
+			r.key = c.str[colMessageKey]
 			e.Key = &r.key
 			r.rec.Key = b[:len(key):len(key)]
 		}
@@ -307,10 +348,6 @@ func (l *layout) row(tuple []byte) (*row, error) {
 			e.Attributes = json.RawMessage(append(b, attrs...)[len(key):])
 		}
 	}
-	if len(errs) > 0 {
-		return nil, &badRowError{r: r, err: fmt.Errorf("decode keiro_outbox_log row %q of source %q: %w", e.MessageID, e.Source, errors.Join(errs...))}
-	}
-	return r, nil
 }
 
 // badRowError is a row whose tuple is whole but whose column values do not make an event: the

@@ -11,8 +11,10 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/outbox/internal/publish"
 )
 
 // logColumns are keiro_outbox_log's columns in the table's order (009_outbox_log.sql),
@@ -214,7 +216,15 @@ func FuzzRowDecode(f *testing.F) {
 //	go test ./outbox/internal/logmode/ -run '^$' -bench RowRecord -benchmem
 func BenchmarkRowRecord(b *testing.B) {
 	l := testLayout(b)
-	e := &Engine{}
+	client, err := kgo.NewClient(kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ManualFlushing())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer client.Close()
+	pub, err := publish.New(publish.Config{Client: client})
+	if err != nil {
+		b.Fatal(err)
+	}
 	tuples := make([][]byte, 64)
 	for i := range tuples {
 		v := benchRow(1024)
@@ -227,7 +237,7 @@ func BenchmarkRowRecord(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		headers = e.record(r, &r.ev, headers)
+		headers = pub.Record(&r.rec, &r.ev, headers)
 		return r
 	}
 	b.ReportAllocs()

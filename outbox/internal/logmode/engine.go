@@ -13,6 +13,9 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keiro-go/keiro/outbox/internal/logsource"
+	"github.com/keiro-go/keiro/outbox/internal/publish"
 )
 
 // ErrSlotActive reports that another reader holds the slot: the engine is on standby.
@@ -21,19 +24,16 @@ var ErrSlotActive = errors.New("replication slot is active for another reader")
 // Engine publishes keiro_outbox_log's rows to Kafka by following a logical replication slot.
 // Build it with New; run it with Run. One engine per slot is active at a time; others wait.
 type Engine struct {
-	cfg            Config
-	conn           *pgconn.Config
-	client         *kgo.Client // the caller's: its options build producer
-	producer       *kgo.Client // the engine's own, built by Run from client's options
-	log            *slog.Logger
-	maxRecordBytes int
+	cfg      logsource.Config
+	conn     *pgconn.Config
+	pub      *publish.Publisher // the relay's: its client's options build producer
+	producer *kgo.Client        // the engine's own, built by Run from pub's client's options
+	log      *slog.Logger
 
 	published atomic.Int64
 	rejected  atomic.Int64
 	sessions  atomic.Int64
-	suspects  suspects
-
-	deadLetters deadLetters // OnRejected's slots (produce.go)
+	suspects  publish.Suspects[string]
 
 	// Test hooks, set before Run.
 	onActive    func()                     // a session started replicating
@@ -48,7 +48,7 @@ type Engine struct {
 type Stats struct {
 	// Published counts records Kafka acknowledged.
 	Published int64
-	// Rejected counts the rejected events whose dead letter OnRejected wrote.
+	// Rejected counts the rejected events whose dead letter the publisher wrote.
 	Rejected int64
 	// Sessions counts the sessions that started replicating.
 	Sessions int64
@@ -61,14 +61,13 @@ func (e *Engine) Stats() Stats {
 
 // New returns an engine that reads the slot of cfg on the database of connString (a
 // PostgreSQL URL or key=value DSN; the engine adds replication=database, and the role needs
-// the REPLICATION attribute) and produces with client. client must be built with the claim
-// relay's producer options (outbox.ProducerOpts: acks from all in-sync replicas, idempotent
-// writes, manual flushing). The engine does not produce with client itself: Run builds a
-// client of its own from client's options (see producerOpts), closed when Run returns.
-func New(connString string, client *kgo.Client, cfg Config) (*Engine, error) {
-	cfg = cfg.withDefaults()
+// the REPLICATION attribute) and publishes through pub, whose client was checked by
+// publish.New. The engine does not produce with that client itself: Run builds a client of
+// its own from its options (see producerOpts), closed when Run returns.
+func New(connString string, pub *publish.Publisher, cfg logsource.Config) (*Engine, error) {
+	cfg = cfg.WithDefaults()
 	var errs []error
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	conn, err := pgconn.ParseConfig(connString)
@@ -77,34 +76,22 @@ func New(connString string, client *kgo.Client, cfg Config) (*Engine, error) {
 	} else {
 		conn.RuntimeParams["replication"] = "database"
 	}
-	maxRecord := cfg.MaxRecordBytes
-	if client == nil {
-		errs = append(errs, errors.New("client is nil"))
-	} else {
-		if acks, ok := client.OptValue(kgo.RequiredAcks).(kgo.Acks); !ok || acks != kgo.AllISRAcks() {
-			errs = append(errs, errors.New("client: RequiredAcks must be AllISRAcks; build it with outbox.ProducerOpts()"))
-		}
-		if dis, _ := client.OptValue(kgo.DisableIdempotentWrite).(bool); dis {
-			errs = append(errs, errors.New("client: idempotent writes are disabled; build it with outbox.ProducerOpts()"))
-		}
-		if manual, _ := client.OptValue(kgo.ManualFlushing).(bool); !manual {
-			errs = append(errs, errors.New("client: ManualFlushing is required; build it with outbox.ProducerOpts()"))
-		}
-		if n, ok := client.OptValue(kgo.MaxBufferedRecords).(int64); ok && n < int64(cfg.MaxInFlightRecords) {
-			errs = append(errs, fmt.Errorf("client: MaxBufferedRecords (%d) must be at least MaxInFlightRecords (%d)", n, cfg.MaxInFlightRecords))
-		}
-		if b, ok := client.OptValue(kgo.ProducerBatchMaxBytes).(int32); ok && (maxRecord == 0 || int(b) < maxRecord) {
-			maxRecord = int(b)
-		}
+	if pub == nil {
+		errs = append(errs, errors.New("publisher is nil"))
+	} else if n := pub.MaxBufferedRecords(); n > 0 && n < cfg.MaxInFlightRecords {
+		errs = append(errs, fmt.Errorf("client: MaxBufferedRecords (%d) must be at least MaxInFlightRecords (%d)", n, cfg.MaxInFlightRecords))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("new log-mode relay: %w", err)
 	}
-	if maxRecord == 0 {
-		maxRecord = 1_000_012 // franz-go's default ProducerBatchMaxBytes
-	}
-	return &Engine{cfg: cfg, conn: conn, client: client, log: cfg.Logger, maxRecordBytes: maxRecord}, nil
+	return &Engine{cfg: cfg, conn: conn, pub: pub, log: cfg.Logger}, nil
 }
+
+// Published counts the records Kafka acknowledged (logsource.Engine).
+func (e *Engine) Published() int64 { return e.published.Load() }
+
+// Sessions counts the sessions that started replicating (logsource.Engine).
+func (e *Engine) Sessions() int64 { return e.sessions.Load() }
 
 // producerOpts override the caller's client options for the engine's own client: franz-go
 // retries a record until it is acknowledged or refused for good. A partition whose produce
@@ -142,7 +129,7 @@ func producerOpts(client *kgo.Client, unknownTopicRetries int) []kgo.Opt {
 // serves every session of a Run: the records a held partition still buffers when a session
 // ends stay ahead of the next session's replay of them, in order.
 func (e *Engine) Run(ctx context.Context) error {
-	producer, err := kgo.NewClient(producerOpts(e.client, e.cfg.UnknownTopicRetries)...)
+	producer, err := kgo.NewClient(producerOpts(e.pub.Client(), e.cfg.UnknownTopicRetries)...)
 	if err != nil {
 		return fmt.Errorf("log mode: build the producer: %w", err)
 	}

@@ -19,6 +19,8 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox/internal/logmode"
+	"github.com/keiro-go/keiro/outbox/internal/logsource"
+	"github.com/keiro-go/keiro/outbox/internal/publish"
 )
 
 // A transaction that begins first and commits last is published after every transaction
@@ -215,11 +217,11 @@ func TestPoisonRecordDoesNotStopTheStream(t *testing.T) {
 		[]kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: kadm.StringPtr("2048")}}, "poison")
 	require.NoError(t, err)
 	require.NoError(t, res[0].Err)
-	rejected := make(chan logmode.Rejection, 4)
+	rejected := make(chan publish.Rejection, 4)
 	last := make(chan struct{})
 	var lastOnce sync.Once
 	cfg := f.cfg
-	cfg.OnRejected = func(r logmode.Rejection) error { rejected <- r; return nil }
+	f.onRejected = func(r publish.Rejection) error { rejected <- r; return nil }
 	run(t, f.newEngine(t, cfg, logmode.Hooks{OnAck: func(id string) {
 		if id == "ok-4" {
 			lastOnce.Do(func() { close(last) })
@@ -254,13 +256,13 @@ func TestPoisonRecordDoesNotStopTheStream(t *testing.T) {
 // every problem at once.
 func TestNewRejectsBadInput(t *testing.T) {
 	t.Parallel()
-	_, err := logmode.New("postgres://x@127.0.0.1/db", nil, logmode.Config{Slot: "Bad-Name", MaxInFlightRecords: -1})
+	_, err := logmode.New("postgres://x@127.0.0.1/db", nil, logsource.Config{Slot: "Bad-Name", MaxInFlightRecords: -1})
 	require.Error(t, err)
-	for _, want := range []string{"client is nil", `Slot "Bad-Name"`, "MaxInFlightRecords must not be negative"} {
+	for _, want := range []string{"publisher is nil", `Slot "Bad-Name"`, "MaxInFlightRecords must not be negative"} {
 		require.ErrorContains(t, err, want)
 	}
 	k := testenv.NewKafka(t)
-	_, err = logmode.New("postgres://x@127.0.0.1/db", k.NewClient(t), logmode.Config{})
+	_, err = publish.New(publish.Config{Client: k.NewClient(t)})
 	require.ErrorContains(t, err, "ManualFlushing is required")
 }
 
@@ -443,7 +445,7 @@ func TestConnectionLostReplaysFromConfirmed(t *testing.T) {
 	require.Equal(t, []int64{1}, acked["confirmed"], "the confirmed transaction is not replayed")
 }
 
-// A rejected record stays in flight until OnRejected wrote its dead letter: while the sink
+// A rejected record stays in flight until the publisher's DeadLetter sink wrote its dead letter: while the sink
 // fails, no status update confirms the record's transaction, the session ends and the next
 // one replays it (and calls the sink again); once the sink works, the transaction is
 // confirmed and the rejection counted once.
@@ -464,7 +466,7 @@ func TestDeadLetterFailureHoldsTheTransaction(t *testing.T) {
 	confirmedPast := make(chan struct{})
 	var pastOnce sync.Once
 	cfg := f.cfg
-	cfg.OnRejected = func(r logmode.Rejection) error {
+	f.onRejected = func(r publish.Rejection) error {
 		require.Equal(t, "bad", r.MessageID)
 		require.NotNil(t, r.Event)
 		require.Equal(t, "poison", r.Event.Destination)

@@ -15,13 +15,17 @@ import (
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 	"github.com/keiro-go/keiro/outbox/internal/logmode"
+	"github.com/keiro-go/keiro/outbox/internal/logsource"
+	"github.com/keiro-go/keiro/outbox/internal/publish"
 )
 
 // fixture is one test's schema, slot and Kafka.
 type fixture struct {
 	db    *testenv.DB
 	kafka *testenv.Kafka
-	cfg   logmode.Config
+	cfg   logsource.Config
+	// onRejected, if set, is the publisher's dead-letter sink of the engines newEngine builds.
+	onRejected func(publish.Rejection) error
 }
 
 // newFixture migrates a schema and starts a broker; the slot and publication the engines
@@ -29,7 +33,7 @@ type fixture struct {
 func newFixture(t *testing.T, kcfg testenv.KafkaConfig) *fixture {
 	t.Helper()
 	db := testenv.NewDB(t)
-	f := &fixture{db: db, kafka: testenv.NewKafkaWith(t, kcfg), cfg: logmode.Config{
+	f := &fixture{db: db, kafka: testenv.NewKafkaWith(t, kcfg), cfg: logsource.Config{
 		Schema: db.Schema, StatusInterval: 200 * time.Millisecond, StandbyRetry: 100 * time.Millisecond,
 		RetryBackoff: 50 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
 	}}
@@ -68,10 +72,12 @@ func dropSlot(t testing.TB, pool *pgxpool.Pool, name string) {
 
 // newEngine returns an engine with a producer client of its own, built with the claim
 // relay's options.
-func (f *fixture) newEngine(t *testing.T, cfg logmode.Config, h logmode.Hooks, opts ...kgo.Opt) *logmode.Engine {
+func (f *fixture) newEngine(t *testing.T, cfg logsource.Config, h logmode.Hooks, opts ...kgo.Opt) *logmode.Engine {
 	t.Helper()
 	client := f.kafka.NewClient(t, append(outbox.ProducerOpts(), opts...)...)
-	e, err := logmode.New(f.db.ConnString, client, cfg)
+	pub, err := publish.New(publish.Config{Client: client, DeadLetter: f.onRejected})
+	require.NoError(t, err)
+	e, err := logmode.New(f.db.ConnString, pub, cfg)
 	require.NoError(t, err)
 	logmode.SetHooks(e, h)
 	return e

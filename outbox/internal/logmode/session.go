@@ -305,38 +305,48 @@ func (s *stream) loop(ctx context.Context) error {
 			}
 			return fmt.Errorf("receive replication message: %w", err)
 		}
-		switch msg := msg.(type) {
-		case *pgproto3.CopyData:
-			if len(msg.Data) == 0 {
-				continue
-			}
-			switch msg.Data[0] {
-			case pglogrepl.PrimaryKeepaliveMessageByteID:
-				ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(msg.Data[1:])
-				if err != nil {
-					return fmt.Errorf("parse keepalive: %w", err)
-				}
-				s.w.keepalive(ka.ServerWALEnd)
-				if e.onKeepalive != nil {
-					e.onKeepalive(ka.ServerWALEnd)
-				}
-				if ka.ReplyRequested {
-					next = time.Time{}
-				}
-			case pglogrepl.XLogDataByteID:
-				xld, err := pglogrepl.ParseXLogData(msg.Data[1:])
-				if err != nil {
-					return fmt.Errorf("parse XLogData: %w", err)
-				}
-				if err := s.handle(ctx, xld.WALData); err != nil {
-					return err
-				}
-			}
-		case *pgproto3.ErrorResponse:
-			return fmt.Errorf("replication: %w", pgconn.ErrorResponseToPgError(msg))
-		default:
-			return fmt.Errorf("replication: unexpected message %T", msg)
+		reply, err := s.message(ctx, msg)
+		if err != nil {
+			return err
 		}
+		if reply {
+			next = time.Time{}
+		}
+	}
+}
+
+// message handles one message of the replication stream: a keepalive (reporting whether the
+// server asked for a status report at once) or the WAL data of a transaction's message.
+func (s *stream) message(ctx context.Context, msg pgproto3.BackendMessage) (replyRequested bool, err error) {
+	e := s.e
+	switch msg := msg.(type) {
+	case *pgproto3.CopyData:
+		if len(msg.Data) == 0 {
+			return false, nil
+		}
+		switch msg.Data[0] {
+		case pglogrepl.PrimaryKeepaliveMessageByteID:
+			ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(msg.Data[1:])
+			if err != nil {
+				return false, fmt.Errorf("parse keepalive: %w", err)
+			}
+			s.w.keepalive(ka.ServerWALEnd)
+			if e.onKeepalive != nil {
+				e.onKeepalive(ka.ServerWALEnd)
+			}
+			return ka.ReplyRequested, nil
+		case pglogrepl.XLogDataByteID:
+			xld, err := pglogrepl.ParseXLogData(msg.Data[1:])
+			if err != nil {
+				return false, fmt.Errorf("parse XLogData: %w", err)
+			}
+			return false, s.handle(ctx, xld.WALData)
+		}
+		return false, nil
+	case *pgproto3.ErrorResponse:
+		return false, fmt.Errorf("replication: %w", pgconn.ErrorResponseToPgError(msg))
+	default:
+		return false, fmt.Errorf("replication: unexpected message %T", msg)
 	}
 }
 

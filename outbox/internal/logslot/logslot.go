@@ -84,3 +84,11 @@ func Overlap(a, b []string) []string {
 	}
 	return both
 }
+
+// validName is what a slot or publication name may be: PostgreSQL's slot-name rule (lower
+// case letters, digits and underscores), so the name needs no quoting in the replication
+// protocol's commands.
+var validName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+// ValidName reports whether name may name a slot or a publication.
+func ValidName(name string) bool { return validName.MatchString(name) }

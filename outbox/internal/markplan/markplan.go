@@ -207,18 +207,9 @@ func Decide(rows []Row, results []Result, stopTheLine bool, retryDelay func(atte
 				failedGroups[g] = true
 			}
 		default:
-			class, code := kafkaerr.OfRecord(pr.Err, pr.Shared)
-			p.Suspects[i] = kafkaerr.Suspect(pr.Err, pr.Shared)
-			switch class {
-			case kafkaerr.Permanent:
-				m.Outcome, m.Code, m.Err = Rejected, code, ErrorText(pr.Err)
-			case kafkaerr.Outage:
-				m.Outcome, m.Err = Deferred, ErrorText(pr.Err)
-				p.Outage = true
-			default:
-				m.Outcome, m.Err = Failed, ErrorText(pr.Err)
-				m.Delay = retryDelay(row.Attempt)
-			}
+			suspect, outage := failure(&m, pr, row.Attempt, retryDelay)
+			p.Suspects[i] = suspect
+			p.Outage = p.Outage || outage
 			if m.Outcome != Rejected {
 				if g != "" {
 					failedGroups[g] = true
@@ -232,6 +223,24 @@ func Decide(rows []Row, results []Result, stopTheLine bool, retryDelay func(atte
 		p.Marks = append(p.Marks, m)
 	}
 	return p
+}
+
+// failure sets m's outcome for a produce that failed (pr): rejected for good, deferred by a
+// Kafka outage (no attempt used), or failed and retried after retryDelay(attempt). It reports
+// whether the row is a suspect (kafkaerr.Suspect) and whether Kafka is out.
+func failure(m *Mark, pr *Result, attempt int, retryDelay func(attempt int) time.Duration) (suspect, outage bool) {
+	class, code := kafkaerr.OfRecord(pr.Err, pr.Shared)
+	switch class {
+	case kafkaerr.Permanent:
+		m.Outcome, m.Code, m.Err = Rejected, code, ErrorText(pr.Err)
+	case kafkaerr.Outage:
+		m.Outcome, m.Err = Deferred, ErrorText(pr.Err)
+		outage = true
+	default:
+		m.Outcome, m.Err = Failed, ErrorText(pr.Err)
+		m.Delay = retryDelay(attempt)
+	}
+	return kafkaerr.Suspect(pr.Err, pr.Shared), outage
 }
 
 // DeferFor sets the delay of the rows deferred by a Kafka outage.

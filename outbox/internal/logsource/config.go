@@ -1,20 +1,23 @@
-package logmode
+// Package logsource is what the relay and its log engine agree on: the engine's settings
+// (Config, which exist only here), the Engine it returns, and the Factory that
+// outbox/logrelay provides. It does not link the logical replication client: a relay in
+// claim mode imports it without the engine.
+package logsource
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/schemaname"
 	"github.com/keiro-go/keiro/outbox/internal/logslot"
+	"github.com/keiro-go/keiro/outbox/internal/publish"
 )
 
-// Defaults applied by Config.withDefaults.
+// Defaults applied by Config.WithDefaults.
 const (
 	// DefaultSchema is the schema that holds keiro_outbox_log.
 	DefaultSchema = schemaname.Default
@@ -47,7 +50,9 @@ const (
 	DefaultShutdownTimeout = 10 * time.Second
 )
 
-// Config configures an Engine. The zero value is usable: every field has a default.
+// Config configures a log engine: the relay builds it from its RelayConfig, and the engine
+// uses it as it is. The records themselves (their size, headers, dead letters) are the
+// publisher's. The zero value is usable: every field has a default.
 type Config struct {
 	// Schema is the schema of the keiro_outbox_log table (migration 009_outbox_log.sql).
 	// Defaults to DefaultSchema.
@@ -72,14 +77,10 @@ type Config struct {
 	// MaxInFlightBytes bounds the bytes of those records. Defaults to
 	// DefaultMaxInFlightBytes.
 	MaxInFlightBytes int
-	// MaxRecordBytes is the largest record the engine produces; a larger one is reported
-	// through OnRejected without being sent. Defaults to the client's
-	// ProducerBatchMaxBytes (what franz-go can send at all).
-	MaxRecordBytes int
 	// UnknownTopicRetries bounds how long a record of a topic Kafka does not know waits for
 	// the topic: franz-go looks for it again at each metadata refresh (at most the client's
 	// MetadataMinAge apart), and after this many fails the topic's waiting records, which
-	// are rejected (code unknown_topic_or_partition, through OnRejected) and the stream moves
+	// are rejected (code unknown_topic_or_partition, through the publisher's DeadLetter) and the stream moves
 	// on. Their transactions are not confirmed before. Defaults to
 	// DefaultUnknownTopicRetries.
 	UnknownTopicRetries int
@@ -95,39 +96,12 @@ type Config struct {
 	// ShutdownTimeout bounds the wait for records in flight once Run's context is
 	// cancelled. Defaults to DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
-	// CloudEvents adds the CloudEvents binary-mode headers to every record, as the claim
-	// relay's RelayConfig.CloudEvents. Defaults to false.
-	CloudEvents bool
-	// CloudEventsDestinations adds them to the records of these destinations only.
-	// Defaults to none.
-	CloudEventsDestinations []string
-	// OnRejected is the dead-letter sink: it is called, from a goroutine of its own (at most
-	// a few at a time), for each event Kafka refused for good (or that is larger than
-	// MaxRecordBytes), and must make the rejection durable before it returns nil. The
-	// rejected record stays in flight until then: its transaction is not confirmed to
-	// PostgreSQL before. An error fails the record as a failed produce does: the session ends
-	// and the next one replays the transaction (which rejects the event again and calls
-	// OnRejected again: the sink must be idempotent). The stream moves on past a rejection
-	// the sink accepted. Defaults to a function that logs the rejection and returns nil.
-	OnRejected func(Rejection) error
-	// OnSend is called, before each record is produced, with its event and the commit time
-	// of its transaction. It returns the trace context the record carries instead of the
-	// event's (nil keeps the event's), and a function the engine calls once with the outcome:
-	// the record acknowledged (err nil) or failed (err the failure), or rec nil and err the
-	// reason when the record is rejected without being sent (larger than MaxRecordBytes). The
-	// relay's metrics and send spans hang on it. Defaults to none.
-	OnSend func(ev *envelope.Event, committed time.Time) (tc *envelope.TraceContext, done func(rec *kgo.Record, err error))
 	// Logger receives the engine's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 }
 
-// identifier is what a slot or publication name may be: PostgreSQL's slot-name rule (lower
-// case letters, digits and underscores), so the name needs no quoting in the replication
-// protocol's commands.
-var identifier = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
-
-// withDefaults returns cfg with every unset field set to its default.
-func (cfg Config) withDefaults() Config {
+// WithDefaults returns cfg with every unset field set to its default.
+func (cfg Config) WithDefaults() Config {
 	if cfg.Schema == "" {
 		cfg.Schema = DefaultSchema
 	}
@@ -165,16 +139,16 @@ func (cfg Config) withDefaults() Config {
 	return cfg
 }
 
-// validate reports every problem of a defaulted configuration at once.
-func (cfg Config) validate() error {
+// Validate reports every problem of a defaulted configuration at once.
+func (cfg Config) Validate() error {
 	var errs []error
 	if err := schemaname.Validate(cfg.Schema); err != nil {
 		errs = append(errs, fmt.Errorf("Schema: %w", err))
 	}
-	if !identifier.MatchString(cfg.Slot) {
+	if !logslot.ValidName(cfg.Slot) {
 		errs = append(errs, fmt.Errorf("Slot %q: must be 1 to 63 lower case letters, digits or underscores (set Slot when the schema name is too long for the default)", cfg.Slot))
 	}
-	if !identifier.MatchString(cfg.Publication) {
+	if !logslot.ValidName(cfg.Publication) {
 		errs = append(errs, fmt.Errorf("Publication %q: must be 1 to 63 lower case letters, digits or underscores", cfg.Publication))
 	}
 	for i, d := range cfg.Destinations {
@@ -189,7 +163,6 @@ func (cfg Config) validate() error {
 	}
 	positive("MaxInFlightRecords", cfg.MaxInFlightRecords)
 	positive("MaxInFlightBytes", cfg.MaxInFlightBytes)
-	positive("MaxRecordBytes", cfg.MaxRecordBytes)
 	positive("UnknownTopicRetries", cfg.UnknownTopicRetries)
 	for _, d := range []struct {
 		name string
@@ -204,3 +177,17 @@ func (cfg Config) validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Engine is a running log engine, as the relay sees it.
+type Engine interface {
+	// Run follows the slot until ctx ends.
+	Run(ctx context.Context) error
+	// Published counts the records Kafka acknowledged.
+	Published() int64
+	// Sessions counts the sessions that started replicating.
+	Sessions() int64
+}
+
+// Factory builds a log engine that reads the slot of cfg on the database of connString (the
+// engine adds replication=database) and publishes through pub.
+type Factory func(connString string, pub *publish.Publisher, cfg Config) (Engine, error)

@@ -1,7 +1,12 @@
-// Package pgdb names the one database handle that keiro's packages take. The public names
-// outbox.Querier, inbox.DB and events.DB are aliases of [DB], so one handle serves every
-// package.
-package pgdb
+// Package keiro holds the two types every keiro package shares: [DB], the database handle
+// that outbox, inbox and events take, and [Backoff], the retry delay of each of their loops.
+//
+// The packages that do the work are [github.com/keiro-go/keiro/outbox] (a producer's
+// transactional outbox and the relay that publishes it to Kafka),
+// [github.com/keiro-go/keiro/inbox] (a consumer's deduplicating inbox) and
+// [github.com/keiro-go/keiro/events] (the in-transaction layer: event store, commands,
+// projections, routers, process managers and timers).
+package keiro
 
 import (
 	"context"
