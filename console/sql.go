@@ -1,6 +1,6 @@
 package console
 
-import "strings"
+import "github.com/keiro-go/keiro/internal/pgtext"
 
 // The console's read queries over keiro's tables ({{t}} is the schema-qualified table). The
 // rows, their counts and their failure groups are read by their packages (outbox.Store: Status,
@@ -30,5 +30,5 @@ SELECT name, position, updated_at, rebuilt_at FROM {{t}} ORDER BY name LIMIT $1`
 
 // bind substitutes the schema-qualified table (the schema is validated by the config).
 func bind(q, schema, table string) string {
-	return strings.ReplaceAll(q, "{{t}}", schema+"."+table)
+	return pgtext.Expand(q, "t", schema+"."+table)
 }

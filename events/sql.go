@@ -1,9 +1,8 @@
 package events
 
 import (
-	"strings"
-
 	"github.com/keiro-go/keiro/internal/advisorylock"
+	"github.com/keiro-go/keiro/internal/pgtext"
 )
 
 // All of the event store's SQL lives in this file. Every statement names its tables through the
@@ -321,10 +320,10 @@ type queries struct {
 }
 
 func newQueries(schema, channel string) queries {
-	r := strings.NewReplacer("{{schema}}", schema, "{{channel}}", channel)
-	tail, tailOne := r.Replace(sqlAppendTail), r.Replace(sqlAppendTailOne)
-	cte := func(s string) string { return "WITH s AS (" + r.Replace(s) + ")" + tail }
-	one := func(s string) string { return "WITH s AS (" + r.Replace(s) + ")" + tailOne }
+	r := func(q string) string { return pgtext.Expand(q, "schema", schema, "channel", channel) }
+	tail, tailOne := r(sqlAppendTail), r(sqlAppendTailOne)
+	cte := func(s string) string { return "WITH s AS (" + r(s) + ")" + tail }
+	one := func(s string) string { return "WITH s AS (" + r(s) + ")" + tailOne }
 	return queries{
 		oneAny:             one(sqlStreamAny),
 		oneNoStream:        one(sqlStreamNoStream),
@@ -334,47 +333,47 @@ func newQueries(schema, channel string) queries {
 		streamNoStream:     cte(sqlStreamNoStream),
 		streamExists:       cte(sqlStreamExists),
 		streamExact:        cte(sqlStreamExact),
-		streamVersion:      r.Replace(sqlStreamVersion),
-		existingIDs:        r.Replace(sqlExistingIDs),
-		readStreamForward:  r.Replace(sqlReadStreamForward),
-		readStreamBackward: r.Replace(sqlReadStreamBackward),
-		readAll:            r.Replace(sqlReadAll),
-		readCategory:       r.Replace(sqlReadCategory),
-		head:               r.Replace(sqlHead),
-		fence:              r.Replace(sqlFence),
-		horizon:            r.Replace(sqlHorizon),
-		subEnsure:          r.Replace(sqlSubscriptionEnsure),
-		subLock:            r.Replace(sqlSubscriptionLock),
-		subSave:            r.Replace(sqlSubscriptionSave),
-		subPosition:        r.Replace(sqlSubscriptionPosition),
-		subReset:           r.Replace(sqlSubscriptionReset),
-		subAdvisoryLock:    r.Replace(sqlSubscriptionAdvisoryLock),
-		subAdvisoryUnlock:  r.Replace(sqlSubscriptionAdvisoryUnlock),
-		snapshotRead:       r.Replace(sqlSnapshotRead),
-		snapshotWrite:      r.Replace(sqlSnapshotWrite),
-		deadList:           r.Replace(sqlDeadList),
-		deadInsert:         r.Replace(sqlDeadInsert),
-		deadRequest:        r.Replace(sqlDeadRequest),
-		deadNextReplay:     r.Replace(sqlDeadNextReplay),
-		deadReplayed:       r.Replace(sqlDeadReplayed),
-		deadReplayFailed:   r.Replace(sqlDeadReplayFailed),
-		producerMark:       r.Replace(sqlProducerMark),
-		producerMarkSave:   r.Replace(sqlProducerMarkSave),
-		eventIn:            r.Replace(sqlEventIn),
-		dispatchDeadInsert: r.Replace(sqlDispatchDeadInsert),
-		dispatchDeadList:   r.Replace(sqlDispatchDeadList),
-		timerSchedule:      r.Replace(sqlTimerSchedule),
-		timerScheduleOnce:  r.Replace(sqlTimerScheduleOnce),
-		timerCancel:        r.Replace(sqlTimerCancel),
-		timerGet:           r.Replace(sqlTimerGet),
-		timerClaim:         r.Replace(sqlTimerClaim),
-		timerFired:         r.Replace(sqlTimerFired),
-		timerFailed:        r.Replace(sqlTimerFailed),
-		timerDead:          r.Replace(sqlTimerDead),
-		timerRequeueStale:  r.Replace(sqlTimerRequeueStale),
-		timerRequeue:       r.Replace(sqlTimerRequeue),
-		timerStuck:         r.Replace(sqlTimerStuck),
-		timerGauges:        r.Replace(sqlTimerGauges),
-		timerRelease:       r.Replace(sqlTimerRelease),
+		streamVersion:      r(sqlStreamVersion),
+		existingIDs:        r(sqlExistingIDs),
+		readStreamForward:  r(sqlReadStreamForward),
+		readStreamBackward: r(sqlReadStreamBackward),
+		readAll:            r(sqlReadAll),
+		readCategory:       r(sqlReadCategory),
+		head:               r(sqlHead),
+		fence:              r(sqlFence),
+		horizon:            r(sqlHorizon),
+		subEnsure:          r(sqlSubscriptionEnsure),
+		subLock:            r(sqlSubscriptionLock),
+		subSave:            r(sqlSubscriptionSave),
+		subPosition:        r(sqlSubscriptionPosition),
+		subReset:           r(sqlSubscriptionReset),
+		subAdvisoryLock:    r(sqlSubscriptionAdvisoryLock),
+		subAdvisoryUnlock:  r(sqlSubscriptionAdvisoryUnlock),
+		snapshotRead:       r(sqlSnapshotRead),
+		snapshotWrite:      r(sqlSnapshotWrite),
+		deadList:           r(sqlDeadList),
+		deadInsert:         r(sqlDeadInsert),
+		deadRequest:        r(sqlDeadRequest),
+		deadNextReplay:     r(sqlDeadNextReplay),
+		deadReplayed:       r(sqlDeadReplayed),
+		deadReplayFailed:   r(sqlDeadReplayFailed),
+		producerMark:       r(sqlProducerMark),
+		producerMarkSave:   r(sqlProducerMarkSave),
+		eventIn:            r(sqlEventIn),
+		dispatchDeadInsert: r(sqlDispatchDeadInsert),
+		dispatchDeadList:   r(sqlDispatchDeadList),
+		timerSchedule:      r(sqlTimerSchedule),
+		timerScheduleOnce:  r(sqlTimerScheduleOnce),
+		timerCancel:        r(sqlTimerCancel),
+		timerGet:           r(sqlTimerGet),
+		timerClaim:         r(sqlTimerClaim),
+		timerFired:         r(sqlTimerFired),
+		timerFailed:        r(sqlTimerFailed),
+		timerDead:          r(sqlTimerDead),
+		timerRequeueStale:  r(sqlTimerRequeueStale),
+		timerRequeue:       r(sqlTimerRequeue),
+		timerStuck:         r(sqlTimerStuck),
+		timerGauges:        r(sqlTimerGauges),
+		timerRelease:       r(sqlTimerRelease),
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
+	"github.com/keiro-go/keiro/outbox/logrelay"
 )
 
 // Example shows the outbox inside a service: the business transaction enqueues an integration
@@ -112,7 +113,7 @@ func ExampleRelayConfig_logMode() {
 		log.Fatal(err)
 	}
 	defer client.Close()
-	relay, err := outbox.NewRelay(pool, client, outbox.RelayConfig{Mode: outbox.ModeLog})
+	relay, err := outbox.NewRelay(pool, client, outbox.RelayConfig{Mode: outbox.ModeLog, LogEngine: logrelay.Engine})
 	if err != nil {
 		log.Fatal(err)
 	}
