@@ -40,6 +40,10 @@ func NewAdmin(schema string) (*Admin, error) {
 	return &Admin{schema: schema, q: sqlq.New(schema)}, nil
 }
 
+// adminOf is the Admin of s's schema, for the relay's reading and changing of the mode and
+// slots; it shares the Store's statements and test hooks.
+func adminOf(s *Store) *Admin { return &Admin{schema: s.schema, q: s.q, slotWait: s.slotWait} }
+
 // Schema returns the schema the Admin addresses.
 func (a *Admin) Schema() string { return a.schema }
 

@@ -99,7 +99,7 @@ func (s *Store) writeDeadLetter(ctx context.Context, q keiro.DB, ev *envelope.Ev
 // mode already, and publishes the gap left when another relay switched before this relay's
 // slot existed.
 func (r *engine) enterLogMode(ctx context.Context) error {
-	mode, err := r.store.admin().Mode(ctx, r.pool)
+	mode, err := adminOf(r.store).Mode(ctx, r.pool)
 	if err != nil {
 		return err
 	}
@@ -110,13 +110,13 @@ func (r *engine) enterLogMode(ctx context.Context) error {
 	}
 	var ch ModeChange
 	if mode != ModeLog {
-		ch, err = r.store.admin().SetModeFor(ctx, r.pool, ModeLog, r.cfg.LogSlot, r.cfg.Destinations)
+		ch, err = adminOf(r.store).SetModeFor(ctx, r.pool, ModeLog, r.cfg.LogSlot, r.cfg.Destinations)
 	} else {
 		ch.From, ch.To = ModeLog, ModeLog
 		// The schema is in log mode: a publication that lost its table is refused, not
 		// repaired, since the slot did not decode the events written meanwhile.
 		var p LogPrepared
-		p, err = r.store.admin().prepareLog(ctx, r.pool, r.cfg.LogSlot, r.cfg.Destinations, never)
+		p, err = adminOf(r.store).prepareLog(ctx, r.pool, r.cfg.LogSlot, r.cfg.Destinations, never)
 		ch.Slot, ch.SlotCreated = p.Slot, p.SlotCreated
 	}
 	if err != nil {
@@ -177,7 +177,7 @@ func (r *engine) followSlot(ctx context.Context, stopClaim context.CancelFunc, c
 			if claiming == nil {
 				continue
 			}
-			if m, err := r.store.admin().Mode(ctx, r.pool); err == nil && m != ModeLog {
+			if m, err := adminOf(r.store).Mode(ctx, r.pool); err == nil && m != ModeLog {
 				r.log.InfoContext(ctx, "log mode: the schema is in claim mode; the claim loop stops, the slot is still followed")
 				stopClaim()
 				if err := <-claiming; err != nil {
@@ -193,7 +193,7 @@ func (r *engine) followSlot(ctx context.Context, stopClaim context.CancelFunc, c
 // otherLogSlots reports whether the schema has a log-mode slot other than slot: another
 // destination group's, which a switch to log mode may have been made with.
 func (r *engine) otherLogSlots(ctx context.Context, slot string) (bool, error) {
-	slots, err := r.store.admin().LogSlots(ctx, r.pool)
+	slots, err := adminOf(r.store).LogSlots(ctx, r.pool)
 	if err != nil {
 		return false, err
 	}
@@ -219,7 +219,7 @@ func (r *engine) recoverSwitchGap(ctx context.Context, ch ModeChange) error {
 		return fmt.Errorf("read the database's clock: %w", err)
 	}
 	since := ch.Changed.Add(-time.Hour)
-	rec, err := r.store.admin().RecoverLogFor(ctx, r.pool, since, until, r.cfg.Destinations)
+	rec, err := adminOf(r.store).RecoverLogFor(ctx, r.pool, since, until, r.cfg.Destinations)
 	if err != nil {
 		return err
 	}
@@ -263,7 +263,7 @@ func (r *engine) slotGauges() (metric.Registration, error) {
 	return m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		qctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		st, err := r.store.admin().LogSlotStatus(qctx, r.pool, r.cfg.LogSlot)
+		st, err := adminOf(r.store).LogSlotStatus(qctx, r.pool, r.cfg.LogSlot)
 		if err != nil || !st.Exists {
 			return err
 		}

@@ -166,7 +166,7 @@ func (r *engine) logRetention(ctx context.Context, key int64) (deleted int64, go
 // any other destination were published by no slot, and retention keeps them (a group that
 // names the destination later republishes them with Admin.RecoverLogFor).
 func (r *engine) coveredDestinations(ctx context.Context) ([]string, error) {
-	slots, err := r.store.admin().LogSlots(ctx, r.pool)
+	slots, err := adminOf(r.store).LogSlots(ctx, r.pool)
 	if err != nil {
 		return nil, fmt.Errorf("outbox maintenance: %w", err)
 	}

@@ -150,10 +150,6 @@ func NewStore(schema string, opts ...StoreOptions) (*Store, error) {
 	return s, nil
 }
 
-// admin is the Admin of the Store's schema, for the relay's reading and changing of the mode
-// and slots; it shares the Store's statements and test hooks.
-func (s *Store) admin() *Admin { return &Admin{schema: s.schema, q: s.q, slotWait: s.slotWait} }
-
 // Schema returns the schema the Store addresses.
 func (s *Store) Schema() string { return s.schema }
 
