@@ -19,10 +19,9 @@ import (
 
 // Admin is the operator's surface of one schema's outbox, apart from the producer's [Store]:
 // the overview, listings and lookups, dead rows, requeue, archive, attempt history, failure
-// groups, activity, per-source order declarations, and the schema's mode and log slots
-// (mode.go). Like a Store it holds no
-// connection: every method takes the transaction or keiro.DB to run on. An Admin is safe for
-// concurrent use.
+// groups, activity, per-source order declarations, and the schema's mode and log slots. Like
+// a Store it holds no connection: every method takes the transaction or keiro.DB to run on. An
+// Admin is safe for concurrent use.
 type Admin struct {
 	schema string
 	q      *sqlq.Queries
