@@ -67,14 +67,12 @@ type statements struct {
 
 // failureRows are the store consumer's ($1) failed rows not archived, grouped by error class
 // (poisoned or retrying) and normalised last error (adminq), oldest failure first within a
-// group; t is the inbox table.
-func failureRows(t string) adminq.Table {
-	return adminq.Table{
-		Rows:   t + ` WHERE consumer = $1 AND status = 'failed' AND archived_at IS NULL`,
-		Params: 1,
-		Class:  `CASE WHEN poisoned THEN 'poisoned' ELSE 'retrying' END`,
-		At:     "failed_at", Where: "source", Key: "source, dedupe_key", Order: "at, source, dedupe_key",
-	}
+// group, in the inbox table {{table}}.
+var failureRows = adminq.Table{
+	Rows:   `{{table}} WHERE consumer = $1 AND status = 'failed' AND archived_at IS NULL`,
+	Params: 1,
+	Class:  `CASE WHEN poisoned THEN 'poisoned' ELSE 'retrying' END`,
+	At:     "failed_at", Where: "source", Key: "source, dedupe_key", Order: "at, source, dedupe_key",
 }
 
 func newStatements(schema string) statements {
@@ -86,21 +84,23 @@ func newStatements(schema string) statements {
 		return strings.Replace(envelopeColumns, "payload_bytes", payload+", octet_length(payload_bytes)", 1) +
 			`, received_at, status, attempt_count, poisoned, completed_at, failed_at, coalesce(last_error, '')`
 	}
+	// x fills the table's name (pgtext.Expand).
+	x := func(q string) string { return pgtext.Expand(q, "table", t) }
 	return statements{
-		failureGroups:    failureRows(t).GroupsSQL(),
-		failureGroupKeys: failureRows(t).KeysSQL(),
+		failureGroups:    x(failureRows.GroupsSQL()),
+		failureGroupKeys: x(failureRows.KeysSQL()),
 		// insert-first: the dedupe row, completed, inserted before the handler runs in the same
 		// transaction. A concurrent insert of the same key blocks on the primary key until the
 		// first transaction ends.
-		insertCompleted: `INSERT INTO ` + t + ` (` + storedCols + `, status, attempt_count, completed_at)
+		insertCompleted: x(`INSERT INTO {{table}} (` + storedCols + `, status, attempt_count, completed_at)
 SELECT ` + selectRow + `, 'completed', 0, now()
 FROM ` + unnestRows + `
 ON CONFLICT (consumer, source, dedupe_key) DO NOTHING
-RETURNING source, dedupe_key`,
+RETURNING source, dedupe_key`),
 		// A failed attempt, in its own transaction after the handler's rolled back. Never flips a
 		// row that another process completed meanwhile (WHERE status = 'failed'). The attempt
 		// joins the row's history (attempt_errors, the last 20).
-		recordFailure: `INSERT INTO ` + t + ` (` + storedCols + `, status, attempt_count, poisoned, failed_at, last_error, attempt_errors)
+		recordFailure: x(`INSERT INTO {{table}} (` + storedCols + `, status, attempt_count, poisoned, failed_at, last_error, attempt_errors)
 SELECT ` + selectRow + `, 'failed', 1, $28 OR 1 >= $29, now(), $27,
     jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now(), 'error', left($27, 1024)))
 FROM ` + unnestRows + `
@@ -113,96 +113,95 @@ SET attempt_count = keiro_inbox.attempt_count + 1,
         jsonb_build_object('attempt', keiro_inbox.attempt_count + 1, 'at', now(), 'error', left(EXCLUDED.last_error, 1024))),
         '$[last - 19 to last]')
 WHERE keiro_inbox.status = 'failed'
-RETURNING attempt_count, poisoned`,
+RETURNING attempt_count, poisoned`),
 		// attemptErrors reads a row's failed attempts (Admin.AttemptHistory).
-		attemptErrors: `SELECT attempt_errors FROM ` + t + ` WHERE consumer = $1 AND source = $2 AND dedupe_key = $3`,
+		attemptErrors: x(`SELECT attempt_errors FROM {{table}} WHERE consumer = $1 AND source = $2 AND dedupe_key = $3`),
 		// The rows that earlier deliveries of $2/$3 recorded (existing.go): readExisting
 		// without a lock (completed rows are terminal), lockExisting FOR UPDATE (failed rows
 		// that may be rerun).
-		readExisting: `SELECT ` + existingColumns + ` FROM ` + t + ` i
+		readExisting: x(`SELECT ` + existingColumns + ` FROM {{table}} i
 JOIN unnest($2::text[], $3::text[]) AS k(source, dedupe_key)
   ON i.source = k.source AND i.dedupe_key = k.dedupe_key
-WHERE i.consumer = $1`,
-		lockExisting: `SELECT ` + existingColumns + ` FROM ` + t + ` i
+WHERE i.consumer = $1`),
+		lockExisting: x(`SELECT ` + existingColumns + ` FROM {{table}} i
 JOIN unnest($2::text[], $3::text[]) AS k(source, dedupe_key)
   ON i.source = k.source AND i.dedupe_key = k.dedupe_key
-WHERE i.consumer = $1 FOR UPDATE OF i`,
-		markCompleted: `UPDATE ` + t + `
+WHERE i.consumer = $1 FOR UPDATE OF i`),
+		markCompleted: x(`UPDATE {{table}}
 SET status = 'completed', completed_at = now(), poisoned = false, last_error = NULL
-WHERE consumer = $1 AND source = $2 AND dedupe_key = $3`,
-		markCompletedDO: `UPDATE ` + t + `
+WHERE consumer = $1 AND source = $2 AND dedupe_key = $3`),
+		markCompletedDO: x(`UPDATE {{table}}
 SET status = 'completed', completed_at = now(), poisoned = false, last_error = NULL,
     payload_bytes = '', attributes = NULL, traceparent = NULL, tracestate = NULL,
     schema_version = NULL, schema_registry = NULL, schema_subject = NULL,
     schema_version_ref = NULL, schema_id = NULL, schema_fingerprint = NULL
-WHERE consumer = $1 AND source = $2 AND dedupe_key = $3`,
-		lookup: `SELECT ` + entry("payload_bytes") + `
-FROM ` + t + ` WHERE consumer = $1 AND source = $2 AND dedupe_key = $3`,
+WHERE consumer = $1 AND source = $2 AND dedupe_key = $3`),
+		lookup: x(`SELECT ` + entry("payload_bytes") + `
+FROM {{table}} WHERE consumer = $1 AND source = $2 AND dedupe_key = $3`),
 		// listFailed lists archived ($7 true) or working failed rows, with at most $8 bytes of
 		// each payload (pgtext.PrefixSQL).
-		listFailed: `SELECT ` + entry(pgtext.PrefixSQL("payload_bytes", 8)) + `
-FROM ` + t + `
+		listFailed: x(`SELECT ` + entry(pgtext.PrefixSQL("payload_bytes", 8)) + `
+FROM {{table}}
 WHERE consumer = $1 AND status = 'failed' AND ($2 = '' OR source = $2)
   AND (failed_at, source, dedupe_key) > ($3, $4, $5) AND (archived_at IS NOT NULL) = $7
 ORDER BY failed_at, source, dedupe_key
-LIMIT $6`,
+LIMIT $6`),
 		// archive sets aside consumer $1's failed rows among the keys ($2, $3) not archived yet.
-		archive: `UPDATE ` + t + ` i SET archived_at = now()
+		archive: x(`UPDATE {{table}} i SET archived_at = now()
 FROM unnest($2::text[], $3::text[]) AS k(source, dedupe_key)
 WHERE i.consumer = $1 AND i.status = 'failed' AND i.archived_at IS NULL
   AND i.source = k.source AND i.dedupe_key = k.dedupe_key
-RETURNING i.source, i.dedupe_key`,
+RETURNING i.source, i.dedupe_key`),
 		// search scans the consumer's rows (the primary key's prefix) for an exact source,
 		// dedupe key, message id, key or event type: an operator's search (Admin.Search), with at
 		// most $4 bytes of each payload.
-		search: `SELECT ` + entry(pgtext.PrefixSQL("payload_bytes", 4)) + `
-FROM ` + t + `
+		search: x(`SELECT ` + entry(pgtext.PrefixSQL("payload_bytes", 4)) + `
+FROM {{table}}
 WHERE consumer = $1
   AND (source = $2 OR dedupe_key = $2 OR message_id = $2 OR message_key = $2 OR event_type = $2)
 ORDER BY received_at DESC, source, dedupe_key
-LIMIT $3`,
-		retryKeys: `UPDATE ` + t + ` i SET attempt_count = 0, poisoned = false, dead_lettered_at = NULL
+LIMIT $3`),
+		retryKeys: x(`UPDATE {{table}} i SET attempt_count = 0, poisoned = false, dead_lettered_at = NULL
 FROM unnest($2::text[], $3::text[]) AS k(source, dedupe_key)
-WHERE i.consumer = $1 AND i.status = 'failed' AND i.source = k.source AND i.dedupe_key = k.dedupe_key`,
-		retryAll: `UPDATE ` + t + ` SET attempt_count = 0, poisoned = false, dead_lettered_at = NULL
-WHERE consumer = $1 AND status = 'failed'`,
-		deleteCompleted: `DELETE FROM ` + t + ` WHERE ctid = ANY (ARRAY (
-  SELECT ctid FROM ` + t + `
+WHERE i.consumer = $1 AND i.status = 'failed' AND i.source = k.source AND i.dedupe_key = k.dedupe_key`),
+		retryAll: x(`UPDATE {{table}} SET attempt_count = 0, poisoned = false, dead_lettered_at = NULL
+WHERE consumer = $1 AND status = 'failed'`),
+		deleteCompleted: x(`DELETE FROM {{table}} WHERE ctid = ANY (ARRAY (
+  SELECT ctid FROM {{table}}
   WHERE consumer = $1 AND status = 'completed' AND completed_at < now() - $2::interval
-  LIMIT $3))`,
-		countFailed: `SELECT count(*) FROM ` + t + ` WHERE consumer = $1 AND status = 'failed'`,
+  LIMIT $3))`),
+		countFailed: x(`SELECT count(*) FROM {{table}} WHERE consumer = $1 AND status = 'failed'`),
 		// Every consumer's rows, for status commands and the console (CountByConsumer).
 		// Failed rows an operator archived count apart from the working ones, which alone
 		// make the retrying and poisoned counts and the oldest failure.
-		countByConsumer: `SELECT consumer,
+		countByConsumer: x(`SELECT consumer,
        count(*) FILTER (WHERE status = 'completed'),
        count(*) FILTER (WHERE status = 'failed' AND NOT poisoned AND archived_at IS NULL),
        count(*) FILTER (WHERE status = 'failed' AND poisoned AND archived_at IS NULL),
        count(*) FILTER (WHERE status = 'failed' AND archived_at IS NOT NULL),
        min(failed_at) FILTER (WHERE status = 'failed' AND archived_at IS NULL)
-FROM ` + t + ` GROUP BY consumer ORDER BY consumer`,
+FROM {{table}} GROUP BY consumer ORDER BY consumer`),
 		// countByConsumer on a table before migration 011 (no archived_at, no archived row).
-		countByConsumerUnarchived: `SELECT consumer,
+		countByConsumerUnarchived: x(`SELECT consumer,
        count(*) FILTER (WHERE status = 'completed'),
        count(*) FILTER (WHERE status = 'failed' AND NOT poisoned),
        count(*) FILTER (WHERE status = 'failed' AND poisoned),
        0::bigint,
        min(failed_at) FILTER (WHERE status = 'failed')
-FROM ` + t + ` GROUP BY consumer ORDER BY consumer`,
-		hasArchive: `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
-WHERE attrelid = to_regclass('` + t + `') AND attname = 'archived_at' AND NOT attisdropped)`,
+FROM {{table}} GROUP BY consumer ORDER BY consumer`),
+		hasArchive: x(`SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+WHERE attrelid = to_regclass('{{table}}') AND attname = 'archived_at' AND NOT attisdropped)`),
 		// Consumer $1's rows per minute from $2 to $3: completed by completed_at, failed by
 		// their last failure (Activity).
-		activity: `SELECT true, date_bin('1 minute', completed_at, $2::timestamptz), count(*)
-FROM ` + t + ` WHERE consumer = $1 AND status = 'completed' AND completed_at >= $2 AND completed_at < $3 GROUP BY 2
+		activity: x(`SELECT true, date_bin('1 minute', completed_at, $2::timestamptz), count(*)
+FROM {{table}} WHERE consumer = $1 AND status = 'completed' AND completed_at >= $2 AND completed_at < $3 GROUP BY 2
 UNION ALL
 SELECT false, date_bin('1 minute', failed_at, $2::timestamptz), count(*)
-FROM ` + t + ` WHERE consumer = $1 AND status = 'failed' AND failed_at >= $2 AND failed_at < $3 GROUP BY 2`,
+FROM {{table}} WHERE consumer = $1 AND status = 'failed' AND failed_at >= $2 AND failed_at < $3 GROUP BY 2`),
 		// The runner's dead-letter produce of a poisoned row was acknowledged: later deliveries
 		// of the message are duplicates.
-		markDeadLettered: `UPDATE ` + t + ` SET dead_lettered_at = now()
-WHERE consumer = $1 AND source = $2 AND dedupe_key = $3 AND status = 'failed'`,
-	}
+		markDeadLettered: x(`UPDATE {{table}} SET dead_lettered_at = now()
+WHERE consumer = $1 AND source = $2 AND dedupe_key = $3 AND status = 'failed'`)}
 }
 
 // rowColumns holds one array per bound column, for unnest. FlatArray encodes without

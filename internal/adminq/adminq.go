@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -63,19 +62,20 @@ SELECT {{key}} FROM (SELECT {{key}}, {{at}} AS at, {{class}} AS class, {{norm}} 
 // param is the placeholder of the table's i-th own parameter after its Rows' parameters.
 func (t Table) param(i int) string { return "$" + strconv.Itoa(t.Params+i) }
 
-// replacer fills the templates' placeholders.
-func (t Table) replacer(limit string) *strings.Replacer {
-	return strings.NewReplacer("{{class}}", t.Class, "{{norm}}", pgtext.NormalisedErrorSQL("last_error"),
-		"{{at}}", t.At, "{{where}}", t.Where, "{{rows}}", t.Rows, "{{key}}", t.Key, "{{order}}", t.Order,
-		"{{class_param}}", t.param(1), "{{message_param}}", t.param(2), "{{limit}}", limit)
+// fill fills the template's own placeholders (pgtext.Partial), leaving the table's (its
+// schema) to the package's statements.
+func (t Table) fill(q, limit string) string {
+	return pgtext.Partial(q, "class", t.Class, "norm", pgtext.NormalisedErrorSQL("last_error"),
+		"at", t.At, "where", t.Where, "rows", t.Rows, "key", t.Key, "order", t.Order,
+		"class_param", t.param(1), "message_param", t.param(2), "limit", limit)
 }
 
 // GroupsSQL is the statement of Groups: after the Rows' parameters, the most groups listed.
-func (t Table) GroupsSQL() string { return t.replacer(t.param(1)).Replace(sqlGroups) }
+func (t Table) GroupsSQL() string { return t.fill(sqlGroups, t.param(1)) }
 
 // KeysSQL is the statement of Keys: after the Rows' parameters, the group's class and message
 // and the most keys listed.
-func (t Table) KeysSQL() string { return t.replacer(t.param(3)).Replace(sqlKeys) }
+func (t Table) KeysSQL() string { return t.fill(sqlKeys, t.param(3)) }
 
 // Groups runs GroupsSQL on q with args (the Rows' parameters, then the limit, at least 1).
 // what names the listing in errors ("list outbox failure groups").

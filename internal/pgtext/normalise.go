@@ -1,7 +1,5 @@
 package pgtext
 
-import "strings"
-
 // normalisedErrorSQL is the normalisation of an error text column ({{column}}), which groups
 // failures by error: UUIDs become <id>, runs of 16 or more hex digits <hex>, and whole or
 // decimal numbers <n> (an id, an offset, an amount), so that "order 41 …" and "order 42 …"
@@ -15,5 +13,5 @@ const normalisedErrorSQL = `left(regexp_replace(regexp_replace(regexp_replace(co
 // UUIDs, long hex runs and numbers replaced by <id>, <hex> and <n>, cut to 500 characters. The
 // outbox's and the inbox's failure groups use it, so both group alike.
 func NormalisedErrorSQL(column string) string {
-	return strings.ReplaceAll(normalisedErrorSQL, "{{column}}", column)
+	return Expand(normalisedErrorSQL, "column", column)
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/keiro-go/keiro/internal/pgtext"
 )
 
 // The one verification of log mode's replication objects, shared by the Store (at a relay's
@@ -63,8 +65,7 @@ const (
 // Statement fills the placeholders of one of this package's statements: schema and name (the
 // slot, which is also the publication) must be validated identifiers, dests valid topics.
 func Statement(sql, schema, name string, dests []string) string {
-	return strings.NewReplacer("{{schema}}", schema, "{{slot}}", name, "{{publication}}", name,
-		"{{filter}}", RowFilter(dests)).Replace(sql)
+	return pgtext.Expand(sql, "schema", schema, "slot", name, "publication", name, "filter", RowFilter(dests))
 }
 
 // Publication is a publication as SQLPublication reads it.

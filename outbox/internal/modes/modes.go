@@ -16,6 +16,7 @@ import (
 
 	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/internal/pgtext"
 	"github.com/keiro-go/keiro/outbox/internal/logslot"
 	"github.com/keiro-go/keiro/outbox/internal/sqlq"
 )
@@ -226,7 +227,7 @@ func (s Schema) prepareSlot(ctx context.Context, db keiro.DB, slot string, dests
 		if _, derr := db.Exec(ctx, s.Q.DropSlot, slot); derr != nil {
 			err = errors.Join(err, fmt.Errorf("drop the slot %s just created: %w", slot, derr))
 		} else if pubCreated {
-			if _, derr := db.Exec(ctx, strings.ReplaceAll(s.Q.DropPublication, "{{publication}}", slot)); derr != nil {
+			if _, derr := db.Exec(ctx, pgtext.Expand(s.Q.DropPublication, "publication", slot)); derr != nil {
 				err = errors.Join(err, fmt.Errorf("drop the publication %s just created: %w", slot, derr))
 			}
 		}

@@ -12,12 +12,13 @@ import (
 	"slices"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/tracing"
 )
 
 // DefaultMaxRecordBytes is franz-go's default ProducerBatchMaxBytes: the largest record a
@@ -73,7 +74,7 @@ func New(cfg Config) (*Publisher, error) {
 		cfg.Tracer = tracenoop.NewTracerProvider().Tracer("")
 	}
 	if cfg.Meter == nil {
-		cfg.Meter = noop.NewMeterProvider().Meter("")
+		cfg.Meter = otel.GetMeterProvider().Meter(tracing.ScopeName) // the global provider, a no-op until one is set
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

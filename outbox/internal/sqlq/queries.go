@@ -6,7 +6,6 @@ package sqlq
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/keiro-go/keiro/internal/pgtext"
 )
@@ -85,97 +84,96 @@ type Queries struct {
 // New returns the statements of the outbox in schema, which the caller has validated
 // (migrations.ValidateSchema).
 func New(schema string) *Queries {
+	// Each statement is assembled in layers (pgtext.Partial) and finished by r, which fills the
+	// schema and the payload column and refuses any placeholder left (pgtext.Expand).
 	expand := func(q string) string {
-		return strings.NewReplacer(
-			"{{claimable_r}}", fmt.Sprintf(claimable, "r"),
-			"{{claimable_h}}", fmt.Sprintf(claimable, "h"),
-		).Replace(q)
+		return pgtext.Partial(q, "claimable_r", fmt.Sprintf(claimable, "r"), "claimable_h", fmt.Sprintf(claimable, "h"))
 	}
-	r := strings.NewReplacer("{{schema}}", schema, "{{payload}}", "payload_bytes")
+	r := func(q string) string { return pgtext.Expand(q, "schema", schema, "payload", "payload_bytes") }
 	prefix := func(q string, param int) string {
-		return strings.NewReplacer("{{schema}}", schema, "{{payload}}", pgtext.PrefixSQL("payload_bytes", param)).Replace(q)
+		return pgtext.Expand(q, "schema", schema, "payload", pgtext.PrefixSQL("payload_bytes", param))
 	}
-	locks := strings.NewReplacer("{{key_lock}}", keyLock, "{{sleep_lock_all}}", sleepLockAll,
-		"{{sleep_lock_filtered}}", sleepLockFiltered, "{{share_member_lock}}", shareMemberLock,
-		"{{share_lock}}", shareLock)
+	locks := func(q string) string {
+		return pgtext.Partial(q, "key_lock", keyLock, "sleep_lock_all", sleepLockAll, "sleep_lock_filtered", sleepLockFiltered,
+			"share_member_lock", shareMemberLock, "share_lock", shareLock)
+	}
 	claim := func(join, pre, post, share string) string {
 		headSeq := "NULL::bigint"
 		if join != "" {
 			headSeq = "head.seq"
 		}
-		q := strings.NewReplacer("{{prejoin}}", join, "{{pre}}", pre, "{{post}}", post, "{{head_seq}}", headSeq,
-			"{{ran_last}}", ranLast, "{{in_share_r}}", fmt.Sprintf(InShare, "$7", fmt.Sprintf(share, "r")),
-		).Replace(sqlClaim + sqlClaimTail)
-		return r.Replace(expand(q))
+		q := pgtext.Partial(sqlClaim+sqlClaimTail, "prejoin", join, "pre", pre, "post", post, "head_seq", headSeq,
+			"ran_last", ranLast, "in_share_r", fmt.Sprintf(InShare, "$7", fmt.Sprintf(share, "r")))
+		return r(expand(q))
 	}
-	claimKeys := r.Replace(expand(strings.NewReplacer("{{post}}", postKey, "{{ran_last}}", ranLast,
-		"{{in_share_r}}", fmt.Sprintf(InShare, "$6", fmt.Sprintf(ShareOfKey, "r")),
-		"{{in_share_h}}", fmt.Sprintf(InShare, "$6", fmt.Sprintf(ShareOfKey, "h")),
-	).Replace(sqlClaimKeys + sqlClaimTail)))
+	claimKeys := r(expand(pgtext.Partial(sqlClaimKeys+sqlClaimTail, "post", postKey, "ran_last", ranLast,
+		"in_share_r", fmt.Sprintf(InShare, "$6", fmt.Sprintf(ShareOfKey, "r")),
+		"in_share_h", fmt.Sprintf(InShare, "$6", fmt.Sprintf(ShareOfKey, "h")))))
 	// many is sqlEnqueueMany with its payloads in parameter p: claim mode's statement takes the
 	// key-lock and notify flags before it ($23, $24), log mode's takes neither.
-	many := func(p string) string { return strings.ReplaceAll(sqlEnqueueMany, "{{payloads}}", p) }
-	enqueue := func(q, input string) string { return strings.ReplaceAll(q, "{{input}}", input) }
+	many := func(p string) string { return pgtext.Partial(sqlEnqueueMany, "payloads", p) }
+	enqueue := func(q, input string) string { return pgtext.Partial(q, "input", input) }
+	sleepKey := func(q, key string) string { return pgtext.Partial(q, "key", key) }
 	return &Queries{
-		FailureGroups:        r.Replace(failureRows.GroupsSQL()),
-		FailureGroupIDs:      r.Replace(failureRows.KeysSQL()),
-		EnqueueMany:          r.Replace(locks.Replace(enqueue(sqlEnqueue, many("$25")))),
-		EnqueueOne:           r.Replace(locks.Replace(enqueue(sqlEnqueue, sqlEnqueueOne))),
-		EnqueueLogMany:       r.Replace(enqueue(sqlEnqueueLog, many("$23"))),
-		EnqueueLogOne:        r.Replace(enqueue(sqlEnqueueLog, sqlEnqueueOne)),
-		LockOutbox:           r.Replace(sqlLockOutbox),
-		DeclareSource:        r.Replace(sqlDeclareSource),
-		RevokeSource:         r.Replace(sqlRevokeSource),
-		ListSources:          r.Replace(sqlListSources),
+		FailureGroups:        r(failureRows.GroupsSQL()),
+		FailureGroupIDs:      r(failureRows.KeysSQL()),
+		EnqueueMany:          r(locks(enqueue(sqlEnqueue, many("$25")))),
+		EnqueueOne:           r(locks(enqueue(sqlEnqueue, sqlEnqueueOne))),
+		EnqueueLogMany:       r(enqueue(sqlEnqueueLog, many("$23"))),
+		EnqueueLogOne:        r(enqueue(sqlEnqueueLog, sqlEnqueueOne)),
+		LockOutbox:           r(sqlLockOutbox),
+		DeclareSource:        r(sqlDeclareSource),
+		RevokeSource:         r(sqlRevokeSource),
+		ListSources:          r(sqlListSources),
 		ClaimKey:             claim(preJoinKey, preKey, postKey, ShareOfKey),
 		ClaimSource:          claim(preJoinSource, preSource, postSource, shareOfSource),
 		ClaimAny:             claim("", "TRUE", postNone, shareOfSeq),
 		ClaimKeys:            claimKeys,
-		Mark:                 r.Replace(strings.Replace(sqlMark, "{{attempt_errors}}", "", 1)),
-		MarkHistory:          r.Replace(strings.Replace(sqlMark, "{{attempt_errors}}", markHistory, 1)),
-		Renew:                r.Replace(sqlRenew),
-		Start:                r.Replace(sqlStartProduce),
-		ReleaseLost:          r.Replace(sqlReleaseLostClaim),
-		Retention:            r.Replace(sqlRetention),
-		LogMark:              r.Replace(sqlLogMark),
-		LogRetention:         r.Replace(sqlLogRetention),
-		Gauges:               r.Replace(sqlGauges),
-		Status:               r.Replace(sqlStatus),
-		StatusUnarchived:     r.Replace(sqlStatusUnarchived),
-		HasArchive:           r.Replace(sqlHasArchive),
-		ListDead:             r.Replace(sqlListDead),
-		Requeue:              r.Replace(sqlRequeue),
-		SleepLock:            r.Replace(strings.ReplaceAll(sqlSleepLock, "{{key}}", sleepLockAll)),
-		SleepUnlock:          r.Replace(strings.ReplaceAll(sqlSleepUnlock, "{{key}}", sleepLockAll)),
-		SleepLockFiltered:    r.Replace(strings.ReplaceAll(sqlSleepLock, "{{key}}", sleepLockFiltered)),
-		SleepUnlockFiltered:  r.Replace(strings.ReplaceAll(sqlSleepUnlock, "{{key}}", sleepLockFiltered)),
-		ShareJoin:            r.Replace(locks.Replace(sqlShareJoin)),
-		ShareMembers:         r.Replace(locks.Replace(sqlShareMembers)),
-		ShareTake:            r.Replace(locks.Replace(sqlShareTake)),
-		ShareRelease:         r.Replace(locks.Replace(sqlShareRelease)),
-		ReadMode:             r.Replace(sqlReadMode),
-		ReadModeForUpdate:    r.Replace(sqlReadModeForUpdate),
-		SetMode:              r.Replace(sqlSetMode),
-		AnyOpen:              r.Replace(sqlAnyOpen),
-		RecoverLog:           r.Replace(sqlRecoverLog),
-		DeadLetter:           r.Replace(enqueue(sqlDeadLetter, sqlEnqueueOne)),
+		Mark:                 r(pgtext.Partial(sqlMark, "attempt_errors", "")),
+		MarkHistory:          r(pgtext.Partial(sqlMark, "attempt_errors", markHistory)),
+		Renew:                r(sqlRenew),
+		Start:                r(sqlStartProduce),
+		ReleaseLost:          r(sqlReleaseLostClaim),
+		Retention:            r(sqlRetention),
+		LogMark:              r(sqlLogMark),
+		LogRetention:         r(sqlLogRetention),
+		Gauges:               r(sqlGauges),
+		Status:               r(sqlStatus),
+		StatusUnarchived:     r(sqlStatusUnarchived),
+		HasArchive:           r(sqlHasArchive),
+		ListDead:             r(sqlListDead),
+		Requeue:              r(sqlRequeue),
+		SleepLock:            r(sleepKey(sqlSleepLock, sleepLockAll)),
+		SleepUnlock:          r(sleepKey(sqlSleepUnlock, sleepLockAll)),
+		SleepLockFiltered:    r(sleepKey(sqlSleepLock, sleepLockFiltered)),
+		SleepUnlockFiltered:  r(sleepKey(sqlSleepUnlock, sleepLockFiltered)),
+		ShareJoin:            r(locks(sqlShareJoin)),
+		ShareMembers:         r(locks(sqlShareMembers)),
+		ShareTake:            r(locks(sqlShareTake)),
+		ShareRelease:         r(locks(sqlShareRelease)),
+		ReadMode:             r(sqlReadMode),
+		ReadModeForUpdate:    r(sqlReadModeForUpdate),
+		SetMode:              r(sqlSetMode),
+		AnyOpen:              r(sqlAnyOpen),
+		RecoverLog:           r(sqlRecoverLog),
+		DeadLetter:           r(enqueue(sqlDeadLetter, sqlEnqueueOne)),
 		CreateSlot:           sqlCreateSlot,
 		SlotStatus:           sqlSlotStatus,
 		RowFilters:           sqlRowFilters,
-		LogSlots:             r.Replace(sqlLogSlots),
+		LogSlots:             r(sqlLogSlots),
 		DropSlot:             sqlDropSlot,
 		DropPublication:      sqlDropPublication,
 		Clock:                sqlClock,
 		ListOutbox:           prefix(sqlListOutbox, 9),
 		ListOutboxNewest:     prefix(sqlListOutboxNewest, 9),
 		SearchOutbox:         prefix(sqlSearchOutbox, 3),
-		CountDead:            r.Replace(sqlCountDead),
-		Archive:              r.Replace(sqlArchive),
-		AttemptErrors:        r.Replace(sqlAttemptErrors),
-		ListStuckOutbox:      r.Replace(sqlListStuckOutbox),
-		ListSentGcCandidates: r.Replace(sqlListSentGcCandidates),
-		Activity:             r.Replace(sqlActivity),
-		LookupRow:            r.Replace(sqlLookupRow),
-		EnqueueExistingRows:  r.Replace(sqlEnqueueExistingRows),
+		CountDead:            r(sqlCountDead),
+		Archive:              r(sqlArchive),
+		AttemptErrors:        r(sqlAttemptErrors),
+		ListStuckOutbox:      r(sqlListStuckOutbox),
+		ListSentGcCandidates: r(sqlListSentGcCandidates),
+		Activity:             r(sqlActivity),
+		LookupRow:            r(sqlLookupRow),
+		EnqueueExistingRows:  r(sqlEnqueueExistingRows),
 	}
 }
