@@ -34,8 +34,6 @@ type Console struct {
 	log   *slog.Logger
 
 	outbox *outbox.Admin
-	// modes reads the outbox's mode and log slots.
-	modes  *outbox.Store
 	inbox  *inbox.Admin
 	events *events.Store
 
@@ -59,9 +57,6 @@ func New(cfg Config) (*Console, error) {
 	var err error
 	if cfg.Outbox != nil {
 		if c.outbox, err = outbox.NewAdmin(cfg.Outbox.Schema); err != nil {
-			return nil, fmt.Errorf("configure console: %w", err)
-		}
-		if c.modes, err = outbox.NewStore(cfg.Outbox.Schema); err != nil {
 			return nil, fmt.Errorf("configure console: %w", err)
 		}
 	}

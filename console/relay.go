@@ -65,7 +65,7 @@ type OutboxSummary struct {
 	// reads it): its reader, confirmed position and the WAL it retains. Absent when the schema
 	// has no such slot.
 	LogSlot *outbox.SlotStatus `json:"log_slot,omitempty"`
-	// LogSlots are every log-mode slot of the schema (outbox.Store.LogSlots: one per
+	// LogSlots are every log-mode slot of the schema (outbox.Admin.LogSlots: one per
 	// publication of keiro_outbox_log, with the destinations it gives its slot; several with
 	// per-destination relays), in name order. Absent when there is none.
 	LogSlots []outbox.SlotStatus `json:"log_slots,omitempty"`
@@ -146,19 +146,19 @@ func (c *Console) readOutboxSummary(ctx context.Context) (OutboxSummary, error) 
 	if err != nil {
 		return s, fmt.Errorf("read outbox summary: %w", err)
 	}
-	mode, err := c.modes.Mode(ctx, q)
+	mode, err := c.outbox.Mode(ctx, q)
 	if err != nil {
 		return s, fmt.Errorf("read outbox summary: %w", err)
 	}
 	s.Mode = string(mode)
-	slot, err := c.modes.LogSlotStatus(ctx, q, "")
+	slot, err := c.outbox.LogSlotStatus(ctx, q, "")
 	if err != nil {
 		return s, fmt.Errorf("read outbox summary: %w", err)
 	}
 	if slot.Exists {
 		s.LogSlot = &slot
 	}
-	if s.LogSlots, err = c.modes.LogSlots(ctx, q); err != nil {
+	if s.LogSlots, err = c.outbox.LogSlots(ctx, q); err != nil {
 		return s, fmt.Errorf("read outbox summary: %w", err)
 	}
 	s.LastHour = make([]RateBucket, len(minutes))

@@ -502,10 +502,10 @@ func TestAdversarialOutboxLog(t *testing.T) {
 		slot := outbox.DefaultLogSlot(a.db.Schema)
 		t.Cleanup(func() { dropSlot(t, a.db, slot) }) // after the relay's kill (cleanups run last first)
 		a.startRelay("KEIRO_RELAY_MODE=log", "KEIRO_RELAY_LOG_SLOT="+slot)
-		st, err := outbox.NewStore(a.db.Schema)
+		admin, err := outbox.NewAdmin(a.db.Schema)
 		require.NoError(t, err)
 		waitState(t, 30*time.Second, "the relay switched the schema to log mode", func() (bool, string) {
-			m, err := st.Mode(ctx, a.db.Pool)
+			m, err := admin.Mode(ctx, a.db.Pool)
 			if err != nil {
 				return false, err.Error()
 			}

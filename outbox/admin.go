@@ -18,13 +18,16 @@ import (
 )
 
 // Admin is the operator's surface of one schema's outbox, apart from the producer's [Store]:
-// the overview, listings and lookups (rows.go), dead rows, requeue, archive, attempt history,
-// failure groups, activity and per-source order declarations. Like a Store it holds no
-// connection: every method takes the transaction or keiro.DB to run on. An Admin is safe for
-// concurrent use.
+// the overview, listings and lookups, dead rows, requeue, archive, attempt history, failure
+// groups, activity, per-source order declarations, and the schema's mode and log slots. Like
+// a Store it holds no connection: every method takes the transaction or keiro.DB to run on. An
+// Admin is safe for concurrent use.
 type Admin struct {
 	schema string
 	q      *sqlq.Queries
+	// slotWait, if set (tests), runs each time a slot preparation finds the slot another
+	// session is creating not yet consistent.
+	slotWait func()
 }
 
 // NewAdmin returns the Admin of the outbox in schema, which must be a valid schema name
@@ -35,6 +38,10 @@ func NewAdmin(schema string) (*Admin, error) {
 	}
 	return &Admin{schema: schema, q: sqlq.New(schema)}, nil
 }
+
+// adminOf is the Admin of s's schema, for the relay's reading and changing of the mode and
+// slots; it shares the Store's statements and test hooks.
+func adminOf(s *Store) *Admin { return &Admin{schema: s.schema, q: s.q, slotWait: s.slotWait} }
 
 // Schema returns the schema the Admin addresses.
 func (a *Admin) Schema() string { return a.schema }

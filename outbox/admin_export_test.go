@@ -1,10 +1,4 @@
 package outbox
 
-// AdminOf returns the Admin of st's schema, for tests that hold a Store.
-func AdminOf(st *Store) *Admin {
-	a, err := NewAdmin(st.Schema())
-	if err != nil {
-		panic(err)
-	}
-	return a
-}
+// AdminOf returns the Admin of st's schema, with st's test hooks, for tests that hold a Store.
+func AdminOf(st *Store) *Admin { return adminOf(st) }

@@ -153,7 +153,7 @@ type RelayConfig struct {
 	Logger *slog.Logger
 	// Mode is how the relay publishes (docs/architecture.md, "Log mode"). ModeClaim claims
 	// and marks keiro_outbox's rows. ModeLog switches the schema to log mode if it is not
-	// (Store.SetMode: producers then write keiro_outbox_log), publishes the rows still open in
+	// (Admin.SetMode: producers then write keiro_outbox_log), publishes the rows still open in
 	// keiro_outbox as ModeClaim does, and then follows the replication slot LogSlot in commit
 	// order; the pool's role needs the REPLICATION attribute and the server wal_level =
 	// logical. A record Kafka refuses for good is written as a rejected row of keiro_outbox

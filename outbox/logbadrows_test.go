@@ -42,7 +42,7 @@ func TestLogModeBadDestinationsAreRejected(t *testing.T) {
 		r, _ := startRelayOpts(t, db, kc, outboxOpts(), outbox.RelayConfig{Mode: outbox.ModeLog, LogEngine: logrelay.Engine,
 			PollInterval: 50 * time.Millisecond, Logger: testLogger(t), LogUnknownTopicRetries: 20})
 		testenv.WaitFor(t, time.Minute, "the log-mode relay switched the schema", func() bool {
-			m, err := st.Mode(context.Background(), db.Pool)
+			m, err := outbox.AdminOf(st).Mode(context.Background(), db.Pool)
 			return err == nil && m == outbox.ModeLog
 		})
 

@@ -44,7 +44,7 @@ func startLogRelay(t *testing.T, db *testenv.DB, kc *testenv.Kafka, st *outbox.S
 	cfg.Mode, cfg.LogEngine, cfg.PollInterval, cfg.Logger = outbox.ModeLog, logrelay.Engine, 50*time.Millisecond, testLogger(t)
 	r, _ := startRelay(t, db, kc, cfg)
 	testenv.WaitFor(t, time.Minute, "the log-mode relay switched the schema", func() bool {
-		m, err := st.Mode(context.Background(), db.Pool)
+		m, err := outbox.AdminOf(st).Mode(context.Background(), db.Pool)
 		return err == nil && m == outbox.ModeLog
 	})
 	return r
@@ -217,7 +217,7 @@ func TestLogModeTriggerRoutesOnlyPendingRows(t *testing.T) {
 	require.NoError(t, err)
 	ctx := context.Background()
 	dropLogSlot(t, db.Pool, outbox.DefaultLogSlot(db.Schema))
-	_, err = st.SetMode(ctx, db.Pool, outbox.ModeLog, "")
+	_, err = outbox.AdminOf(st).SetMode(ctx, db.Pool, outbox.ModeLog, "")
 	require.NoError(t, err)
 	const insert = `INSERT INTO keiro_outbox (outbox_id, message_id, source, destination, message_key,
     event_type, schema_version, content_type, payload_bytes, occurred_at, status, rejected_at, rejection_code, attempt_count)
@@ -245,7 +245,7 @@ VALUES (gen_random_uuid(), $1, 'ordering', 'orders', 'k', 'OrderPlaced', 1, 'app
 
 	// Claim mode: a pending row of an event keiro_outbox_log holds writes nothing; its dead
 	// letter goes to keiro_outbox.
-	_, err = st.SetMode(ctx, db.Pool, outbox.ModeClaim, "")
+	_, err = outbox.AdminOf(st).SetMode(ctx, db.Pool, outbox.ModeClaim, "")
 	require.NoError(t, err)
 	_, err = db.Pool.Exec(ctx, insert, "p1", "pending")
 	require.NoError(t, err)

@@ -69,7 +69,7 @@ func TestLogModeRecoversTheSwitchGap(t *testing.T) {
 	var once sync.Once
 	r.afterModeRead = func() {
 		once.Do(func() {
-			ch, err := st.SetModeFor(ctx, db.Pool, ModeLog, "", []string{"orders"}) // the orders relay's switch
+			ch, err := AdminOf(st).SetModeFor(ctx, db.Pool, ModeLog, "", []string{"orders"}) // the orders relay's switch
 			require.NoError(t, err)
 			require.Equal(t, ModeClaim, ch.From)
 			want = append(want, write(0, 5)...)

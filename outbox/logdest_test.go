@@ -32,7 +32,7 @@ func destRig(t *testing.T) (*testenv.DB, *testenv.Kafka, *outbox.Store, string, 
 		dests []string
 	}{{slotA, []string{"orders"}}, {slotB, []string{"payments"}}} {
 		dropLogSlot(t, db.Pool, s.slot)
-		got, created, err := st.PrepareLogSlot(ctx, db.Pool, "", s.dests)
+		got, created, err := outbox.AdminOf(st).PrepareLogSlot(ctx, db.Pool, "", s.dests)
 		require.NoError(t, err)
 		require.Equal(t, s.slot, got)
 		require.True(t, created)
@@ -90,16 +90,16 @@ func TestLogModePerDestinationRelays(t *testing.T) {
 
 	// Overlaps are refused before anything is created: the default slot publishes every
 	// destination, and {orders, audit} shares orders with slot A.
-	_, _, err := st.PrepareLogSlot(ctx, db.Pool, "", nil)
+	_, _, err := outbox.AdminOf(st).PrepareLogSlot(ctx, db.Pool, "", nil)
 	require.ErrorIs(t, err, outbox.ErrLogSlotOverlap)
 	require.ErrorContains(t, err, "would publish every destination, and the slot")
-	_, _, err = st.PrepareLogSlot(ctx, db.Pool, "", []string{"audit", "orders"})
+	_, _, err = outbox.AdminOf(st).PrepareLogSlot(ctx, db.Pool, "", []string{"audit", "orders"})
 	require.ErrorIs(t, err, outbox.ErrLogSlotOverlap)
 	require.ErrorContains(t, err, "the slot "+slotA+" of the schema already publishes the destinations orders: both would publish orders")
 	// A named slot whose publication has another set is refused too.
-	_, _, err = st.PrepareLogSlot(ctx, db.Pool, slotA, []string{"orders", "audit"})
+	_, _, err = outbox.AdminOf(st).PrepareLogSlot(ctx, db.Pool, slotA, []string{"orders", "audit"})
 	require.ErrorContains(t, err, "publication "+slotA+" publishes the destinations orders, and this relay the destinations audit, orders")
-	slots, err := st.LogSlots(ctx, db.Pool)
+	slots, err := outbox.AdminOf(st).LogSlots(ctx, db.Pool)
 	require.NoError(t, err)
 	require.Len(t, slots, 2, "nothing was created by the refused ones: %+v", slots)
 
@@ -127,7 +127,7 @@ func TestLogModePerDestinationRelays(t *testing.T) {
 	_, _ = startRelay(t, db, kc, outbox.RelayConfig{Mode: outbox.ModeLog, LogEngine: logrelay.Engine, Destinations: []string{"orders"},
 		PollInterval: 50 * time.Millisecond, MaintenanceInterval: time.Hour, Logger: testLogger(t)})
 	testenv.WaitFor(t, time.Minute, "the orders relay switched the schema", func() bool {
-		m, err := st.Mode(ctx, db.Pool)
+		m, err := outbox.AdminOf(st).Mode(ctx, db.Pool)
 		return err == nil && m == outbox.ModeLog
 	})
 	for i := 4; i < 40; i += 4 {
@@ -153,7 +153,7 @@ func TestLogModePerDestinationRelays(t *testing.T) {
 	require.Equal(t, payments, recordIDs(t, kc.Records(t, "payments")), "payments once each")
 
 	// Every slot of the schema, with its destinations (relay status, the console).
-	slots, err = st.LogSlots(ctx, db.Pool)
+	slots, err = outbox.AdminOf(st).LogSlots(ctx, db.Pool)
 	require.NoError(t, err)
 	require.Len(t, slots, 2)
 	byName := map[string]outbox.SlotStatus{slots[0].Slot: slots[0], slots[1].Slot: slots[1]}
@@ -186,7 +186,7 @@ func TestLogModeRetentionWaitsForSlowestSlot(t *testing.T) {
 	}
 	relayA, _ := startRelay(t, db, kc, cfg("orders"))
 	testenv.WaitFor(t, time.Minute, "the orders relay switched the schema", func() bool {
-		m, err := st.Mode(ctx, db.Pool)
+		m, err := outbox.AdminOf(st).Mode(ctx, db.Pool)
 		return err == nil && m == outbox.ModeLog
 	})
 	enqueue(t, db.Pool, st, keyedEvents("orders", 10, 2)...)
@@ -240,7 +240,7 @@ func TestLogModeOverlapRace(t *testing.T) {
 	errs := make(chan error, len(sets))
 	for _, set := range sets {
 		go func() {
-			_, _, err := st.PrepareLogSlot(ctx, db.Pool, "", set)
+			_, _, err := outbox.AdminOf(st).PrepareLogSlot(ctx, db.Pool, "", set)
 			errs <- err
 		}()
 	}
@@ -252,7 +252,7 @@ func TestLogModeOverlapRace(t *testing.T) {
 			require.ErrorIs(t, err, outbox.ErrLogSlotOverlap)
 		}
 	}
-	slots, err := st.LogSlots(ctx, db.Pool)
+	slots, err := outbox.AdminOf(st).LogSlots(ctx, db.Pool)
 	require.NoError(t, err)
 	for _, s := range slots {
 		require.True(t, s.Exists, "a refused one left its publication: %+v", slots)

@@ -131,7 +131,7 @@ func useLogMode(b *testing.B, db *testenv.DB, st *Store) {
 		}
 		_, _ = db.Pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+slot)
 	})
-	_, err := st.SetMode(ctx, db.Pool, ModeLog, "")
+	_, err := AdminOf(st).SetMode(ctx, db.Pool, ModeLog, "")
 	require.NoError(b, err)
 }
 

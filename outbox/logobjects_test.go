@@ -42,7 +42,7 @@ func TestLogModeAfterReprovisionPublishesEverything(t *testing.T) {
 		cfg := outbox.RelayConfig{Mode: outbox.ModeLog, LogEngine: logrelay.Engine, PollInterval: 50 * time.Millisecond, Logger: testLogger(t)}
 		_, stop, stopped := runRelay(t, db, kc.NewClient(t, outbox.ProducerOpts()...), cfg)
 		testenv.WaitFor(t, time.Minute, "the log-mode relay switched the schema", func() bool {
-			m, err := st.Mode(ctx, db.Pool)
+			m, err := outbox.AdminOf(st).Mode(ctx, db.Pool)
 			return err == nil && m == outbox.ModeLog
 		})
 		first := keyedEvents(topic, 5, 1)
@@ -75,7 +75,7 @@ func TestLogModeAfterReprovisionPublishesEverything(t *testing.T) {
 		require.NoError(t, err)
 		runRelay(t, db2, kc.NewClient(t, outbox.ProducerOpts()...), cfg)
 		testenv.WaitFor(t, time.Minute, "the new log-mode relay switched the schema", func() bool {
-			m, err := st2.Mode(ctx, pool)
+			m, err := outbox.AdminOf(st2).Mode(ctx, pool)
 			return err == nil && m == outbox.ModeLog
 		})
 		require.Equal(t, []string{db.Schema + ".keiro_outbox_log"}, publishedTables(t, pool, slot), "the publication is re-pointed")
@@ -123,7 +123,7 @@ func TestLogModeVerifiesItsReplicationObjects(t *testing.T) {
 	require.ErrorContains(t, err, "publishes other tables")
 	require.ErrorContains(t, err, "other")
 	require.ErrorContains(t, err, "--log-slot")
-	m, err := st.Mode(ctx, db.Pool)
+	m, err := outbox.AdminOf(st).Mode(ctx, db.Pool)
 	require.NoError(t, err)
 	require.Equal(t, outbox.ModeClaim, m, "nothing switched")
 
@@ -134,7 +134,7 @@ func TestLogModeVerifiesItsReplicationObjects(t *testing.T) {
 	// Its own, without a table (and publishing every operation): re-pointed before the switch.
 	exec("DROP PUBLICATION " + slot)
 	exec("CREATE PUBLICATION " + slot)
-	_, err = st.SetMode(ctx, db.Pool, outbox.ModeLog, "")
+	_, err = outbox.AdminOf(st).SetMode(ctx, db.Pool, outbox.ModeLog, "")
 	require.NoError(t, err)
 	require.Equal(t, []string{db.Schema + ".keiro_outbox_log"}, publishedTables(t, db.Pool, slot))
 	var insertOnly bool
@@ -149,7 +149,7 @@ func TestLogModeVerifiesItsReplicationObjects(t *testing.T) {
 	require.ErrorContains(t, err, "publishes no table")
 	require.ErrorContains(t, err, "relay mode prepare --log-slot="+slot)
 	require.ErrorContains(t, err, "relay mode recover --since=")
-	p, err := st.PrepareLog(ctx, db.Pool, "", nil)
+	p, err := outbox.AdminOf(st).PrepareLog(ctx, db.Pool, "", nil)
 	require.NoError(t, err)
 	require.True(t, p.PublicationRepaired)
 	require.Equal(t, []string{db.Schema + ".keiro_outbox_log"}, publishedTables(t, db.Pool, slot))

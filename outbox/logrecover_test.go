@@ -15,7 +15,7 @@ import (
 )
 
 // A slot lost with events it had not confirmed: the relay starts a new slot, which holds only
-// what is written after it, and Store.RecoverLog copies the lost range of keiro_outbox_log into
+// what is written after it, and Admin.RecoverLog copies the lost range of keiro_outbox_log into
 // keiro_outbox, which the log-mode relay's claim loop publishes: every event reaches Kafka, the
 // recovered ones in each key's order, and a second recovery copies nothing.
 func TestLogModeRecoverAfterALostSlot(t *testing.T) {
@@ -24,7 +24,7 @@ func TestLogModeRecoverAfterALostSlot(t *testing.T) {
 	ctx := context.Background()
 	slot := outbox.DefaultLogSlot(db.Schema)
 	dropLogSlot(t, db.Pool, slot)
-	_, err := st.SetMode(ctx, db.Pool, outbox.ModeLog, "")
+	_, err := outbox.AdminOf(st).SetMode(ctx, db.Pool, outbox.ModeLog, "")
 	require.NoError(t, err)
 
 	var since time.Time
@@ -42,7 +42,7 @@ func TestLogModeRecoverAfterALostSlot(t *testing.T) {
 	// Read by a walsender: while the relay creates the slot, the creating backend is its active
 	// pid, and a transaction that commits before the creation ends is not decoded.
 	testenv.WaitFor(t, time.Minute, "the relay created a new slot and reads it", func() bool {
-		ss, err := st.LogSlotStatus(ctx, db.Pool, "")
+		ss, err := outbox.AdminOf(st).LogSlotStatus(ctx, db.Pool, "")
 		if err != nil || !ss.Exists || ss.ActivePID == 0 {
 			return false
 		}
@@ -60,7 +60,7 @@ func TestLogModeRecoverAfterALostSlot(t *testing.T) {
 	distinct, _ := checkOrder(t, kc.ConsumeRecords(t, 10, time.Minute, "orders"))
 	require.Equal(t, 10, distinct, "the new slot publishes what is written after it, not the lost range")
 
-	r, err := st.RecoverLog(ctx, db.Pool, since, until)
+	r, err := outbox.AdminOf(st).RecoverLog(ctx, db.Pool, since, until)
 	require.NoError(t, err)
 	require.Equal(t, outbox.LogRecovery{Found: 30, Copied: 30}, r)
 	recs := kc.ConsumeRecords(t, 40, time.Minute, "orders")
@@ -71,9 +71,9 @@ func TestLogModeRecoverAfterALostSlot(t *testing.T) {
 		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM keiro_outbox WHERE status = 'sent'`).Scan(&n)
 		return err == nil && n == 30
 	})
-	r, err = st.RecoverLog(ctx, db.Pool, since, until)
+	r, err = outbox.AdminOf(st).RecoverLog(ctx, db.Pool, since, until)
 	require.NoError(t, err)
 	require.Equal(t, outbox.LogRecovery{Found: 30, Copied: 0}, r, "a second recovery copies nothing")
-	_, err = st.RecoverLog(ctx, db.Pool, until, since)
+	_, err = outbox.AdminOf(st).RecoverLog(ctx, db.Pool, until, since)
 	require.ErrorContains(t, err, "must be after")
 }

@@ -99,7 +99,7 @@ func (s *Store) writeDeadLetter(ctx context.Context, q keiro.DB, ev *envelope.Ev
 // mode already, and publishes the gap left when another relay switched before this relay's
 // slot existed.
 func (r *engine) enterLogMode(ctx context.Context) error {
-	mode, err := r.store.Mode(ctx, r.pool)
+	mode, err := adminOf(r.store).Mode(ctx, r.pool)
 	if err != nil {
 		return err
 	}
@@ -110,13 +110,13 @@ func (r *engine) enterLogMode(ctx context.Context) error {
 	}
 	var ch ModeChange
 	if mode != ModeLog {
-		ch, err = r.store.SetModeFor(ctx, r.pool, ModeLog, r.cfg.LogSlot, r.cfg.Destinations)
+		ch, err = adminOf(r.store).SetModeFor(ctx, r.pool, ModeLog, r.cfg.LogSlot, r.cfg.Destinations)
 	} else {
 		ch.From, ch.To = ModeLog, ModeLog
 		// The schema is in log mode: a publication that lost its table is refused, not
 		// repaired, since the slot did not decode the events written meanwhile.
 		var p LogPrepared
-		p, err = r.store.prepareLog(ctx, r.pool, r.cfg.LogSlot, r.cfg.Destinations, never)
+		p, err = adminOf(r.store).prepareLog(ctx, r.pool, r.cfg.LogSlot, r.cfg.Destinations, never)
 		ch.Slot, ch.SlotCreated = p.Slot, p.SlotCreated
 	}
 	if err != nil {
@@ -128,7 +128,7 @@ func (r *engine) enterLogMode(ctx context.Context) error {
 	case mode != ModeLog && ch.SlotCreated:
 		// Another relay switched the schema between this relay's read of the mode and the
 		// creation of its slot. One of this slot's relays switched only once the slot was
-		// consistent (Store.SetModeFor waits for it), so nothing is missing from it; another
+		// consistent (Admin.SetModeFor waits for it), so nothing is missing from it; another
 		// destination group's relay, started at the same time, may have switched before.
 		others, err := r.otherLogSlots(ctx, ch.Slot)
 		if err != nil || !others {
@@ -138,7 +138,7 @@ func (r *engine) enterLogMode(ctx context.Context) error {
 	case ch.SlotCreated:
 		// The slot decodes what commits from now on; the events of its destinations written
 		// since the switch to log mode (while no slot had them) are in keiro_outbox_log only.
-		r.log.ErrorContext(ctx, "log mode: created the relay's slot while the schema was already in log mode: it publishes the events of its destinations written from now on; republish those written since the switch with `relay mode recover --since=<the switch's time>` (Store.RecoverLog), or prepare every destination group's slot before the switch (relay mode prepare)",
+		r.log.ErrorContext(ctx, "log mode: created the relay's slot while the schema was already in log mode: it publishes the events of its destinations written from now on; republish those written since the switch with `relay mode recover --since=<the switch's time>` (Admin.RecoverLog), or prepare every destination group's slot before the switch (relay mode prepare)",
 			"slot", ch.Slot, "destinations", r.cfg.Destinations)
 	}
 	return nil
@@ -177,7 +177,7 @@ func (r *engine) followSlot(ctx context.Context, stopClaim context.CancelFunc, c
 			if claiming == nil {
 				continue
 			}
-			if m, err := r.store.Mode(ctx, r.pool); err == nil && m != ModeLog {
+			if m, err := adminOf(r.store).Mode(ctx, r.pool); err == nil && m != ModeLog {
 				r.log.InfoContext(ctx, "log mode: the schema is in claim mode; the claim loop stops, the slot is still followed")
 				stopClaim()
 				if err := <-claiming; err != nil {
@@ -193,7 +193,7 @@ func (r *engine) followSlot(ctx context.Context, stopClaim context.CancelFunc, c
 // otherLogSlots reports whether the schema has a log-mode slot other than slot: another
 // destination group's, which a switch to log mode may have been made with.
 func (r *engine) otherLogSlots(ctx context.Context, slot string) (bool, error) {
-	slots, err := r.store.LogSlots(ctx, r.pool)
+	slots, err := adminOf(r.store).LogSlots(ctx, r.pool)
 	if err != nil {
 		return false, err
 	}
@@ -208,7 +208,7 @@ func (r *engine) otherLogSlots(ctx context.Context, slot string) (bool, error) {
 // recoverSwitchGap publishes the events of the relay's destinations that were written between
 // another relay's switch to log mode (ch.Changed) and the creation of this relay's slot: no
 // slot has them (the other slots do not publish these destinations). They are copied into
-// keiro_outbox (Store.RecoverLogFor), from an hour before the switch (a transaction that
+// keiro_outbox (Admin.RecoverLogFor), from an hour before the switch (a transaction that
 // started before the switch may write after it) to now, and the claim loop publishes them
 // before the relay follows its slot, in the order they were written. An event also decoded by
 // the slot (its transaction committed after the slot's creation) is published twice, with the
@@ -219,7 +219,7 @@ func (r *engine) recoverSwitchGap(ctx context.Context, ch ModeChange) error {
 		return fmt.Errorf("read the database's clock: %w", err)
 	}
 	since := ch.Changed.Add(-time.Hour)
-	rec, err := r.store.RecoverLogFor(ctx, r.pool, since, until, r.cfg.Destinations)
+	rec, err := adminOf(r.store).RecoverLogFor(ctx, r.pool, since, until, r.cfg.Destinations)
 	if err != nil {
 		return err
 	}
@@ -263,7 +263,7 @@ func (r *engine) slotGauges() (metric.Registration, error) {
 	return m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		qctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		st, err := r.store.LogSlotStatus(qctx, r.pool, r.cfg.LogSlot)
+		st, err := adminOf(r.store).LogSlotStatus(qctx, r.pool, r.cfg.LogSlot)
 		if err != nil || !st.Exists {
 			return err
 		}

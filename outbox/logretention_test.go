@@ -25,7 +25,7 @@ func TestLogModeRetention(t *testing.T) {
 	relay, _ := startRelay(t, db, kc, outbox.RelayConfig{Mode: outbox.ModeLog, LogEngine: logrelay.Engine, PollInterval: 50 * time.Millisecond,
 		MaintenanceInterval: time.Hour, Retention: 24 * time.Hour, RetentionBatch: 3, Logger: testLogger(t)})
 	testenv.WaitFor(t, time.Minute, "the log-mode relay switched the schema", func() bool {
-		m, err := st.Mode(ctx, db.Pool)
+		m, err := outbox.AdminOf(st).Mode(ctx, db.Pool)
 		return err == nil && m == outbox.ModeLog
 	})
 	evs := keyedEvents("orders", 20, 4)

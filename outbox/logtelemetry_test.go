@@ -27,7 +27,7 @@ func TestLogModeSendSpansAndMetrics(t *testing.T) {
 	db, kc, st := rig(t, 1)
 	ctx := context.Background()
 	dropLogSlot(t, db.Pool, outbox.DefaultLogSlot(db.Schema))
-	_, err := st.SetMode(ctx, db.Pool, outbox.ModeLog, "") // creates the slot: it holds what follows
+	_, err := outbox.AdminOf(st).SetMode(ctx, db.Pool, outbox.ModeLog, "") // creates the slot: it holds what follows
 	require.NoError(t, err)
 	sr := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))

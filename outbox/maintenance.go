@@ -129,7 +129,7 @@ func (r *engine) sampleGauges(ctx context.Context, key int64) ([]destGauges, boo
 // logRetention is log mode's part of a maintenance pass: it records retention's mark (the time
 // and the WAL position, once a minute) and deletes the rows of keiro_outbox_log older than
 // Retention that every log-mode slot of the schema has confirmed (the lowest confirmed position
-// of Store.LogSlots, the relay's own slot among them: with per-destination relays, the slowest
+// of Admin.LogSlots, the relay's own slot among them: with per-destination relays, the slowest
 // slot holds the rows back), RetentionBatch per statement (sqlq's sqlLogRetention says what
 // confirmed means), and only rows of destinations some slot publishes (coveredDestinations).
 // got is false when another relay held the maintenance lock key.
@@ -164,9 +164,9 @@ func (r *engine) logRetention(ctx context.Context, key int64) (deleted int64, go
 // coveredDestinations are the destinations some existing log-mode slot of the schema
 // publishes: nil when one publishes them all. With per-destination slots only, the rows of
 // any other destination were published by no slot, and retention keeps them (a group that
-// names the destination later republishes them with Store.RecoverLogFor).
+// names the destination later republishes them with Admin.RecoverLogFor).
 func (r *engine) coveredDestinations(ctx context.Context) ([]string, error) {
-	slots, err := r.store.LogSlots(ctx, r.pool)
+	slots, err := adminOf(r.store).LogSlots(ctx, r.pool)
 	if err != nil {
 		return nil, fmt.Errorf("outbox maintenance: %w", err)
 	}

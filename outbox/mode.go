@@ -48,19 +48,19 @@ func LogSlotFor(schema string, destinations []string) string {
 }
 
 // Mode reads the schema's mode (migration 009's keiro_outbox_settings).
-func (s *Store) Mode(ctx context.Context, q keiro.DB) (Mode, error) {
-	m, err := s.modes().Mode(ctx, q)
+func (a *Admin) Mode(ctx context.Context, q keiro.DB) (Mode, error) {
+	m, err := a.modes().Mode(ctx, q)
 	return Mode(m), err
 }
 
-// ModeChange is the result of [Store.SetMode].
+// ModeChange is the result of [Admin.SetMode].
 type ModeChange struct {
 	// From and To are the modes before and after.
 	From, To Mode
 	// Slot is the log-mode slot the change prepared (To is ModeLog), and SlotCreated whether
 	// the change created it. A slot created while the schema was already in log mode (From
 	// ModeLog) decodes only the transactions that commit after its creation: the events of its
-	// destinations written since the switch (Changed) are not in it, and Store.RecoverLogFor
+	// destinations written since the switch (Changed) are not in it, and Admin.RecoverLogFor
 	// republishes them (a log-mode relay that read claim mode before its switch found the
 	// schema switched by another does so itself).
 	Slot        string
@@ -87,22 +87,22 @@ type ModeChange struct {
 // leaves the slot: the log-mode relay publishes what it holds (until its confirmed position
 // reaches the returned LSN); drop the slot once no relay runs in log mode (a slot nobody reads
 // makes PostgreSQL keep WAL).
-func (s *Store) SetMode(ctx context.Context, db keiro.DB, mode Mode, slot string) (ModeChange, error) {
-	return s.SetModeFor(ctx, db, mode, slot, nil)
+func (a *Admin) SetMode(ctx context.Context, db keiro.DB, mode Mode, slot string) (ModeChange, error) {
+	return a.SetModeFor(ctx, db, mode, slot, nil)
 }
 
 // SetModeFor is SetMode for the relays restricted to destinations (RelayConfig.Destinations):
 // switching to ModeLog prepares the slot of that set (slot "" is LogSlotFor(schema,
 // destinations)), whose publication gives it only the rows of those destinations (a row
 // filter: PostgreSQL 15 or later). It refuses a set that overlaps another log-mode slot of the
-// schema (see Store.LogSlots): two slots would publish the same events. With several
+// schema (see Admin.LogSlots): two slots would publish the same events. With several
 // destination groups, prepare every group's slot before the switch (PrepareLogSlot), so that
 // each decodes every event of its destinations written after it.
-func (s *Store) SetModeFor(ctx context.Context, db keiro.DB, mode Mode, slot string, destinations []string) (ModeChange, error) {
+func (a *Admin) SetModeFor(ctx context.Context, db keiro.DB, mode Mode, slot string, destinations []string) (ModeChange, error) {
 	if _, err := ParseMode(string(mode)); err != nil {
 		return ModeChange{}, fmt.Errorf("set outbox mode: %w", err)
 	}
-	c, err := s.modes().SetMode(ctx, db, string(mode), slot, destinations)
+	c, err := a.modes().SetMode(ctx, db, string(mode), slot, destinations)
 	return ModeChange{From: Mode(c.From), To: Mode(c.To), Slot: c.Slot, SlotCreated: c.SlotCreated, Changed: c.Changed, LSN: c.LSN}, err
 }
 
@@ -113,12 +113,12 @@ func (s *Store) SetModeFor(ctx context.Context, db keiro.DB, mode Mode, slot str
 // mode: a slot decodes only what commits after its creation. It refuses a set that overlaps
 // another log-mode slot of the schema, and an existing publication or slot that is not the
 // relay's (see PrepareLog).
-func (s *Store) PrepareLogSlot(ctx context.Context, db keiro.DB, slot string, destinations []string) (string, bool, error) {
-	p, err := s.PrepareLog(ctx, db, slot, destinations)
+func (a *Admin) PrepareLogSlot(ctx context.Context, db keiro.DB, slot string, destinations []string) (string, bool, error) {
+	p, err := a.PrepareLog(ctx, db, slot, destinations)
 	return p.Slot, p.SlotCreated, err
 }
 
-// LogPrepared reports a Store.PrepareLog.
+// LogPrepared reports a Admin.PrepareLog.
 type LogPrepared struct {
 	// Slot is the slot's name, and SlotCreated whether PrepareLog created it.
 	Slot        string
@@ -127,7 +127,7 @@ type LogPrepared struct {
 	// keiro_outbox_log's inserts (the table was dropped after its creation, as by a DROP
 	// SCHEMA … CASCADE and a new migration) and was re-pointed at the table. In log mode the
 	// events written meanwhile were not decoded by the slot: republish them with
-	// Store.RecoverLogFor (`relay mode recover`).
+	// Admin.RecoverLogFor (`relay mode recover`).
 	PublicationRepaired bool
 }
 
@@ -138,8 +138,8 @@ type LogPrepared struct {
 // It repairs the publication of its own that does not (named after the slot, no other
 // table), and refuses, with the line that says what to do, a publication with other tables
 // or FOR ALL TABLES, another destination set, or a slot of another kind, plugin or database.
-func (s *Store) PrepareLog(ctx context.Context, db keiro.DB, slot string, destinations []string) (LogPrepared, error) {
-	p, err := s.prepareLog(ctx, db, slot, destinations, always)
+func (a *Admin) PrepareLog(ctx context.Context, db keiro.DB, slot string, destinations []string) (LogPrepared, error) {
+	p, err := a.prepareLog(ctx, db, slot, destinations, always)
 	if err != nil {
 		return p, fmt.Errorf("prepare the log-mode slot: %w", err)
 	}
@@ -154,14 +154,14 @@ func (s *Store) PrepareLog(ctx context.Context, db keiro.DB, slot string, destin
 // 'log'. A publication that lost its table is repaired when repairLost reports true (before
 // the switch, or an operator's PrepareLog; it is asked only then) and refused otherwise (logslot.MissedError: a relay's
 // start in log mode must not confirm past the events its slot did not decode).
-func (s *Store) prepareLog(ctx context.Context, db keiro.DB, slot string, destinations []string, repairLost func() (bool, error)) (LogPrepared, error) {
-	p, err := s.modes().PrepareLog(ctx, db, slot, destinations, repairLost)
+func (a *Admin) prepareLog(ctx context.Context, db keiro.DB, slot string, destinations []string, repairLost func() (bool, error)) (LogPrepared, error) {
+	p, err := a.modes().PrepareLog(ctx, db, slot, destinations, repairLost)
 	return LogPrepared(p), err
 }
 
 // modes is the implementation of the schema's mode and slots.
-func (s *Store) modes() modes.Schema {
-	return modes.Schema{Name: s.schema, Q: s.q, SlotWait: s.slotWait}
+func (a *Admin) modes() modes.Schema {
+	return modes.Schema{Name: a.schema, Q: a.q, SlotWait: a.slotWait}
 }
 
 // always and never are prepareLog's repairLost for an operator's repair and for a relay's
@@ -198,7 +198,7 @@ type SlotStatus struct {
 	// of losing WAL; nil when max_slot_wal_keep_size is -1 (unlimited).
 	SafeWALSize *int64 `json:"safe_wal_size"`
 	// Destinations are the destinations the slot's publication gives it (its row filter);
-	// empty for every destination. Only Store.LogSlots fills it.
+	// empty for every destination. Only Admin.LogSlots fills it.
 	Destinations []string `json:"destinations,omitempty"`
 }
 
@@ -207,8 +207,8 @@ type SlotStatus struct {
 // destinations the publication gives it. A publication whose slot does not exist is listed
 // with Exists false. Retention of keiro_outbox_log deletes only what every existing one has
 // confirmed.
-func (s *Store) LogSlots(ctx context.Context, q keiro.DB) ([]SlotStatus, error) {
-	slots, err := s.modes().Slots(ctx, q)
+func (a *Admin) LogSlots(ctx context.Context, q keiro.DB) ([]SlotStatus, error) {
+	slots, err := a.modes().Slots(ctx, q)
 	out := make([]SlotStatus, len(slots))
 	for i, st := range slots {
 		out[i] = SlotStatus(st)
@@ -220,15 +220,15 @@ func (s *Store) LogSlots(ctx context.Context, q keiro.DB) ([]SlotStatus, error) 
 }
 
 // LogSlotStatus reads the log-mode slot's state (slot "" is DefaultLogSlot).
-func (s *Store) LogSlotStatus(ctx context.Context, q keiro.DB, slot string) (SlotStatus, error) {
+func (a *Admin) LogSlotStatus(ctx context.Context, q keiro.DB, slot string) (SlotStatus, error) {
 	if slot == "" {
-		slot = DefaultLogSlot(s.schema)
+		slot = DefaultLogSlot(a.schema)
 	}
-	st, err := s.modes().SlotStatus(ctx, q, slot)
+	st, err := a.modes().SlotStatus(ctx, q, slot)
 	return SlotStatus(st), err
 }
 
-// LogRecovery reports a Store.RecoverLog.
+// LogRecovery reports a Admin.RecoverLog.
 type LogRecovery struct {
 	// Found counts the rows of keiro_outbox_log in the range.
 	Found int64
@@ -247,14 +247,14 @@ type LogRecovery struct {
 // inbox dedupes; per key they follow the order they were written in, not their commit order,
 // and may come after the key's newer events from the new slot. Events already in keiro_outbox
 // are skipped, so a second recovery of the same range copies nothing.
-func (s *Store) RecoverLog(ctx context.Context, q keiro.DB, since, until time.Time) (LogRecovery, error) {
-	return s.RecoverLogFor(ctx, q, since, until, nil)
+func (a *Admin) RecoverLog(ctx context.Context, q keiro.DB, since, until time.Time) (LogRecovery, error) {
+	return a.RecoverLogFor(ctx, q, since, until, nil)
 }
 
 // RecoverLogFor is RecoverLog restricted to the events of destinations (nil: all): the
 // recovery of a per-destination relay's slot (RelayConfig.Destinations), which republishes
 // none of the other slots' events.
-func (s *Store) RecoverLogFor(ctx context.Context, q keiro.DB, since, until time.Time, destinations []string) (LogRecovery, error) {
-	r, err := s.modes().Recover(ctx, q, since, until, destinations)
+func (a *Admin) RecoverLogFor(ctx context.Context, q keiro.DB, since, until time.Time, destinations []string) (LogRecovery, error) {
+	r, err := a.modes().Recover(ctx, q, since, until, destinations)
 	return LogRecovery(r), err
 }

@@ -74,7 +74,7 @@ func TestModeSwitchClaimLogClaimLosesNothing(t *testing.T) {
 	dropLogSlot(t, db.Pool, slot)
 	evs := keyedEvents("orders", 150, 7)
 
-	mode, err := st.Mode(ctx, db.Pool)
+	mode, err := outbox.AdminOf(st).Mode(ctx, db.Pool)
 	require.NoError(t, err)
 	require.Equal(t, outbox.ModeClaim, mode)
 	enqueue(t, db.Pool, st, evs[:50]...) // pending in keiro_outbox when the log relay starts
@@ -85,7 +85,7 @@ func TestModeSwitchClaimLogClaimLosesNothing(t *testing.T) {
 	logRelay, stopLog := startRelay(t, db, kc, outbox.RelayConfig{Mode: outbox.ModeLog, LogEngine: logrelay.Engine, PollInterval: 50 * time.Millisecond,
 		MeterProvider: mp, Logger: testLogger(t)})
 	testenv.WaitFor(t, time.Minute, "the log-mode relay switched the schema", func() bool {
-		m, err := st.Mode(ctx, db.Pool)
+		m, err := outbox.AdminOf(st).Mode(ctx, db.Pool)
 		return err == nil && m == outbox.ModeLog
 	})
 	res := enqueue(t, db.Pool, st, evs[50:99]...)
@@ -122,7 +122,7 @@ func TestModeSwitchClaimLogClaimLosesNothing(t *testing.T) {
 	require.Equal(t, int64(100), logRelay.Stats().Published)
 
 	// The WAL guard: the slot's state in LogSlotStatus (relay status) and in the gauges.
-	ss, err := st.LogSlotStatus(ctx, db.Pool, "")
+	ss, err := outbox.AdminOf(st).LogSlotStatus(ctx, db.Pool, "")
 	require.NoError(t, err)
 	require.True(t, ss.Exists)
 	require.Positive(t, ss.ActivePID, "the log-mode relay reads the slot")
@@ -140,7 +140,7 @@ func TestModeSwitchClaimLogClaimLosesNothing(t *testing.T) {
 
 	// Back to claim: the log-mode relay has published the slot's rows once its confirmed
 	// position reaches the switch's LSN; then the claim relay takes over.
-	ch, err := st.SetMode(ctx, db.Pool, outbox.ModeClaim, "")
+	ch, err := outbox.AdminOf(st).SetMode(ctx, db.Pool, outbox.ModeClaim, "")
 	require.NoError(t, err)
 	require.Equal(t, outbox.ModeLog, ch.From)
 	testenv.WaitFor(t, time.Minute, "the slot confirmed the switch back", func() bool {
@@ -173,17 +173,17 @@ func TestRelayConfigModeValidation(t *testing.T) {
 	require.ErrorContains(t, err, `LogSlot "s" is set but Mode is claim`)
 	_, err = outbox.NewRelay(db.Pool, client, outbox.RelayConfig{Schema: db.Schema, Mode: outbox.ModeLog, LogEngine: logrelay.Engine, LogSlot: "Bad-Slot"})
 	require.ErrorContains(t, err, `Slot "Bad-Slot"`)
-	_, err = st(t).SetMode(context.Background(), db.Pool, outbox.ModeLog, "Bad-Slot")
+	_, err = outbox.AdminOf(st(t)).SetMode(context.Background(), db.Pool, outbox.ModeLog, "Bad-Slot")
 	require.ErrorContains(t, err, `slot "Bad-Slot"`)
 	_, err = outbox.NewRelay(db.Pool, client, outbox.RelayConfig{Schema: db.Schema, Mode: outbox.ModeLog, LogEngine: logrelay.Engine, Destinations: []string{"orders"}})
 	require.NoError(t, err, "log mode with Destinations: a relay of its own slot")
 	_, err = outbox.NewRelay(db.Pool, client, outbox.RelayConfig{Schema: db.Schema, Mode: outbox.ModeLog, LogEngine: logrelay.Engine, Destinations: []string{"orders", ""}})
 	require.ErrorContains(t, err, `Destinations[1] "" is empty`)
-	_, _, err = st(t).PrepareLogSlot(context.Background(), db.Pool, "", []string{"orders", "a b"})
+	_, _, err = outbox.AdminOf(st(t)).PrepareLogSlot(context.Background(), db.Pool, "", []string{"orders", "a b"})
 	require.ErrorContains(t, err, `destinations[0] "a b" is not a legal Kafka topic`)
 	_, err = outbox.ParseMode("Log")
 	require.Error(t, err)
-	_, err = st(t).SetMode(context.Background(), db.Pool, "wal", "")
+	_, err = outbox.AdminOf(st(t)).SetMode(context.Background(), db.Pool, "wal", "")
 	require.Error(t, err)
 }
 
@@ -192,7 +192,7 @@ func logModeRig(t *testing.T) (*testenv.DB, *outbox.Store) {
 	t.Helper()
 	db, _, st := rig(t, 1)
 	dropLogSlot(t, db.Pool, outbox.DefaultLogSlot(db.Schema))
-	_, err := st.SetMode(context.Background(), db.Pool, outbox.ModeLog, "")
+	_, err := outbox.AdminOf(st).SetMode(context.Background(), db.Pool, outbox.ModeLog, "")
 	require.NoError(t, err)
 	return db, st
 }
@@ -341,7 +341,7 @@ func TestConcurrentSwitchesUnderProducers(t *testing.T) {
 			sw.Add(1)
 			go func() {
 				defer sw.Done()
-				ch, err := st.SetMode(ctx, db.Pool, mode, "")
+				ch, err := outbox.AdminOf(st).SetMode(ctx, db.Pool, mode, "")
 				if err != nil {
 					errs <- fmt.Errorf("switch to %s: %w", mode, err)
 					return
@@ -414,7 +414,7 @@ func TestEnqueueOneAndManyWriteTheSameRowInBothModes(t *testing.T) {
 	}
 	require.Equal(t, want, rowOf("keiro_outbox", "claim-many-1"))
 
-	_, err := st.SetMode(ctx, db.Pool, outbox.ModeLog, "")
+	_, err := outbox.AdminOf(st).SetMode(ctx, db.Pool, outbox.ModeLog, "")
 	require.NoError(t, err)
 	res := enqueue(t, db.Pool, st, full("log-one"))
 	require.Equal(t, outbox.Inserted, res[0].Outcome)
@@ -452,7 +452,7 @@ func TestLogModeEnqueueHoldsTheSwitchBack(t *testing.T) {
 
 	switched := make(chan error, 1)
 	go func() {
-		_, err := st.SetMode(ctx, db.Pool, outbox.ModeClaim, "")
+		_, err := outbox.AdminOf(st).SetMode(ctx, db.Pool, outbox.ModeClaim, "")
 		switched <- err
 	}()
 	require.Eventually(t, func() bool {
@@ -513,7 +513,7 @@ func TestProducerRoleEnqueuesInBothModes(t *testing.T) {
 		require.Equal(t, outbox.Inserted, res[0].Outcome)
 	}
 	require.True(t, outbox.EnqueuesInLogMode(st))
-	_, err = st.SetMode(ctx, db.Pool, outbox.ModeClaim, "")
+	_, err = outbox.AdminOf(st).SetMode(ctx, db.Pool, outbox.ModeClaim, "")
 	require.NoError(t, err)
 	for i := range 2 {
 		res := enqueue(t, producer, st, event(fmt.Sprintf("claim-%d", i), "orders", ptr("k"), `{}`))
@@ -536,7 +536,7 @@ func TestEnqueueManyKeepsEachPayload(t *testing.T) {
 	}
 	payloads := [][]byte{nil, {}, {0}, every, bytes.Repeat([]byte{0xff, 0x00, 'x'}, 100_000), []byte(`{"n":1}`)}
 	for _, mode := range []outbox.Mode{outbox.ModeClaim, outbox.ModeLog} {
-		_, err := st.SetMode(ctx, db.Pool, mode, "")
+		_, err := outbox.AdminOf(st).SetMode(ctx, db.Pool, mode, "")
 		require.NoError(t, err)
 		table := map[outbox.Mode]string{outbox.ModeClaim: "keiro_outbox", outbox.ModeLog: "keiro_outbox_log"}[mode]
 		for round := range 2 { // the second call runs the statement of the mode the first one found
@@ -578,7 +578,7 @@ func TestSwitchWaitsForASlotBeingCreated(t *testing.T) {
 
 	created := make(chan error, 1)
 	go func() {
-		_, _, err := st.PrepareLogSlot(ctx, db.Pool, "", nil)
+		_, _, err := outbox.AdminOf(st).PrepareLogSlot(ctx, db.Pool, "", nil)
 		created <- err
 	}()
 	require.Eventually(t, func() bool {
@@ -599,7 +599,7 @@ func TestSwitchWaitsForASlotBeingCreated(t *testing.T) {
 	})
 	switched := make(chan outbox.ModeChange, 1)
 	go func() {
-		ch, err := other.SetMode(ctx, db.Pool, outbox.ModeLog, "")
+		ch, err := outbox.AdminOf(other).SetMode(ctx, db.Pool, outbox.ModeLog, "")
 		assert.NoError(t, err)
 		switched <- ch
 	}()
@@ -608,7 +608,7 @@ func TestSwitchWaitsForASlotBeingCreated(t *testing.T) {
 	case ch := <-switched:
 		t.Fatalf("switched to log mode (%+v) while the slot was being created", ch)
 	}
-	mode, err := st.Mode(ctx, db.Pool)
+	mode, err := outbox.AdminOf(st).Mode(ctx, db.Pool)
 	require.NoError(t, err)
 	require.Equal(t, outbox.ModeClaim, mode, "no switch before the slot is consistent")
 

@@ -130,23 +130,19 @@ func readStatus(ctx context.Context, conn *pgx.Conn, db *dbFlags) (outboxStatus,
 	}
 	st.Backlog, st.Dead, st.Archived = ost.Backlog, ost.Dead, ost.Archived
 	if mst.Current >= logModeMigration {
-		store, err := outbox.NewStore(db.Schema)
-		if err != nil {
-			return st, err
-		}
-		mode, err := store.Mode(ctx, conn)
+		mode, err := admin.Mode(ctx, conn)
 		if err != nil {
 			return st, err
 		}
 		st.Mode = string(mode)
-		ss, err := store.LogSlotStatus(ctx, conn, "") // the default slot
+		ss, err := admin.LogSlotStatus(ctx, conn, "") // the default slot
 		if err != nil {
 			return st, err
 		}
 		if ss.Exists {
 			st.LogSlot = &ss
 		}
-		if st.LogSlots, err = store.LogSlots(ctx, conn); err != nil {
+		if st.LogSlots, err = admin.LogSlots(ctx, conn); err != nil {
 			return st, err
 		}
 	}

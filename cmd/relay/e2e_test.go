@@ -462,6 +462,10 @@ func TestEndToEndLogMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	admin, err := outbox.NewAdmin(db.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
 	enqueue := func(from, to int) {
 		evs := make([]envelope.Event, 0, to-from)
 		for i := from; i < to; i++ {
@@ -484,7 +488,7 @@ func TestEndToEndLogMode(t *testing.T) {
 		"KEIRO_RELAY_MODE=log",
 	}, "--log-format=json", "--poll-interval=100ms")
 	testenv.WaitFor(t, 30*time.Second, "the relay switched the schema to log mode", func() bool {
-		m, err := st.Mode(ctx, db.Pool)
+		m, err := admin.Mode(ctx, db.Pool)
 		return err == nil && m == outbox.ModeLog
 	})
 	enqueue(20, 50)

@@ -272,19 +272,6 @@ func (c *eventsDeadReplayCmd) Run(ctx context.Context, g *grammar, env *cli.Env)
 	return nil
 }
 
-// outboxStore connects to the database and returns the outbox Store of the flags' schema.
-func (f *dbFlags) outboxStore(ctx context.Context) (*pgx.Conn, *outbox.Store, error) {
-	store, err := outbox.NewStore(f.Schema)
-	if err != nil {
-		return nil, nil, err
-	}
-	conn, err := f.Connect(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	return conn, store, nil
-}
-
 // outboxAdmin connects to the database and returns the outbox Admin of the flags' schema.
 func (f *dbFlags) outboxAdmin(ctx context.Context) (*pgx.Conn, *outbox.Admin, error) {
 	admin, err := outbox.NewAdmin(f.Schema)

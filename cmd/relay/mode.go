@@ -12,30 +12,30 @@ import (
 	"github.com/keiro-go/keiro/outbox"
 )
 
-// outboxMode opens the outbox store as outboxStore does and reads the schema's mode; the
+// outboxMode opens the outbox Admin as outboxAdmin does and reads the schema's mode; the
 // caller closes conn.
-func (f *dbFlags) outboxMode(ctx context.Context) (*pgx.Conn, *outbox.Store, outbox.Mode, error) {
-	conn, store, err := f.outboxStore(ctx)
+func (f *dbFlags) outboxMode(ctx context.Context) (*pgx.Conn, *outbox.Admin, outbox.Mode, error) {
+	conn, admin, err := f.outboxAdmin(ctx)
 	if err != nil {
 		return nil, nil, "", err
 	}
-	mode, err := store.Mode(ctx, conn)
+	mode, err := admin.Mode(ctx, conn)
 	if err != nil {
 		conn.Close(context.WithoutCancel(ctx))
 		return nil, nil, "", fmt.Errorf("%w (apply the migrations: relay migrate)", err)
 	}
-	return conn, store, mode, nil
+	return conn, admin, mode, nil
 }
 
 // Run prints the schema's mode and, when its slot exists, the slot's state.
 func (c *modeShowCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
-	conn, store, mode, err := g.DB.outboxMode(ctx)
+	conn, admin, mode, err := g.DB.outboxMode(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	fmt.Fprintf(env.Stdout, "schema %s: mode %s\n", g.DB.Schema, mode)
-	slots, err := store.LogSlots(ctx, conn)
+	slots, err := admin.LogSlots(ctx, conn)
 	if err != nil {
 		return err
 	}
@@ -47,12 +47,12 @@ func (c *modeShowCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 
 // Run creates a destination group's slot and publication.
 func (c *modePrepareCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
-	conn, store, mode, err := g.DB.outboxMode(ctx)
+	conn, admin, mode, err := g.DB.outboxMode(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	p, err := store.PrepareLog(ctx, conn, c.LogSlot, c.Destinations)
+	p, err := admin.PrepareLog(ctx, conn, c.LogSlot, c.Destinations)
 	if err != nil {
 		return err
 	}
@@ -87,12 +87,12 @@ func (c *modeSetCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 	if len(c.Destinations) > 0 && mode != outbox.ModeLog {
 		return usagef("--destinations names the slot of log mode (got %s)", mode)
 	}
-	conn, store, err := g.DB.outboxStore(ctx)
+	conn, admin, err := g.DB.outboxAdmin(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	ch, err := store.SetModeFor(ctx, conn, mode, c.LogSlot, c.Destinations)
+	ch, err := admin.SetModeFor(ctx, conn, mode, c.LogSlot, c.Destinations)
 	if err != nil {
 		return err
 	}
@@ -125,12 +125,12 @@ func (c *modeRecoverCmd) Run(ctx context.Context, g *grammar, env *cli.Env) erro
 	if !until.After(since) {
 		return usagef("--until (%s) must be after --since (%s)", until.Format(time.RFC3339), since.Format(time.RFC3339))
 	}
-	conn, store, err := g.DB.outboxStore(ctx)
+	conn, admin, err := g.DB.outboxAdmin(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	r, err := store.RecoverLogFor(ctx, conn, since, until, c.Destinations)
+	r, err := admin.RecoverLogFor(ctx, conn, since, until, c.Destinations)
 	if err != nil {
 		return err
 	}

@@ -95,7 +95,11 @@ func runOnce(ctx context.Context, relay, dsn string, mode outbox.Mode, n, keys, 
 		return res, err
 	}
 	if mode == outbox.ModeLog {
-		if _, err := st.SetMode(ctx, conn, outbox.ModeLog, ""); err != nil {
+		admin, err := outbox.NewAdmin(schema)
+		if err != nil {
+			return res, err
+		}
+		if _, err := admin.SetMode(ctx, conn, outbox.ModeLog, ""); err != nil {
 			return res, fmt.Errorf("switch to log mode: %w", err)
 		}
 	}

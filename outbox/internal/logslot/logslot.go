@@ -1,7 +1,7 @@
 // Package logslot holds the one rule of log mode's slot names and destination sets: the
 // default slot of a schema and of a destination set, the publication's row filter that gives a
 // slot only its destinations' rows, and the reading of that filter back from the catalog. The
-// outbox (Store.SetMode, the relay's checks, retention, status) and the log-mode engine (which
+// outbox (Admin.SetMode, the relay's checks, retention, status) and the log-mode engine (which
 // creates the publication when it is missing) both use it.
 package logslot
 

@@ -63,7 +63,7 @@ type Prepared struct {
 }
 
 // SetMode switches the schema to mode (a valid one), for the relays of destinations: a switch
-// to Log first prepares slot (outbox.Store.SetModeFor).
+// to Log first prepares slot (outbox.Admin.SetModeFor).
 func (s Schema) SetMode(ctx context.Context, db keiro.DB, mode string, slot string, destinations []string) (Change, error) {
 	var created bool
 	if mode == Log {
@@ -376,7 +376,7 @@ type SlotStatus struct {
 	Destinations      []string
 }
 
-// Slots reads every log-mode slot of the schema (outbox.Store.LogSlots).
+// Slots reads every log-mode slot of the schema (outbox.Admin.LogSlots).
 func (s Schema) Slots(ctx context.Context, q keiro.DB) ([]SlotStatus, error) {
 	for attempt := 1; ; attempt++ {
 		out, err := s.logSlots(ctx, q)
@@ -436,7 +436,7 @@ type Recovery struct {
 }
 
 // Recover copies the events of destinations (nil: all) written in keiro_outbox_log from since
-// to before until into keiro_outbox (outbox.Store.RecoverLogFor).
+// to before until into keiro_outbox (outbox.Admin.RecoverLogFor).
 func (s Schema) Recover(ctx context.Context, q keiro.DB, since, until time.Time, destinations []string) (Recovery, error) {
 	var r Recovery
 	if !until.After(since) {

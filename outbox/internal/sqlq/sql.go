@@ -736,7 +736,7 @@ WHERE phase = 0 AND ($1::text[] IS NULL OR destination = ANY ($1::text[])))`
 // sqlRecoverLog copies the rows of keiro_outbox_log written from $1 to before $2, of the
 // destinations $3 (NULL: all), into
 // keiro_outbox as 'failed' rows due now, in the order they were written, for the claim loop to
-// publish (Store.RecoverLog): the recovery of the events a lost slot had not confirmed. The insert
+// publish (Admin.RecoverLog): the recovery of the events a lost slot had not confirmed. The insert
 // trigger gives them a key lock and a seq, as any row that is not 'pending'. An event already in
 // keiro_outbox (a dead letter, a row from before a switch, an earlier recovery) is skipped.
 const sqlRecoverLog = `
@@ -761,7 +761,7 @@ ins AS (
     RETURNING 1)
 SELECT (SELECT count(*) FROM src), (SELECT count(*) FROM ins)`
 
-// Log mode's publication and slot (Store.SetMode), named by a validated slot name. The
+// Log mode's publication and slot (Admin.SetMode), named by a validated slot name. The
 // publication publishes keiro_outbox_log's inserts only: retention's deletes are not events.
 const (
 	sqlCreateSlot = `SELECT pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput')
@@ -783,7 +783,7 @@ var failureRows = adminq.Table{
 	At:    "updated_at", Where: "destination", Key: "outbox_id", Order: "at DESC",
 }
 
-// Per-destination log mode (Store.LogSlots, Store.PrepareLogSlot). A schema's log-mode slots
+// Per-destination log mode (Admin.LogSlots, Admin.PrepareLogSlot). A schema's log-mode slots
 // are the replication slots named after a publication of its keiro_outbox_log; a slot's
 // destinations are its publication's row filter (logslot.RowFilter). pg_publication_tables
 // has rowfilter from PostgreSQL 15 on: to_jsonb reads it on any version (absent is null).
