@@ -240,7 +240,7 @@ func (c *claimer) send(ctx context.Context, token envelope.UUID, rows []claimedR
 		r.wakeUp(ctx, c.sl) // busy: producers need not notify
 	}
 	r.stats.claimed.Add(int64(len(rows)))
-	r.inst.batchSize.Record(ctx, int64(len(rows)))
+	r.inst.BatchSize.Record(ctx, int64(len(rows)))
 	r.inFlight.Add(1)
 	c.out <- b
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/outbox/internal/kafkaerr"
 	"github.com/keiro-go/keiro/outbox/internal/logsource"
+	"github.com/keiro-go/keiro/outbox/internal/metrics"
 	"github.com/keiro-go/keiro/outbox/internal/publish"
 	"github.com/keiro-go/keiro/outbox/internal/shares"
 	"github.com/keiro-go/keiro/outbox/internal/translog"
@@ -26,7 +27,7 @@ type engine struct {
 	pool  *pgxpool.Pool
 	cfg   RelayConfig
 	store *Store
-	inst  *instruments
+	inst  *metrics.Instruments
 	log   *slog.Logger
 	// pub turns rows into records for both sources, the claim loop and the log engine.
 	pub  *publish.Publisher

@@ -63,7 +63,7 @@ func (r *engine) deadLetter(rej publish.Rejection) error {
 	}
 	if wrote {
 		r.stats.rejected.Add(1)
-		r.inst.rejected.Add(ctx, 1, publish.DestinationAttr(rej.Destination))
+		r.inst.Rejected.Add(ctx, 1, publish.DestinationAttr(rej.Destination))
 	}
 	r.log.Error("log mode: Kafka refused an event for good; it is a dead letter of keiro_outbox (relay dead list), and the stream moves on",
 		"message_id", rej.MessageID, "source", rej.Source, "destination", rej.Destination,

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/keiro-go/keiro/internal/advisorylock"
+	"github.com/keiro-go/keiro/outbox/internal/metrics"
 )
 
 // maxRetentionBatchesPerPass bounds one maintenance pass, so a huge backlog of old sent rows
@@ -20,7 +21,7 @@ const gaugeFreshness = 3
 func (r *engine) maintain(ctx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
-	defer r.inst.forgetGauges() // a stopped relay exports no outbox-wide gauge
+	defer r.inst.ForgetGauges() // a stopped relay exports no outbox-wide gauge
 	for {
 		select {
 		case <-ctx.Done():
@@ -53,7 +54,7 @@ func (r *engine) maintenancePass(ctx context.Context) (res MaintenanceResult, er
 	sampled := false
 	defer func() {
 		if !sampled {
-			r.inst.forgetGauges()
+			r.inst.ForgetGauges()
 		}
 	}()
 	// Each statement takes the maintenance lock for its own transaction only: no session holds it
@@ -94,32 +95,32 @@ func (r *engine) maintenancePass(ctx context.Context) (res MaintenanceResult, er
 	}
 	res.Ran = true
 	for _, g := range gauges {
-		res.Backlog += g.backlog
-		res.Dead += g.dead
-		res.OldestPendingAge = max(res.OldestPendingAge, time.Duration(g.oldestAge*float64(time.Second)))
+		res.Backlog += g.Backlog
+		res.Dead += g.Dead
+		res.OldestPendingAge = max(res.OldestPendingAge, time.Duration(g.OldestAge*float64(time.Second)))
 	}
-	r.inst.recordGauges(gauges)
+	r.inst.RecordGauges(gauges)
 	sampled = true
 	return res, nil
 }
 
 // sampleGauges reads the per-destination gauges if it gets the maintenance lock key.
-func (r *engine) sampleGauges(ctx context.Context, key int64) ([]destGauges, bool, error) {
+func (r *engine) sampleGauges(ctx context.Context, key int64) ([]metrics.DestGauges, bool, error) {
 	rows, err := r.pool.Query(ctx, r.store.q.Gauges, key)
 	if err != nil {
 		return nil, false, err
 	}
-	var out []destGauges
+	var out []metrics.DestGauges
 	got := false
 	for rows.Next() {
 		var dest *string
-		var g destGauges
-		if err := rows.Scan(&got, &dest, &g.backlog, &g.oldestAge, &g.dead); err != nil {
+		var g metrics.DestGauges
+		if err := rows.Scan(&got, &dest, &g.Backlog, &g.OldestAge, &g.Dead); err != nil {
 			rows.Close()
 			return nil, false, err
 		}
 		if dest != nil {
-			g.destination = *dest
+			g.Destination = *dest
 			out = append(out, g)
 		}
 	}

@@ -39,7 +39,7 @@ func (r *engine) markOutcome(ctx context.Context, b *claimedBatch) BatchResult {
 			"partition", pr.partition, "offset", pr.offset)
 	}
 	if n := len(p.OrderBroken); n > 0 {
-		r.inst.orderBroken.Add(ctx, int64(n))
+		r.inst.OrderBroken.Add(ctx, int64(n))
 		r.stats.orderBroken.Add(int64(n))
 	}
 	if p.Sent {
@@ -161,20 +161,20 @@ func (r *engine) record(ctx context.Context, b *claimedBatch, t transitions, dea
 			r.pub.AddPublished(ctx, int64(c.sent), dest)
 		}
 		if c.retried > 0 {
-			r.inst.retried.Add(ctx, int64(c.retried), attrs)
+			r.inst.Retried.Add(ctx, int64(c.retried), attrs)
 		}
 		if c.rejected > 0 {
-			r.inst.rejected.Add(ctx, int64(c.rejected), attrs)
+			r.inst.Rejected.Add(ctx, int64(c.rejected), attrs)
 		}
 		if c.dead > 0 {
-			r.inst.deadlettered.Add(ctx, int64(c.dead), attrs)
+			r.inst.Deadlettered.Add(ctx, int64(c.dead), attrs)
 		}
 	}
 	for dest, n := range deadOnClaim {
-		r.inst.deadlettered.Add(ctx, int64(n), publish.DestinationAttr(dest))
+		r.inst.Deadlettered.Add(ctx, int64(n), publish.DestinationAttr(dest))
 	}
 	if n := countReclaimed(b); n > 0 {
-		r.inst.reclaimed.Add(ctx, int64(n))
+		r.inst.Reclaimed.Add(ctx, int64(n))
 	}
 }
 

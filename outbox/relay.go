@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel"
 
+	"github.com/keiro-go/keiro/outbox/internal/metrics"
 	"github.com/keiro-go/keiro/outbox/internal/publish"
 	"github.com/keiro-go/keiro/outbox/internal/service"
 	"github.com/keiro-go/keiro/outbox/internal/shares"
@@ -114,13 +115,13 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, cfg RelayConfig) (*Relay, 
 	if err != nil {
 		return nil, fmt.Errorf("new outbox relay: %w", err)
 	}
-	inst, err := newInstruments(cfg.MeterProvider)
+	inst, err := metrics.New(cfg.MeterProvider)
 	if err != nil {
 		return nil, fmt.Errorf("new outbox relay: create instruments: %w", err)
 	}
 	// A sample older than a few maintenance intervals is not exported either: the relay's
 	// maintenance is stuck (a pass that cannot finish), and its last sample says nothing of now.
-	if err := inst.observeGauges(gaugeFreshness * cfg.MaintenanceInterval); err != nil {
+	if err := inst.ObserveGauges(gaugeFreshness * cfg.MaintenanceInterval); err != nil {
 		return nil, fmt.Errorf("new outbox relay: observe gauges: %w", err)
 	}
 	r := &engine{

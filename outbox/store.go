@@ -20,6 +20,7 @@ import (
 	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/schemaname"
+	"github.com/keiro-go/keiro/outbox/internal/metrics"
 	"github.com/keiro-go/keiro/outbox/internal/sqlq"
 	"github.com/keiro-go/keiro/tracing"
 )
@@ -114,7 +115,7 @@ type Store struct {
 	schema string
 	opts   StoreOptions
 	q      *sqlq.Queries
-	inst   *instruments
+	inst   *metrics.Instruments
 	// claimSent, if set (tests), runs once a claim is sent and before any of its reply is
 	// read: where a lost connection leaves a committed claim unknown to the relay.
 	claimSent func(q batchSender, token envelope.UUID)
@@ -142,7 +143,7 @@ func NewStore(schema string, opts ...StoreOptions) (*Store, error) {
 	if len(opts) == 1 {
 		s.opts = opts[0]
 	}
-	inst, err := newInstruments(s.opts.MeterProvider)
+	inst, err := metrics.New(s.opts.MeterProvider)
 	if err != nil {
 		return nil, fmt.Errorf("new outbox store: create instruments: %w", err)
 	}
@@ -456,7 +457,7 @@ func (s *Store) count(ctx context.Context, events []envelope.Event, results []En
 		n[k{events[i].Source, r.Outcome}]++
 	}
 	for key, c := range n {
-		s.inst.enqueued.Add(ctx, c, metric.WithAttributeSet(attribute.NewSet(
+		s.inst.Enqueued.Add(ctx, c, metric.WithAttributeSet(attribute.NewSet(
 			attribute.String("source", key.source), attribute.String("outcome", key.outcome.String()))))
 	}
 }
