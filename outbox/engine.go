@@ -15,6 +15,7 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/outbox/internal/kafkaerr"
 	"github.com/keiro-go/keiro/outbox/internal/logsource"
+	"github.com/keiro-go/keiro/outbox/internal/maintain"
 	"github.com/keiro-go/keiro/outbox/internal/metrics"
 	"github.com/keiro-go/keiro/outbox/internal/publish"
 	"github.com/keiro-go/keiro/outbox/internal/shares"
@@ -28,6 +29,8 @@ type engine struct {
 	cfg   RelayConfig
 	store *Store
 	inst  *metrics.Instruments
+	// maint runs the maintenance passes.
+	maint *maintain.Maintainer
 	log   *slog.Logger
 	// pub turns rows into records for both sources, the claim loop and the log engine.
 	pub  *publish.Publisher

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel"
 
+	"github.com/keiro-go/keiro/outbox/internal/maintain"
 	"github.com/keiro-go/keiro/outbox/internal/metrics"
 	"github.com/keiro-go/keiro/outbox/internal/publish"
 	"github.com/keiro-go/keiro/outbox/internal/service"
@@ -121,7 +122,7 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, cfg RelayConfig) (*Relay, 
 	}
 	// A sample older than a few maintenance intervals is not exported either: the relay's
 	// maintenance is stuck (a pass that cannot finish), and its last sample says nothing of now.
-	if err := inst.ObserveGauges(gaugeFreshness * cfg.MaintenanceInterval); err != nil {
+	if err := inst.ObserveGauges(maintain.GaugeFreshness * cfg.MaintenanceInterval); err != nil {
 		return nil, fmt.Errorf("new outbox relay: observe gauges: %w", err)
 	}
 	r := &engine{
@@ -130,6 +131,8 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, cfg RelayConfig) (*Relay, 
 		wake: make(chan struct{}, 1), backlog: make(chan struct{}, cfg.ClaimConcurrency),
 		now: time.Now,
 	}
+	r.maint = maintain.New(maintain.Config{DB: pool, Outbox: store.modes(), Log: cfg.Mode == ModeLog, LogSlot: cfg.LogSlot,
+		Retention: cfg.Retention, RetentionBatch: cfg.RetentionBatch, Interval: cfg.MaintenanceInterval, Inst: inst, Logger: r.log})
 	if r.pub, err = r.newPublisher(client); err != nil {
 		return nil, fmt.Errorf("new outbox relay: %w", err)
 	}
@@ -204,7 +207,7 @@ func (r *engine) backgroundServices() []service.Service {
 	if !r.cfg.PollOnly {
 		svcs = append(svcs, service.Func(r.listen))
 	}
-	svcs = append(svcs, service.Func(r.maintain), service.Func(func(ctx context.Context) {
+	svcs = append(svcs, service.Func(r.maint.Run), service.Func(func(ctx context.Context) {
 		vacuum.Run(ctx, vacuum.Config{Pool: r.pool, ConnConfig: ownConnConfig(r.pool, r.cfg.Schema), Schema: r.cfg.Schema,
 			Threshold: r.cfg.VacuumThreshold, Moved: func() int64 {
 				return r.stats.published.Load() + r.stats.dead.Load() + r.stats.rejected.Load()
@@ -380,5 +383,8 @@ func (r *engine) runLog(ctx context.Context) error {
 // relay has the lock, or the pass failed) stops this relay's export of the outbox-wide gauges
 // until it samples again, so no relay keeps exporting an old sample.
 func (r *Relay) MaintenancePass(ctx context.Context) (MaintenanceResult, error) {
-	return r.maintenancePass(ctx)
+	return r.maint.Pass(ctx)
 }
+
+// MaintenanceResult reports one maintenance pass.
+type MaintenanceResult = maintain.Result
