@@ -849,3 +849,27 @@ type pathCheck struct {
 	args   []any
 	verify func(found *string) error
 }
+
+// writeDeadLetter writes ev, which Kafka refused for good with code (the Kafka error's name in
+// lower case, as the claim relay's rejection_code) and errText, as a 'rejected' row of
+// keiro_outbox with the outbox id of its keiro_outbox_log row, its first attempt counted. It
+// reports whether it wrote the row: false when the event is already there (a replayed
+// transaction's second rejection, or an event also enqueued in claim mode).
+func (s *Store) writeDeadLetter(ctx context.Context, q keiro.DB, ev *envelope.Event, code, errText string) (bool, error) {
+	a := newEnqueueArgs(1, len(ev.Payload))
+	a.add(envelope.NewUUIDv7(), ev, ev.TraceContext)
+	args := append(a.scalarArgs(false)[:enqueueColumns], code, errText)
+	rows, err := q.Query(ctx, s.q.DeadLetter, args...)
+	if err != nil {
+		return false, fmt.Errorf("write the dead letter of message %s: %w", ev.MessageID, err)
+	}
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return false, fmt.Errorf("write the dead letter of message %s: %w", ev.MessageID, err)
+	}
+	return n > 0, nil
+}
