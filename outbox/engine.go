@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/outbox/internal/claimsql"
 	"github.com/keiro-go/keiro/outbox/internal/kafkaerr"
 	"github.com/keiro-go/keiro/outbox/internal/logsource"
 	"github.com/keiro-go/keiro/outbox/internal/logstart"
@@ -29,7 +30,9 @@ type engine struct {
 	pool  *pgxpool.Pool
 	cfg   RelayConfig
 	store *Store
-	inst  *metrics.Instruments
+	// claims runs the claim relay's statements.
+	claims *claimsql.Store
+	inst   *metrics.Instruments
 	// maint runs the maintenance passes.
 	maint *maintain.Maintainer
 	log   *slog.Logger
@@ -113,7 +116,7 @@ func ownConnConfig(pool *pgxpool.Pool, schema string) *pgx.ConnConfig {
 // claimedBatch is one claim travelling through the pipeline.
 type claimedBatch struct {
 	token envelope.UUID
-	rows  []claimedRow
+	rows  []claimsql.Row
 
 	mu      sync.Mutex
 	results []produceResult // per row, written by produce callbacks

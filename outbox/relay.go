@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel"
 
+	"github.com/keiro-go/keiro/outbox/internal/claimsql"
 	"github.com/keiro-go/keiro/outbox/internal/logsource"
 	"github.com/keiro-go/keiro/outbox/internal/logstart"
 	"github.com/keiro-go/keiro/outbox/internal/maintain"
@@ -128,7 +129,7 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, cfg RelayConfig) (*Relay, 
 		return nil, fmt.Errorf("new outbox relay: observe gauges: %w", err)
 	}
 	r := &engine{
-		pool: pool, cfg: cfg, store: store, inst: inst,
+		pool: pool, cfg: cfg, store: store, claims: &claimsql.Store{Q: store.q}, inst: inst,
 		log:  cfg.Logger.With("component", "outbox-relay", "schema", cfg.Schema),
 		wake: make(chan struct{}, 1), backlog: make(chan struct{}, cfg.ClaimConcurrency),
 		now: time.Now,

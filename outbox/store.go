@@ -116,12 +116,6 @@ type Store struct {
 	opts   StoreOptions
 	q      *sqlq.Queries
 	inst   *metrics.Instruments
-	// claimSent, if set (tests), runs once a claim is sent and before any of its reply is
-	// read: where a lost connection leaves a committed claim unknown to the relay.
-	claimSent func(q batchSender, token envelope.UUID)
-	// walkDeep, if set (benchmarks), makes the unbounded claim of the per-key policies walk
-	// the backlog in seq order as it used to, instead of finding the heads by key.
-	walkDeep bool
 	// slotWait, if set (tests), runs each time awaitConsistentSlot finds the slot not yet
 	// consistent.
 	slotWait func()
