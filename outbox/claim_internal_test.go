@@ -189,7 +189,7 @@ func TestMarkFencingAndTransitions(t *testing.T) {
 	require.Len(t, tr.Rows, 5, "every moved row, for the transition log")
 	for _, mr := range tr.Rows {
 		if mr.ID == byID["d"] {
-			require.Equal(t, claimsql.MarkedRow{ID: byID["d"], Outcome: "failed", Status: statusDead}, mr)
+			require.Equal(t, claimsql.MarkedRow{ID: byID["d"], Outcome: "failed", Status: string(StatusDead)}, mr)
 		}
 	}
 	tr.ByDest, tr.Rows = nil, nil

@@ -234,7 +234,7 @@ func (r *engine) logTransitions(ctx context.Context, b *claimedBatch, marks []cl
 		switch {
 		case mr.Outcome == outcomeRejected.String():
 			kind = translog.Rejected
-		case mr.Status == statusDead:
+		case mr.Status == string(StatusDead):
 			kind = translog.Dead
 		case mr.Outcome == outcomeFailed.String():
 			kind = translog.Retried
@@ -259,16 +259,6 @@ func (r *engine) logTransition(ctx context.Context, kind translog.Kind, row *cla
 	}
 	r.transitionLog.Write(ctx, r.log, kind, lr)
 }
-
-// Row statuses.
-const (
-	statusPending    = "pending"
-	statusPublishing = "publishing"
-	statusSent       = "sent"
-	statusFailed     = "failed"
-	statusDead       = "dead"
-	statusRejected   = "rejected"
-)
 
 // outcome is what the relay decided for one claimed row (markplan.Decide); its name is what
 // sqlMark reads.

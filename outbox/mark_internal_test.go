@@ -111,7 +111,7 @@ CREATE CONSTRAINT TRIGGER refuse_c1 AFTER UPDATE ON keiro_outbox DEFERRABLE INIT
 	require.NotContains(t, logs.String(), "outbox row rejected")
 	for _, id := range []string{"a1", "b1", "c1"} {
 		got, _ := status(t, db, id)
-		require.Equal(t, statusPublishing, got, "%s waits for its lease", id)
+		require.Equal(t, string(StatusPublishing), got, "%s waits for its lease", id)
 	}
 
 	// The refusal gone and the lease over, the rows are re-claimed and marked once.
@@ -135,7 +135,7 @@ UPDATE keiro_outbox SET lease_until = now() - interval '1 second'`)
 	require.EqualValues(t, 1, counterTotal(t, reader, tracing.MetricOutboxRetried))
 	require.Equal(t, 1, strings.Count(logs.String(), "outbox row failed"))
 	require.Equal(t, 1, strings.Count(logs.String(), "outbox row rejected"))
-	for id, want := range map[string]string{"a1": statusSent, "b1": statusFailed, "c1": statusRejected} {
+	for id, want := range map[string]string{"a1": string(StatusSent), "b1": string(StatusFailed), "c1": string(StatusRejected)} {
 		got, attempts := status(t, db, id)
 		require.Equal(t, want, got, id)
 		require.Equal(t, 2, attempts, id)
