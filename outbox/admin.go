@@ -140,7 +140,7 @@ func (a *Admin) Overview(ctx context.Context, q keiro.DB) (Overview, error) {
 func (a *Admin) Lookup(ctx context.Context, q keiro.DB, id envelope.UUID) (Row, error) {
 	r, err := scanRow(q.QueryRow(ctx, a.q.LookupRow, [16]byte(id)))
 	if err != nil {
-		if errors.Is(err, errNoRows) {
+		if errors.Is(err, pgx.ErrNoRows) {
 			return r, fmt.Errorf("lookup outbox row %s: %w", id, ErrNotFound)
 		}
 		return r, fmt.Errorf("lookup outbox row %s: %w", id, err)

@@ -23,6 +23,7 @@ import (
 	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
+	"github.com/keiro-go/keiro/outbox/internal/claimsql"
 	"github.com/keiro-go/keiro/outbox/logrelay"
 )
 
@@ -111,7 +112,7 @@ func drainRelay(b *testing.B, db *testenv.DB, kc *testenv.Kafka, n int) (time.Du
 	}
 	r, err := NewRelay(db.Pool, client, cfg)
 	require.NoError(b, err)
-	r.store.walkDeep = os.Getenv("KEIRO_BENCH_CLAIM") == "walk" // the claim before "Deep backlog"
+	r.claims.WalkDeep = os.Getenv("KEIRO_BENCH_CLAIM") == "walk" // the claim before "Deep backlog"
 	var peak atomic.Uint64
 	stopSampling := make(chan struct{})
 	var wg sync.WaitGroup
@@ -371,15 +372,15 @@ func BenchmarkDrain(b *testing.B) {
 			start := time.Now()
 			done := 0
 			for done < n {
-				tok, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, DefaultBatchSize, DefaultLease, DefaultMaxAttempts, nil, 0)
+				tok, rows, err := claimsOf(st).Claim(ctx, db.Pool, PerKeyHeadOfLine, DefaultBatchSize, DefaultLease, DefaultMaxAttempts, nil, 0)
 				require.NoError(b, err)
-				marks := make([]mark, len(rows))
+				marks := make([]claimsql.Mark, len(rows))
 				for i, r := range rows {
-					marks[i] = mark{id: r.id, outcome: outcomeSent, offset: int64(i)}
+					marks[i] = claimsql.Mark{ID: r.ID, Outcome: outcomeSent, Offset: int64(i)}
 				}
-				tr, err := st.markBatch(ctx, db.Pool, tok, marks, DefaultMaxAttempts)
+				tr, err := claimsOf(st).MarkBatch(ctx, db.Pool, tok, marks, DefaultMaxAttempts)
 				require.NoError(b, err)
-				done += tr.sent
+				done += tr.Sent
 			}
 			b.ReportMetric(float64(n)/time.Since(start).Seconds(), "msgs/s")
 		}
@@ -616,16 +617,16 @@ FROM generate_series(1, %d) g`, sent))
 			var total time.Duration
 			for range b.N {
 				start := time.Now()
-				tok, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 512, time.Minute, 1<<30, nil, 0)
+				tok, rows, err := claimsOf(st).Claim(ctx, db.Pool, PerKeyHeadOfLine, 512, time.Minute, 1<<30, nil, 0)
 				total += time.Since(start)
 				require.NoError(b, err)
 				require.NotEmpty(b, rows)
 				b.StopTimer()
-				marks := make([]mark, len(rows))
+				marks := make([]claimsql.Mark, len(rows))
 				for i, r := range rows {
-					marks[i] = mark{id: r.id, outcome: outcomeReleased}
+					marks[i] = claimsql.Mark{ID: r.ID, Outcome: outcomeReleased}
 				}
-				_, err = st.markBatch(ctx, db.Pool, tok, marks, 1<<30)
+				_, err = claimsOf(st).MarkBatch(ctx, db.Pool, tok, marks, 1<<30)
 				require.NoError(b, err)
 				b.StartTimer()
 			}

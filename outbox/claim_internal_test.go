@@ -15,6 +15,7 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/failure"
 	"github.com/keiro-go/keiro/keirotest/testenv"
+	"github.com/keiro-go/keiro/outbox/internal/claimsql"
 	"github.com/keiro-go/keiro/outbox/internal/markplan"
 )
 
@@ -52,10 +53,10 @@ func setup(t *testing.T, events ...envelope.Event) (*testenv.DB, *Store) {
 	return db, st
 }
 
-func ids(rows []claimedRow) []string {
+func ids(rows []claimsql.Row) []string {
 	out := make([]string, len(rows))
 	for i, r := range rows {
-		out[i] = r.event.MessageID
+		out[i] = r.Event.MessageID
 	}
 	return out
 }
@@ -71,14 +72,14 @@ func TestClaimPerKeyRunsAndNullKeys(t *testing.T) {
 	t.Parallel()
 	db, st := setup(t, ev("a1", k("A")), ev("n1", nil), ev("a2", k("A")), ev("b1", k("B")), ev("n2", nil), ev("a3", k("A")))
 	ctx := context.Background()
-	_, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
+	_, rows, err := claimsOf(st).Claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a1", "n1", "a2", "b1", "n2", "a3"}, ids(rows))
 	for _, r := range rows {
-		require.Equal(t, 1, r.attempt)
+		require.Equal(t, 1, r.Attempt)
 	}
 	// All publishing: nothing more to claim (no tail while the head is publishing).
-	_, rows, err = st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
+	_, rows, err = claimsOf(st).Claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
 	require.NoError(t, err)
 	require.Empty(t, rows)
 }
@@ -87,13 +88,13 @@ func TestClaimBackoffHeadDoesNotStarveOtherKeys(t *testing.T) {
 	t.Parallel()
 	db, st := setup(t, ev("a1", k("A")), ev("a2", k("A")), ev("b1", k("B")), ev("b2", k("B")))
 	ctx := context.Background()
-	tok, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 1, time.Minute, 10, nil, 0)
+	tok, rows, err := claimsOf(st).Claim(ctx, db.Pool, PerKeyHeadOfLine, 1, time.Minute, 10, nil, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a1"}, ids(rows))
-	tr, err := st.markBatch(ctx, db.Pool, tok, []mark{{id: rows[0].id, outcome: outcomeFailed, err: "boom", delay: time.Hour}}, 10)
+	tr, err := claimsOf(st).MarkBatch(ctx, db.Pool, tok, []claimsql.Mark{{ID: rows[0].ID, Outcome: outcomeFailed, Err: "boom", Delay: time.Hour}}, 10)
 	require.NoError(t, err)
-	require.Equal(t, 1, tr.failed)
-	_, rows, err = st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
+	require.Equal(t, 1, tr.Failed)
+	_, rows, err = claimsOf(st).Claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"b1", "b2"}, ids(rows))
 	s, _ := status(t, db, "a2")
@@ -117,12 +118,12 @@ func TestClaimPolicies(t *testing.T) {
 			t.Parallel()
 			db, st := setup(t, ev("a1", k("A")), ev("a2", k("A")), ev("b1", k("B")), ev("n1", nil), ev("b2", k("B")))
 			ctx := context.Background()
-			tok, rows, err := st.claim(ctx, db.Pool, tc.policy, 1, time.Minute, 10, nil, 0)
+			tok, rows, err := claimsOf(st).Claim(ctx, db.Pool, tc.policy, 1, time.Minute, 10, nil, 0)
 			require.NoError(t, err)
 			require.Equal(t, []string{"a1"}, ids(rows))
-			_, err = st.markBatch(ctx, db.Pool, tok, []mark{{id: rows[0].id, outcome: outcomeFailed, err: "x", delay: time.Hour}}, 10)
+			_, err = claimsOf(st).MarkBatch(ctx, db.Pool, tok, []claimsql.Mark{{ID: rows[0].ID, Outcome: outcomeFailed, Err: "x", Delay: time.Hour}}, 10)
 			require.NoError(t, err)
-			_, rows, err = st.claim(ctx, db.Pool, tc.policy, 10, time.Minute, 10, nil, 0)
+			_, rows, err = claimsOf(st).Claim(ctx, db.Pool, tc.policy, 10, time.Minute, 10, nil, 0)
 			require.NoError(t, err)
 			require.Equal(t, tc.want, nilIfEmpty(ids(rows)))
 		})
@@ -147,7 +148,7 @@ func TestClaimTailNeverJumpsLockedHead(t *testing.T) {
 	_, err = tx.Exec(ctx, "SELECT 1 FROM keiro_outbox WHERE message_id = 'a1' FOR UPDATE")
 	require.NoError(t, err)
 	for _, p := range []Policy{PerKeyHeadOfLine, PerSourceStream} {
-		_, rows, err := st.claim(ctx, db.Pool, p, 10, time.Minute, 10, nil, 0)
+		_, rows, err := claimsOf(st).Claim(ctx, db.Pool, p, 10, time.Minute, 10, nil, 0)
 		require.NoError(t, err)
 		if p == PerKeyHeadOfLine {
 			require.Equal(t, []string{"b1"}, ids(rows), p.String())
@@ -161,38 +162,38 @@ func TestMarkFencingAndTransitions(t *testing.T) {
 	t.Parallel()
 	db, st := setup(t, ev("s", k("S")), ev("f", k("F")), ev("f2", k("F")), ev("r", k("R")), ev("d", k("D")))
 	ctx := context.Background()
-	tok, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
+	tok, rows, err := claimsOf(st).Claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
 	require.NoError(t, err)
 	require.Len(t, rows, 5)
 	byID := map[string]envelope.UUID{}
 	for _, r := range rows {
-		byID[r.event.MessageID] = r.id
+		byID[r.Event.MessageID] = r.ID
 	}
 	// A stale token changes nothing.
-	tr, err := st.markBatch(ctx, db.Pool, envelope.NewUUIDv7(), []mark{{id: byID["s"], outcome: outcomeSent}}, 10)
+	tr, err := claimsOf(st).MarkBatch(ctx, db.Pool, envelope.NewUUIDv7(), []claimsql.Mark{{ID: byID["s"], Outcome: outcomeSent}}, 10)
 	require.NoError(t, err)
-	require.Zero(t, tr.total())
+	require.Zero(t, tr.Total())
 	s, _ := status(t, db, "s")
 	require.Equal(t, "publishing", s)
 
-	tr, err = st.markBatch(ctx, db.Pool, tok, []mark{
-		{id: byID["s"], outcome: outcomeSent, partition: 2, offset: 7},
-		{id: byID["f"], outcome: outcomeFailed, err: "broker unreachable", delay: time.Hour},
-		{id: byID["f2"], outcome: outcomeSkipped, err: markplan.SkippedError},
-		{id: byID["r"], outcome: outcomeRejected, err: "too large", code: "message_too_large"},
-		{id: byID["d"], outcome: outcomeFailed, err: "x"},
+	tr, err = claimsOf(st).MarkBatch(ctx, db.Pool, tok, []claimsql.Mark{
+		{ID: byID["s"], Outcome: outcomeSent, Partition: 2, Offset: 7},
+		{ID: byID["f"], Outcome: outcomeFailed, Err: "broker unreachable", Delay: time.Hour},
+		{ID: byID["f2"], Outcome: outcomeSkipped, Err: markplan.SkippedError},
+		{ID: byID["r"], Outcome: outcomeRejected, Err: "too large", Code: "message_too_large"},
+		{ID: byID["d"], Outcome: outcomeFailed, Err: "x"},
 	}, 1)
 	require.NoError(t, err)
 	// maxAttempts 1: both failures are dead.
-	require.Equal(t, map[string]*destCounts{"": {sent: 1, dead: 2, retried: 1, rejected: 1}}, tr.byDest)
-	require.Len(t, tr.rows, 5, "every moved row, for the transition log")
-	for _, mr := range tr.rows {
-		if mr.id == byID["d"] {
-			require.Equal(t, markedRow{id: byID["d"], outcome: "failed", status: statusDead}, mr)
+	require.Equal(t, map[string]*claimsql.DestCounts{"": {Sent: 1, Dead: 2, Retried: 1, Rejected: 1}}, tr.ByDest)
+	require.Len(t, tr.Rows, 5, "every moved row, for the transition log")
+	for _, mr := range tr.Rows {
+		if mr.ID == byID["d"] {
+			require.Equal(t, claimsql.MarkedRow{ID: byID["d"], Outcome: "failed", Status: string(StatusDead)}, mr)
 		}
 	}
-	tr.byDest, tr.rows = nil, nil
-	require.Equal(t, transitions{sent: 1, dead: 2, skipped: 1, rejected: 1}, tr)
+	tr.ByDest, tr.Rows = nil, nil
+	require.Equal(t, claimsql.Transitions{Sent: 1, Dead: 2, Skipped: 1, Rejected: 1}, tr)
 	var part int32
 	var off int64
 	var pub *time.Time
@@ -208,9 +209,9 @@ func TestMarkFencingAndTransitions(t *testing.T) {
 	require.Equal(t, "message_too_large", code)
 
 	// A late mark of the same claim after the marks: no transition.
-	tr, err = st.markBatch(ctx, db.Pool, tok, []mark{{id: byID["s"], outcome: outcomeFailed, err: "late"}}, 10)
+	tr, err = claimsOf(st).MarkBatch(ctx, db.Pool, tok, []claimsql.Mark{{ID: byID["s"], Outcome: outcomeFailed, Err: "late"}}, 10)
 	require.NoError(t, err)
-	require.Zero(t, tr.total())
+	require.Zero(t, tr.Total())
 	s, _ = status(t, db, "s")
 	require.Equal(t, "sent", s)
 }
@@ -219,28 +220,28 @@ func TestExpiredLeaseIsReclaimedAndFenced(t *testing.T) {
 	t.Parallel()
 	db, st := setup(t, ev("a1", k("A")), ev("a2", k("A")))
 	ctx := context.Background()
-	tok1, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 1, time.Minute, 3, nil, 0)
+	tok1, rows, err := claimsOf(st).Claim(ctx, db.Pool, PerKeyHeadOfLine, 1, time.Minute, 3, nil, 0)
 	require.NoError(t, err)
 	require.Len(t, rows, 1)
 	// A live lease: nothing claimable (a2 blocked by the publishing head).
-	_, rows, err = st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 3, nil, 0)
+	_, rows, err = claimsOf(st).Claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 3, nil, 0)
 	require.NoError(t, err)
 	require.Empty(t, rows)
 	_, err = db.Pool.Exec(ctx, "UPDATE keiro_outbox SET lease_until = now() - interval '1 second' WHERE message_id = 'a1'")
 	require.NoError(t, err)
-	tok2, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 3, nil, 0)
+	tok2, rows, err := claimsOf(st).Claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 3, nil, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a1", "a2"}, ids(rows))
-	require.True(t, rows[0].reclaimed)
-	require.False(t, rows[1].reclaimed)
-	require.Equal(t, 2, rows[0].attempt)
+	require.True(t, rows[0].Reclaimed)
+	require.False(t, rows[1].Reclaimed)
+	require.Equal(t, 2, rows[0].Attempt)
 	// The first claimer's late mark is fenced out.
-	tr, err := st.markBatch(ctx, db.Pool, tok1, []mark{{id: rows[0].id, outcome: outcomeSent}}, 3)
+	tr, err := claimsOf(st).MarkBatch(ctx, db.Pool, tok1, []claimsql.Mark{{ID: rows[0].ID, Outcome: outcomeSent}}, 3)
 	require.NoError(t, err)
-	require.Zero(t, tr.total())
-	tr, err = st.markBatch(ctx, db.Pool, tok2, []mark{{id: rows[0].id, outcome: outcomeSent}, {id: rows[1].id, outcome: outcomeSent}}, 3)
+	require.Zero(t, tr.Total())
+	tr, err = claimsOf(st).MarkBatch(ctx, db.Pool, tok2, []claimsql.Mark{{ID: rows[0].ID, Outcome: outcomeSent}, {ID: rows[1].ID, Outcome: outcomeSent}}, 3)
 	require.NoError(t, err)
-	require.Equal(t, 2, tr.sent)
+	require.Equal(t, 2, tr.Sent)
 }
 
 // TestLeaseExpiredAfterFinalAttemptGoesDead: a row whose lease expires on its last attempt after
@@ -249,19 +250,19 @@ func TestLeaseExpiredAfterFinalAttemptGoesDead(t *testing.T) {
 	t.Parallel()
 	db, st := setup(t, ev("a1", k("A")), ev("a2", k("A")))
 	ctx := context.Background()
-	tok, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 1, time.Minute, 1, nil, 0)
+	tok, rows, err := claimsOf(st).Claim(ctx, db.Pool, PerKeyHeadOfLine, 1, time.Minute, 1, nil, 0)
 	require.NoError(t, err)
 	require.Len(t, rows, 1)
-	moved, err := st.startProduce(ctx, db.Pool, tok, [][16]byte{rows[0].id})
+	moved, err := claimsOf(st).StartProduce(ctx, db.Pool, tok, [][16]byte{rows[0].ID})
 	require.NoError(t, err)
-	require.True(t, moved[rows[0].id])
+	require.True(t, moved[rows[0].ID])
 	_, err = db.Pool.Exec(ctx, "UPDATE keiro_outbox SET lease_until = now() - interval '1 second' WHERE message_id = 'a1'")
 	require.NoError(t, err)
-	_, rows, err = st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 1, nil, 0)
+	_, rows, err = claimsOf(st).Claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 1, nil, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a1", "a2"}, ids(rows))
-	require.True(t, rows[0].dead)
-	require.False(t, rows[1].dead)
+	require.True(t, rows[0].Dead)
+	require.False(t, rows[1].Dead)
 	var s, le string
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT status, last_error FROM keiro_outbox WHERE message_id='a1'").Scan(&s, &le))
 	require.Equal(t, "dead", s)
@@ -271,10 +272,10 @@ func TestLeaseExpiredAfterFinalAttemptGoesDead(t *testing.T) {
 	_, err = db.Pool.Exec(ctx, `UPDATE keiro_outbox SET status = 'publishing', lease_until = now() - interval '1 second',
         last_error = 'broker timeout', claim_token = $1, produce_started = true WHERE message_id = 'a2'`, [16]byte(envelope.NewUUIDv7()))
 	require.NoError(t, err)
-	_, rows, err = st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 1, nil, 0)
+	_, rows, err = claimsOf(st).Claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 1, nil, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a2"}, ids(rows))
-	require.True(t, rows[0].dead)
+	require.True(t, rows[0].Dead)
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT last_error FROM keiro_outbox WHERE message_id='a2'").Scan(&le))
 	require.Equal(t, "lease expired after final attempt (last error: broker timeout)", le)
 }
@@ -288,26 +289,26 @@ func TestLeaseExpiryOfALastAttemptThatNeverRan(t *testing.T) {
 	t.Parallel()
 	db, st := setup(t, ev("a1", k("A")), ev("a2", k("A")))
 	ctx := context.Background()
-	_, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 1, time.Minute, 1, nil, 0) // reply "lost"
+	_, rows, err := claimsOf(st).Claim(ctx, db.Pool, PerKeyHeadOfLine, 1, time.Minute, 1, nil, 0) // reply "lost"
 	require.NoError(t, err)
 	require.Len(t, rows, 1)
 	_, err = db.Pool.Exec(ctx, "UPDATE keiro_outbox SET lease_until = now() - interval '1 second' WHERE message_id = 'a1'")
 	require.NoError(t, err)
-	tok, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 1, nil, 0)
+	tok, rows, err := claimsOf(st).Claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 1, nil, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a1", "a2"}, ids(rows))
-	require.False(t, rows[0].dead, "a row went dead on an attempt that never ran")
-	require.True(t, rows[0].reclaimed)
-	require.Equal(t, 1, rows[0].attempt, "the attempt that never ran was counted again")
+	require.False(t, rows[0].Dead, "a row went dead on an attempt that never ran")
+	require.True(t, rows[0].Reclaimed)
+	require.Equal(t, 1, rows[0].Attempt, "the attempt that never ran was counted again")
 	var s string
 	var attempts int
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT status, attempt_count FROM keiro_outbox WHERE message_id='a1'").Scan(&s, &attempts))
 	require.Equal(t, "publishing", s)
 	require.Equal(t, 1, attempts)
 	// The re-claimed row is published and marked normally.
-	tr, err := st.markBatch(ctx, db.Pool, tok, []mark{{id: rows[0].id, outcome: outcomeSent}, {id: rows[1].id, outcome: outcomeSent}}, 1)
+	tr, err := claimsOf(st).MarkBatch(ctx, db.Pool, tok, []claimsql.Mark{{ID: rows[0].ID, Outcome: outcomeSent}, {ID: rows[1].ID, Outcome: outcomeSent}}, 1)
 	require.NoError(t, err)
-	require.Equal(t, 2, tr.sent)
+	require.Equal(t, 2, tr.Sent)
 }
 
 // TestProduceStartKeepsTheClaimToken: recording the produce start of a last attempt sets the
@@ -318,10 +319,10 @@ func TestProduceStartKeepsTheClaimToken(t *testing.T) {
 	t.Parallel()
 	db, st := setup(t, ev("a1", k("A")), ev("b1", k("B")))
 	ctx := context.Background()
-	tok, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 1, nil, 0)
+	tok, rows, err := claimsOf(st).Claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 1, nil, 0)
 	require.NoError(t, err)
 	require.Len(t, rows, 2)
-	moved, err := st.startProduce(ctx, db.Pool, tok, [][16]byte{rows[0].id})
+	moved, err := claimsOf(st).StartProduce(ctx, db.Pool, tok, [][16]byte{rows[0].ID})
 	require.NoError(t, err)
 	require.Len(t, moved, 1)
 	var started bool
@@ -329,15 +330,15 @@ func TestProduceStartKeepsTheClaimToken(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT produce_started, claim_token FROM keiro_outbox WHERE message_id = 'a1'").Scan(&started, &held))
 	require.True(t, started)
 	require.Equal(t, [16]byte(tok), held, "the produce start changed the claim token")
-	moved, err = st.startProduce(ctx, db.Pool, envelope.NewUUIDv7(), [][16]byte{rows[1].id})
+	moved, err = claimsOf(st).StartProduce(ctx, db.Pool, envelope.NewUUIDv7(), [][16]byte{rows[1].ID})
 	require.NoError(t, err)
 	require.Empty(t, moved, "another token recorded a produce start")
-	n, err := st.renewLease(ctx, db.Pool, tok, [][16]byte{rows[0].id, rows[1].id}, time.Minute)
+	n, err := claimsOf(st).RenewLease(ctx, db.Pool, tok, [][16]byte{rows[0].ID, rows[1].ID}, time.Minute)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
-	tr, err := st.markBatch(ctx, db.Pool, tok, []mark{{id: rows[0].id, outcome: outcomeSent}, {id: rows[1].id, outcome: outcomeSent}}, 1)
+	tr, err := claimsOf(st).MarkBatch(ctx, db.Pool, tok, []claimsql.Mark{{ID: rows[0].ID, Outcome: outcomeSent}, {ID: rows[1].ID, Outcome: outcomeSent}}, 1)
 	require.NoError(t, err)
-	require.Equal(t, 2, tr.sent)
+	require.Equal(t, 2, tr.Sent)
 	var stillStarted int
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM keiro_outbox WHERE produce_started").Scan(&stillStarted))
 	require.Zero(t, stillStarted, "the mark kept a produce start")
@@ -348,7 +349,7 @@ func TestClaimDestinationsFilter(t *testing.T) {
 	e2 := ev("x", nil)
 	e2.Destination = "t2"
 	db, st := setup(t, ev("a", nil), e2)
-	_, rows, err := st.claim(context.Background(), db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, []string{"t2"}, 0)
+	_, rows, err := claimsOf(st).Claim(context.Background(), db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, []string{"t2"}, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"x"}, ids(rows))
 }
@@ -362,11 +363,11 @@ func TestClaimScanBudget(t *testing.T) {
 	ctx := context.Background()
 	claim := func(budget int) []string {
 		t.Helper()
-		_, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, budget)
+		_, rows, err := claimsOf(st).Claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, budget)
 		require.NoError(t, err)
 		return ids(rows)
 	}
-	_, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 1, time.Minute, 10, nil, 0)
+	_, rows, err := claimsOf(st).Claim(ctx, db.Pool, PerKeyHeadOfLine, 1, time.Minute, 10, nil, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a1"}, ids(rows)) // key A in flight
 	require.Empty(t, claim(5), "the first five open rows are key A's")
@@ -395,7 +396,7 @@ FROM generate_series(1, 100000) g`, db.Schema))
 	_, err = db.Pool.Exec(ctx, "ANALYZE "+db.Schema+".keiro_outbox")
 	require.NoError(t, err)
 	for _, p := range []Policy{PerKeyHeadOfLine, StopTheLine, PerSourceStream, BestEffort} {
-		q := st.claimSQL(p)
+		q := claimsOf(st).ClaimSQL(p)
 		for _, budget := range []any{nil, int64(2048)} {
 			// Unrestricted, and restricted to half of the claim shares (internal/shares).
 			shares := any(nil)
@@ -428,7 +429,7 @@ func TestMarkOutcomeCountsOrderBroken(t *testing.T) {
 	r, err := NewRelay(db.Pool, kc.NewClient(t, ProducerOpts()...), RelayConfig{Schema: db.Schema, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	ctx := context.Background()
-	token, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
+	token, rows, err := claimsOf(st).Claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a1", "b1", "a2", "c1", "c2", "n1", "n2"}, ids(rows))
 	fail := produceResult{done: true, err: kerr.UnknownServerError}
@@ -535,21 +536,21 @@ func TestMarkKeepsAttemptHistory(t *testing.T) {
 	db, st := setup(t, ev("f", k("F")), ev("r", k("R")), ev("s", k("S")))
 	ctx := context.Background()
 	byID := map[string]envelope.UUID{}
-	tok, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
+	tok, rows, err := claimsOf(st).Claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
 	require.NoError(t, err)
 	for _, r := range rows {
-		byID[r.event.MessageID] = r.id
+		byID[r.Event.MessageID] = r.ID
 	}
-	_, err = st.markBatch(ctx, db.Pool, tok, []mark{
-		{id: byID["f"], outcome: outcomeFailed, err: "broker unreachable"},
-		{id: byID["r"], outcome: outcomeRejected, err: "too large", code: "message_too_large"},
-		{id: byID["s"], outcome: outcomeSent},
+	_, err = claimsOf(st).MarkBatch(ctx, db.Pool, tok, []claimsql.Mark{
+		{ID: byID["f"], Outcome: outcomeFailed, Err: "broker unreachable"},
+		{ID: byID["r"], Outcome: outcomeRejected, Err: "too large", Code: "message_too_large"},
+		{ID: byID["s"], Outcome: outcomeSent},
 	}, 5)
 	require.NoError(t, err)
-	tok, rows, err = st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
+	tok, rows, err = claimsOf(st).Claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"f"}, ids(rows))
-	_, err = st.markBatch(ctx, db.Pool, tok, []mark{{id: byID["f"], outcome: outcomeFailed, err: "request timed out"}}, 5)
+	_, err = claimsOf(st).MarkBatch(ctx, db.Pool, tok, []claimsql.Mark{{ID: byID["f"], Outcome: outcomeFailed, Err: "request timed out"}}, 5)
 	require.NoError(t, err)
 
 	h, err := AdminOf(st).AttemptHistory(ctx, db.Pool, byID["f"])

@@ -12,6 +12,7 @@ import (
 	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/backoff"
+	"github.com/keiro-go/keiro/outbox/internal/claimsql"
 	"github.com/keiro-go/keiro/outbox/internal/shares"
 	"github.com/keiro-go/keiro/outbox/internal/sleep"
 )
@@ -55,7 +56,7 @@ type claimer struct {
 	deepFull      bool // the last full-backlog scan came back full
 	// deepFrom is where the next full-backlog scan starts in key order (sqlClaimKeys): after
 	// the keys the last one took, so scans do not walk again the keys in flight.
-	deepFrom keyCursor
+	deepFrom claimsql.KeyCursor
 	// preferOwn: the last claim came back full, so the backlog is deep enough for the relays
 	// to split; the next claim prefers this relay's claim shares (internal/shares), unless a claim of
 	// them came back empty before ownDryUntil.
@@ -141,7 +142,7 @@ func (c *claimer) step(ctx context.Context) bool {
 // bounded by its budget.
 type claimScan struct {
 	all  bool
-	from keyCursor
+	from claimsql.KeyCursor
 }
 
 // claim runs the next claim statement (more than one when the first finds nothing where it
@@ -154,7 +155,7 @@ type claimScan struct {
 // interval, so a row behind a blocked front (keys in backoff) waits at most that long, and
 // keeps doing so while those scans come back full, so a long blocked front does not slow the
 // rows behind it.
-func (c *claimer) claim(ctx context.Context, t0 time.Time) (envelope.UUID, []claimedRow, claimScan, error) {
+func (c *claimer) claim(ctx context.Context, t0 time.Time) (envelope.UUID, []claimsql.Row, claimScan, error) {
 	r := c.r
 	budget := r.cfg.MaxInFlightBatches * r.cfg.BatchSize
 	mask := r.claimShares(c.preferOwn, c.ownDryUntil)
@@ -163,10 +164,10 @@ func (c *claimer) claim(ctx context.Context, t0 time.Time) (envelope.UUID, []cla
 		sc.from, budget = c.deepFrom, 0
 	}
 	token, rows, err := r.claimBatch(c.hard, budget, mask, sc.from)
-	if err == nil && len(rows) == 0 && sc.from != (keyCursor{}) {
+	if err == nil && len(rows) == 0 && sc.from != (claimsql.KeyCursor{}) {
 		// The scan past the front ran off the end of the keys: start over at the first.
 		r.stats.claims.Add(1)
-		sc.from = keyCursor{}
+		sc.from = claimsql.KeyCursor{}
 		token, rows, err = r.claimBatch(c.hard, budget, mask, sc.from)
 	}
 	if err == nil && len(rows) == 0 && mask != shares.All {
@@ -204,7 +205,7 @@ func (c *claimer) claimFailed(ctx context.Context, err error) bool {
 
 // note records what a claim of rows says of the backlog: whether the next claim prefers the
 // relay's shares, where the next full scan starts, and whether the extra claimers work.
-func (c *claimer) note(rows []claimedRow, sc claimScan) {
+func (c *claimer) note(rows []claimsql.Row, sc claimScan) {
 	r := c.r
 	full := len(rows) == r.cfg.BatchSize
 	c.preferOwn = full
@@ -212,10 +213,10 @@ func (c *claimer) note(rows []claimedRow, sc claimScan) {
 		// The next scan past the front resumes after the keys this one took; one that
 		// came back short ran off the end of the keys and the next starts over (at once,
 		// if this one did not start at the first key).
-		c.deepFull = full || sc.from != keyCursor{}
-		c.deepFrom = keyCursor{}
+		c.deepFull = full || sc.from != claimsql.KeyCursor{}
+		c.deepFrom = claimsql.KeyCursor{}
 		if full {
-			c.deepFrom = lastKey(rows)
+			c.deepFrom = claimsql.LastKey(rows)
 		}
 	}
 	if full != r.backlogged.Load() {
@@ -232,7 +233,7 @@ func (c *claimer) note(rows []claimedRow, sc claimScan) {
 }
 
 // send passes a claimed batch on to the producer; its lease is renewed from now on.
-func (c *claimer) send(ctx context.Context, token envelope.UUID, rows []claimedRow, t0 time.Time) {
+func (c *claimer) send(ctx context.Context, token envelope.UUID, rows []claimsql.Row, t0 time.Time) {
 	r := c.r
 	b := &claimedBatch{token: token, rows: rows, results: make([]produceResult, len(rows)), leasedAt: t0}
 	r.flying.Store(b, struct{}{})
@@ -240,7 +241,7 @@ func (c *claimer) send(ctx context.Context, token envelope.UUID, rows []claimedR
 		r.wakeUp(ctx, c.sl) // busy: producers need not notify
 	}
 	r.stats.claimed.Add(int64(len(rows)))
-	r.inst.batchSize.Record(ctx, int64(len(rows)))
+	r.inst.BatchSize.Record(ctx, int64(len(rows)))
 	r.inFlight.Add(1)
 	c.out <- b
 }
@@ -389,8 +390,8 @@ func (r *engine) claimShares(preferOwn bool, ownDryUntil time.Time) shares.Mask 
 // that backend is gone (a live one could still commit it), instead of after a lease. mask
 // restricts the claim to some claim shares (shares.All: none); the scan budget, counted over every
 // share, is then scaled to look as deep into them, and a batch deeper. from is where a scan past the front starts
-// in key order (keyCursor).
-func (r *engine) claimBatch(ctx context.Context, budget int, mask shares.Mask, from keyCursor) (envelope.UUID, []claimedRow, error) {
+// in key order (claimsql.KeyCursor).
+func (r *engine) claimBatch(ctx context.Context, budget int, mask shares.Mask, from claimsql.KeyCursor) (envelope.UUID, []claimsql.Row, error) {
 	r.releaseLostClaims(ctx)
 	conn, err := r.pool.Acquire(ctx)
 	if err != nil {
@@ -407,7 +408,7 @@ func (r *engine) claimBatch(ctx context.Context, budget int, mask shares.Mask, f
 		}
 	}
 	sent := r.now()
-	token, rows, err := r.store.claimIn(ctx, conn, r.cfg.Policy, r.cfg.BatchSize, r.cfg.Lease, r.cfg.MaxAttempts,
+	token, rows, err := r.claims.ClaimIn(ctx, conn, r.cfg.Policy, r.cfg.BatchSize, r.cfg.Lease, r.cfg.MaxAttempts,
 		r.cfg.Destinations, budget, mask, from)
 	if err != nil && mayHaveCommitted(err) {
 		r.lostMu.Lock()
@@ -442,7 +443,7 @@ func (r *engine) releaseLostClaims(ctx context.Context) {
 		if r.now().Sub(c.at) >= r.cfg.Lease {
 			continue
 		}
-		alive, n, err := r.store.releaseLostClaim(ctx, r.pool, c.token, c.pid)
+		alive, n, err := r.claims.ReleaseLostClaim(ctx, r.pool, c.token, c.pid)
 		switch {
 		case err != nil:
 			r.log.DebugContext(ctx, "release of a lost claim's rows failed; retrying", "token", c.token, "err", err)
@@ -492,8 +493,8 @@ func (r *engine) renewLeases(ctx context.Context) {
 func (r *engine) extendLease(ctx context.Context, b *claimedBatch) {
 	ids := make([][16]byte, 0, len(b.rows))
 	for i := range b.rows {
-		if !b.rows[i].dead {
-			ids = append(ids, b.rows[i].id)
+		if !b.rows[i].Dead {
+			ids = append(ids, b.rows[i].ID)
 		}
 	}
 	if len(ids) == 0 {
@@ -501,7 +502,7 @@ func (r *engine) extendLease(ctx context.Context, b *claimedBatch) {
 	}
 	at := r.now() // the renewed lease starts no earlier than this
 	actx, cancel := context.WithTimeout(ctx, r.cfg.Lease/3)
-	n, err := r.store.renewLease(actx, r.pool, b.token, ids, r.cfg.Lease)
+	n, err := r.claims.RenewLease(actx, r.pool, b.token, ids, r.cfg.Lease)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {

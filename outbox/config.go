@@ -12,6 +12,7 @@ import (
 	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/schemaname"
+	"github.com/keiro-go/keiro/outbox/internal/claimsql"
 	"github.com/keiro-go/keiro/outbox/internal/logsource"
 )
 
@@ -259,7 +260,7 @@ func (c *RelayConfig) validate() error {
 	if err := schemaname.Validate(c.Schema); err != nil {
 		bad("Schema: %w", err)
 	}
-	if !c.Policy.valid() {
+	if !c.Policy.Valid() {
 		bad("Policy: unknown policy %d", int(c.Policy))
 	}
 	if c.BatchSize < 1 {
@@ -322,3 +323,32 @@ func (c *RelayConfig) validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Policy is an ordering policy (keiro §1.3.6): what a claim must respect and how a failure in
+// a batch affects the rows after it. Its String method returns its name ("per-key",
+// "per-source", "stop-the-line" or "best-effort").
+type Policy = claimsql.Policy
+
+// The ordering policies.
+const (
+	// PerKeyHeadOfLine orders rows per (source, key): a row is claimed only when every earlier
+	// non-terminal row of its (source, key) is claimed with it, and a failure holds back the
+	// rest of its key. Rows without a key are unordered. The default.
+	PerKeyHeadOfLine = claimsql.PerKeyHeadOfLine
+	// PerSourceStream orders all rows of a source, whatever their key (null keys included).
+	// Kafka itself orders only within a partition, so a total order needs a single-partition
+	// destination. The order is commit order for sources declared with
+	// [Admin.DeclarePerSourceOrder]; for others a transaction that commits late is published
+	// after later rows of its source.
+	PerSourceStream = claimsql.PerSourceStream
+	// StopTheLine claims like PerKeyHeadOfLine with one batch in flight and publishes row by
+	// row, a flush each (keiro §1.3.5): the first failure halts the relay, no later row of the
+	// batch is sent (they are skipped, attempts refunded), and Run returns an error naming the
+	// row, for manual review. The slowest policy: one produce round trip per row.
+	StopTheLine = claimsql.StopTheLine
+	// BestEffort claims every due row, unordered: a failure affects only its own row.
+	BestEffort = claimsql.BestEffort
+)
+
+// ParsePolicy parses a policy name as returned by Policy.String.
+func ParsePolicy(s string) (Policy, error) { return claimsql.ParsePolicy(s) }

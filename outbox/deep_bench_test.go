@@ -146,7 +146,7 @@ func BenchmarkDeepClaimLatency(b *testing.B) {
 							_, err := br.Exec()
 							require.NoError(b, err)
 						}
-						rows, err := st.readClaim(br)
+						rows, err := claimsOf(st).ReadClaim(br)
 						require.NoError(b, err)
 						_, err = br.Exec()
 						require.NoError(b, err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
+	"github.com/keiro-go/keiro/outbox/internal/claimsql"
 	"github.com/keiro-go/keiro/outbox/internal/shares"
 )
 
@@ -109,21 +110,21 @@ func TestDeepClaimResumesAfterItsCursor(t *testing.T) {
 	t.Parallel()
 	db, st := setup(t, ev("a1", k("a")), ev("b1", k("b")), ev("c1", k("c")), ev("c2", k("c")), ev("d1", k("d")), ev("n1", nil))
 	ctx := context.Background()
-	_, rows, err := st.claimIn(ctx, db.Pool, PerKeyHeadOfLine, 2, time.Minute, 10, nil, 0, shares.All, keyCursor{})
+	_, rows, err := claimsOf(st).ClaimIn(ctx, db.Pool, PerKeyHeadOfLine, 2, time.Minute, 10, nil, 0, shares.All, claimsql.KeyCursor{})
 	require.NoError(t, err)
 	require.Equal(t, []string{"a1", "b1"}, ids(rows))
-	from := lastKey(rows)
-	require.Equal(t, keyCursor{"ordering", "b"}, from)
-	_, rows, err = st.claimIn(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0, shares.All, from)
+	from := claimsql.LastKey(rows)
+	require.Equal(t, claimsql.KeyCursor{Source: "ordering", Key: "b"}, from)
+	_, rows, err = claimsOf(st).ClaimIn(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0, shares.All, from)
 	require.NoError(t, err)
 	require.Equal(t, []string{"c1", "c2", "d1", "n1"}, ids(rows))
-	require.Equal(t, keyCursor{"ordering", "d"}, lastKey(rows))
+	require.Equal(t, claimsql.KeyCursor{Source: "ordering", Key: "d"}, claimsql.LastKey(rows))
 	_, err = db.Pool.Exec(ctx, "UPDATE keiro_outbox SET status = 'pending', claim_token = NULL, lease_until = NULL WHERE message_id IN ('a1', 'c1', 'c2')")
 	require.NoError(t, err)
-	_, rows, err = st.claimIn(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0, shares.All, keyCursor{"ordering", "d"})
+	_, rows, err = claimsOf(st).ClaimIn(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0, shares.All, claimsql.KeyCursor{Source: "ordering", Key: "d"})
 	require.NoError(t, err)
 	require.Empty(t, rows, "no key after d")
-	_, rows, err = st.claimIn(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0, shares.All, keyCursor{})
+	_, rows, err = claimsOf(st).ClaimIn(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0, shares.All, claimsql.KeyCursor{})
 	require.NoError(t, err)
 	require.Equal(t, []string{"a1", "c1", "c2"}, ids(rows))
 }

@@ -13,8 +13,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/outbox/internal/claimsql"
 	"github.com/keiro-go/keiro/outbox/internal/kafkaerr"
 	"github.com/keiro-go/keiro/outbox/internal/logsource"
+	"github.com/keiro-go/keiro/outbox/internal/logstart"
+	"github.com/keiro-go/keiro/outbox/internal/maintain"
+	"github.com/keiro-go/keiro/outbox/internal/metrics"
 	"github.com/keiro-go/keiro/outbox/internal/publish"
 	"github.com/keiro-go/keiro/outbox/internal/shares"
 	"github.com/keiro-go/keiro/outbox/internal/translog"
@@ -26,7 +30,11 @@ type engine struct {
 	pool  *pgxpool.Pool
 	cfg   RelayConfig
 	store *Store
-	inst  *instruments
+	// claims runs the claim relay's statements.
+	claims *claimsql.Store
+	inst   *metrics.Instruments
+	// maint runs the maintenance passes.
+	maint *maintain.Maintainer
 	log   *slog.Logger
 	// pub turns rows into records for both sources, the claim loop and the log engine.
 	pub  *publish.Publisher
@@ -40,8 +48,10 @@ type engine struct {
 	// rest are still being handed over and go out in the next, so a failure could be followed
 	// by a success of later records of the same key.
 	topics sync.Map // topic name → struct{}
-	// logEngine follows the slot in ModeLog (logrelay.go); nil in ModeClaim.
+	// logEngine follows the slot in ModeLog (relay.go); nil in ModeClaim.
 	logEngine logsource.Engine
+	// logStart starts the log source beside the claim loop in ModeLog; nil in ModeClaim.
+	logStart *logstart.Starter
 	// ackHook, if set (benchmarks), is called with each acknowledged row's message id.
 	ackHook func(messageID string)
 	// sleepHook, if set (tests), runs before each try of the sleep lock.
@@ -106,7 +116,7 @@ func ownConnConfig(pool *pgxpool.Pool, schema string) *pgx.ConnConfig {
 // claimedBatch is one claim travelling through the pipeline.
 type claimedBatch struct {
 	token envelope.UUID
-	rows  []claimedRow
+	rows  []claimsql.Row
 
 	mu      sync.Mutex
 	results []produceResult // per row, written by produce callbacks
@@ -191,4 +201,36 @@ type produceResult struct {
 // mark must agree on it.
 func (res *produceResult) failureClass() (kafkaerr.Class, string) {
 	return kafkaerr.OfRecord(res.err, res.shared)
+}
+
+// deadLetterTimeout bounds one dead-letter write; past it the write counts as failed.
+const deadLetterTimeout = 15 * time.Second
+
+// deadLetter is the log-mode engine's dead-letter sink: it writes the rejected event as a
+// 'rejected' row of keiro_outbox, where ListDead, Requeue, the console and the dead gauge
+// read dead letters. The engine confirms the event's transaction only once it returned nil;
+// an error ends the engine's session, and the next one replays the transaction and calls it
+// again (the write is idempotent: a second one writes nothing).
+func (r *engine) deadLetter(rej publish.Rejection) error {
+	if rej.Event == nil {
+		return fmt.Errorf("dead letter of message %s: no event", rej.MessageID)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), deadLetterTimeout)
+	defer cancel()
+	errText := ""
+	if rej.Err != nil {
+		errText = rej.Err.Error()
+	}
+	wrote, err := r.store.writeDeadLetter(ctx, r.pool, rej.Event, rej.Code, errText)
+	if err != nil {
+		return err
+	}
+	if wrote {
+		r.stats.rejected.Add(1)
+		r.inst.Rejected.Add(ctx, 1, publish.DestinationAttr(rej.Destination))
+	}
+	r.log.Error("log mode: Kafka refused an event for good; it is a dead letter of keiro_outbox (relay dead list), and the stream moves on",
+		"message_id", rej.MessageID, "source", rej.Source, "destination", rej.Destination,
+		"code", rej.Code, "err", rej.Err, "written", wrote)
+	return nil
 }

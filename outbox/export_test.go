@@ -1,5 +1,10 @@
 package outbox
 
+import "github.com/keiro-go/keiro/outbox/internal/claimsql"
+
+// claimsOf returns the claim relay's statements on s's schema.
+func claimsOf(s *Store) *claimsql.Store { return &claimsql.Store{Q: s.q} }
+
 // EnqueuesInLogMode reports whether s's next enqueue runs log mode's statement (Store.insert).
 func EnqueuesInLogMode(s *Store) bool { return s.logEnqueue.Load() }
 

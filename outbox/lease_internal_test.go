@@ -101,7 +101,7 @@ func TestMarkStoresAnErrorCutThroughACharacter(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	token, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
+	token, rows, err := claimsOf(st).Claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
 	require.NoError(t, err)
 	msg := strings.Repeat("x", markplan.MaxErrorBytes-1) + "é and more" // é's two bytes straddle the limit
 	b := &claimedBatch{token: token, rows: rows, results: []produceResult{{done: true, err: errors.New(msg)}}, leasedAt: time.Now()}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
+	"github.com/keiro-go/keiro/outbox/internal/claimsql"
 )
 
 // TestClaimWhoseReplyWasLostIsReleased: the relay's first claim commits, then its backend is
@@ -46,7 +47,7 @@ func TestClaimWhoseReplyWasLostIsReleased(t *testing.T) {
 	require.NoError(t, err)
 	lostRows := make(chan int, 1)
 	var once sync.Once
-	r.store.claimSent = func(q batchSender, token envelope.UUID) {
+	r.claims.ClaimSent = func(q claimsql.BatchSender, token envelope.UUID) {
 		once.Do(func() {
 			ctx := context.Background()
 			conn := q.(*pgxpool.Conn)

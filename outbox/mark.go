@@ -10,6 +10,7 @@ import (
 	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/backoff"
+	"github.com/keiro-go/keiro/outbox/internal/claimsql"
 	"github.com/keiro-go/keiro/outbox/internal/markplan"
 	"github.com/keiro-go/keiro/outbox/internal/publish"
 	"github.com/keiro-go/keiro/outbox/internal/translog"
@@ -27,19 +28,19 @@ func (r *engine) markOutcome(ctx context.Context, b *claimedBatch) BatchResult {
 	p := r.plan(b, results)
 	for i, suspect := range p.Suspects {
 		if suspect {
-			r.suspects.Add(b.rows[i].id)
+			r.suspects.Add(b.rows[i].ID)
 		} else {
-			r.suspects.Remove(b.rows[i].id)
+			r.suspects.Remove(b.rows[i].ID)
 		}
 	}
 	for _, i := range p.OrderBroken {
 		row, pr := &b.rows[i], &results[i]
 		r.log.ErrorContext(ctx, "a record reached Kafka after an earlier record of its key failed: the key is out of order on the topic",
-			"outbox_id", row.id.String(), "message_id", row.event.MessageID, "destination", row.event.Destination,
+			"outbox_id", row.ID.String(), "message_id", row.Event.MessageID, "destination", row.Event.Destination,
 			"partition", pr.partition, "offset", pr.offset)
 	}
 	if n := len(p.OrderBroken); n > 0 {
-		r.inst.orderBroken.Add(ctx, int64(n))
+		r.inst.OrderBroken.Add(ctx, int64(n))
 		r.stats.orderBroken.Add(int64(n))
 	}
 	if p.Sent {
@@ -55,36 +56,36 @@ func (r *engine) markOutcome(ctx context.Context, b *claimedBatch) BatchResult {
 	if d := p.RetryIn(); d > 0 {
 		defer time.AfterFunc(d, r.signal)
 	}
-	marks := make([]mark, len(p.Marks))
+	marks := make([]claimsql.Mark, len(p.Marks))
 	for j, m := range p.Marks {
 		row := &b.rows[m.Row]
-		marks[j] = mark{id: row.id, outcome: m.Outcome, err: m.Err, delay: m.Delay, partition: m.Partition,
-			offset: m.Offset, code: m.Code, dest: row.event.Destination}
+		marks[j] = claimsql.Mark{ID: row.ID, Outcome: m.Outcome, Err: m.Err, Delay: m.Delay, Partition: m.Partition,
+			Offset: m.Offset, Code: m.Code, Dest: row.Event.Destination}
 	}
 
 	t := r.writeMarks(ctx, b, marks)
-	r.logTransitions(ctx, b, marks, t.rows)
+	r.logTransitions(ctx, b, marks, t.Rows)
 	res := BatchResult{Claimed: len(b.rows), Reclaimed: p.Reclaimed, OrderBroken: len(p.OrderBroken),
-		Published: t.sent, Retried: t.failed + t.deferred, Skipped: t.skipped, Dead: t.dead + len(p.Dead),
-		Rejected: t.rejected, Released: t.released}
+		Published: t.Sent, Retried: t.Failed + t.Deferred, Skipped: t.Skipped, Dead: t.Dead + len(p.Dead),
+		Rejected: t.Rejected, Released: t.Released}
 	if p.HaltedOn >= 0 {
-		id := b.rows[p.HaltedOn].id.String()
+		id := b.rows[p.HaltedOn].ID.String()
 		res.HaltedOn = &id
 	}
 	deadOnClaim := map[string]int{}
 	for _, i := range p.Dead {
-		deadOnClaim[b.rows[i].event.Destination]++
+		deadOnClaim[b.rows[i].Event.Destination]++
 	}
 	r.record(ctx, b, t, deadOnClaim)
 	s := &r.stats
 	s.batches.Add(1)
-	s.published.Add(int64(t.sent))
-	s.retried.Add(int64(t.failed))
-	s.deferred.Add(int64(t.deferred))
-	s.skipped.Add(int64(t.skipped))
+	s.published.Add(int64(t.Sent))
+	s.retried.Add(int64(t.Failed))
+	s.deferred.Add(int64(t.Deferred))
+	s.skipped.Add(int64(t.Skipped))
 	s.dead.Add(int64(res.Dead))
-	s.rejected.Add(int64(t.rejected))
-	s.released.Add(int64(t.released))
+	s.rejected.Add(int64(t.Rejected))
+	s.released.Add(int64(t.Released))
 	s.reclaimed.Add(int64(res.Reclaimed))
 	if r.cfg.OnBatch != nil {
 		r.cfg.OnBatch(res)
@@ -99,8 +100,8 @@ func (r *engine) plan(b *claimedBatch, results []produceResult) markplan.Plan {
 	res := make([]markplan.Result, len(b.rows))
 	for i := range b.rows {
 		row, pr := &b.rows[i], &results[i]
-		rows[i] = markplan.Row{Group: groupKey(r.cfg.Policy, &row.event), Key: groupKey(PerKeyHeadOfLine, &row.event),
-			Attempt: row.attempt, Reclaimed: row.reclaimed, Dead: row.dead}
+		rows[i] = markplan.Row{Group: groupKey(r.cfg.Policy, &row.Event), Key: groupKey(PerKeyHeadOfLine, &row.Event),
+			Attempt: row.Attempt, Reclaimed: row.Reclaimed, Dead: row.Dead}
 		res[i] = markplan.Result{Done: pr.done, Err: pr.err, Partition: pr.partition, Offset: pr.offset,
 			RejectCode: pr.rejectCode, RejectMsg: pr.rejectMsg, Shared: pr.shared, LeaseLost: pr.leaseLost}
 	}
@@ -112,23 +113,23 @@ func (r *engine) plan(b *claimedBatch, results []produceResult) markplan.Plan {
 // one did. A mark that failed wrote nothing, even when its statement had returned rows before
 // the failure (a connection lost mid-result, an error at commit): its batch counts, logs and
 // reports no transition, and its rows are left to the retry or to their lease.
-func (r *engine) writeMarks(ctx context.Context, b *claimedBatch, marks []mark) transitions {
+func (r *engine) writeMarks(ctx context.Context, b *claimedBatch, marks []claimsql.Mark) claimsql.Transitions {
 	t0 := time.Now()
 	refused := 0
 	for attempt := 1; ; attempt++ {
 		// Each attempt gets its own deadline, so the marks of a shutdown still get one try
 		// after the hard deadline passed.
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		t, err := r.store.markBatch(actx, r.pool, b.token, marks, r.cfg.MaxAttempts)
+		t, err := r.claims.MarkBatch(actx, r.pool, b.token, marks, r.cfg.MaxAttempts)
 		cancel()
 		if err == nil {
-			r.log.DebugContext(ctx, "marked", "rows", len(marks), "moved", t.total(), "took", time.Since(t0))
+			r.log.DebugContext(ctx, "marked", "rows", len(marks), "moved", t.Total(), "took", time.Since(t0))
 			return t
 		}
 		r.stats.markErrors.Add(1)
 		if ctx.Err() != nil {
 			r.log.ErrorContext(ctx, "marking outbox batch abandoned at shutdown; rows will be re-claimed after their lease", "err", err)
-			return transitions{}
+			return claimsql.Transitions{}
 		}
 		// A mark PostgreSQL refuses (the statement itself cannot succeed) is retried a few
 		// times: retried forever, its lease renewed meanwhile, it would pin its rows and their
@@ -143,45 +144,45 @@ func (r *engine) writeMarks(ctx context.Context, b *claimedBatch, marks []mark) 
 			r.stats.marksAbandoned.Add(1)
 			r.log.ErrorContext(ctx, "PostgreSQL keeps refusing the mark of an outbox batch; giving up: its rows are re-claimed once their lease expires",
 				"err", err, "refusals", refused, "rows", len(marks), "lease", r.cfg.Lease)
-			return transitions{}
+			return claimsql.Transitions{}
 		}
 		d := markRetryBackoff.Delay(attempt)
 		r.log.WarnContext(ctx, "mark failed; retrying", "err", err, "retry_in", d)
 		if backoff.Sleep(ctx, d) != nil {
-			return transitions{}
+			return claimsql.Transitions{}
 		}
 	}
 }
 
 // record adds a batch's real transitions to the metrics, per destination.
-func (r *engine) record(ctx context.Context, b *claimedBatch, t transitions, deadOnClaim map[string]int) {
-	for dest, c := range t.byDest {
+func (r *engine) record(ctx context.Context, b *claimedBatch, t claimsql.Transitions, deadOnClaim map[string]int) {
+	for dest, c := range t.ByDest {
 		attrs := publish.DestinationAttr(dest)
-		if c.sent > 0 {
-			r.pub.AddPublished(ctx, int64(c.sent), dest)
+		if c.Sent > 0 {
+			r.pub.AddPublished(ctx, int64(c.Sent), dest)
 		}
-		if c.retried > 0 {
-			r.inst.retried.Add(ctx, int64(c.retried), attrs)
+		if c.Retried > 0 {
+			r.inst.Retried.Add(ctx, int64(c.Retried), attrs)
 		}
-		if c.rejected > 0 {
-			r.inst.rejected.Add(ctx, int64(c.rejected), attrs)
+		if c.Rejected > 0 {
+			r.inst.Rejected.Add(ctx, int64(c.Rejected), attrs)
 		}
-		if c.dead > 0 {
-			r.inst.deadlettered.Add(ctx, int64(c.dead), attrs)
+		if c.Dead > 0 {
+			r.inst.Deadlettered.Add(ctx, int64(c.Dead), attrs)
 		}
 	}
 	for dest, n := range deadOnClaim {
-		r.inst.deadlettered.Add(ctx, int64(n), publish.DestinationAttr(dest))
+		r.inst.Deadlettered.Add(ctx, int64(n), publish.DestinationAttr(dest))
 	}
 	if n := countReclaimed(b); n > 0 {
-		r.inst.reclaimed.Add(ctx, int64(n))
+		r.inst.Reclaimed.Add(ctx, int64(n))
 	}
 }
 
 func countReclaimed(b *claimedBatch) int {
 	n := 0
 	for i := range b.rows {
-		if b.rows[i].reclaimed {
+		if b.rows[i].Reclaimed {
 			n++
 		}
 	}
@@ -216,45 +217,59 @@ func isRefusal(err error) bool {
 // logTransitions logs the rows of batch b that marks moved to failed, dead or rejected (moved
 // as the mark statement reports them), and the rows that went dead in the claim (the transition
 // log, internal/translog).
-func (r *engine) logTransitions(ctx context.Context, b *claimedBatch, marks []mark, moved []markedRow) {
-	rows := make(map[envelope.UUID]*claimedRow, len(b.rows))
+func (r *engine) logTransitions(ctx context.Context, b *claimedBatch, marks []claimsql.Mark, moved []claimsql.MarkedRow) {
+	rows := make(map[envelope.UUID]*claimsql.Row, len(b.rows))
 	for i := range b.rows {
-		rows[b.rows[i].id] = &b.rows[i]
-		if b.rows[i].dead {
+		rows[b.rows[i].ID] = &b.rows[i]
+		if b.rows[i].Dead {
 			r.logTransition(ctx, translog.Dead, &b.rows[i], nil, "lease expired after the last attempt: the outcome of that attempt is unknown")
 		}
 	}
-	byID := make(map[envelope.UUID]*mark, len(marks))
+	byID := make(map[envelope.UUID]*claimsql.Mark, len(marks))
 	for i := range marks {
-		byID[marks[i].id] = &marks[i]
+		byID[marks[i].ID] = &marks[i]
 	}
 	for _, mr := range moved {
 		var kind translog.Kind
 		switch {
-		case mr.outcome == outcomeRejected.String():
+		case mr.Outcome == outcomeRejected.String():
 			kind = translog.Rejected
-		case mr.status == statusDead:
+		case mr.Status == string(StatusDead):
 			kind = translog.Dead
-		case mr.outcome == outcomeFailed.String():
+		case mr.Outcome == outcomeFailed.String():
 			kind = translog.Retried
 		default:
 			continue // sent, released, skipped or deferred (a Kafka outage is logged once per batch)
 		}
-		row := rows[mr.id]
+		row := rows[mr.ID]
 		if row == nil {
 			continue
 		}
-		r.logTransition(ctx, kind, row, byID[mr.id], "")
+		r.logTransition(ctx, kind, row, byID[mr.ID], "")
 	}
 }
 
 // logTransition logs one row's transition, with m's error (reason without a mark), if the
 // kind's budget allows it.
-func (r *engine) logTransition(ctx context.Context, kind translog.Kind, row *claimedRow, m *mark, reason string) {
-	lr := translog.Row{OutboxID: row.id.String(), MessageID: row.event.MessageID, Source: row.event.Source,
-		Destination: row.event.Destination, Key: row.event.Key, Attempt: row.attempt, Err: reason}
+func (r *engine) logTransition(ctx context.Context, kind translog.Kind, row *claimsql.Row, m *claimsql.Mark, reason string) {
+	lr := translog.Row{OutboxID: row.ID.String(), MessageID: row.Event.MessageID, Source: row.Event.Source,
+		Destination: row.Event.Destination, Key: row.Event.Key, Attempt: row.Attempt, Err: reason}
 	if m != nil {
-		lr.Code, lr.RetryIn, lr.Err = m.code, m.delay, m.err
+		lr.Code, lr.RetryIn, lr.Err = m.Code, m.Delay, m.Err
 	}
 	r.transitionLog.Write(ctx, r.log, kind, lr)
 }
+
+// outcome is what the relay decided for one claimed row (markplan.Decide); its name is what
+// sqlMark reads.
+type outcome = markplan.Outcome
+
+// The outcomes a mark writes.
+const (
+	outcomeSent     = markplan.Sent
+	outcomeFailed   = markplan.Failed
+	outcomeSkipped  = markplan.Skipped
+	outcomeReleased = markplan.Released
+	outcomeRejected = markplan.Rejected
+	outcomeDeferred = markplan.Deferred
+)

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/keiro-go/keiro/keirotest/testenv"
+	"github.com/keiro-go/keiro/outbox/internal/claimsql"
 	"github.com/keiro-go/keiro/tracing"
 )
 
@@ -73,16 +74,16 @@ CREATE CONSTRAINT TRIGGER refuse_c1 AFTER UPDATE ON keiro_outbox DEFERRABLE INIT
 		{done: true, err: errors.New("boom")},
 		{done: true, err: kerr.MessageTooLarge},
 	}
-	token, rows, err := st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
+	token, rows, err := claimsOf(st).Claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a1", "b1", "c1"}, ids(rows))
 
 	// The premise: the mark statement hands its rows over before its commit fails.
-	ms := []mark{{id: rows[0].id, outcome: outcomeSent}, {id: rows[1].id, outcome: outcomeFailed, err: "boom"},
-		{id: rows[2].id, outcome: outcomeRejected, err: "too large", code: "message_too_large"}}
-	probe, err := db.Pool.Query(ctx, st.q.Mark, [16]byte(token), [][16]byte{ms[0].id, ms[1].id, ms[2].id},
-		[]string{"sent", "failed", "rejected"}, []*string{nil, &ms[1].err, &ms[2].err}, []int64{0, 0, 0},
-		[]int32{0, 0, 0}, []int64{7, 0, 0}, []*string{nil, nil, &ms[2].code}, 10)
+	ms := []claimsql.Mark{{ID: rows[0].ID, Outcome: outcomeSent}, {ID: rows[1].ID, Outcome: outcomeFailed, Err: "boom"},
+		{ID: rows[2].ID, Outcome: outcomeRejected, Err: "too large", Code: "message_too_large"}}
+	probe, err := db.Pool.Query(ctx, st.q.Mark, [16]byte(token), [][16]byte{ms[0].ID, ms[1].ID, ms[2].ID},
+		[]string{"sent", "failed", "rejected"}, []*string{nil, &ms[1].Err, &ms[2].Err}, []int64{0, 0, 0},
+		[]int32{0, 0, 0}, []int64{7, 0, 0}, []*string{nil, nil, &ms[2].Code}, 10)
 	require.NoError(t, err)
 	read := 0
 	for probe.Next() {
@@ -110,14 +111,14 @@ CREATE CONSTRAINT TRIGGER refuse_c1 AFTER UPDATE ON keiro_outbox DEFERRABLE INIT
 	require.NotContains(t, logs.String(), "outbox row rejected")
 	for _, id := range []string{"a1", "b1", "c1"} {
 		got, _ := status(t, db, id)
-		require.Equal(t, statusPublishing, got, "%s waits for its lease", id)
+		require.Equal(t, string(StatusPublishing), got, "%s waits for its lease", id)
 	}
 
 	// The refusal gone and the lease over, the rows are re-claimed and marked once.
 	_, err = db.Pool.Exec(ctx, `DROP TRIGGER refuse_c1 ON keiro_outbox;
 UPDATE keiro_outbox SET lease_until = now() - interval '1 second'`)
 	require.NoError(t, err)
-	token, rows, err = st.claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
+	token, rows, err = claimsOf(st).Claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a1", "b1", "c1"}, ids(rows))
 	res = r.markOutcome(ctx, &claimedBatch{token: token, rows: rows, results: results, leasedAt: time.Now()})
@@ -134,7 +135,7 @@ UPDATE keiro_outbox SET lease_until = now() - interval '1 second'`)
 	require.EqualValues(t, 1, counterTotal(t, reader, tracing.MetricOutboxRetried))
 	require.Equal(t, 1, strings.Count(logs.String(), "outbox row failed"))
 	require.Equal(t, 1, strings.Count(logs.String(), "outbox row rejected"))
-	for id, want := range map[string]string{"a1": statusSent, "b1": statusFailed, "c1": statusRejected} {
+	for id, want := range map[string]string{"a1": string(StatusSent), "b1": string(StatusFailed), "c1": string(StatusRejected)} {
 		got, attempts := status(t, db, id)
 		require.Equal(t, want, got, id)
 		require.Equal(t, 2, attempts, id)

@@ -164,11 +164,9 @@ func (a *Admin) modes() modes.Schema {
 	return modes.Schema{Name: a.schema, Q: a.q, SlotWait: a.slotWait}
 }
 
-// always and never are prepareLog's repairLost for an operator's repair and for a relay's
-// start in log mode.
+// always is prepareLog's repairLost for an operator's repair (a relay's start in log mode
+// refuses instead: internal/logstart).
 func always() (bool, error) { return true, nil }
-
-func never() (bool, error) { return false, nil }
 
 // ErrLogSlotOverlap reports a log-mode slot whose destinations overlap another slot's of the
 // schema (a relay without Destinations overlaps every other): both would publish the same

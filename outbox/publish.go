@@ -38,7 +38,7 @@ func (r *engine) produceBatches(stop, ctx context.Context, batches []*claimedBat
 		}
 		kept := refs[:0]
 		for _, ref := range refs {
-			if g := groupKey(r.cfg.Policy, &ref.b.rows[ref.i].event); g == "" || !failed[g] {
+			if g := groupKey(r.cfg.Policy, &ref.b.rows[ref.i].Event); g == "" || !failed[g] {
 				kept = append(kept, ref)
 			}
 		}
@@ -55,10 +55,10 @@ func (r *engine) produceBatches(stop, ctx context.Context, batches []*claimedBat
 			switch {
 			case !res.done || res.rejectMsg != "":
 			case res.err == nil:
-				r.topics.Store(row.event.Destination, struct{}{})
+				r.topics.Store(row.Event.Destination, struct{}{})
 			default:
 				if class, _ := res.failureClass(); class != kafkaerr.Permanent {
-					if g := groupKey(r.cfg.Policy, &row.event); g != "" {
+					if g := groupKey(r.cfg.Policy, &row.Event); g != "" {
 						failed[g] = true
 					}
 				}
@@ -76,27 +76,27 @@ func (r *engine) produceBatches(stop, ctx context.Context, batches []*claimedBat
 		for i := range b.rows {
 			ref := rowRef{b, i}
 			row := &b.rows[i]
-			if row.dead && r.cfg.Policy == StopTheLine {
+			if row.Dead && r.cfg.Policy == StopTheLine {
 				sendPending() // the rows before it; nothing after it (markOutcome halts on it)
-				failed[groupKey(StopTheLine, &row.event)] = true
+				failed[groupKey(StopTheLine, &row.Event)] = true
 				continue
 			}
-			suspect := r.suspects.Has(row.id)
-			_, known := r.topics.Load(row.event.Destination)
+			suspect := r.suspects.Has(row.ID)
+			_, known := r.topics.Load(row.Event.Destination)
 			// StopTheLine publishes row by row (keiro §1.3.5): one flush holds records for
 			// several partitions, and a failure of one partition's request does not stop the
 			// others, so rows after the failed one would reach Kafka.
 			alone := suspect || !known || r.cfg.Policy == StopTheLine
-			if alone && !row.dead {
+			if alone && !row.Dead {
 				sendPending()
 				send([]rowRef{ref})
 				continue
 			}
-			if g := groupKey(r.cfg.Policy, &row.event); g != "" && !row.dead {
-				if d, ok := dest[g]; ok && d != row.event.Destination {
+			if g := groupKey(r.cfg.Policy, &row.Event); g != "" && !row.Dead {
+				if d, ok := dest[g]; ok && d != row.Event.Destination {
 					sendPending()
 				}
-				dest[g] = row.event.Destination
+				dest[g] = row.Event.Destination
 			}
 			pending = append(pending, ref)
 		}
@@ -113,7 +113,7 @@ func (r *engine) produceBatches(stop, ctx context.Context, batches []*claimedBat
 // lease with the margin (leaseHeld). The rows of a batch that does not are left unproduced
 // (released when marked: the mark is fenced, so it changes nothing if another relay took
 // them over) and their groups fail, so no later row of theirs goes out in this call. Rows on
-// their last attempt get their produce start recorded first (Store.startProduce), so that a
+// their last attempt get their produce start recorded first (claimsql.Store.StartProduce), so that a
 // lease expiry turns them dead only if they may have reached Kafka; a row the record does
 // not find under the batch's token was taken over and is not produced either.
 func (r *engine) holdLeases(ctx context.Context, refs []rowRef, failed map[string]bool) []rowRef {
@@ -123,7 +123,7 @@ func (r *engine) holdLeases(ctx context.Context, refs []rowRef, failed map[strin
 	lose := func(ref rowRef, why string) {
 		b := ref.b
 		b.results[ref.i] = produceResult{leaseLost: true}
-		if g := groupKey(r.cfg.Policy, &b.rows[ref.i].event); g != "" {
+		if g := groupKey(r.cfg.Policy, &b.rows[ref.i].Event); g != "" {
 			failed[g] = true
 		}
 		r.stats.leaseLost.Add(1)
@@ -147,11 +147,11 @@ func (r *engine) holdLeases(ctx context.Context, refs []rowRef, failed map[strin
 		if !held {
 			continue
 		}
-		if row := &b.rows[ref.i]; row.attempt >= r.cfg.MaxAttempts && !row.started && !row.dead {
+		if row := &b.rows[ref.i]; row.Attempt >= r.cfg.MaxAttempts && !row.Started && !row.Dead {
 			if last == nil {
 				last = map[*claimedBatch][][16]byte{}
 			}
-			last[b] = append(last[b], row.id)
+			last[b] = append(last[b], row.ID)
 		}
 		kept = append(kept, ref)
 	}
@@ -161,7 +161,7 @@ func (r *engine) holdLeases(ctx context.Context, refs []rowRef, failed map[strin
 	moved := map[[16]byte]bool{}
 	for b, ids := range last {
 		actx, cancel := context.WithTimeout(ctx, r.cfg.Lease/leaseMargin)
-		m, err := r.store.startProduce(actx, r.pool, b.token, ids)
+		m, err := r.claims.StartProduce(actx, r.pool, b.token, ids)
 		cancel()
 		if err != nil {
 			r.log.WarnContext(ctx, "could not record the produce start of rows on their last attempt; they are released", "err", err, "rows", len(ids))
@@ -174,14 +174,14 @@ func (r *engine) holdLeases(ctx context.Context, refs []rowRef, failed map[strin
 	out := kept[:0]
 	for _, ref := range kept {
 		b, row := ref.b, &ref.b.rows[ref.i]
-		if row.attempt >= r.cfg.MaxAttempts && !row.started && !row.dead {
-			if !moved[row.id] {
+		if row.Attempt >= r.cfg.MaxAttempts && !row.Started && !row.Dead {
+			if !moved[row.ID] {
 				b.mu.Lock()
 				lose(ref, "last attempt not recorded")
 				b.mu.Unlock()
 				continue
 			}
-			row.started = true
+			row.Started = true
 		}
 		out = append(out, ref)
 	}
@@ -213,10 +213,10 @@ func (r *engine) flushRecords(ctx context.Context, refs []rowRef) {
 	for _, ref := range refs {
 		b, i := ref.b, ref.i
 		row := &b.rows[i]
-		if row.dead {
+		if row.Dead {
 			continue
 		}
-		e := &row.event
+		e := &row.Event
 		if code, err := kafkaerr.CheckTopic(e.Destination); err != nil {
 			b.results[i] = produceResult{done: true, rejectCode: code, rejectMsg: err.Error()}
 			continue
@@ -225,7 +225,7 @@ func (r *engine) flushRecords(ctx context.Context, refs []rowRef) {
 		if e.Key != nil {
 			rec.Key = []byte(*e.Key)
 		}
-		send, tc := r.pub.StartSend(e, attribute.Int("keiro.outbox.attempt", row.attempt))
+		send, tc := r.pub.StartSend(e, attribute.Int("keiro.outbox.attempt", row.Attempt))
 		ev := *e
 		if tc != nil {
 			ev.TraceContext = tc
@@ -238,7 +238,7 @@ func (r *engine) flushRecords(ctx context.Context, refs []rowRef) {
 		}
 		pending.Add(1)
 		produced = append(produced, ref)
-		created := row.createdAt
+		created := row.CreatedAt
 		r.pub.Client().Produce(ctx, rec, func(rec *kgo.Record, err error) {
 			send.Done(rec, err, created)
 			if err == nil && r.ackHook != nil {
@@ -271,7 +271,7 @@ func (r *engine) flushRecords(ctx context.Context, refs []rowRef) {
 	for _, ref := range produced {
 		ref.b.mu.Lock()
 		res := &ref.b.results[ref.i]
-		if res.done && res.err != nil && perPartition[topicPartition{ref.b.rows[ref.i].event.Destination, res.partition}] > 1 {
+		if res.done && res.err != nil && perPartition[topicPartition{ref.b.rows[ref.i].Event.Destination, res.partition}] > 1 {
 			res.shared = true
 		}
 		ref.b.mu.Unlock()

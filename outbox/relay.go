@@ -10,6 +10,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel"
 
+	"github.com/keiro-go/keiro/outbox/internal/claimsql"
+	"github.com/keiro-go/keiro/outbox/internal/logsource"
+	"github.com/keiro-go/keiro/outbox/internal/logstart"
+	"github.com/keiro-go/keiro/outbox/internal/maintain"
+	"github.com/keiro-go/keiro/outbox/internal/metrics"
 	"github.com/keiro-go/keiro/outbox/internal/publish"
 	"github.com/keiro-go/keiro/outbox/internal/service"
 	"github.com/keiro-go/keiro/outbox/internal/shares"
@@ -114,21 +119,23 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, cfg RelayConfig) (*Relay, 
 	if err != nil {
 		return nil, fmt.Errorf("new outbox relay: %w", err)
 	}
-	inst, err := newInstruments(cfg.MeterProvider)
+	inst, err := metrics.New(cfg.MeterProvider)
 	if err != nil {
 		return nil, fmt.Errorf("new outbox relay: create instruments: %w", err)
 	}
 	// A sample older than a few maintenance intervals is not exported either: the relay's
 	// maintenance is stuck (a pass that cannot finish), and its last sample says nothing of now.
-	if err := inst.observeGauges(gaugeFreshness * cfg.MaintenanceInterval); err != nil {
+	if err := inst.ObserveGauges(maintain.GaugeFreshness * cfg.MaintenanceInterval); err != nil {
 		return nil, fmt.Errorf("new outbox relay: observe gauges: %w", err)
 	}
 	r := &engine{
-		pool: pool, cfg: cfg, store: store, inst: inst,
+		pool: pool, cfg: cfg, store: store, claims: &claimsql.Store{Q: store.q}, inst: inst,
 		log:  cfg.Logger.With("component", "outbox-relay", "schema", cfg.Schema),
 		wake: make(chan struct{}, 1), backlog: make(chan struct{}, cfg.ClaimConcurrency),
 		now: time.Now,
 	}
+	r.maint = maintain.New(maintain.Config{DB: pool, Outbox: store.modes(), Log: cfg.Mode == ModeLog, LogSlot: cfg.LogSlot,
+		Retention: cfg.Retention, RetentionBatch: cfg.RetentionBatch, Interval: cfg.MaintenanceInterval, Inst: inst, Logger: r.log})
 	if r.pub, err = r.newPublisher(client); err != nil {
 		return nil, fmt.Errorf("new outbox relay: %w", err)
 	}
@@ -139,6 +146,13 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, cfg RelayConfig) (*Relay, 
 		if r.logEngine, err = r.newLogEngine(); err != nil {
 			return nil, fmt.Errorf("new outbox relay: %w", err)
 		}
+		r.logStart = logstart.New(logstart.Config{DB: pool, Outbox: store.modes(), Slot: cfg.LogSlot, Destinations: cfg.Destinations,
+			Engine: r.logEngine, PollInterval: cfg.PollInterval, MeterProvider: cfg.MeterProvider, Logger: r.log,
+			AfterModeRead: func() {
+				if r.afterModeRead != nil {
+					r.afterModeRead()
+				}
+			}})
 	}
 	return &Relay{r}, nil
 }
@@ -203,7 +217,7 @@ func (r *engine) backgroundServices() []service.Service {
 	if !r.cfg.PollOnly {
 		svcs = append(svcs, service.Func(r.listen))
 	}
-	svcs = append(svcs, service.Func(r.maintain), service.Func(func(ctx context.Context) {
+	svcs = append(svcs, service.Func(r.maint.Run), service.Func(func(ctx context.Context) {
 		vacuum.Run(ctx, vacuum.Config{Pool: r.pool, ConnConfig: ownConnConfig(r.pool, r.cfg.Schema), Schema: r.cfg.Schema,
 			Threshold: r.cfg.VacuumThreshold, Moved: func() int64 {
 				return r.stats.published.Load() + r.stats.dead.Load() + r.stats.rejected.Load()
@@ -333,6 +347,28 @@ func (p *pipeline) markAll(ctx context.Context) error {
 	return halted
 }
 
+// newLogEngine builds the ModeLog engine of r with cfg.LogEngine: it reads the slot through
+// a replication connection to the pool's database and publishes through r's publisher.
+func (r *engine) newLogEngine() (logsource.Engine, error) {
+	conn := r.pool.Config().ConnString()
+	if conn == "" {
+		return nil, errors.New("Mode log: the pool has no connection string to open a replication connection with; build it with pgxpool.New or pgxpool.ParseConfig")
+	}
+	inFlight := logsource.DefaultMaxInFlightRecords
+	if n := r.pub.MaxBufferedRecords(); n > 0 && n < inFlight {
+		inFlight = n
+	}
+	return r.cfg.LogEngine(conn, r.pub, logsource.Config{
+		Schema:              r.cfg.Schema,
+		Slot:                r.cfg.LogSlot,
+		Destinations:        r.cfg.Destinations,
+		MaxInFlightRecords:  inFlight,
+		ShutdownTimeout:     r.cfg.ShutdownTimeout,
+		UnknownTopicRetries: r.cfg.LogUnknownTopicRetries,
+		Logger:              r.log,
+	})
+}
+
 // runLog is Run in ModeLog: switch the schema to log mode (so producers stop writing
 // keiro_outbox), publish what is still open in keiro_outbox with the claim loop (the rows
 // enqueued before the switch come first, which keeps each key's order across it), then
@@ -345,27 +381,27 @@ func (p *pipeline) markAll(ctx context.Context) error {
 // dead letter is published after the later events of its key, as in claim mode. The claim
 // loop stops when the schema is switched back to claim mode (checked every PollInterval).
 func (r *engine) runLog(ctx context.Context) error {
-	if err := r.enterLogMode(ctx); err != nil {
+	if err := r.logStart.Enter(ctx); err != nil {
 		return fmt.Errorf("outbox relay: %w", err)
 	}
 	cctx, stopClaim := context.WithCancel(ctx)
 	defer stopClaim()
 	claimDone := make(chan error, 1)
 	go func() { claimDone <- r.runClaim(cctx) }()
-	if err := r.drainClaimed(ctx, claimDone); err != nil || ctx.Err() != nil {
+	if err := r.logStart.DrainClaimed(ctx, claimDone); err != nil || ctx.Err() != nil {
 		stopClaim()
 		if err == nil {
 			err = <-claimDone
 		}
 		return err
 	}
-	unregister, err := r.slotGauges()
+	unregister, err := r.logStart.SlotGauges()
 	if err != nil {
 		stopClaim()
 		return errors.Join(fmt.Errorf("outbox relay: %w", err), <-claimDone)
 	}
 	defer func() { _ = unregister.Unregister() }()
-	return r.followSlot(ctx, stopClaim, claimDone)
+	return r.logStart.Follow(ctx, stopClaim, claimDone)
 }
 
 // MaintenancePass runs one maintenance pass now if no other relay is running one: it deletes
@@ -379,5 +415,20 @@ func (r *engine) runLog(ctx context.Context) error {
 // relay has the lock, or the pass failed) stops this relay's export of the outbox-wide gauges
 // until it samples again, so no relay keeps exporting an old sample.
 func (r *Relay) MaintenancePass(ctx context.Context) (MaintenanceResult, error) {
-	return r.maintenancePass(ctx)
+	return r.maint.Pass(ctx)
 }
+
+// The log-mode slot's gauges (the WAL guard), with the slot's name as attribute
+// keiro.outbox.slot: MetricLogSlotRetained is the WAL the slot retains, MetricLogSlotSafeWAL
+// the WAL that can still be written before it is in danger of invalidation (absent when
+// max_slot_wal_keep_size is unlimited), MetricLogSlotActive 1 while a relay reads it, and
+// MetricLogSlotLost 1 once PostgreSQL invalidated it (wal_status lost).
+const (
+	MetricLogSlotRetained = logstart.MetricLogSlotRetained
+	MetricLogSlotSafeWAL  = logstart.MetricLogSlotSafeWAL
+	MetricLogSlotActive   = logstart.MetricLogSlotActive
+	MetricLogSlotLost     = logstart.MetricLogSlotLost
+)
+
+// MaintenanceResult reports one maintenance pass.
+type MaintenanceResult = maintain.Result

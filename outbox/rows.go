@@ -1,7 +1,6 @@
 package outbox
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/pgtext"
+	"github.com/keiro-go/keiro/outbox/internal/claimsql"
 )
 
 // Status is an outbox row's status, its place in the outbox's state machine
@@ -182,8 +182,8 @@ func listLimit(n int) (int, error) {
 
 // The outbox row codec: the one function that maps the one column list every statement
 // reading whole rows selects (sqlq.RowColumns: inspection listings, Lookup, the enqueue's
-// read-back of existing rows) to a Row. The claim reads its own columns (claim.go,
-// internal/sqlq) and shares fillEvent only.
+// read-back of existing rows) to a Row. The claim reads its own columns (internal/claimsql,
+// internal/sqlq) and shares claimsql.FillEvent only.
 
 // scanRow reads one row of sqlq.RowColumns.
 func scanRow(row pgx.Row) (Row, error) {
@@ -212,34 +212,6 @@ func scanRow(row pgx.Row) (Row, error) {
 	if code != nil {
 		r.RejectionCode = *code
 	}
-	fillEvent(e, key, registry, subject, fp, versionRef, schemaID, position, sourceEventID, causation, corr, traceparent, tracestate, attrs)
+	claimsql.FillEvent(e, key, registry, subject, fp, versionRef, schemaID, position, sourceEventID, causation, corr, traceparent, tracestate, attrs)
 	return r, nil
-}
-
-// fillEvent sets the event's fields read from nullable columns.
-func fillEvent(e *envelope.Event, key, registry, subject, fp *string, versionRef, schemaID, position *int64,
-	sourceEventID, causation, corr *[16]byte, traceparent, tracestate, attrs *string) {
-	e.Key = key
-	if registry != nil || subject != nil || fp != nil || versionRef != nil || schemaID != nil {
-		e.SchemaRef = &envelope.SchemaRef{Registry: registry, Subject: subject, Version: versionRef, SchemaID: schemaID, Fingerprint: fp}
-	}
-	e.SourceGlobalPosition = position
-	toUUID := func(b *[16]byte) *envelope.UUID {
-		if b == nil {
-			return nil
-		}
-		u := envelope.UUID(*b)
-		return &u
-	}
-	e.SourceEventID, e.CausationID, e.CorrelationID = toUUID(sourceEventID), toUUID(causation), toUUID(corr)
-	if traceparent != nil {
-		e.TraceContext = &envelope.TraceContext{Traceparent: *traceparent}
-		if tracestate != nil {
-			e.TraceContext.Tracestate = *tracestate
-		}
-	}
-	if attrs != nil {
-		e.Attributes = json.RawMessage(*attrs)
-	}
-	e.OccurredAt = e.OccurredAt.UTC()
 }

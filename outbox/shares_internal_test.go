@@ -14,6 +14,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
+	"github.com/keiro-go/keiro/outbox/internal/claimsql"
 	"github.com/keiro-go/keiro/outbox/internal/shares"
 	"github.com/keiro-go/keiro/outbox/internal/sqlq"
 )
@@ -74,14 +75,14 @@ func TestClaimSharesSplitTheRows(t *testing.T) {
 			claimed := map[string]int{}
 			for _, m := range []shares.Mask{even, ^even} {
 				for {
-					_, rows, err := st.claimIn(ctx, db.Pool, PerKeyHeadOfLine, 1000, time.Minute, 10, nil, budget, m, keyCursor{})
+					_, rows, err := claimsOf(st).ClaimIn(ctx, db.Pool, PerKeyHeadOfLine, 1000, time.Minute, 10, nil, budget, m, claimsql.KeyCursor{})
 					require.NoError(t, err)
 					if len(rows) == 0 {
 						break
 					}
 					for _, r := range rows {
-						require.Equal(t, m == even, inEven[r.event.MessageID], "row %s claimed outside shares %x", r.event.MessageID, m)
-						claimed[r.event.MessageID]++
+						require.Equal(t, m == even, inEven[r.Event.MessageID], "row %s claimed outside shares %x", r.Event.MessageID, m)
+						claimed[r.Event.MessageID]++
 					}
 					_, err = db.Pool.Exec(ctx, "UPDATE keiro_outbox SET status = 'sent', published_at = now(), claim_token = NULL, lease_until = NULL WHERE status = 'publishing'")
 					require.NoError(t, err)
@@ -96,7 +97,7 @@ func TestClaimSharesSplitTheRows(t *testing.T) {
 	_, err := db.Pool.Exec(ctx, "UPDATE keiro_outbox SET status = 'pending', claim_token = NULL, lease_until = NULL")
 	require.NoError(t, err)
 	for _, m := range []shares.Mask{shares.All, 0} {
-		tok, rows, err := st.claimIn(ctx, db.Pool, BestEffort, 1000, time.Minute, 10, nil, 0, m, keyCursor{})
+		tok, rows, err := claimsOf(st).ClaimIn(ctx, db.Pool, BestEffort, 1000, time.Minute, 10, nil, 0, m, claimsql.KeyCursor{})
 		require.NoError(t, err)
 		require.Len(t, rows, len(evs), "shares %x", m)
 		_, err = db.Pool.Exec(ctx, "UPDATE keiro_outbox SET status = 'pending', claim_token = NULL, lease_until = NULL WHERE claim_token = $1", [16]byte(tok))

@@ -20,6 +20,7 @@ import (
 	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/schemaname"
+	"github.com/keiro-go/keiro/outbox/internal/metrics"
 	"github.com/keiro-go/keiro/outbox/internal/sqlq"
 	"github.com/keiro-go/keiro/tracing"
 )
@@ -114,13 +115,7 @@ type Store struct {
 	schema string
 	opts   StoreOptions
 	q      *sqlq.Queries
-	inst   *instruments
-	// claimSent, if set (tests), runs once a claim is sent and before any of its reply is
-	// read: where a lost connection leaves a committed claim unknown to the relay.
-	claimSent func(q batchSender, token envelope.UUID)
-	// walkDeep, if set (benchmarks), makes the unbounded claim of the per-key policies walk
-	// the backlog in seq order as it used to, instead of finding the heads by key.
-	walkDeep bool
+	inst   *metrics.Instruments
 	// slotWait, if set (tests), runs each time awaitConsistentSlot finds the slot not yet
 	// consistent.
 	slotWait func()
@@ -142,7 +137,7 @@ func NewStore(schema string, opts ...StoreOptions) (*Store, error) {
 	if len(opts) == 1 {
 		s.opts = opts[0]
 	}
-	inst, err := newInstruments(s.opts.MeterProvider)
+	inst, err := metrics.New(s.opts.MeterProvider)
 	if err != nil {
 		return nil, fmt.Errorf("new outbox store: create instruments: %w", err)
 	}
@@ -456,7 +451,7 @@ func (s *Store) count(ctx context.Context, events []envelope.Event, results []En
 		n[k{events[i].Source, r.Outcome}]++
 	}
 	for key, c := range n {
-		s.inst.enqueued.Add(ctx, c, metric.WithAttributeSet(attribute.NewSet(
+		s.inst.Enqueued.Add(ctx, c, metric.WithAttributeSet(attribute.NewSet(
 			attribute.String("source", key.source), attribute.String("outcome", key.outcome.String()))))
 	}
 }
@@ -847,4 +842,28 @@ type pathCheck struct {
 	query  string
 	args   []any
 	verify func(found *string) error
+}
+
+// writeDeadLetter writes ev, which Kafka refused for good with code (the Kafka error's name in
+// lower case, as the claim relay's rejection_code) and errText, as a 'rejected' row of
+// keiro_outbox with the outbox id of its keiro_outbox_log row, its first attempt counted. It
+// reports whether it wrote the row: false when the event is already there (a replayed
+// transaction's second rejection, or an event also enqueued in claim mode).
+func (s *Store) writeDeadLetter(ctx context.Context, q keiro.DB, ev *envelope.Event, code, errText string) (bool, error) {
+	a := newEnqueueArgs(1, len(ev.Payload))
+	a.add(envelope.NewUUIDv7(), ev, ev.TraceContext)
+	args := append(a.scalarArgs(false)[:enqueueColumns], code, errText)
+	rows, err := q.Query(ctx, s.q.DeadLetter, args...)
+	if err != nil {
+		return false, fmt.Errorf("write the dead letter of message %s: %w", ev.MessageID, err)
+	}
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return false, fmt.Errorf("write the dead letter of message %s: %w", ev.MessageID, err)
+	}
+	return n > 0, nil
 }

@@ -343,7 +343,7 @@ FROM updated u ORDER BY u.seq`
 //     relay that prefers its shares counts and takes only their heads.
 //   - the walk starts after the key ($7, $8) (two empty strings: at the first key, sources are never
 //     empty): a relay's next claim past the front resumes after the keys its last one took
-//     (keyCursor). From the first key every claim walked again the keys in flight, which are
+//     (claimsql.KeyCursor). From the first key every claim walked again the keys in flight, which are
 //     the first ones: MaxInFlightBatches batches' keys for each relay on the table, five
 //     descents per row claimed with one relay and twenty with four.
 //   - eligible: the claimable heads of the relay's destinations; each brings the first rows of

@@ -1,9 +1,14 @@
-package outbox
+// Package logstart is the start of a relay's log source beside its claim loop: the switch to
+// log mode (or the check of the relay's slot), the wait for keiro_outbox's open rows, the
+// gap another relay's switch left, the slot's gauges, and the run of the log engine until the
+// schema is switched back.
+package logstart
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -11,124 +16,75 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/keiro-go/keiro"
-	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/outbox/internal/logsource"
-	"github.com/keiro-go/keiro/outbox/internal/publish"
+	"github.com/keiro-go/keiro/outbox/internal/modes"
 	"github.com/keiro-go/keiro/tracing"
 )
 
-// newLogEngine builds the ModeLog engine of r with cfg.LogEngine: it reads the slot through
-// a replication connection to the pool's database and publishes through r's publisher.
-func (r *engine) newLogEngine() (logsource.Engine, error) {
-	conn := r.pool.Config().ConnString()
-	if conn == "" {
-		return nil, errors.New("Mode log: the pool has no connection string to open a replication connection with; build it with pgxpool.New or pgxpool.ParseConfig")
-	}
-	inFlight := logsource.DefaultMaxInFlightRecords
-	if n := r.pub.MaxBufferedRecords(); n > 0 && n < inFlight {
-		inFlight = n
-	}
-	return r.cfg.LogEngine(conn, r.pub, logsource.Config{
-		Schema:              r.cfg.Schema,
-		Slot:                r.cfg.LogSlot,
-		Destinations:        r.cfg.Destinations,
-		MaxInFlightRecords:  inFlight,
-		ShutdownTimeout:     r.cfg.ShutdownTimeout,
-		UnknownTopicRetries: r.cfg.LogUnknownTopicRetries,
-		Logger:              r.log,
-	})
+// Config is what a relay's log source starts with.
+type Config struct {
+	// DB runs the statements; Outbox is the schema's outbox (its name, statements and slots).
+	DB     keiro.DB
+	Outbox modes.Schema
+	// Slot is the relay's slot and Destinations the destinations it publishes (nil: all).
+	Slot         string
+	Destinations []string
+	// Engine follows the slot.
+	Engine logsource.Engine
+	// PollInterval is how often the source looks at keiro_outbox's open rows and the mode.
+	PollInterval time.Duration
+	// MeterProvider receives the slot's gauges (the global provider when nil).
+	MeterProvider metric.MeterProvider
+	Logger        *slog.Logger
+	// AfterModeRead, if set (tests), runs between the read of the schema's mode and the
+	// preparation of the slot.
+	AfterModeRead func()
 }
 
-// deadLetterTimeout bounds one dead-letter write; past it the write counts as failed.
-const deadLetterTimeout = 15 * time.Second
+// Starter starts and follows a relay's log source.
+type Starter struct{ cfg Config }
 
-// deadLetter is the log-mode engine's dead-letter sink: it writes the rejected event as a
-// 'rejected' row of keiro_outbox, where ListDead, Requeue, the console and the dead gauge
-// read dead letters. The engine confirms the event's transaction only once it returned nil;
-// an error ends the engine's session, and the next one replays the transaction and calls it
-// again (the write is idempotent: a second one writes nothing).
-func (r *engine) deadLetter(rej publish.Rejection) error {
-	if rej.Event == nil {
-		return fmt.Errorf("dead letter of message %s: no event", rej.MessageID)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), deadLetterTimeout)
-	defer cancel()
-	errText := ""
-	if rej.Err != nil {
-		errText = rej.Err.Error()
-	}
-	wrote, err := r.store.writeDeadLetter(ctx, r.pool, rej.Event, rej.Code, errText)
-	if err != nil {
-		return err
-	}
-	if wrote {
-		r.stats.rejected.Add(1)
-		r.inst.rejected.Add(ctx, 1, publish.DestinationAttr(rej.Destination))
-	}
-	r.log.Error("log mode: Kafka refused an event for good; it is a dead letter of keiro_outbox (relay dead list), and the stream moves on",
-		"message_id", rej.MessageID, "source", rej.Source, "destination", rej.Destination,
-		"code", rej.Code, "err", rej.Err, "written", wrote)
-	return nil
-}
+// New returns the starter of cfg.
+func New(cfg Config) *Starter { return &Starter{cfg: cfg} }
 
-// writeDeadLetter writes ev, which Kafka refused for good with code (the Kafka error's name in
-// lower case, as the claim relay's rejection_code) and errText, as a 'rejected' row of
-// keiro_outbox with the outbox id of its keiro_outbox_log row, its first attempt counted. It
-// reports whether it wrote the row: false when the event is already there (a replayed
-// transaction's second rejection, or an event also enqueued in claim mode).
-func (s *Store) writeDeadLetter(ctx context.Context, q keiro.DB, ev *envelope.Event, code, errText string) (bool, error) {
-	a := newEnqueueArgs(1, len(ev.Payload))
-	a.add(envelope.NewUUIDv7(), ev, ev.TraceContext)
-	args := append(a.scalarArgs(false)[:enqueueColumns], code, errText)
-	rows, err := q.Query(ctx, s.q.DeadLetter, args...)
-	if err != nil {
-		return false, fmt.Errorf("write the dead letter of message %s: %w", ev.MessageID, err)
-	}
-	n := 0
-	for rows.Next() {
-		n++
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return false, fmt.Errorf("write the dead letter of message %s: %w", ev.MessageID, err)
-	}
-	return n > 0, nil
-}
+// never is PrepareLog's repairLost for a relay's start in log mode: a publication that lost
+// its table is refused.
+func never() (bool, error) { return false, nil }
 
-// enterLogMode switches the schema to log mode, or checks the relay's slot when it is in log
+// Enter switches the schema to log mode, or checks the relay's slot when it is in log
 // mode already, and publishes the gap left when another relay switched before this relay's
 // slot existed.
-func (r *engine) enterLogMode(ctx context.Context) error {
-	mode, err := adminOf(r.store).Mode(ctx, r.pool)
+func (r *Starter) Enter(ctx context.Context) error {
+	mode, err := r.cfg.Outbox.Mode(ctx, r.cfg.DB)
 	if err != nil {
 		return err
 	}
 	// Prepare (or check) the slot even when the schema is in log mode: the overlap with the
 	// schema's other slots, and the publication's destinations, are checked at every start.
-	if r.afterModeRead != nil {
-		r.afterModeRead()
+	if r.cfg.AfterModeRead != nil {
+		r.cfg.AfterModeRead()
 	}
-	var ch ModeChange
-	if mode != ModeLog {
-		ch, err = adminOf(r.store).SetModeFor(ctx, r.pool, ModeLog, r.cfg.LogSlot, r.cfg.Destinations)
+	var ch modes.Change
+	if mode != modes.Log {
+		ch, err = r.cfg.Outbox.SetMode(ctx, r.cfg.DB, modes.Log, r.cfg.Slot, r.cfg.Destinations)
 	} else {
-		ch.From, ch.To = ModeLog, ModeLog
+		ch.From, ch.To = modes.Log, modes.Log
 		// The schema is in log mode: a publication that lost its table is refused, not
 		// repaired, since the slot did not decode the events written meanwhile.
-		var p LogPrepared
-		p, err = adminOf(r.store).prepareLog(ctx, r.pool, r.cfg.LogSlot, r.cfg.Destinations, never)
+		var p modes.Prepared
+		p, err = r.cfg.Outbox.PrepareLog(ctx, r.cfg.DB, r.cfg.Slot, r.cfg.Destinations, never)
 		ch.Slot, ch.SlotCreated = p.Slot, p.SlotCreated
 	}
 	if err != nil {
 		return err
 	}
 	switch {
-	case ch.From != ModeLog:
-		r.log.InfoContext(ctx, "switched the outbox to log mode", "from", ch.From, "lsn", ch.LSN, "slot", ch.Slot)
-	case mode != ModeLog && ch.SlotCreated:
+	case ch.From != modes.Log:
+		r.cfg.Logger.InfoContext(ctx, "switched the outbox to log mode", "from", ch.From, "lsn", ch.LSN, "slot", ch.Slot)
+	case mode != modes.Log && ch.SlotCreated:
 		// Another relay switched the schema between this relay's read of the mode and the
 		// creation of its slot. One of this slot's relays switched only once the slot was
-		// consistent (Admin.SetModeFor waits for it), so nothing is missing from it; another
+		// consistent (Store.SetModeFor waits for it), so nothing is missing from it; another
 		// destination group's relay, started at the same time, may have switched before.
 		others, err := r.otherLogSlots(ctx, ch.Slot)
 		if err != nil || !others {
@@ -138,21 +94,21 @@ func (r *engine) enterLogMode(ctx context.Context) error {
 	case ch.SlotCreated:
 		// The slot decodes what commits from now on; the events of its destinations written
 		// since the switch to log mode (while no slot had them) are in keiro_outbox_log only.
-		r.log.ErrorContext(ctx, "log mode: created the relay's slot while the schema was already in log mode: it publishes the events of its destinations written from now on; republish those written since the switch with `relay mode recover --since=<the switch's time>` (Admin.RecoverLog), or prepare every destination group's slot before the switch (relay mode prepare)",
+		r.cfg.Logger.ErrorContext(ctx, "log mode: created the relay's slot while the schema was already in log mode: it publishes the events of its destinations written from now on; republish those written since the switch with `relay mode recover --since=<the switch's time>` (Store.RecoverLog), or prepare every destination group's slot before the switch (relay mode prepare)",
 			"slot", ch.Slot, "destinations", r.cfg.Destinations)
 	}
 	return nil
 }
 
-// followSlot runs the log engine beside the claim loop (claimDone reports its end) until ctx
+// Follow runs the log engine beside the claim loop (claimDone reports its end) until ctx
 // ends or either fails. Once the schema is switched back to claim mode, new events land in
 // keiro_outbox, and the slot may still hold older events of their keys: the claim loop stops
 // (the claim relays publish keiro_outbox from then on) and the engine goes on with the slot.
-func (r *engine) followSlot(ctx context.Context, stopClaim context.CancelFunc, claimDone <-chan error) error {
+func (r *Starter) Follow(ctx context.Context, stopClaim context.CancelFunc, claimDone <-chan error) error {
 	ectx, stopEngine := context.WithCancel(ctx)
 	defer stopEngine()
 	engineDone := make(chan error, 1)
-	go func() { engineDone <- r.logEngine.Run(ectx) }()
+	go func() { engineDone <- r.cfg.Engine.Run(ectx) }()
 	claiming := claimDone
 	tick := time.NewTicker(r.cfg.PollInterval)
 	defer tick.Stop()
@@ -177,8 +133,8 @@ func (r *engine) followSlot(ctx context.Context, stopClaim context.CancelFunc, c
 			if claiming == nil {
 				continue
 			}
-			if m, err := adminOf(r.store).Mode(ctx, r.pool); err == nil && m != ModeLog {
-				r.log.InfoContext(ctx, "log mode: the schema is in claim mode; the claim loop stops, the slot is still followed")
+			if m, err := r.cfg.Outbox.Mode(ctx, r.cfg.DB); err == nil && m != modes.Log {
+				r.cfg.Logger.InfoContext(ctx, "log mode: the schema is in claim mode; the claim loop stops, the slot is still followed")
 				stopClaim()
 				if err := <-claiming; err != nil {
 					stopEngine()
@@ -192,8 +148,8 @@ func (r *engine) followSlot(ctx context.Context, stopClaim context.CancelFunc, c
 
 // otherLogSlots reports whether the schema has a log-mode slot other than slot: another
 // destination group's, which a switch to log mode may have been made with.
-func (r *engine) otherLogSlots(ctx context.Context, slot string) (bool, error) {
-	slots, err := adminOf(r.store).LogSlots(ctx, r.pool)
+func (r *Starter) otherLogSlots(ctx context.Context, slot string) (bool, error) {
+	slots, err := r.cfg.Outbox.Slots(ctx, r.cfg.DB)
 	if err != nil {
 		return false, err
 	}
@@ -208,22 +164,22 @@ func (r *engine) otherLogSlots(ctx context.Context, slot string) (bool, error) {
 // recoverSwitchGap publishes the events of the relay's destinations that were written between
 // another relay's switch to log mode (ch.Changed) and the creation of this relay's slot: no
 // slot has them (the other slots do not publish these destinations). They are copied into
-// keiro_outbox (Admin.RecoverLogFor), from an hour before the switch (a transaction that
+// keiro_outbox (Store.RecoverLogFor), from an hour before the switch (a transaction that
 // started before the switch may write after it) to now, and the claim loop publishes them
 // before the relay follows its slot, in the order they were written. An event also decoded by
 // the slot (its transaction committed after the slot's creation) is published twice, with the
 // same message id.
-func (r *engine) recoverSwitchGap(ctx context.Context, ch ModeChange) error {
+func (r *Starter) recoverSwitchGap(ctx context.Context, ch modes.Change) error {
 	var until time.Time
-	if err := r.pool.QueryRow(ctx, r.store.q.Clock).Scan(&until); err != nil {
+	if err := r.cfg.DB.QueryRow(ctx, r.cfg.Outbox.Q.Clock).Scan(&until); err != nil {
 		return fmt.Errorf("read the database's clock: %w", err)
 	}
 	since := ch.Changed.Add(-time.Hour)
-	rec, err := adminOf(r.store).RecoverLogFor(ctx, r.pool, since, until, r.cfg.Destinations)
+	rec, err := r.cfg.Outbox.Recover(ctx, r.cfg.DB, since, until, r.cfg.Destinations)
 	if err != nil {
 		return err
 	}
-	r.log.WarnContext(ctx, "log mode: another relay switched the schema before this relay's slot existed; the events of its destinations written meanwhile are published from keiro_outbox first",
+	r.cfg.Logger.WarnContext(ctx, "log mode: another relay switched the schema before this relay's slot existed; the events of its destinations written meanwhile are published from keiro_outbox first",
 		"slot", ch.Slot, "switched_at", ch.Changed, "since", since, "until", until, "found", rec.Found, "copied", rec.Copied)
 	return nil
 }
@@ -240,9 +196,9 @@ const (
 	MetricLogSlotLost     = "keiro.outbox.log.slot.lost"
 )
 
-// slotGauges registers the slot's gauges on the relay's meter; each collection reads the
+// SlotGauges registers the slot's gauges on the relay's meter; each collection reads the
 // slot's row (one query, bounded by a second).
-func (r *engine) slotGauges() (metric.Registration, error) {
+func (r *Starter) SlotGauges() (metric.Registration, error) {
 	mp := r.cfg.MeterProvider
 	if mp == nil {
 		mp = otel.GetMeterProvider()
@@ -259,11 +215,11 @@ func (r *engine) slotGauges() (metric.Registration, error) {
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return nil, fmt.Errorf("create slot gauges: %w", err)
 	}
-	attrs := metric.WithAttributes(attribute.String("keiro.outbox.slot", r.cfg.LogSlot))
+	attrs := metric.WithAttributes(attribute.String("keiro.outbox.slot", r.cfg.Slot))
 	return m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		qctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		st, err := adminOf(r.store).LogSlotStatus(qctx, r.pool, r.cfg.LogSlot)
+		st, err := r.cfg.Outbox.SlotStatus(qctx, r.cfg.DB, r.cfg.Slot)
 		if err != nil || !st.Exists {
 			return err
 		}
@@ -285,14 +241,14 @@ func b2i(b bool) int64 {
 	return 0
 }
 
-// drainClaimed waits until keiro_outbox has no open row (pending, failed or publishing) of the
+// DrainClaimed waits until keiro_outbox has no open row (pending, failed or publishing) of the
 // relay's destinations,
 // checking every PollInterval, while the claim loop (claimDone reports its end) publishes
 // them. It returns the claim loop's error if the loop ends first.
-func (r *engine) drainClaimed(ctx context.Context, claimDone <-chan error) error {
+func (r *Starter) DrainClaimed(ctx context.Context, claimDone <-chan error) error {
 	open := func() (bool, error) {
 		var n bool
-		err := r.pool.QueryRow(ctx, r.store.q.AnyOpen, r.cfg.Destinations).Scan(&n)
+		err := r.cfg.DB.QueryRow(ctx, r.cfg.Outbox.Q.AnyOpen, r.cfg.Destinations).Scan(&n)
 		return n, err
 	}
 	n, err := open()
@@ -305,7 +261,7 @@ func (r *engine) drainClaimed(ctx context.Context, claimDone <-chan error) error
 	if !n {
 		return nil
 	}
-	r.log.InfoContext(ctx, "log mode: publishing the rows still open in keiro_outbox first")
+	r.cfg.Logger.InfoContext(ctx, "log mode: publishing the rows still open in keiro_outbox first")
 	t := time.NewTicker(r.cfg.PollInterval)
 	defer t.Stop()
 	for {
