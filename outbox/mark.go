@@ -260,10 +260,6 @@ func (r *engine) logTransition(ctx context.Context, kind translog.Kind, row *cla
 	r.transitionLog.Write(ctx, r.log, kind, lr)
 }
 
-// outcome is what the relay decided for one claimed row (markplan.Decide); its name is what
-// sqlMark reads.
-type outcome = markplan.Outcome
-
 // The outcomes a mark writes.
 const (
 	outcomeSent     = markplan.Sent

@@ -134,7 +134,7 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, cfg RelayConfig) (*Relay, 
 		wake: make(chan struct{}, 1), backlog: make(chan struct{}, cfg.ClaimConcurrency),
 		now: time.Now,
 	}
-	r.maint = maintain.New(maintain.Config{DB: pool, Outbox: store.modes(), Log: cfg.Mode == ModeLog, LogSlot: cfg.LogSlot,
+	r.maint = maintain.New(maintain.Config{DB: pool, Outbox: adminOf(store).modes(), Log: cfg.Mode == ModeLog, LogSlot: cfg.LogSlot,
 		Retention: cfg.Retention, RetentionBatch: cfg.RetentionBatch, Interval: cfg.MaintenanceInterval, Inst: inst, Logger: r.log})
 	if r.pub, err = r.newPublisher(client); err != nil {
 		return nil, fmt.Errorf("new outbox relay: %w", err)
@@ -146,7 +146,7 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, cfg RelayConfig) (*Relay, 
 		if r.logEngine, err = r.newLogEngine(); err != nil {
 			return nil, fmt.Errorf("new outbox relay: %w", err)
 		}
-		r.logStart = logstart.New(logstart.Config{DB: pool, Outbox: store.modes(), Slot: cfg.LogSlot, Destinations: cfg.Destinations,
+		r.logStart = logstart.New(logstart.Config{DB: pool, Outbox: adminOf(store).modes(), Slot: cfg.LogSlot, Destinations: cfg.Destinations,
 			Engine: r.logEngine, PollInterval: cfg.PollInterval, MeterProvider: cfg.MeterProvider, Logger: r.log,
 			AfterModeRead: func() {
 				if r.afterModeRead != nil {
