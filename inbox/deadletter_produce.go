@@ -30,7 +30,7 @@ const maxDLQErrorLen = 4 << 10
 const shortDLQErrorLen = 256
 
 // defaultBatchMaxBytes is franz-go's default ProducerBatchMaxBytes.
-const defaultBatchMaxBytes = 1_000_012
+const defaultBatchMaxBytes = kafkaerr.DefaultMaxRecordBytes
 
 // dlqShape is how much of the original record a dead letter carries, from the whole record
 // down to its coordinates: each shape is tried when Kafka refused the previous one as too large

@@ -75,3 +75,7 @@ func match(err error, set []*kerr.Error) (string, bool) {
 	}
 	return "", false
 }
+
+// DefaultMaxRecordBytes is franz-go's default ProducerBatchMaxBytes: the largest record a client
+// built without that option sends at all (a larger one fails before it is sent, as too large).
+const DefaultMaxRecordBytes = 1_000_012

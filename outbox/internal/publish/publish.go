@@ -18,12 +18,13 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/internal/kafkaerr"
 	"github.com/keiro-go/keiro/tracing"
 )
 
-// DefaultMaxRecordBytes is franz-go's default ProducerBatchMaxBytes: the largest record a
-// client built without that option can send at all.
-const DefaultMaxRecordBytes = 1_000_012
+// DefaultMaxRecordBytes is the largest record a client built without ProducerBatchMaxBytes
+// can send at all (kafkaerr.DefaultMaxRecordBytes).
+const DefaultMaxRecordBytes = kafkaerr.DefaultMaxRecordBytes
 
 // Config configures a Publisher.
 type Config struct {
