@@ -179,8 +179,10 @@ func (r *Maintainer) logRetention(ctx context.Context, key int64) (deleted int64
 		return 0, false, err
 	}
 	for range maxRetentionBatchesPerPass {
-		if err := r.cfg.DB.QueryRow(ctx, r.cfg.Outbox.Q.LogRetention, r.cfg.Retention.Microseconds(),
-			r.cfg.RetentionBatch, key, r.cfg.LogSlot, covered).Scan(&got, &n); err != nil {
+		if err := modes.ReadPublications(r.cfg.DB, func() error {
+			return r.cfg.DB.QueryRow(ctx, r.cfg.Outbox.Q.LogRetention, r.cfg.Retention.Microseconds(),
+				r.cfg.RetentionBatch, key, r.cfg.LogSlot, covered).Scan(&got, &n)
+		}); err != nil {
 			return deleted, false, fmt.Errorf("outbox maintenance: delete keiro_outbox_log rows past retention: %w", err)
 		}
 		if !got {

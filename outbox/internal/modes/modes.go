@@ -378,15 +378,26 @@ type SlotStatus struct {
 
 // Slots reads every log-mode slot of the schema (outbox.Admin.LogSlots).
 func (s Schema) Slots(ctx context.Context, q keiro.DB) ([]SlotStatus, error) {
+	var out []SlotStatus
+	err := ReadPublications(q, func() (err error) {
+		out, err = s.logSlots(ctx, q)
+		return err
+	})
+	return out, err
+}
+
+// ReadPublications runs read, a statement over pg_publication_tables, again (at most five
+// times) when it fails with undefined_object: the view fails so when a publication it listed
+// is dropped before it reads that publication's tables (a relay dropping the slot it lost an
+// overlap race with, another schema's relay dropping its own). Outside a transaction the next
+// read can succeed; in one (q is a pgx.Tx) the error is returned at once.
+func ReadPublications(q keiro.DB, read func() error) error {
 	for attempt := 1; ; attempt++ {
-		out, err := s.logSlots(ctx, q)
-		// pg_publication_tables fails with undefined_object when a publication it listed is
-		// dropped before it reads that publication's tables (a relay dropping the slot it lost
-		// an overlap race with): read again, outside a transaction, where that can succeed.
+		err := read()
 		var pgErr *pgconn.PgError
 		if _, inTx := q.(pgx.Tx); err == nil || inTx || attempt == 5 ||
 			!errors.As(err, &pgErr) || pgErr.Code != "42704" {
-			return out, err
+			return err
 		}
 	}
 }
