@@ -22,7 +22,7 @@ type grammar struct {
 
 type dbFlags struct{ sidecar.DB }
 
-func (f *dbFlags) ValidateFlags() error { return f.Validate("KEIRO_TEST") }
+func (f *dbFlags) ValidateFlags() error { return f.Validate("KEIRO_SIDECARTEST") }
 
 type runCmd struct{}
 
@@ -33,7 +33,7 @@ func (c *runCmd) Run(env *cli.Env) error {
 
 func testSidecar() *sidecar.Sidecar {
 	return &sidecar.Sidecar{
-		Name: "test", EnvPrefix: "KEIRO_TEST", DefaultHTTPAddr: "127.0.0.1:9",
+		Name: "test", EnvPrefix: "KEIRO_SIDECARTEST", DefaultHTTPAddr: "127.0.0.1:9",
 		DatabaseURLHelp: " The password is never printed.", PgBouncerHelp: ", polling only",
 	}
 }
@@ -49,14 +49,14 @@ func TestDBFlagsHelp(t *testing.T) {
 	code, out, _ := run(testSidecar(), "--help")
 	require.Equal(t, 0, code)
 	flat := strings.Join(strings.Fields(out), " ")
-	require.Contains(t, flat, "PostgreSQL connection URL (required); TLS through sslmode. The password is never printed ($KEIRO_TEST_DATABASE_URL)")
+	require.Contains(t, flat, "PostgreSQL connection URL (required); TLS through sslmode. The password is never printed ($KEIRO_SIDECARTEST_DATABASE_URL)")
 	require.Contains(t, flat, "no named prepared statements (pgx cache_describe), polling only; migrations must then run on a direct connection")
-	require.Contains(t, flat, `Schema holding keiro's tables ($KEIRO_TEST_SCHEMA; default: keiro)`)
+	require.Contains(t, flat, `Schema holding keiro's tables ($KEIRO_SIDECARTEST_SCHEMA; default: keiro)`)
 
-	code, out, _ = run(&sidecar.Sidecar{Name: "bare", EnvPrefix: "KEIRO_TEST", DefaultHTTPAddr: "127.0.0.1:9"}, "--help")
+	code, out, _ = run(&sidecar.Sidecar{Name: "bare", EnvPrefix: "KEIRO_SIDECARTEST", DefaultHTTPAddr: "127.0.0.1:9"}, "--help")
 	require.Equal(t, 0, code)
 	flat = strings.Join(strings.Fields(out), " ")
-	require.Contains(t, flat, "TLS through sslmode ($KEIRO_TEST_DATABASE_URL)")
+	require.Contains(t, flat, "TLS through sslmode ($KEIRO_SIDECARTEST_DATABASE_URL)")
 	require.Contains(t, flat, "(pgx cache_describe); migrations")
 }
 
@@ -64,7 +64,7 @@ func TestDBFlagsHelp(t *testing.T) {
 func TestDBFlagsValidate(t *testing.T) {
 	code, _, stderr := run(testSidecar(), "--schema=Bad")
 	require.Equal(t, cli.ExitUsage, code)
-	require.Contains(t, stderr, "test: error: --database-url: is required (or set $KEIRO_TEST_DATABASE_URL)")
+	require.Contains(t, stderr, "test: error: --database-url: is required (or set $KEIRO_SIDECARTEST_DATABASE_URL)")
 	require.Contains(t, stderr, "--schema")
 
 	code, stdout, stderr := run(testSidecar(), "--database-url=postgres://h/db")
