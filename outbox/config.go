@@ -13,6 +13,7 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/schemaname"
 	"github.com/keiro-go/keiro/outbox/internal/claimsql"
+	"github.com/keiro-go/keiro/outbox/internal/exactlyonce"
 	"github.com/keiro-go/keiro/outbox/internal/logsource"
 )
 
@@ -60,6 +61,13 @@ const (
 	DefaultVacuumThreshold = 100_000
 	// DefaultMaintenanceInterval is how often retention and gauge sampling run.
 	DefaultMaintenanceInterval = 30 * time.Second
+	// DefaultOffsetsTopic is ExactlyOnce's topic of progress records: "keiro-relay-offsets".
+	DefaultOffsetsTopic = exactlyonce.DefaultOffsetsTopic
+	// DefaultTransactionTimeout is ExactlyOnce's Kafka transaction timeout: a minute.
+	DefaultTransactionTimeout = exactlyonce.DefaultTransactionTimeout
+	// DefaultTransactionLinger is how long an ExactlyOnce transaction stays open for more
+	// records: 10ms.
+	DefaultTransactionLinger = exactlyonce.DefaultLinger
 )
 
 // RelayConfig configures a Relay. The zero value is valid: every field has a default.
@@ -178,6 +186,35 @@ type RelayConfig struct {
 	// counterpart of claim mode's attempts, where the row dies after MaxAttempts.
 	// Defaults to DefaultLogUnknownTopicRetries.
 	LogUnknownTopicRetries int
+	// ExactlyOnce publishes in Kafka transactions, so that a reader with isolation level
+	// read_committed sees each event once even when a relay dies, freezes or loses its
+	// lease mid-batch (docs/architecture.md, "Exactly-once publication"). Each transaction
+	// also writes the relay's progress to OffsetsTopic: in ModeLog the slot position it
+	// holds, in ModeClaim the claims whose rows it published. The transactional id is
+	// derived from what the relay owns (ModeLog: the slot; ModeClaim: InstanceID), so a
+	// relay that takes over fences the one before. The producer's role needs the
+	// transactional-id WRITE and DESCRIBE ACLs, and the brokers transactions (see
+	// docs/operations.md). Defaults to false: at least once.
+	ExactlyOnce bool
+	// OffsetsTopic is ExactlyOnce's compacted topic of progress records, created (one
+	// partition, compacted) if it does not exist. Defaults to DefaultOffsetsTopic.
+	OffsetsTopic string
+	// InstanceID names this relay among the schema's claim relays under ExactlyOnce: its
+	// transactional id is "keiro-relay-claim.<Schema>.<InstanceID>". A relay restarted with
+	// the same id fences its previous run at once; without one each Run takes a random id,
+	// and its claims' rows are fenced by whichever relay takes them over once their lease
+	// expires. Use a stable id per replica (a StatefulSet's pod name). Defaults to random.
+	InstanceID string
+	// TransactionTimeout is ExactlyOnce's Kafka transaction timeout: a transaction its relay
+	// neither committed nor aborted within it is aborted by the broker, and read_committed
+	// readers of its partitions wait for it meanwhile. At most the brokers'
+	// transaction.max.timeout.ms. Defaults to DefaultTransactionTimeout.
+	TransactionTimeout time.Duration
+	// TransactionLinger is how long an ExactlyOnce transaction stays open for more records
+	// while they keep coming; an idle relay commits at once. Longer transactions commit less
+	// often (more throughput) and hold records from readers longer (more latency).
+	// Defaults to DefaultTransactionLinger.
+	TransactionLinger time.Duration
 	// OnBatch, if set, is called after each batch is marked, with what happened. It runs on the
 	// relay's goroutine: keep it fast. Meant for tests and diagnostics. Defaults to nil.
 	OnBatch func(BatchResult)
@@ -248,9 +285,28 @@ func (c *RelayConfig) setDefaults() {
 	if c.VacuumThreshold == 0 {
 		c.VacuumThreshold = DefaultVacuumThreshold
 	}
+	if c.OffsetsTopic == "" {
+		c.OffsetsTopic = DefaultOffsetsTopic
+	}
+	if c.TransactionTimeout == 0 {
+		c.TransactionTimeout = DefaultTransactionTimeout
+	}
+	if c.TransactionLinger == 0 {
+		c.TransactionLinger = DefaultTransactionLinger
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+}
+
+// exactlyOnce is the engines' exactly-once configuration: nil without ExactlyOnce. The
+// transactional id is the engine's to set.
+func (c *RelayConfig) exactlyOnce() *exactlyonce.Config {
+	if !c.ExactlyOnce {
+		return nil
+	}
+	return &exactlyonce.Config{OffsetsTopic: c.OffsetsTopic, TransactionTimeout: c.TransactionTimeout,
+		Linger: c.TransactionLinger}
 }
 
 // validate reports every problem with the (defaulted) config, each naming its field.
@@ -316,6 +372,22 @@ func (c *RelayConfig) validate() error {
 			bad("Destinations[%d] %q %v", i, d, err)
 		}
 	}
+	if c.ExactlyOnce {
+		if err := envelope.ValidateTopic(c.OffsetsTopic); err != nil {
+			bad("OffsetsTopic %q %v", c.OffsetsTopic, err)
+		}
+		if c.TransactionTimeout < time.Second {
+			bad("TransactionTimeout must be at least 1s, got %s", c.TransactionTimeout)
+		}
+		if c.TransactionLinger < 0 {
+			bad("TransactionLinger must not be negative, got %s", c.TransactionLinger)
+		}
+		if c.InstanceID != "" && !validInstanceID(c.InstanceID) {
+			bad("InstanceID %q must be 1 to 64 letters, digits, '.', '_' or '-'", c.InstanceID)
+		}
+	} else if c.InstanceID != "" {
+		bad("InstanceID %q is set but ExactlyOnce is not; it names the relay's transactional id", c.InstanceID)
+	}
 	for i, d := range c.CloudEventsDestinations {
 		if err := envelope.ValidateTopic(d); err != nil {
 			bad("CloudEventsDestinations[%d] %q %v", i, d, err)
@@ -352,3 +424,19 @@ const (
 
 // ParsePolicy parses a policy name as returned by Policy.String.
 func ParsePolicy(s string) (Policy, error) { return claimsql.ParsePolicy(s) }
+
+// validInstanceID reports whether id suits a transactional id: 1 to 64 letters, digits, '.',
+// '_' or '-'.
+func validInstanceID(id string) bool {
+	if len(id) == 0 || len(id) > 64 {
+		return false
+	}
+	for _, r := range id {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -365,6 +365,7 @@ func (r *engine) newLogEngine() (logsource.Engine, error) {
 		MaxInFlightRecords:  inFlight,
 		ShutdownTimeout:     r.cfg.ShutdownTimeout,
 		UnknownTopicRetries: r.cfg.LogUnknownTopicRetries,
+		ExactlyOnce:         r.cfg.exactlyOnce(),
 		Logger:              r.log,
 	})
 }

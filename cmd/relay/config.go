@@ -79,6 +79,9 @@ func vars() kong.Vars {
 		"maintenance_interval": d(DefaultMaintenanceInterval),
 		"vacuum_threshold":     strconv.Itoa(DefaultVacuumThreshold),
 		"http_addr":            DefaultHTTPAddr,
+		"offsets_topic":        outbox.DefaultOffsetsTopic,
+		"transaction_timeout":  d(outbox.DefaultTransactionTimeout),
+		"transaction_linger":   d(outbox.DefaultTransactionLinger),
 		"list_limit":           strconv.Itoa(DefaultListLimit),
 	}
 }
@@ -153,6 +156,11 @@ type runCmd struct {
 	Mode                   string        `help:"How the relay publishes: claim (claim and mark keiro_outbox's rows; works everywhere) or log (switch the schema to log mode and follow a logical replication slot in commit order; needs wal_level=logical and the REPLICATION attribute, not through PgBouncer)." default:"claim" placeholder:"MODE"`
 	LogSlot                string        `help:"With --mode=log: the replication slot and publication (default: <schema>_keiro_log; with --destinations, <schema>_keiro_log_<hash of the set>)." placeholder:"SLOT"`
 	LogUnknownTopicRetries int           `help:"With --mode=log: metadata refreshes a record of a topic Kafka does not know waits for before it is rejected (unknown_topic_or_partition); 0 uses the default (240, about a minute)."`
+	ExactlyOnce            bool          `help:"Publish in Kafka transactions with the relay's progress (the slot position, or the claims published) in each, so read_committed readers see each event once across crashes, freezes and lost leases; a relay that takes over fences the one before. Needs transactions on the brokers and the transactional-id ACLs."`
+	OffsetsTopic           string        `help:"With --exactly-once: the compacted topic of the relays' progress records (created if missing)." default:"${offsets_topic}" placeholder:"TOPIC"`
+	InstanceID             string        `name:"instance-id" help:"With --exactly-once in claim mode: this relay's stable name among the schema's relays (a pod name); its transactional id is keiro-relay-claim.<schema>.<id>, and a restart with the same id fences its previous run at once (default: random per run)." placeholder:"ID"`
+	TransactionTimeout     time.Duration `help:"With --exactly-once: the Kafka transaction timeout; an abandoned transaction is aborted by the broker after it (at most the brokers' transaction.max.timeout.ms)." default:"${transaction_timeout}"`
+	TransactionLinger      time.Duration `help:"With --exactly-once: how long a transaction stays open for more records while they keep coming (more throughput, more latency); an idle relay commits at once." default:"${transaction_linger}"`
 	Policy                 string        `help:"Ordering policy: ${policies}." default:"${policy}" placeholder:"POLICY"`
 	BatchSize              int           `help:"Rows claimed per batch." default:"${batch_size}"`
 	MaxInFlight            int           `help:"Claimed batches being published at once (per-key order is kept)." default:"${max_in_flight}"`
@@ -201,6 +209,21 @@ func (c *runCmd) ValidateFlags() error {
 	}
 	if c.LogSlot != "" && !logSlotName.MatchString(c.LogSlot) {
 		p.Add("log-slot", "%q must be 1 to 63 lower case letters, digits or underscores", c.LogSlot)
+	}
+	if !c.ExactlyOnce {
+		if c.InstanceID != "" {
+			p.Add("instance-id", "names the transactional id of --exactly-once, which is not set")
+		}
+	} else {
+		if err := envelope.ValidateTopic(c.OffsetsTopic); err != nil {
+			p.Add("offsets-topic", "%q %v", c.OffsetsTopic, err)
+		}
+		if c.TransactionTimeout < time.Second {
+			p.Add("transaction-timeout", "must be at least 1s, got %s", c.TransactionTimeout)
+		}
+		if c.TransactionLinger < 0 {
+			p.Add("transaction-linger", "must not be negative, got %s", c.TransactionLinger)
+		}
 	}
 	if c.LogUnknownTopicRetries < 0 {
 		p.Add("log-unknown-topic-retries", "must not be negative (0 means the default), got %d", c.LogUnknownTopicRetries)

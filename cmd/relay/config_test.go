@@ -43,6 +43,8 @@ func TestDefaults(t *testing.T) {
 		Lease:             DefaultLease, PollInterval: DefaultPollInterval, ShutdownTimeout: DefaultShutdownTimeout,
 		Retention: DefaultRetention, MaintenanceInterval: DefaultMaintenanceInterval, HTTPAddr: DefaultHTTPAddr,
 		VacuumThreshold: DefaultVacuumThreshold, Mode: "claim",
+		OffsetsTopic: outbox.DefaultOffsetsTopic, TransactionTimeout: outbox.DefaultTransactionTimeout,
+		TransactionLinger: outbox.DefaultTransactionLinger,
 	}
 	if r.Kafka.ClientID != DefaultClientID {
 		t.Fatalf("client id %q", r.Kafka.ClientID)

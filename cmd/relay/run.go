@@ -60,6 +60,11 @@ func (c *runCmd) relayConfig(schema string, pgbouncer bool, log *slog.Logger) ou
 		Mode:                    outbox.Mode(c.Mode),
 		LogSlot:                 c.LogSlot,
 		LogUnknownTopicRetries:  c.LogUnknownTopicRetries,
+		ExactlyOnce:             c.ExactlyOnce,
+		OffsetsTopic:            c.OffsetsTopic,
+		InstanceID:              c.InstanceID,
+		TransactionTimeout:      c.TransactionTimeout,
+		TransactionLinger:       c.TransactionLinger,
 		Logger:                  log,
 	}
 	if cfg.Mode == outbox.ModeLog {

@@ -15,7 +15,9 @@ func TestRelayConfigMapping(t *testing.T) {
 		"--policy=stop-the-line", "--batch-size=64", "--max-in-flight=2", "--claim-concurrency=3", "--max-attempts=3",
 		"--backoff-initial=250ms", "--backoff-max=30s", "--backoff-multiplier=1.5", "--lease=45s",
 		"--poll-interval=500ms", "--poll-only", "--shutdown-timeout=20s", "--retention=0",
-		"--maintenance-interval=1m", "--vacuum-threshold=0", "--max-record-bytes=4096", "--destinations=orders,invoices")
+		"--maintenance-interval=1m", "--vacuum-threshold=0", "--max-record-bytes=4096", "--destinations=orders,invoices",
+		"--exactly-once", "--offsets-topic=relay-offsets", "--instance-id=relay-0", "--transaction-timeout=30s",
+		"--transaction-linger=5ms")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,6 +28,8 @@ func TestRelayConfigMapping(t *testing.T) {
 		Lease:   45 * time.Second, PollInterval: 500 * time.Millisecond, PollOnly: true,
 		ShutdownTimeout: 18 * time.Second, Retention: -1, MaintenanceInterval: time.Minute, VacuumThreshold: -1,
 		MaxRecordBytes: 4096, Destinations: []string{"orders", "invoices"}, Mode: outbox.ModeClaim,
+		ExactlyOnce: true, OffsetsTopic: "relay-offsets", InstanceID: "relay-0", TransactionTimeout: 30 * time.Second,
+		TransactionLinger: 5 * time.Millisecond,
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Fatalf("relay config:\n got %+v\nwant %+v", cfg, want)

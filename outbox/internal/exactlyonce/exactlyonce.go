@@ -37,6 +37,48 @@ const DefaultOffsetsTopic = "keiro-relay-offsets"
 // neither committed nor aborted within it (the relay froze or died) is aborted by the broker.
 const DefaultTransactionTimeout = 60 * time.Second
 
+// DefaultLinger is how long a relay's Kafka transaction stays open for more records before
+// it commits when records keep coming; an idle relay commits at once.
+const DefaultLinger = 10 * time.Millisecond
+
+// DefaultMaxRecords is the most records one Kafka transaction of a relay holds.
+const DefaultMaxRecords = 8192
+
+// Config is how a relay engine publishes exactly once; a nil *Config publishes at least once.
+type Config struct {
+	// OffsetsTopic is the compacted topic of the transactions' progress records. Defaults
+	// to DefaultOffsetsTopic.
+	OffsetsTopic string
+	// TransactionalID is the engine's transactional id: the log engine's is derived from
+	// its slot (LogTransactionalID) and set by the engine; the claim engine's is
+	// ClaimTransactionalID of its instance.
+	TransactionalID string
+	// TransactionTimeout is the Kafka transaction timeout. Defaults to
+	// DefaultTransactionTimeout.
+	TransactionTimeout time.Duration
+	// Linger is how long a transaction stays open for more records. Defaults to DefaultLinger.
+	Linger time.Duration
+	// MaxRecords is the most records one transaction holds. Defaults to DefaultMaxRecords.
+	MaxRecords int
+}
+
+// WithDefaults returns c with every unset field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.OffsetsTopic == "" {
+		c.OffsetsTopic = DefaultOffsetsTopic
+	}
+	if c.TransactionTimeout == 0 {
+		c.TransactionTimeout = DefaultTransactionTimeout
+	}
+	if c.Linger == 0 {
+		c.Linger = DefaultLinger
+	}
+	if c.MaxRecords == 0 {
+		c.MaxRecords = DefaultMaxRecords
+	}
+	return c
+}
+
 // LogTransactionalID is the transactional id of the log engine following slot on the database
 // whose system identifier (IDENTIFY_SYSTEM's systemid) and name are given: unique per slot
 // across every database that shares a Kafka cluster, and the same for every relay of the slot,

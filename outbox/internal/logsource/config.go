@@ -13,6 +13,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/schemaname"
+	"github.com/keiro-go/keiro/outbox/internal/exactlyonce"
 	"github.com/keiro-go/keiro/outbox/internal/logslot"
 	"github.com/keiro-go/keiro/outbox/internal/publish"
 )
@@ -96,6 +97,10 @@ type Config struct {
 	// ShutdownTimeout bounds the wait for records in flight once Run's context is
 	// cancelled. Defaults to DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
+	// ExactlyOnce, if set, publishes in Kafka transactions with the slot's position in each
+	// (exactlyonce.Config; the engine sets its TransactionalID from the slot). nil: at
+	// least once.
+	ExactlyOnce *exactlyonce.Config
 	// Logger receives the engine's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -132,6 +137,10 @@ func (cfg Config) WithDefaults() Config {
 	}
 	if cfg.UnknownTopicRetries == 0 {
 		cfg.UnknownTopicRetries = DefaultUnknownTopicRetries
+	}
+	if cfg.ExactlyOnce != nil {
+		eo := cfg.ExactlyOnce.WithDefaults()
+		cfg.ExactlyOnce = &eo
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
