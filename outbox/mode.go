@@ -198,6 +198,10 @@ type SlotStatus struct {
 	// Destinations are the destinations the slot's publication gives it (its row filter);
 	// empty for every destination. Only Admin.LogSlots fills it.
 	Destinations []string `json:"destinations,omitempty"`
+	// TransactionalID is the Kafka transactional id of the slot's relays with ExactlyOnce:
+	// "keiro-relay-log.<system identifier>.<database>.<slot>". Each relay that takes the slot
+	// over initializes it, which fences the one before.
+	TransactionalID string `json:"transactional_id,omitempty"`
 }
 
 // LogSlots reads every log-mode slot of the schema: one per publication of its

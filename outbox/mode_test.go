@@ -128,6 +128,10 @@ func TestModeSwitchClaimLogClaimLosesNothing(t *testing.T) {
 	require.Positive(t, ss.ActivePID, "the log-mode relay reads the slot")
 	require.Contains(t, []string{"reserved", "extended"}, ss.WALStatus)
 	require.NotEmpty(t, ss.ConfirmedFlushLSN)
+	var sysID, dbName string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT system_identifier::text, current_database() FROM pg_control_system()`).Scan(&sysID, &dbName))
+	require.Equal(t, "keiro-relay-log."+sysID+"."+dbName+"."+ss.Slot, ss.TransactionalID,
+		"the slot's transactional id under ExactlyOnce")
 	got := collectMetrics(t, reader)
 	active, ok := got[outbox.MetricLogSlotActive].(metricdata.Gauge[int64])
 	require.True(t, ok, "the slot's active gauge")

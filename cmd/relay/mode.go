@@ -187,6 +187,9 @@ func printSlot(env *cli.Env, ss outbox.SlotStatus) {
 	}
 	fmt.Fprintf(env.Stdout, "log slot %s%s: reader %s, confirmed %s, retained WAL %d B, wal_status %s, safe_wal_size %s\n",
 		ss.Slot, dests, active, ss.ConfirmedFlushLSN, ss.RetainedBytes, ss.WALStatus, safe)
+	if ss.TransactionalID != "" {
+		fmt.Fprintf(env.Stdout, "  transactional id with --exactly-once: %s\n", ss.TransactionalID)
+	}
 	if ss.WALStatus == "lost" {
 		fmt.Fprintln(env.Stdout, "the slot is invalidated: PostgreSQL removed WAL it had not confirmed; drop it and recover the unconfirmed events from keiro_outbox_log (docs/architecture.md, \"Log mode\")")
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/pgtext"
+	"github.com/keiro-go/keiro/outbox/internal/exactlyonce"
 	"github.com/keiro-go/keiro/outbox/internal/logslot"
 	"github.com/keiro-go/keiro/outbox/internal/sqlq"
 )
@@ -374,6 +375,7 @@ type SlotStatus struct {
 	WALStatus         string
 	SafeWALSize       *int64
 	Destinations      []string
+	TransactionalID   string
 }
 
 // Slots reads every log-mode slot of the schema (outbox.Admin.LogSlots).
@@ -423,7 +425,28 @@ func (s Schema) logSlots(ctx context.Context, q keiro.DB) ([]SlotStatus, error) 
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read the log-mode slots: %w", err)
 	}
+	if len(out) == 0 {
+		return out, nil
+	}
+	sys, db, err := systemID(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].TransactionalID = exactlyonce.LogTransactionalID(sys, db, out[i].Slot)
+	}
 	return out, nil
+}
+
+// systemID reads the database system identifier (IDENTIFY_SYSTEM's systemid, which a
+// physical standby shares with its primary) and the database's name: with the slot, they make
+// the log engine's transactional id (exactlyonce.LogTransactionalID).
+func systemID(ctx context.Context, q keiro.DB) (sys, db string, err error) {
+	err = q.QueryRow(ctx, "SELECT system_identifier::text, current_database()::text FROM pg_control_system()").Scan(&sys, &db)
+	if err != nil {
+		return "", "", fmt.Errorf("read the database system identifier: %w", err)
+	}
+	return sys, db, nil
 }
 
 // SlotStatus reads the log-mode slot's state.
@@ -438,6 +461,11 @@ func (s Schema) SlotStatus(ctx context.Context, q keiro.DB, slot string) (SlotSt
 		return st, fmt.Errorf("read replication slot %s: %w", slot, err)
 	}
 	st.Exists = true
+	sys, db, err := systemID(ctx, q)
+	if err != nil {
+		return st, err
+	}
+	st.TransactionalID = exactlyonce.LogTransactionalID(sys, db, slot)
 	return st, nil
 }
 
