@@ -299,14 +299,15 @@ func (c *RelayConfig) setDefaults() {
 	}
 }
 
-// exactlyOnce is the engines' exactly-once configuration: nil without ExactlyOnce. The
-// transactional id is the engine's to set.
+// exactlyOnce is the engines' exactly-once configuration, with new counters: nil without
+// ExactlyOnce. The transactional id is each engine's to set.
 func (c *RelayConfig) exactlyOnce() *exactlyonce.Config {
 	if !c.ExactlyOnce {
 		return nil
 	}
-	return &exactlyonce.Config{OffsetsTopic: c.OffsetsTopic, TransactionTimeout: c.TransactionTimeout,
-		Linger: c.TransactionLinger}
+	eo := exactlyonce.Config{OffsetsTopic: c.OffsetsTopic, TransactionTimeout: c.TransactionTimeout,
+		Linger: c.TransactionLinger}.WithDefaults()
+	return &eo
 }
 
 // validate reports every problem with the (defaulted) config, each naming its field.

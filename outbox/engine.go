@@ -14,6 +14,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/outbox/internal/claimsql"
+	"github.com/keiro-go/keiro/outbox/internal/exactlyonce"
 	"github.com/keiro-go/keiro/outbox/internal/kafkaerr"
 	"github.com/keiro-go/keiro/outbox/internal/logsource"
 	"github.com/keiro-go/keiro/outbox/internal/logstart"
@@ -29,6 +30,9 @@ import (
 type engine struct {
 	pool  *pgxpool.Pool
 	cfg   RelayConfig
+	// eo is how the relay's engines publish exactly once (RelayConfig.ExactlyOnce), with the
+	// counters of their transactions; nil: at least once.
+	eo *exactlyonce.Config
 	store *Store
 	// claims runs the claim relay's statements.
 	claims *claimsql.Store

@@ -128,8 +128,14 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, cfg RelayConfig) (*Relay, 
 	if err := inst.ObserveGauges(maintain.GaugeFreshness * cfg.MaintenanceInterval); err != nil {
 		return nil, fmt.Errorf("new outbox relay: observe gauges: %w", err)
 	}
+	eo := cfg.exactlyOnce()
+	if eo != nil {
+		if err := inst.ObserveTransactions(eo.Counters); err != nil {
+			return nil, fmt.Errorf("new outbox relay: observe transactions: %w", err)
+		}
+	}
 	r := &engine{
-		pool: pool, cfg: cfg, store: store, claims: &claimsql.Store{Q: store.q}, inst: inst,
+		pool: pool, cfg: cfg, eo: eo, store: store, claims: &claimsql.Store{Q: store.q}, inst: inst,
 		log:  cfg.Logger.With("component", "outbox-relay", "schema", cfg.Schema),
 		wake: make(chan struct{}, 1), backlog: make(chan struct{}, cfg.ClaimConcurrency),
 		now: time.Now,
@@ -365,7 +371,7 @@ func (r *engine) newLogEngine() (logsource.Engine, error) {
 		MaxInFlightRecords:  inFlight,
 		ShutdownTimeout:     r.cfg.ShutdownTimeout,
 		UnknownTopicRetries: r.cfg.LogUnknownTopicRetries,
-		ExactlyOnce:         r.cfg.exactlyOnce(),
+		ExactlyOnce:         r.eo,
 		Logger:              r.log,
 	})
 }

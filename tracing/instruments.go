@@ -109,6 +109,13 @@ const (
 	MetricOutboxPublishLatency = "keiro.outbox.publish.latency"
 	// MetricOutboxBatchSize names a histogram in {event}: rows per claimed batch.
 	MetricOutboxBatchSize = "keiro.outbox.batch.size"
+	// MetricOutboxTransactions names a counter in {transaction}: the Kafka transactions of an
+	// exactly-once relay, by outcome (committed, aborted).
+	MetricOutboxTransactions = "keiro.outbox.transactions"
+	// MetricOutboxFenced names a counter in {fence}: the times an exactly-once relay found its
+	// transactional id taken over by a newer relay (it was a zombie: it published nothing
+	// more and started again).
+	MetricOutboxFenced = "keiro.outbox.fenced"
 
 	// MetricInboxProcessed names a counter in {message}; attributes keiro.consumer.name,
 	// messaging.destination.name, messaging.consumer.group.name.
@@ -276,6 +283,10 @@ var MetricNames = []Metric{
 		Description: "Time from the outbox row's creation to the broker's acknowledgement."},
 	{Name: MetricOutboxBatchSize, Kind: Histogram, Unit: "{event}", Buckets: BatchSizeBuckets,
 		Description: "Rows per claimed outbox batch."},
+	{Name: MetricOutboxTransactions, Kind: Counter, Unit: "{transaction}", Attributes: []attribute.Key{OutcomeKey},
+		Description: "Kafka transactions of an exactly-once relay, by outcome: committed, aborted."},
+	{Name: MetricOutboxFenced, Kind: Counter, Unit: "{fence}",
+		Description: "Times an exactly-once relay found its transactional id taken over by a newer relay (a zombie fenced)."},
 
 	{Name: MetricInboxProcessed, Kind: Counter, Unit: "{message}", Attributes: []attribute.Key{ConsumerKey, DestinationKey, GroupKey},
 		Description: "Messages whose handler ran and committed with the inbox row."},

@@ -60,6 +60,9 @@ type Config struct {
 	Linger time.Duration
 	// MaxRecords is the most records one transaction holds. Defaults to DefaultMaxRecords.
 	MaxRecords int
+	// Counters count the transactions of every producer built from the configuration (the
+	// relay's metrics read them). Defaults to new counters.
+	Counters *Counters
 }
 
 // WithDefaults returns c with every unset field set to its default.
@@ -75,6 +78,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxRecords == 0 {
 		c.MaxRecords = DefaultMaxRecords
+	}
+	if c.Counters == nil {
+		c.Counters = &Counters{}
 	}
 	return c
 }

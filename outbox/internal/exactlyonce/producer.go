@@ -44,10 +44,13 @@ type Producer struct {
 // relay's client options, ensures cfg's offsets topic exists, and initializes the
 // transactional id: a producer of the id still running is fenced from then on, and the
 // transaction it had open is aborted (a commit under way completes first). counters, shared
-// by the engine's successive producers, may be nil.
+// by the engine's successive producers, may be nil: cfg.Counters then count.
 func NewProducer(ctx context.Context, opts []kgo.Opt, cfg Config, counters *Counters) (*Producer, error) {
 	if cfg.TransactionalID == "" {
 		return nil, errors.New("exactly once: no transactional id")
+	}
+	if counters == nil {
+		counters = cfg.Counters
 	}
 	if counters == nil {
 		counters = &Counters{}

@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/keiro-go/keiro/outbox/internal/exactlyonce"
 	"github.com/keiro-go/keiro/outbox/internal/publish"
 	"github.com/keiro-go/keiro/tracing"
 )
@@ -28,6 +30,9 @@ type Instruments struct {
 	Reclaimed    metric.Int64Counter
 	OrderBroken  metric.Int64Counter
 	BatchSize    metric.Int64Histogram
+
+	transactions metric.Int64ObservableCounter
+	fenced       metric.Int64ObservableCounter
 
 	backlog   metric.Int64ObservableGauge
 	oldestAge metric.Float64ObservableGauge
@@ -70,6 +75,10 @@ func New(mp metric.MeterProvider) (*Instruments, error) {
 	errs = append(errs, err)
 	in.dead, err = m.Int64ObservableGauge(tracing.MetricOutboxDead, metric.WithDescription("Outbox rows dead or rejected, kept for operators."), metric.WithUnit("{event}"))
 	errs = append(errs, err)
+	in.transactions, err = m.Int64ObservableCounter(tracing.MetricOutboxTransactions, metric.WithDescription("Kafka transactions of an exactly-once relay, by outcome: committed, aborted."), metric.WithUnit("{transaction}"))
+	errs = append(errs, err)
+	in.fenced, err = m.Int64ObservableCounter(tracing.MetricOutboxFenced, metric.WithDescription("Times an exactly-once relay found its transactional id taken over by a newer relay."), metric.WithUnit("{fence}"))
+	errs = append(errs, err)
 	in.BatchSize, err = m.Int64Histogram(tracing.MetricOutboxBatchSize, metric.WithDescription("Rows per claimed batch."), metric.WithUnit("{event}"),
 		metric.WithExplicitBucketBoundaries(tracing.BatchSizeBuckets...))
 	errs = append(errs, err)
@@ -77,6 +86,20 @@ func New(mp metric.MeterProvider) (*Instruments, error) {
 		return nil, fmt.Errorf("create outbox instruments: %w", err)
 	}
 	return in, nil
+}
+
+// ObserveTransactions registers the callback that exports the transactions of an
+// exactly-once relay from c, its engines' counters (a relay calls it once, with ExactlyOnce).
+func (in *Instruments) ObserveTransactions(c *exactlyonce.Counters) error {
+	committed := metric.WithAttributeSet(attribute.NewSet(tracing.OutcomeKey.String("committed")))
+	aborted := metric.WithAttributeSet(attribute.NewSet(tracing.OutcomeKey.String("aborted")))
+	_, err := in.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(in.transactions, c.Committed(), committed)
+		o.ObserveInt64(in.transactions, c.Aborted(), aborted)
+		o.ObserveInt64(in.fenced, c.Fenced())
+		return nil
+	}, in.transactions, in.fenced)
+	return err
 }
 
 // DestGauges are one destination's sampled gauges.
