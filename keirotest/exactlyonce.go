@@ -29,6 +29,11 @@ type ExactlyOnce struct {
 	// Defaults to the decoded event's message id (keiro-message-id), "" for a record that is
 	// not a keiro record.
 	ID func(Record) string
+	// AllowDuplicates accepts copies of a wanted record, for a topic written at least once
+	// (a relay that does not publish in Kafka transactions repeats the records it had in
+	// flight when it died): every id must still be there, nothing else, and each key's first
+	// copies in order. Defaults to false: a second copy fails the assertion.
+	AllowDuplicates bool
 	// Within is how long to wait for the topic to hold what is wanted (for a relay running in
 	// the background). Defaults to 0: only the records on the topic when RequireExactlyOnce is
 	// called count.
@@ -72,9 +77,9 @@ func CommittedRecords(t testing.TB, kafka *Kafka, topic string) Committed {
 }
 
 // RequireExactlyOnce fails t unless the committed records of topic (CommittedRecords: records
-// of aborted transactions do not count) hold each of want.MessageIDs exactly once, nothing else,
-// and the records of each Kafka key in the order want.MessageIDs lists their ids. It returns
-// the records. The failure message lists every duplicated id with the offsets of its copies,
+// of aborted transactions do not count) hold each of want.MessageIDs exactly once (at least
+// once with want.AllowDuplicates), nothing else, and the records of each Kafka key in the order
+// want.MessageIDs lists their ids. It returns the records. The failure message lists every duplicated id with the offsets of its copies,
 // every missing id, every record that was not wanted, and every pair of one key's records
 // found in the wrong order. Records without a key are not ordered.
 //
@@ -112,7 +117,7 @@ func RequireExactlyOnce(t testing.TB, kafka *Kafka, topic string, want ExactlyOn
 		if err != nil {
 			t.Fatalf("%s: read topic %q: %v", who, topic, err)
 		}
-		report := checkExactlyOnce(c.Records, want.MessageIDs, index, id)
+		report := checkExactlyOnce(c.Records, want.MessageIDs, index, id, want.AllowDuplicates)
 		if report == "" {
 			return c.Records
 		}
@@ -120,7 +125,11 @@ func RequireExactlyOnce(t testing.TB, kafka *Kafka, topic string, want ExactlyOn
 			time.Sleep(min(50*time.Millisecond, time.Until(deadline))) // Kafka offers no signal for "a record arrived"
 			continue
 		}
-		head := fmt.Sprintf("topic %q does not hold each of %s exactly once in key order", topic, plural(len(want.MessageIDs), "message id"))
+		once := "exactly once"
+		if want.AllowDuplicates {
+			once = "at least once"
+		}
+		head := fmt.Sprintf("topic %q does not hold each of %s %s in key order", topic, plural(len(want.MessageIDs), "message id"), once)
 		if want.Within > 0 {
 			head += fmt.Sprintf(" within %s", want.Within)
 		}
@@ -131,8 +140,9 @@ func RequireExactlyOnce(t testing.TB, kafka *Kafka, topic string, want ExactlyOn
 }
 
 // checkExactlyOnce returns what is wrong with recs against the wanted ids (index: id → its
-// place in want), one section per kind of problem, or "" when nothing is.
-func checkExactlyOnce(recs []Record, want []string, index map[string]int, id func(Record) string) string {
+// place in want), one section per kind of problem, or "" when nothing is. Copies are a problem
+// unless allowDuplicates is set.
+func checkExactlyOnce(recs []Record, want []string, index map[string]int, id func(Record) string, allowDuplicates bool) string {
 	where := func(r Record) string {
 		return fmt.Sprintf("partition %d offset %d", r.Record.Partition, r.Record.Offset)
 	}
@@ -169,7 +179,7 @@ func checkExactlyOnce(recs []Record, want []string, index map[string]int, id fun
 	var b strings.Builder
 	var dups []string
 	for _, rid := range order {
-		if copies := seen[rid]; len(copies) > 1 {
+		if copies := seen[rid]; len(copies) > 1 && !allowDuplicates {
 			places := make([]string, len(copies))
 			for i, r := range copies {
 				places[i] = where(r)

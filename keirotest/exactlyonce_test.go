@@ -129,6 +129,23 @@ func TestRequireExactlyOnceReportsDuplicates(t *testing.T) {
 		"duplicated: 1 message id", `"m2" 2 times: partition 0 offset 2, partition 0 offset 6`)
 }
 
+func TestRequireExactlyOnceAllowDuplicates(t *testing.T) {
+	t.Parallel()
+	s := setupExactlyOnce(t)
+	s.produce(t, 0, 1, 2, 3, 2, 4, 5) // a relay's repeat of m2 after m3: the first copies are in order
+	keirotest.RequireExactlyOnce(t, s.kafka, s.topic, keirotest.ExactlyOnce{MessageIDs: s.ids, AllowDuplicates: true})
+
+	s2 := setupExactlyOnce(t)
+	s2.produce(t, 0, 1, 2, 3, 2, 5)
+	r := record(t, func(tb testing.TB) {
+		keirotest.RequireExactlyOnce(tb, s2.kafka, s2.topic, keirotest.ExactlyOnce{MessageIDs: s2.ids, AllowDuplicates: true})
+	})
+	requireFailure(t, r, "does not hold each of 6 message ids at least once in key order", "missing: 1 of 6 message ids", `"m4"`)
+	if strings.Contains(r.message(), "duplicated") {
+		t.Fatalf("copies are allowed; the message reports them:\n%s", r.message())
+	}
+}
+
 func TestRequireExactlyOnceReportsMissingAndUnexpected(t *testing.T) {
 	t.Parallel()
 	s := setupExactlyOnce(t)
