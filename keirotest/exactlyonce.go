@@ -2,18 +2,13 @@ package keirotest
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // ExactlyOnce describes what RequireExactlyOnce expects of a topic.
@@ -224,104 +219,12 @@ func section(b *strings.Builder, title string, lines []string) {
 	}
 }
 
-// Control record types (the second int16 of a control record's key).
-const (
-	controlAbort  = 0
-	controlCommit = 1
-)
-
-// readCommitted reads topic up to its end offsets and keeps what a read_committed consumer is
-// given. It reads uncommitted, control records kept: every offset below the high watermark is
-// then a record it is given (data or transaction marker), so reaching the end is known without
-// waiting, even where the end is an aborted transaction's marker; each transactional record is
-// kept or dropped by the marker its producer wrote after it.
+// readCommitted reads topic as a read_committed consumer would (testenv.ReadCommitted) and
+// decodes the records.
 func readCommitted(ctx context.Context, kafka *Kafka, topic string) (Committed, error) {
-	ends, err := kadm.NewClient(kafka.Client).ListEndOffsets(ctx, topic)
+	c, err := testenv.ReadCommitted(ctx, kafka.Kafka, topic)
 	if err != nil {
-		return Committed{}, fmt.Errorf("list end offsets: %w", err)
+		return Committed{}, err
 	}
-	want := map[int32]int64{} // partition → high watermark
-	var listErr error
-	ends.Each(func(o kadm.ListedOffset) {
-		switch {
-		case errors.Is(o.Err, kerr.UnknownTopicOrPartition):
-		case o.Err != nil:
-			listErr = o.Err
-		case o.Offset > 0:
-			want[o.Partition] = o.Offset
-		}
-	})
-	if listErr != nil {
-		return Committed{}, fmt.Errorf("list end offsets: %w", listErr)
-	}
-	if len(want) == 0 {
-		return Committed{}, nil
-	}
-	parts := map[int32]kgo.Offset{}
-	for p := range want {
-		parts[p] = kgo.NewOffset().AtStart()
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(kafka.Seeds...), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
-		kgo.FetchIsolationLevel(kgo.ReadUncommitted()), kgo.KeepControlRecords())
-	if err != nil {
-		return Committed{}, fmt.Errorf("create a consumer: %w", err)
-	}
-	defer cl.Close()
-	byPartition := map[int32][]*kgo.Record{}
-	for len(want) > 0 {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return Committed{}, fmt.Errorf("read up to the end offsets: %w", err)
-		}
-		for _, fe := range fs.Errors() {
-			return Committed{}, fmt.Errorf("fetch partition %d: %w", fe.Partition, fe.Err)
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			if hw, ok := want[r.Partition]; ok && r.Offset < hw {
-				byPartition[r.Partition] = append(byPartition[r.Partition], r)
-				if r.Offset+1 >= hw {
-					delete(want, r.Partition)
-				}
-			}
-		})
-	}
-	var out Committed
-	var kept []*kgo.Record
-	partitions := make([]int32, 0, len(byPartition))
-	for p := range byPartition {
-		partitions = append(partitions, p)
-	}
-	slices.Sort(partitions)
-	for _, p := range partitions {
-		recs := byPartition[p]
-		keep := make([]bool, len(recs))
-		open := map[int64][]int{} // producer id → its records awaiting their transaction's marker
-		for i, r := range recs {
-			switch {
-			case r.Attrs.IsControl():
-				if len(r.Key) >= 4 && int16(binary.BigEndian.Uint16(r.Key[2:4])) == controlCommit {
-					for _, j := range open[r.ProducerID] {
-						keep[j] = true
-					}
-				} else if len(r.Key) >= 4 && int16(binary.BigEndian.Uint16(r.Key[2:4])) == controlAbort {
-					out.Aborted += len(open[r.ProducerID])
-				}
-				delete(open, r.ProducerID)
-			case r.Attrs.IsTransactional():
-				open[r.ProducerID] = append(open[r.ProducerID], i)
-			default:
-				keep[i] = true
-			}
-		}
-		for _, idx := range open {
-			out.Open += len(idx)
-		}
-		for i, r := range recs {
-			if keep[i] {
-				kept = append(kept, r)
-			}
-		}
-	}
-	out.Records = decodeAll(kept)
-	return out, nil
+	return Committed{Records: decodeAll(c.Records), Aborted: c.Aborted, Open: c.Open}, nil
 }

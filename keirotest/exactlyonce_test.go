@@ -206,3 +206,22 @@ func TestRequireExactlyOnceCountsOpenTransactions(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Records reads a topic that ends with a transaction marker (a control record, which occupies
+// an offset but is never handed to a consumer) up to its end without waiting for a record that
+// never comes.
+func TestRecordsOfATopicEndingWithATransactionMarker(t *testing.T) {
+	t.Parallel()
+	s := setupExactlyOnce(t)
+	s.produce(t, 0)
+	s.produceTx(t, "committed", true, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	recs, err := s.kafka.ReadTopic(ctx, s.topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 2 || string(recs[1].Key) != "b" {
+		t.Fatalf("want the 2 records, got %d", len(recs))
+	}
+}
