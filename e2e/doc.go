@@ -15,6 +15,13 @@
 //     real broker in claim mode, and on a real broker in log mode (TestChaos/log: the relays
 //     are active–standby on the schema's replication slot, and every keiro_outbox_log row's
 //     message must reach the effects).
+//   - TestForwardKilled: consume → produce through both sidecars. The consumer binary reads
+//     topic A and its sql-mode function enqueues one outbox event per consumed event in the
+//     inbox transaction; the relay binary publishes them to topic B. The consumer, the relay
+//     or both are SIGKILLed and restarted while 2,000 events flow. The outbox ends with exactly
+//     one row per consumed message, and B holds each one's event in key order
+//     (keirotest.RequireExactlyOnce): at least once while the relay publishes at least once,
+//     exactly once when forwardRelayExactlyOnce turns on its exactly-once publication.
 //   - TestLogModePostgresRestart: a log-mode relay follows a PostgreSQL cluster of the test's
 //     own (initdb into a temporary directory, a free port) that is restarted with
 //     `pg_ctl restart -m fast` and then crashed (`-m immediate`) while a producer enqueues; the

@@ -84,6 +84,12 @@ type ConsumerConfig struct {
 	Topics []string
 	// TopicsRegex makes Topics regular expressions matched against all topics. Defaults to false.
 	TopicsRegex bool
+	// IsolationLevel is which records of transactional producers are read. Under the default,
+	// ReadCommitted, a record of an aborted Kafka transaction never reaches the handler or the
+	// inbox, and a partition is read only up to its last stable offset (records behind an open
+	// transaction wait for its end). ReadUncommitted hands over every record written, aborted
+	// ones included. Defaults to ReadCommitted.
+	IsolationLevel IsolationLevel
 	// Store configures the inbox. Store.Consumer defaults to Group; its MeterProvider and
 	// TracerProvider default to this config's.
 	Store StoreConfig
@@ -243,6 +249,9 @@ func (c *ConsumerConfig) validate() error {
 		for _, e := range joined(err) {
 			errs = append(errs, fmt.Errorf("DeadLetterTopic: %w", e))
 		}
+	}
+	if c.IsolationLevel != ReadCommitted && c.IsolationLevel != ReadUncommitted {
+		errs = append(errs, fmt.Errorf("IsolationLevel: unknown level %d; use ReadCommitted or ReadUncommitted", c.IsolationLevel))
 	}
 	if c.MaxConcurrentPartitions < 1 {
 		errs = append(errs, fmt.Errorf("MaxConcurrentPartitions: must be at least 1, got %d", c.MaxConcurrentPartitions))

@@ -137,7 +137,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		// committed offset.
 		kgo.BlockRebalanceOnPoll(),
 		kgo.ConsumeTopics(c.cfg.Topics...),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchIsolationLevel(c.cfg.IsolationLevel.kgo()),
 		kgo.FetchMaxWait(DefaultFetchMaxWait),
 	}
 	if c.cfg.TopicsRegex {

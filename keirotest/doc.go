@@ -12,6 +12,9 @@
 //     ([outbox.StatusPending], [outbox.StatusSent], ...), and any other value fails the test.
 //   - [DrainOutbox] runs a real relay until the outbox is empty and returns what it published.
 //   - [RequirePublished] asserts records on a topic, keiro headers decoded.
+//   - [RequireExactlyOnce] asserts that a topic's committed records hold each expected message
+//     exactly once and each key's records in order, as a read_committed consumer sees them:
+//     records of aborted Kafka transactions do not count ([CommittedRecords] returns them).
 //   - [Deliver] hands an event to an inbox handler (a Go handler, a PostgreSQL function or an
 //     HTTP endpoint) through a real inbox transaction, optionally twice to prove that the
 //     duplicate is suppressed. A failing handler fails the test unless DeliverConfig.Want

@@ -47,7 +47,9 @@ func (k *Kafka) CreateTopic(t testing.TB, topic string, partitions int32) {
 }
 
 // Records returns every record on topic at the time of the call (up to each partition's
-// high watermark), ordered by partition and offset. A topic that does not exist has none.
+// high watermark), ordered by partition and offset, as a read_committed consumer is given them:
+// records of aborted or still open transactions and transaction markers are left out
+// (CommittedRecords counts them). A topic that does not exist has none.
 // For records a component produces in the background, use ConsumeRecords or the Within field
 // of the assertions.
 func (k *Kafka) Records(t testing.TB, topic string) []*kgo.Record {

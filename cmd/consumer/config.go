@@ -37,7 +37,9 @@ const (
 	// DefaultHTTPAddr is loopback, one port above the relay's, so both fit on one host.
 	DefaultHTTPAddr     = "127.0.0.1:9465"
 	DefaultDedupePolicy = "message-id"
-	DefaultPersistence  = "full"
+	// DefaultIsolationLevel reads committed records only (inbox.ReadCommitted).
+	DefaultIsolationLevel = "read_committed"
+	DefaultPersistence    = "full"
 )
 
 const description = `keiro's Kafka consumer: reads integration events in a consumer group, records each in the

@@ -28,7 +28,7 @@ func TestHelpListsEveryFlagWithItsVariable(t *testing.T) {
 	for _, v := range []string{
 		"DATABASE_URL", "SCHEMA", "BROKERS", "GROUP", "NAME", "TOPICS", "HANDLER", "HTTP_URL",
 		"HTTP_TIMEOUT", "HTTP_HEADER", "SQL_FUNCTION", "DLQ_TOPIC", "MAX_ATTEMPTS", "BATCH_SIZE",
-		"CONCURRENCY", "BACKOFF_INITIAL", "BACKOFF_MAX", "DEDUPE_POLICY", "PERSISTENCE", "RETENTION", "HTTP_ADDR", "MIGRATE",
+		"CONCURRENCY", "BACKOFF_INITIAL", "BACKOFF_MAX", "DEDUPE_POLICY", "ISOLATION_LEVEL", "PERSISTENCE", "RETENTION", "HTTP_ADDR", "MIGRATE",
 		"SCHEMA_REGISTRY_URL", "SCHEMA_REGISTRY_USER", "SCHEMA_REGISTRY_PASSWORD", "LOG_LEVEL",
 	} {
 		require.Regexp(t, `\$`+EnvPrefix+"_"+v+`[;)]`, out, "help of run lists $%s_%s", EnvPrefix, v)
@@ -36,7 +36,7 @@ func TestHelpListsEveryFlagWithItsVariable(t *testing.T) {
 	for flag, def := range map[string]any{
 		"max-attempts": DefaultMaxAttempts, "batch-size": DefaultBatchSize, "concurrency": DefaultConcurrency,
 		"retention": DefaultRetention, "shutdown-timeout": DefaultShutdownTimeout, "dlq-topic": DefaultDLQTopic,
-		"http-addr": DefaultHTTPAddr, "dedupe-policy": DefaultDedupePolicy, "persistence": DefaultPersistence,
+		"http-addr": DefaultHTTPAddr, "dedupe-policy": DefaultDedupePolicy, "isolation-level": DefaultIsolationLevel, "persistence": DefaultPersistence,
 		"http-timeout": DefaultHTTPTimeout, "backoff-initial": DefaultBackoffInitial, "backoff-max": DefaultBackoffMax,
 	} {
 		want := fmt.Sprint(def)
@@ -61,12 +61,12 @@ func TestHelpListsEveryFlagWithItsVariable(t *testing.T) {
 
 func TestConfigReportsEveryProblemAtOnce(t *testing.T) {
 	code, _, stderr := runArgs(t, "run", "--handler=ftp", "--max-attempts=0", "--batch-size=-1",
-		"--concurrency=0", "--dedupe-policy=zz", "--persistence=some", "--retention=-1s", "--schema=Bad-Name")
+		"--concurrency=0", "--dedupe-policy=zz", "--isolation-level=serializable", "--persistence=some", "--retention=-1s", "--schema=Bad-Name")
 	require.Equal(t, 2, code)
 	for _, want := range []string{
 		"--database-url: is required", "--schema:", "--group: is required", "--brokers: is required",
 		"--topics: is required", `--handler: unknown mode "ftp"`, "--max-attempts", "--batch-size",
-		"--concurrency", `--dedupe-policy: unknown policy "zz"`, `--persistence: unknown mode "some"`,
+		"--concurrency", `--dedupe-policy: unknown policy "zz"`, `--isolation-level: unknown level "serializable"`, `--persistence: unknown mode "some"`,
 		"--retention: must not be negative",
 	} {
 		require.Contains(t, stderr, want)

@@ -43,6 +43,7 @@ type runCmd struct {
 	Concurrency         int           `help:"Partitions processed in parallel at most." default:"8"`
 	MaxBufferedRecords  int           `help:"Records a partition buffers ahead of its worker; a full buffer holds up the next poll, and is paused when another partition needs one." default:"5000"`
 	MaxBufferedBytes    int           `help:"Bytes (keys, values, headers) a partition buffers ahead of its worker, bounding memory as --max-buffered-records does; whichever is reached first counts." default:"8388608"`
+	IsolationLevel      string        `help:"Which records of transactional producers are read: read_committed (records of aborted Kafka transactions never reach the handler) or read_uncommitted (every record written, aborted ones included)." default:"read_committed"`
 	DedupePolicy        string        `help:"Dedupe key: message-id, source-event (source event id, else global position) or kafka-delivery (topic:partition:offset)." default:"message-id"`
 	Persistence         string        `help:"What a completed inbox row keeps: full (the envelope) or dedupe-only." default:"full"`
 	Retention           time.Duration `help:"How long completed inbox rows are kept: the dedupe window. 0 keeps them forever." default:"168h"`
@@ -96,6 +97,9 @@ func (c *runCmd) ValidateFlags() error {
 	}
 	if c.Concurrency < 1 {
 		p.Add("concurrency", "must be at least 1, got %d", c.Concurrency)
+	}
+	if _, err := inbox.ParseIsolationLevel(c.IsolationLevel); err != nil {
+		p.Add("isolation-level", "unknown level %q: use read_committed or read_uncommitted", c.IsolationLevel)
 	}
 	switch c.DedupePolicy {
 	case "message-id", "source-event", "kafka-delivery":
@@ -179,6 +183,10 @@ func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 	if err != nil {
 		return err
 	}
+	isolation, err := inbox.ParseIsolationLevel(c.IsolationLevel)
+	if err != nil {
+		return err // ValidateFlags has refused it already
+	}
 	retention := c.Retention
 	if retention == 0 {
 		retention = -1 // keep forever
@@ -186,8 +194,9 @@ func (c *runCmd) Run(ctx context.Context, env *cli.Env, g *grammar) error {
 	consumer, err := inbox.NewConsumer(pool, inbox.ConsumerConfig{
 		KafkaOpts: append(kopts[:len(kopts):len(kopts)], kafkaconfig.Logger(log),
 			kgo.SessionTimeout(c.SessionTimeout), kgo.RebalanceTimeout(c.RebalanceTimeout), kafkaconfig.ClientMetrics(tel.MeterProvider())),
-		Group:  c.ID.Group,
-		Topics: c.Topics,
+		Group:          c.ID.Group,
+		Topics:         c.Topics,
+		IsolationLevel: isolation,
 		Store: inbox.StoreConfig{
 			Schema:       g.DB.Schema,
 			Consumer:     c.ID.consumerName(),

@@ -1,6 +1,8 @@
 // Package handlers provides the consumer's ready-made handler modes: deliver each inbox
 // event to an HTTP endpoint ([HTTP]) or to a PostgreSQL function inside the inbox transaction
-// ([SQL]). Both hand the event over as the same JSON [Document].
+// ([SQL]). Both hand the event over as the same JSON [Document]. [Forward] is the consume →
+// produce handler of a Go service: it maps each consumed event to events enqueued into the
+// outbox in the inbox transaction, so a record read from one topic yields its outbox rows once.
 //
 // # Guarantees
 //

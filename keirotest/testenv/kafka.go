@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sort"
@@ -184,7 +185,9 @@ func waitTopicLed(ctx context.Context, cl *kgo.Client, topic string) error {
 }
 
 // Records returns every record on topic at the time of the call (up to each partition's high
-// watermark), ordered by partition and offset. A topic that does not exist has none.
+// watermark), ordered by partition and offset, as a read_committed consumer is given them:
+// records of aborted transactions, of transactions still open and transaction markers are left
+// out. A topic that does not exist has none.
 func (k *Kafka) Records(t testing.TB, topic string) []*kgo.Record {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -198,9 +201,39 @@ func (k *Kafka) Records(t testing.TB, topic string) []*kgo.Record {
 
 // ReadTopic is Records returning an error instead of failing a test.
 func (k *Kafka) ReadTopic(ctx context.Context, topic string) ([]*kgo.Record, error) {
+	c, err := ReadCommitted(ctx, k, topic)
+	return c.Records, err
+}
+
+// Committed is what ReadCommitted read from a topic.
+type Committed struct {
+	// Records are the committed records in partition and offset order: records of producers
+	// that use no transactions and records of committed transactions.
+	Records []*kgo.Record
+	// Aborted counts the records of aborted transactions that were left out.
+	Aborted int
+	// Open counts the records of transactions still open at the end offset that were left out.
+	Open int
+}
+
+// Control record types (the second int16 of a control record's key).
+const (
+	controlAbort  = 0
+	controlCommit = 1
+)
+
+// ReadCommitted reads topic from its start up to each partition's high watermark at the time
+// of the call and keeps what a read_committed consumer is given. It reads uncommitted with
+// control records kept: every offset below the high watermark is then a record it is given
+// (data or transaction marker), so reaching the end is known without waiting, even where the
+// end is a transaction's marker, and unlike a read_committed client it is not held at the
+// first record of an open transaction (the last stable offset); each transactional record is
+// kept or dropped by the marker its producer wrote after it. A topic that does not exist has
+// no records.
+func ReadCommitted(ctx context.Context, k *Kafka, topic string) (Committed, error) {
 	ends, err := kadm.NewClient(k.Client).ListEndOffsets(ctx, topic)
 	if err != nil {
-		return nil, fmt.Errorf("list end offsets: %w", err)
+		return Committed{}, fmt.Errorf("list end offsets: %w", err)
 	}
 	want := map[int32]int64{} // partition -> high watermark
 	var listErr error
@@ -214,45 +247,79 @@ func (k *Kafka) ReadTopic(ctx context.Context, topic string) ([]*kgo.Record, err
 		}
 	})
 	if listErr != nil {
-		return nil, fmt.Errorf("list end offsets: %w", listErr)
+		return Committed{}, fmt.Errorf("list end offsets: %w", listErr)
 	}
 	if len(want) == 0 {
-		return nil, nil
+		return Committed{}, nil
 	}
 	parts := map[int32]kgo.Offset{}
 	for p := range want {
 		parts[p] = kgo.NewOffset().AtStart()
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Seeds...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}))
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()), kgo.KeepControlRecords())
 	if err != nil {
-		return nil, fmt.Errorf("create a consumer: %w", err)
+		return Committed{}, fmt.Errorf("create a consumer: %w", err)
 	}
 	defer cl.Close()
-	var out []*kgo.Record
+	byPartition := map[int32][]*kgo.Record{}
 	for len(want) > 0 {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("read up to the end offsets: %w", err)
+			return Committed{}, fmt.Errorf("read up to the end offsets: %w", err)
 		}
 		for _, fe := range fs.Errors() {
-			return nil, fmt.Errorf("fetch partition %d: %w", fe.Partition, fe.Err)
+			return Committed{}, fmt.Errorf("fetch partition %d: %w", fe.Partition, fe.Err)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			if hw, ok := want[r.Partition]; ok && r.Offset < hw {
-				out = append(out, r)
+				byPartition[r.Partition] = append(byPartition[r.Partition], r)
 				if r.Offset+1 >= hw {
 					delete(want, r.Partition)
 				}
 			}
 		})
 	}
-	sort.SliceStable(out, func(i, j int) bool {
-		if out[i].Partition != out[j].Partition {
-			return out[i].Partition < out[j].Partition
+	partitions := make([]int32, 0, len(byPartition))
+	for p := range byPartition {
+		partitions = append(partitions, p)
+	}
+	sort.Slice(partitions, func(i, j int) bool { return partitions[i] < partitions[j] })
+	var out Committed
+	for _, p := range partitions {
+		recs := byPartition[p]
+		keep := make([]bool, len(recs))
+		open := map[int64][]int{} // producer id -> its records awaiting their transaction's marker
+		for i, r := range recs {
+			switch {
+			case r.Attrs.IsControl():
+				if len(r.Key) >= 4 {
+					switch int16(binary.BigEndian.Uint16(r.Key[2:4])) {
+					case controlCommit:
+						for _, j := range open[r.ProducerID] {
+							keep[j] = true
+						}
+					case controlAbort:
+						out.Aborted += len(open[r.ProducerID])
+					}
+				}
+				delete(open, r.ProducerID)
+			case r.Attrs.IsTransactional():
+				open[r.ProducerID] = append(open[r.ProducerID], i)
+			default:
+				keep[i] = true
+			}
 		}
-		return out[i].Offset < out[j].Offset
-	})
+		for _, idx := range open {
+			out.Open += len(idx)
+		}
+		for i, r := range recs {
+			if keep[i] {
+				out.Records = append(out.Records, r)
+			}
+		}
+	}
 	return out, nil
 }
 
