@@ -129,11 +129,12 @@ func (p *Producer) Commit(ctx context.Context, progress *kgo.Record) error {
 	}
 	var failed error
 	if progress != nil {
-		if err := p.cl.ProduceSync(ctx, progress).FirstErr(); err != nil {
-			failed = fmt.Errorf("produce the progress record: %w", err)
-		}
+		// Not ProduceSync: under kgo.ManualFlushing (the relays' producer options) it would
+		// wait for a flush no one makes. The promise runs before Flush returns, and the
+		// hook (recordFailures) sees its failure as any record's.
+		p.cl.Produce(ctx, progress, nil)
 	}
-	if err := p.cl.Flush(ctx); err != nil && failed == nil {
+	if err := p.cl.Flush(ctx); err != nil {
 		failed = fmt.Errorf("flush the transaction: %w", err)
 	}
 	// Flush returns once every record of the transaction left the client: the hook saw them all.

@@ -2,7 +2,6 @@ package exactlyonce_test
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,6 +23,11 @@ func fakeCluster(t *testing.T) (*kfake.Cluster, []kgo.Opt) {
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	return c, []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordRetries(1)}
+}
+
+// manual are the producer options of a relay's: records wait for a Flush.
+func manual(opts []kgo.Opt) []kgo.Opt {
+	return append(opts[:len(opts):len(opts)], kgo.ManualFlushing())
 }
 
 // committed reads topic's records as a read_committed reader does.
@@ -111,22 +115,24 @@ func TestCommitOfAFencedProducer(t *testing.T) {
 	ctx := context.Background()
 	_, opts := fakeCluster(t)
 	var counters exactlyonce.Counters
-	zombie := newProducer(t, opts, "z", &counters)
+	zombie := newProducer(t, manual(opts), "z", &counters)
 	require.NoError(t, zombie.Begin())
-	require.NoError(t, zombie.Client().ProduceSync(ctx, &kgo.Record{Topic: "t", Value: []byte("zombie")}).FirstErr())
+	zombie.Client().Produce(ctx, &kgo.Record{Topic: "t", Value: []byte("zombie")}, nil)
+	require.NoError(t, zombie.Client().Flush(ctx))
 
-	successor := newProducer(t, opts, "z", nil)
+	successor := newProducer(t, manual(opts), "z", nil)
 	err := zombie.Commit(ctx, exactlyonce.PositionRecord(exactlyonce.DefaultOffsetsTopic, "z", exactlyonce.Position{LSN: 9}))
 	require.ErrorIs(t, err, exactlyonce.ErrFenced, "%v", err)
 	require.Equal(t, int64(1), counters.Fenced())
 	require.Empty(t, committed(t, opts, "t"))
 
 	require.NoError(t, successor.Begin())
-	require.NoError(t, successor.Client().ProduceSync(ctx, &kgo.Record{Topic: "t", Value: []byte("successor")}).FirstErr())
-	require.NoError(t, successor.Commit(ctx, nil))
+	successor.Client().Produce(ctx, &kgo.Record{Topic: "t", Value: []byte("successor")}, nil)
+	require.NoError(t, successor.Commit(ctx, exactlyonce.PositionRecord(exactlyonce.DefaultOffsetsTopic, "z", exactlyonce.Position{LSN: 10})))
 	require.Equal(t, []string{"successor"}, committed(t, opts, "t"))
-	_, err = exactlyonce.ReadPosition(ctx, opts, exactlyonce.DefaultOffsetsTopic, "z")
-	require.True(t, errors.Is(err, exactlyonce.ErrNoRecord), "%v", err)
+	pos, err := exactlyonce.ReadPosition(ctx, opts, exactlyonce.DefaultOffsetsTopic, "z")
+	require.NoError(t, err)
+	require.Equal(t, uint64(10), pos.LSN, "the zombie's position never committed")
 }
 
 // kadmEnds is topic's partition 0 end offset.
