@@ -301,4 +301,3 @@ func TestExactlyOnceReplaysAnAbortedTransaction(t *testing.T) {
 	require.GreaterOrEqual(t, e.Sessions(), int64(2), "a session replayed it")
 	require.Zero(t, e.Stats().Rejected, "a suspect that goes through alone is not rejected")
 }
-

@@ -244,9 +244,9 @@ type stream struct {
 	skip        bool          // the open transaction is skipped
 	inKafka     int           // records produced in the open Kafka transaction
 	kafkaBegan  time.Time     // when its first record was produced
-	sent      pglogrepl.LSN   // the last position reported
-	kick      chan struct{}   // asks the flusher to flush
-	headers   []envelope.Header
+	sent        pglogrepl.LSN // the last position reported
+	kick        chan struct{} // asks the flusher to flush
+	headers     []envelope.Header
 
 	cancelPeriod context.CancelFunc
 }
