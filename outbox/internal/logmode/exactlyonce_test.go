@@ -3,6 +3,7 @@ package logmode_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox/internal/exactlyonce"
 	"github.com/keiro-go/keiro/outbox/internal/logmode"
+	"github.com/keiro-go/keiro/outbox/internal/publish"
 )
 
 // eoFixture is a fixture whose engines publish exactly once.
@@ -280,4 +282,87 @@ func TestExactlyOnceReplaysAnAbortedTransaction(t *testing.T) {
 	require.Positive(t, counters.Aborted(), "the failed transaction was aborted")
 	require.GreaterOrEqual(t, e.Sessions(), int64(2), "a session replayed it")
 	require.Zero(t, e.Stats().Rejected, "a suspect that goes through alone is not rejected")
+}
+
+// A record Kafka refuses for good fails its Kafka transaction, which aborts: produced alone by
+// the next session, it is refused again, rejected (its dead letter written) and the transaction
+// replayed without it. The events around it are each seen once, and the stream moves on.
+func TestExactlyOncePoisonRecordIsRejected(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testenv.KafkaConfig{Topics: []string{"orders", "poison"}})
+	f.cfg.ExactlyOnce = &exactlyonce.Config{}
+	ctx := context.Background()
+	res, err := kadm.NewClient(f.kafka.Client).AlterTopicConfigs(ctx,
+		[]kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: kadm.StringPtr("2048")}}, "poison")
+	require.NoError(t, err)
+	require.NoError(t, res[0].Err)
+	var mu sync.Mutex
+	var rejected []publish.Rejection
+	f.onRejected = func(r publish.Rejection) error {
+		mu.Lock()
+		rejected = append(rejected, r)
+		mu.Unlock()
+		return nil
+	}
+	e := f.newEngine(t, f.cfg, logmode.Hooks{})
+	run(t, e)
+	big := make([]byte, 16384)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range big {
+		big[i] = 'a' + byte(rng.IntN(26))
+	}
+	want := []event{{id: "ok-1", dest: "orders", key: "k"}, {id: "ok-2", dest: "orders", key: "k"}}
+	commitEvents(t, f.db.Pool, want[0],
+		event{id: "bad", dest: "poison", key: "k", payload: append(append([]byte(`"`), big...), '"')}, want[1])
+	more := writeEvents(t, f, "after", 2, 3, 2)
+	want = append(want, more...)
+	testenv.WaitFor(t, time.Minute, "the events around the poison record committed", func() bool {
+		return len(committedRecords(t, f, "orders")) >= len(want)
+	})
+	requireExactlyOnce(t, f, want)
+	require.Empty(t, committedRecords(t, f, "poison"))
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, rejected, 1, "one dead letter")
+	require.Equal(t, "bad", rejected[0].MessageID)
+	require.Equal(t, "message_too_large", rejected[0].Code)
+	_, counters := e.ExactlyOnce()
+	require.GreaterOrEqual(t, counters.Aborted(), int64(2), "aborted as a suspect, then as refused")
+}
+
+// Run's end commits the open Kafka transaction when it holds whole PostgreSQL transactions,
+// then confirms it to the slot: the next engine neither skips nor republishes anything.
+func TestExactlyOnceShutdownCommitsAndConfirms(t *testing.T) {
+	t.Parallel()
+	f := eoFixture(t, 1)
+	cfg := f.cfg
+	cfg.ExactlyOnce = &exactlyonce.Config{Linger: time.Hour, MaxRecords: 1 << 20}
+	// The broker holds every produce until the engine is stopped: the transaction cannot
+	// commit on its own before (its records are not flushed).
+	hold := holdProduces(f)
+	var pg atomic.Int64
+	var reports testenv.Progress
+	e := f.newEngine(t, cfg, logmode.Hooks{
+		OnCommit: func(end pglogrepl.LSN) { pg.Add(1) },
+		OnReport: func(pos pglogrepl.LSN) { reports.Set(max(reports.Value(), int64(pos))) },
+	})
+	stop := run(t, e)
+	hold.on.Store(true)
+	want := writeEvents(t, f, "e", 3, 4, 2)
+	<-hold.held
+	testenv.WaitFor(t, time.Minute, "every transaction read", func() bool { return pg.Load() == 3 })
+	require.Empty(t, committedRecords(t, f, "orders"))
+	hold.on.Store(false)
+	close(hold.release)
+	stop()
+	requireExactlyOnce(t, f, want)
+	txnID, counters := e.ExactlyOnce()
+	require.Equal(t, int64(1), counters.Committed())
+	p, err := exactlyonce.ReadPosition(context.Background(), []kgo.Opt{kgo.SeedBrokers(f.kafka.Seeds...)},
+		exactlyonce.DefaultOffsetsTopic, txnID)
+	require.NoError(t, err)
+	require.Equal(t, int64(p.LSN), reports.Value(), "the slot confirmed what Kafka committed")
+	confirmed, err := pglogrepl.ParseLSN(slotConfirmed(t, f))
+	require.NoError(t, err)
+	require.Equal(t, p.LSN, uint64(confirmed))
 }

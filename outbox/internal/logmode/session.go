@@ -537,7 +537,7 @@ func (s *stream) handle(ctx context.Context, data []byte) error {
 		}
 		s.relations[m.RelationID], s.ours[m.RelationID] = l, true
 	case *pglogrepl.BeginMessage:
-		s.tx = s.w.begin(m.CommitTime)
+		s.tx = s.w.begin(m.CommitTime, m.FinalLSN)
 		// FinalLSN is where the transaction's commit record starts, before its end: a
 		// transaction Kafka holds (its end at or before skipThrough) starts before it, and
 		// any later one at or after it.
