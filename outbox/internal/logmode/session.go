@@ -320,7 +320,7 @@ func (s *stream) endKafka(ctx context.Context, err error) error {
 // commitDue reports whether the open Kafka transaction (exactly once) may commit now: it
 // holds records, and only whole PostgreSQL transactions (no transaction is open).
 func (s *stream) commitDue() bool {
-	return s.eo != nil && s.tx == nil && s.eo.Open()
+	return s.eo != nil && s.tx == nil && s.eo.Open() && !s.e.holdCommits
 }
 
 // commitKafka commits the open Kafka transaction with the position of the last PostgreSQL
