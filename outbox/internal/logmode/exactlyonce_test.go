@@ -25,9 +25,26 @@ import (
 
 // eoFixture is a fixture whose engines publish exactly once.
 func eoFixture(t *testing.T, partitions int32) *fixture {
-	f := newFixture(t, testenv.KafkaConfig{Topics: []string{"orders"}, Partitions: partitions})
-	f.cfg.ExactlyOnce = &exactlyonce.Config{}
+	return eoFixtureOn(t, testenv.NewKafkaWith(t, testenv.KafkaConfig{Topics: []string{"orders"}, Partitions: partitions}))
+}
+
+// eoFixtureOn is eoFixture on kafka, which has the topic "orders" (kafka.Topic).
+func eoFixtureOn(t *testing.T, kafka *testenv.Kafka) *fixture {
+	f := newFixtureOn(t, kafka)
+	f.cfg.ExactlyOnce = &exactlyonce.Config{OffsetsTopic: kafka.Topic(exactlyonce.DefaultOffsetsTopic)}
 	return f
+}
+
+// orders is the name of the topic "orders" on the fixture's Kafka.
+func (f *fixture) orders() string { return f.kafka.Topic("orders") }
+
+// readPosition reads txnID's position from the fixture's offsets topic.
+func (f *fixture) readPosition(t *testing.T, txnID string) exactlyonce.Position {
+	t.Helper()
+	p, err := exactlyonce.ReadPosition(context.Background(), []kgo.Opt{kgo.SeedBrokers(f.kafka.Seeds...)},
+		f.cfg.ExactlyOnce.OffsetsTopic, txnID)
+	require.NoError(t, err)
+	return p
 }
 
 // committedRecords reads topic as a read_committed reader does, up to the end offsets of the
@@ -83,7 +100,7 @@ func committedRecords(t *testing.T, f *fixture, topic string) []*kgo.Record {
 // each key's events in their order in want.
 func requireExactlyOnce(t *testing.T, f *fixture, want []event) {
 	t.Helper()
-	recs := committedRecords(t, f, "orders")
+	recs := committedRecords(t, f, f.orders())
 	got := ids(recs)
 	seen := map[string]int{}
 	for _, id := range got {
@@ -111,7 +128,7 @@ func writeEvents(t *testing.T, f *fixture, prefix string, txns, per, keys int) [
 	for i := range txns {
 		evs := make([]event, per)
 		for j := range evs {
-			evs[j] = event{id: fmt.Sprintf("%s-%03d-%03d", prefix, i, j), dest: "orders", key: fmt.Sprintf("k%d", (i*per+j)%keys)}
+			evs[j] = event{id: fmt.Sprintf("%s-%03d-%03d", prefix, i, j), dest: f.orders(), key: fmt.Sprintf("k%d", (i*per+j)%keys)}
 		}
 		commitEvents(t, f.db.Pool, evs...)
 		all = append(all, evs...)
@@ -132,14 +149,19 @@ func (p *kafkaPosition) hooks(h logmode.Hooks) logmode.Hooks {
 // transaction.
 func TestExactlyOnceEachEventOnce(t *testing.T) {
 	t.Parallel()
-	f := eoFixture(t, 2)
+	testenv.EachKafka(t, testenv.KafkaConfig{Topics: []string{"orders"}, Partitions: 2}, func(t *testing.T, k *testenv.Kafka) {
+		eachEventOnce(t, eoFixtureOn(t, k))
+	})
+}
+
+func eachEventOnce(t *testing.T, f *fixture) {
 	var pos kafkaPosition
 	var lastCommit atomic.Uint64
 	e := f.newEngine(t, f.cfg, pos.hooks(logmode.Hooks{OnCommit: func(end pglogrepl.LSN) { lastCommit.Store(uint64(end)) }}))
 	run(t, e)
 	want := writeEvents(t, f, "e", 20, 25, 7)
 	testenv.WaitFor(t, time.Minute, "every transaction committed to Kafka", func() bool {
-		return len(committedRecords(t, f, "orders")) >= len(want)
+		return len(committedRecords(t, f, f.orders())) >= len(want)
 	})
 	requireExactlyOnce(t, f, want)
 
@@ -148,9 +170,7 @@ func TestExactlyOnceEachEventOnce(t *testing.T) {
 	require.Positive(t, counters.Committed())
 	require.Zero(t, counters.Aborted())
 	pos.Wait(t, int64(lastCommit.Load()), time.Minute, nil)
-	p, err := exactlyonce.ReadPosition(context.Background(), []kgo.Opt{kgo.SeedBrokers(f.kafka.Seeds...)},
-		exactlyonce.DefaultOffsetsTopic, txnID)
-	require.NoError(t, err)
+	p := f.readPosition(t, txnID)
 	require.Equal(t, lastCommit.Load(), p.LSN, "the position is the last transaction's end")
 	require.Equal(t, f.db.Schema+"_keiro_log", p.Slot)
 }
@@ -166,7 +186,7 @@ func TestExactlyOnceSlotBehindKafka(t *testing.T) {
 	stop := run(t, first)
 	before := writeEvents(t, f, "before", 10, 10, 3)
 	testenv.WaitFor(t, time.Minute, "the first engine committed every event", func() bool {
-		return len(committedRecords(t, f, "orders")) >= len(before)
+		return len(committedRecords(t, f, f.orders())) >= len(before)
 	})
 	stop()
 	confirmed := slotConfirmed(t, f)
@@ -179,7 +199,7 @@ func TestExactlyOnceSlotBehindKafka(t *testing.T) {
 	run(t, second)
 	after := writeEvents(t, f, "later", 3, 10, 3)
 	testenv.WaitFor(t, time.Minute, "the second engine committed the events after", func() bool {
-		return len(committedRecords(t, f, "orders")) >= len(before)+len(after)
+		return len(committedRecords(t, f, f.orders())) >= len(before)+len(after)
 	})
 	requireExactlyOnce(t, f, append(before, after...))
 	require.Equal(t, int64(len(after)), acked.Load(), "the second engine produced only the events after")
@@ -191,7 +211,12 @@ func TestExactlyOnceSlotBehindKafka(t *testing.T) {
 // read_committed reader sees each event once.
 func TestExactlyOnceFencesAZombie(t *testing.T) {
 	t.Parallel()
-	f := eoFixture(t, 1)
+	testenv.EachKafka(t, testenv.KafkaConfig{Topics: []string{"orders"}}, func(t *testing.T, k *testenv.Kafka) {
+		fencesAZombie(t, eoFixtureOn(t, k))
+	})
+}
+
+func fencesAZombie(t *testing.T, f *fixture) {
 	blocked, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	var standbyA atomic.Int64
@@ -232,7 +257,7 @@ func TestExactlyOnceFencesAZombie(t *testing.T) {
 	require.NoError(t, err)
 	<-activeB
 	testenv.WaitFor(t, time.Minute, "B published the events A held", func() bool {
-		return len(committedRecords(t, f, "orders")) >= len(first)
+		return len(committedRecords(t, f, f.orders())) >= len(first)
 	})
 	close(release) // A commits now, fenced
 	_, countersA := a.ExactlyOnce()
@@ -242,7 +267,7 @@ func TestExactlyOnceFencesAZombie(t *testing.T) {
 
 	second := writeEvents(t, f, "second", 2, 5, 2)
 	testenv.WaitFor(t, time.Minute, "B published the events after", func() bool {
-		return len(committedRecords(t, f, "orders")) >= len(first)+len(second)
+		return len(committedRecords(t, f, f.orders())) >= len(first)+len(second)
 	})
 	requireExactlyOnce(t, f, append(first, second...))
 	txnA, _ := a.ExactlyOnce()
@@ -274,7 +299,7 @@ func TestExactlyOnceReplaysAnAbortedTransaction(t *testing.T) {
 	run(t, e)
 	want := writeEvents(t, f, "e", 5, 8, 3)
 	testenv.WaitFor(t, time.Minute, "every event committed", func() bool {
-		return len(committedRecords(t, f, "orders")) >= len(want)
+		return len(committedRecords(t, f, f.orders())) >= len(want)
 	})
 	requireExactlyOnce(t, f, want)
 	require.Equal(t, int64(1), refused.Load())
@@ -290,7 +315,7 @@ func TestExactlyOnceReplaysAnAbortedTransaction(t *testing.T) {
 func TestExactlyOncePoisonRecordIsRejected(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, testenv.KafkaConfig{Topics: []string{"orders", "poison"}})
-	f.cfg.ExactlyOnce = &exactlyonce.Config{}
+	f.cfg.ExactlyOnce = &exactlyonce.Config{OffsetsTopic: exactlyonce.DefaultOffsetsTopic}
 	ctx := context.Background()
 	res, err := kadm.NewClient(f.kafka.Client).AlterTopicConfigs(ctx,
 		[]kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: kadm.StringPtr("2048")}}, "poison")
@@ -317,7 +342,7 @@ func TestExactlyOncePoisonRecordIsRejected(t *testing.T) {
 	more := writeEvents(t, f, "after", 2, 3, 2)
 	want = append(want, more...)
 	testenv.WaitFor(t, time.Minute, "the events around the poison record committed", func() bool {
-		return len(committedRecords(t, f, "orders")) >= len(want)
+		return len(committedRecords(t, f, f.orders())) >= len(want)
 	})
 	requireExactlyOnce(t, f, want)
 	require.Empty(t, committedRecords(t, f, "poison"))
@@ -354,9 +379,7 @@ func TestExactlyOnceShutdownCommitsAndConfirms(t *testing.T) {
 	requireExactlyOnce(t, f, want)
 	txnID, _ := e.ExactlyOnce()
 	require.Equal(t, int64(1), counters.Committed())
-	p, err := exactlyonce.ReadPosition(context.Background(), []kgo.Opt{kgo.SeedBrokers(f.kafka.Seeds...)},
-		exactlyonce.DefaultOffsetsTopic, txnID)
-	require.NoError(t, err)
+	p := f.readPosition(t, txnID)
 	require.Equal(t, int64(p.LSN), reports.Value(), "the last report confirmed what Kafka committed")
 	confirmed, err := pglogrepl.ParseLSN(slotConfirmed(t, f))
 	require.NoError(t, err)

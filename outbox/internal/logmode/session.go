@@ -304,7 +304,7 @@ func (s *stream) endKafka(ctx context.Context, err error) error {
 		return err
 	}
 	if err == nil && s.tx == nil && s.w.err() == nil && s.w.inFlight() == 0 {
-		if cerr := s.commitKafka(); cerr != nil && ctx.Err() == nil {
+		if cerr := s.commitKafka(context.Background()); cerr != nil && ctx.Err() == nil {
 			return cerr
 		}
 		return err
@@ -327,8 +327,18 @@ func (s *stream) commitDue() bool {
 // transaction it holds, then confirms its transactions. It runs on the stream's goroutine:
 // nothing is produced meanwhile (franz-go's EndTransaction must follow a Flush with no produce
 // between), and the slot is not read, which holds the stream back while Kafka commits.
-func (s *stream) commitKafka() error {
+//
+// Every record of the window settles first, its dead letter included: a rejection's
+// transaction is in Kafka's position once this commits, so the replay would skip it.
+func (s *stream) commitKafka(ctx context.Context) error {
 	e := s.e
+	s.drain(ctx)
+	if s.w.inFlight() > 0 {
+		return nil // ctx ended: Run's end commits or aborts
+	}
+	if err := s.w.err(); err != nil {
+		return fmt.Errorf("produce: %w", err) // the transaction is aborted and replayed
+	}
 	if e.beforeKafkaCommit != nil {
 		e.beforeKafkaCommit(s.lastEnd)
 	}
@@ -403,7 +413,7 @@ func (s *stream) loop(ctx context.Context) error {
 		if s.w.full(e.cfg.MaxInFlightRecords, e.cfg.MaxInFlightBytes) {
 			if s.commitDue() {
 				// The commit flushes and waits for every record.
-				if err := s.commitKafka(); err != nil {
+				if err := s.commitKafka(ctx); err != nil || ctx.Err() != nil {
 					return err
 				}
 				continue
@@ -440,8 +450,8 @@ func (s *stream) loop(ctx context.Context) error {
 				return nil
 			}
 			if pgconn.Timeout(err) {
-				if s.commitDue() && s.w.err() == nil {
-					if err := s.commitKafka(); err != nil {
+				if s.commitDue() {
+					if err := s.commitKafka(ctx); err != nil {
 						return err
 					}
 				}
@@ -456,9 +466,9 @@ func (s *stream) loop(ctx context.Context) error {
 		if reply {
 			next = time.Time{}
 		}
-		if s.commitDue() && s.w.err() == nil && (s.inKafka >= e.cfg.ExactlyOnce.MaxRecords ||
+		if s.commitDue() && (s.inKafka >= e.cfg.ExactlyOnce.MaxRecords ||
 			time.Since(s.kafkaBegan) >= e.cfg.ExactlyOnce.Linger) {
-			if err := s.commitKafka(); err != nil {
+			if err := s.commitKafka(ctx); err != nil {
 				return err
 			}
 		}
