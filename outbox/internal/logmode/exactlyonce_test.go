@@ -385,3 +385,27 @@ func TestExactlyOnceShutdownCommitsAndConfirms(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, p.LSN, uint64(confirmed))
 }
+
+// A position in Kafka past the server's WAL end (the database was restored to an earlier
+// point, its system identifier unchanged) stops the engine with what to do: skipping to it
+// would skip the new transactions.
+func TestExactlyOnceRefusesAPositionPastTheWAL(t *testing.T) {
+	t.Parallel()
+	f := eoFixture(t, 1)
+	ctx := context.Background()
+	var sysID, dbName string
+	require.NoError(t, f.db.Pool.QueryRow(ctx, `SELECT system_identifier::text, current_database() FROM pg_control_system()`).Scan(&sysID, &dbName))
+	txnID := exactlyonce.LogTransactionalID(sysID, dbName, f.db.Schema+"_keiro_log")
+	topic := f.cfg.ExactlyOnce.OffsetsTopic
+	require.NoError(t, exactlyonce.EnsureTopic(ctx, f.kafka.Client, topic))
+	future := walLSN(t, f) + 1<<40
+	require.NoError(t, f.kafka.Client.ProduceSync(ctx, exactlyonce.PositionRecord(topic, txnID,
+		exactlyonce.Position{LSN: uint64(future), Slot: "s"})).FirstErr())
+
+	e := f.newEngine(t, f.cfg, logmode.Hooks{})
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err := e.Run(rctx)
+	require.ErrorContains(t, err, "past the server's WAL end")
+	require.ErrorContains(t, err, "delete the position")
+}

@@ -38,6 +38,7 @@ func (e *Engine) session(ctx context.Context) error {
 		return err
 	}
 	var txnID string
+	var walEnd pglogrepl.LSN
 	if e.cfg.ExactlyOnce != nil {
 		// The transactional id names the slot on this cluster; it is only computed here, and
 		// the producer of it built (which fences the one before) once the slot is ours.
@@ -45,7 +46,7 @@ func (e *Engine) session(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("identify the system: %w", err)
 		}
-		txnID = exactlyonce.LogTransactionalID(sys.SystemID, sys.DBName, e.cfg.Slot)
+		txnID, walEnd = exactlyonce.LogTransactionalID(sys.SystemID, sys.DBName, e.cfg.Slot), sys.XLogPos
 	}
 	err = pglogrepl.StartReplication(ctx, conn, e.cfg.Slot, start, pglogrepl.StartReplicationOptions{
 		Mode: pglogrepl.LogicalReplication,
@@ -70,7 +71,7 @@ func (e *Engine) session(ctx context.Context) error {
 	if e.cfg.ExactlyOnce != nil {
 		// Only now, the slot held: a standby that initialized the id would fence the active
 		// engine.
-		if err := s.startExactlyOnce(ctx, txnID); err != nil {
+		if err := s.startExactlyOnce(ctx, txnID, walEnd); err != nil {
 			return err
 		}
 		defer func() {
@@ -87,8 +88,10 @@ func (e *Engine) session(ctx context.Context) error {
 // earlier producer of the slot (a zombie engine) and aborts what it had open, then reads the
 // position Kafka committed last: the stream skips every transaction at or before it, which
 // covers a slot whose confirmed position lags behind Kafka (an engine that died after a Kafka
-// commit and before its status update).
-func (s *stream) startExactlyOnce(ctx context.Context, txnID string) error {
+// commit and before its status update). A position past the server's WAL end (walEnd, as
+// IDENTIFY_SYSTEM reported it) is refused: the database was restored to an earlier point (its
+// system identifier stays), and skipping to the position would skip its new transactions.
+func (s *stream) startExactlyOnce(ctx context.Context, txnID string, walEnd pglogrepl.LSN) error {
 	e := s.e
 	cfg := *e.cfg.ExactlyOnce
 	cfg.TransactionalID = txnID
@@ -104,6 +107,11 @@ func (s *stream) startExactlyOnce(ctx context.Context, txnID string) error {
 	case err != nil:
 		p.Close(ctx)
 		return fmt.Errorf("exactly once: read the position of %s: %w", txnID, err)
+	case pglogrepl.LSN(pos.LSN) > walEnd:
+		p.Close(ctx)
+		return fmt.Errorf("%w: exactly once: Kafka's position of %s (%s, committed %s) is past the server's WAL end (%s): the database was restored to an earlier point; "+
+			"check what Kafka already holds, then delete the position (a tombstone of key %q in %s) or use a new slot",
+			errConfig, txnID, pglogrepl.LSN(pos.LSN), pos.At.Format(time.RFC3339), walEnd, exactlyonce.PositionKey(txnID), cfg.OffsetsTopic)
 	default:
 		s.skipThrough = pglogrepl.LSN(pos.LSN)
 		s.w.kafka = s.skipThrough
