@@ -338,11 +338,25 @@ func (s *stream) commitDue() bool {
 //
 // Every record of the window settles first, its dead letter included: a rejection's
 // transaction is in Kafka's position once this commits, so the replay would skip it.
+//
+// While it waits (for a broker that is away, the wait lasts up to the transaction timeout) the
+// status reports go on, as in the loop, so that the server does not end the connection after
+// its wal_sender_timeout.
 func (s *stream) commitKafka(ctx context.Context) error {
 	e := s.e
-	s.drain(ctx)
-	if s.w.inFlight() > 0 {
-		return nil // ctx ended: Run's end commits or aborts
+	tick := time.NewTicker(e.cfg.StatusInterval)
+	defer tick.Stop()
+	for s.w.inFlight() > 0 {
+		s.flushNow()
+		select {
+		case <-ctx.Done():
+			return nil // Run's end commits or aborts
+		case <-s.w.settled:
+		case <-tick.C:
+			if err := s.report(ctx); err != nil {
+				return err
+			}
+		}
 	}
 	if err := s.w.err(); err != nil {
 		return fmt.Errorf("produce: %w", err) // the transaction is aborted and replayed
@@ -355,9 +369,21 @@ func (s *stream) commitKafka(ctx context.Context) error {
 		exactlyonce.Position{LSN: uint64(pos), Slot: e.cfg.Slot, At: time.Now()})
 	// Not the session's context: a commit cut short leaves its outcome unknown. The broker
 	// aborts a transaction past its timeout, so no commit outlives it.
-	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.ExactlyOnce.TransactionTimeout)
+	cctx, cancel := context.WithTimeout(context.Background(), e.cfg.ExactlyOnce.TransactionTimeout)
 	defer cancel()
-	if err := s.eo.Commit(ctx, rec); err != nil {
+	done := make(chan error, 1)
+	go func() { done <- s.eo.Commit(cctx, rec) }() // the stream only waits: eo is not shared
+	var err error
+wait:
+	for {
+		select {
+		case err = <-done:
+			break wait
+		case <-tick.C:
+			_ = s.report(ctx) // a connection lost shows at the next read
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("exactly once: commit the Kafka transaction through %s: %w", pos, err)
 	}
 	s.inKafka = 0
