@@ -409,3 +409,24 @@ func TestExactlyOnceRefusesAPositionPastTheWAL(t *testing.T) {
 	require.ErrorContains(t, err, "past the server's WAL end")
 	require.ErrorContains(t, err, "delete the position")
 }
+
+// Small bounds: PostgreSQL transactions larger than the window and than a Kafka transaction's
+// MaxRecords go whole into one Kafka transaction (which ends only between two of them), and
+// the window's bound commits between them.
+func TestExactlyOnceSmallBounds(t *testing.T) {
+	t.Parallel()
+	f := eoFixture(t, 3)
+	cfg := f.cfg
+	cfg.MaxInFlightRecords = 8
+	cfg.ExactlyOnce = &exactlyonce.Config{MaxRecords: 16, Linger: time.Hour}
+	var commits testenv.Progress
+	e := f.newEngine(t, cfg, logmode.Hooks{OnKafkaCommit: func(pglogrepl.LSN) { commits.Add(1) }})
+	run(t, e)
+	want := writeEvents(t, f, "big", 5, 40, 6)
+	want = append(want, writeEvents(t, f, "small", 30, 1, 6)...)
+	testenv.WaitFor(t, time.Minute, "every event committed", func() bool {
+		return len(committedRecords(t, f, f.orders())) >= len(want)
+	})
+	requireExactlyOnce(t, f, want)
+	require.Zero(t, e.Stats().Rejected)
+}
