@@ -2,8 +2,12 @@ package logmode
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
+	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keiro-go/keiro/envelope"
@@ -15,15 +19,26 @@ import (
 // without being sent. A suspect (publish.Suspects) is produced alone: after every record before
 // it settled, and settled itself before the next one is produced. r is not reused: franz-go
 // holds r.rec, and its promise r.ev, until the promise ran.
-func (s *stream) produce(ctx context.Context, t *txn, r *row) {
+//
+// Under exactly once the record goes into the stream's open Kafka transaction (begun here if
+// none is open), and a record Kafka refused for itself when produced alone is rejected and the
+// transaction fails (see refusals).
+func (s *stream) produce(ctx context.Context, t *txn, r *row) error {
 	e := s.e
 	ev := &r.ev
+	if s.eo != nil {
+		if e.refused.has(refusedKey{t.final, ev.MessageID}) {
+			// Refused by Kafka alone in an earlier session, whose transaction was aborted for
+			// it once its dead letter was durable: the replay skips it.
+			return nil
+		}
+	}
 	if code, err := kafkaerr.CheckTopic(ev.Destination); err != nil {
 		// No produce of it can succeed (franz-go refuses an empty topic itself): a
 		// rejection, in flight (of no bytes) until its dead letter is written.
-		s.w.add(t, 0)
-		s.reject(t, 0, ev, code, err)
-		return
+		s.w.add(t, 0, false)
+		s.reject(t, 0, ev, code, err, false)
+		return nil
 	}
 	send, tc := e.pub.StartSend(ev)
 	encoded := ev
@@ -38,16 +53,25 @@ func (s *stream) produce(ctx context.Context, t *txn, r *row) {
 	if err != nil {
 		// In flight (of no bytes: nothing is sent) until its dead letter is written.
 		send.Rejected(kafkaerr.CodeMessageTooLarge)
-		s.w.add(t, 0)
-		s.reject(t, 0, ev, kafkaerr.CodeMessageTooLarge, err)
-		return
+		s.w.add(t, 0, false)
+		s.reject(t, 0, ev, kafkaerr.CodeMessageTooLarge, err, false)
+		return nil
 	}
 	alone := e.suspects.Take(ev.MessageID)
 	if alone {
 		s.drain(ctx)
 	}
-	s.w.add(t, size)
-	e.producer.Produce(context.Background(), rec, func(rec *kgo.Record, err error) {
+	if s.eo != nil {
+		if err := s.eo.Begin(); err != nil {
+			return fmt.Errorf("exactly once: %w", err)
+		}
+		if s.inKafka == 0 {
+			s.kafkaBegan = time.Now()
+		}
+		s.inKafka++
+	}
+	s.w.add(t, size, s.eo != nil)
+	s.cl.Produce(context.Background(), rec, func(rec *kgo.Record, err error) {
 		send.Done(rec, err, t.at)
 		if err == nil {
 			e.published.Add(1)
@@ -57,11 +81,18 @@ func (s *stream) produce(ctx context.Context, t *txn, r *row) {
 			}
 		} else if class, code := kafkaerr.OfLogRecord(err); class == kafkaerr.Permanent {
 			// Otherwise the transaction fails: the session ends and the next replays it.
-			if kafkaerr.Suspect(err, !alone) {
+			switch {
+			case kafkaerr.Suspect(err, !alone):
 				e.suspects.Add(ev.MessageID)
 				err = fmt.Errorf("%w (message %s is produced alone by the next session)", err, ev.MessageID)
-			} else {
-				s.reject(t, size, ev, code, err)
+			case s.eo != nil:
+				// Its Kafka transaction cannot commit without it (the records of the
+				// transaction must all be there or none): rejected, then failed, so that the
+				// transaction is aborted and replayed without it.
+				s.reject(t, size, ev, code, err, true)
+				return
+			default:
+				s.reject(t, size, ev, code, err, false)
 				return
 			}
 		}
@@ -70,6 +101,7 @@ func (s *stream) produce(ctx context.Context, t *txn, r *row) {
 	if alone {
 		s.drain(ctx)
 	}
+	return nil
 }
 
 // drain flushes and waits until no record is in flight, or ctx ends.
@@ -89,17 +121,61 @@ func (s *stream) drain(ctx context.Context) {
 // ev's transaction is confirmed only once the rejection is durable. A sink that fails
 // settles the record as failed: the session ends, and the next one replays the transaction,
 // rejects ev again and writes again.
-func (s *stream) reject(t *txn, size int, ev *envelope.Event, code string, refusal error) {
+//
+// inTxn is a record Kafka refused inside a Kafka transaction (exactly once): once its dead letter
+// is durable the engine remembers the refusal (replays skip ev), and the record settles as failed all the same, which aborts the Kafka transaction.
+func (s *stream) reject(t *txn, size int, ev *envelope.Event, code string, cause error, inTxn bool) {
 	e := s.e
 	r := publish.Rejection{MessageID: ev.MessageID, Source: ev.Source, Destination: ev.Destination, Key: ev.Key,
-		Code: code, Err: refusal, Event: ev}
+		Code: code, Err: cause, Event: ev}
 	go func() {
 		err := e.pub.DeadLetter(r)
 		if err != nil {
 			err = fmt.Errorf("write the dead letter of message %s (%s): %w", r.MessageID, code, err)
 		} else {
 			e.rejected.Add(1)
+			if inTxn {
+				e.refused.add(refusedKey{t.final, r.MessageID})
+				err = fmt.Errorf("%w: message %s (%s): %w", errRefusedInTxn, r.MessageID, code, r.Err)
+			}
 		}
 		s.w.settle(t, size, err)
 	}()
+}
+
+// errRefusedInTxn fails a Kafka transaction one of whose records Kafka refused for good: the
+// record is rejected, and the transaction aborted and replayed without it.
+var errRefusedInTxn = errors.New("exactly once: a record of the Kafka transaction was refused; the transaction is replayed without it")
+
+// refusals are the messages Kafka refused for good inside a Kafka transaction (exactly once),
+// by their PostgreSQL transaction and message id, whose dead letters are written: the transaction was aborted for them, and
+// its replay skips them. It lives as long as the engine and holds only such messages; a new
+// process learns them again (the suspect is produced alone, refused, its dead letter written
+// again, which the sink does idempotently, and the transaction replayed).
+type refusals struct {
+	mu  sync.Mutex
+	ids map[refusedKey]struct{}
+}
+
+// refusedKey is a refused record: its transaction's commit LSN (the Begin message's FinalLSN,
+// the same in every replay) and its message id.
+type refusedKey struct {
+	final pglogrepl.LSN
+	id    string
+}
+
+func (r *refusals) add(id refusedKey) {
+	r.mu.Lock()
+	if r.ids == nil {
+		r.ids = map[refusedKey]struct{}{}
+	}
+	r.ids[id] = struct{}{}
+	r.mu.Unlock()
+}
+
+func (r *refusals) has(id refusedKey) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.ids[id]
+	return ok
 }
