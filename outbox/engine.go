@@ -28,11 +28,11 @@ import (
 // engine is a relay's machinery: its two sources (the claim loop, and in ModeLog the log
 // engine) feeding one publisher, and the services beside them.
 type engine struct {
-	pool  *pgxpool.Pool
-	cfg   RelayConfig
+	pool *pgxpool.Pool
+	cfg  RelayConfig
 	// eo is how the relay's engines publish exactly once (RelayConfig.ExactlyOnce), with the
 	// counters of their transactions; nil: at least once.
-	eo *exactlyonce.Config
+	eo    *exactlyonce.Config
 	store *Store
 	// claims runs the claim relay's statements.
 	claims *claimsql.Store

@@ -38,7 +38,7 @@ type Engine struct {
 
 	// Exactly once (cfg.ExactlyOnce set).
 	txnID      atomic.Pointer[string] // the slot's transactional id, once a session computed it
-	eoCounters exactlyonce.Counters   // the transactions of every session's producer
+	eoCounters *exactlyonce.Counters  // the transactions of every session's producer: ExactlyOnce.Counters
 	refused    refusals               // records Kafka refused inside a transaction
 
 	// Test hooks, set before Run.
@@ -97,7 +97,11 @@ func New(connString string, pub *publish.Publisher, cfg logsource.Config) (*Engi
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("new log-mode relay: %w", err)
 	}
-	return &Engine{cfg: cfg, conn: conn, pub: pub, log: cfg.Logger}, nil
+	e := &Engine{cfg: cfg, conn: conn, pub: pub, log: cfg.Logger}
+	if cfg.ExactlyOnce != nil {
+		e.eoCounters = cfg.ExactlyOnce.Counters // set by WithDefaults: the relay's metrics read them
+	}
+	return e, nil
 }
 
 // Published counts the records Kafka acknowledged (logsource.Engine).
@@ -116,7 +120,7 @@ func (e *Engine) ExactlyOnce() (txnID string, counters *exactlyonce.Counters) {
 	if id := e.txnID.Load(); id != nil {
 		txnID = *id
 	}
-	return txnID, &e.eoCounters
+	return txnID, e.eoCounters
 }
 
 // producerOpts override the caller's client options for the engine's own client: franz-go

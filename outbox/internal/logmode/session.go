@@ -97,7 +97,7 @@ func (s *stream) startExactlyOnce(ctx context.Context, txnID string, walEnd pglo
 	cfg.TransactionalID = txnID
 	e.txnID.Store(&txnID)
 	opts := producerOpts(e.pub.Client(), e.cfg.UnknownTopicRetries)
-	p, err := exactlyonce.NewProducer(ctx, opts, cfg, &e.eoCounters)
+	p, err := exactlyonce.NewProducer(ctx, opts, cfg, e.eoCounters)
 	if err != nil {
 		return err
 	}
