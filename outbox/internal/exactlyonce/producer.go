@@ -107,13 +107,30 @@ func (p *Producer) Commit(ctx context.Context, progress *kgo.Record) error {
 		return errors.New("commit: no transaction is open")
 	}
 	var failed error
+	// Produce, not ProduceSync: a client with kgo.ManualFlushing (the relay's) sends nothing
+	// before Flush, so a ProduceSync before it never returns.
+	var progressErr error
+	done := make(chan struct{})
 	if progress != nil {
-		if err := p.cl.ProduceSync(ctx, progress).FirstErr(); err != nil {
-			failed = fmt.Errorf("produce the progress record: %w", err)
-		}
+		p.cl.Produce(ctx, progress, func(_ *kgo.Record, err error) {
+			progressErr = err
+			close(done)
+		})
+	} else {
+		close(done)
 	}
-	if err := p.cl.Flush(ctx); err != nil && failed == nil {
+	if err := p.cl.Flush(ctx); err != nil {
 		failed = fmt.Errorf("flush the transaction: %w", err)
+	}
+	select {
+	case <-done:
+		if progressErr != nil && failed == nil {
+			failed = fmt.Errorf("produce the progress record: %w", progressErr)
+		}
+	case <-ctx.Done():
+		if failed == nil {
+			failed = fmt.Errorf("produce the progress record: %w", ctx.Err())
+		}
 	}
 	if failed != nil {
 		if aerr := p.Abort(ctx); aerr != nil {

@@ -1,0 +1,244 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/keirotest/testenv"
+	"github.com/keiro-go/keiro/outbox/internal/exactlyonce"
+)
+
+// eosEvents are n events over keys keys of topic t1, the i-th of its key carrying {"i":i}.
+func eosEvents(n, keys int) []envelope.Event {
+	evs := make([]envelope.Event, n)
+	for i := range evs {
+		key := fmt.Sprintf("key-%d", i%keys)
+		evs[i] = ev(fmt.Sprintf("m-%03d", i), k(key))
+		evs[i].Payload = fmt.Appendf(nil, `{"i":%d}`, i/keys)
+	}
+	return evs
+}
+
+// eosRelay is an exactly-once relay of db's schema; tweak adjusts its configuration.
+func eosRelay(t *testing.T, db *testenv.DB, kc *testenv.Kafka, tweak func(*RelayConfig)) *Relay {
+	t.Helper()
+	cfg := RelayConfig{Schema: db.Schema, ExactlyOnce: true, PollInterval: 50 * time.Millisecond,
+		Logger: testLogger()}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	r, err := NewRelay(db.Pool, kc.NewClient(t, ProducerOpts()...), cfg)
+	require.NoError(t, err)
+	return r
+}
+
+// waitSent waits until every row of db's outbox is sent.
+func waitSent(t *testing.T, db *testenv.DB, n int) {
+	t.Helper()
+	testenv.WaitFor(t, time.Minute, "every row sent", func() bool {
+		var sent int
+		require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM keiro_outbox WHERE status = 'sent'").Scan(&sent))
+		return sent == n
+	})
+}
+
+// readCommitted reads topic as a read_committed reader, from the start up to its end offsets:
+// the records of committed transactions only, by partition and offset.
+func readCommitted(t *testing.T, kc *testenv.Kafka, topic string) []*kgo.Record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ends, err := kadm.NewClient(kc.Client).ListEndOffsets(ctx, topic)
+	require.NoError(t, err)
+	want := map[int32]int64{}
+	parts := map[int32]kgo.Offset{}
+	ends.Each(func(o kadm.ListedOffset) {
+		require.NoError(t, o.Err)
+		if o.Offset > 0 {
+			want[o.Partition] = o.Offset
+			parts[o.Partition] = kgo.NewOffset().AtStart()
+		}
+	})
+	cl := kc.NewClient(t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+	var out []*kgo.Record
+	for len(want) > 0 {
+		fs := cl.PollFetches(ctx)
+		require.NoError(t, ctx.Err(), "read_committed reader did not reach the end offsets (a transaction left open?)")
+		fs.EachRecord(func(r *kgo.Record) {
+			if !r.Attrs.IsControl() {
+				out = append(out, r)
+			}
+			if r.Offset+1 >= want[r.Partition] {
+				delete(want, r.Partition)
+			}
+		})
+	}
+	return out
+}
+
+// requireExactlyOnce checks that recs hold each of evs once, each key's in order.
+func requireExactlyOnce(t *testing.T, recs []*kgo.Record, evs []envelope.Event) {
+	t.Helper()
+	seen := map[string]int{}
+	next := map[string]int{} // key → the next i expected
+	for _, rec := range recs {
+		var id string
+		for _, h := range rec.Headers {
+			if h.Key == "keiro-message-id" {
+				id = string(h.Value)
+			}
+		}
+		seen[id]++
+		key := string(rec.Key)
+		require.Equal(t, fmt.Sprintf(`{"i":%d}`, next[key]), string(rec.Value), "key %s out of order", key)
+		next[key]++
+	}
+	for _, e := range evs {
+		require.Equal(t, 1, seen[e.MessageID], "message %s seen %d times", e.MessageID, seen[e.MessageID])
+	}
+	require.Len(t, recs, len(evs))
+}
+
+// An exactly-once relay publishes every event once, in key order, for a read_committed reader,
+// in transactions that also write its claims record to the offsets topic.
+func TestExactlyOnceClaimPublishesEachOnce(t *testing.T) {
+	t.Parallel()
+	evs := eosEvents(60, 6)
+	db, _ := setup(t, evs...)
+	kc := testenv.NewKafka(t)
+	kc.CreateTopic(t, "t1", 3)
+	r := eosRelay(t, db, kc, func(c *RelayConfig) { c.BatchSize = 7; c.MaxInFlightBatches = 3 })
+	runRelay(t, r)
+	waitSent(t, db, len(evs))
+	requireExactlyOnce(t, readCommitted(t, kc, "t1"), evs)
+
+	st, ok := r.ExactlyOnce()
+	require.True(t, ok)
+	require.Contains(t, st.TransactionalID, "keiro-relay-claim."+db.Schema+".")
+	require.Positive(t, st.Committed)
+	require.Zero(t, st.Fenced)
+	c, err := exactlyonce.ReadClaims(context.Background(), kc.Client.Opts(), exactlyonce.DefaultOffsetsTopic, st.TransactionalID)
+	require.NoError(t, err, "the offsets topic holds the relay's claims record")
+	require.False(t, c.At.IsZero())
+	var withTxn int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM keiro_outbox WHERE claim_txn = $1", st.TransactionalID).Scan(&withTxn))
+	require.Equal(t, len(evs), withTxn, "the claims name the relay's transactional id")
+}
+
+// A relay that dies after its transaction committed and before its marks landed: once the
+// lease expired, a second relay fences its transactional id, reads its claims record, and marks
+// the rows sent without publishing them again.
+func TestExactlyOnceLostClaimAfterCommitIsMarkedSent(t *testing.T) {
+	t.Parallel()
+	evs := eosEvents(20, 4)
+	db, _ := setup(t, evs...)
+	kc := testenv.NewKafka(t)
+	kc.CreateTopic(t, "t1", 3)
+	const lease = 2 * time.Second
+	a := eosRelay(t, db, kc, func(c *RelayConfig) { c.Lease = lease; c.MaxInFlightBatches = 1 })
+	committed, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	a.afterCommit = func() {
+		once.Do(func() {
+			a.frozen.Store(true) // dead: no more renewals, no marks
+			close(committed)
+			<-release
+		})
+	}
+	runRelay(t, a)
+	t.Cleanup(func() { close(release) }) // before a's own cleanup stops it
+	<-committed
+
+	b := eosRelay(t, db, kc, func(c *RelayConfig) { c.Lease = lease })
+	runRelay(t, b)
+	waitSent(t, db, len(evs))
+	st, _ := b.ExactlyOnce()
+	require.Equal(t, int64(len(evs)), st.RecoveredSent, "the committed rows are marked sent from the claims record")
+	require.Zero(t, b.Stats().Published, "nothing is published again")
+	requireExactlyOnce(t, readCommitted(t, kc, "t1"), evs)
+}
+
+// A relay frozen between its produce and its commit, past its lease: a second relay fences it
+// (its open transaction is aborted), releases its rows and publishes them. When the zombie
+// resumes, its commit is refused: it publishes nothing visible. Each event is on the topic
+// once for a read_committed reader.
+func TestExactlyOnceZombieIsFenced(t *testing.T) {
+	t.Parallel()
+	evs := eosEvents(20, 4)
+	db, _ := setup(t, evs...)
+	kc := testenv.NewKafka(t)
+	kc.CreateTopic(t, "t1", 3)
+	const lease = 2 * time.Second
+	a := eosRelay(t, db, kc, func(c *RelayConfig) { c.Lease = lease; c.MaxInFlightBatches = 1 })
+	frozen, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	a.beforeCommit = func() {
+		once.Do(func() {
+			a.frozen.Store(true)
+			close(frozen)
+			<-resume
+			a.frozen.Store(false)
+		})
+	}
+	runRelay(t, a)
+	var resumeOnce sync.Once
+	t.Cleanup(func() { resumeOnce.Do(func() { close(resume) }) })
+	<-frozen
+
+	b := eosRelay(t, db, kc, func(c *RelayConfig) { c.Lease = lease })
+	runRelay(t, b)
+	waitSent(t, db, len(evs))
+	st, _ := b.ExactlyOnce()
+	require.Equal(t, int64(len(evs)), st.RecoveredReleased, "the uncommitted rows are released")
+	require.Equal(t, int64(len(evs)), b.Stats().Published, "and published by the successor")
+
+	resumeOnce.Do(func() { close(resume) })
+	testenv.WaitFor(t, time.Minute, "the zombie's commit refused", func() bool {
+		ast, _ := a.ExactlyOnce()
+		return ast.Fenced > 0 || ast.Aborted > 0
+	})
+	require.Zero(t, a.Stats().Published, "the zombie marked nothing sent")
+	requireExactlyOnce(t, readCommitted(t, kc, "t1"), evs)
+}
+
+// A record that fails in a transaction aborts it: the transaction's other rows are released,
+// the failed row retried; every event ends up on the topic once, in key order.
+func TestExactlyOnceRecordFailureAbortsTheTransaction(t *testing.T) {
+	t.Parallel()
+	evs := eosEvents(20, 4)
+	db, _ := setup(t, evs...)
+	kc := testenv.NewKafka(t)
+	kc.CreateTopic(t, "t1", 3)
+	outage := kc.FailProduces(t, testenv.ProduceFailure{Topics: []string{"t1"}, Err: kerr.UnknownServerError, Requests: 1})
+	r := eosRelay(t, db, kc, func(c *RelayConfig) {
+		c.Backoff.Initial, c.Backoff.Max = 10*time.Millisecond, 20*time.Millisecond
+	})
+	runRelay(t, r)
+	<-outage.Hit()
+	waitSent(t, db, len(evs))
+	st, _ := r.ExactlyOnce()
+	require.Positive(t, st.Aborted, "the transaction with the failed record was aborted")
+	requireExactlyOnce(t, readCommitted(t, kc, "t1"), evs)
+}
+
+var _ = errors.Is
+
+func testLogger() *slog.Logger {
+	if os.Getenv("KEIRO_TEST_EOS_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
