@@ -26,12 +26,12 @@ type Queries struct {
 	Mark, Renew, Start string
 	// MarkHistory is Mark for a batch with a failed or rejected row: it also appends each such
 	// row's attempt to its history.
-	MarkHistory       string
-	ReleaseLost       string
+	MarkHistory string
+	ReleaseLost string
 	// RecoverableTxns and RecoverTxn are the exactly-once claim relay's recovery of lost claims
 	// (sqlRecoverableTxns, sqlRecoverTxn).
 	RecoverableTxns, RecoverTxn string
-	Retention, Gauges string
+	Retention, Gauges           string
 	// LogMark and LogRetention are log mode's retention of keiro_outbox_log.
 	LogMark, LogRetention string
 	Status, ListDead      string

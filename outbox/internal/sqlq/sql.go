@@ -241,7 +241,7 @@ const claimable = `((%[1]s.status IN ('pending', 'failed') AND %[1]s.next_attemp
 const ClaimTxnSetting = "keiro.claim_txn"
 
 // claimTxn is the claim's transactional id, NULL for an at-least-once claim (a pooled
-// session that once set the setting reads it back as '' afterwards).
+// session that once set the setting reads it back as an empty string afterwards).
 const claimTxn = `nullif(current_setting('` + ClaimTxnSetting + `', true), '')`
 
 // claimTxnUnset is true in an at-least-once claim.
