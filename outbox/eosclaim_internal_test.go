@@ -35,7 +35,8 @@ func eosEvents(n, keys int) []envelope.Event {
 func eosRelay(t *testing.T, db *testenv.DB, kc *testenv.Kafka, tweak func(*RelayConfig)) *Relay {
 	t.Helper()
 	cfg := RelayConfig{Schema: db.Schema, ExactlyOnce: true, PollInterval: 50 * time.Millisecond,
-		Logger: testLogger()}
+		OffsetsTopic: kc.Topic(exactlyonce.DefaultOffsetsTopic),
+		Logger:       testLogger()}
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -143,32 +144,37 @@ func TestExactlyOnceClaimPublishesEachOnce(t *testing.T) {
 // the rows sent without publishing them again.
 func TestExactlyOnceLostClaimAfterCommitIsMarkedSent(t *testing.T) {
 	t.Parallel()
-	evs := eosEvents(20, 4)
-	db, _ := setup(t, evs...)
-	kc := testenv.NewKafka(t)
-	kc.CreateTopic(t, "t1", 3)
-	const lease = 2 * time.Second
-	a := eosRelay(t, db, kc, func(c *RelayConfig) { c.Lease = lease; c.MaxInFlightBatches = 1 })
-	committed, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	a.afterCommit = func() {
-		once.Do(func() {
-			a.frozen.Store(true) // dead: no more renewals, no marks
-			close(committed)
-			<-release
-		})
-	}
-	runRelay(t, a)
-	t.Cleanup(func() { close(release) }) // before a's own cleanup stops it
-	<-committed
+	testenv.EachKafka(t, testenv.KafkaConfig{}, func(t *testing.T, kc *testenv.Kafka) {
+		topic := kc.Topic("t1")
+		evs := eosEvents(20, 4)
+		for i := range evs {
+			evs[i].Destination = topic
+		}
+		db, _ := setup(t, evs...)
+		kc.CreateTopic(t, topic, 3)
+		const lease = 2 * time.Second
+		a := eosRelay(t, db, kc, func(c *RelayConfig) { c.Lease = lease; c.MaxInFlightBatches = 1 })
+		committed, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		a.afterCommit = func() {
+			once.Do(func() {
+				a.frozen.Store(true) // dead: no more renewals, no marks
+				close(committed)
+				<-release
+			})
+		}
+		runRelay(t, a)
+		t.Cleanup(func() { close(release) }) // before a's own cleanup stops it
+		<-committed
 
-	b := eosRelay(t, db, kc, func(c *RelayConfig) { c.Lease = lease })
-	runRelay(t, b)
-	waitSent(t, db, len(evs))
-	st, _ := b.ExactlyOnce()
-	require.Equal(t, int64(len(evs)), st.RecoveredSent, "the committed rows are marked sent from the claims record")
-	require.Zero(t, b.Stats().Published, "nothing is published again")
-	requireExactlyOnce(t, readCommitted(t, kc, "t1"), evs)
+		b := eosRelay(t, db, kc, func(c *RelayConfig) { c.Lease = lease })
+		runRelay(t, b)
+		waitSent(t, db, len(evs))
+		st, _ := b.ExactlyOnce()
+		require.Equal(t, int64(len(evs)), st.RecoveredSent, "the committed rows are marked sent from the claims record")
+		require.Zero(t, b.Stats().Published, "nothing is published again")
+		requireExactlyOnce(t, readCommitted(t, kc, topic), evs)
+	})
 }
 
 // A relay frozen between its produce and its commit, past its lease: a second relay fences it
@@ -177,43 +183,48 @@ func TestExactlyOnceLostClaimAfterCommitIsMarkedSent(t *testing.T) {
 // once for a read_committed reader.
 func TestExactlyOnceZombieIsFenced(t *testing.T) {
 	t.Parallel()
-	evs := eosEvents(20, 4)
-	db, _ := setup(t, evs...)
-	kc := testenv.NewKafka(t)
-	kc.CreateTopic(t, "t1", 3)
-	const lease = 2 * time.Second
-	a := eosRelay(t, db, kc, func(c *RelayConfig) { c.Lease = lease; c.MaxInFlightBatches = 1 })
-	frozen, resume := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	a.beforeCommit = func() {
-		once.Do(func() {
-			a.frozen.Store(true)
-			close(frozen)
-			<-resume
-			a.frozen.Store(false)
+	testenv.EachKafka(t, testenv.KafkaConfig{}, func(t *testing.T, kc *testenv.Kafka) {
+		topic := kc.Topic("t1")
+		evs := eosEvents(20, 4)
+		for i := range evs {
+			evs[i].Destination = topic
+		}
+		db, _ := setup(t, evs...)
+		kc.CreateTopic(t, topic, 3)
+		const lease = 2 * time.Second
+		a := eosRelay(t, db, kc, func(c *RelayConfig) { c.Lease = lease; c.MaxInFlightBatches = 1 })
+		frozen, resume := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		a.beforeCommit = func() {
+			once.Do(func() {
+				a.frozen.Store(true)
+				close(frozen)
+				<-resume
+				a.frozen.Store(false)
+			})
+		}
+		runRelay(t, a)
+		var resumeOnce sync.Once
+		t.Cleanup(func() { resumeOnce.Do(func() { close(resume) }) })
+		<-frozen
+
+		b := eosRelay(t, db, kc, func(c *RelayConfig) { c.Lease = lease })
+		runRelay(t, b)
+		waitSent(t, db, len(evs))
+		st, _ := b.ExactlyOnce()
+		require.Equal(t, int64(len(evs)), st.RecoveredReleased, "the uncommitted rows are released")
+		require.Equal(t, int64(len(evs)), b.Stats().Published, "and published by the successor")
+
+		resumeOnce.Do(func() { close(resume) })
+		testenv.WaitFor(t, time.Minute, "the zombie's commit refused: it is fenced", func() bool {
+			ast, _ := a.ExactlyOnce()
+			return ast.Fenced > 0
 		})
-	}
-	runRelay(t, a)
-	var resumeOnce sync.Once
-	t.Cleanup(func() { resumeOnce.Do(func() { close(resume) }) })
-	<-frozen
-
-	b := eosRelay(t, db, kc, func(c *RelayConfig) { c.Lease = lease })
-	runRelay(t, b)
-	waitSent(t, db, len(evs))
-	st, _ := b.ExactlyOnce()
-	require.Equal(t, int64(len(evs)), st.RecoveredReleased, "the uncommitted rows are released")
-	require.Equal(t, int64(len(evs)), b.Stats().Published, "and published by the successor")
-
-	resumeOnce.Do(func() { close(resume) })
-	testenv.WaitFor(t, time.Minute, "the zombie's commit refused: it is fenced", func() bool {
 		ast, _ := a.ExactlyOnce()
-		return ast.Fenced > 0
+		require.Zero(t, ast.Committed, "the zombie committed nothing")
+		require.Zero(t, a.Stats().Published, "the zombie marked nothing sent")
+		requireExactlyOnce(t, readCommitted(t, kc, topic), evs)
 	})
-	ast, _ := a.ExactlyOnce()
-	require.Zero(t, ast.Committed, "the zombie committed nothing")
-	require.Zero(t, a.Stats().Published, "the zombie marked nothing sent")
-	requireExactlyOnce(t, readCommitted(t, kc, "t1"), evs)
 }
 
 // A record that fails in a transaction aborts it: the transaction's other rows are released,
@@ -235,7 +246,6 @@ func TestExactlyOnceRecordFailureAbortsTheTransaction(t *testing.T) {
 	require.Positive(t, st.Aborted, "the transaction with the failed record was aborted")
 	requireExactlyOnce(t, readCommitted(t, kc, "t1"), evs)
 }
-
 
 func testLogger() *slog.Logger {
 	if os.Getenv("KEIRO_TEST_EOS_LOG") != "" {
