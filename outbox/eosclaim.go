@@ -35,11 +35,13 @@ import (
 // unable to commit, reads the id's last committed claims record, and marks the rows it lists
 // sent and releases the others, for a claim to publish them again.
 //
-// A transaction that cannot commit (a record failed, the commit failed, the producer was
-// fenced) is aborted: its rows acknowledged in it are released (their records are invisible to
-// read_committed readers), and a failed row takes its outcome as in at-least-once mode. A
-// commit whose outcome is unknown is resolved by reading the claims record back after a new
-// producer of the same id fenced the old one.
+// A transaction that cannot commit (a record failed, the commit was refused) is aborted: its
+// rows acknowledged in it are released (their records are invisible to read_committed
+// readers), and a failed row takes its outcome as in at-least-once mode. A commit whose outcome
+// is unknown, or refused because the producer was fenced (a zombie: a successor took over its
+// claims), is resolved by reading the claims record back once a new producer of the same id
+// fenced the old one: the relay then decides what the successor decides from the same record,
+// and its marks, fenced by the claim tokens, change nothing the successor settled first.
 
 // claimEOS is one run's exactly-once state.
 type claimEOS struct {
@@ -290,7 +292,10 @@ func (p *pipeline) endTransaction(txn []*claimedBatch) {
 		switch {
 		case err == nil:
 			committed = true
-		case errors.Is(err, exactlyonce.ErrUnknownOutcome):
+		case errors.Is(err, exactlyonce.ErrUnknownOutcome) || exactlyonce.IsFenced(err):
+			// Fenced at the commit is no proof that it did not commit: a commit whose answer
+			// was lost, retried after a successor fenced this relay, is refused although it
+			// took effect. Both are read back, as the successor reads them.
 			committed, known = p.resolve(txn)
 		default:
 			p.lostProducer(err)
@@ -318,9 +323,9 @@ func (p *pipeline) endTransaction(txn []*claimedBatch) {
 	}
 }
 
-// resolve learns whether txn, whose commit's outcome is unknown, committed: a new producer of
-// the id fences the old one's epoch (nothing of it can commit after), then the id's last
-// committed claims record tells. known is false when that could not be read before the
+// resolve learns whether txn, whose commit's outcome is unknown (or was refused because the
+// producer was fenced), committed: a new producer of the id fences the old one's epoch
+// (nothing of it can commit after), then the id's last committed claims record tells. known is false when that could not be read before the
 // shutdown deadline.
 func (p *pipeline) resolve(txn []*claimedBatch) (committed, known bool) {
 	r, x := p.r, p.eos
@@ -338,7 +343,7 @@ func (p *pipeline) resolve(txn []*claimedBatch) (committed, known bool) {
 			c, err = exactlyonce.ReadClaims(p.hardCtx, x.opts, x.cfg.OffsetsTopic, x.cfg.TransactionalID)
 			if err == nil || errors.Is(err, exactlyonce.ErrNoRecord) {
 				committed = slices.Contains(c.Tokens, txn[0].token.String())
-				r.log.WarnContext(p.stopCtx, "exactly once: a commit's outcome was unknown; read back from the claims record",
+				r.log.WarnContext(p.stopCtx, "exactly once: a commit's outcome was unknown, or the producer fenced; read back from the claims record",
 					"transactional_id", x.cfg.TransactionalID, "committed", committed)
 				return committed, true
 			}
