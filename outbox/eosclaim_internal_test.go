@@ -17,6 +17,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
+	"github.com/keiro-go/keiro/outbox/internal/claimsql"
 	"github.com/keiro-go/keiro/outbox/internal/exactlyonce"
 )
 
@@ -316,4 +317,80 @@ func TestExactlyOnceUnknownCommitOutcomeIsReadBack(t *testing.T) {
 	requireExactlyOnce(t, readCommitted(t, kc, "t1"), evs)
 	st, _ := r.ExactlyOnce()
 	require.Positive(t, st.Committed)
+}
+
+// The claim of an exactly-once relay writes its transactional id to claim_txn and does not
+// re-claim the rows of another exactly-once claim whose lease expired (they block their key,
+// every policy and claim statement alike), which RecoverTxn then settles: the rows listed as
+// committed go sent, the others pending with their attempt refunded. A relay without
+// ExactlyOnce re-claims such rows as always.
+func TestExactlyOnceClaimSkipsLostClaimsUntilRecovered(t *testing.T) {
+	t.Parallel()
+	db, st := setup(t, ev("a1", k("A")), ev("a2", k("A")), ev("b1", k("B")), ev("n1", nil))
+	ctx := context.Background()
+	lost := &claimsql.Store{Q: st.q, Txn: "keiro-relay-claim.x.lost"}
+	tok, rows, err := lost.Claim(ctx, db.Pool, PerKeyHeadOfLine, 2, time.Minute, 10, nil, 100) // in seq order
+	require.NoError(t, err)
+	require.Equal(t, []string{"a1", "a2"}, ids(rows))
+	var txn string
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT claim_txn FROM keiro_outbox WHERE message_id = 'a1'").Scan(&txn))
+	require.Equal(t, lost.Txn, txn)
+	_, err = db.Pool.Exec(ctx, "UPDATE keiro_outbox SET lease_until = now() - interval '1 second' WHERE status = 'publishing'")
+	require.NoError(t, err)
+
+	eos := &claimsql.Store{Q: st.q, Txn: "keiro-relay-claim.x.successor"}
+	for _, tc := range []struct {
+		p    Policy
+		want []string
+	}{
+		{PerKeyHeadOfLine, []string{"b1", "n1"}},
+		{PerSourceStream, []string{}}, // one source: a1 holds it
+		{BestEffort, []string{"b1", "n1"}},
+	} {
+		for _, budget := range []int{0, 100} {
+			_, got, err := eos.Claim(ctx, db.Pool, tc.p, 10, time.Minute, 10, nil, budget)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, ids(got), "policy %s, budget %d", tc.p, budget)
+			_, err = db.Pool.Exec(ctx, `UPDATE keiro_outbox SET status = 'pending', claim_token = NULL, lease_until = NULL,
+			    attempt_count = 0, claim_txn = NULL WHERE message_id IN ('b1', 'n1')`) // for the next claim
+			require.NoError(t, err)
+		}
+	}
+	txns, err := eos.RecoverableTxns(ctx, db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, []string{lost.Txn}, txns)
+
+	// a1's record committed, a2's did not.
+	rec, err := eos.RecoverTxn(ctx, db.Pool, lost.Txn, map[envelope.UUID][]int64{tok: {rows[0].Seq}}, nil)
+	require.NoError(t, err)
+	require.Equal(t, claimsql.Recovered{Sent: 1, Released: 1}, rec)
+	s, attempts := status(t, db, "a1")
+	require.Equal(t, "sent", s)
+	require.Equal(t, 1, attempts)
+	s, attempts = status(t, db, "a2")
+	require.Equal(t, "pending", s)
+	require.Zero(t, attempts, "a released row's attempt is refunded")
+	txns, err = eos.RecoverableTxns(ctx, db.Pool)
+	require.NoError(t, err)
+	require.Empty(t, txns)
+}
+
+// A relay without ExactlyOnce re-claims the expired rows of an exactly-once claim (mixing the
+// two on one schema is at least once), and its claim clears claim_txn.
+func TestAtLeastOnceClaimReclaimsExactlyOnceRows(t *testing.T) {
+	t.Parallel()
+	db, st := setup(t, ev("a1", k("A")))
+	ctx := context.Background()
+	lost := &claimsql.Store{Q: st.q, Txn: "keiro-relay-claim.x.lost"}
+	_, _, err := lost.Claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, "UPDATE keiro_outbox SET lease_until = now() - interval '1 second'")
+	require.NoError(t, err)
+	_, rows, err := claimsOf(st).Claim(ctx, db.Pool, PerKeyHeadOfLine, 10, time.Minute, 10, nil, 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a1"}, ids(rows))
+	require.True(t, rows[0].Reclaimed)
+	var txn *string
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT claim_txn FROM keiro_outbox").Scan(&txn))
+	require.Nil(t, txn)
 }
