@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -393,4 +395,37 @@ func TestAtLeastOnceClaimReclaimsExactlyOnceRows(t *testing.T) {
 	var txn *string
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT claim_txn FROM keiro_outbox").Scan(&txn))
 	require.Nil(t, txn)
+}
+
+// The recovery's probe and settlement walk the open rows through the claim index, never the
+// retained sent rows: an exactly-once relay runs the probe every half lease.
+func TestExactlyOnceRecoveryUsesTheClaimIndex(t *testing.T) {
+	t.Parallel()
+	db, st := setup(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, fmt.Sprintf(`
+INSERT INTO %s.keiro_outbox (outbox_id, message_id, source, destination, message_key, event_type,
+    schema_version, content_type, payload_bytes, occurred_at, status, published_at, claim_txn)
+SELECT gen_random_uuid(), 'm' || g, 'ordering', 't1', 'k' || (g %% 1000), 'E', 1, 'application/json',
+    '\x00', now(), 'sent', now(), 'keiro-relay-claim.x.old'
+FROM generate_series(1, 100000) g`, db.Schema))
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		_, err := st.EnqueueTx(ctx, tx, ev("p1", k("k1")), ev("p2", nil))
+		return err
+	}))
+	_, err = db.Pool.Exec(ctx, "ANALYZE "+db.Schema+".keiro_outbox")
+	require.NoError(t, err)
+	for name, q := range map[string][]any{
+		st.q.RecoverableTxns: nil,
+		st.q.RecoverTxn:      {"keiro-relay-claim.x.old", [][16]byte{envelope.NewUUIDv7()}, []int64{1}, nil},
+	} {
+		rows, err := db.Pool.Query(ctx, "EXPLAIN "+name, q...)
+		require.NoError(t, err)
+		plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		text := strings.Join(plan, "\n")
+		require.NotContains(t, text, "Seq Scan on keiro_outbox", text)
+		require.Contains(t, text, "keiro_outbox_claim_idx", text)
+	}
 }
