@@ -429,3 +429,14 @@ FROM generate_series(1, 100000) g`, db.Schema))
 		require.Contains(t, text, "keiro_outbox_claim_idx", text)
 	}
 }
+
+// An exactly-once relay refuses more rows in flight than its claims record can list.
+func TestExactlyOnceBoundsTheRowsInFlight(t *testing.T) {
+	t.Parallel()
+	cfg := RelayConfig{ExactlyOnce: true, BatchSize: 10_000, MaxInFlightBatches: 8}
+	cfg.setDefaults()
+	err := cfg.validate()
+	require.ErrorContains(t, err, "BatchSize × MaxInFlightBatches (80000) must be at most 65536 with ExactlyOnce")
+	cfg.ExactlyOnce = false
+	require.NoError(t, cfg.validate())
+}
