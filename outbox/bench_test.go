@@ -90,7 +90,7 @@ func rssMB() float64 {
 
 // drainRelay runs a relay over n pre-enqueued rows until all are published and returns the
 // elapsed time and the peak RSS seen meanwhile.
-func drainRelay(b *testing.B, db *testenv.DB, kc *testenv.Kafka, n int) (time.Duration, float64) {
+func drainRelay(b *testing.B, db *testenv.DB, kc *testenv.Kafka, n int, tweaks ...func(*RelayConfig)) (time.Duration, float64) {
 	client := kc.NewClient(b, ProducerOpts()...)
 	var published atomic.Int64
 	all := make(chan struct{})
@@ -109,6 +109,9 @@ func drainRelay(b *testing.B, db *testenv.DB, kc *testenv.Kafka, n int) (time.Du
 	}
 	if os.Getenv("KEIRO_BENCH_DEBUG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	for _, tweak := range tweaks {
+		tweak(&cfg)
 	}
 	r, err := NewRelay(db.Pool, client, cfg)
 	require.NoError(b, err)
@@ -385,20 +388,25 @@ func BenchmarkDrain(b *testing.B) {
 			b.ReportMetric(float64(n)/time.Since(start).Seconds(), "msgs/s")
 		}
 	})
-	b.Run("relay", func(b *testing.B) {
-		for range b.N {
-			b.StopTimer()
-			kc := testenv.BenchKafka(b, testenv.KafkaConfig{})
-			kc.CreateTopic(b, "orders", 6)
-			db, _ := filledOutbox(b, n, keys)
-			runtime.GC()
-			base := rssMB()
-			elapsed, peak := drainRelay(b, db, kc, n)
-			b.ReportMetric(float64(n)/elapsed.Seconds(), "msgs/s")
-			b.ReportMetric(peak, "peakRSS-MiB")
-			b.ReportMetric(base, "startRSS-MiB")
-		}
-	})
+	relay := func(name string, tweaks ...func(*RelayConfig)) {
+		b.Run(name, func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				kc := testenv.BenchKafka(b, testenv.KafkaConfig{})
+				kc.CreateTopic(b, "orders", 6)
+				db, _ := filledOutbox(b, n, keys)
+				runtime.GC()
+				base := rssMB()
+				elapsed, peak := drainRelay(b, db, kc, n, tweaks...)
+				b.ReportMetric(float64(n)/elapsed.Seconds(), "msgs/s")
+				b.ReportMetric(peak, "peakRSS-MiB")
+				b.ReportMetric(base, "startRSS-MiB")
+			}
+		})
+	}
+	relay("relay")
+	// The same drain publishing in Kafka transactions (RelayConfig.ExactlyOnce).
+	relay("relay-exactly-once", func(c *RelayConfig) { c.ExactlyOnce = true })
 	benchRelays(b, n, keys)
 }
 

@@ -383,6 +383,11 @@ func (c *RelayConfig) validate() error {
 		if c.TransactionLinger < 0 {
 			bad("TransactionLinger must not be negative, got %s", c.TransactionLinger)
 		}
+		if n := c.BatchSize * c.MaxInFlightBatches; n > maxExactlyOnceRowsInFlight {
+			// Each transaction's claims record lists the seq of every row in flight.
+			bad("BatchSize × MaxInFlightBatches (%d) must be at most %d with ExactlyOnce: the claims record of each transaction lists every row in flight",
+				n, maxExactlyOnceRowsInFlight)
+		}
 		if c.InstanceID != "" && !validInstanceID(c.InstanceID) {
 			bad("InstanceID %q must be 1 to 64 letters, digits, '.', '_' or '-'", c.InstanceID)
 		}
@@ -425,6 +430,11 @@ const (
 
 // ParsePolicy parses a policy name as returned by Policy.String.
 func ParsePolicy(s string) (Policy, error) { return claimsql.ParsePolicy(s) }
+
+// maxExactlyOnceRowsInFlight bounds the rows an ExactlyOnce claim relay has in flight: the
+// claims record of its transactions lists each one's seq (about 10 bytes of JSON each), and
+// must stay well below the 1 MB records brokers accept by default.
+const maxExactlyOnceRowsInFlight = 65536
 
 // validInstanceID reports whether id suits a transactional id: 1 to 64 letters, digits, '.',
 // '_' or '-'.

@@ -55,6 +55,14 @@
 //   - Duplicates on Kafka only for rows whose produce was in flight when their relay died, was
 //     paused past its lease, or was shut down past ShutdownTimeout. Consumers deduplicate by
 //     message id (the inbox does).
+//   - Exactly once with [RelayConfig.ExactlyOnce], for read_committed readers: in claim mode a
+//     relay publishes its batches in Kafka transactions, each recording in the offsets topic
+//     which claims (tokens and rows) it committed, and marks the rows sent only after the
+//     commit; a claim lost with its relay is settled by another exactly-once relay, which
+//     fences the lost relay's transactional id (recorded on the rows, claim_txn), reads what it
+//     committed, marks those rows sent and releases the rest, instead of re-claiming them. A
+//     relay without ExactlyOnce on the same schema re-claims such rows as it always did: mixing
+//     the two gives at least once.
 //   - Per (source, key) order under PerKeyHeadOfLine (the default), with any number of relays: a
 //     row is claimed only when every earlier non-terminal row of its key is claimed in the same
 //     statement, so a key is in at most one batch at a time; inside a batch the records of a

@@ -26,9 +26,12 @@ type Queries struct {
 	Mark, Renew, Start string
 	// MarkHistory is Mark for a batch with a failed or rejected row: it also appends each such
 	// row's attempt to its history.
-	MarkHistory       string
-	ReleaseLost       string
-	Retention, Gauges string
+	MarkHistory string
+	ReleaseLost string
+	// RecoverableTxns and RecoverTxn are the exactly-once claim relay's recovery of lost claims
+	// (sqlRecoverableTxns, sqlRecoverTxn).
+	RecoverableTxns, RecoverTxn string
+	Retention, Gauges           string
 	// LogMark and LogRetention are log mode's retention of keiro_outbox_log.
 	LogMark, LogRetention string
 	Status, ListDead      string
@@ -134,6 +137,8 @@ func New(schema string) *Queries {
 		Renew:                r(sqlRenew),
 		Start:                r(sqlStartProduce),
 		ReleaseLost:          r(sqlReleaseLostClaim),
+		RecoverableTxns:      r(sqlRecoverableTxns),
+		RecoverTxn:           r(sqlRecoverTxn),
 		Retention:            r(sqlRetention),
 		LogMark:              r(sqlLogMark),
 		LogRetention:         r(sqlLogRetention),
