@@ -15,6 +15,7 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/migrations"
+	"github.com/keiro-go/keiro/outbox"
 )
 
 // Defaults of [Config].
@@ -72,6 +73,10 @@ type OutboxConfig struct {
 	// MaxAttempts is the relays' attempt ceiling (RelayConfig.MaxAttempts), shown beside each
 	// row's attempts ("3 of 10"). Defaults to 0: unknown, the pages show "3 attempts".
 	MaxAttempts int
+	// ExactlyOnce, when the console runs in a relay's process, reads that relay's
+	// exactly-once state (outbox.Relay.ExactlyOnce): its transactional ids and transactions,
+	// shown on the overview. Defaults to nil: not shown.
+	ExactlyOnce func() (outbox.ExactlyOnceStatus, bool)
 }
 
 // InboxConfig locates one inbox consumer and the Kafka group it reads in.

@@ -69,6 +69,10 @@ type OutboxSummary struct {
 	// publication of keiro_outbox_log, with the destinations it gives its slot; several with
 	// per-destination relays), in name order. Absent when there is none.
 	LogSlots []outbox.SlotStatus `json:"log_slots,omitempty"`
+	// ExactlyOnce is the exactly-once state of the relay whose process serves the console
+	// (its transactional ids, transactions committed and aborted, fences, lost claims
+	// recovered); absent without --exactly-once, or when the console runs elsewhere.
+	ExactlyOnce *outbox.ExactlyOnceStatus `json:"exactly_once,omitempty"`
 }
 
 // DestinationSummary is one destination's row counts.
@@ -160,6 +164,11 @@ func (c *Console) readOutboxSummary(ctx context.Context) (OutboxSummary, error) 
 	}
 	if s.LogSlots, err = c.outbox.LogSlots(ctx, q); err != nil {
 		return s, fmt.Errorf("read outbox summary: %w", err)
+	}
+	if f := c.cfg.Outbox.ExactlyOnce; f != nil {
+		if st, ok := f(); ok {
+			s.ExactlyOnce = &st
+		}
 	}
 	s.LastHour = make([]RateBucket, len(minutes))
 	for i, m := range minutes {

@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keiro-go/keiro/console"
+	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -394,4 +396,42 @@ func TestOutboxSummaryLogSlot(t *testing.T) {
 	require.Contains(t, home, "no reader")
 	require.Contains(t, home, s.LogSlot.WALStatus)
 	require.Contains(t, home, "publishes every destination")
+}
+
+// A console in an exactly-once relay's process shows the relay's transactional id and its
+// transactions.
+func TestOutboxSummaryExactlyOnce(t *testing.T) {
+	t.Parallel()
+	var relay *outbox.Relay
+	r := newRig(t, func(c *console.Config) {
+		c.Outbox.ExactlyOnce = func() (outbox.ExactlyOnceStatus, bool) { return relay.ExactlyOnce() }
+	})
+	topic := r.kc.Topic("orders")
+	r.kc.CreateTopic(t, topic, 1)
+	var err error
+	relay, err = outbox.NewRelay(r.db.Pool, r.kc.NewClient(t, outbox.ProducerOpts()...), outbox.RelayConfig{
+		Schema: r.db.Schema, ExactlyOnce: true, InstanceID: "console-test", OffsetsTopic: r.kc.Topic("offsets"),
+	})
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		require.NoError(t, <-done)
+	})
+	r.enqueue(t, envelope.Event{MessageID: "eos-1", Source: "orders", Destination: topic, EventType: "placed",
+		ContentType: "application/json", OccurredAt: time.Now(), Payload: []byte(`{}`)})
+	testenv.WaitFor(t, 30*time.Second, "a committed transaction", func() bool {
+		st, _ := relay.ExactlyOnce()
+		return st.Committed > 0
+	})
+	var s console.OutboxSummary
+	r.get(t, "/api/v1/outbox/summary").json(t, &s)
+	require.NotNil(t, s.ExactlyOnce)
+	require.Equal(t, "keiro-relay-claim."+r.db.Schema+".console-test", s.ExactlyOnce.TransactionalID)
+	require.Positive(t, s.ExactlyOnce.Committed)
+	home := r.get(t, "/console/").body
+	require.Contains(t, home, `id="exactly-once"`)
+	require.Contains(t, home, "keiro-relay-claim."+r.db.Schema+".console-test")
 }

@@ -79,18 +79,22 @@ type eosStats struct {
 type ExactlyOnceStatus struct {
 	// TransactionalID is the Kafka transactional id of the claim loop's current run (of its
 	// last one once it stopped; "" before its first).
-	TransactionalID string
+	TransactionalID string `json:"transactional_id"`
 	// LogTransactionalID is, in ModeLog, the log engine's: its slot's (empty until it held the
 	// slot).
-	LogTransactionalID string
+	LogTransactionalID string `json:"log_transactional_id,omitempty"`
 	// Committed and Aborted count the Kafka transactions committed and aborted, Fenced the
 	// times a producer of the relay found itself fenced by a relay that took over its claims
 	// or its slot: the claim loop's and, in ModeLog, the log engine's.
-	Committed, Aborted, Fenced int64
+	Committed int64 `json:"committed"`
+	Aborted   int64 `json:"aborted"`
+	Fenced    int64 `json:"fenced"`
 	// Recoveries counts the transactional ids of lost claims (another relay's, or its own) the
 	// relay settled; RecoveredSent and RecoveredReleased the rows it marked sent (their records
 	// had committed) and released (they had not) there.
-	Recoveries, RecoveredSent, RecoveredReleased int64
+	Recoveries        int64 `json:"recoveries"`
+	RecoveredSent     int64 `json:"recovered_sent"`
+	RecoveredReleased int64 `json:"recovered_released"`
 }
 
 // ExactlyOnce returns the exactly-once state of the relay's claim loop, and false when the

@@ -216,7 +216,7 @@ func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 	httpDone := make(chan error, 1)
 	var srv *httpserver.Server
 	if c.HTTPAddr != "" {
-		admin, err := c.console(pool, g.DB.Schema, log)
+		admin, err := c.console(pool, g.DB.Schema, relay, log)
 		if err != nil {
 			return err
 		}
@@ -268,6 +268,11 @@ func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 	st := relay.Stats()
 	log.Info("relay stopped", "published", st.Published, "retried", st.Retried, "dead", st.Dead,
 		"rejected", st.Rejected, "released", st.Released, "batches", st.Batches)
+	if eos, ok := relay.ExactlyOnce(); ok {
+		log.Info("exactly once", "transactional_id", eos.TransactionalID, "log_transactional_id", eos.LogTransactionalID,
+			"committed", eos.Committed, "aborted", eos.Aborted, "fenced", eos.Fenced,
+			"recovered_sent", eos.RecoveredSent, "recovered_released", eos.RecoveredReleased)
+	}
 	if runErr != nil {
 		return fmt.Errorf("relay: %w", runErr)
 	}
@@ -279,13 +284,13 @@ func (c *runCmd) Run(ctx context.Context, g *grammar, env *cli.Env) error {
 
 // console is the admin API and operator console of the outbox and the event store, mounted on
 // the HTTP server: open on loopback, token-protected elsewhere.
-func (c *runCmd) console(pool *pgxpool.Pool, schema string, log *slog.Logger) (*console.Console, error) {
+func (c *runCmd) console(pool *pgxpool.Pool, schema string, relay *outbox.Relay, log *slog.Logger) (*console.Console, error) {
 	token, err := c.Admin.Token()
 	if err != nil {
 		return nil, err
 	}
 	return console.New(console.Config{
-		Outbox:   &console.OutboxConfig{Pool: pool, Schema: schema, MaxAttempts: c.MaxAttempts},
+		Outbox:   &console.OutboxConfig{Pool: pool, Schema: schema, MaxAttempts: c.MaxAttempts, ExactlyOnce: relay.ExactlyOnce},
 		Events:   &console.EventsConfig{Pool: pool, Schema: schema},
 		Auth:     console.AuthConfig{Token: token, AllowUnauthenticated: console.IsLoopback(c.HTTPAddr)},
 		ReadOnly: c.Admin.AdminReadOnly,
