@@ -19,9 +19,8 @@
 //     topic A and its sql-mode function enqueues one outbox event per consumed event in the
 //     inbox transaction; the relay binary publishes them to topic B. The consumer, the relay
 //     or both are SIGKILLed and restarted while 2,000 events flow. The outbox ends with exactly
-//     one row per consumed message, and B holds each one's event in key order
-//     (keirotest.RequireExactlyOnce): at least once while the relay publishes at least once,
-//     exactly once when forwardRelayExactlyOnce turns on its exactly-once publication.
+//     one row per consumed message, and B, read committed, holds each one's event exactly
+//     once in key order (keirotest.RequireExactlyOnce): the relay runs with --exactly-once.
 //   - TestLogModePostgresRestart: a log-mode relay follows a PostgreSQL cluster of the test's
 //     own (initdb into a temporary directory, a free port) that is restarted with
 //     `pg_ctl restart -m fast` and then crashed (`-m immediate`) while a producer enqueues; the

@@ -29,22 +29,11 @@ const (
 	forwardRebalance = 6 * time.Second
 )
 
-// forwardRelayExactlyOnce says whether the relay of TestForwardKilled publishes in Kafka
-// transactions; forwardRelayEnv holds the relay's settings that follow from it. At least once
-// (false), a relay killed with records in flight publishes them again after its lease, so the
-// destination topic may hold copies: the test then asserts exactly one outbox row per consumed
-// message (the consume → produce guarantee) and at least once, in key order, on the topic.
-// With exactly-once publication (true: KEIRO_RELAY_EXACTLY_ONCE, the relay's --exactly-once),
-// the topic's assertion becomes exact too: each consumed message once on the topic.
-const forwardRelayExactlyOnce = false
-
-// forwardRelayEnv are the relay's settings of TestForwardKilled beyond relayEnv's.
+// forwardRelayEnv are the relay's settings of TestForwardKilled beyond relayEnv's: exactly-once
+// publication, so that a relay killed with records in flight publishes none of them twice.
 func forwardRelayEnv() []string {
-	env := []string{"KEIRO_RELAY_LEASE=" + forwardLease.String(), "KEIRO_RELAY_MAX_ATTEMPTS=100"}
-	if forwardRelayExactlyOnce {
-		env = append(env, "KEIRO_RELAY_EXACTLY_ONCE=true")
-	}
-	return env
+	return []string{"KEIRO_RELAY_LEASE=" + forwardLease.String(), "KEIRO_RELAY_MAX_ATTEMPTS=100",
+		"KEIRO_RELAY_EXACTLY_ONCE=true"}
 }
 
 // forwardFixture creates forward_event(doc), the consumer's sql-mode handler of
@@ -77,8 +66,7 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 // into the outbox in the inbox transaction; the relay binary publishes the outbox to topic B.
 // While the events flow, the consumer, the relay or both are SIGKILLed and restarted after each
 // chunk. At the end the outbox holds exactly one row per consumed message, and topic B holds
-// each consumed message's event in key order: exactly once with the relay's exactly-once
-// publication (forwardRelayExactlyOnce), at least once without it.
+// each consumed message's event once, in key order, for a read_committed reader.
 func TestForwardKilled(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -203,7 +191,7 @@ func TestForwardKilled(t *testing.T) {
 		return p.SourceMessageID
 	}
 	recs := keirotest.RequireExactlyOnce(t, &keirotest.Kafka{Kafka: kc}, topicB, keirotest.ExactlyOnce{
-		MessageIDs: ids, ID: bySource, AllowDuplicates: !forwardRelayExactlyOnce,
+		MessageIDs: ids, ID: bySource,
 	})
 	t.Logf("topic B holds %d records for %d consumed messages (%d processes killed)", len(recs), forwardEvents, len(logs))
 }
