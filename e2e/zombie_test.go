@@ -77,7 +77,9 @@ func testExactlyOnceZombie(t *testing.T, mode string) {
 	t.Cleanup(func() {
 		if stop != nil {
 			close(stop)
-			_ = <-trickled
+			if err := <-trickled; err != nil {
+				t.Log(err)
+			}
 		}
 	})
 
