@@ -38,6 +38,23 @@ type Producer struct {
 	cl       *kgo.Client
 	counters *Counters
 	open     bool
+	// failed is the first failure of a record of the open transaction (recordFailures).
+	failed atomic.Pointer[error]
+}
+
+// recordFailures is the producer's hook on every record that leaves the client: franz-go
+// fails the producer id (and so refuses the commit) only for some errors of a transactional
+// produce; a record refused for itself (MESSAGE_TOO_LARGE, INVALID_RECORD, …) fails alone, and
+// EndTransaction would commit the transaction without it. Kafka's Java producer makes any failed
+// send abort the transaction; Commit does the same with what this hook saw.
+type recordFailures struct{ p *Producer }
+
+// OnProduceRecordUnbuffered implements kgo.HookProduceRecordUnbuffered.
+func (h recordFailures) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
+	if err != nil && h.p.failed.Load() == nil {
+		err = fmt.Errorf("record of topic %s: %w", r.Topic, err)
+		h.p.failed.CompareAndSwap(nil, &err)
+	}
 }
 
 // NewProducer builds the producer of cfg (defaulted, its TransactionalID set) from opts, the
@@ -52,9 +69,11 @@ func NewProducer(ctx context.Context, opts []kgo.Opt, cfg Config, counters *Coun
 	if counters == nil {
 		counters = &Counters{}
 	}
+	p := &Producer{cfg: cfg, counters: counters}
 	cl, err := kgo.NewClient(append(slices.Clone(opts),
 		kgo.TransactionalID(cfg.TransactionalID),
 		kgo.TransactionTimeout(cfg.TransactionTimeout),
+		kgo.WithHooks(recordFailures{p}),
 	)...)
 	if err != nil {
 		return nil, fmt.Errorf("exactly once: build the transactional producer: %w", err)
@@ -67,7 +86,8 @@ func NewProducer(ctx context.Context, opts []kgo.Opt, cfg Config, counters *Coun
 		cl.Close()
 		return nil, fmt.Errorf("exactly once: initialize transactional id %s: %w", cfg.TransactionalID, err)
 	}
-	return &Producer{cfg: cfg, cl: cl, counters: counters}, nil
+	p.cl = cl
+	return p, nil
 }
 
 // Client is the producer's client: produce the transaction's records with it.
@@ -87,6 +107,7 @@ func (p *Producer) Begin() error {
 	if err := p.cl.BeginTransaction(); err != nil {
 		return p.classify(fmt.Errorf("begin a transaction: %w", err))
 	}
+	p.failed.Store(nil) // the records of the transactions before all left the client
 	p.open = true
 	return nil
 }
@@ -95,8 +116,8 @@ func (p *Producer) Begin() error {
 func (p *Producer) Open() bool { return p.open }
 
 // Commit produces progress (the engine's record for the offsets topic; nil for none) in the
-// open transaction, flushes, and commits. When a record of the transaction failed, or the
-// commit fails, it aborts and returns the error: the transaction's records are not on the
+// open transaction, flushes, and commits. When a record of the transaction failed (the error
+// then wraps ErrRecordFailed), or the commit fails, it aborts and returns the error: the transaction's records are not on the
 // topic for a read_committed reader. A commit whose outcome is unknown (the broker was lost
 // as it answered) is aborted by bumping the producer's epoch, which also fences any part of
 // it still under way; the error then wraps ErrUnknownOutcome, and the engine must read its
@@ -108,12 +129,17 @@ func (p *Producer) Commit(ctx context.Context, progress *kgo.Record) error {
 	}
 	var failed error
 	if progress != nil {
-		if err := p.cl.ProduceSync(ctx, progress).FirstErr(); err != nil {
-			failed = fmt.Errorf("produce the progress record: %w", err)
-		}
+		// Not ProduceSync: under kgo.ManualFlushing (the relays' producer options) it would
+		// wait for a flush no one makes. The promise runs before Flush returns, and the
+		// hook (recordFailures) sees its failure as any record's.
+		p.cl.Produce(ctx, progress, nil)
 	}
-	if err := p.cl.Flush(ctx); err != nil && failed == nil {
+	if err := p.cl.Flush(ctx); err != nil {
 		failed = fmt.Errorf("flush the transaction: %w", err)
+	}
+	// Flush returns once every record of the transaction left the client: the hook saw them all.
+	if ferr := p.failed.Load(); ferr != nil && failed == nil {
+		failed = fmt.Errorf("%w: %w", ErrRecordFailed, *ferr)
 	}
 	if failed != nil {
 		if aerr := p.Abort(ctx); aerr != nil {
@@ -140,6 +166,9 @@ func (p *Producer) Commit(ctx context.Context, progress *kgo.Record) error {
 	}
 	return err
 }
+
+// ErrRecordFailed reports a transaction that Commit aborted because one of its records failed.
+var ErrRecordFailed = errors.New("a record of the transaction failed")
 
 // ErrUnknownOutcome reports a commit that may or may not have taken effect.
 var ErrUnknownOutcome = errors.New("the transaction's outcome is unknown")

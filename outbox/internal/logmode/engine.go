@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro/outbox/internal/exactlyonce"
 	"github.com/keiro-go/keiro/outbox/internal/logsource"
 	"github.com/keiro-go/keiro/outbox/internal/publish"
 )
@@ -35,6 +36,11 @@ type Engine struct {
 	sessions  atomic.Int64
 	suspects  publish.Suspects[string]
 
+	// Exactly once (cfg.ExactlyOnce set).
+	txnID      atomic.Pointer[string] // the slot's transactional id, once a session computed it
+	eoCounters exactlyonce.Counters   // the transactions of every session's producer
+	refused    refusals               // records Kafka refused inside a transaction
+
 	// Test hooks, set before Run.
 	onActive    func()                     // a session started replicating
 	onStandby   func(pid int)              // the slot was found active for pid
@@ -42,6 +48,10 @@ type Engine struct {
 	onKeepalive func(walEnd pglogrepl.LSN) // a keepalive reported the server's WAL end
 	onReport    func(pos pglogrepl.LSN)    // a status update confirmed pos
 	onCommit    func(end pglogrepl.LSN)    // a transaction's Commit was read
+
+	beforeKafkaCommit func(pos pglogrepl.LSN) // a Kafka transaction through pos is about to commit
+	onKafkaCommit     func(pos pglogrepl.LSN) // a Kafka transaction through pos committed
+	holdReports       bool                    // send no status update: the slot's position stays
 }
 
 // Stats are an engine's counters since New.
@@ -93,6 +103,19 @@ func (e *Engine) Published() int64 { return e.published.Load() }
 // Sessions counts the sessions that started replicating (logsource.Engine).
 func (e *Engine) Sessions() int64 { return e.sessions.Load() }
 
+// ExactlyOnce returns, under exactly once, the slot's transactional id (empty until a session
+// held the slot and computed it) and the counters of the engine's Kafka transactions (committed,
+// aborted, fenced); at least once, "" and nil (logsource.Engine).
+func (e *Engine) ExactlyOnce() (txnID string, counters *exactlyonce.Counters) {
+	if e.cfg.ExactlyOnce == nil {
+		return "", nil
+	}
+	if id := e.txnID.Load(); id != nil {
+		txnID = *id
+	}
+	return txnID, &e.eoCounters
+}
+
 // producerOpts override the caller's client options for the engine's own client: franz-go
 // retries a record until it is acknowledged or refused for good. A partition whose produce
 // fails with a retriable error (leader moved, request timed out, topic not yet known) is held
@@ -128,13 +151,19 @@ func producerOpts(client *kgo.Client, unknownTopicRetries int) []kgo.Opt {
 // unlimited record retries (see producerOpts), and closes it when it returns. One client
 // serves every session of a Run: the records a held partition still buffers when a session
 // ends stay ahead of the next session's replay of them, in order.
+//
+// Under exactly once (Config.ExactlyOnce), each session instead builds a transactional
+// producer once it holds the slot, and closes it when it ends: the records of a session
+// that failed were aborted with its Kafka transaction, and nothing of it may precede the replay.
 func (e *Engine) Run(ctx context.Context) error {
-	producer, err := kgo.NewClient(producerOpts(e.pub.Client(), e.cfg.UnknownTopicRetries)...)
-	if err != nil {
-		return fmt.Errorf("log mode: build the producer: %w", err)
+	if e.cfg.ExactlyOnce == nil {
+		producer, err := kgo.NewClient(producerOpts(e.pub.Client(), e.cfg.UnknownTopicRetries)...)
+		if err != nil {
+			return fmt.Errorf("log mode: build the producer: %w", err)
+		}
+		e.producer = producer
+		defer producer.Close()
 	}
-	e.producer = producer
-	defer producer.Close()
 	standby := false
 	for {
 		err := e.session(ctx)
@@ -156,6 +185,14 @@ func (e *Engine) Run(ctx context.Context) error {
 			wait = e.cfg.StandbyRetry
 		case fatal(err):
 			return fmt.Errorf("log mode: %w", err)
+		case errors.Is(err, exactlyonce.ErrFenced):
+			// A newer engine initialized the slot's transactional id: it holds the slot
+			// now, and this one's transaction was aborted. The next session finds the slot
+			// active (standby) or, if the newer one is gone, takes it over.
+			standby = false
+			e.log.ErrorContext(ctx, "log mode: fenced: another relay took over the slot's transactional id; its transaction is aborted and this relay goes back to the slot",
+				"slot", e.cfg.Slot, "err", err)
+			wait = e.cfg.RetryBackoff
 		default:
 			standby = false
 			e.log.WarnContext(ctx, "log mode: session ended; replaying from the confirmed position",

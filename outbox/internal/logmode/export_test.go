@@ -16,10 +16,18 @@ type Hooks struct {
 	OnCommit func(end pglogrepl.LSN)
 	// OnReport is called with each position a status update confirmed.
 	OnReport func(pos pglogrepl.LSN)
+	// BeforeKafkaCommit is called before a Kafka transaction through pos commits (exactly
+	// once); it may block.
+	BeforeKafkaCommit func(pos pglogrepl.LSN)
+	// OnKafkaCommit is called once a Kafka transaction through pos committed.
+	OnKafkaCommit func(pos pglogrepl.LSN)
+	// HoldReports sends no status update: the slot's confirmed position stays where it is.
+	HoldReports bool
 }
 
 // SetHooks installs h; call it before Run.
 func SetHooks(e *Engine, h Hooks) {
 	e.onActive, e.onStandby, e.onAck = h.OnActive, h.OnStandby, h.OnAck
 	e.onKeepalive, e.onReport, e.onCommit = h.OnKeepalive, h.OnReport, h.OnCommit
+	e.beforeKafkaCommit, e.onKafkaCommit, e.holdReports = h.BeforeKafkaCommit, h.OnKafkaCommit, h.HoldReports
 }

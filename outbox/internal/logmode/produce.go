@@ -2,7 +2,10 @@ package logmode
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -15,15 +18,29 @@ import (
 // without being sent. A suspect (publish.Suspects) is produced alone: after every record before
 // it settled, and settled itself before the next one is produced. r is not reused: franz-go
 // holds r.rec, and its promise r.ev, until the promise ran.
-func (s *stream) produce(ctx context.Context, t *txn, r *row) {
+//
+// Under exactly once the record goes into the stream's open Kafka transaction (begun here if
+// none is open), and a record Kafka refused for itself when produced alone is rejected and the
+// transaction fails (see refusals).
+func (s *stream) produce(ctx context.Context, t *txn, r *row) error {
 	e := s.e
 	ev := &r.ev
+	if s.eo != nil {
+		if ref, ok := e.refused.get(ev.MessageID); ok {
+			// Refused by Kafka alone in an earlier session, whose transaction was aborted for
+			// it: the replay rejects it without sending it (its dead letter is written again,
+			// which the sink does idempotently).
+			s.w.add(t, 0, false)
+			s.reject(t, 0, ev, ref.code, ref.err, false)
+			return nil
+		}
+	}
 	if code, err := kafkaerr.CheckTopic(ev.Destination); err != nil {
 		// No produce of it can succeed (franz-go refuses an empty topic itself): a
 		// rejection, in flight (of no bytes) until its dead letter is written.
-		s.w.add(t, 0)
-		s.reject(t, 0, ev, code, err)
-		return
+		s.w.add(t, 0, false)
+		s.reject(t, 0, ev, code, err, false)
+		return nil
 	}
 	send, tc := e.pub.StartSend(ev)
 	encoded := ev
@@ -38,16 +55,25 @@ func (s *stream) produce(ctx context.Context, t *txn, r *row) {
 	if err != nil {
 		// In flight (of no bytes: nothing is sent) until its dead letter is written.
 		send.Rejected(kafkaerr.CodeMessageTooLarge)
-		s.w.add(t, 0)
-		s.reject(t, 0, ev, kafkaerr.CodeMessageTooLarge, err)
-		return
+		s.w.add(t, 0, false)
+		s.reject(t, 0, ev, kafkaerr.CodeMessageTooLarge, err, false)
+		return nil
 	}
 	alone := e.suspects.Take(ev.MessageID)
 	if alone {
 		s.drain(ctx)
 	}
-	s.w.add(t, size)
-	e.producer.Produce(context.Background(), rec, func(rec *kgo.Record, err error) {
+	if s.eo != nil {
+		if err := s.eo.Begin(); err != nil {
+			return fmt.Errorf("exactly once: %w", err)
+		}
+		if s.inKafka == 0 {
+			s.kafkaBegan = time.Now()
+		}
+		s.inKafka++
+	}
+	s.w.add(t, size, s.eo != nil)
+	s.cl.Produce(context.Background(), rec, func(rec *kgo.Record, err error) {
 		send.Done(rec, err, t.at)
 		if err == nil {
 			e.published.Add(1)
@@ -57,11 +83,18 @@ func (s *stream) produce(ctx context.Context, t *txn, r *row) {
 			}
 		} else if class, code := kafkaerr.OfLogRecord(err); class == kafkaerr.Permanent {
 			// Otherwise the transaction fails: the session ends and the next replays it.
-			if kafkaerr.Suspect(err, !alone) {
+			switch {
+			case kafkaerr.Suspect(err, !alone):
 				e.suspects.Add(ev.MessageID)
 				err = fmt.Errorf("%w (message %s is produced alone by the next session)", err, ev.MessageID)
-			} else {
-				s.reject(t, size, ev, code, err)
+			case s.eo != nil:
+				// Its Kafka transaction cannot commit without it (the records of the
+				// transaction must all be there or none): rejected, then failed, so that the
+				// transaction is aborted and replayed without it.
+				s.reject(t, size, ev, code, err, true)
+				return
+			default:
+				s.reject(t, size, ev, code, err, false)
 				return
 			}
 		}
@@ -70,6 +103,7 @@ func (s *stream) produce(ctx context.Context, t *txn, r *row) {
 	if alone {
 		s.drain(ctx)
 	}
+	return nil
 }
 
 // drain flushes and waits until no record is in flight, or ctx ends.
@@ -89,17 +123,60 @@ func (s *stream) drain(ctx context.Context) {
 // ev's transaction is confirmed only once the rejection is durable. A sink that fails
 // settles the record as failed: the session ends, and the next one replays the transaction,
 // rejects ev again and writes again.
-func (s *stream) reject(t *txn, size int, ev *envelope.Event, code string, refusal error) {
+//
+// inTxn is a record Kafka refused inside a Kafka transaction (exactly once): once its dead letter
+// is durable the engine remembers the refusal (so that replays reject ev without sending it),
+// and the record settles as failed all the same, which aborts the Kafka transaction.
+func (s *stream) reject(t *txn, size int, ev *envelope.Event, code string, cause error, inTxn bool) {
 	e := s.e
 	r := publish.Rejection{MessageID: ev.MessageID, Source: ev.Source, Destination: ev.Destination, Key: ev.Key,
-		Code: code, Err: refusal, Event: ev}
+		Code: code, Err: cause, Event: ev}
 	go func() {
 		err := e.pub.DeadLetter(r)
 		if err != nil {
 			err = fmt.Errorf("write the dead letter of message %s (%s): %w", r.MessageID, code, err)
 		} else {
 			e.rejected.Add(1)
+			if inTxn {
+				e.refused.add(r.MessageID, refusal{code: code, err: r.Err})
+				err = fmt.Errorf("%w: message %s (%s): %w", errRefusedInTxn, r.MessageID, code, r.Err)
+			}
 		}
 		s.w.settle(t, size, err)
 	}()
+}
+
+// errRefusedInTxn fails a Kafka transaction one of whose records Kafka refused for good: the
+// record is rejected, and the transaction aborted and replayed without it.
+var errRefusedInTxn = errors.New("exactly once: a record of the Kafka transaction was refused; the transaction is replayed without it")
+
+// refusal is a record Kafka refused for good inside a Kafka transaction.
+type refusal struct {
+	code string
+	err  error
+}
+
+// refusals are the messages Kafka refused for good inside a Kafka transaction (exactly once),
+// by message id, whose dead letters are written: the transaction was aborted for them, and
+// its replay rejects them without sending them. It lives as long as the engine; a new
+// process learns them again (the suspect is produced alone, refused, rejected, and replayed).
+type refusals struct {
+	mu  sync.Mutex
+	ids map[string]refusal
+}
+
+func (r *refusals) add(id string, ref refusal) {
+	r.mu.Lock()
+	if r.ids == nil {
+		r.ids = map[string]refusal{}
+	}
+	r.ids[id] = ref
+	r.mu.Unlock()
+}
+
+func (r *refusals) get(id string) (refusal, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ref, ok := r.ids[id]
+	return ref, ok
 }

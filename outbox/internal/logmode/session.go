@@ -12,7 +12,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/outbox/internal/exactlyonce"
 	"github.com/keiro-go/keiro/outbox/internal/kafkaerr"
 	"github.com/keiro-go/keiro/outbox/internal/logslot"
 )
@@ -34,6 +37,16 @@ func (e *Engine) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var txnID string
+	if e.cfg.ExactlyOnce != nil {
+		// The transactional id names the slot on this cluster; it is only computed here, and
+		// the producer of it built (which fences the one before) once the slot is ours.
+		sys, err := pglogrepl.IdentifySystem(ctx, conn)
+		if err != nil {
+			return fmt.Errorf("identify the system: %w", err)
+		}
+		txnID = exactlyonce.LogTransactionalID(sys.SystemID, sys.DBName, e.cfg.Slot)
+	}
 	err = pglogrepl.StartReplication(ctx, conn, e.cfg.Slot, start, pglogrepl.StartReplicationOptions{
 		Mode: pglogrepl.LogicalReplication,
 		PluginArgs: []string{
@@ -53,9 +66,52 @@ func (e *Engine) session(ctx context.Context) error {
 	if e.onActive != nil {
 		e.onActive()
 	}
+	s := &stream{e: e, conn: conn, w: newWindow(start), relations: map[uint32]*layout{}, cl: e.producer}
+	if e.cfg.ExactlyOnce != nil {
+		// Only now, the slot held: a standby that initialized the id would fence the active
+		// engine.
+		if err := s.startExactlyOnce(ctx, txnID); err != nil {
+			return err
+		}
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.Background(), e.cfg.ShutdownTimeout)
+			s.eo.Close(cctx)
+			cancel()
+		}()
+	}
 	e.log.InfoContext(ctx, "log mode: replicating", "slot", e.cfg.Slot, "from", start.String())
-	s := &stream{e: e, conn: conn, w: newWindow(start), relations: map[uint32]*layout{}}
 	return s.run(ctx)
+}
+
+// startExactlyOnce builds the session's transactional producer of txnID, which fences any
+// earlier producer of the slot (a zombie engine) and aborts what it had open, then reads the
+// position Kafka committed last: the stream skips every transaction at or before it, which
+// covers a slot whose confirmed position lags behind Kafka (an engine that died after a Kafka
+// commit and before its status update).
+func (s *stream) startExactlyOnce(ctx context.Context, txnID string) error {
+	e := s.e
+	cfg := *e.cfg.ExactlyOnce
+	cfg.TransactionalID = txnID
+	e.txnID.Store(&txnID)
+	opts := producerOpts(e.pub.Client(), e.cfg.UnknownTopicRetries)
+	p, err := exactlyonce.NewProducer(ctx, opts, cfg, &e.eoCounters)
+	if err != nil {
+		return err
+	}
+	pos, err := exactlyonce.ReadPosition(ctx, opts, cfg.OffsetsTopic, txnID)
+	switch {
+	case errors.Is(err, exactlyonce.ErrNoRecord):
+	case err != nil:
+		p.Close(ctx)
+		return fmt.Errorf("exactly once: read the position of %s: %w", txnID, err)
+	default:
+		s.skipThrough = pglogrepl.LSN(pos.LSN)
+		s.w.kafka = s.skipThrough
+	}
+	s.eo, s.cl = p, p.Client()
+	e.log.InfoContext(ctx, "log mode: exactly once", "transactional_id", txnID,
+		"kafka_position", s.skipThrough.String())
+	return nil
 }
 
 // setup verifies the publication and the slot (logslot's rule, which the Store applies at
@@ -179,6 +235,15 @@ type stream struct {
 	relations map[uint32]*layout
 	ours      map[uint32]bool // relation id → is keiro_outbox_log of the schema
 	tx        *txn            // the open transaction
+	cl        *kgo.Client     // the producer: the engine's, or eo's under exactly once
+	lastEnd   pglogrepl.LSN   // the end of the last transaction whose Commit was read
+
+	// Exactly once (eo nil: at least once).
+	eo          *exactlyonce.Producer
+	skipThrough pglogrepl.LSN // Kafka's position: transactions that end at or before it are skipped
+	skip        bool          // the open transaction is skipped
+	inKafka     int           // records produced in the open Kafka transaction
+	kafkaBegan  time.Time     // when its first record was produced
 	sent      pglogrepl.LSN   // the last position reported
 	kick      chan struct{}   // asks the flusher to flush
 	headers   []envelope.Header
@@ -200,7 +265,7 @@ func (s *stream) run(ctx context.Context) error {
 			case <-flushCtx.Done():
 				return
 			case <-s.kick:
-				_ = e.producer.Flush(flushCtx)
+				_ = s.cl.Flush(flushCtx)
 			}
 		}
 	}()
@@ -221,10 +286,68 @@ func (s *stream) run(ctx context.Context) error {
 	deadline.Stop()
 	stopFlush()
 	<-flushed
+	if s.eo != nil {
+		err = s.endKafka(ctx, err)
+	}
 	if rerr := s.report(context.Background()); rerr != nil && err == nil && ctx.Err() == nil {
 		err = rerr
 	}
 	return err
+}
+
+// endKafka ends the session's open Kafka transaction: committed if the session ended
+// cleanly (err nil) between two PostgreSQL transactions with every record acknowledged,
+// aborted otherwise (its PostgreSQL transactions are replayed by the next session). It returns
+// the session's error, or the commit's.
+func (s *stream) endKafka(ctx context.Context, err error) error {
+	if !s.eo.Open() {
+		return err
+	}
+	if err == nil && s.tx == nil && s.w.err() == nil && s.w.inFlight() == 0 {
+		if cerr := s.commitKafka(); cerr != nil && ctx.Err() == nil {
+			return cerr
+		}
+		return err
+	}
+	actx, cancel := context.WithTimeout(context.Background(), s.e.cfg.ShutdownTimeout)
+	defer cancel()
+	if aerr := s.eo.Abort(actx); aerr != nil {
+		s.e.log.WarnContext(ctx, "log mode: abort the Kafka transaction", "err", aerr)
+	}
+	return err
+}
+
+// commitDue reports whether the open Kafka transaction (exactly once) may commit now: it
+// holds records, and only whole PostgreSQL transactions (no transaction is open).
+func (s *stream) commitDue() bool {
+	return s.eo != nil && s.tx == nil && s.eo.Open()
+}
+
+// commitKafka commits the open Kafka transaction with the position of the last PostgreSQL
+// transaction it holds, then confirms its transactions. It runs on the stream's goroutine:
+// nothing is produced meanwhile (franz-go's EndTransaction must follow a Flush with no produce
+// between), and the slot is not read, which holds the stream back while Kafka commits.
+func (s *stream) commitKafka() error {
+	e := s.e
+	if e.beforeKafkaCommit != nil {
+		e.beforeKafkaCommit(s.lastEnd)
+	}
+	pos := s.lastEnd
+	rec := exactlyonce.PositionRecord(s.eo.OffsetsTopic(), s.eo.TransactionalID(),
+		exactlyonce.Position{LSN: uint64(pos), Slot: e.cfg.Slot, At: time.Now()})
+	// Not the session's context: a commit cut short leaves its outcome unknown. The broker
+	// aborts a transaction past its timeout, so no commit outlives it.
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.ExactlyOnce.TransactionTimeout)
+	defer cancel()
+	if err := s.eo.Commit(ctx, rec); err != nil {
+		return fmt.Errorf("exactly once: commit the Kafka transaction through %s: %w", pos, err)
+	}
+	s.inKafka = 0
+	s.w.kafkaCommitted(pos)
+	if e.onKafkaCommit != nil {
+		e.onKafkaCommit(pos)
+	}
+	return nil
 }
 
 // flushNow asks the flusher to flush, without waiting.
@@ -238,6 +361,9 @@ func (s *stream) flushNow() {
 // report sends the window's confirmed position as written, flushed and applied.
 func (s *stream) report(ctx context.Context) error {
 	pos := s.w.position()
+	if s.e.holdReports {
+		return nil
+	}
 	if err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pos}); err != nil {
 		return fmt.Errorf("send standby status: %w", err)
 	}
@@ -275,6 +401,13 @@ func (s *stream) loop(ctx context.Context) error {
 			rctx = s.period(ctx, next)
 		}
 		if s.w.full(e.cfg.MaxInFlightRecords, e.cfg.MaxInFlightBytes) {
+			if s.commitDue() {
+				// The commit flushes and waits for every record.
+				if err := s.commitKafka(); err != nil {
+					return err
+				}
+				continue
+			}
 			// Bounded memory: stop reading until records settle. The status reports go on,
 			// so the server does not time the connection out meanwhile.
 			s.flushNow()
@@ -286,11 +419,17 @@ func (s *stream) loop(ctx context.Context) error {
 			}
 			continue
 		}
-		if !next.Equal(deadline) {
-			if err := conn.SetReadDeadline(next); err != nil {
+		readBy := next
+		if s.commitDue() {
+			// A deadline already passed reads only what the connection has buffered: the
+			// stream is idle when nothing is, and the Kafka transaction commits at once.
+			readBy = now
+		}
+		if !readBy.Equal(deadline) {
+			if err := conn.SetReadDeadline(readBy); err != nil {
 				return fmt.Errorf("set the replication connection's read deadline: %w", err)
 			}
-			deadline = next
+			deadline = readBy
 			if ctx.Err() != nil { // ended before the deadline was set: AfterFunc's was overwritten
 				return nil
 			}
@@ -301,7 +440,12 @@ func (s *stream) loop(ctx context.Context) error {
 				return nil
 			}
 			if pgconn.Timeout(err) {
-				continue // time to report
+				if s.commitDue() && s.w.err() == nil {
+					if err := s.commitKafka(); err != nil {
+						return err
+					}
+				}
+				continue // time to report, or to commit
 			}
 			return fmt.Errorf("receive replication message: %w", err)
 		}
@@ -311,6 +455,12 @@ func (s *stream) loop(ctx context.Context) error {
 		}
 		if reply {
 			next = time.Time{}
+		}
+		if s.commitDue() && s.w.err() == nil && (s.inKafka >= e.cfg.ExactlyOnce.MaxRecords ||
+			time.Since(s.kafkaBegan) >= e.cfg.ExactlyOnce.Linger) {
+			if err := s.commitKafka(); err != nil {
+				return err
+			}
 		}
 	}
 }
@@ -388,11 +538,16 @@ func (s *stream) handle(ctx context.Context, data []byte) error {
 		s.relations[m.RelationID], s.ours[m.RelationID] = l, true
 	case *pglogrepl.BeginMessage:
 		s.tx = s.w.begin(m.CommitTime)
+		// FinalLSN is where the transaction's commit record starts, before its end: a
+		// transaction Kafka holds (its end at or before skipThrough) starts before it, and
+		// any later one at or after it.
+		s.skip = m.FinalLSN < s.skipThrough
 	case *pglogrepl.CommitMessage:
 		if s.tx == nil {
 			return errors.New("replication: commit outside a transaction")
 		}
 		s.w.commit(s.tx, m.TransactionEndLSN)
+		s.lastEnd = m.TransactionEndLSN
 		if s.e.onCommit != nil {
 			s.e.onCommit(m.TransactionEndLSN)
 		}
@@ -412,6 +567,9 @@ func (s *stream) insert(ctx context.Context, data []byte) error {
 	}
 	if s.tx == nil {
 		return errors.New("replication: insert outside a transaction")
+	}
+	if s.skip {
+		return nil // in Kafka already (exactly once)
 	}
 	rel := binary.BigEndian.Uint32(data[1:])
 	if data[5] != 'N' {
@@ -440,10 +598,9 @@ func (s *stream) insert(ctx context.Context, data []byte) error {
 	if bad != nil {
 		// The row, not the stream, is at fault: a replay would meet it again. It is
 		// rejected, in flight (of no bytes) until its dead letter is written.
-		s.w.add(s.tx, 0)
-		s.reject(s.tx, 0, &r.ev, kafkaerr.CodeUndecodable, bad)
+		s.w.add(s.tx, 0, false)
+		s.reject(s.tx, 0, &r.ev, kafkaerr.CodeUndecodable, bad, false)
 		return nil
 	}
-	s.produce(ctx, s.tx, r)
-	return nil
+	return s.produce(ctx, s.tx, r)
 }

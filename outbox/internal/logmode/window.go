@@ -14,6 +14,11 @@ import (
 // has all acknowledged (or refused for good). A transaction with a record that failed
 // otherwise stops the prefix for good: the session ends and the next one replays from it.
 //
+// Under exactly once, a transaction with a record in a Kafka transaction is confirmed only
+// once that Kafka transaction committed (kafkaCommitted): the slot never confirms what Kafka
+// may still abort. A transaction without one (skipped, filtered, its records all rejected
+// before Kafka) needs no Kafka commit of its own, but follows the prefix rule all the same.
+//
 // The server's WAL end, as a keepalive reports it, is confirmed only when the window is
 // empty: no transaction open, no record in flight. Confirming it while records are in flight
 // would let a restart skip them.
@@ -25,6 +30,10 @@ type window struct {
 	bytes     int // in flight
 	failed    error
 	settled   chan struct{} // receives (without blocking) whenever a record settles
+	// kafka is, under exactly once, the end of the last PostgreSQL transaction a committed
+	// Kafka transaction holds: a transaction with records in Kafka is confirmed only once
+	// its end is at or before it.
+	kafka pglogrepl.LSN
 }
 
 // txn is one decoded transaction.
@@ -34,6 +43,7 @@ type txn struct {
 	pending   int           // records produced, not settled
 	committed bool
 	failed    bool
+	kafka     bool // a record of it is in a Kafka transaction (exactly once)
 }
 
 // newWindow starts an empty window at the slot's confirmed position.
@@ -50,9 +60,11 @@ func (w *window) begin(at time.Time) *txn {
 	return t
 }
 
-// add counts a record of t, of size bytes, as in flight.
-func (w *window) add(t *txn, size int) {
+// add counts a record of t, of size bytes, as in flight; inTxn if it is produced in a Kafka
+// transaction (exactly once), which must commit before t is confirmed.
+func (w *window) add(t *txn, size int, inTxn bool) {
 	w.mu.Lock()
+	t.kafka = t.kafka || inTxn
 	t.pending++
 	w.records++
 	w.bytes += size
@@ -93,7 +105,7 @@ func (w *window) settle(t *txn, size int, err error) {
 func (w *window) advance() {
 	n := 0
 	for _, t := range w.txns {
-		if !t.committed || t.pending > 0 || t.failed {
+		if !t.committed || t.pending > 0 || t.failed || t.kafka && t.end > w.kafka {
 			break
 		}
 		if t.end > w.confirmed {
@@ -105,6 +117,17 @@ func (w *window) advance() {
 		clear(w.txns[:n])
 		w.txns = w.txns[n:]
 	}
+}
+
+// kafkaCommitted takes the end of the last PostgreSQL transaction of a Kafka transaction that
+// committed (exactly once), and confirms what it can.
+func (w *window) kafkaCommitted(end pglogrepl.LSN) {
+	w.mu.Lock()
+	if end > w.kafka {
+		w.kafka = end
+	}
+	w.advance()
+	w.mu.Unlock()
 }
 
 // keepalive takes the server's WAL end from a keepalive: confirmed only if nothing is open

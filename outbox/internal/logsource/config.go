@@ -195,6 +195,10 @@ type Engine interface {
 	Published() int64
 	// Sessions counts the sessions that started replicating.
 	Sessions() int64
+	// ExactlyOnce returns, under ExactlyOnce, the engine's transactional id (empty until it
+	// first held the slot) and the counters of its Kafka transactions; "" and nil at least
+	// once.
+	ExactlyOnce() (txnID string, counters *exactlyonce.Counters)
 }
 
 // Factory builds a log engine that reads the slot of cfg on the database of connString (the
