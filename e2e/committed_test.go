@@ -31,7 +31,7 @@ type committedReader struct {
 	done   chan struct{}
 
 	mu     sync.Mutex
-	recs   []*kgo.Record               // data records, in fetch order (offset order per partition)
+	recs   []*kgo.Record              // data records, in fetch order (offset order per partition)
 	next   map[string]map[int32]int64 // next offset to read, by topic and partition
 	copies map[string]int             // message id → records read
 }
