@@ -173,6 +173,19 @@ func eosDrain(b *testing.B, mode Mode, eos bool, n int) {
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "msgs/s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(n), "cpu-µs/msg")
 	b.ReportMetric(float64(e.read.Load()-int64(n)), "extra-records")
+	reportTxns(b, e.relay, n)
+}
+
+// reportTxns reports the Kafka transactions the relay committed, and the records per
+// transaction, when its engine counts them.
+func reportTxns(b *testing.B, r *Relay, records int) {
+	if r.logEngine == nil {
+		return
+	}
+	if _, c := r.logEngine.ExactlyOnce(); c != nil && c.Committed() > 0 {
+		b.ReportMetric(float64(c.Committed()), "txns")
+		b.ReportMetric(float64(records)/float64(c.Committed()), "msgs/txn")
+	}
 }
 
 func eosSteady(b *testing.B, mode Mode, eos bool, dur time.Duration) {
@@ -260,4 +273,5 @@ func eosSteady(b *testing.B, mode Mode, eos bool, dur time.Duration) {
 	}
 	b.ReportMetric(float64(len(committed)), "unread")
 	b.ReportMetric(float64(offered.Load())/dur.Seconds(), "offered-msgs/s")
+	reportTxns(b, e.relay, int(offered.Load()))
 }
