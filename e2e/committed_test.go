@@ -125,6 +125,32 @@ func (r *committedReader) caughtUp(ctx context.Context, adm *kadm.Client) bool {
 	return ok
 }
 
+// committedPast reports whether group committed, on every partition of topic, an offset past
+// the last data record the reader read there (a transaction's commit marker may follow it:
+// a consumer commits the offset after the last record it handled, not after the marker).
+// Meaningful once the reader caught up (caughtUp) and nothing more is produced.
+func (r *committedReader) committedPast(ctx context.Context, adm *kadm.Client, group, topic string) bool {
+	offs, err := adm.FetchOffsets(ctx, group)
+	if err != nil {
+		return false
+	}
+	r.mu.Lock()
+	last := map[int32]int64{}
+	for _, rec := range r.recs {
+		if rec.Topic == topic {
+			last[rec.Partition] = max(last[rec.Partition], rec.Offset+1)
+		}
+	}
+	r.mu.Unlock()
+	for p, end := range last {
+		c, found := offs.Lookup(topic, p)
+		if !found || c.At < end {
+			return false
+		}
+	}
+	return true
+}
+
 // waitCaughtUp waits until the reader reached the end offsets (caughtUp).
 func (r *committedReader) waitCaughtUp(t *testing.T, adm *kadm.Client, timeout time.Duration) {
 	t.Helper()
