@@ -476,6 +476,9 @@ func (r *engine) renewLeases(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		if r.frozen.Load() {
+			continue
+		}
 		r.flying.Range(func(k, _ any) bool {
 			b := k.(*claimedBatch)
 			b.mu.Lock()

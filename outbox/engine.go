@@ -61,6 +61,15 @@ type engine struct {
 	// afterModeRead, if set (tests), runs in ModeLog between the relay's read of the schema's
 	// mode and the preparation of its slot.
 	afterModeRead func()
+	// beforeCommit and afterCommit, if set (tests), run before an exactly-once transaction
+	// ends and after it committed (before its batches are marked); recoverHook before the
+	// recovery settles the rows of a lost claim's transactional id. frozen (tests) stops the
+	// lease renewals: the relay stands for one that died or froze.
+	beforeCommit, afterCommit func()
+	recoverHook               func(txn string)
+	frozen                    atomic.Bool
+	// eosStats are the exactly-once counters (eosclaim.go).
+	eosStats eosStats
 	// now is the relay's clock (time.Now; tests inject one): leases are timed with its
 	// monotonic reading, so a wall-clock step neither shortens nor stretches them.
 	now          func() time.Time
@@ -131,6 +140,12 @@ type claimedBatch struct {
 	// expired is set when a flush found the lease lost or too close to its end: the batch's
 	// rows left are not produced.
 	expired bool
+	// markLanded is set once the batch's mark committed (an abandoned one does not).
+	markLanded bool
+	// noMark: under ExactlyOnce, the outcome of the transaction holding the batch's records
+	// could not be learnt; the batch is not marked, and its rows are left to the recovery of
+	// its transactional id by another relay once their lease expires (eosclaim.go).
+	noMark bool
 }
 
 // signal wakes the claim loop without blocking.

@@ -63,7 +63,10 @@ func (r *engine) markOutcome(ctx context.Context, b *claimedBatch) BatchResult {
 			Offset: m.Offset, Code: m.Code, Dest: row.Event.Destination}
 	}
 
-	t := r.writeMarks(ctx, b, marks)
+	t, landed := r.writeMarks(ctx, b, marks)
+	b.mu.Lock()
+	b.markLanded = landed
+	b.mu.Unlock()
 	r.logTransitions(ctx, b, marks, t.Rows)
 	res := BatchResult{Claimed: len(b.rows), Reclaimed: p.Reclaimed, OrderBroken: len(p.OrderBroken),
 		Published: t.Sent, Retried: t.Failed + t.Deferred, Skipped: t.Skipped, Dead: t.Dead + len(p.Dead),
@@ -110,10 +113,11 @@ func (r *engine) plan(b *claimedBatch, results []produceResult) markplan.Plan {
 
 // writeMarks writes batch b's marks in one statement, fenced by its claim token, retrying
 // while PostgreSQL is unreachable, and returns the transitions of the mark that committed, if
-// one did. A mark that failed wrote nothing, even when its statement had returned rows before
-// the failure (a connection lost mid-result, an error at commit): its batch counts, logs and
-// reports no transition, and its rows are left to the retry or to their lease.
-func (r *engine) writeMarks(ctx context.Context, b *claimedBatch, marks []claimsql.Mark) claimsql.Transitions {
+// one did, and whether one did (landed). A mark that failed wrote nothing, even when its
+// statement had returned rows before the failure (a connection lost mid-result, an error at
+// commit): its batch counts, logs and reports no transition, and its rows are left to the
+// retry or to their lease.
+func (r *engine) writeMarks(ctx context.Context, b *claimedBatch, marks []claimsql.Mark) (claimsql.Transitions, bool) {
 	t0 := time.Now()
 	refused := 0
 	for attempt := 1; ; attempt++ {
@@ -124,12 +128,12 @@ func (r *engine) writeMarks(ctx context.Context, b *claimedBatch, marks []claims
 		cancel()
 		if err == nil {
 			r.log.DebugContext(ctx, "marked", "rows", len(marks), "moved", t.Total(), "took", time.Since(t0))
-			return t
+			return t, true
 		}
 		r.stats.markErrors.Add(1)
 		if ctx.Err() != nil {
 			r.log.ErrorContext(ctx, "marking outbox batch abandoned at shutdown; rows will be re-claimed after their lease", "err", err)
-			return claimsql.Transitions{}
+			return claimsql.Transitions{}, false
 		}
 		// A mark PostgreSQL refuses (the statement itself cannot succeed) is retried a few
 		// times: retried forever, its lease renewed meanwhile, it would pin its rows and their
@@ -144,12 +148,12 @@ func (r *engine) writeMarks(ctx context.Context, b *claimedBatch, marks []claims
 			r.stats.marksAbandoned.Add(1)
 			r.log.ErrorContext(ctx, "PostgreSQL keeps refusing the mark of an outbox batch; giving up: its rows are re-claimed once their lease expires",
 				"err", err, "refusals", refused, "rows", len(marks), "lease", r.cfg.Lease)
-			return claimsql.Transitions{}
+			return claimsql.Transitions{}, false
 		}
 		d := markRetryBackoff.Delay(attempt)
 		r.log.WarnContext(ctx, "mark failed; retrying", "err", err, "retry_in", d)
 		if backoff.Sleep(ctx, d) != nil {
-			return claimsql.Transitions{}
+			return claimsql.Transitions{}, false
 		}
 	}
 }

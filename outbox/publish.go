@@ -30,10 +30,17 @@ type topicPartition struct {
 // topic's request with a success of the second's would put the key's later row on Kafka
 // first. The later row waits for the next flush instead, which it joins only if the earlier
 // one got through.
-func (r *engine) produceBatches(stop, ctx context.Context, batches []*claimedBatch) {
+//
+// cl is the client the records go through: the publisher's, or under ExactlyOnce the
+// transactional producer's, with a transaction open.
+func (r *engine) produceBatches(stop, ctx context.Context, cl *kgo.Client, batches []*claimedBatch) {
 	failed := map[string]bool{}
+	// A transactional client (ExactlyOnce) cannot commit once a record failed: the rest is not
+	// produced (released when marked, no attempt used) rather than failed with it.
+	transactional := cl != r.pub.Client()
+	txnFailed := false
 	send := func(refs []rowRef) {
-		if stop.Err() != nil {
+		if stop.Err() != nil || txnFailed {
 			return // stopping: no new flush; the rows are released unproduced
 		}
 		kept := refs[:0]
@@ -46,7 +53,7 @@ func (r *engine) produceBatches(stop, ctx context.Context, batches []*claimedBat
 		if len(kept) == 0 {
 			return
 		}
-		r.flushRecords(ctx, kept)
+		r.flushRecords(ctx, cl, kept)
 		for _, ref := range kept {
 			row := &ref.b.rows[ref.i]
 			ref.b.mu.Lock()
@@ -57,6 +64,7 @@ func (r *engine) produceBatches(stop, ctx context.Context, batches []*claimedBat
 			case res.err == nil:
 				r.topics.Store(row.Event.Destination, struct{}{})
 			default:
+				txnFailed = transactional
 				if class, _ := res.failureClass(); class != kafkaerr.Permanent {
 					if g := groupKey(r.cfg.Policy, &row.Event); g != "" {
 						failed[g] = true
@@ -194,10 +202,10 @@ type rowRef struct {
 	i int
 }
 
-// flush buffers every record of refs, flushes them, and waits for every outcome (or ctx).
-// Buffering the whole set before the flush is what keeps per-key order: if Kafka fails a
-// partition's request, franz-go fails every later buffered record of that partition.
-func (r *engine) flushRecords(ctx context.Context, refs []rowRef) {
+// flushRecords buffers every record of refs in cl, flushes them, and waits for every outcome
+// (or ctx). Buffering the whole set before the flush is what keeps per-key order: if Kafka
+// fails a partition's request, franz-go fails every later buffered record of that partition.
+func (r *engine) flushRecords(ctx context.Context, cl *kgo.Client, refs []rowRef) {
 	var pending atomic.Int64
 	pending.Store(1)
 	allDone := make(chan struct{})
@@ -239,7 +247,7 @@ func (r *engine) flushRecords(ctx context.Context, refs []rowRef) {
 		pending.Add(1)
 		produced = append(produced, ref)
 		created := row.CreatedAt
-		r.pub.Client().Produce(ctx, rec, func(rec *kgo.Record, err error) {
+		cl.Produce(ctx, rec, func(rec *kgo.Record, err error) {
 			send.Done(rec, err, created)
 			if err == nil && r.ackHook != nil {
 				r.ackHook(e.MessageID)
@@ -259,7 +267,7 @@ func (r *engine) flushRecords(ctx context.Context, refs []rowRef) {
 	if len(produced) == 0 {
 		return
 	}
-	if err := r.pub.Client().Flush(ctx); err != nil && ctx.Err() == nil {
+	if err := cl.Flush(ctx); err != nil && ctx.Err() == nil {
 		r.log.WarnContext(ctx, "flush failed", "err", err)
 	}
 	select {

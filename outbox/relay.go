@@ -198,9 +198,20 @@ func (r *Relay) Run(ctx context.Context) error {
 func (r *engine) runClaim(ctx context.Context) error {
 	p := r.newPipeline(ctx)
 	defer p.close()
+	produce := p.produceAll
+	r.claims.Txn = ""
+	if r.cfg.ExactlyOnce {
+		// Exactly once (eosclaim.go): one transactional producer per run, its id in the claims.
+		p.eos = r.newClaimEOS()
+		r.claims.Txn = p.eos.cfg.TransactionalID
+		produce = p.produceAllEOS
+	}
 	var bg service.Group
 	bg.Go(p.stopCtx, r.backgroundServices()...)
-	bg.Go(p.stopCtx, service.Func(p.claimAll), service.Func(p.produceAll))
+	bg.Go(p.stopCtx, service.Func(p.claimAll), service.Func(produce))
+	if p.eos != nil {
+		bg.Go(p.stopCtx, service.Func(func(ctx context.Context) { r.recoverLost(ctx, p.eos) }))
+	}
 	renewCtx, stopRenewing := context.WithCancel(p.hardCtx)
 	bg.Go(renewCtx, service.Func(r.renewLeases))
 	err := p.markAll(ctx)
@@ -244,6 +255,8 @@ type pipeline struct {
 	slots      chan struct{}
 	claimed    chan *claimedBatch
 	produced   chan *claimedBatch
+	// eos is the run's exactly-once state; nil without ExactlyOnce.
+	eos *claimEOS
 }
 
 // newPipeline returns the pipeline of a run under ctx, with its shutdown deadline armed.
@@ -311,7 +324,7 @@ func (p *pipeline) produceAll(ctx context.Context) {
 		}
 		if p.stopCtx.Err() == nil {
 			t0 := time.Now()
-			p.r.produceBatches(p.stopCtx, p.hardCtx, group)
+			p.r.produceBatches(p.stopCtx, p.hardCtx, p.r.pub.Client(), group)
 			p.r.log.DebugContext(ctx, "produced", "batches", len(group), "took", time.Since(t0))
 		}
 		for _, b := range group {
@@ -326,7 +339,19 @@ func (p *pipeline) markAll(ctx context.Context) error {
 	r := p.r
 	var halted error
 	for b := range p.produced {
+		if b.noMark {
+			// Under ExactlyOnce, the outcome of its transaction is unknown: its rows are left
+			// to the recovery of its transactional id (eosclaim.go).
+			r.flying.Delete(b)
+			r.inFlight.Add(-1)
+			<-p.slots
+			r.signal()
+			continue
+		}
 		res := r.markOutcome(p.hardCtx, b)
+		if p.eos != nil {
+			p.eos.markedEOS(b)
+		}
 		r.flying.Delete(b)
 		if res.HaltedOn != nil && halted == nil {
 			// Stop before the slot is free: a claim after the halt would only be released.

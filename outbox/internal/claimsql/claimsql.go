@@ -30,6 +30,11 @@ type Store struct {
 	// WalkDeep, if set (benchmarks), makes the unbounded claim of the per-key policies walk
 	// the backlog in seq order as it used to, instead of finding the heads by key.
 	WalkDeep bool
+	// Txn is the Kafka transactional id of an exactly-once relay ("" for an at-least-once
+	// one): its claims write it to the rows' claim_txn, and do not re-claim the rows of
+	// another exactly-once claim whose lease expired (RecoverTxn settles those). Set it
+	// before the relay's claims start.
+	Txn string
 }
 
 // Policy is an ordering policy (keiro §1.3.6): what a claim must respect and how a failure in
@@ -166,6 +171,11 @@ func (s *Store) ClaimIn(ctx context.Context, q BatchSender, policy Policy, limit
 	b.Queue("BEGIN")
 	b.Queue("SET LOCAL enable_bitmapscan = off")
 	b.Queue("SET LOCAL enable_seqscan = off")
+	setup := 3 // BEGIN and the two settings
+	if s.Txn != "" {
+		b.Queue("SELECT set_config($1, $2, true)", sqlq.ClaimTxnSetting, s.Txn)
+		setup++
+	}
 	if budget == nil && !s.WalkDeep && (policy == PerKeyHeadOfLine || policy == StopTheLine) {
 		// Past the front of the backlog the heads are found by key, not by walking every
 		// row behind them (sqlClaimKeys).
@@ -184,7 +194,7 @@ func (s *Store) ClaimIn(ctx context.Context, q BatchSender, policy Policy, limit
 	if s.ClaimSent != nil {
 		s.ClaimSent(q, token)
 	}
-	for range 3 {
+	for range setup {
 		if _, err := br.Exec(); err != nil {
 			return token, nil, fmt.Errorf("claim outbox batch: %w", err)
 		}
@@ -226,6 +236,64 @@ func (s *Store) ReleaseLostClaim(ctx context.Context, q BatchSender, token envel
 		return false, 0, fmt.Errorf("release rows of a lost claim: commit: %w", err)
 	}
 	return alive, released, nil
+}
+
+// RecoverableTxns returns the transactional ids of the exactly-once claims lost with their
+// relay: rows of theirs are still publishing under an expired lease (sqlRecoverableTxns).
+func (s *Store) RecoverableTxns(ctx context.Context, q keiro.DB) ([]string, error) {
+	rows, err := q.Query(ctx, s.Q.RecoverableTxns)
+	if err != nil {
+		return nil, fmt.Errorf("find lost exactly-once claims: %w", err)
+	}
+	txns, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("find lost exactly-once claims: %w", err)
+	}
+	return txns, nil
+}
+
+// Recovered counts the rows RecoverTxn settled.
+type Recovered struct {
+	// Sent counts the rows marked sent (their records committed), Released those put back
+	// to pending (their records did not).
+	Sent, Released int64
+}
+
+// RecoverTxn settles the rows of transactional id txn still publishing under an expired lease,
+// but for those of the claims in skip (sqlRecoverTxn): the rows committed lists (claim token →
+// seqs, from the id's last committed claims record, read once the id is fenced) are marked
+// sent, the others released.
+func (s *Store) RecoverTxn(ctx context.Context, q keiro.DB, txn string, committed map[envelope.UUID][]int64, skip []envelope.UUID) (Recovered, error) {
+	var tokens [][16]byte
+	var seqs []int64
+	for tok, ss := range committed {
+		for _, seq := range ss {
+			tokens = append(tokens, tok)
+			seqs = append(seqs, seq)
+		}
+	}
+	var skipped [][16]byte
+	for _, tok := range skip {
+		skipped = append(skipped, tok)
+	}
+	rows, err := q.Query(ctx, s.Q.RecoverTxn, txn, tokens, seqs, skipped)
+	if err != nil {
+		return Recovered{}, fmt.Errorf("recover the lost claims of %s: %w", txn, err)
+	}
+	var rec Recovered
+	var id [16]byte
+	var sent bool
+	if _, err := pgx.ForEachRow(rows, []any{&id, &sent}, func() error {
+		if sent {
+			rec.Sent++
+		} else {
+			rec.Released++
+		}
+		return nil
+	}); err != nil {
+		return Recovered{}, fmt.Errorf("recover the lost claims of %s: %w", txn, err)
+	}
+	return rec, nil
 }
 
 // BatchSender sends a pipelined batch: *pgxpool.Pool and *pgx.Conn satisfy it.

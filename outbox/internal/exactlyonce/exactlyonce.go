@@ -116,6 +116,10 @@ type Position struct {
 type Claims struct {
 	// Tokens are the claims' tokens.
 	Tokens []string `json:"tokens"`
+	// Rows are, per claim token, the seqs of the claim's rows whose records the transactions
+	// hold: a claim's rows are not all published (one rejected before its produce, one whose
+	// lease ran out, a stop between two flushes), and a row not listed is published again.
+	Rows map[string][]int64 `json:"rows,omitempty"`
 	// At is when the transaction was committed, for the reader's eyes.
 	At time.Time `json:"at"`
 }

@@ -28,6 +28,9 @@ type Queries struct {
 	// row's attempt to its history.
 	MarkHistory       string
 	ReleaseLost       string
+	// RecoverableTxns and RecoverTxn are the exactly-once claim relay's recovery of lost claims
+	// (sqlRecoverableTxns, sqlRecoverTxn).
+	RecoverableTxns, RecoverTxn string
 	Retention, Gauges string
 	// LogMark and LogRetention are log mode's retention of keiro_outbox_log.
 	LogMark, LogRetention string
@@ -134,6 +137,8 @@ func New(schema string) *Queries {
 		Renew:                r(sqlRenew),
 		Start:                r(sqlStartProduce),
 		ReleaseLost:          r(sqlReleaseLostClaim),
+		RecoverableTxns:      r(sqlRecoverableTxns),
+		RecoverTxn:           r(sqlRecoverTxn),
 		Retention:            r(sqlRetention),
 		LogMark:              r(sqlLogMark),
 		LogRetention:         r(sqlLogRetention),

@@ -227,9 +227,25 @@ LIMIT $3`
 
 // claimable is the predicate of a row the relay may claim now: pending or failed and due, or
 // publishing with an expired lease (its relay died or stalled; the attempt it used stays
-// counted).
+// counted). An exactly-once relay (its claim sets keiro.claim_txn, ClaimTxnSetting) does not
+// re-claim a row an exactly-once relay's claim holds (claim_txn set): that row's record may be
+// committed on Kafka, and only the recovery of its transactional id (sqlRecoverTxn) can tell.
+// Until then the row blocks its group as a live lease does.
 const claimable = `((%[1]s.status IN ('pending', 'failed') AND %[1]s.next_attempt_at <= now())
-     OR (%[1]s.status = 'publishing' AND %[1]s.lease_until <= now()))`
+     OR (%[1]s.status = 'publishing' AND %[1]s.lease_until <= now()
+         AND (%[1]s.claim_txn IS NULL OR ` + claimTxnUnset + `)))`
+
+// ClaimTxnSetting is the transaction-local setting through which an exactly-once relay's claim
+// passes its transactional id to the claim statement (set_config in the claim's transaction):
+// the statements keep their parameters, and a claim without it is an at-least-once claim.
+const ClaimTxnSetting = "keiro.claim_txn"
+
+// claimTxn is the claim's transactional id, NULL for an at-least-once claim (a pooled
+// session that once set the setting reads it back as '' afterwards).
+const claimTxn = `nullif(current_setting('` + ClaimTxnSetting + `', true), '')`
+
+// claimTxnUnset is true in an at-least-once claim.
+const claimTxnUnset = claimTxn + ` IS NULL`
 
 // InShare is the claims' test that a row is in the relay's claim shares
 // (outbox/internal/shares): %[1]s is the parameter holding them as a bit set (bit i for share
@@ -310,6 +326,7 @@ const sqlClaimTail = `, {{post}}, updated AS (
         status = CASE WHEN {{ran_last}} THEN 'dead' ELSE 'publishing' END,
         attempt_count = CASE WHEN o.status = 'publishing' AND o.attempt_count >= $2 THEN o.attempt_count ELSE o.attempt_count + 1 END,
         claim_token = CASE WHEN {{ran_last}} THEN NULL ELSE $1::uuid END,
+        claim_txn = CASE WHEN {{ran_last}} THEN NULL ELSE ` + claimTxn + ` END,
         produce_started = false,
         lease_until = CASE WHEN {{ran_last}} THEN NULL ELSE now() + $3::bigint * interval '1 microsecond' END,
         last_error = CASE WHEN {{ran_last}}
@@ -554,6 +571,49 @@ WITH backend AS MATERIALIZED (
     RETURNING 1
 )
 SELECT (SELECT alive FROM backend), (SELECT count(*) FROM released)`
+
+// sqlRecoverableTxns lists the transactional ids of exactly-once claims lost with their relay:
+// rows still publishing under an expired lease with claim_txn set. It walks the open rows (the
+// claim index): claim_txn has no index of its own (it would make every claim a non-HOT update),
+// and the recovery probe runs at most every half lease.
+const sqlRecoverableTxns = `
+SELECT DISTINCT claim_txn FROM {{schema}}.keiro_outbox
+WHERE phase = 0 AND status = 'publishing' AND claim_txn IS NOT NULL AND lease_until <= now()`
+
+// sqlRecoverTxn settles the rows of a lost exactly-once claim once its transactional id ($1) is
+// fenced and its last committed claims record read: every row still publishing under claim_txn
+// $1 with an expired lease, unless its claim token is in $4 (claims its own relay still
+// handles), is marked sent when its (claim token, seq) is in the record ($2, $3: parallel
+// arrays) (its record is committed on Kafka; where is unknown here, so kafka_partition and
+// kafka_offset stay NULL) and released otherwise (pending, due now, attempt refunded, as a
+// mark's 'released': its record never committed, and a claim publishes it again). Each row is
+// re-checked under its lock (the fence of a mark), so a mark of the relay itself that landed
+// first wins. It returns each row moved and whether it went sent.
+const sqlRecoverTxn = `
+WITH listed AS MATERIALIZED (
+    SELECT DISTINCT l.token, l.seq FROM unnest($2::uuid[], $3::bigint[]) AS l(token, seq)
+), lost AS (
+    SELECT o.outbox_id, o.claim_token,
+        EXISTS (SELECT 1 FROM listed l WHERE l.token = o.claim_token AND l.seq = o.seq) AS committed
+    FROM {{schema}}.keiro_outbox o
+    WHERE o.phase = 0 AND o.status = 'publishing' AND o.claim_txn = $1 AND o.lease_until <= now()
+      AND o.claim_token <> ALL(coalesce($4::uuid[], '{}'))
+)
+UPDATE {{schema}}.keiro_outbox o SET
+    status = CASE WHEN l.committed THEN 'sent' ELSE 'pending' END,
+    attempt_count = CASE WHEN l.committed THEN o.attempt_count ELSE greatest(o.attempt_count - 1, 0) END,
+    next_attempt_at = CASE WHEN l.committed THEN o.next_attempt_at ELSE now() END,
+    last_error = CASE WHEN l.committed THEN NULL ELSE o.last_error END,
+    published_at = CASE WHEN l.committed THEN now() ELSE o.published_at END,
+    claim_token = NULL,
+    claim_txn = NULL,
+    produce_started = false,
+    lease_until = NULL,
+    updated_at = now()
+FROM lost l
+WHERE o.outbox_id = l.outbox_id AND o.status = 'publishing' AND o.claim_token = l.claim_token
+  AND o.claim_txn = $1
+RETURNING o.outbox_id, l.committed`
 
 // sqlRetention deletes at most $2 sent rows published before now() - $1 microseconds, oldest
 // first, through the sent_gc index, if it gets the maintenance lock $3 (transaction-scoped, so
