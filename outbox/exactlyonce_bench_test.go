@@ -179,12 +179,18 @@ func eosDrain(b *testing.B, mode Mode, eos bool, n int) {
 // reportTxns reports the Kafka transactions the relay committed, and the records per
 // transaction, when its engine counts them.
 func reportTxns(b *testing.B, r *Relay, records int) {
-	if r.logEngine == nil {
-		return
+	var committed int64
+	if st, ok := r.ExactlyOnce(); ok {
+		committed = st.Committed
 	}
-	if _, c := r.logEngine.ExactlyOnce(); c != nil && c.Committed() > 0 {
-		b.ReportMetric(float64(c.Committed()), "txns")
-		b.ReportMetric(float64(records)/float64(c.Committed()), "msgs/txn")
+	if r.logEngine != nil {
+		if _, c := r.logEngine.ExactlyOnce(); c != nil {
+			committed += c.Committed()
+		}
+	}
+	if committed > 0 {
+		b.ReportMetric(float64(committed), "txns")
+		b.ReportMetric(float64(records)/float64(committed), "msgs/txn")
 	}
 }
 
