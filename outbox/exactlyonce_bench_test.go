@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -32,6 +33,8 @@ import (
 //     read_committed reader's receipt of the record (p50, p99).
 //
 // Goal: exactly once drains at ≥ 0.7× and its steady p99 is ≤ 2× the at-least-once figures.
+// KEIRO_BENCH_TXN_LINGER (a Go duration) sets RelayConfig.TransactionLinger (default 10ms):
+// a longer linger commits fewer, larger transactions.
 //
 //	go test ./outbox/ -run '^$' -bench ExactlyOnce -benchtime 1x -count 2 -timeout 30m
 func BenchmarkExactlyOnce(b *testing.B) {
@@ -100,8 +103,13 @@ func newEOSBench(b *testing.B, mode Mode, eos bool, onRecord func(id string, at 
 	if mode == ModeLog {
 		useLogMode(b, e.db, st)
 	}
+	var linger time.Duration
+	if v := os.Getenv("KEIRO_BENCH_TXN_LINGER"); v != "" && eos {
+		linger, err = time.ParseDuration(v)
+		require.NoError(b, err, "KEIRO_BENCH_TXN_LINGER")
+	}
 	r, err := NewRelay(e.db.Pool, e.kc.NewClient(b, ProducerOpts()...), RelayConfig{Schema: e.db.Schema, Mode: mode,
-		LogEngine: logrelay.Engine, ExactlyOnce: eos, OffsetsTopic: e.kc.Topic("keiro-relay-offsets")})
+		LogEngine: logrelay.Engine, ExactlyOnce: eos, OffsetsTopic: e.kc.Topic("keiro-relay-offsets"), TransactionLinger: linger})
 	require.NoError(b, err)
 	e.relay = r
 
