@@ -187,7 +187,7 @@ func ReadClaims(ctx context.Context, opts []kgo.Opt, topic, txnID string) (Claim
 // readLast returns the value of key's last committed record in topic's partition 0, reading
 // (read_committed) from the start up to the end offset as it stands when the read starts; a
 // transaction another producer holds open delays the read until it ends (at most the
-// transaction timeout). ErrNoRecord if key has none.
+// transaction timeout). ErrNoRecord if key has none, or if its last is a tombstone.
 func readLast(ctx context.Context, opts []kgo.Opt, topic, key string) ([]byte, error) {
 	admin, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -237,7 +237,8 @@ func readLast(ctx context.Context, opts []kgo.Opt, topic, key string) ([]byte, e
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			if !r.Attrs.IsControl() && string(r.Key) == key {
-				last, found = r.Value, true
+				// A tombstone (a null value) deletes the key's record: an operator's reset.
+				last, found = r.Value, r.Value != nil
 			}
 			next = r.Offset + 1
 		})

@@ -66,6 +66,11 @@ func TestReadPositionIsTheLastCommitted(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(200), p.LSN)
 
+	// A tombstone of the key (an operator's reset) leaves no position.
+	produceIn(t, b, kgo.TryCommit, &kgo.Record{Topic: topic, Key: []byte(exactlyonce.PositionKey("b"))})
+	_, err = exactlyonce.ReadPosition(ctx, opts, topic, "b")
+	require.ErrorIs(t, err, exactlyonce.ErrNoRecord)
+
 	produceIn(t, a, kgo.TryCommit, exactlyonce.ClaimsRecord(topic, "a", exactlyonce.Claims{Tokens: []string{"t1", "t2"}}))
 	c, err := exactlyonce.ReadClaims(ctx, opts, topic, "a")
 	require.NoError(t, err)

@@ -52,6 +52,7 @@ type Engine struct {
 	beforeKafkaCommit func(pos pglogrepl.LSN) // a Kafka transaction through pos is about to commit
 	onKafkaCommit     func(pos pglogrepl.LSN) // a Kafka transaction through pos committed
 	holdReports       bool                    // send no status update: the slot's position stays
+	holdCommits       bool                    // the stream commits no Kafka transaction; Run's end does
 }
 
 // Stats are an engine's counters since New.

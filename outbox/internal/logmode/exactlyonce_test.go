@@ -3,6 +3,7 @@ package logmode_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -19,13 +20,31 @@ import (
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox/internal/exactlyonce"
 	"github.com/keiro-go/keiro/outbox/internal/logmode"
+	"github.com/keiro-go/keiro/outbox/internal/publish"
 )
 
 // eoFixture is a fixture whose engines publish exactly once.
 func eoFixture(t *testing.T, partitions int32) *fixture {
-	f := newFixture(t, testenv.KafkaConfig{Topics: []string{"orders"}, Partitions: partitions})
-	f.cfg.ExactlyOnce = &exactlyonce.Config{}
+	return eoFixtureOn(t, testenv.NewKafkaWith(t, testenv.KafkaConfig{Topics: []string{"orders"}, Partitions: partitions}))
+}
+
+// eoFixtureOn is eoFixture on kafka, which has the topic "orders" (kafka.Topic).
+func eoFixtureOn(t *testing.T, kafka *testenv.Kafka) *fixture {
+	f := newFixtureOn(t, kafka)
+	f.cfg.ExactlyOnce = &exactlyonce.Config{OffsetsTopic: kafka.Topic(exactlyonce.DefaultOffsetsTopic)}
 	return f
+}
+
+// orders is the name of the topic "orders" on the fixture's Kafka.
+func (f *fixture) orders() string { return f.kafka.Topic("orders") }
+
+// readPosition reads txnID's position from the fixture's offsets topic.
+func (f *fixture) readPosition(t *testing.T, txnID string) exactlyonce.Position {
+	t.Helper()
+	p, err := exactlyonce.ReadPosition(context.Background(), []kgo.Opt{kgo.SeedBrokers(f.kafka.Seeds...)},
+		f.cfg.ExactlyOnce.OffsetsTopic, txnID)
+	require.NoError(t, err)
+	return p
 }
 
 // committedRecords reads topic as a read_committed reader does, up to the end offsets of the
@@ -81,7 +100,7 @@ func committedRecords(t *testing.T, f *fixture, topic string) []*kgo.Record {
 // each key's events in their order in want.
 func requireExactlyOnce(t *testing.T, f *fixture, want []event) {
 	t.Helper()
-	recs := committedRecords(t, f, "orders")
+	recs := committedRecords(t, f, f.orders())
 	got := ids(recs)
 	seen := map[string]int{}
 	for _, id := range got {
@@ -109,7 +128,7 @@ func writeEvents(t *testing.T, f *fixture, prefix string, txns, per, keys int) [
 	for i := range txns {
 		evs := make([]event, per)
 		for j := range evs {
-			evs[j] = event{id: fmt.Sprintf("%s-%03d-%03d", prefix, i, j), dest: "orders", key: fmt.Sprintf("k%d", (i*per+j)%keys)}
+			evs[j] = event{id: fmt.Sprintf("%s-%03d-%03d", prefix, i, j), dest: f.orders(), key: fmt.Sprintf("k%d", (i*per+j)%keys)}
 		}
 		commitEvents(t, f.db.Pool, evs...)
 		all = append(all, evs...)
@@ -117,27 +136,12 @@ func writeEvents(t *testing.T, f *fixture, prefix string, txns, per, keys int) [
 	return all
 }
 
-// kafkaPositions follows the Kafka commits of engines (OnKafkaCommit) and PostgreSQL's
-// (OnCommit), to wait until Kafka holds every transaction written.
-type kafkaPositions struct {
-	kafka, pg testenv.Progress
-}
+// kafkaPosition follows the positions of an engine's Kafka commits (OnKafkaCommit).
+type kafkaPosition struct{ testenv.Progress }
 
-func (p *kafkaPositions) hooks(h logmode.Hooks) logmode.Hooks {
-	h.OnKafkaCommit = func(pos pglogrepl.LSN) { p.kafka.Set(max(p.kafka.Value(), int64(pos))) }
-	h.OnCommit = func(end pglogrepl.LSN) { p.pg.Set(max(p.pg.Value(), int64(end))) }
+func (p *kafkaPosition) hooks(h logmode.Hooks) logmode.Hooks {
+	h.OnKafkaCommit = func(pos pglogrepl.LSN) { p.Set(max(p.Value(), int64(pos))) }
 	return h
-}
-
-// waitCommitted waits until Kafka committed through the end of the last transaction before
-// lsn (a WAL position read after it committed).
-func (p *kafkaPositions) waitCommitted(t *testing.T, lsn pglogrepl.LSN) {
-	t.Helper()
-	p.pg.Wait(t, 1, time.Minute, nil)
-	testenv.WaitFor(t, time.Minute, "Kafka holds every transaction written", func() bool {
-		pg := p.pg.Value()
-		return pg > 0 && p.kafka.Value() >= pg && pg <= int64(lsn) // the last Commit read is the last written
-	})
 }
 
 // The engine publishes in Kafka transactions: a read_committed reader sees each event once,
@@ -145,18 +149,19 @@ func (p *kafkaPositions) waitCommitted(t *testing.T, lsn pglogrepl.LSN) {
 // transaction.
 func TestExactlyOnceEachEventOnce(t *testing.T) {
 	t.Parallel()
-	f := eoFixture(t, 2)
-	var pos kafkaPositions
+	testenv.EachKafka(t, testenv.KafkaConfig{Topics: []string{"orders"}, Partitions: 2}, func(t *testing.T, k *testenv.Kafka) {
+		eachEventOnce(t, eoFixtureOn(t, k))
+	})
+}
+
+func eachEventOnce(t *testing.T, f *fixture) {
+	var pos kafkaPosition
 	var lastCommit atomic.Uint64
-	h := pos.hooks(logmode.Hooks{})
-	onCommit := h.OnCommit
-	h.OnCommit = func(end pglogrepl.LSN) { lastCommit.Store(uint64(end)); onCommit(end) }
-	e := f.newEngine(t, f.cfg, h)
+	e := f.newEngine(t, f.cfg, pos.hooks(logmode.Hooks{OnCommit: func(end pglogrepl.LSN) { lastCommit.Store(uint64(end)) }}))
 	run(t, e)
 	want := writeEvents(t, f, "e", 20, 25, 7)
-	pos.pg.Wait(t, int64(walLSN(t, f))-1<<20, time.Minute, nil) // any commit read
 	testenv.WaitFor(t, time.Minute, "every transaction committed to Kafka", func() bool {
-		return len(committedRecords(t, f, "orders")) >= len(want)
+		return len(committedRecords(t, f, f.orders())) >= len(want)
 	})
 	requireExactlyOnce(t, f, want)
 
@@ -164,9 +169,8 @@ func TestExactlyOnceEachEventOnce(t *testing.T) {
 	require.Contains(t, txnID, "keiro-relay-log.")
 	require.Positive(t, counters.Committed())
 	require.Zero(t, counters.Aborted())
-	p, err := exactlyonce.ReadPosition(context.Background(), []kgo.Opt{kgo.SeedBrokers(f.kafka.Seeds...)},
-		exactlyonce.DefaultOffsetsTopic, txnID)
-	require.NoError(t, err)
+	pos.Wait(t, int64(lastCommit.Load()), time.Minute, nil)
+	p := f.readPosition(t, txnID)
 	require.Equal(t, lastCommit.Load(), p.LSN, "the position is the last transaction's end")
 	require.Equal(t, f.db.Schema+"_keiro_log", p.Slot)
 }
@@ -177,26 +181,25 @@ func TestExactlyOnceEachEventOnce(t *testing.T) {
 func TestExactlyOnceSlotBehindKafka(t *testing.T) {
 	t.Parallel()
 	f := eoFixture(t, 1)
-	var pos kafkaPositions
+	var pos kafkaPosition
 	first := f.newEngine(t, f.cfg, pos.hooks(logmode.Hooks{HoldReports: true}))
 	stop := run(t, first)
 	before := writeEvents(t, f, "before", 10, 10, 3)
 	testenv.WaitFor(t, time.Minute, "the first engine committed every event", func() bool {
-		return len(committedRecords(t, f, "orders")) >= len(before)
+		return len(committedRecords(t, f, f.orders())) >= len(before)
 	})
 	stop()
 	confirmed := slotConfirmed(t, f)
 	lsn, err := pglogrepl.ParseLSN(confirmed)
 	require.NoError(t, err)
-	require.Less(t, uint64(lsn), uint64(pos.kafka.Value()), "the slot lags behind Kafka")
+	require.Less(t, uint64(lsn), uint64(pos.Value()), "the slot lags behind Kafka")
 
 	var acked atomic.Int64
-	var pos2 kafkaPositions
-	second := f.newEngine(t, f.cfg, pos2.hooks(logmode.Hooks{OnAck: func(string) { acked.Add(1) }}))
+	second := f.newEngine(t, f.cfg, logmode.Hooks{OnAck: func(string) { acked.Add(1) }})
 	run(t, second)
 	after := writeEvents(t, f, "later", 3, 10, 3)
 	testenv.WaitFor(t, time.Minute, "the second engine committed the events after", func() bool {
-		return len(committedRecords(t, f, "orders")) >= len(before)+len(after)
+		return len(committedRecords(t, f, f.orders())) >= len(before)+len(after)
 	})
 	requireExactlyOnce(t, f, append(before, after...))
 	require.Equal(t, int64(len(after)), acked.Load(), "the second engine produced only the events after")
@@ -208,7 +211,12 @@ func TestExactlyOnceSlotBehindKafka(t *testing.T) {
 // read_committed reader sees each event once.
 func TestExactlyOnceFencesAZombie(t *testing.T) {
 	t.Parallel()
-	f := eoFixture(t, 1)
+	testenv.EachKafka(t, testenv.KafkaConfig{Topics: []string{"orders"}}, func(t *testing.T, k *testenv.Kafka) {
+		fencesAZombie(t, eoFixtureOn(t, k))
+	})
+}
+
+func fencesAZombie(t *testing.T, f *fixture) {
 	blocked, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	var standbyA atomic.Int64
@@ -236,11 +244,10 @@ func TestExactlyOnceFencesAZombie(t *testing.T) {
 	var standbyB atomic.Int64
 	activeB := make(chan struct{})
 	var activeOnce sync.Once
-	var posB kafkaPositions
-	b := f.newEngine(t, f.cfg, posB.hooks(logmode.Hooks{
+	b := f.newEngine(t, f.cfg, logmode.Hooks{
 		OnStandby: func(int) { standbyB.Add(1) },
 		OnActive:  func() { activeOnce.Do(func() { close(activeB) }) },
-	}))
+	})
 	run(t, b)
 	testenv.WaitFor(t, time.Minute, "B waits on standby", func() bool { return standbyB.Load() > 0 })
 	// A's replication connection is ended under it (as wal_sender_timeout ends a frozen
@@ -250,7 +257,7 @@ func TestExactlyOnceFencesAZombie(t *testing.T) {
 	require.NoError(t, err)
 	<-activeB
 	testenv.WaitFor(t, time.Minute, "B published the events A held", func() bool {
-		return len(committedRecords(t, f, "orders")) >= len(first)
+		return len(committedRecords(t, f, f.orders())) >= len(first)
 	})
 	close(release) // A commits now, fenced
 	_, countersA := a.ExactlyOnce()
@@ -260,7 +267,7 @@ func TestExactlyOnceFencesAZombie(t *testing.T) {
 
 	second := writeEvents(t, f, "second", 2, 5, 2)
 	testenv.WaitFor(t, time.Minute, "B published the events after", func() bool {
-		return len(committedRecords(t, f, "orders")) >= len(first)+len(second)
+		return len(committedRecords(t, f, f.orders())) >= len(first)+len(second)
 	})
 	requireExactlyOnce(t, f, append(first, second...))
 	txnA, _ := a.ExactlyOnce()
@@ -292,7 +299,7 @@ func TestExactlyOnceReplaysAnAbortedTransaction(t *testing.T) {
 	run(t, e)
 	want := writeEvents(t, f, "e", 5, 8, 3)
 	testenv.WaitFor(t, time.Minute, "every event committed", func() bool {
-		return len(committedRecords(t, f, "orders")) >= len(want)
+		return len(committedRecords(t, f, f.orders())) >= len(want)
 	})
 	requireExactlyOnce(t, f, want)
 	require.Equal(t, int64(1), refused.Load())
@@ -302,3 +309,103 @@ func TestExactlyOnceReplaysAnAbortedTransaction(t *testing.T) {
 	require.Zero(t, e.Stats().Rejected, "a suspect that goes through alone is not rejected")
 }
 
+// A record Kafka refuses for good fails its Kafka transaction, which aborts: produced alone by
+// the next session, it is refused again, rejected (its dead letter written) and the transaction
+// replayed without it. The events around it are each seen once, and the stream moves on.
+func TestExactlyOncePoisonRecordIsRejected(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testenv.KafkaConfig{Topics: []string{"orders", "poison"}})
+	f.cfg.ExactlyOnce = &exactlyonce.Config{OffsetsTopic: exactlyonce.DefaultOffsetsTopic}
+	ctx := context.Background()
+	res, err := kadm.NewClient(f.kafka.Client).AlterTopicConfigs(ctx,
+		[]kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: kadm.StringPtr("2048")}}, "poison")
+	require.NoError(t, err)
+	require.NoError(t, res[0].Err)
+	var mu sync.Mutex
+	var rejected []publish.Rejection
+	f.onRejected = func(r publish.Rejection) error {
+		mu.Lock()
+		rejected = append(rejected, r)
+		mu.Unlock()
+		return nil
+	}
+	e := f.newEngine(t, f.cfg, logmode.Hooks{})
+	run(t, e)
+	big := make([]byte, 16384)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range big {
+		big[i] = 'a' + byte(rng.IntN(26))
+	}
+	want := []event{{id: "ok-1", dest: "orders", key: "k"}, {id: "ok-2", dest: "orders", key: "k"}}
+	commitEvents(t, f.db.Pool, want[0],
+		event{id: "bad", dest: "poison", key: "k", payload: append(append([]byte(`"`), big...), '"')}, want[1])
+	more := writeEvents(t, f, "after", 2, 3, 2)
+	want = append(want, more...)
+	testenv.WaitFor(t, time.Minute, "the events around the poison record committed", func() bool {
+		return len(committedRecords(t, f, f.orders())) >= len(want)
+	})
+	requireExactlyOnce(t, f, want)
+	require.Empty(t, committedRecords(t, f, "poison"))
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, rejected, 1, "one dead letter")
+	require.Equal(t, "bad", rejected[0].MessageID)
+	require.Equal(t, "message_too_large", rejected[0].Code)
+	_, counters := e.ExactlyOnce()
+	require.GreaterOrEqual(t, counters.Aborted(), int64(2), "aborted as a suspect, then as refused")
+}
+
+// Run's end commits the open Kafka transaction when it holds whole PostgreSQL transactions,
+// then confirms it to the slot: the next engine neither skips nor republishes anything.
+func TestExactlyOnceShutdownCommitsAndConfirms(t *testing.T) {
+	t.Parallel()
+	f := eoFixture(t, 1)
+	var pg, acks testenv.Progress
+	var reports testenv.Progress
+	e := f.newEngine(t, f.cfg, logmode.Hooks{
+		HoldCommits: true, // the stream never commits: only Run's end does
+		OnCommit:    func(pglogrepl.LSN) { pg.Add(1) },
+		OnAck:       func(string) { acks.Add(1) },
+		OnReport:    func(pos pglogrepl.LSN) { reports.Set(max(reports.Value(), int64(pos))) },
+	})
+	stop := run(t, e)
+	want := writeEvents(t, f, "e", 3, 4, 2)
+	pg.Wait(t, 3, time.Minute, nil)
+	acks.Wait(t, int64(len(want)), time.Minute, nil)
+	// (A read_committed reader would wait for the open transaction's end here.)
+	_, counters := e.ExactlyOnce()
+	require.Zero(t, counters.Committed(), "nothing committed before the end")
+	stop()
+	requireExactlyOnce(t, f, want)
+	txnID, _ := e.ExactlyOnce()
+	require.Equal(t, int64(1), counters.Committed())
+	p := f.readPosition(t, txnID)
+	require.Equal(t, int64(p.LSN), reports.Value(), "the last report confirmed what Kafka committed")
+	confirmed, err := pglogrepl.ParseLSN(slotConfirmed(t, f))
+	require.NoError(t, err)
+	require.Equal(t, p.LSN, uint64(confirmed))
+}
+
+// A position in Kafka past the server's WAL end (the database was restored to an earlier
+// point, its system identifier unchanged) stops the engine with what to do: skipping to it
+// would skip the new transactions.
+func TestExactlyOnceRefusesAPositionPastTheWAL(t *testing.T) {
+	t.Parallel()
+	f := eoFixture(t, 1)
+	ctx := context.Background()
+	var sysID, dbName string
+	require.NoError(t, f.db.Pool.QueryRow(ctx, `SELECT system_identifier::text, current_database() FROM pg_control_system()`).Scan(&sysID, &dbName))
+	txnID := exactlyonce.LogTransactionalID(sysID, dbName, f.db.Schema+"_keiro_log")
+	topic := f.cfg.ExactlyOnce.OffsetsTopic
+	require.NoError(t, exactlyonce.EnsureTopic(ctx, f.kafka.Client, topic))
+	future := walLSN(t, f) + 1<<40
+	require.NoError(t, f.kafka.Client.ProduceSync(ctx, exactlyonce.PositionRecord(topic, txnID,
+		exactlyonce.Position{LSN: uint64(future), Slot: "s"})).FirstErr())
+
+	e := f.newEngine(t, f.cfg, logmode.Hooks{})
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err := e.Run(rctx)
+	require.ErrorContains(t, err, "past the server's WAL end")
+	require.ErrorContains(t, err, "delete the position")
+}

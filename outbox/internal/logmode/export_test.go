@@ -23,6 +23,8 @@ type Hooks struct {
 	OnKafkaCommit func(pos pglogrepl.LSN)
 	// HoldReports sends no status update: the slot's confirmed position stays where it is.
 	HoldReports bool
+	// HoldCommits makes the stream commit no Kafka transaction: only Run's end does.
+	HoldCommits bool
 }
 
 // SetHooks installs h; call it before Run.
@@ -30,4 +32,5 @@ func SetHooks(e *Engine, h Hooks) {
 	e.onActive, e.onStandby, e.onAck = h.OnActive, h.OnStandby, h.OnAck
 	e.onKeepalive, e.onReport, e.onCommit = h.OnKeepalive, h.OnReport, h.OnCommit
 	e.beforeKafkaCommit, e.onKafkaCommit, e.holdReports = h.BeforeKafkaCommit, h.OnKafkaCommit, h.HoldReports
+	e.holdCommits = h.HoldCommits
 }

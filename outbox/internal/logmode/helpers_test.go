@@ -32,8 +32,14 @@ type fixture struct {
 // create are dropped when the test ends (a slot left behind keeps WAL on the server).
 func newFixture(t *testing.T, kcfg testenv.KafkaConfig) *fixture {
 	t.Helper()
+	return newFixtureOn(t, testenv.NewKafkaWith(t, kcfg))
+}
+
+// newFixtureOn is newFixture on a Kafka of the caller's (testenv.EachKafka's).
+func newFixtureOn(t *testing.T, kafka *testenv.Kafka) *fixture {
+	t.Helper()
 	db := testenv.NewDB(t)
-	f := &fixture{db: db, kafka: testenv.NewKafkaWith(t, kcfg), cfg: logsource.Config{
+	f := &fixture{db: db, kafka: kafka, cfg: logsource.Config{
 		Schema: db.Schema, StatusInterval: 200 * time.Millisecond, StandbyRetry: 100 * time.Millisecond,
 		RetryBackoff: 50 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
 	}}

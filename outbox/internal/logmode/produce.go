@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keiro-go/keiro/envelope"
@@ -26,12 +27,9 @@ func (s *stream) produce(ctx context.Context, t *txn, r *row) error {
 	e := s.e
 	ev := &r.ev
 	if s.eo != nil {
-		if ref, ok := e.refused.get(ev.MessageID); ok {
+		if e.refused.has(refusedKey{t.final, ev.MessageID}) {
 			// Refused by Kafka alone in an earlier session, whose transaction was aborted for
-			// it: the replay rejects it without sending it (its dead letter is written again,
-			// which the sink does idempotently).
-			s.w.add(t, 0, false)
-			s.reject(t, 0, ev, ref.code, ref.err, false)
+			// it once its dead letter was durable: the replay skips it.
 			return nil
 		}
 	}
@@ -125,8 +123,7 @@ func (s *stream) drain(ctx context.Context) {
 // rejects ev again and writes again.
 //
 // inTxn is a record Kafka refused inside a Kafka transaction (exactly once): once its dead letter
-// is durable the engine remembers the refusal (so that replays reject ev without sending it),
-// and the record settles as failed all the same, which aborts the Kafka transaction.
+// is durable the engine remembers the refusal (replays skip ev), and the record settles as failed all the same, which aborts the Kafka transaction.
 func (s *stream) reject(t *txn, size int, ev *envelope.Event, code string, cause error, inTxn bool) {
 	e := s.e
 	r := publish.Rejection{MessageID: ev.MessageID, Source: ev.Source, Destination: ev.Destination, Key: ev.Key,
@@ -138,7 +135,7 @@ func (s *stream) reject(t *txn, size int, ev *envelope.Event, code string, cause
 		} else {
 			e.rejected.Add(1)
 			if inTxn {
-				e.refused.add(r.MessageID, refusal{code: code, err: r.Err})
+				e.refused.add(refusedKey{t.final, r.MessageID})
 				err = fmt.Errorf("%w: message %s (%s): %w", errRefusedInTxn, r.MessageID, code, r.Err)
 			}
 		}
@@ -150,33 +147,35 @@ func (s *stream) reject(t *txn, size int, ev *envelope.Event, code string, cause
 // record is rejected, and the transaction aborted and replayed without it.
 var errRefusedInTxn = errors.New("exactly once: a record of the Kafka transaction was refused; the transaction is replayed without it")
 
-// refusal is a record Kafka refused for good inside a Kafka transaction.
-type refusal struct {
-	code string
-	err  error
-}
-
 // refusals are the messages Kafka refused for good inside a Kafka transaction (exactly once),
-// by message id, whose dead letters are written: the transaction was aborted for them, and
-// its replay rejects them without sending them. It lives as long as the engine; a new
-// process learns them again (the suspect is produced alone, refused, rejected, and replayed).
+// by their PostgreSQL transaction and message id, whose dead letters are written: the transaction was aborted for them, and
+// its replay skips them. It lives as long as the engine and holds only such messages; a new
+// process learns them again (the suspect is produced alone, refused, its dead letter written
+// again, which the sink does idempotently, and the transaction replayed).
 type refusals struct {
 	mu  sync.Mutex
-	ids map[string]refusal
+	ids map[refusedKey]struct{}
 }
 
-func (r *refusals) add(id string, ref refusal) {
+// refusedKey is a refused record: its transaction's commit LSN (the Begin message's FinalLSN,
+// the same in every replay) and its message id.
+type refusedKey struct {
+	final pglogrepl.LSN
+	id    string
+}
+
+func (r *refusals) add(id refusedKey) {
 	r.mu.Lock()
 	if r.ids == nil {
-		r.ids = map[string]refusal{}
+		r.ids = map[refusedKey]struct{}{}
 	}
-	r.ids[id] = ref
+	r.ids[id] = struct{}{}
 	r.mu.Unlock()
 }
 
-func (r *refusals) get(id string) (refusal, bool) {
+func (r *refusals) has(id refusedKey) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ref, ok := r.ids[id]
-	return ref, ok
+	_, ok := r.ids[id]
+	return ok
 }

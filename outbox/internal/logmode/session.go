@@ -38,6 +38,7 @@ func (e *Engine) session(ctx context.Context) error {
 		return err
 	}
 	var txnID string
+	var walEnd pglogrepl.LSN
 	if e.cfg.ExactlyOnce != nil {
 		// The transactional id names the slot on this cluster; it is only computed here, and
 		// the producer of it built (which fences the one before) once the slot is ours.
@@ -45,7 +46,7 @@ func (e *Engine) session(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("identify the system: %w", err)
 		}
-		txnID = exactlyonce.LogTransactionalID(sys.SystemID, sys.DBName, e.cfg.Slot)
+		txnID, walEnd = exactlyonce.LogTransactionalID(sys.SystemID, sys.DBName, e.cfg.Slot), sys.XLogPos
 	}
 	err = pglogrepl.StartReplication(ctx, conn, e.cfg.Slot, start, pglogrepl.StartReplicationOptions{
 		Mode: pglogrepl.LogicalReplication,
@@ -70,7 +71,7 @@ func (e *Engine) session(ctx context.Context) error {
 	if e.cfg.ExactlyOnce != nil {
 		// Only now, the slot held: a standby that initialized the id would fence the active
 		// engine.
-		if err := s.startExactlyOnce(ctx, txnID); err != nil {
+		if err := s.startExactlyOnce(ctx, txnID, walEnd); err != nil {
 			return err
 		}
 		defer func() {
@@ -87,8 +88,10 @@ func (e *Engine) session(ctx context.Context) error {
 // earlier producer of the slot (a zombie engine) and aborts what it had open, then reads the
 // position Kafka committed last: the stream skips every transaction at or before it, which
 // covers a slot whose confirmed position lags behind Kafka (an engine that died after a Kafka
-// commit and before its status update).
-func (s *stream) startExactlyOnce(ctx context.Context, txnID string) error {
+// commit and before its status update). A position past the server's WAL end (walEnd, as
+// IDENTIFY_SYSTEM reported it) is refused: the database was restored to an earlier point (its
+// system identifier stays), and skipping to the position would skip its new transactions.
+func (s *stream) startExactlyOnce(ctx context.Context, txnID string, walEnd pglogrepl.LSN) error {
 	e := s.e
 	cfg := *e.cfg.ExactlyOnce
 	cfg.TransactionalID = txnID
@@ -104,6 +107,11 @@ func (s *stream) startExactlyOnce(ctx context.Context, txnID string) error {
 	case err != nil:
 		p.Close(ctx)
 		return fmt.Errorf("exactly once: read the position of %s: %w", txnID, err)
+	case pglogrepl.LSN(pos.LSN) > walEnd:
+		p.Close(ctx)
+		return fmt.Errorf("%w: exactly once: Kafka's position of %s (%s, committed %s) is past the server's WAL end (%s): the database was restored to an earlier point; "+
+			"check what Kafka already holds, then delete the position (a tombstone of key %q in %s) or use a new slot",
+			errConfig, txnID, pglogrepl.LSN(pos.LSN), pos.At.Format(time.RFC3339), walEnd, exactlyonce.PositionKey(txnID), cfg.OffsetsTopic)
 	default:
 		s.skipThrough = pglogrepl.LSN(pos.LSN)
 		s.w.kafka = s.skipThrough
@@ -244,9 +252,9 @@ type stream struct {
 	skip        bool          // the open transaction is skipped
 	inKafka     int           // records produced in the open Kafka transaction
 	kafkaBegan  time.Time     // when its first record was produced
-	sent      pglogrepl.LSN   // the last position reported
-	kick      chan struct{}   // asks the flusher to flush
-	headers   []envelope.Header
+	sent        pglogrepl.LSN // the last position reported
+	kick        chan struct{} // asks the flusher to flush
+	headers     []envelope.Header
 
 	cancelPeriod context.CancelFunc
 }
@@ -304,7 +312,7 @@ func (s *stream) endKafka(ctx context.Context, err error) error {
 		return err
 	}
 	if err == nil && s.tx == nil && s.w.err() == nil && s.w.inFlight() == 0 {
-		if cerr := s.commitKafka(); cerr != nil && ctx.Err() == nil {
+		if cerr := s.commitKafka(context.Background()); cerr != nil && ctx.Err() == nil {
 			return cerr
 		}
 		return err
@@ -320,15 +328,39 @@ func (s *stream) endKafka(ctx context.Context, err error) error {
 // commitDue reports whether the open Kafka transaction (exactly once) may commit now: it
 // holds records, and only whole PostgreSQL transactions (no transaction is open).
 func (s *stream) commitDue() bool {
-	return s.eo != nil && s.tx == nil && s.eo.Open()
+	return s.eo != nil && s.tx == nil && s.eo.Open() && !s.e.holdCommits
 }
 
 // commitKafka commits the open Kafka transaction with the position of the last PostgreSQL
 // transaction it holds, then confirms its transactions. It runs on the stream's goroutine:
 // nothing is produced meanwhile (franz-go's EndTransaction must follow a Flush with no produce
 // between), and the slot is not read, which holds the stream back while Kafka commits.
-func (s *stream) commitKafka() error {
+//
+// Every record of the window settles first, its dead letter included: a rejection's
+// transaction is in Kafka's position once this commits, so the replay would skip it.
+//
+// While it waits (for a broker that is away, the wait lasts up to the transaction timeout) the
+// status reports go on, as in the loop, so that the server does not end the connection after
+// its wal_sender_timeout.
+func (s *stream) commitKafka(ctx context.Context) error {
 	e := s.e
+	tick := time.NewTicker(e.cfg.StatusInterval)
+	defer tick.Stop()
+	for s.w.inFlight() > 0 {
+		s.flushNow()
+		select {
+		case <-ctx.Done():
+			return nil // Run's end commits or aborts
+		case <-s.w.settled:
+		case <-tick.C:
+			if err := s.report(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	if err := s.w.err(); err != nil {
+		return fmt.Errorf("produce: %w", err) // the transaction is aborted and replayed
+	}
 	if e.beforeKafkaCommit != nil {
 		e.beforeKafkaCommit(s.lastEnd)
 	}
@@ -337,9 +369,21 @@ func (s *stream) commitKafka() error {
 		exactlyonce.Position{LSN: uint64(pos), Slot: e.cfg.Slot, At: time.Now()})
 	// Not the session's context: a commit cut short leaves its outcome unknown. The broker
 	// aborts a transaction past its timeout, so no commit outlives it.
-	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.ExactlyOnce.TransactionTimeout)
+	cctx, cancel := context.WithTimeout(context.Background(), e.cfg.ExactlyOnce.TransactionTimeout)
 	defer cancel()
-	if err := s.eo.Commit(ctx, rec); err != nil {
+	done := make(chan error, 1)
+	go func() { done <- s.eo.Commit(cctx, rec) }() // the stream only waits: eo is not shared
+	var err error
+wait:
+	for {
+		select {
+		case err = <-done:
+			break wait
+		case <-tick.C:
+			_ = s.report(ctx) // a connection lost shows at the next read
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("exactly once: commit the Kafka transaction through %s: %w", pos, err)
 	}
 	s.inKafka = 0
@@ -403,7 +447,7 @@ func (s *stream) loop(ctx context.Context) error {
 		if s.w.full(e.cfg.MaxInFlightRecords, e.cfg.MaxInFlightBytes) {
 			if s.commitDue() {
 				// The commit flushes and waits for every record.
-				if err := s.commitKafka(); err != nil {
+				if err := s.commitKafka(ctx); err != nil || ctx.Err() != nil {
 					return err
 				}
 				continue
@@ -440,8 +484,8 @@ func (s *stream) loop(ctx context.Context) error {
 				return nil
 			}
 			if pgconn.Timeout(err) {
-				if s.commitDue() && s.w.err() == nil {
-					if err := s.commitKafka(); err != nil {
+				if s.commitDue() {
+					if err := s.commitKafka(ctx); err != nil {
 						return err
 					}
 				}
@@ -456,9 +500,9 @@ func (s *stream) loop(ctx context.Context) error {
 		if reply {
 			next = time.Time{}
 		}
-		if s.commitDue() && s.w.err() == nil && (s.inKafka >= e.cfg.ExactlyOnce.MaxRecords ||
+		if s.commitDue() && (s.inKafka >= e.cfg.ExactlyOnce.MaxRecords ||
 			time.Since(s.kafkaBegan) >= e.cfg.ExactlyOnce.Linger) {
-			if err := s.commitKafka(); err != nil {
+			if err := s.commitKafka(ctx); err != nil {
 				return err
 			}
 		}
@@ -537,7 +581,7 @@ func (s *stream) handle(ctx context.Context, data []byte) error {
 		}
 		s.relations[m.RelationID], s.ours[m.RelationID] = l, true
 	case *pglogrepl.BeginMessage:
-		s.tx = s.w.begin(m.CommitTime)
+		s.tx = s.w.begin(m.CommitTime, m.FinalLSN)
 		// FinalLSN is where the transaction's commit record starts, before its end: a
 		// transaction Kafka holds (its end at or before skipThrough) starts before it, and
 		// any later one at or after it.

@@ -40,6 +40,7 @@ type window struct {
 type txn struct {
 	end       pglogrepl.LSN // the Commit message's TransactionEndLSN
 	at        time.Time     // the Begin message's commit time
+	final     pglogrepl.LSN // the Begin message's FinalLSN: where its commit record starts
 	pending   int           // records produced, not settled
 	committed bool
 	failed    bool
@@ -51,9 +52,9 @@ func newWindow(confirmed pglogrepl.LSN) *window {
 	return &window{confirmed: confirmed, settled: make(chan struct{}, 1)}
 }
 
-// begin opens a transaction (a Begin message) that committed at at.
-func (w *window) begin(at time.Time) *txn {
-	t := &txn{at: at}
+// begin opens a transaction (a Begin message) that committed at at, its commit record at final.
+func (w *window) begin(at time.Time, final pglogrepl.LSN) *txn {
+	t := &txn{at: at, final: final}
 	w.mu.Lock()
 	w.txns = append(w.txns, t)
 	w.mu.Unlock()
