@@ -409,7 +409,9 @@ func BenchmarkDrain(b *testing.B) {
 // 10 ms, 200 keys; 20 producers × 1 row every 10 ms, each transaction doing 2 ms of other work
 // after the enqueue (producers are nearly always inside a transaction that did not notify, the
 // sleep lock's hardest case); and 1,000 msgs/s (4 producers × 5 rows every 20 ms) to the claim
-// relay and to log mode, one after the other in the same run.
+// relay and to log mode, one after the other in the same run. The "visible" variants measure
+// enqueue commit → a read_committed consumer's fetch instead, at least once and exactly once
+// (where a record is visible only once its Kafka transaction committed).
 func BenchmarkSteadyLatency(b *testing.B) {
 	for _, c := range []struct {
 		name             string
@@ -417,15 +419,20 @@ func BenchmarkSteadyLatency(b *testing.B) {
 		inTxWork         time.Duration
 		period           time.Duration
 		mode             Mode
-	}{{"4x5", 4, 5, 0, 10 * time.Millisecond, ModeClaim},
-		{"20x1-busy-tx", 20, 1, 2 * time.Millisecond, 10 * time.Millisecond, ModeClaim},
-		{"1k-claim", 4, 5, 0, 20 * time.Millisecond, ModeClaim},
-		{"1k-log", 4, 5, 0, 20 * time.Millisecond, ModeLog}} {
-		b.Run(c.name, func(b *testing.B) { steadyLatency(b, c.mode, c.producers, c.perTx, c.period, c.inTxWork) })
+		eo, visible      bool
+	}{{"4x5", 4, 5, 0, 10 * time.Millisecond, ModeClaim, false, false},
+		{"20x1-busy-tx", 20, 1, 2 * time.Millisecond, 10 * time.Millisecond, ModeClaim, false, false},
+		{"1k-claim", 4, 5, 0, 20 * time.Millisecond, ModeClaim, false, false},
+		{"1k-log", 4, 5, 0, 20 * time.Millisecond, ModeLog, false, false},
+		{"1k-log-visible", 4, 5, 0, 20 * time.Millisecond, ModeLog, false, true},
+		{"1k-log-exactly-once-visible", 4, 5, 0, 20 * time.Millisecond, ModeLog, true, true}} {
+		b.Run(c.name, func(b *testing.B) {
+			steadyLatency(b, c.mode, c.eo, c.visible, c.producers, c.perTx, c.period, c.inTxWork)
+		})
 	}
 }
 
-func steadyLatency(b *testing.B, mode Mode, producers, perTx int, period, inTxWork time.Duration) {
+func steadyLatency(b *testing.B, mode Mode, eo, visible bool, producers, perTx int, period, inTxWork time.Duration) {
 	dur := 10 * time.Second
 	if testing.Short() {
 		dur = 3 * time.Second
@@ -457,10 +464,27 @@ func steadyLatency(b *testing.B, mode Mode, producers, perTx int, period, inTxWo
 			}
 			mu.Unlock()
 		}
-		client := kc.NewClient(b, append(ProducerOpts(), kgo.WithHooks(ackHook(onAck)))...)
-		r, err := NewRelay(db.Pool, client, RelayConfig{Schema: db.Schema, Mode: mode, LogEngine: logrelay.Engine, ClaimConcurrency: envInt("KEIRO_BENCH_CLAIMERS")})
+		opts := ProducerOpts()
+		if !visible {
+			opts = append(opts, kgo.WithHooks(ackHook(onAck)))
+		}
+		client := kc.NewClient(b, opts...)
+		r, err := NewRelay(db.Pool, client, RelayConfig{Schema: db.Schema, Mode: mode, LogEngine: logrelay.Engine,
+			ClaimConcurrency: envInt("KEIRO_BENCH_CLAIMERS"), ExactlyOnce: eo})
 		require.NoError(b, err)
 		ctx, cancel := context.WithCancel(context.Background())
+		if visible {
+			reader := kc.NewClient(b, kgo.ConsumeTopics("orders"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+				kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(100*time.Millisecond))
+			readerDone := make(chan struct{})
+			b.Cleanup(func() { <-readerDone })
+			go func() {
+				defer close(readerDone)
+				for ctx.Err() == nil {
+					reader.PollFetches(ctx).EachRecord(func(rec *kgo.Record) { ackHook(onAck).OnProduceRecordUnbuffered(rec, nil) })
+				}
+			}()
+		}
 		done := make(chan error, 1)
 		go func() { done <- r.Run(ctx) }()
 		b.ResetTimer()

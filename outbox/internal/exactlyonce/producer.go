@@ -117,8 +117,8 @@ func (p *Producer) Open() bool { return p.open }
 
 // Commit produces progress (the engine's record for the offsets topic; nil for none) in the
 // open transaction, flushes, and commits. When a record of the transaction failed (the error
-// then wraps ErrRecordFailed), or the commit fails, it aborts and returns the error: the transaction's records are not on the
-// topic for a read_committed reader. A commit whose outcome is unknown (the broker was lost
+// then wraps ErrRecordFailed), or the commit fails, it aborts and returns the error: the
+// transaction's records are not on the topic for a read_committed reader. A commit whose outcome is unknown (the broker was lost
 // as it answered) is aborted by bumping the producer's epoch, which also fences any part of
 // it still under way; the error then wraps ErrUnknownOutcome, and the engine must read its
 // last progress record back (ReadPosition, ReadClaims) to learn what committed. A producer

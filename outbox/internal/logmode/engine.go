@@ -57,7 +57,9 @@ type Engine struct {
 
 // Stats are an engine's counters since New.
 type Stats struct {
-	// Published counts records Kafka acknowledged.
+	// Published counts records Kafka acknowledged. Under exactly once, a record is
+	// acknowledged inside its Kafka transaction, which may still abort (and its replay be
+	// acknowledged again): the transactions committed are ExactlyOnce's counters.
 	Published int64
 	// Rejected counts the rejected events whose dead letter the publisher wrote.
 	Rejected int64

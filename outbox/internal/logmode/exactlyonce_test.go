@@ -180,7 +180,12 @@ func eachEventOnce(t *testing.T, f *fixture) {
 // only the events after.
 func TestExactlyOnceSlotBehindKafka(t *testing.T) {
 	t.Parallel()
-	f := eoFixture(t, 1)
+	testenv.EachKafka(t, testenv.KafkaConfig{Topics: []string{"orders"}}, func(t *testing.T, k *testenv.Kafka) {
+		slotBehindKafka(t, eoFixtureOn(t, k))
+	})
+}
+
+func slotBehindKafka(t *testing.T, f *fixture) {
 	var pos kafkaPosition
 	first := f.newEngine(t, f.cfg, pos.hooks(logmode.Hooks{HoldReports: true}))
 	stop := run(t, first)
@@ -314,11 +319,16 @@ func TestExactlyOnceReplaysAnAbortedTransaction(t *testing.T) {
 // replayed without it. The events around it are each seen once, and the stream moves on.
 func TestExactlyOncePoisonRecordIsRejected(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, testenv.KafkaConfig{Topics: []string{"orders", "poison"}})
-	f.cfg.ExactlyOnce = &exactlyonce.Config{OffsetsTopic: exactlyonce.DefaultOffsetsTopic}
+	testenv.EachKafka(t, testenv.KafkaConfig{Topics: []string{"orders", "poison"}}, func(t *testing.T, k *testenv.Kafka) {
+		poisonRecordIsRejected(t, eoFixtureOn(t, k))
+	})
+}
+
+func poisonRecordIsRejected(t *testing.T, f *fixture) {
 	ctx := context.Background()
+	poison := f.kafka.Topic("poison")
 	res, err := kadm.NewClient(f.kafka.Client).AlterTopicConfigs(ctx,
-		[]kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: kadm.StringPtr("2048")}}, "poison")
+		[]kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: kadm.StringPtr("2048")}}, poison)
 	require.NoError(t, err)
 	require.NoError(t, res[0].Err)
 	var mu sync.Mutex
@@ -336,16 +346,16 @@ func TestExactlyOncePoisonRecordIsRejected(t *testing.T) {
 	for i := range big {
 		big[i] = 'a' + byte(rng.IntN(26))
 	}
-	want := []event{{id: "ok-1", dest: "orders", key: "k"}, {id: "ok-2", dest: "orders", key: "k"}}
+	want := []event{{id: "ok-1", dest: f.orders(), key: "k"}, {id: "ok-2", dest: f.orders(), key: "k"}}
 	commitEvents(t, f.db.Pool, want[0],
-		event{id: "bad", dest: "poison", key: "k", payload: append(append([]byte(`"`), big...), '"')}, want[1])
+		event{id: "bad", dest: poison, key: "k", payload: append(append([]byte(`"`), big...), '"')}, want[1])
 	more := writeEvents(t, f, "after", 2, 3, 2)
 	want = append(want, more...)
 	testenv.WaitFor(t, time.Minute, "the events around the poison record committed", func() bool {
 		return len(committedRecords(t, f, f.orders())) >= len(want)
 	})
 	requireExactlyOnce(t, f, want)
-	require.Empty(t, committedRecords(t, f, "poison"))
+	require.Empty(t, committedRecords(t, f, poison))
 	mu.Lock()
 	defer mu.Unlock()
 	require.Len(t, rejected, 1, "one dead letter")
@@ -408,4 +418,25 @@ func TestExactlyOnceRefusesAPositionPastTheWAL(t *testing.T) {
 	err := e.Run(rctx)
 	require.ErrorContains(t, err, "past the server's WAL end")
 	require.ErrorContains(t, err, "delete the position")
+}
+
+// Small bounds: PostgreSQL transactions larger than the window and than a Kafka transaction's
+// MaxRecords go whole into one Kafka transaction (which ends only between two of them), and
+// the window's bound commits between them.
+func TestExactlyOnceSmallBounds(t *testing.T) {
+	t.Parallel()
+	f := eoFixture(t, 3)
+	cfg := f.cfg
+	cfg.MaxInFlightRecords = 8
+	cfg.ExactlyOnce = &exactlyonce.Config{MaxRecords: 16, Linger: time.Hour}
+	var commits testenv.Progress
+	e := f.newEngine(t, cfg, logmode.Hooks{OnKafkaCommit: func(pglogrepl.LSN) { commits.Add(1) }})
+	run(t, e)
+	want := writeEvents(t, f, "big", 5, 40, 6)
+	want = append(want, writeEvents(t, f, "small", 30, 1, 6)...)
+	testenv.WaitFor(t, time.Minute, "every event committed", func() bool {
+		return len(committedRecords(t, f, f.orders())) >= len(want)
+	})
+	requireExactlyOnce(t, f, want)
+	require.Zero(t, e.Stats().Rejected)
 }
