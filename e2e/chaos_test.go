@@ -111,6 +111,17 @@ func TestChaos(t *testing.T) {
 		cb.deep = false // the deep-backlog phase stops the claim relays past their lease
 		testChaos(t, cb, "log")
 	})
+	// The same runs with --exactly-once: a read_committed reader sees each event once.
+	t.Run("kafka-eos", func(t *testing.T) {
+		cb := realChaosBroker(t)
+		cb.deep, cb.eos = false, true
+		testChaos(t, cb, "claim")
+	})
+	t.Run("log-eos", func(t *testing.T) {
+		cb := realChaosBroker(t)
+		cb.deep, cb.eos = false, true
+		testChaos(t, cb, "log")
+	})
 }
 
 // chaosBroker is the Kafka of a chaos run and its way of failing.
@@ -123,6 +134,9 @@ type chaosBroker struct {
 	what string
 	// deep: the run ends with the deep-backlog phase (deepBacklogPhase).
 	deep bool
+	// eos: the relays publish with --exactly-once (random instance ids in claim mode), and
+	// the topics' committed records hold each event once.
+	eos bool
 }
 
 // kfakeChaosBroker is two embedded brokers that refuse every produce and fetch during an
@@ -202,6 +216,11 @@ func testChaos(t *testing.T, cb chaosBroker, mode string) {
 	// mode the lease and the attempts apply to the rows written to keiro_outbox before a relay
 	// switched the schema (the log-mode relay drains them first).
 	relayEnvs := relayEnv(db, kc, "KEIRO_RELAY_LEASE=5s", "KEIRO_RELAY_LOG_LEVEL=warn", "KEIRO_RELAY_MAX_ATTEMPTS=100")
+	if cb.eos {
+		relayEnvs = append(relayEnvs, "KEIRO_RELAY_EXACTLY_ONCE=true",
+			"KEIRO_RELAY_OFFSETS_TOPIC="+kc.Topic("keiro-relay-offsets"),
+			"KEIRO_RELAY_TRANSACTION_TIMEOUT="+eosTxnTimeout.String())
+	}
 	if mode == "log" {
 		// The schema's own slot (its name holds the test schema's), dropped once the relays
 		// are gone. Slots that earlier runs killed by their timeout left (inactive, over
@@ -441,6 +460,18 @@ func testChaos(t *testing.T, cb chaosBroker, mode string) {
 	}
 	drainBegan := time.Now()
 	drainTimeout := max(chaosDrainTimeout, 3*duration)
+	// Under exactly-once the topics end with commit markers, past which a consumer commits no
+	// offset: the group is done once it committed past the last committed record.
+	var committedReader *committedReader
+	if cb.eos {
+		committedReader = startCommittedReader(t, kc.Seeds, topic, spanTopic)
+	}
+	groupDone := func() bool {
+		if committedReader == nil {
+			return committedAll(ctx, adm, group, topic)
+		}
+		return committedReader.caughtUp(ctx, adm) && committedReader.committedPast(ctx, adm, group, topic)
+	}
 	waitDrained := func() {
 		var drained bool
 		var lastApplied, lastNotSent int64
@@ -453,7 +484,7 @@ func testChaos(t *testing.T, cb chaosBroker, mode string) {
 			if mode == "log" {
 				notSent += logRowsNotApplied(t, db)
 			}
-			committed := committedAll(ctx, adm, group, topic)
+			committed := groupDone()
 			lastApplied, lastNotSent, lastCommitted = applied, notSent, committed
 			if applied >= want64 && notSent == 0 && committed {
 				drained = true
@@ -545,8 +576,27 @@ func testChaos(t *testing.T, cb chaosBroker, mode string) {
 	spanEnds, err := adm.ListEndOffsets(ctx, spanTopic)
 	require.NoError(t, err)
 	spanEnds.Each(func(l kadm.ListedOffset) { o.topicRecords += l.Offset })
-	recs := consumeAll(t, kc, int(o.topicRecords), time.Minute, topic, spanTopic)
-	require.Len(t, recs, int(o.topicRecords))
+	// The records on Kafka: every record up to the end offsets; under exactly-once the
+	// committed ones, as a read_committed reader sees them (the commit and abort markers and
+	// the aborted records occupy offsets too).
+	var recs []*kgo.Record
+	copies := map[string]int{}
+	if cb.eos {
+		committedReader.waitCaughtUp(t, adm, time.Minute)
+		recs = committedReader.snapshot()
+		for _, r := range recs {
+			copies[string(r.Key)+"/"+messageID(r)]++
+		}
+	} else {
+		recs = consumeAll(t, kc, int(o.topicRecords), time.Minute, topic, spanTopic)
+		require.Len(t, recs, int(o.topicRecords))
+	}
+	var twice int
+	for _, n := range copies {
+		if n > 1 {
+			twice++
+		}
+	}
 	spanViolations := spanOrder(recs, chaosSpanEvery)
 	var plainTotal int64
 	for _, n := range plainSeqs {
@@ -557,14 +607,18 @@ func testChaos(t *testing.T, cb chaosBroker, mode string) {
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+db.Schema+`.keiro_outbox_log`).Scan(&logRows))
 		logNotApplied = logRowsNotApplied(t, db)
 	}
+	published := "relay at-least-once"
+	if cb.eos {
+		published = fmt.Sprintf("exactly once, read_committed; %d offsets in Kafka, markers and aborted records included", o.topicRecords)
+	}
 	report := fmt.Sprintf(`chaos: %s mode: %d events (%d by plain SQL) over %d keys in %s of chaos (+%s drain); keiro_outbox_log rows %d
 chaos: kills: %d relays (%d of them stops past the lease), %d consumers; broker outages (%s): %d x %s
-chaos: records in Kafka %d = %d events + %d duplicates published (relay at-least-once)
+chaos: records in Kafka %d = %d events + %d duplicates published (%s)
 chaos: duplicate deliveries suppressed by the inbox >= %.0f (killed consumers counted at their last scrape)
 chaos: effects applied %d (%d distinct); per-key order violations %d; outbox %v; inbox rows not completed %d`,
 		mode, want64, plainTotal, len(want), chaosTook.Round(time.Second), drainTook.Round(time.Second), logRows,
 		kills["relay"], stops, kills["consumer"], cb.what, outages, chaosOutage,
-		o.topicRecords, want64, o.topicRecords-want64,
+		int64(len(recs)), want64, int64(len(recs))-want64, published,
 		consumerDup+survivorsDup,
 		o.effects, o.distinct, len(o.orderViolations), o.outboxByStatus, o.inboxNotCompleted)
 	fmt.Println(report)
@@ -595,6 +649,18 @@ chaos: effects applied %d (%d distinct); per-key order violations %d; outbox %v;
 		require.Positive(t, logRows, "the relays switched the schema to log mode")
 	}
 	require.GreaterOrEqual(t, o.topicRecords, want64)
+	if cb.eos {
+		require.Zero(t, twice, "no event committed twice on Kafka")
+		require.Equal(t, want64, int64(len(recs)), "each event committed once on Kafka (read_committed)")
+		require.Len(t, copies, int(want64))
+		// Each key of one topic in order on Kafka (the spanning keys are checked above).
+		oneTopic := slices.DeleteFunc(slices.Clone(recs), func(r *kgo.Record) bool {
+			var ki int
+			_, err := fmt.Sscanf(string(r.Key), "key-%03d", &ki)
+			return err == nil && ki%chaosSpanEvery == 0
+		})
+		require.Empty(t, keyInversions(oneTopic), "per-key order of the committed records")
+	}
 	require.Positive(t, kills["relay"]+kills["consumer"])
 }
 

@@ -14,7 +14,16 @@
 //     (`make chaos`); KEIRO_CHAOS_EVENTS sets the number of events. It runs on kfake and on a
 //     real broker in claim mode, and on a real broker in log mode (TestChaos/log: the relays
 //     are active–standby on the schema's replication slot, and every keiro_outbox_log row's
-//     message must reach the effects).
+//     message must reach the effects). TestChaos/kafka-eos and TestChaos/log-eos run the same
+//     with --exactly-once: the committed records (read_committed) hold each event once.
+//   - TestExactlyOnceThreeBrokers: 20k events over 200 keys published with --exactly-once to a
+//     real three-broker cluster, in claim and in log mode, while the publishing relay is
+//     SIGKILLed, frozen past its lease (a zombie continued after its successor took over) and
+//     the partitions' leader broker is SIGKILLed. A read_committed reader of ours (franz-go)
+//     and librdkafka's (Python binding) read each event exactly once, in per-key order.
+//   - TestExactlyOnceZombie: a relay stopped with a Kafka transaction open is continued after
+//     its successor took its claims or its slot over: it reports being fenced, and nothing it
+//     produced is visible to a read_committed reader.
 //   - TestForwardKilled: consume → produce through both sidecars. The consumer binary reads
 //     topic A and its sql-mode function enqueues one outbox event per consumed event in the
 //     inbox transaction; the relay binary publishes them to topic B. The consumer, the relay
