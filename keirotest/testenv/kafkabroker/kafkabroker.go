@@ -353,20 +353,26 @@ func baseProps(cfg Config, n *Node, voters, roles, ctrlAddr string) map[string]s
 		minISR = "2"
 	}
 	p := map[string]string{
-		"process.roles":                                    roles,
-		"node.id":                                          strconv.Itoa(int(n.ID)),
-		"controller.quorum.voters":                         voters,
-		"controller.listener.names":                        "CONTROLLER",
-		"listener.security.protocol.map":                   "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-		"log.dirs":                                         filepath.Join(n.dir, "data"),
-		"num.partitions":                                   "1",
-		"default.replication.factor":                       rf,
-		"min.insync.replicas":                              minISR,
-		"offsets.topic.replication.factor":                 rf,
-		"offsets.topic.num.partitions":                     "10",
-		"transaction.state.log.replication.factor":         rf,
-		"transaction.state.log.min.isr":                    minISR,
-		"transaction.state.log.num.partitions":             "4",
+		"process.roles":                            roles,
+		"node.id":                                  strconv.Itoa(int(n.ID)),
+		"controller.quorum.voters":                 voters,
+		"controller.listener.names":                "CONTROLLER",
+		"listener.security.protocol.map":           "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+		"log.dirs":                                 filepath.Join(n.dir, "data"),
+		"num.partitions":                           "1",
+		"default.replication.factor":               rf,
+		"min.insync.replicas":                      minISR,
+		"offsets.topic.replication.factor":         rf,
+		"offsets.topic.num.partitions":             "10",
+		"transaction.state.log.replication.factor": rf,
+		"transaction.state.log.min.isr":            minISR,
+		"transaction.state.log.num.partitions":     "4",
+		// A transaction's first produce to a partition waits, on the broker, until the
+		// coordinator has finished the producer's previous transaction, retrying every
+		// add.partitions.to.txn.retry.backoff.ms (20 by default): about 20ms on every
+		// transaction of a relay that commits back to back (docs/operations.md,
+		// "Exactly-once publication").
+		"add.partitions.to.txn.retry.backoff.ms":           "1",
 		"share.coordinator.state.topic.replication.factor": rf,
 		"share.coordinator.state.topic.min.isr":            minISR,
 		"group.initial.rebalance.delay.ms":                 "0",

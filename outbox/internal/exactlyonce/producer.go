@@ -6,10 +6,15 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
+
+// concurrentTransactionsBackoff spaces the retries of a request the broker answers with
+// CONCURRENT_TRANSACTIONS (the previous transaction's markers are still being written).
+const concurrentTransactionsBackoff = time.Millisecond
 
 // ErrFenced reports that a newer producer of the same transactional id started: this one
 // is a zombie, and nothing it produces can commit any more.
@@ -76,6 +81,13 @@ func NewProducer(ctx context.Context, opts []kgo.Opt, cfg Config, counters *Coun
 	cl, err := kgo.NewClient(append(slices.Clone(opts),
 		kgo.TransactionalID(cfg.TransactionalID),
 		kgo.TransactionTimeout(cfg.TransactionTimeout),
+		// Before transaction version 2 (KIP-890), a transaction's AddPartitionsToTxn right
+		// after the previous commit meets CONCURRENT_TRANSACTIONS until the broker has written
+		// that commit's markers, a few milliseconds; franz-go's 20ms default backoff would add
+		// about 20ms to every transaction. franz-go raises the backoff itself past a second of
+		// retries. (From version 2 the broker retries itself: its
+		// add.partitions.to.txn.retry.backoff.ms, docs/operations.md.)
+		kgo.ConcurrentTransactionsBackoff(concurrentTransactionsBackoff),
 		kgo.WithHooks(recordFailures{p}),
 	)...)
 	if err != nil {
