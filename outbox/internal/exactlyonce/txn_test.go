@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -15,55 +14,6 @@ import (
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox/internal/exactlyonce"
 )
-
-// readCommitted returns the values of topic's committed records.
-func readCommitted(t *testing.T, opts []kgo.Opt, topic string) []string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cl, err := kgo.NewClient(append(opts, kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
-	require.NoError(t, err)
-	defer cl.Close()
-	ends, err := kadmEnd(ctx, opts, topic)
-	require.NoError(t, err)
-	var vals []string
-	for next := int64(0); next < ends; {
-		fs := cl.PollFetches(ctx)
-		require.NoError(t, ctx.Err())
-		fs.EachRecord(func(r *kgo.Record) {
-			if !r.Attrs.IsControl() {
-				vals = append(vals, string(r.Value))
-			}
-			next = r.Offset + 1
-		})
-	}
-	return vals
-}
-
-func kadmEnd(ctx context.Context, opts []kgo.Opt, topic string) (int64, error) {
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return 0, err
-	}
-	defer cl.Close()
-	req := kmsg.NewPtrListOffsetsRequest()
-	rt := kmsg.NewListOffsetsRequestTopic()
-	rt.Topic = topic
-	rp := kmsg.NewListOffsetsRequestTopicPartition()
-	rp.Timestamp = -1
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		return 0, err
-	}
-	p := resp.Topics[0].Partitions[0]
-	if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-		return 0, err
-	}
-	return p.Offset, nil
-}
 
 // A committed transaction's records and progress are read back; a failed record aborts the
 // whole transaction, which a read_committed reader never sees; the producer goes on.
@@ -97,7 +47,7 @@ func TestProducerCommitsAndAborts(t *testing.T) {
 	require.NoError(t, p.Client().ProduceSync(ctx, &kgo.Record{Topic: "events", Value: []byte("three")}).FirstErr())
 	require.NoError(t, p.Commit(ctx, exactlyonce.PositionRecord(cfg.OffsetsTopic, "p", exactlyonce.Position{LSN: 3})))
 
-	require.Equal(t, []string{"one", "three"}, readCommitted(t, opts, "events"))
+	require.Equal(t, []string{"one", "three"}, committed(t, opts, "events"))
 	pos, err := exactlyonce.ReadPosition(ctx, opts, cfg.OffsetsTopic, "p")
 	require.NoError(t, err)
 	require.Equal(t, uint64(3), pos.LSN)
@@ -137,6 +87,6 @@ func TestProducerFencedByItsSuccessor(t *testing.T) {
 		} else {
 			require.True(t, errors.Is(err, exactlyonce.ErrFenced) || errors.Is(err, kerr.InvalidTxnState), "%v", err)
 		}
-		require.Equal(t, []string{"successor"}, readCommitted(t, opts, events))
+		require.Equal(t, []string{"successor"}, committed(t, opts, events))
 	})
 }
