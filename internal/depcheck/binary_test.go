@@ -17,8 +17,11 @@ import (
 // size", records both sizes. 12 %: log mode's control code in package outbox (the mode switch,
 // its slots per destination set, their overlap check and recovery; about 20 KB) is linked by
 // every relay, since Run reaches it; the log-mode engine itself stays behind outbox/logrelay.
-// The service measured 1.110× its floor with it (2026-12-02).
-const maxBinaryOverhead = 0.12
+// The service measured 1.110× its floor with it (2026-12-02). 13 %: exactly-once publication
+// (RelayConfig.ExactlyOnce, a run-time switch every relay's Run reaches: the claim engine's
+// transactions and recovery in package outbox, package exactlyonce, and franz-go's
+// transactional producer) added 223 KB, 1.128× (2026-12-06).
+const maxBinaryOverhead = 0.13
 
 // reflectMethods are the functions that make the linker keep every exported method of every
 // reachable type (dead method elimination is off once any of them is reachable): text/template
