@@ -12,7 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -64,33 +63,9 @@ func readCommitted(t *testing.T, kc *testenv.Kafka, topic string) []*kgo.Record 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ends, err := kadm.NewClient(kc.Client).ListEndOffsets(ctx, topic)
+	c, err := testenv.ReadCommitted(ctx, kc, topic)
 	require.NoError(t, err)
-	want := map[int32]int64{}
-	parts := map[int32]kgo.Offset{}
-	ends.Each(func(o kadm.ListedOffset) {
-		require.NoError(t, o.Err)
-		if o.Offset > 0 {
-			want[o.Partition] = o.Offset
-			parts[o.Partition] = kgo.NewOffset().AtStart()
-		}
-	})
-	cl := kc.NewClient(t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
-	var out []*kgo.Record
-	for len(want) > 0 {
-		fs := cl.PollFetches(ctx)
-		require.NoError(t, ctx.Err(), "read_committed reader did not reach the end offsets (a transaction left open?)")
-		fs.EachRecord(func(r *kgo.Record) {
-			if !r.Attrs.IsControl() {
-				out = append(out, r)
-			}
-			if r.Offset+1 >= want[r.Partition] {
-				delete(want, r.Partition)
-			}
-		})
-	}
-	return out
+	return c.Records
 }
 
 // requireExactlyOnce checks that recs hold each of evs once, each key's in order.
