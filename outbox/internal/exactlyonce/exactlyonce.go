@@ -171,7 +171,7 @@ func ReadPosition(ctx context.Context, opts []kgo.Opt, topic, txnID string) (Pos
 	if err != nil {
 		return p, err
 	}
-	if err := json.Unmarshal(v, &p); err != nil {
+	if err := decodeProgress(v, "lsn", &p); err != nil {
 		return p, fmt.Errorf("offsets topic %s: the record of %s is not a position: %w", topic, PositionKey(txnID), err)
 	}
 	return p, nil
@@ -184,10 +184,24 @@ func ReadClaims(ctx context.Context, opts []kgo.Opt, topic, txnID string) (Claim
 	if err != nil {
 		return c, err
 	}
-	if err := json.Unmarshal(v, &c); err != nil {
+	if err := decodeProgress(v, "tokens", &c); err != nil {
 		return c, fmt.Errorf("offsets topic %s: the record of %s is not a claims record: %w", topic, ClaimsKey(txnID), err)
 	}
 	return c, nil
+}
+
+// decodeProgress decodes v, a progress record's value, into into: a JSON object that has the
+// field required. A value that decodes without it (null, {}, another tool's object) would
+// otherwise read as a position of zero or no claims, which is not what its writer meant.
+func decodeProgress(v []byte, required string, into any) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(v, &fields); err != nil {
+		return err
+	}
+	if f, ok := fields[required]; !ok || string(f) == "null" {
+		return fmt.Errorf("no %q field", required)
+	}
+	return json.Unmarshal(v, into)
 }
 
 // readLast returns the value of key's last committed record in topic's partition 0, reading
