@@ -144,3 +144,51 @@ func kadmEnds(ctx context.Context, cl *kgo.Client, topic string) (int64, error) 
 	o, _ := ends.Lookup(topic, 0)
 	return o.Offset, o.Err
 }
+
+// A staged progress record leaves with the transaction's records in one flush and commits with
+// them; one the broker refuses fails the commit, which aborts the records beside it.
+func TestStagedProgressCommitsAndAbortsWithTheRecords(t *testing.T) {
+	ctx := context.Background()
+	c, opts := fakeCluster(t)
+	var counters exactlyonce.Counters
+	p := newProducer(t, manual(opts), "s", &counters)
+	require.ErrorContains(t, p.Stage(ctx, exactlyonce.PositionRecord(exactlyonce.DefaultOffsetsTopic, "s", exactlyonce.Position{LSN: 1})),
+		"no transaction is open")
+
+	var produces atomic.Int32
+	var refuse atomic.Bool
+	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		produces.Add(1)
+		if refuse.Load() {
+			return testenv.ProduceError(kreq.(*kmsg.ProduceRequest), kerr.MessageTooLarge.Code), nil, true
+		}
+		return nil, nil, false
+	})
+
+	require.NoError(t, p.Begin())
+	p.Client().Produce(ctx, &kgo.Record{Topic: "t", Value: []byte("one")}, nil)
+	require.NoError(t, p.Stage(ctx, exactlyonce.PositionRecord(exactlyonce.DefaultOffsetsTopic, "s", exactlyonce.Position{LSN: 7})))
+	require.NoError(t, p.Client().Flush(ctx))
+	require.Equal(t, int32(1), produces.Load(), "the record and the progress record leave in one produce request")
+	require.NoError(t, p.Commit(ctx, nil))
+	require.Equal(t, []string{"one"}, committed(t, opts, "t"))
+	pos, err := exactlyonce.ReadPosition(ctx, opts, exactlyonce.DefaultOffsetsTopic, "s")
+	require.NoError(t, err)
+	require.Equal(t, uint64(7), pos.LSN)
+
+	// The records are out; the progress record alone is refused.
+	require.NoError(t, p.Begin())
+	p.Client().Produce(ctx, &kgo.Record{Topic: "t", Value: []byte("two")}, nil)
+	require.NoError(t, p.Client().Flush(ctx))
+	require.NoError(t, p.Stage(ctx, exactlyonce.PositionRecord(exactlyonce.DefaultOffsetsTopic, "s", exactlyonce.Position{LSN: 8})))
+	refuse.Store(true)
+	err = p.Commit(ctx, nil)
+	refuse.Store(false)
+	require.ErrorIs(t, err, exactlyonce.ErrRecordFailed)
+	require.Equal(t, int64(1), counters.Aborted())
+	require.Equal(t, []string{"one"}, committed(t, opts, "t"), "the records beside a refused progress record are aborted")
+	pos, err = exactlyonce.ReadPosition(ctx, opts, exactlyonce.DefaultOffsetsTopic, "s")
+	require.NoError(t, err)
+	require.Equal(t, uint64(7), pos.LSN)
+}

@@ -336,8 +336,11 @@ func (s *stream) commitDue() bool {
 // nothing is produced meanwhile (franz-go's EndTransaction must follow a Flush with no produce
 // between), and the slot is not read, which holds the stream back while Kafka commits.
 //
-// Every record of the window settles first, its dead letter included: a rejection's
-// transaction is in Kafka's position once this commits, so the replay would skip it.
+// The position record is staged first, so that it leaves with the transaction's last records
+// in one flush rather than in a produce round trip of its own. Then every record of the window
+// settles, its dead letter included: a rejection's transaction is in Kafka's position once this
+// commits, so the replay would skip it. A record that failed leaves the transaction uncommitted
+// (the session ends; Run's end aborts it, and the next session replays it).
 //
 // While it waits (for a broker that is away, the wait lasts up to the transaction timeout) the
 // status reports go on, as in the loop, so that the server does not end the connection after
@@ -346,6 +349,12 @@ func (s *stream) commitKafka(ctx context.Context) error {
 	e := s.e
 	tick := time.NewTicker(e.cfg.StatusInterval)
 	defer tick.Stop()
+	pos := s.lastEnd
+	rec := exactlyonce.PositionRecord(s.eo.OffsetsTopic(), s.eo.TransactionalID(),
+		exactlyonce.Position{LSN: uint64(pos), Slot: e.cfg.Slot, At: time.Now()})
+	if err := s.eo.Stage(ctx, rec); err != nil {
+		return fmt.Errorf("exactly once: %w", err)
+	}
 	for s.w.inFlight() > 0 {
 		s.flushNow()
 		select {
@@ -362,17 +371,14 @@ func (s *stream) commitKafka(ctx context.Context) error {
 		return fmt.Errorf("produce: %w", err) // the transaction is aborted and replayed
 	}
 	if e.beforeKafkaCommit != nil {
-		e.beforeKafkaCommit(s.lastEnd)
+		e.beforeKafkaCommit(pos)
 	}
-	pos := s.lastEnd
-	rec := exactlyonce.PositionRecord(s.eo.OffsetsTopic(), s.eo.TransactionalID(),
-		exactlyonce.Position{LSN: uint64(pos), Slot: e.cfg.Slot, At: time.Now()})
 	// Not the session's context: a commit cut short leaves its outcome unknown. The broker
 	// aborts a transaction past its timeout, so no commit outlives it.
 	cctx, cancel := context.WithTimeout(context.Background(), e.cfg.ExactlyOnce.TransactionTimeout)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- s.eo.Commit(cctx, rec) }() // the stream only waits: eo is not shared
+	go func() { done <- s.eo.Commit(cctx, nil) }() // the stream only waits: eo is not shared
 	var err error
 wait:
 	for {
