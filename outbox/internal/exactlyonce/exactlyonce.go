@@ -93,6 +93,11 @@ func LogTransactionalID(systemID, database, slot string) string {
 	return "keiro-relay-log." + systemID + "." + database + "." + slot
 }
 
+// LogPipelineID is the log engine's second transactional id, of the producer that takes the
+// next transaction while the first commits (its id is txnID, a LogTransactionalID): the two
+// take turns. A slot name has no dot, so no slot's id is another's second.
+func LogPipelineID(txnID string) string { return txnID + ".1" }
+
 // ClaimTransactionalID is the transactional id of a claim relay of schema, instance naming
 // the relay (unique among the relays of the schema: a random one by default).
 func ClaimTransactionalID(schema, instance string) string {

@@ -440,3 +440,94 @@ func TestExactlyOnceSmallBounds(t *testing.T) {
 	requireExactlyOnce(t, f, want)
 	require.Zero(t, e.Stats().Rejected)
 }
+
+// holdFirstCommit makes the fixture's (kfake) broker hold the first EndTxn that commits until
+// release is closed, answering it then with code (0: as the broker would). held is closed
+// when it arrives.
+func holdFirstCommit(f *fixture, code int16) (held, release chan struct{}) {
+	held, release = make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	first.Store(true)
+	c := f.kafka.Cluster
+	c.ControlKey(int16(kmsg.EndTxn), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kreq.(*kmsg.EndTxnRequest)
+		if !req.Commit || !first.CompareAndSwap(true, false) {
+			return nil, nil, false
+		}
+		close(held)
+		c.SleepControl(func() { <-release })
+		if code == 0 {
+			return nil, nil, false
+		}
+		resp := req.ResponseKind().(*kmsg.EndTxnResponse)
+		resp.Version, resp.ErrorCode = req.Version, code
+		return resp, nil, true
+	})
+	return held, release
+}
+
+// While a Kafka transaction commits, the stream goes on: the next transaction's records are
+// read and produced (by the other producer) before the commit completes, and commit after it.
+func TestExactlyOnceProducesWhileACommitIsUnderWay(t *testing.T) {
+	t.Parallel()
+	f := eoFixture(t, 1)
+	held, release := holdFirstCommit(f, 0)
+	var acked atomic.Int64
+	var order []pglogrepl.LSN
+	var mu sync.Mutex
+	e := f.newEngine(t, f.cfg, logmode.Hooks{
+		OnAck: func(string) { acked.Add(1) },
+		OnKafkaCommit: func(pos pglogrepl.LSN) {
+			mu.Lock()
+			order = append(order, pos)
+			mu.Unlock()
+		},
+	})
+	run(t, e)
+	first := writeEvents(t, f, "first", 1, 5, 2)
+	<-held
+	second := writeEvents(t, f, "second", 2, 5, 2)
+	testenv.WaitFor(t, time.Minute, "the next transaction's records are acknowledged while the first commits", func() bool {
+		return acked.Load() == int64(len(first)+len(second))
+	})
+	mu.Lock()
+	require.Empty(t, order, "no Kafka transaction has committed yet")
+	mu.Unlock()
+	close(release)
+	testenv.WaitFor(t, time.Minute, "every event committed", func() bool {
+		return len(committedRecords(t, f, f.orders())) >= len(first)+len(second)
+	})
+	requireExactlyOnce(t, f, append(first, second...))
+	mu.Lock()
+	defer mu.Unlock()
+	require.True(t, slices.IsSorted(order), "the commits complete in order: %v", order)
+	_, counters := e.ExactlyOnce()
+	require.Zero(t, counters.Aborted())
+}
+
+// A commit that fails stops the transaction after it from committing, although its records are
+// all acknowledged: it is aborted, the session ends, and the next replays both from Kafka's
+// position. A read_committed reader sees each event once, in order.
+func TestExactlyOnceNothingCommitsAfterAFailedCommit(t *testing.T) {
+	t.Parallel()
+	f := eoFixture(t, 1)
+	held, release := holdFirstCommit(f, kerr.InvalidTxnState.Code)
+	var acked atomic.Int64
+	e := f.newEngine(t, f.cfg, logmode.Hooks{OnAck: func(string) { acked.Add(1) }})
+	run(t, e)
+	first := writeEvents(t, f, "first", 1, 5, 2)
+	<-held
+	second := writeEvents(t, f, "second", 2, 5, 2)
+	testenv.WaitFor(t, time.Minute, "the next transaction's records are acknowledged while the first commits", func() bool {
+		return acked.Load() == int64(len(first)+len(second))
+	})
+	close(release) // the first commit fails
+	testenv.WaitFor(t, time.Minute, "every event committed by the next session", func() bool {
+		return len(committedRecords(t, f, f.orders())) >= len(first)+len(second)
+	})
+	requireExactlyOnce(t, f, append(first, second...))
+	_, counters := e.ExactlyOnce()
+	require.GreaterOrEqual(t, counters.Aborted(), int64(2), "the failed transaction and the one after it were aborted")
+	require.GreaterOrEqual(t, e.Sessions(), int64(2), "a session replayed them")
+}

@@ -70,7 +70,8 @@ func (s *stream) produce(ctx context.Context, t *txn, r *row) error {
 		}
 		s.inKafka++
 	}
-	s.w.add(t, size, s.eo != nil)
+	inTxn := s.eo != nil // the promise does not read s.eo: the stream changes it (commitKafka)
+	s.w.add(t, size, inTxn)
 	s.cl.Produce(context.Background(), rec, func(rec *kgo.Record, err error) {
 		send.Done(rec, err, t.at)
 		if err == nil {
@@ -85,7 +86,7 @@ func (s *stream) produce(ctx context.Context, t *txn, r *row) error {
 			case kafkaerr.Suspect(err, !alone):
 				e.suspects.Add(ev.MessageID)
 				err = fmt.Errorf("%w (message %s is produced alone by the next session)", err, ev.MessageID)
-			case s.eo != nil:
+			case inTxn:
 				// Its Kafka transaction cannot commit without it (the records of the
 				// transaction must all be there or none): rejected, then failed, so that the
 				// transaction is aborted and replayed without it.

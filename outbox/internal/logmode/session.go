@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -77,6 +78,7 @@ func (e *Engine) session(ctx context.Context) error {
 		defer func() {
 			cctx, cancel := context.WithTimeout(context.Background(), e.cfg.ShutdownTimeout)
 			s.eo.Close(cctx)
+			s.eoNext.Close(cctx)
 			cancel()
 		}()
 	}
@@ -84,31 +86,45 @@ func (e *Engine) session(ctx context.Context) error {
 	return s.run(ctx)
 }
 
-// startExactlyOnce builds the session's transactional producer of txnID, which fences any
-// earlier producer of the slot (a zombie engine) and aborts what it had open, then reads the
-// position Kafka committed last: the stream skips every transaction at or before it, which
-// covers a slot whose confirmed position lags behind Kafka (an engine that died after a Kafka
-// commit and before its status update). A position past the server's WAL end (walEnd, as
-// IDENTIFY_SYSTEM reported it) is refused: the database was restored to an earlier point (its
-// system identifier stays), and skipping to the position would skip its new transactions.
+// startExactlyOnce builds the session's two transactional producers, of txnID and of its
+// LogPipelineID, which fences any earlier producer of the slot (a zombie engine) and aborts what
+// it had open, then reads the position Kafka committed last: the stream skips every transaction
+// at or before it, which covers a slot whose confirmed position lags behind Kafka (an engine
+// that died after a Kafka commit and before its status update). A position past the server's
+// WAL end (walEnd, as IDENTIFY_SYSTEM reported it) is refused: the database was restored to an
+// earlier point (its system identifier stays), and skipping to the position would skip its new
+// transactions.
 func (s *stream) startExactlyOnce(ctx context.Context, txnID string, walEnd pglogrepl.LSN) error {
 	e := s.e
-	cfg := *e.cfg.ExactlyOnce
-	cfg.TransactionalID = txnID
 	e.txnID.Store(&txnID)
 	opts := producerOpts(e.pub.Client(), e.cfg.UnknownTopicRetries)
-	p, err := exactlyonce.NewProducer(ctx, opts, cfg, e.eoCounters)
-	if err != nil {
-		return err
+	var ps [2]*exactlyonce.Producer
+	closeAll := func() {
+		for _, p := range ps {
+			if p != nil {
+				p.Close(ctx)
+			}
+		}
 	}
+	for i, id := range []string{txnID, exactlyonce.LogPipelineID(txnID)} {
+		cfg := *e.cfg.ExactlyOnce
+		cfg.TransactionalID = id
+		p, err := exactlyonce.NewProducer(ctx, opts, cfg, e.eoCounters)
+		if err != nil {
+			closeAll()
+			return err
+		}
+		ps[i] = p
+	}
+	cfg := e.cfg.ExactlyOnce
 	pos, err := exactlyonce.ReadPosition(ctx, opts, cfg.OffsetsTopic, txnID)
 	switch {
 	case errors.Is(err, exactlyonce.ErrNoRecord):
 	case err != nil:
-		p.Close(ctx)
+		closeAll()
 		return fmt.Errorf("exactly once: read the position of %s: %w", txnID, err)
 	case pglogrepl.LSN(pos.LSN) > walEnd:
-		p.Close(ctx)
+		closeAll()
 		return fmt.Errorf("%w: exactly once: Kafka's position of %s (%s, committed %s) is past the server's WAL end (%s): the database was restored to an earlier point; "+
 			"check what Kafka already holds, then delete the position (a tombstone of key %q in %s) or use a new slot",
 			errConfig, txnID, pglogrepl.LSN(pos.LSN), pos.At.Format(time.RFC3339), walEnd, exactlyonce.PositionKey(txnID), cfg.OffsetsTopic)
@@ -116,7 +132,8 @@ func (s *stream) startExactlyOnce(ctx context.Context, txnID string, walEnd pglo
 		s.skipThrough = pglogrepl.LSN(pos.LSN)
 		s.w.kafka = s.skipThrough
 	}
-	s.eo, s.cl = p, p.Client()
+	s.txnID = txnID
+	s.eo, s.eoNext, s.cl = ps[0], ps[1], ps[0].Client()
 	e.log.InfoContext(ctx, "log mode: exactly once", "transactional_id", txnID,
 		"kafka_position", s.skipThrough.String())
 	return nil
@@ -246,8 +263,17 @@ type stream struct {
 	cl        *kgo.Client     // the producer: the engine's, or eo's under exactly once
 	lastEnd   pglogrepl.LSN   // the end of the last transaction whose Commit was read
 
-	// Exactly once (eo nil: at least once).
+	// flushing is the client the flusher flushes: cl, which changes (exactly once) when the
+	// producers take turns.
+	flushing atomic.Pointer[kgo.Client]
+
+	// Exactly once (eo nil: at least once). Two producers take turns: eo takes the records
+	// while eoNext's transaction commits (committing), so that the stream is read and produced
+	// while Kafka commits. A transaction commits only once the one before it did.
 	eo          *exactlyonce.Producer
+	eoNext      *exactlyonce.Producer
+	txnID       string        // eo's first id: the key of the position in the offsets topic
+	committing  *kafkaCommit  // the commit under way, nil if none
 	skipThrough pglogrepl.LSN // Kafka's position: transactions that end at or before it are skipped
 	skip        bool          // the open transaction is skipped
 	inKafka     int           // records produced in the open Kafka transaction
@@ -264,6 +290,7 @@ func (s *stream) run(ctx context.Context) error {
 	e := s.e
 	s.kick = make(chan struct{}, 1)
 	s.ours = map[uint32]bool{}
+	s.flushing.Store(s.cl)
 	flushCtx, stopFlush := context.WithCancel(context.Background())
 	flushed := make(chan struct{})
 	go func() {
@@ -273,7 +300,7 @@ func (s *stream) run(ctx context.Context) error {
 			case <-flushCtx.Done():
 				return
 			case <-s.kick:
-				_ = s.cl.Flush(flushCtx)
+				_ = s.flushing.Load().Flush(flushCtx)
 			}
 		}
 	}()
@@ -303,16 +330,24 @@ func (s *stream) run(ctx context.Context) error {
 	return err
 }
 
-// endKafka ends the session's open Kafka transaction: committed if the session ended
-// cleanly (err nil) between two PostgreSQL transactions with every record acknowledged,
-// aborted otherwise (its PostgreSQL transactions are replayed by the next session). It returns
-// the session's error, or the commit's.
+// endKafka ends the session's Kafka transactions: the commit under way completes (whatever
+// err is: it cannot be called back), then the open transaction is committed if the session
+// ended cleanly (err nil) between two PostgreSQL transactions with every record acknowledged
+// and the commit before it succeeded, aborted otherwise (its PostgreSQL transactions are
+// replayed by the next session). It returns the session's error, or the commits'.
 func (s *stream) endKafka(ctx context.Context, err error) error {
+	if cerr := s.awaitCommit(ctx); cerr != nil && err == nil && ctx.Err() == nil {
+		err = cerr
+	}
 	if !s.eo.Open() {
 		return err
 	}
 	if err == nil && s.tx == nil && s.w.err() == nil && s.w.inFlight() == 0 {
-		if cerr := s.commitKafka(context.Background()); cerr != nil && ctx.Err() == nil {
+		cerr := s.commitKafka(context.Background())
+		if cerr == nil {
+			cerr = s.awaitCommit(ctx)
+		}
+		if cerr != nil && ctx.Err() == nil {
 			return cerr
 		}
 		return err
@@ -331,16 +366,34 @@ func (s *stream) commitDue() bool {
 	return s.eo != nil && s.tx == nil && s.eo.Open() && !s.e.holdCommits
 }
 
-// commitKafka commits the open Kafka transaction with the position of the last PostgreSQL
-// transaction it holds, then confirms its transactions. It runs on the stream's goroutine:
-// nothing is produced meanwhile (franz-go's EndTransaction must follow a Flush with no produce
-// between), and the slot is not read, which holds the stream back while Kafka commits.
+// commitReady reports whether the open Kafka transaction may commit now without waiting: it
+// is due, and the one before it completed its commit. While that one commits, the stream goes
+// on reading into the open transaction (up to MaxRecords, or a full window).
+func (s *stream) commitReady() bool {
+	return s.committing == nil && s.commitDue()
+}
+
+// kafkaCommit is a Kafka transaction committing (exactly once): the end of the last
+// PostgreSQL transaction it holds, and its outcome once known.
+type kafkaCommit struct {
+	pos  pglogrepl.LSN
+	done chan error
+}
+
+// commitKafka starts committing the open Kafka transaction, with the position of the last
+// PostgreSQL transaction it holds, and turns the stream to the other producer: the stream
+// reads and produces the next transaction while this one commits. Its PostgreSQL transactions
+// are confirmed once it committed (settleCommit).
 //
 // The position record is staged first, so that it leaves with the transaction's last records
 // in one flush rather than in a produce round trip of its own. Then every record of the window
 // settles, its dead letter included: a rejection's transaction is in Kafka's position once this
-// commits, so the replay would skip it. A record that failed leaves the transaction uncommitted
-// (the session ends; Run's end aborts it, and the next session replays it).
+// commits, so the replay would skip it. (The window then holds only this transaction's
+// records: the one before it settled before it began committing.) A record that failed leaves
+// the transaction uncommitted: the session ends, Run's end aborts it, and the next session
+// replays it. Then the commit before it must have succeeded: a transaction never commits after
+// one before it failed, so that what Kafka holds is always a prefix of the stream and its
+// position the end of that prefix.
 //
 // While it waits (for a broker that is away, the wait lasts up to the transaction timeout) the
 // status reports go on, as in the loop, so that the server does not end the connection after
@@ -350,7 +403,7 @@ func (s *stream) commitKafka(ctx context.Context) error {
 	tick := time.NewTicker(e.cfg.StatusInterval)
 	defer tick.Stop()
 	pos := s.lastEnd
-	rec := exactlyonce.PositionRecord(s.eo.OffsetsTopic(), s.eo.TransactionalID(),
+	rec := exactlyonce.PositionRecord(s.eo.OffsetsTopic(), s.txnID,
 		exactlyonce.Position{LSN: uint64(pos), Slot: e.cfg.Slot, At: time.Now()})
 	if err := s.eo.Stage(ctx, rec); err != nil {
 		return fmt.Errorf("exactly once: %w", err)
@@ -370,32 +423,75 @@ func (s *stream) commitKafka(ctx context.Context) error {
 	if err := s.w.err(); err != nil {
 		return fmt.Errorf("produce: %w", err) // the transaction is aborted and replayed
 	}
+	if err := s.awaitCommit(ctx); err != nil {
+		return err
+	}
 	if e.beforeKafkaCommit != nil {
 		e.beforeKafkaCommit(pos)
 	}
 	// Not the session's context: a commit cut short leaves its outcome unknown. The broker
 	// aborts a transaction past its timeout, so no commit outlives it.
-	cctx, cancel := context.WithTimeout(context.Background(), e.cfg.ExactlyOnce.TransactionTimeout)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- s.eo.Commit(cctx, nil) }() // the stream only waits: eo is not shared
-	var err error
-wait:
+	c := &kafkaCommit{pos: pos, done: make(chan error, 1)}
+	p, conn := s.eo, s.conn.Conn()
+	go func() {
+		cctx, cancel := context.WithTimeout(context.Background(), e.cfg.ExactlyOnce.TransactionTimeout)
+		c.done <- p.Commit(cctx, nil)
+		cancel()
+		// Wake the stream, which may be waiting on the slot: it settles the commit at once.
+		_ = conn.SetReadDeadline(time.Now())
+	}()
+	s.committing = c
+	s.eo, s.eoNext = s.eoNext, s.eo
+	s.cl = s.eo.Client()
+	s.flushing.Store(s.cl)
+	s.inKafka = 0
+	return nil
+}
+
+// awaitCommit waits for the commit under way, if any, and settles it (settleCommit). The status
+// reports go on meanwhile.
+func (s *stream) awaitCommit(ctx context.Context) error {
+	c := s.committing
+	if c == nil {
+		return nil
+	}
+	tick := time.NewTicker(s.e.cfg.StatusInterval)
+	defer tick.Stop()
 	for {
 		select {
-		case err = <-done:
-			break wait
+		case err := <-c.done:
+			return s.settleCommit(err)
 		case <-tick.C:
 			_ = s.report(ctx) // a connection lost shows at the next read
 		}
 	}
-	if err != nil {
-		return fmt.Errorf("exactly once: commit the Kafka transaction through %s: %w", pos, err)
+}
+
+// pollCommit settles the commit under way if it has completed, without waiting.
+func (s *stream) pollCommit() error {
+	if s.committing == nil {
+		return nil
 	}
-	s.inKafka = 0
-	s.w.kafkaCommitted(pos)
-	if e.onKafkaCommit != nil {
-		e.onKafkaCommit(pos)
+	select {
+	case err := <-s.committing.done:
+		return s.settleCommit(err)
+	default:
+		return nil
+	}
+}
+
+// settleCommit takes the outcome of the commit under way: committed, its PostgreSQL
+// transactions are confirmed; failed, the session ends (the transaction after it, open, is
+// then aborted).
+func (s *stream) settleCommit(err error) error {
+	c := s.committing
+	s.committing = nil
+	if err != nil {
+		return fmt.Errorf("exactly once: commit the Kafka transaction through %s: %w", c.pos, err)
+	}
+	s.w.kafkaCommitted(c.pos)
+	if s.e.onKafkaCommit != nil {
+		s.e.onKafkaCommit(c.pos)
 	}
 	return nil
 }
@@ -442,6 +538,9 @@ func (s *stream) loop(ctx context.Context) error {
 		if err := s.w.err(); err != nil {
 			return fmt.Errorf("produce: %w", err)
 		}
+		if err := s.pollCommit(); err != nil {
+			return err
+		}
 		now := time.Now()
 		if !now.Before(next) {
 			if err := s.report(ctx); err != nil {
@@ -470,7 +569,7 @@ func (s *stream) loop(ctx context.Context) error {
 			continue
 		}
 		readBy := next
-		if s.commitDue() {
+		if s.commitReady() {
 			// A deadline already passed reads only what the connection has buffered: the
 			// stream is idle when nothing is, and the Kafka transaction commits at once.
 			readBy = now
@@ -483,6 +582,10 @@ func (s *stream) loop(ctx context.Context) error {
 			if ctx.Err() != nil { // ended before the deadline was set: AfterFunc's was overwritten
 				return nil
 			}
+			// A commit that completed before the deadline was set had its wake overwritten.
+			if s.committing != nil && len(s.committing.done) > 0 {
+				continue
+			}
 		}
 		msg, err := s.conn.ReceiveMessage(context.Background())
 		if err != nil {
@@ -490,7 +593,11 @@ func (s *stream) loop(ctx context.Context) error {
 				return nil
 			}
 			if pgconn.Timeout(err) {
-				if s.commitDue() {
+				deadline = time.Time{} // maybe a commit's wake: set the deadline again
+				if err := s.pollCommit(); err != nil {
+					return err
+				}
+				if s.commitReady() {
 					if err := s.commitKafka(ctx); err != nil {
 						return err
 					}
@@ -506,8 +613,8 @@ func (s *stream) loop(ctx context.Context) error {
 		if reply {
 			next = time.Time{}
 		}
-		if s.commitDue() && (s.inKafka >= e.cfg.ExactlyOnce.MaxRecords ||
-			time.Since(s.kafkaBegan) >= e.cfg.ExactlyOnce.Linger) {
+		if s.commitDue() && s.inKafka >= e.cfg.ExactlyOnce.MaxRecords ||
+			s.commitReady() && time.Since(s.kafkaBegan) >= e.cfg.ExactlyOnce.Linger {
 			if err := s.commitKafka(ctx); err != nil {
 				return err
 			}
