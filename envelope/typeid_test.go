@@ -45,9 +45,9 @@ func TestTypeIDRejects(t *testing.T) {
 	}
 	for _, s := range []string{
 		"", "msg_", "msg_0000000000000000000000000", // 25 characters
-		"msg_80000000000000000000000000",            // overflows 128 bits
-		"msg_0000000000000000000000000u",            // u is not in the alphabet
-		"msg_0000000000000000000000000A",            // upper case
+		"msg_80000000000000000000000000", // overflows 128 bits
+		"msg_0000000000000000000000000u", // u is not in the alphabet
+		"msg_0000000000000000000000000A", // upper case
 		"_00000000000000000000000000", "msg00000000000000000000000000", "Msg_00000000000000000000000000",
 	} {
 		if _, _, err := envelope.ParseTypeID(s); err == nil {
