@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -143,4 +144,31 @@ func TestInbox_MarkFailedTxOutsideAHandler(t *testing.T) {
 		require.ErrorIs(t, inbox.MarkFailedTx(ctx, tx, "plain"), inbox.ErrNotHandlerTx)
 		return nil
 	}))
+}
+
+// TestInbox_MarkFailedTxStoresAnyReason: a reason PostgreSQL's text refuses as it is (a NUL
+// byte, invalid UTF-8) or longer than the stored limit is stored readable and cut, so that the
+// mark, and the handler's writes with it, still commit.
+func TestInbox_MarkFailedTxStoresAnyReason(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.NewDB(t)
+	fx := newEffects(t, db)
+	s := newStore(t, db)
+	ev := newEvent("ordering", "t")
+	reason := "bad\x00byte \xff and " + strings.Repeat("long ", 4000)
+	res, err := s.Process(ctx, db.Pool, inbox.Delivery{Event: ev}, func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
+		if err := fx.handler()(ctx, tx, ev); err != nil {
+			return err
+		}
+		return inbox.MarkFailedTx(ctx, tx, reason)
+	})
+	require.NoError(t, err)
+	require.Equal(t, inbox.Processed, res.Outcome)
+	require.Equal(t, 1, fx.count(t, ev.MessageID))
+	e, err := inbox.NewAdmin(s).Lookup(ctx, db.Pool, inbox.Key{Source: ev.Source, DedupeKey: ev.MessageID})
+	require.NoError(t, err)
+	require.Equal(t, inbox.StatusFailed, e.Status)
+	require.True(t, strings.HasPrefix(e.LastError, "bad\uFFFDbyte \uFFFD and long"), e.LastError[:20])
+	require.Less(t, len(e.LastError), len(reason))
 }

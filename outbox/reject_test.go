@@ -106,3 +106,60 @@ func TestAdmin_RejectWithADetail(t *testing.T) {
 	require.Equal(t, outbox.StatusSent, row.Status)
 	require.Empty(t, row.RejectionCode)
 }
+
+// TestAdmin_RejectRacesAClaim: a rejection that meets a row a relay is claiming waits for the
+// claim's transaction on the row's lock, then sees the row in flight and leaves it alone: a row
+// is never both published and rejected.
+func TestAdmin_RejectRacesAClaim(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db, _, st := rig(t, 1)
+	admin, err := outbox.NewAdmin(db.Schema)
+	require.NoError(t, err)
+	k := "k"
+	x := enqueue(t, db.Pool, st, event("x", "orders", &k, `{}`))[0].OutboxID
+
+	claim, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = claim.Rollback(ctx) }()
+	_, err = claim.Exec(ctx, `UPDATE keiro_outbox SET status = 'publishing', claim_token = gen_random_uuid(),
+		lease_until = now() + interval '1 minute', attempt_count = 1 WHERE outbox_id = $1`, x)
+	require.NoError(t, err)
+
+	conn, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	var pid int32
+	require.NoError(t, conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
+	type result struct {
+		ids []envelope.UUID
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ids, err := admin.Reject(ctx, conn.Conn(), []envelope.UUID{x}, outbox.Rejection{Code: "policy.pii"})
+		done <- result{ids, err}
+	}()
+	for {
+		var waiting bool
+		require.NoError(t, db.Pool.QueryRow(ctx,
+			`SELECT coalesce(bool_or(wait_event_type = 'Lock'), false) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&waiting))
+		if waiting {
+			break
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("the rejection did not wait for the claim: %v, %v", r.ids, r.err)
+		default:
+		}
+	}
+	require.NoError(t, claim.Commit(ctx))
+	r := <-done
+	require.NoError(t, r.err)
+	require.Empty(t, r.ids, "the claimed row is not rejected")
+	row, err := admin.Lookup(ctx, db.Pool, x)
+	require.NoError(t, err)
+	require.Equal(t, outbox.StatusPublishing, row.Status)
+	require.Empty(t, row.RejectionCode)
+}
