@@ -86,3 +86,15 @@ func jitter(d time.Duration, u float64) time.Duration {
 	half := float64(d) / 2
 	return time.Duration(half + u*half)
 }
+
+// ConstantBackoff returns a Backoff whose every retry waits d: Initial and Max d, Multiplier 1
+// (keiro's ConstantBackoff, the default of keiro's outbox publisher). Like every keiro-go
+// backoff it keeps equal jitter, so each delay lies in [d/2, d] where keiro waits exactly d: a
+// fleet that failed together does not retry in lockstep. A d of zero or less retries at once
+// (a negative Initial), rather than meaning "the component's default" as a zero Backoff does.
+func ConstantBackoff(d time.Duration) Backoff {
+	if d <= 0 {
+		return Backoff{Initial: -1, Max: 0, Multiplier: 1}
+	}
+	return Backoff{Initial: d, Max: d, Multiplier: 1}
+}

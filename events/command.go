@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -83,8 +84,11 @@ type RunnerConfig[S any] struct {
 	// Snapshot decides after each committed append whether to write an advisory snapshot of
 	// the state (SnapshotEvery, SnapshotOnTerminal, or any SnapshotPolicy); hydration then
 	// replays only the tail. Snapshot failures never fail a committed command: they are counted
-	// (keiro.snapshot.encode.failures, keiro.snapshot.write.failures) and logged. Defaults to
-	// SnapshotEvery(n) when SnapshotEvery is n > 0, else nil (no snapshots).
+	// (keiro.snapshot.encode.failures, keiro.snapshot.write.failures) and logged. Before a
+	// snapshot is written the appended events are replayed through the codec; a batch that does
+	// not replay to the decided state is counted (keiro.snapshot.apply.divergence) and not
+	// snapshotted. Defaults to SnapshotEvery(n) when SnapshotEvery is n > 0, else nil (no
+	// snapshots).
 	Snapshot SnapshotPolicy[S]
 	// SnapshotEvery writes an advisory snapshot of the state after commit whenever an append
 	// crosses a multiple of SnapshotEvery versions; hydration then replays only the tail. Zero
@@ -94,7 +98,8 @@ type RunnerConfig[S any] struct {
 	// SnapshotVersion identifies the state's encoding: snapshots of another version are ignored
 	// (and replaced). Bump it when S changes shape. Defaults to DefaultSnapshotVersion.
 	SnapshotVersion int32
-	// EncodeSnapshot encodes the state for a snapshot. Defaults to json.Marshal.
+	// EncodeSnapshot encodes the state for a snapshot. It must be deterministic (one state, one
+	// encoding): the replay check compares encodings. Defaults to json.Marshal.
 	EncodeSnapshot func(S) ([]byte, error)
 	// DecodeSnapshot decodes a snapshot. Defaults to json.Unmarshal into a zero S.
 	DecodeSnapshot func([]byte) (S, error)
@@ -303,7 +308,7 @@ func (r *Runner[S, C, E]) Run(ctx context.Context, db keiro.DB, stream string, c
 		case err == nil:
 			out.Attempts = attempt
 			if !out.Duplicate {
-				r.maybeSnapshot(ctx, db, stream, version, state, emitted, out.StreamVersion)
+				r.maybeSnapshot(ctx, db, stream, version, state, emitted, out.Events)
 			}
 			return out, nil
 		case errors.Is(err, ErrWrongExpectedVersion) && guessNew:
@@ -496,12 +501,19 @@ func SnapshotOnTerminal[S any](terminal func(S) bool) SnapshotPolicy[S] {
 }
 
 // maybeSnapshot writes a snapshot after commit when the Snapshot policy asks for one on the
-// append (pre, post]. Failures are counted and logged, never returned.
-func (r *Runner[S, C, E]) maybeSnapshot(ctx context.Context, db keiro.DB, stream string, pre int64, state S, emitted []E, post int64) {
+// append (pre, post], post being the last recorded event's version. Before it writes, it
+// replays the recorded events as the next hydration will read them (replayDivergence): a batch
+// that does not replay to the state evolved in memory is counted
+// (keiro.snapshot.apply.divergence), described on the command span (keiro.replay.divergence)
+// and not snapshotted, since the snapshot would hide from hydration what the log holds.
+// Failures are counted and logged, never returned.
+func (r *Runner[S, C, E]) maybeSnapshot(ctx context.Context, db keiro.DB, stream string, pre int64, state S, emitted []E, recorded []RecordedEvent) {
 	policy := r.cfg.Snapshot
-	if policy == nil {
+	if policy == nil || len(recorded) == 0 {
 		return
 	}
+	post := recorded[len(recorded)-1].StreamVersion
+	before := state
 	for _, e := range emitted {
 		state = r.decider.Evolve(state, e)
 	}
@@ -514,8 +526,43 @@ func (r *Runner[S, C, E]) maybeSnapshot(ctx context.Context, db keiro.DB, stream
 		r.cfg.Logger.WarnContext(ctx, "keiro: snapshot encode failed; the command is committed", "stream", stream, "version", post, "error", err)
 		return
 	}
+	if why := r.replayDivergence(stream, before, pre, recorded, raw); why != "" {
+		r.store.metrics.snapshotApplyDivergence.Add(ctx, 1)
+		trace.SpanFromContext(ctx).SetAttributes(attribute.String(attrReplayDivergence, truncate(why, 256)))
+		r.cfg.Logger.WarnContext(ctx, "keiro: the appended events do not replay to the decided state; no snapshot written, and the next hydration will see the difference",
+			"stream", stream, "version", post, "divergence", why)
+		return
+	}
 	if _, err := db.Exec(context.WithoutCancel(ctx), r.store.q.snapshotWrite, stream, post, r.cfg.SnapshotVersion, raw); err != nil {
 		r.store.metrics.snapshotWriteFailures.Add(ctx, 1)
 		r.cfg.Logger.WarnContext(ctx, "keiro: snapshot write failed; the command is committed", "stream", stream, "version", post, "error", err)
 	}
+}
+
+// replayDivergence folds recorded, the just-appended events as stored, through the codec into
+// before, the state at version pre, as hydration would, and compares the result with the state
+// evolved in memory from the emitted events, by their snapshot encodings (decided is the
+// latter's). It returns "" when they agree, else keiro's description of the divergence:
+// "event_index=<i>;reason=<why>", why being unknown_event_type, version_gap, decode_failed
+// (event i could not be folded) or state_mismatch (every event folded, to another state: the
+// codec loses or changes something).
+func (r *Runner[S, C, E]) replayDivergence(stream string, before S, pre int64, recorded []RecordedEvent, decided []byte) string {
+	state, version := before, pre
+	for i, e := range recorded {
+		var err error
+		if state, version, err = r.evolve(stream, state, version, e); err != nil {
+			why := "decode_failed"
+			switch {
+			case errors.Is(err, ErrUnknownEventType):
+				why = "unknown_event_type"
+			case errors.Is(err, ErrHydrationGap):
+				why = "version_gap"
+			}
+			return fmt.Sprintf("event_index=%d;reason=%s", i, why)
+		}
+	}
+	if replayed, err := r.cfg.EncodeSnapshot(state); err != nil || !bytes.Equal(replayed, decided) {
+		return fmt.Sprintf("event_index=%d;reason=state_mismatch", len(recorded)-1)
+	}
+	return ""
 }

@@ -193,6 +193,22 @@ func (p *Producer) Run(ctx context.Context) error { return p.sub.Run(ctx) }
 // Subscription returns the producer's subscription (for Position and Rebuild).
 func (p *Producer) Subscription() *Subscription { return p.sub }
 
+// FreshEvent returns e with the producer's Source and a fresh message id: a TypeID under
+// MessageIDPrefix ("msg_01h455vb4pex5vsknk084sn02q", envelope.NewTypeID), unique and sorting by
+// creation time (keiro's freshIntegrationEvent, formerly mintIntegrationEvent). It is for an
+// integration event a service enqueues itself rather than maps from a private event: a mapped
+// event's id is derived from its source event (Events), so that a replay enqueues a duplicate;
+// a fresh id is new on every call, so a retried enqueue of a fresh event is a second message.
+func (p *Producer) FreshEvent(e envelope.Event) envelope.Event {
+	id, err := envelope.NewTypeID(p.cfg.MessageIDPrefix)
+	if err != nil {
+		// NewProducer validated the prefix: 1 to 63 lowercase letters, a valid TypeID prefix.
+		panic(fmt.Sprintf("keiro: message id prefix %q: %v", p.cfg.MessageIDPrefix, err))
+	}
+	e.Source, e.MessageID = p.cfg.Source, id
+	return e
+}
+
 // Events maps e and stamps the producer's fields on the result, without enqueuing.
 func (p *Producer) Events(e RecordedEvent) ([]envelope.Event, error) {
 	out, _, err := p.events(e)

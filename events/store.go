@@ -53,6 +53,14 @@ type StoreConfig struct {
 	// MeterProvider provides the meter for the store's and runners' instruments. Defaults to
 	// otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
+	// Enrich rewrites every event before it is appended, on every append path: AppendTx, the
+	// command runner (with hooks or without, in its own transaction or the caller's), and the
+	// process managers and routers that run commands (keiro's store-level enrichEvent hook).
+	// It typically stamps metadata the writers do not know, such as an actor or a tenant. An
+	// error fails the append. A repeated append of caller-chosen ids is recognised by the
+	// enriched type, schema version and data, so an Enrich that changes those must be
+	// deterministic. Defaults to nil: events are appended as given.
+	Enrich func(ctx context.Context, stream string, e EventData) (EventData, error)
 }
 
 func (c *StoreConfig) applyDefaults() {
@@ -369,6 +377,16 @@ func (s *Store) prepareAppend(ctx context.Context, stream string, expected Expec
 	}
 	if len(events) == 0 {
 		return nil, fmt.Errorf("append to %s: no events", stream)
+	}
+	if s.cfg.Enrich != nil {
+		enriched := make([]EventData, len(events))
+		for i, e := range events {
+			var err error
+			if enriched[i], err = s.cfg.Enrich(ctx, stream, e); err != nil {
+				return nil, fmt.Errorf("append to %s: enrich event %d: %w", stream, i, err)
+			}
+		}
+		events = enriched
 	}
 	a, callerIDs, err := newAppendArgs(ctx, events)
 	if err != nil {

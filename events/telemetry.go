@@ -18,6 +18,9 @@ const (
 	attrDBSystem       = "db.system.name"
 	attrErrorType      = "error.type"
 	attrSubscription   = "keiro.subscription.name"
+	// attrReplayDivergence describes a just-appended batch that does not replay to the state
+	// decided in memory (Runner.maybeSnapshot).
+	attrReplayDivergence = "keiro.replay.divergence"
 )
 
 // metrics are the store's and command runners' instruments. Data points carry no attributes
@@ -28,6 +31,7 @@ type metrics struct {
 	snapshotEncodeFailures         metric.Int64Counter
 	snapshotDecodeFailures         metric.Int64Counter
 	snapshotHits, snapshotMisses   metric.Int64Counter
+	snapshotApplyDivergence        metric.Int64Counter
 	dispatchPoison, dispatchFailed metric.Int64Counter
 	dispatchDuplicates             metric.Int64Counter
 	dispatchDeadLettered           metric.Int64Counter
@@ -52,6 +56,7 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	m.snapshotDecodeFailures = counter("keiro.snapshot.decode.failures", "Stored snapshots that could not be decoded (the stream was replayed in full).", "{failure}")
 	m.snapshotHits = counter("keiro.snapshot.read.hits", "Snapshot lookups that seeded a hydration.", "{read}")
 	m.snapshotMisses = counter("keiro.snapshot.read.misses", "Snapshot lookups without a usable snapshot (absent, other state version, undecodable).", "{read}")
+	m.snapshotApplyDivergence = counter("keiro.snapshot.apply.divergence", "Just-appended event batches that did not replay to the decided state; no snapshot was written, and the next hydration sees what the log holds.", "{failure}")
 	m.dispatchPoison = counter("keiro.dispatch.poison", "Router and process manager inputs that could not be decoded.", "{input}")
 	m.dispatchFailed = counter("keiro.dispatch.failed", "Routed and process manager commands (and resolves) that failed.", "{command}")
 	m.dispatchDuplicates = counter("keiro.dispatch.duplicates", "Routed and process manager commands an earlier delivery had already dispatched.", "{command}")

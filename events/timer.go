@@ -255,7 +255,9 @@ type TimerWorkerConfig struct {
 	Fire FireFunc
 	// MaxAttempts is the attempt ceiling: a timer claimed for the n-th time with n >
 	// MaxAttempts becomes dead ("timer exceeded attempt ceiling of <MaxAttempts>") and is not
-	// fired. Zero means no ceiling; negative is an error. Defaults to 0.
+	// fired. Zero means no ceiling (keiro's Nothing); negative is an error. keiro's Just 0, a
+	// ceiling that kills every timer on its first claim without firing it, has no equivalent:
+	// the smallest ceiling is 1, one fire attempt. Defaults to 0.
 	MaxAttempts int64
 	// RequeueStuckAfter is how long a timer may stay firing before a worker's pass puts it
 	// back to scheduled; negative disables the requeue (FindStuckTimers and

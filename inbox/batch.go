@@ -360,15 +360,16 @@ func (b *batchRun) runHandlers(ctx context.Context, tx pgx.Tx, unique []int, row
 		}
 	}
 	for _, i := range rows.toRun {
+		row := &handledRow{s: b.s, source: b.ds[i].Event.Source, key: b.results[i].DedupeKey}
 		if bh == nil {
 			hctx, span := b.s.in.startProcessSpan(ctx, b.s.group, &b.ds[i])
 			spans = append(spans, span)
-			if herr := b.s.runHandler(hctx, tx, b.ds[i].Event, b.h); herr != nil {
+			if herr := b.s.runHandler(hctx, tx, b.ds[i].Event, b.h, row); herr != nil {
 				return spans, &rollback{note: "batch rolled back after a handler failure; the records before it commit in a new batch, the failing one is retried alone",
 					failedAt: slices.Index(unique, i)}
 			}
 		}
-		if rows.rerun[i] {
+		if rows.rerun[i] && !row.failed {
 			if rb := b.markCompleted(ctx, tx, i); rb != nil {
 				return spans, rb
 			}

@@ -46,6 +46,7 @@ type statements struct {
 	readExisting    string
 	lockExisting    string
 	markCompleted   string
+	markFailed      string
 	markCompletedDO string
 	lookup          string
 	listFailed      string
@@ -127,6 +128,11 @@ WHERE i.consumer = $1`),
 JOIN unnest($2::text[], $3::text[]) AS k(source, dedupe_key)
   ON i.source = k.source AND i.dedupe_key = k.dedupe_key
 WHERE i.consumer = $1 FOR UPDATE OF i`),
+		// markFailed is a handler's own mark of its message's row (MarkFailedTx), in the
+		// handler's transaction: failed and poisoned, with the handler's reason.
+		markFailed: x(`UPDATE {{table}}
+SET status = 'failed', poisoned = true, failed_at = now(), completed_at = NULL, last_error = $4
+WHERE consumer = $1 AND source = $2 AND dedupe_key = $3`),
 		markCompleted: x(`UPDATE {{table}}
 SET status = 'completed', completed_at = now(), poisoned = false, last_error = NULL
 WHERE consumer = $1 AND source = $2 AND dedupe_key = $3`),

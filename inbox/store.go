@@ -281,8 +281,9 @@ func (s *Store) attempt(ctx context.Context, db keiro.DB, d Delivery, key string
 		}
 	}
 
-	herr := s.runHandler(ctx, tx, d.Event, h)
-	if herr == nil && rerun {
+	row := &handledRow{s: s, source: source, key: key}
+	herr := s.runHandler(ctx, tx, d.Event, h, row)
+	if herr == nil && rerun && !row.failed {
 		q := s.sql.markCompleted
 		if s.cfg.Persistence == DedupeOnly {
 			q = s.sql.markCompletedDO
@@ -400,10 +401,20 @@ func (s *Store) markDeadLettered(ctx context.Context, db keiro.DB, source, key s
 	return nil
 }
 
-// handlerTx is the transaction given to a handler: Commit is refused, Rollback is noted.
+// handlerTx is the transaction given to a handler: Commit is refused, Rollback is noted. row
+// is the inbox row of the handler's message (nil for a BatchHandler, which handles several).
 type handlerTx struct {
 	pgx.Tx
 	rolledBack bool
+	row        *handledRow
+}
+
+// handledRow is the inbox row of the message a handler runs for, and whether the handler marked
+// it failed (MarkFailedTx): the inbox then leaves the mark in place of completing the row.
+type handledRow struct {
+	s           *Store
+	source, key string
+	failed      bool
 }
 
 func (t *handlerTx) Commit(context.Context) error { return ErrTxOwned }
@@ -413,8 +424,8 @@ func (t *handlerTx) Rollback(ctx context.Context) error {
 	return t.Tx.Rollback(ctx)
 }
 
-func (s *Store) runHandler(ctx context.Context, tx pgx.Tx, ev envelope.Event, h Handler) (err error) {
-	htx := &handlerTx{Tx: tx}
+func (s *Store) runHandler(ctx context.Context, tx pgx.Tx, ev envelope.Event, h Handler, row *handledRow) (err error) {
+	htx := &handlerTx{Tx: tx, row: row}
 	start := time.Now()
 	defer func() {
 		if r := recover(); r != nil {

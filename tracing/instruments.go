@@ -178,6 +178,10 @@ const (
 	MetricSnapshotHits = "keiro.snapshot.read.hits"
 	// MetricSnapshotMisses names a counter in {read}: snapshot lookups without a usable snapshot.
 	MetricSnapshotMisses = "keiro.snapshot.read.misses"
+	// MetricSnapshotApplyDivergence names a counter in {failure}: just-appended event batches
+	// that did not replay, through the codec, to the state the command decided (checked where a
+	// snapshot is due; none is written then).
+	MetricSnapshotApplyDivergence = "keiro.snapshot.apply.divergence"
 	// MetricSubscriptionDeadLettered names a counter in {event}: events a subscription recorded
 	// as dead letters and moved past; attribute keiro.subscription.name.
 	MetricSubscriptionDeadLettered = "keiro.subscription.deadlettered"
@@ -325,6 +329,8 @@ var MetricNames = []Metric{
 		Description: "Hydrations seeded from a snapshot."},
 	{Name: MetricSnapshotMisses, Kind: Counter, Unit: "{hydration}",
 		Description: "Hydrations that found no usable snapshot (absent, other state version, undecodable)."},
+	{Name: MetricSnapshotApplyDivergence, Kind: Counter, Unit: "{failure}",
+		Description: "Just-appended event batches that did not replay to the decided state; no snapshot was written, and the next hydration sees what the log holds."},
 	{Name: MetricProjectionLag, Kind: Gauge, Unit: "{event}", Attributes: []attribute.Key{SubscriptionNameKey},
 		Description: "Events between the log's head and the subscription's checkpoint."},
 	{Name: MetricOutboxIdentityConflict, Kind: Counter, Unit: "{event}",

@@ -67,6 +67,9 @@ const (
 	RetryAttemptKey = attribute.Key("keiro.retry.attempt")
 	// EventsAppendedKey is "keiro.events.appended": events a command appended.
 	EventsAppendedKey = attribute.Key("keiro.events.appended")
+	// ReplayDivergenceKey is "keiro.replay.divergence" on a command span whose appended events
+	// did not replay to the decided state: "event_index=<i>;reason=<why>".
+	ReplayDivergenceKey = attribute.Key("keiro.replay.divergence")
 )
 
 // Metric attribute keys. Metric attributes are bounded: never a message id or a record key.

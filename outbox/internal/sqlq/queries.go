@@ -39,6 +39,8 @@ type Queries struct {
 	// HasArchive tells apart.
 	StatusUnarchived, HasArchive string
 	Requeue                      string
+	// Reject sets open rows aside for good at a caller's request (sqlReject, Admin.Reject).
+	Reject string
 	// SleepLock and SleepUnlock take and release sleepLockAll; the filtered forms, sleepLockFiltered.
 	SleepLock, SleepUnlock                 string
 	SleepLockFiltered, SleepUnlockFiltered string
@@ -148,6 +150,7 @@ func New(schema string) *Queries {
 		HasArchive:           r(sqlHasArchive),
 		ListDead:             r(sqlListDead),
 		Requeue:              r(sqlRequeue),
+		Reject:               r(sqlReject),
 		SleepLock:            r(sleepKey(sqlSleepLock, sleepLockAll)),
 		SleepUnlock:          r(sleepKey(sqlSleepUnlock, sleepLockAll)),
 		SleepLockFiltered:    r(sleepKey(sqlSleepLock, sleepLockFiltered)),

@@ -751,6 +751,19 @@ WHERE phase = 2
 RETURNING outbox_id, seq)
 SELECT outbox_id FROM moved ORDER BY seq`
 
+// sqlReject makes the pending and failed rows among the ids in $1 terminal 'rejected' with
+// rejection code $2 and detail $3 (last_error; NULL for none), at a caller's request. A row in
+// flight (publishing), sent, dead or already rejected is left alone: the row lock makes a
+// concurrent claim and the rejection take turns, and the loser sees the winner's status. It
+// returns the rejected rows' ids in seq order.
+const sqlReject = `
+WITH moved AS (
+UPDATE {{schema}}.keiro_outbox SET status = 'rejected', rejected_at = now(), rejection_code = $2,
+    last_error = $3, claim_token = NULL, lease_until = NULL, produce_started = false, updated_at = now()
+WHERE outbox_id = ANY($1::uuid[]) AND status IN ('pending', 'failed')
+RETURNING outbox_id, seq)
+SELECT outbox_id FROM moved ORDER BY seq`
+
 // sqlDeadLetter writes the log-mode relay's dead letter: an event of keiro_outbox_log that
 // Kafka refused for good, as a 'rejected' row of keiro_outbox (where ListDead, Requeue and the
 // dead gauge read), with rejection code $23 and error $24, its first attempt counted. $1..$22
