@@ -57,6 +57,29 @@ func waitSent(t *testing.T, db *testenv.DB, n int) {
 	})
 }
 
+// waitRecovered waits until r's recovery of lost claims counted n rows settled (marked sent or
+// released), and returns r's exactly-once state. The recovery counts the rows after the
+// statement that settled them committed: a test that saw the rows move (waitSent) has not seen
+// the counters move yet.
+func waitRecovered(t *testing.T, r *Relay, n int) ExactlyOnceStatus {
+	t.Helper()
+	testenv.WaitFor(t, time.Minute, fmt.Sprintf("the recovery to count %d rows settled", n), func() bool {
+		st, _ := r.ExactlyOnce()
+		return st.RecoveredSent+st.RecoveredReleased >= int64(n)
+	})
+	st, _ := r.ExactlyOnce()
+	return st
+}
+
+// waitPublished waits until r counted n rows published: it counts a batch's rows after its
+// marks committed.
+func waitPublished(t *testing.T, r *Relay, n int) {
+	t.Helper()
+	testenv.WaitFor(t, time.Minute, fmt.Sprintf("the relay to count %d rows published", n), func() bool {
+		return r.Stats().Published >= int64(n)
+	})
+}
+
 // readCommitted reads topic as a read_committed reader, from the start up to its end offsets:
 // the records of committed transactions only, by partition and offset.
 func readCommitted(t *testing.T, kc *testenv.Kafka, topic string) []*kgo.Record {
@@ -148,7 +171,7 @@ func TestExactlyOnceLostClaimAfterCommitIsMarkedSent(t *testing.T) {
 		b := eosRelay(t, db, kc, func(c *RelayConfig) { c.Lease = lease })
 		runRelay(t, b)
 		waitSent(t, db, len(evs))
-		st, _ := b.ExactlyOnce()
+		st := waitRecovered(t, b, len(evs))
 		require.Equal(t, int64(len(evs)), st.RecoveredSent, "the committed rows are marked sent from the claims record")
 		require.Zero(t, b.Stats().Published, "nothing is published again")
 		requireExactlyOnce(t, readCommitted(t, kc, topic), evs)
@@ -170,7 +193,11 @@ func TestExactlyOnceZombieIsFenced(t *testing.T) {
 		db, _ := setup(t, evs...)
 		kc.CreateTopic(t, topic, 3)
 		const lease = 2 * time.Second
-		a := eosRelay(t, db, kc, func(c *RelayConfig) { c.Lease = lease; c.MaxInFlightBatches = 1 })
+		var marked testenv.Progress // the zombie's batches marked
+		a := eosRelay(t, db, kc, func(c *RelayConfig) {
+			c.Lease, c.MaxInFlightBatches = lease, 1
+			c.OnBatch = func(BatchResult) { marked.Add(1) }
+		})
 		frozen, resume := make(chan struct{}), make(chan struct{})
 		var once sync.Once
 		a.beforeCommit = func() {
@@ -189,8 +216,9 @@ func TestExactlyOnceZombieIsFenced(t *testing.T) {
 		b := eosRelay(t, db, kc, func(c *RelayConfig) { c.Lease = lease })
 		runRelay(t, b)
 		waitSent(t, db, len(evs))
-		st, _ := b.ExactlyOnce()
+		st := waitRecovered(t, b, len(evs))
 		require.Equal(t, int64(len(evs)), st.RecoveredReleased, "the uncommitted rows are released")
+		waitPublished(t, b, len(evs))
 		require.Equal(t, int64(len(evs)), b.Stats().Published, "and published by the successor")
 
 		resumeOnce.Do(func() { close(resume) })
@@ -198,6 +226,7 @@ func TestExactlyOnceZombieIsFenced(t *testing.T) {
 			ast, _ := a.ExactlyOnce()
 			return ast.Fenced > 0
 		})
+		marked.Wait(t, 1, time.Minute, nil) // its batch, read back as not committed, is marked
 		ast, _ := a.ExactlyOnce()
 		require.Zero(t, ast.Committed, "the zombie committed nothing")
 		require.Zero(t, a.Stats().Published, "the zombie marked nothing sent")
@@ -260,7 +289,7 @@ func TestExactlyOnceStableInstanceRecoversItsPreviousRun(t *testing.T) {
 	a2 := eosRelay(t, db, kc, stable)
 	runRelay(t, a2)
 	waitSent(t, db, len(evs))
-	st, _ := a2.ExactlyOnce()
+	st := waitRecovered(t, a2, len(evs))
 	require.Equal(t, exactlyonce.ClaimTransactionalID(db.Schema, "relay-0"), st.TransactionalID)
 	require.Equal(t, int64(len(evs)), st.RecoveredSent, "the previous run's committed rows are marked sent")
 	require.Zero(t, a2.Stats().Published)
