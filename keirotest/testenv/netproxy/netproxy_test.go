@@ -3,8 +3,8 @@ package netproxy_test
 import (
 	"errors"
 	"io"
-	"strings"
 	"net"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -14,7 +14,7 @@ import (
 	"github.com/keiro-go/keiro/keirotest/testenv/netproxy"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) { testenv.Main(m, netproxy.LeakOptions()...) }
 
 // echo starts a TCP server that writes back what it reads, until the test ends; each
 // connection's bytes go to received once it ends.
