@@ -309,16 +309,24 @@ func testLatencyPastLease(t *testing.T, n *netRig, srv *netproxy.Server) {
 }
 
 // testBrokerFault: the broker becomes unreachable behind fault (a blackhole: nothing through,
-// connections kept; or a trickle of 2 KB/s) while the relay publishes. The fault lasts until
-// the relay has shown it held on through it — a claim relay renewed the lease of a batch the
-// broker held up; a log relay's producer wrote to the broker through it — and more events were
-// committed meanwhile. Then every event reaches the topic once restored, each key in order.
+// connections kept; or a trickle of 2 KB/s) while the relay publishes, and half the events are
+// committed meanwhile. The fault lasts until the relay has shown it held on through it: its
+// producer was handed every event and wrote to the broker through the fault, and a claim relay
+// renewed the lease of a batch the broker held up. Through a blackhole no record is
+// acknowledged; through the trickle some are. Once the network is restored every event reaches
+// the topic, each key in order.
 func testBrokerFault(t *testing.T, n *netRig, mode outbox.Mode, fault netproxy.Fault) {
-	ctx := context.Background()
 	evs := keyedEvents(n.topic, netEvents, netKeys)
 	cfg := netConfig(t)
-	var writes atomic.Int64
-	client := n.relayClient(t, kgo.WithHooks(brokerWrites(func() { writes.Add(1) })))
+	var writes, buffered, acked atomic.Int64
+	client := n.relayClient(t, kgo.WithHooks(brokerWrites(func() { writes.Add(1) }), netHooks{
+		buffered: func(*kgo.Record) { buffered.Add(1) },
+		acked: func(_ *kgo.Record, err error) {
+			if err == nil {
+				acked.Add(1)
+			}
+		},
+	}))
 	pool := n.relayPool(t, n.pg)
 	var r *outbox.Relay
 	if mode == outbox.ModeLog {
@@ -331,29 +339,35 @@ func testBrokerFault(t *testing.T, n *netRig, mode outbox.Mode, fault netproxy.F
 	}
 	enqueue(t, n.db.Pool, n.st, evs[:netEvents/2]...)
 	waitOnTopic(t, n, netEvents/2)
+	testenv.WaitFor(t, netDeadline, "the first half acknowledged", func() bool { return acked.Load() >= netEvents/2 })
 
 	x := n.kafka.Proxies[0].MustInject(t, fault)
-	before, writesBefore := r.Stats(), writes.Load()
+	blackhole := fault.Type == netproxy.Blackhole().Type
+	before, writesBefore, ackedBefore := r.Stats(), writes.Load(), acked.Load()
 	for i := netEvents / 2; i < netEvents; i += 50 {
 		enqueue(t, n.db.Pool, n.st, evs[i:i+50]...)
 	}
-	what := "the relay's producer to write to the broker through the fault"
-	if mode == outbox.ModeClaim {
-		what = "a lease renewal of a batch held up by the broker"
-	}
-	testenv.WaitFor(t, netDeadline, what, func() bool {
+	testenv.WaitFor(t, netDeadline, "the relay holding on through the fault", func() bool {
+		held := buffered.Load() >= netEvents && writes.Load() > writesBefore
 		if mode == outbox.ModeClaim {
-			return r.Stats().LeaseRenewals > before.LeaseRenewals
+			// A claim relay has at most MaxInFlightBatches batches in the producer: the
+			// renewal of one the broker holds up is its sign.
+			held = writes.Load() > writesBefore && r.Stats().LeaseRenewals > before.LeaseRenewals
 		}
-		return writes.Load() > writesBefore
+		if !blackhole {
+			held = held && acked.Load() > ackedBefore // the trickle lets records through
+		}
+		return held
 	})
+	if blackhole {
+		require.Equal(t, ackedBefore, acked.Load(), "no record acknowledged through the blackhole")
+	}
 	require.NoError(t, x.Remove())
 	waitOnTopic(t, n, netEvents)
 	if mode == outbox.ModeClaim {
 		n.waitSent(t, netEvents)
 	}
-	_ = ctx
-	t.Logf("relay: %+v", r.Stats())
+	t.Logf("relay: %+v; records acknowledged during the fault %d", r.Stats(), acked.Load()-ackedBefore)
 	n.checkAll(t, netEvents)
 }
 
@@ -379,10 +393,36 @@ func waitOnTopic(t *testing.T, n *netRig, want int) {
 // waitReplicating waits until the log-mode relay r switched the schema and replicates.
 func waitReplicating(t *testing.T, n *netRig, r *outbox.Relay) {
 	t.Helper()
+	t.Cleanup(func() {
+		if t.Failed() && outbox.LogSessions(r) == 0 {
+			logOldTransactions(t, n.db.Pool)
+		}
+	})
 	testenv.WaitFor(t, netDeadline, "the log-mode relay replicating", func() bool {
 		m, err := outbox.AdminOf(n.st).Mode(context.Background(), n.db.Pool)
 		return err == nil && m == outbox.ModeLog && outbox.LogSessions(r) >= 1
 	})
+}
+
+// logOldTransactions logs the server's oldest open transactions: creating a replication slot
+// waits for every transaction that was running when it started, anywhere on the server, so a
+// session left idle in a transaction (by any client of the server) holds a log-mode relay back.
+func logOldTransactions(t *testing.T, pool *pgxpool.Pool) {
+	rows, err := pool.Query(context.Background(), `SELECT pid, state, now() - xact_start, left(query, 100)
+		FROM pg_stat_activity WHERE backend_xid IS NOT NULL ORDER BY xact_start LIMIT 5`)
+	if err != nil {
+		t.Logf("list open transactions: %v", err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var pid int32
+		var state, query string
+		var age time.Duration
+		if rows.Scan(&pid, &state, &age, &query) == nil {
+			t.Logf("open transaction: pid %d %s for %s: %s", pid, state, age, query)
+		}
+	}
 }
 
 // slotPID returns the pid of the session reading the slot, 0 when none does.
