@@ -51,9 +51,23 @@ func (n *netRig) relayPool(t *testing.T, pg *netproxy.Proxy) *pgxpool.Pool {
 	t.Helper()
 	url, err := pg.RewriteURL(n.db.ConnString)
 	require.NoError(t, err)
-	pool, err := pgxpool.New(context.Background(), url)
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	cfg.MaxConns = 16
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
+	// Connect 8 now, so that a fault injected as a statement starts finds it on a connection
+	// already open rather than on one being opened (which would fail before sending it).
+	var conns []*pgxpool.Conn
+	for range 8 {
+		c, err := pool.Acquire(context.Background())
+		require.NoError(t, err)
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
 	return pool
 }
 
