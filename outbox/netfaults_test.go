@@ -173,10 +173,12 @@ func TestNetworkFaults(t *testing.T) {
 	t.Run("claim/latency-past-lease", func(t *testing.T) { testLatencyPastLease(t, setup(t), srv) })
 	t.Run("claim/broker-blackholed", func(t *testing.T) { testBrokerFault(t, setup(t), outbox.ModeClaim, netproxy.Blackhole()) })
 	t.Run("claim/broker-trickle", func(t *testing.T) { testBrokerFault(t, setup(t), outbox.ModeClaim, netproxy.Bandwidth(2)) })
+	t.Run("claim/broker-reset-mid-produce", func(t *testing.T) { testBrokerResetMidProduce(t, setup(t), outbox.ModeClaim) })
 	t.Run("log/pg-reset-mid-stream", func(t *testing.T) { testLogReset(t, setup(t), false) })
 	t.Run("log/pg-reset-mid-confirm", func(t *testing.T) { testLogReset(t, setup(t), true) })
 	t.Run("log/broker-blackholed", func(t *testing.T) { testBrokerFault(t, setup(t), outbox.ModeLog, netproxy.Blackhole()) })
 	t.Run("log/broker-trickle", func(t *testing.T) { testBrokerFault(t, setup(t), outbox.ModeLog, netproxy.Bandwidth(2)) })
+	t.Run("log/broker-reset-mid-produce", func(t *testing.T) { testBrokerResetMidProduce(t, setup(t), outbox.ModeLog) })
 }
 
 // pgAddr is the host:port of the test database.
@@ -383,6 +385,75 @@ func testBrokerFault(t *testing.T, n *netRig, mode outbox.Mode, fault netproxy.F
 	}
 	t.Logf("relay: %+v; records acknowledged during the fault %d", r.Stats(), acked.Load()-ackedBefore)
 	n.checkAll(t, netEvents)
+}
+
+// testBrokerResetMidProduce: once half the events are on the topic, the next produce request
+// the relay's producer writes arms a reset of the broker's connections at their next reply, so
+// the request lands and its response is lost; the fault is removed as soon as the producer read
+// the loss. The idempotent producer retries the request on a new connection with the same
+// sequence numbers and the broker recognises it: every event once, each key in order, no
+// duplicate.
+func testBrokerResetMidProduce(t *testing.T, n *netRig, mode outbox.Mode) {
+	var armed atomic.Bool
+	var writes, failed atomic.Int64
+	var mu sync.Mutex
+	var fault *netproxy.Toxic
+	client := n.relayClient(t, kgo.WithHooks(brokerWrites(func() {
+		writes.Add(1)
+		if !armed.CompareAndSwap(true, false) {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		var err error
+		if fault, err = n.kafka.Proxies[0].Inject(netproxy.ResetPeer(0).Toward(netproxy.Downstream)); err != nil {
+			t.Errorf("inject: %v", err)
+		}
+	}), brokerReads(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if failed.Add(1) == 1 && fault != nil {
+			if err := fault.Remove(); err != nil {
+				t.Errorf("remove: %v", err)
+			}
+		}
+	})))
+	cfg := netConfig(t)
+	pool := n.relayPool(t, n.pg)
+	evs := keyedEvents(n.topic, netEvents, netKeys)
+	if mode == outbox.ModeLog {
+		dropLogSlot(t, n.db.Pool, outbox.DefaultLogSlot(n.db.Schema))
+		cfg.Mode, cfg.LogEngine = outbox.ModeLog, logrelay.Engine
+		waitReplicating(t, n, n.newNetRelay(t, pool, client, cfg, nil))
+	} else {
+		n.newNetRelay(t, pool, client, cfg, nil)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("produce requests written %d, produce responses lost %d", writes.Load(), failed.Load())
+		}
+	})
+	enqueue(t, n.db.Pool, n.st, evs[:netEvents/2]...)
+	waitOnTopic(t, n, netEvents/2)
+	armed.Store(true)
+	for i := netEvents / 2; i < netEvents; i += netBatch {
+		enqueue(t, n.db.Pool, n.st, evs[i:i+netBatch]...)
+	}
+	waitOnTopic(t, n, netEvents)
+	if mode == outbox.ModeClaim {
+		n.waitSent(t, netEvents)
+	}
+	require.Positive(t, failed.Load(), "a produce response was lost to the reset")
+	require.Zero(t, n.checkAll(t, netEvents), "the idempotent producer's retry is not a duplicate")
+}
+
+// brokerReads is a kgo hook calling f after each failed read of a produce response.
+type brokerReads func()
+
+func (f brokerReads) OnBrokerRead(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key == 0 && err != nil {
+		f()
+	}
 }
 
 // waitOnTopic waits until the topic holds at least want distinct events (the end offsets, then
