@@ -68,48 +68,56 @@ func TestConsumerNetworkFaults(t *testing.T) {
 			KafkaOpts: append(testenv.FastRetries(), opts...)}
 	}
 
-	t.Run("pg-reset-mid-commit", func(t *testing.T) {
-		r := setup(t, 1)
-		produceEvents(t, kc.Client, r.evs...)
-		// One message per transaction, one partition: at the middle message, the handler
-		// arms a reset of every connection's next reply, which is its transaction's commit's.
-		// The fault is removed once the consumer counted the failed commit.
-		var calls atomic.Int64
-		faults := make(chan *netproxy.Toxic, 1)
-		h := func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
-			if err := r.fx.handler()(ctx, tx, ev); err != nil {
-				return err
-			}
-			if calls.Add(1) == netMessages/2 {
-				x, err := r.pg.Inject(netproxy.ResetPeer(0).Toward(netproxy.Downstream))
-				if err != nil {
+	for _, tc := range []struct {
+		name  string
+		batch int
+	}{{"pg-reset-mid-commit", 1}, {"pg-reset-mid-batch", 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := setup(t, 1)
+			produceEvents(t, kc.Client, r.evs...)
+			// One partition. With one message per transaction, the handler's middle call
+			// arms a reset of every connection's next reply, its transaction's commit's (the
+			// commit lands, its reply is lost); with the default batches, the reply of the
+			// batch's next statement or of its commit. The fault is removed once the
+			// consumer counted the failure.
+			var calls atomic.Int64
+			faults := make(chan *netproxy.Toxic, 1)
+			h := func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
+				if err := r.fx.handler()(ctx, tx, ev); err != nil {
 					return err
 				}
-				faults <- x
+				if calls.Add(1) == netMessages/2 {
+					x, err := r.pg.Inject(netproxy.ResetPeer(0).Toward(netproxy.Downstream))
+					if err != nil {
+						return err
+					}
+					faults <- x
+				}
+				return nil
 			}
-			return nil
-		}
-		p := newProgress()
-		cfg := config(r, p)
-		cfg.BatchSize = 1
-		c := startConsumer(t, r.pool, cfg, h)
-		var x *netproxy.Toxic
-		select {
-		case x = <-faults:
-		case <-time.After(netDeadline):
-			t.Fatal("the consumer never reached the middle message")
-		}
-		testenv.WaitFor(t, netDeadline, "the consumer to count the failed commit", func() bool {
-			return c.c.Stats().StorageErrors > 0
+			p := newProgress()
+			cfg := config(r, p)
+			cfg.BatchSize = tc.batch
+			c := startConsumer(t, r.pool, cfg, h)
+			var x *netproxy.Toxic
+			select {
+			case x = <-faults:
+			case <-time.After(netDeadline):
+				t.Fatal("the consumer never reached the middle message")
+			}
+			testenv.WaitFor(t, netDeadline, "the consumer to count the failure", func() bool {
+				return c.c.Stats().StorageErrors > 0
+			})
+			require.NoError(t, x.Remove())
+			p.waitCommitted(t, r.topic, netMessages, netDeadline)
+			s := c.c.Stats()
+			t.Logf("consumer: %+v", s)
+			if tc.batch == 1 {
+				require.Positive(t, s.Duplicates, "the message whose commit landed was found processed when retried")
+			}
+			requireOncePerMessageInKeyOrder(t, r.fx, r.evs)
 		})
-		require.NoError(t, x.Remove())
-		p.waitCommitted(t, r.topic, netMessages, netDeadline)
-		s := c.c.Stats()
-		t.Logf("consumer: %+v", s)
-		require.Positive(t, s.StorageErrors, "the commit's reply was lost")
-		require.Positive(t, s.Duplicates, "the message whose commit landed was found processed when retried")
-		requireOncePerMessageInKeyOrder(t, r.fx, r.evs)
-	})
+	}
 
 	for _, tc := range []struct {
 		name  string
