@@ -392,6 +392,9 @@ func (r *engine) claimShares(preferOwn bool, ownDryUntil time.Time) shares.Mask 
 // share, is then scaled to look as deep into them, and a batch deeper. from is where a scan past the front starts
 // in key order (claimsql.KeyCursor).
 func (r *engine) claimBatch(ctx context.Context, budget int, mask shares.Mask, from claimsql.KeyCursor) (envelope.UUID, []claimsql.Row, error) {
+	if r.claimHook != nil {
+		r.claimHook()
+	}
 	r.releaseLostClaims(ctx)
 	conn, err := r.pool.Acquire(ctx)
 	if err != nil {

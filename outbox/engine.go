@@ -62,6 +62,9 @@ type engine struct {
 	sleepHook func()
 	// flushHook, if set (tests), runs before each flush's lease check.
 	flushHook func()
+	// claimHook, if set (tests), runs at the start of each claim statement's turn (before the
+	// release of lost claims); markHook before each try of a batch's mark statement.
+	claimHook, markHook func()
 	// afterModeRead, if set (tests), runs in ModeLog between the relay's read of the schema's
 	// mode and the preparation of its slot.
 	afterModeRead func()

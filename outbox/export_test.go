@@ -18,3 +18,9 @@ func LogSessions(r *Relay) int64 {
 	}
 	return r.logEngine.Sessions()
 }
+
+// OnClaim makes r call f at the start of each claim statement's turn; call it before Run.
+func OnClaim(r *Relay, f func()) { r.claimHook = f }
+
+// OnMark makes r call f before each try of a batch's mark statement; call it before Run.
+func OnMark(r *Relay, f func()) { r.markHook = f }

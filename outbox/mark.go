@@ -124,6 +124,9 @@ func (r *engine) writeMarks(ctx context.Context, b *claimedBatch, marks []claims
 		// Each attempt gets its own deadline, so the marks of a shutdown still get one try
 		// after the hard deadline passed.
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		if r.markHook != nil {
+			r.markHook()
+		}
 		t, err := r.claims.MarkBatch(actx, r.pool, b.token, marks, r.cfg.MaxAttempts)
 		cancel()
 		if err == nil {

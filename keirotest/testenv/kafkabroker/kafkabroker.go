@@ -61,6 +61,14 @@ type Config struct {
 	// StartTimeout bounds the wait for the cluster, or a restarted node, to answer. Defaults
 	// to DefaultStartTimeout.
 	StartTimeout time.Duration
+	// Advertise, if set, gives every broker a second client listener, EXTERNAL, on a loopback
+	// port of its own, advertised at the address Advertise returns for the broker's node id
+	// and that listener's address: typically a proxy in front of it
+	// (keirotest/testenv/netproxy). Kafka answers metadata with the addresses of the listener
+	// the request came in on, so a client seeded with the advertised addresses
+	// (Cluster.AdvertisedSeeds) reaches every broker through them, while Node.Addr, the
+	// brokers' own listener, stays direct. Defaults to nil: one client listener.
+	Advertise func(id int32, external string) (advertised string, err error)
 }
 
 // Cluster is a running Kafka cluster on loopback.
@@ -82,6 +90,9 @@ type Node struct {
 	ID int32
 	// Addr is the client listener (host:port); empty for the controller.
 	Addr string
+	// External is the EXTERNAL listener of Config.Advertise and Advertised the address it is
+	// advertised at; both empty without Advertise.
+	External, Advertised string
 
 	dir       string
 	classpath string
@@ -133,9 +144,27 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		}
 	}()
 
-	ports, err := freePorts(2*cfg.Brokers + 1)
+	nports := 2*cfg.Brokers + 1
+	if cfg.Advertise != nil {
+		nports += cfg.Brokers
+	}
+	ports, err := freePorts(nports)
 	if err != nil {
 		return nil, err
+	}
+	external := ports[2*cfg.Brokers+1:]
+	// advertise sets the EXTERNAL listener of broker n (the i-th) with Config.Advertise.
+	advertise := func(n *Node, i int) error {
+		if cfg.Advertise == nil {
+			return nil
+		}
+		n.External = addr(external[i])
+		adv, err := cfg.Advertise(n.ID, n.External)
+		if err != nil {
+			return fmt.Errorf("kafkabroker: advertise broker %d: %w", n.ID, err)
+		}
+		n.Advertised = adv
+		return nil
 	}
 	newNode := func(id int32, isBroker bool) *Node {
 		return &Node{ID: id, dir: filepath.Join(c.cfg.Dir, fmt.Sprintf("node-%d", id)), classpath: cp,
@@ -145,6 +174,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Brokers == 1 {
 		n := newNode(1, true)
 		n.Addr = addr(ports[0])
+		if err := advertise(n, 0); err != nil {
+			return nil, err
+		}
 		voters = fmt.Sprintf("1@%s", addr(ports[1]))
 		if err := n.configure(baseProps(cfg, n, voters, "broker,controller", addr(ports[1]))); err != nil {
 			return nil, err
@@ -160,6 +192,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		for i := 1; i <= cfg.Brokers; i++ {
 			n := newNode(int32(i), true)
 			n.Addr = addr(ports[i])
+			if err := advertise(n, i-1); err != nil {
+				return nil, err
+			}
 			if err := n.configure(baseProps(cfg, n, voters, "broker", "")); err != nil {
 				return nil, err
 			}
@@ -202,6 +237,19 @@ func (c *Cluster) Seeds() []string {
 	out := make([]string, len(c.Brokers))
 	for i, n := range c.Brokers {
 		out[i] = n.Addr
+	}
+	return out
+}
+
+// AdvertisedSeeds returns the brokers' advertised EXTERNAL addresses (Config.Advertise), or
+// nil without Advertise.
+func (c *Cluster) AdvertisedSeeds() []string {
+	if c.cfg.Advertise == nil {
+		return nil
+	}
+	out := make([]string, len(c.Brokers))
+	for i, n := range c.Brokers {
+		out[i] = n.Advertised
 	}
 	return out
 }
@@ -390,6 +438,11 @@ func baseProps(cfg Config, n *Node, voters, roles, ctrlAddr string) map[string]s
 		p["listeners"] = "PLAINTEXT://" + n.Addr
 		p["advertised.listeners"] = "PLAINTEXT://" + n.Addr
 		p["inter.broker.listener.name"] = "PLAINTEXT"
+	}
+	if n.External != "" {
+		p["listener.security.protocol.map"] += ",EXTERNAL:PLAINTEXT"
+		p["listeners"] += ",EXTERNAL://" + n.External
+		p["advertised.listeners"] += ",EXTERNAL://" + n.Advertised
 	}
 	for k, v := range cfg.Props {
 		p[k] = v

@@ -504,11 +504,22 @@ func (s *stream) flushNow() {
 	}
 }
 
-// report sends the window's confirmed position as written, flushed and applied.
+// errReplicationClosed is report's error on a replication connection that pgconn closed after
+// a failure.
+var errReplicationClosed = errors.New("send standby status: the replication connection was closed after a failure")
+
+// report sends the window's confirmed position as written, flushed and applied, unless the
+// connection was closed after a failure (the next session reports from the slot's position).
 func (s *stream) report(ctx context.Context) error {
 	pos := s.w.position()
 	if s.e.holdReports {
 		return nil
+	}
+	if s.conn.IsClosed() {
+		// pgconn closes a connection that failed on a goroutine of its own, which writes a
+		// Terminate to it; pglogrepl writes the report to the connection directly, past
+		// pgconn's state, and would race with it (and the report could seem to go out).
+		return errReplicationClosed
 	}
 	if err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pos}); err != nil {
 		return fmt.Errorf("send standby status: %w", err)
