@@ -4,8 +4,9 @@
 //	go run ./keirotest/testenv/internal/apicurio/cmd/apicurio fetch   # download and unpack (once per machine)
 //	go run ./keirotest/testenv/internal/apicurio/cmd/apicurio run
 //
-// fetch chooses the release the machine's newest Java runs, as the tests do. run starts the
-// registry on loopback, prints KEIRO_TEST_SCHEMA_REGISTRY_URL=… for the tests to use, and stops
+// fetch downloads every release the machine's newest Java runs. run starts the release the
+// tests start (Apicurio Registry 3.3.3 on Java 21+, else 2.6.13.Final on Java 17) on
+// loopback, prints KEIRO_TEST_SCHEMA_REGISTRY_URL=… for the tests to use, and stops
 // it on SIGINT or SIGTERM.
 package main
 
@@ -35,21 +36,26 @@ func run(args []string) error {
 	defer stop()
 	switch args[0] {
 	case "fetch":
+		// Every release the machine's newest Java runs: the tests start the first, and the
+		// package's own tests the others too.
 		javas, err := apicurio.FindJavas(ctx)
 		if err != nil {
 			return err
 		}
-		rel, java, err := apicurio.Choose("", javas)
-		if err != nil {
-			return err
+		for _, rel := range apicurio.Releases {
+			_, java, err := apicurio.Choose(rel.Version, javas)
+			if err != nil {
+				fmt.Printf("Apicurio Registry %s: not fetched (%v)\n", rel.Version, err)
+				continue
+			}
+			start := time.Now()
+			dir, err := apicurio.Fetch(ctx, rel)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("Apicurio Registry %s for Java %d (%s): %s (%s)\n", rel.Version, java.Major, java.Path, dir,
+				time.Since(start).Round(time.Millisecond))
 		}
-		start := time.Now()
-		dir, err := apicurio.Fetch(ctx, rel)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("Apicurio Registry %s for Java %d (%s): %s (%s)\n", rel.Version, java.Major, java.Path, dir,
-			time.Since(start).Round(time.Millisecond))
 		return nil
 	case "run":
 		start := time.Now()
