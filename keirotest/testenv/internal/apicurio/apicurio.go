@@ -54,14 +54,20 @@ type Release struct {
 	Jar string
 	// MinJava is the oldest Java feature release it runs on.
 	MinJava int
+	// Props are the release's own system properties, set after the package's common ones.
+	Props []string
 }
 
 // Releases are the releases Start knows, preferred first.
 var Releases = []Release{
 	{Version: Version, Artifact: "io.apicurio:apicurio-registry-app:" + Version + ":tar.gz:all",
-		Jar: "quarkus-run.jar", MinJava: 21},
+		Jar: "quarkus-run.jar", MinJava: 21,
+		// Look a schema up by its canonical form, as Confluent's registry does: the same
+		// schema with other whitespace or key order is found.
+		Props: []string{"-Dapicurio.ccompat.use-canonical-hash=true"}},
 	{Version: LegacyVersion, Artifact: "io.apicurio:apicurio-registry-app:" + LegacyVersion + ":zip:all",
-		Jar: "apicurio-registry-app-" + LegacyVersion + "-runner.jar", MinJava: 17},
+		Jar: "apicurio-registry-app-" + LegacyVersion + "-runner.jar", MinJava: 17,
+		Props: []string{"-Dregistry.ccompat.use-canonical-hash=true"}},
 }
 
 // Config configures Start.
@@ -150,8 +156,8 @@ func Start(ctx context.Context, cfg Config) (*Registry, error) {
 		"-Dquarkus.management.port=" + strconv.Itoa(ports[1]),
 		"-Dquarkus.log.level=WARN",
 		"-Dquarkus.log.category.\"io.quarkus\".level=INFO",
-		"-jar", filepath.Join(app, rel.Jar),
 	}
+	args = append(append(args, rel.Props...), "-jar", filepath.Join(app, rel.Jar))
 	if r.p, err = proc.Start(r.LogPath(), r.dir, java.Path, args); err != nil {
 		return nil, fmt.Errorf("apicurio: start %s: %w", java.Path, err)
 	}

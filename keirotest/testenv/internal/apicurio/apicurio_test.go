@@ -137,6 +137,13 @@ func requireConfluentAPI(t *testing.T, base string) {
 	status, out := registryCall(t, http.MethodPost, base+"/subjects/check-value/versions", schema("x", "int"))
 	require.Equal(t, http.StatusOK, status, out)
 	require.Contains(t, out, "id")
+	id := out["id"]
+
+	// A lookup finds the schema in another layout, as Confluent's registry does.
+	spaced, _ := json.Marshal(map[string]string{"schema": "{ \"type\": \"record\",\n  \"name\": \"A\", \"fields\": [ {\"name\": \"x\", \"type\": \"int\"} ] }"})
+	status, out = registryCall(t, http.MethodPost, base+"/subjects/check-value", string(spaced))
+	require.Equal(t, http.StatusOK, status, out)
+	require.Equal(t, id, out["id"])
 
 	status, out = registryCall(t, http.MethodGet, base+"/subjects/nope-value/versions/latest", "")
 	require.Equal(t, http.StatusNotFound, status)
