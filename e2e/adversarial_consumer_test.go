@@ -21,7 +21,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sr/srfake"
 	"pgregory.net/rapid"
 
 	"github.com/keiro-go/keiro"
@@ -566,15 +565,14 @@ func avroCaseGen(knownID int) *rapid.Generator[consumerCase] {
 	})
 }
 
-// TestAdversarialConsumerAvro: the consumer binary in sql mode with a schema registry (srfake):
-// Avro payloads with a schema id the registry does not know, and undecodable ones.
+// TestAdversarialConsumerAvro: the consumer binary in sql mode with the real schema registry
+// (Apicurio): Avro payloads with a schema id the registry does not know, and undecodable ones.
 func TestAdversarialConsumerAvro(t *testing.T) {
 	t.Parallel()
 	testenv.EachKafka(t, testenv.KafkaConfig{}, func(t *testing.T, kc *testenv.Kafka) {
 		ctx := context.Background()
-		reg := srfake.New()
-		t.Cleanup(reg.Close)
-		r, err := schema.NewRegistry(schema.RegistryConfig{URL: reg.URL()})
+		reg := testenv.NewSchemaRegistry(t)
+		r, err := schema.NewRegistry(schema.RegistryConfig{URL: reg.URL})
 		require.NoError(t, err)
 		ser, err := schema.NewSerializer(r, counterAvro, schema.SerializerConfig{AutoRegister: true})
 		require.NoError(t, err)
@@ -587,7 +585,7 @@ func TestAdversarialConsumerAvro(t *testing.T) {
 			return consumerCase{Name: name, Key: []byte("k-avro"), Value: v, Headers: hs, MustDeadLetter: true}
 		}
 		cases := []consumerCase{
-			avro("unknown schema id", []byte{0, 0, 0, 0x7f, 0x7f, 2}),
+			avro("unknown schema id", []byte{0, 0x7f, 0x7f, 0x7f, 0x7f, 2}),
 			avro("schema id 0", []byte{0, 0, 0, 0, 0, 2}),
 			avro("empty payload", []byte{}),
 			avro("magic byte only", []byte{0}),
@@ -601,7 +599,7 @@ func TestAdversarialConsumerAvro(t *testing.T) {
 			hs := setHeader(validHeaders(good(i)), envelope.HeaderContentType, []byte(ev.ContentType))
 			return &kgo.Record{Key: key, Value: ev.Payload, Headers: hs}
 		})
-		p := a.startConsumer("KEIRO_CONSUMER_SCHEMA_REGISTRY_URL=" + reg.URL())
+		p := a.startConsumer("KEIRO_CONSUMER_SCHEMA_REGISTRY_URL=" + reg.URL)
 		a.check(a.effectsHandled, func() string { return logTail(p) })
 		require.Equal(t, 0, p.term(t, 30*time.Second), logTail(p))
 	})
