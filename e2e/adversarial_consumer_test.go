@@ -576,7 +576,8 @@ func TestAdversarialConsumerAvro(t *testing.T) {
 		require.NoError(t, err)
 		ser, err := schema.NewSerializer(r, counterAvro, schema.SerializerConfig{AutoRegister: true})
 		require.NoError(t, err)
-		probe := keyedEvent("adv", "k", 0)
+		subjectTopic := reg.Name("adv") // the records' subject is the test's own on the shared registry
+		probe := keyedEvent(subjectTopic, "k", 0)
 		require.NoError(t, ser.Encode(ctx, &probe, map[string]any{"seq": int64(0)}))
 		knownID := int(binary.BigEndian.Uint32(probe.Payload[1:5]))
 
@@ -594,7 +595,7 @@ func TestAdversarialConsumerAvro(t *testing.T) {
 		cases = append(cases, generate(avroCaseGen(knownID), adversarialSeed(t), adversarialN(t, 6))...)
 		a := newAdversarialConsumer(t, kc, cases)
 		a.produce(func(i int, key []byte) *kgo.Record {
-			ev := keyedEvent("adv", "k", int64(i))
+			ev := keyedEvent(subjectTopic, "k", int64(i))
 			require.NoError(t, ser.Encode(ctx, &ev, map[string]any{"seq": int64(i)}))
 			hs := setHeader(validHeaders(good(i)), envelope.HeaderContentType, []byte(ev.ContentType))
 			return &kgo.Record{Key: key, Value: ev.Payload, Headers: hs}

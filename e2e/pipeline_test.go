@@ -40,16 +40,19 @@ func testPipeline(t *testing.T, kc *testenv.Kafka, avro bool) {
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	effectsFixture(t, db)
-	topic, group := kc.Topic("e2e.counted.v1"), kc.Group("effects")
+	name := "e2e.counted.v1"
+	var reg *testenv.SchemaRegistry
+	if avro {
+		reg = testenv.NewSchemaRegistry(t)
+		name = reg.Name(name) // the topic's subject is the test's own on the shared registry
+	}
+	topic, group := kc.Topic(name), kc.Group("effects")
 	kc.CreateTopic(t, topic, 3)
 	kc.CreateTopic(t, topic+".dlq", 1)
 
 	var extraConsumer []string
 	encode := func(ev *envelope.Event, seq int64) {}
 	if avro {
-		// Both runs write one schema under one subject on the kfake broker (its topic has no
-		// namespace): the second registration is a no-op with the same id.
-		reg := testenv.NewSchemaRegistry(t)
 		r, err := schema.NewRegistry(schema.RegistryConfig{URL: reg.URL})
 		require.NoError(t, err)
 		ser, err := schema.NewSerializer(r, counterAvro, schema.SerializerConfig{AutoRegister: true})

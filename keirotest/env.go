@@ -122,6 +122,14 @@ type SchemaRegistry = testenv.SchemaRegistry
 // Confluent-compatible schema registry: KEIRO_TEST_SCHEMA_REGISTRY_URL.
 const SchemaRegistryURLEnv = testenv.SchemaRegistryURLEnv
 
+// Compatibility levels of SchemaRegistry.SetCompatibility (Confluent's names).
+const (
+	CompatibilityNone     = testenv.CompatibilityNone
+	CompatibilityBackward = testenv.CompatibilityBackward
+	CompatibilityForward  = testenv.CompatibilityForward
+	CompatibilityFull     = testenv.CompatibilityFull
+)
+
 // NewSchemaRegistry returns a namespace on the real schema registry: the one named by
 // KEIRO_TEST_SCHEMA_REGISTRY_URL, else an Apicurio Registry the kit starts once per test
 // process (Java 17 and Maven needed; Java 21+ runs the current release). Name the test's subjects,
