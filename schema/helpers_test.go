@@ -105,7 +105,6 @@ const orderSchema = `{
   ]
 }`
 
-func srSchema(text string) sr.Schema { return sr.Schema{Schema: text, Type: sr.TypeAvro} }
 
 // realRegistry is a namespace on the real schema registry (Apicurio Registry's Confluent API,
 // testenv.NewSchemaRegistry) behind a proxy of the test's own that counts the requests reaching
