@@ -169,7 +169,9 @@ func (r *realRegistry) call(t testing.TB, method, path string, in, out any) int 
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/vnd.schemaregistry.v1+json")
-	resp, err := http.DefaultClient.Do(req)
+	client := &http.Client{}
+	defer client.CloseIdleConnections()
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}

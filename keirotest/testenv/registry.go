@@ -83,7 +83,9 @@ func (r *SchemaRegistry) do(t testing.TB, method, path string, body []byte) []by
 		t.Fatalf("keirotest: %s %s: %v", method, path, err)
 	}
 	req.Header.Set("Content-Type", "application/vnd.schemaregistry.v1+json")
-	resp, err := http.DefaultClient.Do(req)
+	client := &http.Client{}
+	defer client.CloseIdleConnections() // no connection outlives the call (goleak)
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("keirotest: schema registry %s %s: %v", method, path, err)
 	}

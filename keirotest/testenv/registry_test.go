@@ -23,7 +23,9 @@ func TestSchemaRegistryNamespaces(t *testing.T) {
 	// The rule is set on the registry: it answers it back.
 	subject := a.Name("orders-value")
 	a.SetCompatibility(t, subject, testenv.CompatibilityFull)
-	resp, err := http.Get(a.URL + "/config/" + subject)
+	client := &http.Client{}
+	defer client.CloseIdleConnections()
+	resp, err := client.Get(a.URL + "/config/" + subject)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,7 +54,9 @@ func newFake(t *testing.T, opts ...srfake.Option) (*srfake.Registry, string) {
 // subjectVersion asks the registry for version v of subject: its id, or false when it has none.
 func subjectVersion(t *testing.T, reg *testenv.SchemaRegistry, subject string, v int) (int, bool) {
 	t.Helper()
-	resp, err := http.Get(fmt.Sprintf("%s/subjects/%s/versions/%d", reg.URL, subject, v))
+	client := &http.Client{}
+	defer client.CloseIdleConnections()
+	resp, err := client.Get(fmt.Sprintf("%s/subjects/%s/versions/%d", reg.URL, subject, v))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ package apicurio
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -93,7 +92,8 @@ type Registry struct {
 	Release Release
 	// Java is the runtime it runs on.
 	Java Java
-	// ManagementAddr is the management interface's address (health, metrics), on loopback.
+	// ManagementAddr is the management interface's address (health, metrics), on loopback;
+	// the 3.x line opens it, 2.x serves health on the API's port instead.
 	ManagementAddr string
 
 	dir     string
@@ -236,17 +236,6 @@ func (r *Registry) Close() {
 			_ = os.RemoveAll(r.dir)
 		}
 	})
-}
-
-// Err is why the registry stopped, once it has; nil while it runs.
-func (r *Registry) Err() error {
-	if r.p == nil {
-		return errors.New("apicurio: never started")
-	}
-	if !r.p.Exited() {
-		return nil
-	}
-	return r.p.Err()
 }
 
 func addr(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
