@@ -125,6 +125,9 @@ func newRealRegistry(t testing.TB) *realRegistry {
 		t.Fatal(err)
 	}
 	proxy := httputil.NewSingleHostReverseProxy(target)
+	transport := &http.Transport{}
+	proxy.Transport = transport
+	t.Cleanup(transport.CloseIdleConnections)
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.mu.Lock()
 		r.reqs = append(r.reqs, req.Method+" "+req.URL.Path)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net"
 	"net/http"
 	"reflect"
 	"strings"
@@ -436,6 +437,35 @@ func TestRegisterRefusedAsInvalid(t *testing.T) {
 	}
 	if n := fake.requests("POST /subjects/invalid-value/versions"); n != 1 {
 		t.Errorf("%d requests, a refusal is not retried", n)
+	}
+}
+
+// Close releases the registry's idle connections: a consumer that closes its Registry leaves no
+// connection (and no goroutine) behind. Before, the transport that classifies answers hid them
+// from http.Client.CloseIdleConnections.
+func TestCloseReleasesConnections(t *testing.T) {
+	t.Parallel()
+	real := newRealRegistry(t)
+	closed := make(chan struct{})
+	var once sync.Once
+	real.srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateClosed {
+			once.Do(func() { close(closed) })
+		}
+	}
+	id := real.register(t, real.Name("orders.v1-value"), orderSchema)
+	reg, err := schema.NewRegistry(schema.RegistryConfig{URL: real.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.SchemaByID(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	reg.Close()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close left the connection to the registry open")
 	}
 }
 
