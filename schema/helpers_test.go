@@ -105,7 +105,6 @@ const orderSchema = `{
   ]
 }`
 
-
 // realRegistry is a namespace on the real schema registry (Apicurio Registry's Confluent API,
 // testenv.NewSchemaRegistry) behind a proxy of the test's own that counts the requests reaching
 // it, so that tests of the client's cache run against a real registry.
