@@ -74,6 +74,9 @@ type Config struct {
 	// Version is the release to run, one of Releases. Defaults to the first release the
 	// newest Java found runs (Version on Java 21+, LegacyVersion on Java 17).
 	Version string
+	// Java is the java executable to run it on. Defaults to the newest Java found (FindJavas:
+	// KEIRO_APICURIO_JAVA, else $JAVA_HOME, PATH and JVMDir).
+	Java string
 	// HeapMB is the JVM's maximum heap. Defaults to DefaultHeapMB.
 	HeapMB int
 	// Dir holds the registry's log (<Dir>/registry.log). Defaults to a new temporary
@@ -112,9 +115,18 @@ func Start(ctx context.Context, cfg Config) (*Registry, error) {
 	if cfg.StartTimeout == 0 {
 		cfg.StartTimeout = DefaultStartTimeout
 	}
-	javas, err := FindJavas(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("apicurio: %w", err)
+	var javas []Java
+	if cfg.Java != "" {
+		j, err := inspectJava(ctx, cfg.Java)
+		if err != nil {
+			return nil, fmt.Errorf("apicurio: Config.Java %s: %w", cfg.Java, err)
+		}
+		javas = []Java{j}
+	} else {
+		var err error
+		if javas, err = FindJavas(ctx); err != nil {
+			return nil, fmt.Errorf("apicurio: %w", err)
+		}
 	}
 	rel, java, err := Choose(cfg.Version, javas)
 	if err != nil {

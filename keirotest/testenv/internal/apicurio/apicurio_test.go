@@ -167,6 +167,7 @@ func requireConfluentAPI(t *testing.T, base string) {
 // Start runs the release the machine's newest Java runs: the current one where a Java 21+ is
 // installed (this project's machines have Temurin's beside Debian's Java 17), else the legacy one.
 func TestStartDefault(t *testing.T) {
+	t.Parallel()
 	javas, err := FindJavas(context.Background())
 	require.NoError(t, err)
 	want, wantJava, err := Choose("", javas)
@@ -201,6 +202,7 @@ func TestStartDefault(t *testing.T) {
 }
 
 func TestStartLegacyOnJava17(t *testing.T) {
+	t.Parallel()
 	javas, err := FindJavas(context.Background())
 	require.NoError(t, err)
 	var j17 string
@@ -212,8 +214,7 @@ func TestStartLegacyOnJava17(t *testing.T) {
 	if j17 == "" {
 		t.Fatal("the machine has no Java 17: install openjdk-17-jre-headless, as .ci/run does")
 	}
-	t.Setenv(JavaEnv, j17)
-	r, err := Start(context.Background(), Config{})
+	r, err := Start(context.Background(), Config{Java: j17})
 	require.NoError(t, err)
 	t.Cleanup(r.Close)
 	require.Equal(t, LegacyVersion, r.Release.Version)
