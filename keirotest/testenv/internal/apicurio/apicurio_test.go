@@ -13,7 +13,10 @@ import (
 	"testing/quick"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestParseJavaVersions(t *testing.T) {
 	for _, c := range []struct {
@@ -116,7 +119,9 @@ func registryCall(t *testing.T, method, url, body string) (int, map[string]any) 
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/vnd.schemaregistry.v1+json")
-	resp, err := http.DefaultClient.Do(req)
+	client := &http.Client{}
+	defer client.CloseIdleConnections()
+	resp, err := client.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
@@ -189,7 +194,9 @@ func TestStartDefault(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "127.0.0.1", host)
 	if r.Release.Version == Version {
-		resp, err := http.Get("http://" + r.ManagementAddr + "/health/ready")
+		client := &http.Client{}
+		defer client.CloseIdleConnections()
+		resp, err := client.Get("http://" + r.ManagementAddr + "/health/ready")
 		require.NoError(t, err)
 		_ = resp.Body.Close()
 		require.Equal(t, http.StatusOK, resp.StatusCode)

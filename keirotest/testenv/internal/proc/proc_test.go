@@ -7,7 +7,11 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestStartLogsAndReportsTheExit(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "out.log")
