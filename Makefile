@@ -38,9 +38,10 @@ build: ## Build every package and the binaries into ./bin (VERSION and COMMIT st
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/relay ./cmd/consumer
 
 .PHONY: test
-test: vet postgres ## Run the whole test suite (PostgreSQL started; a real Kafka broker from Maven, kfake; short fuzz runs; the adversarial suite with a few generated cases per boundary; race detector on the storage packages).
+test: vet postgres ## Run the whole test suite (PostgreSQL started; a real Kafka broker and a real schema registry (Apicurio) from Maven, kfake and srfake; short fuzz runs; the adversarial suite with a few generated cases per boundary; race detector on the storage packages).
 	$(MAKE) --no-print-directory lint
 	$(GO) run ./keirotest/testenv/kafkabroker/cmd/kafkabroker classpath
+	$(GO) run ./keirotest/testenv/internal/apicurio/cmd/apicurio fetch
 	$(MAKE) --no-print-directory alerts-check
 	$(MAKE) --no-print-directory deploy-check
 	$(MAKE) --no-print-directory qa-modules-test
@@ -75,6 +76,10 @@ qa-modules-test: ## Test the QA modules (compose validation and stack run, the c
 .PHONY: kafka
 kafka: ## Run a real Apache Kafka broker on loopback for the tests (BROKERS=3 for a cluster); prints KEIRO_TEST_KAFKA_BROKERS.
 	$(GO) run ./keirotest/testenv/kafkabroker/cmd/kafkabroker run -brokers $${BROKERS:-1}
+
+.PHONY: schema-registry
+schema-registry: ## Run a real schema registry (Apicurio Registry, Confluent API) on loopback for the tests; prints KEIRO_TEST_SCHEMA_REGISTRY_URL.
+	$(GO) run ./keirotest/testenv/internal/apicurio/cmd/apicurio run
 
 .PHONY: fuzz-short
 fuzz-short: ## Run every fuzz target briefly (FUZZTIME each: 50000x executions by default, or a duration such as 5m).

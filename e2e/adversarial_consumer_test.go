@@ -21,7 +21,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sr/srfake"
 	"pgregory.net/rapid"
 
 	"github.com/keiro-go/keiro"
@@ -566,19 +565,19 @@ func avroCaseGen(knownID int) *rapid.Generator[consumerCase] {
 	})
 }
 
-// TestAdversarialConsumerAvro: the consumer binary in sql mode with a schema registry (srfake):
-// Avro payloads with a schema id the registry does not know, and undecodable ones.
+// TestAdversarialConsumerAvro: the consumer binary in sql mode with the real schema registry
+// (Apicurio): Avro payloads with a schema id the registry does not know, and undecodable ones.
 func TestAdversarialConsumerAvro(t *testing.T) {
 	t.Parallel()
 	testenv.EachKafka(t, testenv.KafkaConfig{}, func(t *testing.T, kc *testenv.Kafka) {
 		ctx := context.Background()
-		reg := srfake.New()
-		t.Cleanup(reg.Close)
-		r, err := schema.NewRegistry(schema.RegistryConfig{URL: reg.URL()})
+		reg := testenv.NewSchemaRegistry(t)
+		r, err := schema.NewRegistry(schema.RegistryConfig{URL: reg.URL})
 		require.NoError(t, err)
 		ser, err := schema.NewSerializer(r, counterAvro, schema.SerializerConfig{AutoRegister: true})
 		require.NoError(t, err)
-		probe := keyedEvent("adv", "k", 0)
+		subjectTopic := reg.Name("adv") // the records' subject is the test's own on the shared registry
+		probe := keyedEvent(subjectTopic, "k", 0)
 		require.NoError(t, ser.Encode(ctx, &probe, map[string]any{"seq": int64(0)}))
 		knownID := int(binary.BigEndian.Uint32(probe.Payload[1:5]))
 
@@ -587,7 +586,7 @@ func TestAdversarialConsumerAvro(t *testing.T) {
 			return consumerCase{Name: name, Key: []byte("k-avro"), Value: v, Headers: hs, MustDeadLetter: true}
 		}
 		cases := []consumerCase{
-			avro("unknown schema id", []byte{0, 0, 0, 0x7f, 0x7f, 2}),
+			avro("unknown schema id", []byte{0, 0x7f, 0x7f, 0x7f, 0x7f, 2}),
 			avro("schema id 0", []byte{0, 0, 0, 0, 0, 2}),
 			avro("empty payload", []byte{}),
 			avro("magic byte only", []byte{0}),
@@ -596,12 +595,12 @@ func TestAdversarialConsumerAvro(t *testing.T) {
 		cases = append(cases, generate(avroCaseGen(knownID), adversarialSeed(t), adversarialN(t, 6))...)
 		a := newAdversarialConsumer(t, kc, cases)
 		a.produce(func(i int, key []byte) *kgo.Record {
-			ev := keyedEvent("adv", "k", int64(i))
+			ev := keyedEvent(subjectTopic, "k", int64(i))
 			require.NoError(t, ser.Encode(ctx, &ev, map[string]any{"seq": int64(i)}))
 			hs := setHeader(validHeaders(good(i)), envelope.HeaderContentType, []byte(ev.ContentType))
 			return &kgo.Record{Key: key, Value: ev.Payload, Headers: hs}
 		})
-		p := a.startConsumer("KEIRO_CONSUMER_SCHEMA_REGISTRY_URL=" + reg.URL())
+		p := a.startConsumer("KEIRO_CONSUMER_SCHEMA_REGISTRY_URL=" + reg.URL)
 		a.check(a.effectsHandled, func() string { return logTail(p) })
 		require.Equal(t, 0, p.term(t, 30*time.Second), logTail(p))
 	})

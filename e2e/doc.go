@@ -1,8 +1,9 @@
 // Package e2e holds keiro-go's process-level tests; it has no non-test code.
 //
 // The tests build cmd/relay and cmd/consumer once (TestMain) and run them as operating-system
-// processes against the real PostgreSQL (KEIRO_TEST_DATABASE_URL), a kfake broker and an srfake
-// schema registry served by the test process on loopback ports:
+// processes against the real PostgreSQL (KEIRO_TEST_DATABASE_URL), a kfake broker or a real
+// Apache Kafka, and the real schema registry (Apicurio Registry's Confluent API, started once per
+// test binary; testenv.NewSchemaRegistry):
 //
 //   - TestPipeline*: outbox rows enqueued in PostgreSQL travel through the relay binary, Kafka and
 //     the consumer binary into effects written by a PostgreSQL function in the inbox transaction

@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/sr/srfake"
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
@@ -20,7 +19,7 @@ import (
 const counterAvro = `{"type":"record","name":"Counted","namespace":"keiro.e2e","fields":[{"name":"seq","type":"long"}]}`
 
 // TestPipeline runs outbox → relay binary → Kafka → consumer binary → inbox + effects, with
-// JSON payloads and with Avro payloads through an srfake registry on a loopback port, and a
+// JSON payloads and with Avro payloads through the real schema registry (Apicurio), and a
 // poison message that must be dead-lettered without holding anything else back; on the
 // embedded broker and on a real one.
 func TestPipeline(t *testing.T) {
@@ -41,23 +40,27 @@ func testPipeline(t *testing.T, kc *testenv.Kafka, avro bool) {
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	effectsFixture(t, db)
-	topic, group := kc.Topic("e2e.counted.v1"), kc.Group("effects")
+	name := "e2e.counted.v1"
+	var reg *testenv.SchemaRegistry
+	if avro {
+		reg = testenv.NewSchemaRegistry(t)
+		name = reg.Name(name) // the topic's subject is the test's own on the shared registry
+	}
+	topic, group := kc.Topic(name), kc.Group("effects")
 	kc.CreateTopic(t, topic, 3)
 	kc.CreateTopic(t, topic+".dlq", 1)
 
 	var extraConsumer []string
 	encode := func(ev *envelope.Event, seq int64) {}
 	if avro {
-		reg := srfake.New()
-		t.Cleanup(reg.Close)
-		r, err := schema.NewRegistry(schema.RegistryConfig{URL: reg.URL()})
+		r, err := schema.NewRegistry(schema.RegistryConfig{URL: reg.URL})
 		require.NoError(t, err)
 		ser, err := schema.NewSerializer(r, counterAvro, schema.SerializerConfig{AutoRegister: true})
 		require.NoError(t, err)
 		encode = func(ev *envelope.Event, seq int64) {
 			require.NoError(t, ser.Encode(ctx, ev, map[string]any{"seq": seq}))
 		}
-		extraConsumer = append(extraConsumer, "KEIRO_CONSUMER_SCHEMA_REGISTRY_URL="+reg.URL())
+		extraConsumer = append(extraConsumer, "KEIRO_CONSUMER_SCHEMA_REGISTRY_URL="+reg.URL)
 	}
 
 	ob, err := outbox.NewStore(db.Schema)

@@ -114,8 +114,33 @@ func EachKafka(t *testing.T, cfg KafkaConfig, f func(t *testing.T, k *Kafka)) {
 	testenv.EachKafka(t, cfg, func(t *testing.T, k *testenv.Kafka) { f(t, wrapKafka(k)) })
 }
 
+// SchemaRegistry is a namespace on the real schema registry: its URL for the service's registry
+// configuration, Name for subjects and for the topics they derive from, and SetCompatibility.
+type SchemaRegistry = testenv.SchemaRegistry
+
+// SchemaRegistryURLEnv names the environment variable that points the kit at a running
+// Confluent-compatible schema registry: KEIRO_TEST_SCHEMA_REGISTRY_URL.
+const SchemaRegistryURLEnv = testenv.SchemaRegistryURLEnv
+
+// Compatibility levels of SchemaRegistry.SetCompatibility (Confluent's names).
+const (
+	CompatibilityNone     = testenv.CompatibilityNone
+	CompatibilityBackward = testenv.CompatibilityBackward
+	CompatibilityForward  = testenv.CompatibilityForward
+	CompatibilityFull     = testenv.CompatibilityFull
+)
+
+// NewSchemaRegistry returns a namespace on the real schema registry: the one named by
+// KEIRO_TEST_SCHEMA_REGISTRY_URL, else an Apicurio Registry the kit starts once per test
+// process (Java 17 and Maven needed; Java 21+ runs the current release). Name the test's subjects,
+// and the topics they derive from, through SchemaRegistry.Name.
+func NewSchemaRegistry(t testing.TB) *SchemaRegistry {
+	t.Helper()
+	return testenv.NewSchemaRegistry(t)
+}
+
 // Main is a TestMain for packages whose tests use the kit: it runs the tests, stops the real
-// broker the kit started (if any), then fails the run if goroutines leaked (goleak, with
+// broker and schema registry the kit started (if any), then fails the run if goroutines leaked (goleak, with
 // LeakOptions and opts).
 func Main(m *testing.M, opts ...goleak.Option) { testenv.Main(m, opts...) }
 

@@ -50,9 +50,10 @@ func TestInteropPythonAvro(t *testing.T) {
 	ctx := context.Background()
 	schemaFile := filepath.Join(t.TempDir(), "order.avsc")
 	writeFile(t, schemaFile, []byte(orderSchema))
-	fake := newFakeRegistry(t)
-	fake.register(t, "orders.v1-value", orderSchema)
-	reg := newRegistry(t, fake.URL())
+	real := newRealRegistry(t)
+	topic := real.Name("orders.v1")
+	real.register(t, topic+"-value", orderSchema)
+	reg := newRegistry(t, real.URL())
 	ser, err := schema.NewSerializer(reg, orderSchema, schema.SerializerConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +78,7 @@ func TestInteropPythonAvro(t *testing.T) {
 		in := orderValue(map[string]any{"string": "go → py"}, map[string]any{"string": "CODE10"},
 			[]any{map[string]any{"sku": "go-1", "qty": int32(3)}}, map[string]any{"lang": "go"}, big.NewRat(-12345678, 100))
 		in["id"] = "6ba7b810-9dad-11d1-80b4-00c04fd430c8"
-		ev := envelope.Event{Destination: "orders.v1"}
+		ev := envelope.Event{Destination: topic}
 		if err := ser.Encode(ctx, &ev, in); err != nil {
 			t.Fatal(err)
 		}
@@ -102,7 +103,7 @@ func TestInteropPythonAvro(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		payload := append(schema.AppendFrameHeader(nil, uint32(*mustRef(t, ser).SchemaID)), body...)
+		payload := append(schema.AppendFrameHeader(nil, uint32(*mustRef(t, ser, topic).SchemaID)), body...)
 		got, _, err := de.Decode(ctx, payload)
 		if err != nil {
 			t.Fatalf("decode Python's bytes: %v", err)
@@ -120,7 +121,7 @@ func TestInteropPythonAvro(t *testing.T) {
 		// And our bytes for the same value are Python's bytes, but for the order of the map's
 		// entries: Avro leaves it open and a Go map has none, so compare with the entries of
 		// "tags" in either order.
-		ev := envelope.Event{Destination: "orders.v1"}
+		ev := envelope.Event{Destination: topic}
 		if err := ser.Encode(ctx, &ev, want); err != nil {
 			t.Fatal(err)
 		}
@@ -135,9 +136,9 @@ func TestInteropPythonAvro(t *testing.T) {
 	})
 }
 
-func mustRef(t *testing.T, ser *schema.Serializer) *envelope.SchemaRef {
+func mustRef(t *testing.T, ser *schema.Serializer, topic string) *envelope.SchemaRef {
 	t.Helper()
-	ev := envelope.Event{Destination: "orders.v1"}
+	ev := envelope.Event{Destination: topic}
 	if err := ser.Encode(context.Background(), &ev, sampleOrder()); err != nil {
 		t.Fatal(err)
 	}

@@ -218,6 +218,14 @@ func (t statusTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// CloseIdleConnections closes the base transport's idle connections, so that Registry.Close
+// (http.Client.CloseIdleConnections, which looks for this method) reaches them.
+func (t statusTransport) CloseIdleConnections() {
+	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 // registryAPI is the part of srclient's client that the cache uses; it is declared here,
 // where it is consumed, so that the registry's HTTP dialect stays srclient's business.
 type registryAPI interface {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net"
 	"net/http"
 	"reflect"
 	"strings"
@@ -30,21 +31,22 @@ func sampleOrder() map[string]any {
 func TestCacheSteadyStateMakesNoRequests(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	fake := newFakeRegistry(t)
-	fake.register(t, "orders.v1-value", orderSchema)
-	reg := newRegistry(t, fake.URL())
+	real := newRealRegistry(t)
+	topic := real.Name("orders.v1")
+	real.register(t, topic+"-value", orderSchema)
+	reg := newRegistry(t, real.URL())
 	ser, err := schema.NewSerializer(reg, orderSchema, schema.SerializerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	producerSideReg := newRegistry(t, fake.URL()) // a consumer process has its own cache
+	producerSideReg := newRegistry(t, real.URL()) // a consumer process has its own cache
 	de, err := schema.NewDeserializer(producerSideReg, schema.DeserializerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	encodeDecode := func() {
 		t.Helper()
-		ev := envelope.Event{Destination: "orders.v1"}
+		ev := envelope.Event{Destination: topic}
 		if err := ser.Encode(ctx, &ev, sampleOrder()); err != nil {
 			t.Fatal(err)
 		}
@@ -56,31 +58,31 @@ func TestCacheSteadyStateMakesNoRequests(t *testing.T) {
 		}
 	}
 	encodeDecode()
-	if got := fake.requests("POST /subjects/orders.v1-value"); got != 1 {
+	if got := real.requests("POST /subjects/" + topic + "-value"); got != 1 {
 		t.Fatalf("first encode made %d lookups, want 1", got)
 	}
-	if got := fake.requests("GET /schemas/ids/"); got != 1 {
+	if got := real.requests("GET /schemas/ids/"); got != 1 {
 		t.Fatalf("first decode made %d id fetches, want 1", got)
 	}
-	warm := fake.requests("")
+	warm := real.requests("")
 	for range 200 {
 		encodeDecode()
 	}
-	if got := fake.requests(""); got != warm {
+	if got := real.requests(""); got != warm {
 		t.Fatalf("steady state made %d HTTP requests, want 0", got-warm)
 	}
 }
 
 func TestLookupOnlyMissingSubjectNamesIt(t *testing.T) {
 	t.Parallel()
-	fake := newFakeRegistry(t)
-	fake.register(t, "orders.v1-value", `{"type":"record","name":"Other","fields":[{"name":"a","type":"int"}]}`)
-	reg := newRegistry(t, fake.URL())
+	real := newRealRegistry(t)
+	real.register(t, real.Name("orders.v1-value"), `{"type":"record","name":"Other","fields":[{"name":"a","type":"int"}]}`)
+	reg := newRegistry(t, real.URL())
 	ser, err := schema.NewSerializer(reg, orderSchema, schema.SerializerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, topic := range []string{"orders.v1", "never-registered"} {
+	for _, topic := range []string{real.Name("orders.v1"), real.Name("never-registered")} {
 		ev := envelope.Event{Destination: topic}
 		err := ser.Encode(context.Background(), &ev, sampleOrder())
 		if !errors.Is(err, schema.ErrSubjectNotFound) || schema.IsRetryable(err) {
@@ -96,25 +98,25 @@ func TestLookupOnlyMissingSubjectNamesIt(t *testing.T) {
 			t.Fatalf("failed Encode touched the event")
 		}
 	}
-	if fake.SubjectExists("never-registered-value") {
+	if real.subjectExists(t, real.Name("never-registered-value")) {
 		t.Fatal("lookup-only mode registered a subject")
 	}
 }
 
 func TestAutoRegister(t *testing.T) {
 	t.Parallel()
-	fake := newFakeRegistry(t)
-	reg := newRegistry(t, fake.URL())
+	real := newRealRegistry(t)
+	reg := newRegistry(t, real.URL())
 	ser, err := schema.NewSerializer(reg, orderSchema, schema.SerializerConfig{AutoRegister: true,
 		SubjectStrategy: schema.TopicRecordNameStrategy})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := envelope.Event{Destination: "orders.v1"}
+	ev := envelope.Event{Destination: real.Name("orders.v1")}
 	if err := ser.Encode(context.Background(), &ev, sampleOrder()); err != nil {
 		t.Fatal(err)
 	}
-	got, ok := fake.GetSchema("orders.v1-com.acme.orders.OrderPlaced", 1)
+	got, ok := real.version(t, real.Name("orders.v1-com.acme.orders.OrderPlaced"), 1)
 	if !ok || int64(got.ID) != *ev.SchemaRef.SchemaID || *ev.SchemaRef.Version != 1 {
 		t.Fatalf("auto-register: registry has %+v (found %v), event says %+v", got, ok, ev.SchemaRef)
 	}
@@ -196,28 +198,28 @@ func TestRetriesTransientErrors(t *testing.T) {
 
 func TestUnknownSchemaIDIsPermanent(t *testing.T) {
 	t.Parallel()
-	fake := newFakeRegistry(t)
-	reg := newRegistry(t, fake.URL())
+	real := newRealRegistry(t)
+	reg := newRegistry(t, real.URL())
 	de, _ := schema.NewDeserializer(reg, schema.DeserializerConfig{})
 	_, _, err := de.Decode(context.Background(), []byte{0, 0, 0, 0x30, 0x39, 2})
 	var de2 *schema.DecodeError
 	if !errors.Is(err, schema.ErrUnknownSchemaID) || !errors.Is(err, schema.ErrMalformedPayload) || !errors.As(err, &de2) || de2.SchemaID != 12345 {
 		t.Fatalf("err = %v, want a DecodeError ErrUnknownSchemaID for id 12345", err)
 	}
-	if schema.IsRetryable(err) || fake.requests("GET /schemas/ids/12345") != 1 {
-		t.Fatalf("a 404 was retried (%d requests) or called retryable", fake.requests("GET /schemas/ids/12345"))
+	if schema.IsRetryable(err) || real.requests("GET /schemas/ids/12345") != 1 {
+		t.Fatalf("a 404 was retried (%d requests) or called retryable", real.requests("GET /schemas/ids/12345"))
 	}
 }
 
 func TestDecodeErrors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	fake := newFakeRegistry(t)
-	id := fake.register(t, "ship.v1-value", jsonSchema)
-	reg := newRegistry(t, fake.URL())
+	real := newRealRegistry(t)
+	id := real.register(t, real.Name("ship.v1-value"), jsonSchema)
+	reg := newRegistry(t, real.URL())
 	ser, _ := schema.NewSerializer(reg, jsonSchema, schema.SerializerConfig{})
 	de, _ := schema.NewDeserializer(reg, schema.DeserializerConfig{})
-	ev := envelope.Event{Destination: "ship.v1"}
+	ev := envelope.Event{Destination: real.Name("ship.v1")}
 	if err := ser.Encode(ctx, &ev, json.RawMessage(`{"id":"s","at":1,"carrier":null,"weights":[1],"dims":{},"kind":"PARCEL"}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -257,15 +259,15 @@ func TestDecodeErrors(t *testing.T) {
 func TestEventHook(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	fake := newFakeRegistry(t)
-	fake.register(t, "ship.v1-value", jsonSchema)
-	reg := newRegistry(t, fake.URL())
+	real := newRealRegistry(t)
+	real.register(t, real.Name("ship.v1-value"), jsonSchema)
+	reg := newRegistry(t, real.URL())
 	ser, _ := schema.NewSerializer(reg, jsonSchema, schema.SerializerConfig{JSON: schema.PlainJSON})
 	de, _ := schema.NewDeserializer(reg, schema.DeserializerConfig{JSON: schema.PlainJSON})
 	hook := de.EventHook()
 
 	in := `{"id":"s","at":1,"carrier":"DHL","weights":[],"dims":{},"kind":"PARCEL"}`
-	ev := envelope.Event{MessageID: "m-1", Destination: "ship.v1"}
+	ev := envelope.Event{MessageID: "m-1", Destination: real.Name("ship.v1")}
 	if err := ser.Encode(ctx, &ev, json.RawMessage(in)); err != nil {
 		t.Fatal(err)
 	}
@@ -412,33 +414,58 @@ func sameJSON(t *testing.T, a, b []byte) bool {
 	return reflect.DeepEqual(va, vb)
 }
 
-func TestRegisterRefusals(t *testing.T) {
+// A registry that calls a schema invalid which goavro accepts (HTTP 422, error 42201: a
+// registry with stricter parsing, or another product's) refuses it permanently, in one
+// request. The real registry's refusal, 409 for an incompatible schema, is
+// TestRegisterIncompatibleRefused.
+func TestRegisterRefusedAsInvalid(t *testing.T) {
 	t.Parallel()
 	fake := newFakeRegistry(t)
-	answers := map[string]string{
-		"incompatible-value": `{"error_code":409,"message":"Schema being registered is incompatible with an earlier schema"}`,
-		"invalid-value":      `{"error_code":42201,"message":"Invalid schema"}`,
-	}
 	fake.Intercept(func(w http.ResponseWriter, r *http.Request) bool {
-		for subject, body := range answers {
-			if r.Method == http.MethodPost && r.URL.Path == "/subjects/"+subject+"/versions" {
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(map[bool]int{true: http.StatusConflict, false: http.StatusUnprocessableEntity}[subject == "incompatible-value"])
-				fmt.Fprint(w, body)
-				return true
-			}
+		if r.Method == http.MethodPost && r.URL.Path == "/subjects/invalid-value/versions" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			fmt.Fprint(w, `{"error_code":42201,"message":"Invalid schema"}`)
+			return true
 		}
 		return false
 	})
 	reg := newRegistry(t, fake.URL())
-	for subject, want := range map[string]error{"incompatible-value": schema.ErrIncompatibleSchema, "invalid-value": schema.ErrInvalidSchema} {
-		_, err := reg.RegisterSchema(context.Background(), subject, orderSchema)
-		if !errors.Is(err, want) || schema.IsRetryable(err) || !strings.Contains(err.Error(), subject) {
-			t.Errorf("%s: err = %v, want permanent %v naming the subject", subject, err, want)
+	_, err := reg.RegisterSchema(context.Background(), "invalid-value", orderSchema)
+	if !errors.Is(err, schema.ErrInvalidSchema) || schema.IsRetryable(err) || !strings.Contains(err.Error(), "invalid-value") {
+		t.Errorf("err = %v, want permanent ErrInvalidSchema naming the subject", err)
+	}
+	if n := fake.requests("POST /subjects/invalid-value/versions"); n != 1 {
+		t.Errorf("%d requests, a refusal is not retried", n)
+	}
+}
+
+// Close releases the registry's idle connections: a consumer that closes its Registry leaves no
+// connection (and no goroutine) behind. Before, the transport that classifies answers hid them
+// from http.Client.CloseIdleConnections.
+func TestCloseReleasesConnections(t *testing.T) {
+	t.Parallel()
+	real := newRealRegistry(t)
+	closed := make(chan struct{})
+	var once sync.Once
+	real.srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateClosed {
+			once.Do(func() { close(closed) })
 		}
-		if n := fake.requests("POST /subjects/" + subject + "/versions"); n != 1 {
-			t.Errorf("%s: %d requests, a refusal is not retried", subject, n)
-		}
+	}
+	id := real.register(t, real.Name("orders.v1-value"), orderSchema)
+	reg, err := schema.NewRegistry(schema.RegistryConfig{URL: real.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.SchemaByID(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	reg.Close()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close left the connection to the registry open")
 	}
 }
 

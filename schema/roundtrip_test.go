@@ -56,8 +56,8 @@ func orderValue(note, discount any, lines []any, tags map[string]any, total *big
 func TestRoundTripNative(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	fake := newFakeRegistry(t)
-	reg := newRegistry(t, fake.URL())
+	real := newRealRegistry(t)
+	reg := newRegistry(t, real.URL())
 	ser, err := schema.NewSerializer(reg, orderSchema, schema.SerializerConfig{AutoRegister: true})
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +76,7 @@ func TestRoundTripNative(t *testing.T) {
 	}
 	for name, in := range cases {
 		t.Run(name, func(t *testing.T) {
-			ev := envelope.Event{Destination: "orders.v1"}
+			ev := envelope.Event{Destination: real.Name("orders.v1")}
 			if err := ser.Encode(ctx, &ev, in); err != nil {
 				t.Fatalf("Encode: %v", err)
 			}
@@ -103,28 +103,27 @@ func TestRoundTripNative(t *testing.T) {
 func TestSchemaRefFilled(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	fake := newFakeRegistry(t)
-	fake.register(t, "other-value", `"string"`) // so that our id is not 1
-	reg := newRegistry(t, fake.URL(), func(c *schema.RegistryConfig) { c.Name = "main-registry" })
+	real := newRealRegistry(t)
+	real.register(t, real.Name("other-value"), `"string"`) // so that our id is not 1
+	topic, subject := real.Name("orders.v1"), real.Name("orders.v1-value")
+	reg := newRegistry(t, real.URL(), func(c *schema.RegistryConfig) { c.Name = "main-registry" })
 	ser, err := schema.NewSerializer(reg, orderSchema, schema.SerializerConfig{AutoRegister: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := envelope.Event{Destination: "orders.v1", SchemaVersion: 7}
+	ev := envelope.Event{Destination: topic, SchemaVersion: 7}
 	if err := ser.Encode(ctx, &ev, orderValue(nil, nil, []any{}, map[string]any{}, big.NewRat(1, 1))); err != nil {
 		t.Fatal(err)
 	}
-	id, version, err := fake.RegisterSchema("orders.v1-value", srSchema(orderSchema)) // idempotent: tells us the truth
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := real.register(t, subject, orderSchema) // idempotent: tells us the truth
+	version := 1
 	ref := ev.SchemaRef
 	if ref == nil || ref.Registry == nil || ref.Subject == nil || ref.Version == nil || ref.SchemaID == nil || ref.Fingerprint == nil {
 		t.Fatalf("SchemaRef not fully set: %+v", ref)
 	}
-	if *ref.Registry != "main-registry" || *ref.Subject != "orders.v1-value" || *ref.Version != int64(version) || *ref.SchemaID != int64(id) {
-		t.Fatalf("SchemaRef = %s %s v%d id%d; want main-registry orders.v1-value v%d id%d",
-			*ref.Registry, *ref.Subject, *ref.Version, *ref.SchemaID, version, id)
+	if *ref.Registry != "main-registry" || *ref.Subject != subject || *ref.Version != int64(version) || *ref.SchemaID != int64(id) {
+		t.Fatalf("SchemaRef = %s %s v%d id%d; want main-registry %s v%d id%d",
+			*ref.Registry, *ref.Subject, *ref.Version, *ref.SchemaID, subject, version, id)
 	}
 	if want := fmt.Sprintf("%016x", rabin([]byte(codec(t, orderSchemaPlain).CanonicalSchema()))); *ref.Fingerprint != want {
 		t.Fatalf("Fingerprint = %s, want CRC-64-AVRO of the canonical form %s", *ref.Fingerprint, want)
@@ -136,12 +135,12 @@ func TestSchemaRefFilled(t *testing.T) {
 		t.Fatalf("frame carries id %d, want %d", got, id)
 	}
 	// Two events never share the SchemaRef's storage.
-	ev2 := envelope.Event{Destination: "orders.v1"}
+	ev2 := envelope.Event{Destination: topic}
 	if err := ser.Encode(ctx, &ev2, orderValue(nil, nil, []any{}, map[string]any{}, big.NewRat(1, 1))); err != nil {
 		t.Fatal(err)
 	}
 	*ev2.SchemaRef.Subject = "mutated"
-	if *ev.SchemaRef.Subject != "orders.v1-value" {
+	if *ev.SchemaRef.Subject != subject {
 		t.Fatal("events share SchemaRef storage")
 	}
 }
@@ -178,9 +177,10 @@ const jsonSchema = `{"type":"record","name":"Shipment","namespace":"com.acme","f
 func TestRoundTripJSON(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	fake := newFakeRegistry(t)
-	fake.register(t, "ship.v1-value", jsonSchema)
-	reg := newRegistry(t, fake.URL())
+	real := newRealRegistry(t)
+	topic := real.Name("ship.v1")
+	real.register(t, topic+"-value", jsonSchema)
+	reg := newRegistry(t, real.URL())
 	cases := []struct {
 		form schema.JSONForm
 		in   string
@@ -200,7 +200,7 @@ func TestRoundTripJSON(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ev := envelope.Event{Destination: "ship.v1"}
+			ev := envelope.Event{Destination: topic}
 			if err := ser.Encode(ctx, &ev, json.RawMessage(tc.in)); err != nil {
 				t.Fatalf("Encode: %v", err)
 			}
@@ -225,9 +225,10 @@ func TestRoundTripJSON(t *testing.T) {
 func TestEncodeRejectsBadValues(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	fake := newFakeRegistry(t)
-	fake.register(t, "ship.v1-value", jsonSchema)
-	reg := newRegistry(t, fake.URL())
+	real := newRealRegistry(t)
+	topic := real.Name("ship.v1")
+	real.register(t, topic+"-value", jsonSchema)
+	reg := newRegistry(t, real.URL())
 	ser, err := schema.NewSerializer(reg, jsonSchema, schema.SerializerConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +242,7 @@ func TestEncodeRejectsBadValues(t *testing.T) {
 		"plain union in avro": json.RawMessage(`{"id":"s","at":1,"carrier":"DHL","weights":[],"dims":{},"kind":"PARCEL"}`),
 		"not a record":        "just a string",
 	} {
-		ev := envelope.Event{Destination: "ship.v1", ContentType: "application/json", Payload: []byte("{}")}
+		ev := envelope.Event{Destination: topic, ContentType: "application/json", Payload: []byte("{}")}
 		err := ser.Encode(ctx, &ev, v)
 		if !errors.Is(err, schema.ErrInvalidValue) {
 			t.Errorf("%s: err = %v, want ErrInvalidValue", name, err)

@@ -15,13 +15,14 @@ import (
 	"math/big"
 	"net"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/keiro-go/keiro/schema"
-	"github.com/twmb/franz-go/pkg/sr/srfake"
 )
 
 // testCA issues certificates for the TLS tests.
@@ -89,8 +90,9 @@ func writeFile(t *testing.T, path string, data []byte) {
 	}
 }
 
-// A registry behind mutual TLS: the CA file makes the server trusted, the client certificate
-// gets us in; without either the request fails, and not as "registry unavailable, retry".
+// A registry behind mutual TLS (the real registry behind a TLS-terminating proxy, as a gateway
+// or sidecar puts it): the CA file makes the server trusted, the client certificate gets us in;
+// without either the request fails, and not as "registry unavailable, retry".
 func TestMutualTLS(t *testing.T) {
 	t.Parallel()
 	ca := newTestCA(t)
@@ -99,18 +101,19 @@ func TestMutualTLS(t *testing.T) {
 	caFile := filepath.Join(t.TempDir(), "ca.pem")
 	writeFile(t, caFile, ca.pem)
 
-	fake := srfake.NewRegistry()
+	real := newRealRegistry(t)
+	target, err := url.Parse(real.SchemaRegistry.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.cert)
-	srv := httptest.NewUnstartedServer(fake.Handler())
+	srv := httptest.NewUnstartedServer(httputil.NewSingleHostReverseProxy(target))
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{serverCert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert}
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	id, _, err := fake.RegisterSchema("orders.v1-value", srSchema(orderSchema))
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := real.register(t, real.Name("orders.v1-value"), orderSchema)
 
 	reg := newRegistry(t, srv.URL, func(c *schema.RegistryConfig) {
 		c.CAFile, c.CertFile, c.KeyFile = caFile, clientCertFile, clientKeyFile

@@ -18,20 +18,30 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
+// TestDemoRunsAndHoldsItsInvariants runs the demo with JSON payloads, with --avro on the real
+// schema registry (Apicurio, as --schema-registry), and with --avro on the embedded registry a
+// demo without --schema-registry starts.
 func TestDemoRunsAndHoldsItsInvariants(t *testing.T) {
 	t.Parallel()
-	for _, avro := range []bool{false, true} {
-		name := "json"
-		if avro {
-			name = "avro"
-		}
+	for _, name := range []string{"json", "avro", "avro-embedded-registry"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			var out bytes.Buffer
-			rep, err := Run(context.Background(), Config{
-				Orders: 120, Customers: 7, Producers: 3, Duplicates: 9, Avro: avro,
+			cfg := Config{
+				Orders: 120, Customers: 7, Producers: 3, Duplicates: 9, Avro: name != "json",
 				DatabaseURL: testenv.DatabaseURL(), Schema: testenv.NewDBWith(t, testenv.DBConfig{SkipMigrations: true}).Schema, Timeout: time.Minute,
-			}, &out)
+			}
+			if name == "avro" {
+				reg := testenv.NewSchemaRegistry(t)
+				cfg.SchemaRegistryURL, cfg.Topic = reg.URL, reg.Name(DefaultTopic)
+			}
+			var out bytes.Buffer
+			rep, err := Run(context.Background(), cfg, &out)
+			switch name {
+			case "avro":
+				require.Contains(t, out.String(), "registry  "+cfg.SchemaRegistryURL+"\n")
+			case "avro-embedded-registry":
+				require.Contains(t, out.String(), "registry  embedded schema registry at ")
+			}
 			require.NoError(t, err, out.String())
 			require.True(t, rep.OK(), out.String())
 			s := out.String()

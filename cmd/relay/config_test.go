@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -13,10 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/sr/srfake"
-
 	"github.com/keiro-go/keiro/cmd/internal/cli"
 	"github.com/keiro-go/keiro/cmd/internal/cli/dsntest"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox"
 )
 
@@ -227,24 +225,24 @@ func TestSchemaSubcommand(t *testing.T) {
 	}
 }
 
-func TestSchemaRegisterAgainstFakeRegistry(t *testing.T) {
-	reg := srfake.NewRegistry()
-	srv := httptest.NewServer(reg.Handler())
-	defer srv.Close()
+// TestSchemaRegisterAgainstTheRegistry: `relay schema register` and `check` on the real schema
+// registry (Apicurio).
+func TestSchemaRegisterAgainstTheRegistry(t *testing.T) {
+	reg := testenv.NewSchemaRegistry(t)
+	subject := reg.Name("orders-value")
 	file := filepath.Join(t.TempDir(), "order.avsc")
 	avsc := `{"type":"record","name":"Order","fields":[{"name":"id","type":"string"}]}`
 	if err := os.WriteFile(file, []byte(avsc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r := invoke(t, "schema", "register", "orders-value", file, "--registry-url="+srv.URL)
-	if r.code != 0 {
+	r := invoke(t, "schema", "register", subject, file, "--registry-url="+reg.URL)
+	if r.code != 0 || !strings.Contains(r.stdout, "order.avsc in subject "+subject) {
 		t.Fatalf("register: %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
-	r = invoke(t, "schema", "check", "orders-value", file, "--registry-url="+srv.URL)
-	if r.code != 0 {
+	r = invoke(t, "schema", "check", subject, file, "--registry-url="+reg.URL)
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "compatible") {
 		t.Fatalf("check: %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
-	srv.CloseClientConnections()
 }
 
 // --ordered-sources declares per-source order, which only the per-source policy publishes; its

@@ -9,10 +9,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/sr"
-	"github.com/twmb/franz-go/pkg/sr/srfake"
 
 	"github.com/keiro-go/keiro/inbox"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/schema"
 )
 
@@ -21,22 +20,21 @@ const orderSchema = `{"type":"record","name":"Order","namespace":"billing","fiel
 
 func TestAvroDecoderRendersJSON(t *testing.T) {
 	t.Parallel()
-	fake := srfake.NewRegistry()
-	srv := httptest.NewServer(fake.Handler())
-	t.Cleanup(srv.Close)
-	reg, err := schema.NewRegistry(schema.RegistryConfig{URL: srv.URL, MaxAttempts: 1, RequestTimeout: 5 * time.Second})
+	registry := testenv.NewSchemaRegistry(t) // the real registry (Apicurio)
+	reg, err := schema.NewRegistry(schema.RegistryConfig{URL: registry.URL, MaxAttempts: 1, RequestTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(reg.Close)
-	_, _, err = fake.RegisterSchema("billing.orders.v1-value", sr.Schema{Schema: orderSchema, Type: sr.TypeAvro})
+	ctx := context.Background()
+	ev := testEvent()
+	ev.Destination = registry.Name(ev.Destination)
+	_, err = reg.RegisterSchema(ctx, ev.Destination+"-value", orderSchema)
 	require.NoError(t, err)
 	ser, err := schema.NewSerializer(reg, orderSchema, schema.SerializerConfig{})
 	require.NoError(t, err)
 	des, err := schema.NewDeserializer(reg, schema.DeserializerConfig{})
 	require.NoError(t, err)
 	decode := AvroDecoder(des)
-	ctx := context.Background()
 
-	ev := testEvent()
 	require.NoError(t, ser.Encode(ctx, &ev, map[string]any{"id": "o-1", "amount": int64(42)}))
 	require.True(t, schema.IsAvroContentType(ev.ContentType), ev.ContentType)
 

@@ -4,8 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sr/srfake"
 
 	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
@@ -175,10 +174,11 @@ func readDLQ(t *testing.T, kc *testenv.Kafka, topic string) map[string]string {
 }
 
 // TestSchemaEventHookMalformedAvroIsDeadLettered: schema.Deserializer.EventHook as the
-// consumer's SchemaDecoder. An Avro record with a schema id the registry does not know can never
-// decode: it is dead-lettered with reason "schema" and the record behind it is processed. Before,
-// its error was not marked permanent, so the consumer retried it forever ("schema decoding
-// failed; retrying") and the partition never moved.
+// consumer's SchemaDecoder, on the real schema registry (Apicurio). An Avro record with a schema
+// id the registry does not know (its 40403) can never decode: it is dead-lettered with reason
+// "schema", and the Avro record behind it, written by our serializer against the registry, reaches
+// the handler as JSON. Before, the undecodable record's error was not marked permanent, so the
+// consumer retried it forever ("schema decoding failed; retrying") and the partition never moved.
 func TestSchemaEventHookMalformedAvroIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
@@ -187,19 +187,22 @@ func TestSchemaEventHookMalformedAvroIsDeadLettered(t *testing.T) {
 	kc.CreateTopic(t, topic, 1)
 	kc.CreateTopic(t, topic+".dlq", 1)
 
-	fake := srfake.NewRegistry()
-	regSrv := httptest.NewServer(fake.Handler())
-	t.Cleanup(regSrv.Close)
-	reg, err := schema.NewRegistry(schema.RegistryConfig{URL: regSrv.URL, MaxAttempts: 1, RequestTimeout: 5 * time.Second})
+	registry := testenv.NewSchemaRegistry(t)
+	reg, err := schema.NewRegistry(schema.RegistryConfig{URL: registry.URL, MaxAttempts: 1, RequestTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(reg.Close)
 	des, err := schema.NewDeserializer(reg, schema.DeserializerConfig{})
 	require.NoError(t, err)
+	ser, err := schema.NewSerializer(reg, orderSchema, schema.SerializerConfig{AutoRegister: true})
+	require.NoError(t, err)
 
 	bad, good := testEvent(), testEvent()
 	bad.MessageID, bad.ContentType = "unknown-schema", "application/vnd.confluent.avro"
-	bad.Payload = append(schema.AppendFrameHeader(nil, 4242), 2, 'x')
+	bad.Payload = append(schema.AppendFrameHeader(nil, 2_000_000_000), 2, 'x')
 	good.MessageID = "good"
+	good.Destination = registry.Name(topic) // its subject is the test's own
+	require.NoError(t, ser.Encode(context.Background(), &good, map[string]any{"id": "o-1", "amount": int64(42)}))
+	good.Destination = topic
 	var recs []*kgo.Record
 	for _, ev := range []envelope.Event{bad, good} {
 		r := ev.Record(envelope.EncodeOptions{})
@@ -216,6 +219,7 @@ func TestSchemaEventHookMalformedAvroIsDeadLettered(t *testing.T) {
 	var (
 		mu      sync.Mutex
 		handled []string
+		payload = map[string]string{}
 		dead    = map[string]string{}
 	)
 	committed := make(chan struct{})
@@ -246,6 +250,7 @@ func TestSchemaEventHookMalformedAvroIsDeadLettered(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		handled = append(handled, ev.MessageID)
+		payload[ev.MessageID] = ev.ContentType + " " + string(ev.Payload)
 		return nil
 	})
 	require.NoError(t, err)
@@ -265,4 +270,7 @@ func TestSchemaEventHookMalformedAvroIsDeadLettered(t *testing.T) {
 	defer mu.Unlock()
 	require.Equal(t, map[string]string{"unknown-schema": inbox.ReasonSchema}, dead)
 	require.Equal(t, []string{"good"}, handled)
+	ct, js, _ := strings.Cut(payload["good"], " ")
+	require.Equal(t, envelope.ContentTypeJSON, ct, "the Avro record reaches the handler as JSON")
+	require.JSONEq(t, `{"id":"o-1","amount":42}`, js)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -15,7 +16,6 @@ import (
 	"github.com/keiro-go/keiro/keirotest/testenv"
 
 	"github.com/keiro-go/keiro/cmd/internal/schemacli"
-	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 )
 
@@ -51,22 +51,43 @@ func newFake(t *testing.T, opts ...srfake.Option) (*srfake.Registry, string) {
 	return reg, srv.URL
 }
 
-func TestRegister(t *testing.T) {
-	fake, url := newFake(t)
-	if _, _, err := fake.RegisterSchema("other-value", sr.Schema{Schema: `"string"`}); err != nil { // so that ours is id 2
+// subjectVersion asks the registry for version v of subject: its id, or false when it has none.
+func subjectVersion(t *testing.T, reg *testenv.SchemaRegistry, subject string, v int) (int, bool) {
+	t.Helper()
+	client := &http.Client{}
+	defer client.CloseIdleConnections()
+	resp, err := client.Get(fmt.Sprintf("%s/subjects/%s/versions/%d", reg.URL, subject, v))
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer resp.Body.Close()
+	var got struct {
+		ID int `json:"id"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, false
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	return got.ID, true
+}
+
+func TestRegister(t *testing.T) {
+	t.Parallel()
+	reg := testenv.NewSchemaRegistry(t)
+	subject := reg.Name("orders.v1-value")
 	file := schemaFile(t, v1)
-	r := run("register", "orders.v1-value", file, "--registry-url", url)
+	r := run("register", subject, file, "--registry-url", reg.URL)
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s%s", r.code, r.stdout, r.stderr)
 	}
-	got, ok := fake.GetSchema("orders.v1-value", 1)
-	if !ok || !strings.Contains(r.stdout, fmt.Sprintf("id %d, version 1", got.ID)) || got.ID != 2 {
-		t.Fatalf("registry has %+v (%v); printed %q", got, ok, r.stdout)
+	id, ok := subjectVersion(t, reg, subject, 1)
+	if !ok || !strings.Contains(r.stdout, fmt.Sprintf("id %d, version 1", id)) {
+		t.Fatalf("registry has id %d (%v); printed %q", id, ok, r.stdout)
 	}
 	// Again: idempotent, same id and version.
-	if r2 := run("schema", "register", "--registry-url="+url, "orders.v1-value", file); r2.code != 0 || r2.stdout != r.stdout {
+	if r2 := run("schema", "register", "--registry-url="+reg.URL, subject, file); r2.code != 0 || r2.stdout != r.stdout {
 		t.Fatalf("second register: exit %d %q, want %q", r2.code, r2.stdout, r.stdout)
 	}
 }
@@ -94,13 +115,52 @@ func TestRegisterFromEnvWithAuth(t *testing.T) {
 	}
 }
 
+// v2Incompatible adds a field without a default: under BACKWARD, a reader of it cannot read v1
+// data.
+const v2Incompatible = `{"type":"record","name":"OrderPlaced","namespace":"com.acme","fields":[{"name":"id","type":"string"},{"name":"qty","type":"int"}]}`
+
 func TestCheck(t *testing.T) {
-	fake, url := newFake(t)
+	t.Parallel()
+	reg := testenv.NewSchemaRegistry(t)
+	subject := reg.Name("orders.v1-value")
 	file := schemaFile(t, v1)
 
-	// A registry answers 404 for a subject without versions: nothing to be incompatible with.
+	// A subject without versions: nothing to be incompatible with (a registry answers that
+	// with a verdict or with 40401; both read as compatible).
+	r := run("check", subject, file, "--registry-url", reg.URL)
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "compatible") {
+		t.Fatalf("new subject: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := run("register", subject, file, "--registry-url", reg.URL); r.code != 0 {
+		t.Fatalf("register: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	reg.SetCompatibility(t, subject, testenv.CompatibilityBackward)
+	if r := run("check", subject, file, "--registry-url", reg.URL); r.code != 0 || !strings.HasPrefix(r.stdout, "compatible") {
+		t.Fatalf("compatible: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+
+	// The registry says no: exit 1, the verdict on stdout.
+	bad := schemaFile(t, v2Incompatible)
+	r = run("check", subject, bad, "--registry-url", reg.URL)
+	if r.code != schemacli.ExitIncompatible || !strings.HasPrefix(r.stdout, "incompatible: "+bad+" breaks the compatibility rule of subject "+subject) {
+		t.Fatalf("incompatible: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	// Registering it anyway is refused (409) with what to do next, and nothing is registered.
+	r = run("register", subject, bad, "--registry-url", reg.URL)
+	if r.code != 2 || !strings.Contains(r.stderr, "schema incompatible with subject") || !strings.Contains(r.stderr, "relay schema check") {
+		t.Fatalf("register incompatible: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if _, ok := subjectVersion(t, reg, subject, 2); ok {
+		t.Fatal("the refused schema was registered as version 2")
+	}
+}
+
+// A registry that answers 40401 for a subject without versions (as some Confluent releases do)
+// has nothing to be incompatible with. Apicurio answers a verdict instead, so srfake plays it.
+func TestCheckNewSubjectNotFound(t *testing.T) {
+	fake, url := newFake(t)
 	fake.Intercept(func(w http.ResponseWriter, r *http.Request) bool {
-		if !fake.SubjectExists("orders.v1-value") && strings.HasPrefix(r.URL.Path, "/compatibility/") {
+		if strings.HasPrefix(r.URL.Path, "/compatibility/") {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusNotFound)
 			fmt.Fprint(w, `{"error_code":40401,"message":"Subject 'orders.v1-value' not found."}`)
@@ -108,19 +168,16 @@ func TestCheck(t *testing.T) {
 		}
 		return false
 	})
-	r := run("check", "orders.v1-value", file, "--registry-url", url)
+	r := run("check", "orders.v1-value", schemaFile(t, v1), "--registry-url", url)
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "compatible") || !strings.Contains(r.stdout, "no version yet") {
 		t.Fatalf("new subject: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
-	fake.ClearInterceptors()
-	if _, _, err := fake.RegisterSchema("orders.v1-value", sr.Schema{Schema: v1}); err != nil {
-		t.Fatal(err)
-	}
-	if r := run("check", "orders.v1-value", file, "--registry-url", url); r.code != 0 || !strings.HasPrefix(r.stdout, "compatible") {
-		t.Fatalf("compatible: exit %d %q %q", r.code, r.stdout, r.stderr)
-	}
+}
 
-	// srfake answers every compatibility check with true; play a registry that says no.
+// A registry that answers a verdict with its reasons (verbose=true, as Confluent's registry
+// does): the reasons are printed. Apicurio answers none, so this one is played by srfake.
+func TestCheckPrintsTheRegistrysReasons(t *testing.T) {
+	fake, url := newFake(t)
 	var sawVerbose bool
 	fake.Intercept(func(w http.ResponseWriter, r *http.Request) bool {
 		if !strings.HasPrefix(r.URL.Path, "/compatibility/subjects/orders.v1-value/versions/latest") {
@@ -131,14 +188,14 @@ func TestCheck(t *testing.T) {
 		fmt.Fprint(w, `{"is_compatible":false,"messages":["READER_FIELD_MISSING_DEFAULT_VALUE: qty"]}`)
 		return true
 	})
-	r = run("check", "orders.v1-value", file, "--registry-url", url)
+	r := run("check", "orders.v1-value", schemaFile(t, v1), "--registry-url", url)
 	if r.code != 1 || !strings.Contains(r.stdout, "incompatible") || !strings.Contains(r.stdout, "READER_FIELD_MISSING_DEFAULT_VALUE: qty") || !sawVerbose {
 		t.Fatalf("incompatible: exit %d %q %q (verbose asked: %v)", r.code, r.stdout, r.stderr, sawVerbose)
 	}
 }
 
 func TestErrors(t *testing.T) {
-	_, url := newFake(t)
+	url := testenv.NewSchemaRegistry(t).URL
 	down := httptest.NewServer(http.NotFoundHandler())
 	downURL := down.URL
 	down.Close()

@@ -15,6 +15,7 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	testenv.StopRealKafka()
+	testenv.StopSchemaRegistry()
 	if bins.dir != "" {
 		_ = os.RemoveAll(bins.dir)
 	}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"os"
 	"os/exec"
@@ -30,7 +31,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/sr/srfake"
 
 	"github.com/keiro-go/keiro/deploy/compose/validate"
 	"github.com/keiro-go/keiro/keirotest/testenv"
@@ -167,15 +167,14 @@ func runStack(t *testing.T, composeFile string, cfg stackConfig) error {
 		}
 	}
 	k := createTopics(t, topics, groups)
-	registry := srfake.New()
-	t.Cleanup(registry.Close)
+	registry := newComposeRegistry(t)
 	otlp := newOTLPSink(t)
 	db := newComposeDatabase(t)
 	network := validate.Network{
 		"postgres:5432":        db.hostport,
 		"postgres":             db.host,
 		"kafka:9092":           strings.Join(k.Seeds, ","),
-		"schema-registry:8081": strings.TrimPrefix(registry.URL(), "http://"),
+		"schema-registry:8081": registry,
 		"jaeger:4318":          otlp.hostport,
 	}
 	if err := applyInitSQL(t, p, network, db); err != nil {
@@ -336,6 +335,24 @@ func waitHealthy(p *types.Project, name string, env map[string]string, pr *proc,
 
 // createTopics creates the stack's topics under their literal names (the compose file's, not
 // a test namespace) on the real broker, and deletes them and the consumer groups at cleanup.
+// newComposeRegistry serves the real schema registry (Apicurio's Confluent API, shared by the
+// binary) at the root of a loopback port, where the compose file's services expect Confluent's
+// registry (http://schema-registry:8081), and returns that host:port.
+func newComposeRegistry(t *testing.T) string {
+	t.Helper()
+	target, err := url.Parse(testenv.NewSchemaRegistry(t).URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	transport := &http.Transport{}
+	proxy.Transport = transport
+	srv := httptest.NewServer(proxy)
+	t.Cleanup(transport.CloseIdleConnections)
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
 func createTopics(t *testing.T, topics []validate.Topic, groups []string) *testenv.Kafka {
 	t.Helper()
 	k := testenv.NewRealKafka(t)

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/keiro-go/keiro/keirotest/testenv/internal/proc"
 )
 
 // Version is the Apache Kafka release the broker runs (pom.xml's kafka.version).
@@ -112,10 +114,4 @@ func cached(cpFile, pomFile string) (string, bool) {
 }
 
 // tail returns the last n lines of s.
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+func tail(s string, n int) string { return proc.Tail(s, n) }

@@ -18,7 +18,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -31,6 +30,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/keiro-go/keiro/keirotest/testenv/internal/proc"
 )
 
 // Defaults of Config.
@@ -352,10 +353,8 @@ func (c *Cluster) exited() error {
 		if p == nil {
 			continue
 		}
-		select {
-		case <-p.done:
-			return fmt.Errorf("kafkabroker: node %d exited: %w\n%s", n.ID, p.err, n.logTail(30))
-		default:
+		if p.Exited() {
+			return fmt.Errorf("kafkabroker: node %d exited: %w\n%s", n.ID, p.Err(), n.logTail(30))
 		}
 	}
 	return nil
@@ -515,12 +514,8 @@ func (n *Node) format(ctx context.Context, clusterID string) error {
 func (n *Node) launch() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.proc != nil {
-		select {
-		case <-n.proc.done:
-		default:
-			return fmt.Errorf("kafkabroker: node %d is already running", n.ID)
-		}
+	if n.proc != nil && !n.proc.Exited() {
+		return fmt.Errorf("kafkabroker: node %d is already running", n.ID)
 	}
 	p, err := startProcess(n.LogPath(), "java", n.jvmArgs("kafka.Kafka", n.propsPath()))
 	if err != nil {
@@ -535,15 +530,7 @@ func (n *Node) Running() bool {
 	n.mu.Lock()
 	p := n.proc
 	n.mu.Unlock()
-	if p == nil {
-		return false
-	}
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
+	return p != nil && !p.Exited()
 }
 
 // Kill sends SIGKILL and waits for the process to exit. A node that is not running is left
@@ -611,7 +598,7 @@ func (n *Node) signal(sig syscall.Signal) error {
 	if p == nil {
 		return fmt.Errorf("kafkabroker: node %d was never started", n.ID)
 	}
-	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	if err := p.Signal(sig); err != nil {
 		return fmt.Errorf("kafkabroker: signal node %d: %w", n.ID, err)
 	}
 	return nil
@@ -624,19 +611,17 @@ func (n *Node) signalWait(sig syscall.Signal, timeout time.Duration) error {
 	if p == nil {
 		return nil
 	}
-	select {
-	case <-p.done:
+	if p.Exited() {
 		return nil
-	default:
 	}
 	if sig != syscall.SIGKILL {
-		_ = p.cmd.Process.Signal(syscall.SIGCONT) // a paused JVM cannot shut down
+		_ = p.Signal(syscall.SIGCONT) // a paused JVM cannot shut down
 	}
-	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	if err := p.Signal(sig); err != nil {
 		return fmt.Errorf("kafkabroker: signal node %d: %w", n.ID, err)
 	}
 	select {
-	case <-p.done:
+	case <-p.Done():
 		return nil
 	case <-time.After(timeout):
 		return fmt.Errorf("kafkabroker: node %d did not exit within %s of %v", n.ID, timeout, sig)
@@ -651,63 +636,20 @@ func (n *Node) logTail(lines int) string {
 	return tail(string(b), lines)
 }
 
-// process is a child process that gets SIGKILL when the process that started it dies.
-type process struct {
-	cmd  *exec.Cmd
-	done chan struct{} // closed once the process exited
-	err  error         // Wait's result, set before done is closed
-}
+// process is a node's JVM (package proc: it dies with the process that started it).
+type process = proc.Process
 
-// startProcess starts name with args, its output appended to logPath. The parent-death signal
-// belongs to the OS thread that forks, so that goroutine keeps its thread locked for the
-// child's whole life: a test binary that dies, even by a timeout's panic, takes its broker
-// with it.
 func startProcess(logPath, name string, args []string) (*process, error) {
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	p := &process{done: make(chan struct{})}
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		defer logFile.Close()
-		cmd := exec.Command(name, args...)
-		cmd.Stdout, cmd.Stderr = logFile, logFile
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		p.cmd = cmd
-		started <- nil
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	if err := <-started; err != nil {
-		return nil, err
-	}
-	return p, nil
+	return proc.Start(logPath, "", name, args)
 }
 
 // freePorts returns n distinct free loopback ports.
 func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	out := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("kafkabroker: find a free port: %w", err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
+	ports, err := proc.FreePorts(n)
+	if err != nil {
+		return nil, fmt.Errorf("kafkabroker: %w", err)
 	}
-	return out, nil
+	return ports, nil
 }
 
 func addr(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }

@@ -1,0 +1,113 @@
+// Package proc runs the child processes of the test environment (the Kafka broker's and the
+// schema registry's JVMs): each dies with the process that started it, its output goes to a
+// log file, and its exit can be waited for. It also finds free loopback ports for them.
+package proc
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+)
+
+// Process is a child process that gets SIGKILL when the process that started it dies.
+type Process struct {
+	// Cmd is the started command.
+	Cmd *exec.Cmd
+
+	done chan struct{} // closed once the process exited
+	err  error         // Wait's result, set before done is closed
+}
+
+// Start starts name with args in dir (the current directory when empty), its output appended
+// to logPath. The parent-death signal belongs to the OS thread that forks, so that goroutine
+// keeps its thread locked for the child's whole life: a test binary that dies, even by a
+// timeout's panic, takes its child with it.
+func Start(logPath, dir, name string, args []string) (*Process, error) {
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	p := &Process{done: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		defer logFile.Close()
+		cmd := exec.Command(name, args...)
+		cmd.Dir = dir
+		cmd.Stdout, cmd.Stderr = logFile, logFile
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		p.Cmd = cmd
+		started <- nil
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Done is closed once the process exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Err is the process's exit error (nil for a clean exit); meaningful once Done is closed.
+func (p *Process) Err() error {
+	<-p.done
+	return p.err
+}
+
+// Exited reports whether the process has exited.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Signal sends sig to the process; a process that already exited is not an error.
+func (p *Process) Signal(sig os.Signal) error {
+	if err := p.Cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	return nil
+}
+
+// FreePorts returns n distinct free loopback ports.
+func FreePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	out := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().(*net.TCPAddr).Port)
+	}
+	return out, nil
+}
+
+// Tail returns the last n lines of s.
+func Tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
