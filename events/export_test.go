@@ -14,7 +14,7 @@ func SetBeforeAppend[S, C, E any](r *Runner[S, C, E], fn func(ctx context.Contex
 // CatchUpOnce returns a function that runs one catch-up pass of s on conn, keeping the
 // worker's checkpoint and fences between calls.
 func CatchUpOnce(s *Subscription, conn *pgx.Conn) func(ctx context.Context) error {
-	w := &worker{s: s, conn: conn}
+	w := newWorker(s, conn)
 	loaded := false
 	return func(ctx context.Context) error {
 		if !loaded {
