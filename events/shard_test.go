@@ -1,0 +1,319 @@
+package events_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/keiro-go/keiro/events"
+	"github.com/keiro-go/keiro/keirotest/testenv"
+)
+
+// shardBundle is one sharded-subscription test's setup: a store, a sink table the handlers
+// record every delivery in (inside the handler's transaction, so a rolled-back delivery leaves
+// no row), and a way to start workers.
+type shardBundle struct {
+	t     *testing.T
+	db    *testenv.DB
+	store *events.Store
+	name  string
+}
+
+const shardSinkSQL = `CREATE TABLE shard_sink (
+    seq        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    event_id   uuid   NOT NULL,
+    stream     text   NOT NULL,
+    version    bigint NOT NULL,
+    position   bigint NOT NULL,
+    worker_tag int    NOT NULL,
+    bucket     int    NOT NULL)`
+
+func setupShards(t *testing.T) *shardBundle {
+	t.Helper()
+	db := testenv.NewDB(t)
+	_, err := db.Pool.Exec(context.Background(), shardSinkSQL)
+	require.NoError(t, err)
+	return &shardBundle{t: t, db: db, store: newStore(t, db), name: "orders-shard"}
+}
+
+// sink returns a handler that records each event in shard_sink with tag.
+func (b *shardBundle) sink(tag int, buckets int) events.Handler {
+	return func(ctx context.Context, tx pgx.Tx, e events.RecordedEvent) error {
+		_, err := tx.Exec(ctx, `INSERT INTO shard_sink (event_id, stream, version, position, worker_tag, bucket)
+            VALUES ($1, $2, $3, $4, $5, ((hashtextextended($2, 0) % $6) + $6) % $6)`,
+			[16]byte(e.ID), e.StreamName, e.StreamVersion, e.GlobalPosition, tag, buckets)
+		return err
+	}
+}
+
+func (b *shardBundle) cfg(buckets int) events.ShardedSubscriptionConfig {
+	return events.ShardedSubscriptionConfig{Name: b.name, Category: "order", Buckets: buckets,
+		Lease: 3 * time.Second, RenewInterval: 300 * time.Millisecond, PollInterval: 100 * time.Millisecond}
+}
+
+// shardRun is a running worker.
+type shardRun struct {
+	sub  *events.ShardedSubscription
+	stop func()
+	errc chan error
+}
+
+func (b *shardBundle) start(cfg events.ShardedSubscriptionConfig, h events.Handler) *shardRun {
+	b.t.Helper()
+	sub, err := events.NewShardedSubscription(b.store, b.db.Pool, cfg, h)
+	require.NoError(b.t, err)
+	return b.run(sub)
+}
+
+func (b *shardBundle) run(sub *events.ShardedSubscription) *shardRun {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &shardRun{sub: sub, errc: make(chan error, 1)}
+	done := make(chan struct{})
+	go func() { r.errc <- sub.Run(ctx); close(done) }()
+	var once sync.Once
+	r.stop = func() { once.Do(func() { cancel(); <-done }) }
+	b.t.Cleanup(r.stop)
+	return r
+}
+
+// seed appends perStream events to each of streams order-0 … order-(streams−1), interleaved.
+func (b *shardBundle) seed(streams, perStream int) int {
+	b.t.Helper()
+	for v := range perStream {
+		for s := range streams {
+			_, err := appendTx(b.t, b.db, b.store, fmt.Sprintf("order-%d", s), events.Any, ev("Placed", fmt.Sprintf(`{"n":%d}`, v)))
+			require.NoError(b.t, err)
+		}
+	}
+	return streams * perStream
+}
+
+func (b *shardBundle) sinkCount() int {
+	var n int
+	require.NoError(b.t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM shard_sink`).Scan(&n))
+	return n
+}
+
+func (b *shardBundle) waitSink(n int, timeout time.Duration, runs ...*shardRun) {
+	b.t.Helper()
+	testenv.WaitFor(b.t, timeout, fmt.Sprintf("%d events in the sink", n), func() bool {
+		for _, r := range runs {
+			select {
+			case err := <-r.errc:
+				b.t.Fatalf("a worker stopped: %v", err)
+			default:
+			}
+		}
+		return b.sinkCount() >= n
+	})
+}
+
+// requireExactlyOnceInOrder checks that the sink holds every event of the category exactly
+// once, and each stream's events in stream-version order.
+func (b *shardBundle) requireExactlyOnceInOrder(total int) {
+	b.t.Helper()
+	ctx := context.Background()
+	var dups, missing int
+	require.NoError(b.t, b.db.Pool.QueryRow(ctx, `SELECT
+        (SELECT count(*) FROM (SELECT event_id FROM shard_sink GROUP BY event_id HAVING count(*) > 1) d),
+        (SELECT count(*) FROM `+b.db.Schema+`.keiro_events e WHERE e.category = 'order'
+            AND NOT EXISTS (SELECT 1 FROM shard_sink s WHERE s.event_id = e.event_id))`).Scan(&dups, &missing))
+	require.Zero(b.t, dups, "events delivered twice")
+	require.Zero(b.t, missing, "events never delivered")
+	require.Equal(b.t, total, b.sinkCount())
+	rows, err := b.db.Pool.Query(ctx, `SELECT stream, array_agg(version ORDER BY seq) FROM shard_sink GROUP BY stream`)
+	require.NoError(b.t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var stream string
+		var versions []int64
+		require.NoError(b.t, rows.Scan(&stream, &versions))
+		require.True(b.t, slices.IsSorted(versions), "stream %s handled out of order: %v", stream, versions)
+	}
+	require.NoError(b.t, rows.Err())
+}
+
+// owners returns, per live owner, the number of buckets it holds, and how many buckets have
+// no live owner.
+func owners(t *testing.T, sub *events.ShardedSubscription) (map[string]int, int) {
+	t.Helper()
+	own, err := sub.Ownership(context.Background())
+	require.NoError(t, err)
+	out, free := map[string]int{}, 0
+	for _, o := range own {
+		if o.Held {
+			out[o.Owner]++
+		} else {
+			free++
+		}
+	}
+	return out, free
+}
+
+// waitShares waits until every bucket is held and the holders are exactly the workers of runs,
+// each with its fair share (the counts, sorted descending, equal want).
+func waitShares(t *testing.T, sub *events.ShardedSubscription, want []int, runs ...*shardRun) {
+	t.Helper()
+	testenv.WaitFor(t, 30*time.Second, fmt.Sprintf("bucket shares %v", want), func() bool {
+		got, free := owners(t, sub)
+		if free > 0 || len(got) != len(runs) {
+			return false
+		}
+		for _, r := range runs {
+			if _, ok := got[r.sub.Worker()]; !ok {
+				return false
+			}
+		}
+		counts := make([]int, 0, len(got))
+		for _, n := range got {
+			counts = append(counts, n)
+		}
+		sort.Sort(sort.Reverse(sort.IntSlice(counts)))
+		return slices.Equal(counts, want)
+	})
+}
+
+// keiro "Shard lease" / "validates sharded worker options before startup".
+func TestShardLeaseValidatesOptions(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	s := newStore(t, db)
+	h := func(context.Context, pgx.Tx, events.RecordedEvent) error { return nil }
+	ok := events.ShardedSubscriptionConfig{Name: "n", Buckets: 4}
+	_, err := events.NewShardedSubscription(s, db.Pool, ok, h)
+	require.NoError(t, err)
+	for _, c := range []struct {
+		mod  func(*events.ShardedSubscriptionConfig)
+		want string
+	}{
+		{func(c *events.ShardedSubscriptionConfig) { c.Buckets = 0 }, "Buckets"},
+		{func(c *events.ShardedSubscriptionConfig) { c.Buckets = events.MaxShardBuckets + 1 }, "Buckets"},
+		{func(c *events.ShardedSubscriptionConfig) { c.Lease = -time.Second }, "Lease"},
+		{func(c *events.ShardedSubscriptionConfig) { c.RenewInterval = -time.Second }, "RenewInterval"},
+		{func(c *events.ShardedSubscriptionConfig) { c.Lease, c.RenewInterval = 10*time.Second, 10*time.Second }, "RenewInterval"},
+		{func(c *events.ShardedSubscriptionConfig) { c.BatchSize = -1 }, "BatchSize"},
+		{func(c *events.ShardedSubscriptionConfig) { c.Retry.MaxDeliveries = -1 }, "Retry.MaxDeliveries"},
+		{func(c *events.ShardedSubscriptionConfig) { c.Name = "" }, "Name"},
+	} {
+		cfg := ok
+		c.mod(&cfg)
+		_, err := events.NewShardedSubscription(s, db.Pool, cfg, h)
+		require.ErrorContains(t, err, c.want)
+	}
+	_, err = events.NewShardedSubscription(s, db.Pool, ok, nil)
+	require.ErrorContains(t, err, "handler is nil")
+}
+
+// keiro "Shard lease" / "ensureShards rejects a shardCount mismatch".
+func TestShardLeaseRejectsCountMismatch(t *testing.T) {
+	t.Parallel()
+	b := setupShards(t)
+	r := b.start(b.cfg(4), b.sink(1, 4))
+	waitShares(t, r.sub, []int{4}, r)
+	r.stop()
+	require.NoError(t, <-r.errc)
+	six := b.cfg(6)
+	sub, err := events.NewShardedSubscription(b.store, b.db.Pool, six, b.sink(1, 6))
+	require.NoError(t, err)
+	err = sub.Run(context.Background())
+	var ce *events.ShardCountError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, 6, ce.Configured)
+	require.Equal(t, []int32{4}, ce.Found)
+}
+
+// keiro "Sharded subscription single worker" / "one worker with N=4 buckets drains a seeded
+// category exactly once".
+func TestShardedSubscriptionSingleWorkerDrainsOnce(t *testing.T) {
+	t.Parallel()
+	b := setupShards(t)
+	total := b.seed(8, 5)
+	_, err := appendTx(t, b.db, b.store, "invoice-1", events.Any, ev("Raised", `{}`))
+	require.NoError(t, err)
+	r := b.start(b.cfg(4), b.sink(1, 4))
+	b.waitSink(total, time.Minute, r)
+	waitShares(t, r.sub, []int{4}, r)
+	// Live: new appends arrive through NOTIFY.
+	total += b.seed(3, 1)
+	b.waitSink(total, time.Minute, r)
+	b.requireExactlyOnceInOrder(total)
+	for stream := range 8 {
+		name := fmt.Sprintf("order-%d", stream)
+		bucket, err := r.sub.Bucket(context.Background(), b.db.Pool, name)
+		require.NoError(t, err)
+		var stored int
+		require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT min(bucket) FROM shard_sink WHERE stream = $1`, name).Scan(&stored))
+		require.Equal(t, stored, bucket)
+	}
+	r.stop()
+	require.NoError(t, <-r.errc)
+	_, free := owners(t, r.sub)
+	require.Equal(t, 4, free, "a stopped worker releases its buckets")
+}
+
+// keiro "Sharded subscription drain and failover" / "three workers drain disjointly, then
+// re-home a killed worker's buckets" (the rebalancing half): shares follow joins and leaves.
+func TestShardedSubscriptionRebalancesOnJoinAndLeave(t *testing.T) {
+	t.Parallel()
+	b := setupShards(t)
+	cfg := b.cfg(8)
+	a := b.start(cfg, b.sink(1, 8))
+	waitShares(t, a.sub, []int{8}, a)
+	c := b.start(cfg, b.sink(2, 8))
+	waitShares(t, a.sub, []int{4, 4}, a, c)
+	d := b.start(cfg, b.sink(3, 8))
+	waitShares(t, a.sub, []int{3, 3, 2}, a, c, d)
+	total := b.seed(12, 5)
+	b.waitSink(total, time.Minute, a, c, d)
+	b.requireExactlyOnceInOrder(total)
+	// Disjoint under stable membership: each stream was handled by one worker, and the work
+	// spread over all three.
+	var maxPerStream, workers int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT
+        (SELECT max(n) FROM (SELECT count(DISTINCT worker_tag) AS n FROM shard_sink GROUP BY stream) x),
+        (SELECT count(DISTINCT worker_tag) FROM shard_sink)`).Scan(&maxPerStream, &workers))
+	require.Equal(t, 1, maxPerStream)
+	require.GreaterOrEqual(t, workers, 2)
+	c.stop()
+	require.NoError(t, <-c.errc)
+	waitShares(t, a.sub, []int{4, 4}, a, d)
+	d.stop()
+	require.NoError(t, <-d.errc)
+	waitShares(t, a.sub, []int{8}, a)
+	total += b.seed(12, 1)
+	b.waitSink(total, time.Minute, a)
+	b.requireExactlyOnceInOrder(total)
+}
+
+// keiro "Sharded subscription ack coupling" / "loses no events when a bucket is shed
+// mid-drain during rebalance".
+func TestShardedSubscriptionShedsWithoutLossOrDuplicate(t *testing.T) {
+	t.Parallel()
+	b := setupShards(t)
+	total := b.seed(24, 10)
+	cfg := b.cfg(8)
+	cfg.BatchSize = 3
+	var commits testenv.Progress
+	cfg.AfterCommit = func(int, int64) { commits.Add(1) }
+	a := b.start(cfg, b.sink(1, 8))
+	commits.Wait(t, 5, time.Minute, a.errc)
+	c := b.start(cfg, b.sink(2, 8))
+	commits.Wait(t, commits.Value()+5, time.Minute, a.errc)
+	d := b.start(cfg, b.sink(3, 8))
+	commits.Wait(t, commits.Value()+5, time.Minute, a.errc)
+	c.stop()
+	require.NoError(t, <-c.errc)
+	b.waitSink(total, time.Minute, a, d)
+	b.requireExactlyOnceInOrder(total)
+	var workers int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(DISTINCT worker_tag) FROM shard_sink`).Scan(&workers))
+	require.GreaterOrEqual(t, workers, 2)
+}
+
