@@ -118,6 +118,8 @@ type ShardedSubscription struct {
 	cfg     ShardedSubscriptionConfig
 	running atomic.Bool
 	worker  atomic.Pointer[string]
+	// skipLeave makes Run end without releasing its buckets (tests of a worker's death).
+	skipLeave atomic.Bool
 	ownedN  atomic.Int64
 
 	owned                   metric.Int64ObservableGauge
@@ -333,6 +335,9 @@ func (s *ShardedSubscription) Run(ctx context.Context) (err error) {
 	// that the others take them now rather than when the leases expire.
 	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
+	if s.skipLeave.Load() {
+		return s.sub.exit(ctx, runErr) // the connection is closed: the session ends as a dead worker's does
+	}
 	if err := w.leave(bg); err != nil {
 		s.cfg.Logger.WarnContext(ctx, "keiro: sharded subscription worker could not release its buckets; they move when their leases expire",
 			"subscription", s.cfg.Name, "worker", id, "error", err)

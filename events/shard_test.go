@@ -7,6 +7,7 @@ import (
 	"sort"
 	"sync"
 	"testing"
+	"testing/quick"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -317,3 +318,120 @@ func TestShardedSubscriptionShedsWithoutLossOrDuplicate(t *testing.T) {
 	require.GreaterOrEqual(t, workers, 2)
 }
 
+// passes returns a pass-driven worker of sub on its own connection.
+func (b *shardBundle) passes(sub *events.ShardedSubscription, clock func() *time.Time) *events.ShardPasses {
+	b.t.Helper()
+	ctx := context.Background()
+	conn, err := b.db.Pool.Acquire(ctx)
+	require.NoError(b.t, err)
+	b.t.Cleanup(conn.Release)
+	p, err := events.NewShardPasses(ctx, sub, conn.Conn(), clock)
+	require.NoError(b.t, err)
+	return p
+}
+
+func (b *shardBundle) newSub(cfg events.ShardedSubscriptionConfig, h events.Handler) *events.ShardedSubscription {
+	b.t.Helper()
+	sub, err := events.NewShardedSubscription(b.store, b.db.Pool, cfg, h)
+	require.NoError(b.t, err)
+	return sub
+}
+
+// leaseClock adapts the timers' settable clock to the lease statements' clock.
+func leaseClock(c *clock) func() *time.Time {
+	return func() *time.Time { t := c.Now(); return &t }
+}
+
+// keiro "Shard lease": "ensureShardRows populates N rows once (idempotent on re-run)", "worker
+// A claims all N when free; B claims 0 while A holds valid leases", "B claims A's buckets
+// after A's lease expires; A then renews nothing", "renewLease returns only still-held
+// buckets", "releaseShards: relinquished buckets are immediately claimable". The lease
+// statements run at explicit times standing in for the passage of time.
+func TestShardLeaseClaimRenewExpireRelease(t *testing.T) {
+	t.Parallel()
+	b := setupShards(t)
+	ctx := context.Background()
+	cfg := b.cfg(4)
+	cfg.Lease = 30 * time.Second
+	sub := b.newSub(cfg, b.sink(1, 4))
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ca, cb := &clock{now: t0}, &clock{now: t0}
+
+	pa := b.passes(sub, leaseClock(ca))
+	pb := b.passes(sub, leaseClock(cb)) // ensuring twice is idempotent
+	own, err := sub.Ownership(ctx)
+	require.NoError(t, err)
+	require.Len(t, own, 4)
+	for i, o := range own {
+		require.Equal(t, i, o.Bucket)
+		require.Empty(t, o.Owner)
+		require.False(t, o.Held)
+	}
+
+	held, err := pa.Reconcile(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []int{0, 1, 2, 3}, held, "a lone worker takes every bucket")
+	held, err = pb.Reconcile(ctx)
+	require.NoError(t, err)
+	require.Empty(t, held, "B takes nothing while A's leases are valid")
+	held, err = pa.Reconcile(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []int{0, 1}, held, "A renews its share once B is a member and sheds the highest buckets")
+	held, err = pb.Reconcile(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []int{2, 3}, held, "B takes what A shed")
+
+	// A stops renewing: at t0+60s its leases and its membership have expired; B takes every
+	// bucket, and A's renewal then returns nothing (nor can A take any back).
+	cb.Advance(60 * time.Second)
+	held, err = pb.Reconcile(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []int{0, 1, 2, 3}, held)
+	ca.Advance(61 * time.Second)
+	held, err = pa.Reconcile(ctx)
+	require.NoError(t, err)
+	require.Empty(t, held)
+
+	// Released buckets are free at once, though their leases had not expired.
+	held, err = pb.Reconcile(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []int{0, 1}, held, "B sheds down to its share of two members")
+	held, err = pa.Reconcile(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []int{2, 3}, held)
+	require.NoError(t, pa.Leave(ctx))
+	held, err = pb.Reconcile(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []int{0, 1, 2, 3}, held)
+}
+
+// keiro "Shard lease" / "fairShareTarget divides buckets evenly (ceil)": here the live members
+// in worker-id order split the buckets exactly (the shares add up to Buckets), so no member
+// is left without a bucket while another holds two more than it.
+func TestShardLeaseFairShare(t *testing.T) {
+	t.Parallel()
+	shares := func(n, live int) []int {
+		out := make([]int, live)
+		for r := range live {
+			out[r] = events.FairShare(n, live, r)
+		}
+		return out
+	}
+	require.Equal(t, []int{2, 2, 2}, shares(6, 3))
+	require.Equal(t, []int{2, 2, 1, 1}, shares(6, 4))
+	require.Equal(t, []int{3, 2, 2}, shares(7, 3))
+	require.Equal(t, []int{1, 1, 1, 0}, shares(3, 4))
+	require.Equal(t, 4, events.FairShare(4, 0, 0), "no live member: everything")
+	f := func(n, live uint8) bool {
+		total := 0
+		for r := range int(live) {
+			s := events.FairShare(int(n), int(live), r)
+			if s < int(n)/int(live) || s > int(n)/int(live)+1 {
+				return false
+			}
+			total += s
+		}
+		return live == 0 || total == int(n)
+	}
+	require.NoError(t, quick.Check(f, nil))
+}
