@@ -52,6 +52,7 @@ func NewShardPasses(ctx context.Context, s *ShardedSubscription, conn *pgx.Conn,
 		return nil, err
 	}
 	w := newShardWorker(s, conn)
+	w.passive = true
 	if clock != nil {
 		w.clock = clock
 	}
@@ -72,9 +73,8 @@ func (p *ShardPasses) Reconcile(ctx context.Context) ([]int, error) {
 // Held returns the buckets the worker handles.
 func (p *ShardPasses) Held() []int { return slices.Sorted(maps.Keys(p.w.lanes)) }
 
-// CatchUp runs one catch-up pass without rebalancing first.
+// CatchUp runs one catch-up pass, without rebalancing.
 func (p *ShardPasses) CatchUp(ctx context.Context) error {
-	p.w.renewed, p.w.due = time.Now(), false
 	return p.w.catchUp(ctx)
 }
 

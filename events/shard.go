@@ -303,8 +303,15 @@ func (s *ShardedSubscription) Run(ctx context.Context) (err error) {
 		conn.Release()
 	}()
 	var counts []int32
-	if err := conn.QueryRow(ctx, s.sub.store.q.shardEnsure, s.cfg.Name, s.cfg.Buckets).Scan(&counts); err != nil {
-		return s.sub.exit(ctx, fmt.Errorf("run sharded subscription %s: create buckets: %w", s.cfg.Name, err))
+	// A worker creating the rows at the same time makes this statement wait for it and then
+	// insert nothing, while its snapshot (taken before) does not see the rows: read again.
+	for range 2 {
+		if err := conn.QueryRow(ctx, s.sub.store.q.shardEnsure, s.cfg.Name, s.cfg.Buckets).Scan(&counts); err != nil {
+			return s.sub.exit(ctx, fmt.Errorf("run sharded subscription %s: create buckets: %w", s.cfg.Name, err))
+		}
+		if len(counts) > 0 {
+			break
+		}
 	}
 	if len(counts) != 1 || int(counts[0]) != s.cfg.Buckets {
 		return fmt.Errorf("run sharded subscription %s: %w", s.cfg.Name, &ShardCountError{Name: s.cfg.Name, Configured: s.cfg.Buckets, Found: counts})

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/events"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 )
@@ -162,8 +163,22 @@ func owners(t *testing.T, sub *events.ShardedSubscription) (map[string]int, int)
 // each with its fair share (the counts, sorted descending, equal want).
 func waitShares(t *testing.T, sub *events.ShardedSubscription, want []int, runs ...*shardRun) {
 	t.Helper()
+	var last string
+	defer func() {
+		if t.Failed() {
+			t.Logf("last seen: %s", last)
+		}
+	}()
 	testenv.WaitFor(t, 30*time.Second, fmt.Sprintf("bucket shares %v", want), func() bool {
+		for _, r := range runs {
+			select {
+			case err := <-r.errc:
+				t.Fatalf("a worker stopped: %v", err)
+			default:
+			}
+		}
 		got, free := owners(t, sub)
+		last = fmt.Sprintf("holders %v, %d free", got, free)
 		if free > 0 || len(got) != len(runs) {
 			return false
 		}
@@ -434,4 +449,227 @@ func TestShardLeaseFairShare(t *testing.T) {
 		return live == 0 || total == int(n)
 	}
 	require.NoError(t, quick.Check(f, nil))
+}
+
+// A zombie cannot checkpoint: a worker whose lease runs out while its batch is in flight
+// writes no checkpoint, and its handler's effects roll back with the batch; the worker stops
+// handling the bucket. The expiry is written from inside the batch (its transaction holds the
+// bucket's row), so the test needs no waiting.
+func TestShardZombieCannotCheckpoint(t *testing.T) {
+	t.Parallel()
+	b := setupShards(t)
+	ctx := context.Background()
+	total := b.seed(2, 2)
+	cfg := b.cfg(1)
+	sink := b.sink(1, 1)
+	expire := true
+	sub := b.newSub(cfg, func(ctx context.Context, tx pgx.Tx, e events.RecordedEvent) error {
+		if err := sink(ctx, tx, e); err != nil {
+			return err
+		}
+		if expire {
+			// The lease runs out while the handler works.
+			_, err := tx.Exec(ctx, `UPDATE keiro_subscription_shards SET lease_expires_at = clock_timestamp() - interval '1 second'`)
+			return err
+		}
+		return nil
+	})
+	p := b.passes(sub, nil)
+	held, err := p.Reconcile(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []int{0}, held)
+	require.NoError(t, p.CatchUp(ctx))
+	require.Empty(t, p.Held(), "the worker stops handling the bucket whose lease it lost")
+	require.Zero(t, b.sinkCount(), "the zombie's effects rolled back")
+	own, err := sub.Ownership(ctx)
+	require.NoError(t, err)
+	require.Zero(t, own[0].Checkpoint, "the zombie wrote no checkpoint")
+
+	// A lease that expired before the batch began: the batch does not start.
+	expire = false
+	held, err = p.Reconcile(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []int{0}, held)
+	_, err = b.db.Pool.Exec(ctx, `UPDATE keiro_subscription_shards SET lease_expires_at = clock_timestamp() - interval '1 second'`)
+	require.NoError(t, err)
+	require.NoError(t, p.CatchUp(ctx))
+	require.Empty(t, p.Held())
+	require.Zero(t, b.sinkCount())
+
+	// The worker is gone (its membership expired too); another one takes the expired bucket
+	// and handles every event once.
+	_, err = b.db.Pool.Exec(ctx, `UPDATE keiro_subscription_shard_members SET lease_expires_at = clock_timestamp() - interval '1 second'
+        WHERE worker_id = $1`, mustUUID(t, p.ID()))
+	require.NoError(t, err)
+	p2 := b.passes(sub, nil)
+	// Another worker takes the expired bucket and handles every event once.
+	held, err = p2.Reconcile(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []int{0}, held)
+	require.NoError(t, p2.CatchUp(ctx))
+	b.requireExactlyOnceInOrder(total)
+}
+
+func mustUUID(t *testing.T, s string) [16]byte {
+	t.Helper()
+	u, err := envelope.ParseUUID(s)
+	require.NoError(t, err)
+	return [16]byte(u)
+}
+
+// keiro "Sharded subscription ack coupling" / "allows zombie overlap duplicates without losing
+// an event": a worker whose handler hangs past its lease (a zombie) holds its batch's
+// transaction open; when it resumes, its checkpoint write fails and its effects roll back, and
+// the bucket's events are handled again — by whichever worker takes the bucket — and
+// committed exactly once.
+func TestShardedSubscriptionZombieOverlapLosesNothing(t *testing.T) {
+	t.Parallel()
+	b := setupShards(t)
+	total := b.seed(1, 5)
+	cfg := b.cfg(1)
+	cfg.Lease, cfg.RenewInterval = 500*time.Millisecond, 100*time.Millisecond
+	entered, release := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	deliveries := 0
+	var once sync.Once
+	sinkA, sinkB := b.sink(1, 1), b.sink(2, 1)
+	count := func() { mu.Lock(); deliveries++; mu.Unlock() }
+	a := b.start(cfg, func(ctx context.Context, tx pgx.Tx, e events.RecordedEvent) error {
+		count()
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			close(entered)
+			<-release
+		}
+		return sinkA(ctx, tx, e)
+	})
+	<-entered
+	testenv.WaitFor(t, 30*time.Second, "the hung worker's lease to expire", func() bool {
+		own, err := a.sub.Ownership(context.Background())
+		require.NoError(t, err)
+		return len(own) == 1 && !own[0].Held
+	})
+	c := b.start(cfg, func(ctx context.Context, tx pgx.Tx, e events.RecordedEvent) error {
+		count()
+		return sinkB(ctx, tx, e)
+	})
+	close(release)
+	b.waitSink(total, time.Minute, a, c)
+	b.requireExactlyOnceInOrder(total)
+	mu.Lock()
+	require.Greater(t, deliveries, total, "the zombie's batch was delivered again")
+	mu.Unlock()
+}
+
+// keiro "Sharded subscription drain and failover" / "three workers drain disjointly, then
+// re-home a killed worker's buckets": a worker that dies (its session ends without releasing)
+// keeps its buckets until its leases expire; then the survivors take them and drain them.
+func TestShardedSubscriptionKilledWorkerBucketsTaken(t *testing.T) {
+	t.Parallel()
+	b := setupShards(t)
+	cfg := b.cfg(6)
+	cfg.Lease, cfg.RenewInterval = time.Second, 200*time.Millisecond
+	a := b.start(cfg, b.sink(1, 6))
+	c := b.start(cfg, b.sink(2, 6))
+	d := b.start(cfg, b.sink(3, 6))
+	waitShares(t, a.sub, []int{2, 2, 2}, a, c, d)
+	total := b.seed(12, 3)
+	b.waitSink(total, time.Minute, a, c, d)
+
+	events.SkipLeave(a.sub)
+	dead := a.sub.Worker()
+	a.stop()
+	require.NoError(t, <-a.errc)
+	got, _ := owners(t, c.sub)
+	require.Equal(t, 2, got[dead], "a dead worker's buckets stay leased to it")
+	total += b.seed(12, 3)
+	waitShares(t, c.sub, []int{3, 3}, c, d)
+	b.waitSink(total, time.Minute, c, d)
+	b.requireExactlyOnceInOrder(total)
+}
+
+// The late-commit guard holds per bucket: an append that commits late with a lower position
+// than events already visible is not skipped by the bucket it belongs to, nor handled out of
+// its stream's order, whichever worker holds that bucket.
+func TestShardedSubscriptionLateCommitNotSkipped(t *testing.T) {
+	t.Parallel()
+	b := setupShards(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	got := map[string][]int64{}
+	record := func(tag string) events.Handler {
+		return func(_ context.Context, _ pgx.Tx, e events.RecordedEvent) error {
+			mu.Lock()
+			got[tag] = append(got[tag], e.GlobalPosition)
+			mu.Unlock()
+			return nil
+		}
+	}
+	cfg := b.cfg(2)
+	s0, s1 := b.newSub(cfg, record("w0")), b.newSub(cfg, record("w1"))
+	p0, p1 := b.passes(s0, nil), b.passes(s1, nil)
+	for range 4 {
+		_, err := p0.Reconcile(ctx)
+		require.NoError(t, err)
+		_, err = p1.Reconcile(ctx)
+		require.NoError(t, err)
+	}
+	require.Len(t, p0.Held(), 1)
+	require.Len(t, p1.Held(), 1)
+	// Streams by bucket.
+	stream := func(bucket, skip int) string {
+		for i := 0; ; i++ {
+			name := fmt.Sprintf("order-%d", i)
+			bk, err := s0.Bucket(ctx, b.db.Pool, name)
+			require.NoError(t, err)
+			if bk == bucket {
+				if skip == 0 {
+					return name
+				}
+				skip--
+			}
+		}
+	}
+	b0 := p0.Held()[0]
+	x, y, z := stream(b0, 0), stream(b0, 1), stream(1-b0, 0)
+
+	// B takes its transaction id first; A appends x (lower position); B appends y (same
+	// bucket) and z (the other), and commits first.
+	txB, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer txB.Rollback(ctx)
+	_, err = txB.Exec(ctx, "SELECT pg_current_xact_id()")
+	require.NoError(t, err)
+	txA, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer txA.Rollback(ctx)
+	ra, err := b.store.AppendTx(ctx, txA, x, events.Any, ev("E", `{}`))
+	require.NoError(t, err)
+	ry, err := b.store.AppendTx(ctx, txB, y, events.Any, ev("E", `{}`))
+	require.NoError(t, err)
+	rz, err := b.store.AppendTx(ctx, txB, z, events.Any, ev("E", `{}`))
+	require.NoError(t, err)
+	require.NoError(t, txB.Commit(ctx))
+	for range 3 {
+		require.NoError(t, p0.CatchUp(ctx))
+		require.NoError(t, p1.CatchUp(ctx))
+	}
+	mu.Lock()
+	require.Empty(t, got, "positions %d and %d are visible but %d may still commit", ry.GlobalPosition, rz.GlobalPosition, ra.GlobalPosition)
+	mu.Unlock()
+	require.NoError(t, txA.Commit(ctx))
+	for i := 0; ; i++ {
+		require.Less(t, i, 10000)
+		require.NoError(t, p0.CatchUp(ctx))
+		require.NoError(t, p1.CatchUp(ctx))
+		mu.Lock()
+		n := len(got["w0"]) + len(got["w1"])
+		mu.Unlock()
+		if n == 3 {
+			break
+		}
+	}
+	require.Equal(t, []int64{ra.GlobalPosition, ry.GlobalPosition}, got["w0"])
+	require.Equal(t, []int64{rz.GlobalPosition}, got["w1"])
 }

@@ -36,6 +36,8 @@ type shardWorker struct {
 	replay  bool
 	// clock overrides the database's clock in lease statements (tests); nil in a Run.
 	clock func() *time.Time
+	// passive turns rebalancing off outside reconcile calls (tests driving passes).
+	passive bool
 	// stop is Run's context: its end stops the worker between transactions.
 	stop context.Context
 }
@@ -116,6 +118,9 @@ func (w *shardWorker) run(ctx context.Context) error {
 
 // renewDue reports whether the leases are due for renewal.
 func (w *shardWorker) renewDue() bool {
+	if w.passive {
+		return false
+	}
 	return w.due || time.Since(w.renewed) >= w.s.cfg.RenewInterval
 }
 
