@@ -120,7 +120,7 @@ type ShardedSubscription struct {
 	worker  atomic.Pointer[string]
 	// skipLeave makes Run end without releasing its buckets (tests of a worker's death).
 	skipLeave atomic.Bool
-	ownedN  atomic.Int64
+	ownedN    atomic.Int64
 
 	owned                   metric.Int64ObservableGauge
 	claimed, released, lost metric.Int64Counter

@@ -346,6 +346,14 @@ func (w *shardWorker) catchUp(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("run sharded subscription %s: %w", s.cfg.Name, err)
 		}
+		if w.renewDue() {
+			// The horizon saw a member join or leave, or a bucket free: rebalance now, not
+			// after the next wait, so a dead worker's buckets move within its lease and one
+			// poll.
+			if err := w.rebalance(ctx); err != nil {
+				return err
+			}
+		}
 		if w.replay && len(w.lanes) > 0 {
 			l := w.lanes[slices.Min(slices.Collect(maps.Keys(w.lanes)))]
 			if err := l.replayDeadLetters(ctx); err != nil {
