@@ -68,22 +68,33 @@ func benchmarkSharded(b *testing.B, workers int) {
 	var handled atomic.Int64
 	done := make(chan struct{})
 	total := int64(b.N + 1)
-	h := func(ctx context.Context, tx pgx.Tx, e events.RecordedEvent) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO shard_bench (event_id, stream, position) VALUES ($1, $2, $3)`,
-			[16]byte(e.ID), e.StreamName, e.GlobalPosition); err != nil {
-			return err
-		}
-		if handled.Add(1) == total {
-			close(done)
-		}
-		return nil
-	}
+	// Each worker counts the events of its open transaction and adds them to handled when it
+	// commits (a worker's handler and AfterCommit run on its one goroutine).
 	cfg := events.ShardedSubscriptionConfig{Name: "bench", Category: "order", Buckets: 16,
 		Lease: 30 * time.Second, RenewInterval: 10 * time.Second, PollInterval: 100 * time.Millisecond}
+	worker := func() (events.Handler, events.ShardedSubscriptionConfig) {
+		pending := int64(0)
+		c := cfg
+		c.AfterCommit = func(int, int64) {
+			if handled.Add(pending) == total {
+				close(done)
+			}
+			pending = 0
+		}
+		return func(ctx context.Context, tx pgx.Tx, e events.RecordedEvent) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO shard_bench (event_id, stream, position) VALUES ($1, $2, $3)`,
+				[16]byte(e.ID), e.StreamName, e.GlobalPosition); err != nil {
+				return err
+			}
+			pending++
+			return nil
+		}, c
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	errc := make(chan error, workers)
 	var subs []*events.ShardedSubscription
 	for range workers {
+		h, cfg := worker()
 		sub, err := events.NewShardedSubscription(store, pool, cfg, h)
 		require.NoError(b, err)
 		subs = append(subs, sub)
