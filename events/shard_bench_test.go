@@ -26,7 +26,11 @@ import (
 // starts when that append commits. It reports events/s, this process's CPU per event
 // (getrusage) and the CPU per event of the workers' PostgreSQL backends (/proc, by
 // application_name; the server must run on this machine).
+//
+// Its limit is unsharded: the same drain by one Subscription (one transaction per batch of 256
+// events, no buckets), in the same run.
 func BenchmarkShardedSubscription(b *testing.B) {
+	b.Run("unsharded", func(b *testing.B) { benchmarkSharded(b, 0) })
 	for _, workers := range []int{1, 2, 4} {
 		b.Run(fmt.Sprintf("workers-%d", workers), func(b *testing.B) { benchmarkSharded(b, workers) })
 	}
@@ -42,7 +46,7 @@ func benchmarkSharded(b *testing.B, workers int) {
 	pc, err := pgxpool.ParseConfig(db.ConnString)
 	require.NoError(b, err)
 	pc.ConnConfig.RuntimeParams["application_name"] = appName
-	pc.MaxConns = int32(2 * workers)
+	pc.MaxConns = int32(max(2*workers, 2))
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	require.NoError(b, err)
 	defer pool.Close()
@@ -91,8 +95,15 @@ func benchmarkSharded(b *testing.B, workers int) {
 		}, c
 	}
 	runCtx, cancel := context.WithCancel(ctx)
-	errc := make(chan error, workers)
+	errc := make(chan error, max(workers, 1))
 	var subs []*events.ShardedSubscription
+	if workers == 0 {
+		h, cfg := worker()
+		sub, err := events.NewSubscription(store, pool, events.SubscriptionConfig{Name: "bench", Category: "order",
+			PollInterval: cfg.PollInterval, AfterCommit: func(int64) { cfg.AfterCommit(0, 0) }}, h)
+		require.NoError(b, err)
+		go func() { errc <- sub.Run(runCtx) }()
+	}
 	for range workers {
 		h, cfg := worker()
 		sub, err := events.NewShardedSubscription(store, pool, cfg, h)
@@ -102,7 +113,7 @@ func benchmarkSharded(b *testing.B, workers int) {
 	}
 	defer func() {
 		cancel()
-		for range workers {
+		for range max(workers, 1) {
 			<-errc
 		}
 	}()
@@ -111,6 +122,11 @@ func benchmarkSharded(b *testing.B, workers int) {
 		want[i] = 16 / workers
 	}
 	testenv.WaitFor(b, time.Minute, "the workers to balance", func() bool {
+		if workers == 0 {
+			var active bool
+			require.NoError(b, db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM keiro_subscriptions WHERE name = 'bench')`).Scan(&active))
+			return active
+		}
 		own, err := subs[0].Ownership(ctx)
 		require.NoError(b, err)
 		per := map[string]int{}
