@@ -114,7 +114,7 @@ func benchmarkSharded(b *testing.B, workers int) {
 	defer func() {
 		cancel()
 		for range max(workers, 1) {
-			<-errc
+			require.NoError(b, <-errc)
 		}
 	}()
 	want := make([]int, workers)
@@ -237,14 +237,14 @@ func BenchmarkShardedSubscriptionFailover(b *testing.B) {
 		b.StartTimer()
 		died := time.Now()
 		dcancel()
-		<-derr
+		require.NoError(b, <-derr)
 		moved := <-all
 		b.StopTimer()
 		d := moved.Sub(died)
 		sum += d
 		worst = max(worst, d)
 		scancel()
-		<-serr
+		require.NoError(b, <-serr)
 	}
 	b.ReportMetric(float64(sum.Milliseconds())/float64(b.N), "ms-to-move")
 	b.ReportMetric(float64(worst.Milliseconds()), "worst-ms")

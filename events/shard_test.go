@@ -2,9 +2,11 @@ package events_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"testing/quick"
@@ -13,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/events"
 	"github.com/keiro-go/keiro/keirotest/testenv"
@@ -672,4 +675,107 @@ func TestShardedSubscriptionLateCommitNotSkipped(t *testing.T) {
 	}
 	require.Equal(t, []int64{ra.GlobalPosition, ry.GlobalPosition}, got["w0"])
 	require.Equal(t, []int64{rz.GlobalPosition}, got["w1"])
+}
+
+// keiro "Sharded subscription ack coupling" / "dead-letters a poison event after bounded
+// retries and keeps draining", and "Sharded subscription drain and failover" / "a handler
+// exception is retried in place and drains": a failing event is delivered again in its bucket
+// up to Retry.MaxDeliveries, then dead-lettered, and its bucket (and the others) go on; a
+// transient failure is retried in place. A replay request reaches a worker of the group.
+func TestShardedSubscriptionRetriesAndDeadLetters(t *testing.T) {
+	t.Parallel()
+	b := setupShards(t)
+	ctx := context.Background()
+	total := b.seed(4, 4)
+	cfg := b.cfg(4)
+	cfg.Retry = events.RetryPolicy{MaxDeliveries: 3, Backoff: keiro.Backoff{Initial: -1}}
+	sink := b.sink(1, 4)
+	var mu sync.Mutex
+	poisonDeliveries, transient := 0, 0
+	heal := false
+	r := b.start(cfg, func(ctx context.Context, tx pgx.Tx, e events.RecordedEvent) error {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case e.StreamName == "order-1" && e.StreamVersion == 2 && !heal:
+			poisonDeliveries++
+			return errors.New("poison order")
+		case e.StreamName == "order-2" && e.StreamVersion == 3 && transient == 0:
+			transient++
+			return errors.New("transient")
+		}
+		return sink(ctx, tx, e)
+	})
+	b.waitSink(total-1, time.Minute, r)
+	var dead []events.DeadLetter
+	testenv.WaitFor(t, time.Minute, "the dead letter", func() bool {
+		var err error
+		dead, err = b.store.ListDeadLetters(ctx, b.db.Pool, events.DeadLetterFilter{Subscription: b.name})
+		require.NoError(t, err)
+		return len(dead) == 1
+	})
+	require.Equal(t, "order-1", dead[0].StreamName)
+	require.EqualValues(t, 2, dead[0].StreamVersion)
+	require.Equal(t, events.ErrorClassMaxDeliveries, dead[0].ErrorClass)
+	require.Equal(t, 3, dead[0].Attempts)
+	mu.Lock()
+	require.Equal(t, 3, poisonDeliveries)
+	require.Equal(t, 1, transient)
+	heal = true
+	mu.Unlock()
+	// The stream's later events were handled after the dead letter, in order.
+	var versions []int64
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT array_agg(version ORDER BY seq) FROM shard_sink WHERE stream = 'order-1'`).Scan(&versions))
+	require.Equal(t, []int64{1, 3, 4}, versions)
+
+	n, err := b.store.RequestReplay(ctx, b.db.Pool, b.name)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	b.waitSink(total, time.Minute, r)
+	dead, err = b.store.ListDeadLetters(ctx, b.db.Pool, events.DeadLetterFilter{Subscription: b.name})
+	require.NoError(t, err)
+	require.Equal(t, events.DeadLetterReplayed, dead[0].Status)
+}
+
+// Rebuild resets every bucket's checkpoint and the read model in one transaction; the
+// running workers rebuild it from the start of the log.
+func TestShardedSubscriptionRebuild(t *testing.T) {
+	t.Parallel()
+	b := setupShards(t)
+	ctx := context.Background()
+	total := b.seed(6, 3)
+	cfg := b.cfg(4)
+	a := b.start(cfg, b.sink(1, 4))
+	c := b.start(cfg, b.sink(2, 4))
+	b.waitSink(total, time.Minute, a, c)
+	require.NoError(t, a.sub.Rebuild(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `TRUNCATE shard_sink`)
+		return err
+	}))
+	b.waitSink(total, time.Minute, a, c)
+	b.requireExactlyOnceInOrder(total)
+}
+
+// Every stream name, whatever its characters, has one stable bucket in [0, Buckets)
+// (generated names, through the database's hash; TestShardedSubscriptionSingleWorkerDrainsOnce
+// checks that the workers' reads assign the same one).
+func TestShardBucketOfGeneratedStreams(t *testing.T) {
+	t.Parallel()
+	b := setupShards(t)
+	ctx := context.Background()
+	for _, n := range []int{1, 7, 16} {
+		cfg := b.cfg(n)
+		sub := b.newSub(cfg, b.sink(1, n))
+		f := func(name string) bool {
+			name = strings.ToValidUTF8(strings.ReplaceAll(name, "\x00", ""), "?")
+			bk, err := sub.Bucket(ctx, b.db.Pool, name)
+			if err != nil {
+				t.Logf("%q: %v", name, err)
+				return false
+			}
+			again, err := sub.Bucket(ctx, b.db.Pool, name)
+			return err == nil && bk >= 0 && bk < n && again == bk
+		}
+		require.NoError(t, quick.Check(f, &quick.Config{MaxCount: 200}))
+	}
 }

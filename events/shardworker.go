@@ -294,16 +294,14 @@ func (w *shardWorker) positionChanged() {
 // the group's state, and returns the newest final position (-1 if none yet).
 func (w *shardWorker) horizon(ctx context.Context) (int64, error) {
 	var (
-		still              []string
-		head               int64
-		buckets            []int32
-		cps                []int64
-		live, claimable    int64
-		s                  = w.s
-		q                  = s.sub.store.q
-		held               = map[int]int64{}
-		floor, lowestLane  = int64(0), true
-		rebalanceSuggested bool
+		still           []string
+		head            int64
+		buckets         []int32
+		cps             []int64
+		live, claimable int64
+		s               = w.s
+		q               = s.sub.store.q
+		held            = map[int]int64{}
 	)
 	if err := w.conn.QueryRow(ctx, q.shardHorizon, s.cfg.Name, w.pending(), [16]byte(w.id)).Scan(
 		&still, &head, &w.replay, &buckets, &cps, &live, &claimable); err != nil {
@@ -314,15 +312,12 @@ func (w *shardWorker) horizon(ctx context.Context) (int64, error) {
 		held[int(b)] = cps[i]
 	}
 	w.follow(ctx, held, false)
-	rebalanceSuggested = int(live) != w.live || (claimable > 0 && len(w.lanes) < w.quota)
-	if rebalanceSuggested {
-		w.due = true
+	if int(live) != w.live || (claimable > 0 && len(w.lanes) < w.quota) {
+		w.due = true // a member joined or left, or a bucket is free
 	}
-	floor = head
+	floor := head // with no bucket held, nothing to fence for
 	for _, l := range w.lanes {
-		if lowestLane || l.at < floor {
-			floor, lowestLane = l.at, false
-		}
+		floor = min(floor, l.at)
 	}
 	safe, err := w.advance(ctx, w.conn, q.fence, still, head, floor)
 	if err != nil {
