@@ -282,7 +282,9 @@ func (s *ShardedSubscription) notifyPayload() string { return "keiro.shards:" + 
 // returns nil) or a handler or the database fails (then it returns the error; its buckets are
 // released if the database is reachable, else they move when their leases expire). It creates
 // the subscription's buckets on first use and returns an error if they exist with another
-// count. Run must not be called twice at once on one ShardedSubscription; run one per worker.
+// count. When ctx ends, Run first finishes the transaction in flight (handlers' contexts are
+// not cancelled, and a retry's backoff is waited out), so that no bucket is left mid-batch.
+// Run must not be called twice at once on one ShardedSubscription; run one per worker.
 func (s *ShardedSubscription) Run(ctx context.Context) (err error) {
 	if !s.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("run sharded subscription %s: already running", s.cfg.Name)

@@ -395,7 +395,12 @@ func (w *shardWorker) sortedLanes() []*shardLane {
 	return out
 }
 
-// page reads the events of the held buckets in (from, safe] (up to BatchSize per bucket) and
+// maxShardPage bounds the events a worker reads in one page (all its buckets together), unless
+// BatchSize is larger.
+const maxShardPage = 4096
+
+// page reads the events of the held buckets in (from, safe] (up to BatchSize per bucket, at
+// most maxShardPage in all) and
 // hands each bucket's share to its lane. A short page means the range is exhausted, so every
 // lane moves to safe; otherwise to the page's last position.
 func (w *shardWorker) page(ctx context.Context, lanes []*shardLane, from, safe int64) error {
@@ -405,7 +410,7 @@ func (w *shardWorker) page(ctx context.Context, lanes []*shardLane, from, safe i
 	for i, l := range lanes {
 		buckets[i] = int32(l.bucket)
 	}
-	limit := sub.cfg.BatchSize * len(lanes)
+	limit := min(sub.cfg.BatchSize*len(lanes), max(sub.cfg.BatchSize, maxShardPage))
 	var (
 		rows pgx.Rows
 		err  error
