@@ -131,7 +131,7 @@ func NewShardedSubscription(store *Store, pool *pgxpool.Pool, cfg ShardedSubscri
 	if h == nil {
 		return nil, fmt.Errorf("new sharded subscription %q: handler is nil", cfg.Name)
 	}
-	return newSharded(store, pool, cfg, func(sc SubscriptionConfig) (*Subscription, error) {
+	return newSharded(cfg, func(sc SubscriptionConfig) (*Subscription, error) {
 		return NewSubscription(store, pool, sc, h)
 	})
 }
@@ -139,12 +139,12 @@ func NewShardedSubscription(store *Store, pool *pgxpool.Pool, cfg ShardedSubscri
 // NewShardedBatchSubscription returns a ShardedSubscription that applies h to each batch (the
 // events of one bucket, in global-position order).
 func NewShardedBatchSubscription(store *Store, pool *pgxpool.Pool, cfg ShardedSubscriptionConfig, h BatchHandler) (*ShardedSubscription, error) {
-	return newSharded(store, pool, cfg, func(sc SubscriptionConfig) (*Subscription, error) {
+	return newSharded(cfg, func(sc SubscriptionConfig) (*Subscription, error) {
 		return NewBatchSubscription(store, pool, sc, h)
 	})
 }
 
-func newSharded(_ *Store, _ *pgxpool.Pool, cfg ShardedSubscriptionConfig, build func(SubscriptionConfig) (*Subscription, error)) (*ShardedSubscription, error) {
+func newSharded(cfg ShardedSubscriptionConfig, build func(SubscriptionConfig) (*Subscription, error)) (*ShardedSubscription, error) {
 	cfg.applyDefaults()
 	sub, err := build(SubscriptionConfig{
 		Name: cfg.Name, Category: cfg.Category, BatchSize: cfg.BatchSize, PollInterval: cfg.PollInterval,
