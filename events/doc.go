@@ -47,6 +47,16 @@
 // drew a position ≤ H had ended or was one of them. Transactions elsewhere (other schemas,
 // other databases) never hold it back. docs/architecture.md has the proof.
 //
+// # Sharded subscriptions
+//
+// A [ShardedSubscription] splits a subscription into buckets by stream so that several
+// workers share it: each bucket is leased by one worker at a time and has its own checkpoint,
+// written in the handler's transaction only while the lease is unexpired (a worker whose lease
+// ran out mid-batch rolls the batch back). Workers join and leave at any time and the buckets
+// rebalance to a fair share; a worker sheds a bucket only between transactions; a dead
+// worker's buckets move when its leases expire. Per-stream order, exactly-once database
+// effects and the late-commit guard hold in every bucket.
+//
 // # Routers, process managers and timers
 //
 // A [Router] turns an input (a private event from a subscription, an integration event from

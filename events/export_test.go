@@ -2,6 +2,9 @@ package events
 
 import (
 	"context"
+	"maps"
+	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -14,7 +17,7 @@ func SetBeforeAppend[S, C, E any](r *Runner[S, C, E], fn func(ctx context.Contex
 // CatchUpOnce returns a function that runs one catch-up pass of s on conn, keeping the
 // worker's checkpoint and fences between calls.
 func CatchUpOnce(s *Subscription, conn *pgx.Conn) func(ctx context.Context) error {
-	w := &worker{s: s, conn: conn}
+	w := newWorker(s, conn)
 	loaded := false
 	return func(ctx context.Context) error {
 		if !loaded {
@@ -37,3 +40,49 @@ var ProducerIdentityBytes = producerIdentityBytes
 func SetProcessManagerBeforeAppend[S, I, E, C any](pm *ProcessManager[S, I, E, C], fn func(ctx context.Context, stream string, attempt int)) {
 	pm.runner.beforeAppend = fn
 }
+
+// ShardPasses drives a sharded subscription's worker pass by pass on conn, as a Run would,
+// with the lease statements at clock's time (nil: the database's clock).
+type ShardPasses struct{ w *shardWorker }
+
+// NewShardPasses creates the subscription's buckets if needed and returns a new worker of it.
+func NewShardPasses(ctx context.Context, s *ShardedSubscription, conn *pgx.Conn, clock func() *time.Time) (*ShardPasses, error) {
+	var counts []int32
+	if err := conn.QueryRow(ctx, s.sub.store.q.shardEnsure, s.cfg.Name, s.cfg.Buckets).Scan(&counts); err != nil {
+		return nil, err
+	}
+	w := newShardWorker(s, conn)
+	w.passive = true
+	if clock != nil {
+		w.clock = clock
+	}
+	return &ShardPasses{w: w}, nil
+}
+
+// ID returns the worker's id.
+func (p *ShardPasses) ID() string { return p.w.id.String() }
+
+// Reconcile runs one rebalancing pass and returns the buckets held after it.
+func (p *ShardPasses) Reconcile(ctx context.Context) ([]int, error) {
+	if err := p.w.reconcile(ctx); err != nil {
+		return nil, err
+	}
+	return p.Held(), nil
+}
+
+// Held returns the buckets the worker handles.
+func (p *ShardPasses) Held() []int { return slices.Sorted(maps.Keys(p.w.lanes)) }
+
+// CatchUp runs one catch-up pass, without rebalancing.
+func (p *ShardPasses) CatchUp(ctx context.Context) error {
+	return p.w.catchUp(ctx)
+}
+
+// Leave releases the worker's buckets and ends its membership.
+func (p *ShardPasses) Leave(ctx context.Context) error { return p.w.leave(ctx) }
+
+// FairShare exposes fairShare.
+var FairShare = fairShare
+
+// SkipLeave makes s's Runs end without releasing their buckets, as a worker that died does.
+func SkipLeave(s *ShardedSubscription) { s.skipLeave.Store(true) }

@@ -23,8 +23,8 @@ var errMoved = errors.New("checkpoint moved")
 // checkpoint moves past it and the rest of the batch follows) or, under PoisonHalt, returned as
 // Run's error. A failed delivery of a Handler's event, or of a one-event batch, counts as
 // that event's first delivery; a failed batch of several events counts for none of them.
-func (w *worker) isolate(ctx context.Context, batch []RecordedEvent, err error) error {
-	s := w.s
+func (l *lane) isolate(ctx context.Context, batch []RecordedEvent, err error) error {
+	s := l.s
 	failed := int64(-1)
 	var ee *eventError
 	if errors.As(err, &ee) {
@@ -33,7 +33,7 @@ func (w *worker) isolate(ctx context.Context, batch []RecordedEvent, err error) 
 		failed = batch[0].GlobalPosition
 	}
 	for _, e := range batch {
-		if e.GlobalPosition <= w.cp {
+		if e.GlobalPosition <= l.cp {
 			continue
 		}
 		deliveries, last := 0, err
@@ -47,7 +47,7 @@ func (w *worker) isolate(ctx context.Context, batch []RecordedEvent, err error) 
 			}
 			if deliveries > 0 {
 				if IsPermanent(last) || deliveries >= s.cfg.Retry.MaxDeliveries {
-					if err := w.poison(ctx, e, last, deliveries); err != nil {
+					if err := l.poison(ctx, e, last, deliveries); err != nil {
 						if errors.Is(err, errMoved) {
 							return nil
 						}
@@ -63,7 +63,7 @@ func (w *worker) isolate(ctx context.Context, batch []RecordedEvent, err error) 
 					return err
 				}
 			}
-			herr, err := w.deliver(ctx, e)
+			herr, err := l.deliver(ctx, e)
 			if errors.Is(err, errMoved) {
 				return nil
 			}
@@ -81,9 +81,9 @@ func (w *worker) isolate(ctx context.Context, batch []RecordedEvent, err error) 
 
 // deliver applies one event in its own transaction with the checkpoint. herr is the handler's
 // error (the transaction rolled back); err is any other failure.
-func (w *worker) deliver(ctx context.Context, e RecordedEvent) (herr, err error) {
-	s := w.s
-	err = w.inCheckpointTx(ctx, e.GlobalPosition, func(tx pgx.Tx) error {
+func (l *lane) deliver(ctx context.Context, e RecordedEvent) (herr, err error) {
+	s := l.s
+	err = l.inCheckpointTx(ctx, e.GlobalPosition, func(tx pgx.Tx) error {
 		if err := s.apply(ctx, tx, []RecordedEvent{e}); err != nil {
 			herr = err
 			return err
@@ -97,8 +97,8 @@ func (w *worker) deliver(ctx context.Context, e RecordedEvent) (herr, err error)
 }
 
 // poison applies RetryPolicy.OnPoison to e after deliveries failed deliveries ending in last.
-func (w *worker) poison(ctx context.Context, e RecordedEvent, last error, deliveries int) error {
-	s := w.s
+func (l *lane) poison(ctx context.Context, e RecordedEvent, last error, deliveries int) error {
+	s := l.s
 	class := ErrorClassMaxDeliveries
 	if IsPermanent(last) {
 		class = ErrorClassPermanent
@@ -109,7 +109,7 @@ func (w *worker) poison(ctx context.Context, e RecordedEvent, last error, delive
 			s.cfg.Name, e.ID, e.StreamName, e.StreamVersion, e.GlobalPosition, deliveries, class, last)
 	}
 	text := errorText(last)
-	err := w.inCheckpointTx(ctx, e.GlobalPosition, func(tx pgx.Tx) error {
+	err := l.inCheckpointTx(ctx, e.GlobalPosition, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, s.store.q.deadInsert, s.cfg.Name, e.GlobalPosition, [16]byte(e.ID), e.StreamName,
 			e.StreamVersion, e.Type, class, text, deliveries)
 		if err != nil {
@@ -128,9 +128,9 @@ func (w *worker) poison(ctx context.Context, e RecordedEvent, last error, delive
 }
 
 // inCheckpointTx runs fn in a transaction that locks the checkpoint, then saves it at next and
-// commits. It returns errMoved if the checkpoint is not where the worker left it.
-func (w *worker) inCheckpointTx(ctx context.Context, next int64, fn func(tx pgx.Tx) error) error {
-	tx, err := w.lockCheckpoint(ctx)
+// commits. It returns errMoved if the checkpoint is not where the lane left it.
+func (l *lane) inCheckpointTx(ctx context.Context, next int64, fn func(tx pgx.Tx) error) error {
+	tx, err := l.lockCheckpoint(ctx)
 	if err != nil {
 		return err
 	}
@@ -138,16 +138,16 @@ func (w *worker) inCheckpointTx(ctx context.Context, next int64, fn func(tx pgx.
 	if err := fn(tx); err != nil {
 		return err
 	}
-	return w.commitCheckpoint(ctx, tx, next)
+	return l.commitCheckpoint(ctx, tx, next)
 }
 
 // replayDeadLetters delivers every dead letter an operator asked to replay (Store.RequestReplay),
 // one transaction each: success marks the row replayed in the handler's transaction; a failure
 // rolls back and puts the row back to dead with the new error and one more attempt. The
 // checkpoint does not move.
-func (w *worker) replayDeadLetters(ctx context.Context) error {
+func (l *lane) replayDeadLetters(ctx context.Context) error {
 	for ctx.Err() == nil {
-		more, err := w.replayOne(ctx)
+		more, err := l.replayOne(ctx)
 		if err != nil || !more {
 			return err
 		}
@@ -155,9 +155,9 @@ func (w *worker) replayDeadLetters(ctx context.Context) error {
 	return nil
 }
 
-func (w *worker) replayOne(ctx context.Context) (more bool, err error) {
-	s := w.s
-	tx, err := w.conn.Begin(ctx)
+func (l *lane) replayOne(ctx context.Context) (more bool, err error) {
+	s := l.s
+	tx, err := l.conn.Begin(ctx)
 	if err != nil {
 		return false, fmt.Errorf("run subscription %s: begin replay: %w", s.cfg.Name, err)
 	}
@@ -188,9 +188,7 @@ func (w *worker) replayOne(ctx context.Context) (more bool, err error) {
 		}
 		s.replayed.Add(ctx, 1, metric.WithAttributes(attribute.String(attrSubscription, s.cfg.Name), attribute.String("outcome", "replayed")))
 		s.cfg.Logger.InfoContext(ctx, "keiro: dead letter replayed", "subscription", s.cfg.Name, "dead_letter_id", id, "position", pos)
-		if s.cfg.AfterCommit != nil {
-			s.cfg.AfterCommit(w.cp)
-		}
+		l.after(l.cp)
 		return true, nil
 	}
 	if ctx.Err() != nil {
@@ -201,15 +199,13 @@ func (w *worker) replayOne(ctx context.Context) (more bool, err error) {
 	if IsPermanent(herr) {
 		class = ErrorClassPermanent
 	}
-	if _, err := w.conn.Exec(ctx, s.store.q.deadReplayFailed, id, class, errorText(herr)); err != nil {
+	if _, err := l.conn.Exec(ctx, s.store.q.deadReplayFailed, id, class, errorText(herr)); err != nil {
 		return false, fmt.Errorf("run subscription %s: record failed replay of dead letter %d: %w", s.cfg.Name, id, err)
 	}
 	s.replayed.Add(ctx, 1, metric.WithAttributes(attribute.String(attrSubscription, s.cfg.Name), attribute.String("outcome", "failed")))
 	s.cfg.Logger.WarnContext(ctx, "keiro: dead letter replay failed; it stays dead", "subscription", s.cfg.Name,
 		"dead_letter_id", id, "position", pos, "error", herr)
-	if s.cfg.AfterCommit != nil {
-		s.cfg.AfterCommit(w.cp)
-	}
+	l.after(l.cp)
 	return true, nil
 }
 

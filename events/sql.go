@@ -164,6 +164,136 @@ var (
 	sqlSubscriptionAdvisoryUnlock = `SELECT pg_advisory_unlock(` + advisorylock.Subscription(`'{{schema}}'`, `$1`) + `)`
 )
 
+// Sharded subscriptions (shard.go, migration 013_subscription_shards.sql). The lease statements
+// read the database's clock (clock_timestamp(), so that workers on several hosts agree) unless
+// $at gives a time; leases are given in microseconds.
+const (
+	// sqlShardBucket is the bucket of stream $1 among $2: PostgreSQL's 64-bit text hash
+	// (hashtextextended, the hash of hash partitioning) of the stream name, modulo $2.
+	sqlShardBucket  = `SELECT ` + shardBucketExpr + ` FROM (SELECT $1::text AS stream_name, $2::bigint AS n) s`
+	shardBucketExpr = `(((hashtextextended(stream_name, 0) % n) + n) % n)::integer`
+	// sqlShardEnsure creates the subscription's bucket rows, unowned at checkpoint 0, unless
+	// rows of another count exist, and returns the counts its rows were created with (one, $2,
+	// unless they disagree).
+	sqlShardEnsure = `WITH ins AS (
+    INSERT INTO {{schema}}.keiro_subscription_shards (subscription_name, bucket, shard_count)
+    SELECT $1, g, $2 FROM generate_series(0, $2 - 1) AS g
+    WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.keiro_subscription_shards WHERE subscription_name = $1 AND shard_count <> $2)
+    ON CONFLICT (subscription_name, bucket) DO NOTHING
+    RETURNING shard_count
+)
+SELECT coalesce(array_agg(DISTINCT c ORDER BY c), '{}') FROM (
+    SELECT shard_count AS c FROM {{schema}}.keiro_subscription_shards WHERE subscription_name = $1
+    UNION SELECT shard_count FROM ins) x`
+	// sqlShardJoin records worker $2 as a live member until $3 µs from now.
+	sqlShardJoin = `INSERT INTO {{schema}}.keiro_subscription_shard_members AS m (subscription_name, worker_id, lease_expires_at)
+    VALUES ($1, $2, coalesce($4::timestamptz, clock_timestamp()) + $3 * interval '1 microsecond')
+    ON CONFLICT (subscription_name, worker_id) DO UPDATE SET lease_expires_at = excluded.lease_expires_at
+    RETURNING (xmax = 0) AS joined`
+	// sqlShardMembers deletes the members whose lease expired (skipping rows another worker's
+	// pass holds) and returns the live ones, ordered: a worker's place in the order decides its
+	// share.
+	sqlShardMembers = `WITH gone AS (
+    DELETE FROM {{schema}}.keiro_subscription_shard_members
+    WHERE (subscription_name, worker_id) IN (
+        SELECT subscription_name, worker_id FROM {{schema}}.keiro_subscription_shard_members
+        WHERE subscription_name = $1 AND lease_expires_at < coalesce($2::timestamptz, clock_timestamp())
+        FOR UPDATE SKIP LOCKED)
+)
+SELECT worker_id FROM {{schema}}.keiro_subscription_shard_members
+WHERE subscription_name = $1 AND lease_expires_at >= coalesce($2::timestamptz, clock_timestamp())
+ORDER BY worker_id`
+	// sqlShardRenew extends every unexpired lease worker $2 holds by $3 µs and returns those
+	// buckets and their checkpoints. An expired lease is not renewed: it is lost, and its
+	// bucket is taken again through the claim like any other.
+	sqlShardRenew = `UPDATE {{schema}}.keiro_subscription_shards AS s
+    SET lease_expires_at = coalesce($4::timestamptz, clock_timestamp()) + $3 * interval '1 microsecond',
+        heartbeat_at = coalesce($4::timestamptz, clock_timestamp()), updated_at = now()
+    WHERE (s.subscription_name, s.bucket) IN (
+        SELECT subscription_name, bucket FROM {{schema}}.keiro_subscription_shards
+        WHERE subscription_name = $1 AND owner_worker_id = $2
+          AND lease_expires_at > coalesce($4::timestamptz, clock_timestamp())
+        ORDER BY bucket FOR UPDATE)
+    RETURNING s.bucket, s.checkpoint`
+	// sqlShardClaim takes up to $3 buckets that nobody holds or whose lease expired, lowest
+	// first, for worker $2 until $4 µs from now. SKIP LOCKED is the exclusion: two workers never
+	// take one bucket, and a bucket whose owner is inside a batch transaction (which holds the
+	// row's lock) is not taken from under it.
+	sqlShardClaim = `UPDATE {{schema}}.keiro_subscription_shards AS s
+    SET owner_worker_id = $2,
+        lease_expires_at = coalesce($5::timestamptz, clock_timestamp()) + $4 * interval '1 microsecond',
+        heartbeat_at = coalesce($5::timestamptz, clock_timestamp()), updated_at = now()
+    WHERE (s.subscription_name, s.bucket) IN (
+        SELECT subscription_name, bucket FROM {{schema}}.keiro_subscription_shards
+        WHERE subscription_name = $1
+          AND (owner_worker_id IS NULL OR lease_expires_at < coalesce($5::timestamptz, clock_timestamp()))
+        ORDER BY bucket LIMIT $3 FOR UPDATE SKIP LOCKED)
+    RETURNING s.bucket, s.checkpoint`
+	// sqlShardRelease gives up worker $2's buckets $3 (all of them when $3 is NULL), which any
+	// worker may then take at once.
+	sqlShardRelease = `UPDATE {{schema}}.keiro_subscription_shards
+    SET owner_worker_id = NULL, lease_expires_at = NULL, updated_at = now()
+    WHERE subscription_name = $1 AND owner_worker_id = $2 AND ($3::integer[] IS NULL OR bucket = ANY($3::integer[]))
+    RETURNING bucket`
+	// sqlShardLeave deletes worker $2's membership.
+	sqlShardLeave = `DELETE FROM {{schema}}.keiro_subscription_shard_members WHERE subscription_name = $1 AND worker_id = $2`
+	// sqlShardNotify wakes the subscription's workers (at commit) to rebalance.
+	sqlShardNotify = `SELECT pg_notify('{{channel}}', $1)`
+	// sqlShardLock begins a bucket's batch: the row's lock, if worker $3 still holds an
+	// unexpired lease on bucket $2.
+	sqlShardLock = `SELECT checkpoint FROM {{schema}}.keiro_subscription_shards
+    WHERE subscription_name = $1 AND bucket = $2 AND owner_worker_id = $3 AND lease_expires_at > clock_timestamp()
+    FOR UPDATE`
+	// sqlShardSave writes bucket $2's checkpoint if worker $3's lease is still unexpired at this
+	// statement's time; a worker whose lease ran out during the batch writes nothing.
+	sqlShardSave = `UPDATE {{schema}}.keiro_subscription_shards SET checkpoint = $4, updated_at = now()
+    WHERE subscription_name = $1 AND bucket = $2 AND owner_worker_id = $3 AND lease_expires_at > clock_timestamp()`
+	// sqlShardReset sets every bucket's checkpoint to 0 (Rebuild), locking the rows in bucket
+	// order as renewals do, and wakes the workers.
+	sqlShardReset = `WITH reset AS (
+    UPDATE {{schema}}.keiro_subscription_shards AS s SET checkpoint = 0, updated_at = now()
+    WHERE (s.subscription_name, s.bucket) IN (
+        SELECT subscription_name, bucket FROM {{schema}}.keiro_subscription_shards
+        WHERE subscription_name = $1 ORDER BY bucket FOR UPDATE)
+    RETURNING 1
+)
+SELECT pg_notify('{{channel}}', $2) FROM (SELECT count(*) FROM reset) x`
+	// sqlShardOwnership lists the subscription's buckets.
+	sqlShardOwnership = `SELECT bucket, owner_worker_id, lease_expires_at, checkpoint,
+        coalesce(lease_expires_at > clock_timestamp(), false)
+    FROM {{schema}}.keiro_subscription_shards WHERE subscription_name = $1 ORDER BY bucket`
+	// sqlShardHorizon is sqlHorizon for a sharded worker: which writers $2 still run, the head,
+	// whether dead letters await a replay, the buckets worker $3 holds (by owner, expired or
+	// not) with their checkpoints, how many members are live and how many buckets anyone may
+	// take (nobody holds them or their lease expired). It writes nothing.
+	sqlShardHorizon = `SELECT
+    (SELECT coalesce(array_agg(DISTINCT w.virtualtransaction), '{}') FROM (` + sqlWriters + `
+        AND cardinality($2::text[]) > 0 AND l.virtualtransaction = ANY($2::text[])) w),
+    (SELECT coalesce(max(global_position), 0) FROM {{schema}}.keiro_events),
+    EXISTS (SELECT 1 FROM {{schema}}.keiro_subscription_dead_letters WHERE subscription_name = $1 AND status = 'replay'),
+    (SELECT coalesce(array_agg(bucket ORDER BY bucket), '{}') FROM {{schema}}.keiro_subscription_shards
+        WHERE subscription_name = $1 AND owner_worker_id = $3),
+    (SELECT coalesce(array_agg(checkpoint ORDER BY bucket), '{}') FROM {{schema}}.keiro_subscription_shards
+        WHERE subscription_name = $1 AND owner_worker_id = $3),
+    (SELECT count(*) FROM {{schema}}.keiro_subscription_shard_members
+        WHERE subscription_name = $1 AND lease_expires_at >= clock_timestamp()),
+    (SELECT count(*) FROM {{schema}}.keiro_subscription_shards
+        WHERE subscription_name = $1 AND (owner_worker_id IS NULL OR lease_expires_at < clock_timestamp()))`
+)
+
+// Sharded log reads: one page of positions in (after, upTo] of the buckets $5 among $6, with
+// each event's bucket.
+const (
+	sqlShardReadAll = `SELECT ` + recordedColumns + `, b.bucket FROM {{schema}}.keiro_events e
+    CROSS JOIN LATERAL (SELECT ` + shardBucketExpr + ` AS bucket FROM (SELECT e.stream_name, $6::bigint AS n) s) b
+    WHERE e.global_position > $1 AND e.global_position <= $2 AND b.bucket = ANY($5::integer[])
+    ORDER BY e.global_position LIMIT $3`
+	sqlShardReadCategory = `SELECT ` + recordedColumns + `, b.bucket FROM {{schema}}.keiro_events e
+    CROSS JOIN LATERAL (SELECT ` + shardBucketExpr + ` AS bucket FROM (SELECT e.stream_name, $6::bigint AS n) s) b
+    WHERE e.category = $4 AND e.global_position > $1 AND e.global_position <= $2 AND b.bucket = ANY($5::integer[])
+    ORDER BY e.global_position LIMIT $3`
+)
+
 // Subscription dead letters (deadletter.go).
 const (
 	deadLetterColumns = `dead_letter_id, subscription_name, global_position, event_id, stream_name,
@@ -317,6 +447,11 @@ type queries struct {
 	timerGet, timerClaim, timerFired, timerFailed        string
 	timerDead, timerRequeueStale, timerRequeue           string
 	timerStuck, timerGauges, timerRelease                string
+	shardBucket, shardEnsure, shardJoin, shardMembers    string
+	shardRenew, shardClaim, shardRelease, shardLeave     string
+	shardNotify, shardLock, shardSave, shardReset        string
+	shardOwnership, shardHorizon                         string
+	shardReadAll, shardReadCategory                      string
 }
 
 func newQueries(schema, channel string) queries {
@@ -375,5 +510,21 @@ func newQueries(schema, channel string) queries {
 		timerStuck:         r(sqlTimerStuck),
 		timerGauges:        r(sqlTimerGauges),
 		timerRelease:       r(sqlTimerRelease),
+		shardBucket:        r(sqlShardBucket),
+		shardEnsure:        r(sqlShardEnsure),
+		shardJoin:          r(sqlShardJoin),
+		shardMembers:       r(sqlShardMembers),
+		shardRenew:         r(sqlShardRenew),
+		shardClaim:         r(sqlShardClaim),
+		shardRelease:       r(sqlShardRelease),
+		shardLeave:         r(sqlShardLeave),
+		shardNotify:        r(sqlShardNotify),
+		shardLock:          r(sqlShardLock),
+		shardSave:          r(sqlShardSave),
+		shardReset:         r(sqlShardReset),
+		shardOwnership:     r(sqlShardOwnership),
+		shardHorizon:       r(sqlShardHorizon),
+		shardReadAll:       r(sqlShardReadAll),
+		shardReadCategory:  r(sqlShardReadCategory),
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -281,7 +280,7 @@ func (s *Subscription) Run(ctx context.Context) (err error) {
 	}
 	defer func() { _ = reg.Unregister() }()
 
-	w := &worker{s: s, conn: conn.Conn()}
+	w := newWorker(s, conn.Conn())
 	if err := w.loadPosition(ctx); err != nil {
 		return s.exit(ctx, err)
 	}
@@ -322,26 +321,43 @@ func (s *Store) metricsMeter(mp metric.MeterProvider) metric.Meter {
 	return mp.Meter(instrumentationScope)
 }
 
-// worker is one Run's state: the locked session, the checkpoint and the pending fences.
+// worker is one Run's state: the locked session, the subscription's checkpoint (its one lane)
+// and the late-commit guard.
 type worker struct {
-	s      *Subscription
-	conn   *pgx.Conn
-	cp     int64
-	fences []fence // pending, oldest first
-	fenced int64   // newest head fenced so far
-	final  int64   // newest position proven final
-	retry  time.Duration
+	lane
+	guard
 	// replay reports that the last horizon saw dead letters waiting to be replayed.
 	replay bool
 }
 
-// fence records that every position ≤ head was drawn by a transaction that had ended when
-// the fence was taken or is one of writers (the store's writers then, by virtual transaction
-// id). Once none of writers runs, positions ≤ head are final: reading them can no longer miss
-// a late commit. See docs/architecture.md for the proof.
-type fence struct {
-	head    int64
-	writers []string
+func newWorker(s *Subscription, conn *pgx.Conn) *worker {
+	w := &worker{lane: lane{s: s, conn: conn, row: subscriptionRow{s}}}
+	w.after = func(next int64) {
+		s.position.Store(next)
+		if s.cfg.AfterCommit != nil {
+			s.cfg.AfterCommit(next)
+		}
+	}
+	return w
+}
+
+// subscriptionRow is the checkpoint of an unsharded subscription: its row in
+// keiro_subscriptions, held by the Run that holds the advisory lock.
+type subscriptionRow struct{ s *Subscription }
+
+func (r subscriptionRow) lock(ctx context.Context, tx pgx.Tx) (int64, error) {
+	var stored int64
+	if err := tx.QueryRow(ctx, r.s.store.q.subLock, r.s.cfg.Name).Scan(&stored); err != nil {
+		return 0, fmt.Errorf("lock checkpoint: %w", err)
+	}
+	return stored, nil
+}
+
+func (r subscriptionRow) save(ctx context.Context, tx pgx.Tx, next int64) error {
+	if _, err := tx.Exec(ctx, r.s.store.q.subSave, r.s.cfg.Name, next); err != nil {
+		return fmt.Errorf("save checkpoint: %w", err)
+	}
+	return nil
 }
 
 func (w *worker) loadPosition(ctx context.Context) error {
@@ -355,76 +371,23 @@ func (w *worker) loadPosition(ctx context.Context) error {
 // safePosition returns the highest position known final (-1 if none yet), taking a new fence
 // when the log has grown past the newest one.
 func (w *worker) safePosition(ctx context.Context) (int64, error) {
-	running, head, err := w.horizon(ctx)
-	if err != nil {
-		return 0, err
-	}
-	safe := max(w.final, w.ripen(running))
-	if head > w.fenced && head > w.cp && len(w.fences) < maxFences {
-		var f fence
-		if err := w.conn.QueryRow(ctx, w.s.store.q.fence).Scan(&f.head, &f.writers); err != nil {
-			return 0, fmt.Errorf("run subscription %s: take fence: %w", w.s.cfg.Name, err)
-		}
-		w.fenced = f.head
-		if len(f.writers) == 0 {
-			// Most often no append is open: the fence is final at once.
-			safe = max(safe, f.head)
-		} else {
-			w.fences = append(w.fences, f)
-		}
-	}
-	w.final = safe
-	return safe, nil
-}
-
-// horizon reads the head and, of the pending fences' writers, those still running.
-func (w *worker) horizon(ctx context.Context) (running map[string]bool, head int64, err error) {
 	var (
-		stored  *int64
-		pending []string
-		still   []string
+		stored *int64
+		still  []string
+		head   int64
 	)
-	for _, f := range w.fences {
-		pending = append(pending, f.writers...)
-	}
-	if pending == nil {
-		pending = []string{}
-	}
-	if err := w.conn.QueryRow(ctx, w.s.store.q.horizon, w.s.cfg.Name, pending).Scan(&still, &head, &stored, &w.replay); err != nil {
-		return nil, 0, fmt.Errorf("run subscription %s: read horizon: %w", w.s.cfg.Name, err)
+	if err := w.conn.QueryRow(ctx, w.s.store.q.horizon, w.s.cfg.Name, w.pending()).Scan(&still, &head, &stored, &w.replay); err != nil {
+		return 0, fmt.Errorf("run subscription %s: read horizon: %w", w.s.cfg.Name, err)
 	}
 	w.s.head.Store(head)
 	if stored != nil && *stored != w.cp {
 		w.moved(ctx, *stored)
 	}
-	running = make(map[string]bool, len(still))
-	for _, v := range still {
-		running[v] = true
+	safe, err := w.advance(ctx, w.conn, w.s.store.q.fence, still, head, w.cp)
+	if err != nil {
+		return 0, fmt.Errorf("run subscription %s: %w", w.s.cfg.Name, err)
 	}
-	return running, head, nil
-}
-
-// moved adopts a checkpoint that Rebuild (or an operator) changed under the running instance.
-func (w *worker) moved(ctx context.Context, stored int64) {
-	w.s.cfg.Logger.InfoContext(ctx, "keiro: subscription checkpoint moved; continuing from it",
-		"subscription", w.s.cfg.Name, "from", w.cp, "to", stored)
-	w.cp = stored
-	w.s.position.Store(stored)
-}
-
-// ripen drops the fences none of whose writers is running and returns the newest such head.
-func (w *worker) ripen(running map[string]bool) int64 {
-	safe := int64(-1)
-	keep := w.fences[:0]
-	for _, f := range w.fences {
-		if !slices.ContainsFunc(f.writers, func(v string) bool { return running[v] }) {
-			safe = max(safe, f.head)
-		} else {
-			keep = append(keep, f)
-		}
-	}
-	w.fences = keep
-	return safe
+	return safe, nil
 }
 
 // catchUp handles every event up to the newest final position, batch by batch, repeating until
@@ -458,16 +421,8 @@ func (w *worker) catchUp(ctx context.Context) error {
 // (past holes and other categories' events).
 func (w *worker) batch(ctx context.Context, safe int64) error {
 	s := w.s
-	tx, err := w.lockCheckpoint(ctx)
-	if errors.Is(err, errMoved) {
-		return nil // Rebuild reset the checkpoint (or an operator moved it): continue from there
-	}
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	batch := make([]RecordedEvent, 0, s.cfg.BatchSize)
-	for e, err := range s.store.readLogPage(ctx, tx, w.cp, safe, s.cfg.Category, s.cfg.BatchSize) {
+	for e, err := range s.store.readLogPage(ctx, w.conn, w.cp, safe, s.cfg.Category, s.cfg.BatchSize) {
 		if err != nil {
 			return fmt.Errorf("run subscription %s: %w", s.cfg.Name, err)
 		}
@@ -477,93 +432,14 @@ func (w *worker) batch(ctx context.Context, safe int64) error {
 	if len(batch) == s.cfg.BatchSize {
 		next = batch[len(batch)-1].GlobalPosition
 	}
-	if len(batch) > 0 {
-		if err := s.apply(ctx, tx, batch); err != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return w.isolate(ctx, batch, err)
-		}
-	}
-	return w.commitCheckpoint(ctx, tx, next)
+	return w.handle(ctx, batch, next)
 }
 
-// lockCheckpoint begins the transaction of a subscription step: it holds the checkpoint's row
-// lock, so that no other worker and no Rebuild moves the checkpoint meanwhile. If the
-// checkpoint is no longer where the worker left it, the transaction is rolled back, the worker
-// follows the checkpoint (moved) and the error is errMoved.
-func (w *worker) lockCheckpoint(ctx context.Context) (pgx.Tx, error) {
-	s := w.s
-	tx, err := w.conn.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("run subscription %s: begin: %w", s.cfg.Name, err)
-	}
-	var stored int64
-	if err := tx.QueryRow(ctx, s.store.q.subLock, s.cfg.Name).Scan(&stored); err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("run subscription %s: lock checkpoint: %w", s.cfg.Name, err)
-	}
-	if stored != w.cp {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
-		w.moved(ctx, stored)
-		return nil, errMoved
-	}
-	return tx, nil
-}
-
-// commitCheckpoint saves next as the checkpoint in tx, commits it, and advances the worker (and
-// AfterCommit) past it: the one way a subscription's transaction ends in success.
-func (w *worker) commitCheckpoint(ctx context.Context, tx pgx.Tx, next int64) error {
-	s := w.s
-	if _, err := tx.Exec(ctx, s.store.q.subSave, s.cfg.Name, next); err != nil {
-		return fmt.Errorf("run subscription %s: save checkpoint: %w", s.cfg.Name, err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("run subscription %s: commit: %w", s.cfg.Name, err)
-	}
-	w.cp = next
-	s.position.Store(next)
-	if s.cfg.AfterCommit != nil {
-		s.cfg.AfterCommit(next)
-	}
-	return nil
-}
-
-// wait blocks until a notification, the poll interval, or ctx's end. Notifications that
-// arrived while the session was busy are queued by pgx and returned at once.
+// wait blocks until a notification, the poll interval, or ctx's end.
 func (w *worker) wait(ctx context.Context) error {
-	d := w.s.cfg.PollInterval
-	if len(w.fences) > 0 {
-		// Events are committed but not yet final: appends that may hold lower positions are
-		// still open. Look again soon rather than at the next poll.
-		w.retry = min(max(2*w.retry, minFenceRetry), d)
-		d = w.retry
-	} else {
-		w.retry = 0
-	}
-	wctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	if w.s.cfg.DisableListen {
-		<-wctx.Done()
-		return nil
-	}
-	_, err := w.conn.WaitForNotification(wctx)
-	if err != nil && wctx.Err() == nil {
-		return fmt.Errorf("run subscription %s: wait for notification: %w", w.s.cfg.Name, err)
-	}
-	if err == nil {
-		// One pass reads everything committed so far: drop the notifications queued behind
-		// this one (one per appending transaction), or each would buy one more empty pass. pgx
-		// returns queued ones before it looks at the context, and a done context reads
-		// nothing from the connection.
-		done, stop := context.WithCancel(ctx)
-		stop()
-		for {
-			if _, err := w.conn.WaitForNotification(done); err != nil {
-				break
-			}
-		}
+	_, err := waitNotification(ctx, w.conn, w.guard.wait(w.s.cfg.PollInterval), !w.s.cfg.DisableListen)
+	if err != nil {
+		return fmt.Errorf("run subscription %s: %w", w.s.cfg.Name, err)
 	}
 	return nil
 }
