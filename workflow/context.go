@@ -124,7 +124,14 @@ func step[V any](c *Context, key string, fn func(ctx context.Context, tx pgx.Tx)
 		if err != nil {
 			return fmt.Errorf("encode result: %w", err)
 		}
-		if _, err := tx.Exec(ctx, c.e.q.InsertStep, c.def.name, c.id, c.gen, key, b); err != nil {
+		var inserted string
+		err = tx.QueryRow(ctx, c.e.q.InsertStep, c.def.name, c.id, c.gen, key, b).Scan(&inserted)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// A wake source recorded the step while fn ran: its result stands, fn's writes
+			// roll back.
+			return errRecordedMeanwhile
+		}
+		if err != nil {
 			return fmt.Errorf("record step: %w", err)
 		}
 		var got string
@@ -138,6 +145,9 @@ func step[V any](c *Context, key string, fn func(ctx context.Context, tx pgx.Tx)
 		raw, fresh = b, true
 		return nil
 	})
+	if errors.Is(err, errRecordedMeanwhile) {
+		err = c.e.db.QueryRow(ctx, c.e.q.LookupStep, c.def.name, c.id, c.gen, key).Scan(&raw)
+	}
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
@@ -154,6 +164,9 @@ func step[V any](c *Context, key string, fn func(ctx context.Context, tx pgx.Tx)
 	}
 	return decode[V](key, raw)
 }
+
+// errRecordedMeanwhile rolls back a step whose name another writer recorded first.
+var errRecordedMeanwhile = errors.New("step recorded meanwhile")
 
 func decode[V any](key string, raw json.RawMessage) (V, error) {
 	var v V

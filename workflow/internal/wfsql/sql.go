@@ -2,7 +2,11 @@
 // {{schema}} placeholder, replaced once by New with a validated schema name.
 package wfsql
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/keiro-go/keiro/internal/advisorylock"
+)
 
 // Queries are the workflow statements for one schema.
 type Queries struct {
@@ -92,7 +96,7 @@ const sqlLoadJournal = `SELECT step_name, result FROM {{schema}}.keiro_workflow_
 WHERE workflow_name = $1 AND workflow_id = $2 AND generation = $3`
 
 // sqlLockStep serialises the writers of one step until their transactions end.
-const sqlLockStep = `SELECT pg_advisory_xact_lock(hashtextextended('keiro.workflow.step' || chr(31) || $1 || chr(31) || $2 || chr(31) || $3::text || chr(31) || $4, 0))`
+var sqlLockStep = `SELECT pg_advisory_xact_lock(` + advisorylock.WorkflowStep("$1", "$2", "($3::int)::text", "$4") + `)`
 
 // sqlLookupStep reads one recorded step.
 const sqlLookupStep = `SELECT result FROM {{schema}}.keiro_workflow_steps
