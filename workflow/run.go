@@ -378,7 +378,8 @@ func (e *Engine) CancelTx(ctx context.Context, tx keiro.DB, name, id string) (bo
 func IsSleepTimer(t events.Timer) bool { return t.ProcessManager == timerProcessManager }
 
 // FireTimer is the events.FireFunc of workflow sleeps: it records the sleep as done in tx and
-// wakes the instance. Timers of other process managers are an error; route them with
+// wakes the instance; for an instance that is gone, ended or on another generation it does
+// nothing (the sleep has no one left to wake). Timers of other process managers are an error; route them with
 // IsSleepTimer.
 func (e *Engine) FireTimer(ctx context.Context, tx pgx.Tx, t events.Timer) (envelope.UUID, error) {
 	if !IsSleepTimer(t) {
@@ -387,6 +388,15 @@ func (e *Engine) FireTimer(ctx context.Context, tx pgx.Tx, t events.Timer) (enve
 	var p sleepTimer
 	if err := json.Unmarshal(t.Payload, &p); err != nil {
 		return envelope.UUID{}, fmt.Errorf("fire timer %s: decode payload: %w", t.ID, err)
+	}
+	var gen int
+	var st Status
+	err := tx.QueryRow(ctx, e.q.Generation, p.Workflow, p.ID).Scan(&gen, &st)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && (gen != p.Generation || st.Terminal())) {
+		return envelope.UUID{}, nil // nothing left to wake: the instance was collected, rotated or ended
+	}
+	if err != nil {
+		return envelope.UUID{}, fmt.Errorf("fire timer %s: %w", t.ID, err)
 	}
 	if _, err := e.recordTx(ctx, tx, p.Workflow, p.ID, p.Generation, p.Step, p.FireAt); err != nil {
 		return envelope.UUID{}, err
