@@ -120,9 +120,9 @@ func step[V any](c *Context, key string, fn func(ctx context.Context, tx pgx.Tx)
 		if err != nil {
 			return err
 		}
-		b, err := json.Marshal(v)
+		b, err := encodeJSON(v)
 		if err != nil {
-			return fmt.Errorf("encode result: %w", err)
+			return fmt.Errorf("step result: %w", err)
 		}
 		var inserted string
 		err = tx.QueryRow(ctx, c.e.q.InsertStep, c.def.name, c.id, c.gen, key, b).Scan(&inserted)

@@ -235,9 +235,9 @@ func (e *Engine) startTx(ctx context.Context, tx keiro.DB, name, id string, inpu
 	if err := validateName("workflow id", id); err != nil {
 		return false, fmt.Errorf("start workflow %s: %w", name, err)
 	}
-	b, err := json.Marshal(input)
+	b, err := encodeJSON(input)
 	if err != nil {
-		return false, fmt.Errorf("start workflow %s/%s: encode input: %w", name, id, err)
+		return false, fmt.Errorf("start workflow %s/%s: input: %w", name, id, err)
 	}
 	var pn, pi *string
 	if parentID != "" {

@@ -1,6 +1,7 @@
 package workflow
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,39 @@ import (
 	"github.com/keiro-go/keiro/events"
 	"github.com/keiro-go/keiro/internal/pgtext"
 )
+
+// encodeJSON encodes v for a jsonb column, refusing what jsonb cannot store (a NUL character)
+// with an error that says so rather than the database's.
+func encodeJSON(v any) (json.RawMessage, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode: %w", err)
+	}
+	if hasNUL(b) {
+		return nil, errors.New("encode: the value holds a NUL character (\\u0000), which PostgreSQL jsonb cannot store; remove it or encode the bytes (base64)")
+	}
+	return b, nil
+}
+
+// hasNUL reports whether JSON text b escapes a NUL character: a \u0000 whose backslash is not
+// itself escaped.
+func hasNUL(b []byte) bool {
+	for i := 0; ; {
+		j := bytes.Index(b[i:], []byte(`u0000`))
+		if j < 0 {
+			return false
+		}
+		k := i + j
+		n := 0
+		for p := k - 1; p >= 0 && b[p] == '\\'; p-- {
+			n++
+		}
+		if n%2 == 1 {
+			return true
+		}
+		i = k + 1
+	}
+}
 
 // maxErrorText bounds a stored error.
 const maxErrorText = 4096
@@ -261,9 +295,9 @@ func (e *Engine) deliverTx(ctx context.Context, tx keiro.DB, name, id, step stri
 
 // recordTx records step on generation gen and wakes the instance.
 func (e *Engine) recordTx(ctx context.Context, tx keiro.DB, name, id string, gen int, step string, v any) (bool, error) {
-	b, err := json.Marshal(v)
+	b, err := encodeJSON(v)
 	if err != nil {
-		return false, fmt.Errorf("resolve step %s of workflow %s/%s: encode: %w", step, name, id, err)
+		return false, fmt.Errorf("resolve step %s of workflow %s/%s: %w", step, name, id, err)
 	}
 	rows, err := tx.Query(ctx, e.q.InsertStep, name, id, gen, step, b)
 	if err != nil {
