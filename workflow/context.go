@@ -106,10 +106,22 @@ func step[V any](c *Context, key string, fn func(ctx context.Context, tx pgx.Tx)
 	var raw json.RawMessage
 	fresh := false
 	err := pgx.BeginFunc(ctx, c.e.db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, c.e.q.LockStep, c.def.name, c.id, c.gen, key); err != nil {
+		// The lock and the lookup share a round trip; the lookup, a statement of its own, sees
+		// what the lock's previous holder committed.
+		batch := &pgx.Batch{}
+		batch.Queue(c.e.q.LockStep, c.def.name, c.id, c.gen, key)
+		batch.Queue(c.e.q.LookupStep, c.def.name, c.id, c.gen, key)
+		br := tx.SendBatch(ctx, batch)
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
 			return fmt.Errorf("lock step: %w", err)
 		}
-		err := tx.QueryRow(ctx, c.e.q.LookupStep, c.def.name, c.id, c.gen, key).Scan(&raw)
+		err := br.QueryRow().Scan(&raw)
+		if cerr := br.Close(); err == nil || errors.Is(err, pgx.ErrNoRows) {
+			if cerr != nil {
+				return fmt.Errorf("look up step: %w", cerr)
+			}
+		}
 		if err == nil {
 			return nil
 		}
@@ -124,23 +136,18 @@ func step[V any](c *Context, key string, fn func(ctx context.Context, tx pgx.Tx)
 		if err != nil {
 			return fmt.Errorf("step result: %w", err)
 		}
-		var inserted string
-		err = tx.QueryRow(ctx, c.e.q.InsertStep, c.def.name, c.id, c.gen, key, b).Scan(&inserted)
-		if errors.Is(err, pgx.ErrNoRows) {
+		var inserted, live bool
+		if err := tx.QueryRow(ctx, c.e.q.RecordStep, c.def.name, c.id, c.gen, key, b, c.owner,
+			c.e.cfg.Now().Add(c.e.cfg.LeaseTTL)).Scan(&inserted, &live); err != nil {
+			return fmt.Errorf("record step: %w", err)
+		}
+		switch {
+		case !live:
+			return ErrCancelled
+		case !inserted:
 			// A wake source recorded the step while fn ran: its result stands, fn's writes
 			// roll back.
 			return errRecordedMeanwhile
-		}
-		if err != nil {
-			return fmt.Errorf("record step: %w", err)
-		}
-		var got string
-		err = tx.QueryRow(ctx, c.e.q.Progress, c.def.name, c.id, c.gen, c.owner, c.e.cfg.Now().Add(c.e.cfg.LeaseTTL)).Scan(&got)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrCancelled
-		}
-		if err != nil {
-			return fmt.Errorf("record progress: %w", err)
 		}
 		raw, fresh = b, true
 		return nil

@@ -10,7 +10,7 @@ import (
 
 // Queries are the workflow statements for one schema.
 type Queries struct {
-	Start, Claim, ClaimOne, LoadJournal, LockStep, LookupStep, InsertStep, Progress    string
+	Start, Claim, ClaimOne, LoadJournal, LockStep, LookupStep, InsertStep, RecordStep  string
 	Complete, Suspend, Fail, Retry, Rotate, DeleteGeneration, Wake, Notify, Instance   string
 	Cancel, CancelAwakeables, ParentOf, Generation, InsertAwakeable, ResolveAwakeable string
 	AwakeableGet, Gauges, GC, ChildStepInsert, StepsOf, Release                        string
@@ -27,7 +27,7 @@ func New(schema string) Queries {
 		LockStep:         sqlLockStep,
 		LookupStep:       sqlLookupStep,
 		InsertStep:       sqlInsertStep,
-		Progress:         sqlProgress,
+		RecordStep:       sqlRecordStep,
 		Complete:         sqlComplete,
 		Suspend:          sqlSuspend,
 		Fail:             sqlFail,
@@ -51,7 +51,7 @@ func New(schema string) Queries {
 		Release:          sqlRelease,
 	}
 	for _, p := range []*string{&q.Start, &q.Claim, &q.ClaimOne, &q.LoadJournal, &q.LockStep, &q.LookupStep,
-		&q.InsertStep, &q.Progress, &q.Complete, &q.Suspend, &q.Fail, &q.Retry, &q.Rotate, &q.DeleteGeneration,
+		&q.InsertStep, &q.RecordStep, &q.Complete, &q.Suspend, &q.Fail, &q.Retry, &q.Rotate, &q.DeleteGeneration,
 		&q.Wake, &q.Notify, &q.Instance, &q.Cancel, &q.CancelAwakeables, &q.ParentOf, &q.Generation,
 		&q.InsertAwakeable, &q.ResolveAwakeable, &q.AwakeableGet, &q.Gauges, &q.GC, &q.ChildStepInsert,
 		&q.StepsOf, &q.Release} {
@@ -108,14 +108,23 @@ VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT DO NOTHING
 RETURNING step_name`
 
-// sqlProgress records a run's progress on its live instance ($3 generation): attempts reset,
-// the lease of owner $4 extended to $5. No row: the instance is terminal or rotated.
-const sqlProgress = `UPDATE {{schema}}.keiro_workflows
-SET attempts = 0, updated_at = now(),
-    lease_until = CASE WHEN lease_owner = $4 THEN $5 ELSE lease_until END
-WHERE workflow_name = $1 AND workflow_id = $2 AND generation = $3
-  AND status IN ('pending', 'running', 'suspended')
-RETURNING workflow_id`
+// sqlRecordStep records a run's step ($4 name, $5 result) and its progress on the live
+// instance ($3 generation): attempts reset, the lease of owner $6 extended to $7. It returns
+// whether the step was inserted (false: another writer recorded it first) and whether the
+// instance is still live on that generation (false: cancelled, ended or rotated).
+const sqlRecordStep = `WITH ins AS (
+    INSERT INTO {{schema}}.keiro_workflow_steps (workflow_name, workflow_id, generation, step_name, result)
+    VALUES ($1, $2, $3, $4, $5)
+    ON CONFLICT DO NOTHING
+    RETURNING 1),
+progress AS (
+    UPDATE {{schema}}.keiro_workflows
+    SET attempts = 0, updated_at = now(),
+        lease_until = CASE WHEN lease_owner = $6 THEN $7 ELSE lease_until END
+    WHERE workflow_name = $1 AND workflow_id = $2 AND generation = $3
+      AND status IN ('pending', 'running', 'suspended')
+    RETURNING 1)
+SELECT EXISTS (SELECT 1 FROM ins), EXISTS (SELECT 1 FROM progress)`
 
 // sqlComplete finishes a live instance with its result. A terminal row is never resurrected.
 const sqlComplete = `UPDATE {{schema}}.keiro_workflows
