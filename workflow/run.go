@@ -382,7 +382,10 @@ func (e *Engine) CancelTx(ctx context.Context, tx keiro.DB, name, id string) (bo
 	if err != nil {
 		return false, fmt.Errorf("cancel workflow %s/%s: %w", name, id, err)
 	}
-	type row struct{ name, id string; pn, pi *string }
+	type row struct {
+		name, id string
+		pn, pi   *string
+	}
 	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
 		var x row
 		return x, r.Scan(&x.name, &x.id, &x.pn, &x.pi)

@@ -3,7 +3,6 @@ package workflow_test
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -168,5 +167,3 @@ func (b *bundle) sum(t *testing.T, name string) (int64, bool) {
 	}
 	return 0, false
 }
-
-var seq atomic.Int64

@@ -10,10 +10,10 @@ import (
 
 // Queries are the workflow statements for one schema.
 type Queries struct {
-	Start, Claim, ClaimOne, LoadJournal, LockStep, LookupStep, InsertStep, RecordStep  string
-	Complete, Suspend, Fail, Retry, Rotate, DeleteGeneration, Wake, Notify, Instance   string
+	Start, Claim, ClaimOne, LoadJournal, LockStep, LookupStep, InsertStep, RecordStep string
+	Complete, Suspend, Fail, Retry, Rotate, DeleteGeneration, Wake, Notify, Instance  string
 	Cancel, CancelAwakeables, ParentOf, Generation, InsertAwakeable, ResolveAwakeable string
-	AwakeableGet, Gauges, GC, ChildStepInsert, StepsOf, Release                        string
+	AwakeableGet, Gauges, GC, ChildStepInsert, StepsOf, Release                       string
 }
 
 // New returns the statements for schema (already validated as a plain identifier).
