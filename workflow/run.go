@@ -16,6 +16,7 @@ import (
 	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/events"
+	"github.com/keiro-go/keiro/internal/pgerr"
 	"github.com/keiro-go/keiro/internal/pgtext"
 )
 
@@ -205,6 +206,17 @@ func (e *Engine) advance(ctx context.Context, def *definition, cl claim, owner s
 	case runErr != nil:
 		reason := pgtext.Storable(runErr.Error(), maxErrorText)
 		span.RecordError(runErr)
+		if pgerr.Transient(runErr) {
+			// The database failed the run, not the workflow: retry without using an attempt.
+			e.tel.resumeErrors.Add(ctx, 1)
+			at := e.cfg.Now().Add(e.cfg.Backoff.Delay(1))
+			e.cfg.Logger.WarnContext(ctx, "keiro: workflow run met a transient database failure; it is retried", "workflow", def.name,
+				"id", cl.id, "retry_at", at, "error", runErr)
+			return e.finish(ctx, Retrying, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, e.q.Retry, def.name, cl.id, cl.gen, reason, at, 1)
+				return err
+			})
+		}
 		if cl.attempts >= e.cfg.MaxAttempts {
 			e.tel.failed.Add(ctx, 1)
 			e.cfg.Logger.ErrorContext(ctx, "keiro: workflow failed", "workflow", def.name, "id", cl.id, "attempts", cl.attempts, "error", runErr)
@@ -216,7 +228,7 @@ func (e *Engine) advance(ctx context.Context, def *definition, cl claim, owner s
 		e.cfg.Logger.WarnContext(ctx, "keiro: workflow run failed; it is retried", "workflow", def.name, "id", cl.id,
 			"attempt", cl.attempts, "retry_at", at, "error", runErr)
 		return e.finish(ctx, Retrying, func(tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, e.q.Retry, def.name, cl.id, cl.gen, reason, at)
+			_, err := tx.Exec(ctx, e.q.Retry, def.name, cl.id, cl.gen, reason, at, 0)
 			return err
 		})
 	}

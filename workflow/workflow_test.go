@@ -619,3 +619,42 @@ func TestOneLiveOwnerAtATime(t *testing.T) {
 	require.Equal(t, 1, (<-done).Completed)
 	require.Nil(t, b.instance(t, "hold", "1").LeaseOwner, "the lease is released")
 }
+
+// keiro Resume: "classifies thrown store errors as transient without consuming attempts": a run
+// that meets a serialisation failure or a broken connection is retried without using an
+// attempt, where an error of the workflow's own uses one.
+func TestTransientDatabaseErrorUsesNoAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *workflow.Config) { c.MaxAttempts = 1 })
+	ctx := context.Background()
+	runs := 0
+	w, err := workflow.Register(b.e, "flaky", func(c *workflow.Context, _ struct{}) (int, error) {
+		runs++
+		return workflow.Step(c, "s", func(ctx context.Context, tx pgx.Tx) (int, error) {
+			switch runs {
+			case 1:
+				_, err := tx.Exec(ctx, `DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$`)
+				return 0, err
+			case 2:
+				_, err := tx.Exec(ctx, `SELECT pg_terminate_backend(pg_backend_pid())`)
+				return 0, err
+			}
+			return 7, nil
+		})
+	})
+	require.NoError(t, err)
+	start(t, b, w, "1", struct{}{})
+	for range 2 {
+		out, err := w.Run(ctx, "1")
+		require.NoError(t, err)
+		require.Equal(t, workflow.Retrying, out, "a transient failure with MaxAttempts 1 is retried")
+		inst := b.instance(t, "flaky", "1")
+		require.Equal(t, 0, inst.Attempts)
+		require.Equal(t, workflow.StatusRunning, inst.Status)
+	}
+	out, err := w.Run(ctx, "1")
+	require.NoError(t, err)
+	require.Equal(t, workflow.Completed, out)
+	n, _ := b.sum(t, "keiro.workflow.resume.errors")
+	require.Equal(t, int64(2), n)
+}

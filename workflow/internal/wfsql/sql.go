@@ -150,9 +150,11 @@ WHERE workflow_name = $1 AND workflow_id = $2 AND generation = $3
   AND status IN ('pending', 'running', 'suspended')
 RETURNING parent_name, parent_id`
 
-// sqlRetry records a failed run ($4 reason) and schedules the next attempt at $5.
+// sqlRetry records a failed run ($4 reason) and schedules the next attempt at $5; $6 refunds
+// the run's attempt (1, for a transient database failure) or not (0).
 const sqlRetry = `UPDATE {{schema}}.keiro_workflows
-SET status = 'running', last_error = $4, wake_after = $5, updated_at = now(), lease_owner = NULL, lease_until = NULL
+SET status = 'running', last_error = $4, wake_after = $5, updated_at = now(), lease_owner = NULL, lease_until = NULL,
+    attempts = GREATEST(attempts - $6::int, 0)
 WHERE workflow_name = $1 AND workflow_id = $2 AND generation = $3
   AND status IN ('pending', 'running', 'suspended')`
 
