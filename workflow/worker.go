@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,9 +50,14 @@ type WorkerConfig struct {
 // a live lease held by another owner skips the instance. Run wakes on a NOTIFY from StartTx
 // and the wake sources, and polls every PollInterval in case a notification is lost.
 type Worker struct {
-	e   *Engine
-	cfg WorkerConfig
+	e      *Engine
+	cfg    WorkerConfig
+	gauged atomic.Int64 // the engine clock's unix nanoseconds at the last gauge reading
 }
+
+// gaugeInterval is the least time, by the engine's clock, between two gauge readings of a
+// worker (they count rows; a busy worker's passes come much more often).
+const gaugeInterval = time.Second
 
 // NewWorker returns a Worker over e, reporting every configuration problem at once.
 func NewWorker(e *Engine, cfg WorkerConfig) (*Worker, error) {
@@ -91,14 +97,17 @@ func (w *Worker) Owner() string { return w.cfg.Owner }
 type Pass struct {
 	// Claimed is the number of instances claimed and run; the others count their outcomes.
 	Claimed, Completed, Suspended, Retrying, Failed, Cancelled, ContinuedAsNew int
-	// LeaseSkipped is the number of runnable instances held by another live owner.
+	// LeaseSkipped is the number of runnable instances held by another live owner, counted
+	// when the pass read the gauges.
 	LeaseSkipped int
 	// UnknownName is the number of runnable instances whose name has no registered function
-	// in this engine (left for a worker that has it).
+	// in this engine (left for a worker that has it), counted when the pass read the gauges.
 	UnknownName int
 }
 
-// RunOnce is one pass: it records the gauges, claims up to BatchSize runnable instances and
+// RunOnce is one pass: it records the gauges (at most once a second by the engine's clock:
+// keiro.workflow.awakeables.pending and keiro.workflow.lease.skipped, and Pass.LeaseSkipped and
+// Pass.UnknownName; zero in the passes between), claims up to BatchSize runnable instances and
 // runs them one after the other. An error is a database failure of the pass itself (a run
 // that fails is Retrying or Failed, not an error).
 func (w *Worker) RunOnce(ctx context.Context) (Pass, error) {
@@ -106,14 +115,16 @@ func (w *Worker) RunOnce(ctx context.Context) (Pass, error) {
 	e := w.e
 	now := e.cfg.Now()
 	names := e.names()
-	var active, pending, leased, unknown int64
-	if err := e.db.QueryRow(ctx, e.q.Gauges, now, names).Scan(&active, &pending, &leased, &unknown); err != nil {
-		e.tel.resumeErrors.Add(ctx, 1)
-		return p, fmt.Errorf("workflow worker: read gauges: %w", err)
+	if last := w.gauged.Load(); now.Sub(time.Unix(0, last)) >= gaugeInterval && w.gauged.CompareAndSwap(last, now.UnixNano()) {
+		var pending, leased, unknown int64
+		if err := e.db.QueryRow(ctx, e.q.Gauges, now, names).Scan(&pending, &leased, &unknown); err != nil {
+			e.tel.resumeErrors.Add(ctx, 1)
+			return p, fmt.Errorf("workflow worker: read gauges: %w", err)
+		}
+		e.tel.pending.Record(ctx, pending)
+		e.tel.leaseSkipped.Add(ctx, leased)
+		p.LeaseSkipped, p.UnknownName = int(leased), int(unknown)
 	}
-	e.tel.pending.Record(ctx, pending)
-	e.tel.leaseSkipped.Add(ctx, leased)
-	p.LeaseSkipped, p.UnknownName = int(leased), int(unknown)
 	rows, err := e.db.Query(ctx, e.q.Claim, w.cfg.Owner, now, w.cfg.BatchSize, names, now.Add(e.cfg.LeaseTTL))
 	if err != nil {
 		e.tel.resumeErrors.Add(ctx, 1)

@@ -224,10 +224,9 @@ RETURNING workflow_name, workflow_id, generation, step_name`
 const sqlAwakeableGet = `SELECT workflow_name, workflow_id, generation, step_name, status
 FROM {{schema}}.keiro_workflow_awakeables WHERE awakeable_id = $1`
 
-// sqlGauges counts, at clock $1, the live instances, the pending awakeables, the due instances
-// held by a live lease, and the due instances whose name is not among $2.
+// sqlGauges counts, at clock $1, the pending awakeables, the due instances held by a live
+// lease, and the due instances whose name is not among $2.
 const sqlGauges = `SELECT
-    (SELECT count(*) FROM {{schema}}.keiro_workflows WHERE status IN ('pending', 'running', 'suspended')),
     (SELECT count(*) FROM {{schema}}.keiro_workflow_awakeables WHERE status = 'pending'),
     (SELECT count(*) FROM {{schema}}.keiro_workflows
         WHERE status IN ('pending', 'running', 'suspended') AND wake_after <= $1 AND lease_until > $1),
