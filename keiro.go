@@ -5,7 +5,8 @@
 // transactional outbox and the relay that publishes it to Kafka),
 // [github.com/keiro-go/keiro/inbox] (a consumer's deduplicating inbox) and
 // [github.com/keiro-go/keiro/events] (the in-transaction layer: event store, commands,
-// projections, routers, process managers and timers).
+// projections, routers, process managers and timers); [github.com/keiro-go/keiro/workflow]
+// runs durable workflows on the same tables and transactions.
 package keiro
 
 import (

@@ -4,17 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
+	"github.com/keiro-go/keiro/internal/pgerr"
 	"github.com/keiro-go/keiro/internal/pgtext"
 )
 
@@ -249,29 +247,7 @@ func classify(err error) failureKind {
 // a cancelled or timed-out context, or a PostgreSQL error of the connection, resource,
 // serialisation, deadlock or operator-intervention classes.
 func isTransient(err error) bool {
-	if errors.Is(err, ErrWrongExpectedVersion) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, context.Canceled) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
-		pgconn.SafeToRetry(err) {
-		return true
-	}
-	var ce *pgconn.ConnectError
-	if errors.As(err, &ce) {
-		return true
-	}
-	var ne net.Error
-	if errors.As(err, &ne) {
-		return true
-	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && len(pe.Code) == 5 {
-		switch pe.Code[:2] {
-		case "08", "53", "57": // connection exception, insufficient resources, operator intervention
-			return true
-		case "40": // serialization_failure, deadlock_detected
-			return pe.Code == "40001" || pe.Code == "40P01"
-		}
-	}
-	return false
+	return errors.Is(err, ErrWrongExpectedVersion) || pgerr.Transient(err)
 }
 
 // emitted is one dispatched command and its position in the dispatch.

@@ -256,6 +256,11 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("payment saga: %w", err)
 	}
+	ship, err := newShipping(cfg.Schema, pool)
+	if err != nil {
+		return nil, fmt.Errorf("shipment workflow: %w", err)
+	}
+	shipStart := ship.inboxHandler()
 	billing := billingHandler(cfg.Schema)
 	consumer, err := inbox.NewConsumer(pool, inbox.ConsumerConfig{
 		Brokers:       brokers,
@@ -266,11 +271,15 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 		CommitEvery:   50,
 		Logger:        cfg.Logger.With("component", "consumer"),
 	}, func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
-		// The invoice and the payment saga's first step commit with the inbox row.
+		// The invoice, the payment saga's first step and the shipment workflow's start commit
+		// with the inbox row.
 		if err := billing(ctx, tx, ev); err != nil {
 			return err
 		}
-		return saga(ctx, tx, ev)
+		if err := saga(ctx, tx, ev); err != nil {
+			return err
+		}
+		return shipStart(ctx, tx, ev)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
@@ -306,6 +315,12 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	}
 	start("relay", relay.Run)
 	start("consumer", consumer.Run)
+	start("workflow worker", func(ctx context.Context) error {
+		if err := ship.worker.Run(ctx); ctx.Err() == nil {
+			return err
+		}
+		return nil
+	})
 	for i, w := range pay.workers {
 		start(fmt.Sprintf("timer worker %d", i+1), func(ctx context.Context) error {
 			if err := w.Run(ctx); ctx.Err() == nil {
@@ -417,6 +432,12 @@ loop:
 			return nil, err
 		}
 		fmt.Fprintf(progress, "%6.1fs  payments captured, every payment timer fired\n", time.Since(began).Seconds())
+		if err := ship.settle(runCtx, pool, len(orderIDs), deadline.C); err != nil {
+			stopComponents()
+			wg.Wait()
+			return nil, err
+		}
+		fmt.Fprintf(progress, "%6.1fs  every shipment workflow ended\n", time.Since(began).Seconds())
 	}
 	keep := cfg.Keep && drained
 	stop := func() {
@@ -450,6 +471,12 @@ loop:
 		return nil, fmt.Errorf("read the payment sagas: %w", err)
 	}
 	rep.Checks = append(rep.Checks, sagaChecks...)
+	shipChecks, err := ship.checks(context.WithoutCancel(ctx), pool, len(orderIDs))
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	rep.Checks = append(rep.Checks, shipChecks...)
 	rep.Elapsed = elapsed
 	rep.Print(out)
 	if keep {
@@ -559,6 +586,9 @@ func setupDatabase(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 		}
 		if _, err := pool.Exec(ctx, billingDDL(cfg.Schema)); err != nil {
 			return fmt.Errorf("create the billing read model: %w", err)
+		}
+		if _, err := pool.Exec(ctx, shippingDDL(cfg.Schema)); err != nil {
+			return fmt.Errorf("create the shipping tables: %w", err)
 		}
 		return nil
 	}()

@@ -2,8 +2,10 @@
 // "billing", joined by Kafka.
 //
 //	orders:  command runner (event store) ─ hook ─▶ outbox ─▶ relay ─▶ Kafka
-//	billing: Kafka ─▶ consumer ─▶ inbox + billing read model + payment saga (one transaction)
+//	billing: Kafka ─▶ consumer ─▶ inbox + billing read model + payment saga + shipment
+//	         workflow start (one transaction)
 //	         payments (in-process) ─▶ payment saga ◀─ timer workers
+//	         shipment workflow (reserve, ship) ◀─ workflow worker
 //
 // By default the Kafka broker is embedded (franz-go's kfake on a loopback port, printed so that
 // `kcat -b` can attach) and PostgreSQL is the one at $DATABASE_URL (default
@@ -20,7 +22,9 @@
 //   - no inbox row is left failed;
 //   - every order's payment saga (an events.ProcessManager: two orders in three are paid, a
 //     PaymentTimeout timer voids the others) ends in exactly one terminal state, its
-//     settlement stream holds exactly its two events, and every payment timer fired.
+//     settlement stream holds exactly its two events, and every payment timer fired;
+//   - every order's shipment workflow (a durable workflow started in the inbox transaction)
+//     completed, each of its two steps ran once, and its journal holds exactly two entries.
 //
 // Flags: -n orders, --brokers for a real Kafka, --avro (with --schema-registry, or an embedded
 // registry) for Avro payloads in the Confluent wire format. `demo --help` lists them all.

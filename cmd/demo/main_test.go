@@ -54,6 +54,9 @@ func TestDemoRunsAndHoldsItsInvariants(t *testing.T) {
 			require.Regexp(t, `saga effects applied once\s+0 settlements off\s+ok`, s)
 			require.Regexp(t, `payment timers fired\s+120\s+ok`, s)
 			require.Regexp(t, `sagas timed out \(settlement voided\)\s+([4-9]\d|1[0-2]\d)\s`, s) // at least the 40 that never pay
+			require.Regexp(t, `shipment workflows completed\s+120 of 120\s+ok`, s)
+			require.Regexp(t, `shipment steps ran once \(reserve, ship\)\s+120 of 120 parcels\s+ok`, s)
+			require.Regexp(t, `shipment journal entries\s+240\s+ok`, s)
 			require.Contains(t, s, "all invariants hold")
 		})
 	}

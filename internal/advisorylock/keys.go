@@ -104,3 +104,10 @@ func Subscription(schema, name string) string {
 func Migrate(schema string) string {
 	return "hashtextextended('keiro.migrate.' || " + schema + ", 0)"
 }
+
+// WorkflowStep is the bigint transaction lock that serialises the writers of one workflow step
+// (name, id, generation, step: SQL text expressions) until their transactions end.
+func WorkflowStep(name, id, generation, step string) string {
+	return "hashtextextended('keiro.workflow.step' || chr(31) || " + name + " || chr(31) || " + id +
+		" || chr(31) || " + generation + " || chr(31) || " + step + ", 0)"
+}
