@@ -311,8 +311,9 @@ type parent struct {
 	debeziumCP string
 	admin      *kgo.Client
 	seq        int
-	// slot is the current run's Debezium slot.
+	// slot is the current run's Debezium slot, wal its WAL attribution (nil: cluster-wide).
 	slot string
+	wal  *walAttribution
 }
 
 // startKafka starts or finds the broker -kafka names and returns what stops it.
@@ -370,6 +371,9 @@ func (p *parent) run(ctx context.Context, scenario string, c contender) (result,
 		}
 	}
 	p.slot = slot
+	if p.wal = newWALAttribution(ctx, conn, schema); p.wal == nil {
+		fmt.Fprintln(os.Stderr, "    pg_walinspect unavailable: WAL figures are cluster-wide")
+	}
 	switch scenario {
 	case "drain":
 		return p.drain(ctx, conn, schema, topic, c, gen)

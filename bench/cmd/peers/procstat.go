@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -27,6 +29,11 @@ func procCPU(pid int) time.Duration {
 	if err != nil {
 		return 0
 	}
+	return parseStatCPU(b)
+}
+
+// parseStatCPU returns utime+stime of a /proc/<pid>/stat line, or 0 when it is malformed.
+func parseStatCPU(b []byte) time.Duration {
 	// The command name (field 2) may hold spaces; the fields after its ')' start at state.
 	i := strings.LastIndexByte(string(b), ')')
 	if i < 0 {
@@ -38,7 +45,7 @@ func procCPU(pid int) time.Duration {
 	}
 	utime, err1 := strconv.ParseInt(f[11], 10, 64)
 	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
+	if err1 != nil || err2 != nil || utime < 0 || stime < 0 || utime+stime < 0 || utime+stime > math.MaxInt64/int64(clockTick) {
 		return 0
 	}
 	return time.Duration(utime+stime) * clockTick
@@ -66,22 +73,30 @@ func socketPorts(pid int) []int32 {
 		if err != nil {
 			continue
 		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			// sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
-			fs := strings.Fields(sc.Text())
-			if len(fs) < 10 || !inodes[fs[9]] {
-				continue
-			}
-			_, hexPort, ok := strings.Cut(fs[1], ":")
-			if !ok {
-				continue
-			}
-			if port, err := strconv.ParseInt(hexPort, 16, 32); err == nil {
-				ports = append(ports, int32(port))
-			}
-		}
+		ports = append(ports, parseTCPPorts(f, inodes)...)
 		_ = f.Close()
+	}
+	return ports
+}
+
+// parseTCPPorts returns the local ports of the sockets of a /proc/net/tcp{,6} table whose
+// inode is in inodes; malformed lines are skipped.
+func parseTCPPorts(r io.Reader, inodes map[string]bool) []int32 {
+	var ports []int32
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		// sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 10 || !inodes[fs[9]] {
+			continue
+		}
+		i := strings.LastIndexByte(fs[1], ':')
+		if i < 0 {
+			continue
+		}
+		if port, err := strconv.ParseUint(fs[1][i+1:], 16, 16); err == nil {
+			ports = append(ports, int32(port))
+		}
 	}
 	return ports
 }

@@ -129,7 +129,8 @@ func (p *parent) drain(ctx context.Context, conn *pgx.Conn, schema, topic string
 	}
 	r := v.result(c.name, "drain", t0, cpu, rss)
 	r.enqueue = enqueueTook
-	r.walEnqueue, r.walRelay = wal1-wal0, wal3-wal2
+	r.walEnqueue, r.walRelay = p.attributeWAL(ctx, conn, schema, wal0, wal1), p.attributeWAL(ctx, conn, schema, wal2, wal3)
+	fmt.Fprintf(os.Stderr, "    WAL cluster-wide: enqueue %d B/ev, relay %d B/ev\n", (wal1-wal0)/int64(n), (wal3-wal2)/int64(n))
 	r.relayCPU, r.pgCPU, r.brokerCPU = u.relayCPU, u.pgCPU, u.brokerCPU
 	return r, nil
 }
@@ -183,7 +184,8 @@ func (p *parent) steadyState(ctx context.Context, conn *pgx.Conn, schema, topic 
 		return result{}, err
 	}
 	r := v.result(c.name, "steady", t0, cpu, rss)
-	r.walRelay = wal1 - wal0 // enqueue and relay alike: they overlap
+	r.walRelay = p.attributeWAL(ctx, conn, schema, wal0, wal1) // enqueue and relay alike: they overlap
+	fmt.Fprintf(os.Stderr, "    WAL cluster-wide: %d B/ev\n", (wal1-wal0)/int64(max(1, n)))
 	r.relayCPU, r.pgCPU, r.brokerCPU = u.relayCPU, u.pgCPU, u.brokerCPU
 	return r, nil
 }
@@ -247,6 +249,20 @@ func (p *parent) consume(ctx context.Context, conn *pgx.Conn, schema, topic stri
 		res.note += fmt.Sprintf(" — %d duplicate effects", rows-distinct)
 	}
 	return res, nil
+}
+
+// attributeWAL returns the WAL bytes between from and to that belong to schema's relations,
+// or the cluster's between them when they cannot be told apart (no pg_walinspect).
+func (p *parent) attributeWAL(ctx context.Context, conn *pgx.Conn, schema string, from, to int64) int64 {
+	if p.wal == nil {
+		return to - from
+	}
+	n, err := p.wal.bytes(ctx, conn, schema, from, to)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "    WAL attribution:", err)
+		return to - from
+	}
+	return n
 }
 
 // walLSN returns the cluster's current WAL position in bytes.
