@@ -23,7 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/keiro-go/keiro/keirotest/testenv/kafkabroker"
+	"github.com/keiro-go/keiro/keirotest/testenv/kafkabroker" //nolint:depguard // a benchmark, not production code: it starts the test kit's real broker
 	"github.com/keiro-go/keiro/migrations"
 )
 
