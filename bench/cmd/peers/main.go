@@ -427,6 +427,8 @@ type childProc struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	lines chan string
+	// exited is closed once the child's stdout closed (it exited) and lines was closed.
+	exited chan struct{}
 	// pg follows the CPU of the PostgreSQL backends serving the child; brokerPid is the
 	// broker's process (0: not ours) and cpu0, broker0 the CPU times at "ready".
 	pg            *backendCPU
@@ -478,7 +480,7 @@ func (p *parent) startChild(c contender, schema, topic, group string, expect int
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start child: %w", err)
 	}
-	cp := &childProc{cmd: cmd, stdin: stdin, lines: make(chan string, 4), brokerPid: p.brokerPid,
+	cp := &childProc{cmd: cmd, stdin: stdin, lines: make(chan string, 4), exited: make(chan struct{}), brokerPid: p.brokerPid,
 		pg: startBackendCPU(p.o.dsn, cmd.Process.Pid)}
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -486,6 +488,7 @@ func (p *parent) startChild(c contender, schema, topic, group string, expect int
 			cp.lines <- sc.Text()
 		}
 		close(cp.lines)
+		close(cp.exited)
 	}()
 	return cp, nil
 }

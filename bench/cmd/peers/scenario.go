@@ -119,7 +119,7 @@ func (p *parent) drain(ctx context.Context, conn *pgx.Conn, schema, topic string
 		return result{}, err
 	}
 	cp.markReady()
-	v.wait(ctx, p.o.maxDrain)
+	v.wait(ctx, p.o.maxDrain, cp.exited)
 	wal3, werr := walLSN(ctx, conn)
 	var u result
 	cp.usage(&u)
@@ -175,7 +175,7 @@ func (p *parent) steadyState(ctx context.Context, conn *pgx.Conn, schema, topic 
 		sent += min(due, 1000)
 	}
 	tick.Stop()
-	v.wait(ctx, 60*time.Second)
+	v.wait(ctx, 60*time.Second, cp.exited)
 	wal1, werr := walLSN(ctx, conn)
 	var u result
 	cp.usage(&u)
@@ -332,12 +332,14 @@ func (v *verifier) loop(ctx context.Context) {
 	}
 }
 
-// wait returns when every event was seen or timeout passed; the verifier is stopped then.
-func (v *verifier) wait(ctx context.Context, timeout time.Duration) {
+// wait returns when every event was seen, timeout passed or the contender exited (crashed:
+// stop reports how); the verifier is stopped then.
+func (v *verifier) wait(ctx context.Context, timeout time.Duration, exited <-chan struct{}) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case <-v.done:
+	case <-exited:
 	case <-t.C:
 	case <-ctx.Done():
 	}
