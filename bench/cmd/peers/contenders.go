@@ -27,6 +27,7 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/outbox"
+	"github.com/keiro-go/keiro/outbox/logrelay"
 )
 
 const (
@@ -56,7 +57,7 @@ func enqueueKeiro(ctx context.Context, tx pgx.Tx, schema, topic string, msgs []m
 	return err
 }
 
-func runKeiroRelay(ctx context.Context, o options, pool *pgxpool.Pool, batchSize, inFlight, claimers int) error {
+func runKeiroRelay(ctx context.Context, o options, pool *pgxpool.Pool, mode outbox.Mode, batchSize, inFlight, claimers int) error {
 	cl, err := kgo.NewClient(append(outbox.ProducerOpts(), kgo.SeedBrokers(strings.Split(o.childBrokers, ",")...))...)
 	if err != nil {
 		return err
@@ -66,8 +67,12 @@ func runKeiroRelay(ctx context.Context, o options, pool *pgxpool.Pool, batchSize
 	if os.Getenv("PEERS_DEBUG") != "" { // the relay's debug log (claims, produce times) on stderr
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	relay, err := outbox.NewRelay(pool, cl, outbox.RelayConfig{Schema: o.childSchema, Logger: logger, BatchSize: batchSize,
-		MaxInFlightBatches: inFlight, ClaimConcurrency: claimers})
+	cfg := outbox.RelayConfig{Schema: o.childSchema, Logger: logger, BatchSize: batchSize,
+		MaxInFlightBatches: inFlight, ClaimConcurrency: claimers, Mode: mode}
+	if mode == outbox.ModeLog {
+		cfg.LogEngine = logrelay.Engine
+	}
+	relay, err := outbox.NewRelay(pool, cl, cfg)
 	if err != nil {
 		return err
 	}
@@ -356,14 +361,16 @@ func runChild(ctx context.Context, o options) error {
 	defer pool.Close()
 	var runErr error
 	switch o.child {
-	case "keiro":
-		runErr = runKeiroRelay(ctx, o, pool, 0, 0, 0)
+	case "keiro", "claim":
+		runErr = runKeiroRelay(ctx, o, pool, outbox.ModeClaim, 0, 0, 0)
+	case "log":
+		runErr = runKeiroRelay(ctx, o, pool, outbox.ModeLog, 0, 0, 0)
 	case "keiro-b2048":
-		runErr = runKeiroRelay(ctx, o, pool, 2048, 0, 0)
+		runErr = runKeiroRelay(ctx, o, pool, outbox.ModeClaim, 2048, 0, 0)
 	case "keiro-if1":
-		runErr = runKeiroRelay(ctx, o, pool, 0, 1, 0)
+		runErr = runKeiroRelay(ctx, o, pool, outbox.ModeClaim, 0, 1, 0)
 	case "keiro-c1":
-		runErr = runKeiroRelay(ctx, o, pool, 0, 0, 1)
+		runErr = runKeiroRelay(ctx, o, pool, outbox.ModeClaim, 0, 0, 1)
 	case "watermill-default":
 		runErr = runWatermillForwarder(ctx, o, pool, false)
 	case "watermill-tuned":

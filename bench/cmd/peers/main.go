@@ -23,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/keiro-go/keiro/keirotest/testenv/kafkabroker" //nolint:depguard // a benchmark, not production code: it starts the test kit's real broker
 	"github.com/keiro-go/keiro/migrations"
 )
 
@@ -71,6 +72,8 @@ type options struct {
 	keyCount      int
 	partitions    int
 	maxConnsChild int
+	kafka         string
+	debeziumDir   string
 }
 
 func main() {
@@ -89,6 +92,8 @@ func main() {
 	flag.IntVar(&o.keyCount, "keys", DefaultKeys, "distinct record keys")
 	flag.IntVar(&o.partitions, "partitions", DefaultPartitions, "partitions per topic")
 	flag.IntVar(&o.maxConnsChild, "pool", 8, "pgxpool max connections of every contender")
+	flag.StringVar(&o.kafka, "kafka", "real", "the broker: real (Apache Kafka started by keirotest/testenv/kafkabroker), kfake (in process), or brokers=host:port[,host:port] (a running cluster)")
+	flag.StringVar(&o.debeziumDir, "debezium-dir", "debezium", "the Maven project of the debezium contenders (bench/debezium)")
 	flag.StringVar(&o.child, "child", "", "internal: run one contender (used by the parent)")
 	flag.StringVar(&o.childSchema, "child-schema", "", "internal")
 	flag.StringVar(&o.childTopic, "child-topic", "", "internal")
@@ -129,6 +134,9 @@ type contender struct {
 	guarantee string
 	// optional contenders run only when named in -contenders.
 	optional bool
+	// logMode: the run switches the schema to log mode before its events are written, so
+	// that they go to keiro_outbox_log (the log relay and Debezium read it).
+	logMode bool
 }
 
 var contenders = []contender{
@@ -144,6 +152,18 @@ var contenders = []contender{
 	{name: "keiro-if1", scenarios: []string{"drain", "steady"}, kind: kindKeiro,
 		settings:  "as keiro with RelayConfig.MaxInFlightBatches 1 (experiment: no claim while a batch is in flight, so no empty claims behind blocked keys)",
 		guarantee: "as keiro", optional: true},
+	{name: "claim", scenarios: []string{"drain", "steady"}, kind: kindKeiro,
+		settings:  "as keiro (the claim relay, RelayConfig{Mode: ModeClaim} zero value), under the name the log-mode comparison uses",
+		guarantee: "as keiro", optional: true},
+	{name: "log", scenarios: []string{"drain", "steady"}, kind: kindKeiro, logMode: true,
+		settings:  "outbox.ProducerOpts(); RelayConfig{Mode: ModeLog, LogEngine: logrelay.Engine}: producers write keiro_outbox_log (insert only), the relay follows its own pgoutput slot in commit order",
+		guarantee: "at least once, per-key order (commit order), durable (the slot confirms after Kafka acknowledged)", optional: true},
+	{name: "debezium", scenarios: []string{"drain", "steady"}, kind: kindDebezium, logMode: true,
+		settings:  "Debezium embedded 3.6.1.Final (bench/debezium), PostgreSQL connector on its own pgoutput slot and publication over keiro_outbox_log, snapshot.mode no_data, in-memory offsets, EventRouter (route by destination, key message_key, payload payload_bytes, id message_id); documented engine defaults (max.batch.size 2048, max.queue.size 8192, poll.interval.ms 500); KafkaProducer acks=all, idempotent, otherwise defaults; a batch is committed after every record of it was acknowledged; JVM defaults",
+		guarantee: "at least once, per-key order (commit order; offsets in memory, so a restart in this setup re-reads from the slot's confirmed position)", optional: true},
+	{name: "debezium-tuned", scenarios: []string{"drain", "steady"}, kind: kindDebezium, logMode: true,
+		settings:  "as debezium with max.batch.size 8192, max.queue.size 32768, poll.interval.ms 10 (tuned)",
+		guarantee: "as debezium", optional: true},
 	{name: "watermill-default", scenarios: []string{"drain", "steady"}, kind: kindWatermill,
 		settings:  "watermill-sql/v4 DefaultPostgreSQLSchema (SubscribeBatchSize 100) + DefaultPostgreSQLOffsetsAdapter, SubscriberConfig defaults (PollInterval 1 s, AckDeadline 30 s); watermill-kafka/v3 DefaultSaramaSyncPublisherConfig (Version 1.0.0, acks=WaitForLocal, Retry.Max 10), DefaultMarshaler (no key)",
 		guarantee: "at least once, total order (one consumer), no key on records, acks=1, not idempotent"},
@@ -172,6 +192,7 @@ const (
 	kindWatermill  = "watermill"
 	kindSkipLocked = "skiplocked"
 	kindConsume    = "consume"
+	kindDebezium   = "debezium"
 )
 
 // result is one run of one contender in one scenario.
@@ -180,14 +201,41 @@ type result struct {
 	want, delivered     int
 	duplicates          int
 	elapsed             time.Duration
-	p50, p99            time.Duration
-	cpu                 time.Duration
-	maxRSSKiB           int64
-	cut                 bool
-	note                string
+	// streaming is the span from the first to the last record the verifier saw (the
+	// contender's rate once it streams, without its start-up).
+	streaming time.Duration
+	p50, p99  time.Duration
+	cpu       time.Duration
+	maxRSSKiB int64
+	cut       bool
+	note      string
 	// enqueue is how long the parent took to pre-enqueue the drain's events (1000 per
 	// transaction) through the contender's own enqueue API.
 	enqueue time.Duration
+	// walEnqueue and walRelay are the WAL bytes the cluster wrote while the events were
+	// enqueued and while the contender ran (pg_current_wal_lsn deltas: cluster-wide).
+	walEnqueue, walRelay int64
+	// relayCPU is the contender's CPU time from its "ready" to its stop (cpu includes its
+	// start-up), pgCPU that of the PostgreSQL backends serving it, brokerCPU the broker's
+	// over the same span (0 when the broker is not a local process of ours).
+	relayCPU, pgCPU, brokerCPU time.Duration
+}
+
+// cpuPerMsg is the CPU time per delivered message of the contender after its start-up, its
+// PostgreSQL backends and the broker.
+func (r result) cpuPerMsg() time.Duration {
+	if r.delivered == 0 {
+		return 0
+	}
+	return (r.relayCPU + r.pgCPU + r.brokerCPU) / time.Duration(r.delivered)
+}
+
+// streamingRate is the delivered records per second from the first record to the last.
+func (r result) streamingRate() float64 {
+	if r.streaming <= 0 || r.delivered < 2 {
+		return 0
+	}
+	return float64(r.delivered-1) / r.streaming.Seconds()
 }
 
 func (r result) rate() float64 {
@@ -203,19 +251,24 @@ func runParent(ctx context.Context, o options) error {
 	if o.contenders != "" {
 		only = strings.Split(o.contenders, ",")
 	}
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+	p := &parent{o: o}
+	stopKafka, err := p.startKafka(ctx)
 	if err != nil {
-		return fmt.Errorf("start kfake: %w", err)
+		return err
 	}
-	defer cluster.Close()
-	p := &parent{o: o, brokers: cluster.ListenAddrs()}
+	defer stopKafka()
+	if slices.ContainsFunc(only, func(n string) bool { return strings.HasPrefix(n, "debezium") }) {
+		if p.debeziumCP, err = debeziumBuild(ctx, o.debeziumDir); err != nil {
+			return err
+		}
+	}
 	if p.admin, err = kgo.NewClient(kgo.SeedBrokers(p.brokers...)); err != nil {
 		return fmt.Errorf("admin client: %w", err)
 	}
 	defer p.admin.Close()
 
-	fmt.Printf("peers: GOMAXPROCS=%d, drain n=%d (cut at %s), steady %d/s for %s, consume n=%d, %d run(s), payload ≈%d B, %d keys, %d partitions\n",
-		numCPU(), o.drainN, o.maxDrain, o.rate, o.steady, o.consumeN, o.runs, o.payloadBytes, o.keyCount, o.partitions)
+	fmt.Printf("peers: kafka %s, GOMAXPROCS=%d, drain n=%d (cut at %s), steady %d/s for %s, consume n=%d, %d run(s), payload ≈%d B, %d keys, %d partitions\n",
+		o.kafka, numCPU(), o.drainN, o.maxDrain, o.rate, o.steady, o.consumeN, o.runs, o.payloadBytes, o.keyCount, o.partitions)
 	var all []result
 	for _, sc := range scenarios {
 		var cs []contender
@@ -237,8 +290,9 @@ func runParent(ctx context.Context, o options) error {
 				if err != nil {
 					return fmt.Errorf("%s %s: %w", sc, c.name, err)
 				}
-				fmt.Fprintf(os.Stderr, "    %.0f msgs/s, p50 %s p99 %s, cpu %.2fs, rss %d MiB%s\n", r.rate(),
-					r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond), r.cpu.Seconds(), r.maxRSSKiB/1024, r.note)
+				fmt.Fprintf(os.Stderr, "    %.0f msgs/s (%.0f first→last), p50 %s p99 %s, cpu %.2fs (after ready: relay %.2fs, pg %.2fs, broker %.2fs; %.0f µs/msg), rss %d MiB, WAL %s+%s B/ev, load %s%s\n", r.rate(), r.streamingRate(),
+					r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond), r.cpu.Seconds(), r.relayCPU.Seconds(), r.pgCPU.Seconds(),
+					r.brokerCPU.Seconds(), float64(r.cpuPerMsg())/1e3, r.maxRSSKiB/1024, perEvent(r.walEnqueue, r.want), perEvent(r.walRelay, r.want), loadAvg(), r.note)
 				all = append(all, r)
 			}
 		}
@@ -248,12 +302,43 @@ func runParent(ctx context.Context, o options) error {
 	return nil
 }
 
-// parent holds what every run shares: the kfake cluster and an admin client.
+// parent holds what every run shares: the broker and an admin client.
 type parent struct {
 	o       options
 	brokers []string
-	admin   *kgo.Client
-	seq     int
+	// brokerPid is the broker's process when the command started it as one (-kafka real).
+	brokerPid  int
+	debeziumCP string
+	admin      *kgo.Client
+	seq        int
+	// slot is the current run's Debezium slot, wal its WAL attribution (nil: cluster-wide).
+	slot string
+	wal  *walAttribution
+}
+
+// startKafka starts or finds the broker -kafka names and returns what stops it.
+func (p *parent) startKafka(ctx context.Context) (func(), error) {
+	switch k := p.o.kafka; {
+	case k == "kfake":
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+		if err != nil {
+			return nil, fmt.Errorf("start kfake: %w", err)
+		}
+		p.brokers = cluster.ListenAddrs()
+		return cluster.Close, nil
+	case k == "real":
+		fmt.Fprintf(os.Stderr, "  starting Apache Kafka %s (KRaft, one node)…\n", kafkabroker.Version)
+		cluster, err := kafkabroker.Start(ctx, kafkabroker.Config{})
+		if err != nil {
+			return nil, fmt.Errorf("start Kafka: %w", err)
+		}
+		p.brokers, p.brokerPid = cluster.Seeds(), cluster.Brokers[0].Pid()
+		return cluster.Close, nil
+	case strings.HasPrefix(k, "brokers="):
+		p.brokers = strings.Split(strings.TrimPrefix(k, "brokers="), ",")
+		return func() {}, nil
+	}
+	return nil, fmt.Errorf("-kafka %q: want real, kfake or brokers=host:port", p.o.kafka)
 }
 
 func (p *parent) run(ctx context.Context, scenario string, c contender) (result, error) {
@@ -276,6 +361,19 @@ func (p *parent) run(ctx context.Context, scenario string, c contender) (result,
 	}
 	defer conn.Close(context.Background())
 	gen := newGenerator(p.o.keyCount, p.o.payloadBytes)
+	var slot string
+	if c.logMode {
+		var cleanup func()
+		slot, cleanup, err = p.logSlots(ctx, conn, schema, c)
+		defer cleanup() // after the child stopped (the scenario stops it)
+		if err != nil {
+			return result{}, err
+		}
+	}
+	p.slot = slot
+	if p.wal = newWALAttribution(ctx, conn, schema); p.wal == nil {
+		fmt.Fprintln(os.Stderr, "    pg_walinspect unavailable: WAL figures are cluster-wide")
+	}
 	switch scenario {
 	case "drain":
 		return p.drain(ctx, conn, schema, topic, c, gen)
@@ -329,6 +427,28 @@ type childProc struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	lines chan string
+	// exited is closed once the child's stdout closed (it exited) and lines was closed.
+	exited chan struct{}
+	// pg follows the CPU of the PostgreSQL backends serving the child; brokerPid is the
+	// broker's process (0: not ours) and cpu0, broker0 the CPU times at "ready".
+	pg            *backendCPU
+	brokerPid     int
+	cpu0, broker0 time.Duration
+}
+
+// markReady records the child's and the broker's CPU time at the child's "ready".
+func (cp *childProc) markReady() {
+	cp.cpu0, cp.broker0 = procCPU(cp.cmd.Process.Pid), procCPU(cp.brokerPid)
+}
+
+// usage returns, before stop, the CPU time since markReady of the child, its PostgreSQL
+// backends (their whole life) and the broker.
+func (cp *childProc) usage(r *result) {
+	r.relayCPU = procCPU(cp.cmd.Process.Pid) - cp.cpu0
+	if cp.brokerPid != 0 {
+		r.brokerCPU = procCPU(cp.brokerPid) - cp.broker0
+	}
+	r.pgCPU = cp.pg.total()
 }
 
 func (p *parent) startChild(c contender, schema, topic, group string, expect int) (*childProc, error) {
@@ -339,6 +459,15 @@ func (p *parent) startChild(c contender, schema, topic, group string, expect int
 	cmd := exec.Command(exe, "-child", c.name, "-child-schema", schema, "-child-topic", topic,
 		"-child-brokers", strings.Join(p.brokers, ","), "-child-group", group,
 		"-child-expect", fmt.Sprint(expect), "-dsn", p.o.dsn, "-pool", fmt.Sprint(p.o.maxConnsChild))
+	if c.kind == kindDebezium {
+		variant := "documented"
+		if strings.HasSuffix(c.name, "-tuned") {
+			variant = "tuned"
+		}
+		if cmd, err = debeziumCommand(p.debeziumCP, p.o.dsn, schema, p.slot, p.brokers, variant); err != nil {
+			return nil, err
+		}
+	}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -351,13 +480,15 @@ func (p *parent) startChild(c contender, schema, topic, group string, expect int
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start child: %w", err)
 	}
-	cp := &childProc{cmd: cmd, stdin: stdin, lines: make(chan string, 4)}
+	cp := &childProc{cmd: cmd, stdin: stdin, lines: make(chan string, 4), exited: make(chan struct{}), brokerPid: p.brokerPid,
+		pg: startBackendCPU(p.o.dsn, cmd.Process.Pid)}
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			cp.lines <- sc.Text()
 		}
 		close(cp.lines)
+		close(cp.exited)
 	}()
 	return cp, nil
 }
@@ -409,6 +540,9 @@ read:
 			timeout = nil
 		}
 	}
+	if cp.pg != nil {
+		cp.pg.total() // stops the sampler if usage did not
+	}
 	// Wait closes the stdout pipe, so it runs only after every line was read.
 	if err := cp.cmd.Wait(); err != nil {
 		errs = append(errs, err)
@@ -440,4 +574,26 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// perEvent formats bytes per event.
+func perEvent(bytes int64, n int) string {
+	if n == 0 {
+		return "—"
+	}
+	return strconv.FormatInt(bytes/int64(n), 10)
+}
+
+// loadAvg returns the machine's 1-minute load average (/proc/loadavg), printed beside every
+// run: the figures of a shared machine are read with it.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -63,7 +64,7 @@ type stamp struct {
 func enqueue(ctx context.Context, conn *pgx.Conn, c contender, schema, topic string, msgs []msg) error {
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		switch c.kind {
-		case kindKeiro:
+		case kindKeiro, kindDebezium:
 			return enqueueKeiro(ctx, tx, schema, topic, msgs)
 		case kindWatermill:
 			return enqueueWatermill(ctx, tx, schema, topic, msgs)
@@ -78,6 +79,10 @@ func enqueue(ctx context.Context, conn *pgx.Conn, c contender, schema, topic str
 // seen every event on the topic (or max-drain passed).
 func (p *parent) drain(ctx context.Context, conn *pgx.Conn, schema, topic string, c contender, gen *generator) (result, error) {
 	n := p.o.drainN
+	wal0, err := walLSN(ctx, conn)
+	if err != nil {
+		return result{}, err
+	}
 	start := time.Now()
 	for done := 0; done < n; {
 		k := min(1000, n-done)
@@ -87,9 +92,17 @@ func (p *parent) drain(ctx context.Context, conn *pgx.Conn, schema, topic string
 		done += k
 	}
 	enqueueTook := time.Since(start)
+	wal1, err := walLSN(ctx, conn)
+	if err != nil {
+		return result{}, err
+	}
 	// Same table state for every contender (only this run's tables: the database is shared).
-	if _, err := conn.Exec(ctx, fmt.Sprintf("VACUUM ANALYZE %[1]s.keiro_outbox, %[1]s.bench_outbox, %[1]s.watermill_forwarder_topic", schema)); err != nil {
+	if _, err := conn.Exec(ctx, fmt.Sprintf("VACUUM ANALYZE %[1]s.keiro_outbox, %[1]s.keiro_outbox_log, %[1]s.bench_outbox, %[1]s.watermill_forwarder_topic", schema)); err != nil {
 		return result{}, fmt.Errorf("vacuum: %w", err)
+	}
+	wal2, err := walLSN(ctx, conn)
+	if err != nil {
+		return result{}, err
 	}
 	v, err := newVerifier(p.brokers, topic, n)
 	if err != nil {
@@ -100,18 +113,25 @@ func (p *parent) drain(ctx context.Context, conn *pgx.Conn, schema, topic string
 	if err != nil {
 		return result{}, err
 	}
-	t0, err := cp.waitLine(ctx, "ready", 60*time.Second)
+	t0, err := cp.waitLine(ctx, "ready", 2*time.Minute)
 	if err != nil {
 		_, _, _ = cp.stop()
 		return result{}, err
 	}
-	v.wait(ctx, p.o.maxDrain)
+	cp.markReady()
+	v.wait(ctx, p.o.maxDrain, cp.exited)
+	wal3, werr := walLSN(ctx, conn)
+	var u result
+	cp.usage(&u)
 	cpu, rss, err := cp.stop()
-	if err != nil {
+	if err = errors.Join(err, werr); err != nil {
 		return result{}, err
 	}
 	r := v.result(c.name, "drain", t0, cpu, rss)
 	r.enqueue = enqueueTook
+	r.walEnqueue, r.walRelay = p.attributeWAL(ctx, conn, schema, wal0, wal1), p.attributeWAL(ctx, conn, schema, wal2, wal3)
+	fmt.Fprintf(os.Stderr, "    WAL cluster-wide: enqueue %d B/ev, relay %d B/ev\n", (wal1-wal0)/int64(n), (wal3-wal2)/int64(n))
+	r.relayCPU, r.pgCPU, r.brokerCPU = u.relayCPU, u.pgCPU, u.brokerCPU
 	return r, nil
 }
 
@@ -129,7 +149,13 @@ func (p *parent) steadyState(ctx context.Context, conn *pgx.Conn, schema, topic 
 	if err != nil {
 		return result{}, err
 	}
-	if _, err := cp.waitLine(ctx, "ready", 60*time.Second); err != nil {
+	if _, err := cp.waitLine(ctx, "ready", 2*time.Minute); err != nil {
+		_, _, _ = cp.stop()
+		return result{}, err
+	}
+	cp.markReady()
+	wal0, err := walLSN(ctx, conn)
+	if err != nil {
 		_, _, _ = cp.stop()
 		return result{}, err
 	}
@@ -149,12 +175,19 @@ func (p *parent) steadyState(ctx context.Context, conn *pgx.Conn, schema, topic 
 		sent += min(due, 1000)
 	}
 	tick.Stop()
-	v.wait(ctx, 60*time.Second)
+	v.wait(ctx, 60*time.Second, cp.exited)
+	wal1, werr := walLSN(ctx, conn)
+	var u result
+	cp.usage(&u)
 	cpu, rss, err := cp.stop()
-	if err != nil {
+	if err = errors.Join(err, werr); err != nil {
 		return result{}, err
 	}
-	return v.result(c.name, "steady", t0, cpu, rss), nil
+	r := v.result(c.name, "steady", t0, cpu, rss)
+	r.walRelay = p.attributeWAL(ctx, conn, schema, wal0, wal1) // enqueue and relay alike: they overlap
+	fmt.Fprintf(os.Stderr, "    WAL cluster-wide: %d B/ev\n", (wal1-wal0)/int64(max(1, n)))
+	r.relayCPU, r.pgCPU, r.brokerCPU = u.relayCPU, u.pgCPU, u.brokerCPU
+	return r, nil
 }
 
 // consume pre-produces o.consumeN records carrying keiro's headers and Watermill's uuid
@@ -218,6 +251,29 @@ func (p *parent) consume(ctx context.Context, conn *pgx.Conn, schema, topic stri
 	return res, nil
 }
 
+// attributeWAL returns the WAL bytes between from and to that belong to schema's relations,
+// or the cluster's between them when they cannot be told apart (no pg_walinspect).
+func (p *parent) attributeWAL(ctx context.Context, conn *pgx.Conn, schema string, from, to int64) int64 {
+	if p.wal == nil {
+		return to - from
+	}
+	n, err := p.wal.bytes(ctx, conn, schema, from, to)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "    WAL attribution:", err)
+		return to - from
+	}
+	return n
+}
+
+// walLSN returns the cluster's current WAL position in bytes.
+func walLSN(ctx context.Context, conn *pgx.Conn) (int64, error) {
+	var v int64
+	if err := conn.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint`).Scan(&v); err != nil {
+		return 0, fmt.Errorf("read the WAL position: %w", err)
+	}
+	return v, nil
+}
+
 // verifier reads a topic back from the start and records, for each distinct event, the time
 // from its enqueue to its arrival at the verifier.
 type verifier struct {
@@ -226,6 +282,8 @@ type verifier struct {
 	seen      map[int]struct{}
 	latencies []time.Duration
 	dups      int
+	keyless   int
+	first     time.Time
 	last      time.Time
 	done      chan struct{}
 	cancel    context.CancelFunc
@@ -262,18 +320,26 @@ func (v *verifier) loop(ctx context.Context) {
 				return
 			}
 			v.seen[s.N] = struct{}{}
+			if len(r.Key) == 0 {
+				v.keyless++
+			}
 			v.latencies = append(v.latencies, now.Sub(time.Unix(0, s.T)))
+			if v.first.IsZero() {
+				v.first = now
+			}
 			v.last = now
 		})
 	}
 }
 
-// wait returns when every event was seen or timeout passed; the verifier is stopped then.
-func (v *verifier) wait(ctx context.Context, timeout time.Duration) {
+// wait returns when every event was seen, timeout passed or the contender exited (crashed:
+// stop reports how); the verifier is stopped then.
+func (v *verifier) wait(ctx context.Context, timeout time.Duration, exited <-chan struct{}) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case <-v.done:
+	case <-exited:
 	case <-t.C:
 	case <-ctx.Done():
 	}
@@ -287,7 +353,7 @@ func (v *verifier) result(name, scenario string, t0 time.Time, cpu time.Duration
 	r := result{contender: name, scenario: scenario, want: v.want, delivered: len(v.seen), duplicates: v.dups,
 		cpu: cpu, maxRSSKiB: rss}
 	if !v.last.IsZero() {
-		r.elapsed = v.last.Sub(t0)
+		r.elapsed, r.streaming = v.last.Sub(t0), v.last.Sub(v.first)
 	}
 	slices.Sort(v.latencies)
 	if n := len(v.latencies); n > 0 {
@@ -301,6 +367,9 @@ func (v *verifier) result(name, scenario string, t0 time.Time, cpu time.Duration
 	if r.duplicates > 0 {
 		r.note += fmt.Sprintf(" — %d duplicates on the topic", r.duplicates)
 	}
+	if v.keyless > 0 {
+		r.note += fmt.Sprintf(" — %d records without a key", v.keyless)
+	}
 	return r
 }
 
@@ -309,6 +378,7 @@ func (v *verifier) result(name, scenario string, t0 time.Time, cpu time.Duration
 func printTable(w io.Writer, scenario string, cs []contender, all []result) {
 	type agg struct {
 		rate, p50, p99, cpu, rss, enq float64
+		streamRate, cpuMsg, wal       float64
 		rateRange                     string
 		notes                         []string
 	}
@@ -318,7 +388,7 @@ func printTable(w io.Writer, scenario string, cs []contender, all []result) {
 	}
 	aggs := map[string]agg{}
 	for _, c := range cs {
-		var rate, p50, p99, cpu, rss, enq []float64
+		var rate, p50, p99, cpu, rss, enq, streamRate, cpuMsg, wal []float64
 		var notes []string
 		for _, r := range all {
 			if r.scenario != scenario || r.contender != c.name {
@@ -330,19 +400,30 @@ func printTable(w io.Writer, scenario string, cs []contender, all []result) {
 			cpu = append(cpu, r.cpu.Seconds())
 			rss = append(rss, float64(r.maxRSSKiB)/1024)
 			enq = append(enq, r.enqueue.Seconds())
+			streamRate = append(streamRate, r.streamingRate())
+			cpuMsg = append(cpuMsg, float64(r.cpuPerMsg())/1e3)
+			wal = append(wal, float64(r.walEnqueue+r.walRelay)/float64(max(1, r.want)))
 			if n := strings.TrimPrefix(r.note, " — "); n != "" && !slices.Contains(notes, n) {
 				notes = append(notes, n)
 			}
 		}
 		if len(rate) > 0 {
-			a := agg{med(rate), med(p50), med(p99), med(cpu), med(rss), med(enq), "", notes}
+			a := agg{rate: med(rate), p50: med(p50), p99: med(p99), cpu: med(cpu), rss: med(rss), enq: med(enq),
+				streamRate: med(streamRate), cpuMsg: med(cpuMsg), wal: med(wal), notes: notes}
 			if len(rate) > 1 { // rate is sorted by med
 				a.rateRange = fmt.Sprintf(" (%.0f–%.0f)", rate[0], rate[len(rate)-1])
 			}
 			aggs[c.name] = a
 		}
 	}
+	// Ratios are keiro's log mode to each peer when it ran, else the claim relay's.
 	ours := "keiro"
+	for _, n := range []string{"log", "keiro", "claim"} {
+		if _, ok := aggs[n]; ok {
+			ours = n
+			break
+		}
+	}
 	if scenario == "consume" {
 		ours = "keiro-consumer"
 	}
@@ -351,8 +432,8 @@ func printTable(w io.Writer, scenario string, cs []contender, all []result) {
 		fmt.Fprintln(w, "| contender | msgs/s | CPU s | peak RSS MiB | ours/peer msgs/s | guarantee | notes |")
 		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---|---|")
 	} else {
-		fmt.Fprintln(w, "| contender | msgs/s | p50 ms | p99 ms | CPU s | peak RSS MiB | ours/peer msgs/s | peer/ours p99 | enqueue s | notes |")
-		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+		fmt.Fprintf(w, "| contender | msgs/s | msgs/s first→last | p50 ms | p99 ms | CPU s | CPU µs/msg relay+PG+broker | peak RSS MiB | WAL B/event | %s/peer msgs/s | peer/%s p99 | enqueue s | notes |\n", ours, ours)
+		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 	}
 	o, haveOurs := aggs[ours]
 	for _, c := range cs {
@@ -361,7 +442,7 @@ func printTable(w io.Writer, scenario string, cs []contender, all []result) {
 			continue
 		}
 		ratio, p99ratio := "—", "—"
-		if haveOurs && !strings.HasPrefix(c.name, "keiro") && a.rate > 0 {
+		if haveOurs && c.name != ours && !strings.HasPrefix(c.name, "keiro") && a.rate > 0 {
 			ratio = fmt.Sprintf("%.1f×", o.rate/a.rate)
 			if o.p99 > 0 {
 				p99ratio = fmt.Sprintf("%.1f×", a.p99/o.p99)
@@ -375,7 +456,8 @@ func printTable(w io.Writer, scenario string, cs []contender, all []result) {
 			if scenario == "drain" {
 				enq = fmt.Sprintf("%.1f", a.enq)
 			}
-			fmt.Fprintf(w, "| %s | %.0f%s | %.1f | %.1f | %.2f | %.0f | %s | %s | %s | %s |\n", c.name, a.rate, a.rateRange, a.p50, a.p99, a.cpu, a.rss, ratio, p99ratio, enq, notes)
+			fmt.Fprintf(w, "| %s | %.0f%s | %.0f | %.1f | %.1f | %.2f | %.0f | %.0f | %.0f | %s | %s | %s | %s |\n", c.name, a.rate, a.rateRange,
+				a.streamRate, a.p50, a.p99, a.cpu, a.cpuMsg, a.rss, a.wal, ratio, p99ratio, enq, notes)
 		}
 	}
 }

@@ -533,6 +533,17 @@ func (n *Node) Running() bool {
 	return p != nil && !p.Exited()
 }
 
+// Pid returns the process id of the node's JVM, or 0 when it was never started (a benchmark
+// reads the broker's CPU time from /proc with it).
+func (n *Node) Pid() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.proc == nil || n.proc.cmd == nil {
+		return 0
+	}
+	return n.proc.cmd.Process.Pid
+}
+
 // Kill sends SIGKILL and waits for the process to exit. A node that is not running is left
 // alone.
 func (n *Node) Kill() error { return n.signalWait(syscall.SIGKILL, time.Minute) }

@@ -3,6 +3,8 @@ package kafkabroker_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -52,11 +54,20 @@ func TestSingleBroker(t *testing.T) {
 	require.Nil(t, c.Controller)
 	produceConsume(t, c.Seeds(), "single", 10)
 
-	// Killed and restarted on the same port and data, it still has the records.
+	// Pid names the broker's JVM.
 	b := c.Brokers[0]
+	pid := b.Pid()
+	require.Positive(t, pid)
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	require.NoError(t, err)
+	require.Contains(t, string(cmdline), "kafka.Kafka")
+
+	// Killed and restarted on the same port and data, it still has the records, under a new
+	// process.
 	require.NoError(t, b.Kill())
 	require.False(t, b.Running())
 	require.NoError(t, b.Restart(context.Background()))
+	require.NotEqual(t, pid, b.Pid())
 	produceConsume(t, c.Seeds(), "single", 10)
 }
 
