@@ -538,10 +538,10 @@ func (n *Node) Running() bool {
 func (n *Node) Pid() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.proc == nil || n.proc.cmd == nil {
+	if n.proc == nil || n.proc.Cmd == nil {
 		return 0
 	}
-	return n.proc.cmd.Process.Pid
+	return n.proc.Cmd.Process.Pid
 }
 
 // Kill sends SIGKILL and waits for the process to exit. A node that is not running is left
