@@ -572,8 +572,11 @@ func testLogReset(t *testing.T, n *netRig, atConfirm bool) {
 	require.NoError(t, x.Remove())
 	waitOnTopic(t, n, netEvents)
 	testenv.WaitFor(t, netDeadline, "a new replication session", func() bool { return outbox.LogSessions(r) >= 2 })
+	// Whether records produced before the cut are on the topic twice depends on whether the
+	// session's last status report left before the cut: a replay is allowed, not required. What
+	// holds either way is checked by checkAll: every event, each key in order.
 	dups := n.checkAll(t, netEvents)
-	require.Positive(t, dups, "the transaction was replayed: its records produced before the cut are on the topic twice")
+	require.LessOrEqual(t, dups, netEvents, "a replay repeats each record at most once")
 }
 
 // netHooks are kgo hooks: buffered when the producer is handed a record, acked when the broker
