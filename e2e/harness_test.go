@@ -89,7 +89,12 @@ func startProc(t *testing.T, name, bin string, addrRe *regexp.Regexp, env []stri
 		p.mu.Unlock()
 		close(p.done)
 	}()
-	t.Cleanup(func() { p.kill() })
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("%s's output, its last 40 lines:\n%s", p.name, tail(p.log(), 40))
+		}
+	})
 	return p
 }
 

@@ -42,12 +42,13 @@ type Engine struct {
 	refused    refusals               // records Kafka refused inside a transaction
 
 	// Test hooks, set before Run.
-	onActive    func()                     // a session started replicating
-	onStandby   func(pid int)              // the slot was found active for pid
-	onAck       func(id string)            // Kafka acknowledged the record of message id
-	onKeepalive func(walEnd pglogrepl.LSN) // a keepalive reported the server's WAL end
-	onReport    func(pos pglogrepl.LSN)    // a status update confirmed pos
-	onCommit    func(end pglogrepl.LSN)    // a transaction's Commit was read
+	onActive     func()                     // a session started replicating
+	onStandby    func(pid int)              // the slot was found active for pid
+	onSessionEnd func(err error)            // a session ended with err (the engine goes on)
+	onAck        func(id string)            // Kafka acknowledged the record of message id
+	onKeepalive  func(walEnd pglogrepl.LSN) // a keepalive reported the server's WAL end
+	onReport     func(pos pglogrepl.LSN)    // a status update confirmed pos
+	onCommit     func(end pglogrepl.LSN)    // a transaction's Commit was read
 
 	beforeKafkaCommit func(pos pglogrepl.LSN) // a Kafka transaction through pos is about to commit
 	onKafkaCommit     func(pos pglogrepl.LSN) // a Kafka transaction through pos committed
@@ -176,6 +177,9 @@ func (e *Engine) Run(ctx context.Context) error {
 		err := e.session(ctx)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if e.onSessionEnd != nil {
+			e.onSessionEnd(err)
 		}
 		var wait time.Duration
 		var active *slotActiveError

@@ -2,6 +2,7 @@ package logmode_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -212,8 +213,9 @@ func slotBehindKafka(t *testing.T, f *fixture) {
 
 // A zombie: engine A lost the slot while its Kafka transaction was open (held before its
 // commit); B took the slot over, fenced A's transactional id (aborting A's transaction) and
-// published the events. A's commit then fails as fenced, and A goes back on standby: a
-// read_committed reader sees each event once.
+// published the events. A's commit then fails as fenced, and A's session ends saying so (its
+// lost connection, found at the same moment, does not hide the fencing) and goes back on
+// standby: a read_committed reader sees each event once.
 func TestExactlyOnceFencesAZombie(t *testing.T) {
 	t.Parallel()
 	testenv.EachKafka(t, testenv.KafkaConfig{Topics: []string{"orders"}}, func(t *testing.T, k *testenv.Kafka) {
@@ -225,8 +227,14 @@ func fencesAZombie(t *testing.T, f *fixture) {
 	blocked, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	var standbyA atomic.Int64
+	var fencedA atomic.Bool
 	activeA := make(chan struct{}, 1)
 	a := f.newEngine(t, f.cfg, logmode.Hooks{
+		OnSessionEnd: func(err error) {
+			if errors.Is(err, exactlyonce.ErrFenced) {
+				fencedA.Store(true)
+			}
+		},
 		OnActive: func() {
 			select {
 			case activeA <- struct{}{}:
@@ -268,6 +276,7 @@ func fencesAZombie(t *testing.T, f *fixture) {
 	_, countersA := a.ExactlyOnce()
 	testenv.WaitFor(t, time.Minute, "A found itself fenced", func() bool { return countersA.Fenced() > 0 })
 	testenv.WaitFor(t, time.Minute, "A is back on standby", func() bool { return standbyA.Load() > 0 })
+	require.True(t, fencedA.Load(), "A's session ended as fenced")
 	require.Zero(t, countersA.Committed())
 
 	second := writeEvents(t, f, "second", 2, 5, 2)

@@ -8,6 +8,8 @@ type Hooks struct {
 	OnActive func()
 	// OnStandby is called each time the slot is found active for another reader.
 	OnStandby func(pid int)
+	// OnSessionEnd is called with the error of each session that ended while the engine runs.
+	OnSessionEnd func(err error)
 	// OnAck is called when Kafka acknowledges the record of a message id.
 	OnAck func(id string)
 	// OnKeepalive is called with the server's WAL end of each keepalive.
@@ -32,5 +34,5 @@ func SetHooks(e *Engine, h Hooks) {
 	e.onActive, e.onStandby, e.onAck = h.OnActive, h.OnStandby, h.OnAck
 	e.onKeepalive, e.onReport, e.onCommit = h.OnKeepalive, h.OnReport, h.OnCommit
 	e.beforeKafkaCommit, e.onKafkaCommit, e.holdReports = h.BeforeKafkaCommit, h.OnKafkaCommit, h.HoldReports
-	e.holdCommits = h.HoldCommits
+	e.holdCommits, e.onSessionEnd = h.HoldCommits, h.OnSessionEnd
 }

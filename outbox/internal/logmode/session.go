@@ -334,11 +334,23 @@ func (s *stream) run(ctx context.Context) error {
 // err is: it cannot be called back), then the open transaction is committed if the session
 // ended cleanly (err nil) between two PostgreSQL transactions with every record acknowledged
 // and the commit before it succeeded, aborted otherwise (its PostgreSQL transactions are
-// replayed by the next session). It returns the session's error, or the commits'.
+// replayed by the next session). It returns the session's error, or the commits'. A fencing
+// found on the way is never dropped, whatever ended the session first: it is what tells the
+// engine that a newer relay holds the slot (a zombie's connection usually fails at the same
+// moment as its commit).
 func (s *stream) endKafka(ctx context.Context, err error) error {
-	if cerr := s.awaitCommit(ctx); cerr != nil && err == nil && ctx.Err() == nil {
-		err = cerr
+	keep := func(kerr error) {
+		switch {
+		case kerr == nil:
+		case err == nil:
+			if ctx.Err() == nil || exactlyonce.IsFenced(kerr) {
+				err = kerr
+			}
+		case exactlyonce.IsFenced(kerr) && !exactlyonce.IsFenced(err):
+			err = errors.Join(kerr, err)
+		}
 	}
+	keep(s.awaitCommit(ctx))
 	if !s.eo.Open() {
 		return err
 	}
@@ -347,15 +359,16 @@ func (s *stream) endKafka(ctx context.Context, err error) error {
 		if cerr == nil {
 			cerr = s.awaitCommit(ctx)
 		}
-		if cerr != nil && ctx.Err() == nil {
-			return cerr
-		}
+		keep(cerr)
 		return err
 	}
 	actx, cancel := context.WithTimeout(context.Background(), s.e.cfg.ShutdownTimeout)
 	defer cancel()
 	if aerr := s.eo.Abort(actx); aerr != nil {
 		s.e.log.WarnContext(ctx, "log mode: abort the Kafka transaction", "err", aerr)
+		if exactlyonce.IsFenced(aerr) {
+			keep(aerr)
+		}
 	}
 	return err
 }
