@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -49,7 +50,7 @@ func TestRoundTrip(t *testing.T) {
 				trace.WithAttributes(attribute.String("s", "v"), attribute.Int64("n", 42), attribute.Bool("b", true),
 					attribute.Float64("f", 1.5), attribute.StringSlice("a", []string{"x", "y"})))
 			child.RecordError(errors.New("boom"))
-			child.SetStatus(2, "boom") // codes.Error
+			child.SetStatus(codes.Error, "boom")
 			child.End()
 			parent.End()
 
