@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 
 	"github.com/keiro-go/keiro/keirotest/testenv/internal/proc"
 )
@@ -38,16 +37,7 @@ const mainPackage = "github.com/jaegertracing/jaeger/cmd/jaeger"
 
 // CacheDir returns the directory that holds the build of Version: $KEIRO_JAEGER_CACHE/<version>,
 // else the user's cache directory (~/.cache/keiro-go/jaeger-<version>).
-func CacheDir() (string, error) {
-	if d := os.Getenv(CacheEnv); d != "" {
-		return filepath.Join(d, Version), nil
-	}
-	base, err := os.UserCacheDir()
-	if err != nil {
-		return "", fmt.Errorf("find a cache directory for Jaeger (set %s): %w", CacheEnv, err)
-	}
-	return filepath.Join(base, "keiro-go", "jaeger-"+Version), nil
-}
+func CacheDir() (string, error) { return proc.CacheDir(CacheEnv, "jaeger", Version, "Jaeger") }
 
 // Build returns the path of a Jaeger binary: KEIRO_JAEGER_BINARY when set, else the one built
 // once per machine from the pinned module (a cold build compiles about 1,500 packages: ten
@@ -64,18 +54,11 @@ func Build(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "src"), 0o755); err != nil {
-		return "", fmt.Errorf("create the Jaeger cache %s: %w", dir, err)
-	}
-	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	unlock, err := proc.LockDir(dir, "Jaeger")
 	if err != nil {
-		return "", fmt.Errorf("open the Jaeger cache lock: %w", err)
+		return "", err
 	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", fmt.Errorf("lock the Jaeger cache: %w", err)
-	}
-	defer func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) }()
+	defer unlock()
 
 	bin := filepath.Join(dir, "jaeger")
 	marker := filepath.Join(dir, "built")
@@ -87,6 +70,9 @@ func Build(ctx context.Context) (string, error) {
 	}
 	_ = os.Remove(marker)
 	src := filepath.Join(dir, "src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return "", fmt.Errorf("create the Jaeger build module's directory: %w", err)
+	}
 	if err := os.WriteFile(filepath.Join(src, "go.mod"), goMod, 0o644); err != nil {
 		return "", fmt.Errorf("write the Jaeger build module: %w", err)
 	}

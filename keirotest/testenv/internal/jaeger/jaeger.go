@@ -18,7 +18,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/keiro-go/keiro/keirotest/testenv/internal/proc"
@@ -51,8 +50,7 @@ type Jaeger struct {
 	// QueryURL is the query service's base URL (/api/services, /api/v3/traces/{id}).
 	QueryURL string
 
-	dir     string
-	rmDir   bool
+	dir     proc.RunDir
 	p       *proc.Process
 	closing sync.Once
 }
@@ -112,14 +110,11 @@ func Start(ctx context.Context, cfg Config) (*Jaeger, error) {
 		}
 		cfg.Binary = bin
 	}
-	j := &Jaeger{dir: cfg.Dir}
-	if j.dir == "" {
-		var err error
-		if j.dir, err = os.MkdirTemp("", "keiro-jaeger-"); err != nil {
-			return nil, fmt.Errorf("jaeger: create the run directory: %w", err)
-		}
-		j.rmDir = true
+	dir, err := proc.NewRunDir(cfg.Dir, "keiro-jaeger-")
+	if err != nil {
+		return nil, fmt.Errorf("jaeger: %w", err)
 	}
+	j := &Jaeger{dir: dir}
 	ok := false
 	defer func() {
 		if !ok {
@@ -130,14 +125,14 @@ func Start(ctx context.Context, cfg Config) (*Jaeger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jaeger: %w", err)
 	}
-	conf := filepath.Join(j.dir, "config.yaml")
+	conf := filepath.Join(j.dir.Path, "config.yaml")
 	if err := os.WriteFile(conf, fmt.Appendf(nil, config, ports[0], ports[1], ports[2], ports[3]), 0o644); err != nil {
 		return nil, fmt.Errorf("jaeger: write the configuration: %w", err)
 	}
 	j.OTLPHTTP = "http://" + addr(ports[0])
 	j.OTLPGRPC = "http://" + addr(ports[1])
 	j.QueryURL = "http://" + addr(ports[2])
-	if j.p, err = proc.Start(j.LogPath(), j.dir, cfg.Binary, []string{"--config", "file:" + conf}); err != nil {
+	if j.p, err = proc.Start(j.LogPath(), j.dir.Path, cfg.Binary, []string{"--config", "file:" + conf}); err != nil {
 		return nil, fmt.Errorf("jaeger: start %s: %w", cfg.Binary, err)
 	}
 	if err := j.waitReady(ctx, ports[0], cfg.StartTimeout); err != nil {
@@ -150,29 +145,23 @@ func Start(ctx context.Context, cfg Config) (*Jaeger, error) {
 // waitReady waits until the query service lists services and the OTLP/HTTP receiver accepts
 // connections.
 func (j *Jaeger) waitReady(ctx context.Context, otlpPort int, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	client := &http.Client{Timeout: 2 * time.Second}
 	defer client.CloseIdleConnections()
-	var last error
-	for {
-		if j.p.Exited() {
-			return fmt.Errorf("jaeger: Jaeger exited while starting: %w\n%s", j.p.Err(), j.logTail(40))
-		}
-		last = get(ctx, client, j.QueryURL+"/api/services", nil)
-		if last == nil {
-			var c net.Conn
-			if c, last = (&net.Dialer{}).DialContext(ctx, "tcp", addr(otlpPort)); last == nil {
-				_ = c.Close()
-				return nil
+	err := j.p.WaitReady(ctx, "Jaeger", timeout, 50*time.Millisecond, func() string { return j.logTail(40) },
+		func(ctx context.Context) error {
+			if err := get(ctx, client, j.QueryURL+"/api/services", nil); err != nil {
+				return err
 			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("jaeger: Jaeger did not answer within %s: %w\n%s", timeout, last, j.logTail(40))
-		case <-time.After(50 * time.Millisecond):
-		}
+			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr(otlpPort))
+			if err != nil {
+				return err
+			}
+			return c.Close()
+		})
+	if err != nil {
+		return fmt.Errorf("jaeger: %w", err)
 	}
+	return nil
 }
 
 // ErrTraceNotFound is returned by Trace when Jaeger holds no span of the trace (yet).
@@ -235,30 +224,16 @@ func get(ctx context.Context, client *http.Client, url string, out any) error {
 }
 
 // LogPath is the file Jaeger writes its output to.
-func (j *Jaeger) LogPath() string { return filepath.Join(j.dir, "jaeger.log") }
+func (j *Jaeger) LogPath() string { return filepath.Join(j.dir.Path, "jaeger.log") }
 
-func (j *Jaeger) logTail(lines int) string {
-	b, err := os.ReadFile(j.LogPath())
-	if err != nil {
-		return ""
-	}
-	return proc.Tail(string(b), lines)
-}
+func (j *Jaeger) logTail(lines int) string { return proc.TailFile(j.LogPath(), lines) }
 
 // Close kills Jaeger, waits for it to exit and removes the run directory when Start made it.
 // Safe to call more than once.
 func (j *Jaeger) Close() {
 	j.closing.Do(func() {
-		if j.p != nil {
-			_ = j.p.Signal(syscall.SIGKILL)
-			select {
-			case <-j.p.Done():
-			case <-time.After(time.Minute):
-			}
-		}
-		if j.rmDir && os.Getenv("KEIRO_JAEGER_KEEP") == "" {
-			_ = os.RemoveAll(j.dir)
-		}
+		j.p.Kill(time.Minute)
+		j.dir.Remove("KEIRO_JAEGER_KEEP")
 	})
 }
 
