@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -403,4 +404,51 @@ func TestSnapshotPolicyValidated(t *testing.T) {
 	} {
 		require.Equal(t, want, p.String())
 	}
+}
+
+// A rotation drops the finished generation's snapshot with its journal; the next generation's
+// snapshot holds its own steps only; GC deletes it with the instance.
+func TestSnapshotFollowsGenerationsAndGC(t *testing.T) {
+	t.Parallel()
+	b := setup(t, every2)
+	ctx := context.Background()
+	w, err := workflow.Register(b.e, "rot", func(c *workflow.Context, gen int) (int, error) {
+		for _, s := range []string{"a", "b"} {
+			if _, err := workflow.Step(c, s, func(context.Context, pgx.Tx) (int, error) { return 10*gen + len(s), nil }); err != nil {
+				return 0, err
+			}
+		}
+		if gen == 0 {
+			// Every 2 fired at version 2: generation 0's snapshot exists until the rotation.
+			s, ok, err := b.e.Snapshot(ctx, b.db.Pool, "rot", "1")
+			if err != nil || !ok || s.Generation != 0 || s.JournalVersion != 2 {
+				return 0, fmt.Errorf("generation 0's snapshot: %+v %v %v", s, ok, err)
+			}
+			return 0, workflow.ContinueAsNew(c, 1)
+		}
+		return gen, nil
+	})
+	require.NoError(t, err)
+	start(t, b, w, "1", 0)
+	runTo(t, w, "1", workflow.ContinuedAsNew)
+	_, ok := b.snapshot(t, "rot", "1")
+	require.False(t, ok, "the rotation dropped generation 0's snapshot")
+
+	runTo(t, w, "1", workflow.Completed)
+	s, ok := b.snapshot(t, "rot", "1")
+	require.True(t, ok)
+	require.Equal(t, 1, s.Generation)
+	require.Equal(t, int64(4), s.JournalVersion, "versions go on increasing across generations")
+	full, last := b.journalMap(t, "rot", "1")
+	require.Equal(t, int64(4), last)
+	require.Equal(t, full, s.Steps)
+	require.JSONEq(t, "11", string(s.Steps["a"]))
+
+	b.clock.Advance(time.Hour) // past the database's completed_at
+	n, err := b.e.GC(ctx, b.db.Pool, 0, 10)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	var rows int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM keiro_workflow_snapshots`).Scan(&rows))
+	require.Zero(t, rows)
 }
