@@ -131,6 +131,11 @@ deploy-check: ## Decode every Kubernetes manifest strictly into the API types (s
 compose-check: ## Validate docker-compose.yml and the Dockerfile, and run its relay and consumer on a real Kafka (no engine needed; a module of its own).
 	cd deploy/compose/validate && $(GO) test -count=1 ./...
 
+.PHONY: compose-test
+compose-test: ## Run docker-compose.yml, unchanged, on images built here without a pull, and check the pipeline through its containers (installs and starts a Docker engine: scripts/docker; docs/compose.md).
+	eval "$$(bash scripts/docker)" && bash deploy/compose/local/build-images && \
+	  cd deploy/compose/validate && $(GO) test -tags composetest -count=1 -timeout 30m -run '^TestComposeUp$$' -v ./...
+
 .PHONY: clean
 clean: ## Remove build output.
 	rm -rf bin/

@@ -3,6 +3,7 @@
 //
 //	go run ./keirotest/testenv/internal/apicurio/cmd/apicurio fetch   # download and unpack (once per machine)
 //	go run ./keirotest/testenv/internal/apicurio/cmd/apicurio run
+//	go run ./keirotest/testenv/internal/apicurio/cmd/apicurio fetch 2.6.13.Final   # one release; prints its directory
 //
 // fetch downloads every release the machine's newest Java runs. run starts the release the
 // tests start (Apicurio Registry 3.3.3 on Java 21+, else 2.6.13.Final on Java 17) on
@@ -29,8 +30,23 @@ func main() {
 }
 
 func run(args []string) error {
+	if len(args) == 2 && args[0] == "fetch" {
+		// One release, whatever Java the machine has (an image that brings its own): prints
+		// the unpacked release's directory.
+		for _, rel := range apicurio.Releases {
+			if rel.Version == args[1] {
+				dir, err := apicurio.Fetch(context.Background(), rel)
+				if err != nil {
+					return err
+				}
+				fmt.Println(dir)
+				return nil
+			}
+		}
+		return fmt.Errorf("unknown release %q", args[1])
+	}
 	if len(args) != 1 {
-		return fmt.Errorf("usage: apicurio fetch | run")
+		return fmt.Errorf("usage: apicurio fetch [version] | run")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
