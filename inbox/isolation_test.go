@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keiro-go/keiro/envelope"
@@ -106,4 +107,77 @@ func TestIsolationLevelParse(t *testing.T) {
 	require.ErrorContains(t, err, "use read_committed or read_uncommitted")
 	_, err = inbox.NewConsumer(nil, inbox.ConsumerConfig{IsolationLevel: 7}, nil)
 	require.ErrorContains(t, err, "IsolationLevel: unknown level 7")
+}
+
+// TestConsumerCommitsPastTransactionMarkers: a partition written in Kafka transactions ends
+// with the last transaction's commit marker, an offset no handler sees. The consumer commits
+// past it, so the group's committed offset reaches the partition's end and its lag reads 0 —
+// not 1 forever, as it does for a consumer that commits the offset after its last record.
+func TestConsumerCommitsPastTransactionMarkers(t *testing.T) {
+	t.Parallel()
+	testenv.EachKafka(t, testenv.KafkaConfig{}, func(t *testing.T, kc *testenv.Kafka) {
+		topic := kc.Topic("billing.markers.v1")
+		kc.CreateTopic(t, topic, 1)
+		first := keyedEvents("ordering", topic, 3, 1)
+		second := keyedEvents("ordering", topic, 2, 1)
+		for i := range second {
+			second[i].MessageID += "-second"
+		}
+		produceInTransaction(t, kc, kc.Group("tx-markers"), false, first...)
+		produceInTransaction(t, kc, kc.Group("tx-markers"), true, keyedEvents("ordering", topic, 1, 1)...) // aborted: its marker too
+		produceInTransaction(t, kc, kc.Group("tx-markers"), false, second...)
+
+		// The partition's end: 3 + 1 + 2 records and three markers.
+		adm := kadm.NewClient(kc.NewClient(t))
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		ends, err := adm.ListEndOffsets(ctx, topic)
+		require.NoError(t, err)
+		end, ok := ends.Lookup(topic, 0)
+		require.True(t, ok)
+		require.NoError(t, end.Err)
+		require.EqualValues(t, 9, end.Offset)
+
+		db := testenv.NewDB(t)
+		group := kc.Group("billing-markers")
+		commits := make(chan inbox.Commit, 64)
+		var handled []string
+		var mu sync.Mutex
+		r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
+			Brokers: kc.Seeds, Group: group, Topics: []string{topic},
+			Store:       inbox.StoreConfig{Schema: db.Schema},
+			OnCommitted: func(c inbox.Commit) { commits <- c },
+		}, func(_ context.Context, _ pgx.Tx, ev envelope.Event) error {
+			mu.Lock()
+			defer mu.Unlock()
+			handled = append(handled, ev.MessageID)
+			return nil
+		})
+		records := 0
+		for reached := false; !reached; {
+			select {
+			case c := <-commits:
+				records += c.Records
+				reached = c.Offset == end.Offset
+				require.LessOrEqual(t, c.Offset, end.Offset)
+			case <-time.After(30 * time.Second):
+				t.Fatalf("no offset commit reached the partition's end (%d) within 30s", end.Offset)
+			}
+		}
+		require.Equal(t, 5, records, "the commits cover the five committed records; markers count for none")
+		lag, err := inbox.GroupLag(ctx, kc.NewClient(t), group)
+		require.NoError(t, err)
+		l, ok := lag.Lag.Lookup(topic, 0)
+		require.True(t, ok)
+		require.NoError(t, l.Err)
+		require.EqualValues(t, 0, l.Lag, "the group's lag on a transactional partition it has consumed whole")
+		r.stop(t)
+		mu.Lock()
+		defer mu.Unlock()
+		var want []string
+		for _, ev := range append(first, second...) {
+			want = append(want, ev.MessageID)
+		}
+		require.Equal(t, want, handled, "the committed records, each once; no marker reached the handler")
+	})
 }

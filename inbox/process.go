@@ -26,15 +26,25 @@ import (
 // are done (committed to the inbox or dead-lettered), so that their offsets may be committed.
 func (w *partitionWorker) processChunk(recs []*kgo.Record) int {
 	size := w.c.cfg.BatchSize
-	for start := 0; start < len(recs); start += size {
+	for start := 0; start < len(recs); {
+		if recs[start].Attrs.IsControl() {
+			// A transaction's commit or abort marker: nothing to handle, and done at once;
+			// the offset commit steps over it.
+			start++
+			continue
+		}
 		if start > 0 && w.quitting() {
 			return start
 		}
-		end := min(start+size, len(recs))
+		end := start
+		for end < len(recs) && end-start < size && !recs[end].Attrs.IsControl() {
+			end++
+		}
 		w.track.begin(recs[start])
 		if n := w.pipeline(recs[start:end]); n < end-start {
 			return start + n
 		}
+		start = end
 	}
 	return len(recs)
 }

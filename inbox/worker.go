@@ -137,7 +137,7 @@ func (w *partitionWorker) run() {
 	// mode) per turn and commits offsets between them, as inbox/internal/pacing decides.
 	commits := pacing.NewCommits(w.c.cfg.CommitEvery, time.Now())
 	flush := func() {
-		if last, n := commits.Flush(time.Now()); n > 0 {
+		if last, n := commits.Flush(time.Now()); last != nil {
 			w.commit(last, n)
 		}
 	}
@@ -160,7 +160,7 @@ func (w *partitionWorker) run() {
 			w.release()
 			w.track.end()
 			if n > 0 {
-				commits.Done(recs[n-1], n)
+				commits.Done(recs[n-1], handled(recs[:n]))
 			}
 			if n < len(recs) {
 				return // abandoned while stopping
@@ -171,6 +171,17 @@ func (w *partitionWorker) run() {
 			}
 		}
 	}
+}
+
+// handled counts the records of recs that went through the inbox: all but transaction markers.
+func handled(recs []*kgo.Record) int {
+	n := 0
+	for _, r := range recs {
+		if !r.Attrs.IsControl() {
+			n++
+		}
+	}
+	return n
 }
 
 // idle reports that no record is buffered for the worker.
@@ -224,7 +235,9 @@ func (w *partitionWorker) release() {
 	}
 }
 
-// commit commits the offset after last, unless the partition was lost.
+// commit commits the offset after last, unless the partition was lost. n counts the records
+// it covers that went through the inbox; last may be a transaction's marker, which the commit
+// steps over (n = 0 when nothing else is covered).
 func (w *partitionWorker) commit(last *kgo.Record, n int) {
 	if w.noCommit.Load() {
 		return

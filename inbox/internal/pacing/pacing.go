@@ -45,29 +45,28 @@ func NewCommits(every int, now time.Time) *Commits {
 	return &Commits{every: every, committed: now}
 }
 
-// Done records that n more records are done, r the last of them. Only what the offset commit
-// needs of r is kept: the record itself would keep its whole fetched batch's bytes alive until
-// the next commit. n < 1 records nothing.
+// Done records that the partition is done up to r, and that n more records were handled on
+// the way. n may be 0: r is then a transaction's marker (a control record) that the commit
+// steps over, so that the group's committed offset reaches the end of the partition. Only what
+// the offset commit needs of r is kept: the record itself would keep its whole fetched batch's
+// bytes alive until the next commit.
 func (c *Commits) Done(r *kgo.Record, n int) {
-	if n < 1 {
-		return
-	}
 	c.last = &kgo.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, LeaderEpoch: r.LeaderEpoch}
-	c.pending += n
+	c.pending += max(n, 0)
 }
 
 // Due reports that the pending offsets are to be committed at now: every records are
 // pending, or CommitInterval has passed since the last commit. A worker whose buffer has run
 // dry commits too, whether due or not.
 func (c *Commits) Due(now time.Time) bool {
-	return c.pending >= c.every || now.Sub(c.committed) >= CommitInterval
+	return c.last != nil && (c.pending >= c.every || now.Sub(c.committed) >= CommitInterval)
 }
 
-// Flush returns the record whose offset to commit past and how many done records that commit
-// covers, and starts the next interval at now. n = 0 means nothing is pending (and the
-// interval goes on).
+// Flush returns the record whose offset to commit past and how many handled records that
+// commit covers, and starts the next interval at now. last = nil means the partition has not
+// moved since the last flush (and the interval goes on).
 func (c *Commits) Flush(now time.Time) (last *kgo.Record, n int) {
-	if c.pending == 0 {
+	if c.last == nil {
 		return nil, 0
 	}
 	last, n = c.last, c.pending

@@ -18,7 +18,8 @@ func TestTakeSize(t *testing.T) {
 }
 
 // TestCommitsAreDueAfterEveryRecordsOrTheInterval: the pending offsets are due once every
-// records are done or CommitInterval has passed since the last commit, on an injected clock.
+// records are done or CommitInterval has passed since the last commit, on an injected clock; a
+// partition that has not moved since is never due.
 func TestCommitsAreDueAfterEveryRecordsOrTheInterval(t *testing.T) {
 	t.Parallel()
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -41,9 +42,17 @@ func TestCommitsAreDueAfterEveryRecordsOrTheInterval(t *testing.T) {
 	require.Equal(t, 10, n)
 	require.Equal(t, &kgo.Record{Topic: "billing", Partition: 2, Offset: 9, LeaderEpoch: 3}, last,
 		"only what the offset commit needs is kept")
-	require.False(t, c.Due(at.Add(CommitInterval-time.Nanosecond)), "the flush started a new interval")
-	require.True(t, c.Due(at.Add(CommitInterval)))
+	require.False(t, c.Due(at.Add(CommitInterval)), "nothing moved since the flush")
 	last, n = c.Flush(at.Add(CommitInterval))
 	require.Nil(t, last)
 	require.Zero(t, n)
+
+	// A transaction marker moves the partition without a record to count: the commit steps
+	// over it.
+	c.Done(&kgo.Record{Topic: "billing", Partition: 2, Offset: 10, LeaderEpoch: 3}, 0)
+	require.False(t, c.Due(at.Add(CommitInterval-time.Nanosecond)), "the flush started a new interval")
+	require.True(t, c.Due(at.Add(CommitInterval)))
+	last, n = c.Flush(at.Add(CommitInterval))
+	require.Equal(t, &kgo.Record{Topic: "billing", Partition: 2, Offset: 10, LeaderEpoch: 3}, last)
+	require.Zero(t, n, "a marker is no record")
 }
