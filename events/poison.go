@@ -37,7 +37,7 @@ func (l *lane) isolate(ctx context.Context, batch []RecordedEvent, err error) er
 			continue
 		}
 		deliveries, last := 0, err
-		if e.GlobalPosition == failed {
+		if e.GlobalPosition == failed && !errors.Is(err, ErrReadModelFenced) {
 			deliveries = 1
 		}
 		for {
@@ -72,6 +72,13 @@ func (l *lane) isolate(ctx context.Context, batch []RecordedEvent, err error) er
 			}
 			if herr == nil {
 				break
+			}
+			if errors.Is(herr, ErrReadModelFenced) {
+				// The read model is being rebuilt: hold the event, uncounted, until it is live.
+				if err := backoff.Sleep(ctx, s.cfg.PollInterval); err != nil {
+					return err
+				}
+				continue
 			}
 			deliveries, last = deliveries+1, herr
 		}
