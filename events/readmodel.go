@@ -147,7 +147,9 @@ func (p waitPlan) withDefaults(timeout, poll time.Duration) waitPlan {
 // Eventual queries at once: the model is as fresh as its subscription happens to be.
 type Eventual struct{}
 
-func (Eventual) plan(context.Context, *ReadModels, ReadModel) (waitPlan, error) { return waitPlan{}, nil }
+func (Eventual) plan(context.Context, *ReadModels, ReadModel) (waitPlan, error) {
+	return waitPlan{}, nil
+}
 
 // Strong waits until the model's subscription has applied everything committed before the
 // query started: the head of the log (or of ReadModel.Category) is read at the query's start,
