@@ -287,6 +287,7 @@ const (
 	sqlShardReadAll = `SELECT ` + recordedColumns + `, b.bucket FROM {{schema}}.keiro_events e
     CROSS JOIN LATERAL (SELECT ` + shardBucketExpr + ` AS bucket FROM (SELECT e.stream_name, $6::bigint AS n) s) b
     WHERE e.global_position > $1 AND e.global_position <= $2 AND b.bucket = ANY($5::integer[])
+      AND $4::text = '' -- the category parameter of sqlShardReadCategory, typed so that both take the same arguments
     ORDER BY e.global_position LIMIT $3`
 	sqlShardReadCategory = `SELECT ` + recordedColumns + `, b.bucket FROM {{schema}}.keiro_events e
     CROSS JOIN LATERAL (SELECT ` + shardBucketExpr + ` AS bucket FROM (SELECT e.stream_name, $6::bigint AS n) s) b
