@@ -330,9 +330,12 @@ func check(m ReadModel, info ReadModelInfo, ok bool) error {
 // Consistency, else Eventual). It first checks m against the registry, in this order: no row
 // (*ReadModelUnregisteredError), another version or shape hash (*ReadModelStaleSchemaError),
 // a status other than live (*ReadModelNotLiveError); then it waits as c says
-// (*ReadModelWaitTimeoutError when the wait times out); then it runs fn. If the registry row
-// changes while fn runs (a rebuild starts), the result is not trusted: the checks run again and
-// fn with them. Query never writes the registry row.
+// (*ReadModelWaitTimeoutError when the wait times out); then it runs fn and reads the registry
+// row again in fn's transaction. If the row changed since it was checked (a rebuild started),
+// fn's result is not trusted: the checks run again on the new row, and fn with them. A rebuild
+// empties the table in the transaction that changes the row, and a reader of the table holds
+// off that TRUNCATE until it ends, so fn never returns what it read from an emptied table as a
+// live model's. Query never writes the registry row.
 func (r *ReadModels) Query(ctx context.Context, m ReadModel, c Consistency, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if fn == nil {
 		return fmt.Errorf("query read model %s: fn is nil", m.Name)
@@ -348,34 +351,31 @@ func (r *ReadModels) Query(ctx context.Context, m ReadModel, c Consistency, fn f
 		return err
 	}
 	for attempt := 1; ; attempt++ {
-		var changed bool
+		var after ReadModelInfo
+		var found bool
 		err := pgx.BeginTxFunc(ctx, r.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-			before, ok, err := r.lookup(ctx, tx, m.Name)
-			if err != nil {
-				return err
-			}
-			if err := check(m, before, ok); err != nil {
-				return err
-			}
 			if err := fn(ctx, tx); err != nil {
 				return err
 			}
-			after, ok, err := r.lookup(ctx, tx, m.Name)
-			if err != nil {
-				return err
-			}
-			if !ok || after.xmin != before.xmin {
-				changed = true
-				return check(m, after, ok)
-			}
-			return nil
+			var err error
+			after, found, err = r.lookup(ctx, tx, m.Name)
+			return err
 		})
-		if err != nil || !changed {
+		if err != nil {
+			return err
+		}
+		if found && after.xmin == info.xmin {
+			return nil // the row the checks passed on was there, unchanged, after fn ran
+		}
+		// The row changed since it was checked (a rebuild started, and perhaps ended): check
+		// the new row, and run fn again if it passes.
+		if err := check(m, after, found); err != nil {
 			return err
 		}
 		if attempt == maxQueryAttempts {
 			return fmt.Errorf("query read model %s: its registry row changed during each of %d attempts", m.Name, attempt)
 		}
+		info = after
 	}
 }
 

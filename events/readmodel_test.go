@@ -737,3 +737,35 @@ func TestReadModelSubscriptionHoldsWhileRebuilding(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, dead, "a fenced delivery is never dead-lettered")
 }
+
+// TestReadModelQueryNoticesRegistryChange: a query whose registry row changes while its
+// function runs does not return that run's result: a model no longer live is refused, and a
+// model live again (a whole rebuild in between) runs the function again.
+func TestReadModelQueryNoticesRegistryChange(t *testing.T) {
+	b := setupReadModel(t, true)
+	calls := 0
+	err := b.rms.Query(b.ctx, b.model, nil, func(ctx context.Context, tx pgx.Tx) error {
+		calls++
+		_, err := b.rms.SetStatus(ctx, b.model, events.StatusRebuilding)
+		return err
+	})
+	require.ErrorIs(t, err, events.ErrReadModelNotLive)
+	require.Equal(t, 1, calls)
+
+	_, err = b.rms.SetStatus(b.ctx, b.model, events.StatusLive)
+	require.NoError(t, err)
+	calls = 0
+	err = b.rms.Query(b.ctx, b.model, nil, func(ctx context.Context, tx pgx.Tx) error {
+		calls++
+		if calls == 1 {
+			if _, err := b.rms.StartRebuild(ctx, b.model, nil, 0); err != nil {
+				return err
+			}
+			_, err := b.rms.FinishRebuild(ctx, b.model, nil, 0)
+			return err
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, 2, calls, "the first run's result was read across a rebuild")
+}
