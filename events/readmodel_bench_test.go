@@ -140,7 +140,9 @@ func benchmarkReadModelWait(b *testing.B, mode string) {
 	mu.Unlock()
 	slices.Sort(lat)
 	slices.Sort(subLat)
-	q := func(l []time.Duration, f float64) float64 { return float64(l[min(n-1, int(f*float64(n)))].Microseconds()) / 1000 }
+	q := func(l []time.Duration, f float64) float64 {
+		return float64(l[min(n-1, int(f*float64(n)))].Microseconds()) / 1000
+	}
 	b.ReportMetric(q(lat, 0.50), "p50-ms")
 	b.ReportMetric(q(lat, 0.99), "p99-ms")
 	b.ReportMetric(float64(lat[n-1].Microseconds())/1000, "max-ms")
