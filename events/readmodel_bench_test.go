@@ -3,7 +3,9 @@ package events_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,7 +23,7 @@ import (
 // PositionWait on the append's position). The figure is the time from the append's commit to
 // the query's return, whose wait ended when the subscription (LISTEN on appends, applying the
 // projection with ReadModels.Handler in its checkpoint's transaction) committed past the event.
-// b.N is the number of events.
+// b.N is the number of events; KEIRO_BENCH_READMODEL_RATE sets another rate.
 func BenchmarkReadModelWait(b *testing.B) {
 	for _, mode := range []string{"strong", "position-wait"} {
 		b.Run(mode, func(b *testing.B) { benchmarkReadModelWait(b, mode) })
@@ -29,10 +31,15 @@ func BenchmarkReadModelWait(b *testing.B) {
 }
 
 func benchmarkReadModelWait(b *testing.B, mode string) {
-	const (
-		rate    = 1000
-		writers = 12
-	)
+	const writers = 12
+	rate := 1000
+	if v := os.Getenv("KEIRO_BENCH_READMODEL_RATE"); v != "" {
+		r, err := strconv.Atoi(v)
+		if err != nil || r < 1 {
+			b.Fatalf("KEIRO_BENCH_READMODEL_RATE=%q: want a positive number of events per second", v)
+		}
+		rate = r
+	}
 	db := testenv.NewDBWith(b, testenv.DBConfig{MaxConns: writers + 4})
 	ctx := context.Background()
 	s := newStore(b, db)
@@ -92,7 +99,7 @@ func benchmarkReadModelWait(b *testing.B, mode string) {
 				if i >= n {
 					return
 				}
-				if d := time.Until(start.Add(time.Duration(i) * time.Second / rate)); d > 0 {
+				if d := time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(rate))); d > 0 {
 					time.Sleep(d)
 				}
 				var pos int64
