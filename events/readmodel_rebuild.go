@@ -219,6 +219,54 @@ func (r *ReadModels) FinishRebuild(ctx context.Context, m ReadModel, projections
 	return info, nil
 }
 
+// Rebuild runs the whole offline rebuild of m from replayFrom: StartRebuild, a replay of the
+// log (of m.Category, when set) up to its head through every projection with ApplyUnfencedTx,
+// a page of events per transaction, then FinishRebuild. Live subscriptions applying the
+// projections with Handler hold their events meanwhile; after the promotion they go on from
+// replayFrom and find the replayed events already applied, and apply what committed after the
+// replay read the head. If the replay fails the model stays rebuilding and the error is
+// returned: run Rebuild again, or AbandonRebuild.
+func (r *ReadModels) Rebuild(ctx context.Context, m ReadModel, projections []AsyncProjection, replayFrom int64) (ReadModelInfo, error) {
+	names := make([]string, len(projections))
+	for i, p := range projections {
+		if err := p.validate(); err != nil {
+			return ReadModelInfo{}, fmt.Errorf("rebuild read model %s: projection %d: %w", m.Name, i, err)
+		}
+		names[i] = p.Name
+	}
+	if _, err := r.StartRebuild(ctx, m, names, replayFrom); err != nil {
+		return ReadModelInfo{}, err
+	}
+	head, err := r.head(ctx, m.Category)
+	if err != nil {
+		return ReadModelInfo{}, fmt.Errorf("rebuild read model %s: %w", m.Name, err)
+	}
+	for from := replayFrom; from < head; {
+		err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+			n := 0
+			for e, err := range r.store.readLogPage(ctx, tx, from, head, m.Category, r.store.cfg.PageSize) {
+				if err != nil {
+					return err
+				}
+				for _, p := range projections {
+					if _, err := r.ApplyUnfencedTx(ctx, tx, p, e); err != nil {
+						return err
+					}
+				}
+				from, n = e.GlobalPosition, n+1
+			}
+			if n < r.store.cfg.PageSize {
+				from = head
+			}
+			return nil
+		})
+		if err != nil {
+			return ReadModelInfo{}, fmt.Errorf("rebuild read model %s: replay after position %d (the model stays rebuilding): %w", m.Name, from, err)
+		}
+	}
+	return r.FinishRebuild(ctx, m, names, replayFrom)
+}
+
 // AbandonRebuild sets m to abandoned: queries stay refused (rather than reading a partial
 // table) and live appliers fenced until a new StartRebuild and FinishRebuild.
 func (r *ReadModels) AbandonRebuild(ctx context.Context, m ReadModel) (ReadModelInfo, error) {

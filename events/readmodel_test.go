@@ -769,3 +769,42 @@ func TestReadModelQueryNoticesRegistryChange(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, calls, "the first run's result was read across a rebuild")
 }
+
+// TestReadModelRebuildInOneCall: ReadModels.Rebuild replays the log into an emptied model
+// while a live subscription holds, promotes it, and the subscription then finds the replayed
+// events applied; a replay that fails leaves the model rebuilding.
+func TestReadModelRebuildInOneCall(t *testing.T) {
+	b := setupReadModel(t, true)
+	for _, n := range []int{1, 2, 3} {
+		b.run(t, "counter-one-call", n)
+	}
+	b.run(t, "other-1", 50) // another category: the model follows "counter" only
+	b.model.Category = "counter"
+	prog := new(testenv.Progress)
+	sub, err := events.NewSubscription(b.store, b.db.Pool, events.SubscriptionConfig{Name: b.model.Subscription,
+		Category: "counter", PollInterval: 5 * time.Millisecond, AfterCommit: prog.Set,
+		Retry: events.RetryPolicy{MaxDeliveries: 1}}, b.rms.Handler(b.async))
+	require.NoError(t, err)
+	_, errc := runSub(t, sub)
+	prog.Wait(t, head(t, b.store, b.db), time.Minute, errc)
+	_, err = b.db.Pool.Exec(b.ctx, `UPDATE counter_read_model SET amount = 1000`) // damage it
+	require.NoError(t, err)
+
+	info, err := b.rms.Rebuild(b.ctx, b.model, []events.AsyncProjection{b.async}, 0)
+	require.NoError(t, err)
+	require.Equal(t, events.StatusLive, info.Status)
+	require.Equal(t, int64(3), b.dedupRows(t, b.async.Name))
+	b.run(t, "counter-one-call", 4)
+	n, err := b.amount("async-idempotent", events.Strong{Timeout: time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, int64(10), n, "1+2+3 replayed once, 4 applied live")
+
+	failing := b.async
+	failing.Apply = func(context.Context, pgx.Tx, events.RecordedEvent) error { return errors.New("boom") }
+	_, err = b.rms.Rebuild(b.ctx, b.model, []events.AsyncProjection{failing}, 0)
+	require.ErrorContains(t, err, "boom")
+	_, err = b.amount("async-idempotent", nil)
+	var notLive *events.ReadModelNotLiveError
+	require.ErrorAs(t, err, &notLive)
+	require.Equal(t, events.StatusRebuilding, notLive.Status)
+}
