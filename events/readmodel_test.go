@@ -246,6 +246,14 @@ func TestReadModelProgressIsMinimumOverBuckets(t *testing.T) {
 	n, err := b.amountOf(sharded, "async-idempotent", events.Strong{Timeout: time.Minute})
 	require.NoError(t, err)
 	require.Equal(t, int64(4), n)
+
+	// StartRebuild rewinds every bucket.
+	_, err = b.rms.StartRebuild(b.ctx, sharded, []string{b.async.Name}, 0)
+	require.NoError(t, err)
+	var moved int
+	require.NoError(t, b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM keiro_subscription_shards
+        WHERE subscription_name = 'counter-sharded' AND checkpoint <> 0`).Scan(&moved))
+	require.Zero(t, moved)
 }
 
 // TestReadModelStrongEmptyLog: keiro "Strong returns immediately on an empty log".
