@@ -57,6 +57,20 @@
 // worker's buckets move when its leases expire. Per-stream order, exactly-once database
 // effects and the late-commit guard hold in every bucket.
 //
+// # Read models
+//
+// [ReadModels] is keiro's read-model registry (migration 017_read_models.sql): a [ReadModel] is
+// registered at startup ([ReadModels.Register]: a live row if none exists, an existing row never
+// overwritten) and queried with [ReadModels.Query] under a [Consistency]: [Eventual], [Strong]
+// (the subscription has applied everything committed before the query started), [CategoryHead]
+// or [PositionWait] (read your writes). A query is refused if the model is unregistered, its
+// version or shape hash differs from the registry's, or it is not live, and a wait that times out
+// returns a *[ReadModelWaitTimeoutError]. An [AsyncProjection] applied with [ReadModels.ApplyTx]
+// (or as a subscription's [ReadModels.Handler]) runs at most once per event id and is fenced
+// while its model is rebuilding; [ReadModels.StartRebuild] and [ReadModels.FinishRebuild] take a
+// model offline, empty it and promote it again, refusing to promote a rebuild that applied
+// nothing. docs/architecture.md, "Read models", has the state machine.
+//
 // # Routers, process managers and timers
 //
 // A [Router] turns an input (a private event from a subscription, an integration event from
@@ -84,5 +98,6 @@
 // outbox.ErrIdentityConflict.
 //
 // All SQL addresses tables through the configured schema (migrations 003_events.sql,
-// 006_events.sql and 010_timers.sql), never search_path.
+// 006_events.sql, 010_timers.sql, 013_subscription_shards.sql and 017_read_models.sql), never
+// search_path; a read model's own table is the application's, named by ReadModel.QualifiedTable.
 package events

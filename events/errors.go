@@ -86,3 +86,125 @@ func (e *RejectedError) Is(target error) bool { return target == ErrCommandRejec
 
 // Unwrap returns Decide's error.
 func (e *RejectedError) Unwrap() error { return e.Err }
+
+// ErrReadModelUnregistered reports a query of a read model that has no registry row: register
+// it at startup with ReadModels.Register (queries never register). The concrete error is
+// *ReadModelUnregisteredError.
+var ErrReadModelUnregistered = errors.New("read model not registered")
+
+// ErrReadModelStaleSchema reports a query whose read model definition (version or shape hash)
+// differs from the registered one: rebuild the model (ReadModels.StartRebuild) to move the
+// registry to the new definition. The concrete error is *ReadModelStaleSchemaError.
+var ErrReadModelStaleSchema = errors.New("read model schema is stale")
+
+// ErrReadModelNotLive reports a query of a read model whose status is not live (rebuilding,
+// paused, abandoned or a status this version does not know). The concrete error is
+// *ReadModelNotLiveError.
+var ErrReadModelNotLive = errors.New("read model not live")
+
+// ErrReadModelWaitTimeout reports a query whose consistency wait ended before the read
+// model's subscription reached the target. The concrete error is *ReadModelWaitTimeoutError.
+var ErrReadModelWaitTimeout = errors.New("read model wait timed out")
+
+// ErrRebuildProducedNoApplies reports a FinishRebuild refused because the replay applied no
+// event although the log holds events after the replay position: the model stays offline
+// rather than going live empty. The concrete error is *RebuildProducedNoAppliesError.
+var ErrRebuildProducedNoApplies = errors.New("rebuild applied no events")
+
+// ErrReadModelFenced is the error of a ReadModels.Handler delivery whose read model is not
+// live (a rebuild is in progress): nothing was written and the checkpoint did not move. A
+// subscription holds the event and delivers it again, without counting the delivery, until
+// the model is live.
+var ErrReadModelFenced = errors.New("read model fenced: not live")
+
+// ReadModelUnregisteredError is the error of a query of an unregistered read model.
+type ReadModelUnregisteredError struct {
+	// Name is the read model's name.
+	Name string
+}
+
+// Error implements error.
+func (e *ReadModelUnregisteredError) Error() string {
+	return fmt.Sprintf("read model %s is not registered: call ReadModels.Register at startup", e.Name)
+}
+
+// Is reports whether target is ErrReadModelUnregistered.
+func (e *ReadModelUnregisteredError) Is(target error) bool { return target == ErrReadModelUnregistered }
+
+// ReadModelStaleSchemaError is the error of a query whose definition differs from the
+// registered schema identity.
+type ReadModelStaleSchemaError struct {
+	// Name is the read model's name.
+	Name string
+	// ExpectedVersion and FoundVersion are the definition's and the registry's versions.
+	ExpectedVersion, FoundVersion int64
+	// ExpectedShapeHash and FoundShapeHash are the definition's and the registry's shape hashes.
+	ExpectedShapeHash, FoundShapeHash string
+}
+
+// Error implements error.
+func (e *ReadModelStaleSchemaError) Error() string {
+	return fmt.Sprintf("read model %s: definition is version %d, shape %q; registry has version %d, shape %q: rebuild the model",
+		e.Name, e.ExpectedVersion, e.ExpectedShapeHash, e.FoundVersion, e.FoundShapeHash)
+}
+
+// Is reports whether target is ErrReadModelStaleSchema.
+func (e *ReadModelStaleSchemaError) Is(target error) bool { return target == ErrReadModelStaleSchema }
+
+// ReadModelNotLiveError is the error of a query of a read model that is not live.
+type ReadModelNotLiveError struct {
+	// Name is the read model's name.
+	Name string
+	// Status is the registry's status, as stored (an unknown status keeps its raw text).
+	Status ReadModelStatus
+}
+
+// Error implements error.
+func (e *ReadModelNotLiveError) Error() string {
+	if !e.Status.Known() {
+		return fmt.Sprintf("read model %s is not live: unknown status %q", e.Name, string(e.Status))
+	}
+	return fmt.Sprintf("read model %s is not live: %s", e.Name, e.Status)
+}
+
+// Is reports whether target is ErrReadModelNotLive.
+func (e *ReadModelNotLiveError) Is(target error) bool { return target == ErrReadModelNotLive }
+
+// ReadModelWaitTimeoutError is the error of a consistency wait that timed out.
+type ReadModelWaitTimeoutError struct {
+	// Name is the read model's name.
+	Name string
+	// Target is the global position waited for.
+	Target int64
+	// LastObserved is the subscription's progress when the wait gave up.
+	LastObserved int64
+}
+
+// Error implements error.
+func (e *ReadModelWaitTimeoutError) Error() string {
+	return fmt.Sprintf("read model %s: subscription did not reach position %d in time (last observed %d)",
+		e.Name, e.Target, e.LastObserved)
+}
+
+// Is reports whether target is ErrReadModelWaitTimeout.
+func (e *ReadModelWaitTimeoutError) Is(target error) bool { return target == ErrReadModelWaitTimeout }
+
+// RebuildProducedNoAppliesError is the error of a FinishRebuild refused by the zero-apply
+// guard.
+type RebuildProducedNoAppliesError struct {
+	// Name is the read model's name.
+	Name string
+	// Head is the log's head when the guard ran.
+	Head int64
+}
+
+// Error implements error.
+func (e *RebuildProducedNoAppliesError) Error() string {
+	return fmt.Sprintf("rebuild of read model %s applied no events although the log reaches position %d: "+
+		"the model stays rebuilding; replay with ApplyUnfencedTx, or AbandonRebuild", e.Name, e.Head)
+}
+
+// Is reports whether target is ErrRebuildProducedNoApplies.
+func (e *RebuildProducedNoAppliesError) Is(target error) bool {
+	return target == ErrRebuildProducedNoApplies
+}

@@ -36,8 +36,8 @@ func (l *lane) isolate(ctx context.Context, batch []RecordedEvent, err error) er
 		if e.GlobalPosition <= l.cp {
 			continue
 		}
-		deliveries, last := 0, err
-		if e.GlobalPosition == failed {
+		deliveries, last, held := 0, err, false
+		if e.GlobalPosition == failed && !errors.Is(err, ErrReadModelFenced) {
 			deliveries = 1
 		}
 		for {
@@ -72,6 +72,18 @@ func (l *lane) isolate(ctx context.Context, batch []RecordedEvent, err error) er
 			}
 			if herr == nil {
 				break
+			}
+			if errors.Is(herr, ErrReadModelFenced) {
+				// The read model is being rebuilt: hold the event, uncounted, until it is live.
+				if !held {
+					held = true
+					s.cfg.Logger.InfoContext(ctx, "keiro: subscription holds an event until its read model is live again",
+						"subscription", s.cfg.Name, "position", e.GlobalPosition, "error", herr)
+				}
+				if err := backoff.Sleep(ctx, s.cfg.PollInterval); err != nil {
+					return err
+				}
+				continue
 			}
 			deliveries, last = deliveries+1, herr
 		}

@@ -90,6 +90,7 @@ func (w *shardWorker) newLane(bucket int, cp int64) *shardLane {
 	l.after = func(next int64) {
 		l.at = max(l.at, next)
 		w.positionChanged()
+		w.s.sub.store.progressed()
 		if w.s.cfg.AfterCommit != nil {
 			w.s.cfg.AfterCommit(bucket, next)
 		}

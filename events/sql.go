@@ -287,6 +287,7 @@ const (
 	sqlShardReadAll = `SELECT ` + recordedColumns + `, b.bucket FROM {{schema}}.keiro_events e
     CROSS JOIN LATERAL (SELECT ` + shardBucketExpr + ` AS bucket FROM (SELECT e.stream_name, $6::bigint AS n) s) b
     WHERE e.global_position > $1 AND e.global_position <= $2 AND b.bucket = ANY($5::integer[])
+      AND $4::text = '' -- the category parameter of sqlShardReadCategory, typed so that both take the same arguments
     ORDER BY e.global_position LIMIT $3`
 	sqlShardReadCategory = `SELECT ` + recordedColumns + `, b.bucket FROM {{schema}}.keiro_events e
     CROSS JOIN LATERAL (SELECT ` + shardBucketExpr + ` AS bucket FROM (SELECT e.stream_name, $6::bigint AS n) s) b
@@ -429,6 +430,76 @@ const (
     FROM {{schema}}.keiro_timers WHERE status IN ('scheduled', 'firing')`
 )
 
+// Read models (readmodel.go, migration 017_read_models.sql).
+const (
+	// sqlReadModelRegister inserts a live registry row unless one exists, and returns the row
+	// it inserted; an existing row is neither returned (the statement's snapshot may predate a
+	// concurrent registration) nor written: the caller reads it with sqlReadModelLookup.
+	sqlReadModelRegister = `INSERT INTO {{schema}}.keiro_read_models (name, version, shape_hash, status, last_built_at)
+    VALUES ($1, $2, $3, 'live', now())
+    ON CONFLICT (name) DO NOTHING
+    RETURNING name, version, shape_hash, status, last_built_at, updated_at, xmin::text`
+	// sqlReadModelLookup reads a registry row without locking or writing it; xmin identifies
+	// the row version, so a query can tell whether the row changed while it ran.
+	sqlReadModelLookup = `SELECT name, version, shape_hash, status, last_built_at, updated_at, xmin::text
+    FROM {{schema}}.keiro_read_models WHERE name = $1`
+	// sqlReadModelTransition sets a model's schema identity and status, creating the row if
+	// needed; last_built_at moves only on a transition to live.
+	sqlReadModelTransition = `INSERT INTO {{schema}}.keiro_read_models AS m (name, version, shape_hash, status, last_built_at)
+    VALUES ($1, $2, $3, $4, CASE WHEN $4 = 'live' THEN now() END)
+    ON CONFLICT (name) DO UPDATE SET version = excluded.version, shape_hash = excluded.shape_hash,
+        status = excluded.status,
+        last_built_at = CASE WHEN excluded.status = 'live' THEN now() ELSE m.last_built_at END,
+        updated_at = now()
+    RETURNING name, version, shape_hash, status, last_built_at, updated_at, xmin::text`
+	// sqlReadModelFence reads a model's status under a share lock held to the end of the
+	// applier's transaction: a rebuild's status change waits for it, and it waits for a rebuild
+	// in progress.
+	sqlReadModelFence = `SELECT status FROM {{schema}}.keiro_read_models WHERE name = $1 FOR SHARE`
+	// sqlProjectionDedupInsert records that projection $1 applied key $2; no row: it already had.
+	sqlProjectionDedupInsert = `INSERT INTO {{schema}}.keiro_projection_dedup (projection_name, event_id)
+    VALUES ($1, $2) ON CONFLICT (projection_name, event_id) DO NOTHING`
+	sqlProjectionDedupDelete = `DELETE FROM {{schema}}.keiro_projection_dedup WHERE projection_name = ANY($1)`
+	sqlProjectionDedupCount  = `SELECT count(*) FROM {{schema}}.keiro_projection_dedup WHERE projection_name = ANY($1)`
+	sqlProjectionDedupPrune  = `DELETE FROM {{schema}}.keiro_projection_dedup WHERE applied_at < $1`
+	// sqlCategoryHead reads the newest global position of category $1 (0 if none), on the
+	// (category, global_position) index.
+	sqlCategoryHead = `SELECT coalesce(max(global_position), 0) FROM {{schema}}.keiro_events WHERE category = $1`
+	// sqlSubscriptionProgress reads how far subscription $1 has applied the log: its checkpoint,
+	// or for a sharded subscription the minimum over its buckets (0 when it has no row yet), and
+	// how many buckets still have an event of theirs (of category $3, '' for all) at or below
+	// target $2 after their checkpoint. A bucket's checkpoint moves only when the bucket has
+	// events, so a quiet bucket below the target does not hold a wait back.
+	sqlSubscriptionProgress = `WITH shards AS (
+    SELECT bucket, shard_count, checkpoint FROM {{schema}}.keiro_subscription_shards WHERE subscription_name = $1
+)
+SELECT
+    coalesce((SELECT min(checkpoint) FROM shards),
+             (SELECT position FROM {{schema}}.keiro_subscriptions WHERE name = $1), 0),
+    EXISTS (SELECT 1 FROM shards),
+    (SELECT count(*) FROM shards s WHERE s.checkpoint < $2 AND EXISTS (
+        SELECT 1 FROM {{schema}}.keiro_events e
+        WHERE e.global_position > s.checkpoint AND e.global_position <= $2
+          AND ($3 = '' OR e.category = $3)
+          AND (((hashtextextended(e.stream_name, 0) % s.shard_count) + s.shard_count) % s.shard_count) = s.bucket))`
+	// sqlSubscriptionRewind moves subscription $1's checkpoint, or every bucket's of a sharded
+	// one (locked in bucket order, as the workers do), to $2, and wakes the running instances
+	// (the NOTIFYs are delivered at commit).
+	sqlSubscriptionRewind = `WITH plain AS (
+    UPDATE {{schema}}.keiro_subscriptions SET position = $2, rebuilt_at = now(), updated_at = now()
+    WHERE name = $1
+    RETURNING 1
+), shards AS (
+    UPDATE {{schema}}.keiro_subscription_shards AS s SET checkpoint = $2, updated_at = now()
+    WHERE (s.subscription_name, s.bucket) IN (
+        SELECT subscription_name, bucket FROM {{schema}}.keiro_subscription_shards
+        WHERE subscription_name = $1 ORDER BY bucket FOR UPDATE)
+    RETURNING 1
+)
+SELECT pg_notify('{{channel}}', ''), pg_notify('{{channel}}', 'keiro.shards:' || $1)
+FROM (SELECT (SELECT count(*) FROM plain) + (SELECT count(*) FROM shards) AS n) x`
+)
+
 // queries holds the statements with the schema substituted.
 type queries struct {
 	streamAny, streamNoStream, streamExists, streamExact string
@@ -452,6 +523,9 @@ type queries struct {
 	shardNotify, shardLock, shardSave, shardReset        string
 	shardOwnership, shardHorizon                         string
 	shardReadAll, shardReadCategory                      string
+	rmRegister, rmLookup, rmTransition, rmFence          string
+	dedupInsert, dedupDelete, dedupCount, dedupPrune     string
+	categoryHead, subProgress, subRewind                 string
 }
 
 func newQueries(schema, channel string) queries {
@@ -526,5 +600,16 @@ func newQueries(schema, channel string) queries {
 		shardHorizon:       r(sqlShardHorizon),
 		shardReadAll:       r(sqlShardReadAll),
 		shardReadCategory:  r(sqlShardReadCategory),
+		rmRegister:         r(sqlReadModelRegister),
+		rmLookup:           r(sqlReadModelLookup),
+		rmTransition:       r(sqlReadModelTransition),
+		rmFence:            r(sqlReadModelFence),
+		dedupInsert:        r(sqlProjectionDedupInsert),
+		dedupDelete:        r(sqlProjectionDedupDelete),
+		dedupCount:         r(sqlProjectionDedupCount),
+		dedupPrune:         r(sqlProjectionDedupPrune),
+		categoryHead:       r(sqlCategoryHead),
+		subProgress:        r(sqlSubscriptionProgress),
+		subRewind:          r(sqlSubscriptionRewind),
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -99,6 +100,32 @@ type Store struct {
 	metrics *metrics
 
 	notifyPending, notifyRunning atomic.Bool
+
+	// progressMu guards progressCh, which is closed (and replaced) whenever a subscription of
+	// this Store commits a checkpoint: read-model waits in this process wake on it.
+	progressMu sync.Mutex
+	progressCh chan struct{}
+}
+
+// progressed wakes the read-model waits blocked on progressSignal.
+func (s *Store) progressed() {
+	s.progressMu.Lock()
+	if s.progressCh != nil {
+		close(s.progressCh)
+		s.progressCh = nil
+	}
+	s.progressMu.Unlock()
+}
+
+// progressSignal returns a channel closed at the next checkpoint commit of a subscription of
+// this Store.
+func (s *Store) progressSignal() <-chan struct{} {
+	s.progressMu.Lock()
+	defer s.progressMu.Unlock()
+	if s.progressCh == nil {
+		s.progressCh = make(chan struct{})
+	}
+	return s.progressCh
 }
 
 // NewStore returns a Store for cfg, reporting every configuration problem at once.

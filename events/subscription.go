@@ -334,6 +334,7 @@ func newWorker(s *Subscription, conn *pgx.Conn) *worker {
 	w := &worker{lane: lane{s: s, conn: conn, row: subscriptionRow{s}}}
 	w.after = func(next int64) {
 		s.position.Store(next)
+		s.store.progressed()
 		if s.cfg.AfterCommit != nil {
 			s.cfg.AfterCommit(next)
 		}

@@ -194,6 +194,9 @@ const (
 	// MetricProjectionLag names a gauge in {event}: log head minus a subscription's checkpoint;
 	// attribute keiro.subscription.name.
 	MetricProjectionLag = "keiro.projection.lag"
+	// MetricProjectionWaitTimeouts names a counter in {wait}: read-model consistency waits that
+	// timed out before the subscription reached the target; attribute keiro.subscription.name.
+	MetricProjectionWaitTimeouts = "keiro.projection.wait.timeouts"
 	// MetricOutboxIdentityConflict names a counter in {event}: integration-producer enqueues
 	// whose deterministic message id was stored with different content.
 	MetricOutboxIdentityConflict = "keiro.outbox.identity.conflict"
@@ -333,6 +336,8 @@ var MetricNames = []Metric{
 		Description: "Just-appended event batches that did not replay to the decided state; no snapshot was written, and the next hydration sees what the log holds."},
 	{Name: MetricProjectionLag, Kind: Gauge, Unit: "{event}", Attributes: []attribute.Key{SubscriptionNameKey},
 		Description: "Events between the log's head and the subscription's checkpoint."},
+	{Name: MetricProjectionWaitTimeouts, Kind: Counter, Unit: "{wait}", Attributes: []attribute.Key{SubscriptionNameKey},
+		Description: "Read-model consistency waits that timed out before the subscription reached the target."},
 	{Name: MetricOutboxIdentityConflict, Kind: Counter, Unit: "{event}",
 		Description: "Producer enqueues whose deterministic message id was already stored with different content."},
 	{Name: MetricDispatchPoison, Kind: Counter, Unit: "{input}",
