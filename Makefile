@@ -120,8 +120,8 @@ alerts-check: ## Check and unit-test the Prometheus alert rules with promtool (D
 	promtool test rules deploy/prometheus/alerts_test.yml
 
 .PHONY: deploy-check
-deploy-check: ## Decode every Kubernetes manifest strictly into the API types (separate module).
-	cd deploy/kubernetes/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
+deploy-check: ## Decode every Kubernetes manifest strictly into the API types, then submit every object to a real kube-apiserver (etcd, server-side dry run, strict fields; the server is built once per machine) (separate module).
+	cd deploy/kubernetes/validate && $(GO) vet ./... && $(GO) run ./internal/apiserver/cmd/build >/dev/null && $(GO) test -count=1 -timeout 15m ./...
 
 .PHONY: compose-check
 compose-check: ## Validate docker-compose.yml and the Dockerfile, and run its relay and consumer on a real Kafka (no engine needed; a module of its own).
