@@ -151,11 +151,15 @@ func buildUnstructured(t *testing.T, dir string) []*unstructured.Unstructured {
 	}
 	var nss, objs []*unstructured.Unstructured
 	for _, r := range rm.Resources() {
-		m, err := r.Map()
+		// Through JSON, so that numbers are int64 as in any object the client decodes.
+		data, err := r.MarshalJSON()
 		if err != nil {
 			t.Fatal(err)
 		}
-		u := &unstructured.Unstructured{Object: m}
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(data); err != nil {
+			t.Fatalf("built %s: %v", r.CurId(), err)
+		}
 		if u.GetKind() == "Namespace" {
 			nss = append(nss, u)
 		} else {
@@ -212,10 +216,12 @@ func TestAPIServerAcceptsAndRejects(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// container returns the first container of a Deployment's pod template.
+	// container returns the first container of a Deployment's pod template, itself and not a
+	// copy (unstructured's Nested* getters copy).
 	container := func(t *testing.T, o map[string]any) map[string]any {
 		t.Helper()
-		cs, _, _ := unstructured.NestedSlice(o, "spec", "template", "spec", "containers")
+		podSpec := o["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+		cs, _ := podSpec["containers"].([]any)
 		if len(cs) == 0 {
 			t.Fatal("no containers")
 		}
@@ -255,7 +261,7 @@ func TestAPIServerAcceptsAndRejects(t *testing.T) {
 				delete(o["spec"].(map[string]any), "minAvailable")
 				set(t, o, "150%", "spec", "maxUnavailable")
 			},
-			want: []string{"spec.maxUnavailable", "must be no more than 100%"},
+			want: []string{"spec.maxUnavailable", "must not be greater than 100%"},
 		},
 		{
 			name:   "service port out of range",
@@ -269,7 +275,7 @@ func TestAPIServerAcceptsAndRejects(t *testing.T) {
 		},
 		{
 			name:   "unknown field in a ServiceMonitor (the CRD's schema)",
-			object: "ServiceMonitor/keiro",
+			object: "ServiceMonitor/keiro-relay",
 			mutate: func(t *testing.T, o map[string]any) {
 				spec := o["spec"].(map[string]any)
 				spec["endpoint"] = spec["endpoints"]
@@ -299,6 +305,7 @@ func TestAPIServerAcceptsAndRejects(t *testing.T) {
 			if !apierrors.IsInvalid(err) && !apierrors.IsBadRequest(err) {
 				t.Errorf("rejected, but not as invalid: %v", err)
 			}
+			t.Logf("rejected: %v", err)
 			for _, w := range m.want {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("the server's message does not mention %q: %v", w, err)
