@@ -68,6 +68,11 @@ func setupDryRun(t *testing.T) *dryRunBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if v, err := disco.ServerVersion(); err != nil {
+		t.Fatalf("read the server's version: %v", err)
+	} else if v.GitVersion != apiserver.Version {
+		t.Fatalf("the server reports version %s, want %s", v.GitVersion, apiserver.Version)
+	}
 	cached := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
 	b.mapper = cached
 

@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 )
 
@@ -40,6 +42,19 @@ const BinaryEnv = "KEIRO_KUBE_APISERVER_BINARY"
 
 // mainPackage is the command Build compiles.
 const mainPackage = "k8s.io/kubernetes/cmd/kube-apiserver"
+
+// buildArgs are the arguments of go build before the package: a reproducible static binary
+// stamped with its release as Kubernetes' own build stamps it (so /version reports Version, and
+// the binary's version is Version rather than "v0.0.0-master").
+var buildArgs = []string{
+	"-trimpath",
+	"-ldflags=-s -w" +
+		" -X k8s.io/component-base/version.gitVersion=" + Version +
+		" -X k8s.io/component-base/version.gitMajor=1" +
+		" -X k8s.io/component-base/version.gitMinor=" + strings.Split(Version, ".")[1] +
+		" -X k8s.io/component-base/version.gitTreeState=clean" +
+		" -X k8s.io/client-go/pkg/version.gitVersion=" + Version,
+}
 
 // CacheDir returns the directory that holds the build of Version: $KEIRO_KUBE_APISERVER_CACHE/<version>,
 // else the user's cache directory (~/.cache/keiro-go/kube-apiserver-<version>).
@@ -105,7 +120,7 @@ func Build(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("write the kube-apiserver build module: %w", err)
 	}
 	tmp := bin + ".new"
-	cmd := exec.CommandContext(ctx, goTool, "build", "-trimpath", "-o", tmp, mainPackage)
+	cmd := exec.CommandContext(ctx, goTool, slices.Concat([]string{"build"}, buildArgs, []string{"-o", tmp, mainPackage})...)
 	cmd.Dir = src
 	// A static binary from exactly the pinned module graph, whatever the caller's settings.
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=readonly", "GOWORK=off")
@@ -123,12 +138,14 @@ func Build(ctx context.Context) (string, error) {
 	return bin, nil
 }
 
-// moduleHash identifies the build module's content: a cached binary built from other module
-// files is rebuilt.
+// moduleHash identifies the build module's content and the build's arguments: a cached binary
+// built from other module files or with other flags is rebuilt.
 func moduleHash() string {
 	h := sha256.New()
 	h.Write(goMod)
 	h.Write([]byte{0})
 	h.Write(goSum)
+	h.Write([]byte{0})
+	h.Write([]byte(strings.Join(buildArgs, "\x00")))
 	return hex.EncodeToString(h.Sum(nil))
 }
