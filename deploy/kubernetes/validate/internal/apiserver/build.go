@@ -71,8 +71,8 @@ func CacheDir() (string, error) {
 
 // Build returns the path of a kube-apiserver binary: KEIRO_KUBE_APISERVER_BINARY when set, else
 // the one built once per machine from the pinned module (a cold build downloads the modules and
-// compiles about 2,000 packages: ten minutes or more on two busy cores; afterwards it returns at
-// once). Concurrent callers, in this process or others, wait for one build; a build whose module
+// compiles every package of kube-apiserver: about eleven minutes on two busy cores; afterwards
+// it returns at once). Concurrent callers, in this process or others, wait for one build; a build whose module
 // files changed since is redone.
 func Build(ctx context.Context) (string, error) {
 	if bin := os.Getenv(BinaryEnv); bin != "" {

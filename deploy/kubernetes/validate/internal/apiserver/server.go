@@ -79,7 +79,7 @@ func Start(ctx context.Context, bin, dir string) (*Server, error) {
 		"--initial-cluster-state=new",
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w (etcd from %s)", err, etcdBin)
+		return nil, fmt.Errorf("%w: install Debian's etcd-server package, or set %s to an etcd binary", err, EtcdEnv)
 	}
 	s.apiserver, err = startProcess(bin, []string{
 		"--etcd-servers=" + clientURL,
