@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -38,7 +39,8 @@ type dryRunBundle struct {
 }
 
 // setupDryRun builds kube-apiserver once per machine (see apiserver.Build), starts it with
-// etcd, installs the CRDs and creates the namespaces the kustomizations deploy into.
+// etcd, installs the CRDs and creates the namespaces the kustomizations deploy into (so any
+// subtest runs alone).
 func setupDryRun(t *testing.T) *dryRunBundle {
 	t.Helper()
 	ctx := t.Context()
@@ -92,6 +94,18 @@ func setupDryRun(t *testing.T) *dryRunBundle {
 		waitEstablished(t, b.dyn.Resource(crdGVR), crd.GetName())
 	}
 	cached.Reset()
+
+	// The namespaces the kustomizations deploy into, for real: objects in them need them.
+	for _, dir := range kustomizations {
+		for _, o := range buildUnstructured(t, dir) {
+			if o.GetKind() != "Namespace" {
+				continue
+			}
+			if _, err := b.dryRun(ctx, o); err != nil {
+				t.Fatalf("create %s: %v", objectName(o), err)
+			}
+		}
+	}
 	return b
 }
 
@@ -180,7 +194,7 @@ func objectName(u *unstructured.Unstructured) string {
 
 // TestAPIServerAcceptsAndRejects submits every object of every kustomization to a real
 // kube-apiserver (server-side dry run, strict field validation) and expects each to be
-// accepted without a warning; then submits real mistakes made to the example overlay's objects
+// accepted without a warning (and a deprecated field to draw one); then submits real mistakes made to the example overlay's objects
 // and expects each to be rejected with the field named. The API server's validation is the
 // one a cluster applies: what the strict decoder cannot see (label selectors, name lengths,
 // ranges, immutable combinations, the CRDs' OpenAPI schemas) is judged here.
@@ -206,6 +220,32 @@ func TestAPIServerAcceptsAndRejects(t *testing.T) {
 			t.Logf("%d objects accepted in %s", len(objs), time.Since(start).Round(time.Millisecond))
 		})
 	}
+
+	// The accepting subtests fail on a warning: prove that one reaches them. The server admits a
+	// deprecated node label but says so.
+	t.Run("reports a warning", func(t *testing.T) {
+		var target *unstructured.Unstructured
+		for _, o := range buildUnstructured(t, "../overlays/example") {
+			if objectName(o) == "Deployment/keiro-relay" {
+				target = o
+			}
+		}
+		if target == nil {
+			t.Fatal("the example overlay has no Deployment/keiro-relay")
+		}
+		if err := unstructured.SetNestedStringMap(target.Object, map[string]string{"beta.kubernetes.io/arch": "amd64"}, "spec", "template", "spec", "nodeSelector"); err != nil {
+			t.Fatal(err)
+		}
+		warnings, err := b.dryRun(t.Context(), target)
+		if err != nil {
+			t.Fatalf("rejected: %v", err)
+		}
+		if !slices.ContainsFunc(warnings, func(w string) bool {
+			return strings.Contains(w, "spec.template.spec.nodeSelector[beta.kubernetes.io/arch]")
+		}) {
+			t.Fatalf("no warning about the deprecated node label; got %q", warnings)
+		}
+	})
 
 	// Each mistake changes one object of the example overlay; the server must reject it with a
 	// message naming the field.
