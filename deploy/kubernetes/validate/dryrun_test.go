@@ -134,7 +134,8 @@ func waitEstablished(t *testing.T, crds dynamic.ResourceInterface, name string) 
 // dryRun submits obj as `kubectl apply --dry-run=server --validate=strict` submits a new
 // object: a create that the server validates, defaults and admits in full but does not store,
 // with unknown and duplicate fields an error. Namespaces are created for real (objects in
-// them need them). It returns the server's error and warnings.
+// them need them; one that exists already, created by setupDryRun from the same manifest,
+// counts as accepted). It returns the server's warnings and error.
 func (b *dryRunBundle) dryRun(ctx context.Context, obj *unstructured.Unstructured) (warnings []string, err error) {
 	gvk := obj.GroupVersionKind()
 	m, err := b.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
@@ -188,16 +189,18 @@ func buildUnstructured(t *testing.T, dir string) []*unstructured.Unstructured {
 	return append(nss, objs...)
 }
 
+// objectName names an object as the tests report it: "Kind/name".
 func objectName(u *unstructured.Unstructured) string {
 	return u.GetKind() + "/" + u.GetName()
 }
 
 // TestAPIServerAcceptsAndRejects submits every object of every kustomization to a real
 // kube-apiserver (server-side dry run, strict field validation) and expects each to be
-// accepted without a warning (and a deprecated field to draw one); then submits real mistakes made to the example overlay's objects
-// and expects each to be rejected with the field named. The API server's validation is the
-// one a cluster applies: what the strict decoder cannot see (label selectors, name lengths,
-// ranges, immutable combinations, the CRDs' OpenAPI schemas) is judged here.
+// accepted without a warning (and a deprecated field to draw one); then submits real mistakes
+// made to the example overlay's objects and expects each to be rejected with the field named.
+// The API server's validation is the one a cluster applies: what the strict decoder cannot see
+// (selectors against labels, name lengths, value ranges, the CRDs' OpenAPI schemas) is judged
+// here.
 func TestAPIServerAcceptsAndRejects(t *testing.T) {
 	b := setupDryRun(t)
 

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -46,6 +47,8 @@ type Server struct {
 // their state and credentials under dir, and returns once the server's /readyz answers ok.
 // The server authenticates a static administrator token, authorizes every request
 // (AlwaysAllow) and serves a certificate made here for 127.0.0.1.
+// A free port may be taken by another process before etcd or kube-apiserver binds it: Start
+// then tries again on other ports, up to three times.
 func Start(ctx context.Context, bin, dir string) (*Server, error) {
 	etcdBin := os.Getenv(EtcdEnv)
 	if etcdBin == "" {
@@ -54,6 +57,28 @@ func Start(ctx context.Context, bin, dir string) (*Server, error) {
 			return nil, errors.New("etcd not found: the API server stores its objects in etcd " +
 				"(install Debian's etcd-server package: apt-get install etcd-server), or set " + EtcdEnv + " to an etcd binary")
 		}
+	}
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		var s *Server
+		s, err = start(ctx, etcdBin, bin, filepath.Join(dir, "attempt-"+strconv.Itoa(attempt)))
+		if err == nil {
+			return s, nil
+		}
+		if !errors.Is(err, errPortTaken) {
+			return nil, err
+		}
+	}
+	return nil, err
+}
+
+// errPortTaken marks a start that failed because a port chosen free was taken meanwhile.
+var errPortTaken = errors.New("a port was taken")
+
+// start makes one attempt of Start, with state under dir.
+func start(ctx context.Context, etcdBin, bin, dir string) (*Server, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create %s: %w", dir, err)
 	}
 	ports, err := freePorts(3)
 	if err != nil {
@@ -136,11 +161,18 @@ func (s *Server) waitReady(ctx context.Context) error {
 	defer cancel()
 	last := "no answer yet"
 	for {
-		switch {
-		case s.etcd.exited():
-			return fmt.Errorf("etcd exited: %v\n%s", s.etcd.err, s.etcd.tail(30))
-		case s.apiserver.exited():
-			return fmt.Errorf("kube-apiserver exited: %v\n%s", s.apiserver.err, s.apiserver.tail(30))
+		for _, p := range []struct {
+			name string
+			*process
+		}{{"etcd", s.etcd}, {"kube-apiserver", s.apiserver}} {
+			if !p.exited() {
+				continue
+			}
+			err := fmt.Errorf("%s exited: %v\n%s", p.name, p.err, p.tail(30))
+			if strings.Contains(p.out.String(), "address already in use") {
+				err = fmt.Errorf("%w: %w", errPortTaken, err)
+			}
+			return err
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.Config.Host+"/readyz", nil)
 		if err != nil {
