@@ -38,7 +38,7 @@ build: ## Build every package and the binaries into ./bin (VERSION and COMMIT st
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/relay ./cmd/consumer
 
 .PHONY: test
-test: vet postgres ## Run the whole test suite (PostgreSQL started; a real Kafka broker and a real schema registry (Apicurio) from Maven, kfake and srfake; short fuzz runs; the adversarial suite with a few generated cases per boundary; race detector on the storage packages).
+test: vet postgres ## Run the whole test suite (PostgreSQL started; a real Kafka broker and a real schema registry (Apicurio) from Maven, kfake and srfake; a real Kubernetes API server for the manifests; short fuzz runs; the adversarial suite with a few generated cases per boundary; race detector on the storage packages).
 	$(MAKE) --no-print-directory lint
 	$(GO) run ./keirotest/testenv/kafkabroker/cmd/kafkabroker classpath
 	$(GO) run ./keirotest/testenv/internal/apicurio/cmd/apicurio fetch
