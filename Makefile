@@ -81,6 +81,10 @@ kafka: ## Run a real Apache Kafka broker on loopback for the tests (BROKERS=3 fo
 schema-registry: ## Run a real schema registry (Apicurio Registry, Confluent API) on loopback for the tests; prints KEIRO_TEST_SCHEMA_REGISTRY_URL.
 	$(GO) run ./keirotest/testenv/internal/apicurio/cmd/apicurio run
 
+.PHONY: trace-backend
+trace-backend: ## Run a real trace backend (Jaeger v2, built once per machine) on loopback for the tests; prints KEIRO_TEST_TRACE_BACKEND.
+	$(GO) run ./keirotest/testenv/internal/jaeger/cmd/jaeger run
+
 .PHONY: fuzz-short
 fuzz-short: ## Run every fuzz target of the main module briefly (FUZZTIME each: 50000x executions by default, or a duration such as 5m).
 	@set -e; for spec in $$(grep -rl --include='*_test.go' --exclude-dir=bench '^func Fuzz' . | xargs grep -h -o '^func Fuzz[A-Za-z0-9_]*' /dev/null | sort -u | sed 's/func //'); do \

@@ -81,6 +81,15 @@ func (p *ShardPasses) CatchUp(ctx context.Context) error {
 // Leave releases the worker's buckets and ends its membership.
 func (p *ShardPasses) Leave(ctx context.Context) error { return p.w.leave(ctx) }
 
+// Rebalance runs one rebalancing pass as the worker's loop does (a database failure is logged
+// and the buckets held are kept) and returns the buckets held after it.
+func (p *ShardPasses) Rebalance(ctx context.Context) ([]int, error) {
+	if err := p.w.rebalance(ctx); err != nil {
+		return nil, err
+	}
+	return p.Held(), nil
+}
+
 // FairShare exposes fairShare.
 var FairShare = fairShare
 

@@ -779,3 +779,100 @@ func TestShardBucketOfGeneratedStreams(t *testing.T) {
 		require.NoError(t, quick.Check(f, &quick.Config{MaxCount: 200}))
 	}
 }
+
+// keiro "Shard lease" / "acquireOutcome keeps previous ownership on acquire failure": a
+// rebalance that fails on the database (here its table is gone) keeps the buckets the worker
+// held, and handles them on; the next one that succeeds replaces them.
+func TestShardLeaseRebalanceFailureKeepsOwnership(t *testing.T) {
+	t.Parallel()
+	b := setupShards(t)
+	ctx := context.Background()
+	sub := b.newSub(b.cfg(4), b.sink(1, 4))
+	p := b.passes(sub, nil)
+	held, err := p.Reconcile(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []int{0, 1, 2, 3}, held)
+
+	_, err = b.db.Pool.Exec(ctx, `ALTER TABLE `+b.db.Schema+`.keiro_subscription_shards RENAME TO keiro_subscription_shards_away`)
+	require.NoError(t, err)
+	_, err = p.Reconcile(ctx)
+	require.Error(t, err, "the pass fails")
+	held, err = p.Rebalance(ctx)
+	require.NoError(t, err, "the worker's loop goes on")
+	require.Equal(t, []int{0, 1, 2, 3}, held, "and keeps the buckets it held")
+	_, err = b.db.Pool.Exec(ctx, `ALTER TABLE `+b.db.Schema+`.keiro_subscription_shards_away RENAME TO keiro_subscription_shards`)
+	require.NoError(t, err)
+
+	p2 := b.passes(sub, nil)
+	held, err = p2.Reconcile(ctx)
+	require.NoError(t, err)
+	require.Empty(t, held, "the first worker's leases are still valid")
+	held, err = p.Rebalance(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []int{0, 1}, held, "a successful pass replaces the buckets held")
+}
+
+// keiro "Sharded subscription drain and failover" / "a killed worker relinquishes its leases
+// immediately": a worker that stops releases its buckets as it goes, so they are free at
+// once although their leases (30 s) have not expired.
+func TestShardedSubscriptionStoppedWorkerReleasesLeases(t *testing.T) {
+	t.Parallel()
+	b := setupShards(t)
+	cfg := b.cfg(4)
+	cfg.Lease, cfg.RenewInterval = 30*time.Second, 200*time.Millisecond
+	r := b.start(cfg, b.sink(1, 4))
+	waitShares(t, r.sub, []int{4}, r)
+	r.stop()
+	require.NoError(t, <-r.errc)
+	own, err := r.sub.Ownership(context.Background())
+	require.NoError(t, err)
+	require.Len(t, own, 4)
+	for _, o := range own {
+		require.False(t, o.Held, "bucket %d", o.Bucket)
+		require.Empty(t, o.Owner, "bucket %d", o.Bucket)
+	}
+}
+
+// keiro "Sharded subscription ack coupling" / "redelivers a batch-tail event whose handler was
+// killed mid-flight": a worker dies (its session is terminated) while its handler works on
+// the last event of a batch. The batch's effects and its checkpoint are one transaction, so
+// none of it commits; the worker that takes the bucket once the lease expires handles every
+// event of the batch, each once.
+func TestShardedSubscriptionRedeliversBatchKilledMidFlight(t *testing.T) {
+	t.Parallel()
+	b := setupShards(t)
+	ctx := context.Background()
+	total := b.seed(1, 5)
+	cfg := b.cfg(1)
+	cfg.Lease, cfg.RenewInterval, cfg.BatchSize = time.Second, 200*time.Millisecond, 10
+	entered, release := make(chan int32, 1), make(chan struct{})
+	sinkA := b.sink(1, 1)
+	a := b.start(cfg, func(ctx context.Context, tx pgx.Tx, e events.RecordedEvent) error {
+		if err := sinkA(ctx, tx, e); err != nil {
+			return err
+		}
+		if e.StreamVersion == 5 {
+			var pid int32
+			if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+				return err
+			}
+			entered <- pid
+			<-release
+		}
+		return nil
+	})
+	pid := <-entered
+	var killed bool
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&killed))
+	require.True(t, killed)
+	close(release)
+	require.Error(t, <-a.errc, "the worker's session is gone")
+	require.Zero(t, b.sinkCount(), "none of the batch committed")
+
+	c := b.start(cfg, b.sink(2, 1))
+	b.waitSink(total, time.Minute, c)
+	b.requireExactlyOnceInOrder(total)
+	var fromA int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM shard_sink WHERE worker_tag = 1`).Scan(&fromA))
+	require.Zero(t, fromA)
+}

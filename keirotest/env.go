@@ -139,8 +139,30 @@ func NewSchemaRegistry(t testing.TB) *SchemaRegistry {
 	return testenv.NewSchemaRegistry(t)
 }
 
+// TraceBackend is a real OpenTelemetry trace backend (Jaeger v2): OTLPEndpoint (and
+// OTLPGRPCEndpoint) for the processes under test, WaitTrace to read a trace back.
+type TraceBackend = testenv.TraceBackend
+
+// Span is one span read back from the trace backend.
+type Span = testenv.Span
+
+// SpanLink is one link of a Span.
+type SpanLink = testenv.SpanLink
+
+// TraceBackendEnv names the environment variable that points the kit at a running Jaeger:
+// KEIRO_TEST_TRACE_BACKEND=otlp=URL,query=URL.
+const TraceBackendEnv = testenv.TraceBackendEnv
+
+// NewTraceBackend returns the process's trace backend: the one named by KEIRO_TEST_TRACE_BACKEND,
+// else a Jaeger v2 the kit starts once per test process (built from the Go module proxy the first
+// time on a machine, which takes minutes).
+func NewTraceBackend(t testing.TB) *TraceBackend {
+	t.Helper()
+	return testenv.NewTraceBackend(t)
+}
+
 // Main is a TestMain for packages whose tests use the kit: it runs the tests, stops the real
-// broker and schema registry the kit started (if any), then fails the run if goroutines leaked (goleak, with
+// broker, schema registry and trace backend the kit started (if any), then fails the run if goroutines leaked (goleak, with
 // LeakOptions and opts).
 func Main(m *testing.M, opts ...goleak.Option) { testenv.Main(m, opts...) }
 

@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/keiro-go/keiro/events"
 	"github.com/keiro-go/keiro/keirotest/testenv"
@@ -320,4 +324,102 @@ func BenchmarkWorkflowCrashResume(b *testing.B) {
 	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "resume-ms")
 	b.ReportMetric(float64(worst.Milliseconds()), "worst-ms")
 	b.ReportMetric(float64((lease + poll).Milliseconds()), "bound-ms")
+}
+
+// BenchmarkWorkflowHydrate measures a run of an instance with a long journal
+// (KEIRO_BENCH_HYDRATE_STEPS, default 1 050 steps) parked on an await that never resolves:
+// each operation claims the instance, hydrates its journal, replays every step and parks
+// again. It compares SnapshotNever (the whole journal read) with SnapshotEvery(100) (the
+// snapshot at version 1 000 and the 50 steps after it), in alternating rounds so that load from
+// elsewhere hits both alike; rows/op are the journal rows each run read
+// (keiro.workflow.journal.read).
+func BenchmarkWorkflowHydrate(b *testing.B) {
+	steps := 1050
+	if s := os.Getenv("KEIRO_BENCH_HYDRATE_STEPS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			b.Fatalf("KEIRO_BENCH_HYDRATE_STEPS=%q: not a positive number", s)
+		}
+		steps = n
+	}
+	db := testenv.NewDB(b)
+	ctx := context.Background()
+	long := func(c *workflow.Context, _ int) (int, error) {
+		for i := range steps {
+			if _, err := workflow.Step(c, fmt.Sprint("s", i), func(context.Context, pgx.Tx) (int, error) { return i, nil }); err != nil {
+				return 0, err
+			}
+		}
+		return workflow.Await[int](c, "never")
+	}
+	type arm struct {
+		name    string
+		w       *workflow.Workflow[int, int]
+		reader  *sdkmetric.ManualReader
+		elapsed time.Duration
+	}
+	var arms []*arm
+	for _, p := range []struct {
+		name   string
+		policy workflow.SnapshotPolicy
+	}{{"never", workflow.SnapshotNever()}, {"every100", workflow.SnapshotEvery(100)}} {
+		a := &arm{name: p.name, reader: sdkmetric.NewManualReader()}
+		e, err := workflow.New(db.Pool, workflow.Config{Schema: db.Schema, Snapshot: p.policy,
+			MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(a.reader))})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if a.w, err = workflow.Register(e, "long-"+p.name, long); err != nil {
+			b.Fatal(err)
+		}
+		if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { _, err := a.w.StartTx(ctx, tx, "1", 0); return err }); err != nil {
+			b.Fatal(err)
+		}
+		if out, err := a.w.Run(ctx, "1"); err != nil || out != workflow.Suspended {
+			b.Fatalf("build the journal of %s: %s, %v", p.name, out, err)
+		}
+		arms = append(arms, a)
+	}
+	rowsRead := func(a *arm) int64 {
+		var rm metricdata.ResourceMetrics
+		if err := a.reader.Collect(ctx, &rm); err != nil {
+			b.Fatal(err)
+		}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if h, ok := m.Data.(metricdata.Histogram[int64]); ok && m.Name == "keiro.workflow.journal.read" {
+					var n int64
+					for _, p := range h.DataPoints {
+						n += p.Sum
+					}
+					return n
+				}
+			}
+		}
+		return 0
+	}
+	before := make([]int64, len(arms))
+	for i, a := range arms {
+		before[i] = rowsRead(a)
+	}
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		n := min(10, b.N-done)
+		for _, a := range arms {
+			t0 := time.Now()
+			for range n {
+				if out, err := a.w.Run(ctx, "1"); err != nil || out != workflow.Suspended {
+					b.Fatalf("%s: %s, %v", a.name, out, err)
+				}
+			}
+			a.elapsed += time.Since(t0)
+		}
+		done += n
+	}
+	b.StopTimer()
+	for i, a := range arms {
+		b.ReportMetric(float64(a.elapsed.Microseconds())/float64(b.N), a.name+"-µs/op")
+		b.ReportMetric(float64(rowsRead(a)-before[i])/float64(b.N), a.name+"-rows/op")
+	}
+	b.ReportMetric(arms[1].elapsed.Seconds()/arms[0].elapsed.Seconds(), "every100/never")
 }

@@ -39,6 +39,7 @@ type Context struct {
 	owner   string
 	wakes   int64
 	journal map[string]json.RawMessage
+	version int64 // the journal holds every step of the generation at or below this version
 
 	stopped error      // ErrSuspended, ErrCancelled or errContinueAsNew once the run must end
 	wakeAt  *time.Time // when a suspended run is runnable again (nil: on a wake source)
@@ -104,6 +105,7 @@ func step[V any](c *Context, key string, fn func(ctx context.Context, tx pgx.Tx)
 		attribute.String(attrName, c.def.name), attribute.String(attrID, c.id), attribute.String(attrStep, key)))
 	defer span.End()
 	var raw json.RawMessage
+	var version int64
 	fresh := false
 	err := pgx.BeginFunc(ctx, c.e.db, func(tx pgx.Tx) error {
 		// The lock and the lookup share a round trip; the lookup, a statement of its own, sees
@@ -138,7 +140,7 @@ func step[V any](c *Context, key string, fn func(ctx context.Context, tx pgx.Tx)
 		}
 		var inserted, live bool
 		if err := tx.QueryRow(ctx, c.e.q.RecordStep, c.def.name, c.id, c.gen, key, b, c.owner,
-			c.e.cfg.Now().Add(c.e.cfg.LeaseTTL)).Scan(&inserted, &live); err != nil {
+			c.e.cfg.Now().Add(c.e.cfg.LeaseTTL)).Scan(&inserted, &live, &version); err != nil {
 			return fmt.Errorf("record step: %w", err)
 		}
 		switch {
@@ -166,6 +168,7 @@ func step[V any](c *Context, key string, fn func(ctx context.Context, tx pgx.Tx)
 	c.journal[key] = raw
 	if fresh {
 		c.e.tel.executed.Add(c, 1)
+		c.recorded(version)
 	} else {
 		c.e.tel.replayed.Add(c, 1)
 	}

@@ -29,6 +29,15 @@
 // a wake source (a completion, a timer, a child's end) makes it runnable, in the wake source's
 // own transaction.
 //
+// # Long journals
+//
+// A run reads its generation's journal when it starts. For instances with long journals,
+// Config.Snapshot ([SnapshotEvery], [SnapshotOnTerminal]) writes advisory snapshots of the
+// step map after a step's commit; a run then reads the snapshot and the steps recorded after
+// it. A snapshot never changes what a run does: a missing, incompatible or undecodable one
+// means the whole journal is read, and a failed snapshot write never fails the step. Instances
+// that run for ever should also use [ContinueAsNew], which bounds the journal itself.
+//
 // # Guarantees
 //
 //   - A step's transactional effects and its journal entry commit together, once per instance

@@ -34,8 +34,8 @@ const (
 
 // Config configures an Engine.
 type Config struct {
-	// Schema is the PostgreSQL schema holding keiro's tables (migration 016_workflows.sql and
-	// the timers of 010_timers.sql). Defaults to "keiro".
+	// Schema is the PostgreSQL schema holding keiro's tables (migrations 016_workflows.sql and
+	// 018_workflow_snapshots.sql, and the timers of 010_timers.sql). Defaults to "keiro".
 	Schema string
 	// MaxAttempts is how many failed runs in a row (a returned error or a panic; progress
 	// resets the count) an instance gets before it ends failed. Defaults to DefaultMaxAttempts.
@@ -45,6 +45,14 @@ type Config struct {
 	Backoff keiro.Backoff
 	// LeaseTTL is how long a run holds its instance. Defaults to DefaultLeaseTTL.
 	LeaseTTL time.Duration
+	// Snapshot decides when runs write advisory snapshots of their instances' journals
+	// (SnapshotEvery, SnapshotOnTerminal); a run then hydrates from the snapshot and reads only
+	// the steps recorded after it. A snapshot is written after the commit that it follows, and
+	// its failures never fail that commit: they are counted (keiro.snapshot.write.failures)
+	// and logged. A snapshot of another codec or shape, or one that does not decode, is
+	// ignored (keiro.snapshot.read.misses, keiro.snapshot.decode.failures) and the journal is
+	// read in full. Defaults to SnapshotNever.
+	Snapshot SnapshotPolicy
 	// DisableNotify stops starts and wake sources from sending a NOTIFY; workers then find
 	// runnable instances by polling only. Defaults to false (notify).
 	DisableNotify bool
@@ -103,6 +111,9 @@ func New(db keiro.DB, cfg Config) (*Engine, error) {
 	cfg.Backoff = cfg.Backoff.WithDefaults(keiro.Backoff{Initial: time.Second, Max: 5 * time.Minute, Multiplier: keiro.DefaultMultiplier})
 	if err := cfg.Backoff.Validate("Backoff"); err != nil {
 		errs = append(errs, err)
+	}
+	if err := cfg.Snapshot.validate(); err != nil {
+		errs = append(errs, fmt.Errorf("Snapshot: %w", err))
 	}
 	if cfg.LeaseTTL < 0 {
 		errs = append(errs, fmt.Errorf("LeaseTTL: %s is negative", cfg.LeaseTTL))
@@ -362,9 +373,13 @@ type JournalEntry struct {
 	Result json.RawMessage
 	// RecordedAt is when it was recorded.
 	RecordedAt time.Time
+	// Version is its journal version: the instance's steps take increasing versions in
+	// commit order (a version taken by a resolution that found its step recorded is skipped).
+	Version int64
 }
 
-// Journal lists instance name/id's recorded steps, every retained generation, in order.
+// Journal lists instance name/id's recorded steps, every retained generation, in journal
+// order.
 func (e *Engine) Journal(ctx context.Context, q keiro.DB, name, id string) ([]JournalEntry, error) {
 	rows, err := q.Query(ctx, e.q.StepsOf, name, id)
 	if err != nil {
@@ -372,7 +387,7 @@ func (e *Engine) Journal(ctx context.Context, q keiro.DB, name, id string) ([]Jo
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (JournalEntry, error) {
 		var j JournalEntry
-		err := r.Scan(&j.Generation, &j.Step, &j.Result, &j.RecordedAt)
+		err := r.Scan(&j.Generation, &j.Step, &j.Result, &j.RecordedAt, &j.Version)
 		return j, err
 	})
 	if err != nil {

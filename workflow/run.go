@@ -110,11 +110,12 @@ type claim struct {
 	input    json.RawMessage
 	attempts int
 	wakes    int64
+	version  int64 // the instance's journal version at the claim
 }
 
 func scanClaim(r pgx.Row) (claim, error) {
 	var c claim
-	err := r.Scan(&c.name, &c.id, &c.gen, &c.input, &c.attempts, &c.wakes)
+	err := r.Scan(&c.name, &c.id, &c.gen, &c.input, &c.attempts, &c.wakes, &c.version)
 	return c, err
 }
 
@@ -166,11 +167,11 @@ func (e *Engine) advance(ctx context.Context, def *definition, cl claim, owner s
 	}()
 	e.tel.active.Add(ctx, 1)
 	defer e.tel.active.Add(ctx, -1)
-	journal, err := e.loadJournal(ctx, def.name, cl.id, cl.gen)
+	journal, version, err := e.hydrate(ctx, def.name, cl.id, cl.gen, cl.version)
 	if err != nil {
 		return Interrupted, err
 	}
-	c := &Context{Context: ctx, e: e, def: def, id: cl.id, gen: cl.gen, owner: owner, wakes: cl.wakes, journal: journal}
+	c := &Context{Context: ctx, e: e, def: def, id: cl.id, gen: cl.gen, owner: owner, wakes: cl.wakes, journal: journal, version: version}
 	var result json.RawMessage
 	var runErr error
 	if len(journal) == 0 && len(def.patches) > 0 {
@@ -220,7 +221,7 @@ func (e *Engine) advance(ctx context.Context, def *definition, cl claim, owner s
 		if cl.attempts >= e.cfg.MaxAttempts {
 			e.tel.failed.Add(ctx, 1)
 			e.cfg.Logger.ErrorContext(ctx, "keiro: workflow failed", "workflow", def.name, "id", cl.id, "attempts", cl.attempts, "error", runErr)
-			return e.finish(ctx, Failed, func(tx pgx.Tx) error {
+			return e.end(c, Failed, func(tx pgx.Tx) (int64, error) {
 				return e.endTx(ctx, tx, e.q.Fail, def.name, cl.id, resolution{Kind: "failed", Reason: reason}, def.name, cl.id, cl.gen, reason)
 			})
 		}
@@ -233,9 +234,23 @@ func (e *Engine) advance(ctx context.Context, def *definition, cl claim, owner s
 		})
 	}
 	e.tel.journal.Record(ctx, int64(len(c.journal)))
-	return e.finish(ctx, Completed, func(tx pgx.Tx) error {
+	return e.end(c, Completed, func(tx pgx.Tx) (int64, error) {
 		return e.endTx(ctx, tx, e.q.Complete, def.name, cl.id, resolution{Kind: "ok", Value: result}, def.name, cl.id, cl.gen, string(StatusCompleted), result, nil)
 	})
+}
+
+// end records a run's terminal outcome with fn, which returns the journal version the
+// instance ended at (0: it had ended before), then writes the OnTerminal snapshot.
+func (e *Engine) end(c *Context, out Outcome, fn func(tx pgx.Tx) (int64, error)) (Outcome, error) {
+	var v int64
+	out, err := e.finish(c, out, func(tx pgx.Tx) (err error) {
+		v, err = fn(tx)
+		return err
+	})
+	if err == nil && v > 0 && e.cfg.Snapshot.kind == snapshotTerminal {
+		c.writeSnapshot(c, v)
+	}
+	return out, err
 }
 
 // call runs the workflow function, turning a panic into an error.
@@ -256,38 +271,23 @@ func (e *Engine) finish(ctx context.Context, out Outcome, fn func(tx pgx.Tx) err
 	return out, nil
 }
 
-// endTx ends an instance with sql (returning its parent) and delivers res to the parent.
-func (e *Engine) endTx(ctx context.Context, tx pgx.Tx, sql, name, id string, res resolution, args ...any) error {
+// endTx ends an instance with sql (returning its parent and its journal version) and delivers
+// res to the parent. It returns the journal version (0: the instance had ended meanwhile).
+func (e *Engine) endTx(ctx context.Context, tx pgx.Tx, sql, name, id string, res resolution, args ...any) (int64, error) {
 	var pn, pi *string
-	err := tx.QueryRow(ctx, sql, args...).Scan(&pn, &pi)
+	var v int64
+	err := tx.QueryRow(ctx, sql, args...).Scan(&pn, &pi, &v)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil // cancelled meanwhile: a terminal row is never resurrected
+		return 0, nil // cancelled meanwhile: a terminal row is never resurrected
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if pn == nil || pi == nil {
-		return nil
+		return v, nil
 	}
 	_, err = e.deliverTx(ctx, tx, *pn, *pi, childStep(name, id), res)
-	return err
-}
-
-func (e *Engine) loadJournal(ctx context.Context, name, id string, gen int) (map[string]json.RawMessage, error) {
-	rows, err := e.db.Query(ctx, e.q.LoadJournal, name, id, gen)
-	if err != nil {
-		return nil, fmt.Errorf("load journal of workflow %s/%s: %w", name, id, err)
-	}
-	journal := map[string]json.RawMessage{}
-	var k string
-	var v json.RawMessage
-	if _, err := pgx.ForEachRow(rows, []any{&k, &v}, func() error {
-		journal[k] = append(json.RawMessage(nil), v...)
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("load journal of workflow %s/%s: %w", name, id, err)
-	}
-	return journal, nil
+	return v, err
 }
 
 // deliverTx records step on the current generation of instance name/id and wakes it. It

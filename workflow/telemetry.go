@@ -20,9 +20,12 @@ const (
 // telemetry holds keiro's keiro.workflow.* instruments.
 type telemetry struct {
 	executed, replayed, resumed, failed, resumeErrors, leaseSkipped, started metric.Int64Counter
-	journal                                                                  metric.Int64Histogram
-	pending                                                                  metric.Int64Gauge
-	active                                                                   metric.Int64UpDownCounter
+	journal, journalRead                                                     metric.Int64Histogram
+	// The event store's keiro.snapshot.* instruments (same names, descriptions and units).
+	snapshotWriteFailures, snapshotEncodeFailures, snapshotDecodeFailures metric.Int64Counter
+	snapshotHits, snapshotMisses                                          metric.Int64Counter
+	pending                                                               metric.Int64Gauge
+	active                                                                metric.Int64UpDownCounter
 }
 
 func newTelemetry(mp metric.MeterProvider) (*telemetry, error) {
@@ -43,9 +46,18 @@ func newTelemetry(mp metric.MeterProvider) (*telemetry, error) {
 		resumeErrors: counter("keiro.workflow.resume.errors", "Worker passes or runs that failed on the database.", "{error}"),
 		leaseSkipped: counter("keiro.workflow.lease.skipped", "Runnable instances a worker skipped because another live owner leases them.", "{workflow}"),
 		started:      counter("keiro.workflow.started", "Workflow instances started.", "{workflow}"),
+
+		snapshotWriteFailures:  counter("keiro.snapshot.write.failures", "Advisory snapshot writes that failed (the command or workflow step is committed).", "{failure}"),
+		snapshotEncodeFailures: counter("keiro.snapshot.encode.failures", "Advisory snapshots whose state could not be encoded (the command or workflow step is committed).", "{failure}"),
+		snapshotDecodeFailures: counter("keiro.snapshot.decode.failures", "Stored snapshots that could not be decoded (the stream or journal was read in full).", "{failure}"),
+		snapshotHits:           counter("keiro.snapshot.read.hits", "Snapshot lookups that seeded a hydration.", "{read}"),
+		snapshotMisses:         counter("keiro.snapshot.read.misses", "Snapshot lookups without a usable snapshot (absent, other state version or shape, undecodable).", "{read}"),
 	}
 	var err error
 	if t.journal, err = m.Int64Histogram("keiro.workflow.journal.length", metric.WithDescription("Journal entries of a completed run."), metric.WithUnit("{step}")); err != nil {
+		errs = append(errs, err)
+	}
+	if t.journalRead, err = m.Int64Histogram("keiro.workflow.journal.read", metric.WithDescription("Journal rows a run read to hydrate: the tail after a snapshot, or the whole generation."), metric.WithUnit("{step}")); err != nil {
 		errs = append(errs, err)
 	}
 	if t.pending, err = m.Int64Gauge("keiro.workflow.awakeables.pending", metric.WithDescription("Awakeables not resolved yet."), metric.WithUnit("{awakeable}")); err != nil {

@@ -204,7 +204,7 @@ func StopRealKafka() {
 //	func TestMain(m *testing.M) { testenv.Main(m) }
 func Main(m *testing.M, opts ...goleak.Option) { os.Exit(Run(m, opts...)) }
 
-// Run runs the tests, stops the real broker and the schema registry the kit started (if any), and then fails the run
+// Run runs the tests, stops the real broker, the schema registry and the trace backend the kit started (if any), and then fails the run
 // (returns 1) if goroutines leaked: goleak with LeakOptions and then opts. A TestMain with work
 // of its own around the tests (building a binary, removing it afterwards) calls Run and exits
 // with its code.
@@ -212,6 +212,7 @@ func Run(m *testing.M, opts ...goleak.Option) int {
 	code := m.Run()
 	StopRealKafka()
 	StopSchemaRegistry()
+	StopTraceBackend()
 	if code == 0 {
 		if err := goleak.Find(append(LeakOptions(), opts...)...); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/keiro-go/keiro/keirotest/testenv/internal/proc"
 )
@@ -43,18 +42,11 @@ func Classpath(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("create the Kafka classpath cache %s: %w", dir, err)
-	}
-	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	unlock, err := proc.LockDir(dir, "Kafka classpath")
 	if err != nil {
-		return "", fmt.Errorf("open the Kafka classpath lock: %w", err)
+		return "", err
 	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", fmt.Errorf("lock the Kafka classpath cache: %w", err)
-	}
-	defer func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) }()
+	defer unlock()
 
 	cpFile := filepath.Join(dir, "classpath")
 	pomFile := filepath.Join(dir, "pom.xml")

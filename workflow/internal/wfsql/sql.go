@@ -14,6 +14,7 @@ type Queries struct {
 	Complete, Suspend, Fail, Retry, Rotate, DeleteGeneration, Wake, Notify, Instance  string
 	Cancel, CancelAwakeables, ParentOf, Generation, InsertAwakeable, ResolveAwakeable string
 	AwakeableGet, Gauges, GC, ChildStepInsert, StepsOf, Release                       string
+	LoadFromSnapshot, JournalRange, SnapshotRead, SnapshotWrite                       string
 }
 
 // New returns the statements for schema (already validated as a plain identifier).
@@ -49,12 +50,16 @@ func New(schema string) Queries {
 		ChildStepInsert:  sqlInsertStep,
 		StepsOf:          sqlStepsOf,
 		Release:          sqlRelease,
+		LoadFromSnapshot: sqlLoadFromSnapshot,
+		JournalRange:     sqlJournalRange,
+		SnapshotRead:     sqlSnapshotRead,
+		SnapshotWrite:    sqlSnapshotWrite,
 	}
 	for _, p := range []*string{&q.Start, &q.Claim, &q.ClaimOne, &q.LoadJournal, &q.LockStep, &q.LookupStep,
 		&q.InsertStep, &q.RecordStep, &q.Complete, &q.Suspend, &q.Fail, &q.Retry, &q.Rotate, &q.DeleteGeneration,
 		&q.Wake, &q.Notify, &q.Instance, &q.Cancel, &q.CancelAwakeables, &q.ParentOf, &q.Generation,
 		&q.InsertAwakeable, &q.ResolveAwakeable, &q.AwakeableGet, &q.Gauges, &q.GC, &q.ChildStepInsert,
-		&q.StepsOf, &q.Release} {
+		&q.StepsOf, &q.Release, &q.LoadFromSnapshot, &q.JournalRange, &q.SnapshotRead, &q.SnapshotWrite} {
 		*p = r.Replace(*p)
 	}
 	return q
@@ -81,7 +86,7 @@ const sqlClaim = `WITH c AS (
 UPDATE {{schema}}.keiro_workflows AS w
 SET status = 'running', lease_owner = $1, lease_until = $5, attempts = w.attempts + 1, updated_at = $2
 FROM c WHERE w.workflow_name = c.workflow_name AND w.workflow_id = c.workflow_id
-RETURNING w.workflow_name, w.workflow_id, w.generation, w.input, w.attempts, w.wakes`
+RETURNING w.workflow_name, w.workflow_id, w.generation, w.input, w.attempts, w.wakes, w.journal_version`
 
 // sqlClaimOne leases one named instance ($3 name, $4 id) for owner $1 until $5 at clock $2,
 // whatever its wake time, unless it is terminal or leased by another live owner.
@@ -89,11 +94,28 @@ const sqlClaimOne = `UPDATE {{schema}}.keiro_workflows AS w
 SET status = 'running', lease_owner = $1, lease_until = $5, attempts = w.attempts + 1, updated_at = $2
 WHERE w.workflow_name = $3 AND w.workflow_id = $4 AND w.status IN ('pending', 'running', 'suspended')
   AND (w.lease_until IS NULL OR w.lease_until <= $2 OR w.lease_owner = $1)
-RETURNING w.workflow_name, w.workflow_id, w.generation, w.input, w.attempts, w.wakes`
+RETURNING w.workflow_name, w.workflow_id, w.generation, w.input, w.attempts, w.wakes, w.journal_version`
 
-// sqlLoadJournal reads one generation's recorded steps.
-const sqlLoadJournal = `SELECT step_name, result FROM {{schema}}.keiro_workflow_steps
+// sqlLoadJournal reads one generation's recorded steps with their versions.
+const sqlLoadJournal = `SELECT step_name, result, version FROM {{schema}}.keiro_workflow_steps
 WHERE workflow_name = $1 AND workflow_id = $2 AND generation = $3`
+
+// sqlLoadFromSnapshot reads, in one statement (one database snapshot), the instance's advisory
+// snapshot of generation $3 when its codec is $4 and its shape $5 (a row whose step name is
+// NULL: the encoded step map and its journal version), then the generation's steps above that
+// version (every step when there is none).
+const sqlLoadFromSnapshot = `WITH s AS (
+    SELECT journal_version, state FROM {{schema}}.keiro_workflow_snapshots
+    WHERE workflow_name = $1 AND workflow_id = $2 AND generation = $3 AND state_version = $4 AND shape_hash = $5)
+SELECT NULL::text, s.state, s.journal_version FROM s
+UNION ALL
+SELECT step_name, result, version FROM {{schema}}.keiro_workflow_steps
+WHERE workflow_name = $1 AND workflow_id = $2 AND generation = $3
+  AND version > COALESCE((SELECT journal_version FROM s), -1)`
+
+// sqlJournalRange reads the steps of generation $3 whose versions lie in ($4, $5].
+const sqlJournalRange = `SELECT step_name, result, version FROM {{schema}}.keiro_workflow_steps
+WHERE workflow_name = $1 AND workflow_id = $2 AND generation = $3 AND version > $4 AND version <= $5`
 
 // sqlLockStep serialises the writers of one step until their transactions end.
 var sqlLockStep = `SELECT pg_advisory_xact_lock(` + advisorylock.WorkflowStep("$1", "$2", "($3::int)::text", "$4") + `)`
@@ -102,37 +124,45 @@ var sqlLockStep = `SELECT pg_advisory_xact_lock(` + advisorylock.WorkflowStep("$
 const sqlLookupStep = `SELECT result FROM {{schema}}.keiro_workflow_steps
 WHERE workflow_name = $1 AND workflow_id = $2 AND generation = $3 AND step_name = $4`
 
-// sqlInsertStep records a step unless it is recorded; it returns a row only when it wrote.
-const sqlInsertStep = `INSERT INTO {{schema}}.keiro_workflow_steps (workflow_name, workflow_id, generation, step_name, result)
-VALUES ($1, $2, $3, $4, $5)
+// sqlInsertStep records a step at the instance's next journal version unless it is recorded;
+// it returns a row only when it wrote. It takes the instance row's lock before the step's key,
+// as sqlRecordStep does, so the two never wait on each other in opposite orders.
+const sqlInsertStep = `WITH v AS (
+    UPDATE {{schema}}.keiro_workflows SET journal_version = journal_version + 1
+    WHERE workflow_name = $1 AND workflow_id = $2
+    RETURNING journal_version)
+INSERT INTO {{schema}}.keiro_workflow_steps (workflow_name, workflow_id, generation, step_name, result, version)
+SELECT $1, $2, $3, $4, $5, v.journal_version FROM v
 ON CONFLICT DO NOTHING
 RETURNING step_name`
 
 // sqlRecordStep records a run's step ($4 name, $5 result) and its progress on the live
-// instance ($3 generation): attempts reset, the lease of owner $6 extended to $7. It returns
-// whether the step was inserted (false: another writer recorded it first) and whether the
-// instance is still live on that generation (false: cancelled, ended or rotated).
-const sqlRecordStep = `WITH ins AS (
-    INSERT INTO {{schema}}.keiro_workflow_steps (workflow_name, workflow_id, generation, step_name, result)
-    VALUES ($1, $2, $3, $4, $5)
-    ON CONFLICT DO NOTHING
-    RETURNING 1),
-progress AS (
+// instance ($3 generation): the next journal version, attempts reset, the lease of owner $6
+// extended to $7. It returns whether the step was inserted (false: another writer recorded it
+// first), whether the instance is still live on that generation (false: cancelled, ended or
+// rotated; nothing is recorded) and the step's journal version.
+const sqlRecordStep = `WITH progress AS (
     UPDATE {{schema}}.keiro_workflows
-    SET attempts = 0, updated_at = now(),
+    SET attempts = 0, updated_at = now(), journal_version = journal_version + 1,
         lease_until = CASE WHEN lease_owner = $6 THEN $7 ELSE lease_until END
     WHERE workflow_name = $1 AND workflow_id = $2 AND generation = $3
       AND status IN ('pending', 'running', 'suspended')
-    RETURNING 1)
-SELECT EXISTS (SELECT 1 FROM ins), EXISTS (SELECT 1 FROM progress)`
+    RETURNING journal_version),
+ins AS (
+    INSERT INTO {{schema}}.keiro_workflow_steps (workflow_name, workflow_id, generation, step_name, result, version)
+    SELECT $1, $2, $3, $4, $5, p.journal_version FROM progress p
+    ON CONFLICT DO NOTHING
+    RETURNING version)
+SELECT EXISTS (SELECT 1 FROM ins), EXISTS (SELECT 1 FROM progress), COALESCE((SELECT version FROM ins), 0)`
 
-// sqlComplete finishes a live instance with its result. A terminal row is never resurrected.
+// sqlComplete finishes a live instance with its result, returning its parent and its journal
+// version. A terminal row is never resurrected.
 const sqlComplete = `UPDATE {{schema}}.keiro_workflows
 SET status = $4, result = $5, last_error = $6, completed_at = now(), updated_at = now(),
     lease_owner = NULL, lease_until = NULL, wake_after = NULL
 WHERE workflow_name = $1 AND workflow_id = $2 AND generation = $3
   AND status IN ('pending', 'running', 'suspended')
-RETURNING parent_name, parent_id`
+RETURNING parent_name, parent_id, journal_version`
 
 // sqlSuspend parks a run: it gives up the lease of owner $4 and sets the wake time $6, unless a
 // wake source came after the run's claim ($5: the wakes it saw), which keeps it runnable.
@@ -142,13 +172,14 @@ SET status = 'suspended', attempts = 0, updated_at = now(), lease_owner = NULL, 
 WHERE workflow_name = $1 AND workflow_id = $2 AND generation = $3
   AND status IN ('pending', 'running', 'suspended') AND (lease_owner IS NULL OR lease_owner = $4)`
 
-// sqlFail ends a live instance as failed ($4 reason).
+// sqlFail ends a live instance as failed ($4 reason), returning its parent and its journal
+// version.
 const sqlFail = `UPDATE {{schema}}.keiro_workflows
 SET status = 'failed', last_error = $4, completed_at = now(), updated_at = now(),
     lease_owner = NULL, lease_until = NULL, wake_after = NULL
 WHERE workflow_name = $1 AND workflow_id = $2 AND generation = $3
   AND status IN ('pending', 'running', 'suspended')
-RETURNING parent_name, parent_id`
+RETURNING parent_name, parent_id, journal_version`
 
 // sqlRetry records a failed run ($4 reason) and schedules the next attempt at $5; $6 refunds
 // the run's attempt (1, for a transient database failure) or not (0).
@@ -166,8 +197,11 @@ WHERE workflow_name = $1 AND workflow_id = $2 AND generation = $3
   AND status IN ('pending', 'running', 'suspended')
 RETURNING generation`
 
-// sqlDeleteGeneration drops a finished generation's journal.
-const sqlDeleteGeneration = `DELETE FROM {{schema}}.keiro_workflow_steps
+// sqlDeleteGeneration drops a finished generation's journal and its snapshot.
+const sqlDeleteGeneration = `WITH snap AS (
+    DELETE FROM {{schema}}.keiro_workflow_snapshots
+    WHERE workflow_name = $1 AND workflow_id = $2 AND generation <= $3)
+DELETE FROM {{schema}}.keiro_workflow_steps
 WHERE workflow_name = $1 AND workflow_id = $2 AND generation = $3`
 
 // sqlWake makes a live instance runnable now ($3) after a wake source resolved something it
@@ -234,7 +268,7 @@ const sqlGauges = `SELECT
         WHERE status IN ('pending', 'running', 'suspended') AND wake_after <= $1 AND NOT (workflow_name = ANY($2)))`
 
 // sqlGC deletes up to $2 instances finished before $1 whose parent is gone or finished, with
-// their journals and awakeables; it returns how many instances it deleted.
+// their journals, awakeables and snapshots; it returns how many instances it deleted.
 const sqlGC = `WITH doomed AS (
     SELECT w.workflow_name, w.workflow_id FROM {{schema}}.keiro_workflows w
     WHERE w.status IN ('completed', 'failed', 'cancelled') AND w.completed_at < $1
@@ -249,15 +283,35 @@ steps AS (
     WHERE s.workflow_name = d.workflow_name AND s.workflow_id = d.workflow_id),
 awk AS (
     DELETE FROM {{schema}}.keiro_workflow_awakeables a USING doomed d
-    WHERE a.workflow_name = d.workflow_name AND a.workflow_id = d.workflow_id)
+    WHERE a.workflow_name = d.workflow_name AND a.workflow_id = d.workflow_id),
+snap AS (
+    DELETE FROM {{schema}}.keiro_workflow_snapshots s USING doomed d
+    WHERE s.workflow_name = d.workflow_name AND s.workflow_id = d.workflow_id)
 DELETE FROM {{schema}}.keiro_workflows w USING doomed d
 WHERE w.workflow_name = d.workflow_name AND w.workflow_id = d.workflow_id`
 
-// sqlStepsOf lists an instance's recorded steps, every generation, in recording order.
-const sqlStepsOf = `SELECT generation, step_name, result, recorded_at FROM {{schema}}.keiro_workflow_steps
-WHERE workflow_name = $1 AND workflow_id = $2 ORDER BY generation, recorded_at, step_name`
+// sqlStepsOf lists an instance's recorded steps, every generation, in journal order.
+const sqlStepsOf = `SELECT generation, step_name, result, recorded_at, version FROM {{schema}}.keiro_workflow_steps
+WHERE workflow_name = $1 AND workflow_id = $2 ORDER BY generation, version, recorded_at, step_name`
 
 // sqlRelease gives back a lease of owner $3 without recording a run.
 const sqlRelease = `UPDATE {{schema}}.keiro_workflows
 SET lease_owner = NULL, lease_until = NULL, updated_at = now()
 WHERE workflow_name = $1 AND workflow_id = $2 AND lease_owner = $3`
+
+// sqlSnapshotRead reads an instance's advisory snapshot, whatever its codec.
+const sqlSnapshotRead = `SELECT generation, journal_version, state_version, shape_hash, state, updated_at
+FROM {{schema}}.keiro_workflow_snapshots WHERE workflow_name = $1 AND workflow_id = $2`
+
+// sqlSnapshotWrite keeps an instance's newest snapshot ($3 generation, $4 journal version, $5
+// codec, $6 shape, $7 state): a row of another codec or shape is replaced whatever its version
+// (so a rollback can re-seed), as the event store's snapshots are.
+const sqlSnapshotWrite = `INSERT INTO {{schema}}.keiro_workflow_snapshots AS s
+    (workflow_name, workflow_id, generation, journal_version, state_version, shape_hash, state)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (workflow_name, workflow_id) DO UPDATE
+SET generation = excluded.generation, journal_version = excluded.journal_version,
+    state_version = excluded.state_version, shape_hash = excluded.shape_hash,
+    state = excluded.state, updated_at = now()
+WHERE s.journal_version <= excluded.journal_version
+   OR s.state_version <> excluded.state_version OR s.shape_hash <> excluded.shape_hash`

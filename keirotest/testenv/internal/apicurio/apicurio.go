@@ -14,11 +14,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/keiro-go/keiro/keirotest/testenv/internal/proc"
@@ -99,8 +97,7 @@ type Registry struct {
 	// the 3.x line opens it, 2.x serves health on the API's port instead.
 	ManagementAddr string
 
-	dir     string
-	rmDir   bool
+	dir     proc.RunDir
 	p       *proc.Process
 	closing sync.Once
 }
@@ -136,13 +133,11 @@ func Start(ctx context.Context, cfg Config) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("apicurio: %w", err)
 	}
-	r := &Registry{Release: rel, Java: java, dir: cfg.Dir}
-	if r.dir == "" {
-		if r.dir, err = os.MkdirTemp("", "keiro-apicurio-"); err != nil {
-			return nil, fmt.Errorf("apicurio: create the run directory: %w", err)
-		}
-		r.rmDir = true
+	dir, err := proc.NewRunDir(cfg.Dir, "keiro-apicurio-")
+	if err != nil {
+		return nil, fmt.Errorf("apicurio: %w", err)
 	}
+	r := &Registry{Release: rel, Java: java, dir: dir}
 	ok := false
 	defer func() {
 		if !ok {
@@ -170,7 +165,7 @@ func Start(ctx context.Context, cfg Config) (*Registry, error) {
 		"-Dquarkus.log.category.\"io.quarkus\".level=INFO",
 	}
 	args = append(append(args, rel.Props...), "-jar", filepath.Join(app, rel.Jar))
-	if r.p, err = proc.Start(r.LogPath(), r.dir, java.Path, args); err != nil {
+	if r.p, err = proc.Start(r.LogPath(), r.dir.Path, java.Path, args); err != nil {
 		return nil, fmt.Errorf("apicurio: start %s: %w", java.Path, err)
 	}
 	if err := r.waitReady(ctx, base, cfg.StartTimeout); err != nil {
@@ -182,25 +177,15 @@ func Start(ctx context.Context, cfg Config) (*Registry, error) {
 
 // waitReady polls the subject list until it answers 200.
 func (r *Registry) waitReady(ctx context.Context, base string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	client := &http.Client{Timeout: 2 * time.Second}
 	defer client.CloseIdleConnections()
-	var last error
-	for {
-		if r.p.Exited() {
-			return fmt.Errorf("apicurio: Apicurio Registry %s exited while starting: %w\n%s", r.Release.Version, r.p.Err(), r.logTail(40))
-		}
-		last = probe(ctx, client, base+CompatPath+"/subjects")
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("apicurio: Apicurio Registry %s did not answer within %s: %w\n%s", r.Release.Version, timeout, last, r.logTail(40))
-		case <-time.After(100 * time.Millisecond):
-		}
+	err := r.p.WaitReady(ctx, "Apicurio Registry "+r.Release.Version, timeout, 100*time.Millisecond,
+		func() string { return r.logTail(40) },
+		func(ctx context.Context) error { return probe(ctx, client, base+CompatPath+"/subjects") })
+	if err != nil {
+		return fmt.Errorf("apicurio: %w", err)
 	}
+	return nil
 }
 
 func probe(ctx context.Context, client *http.Client, url string) error {
@@ -220,15 +205,9 @@ func probe(ctx context.Context, client *http.Client, url string) error {
 }
 
 // LogPath is the file the registry's JVM writes its output to.
-func (r *Registry) LogPath() string { return filepath.Join(r.dir, "registry.log") }
+func (r *Registry) LogPath() string { return filepath.Join(r.dir.Path, "registry.log") }
 
-func (r *Registry) logTail(lines int) string {
-	b, err := os.ReadFile(r.LogPath())
-	if err != nil {
-		return ""
-	}
-	return proc.Tail(string(b), lines)
-}
+func (r *Registry) logTail(lines int) string { return proc.TailFile(r.LogPath(), lines) }
 
 // Running reports whether the registry's process is alive.
 func (r *Registry) Running() bool { return r.p != nil && !r.p.Exited() }
@@ -237,16 +216,8 @@ func (r *Registry) Running() bool { return r.p != nil && !r.p.Exited() }
 // it. Safe to call more than once.
 func (r *Registry) Close() {
 	r.closing.Do(func() {
-		if r.p != nil {
-			_ = r.p.Signal(syscall.SIGKILL)
-			select {
-			case <-r.p.Done():
-			case <-time.After(time.Minute):
-			}
-		}
-		if r.rmDir && os.Getenv("KEIRO_APICURIO_KEEP") == "" {
-			_ = os.RemoveAll(r.dir)
-		}
+		r.p.Kill(time.Minute)
+		r.dir.Remove("KEIRO_APICURIO_KEEP")
 	})
 }
 

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 
 	"github.com/keiro-go/keiro/keirotest/testenv/internal/proc"
 )
@@ -25,14 +24,7 @@ const dependencyPlugin = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1
 // else the user's cache directory (~/.cache/keiro-go/apicurio-<version>). The archive itself
 // stays in Maven's local repository (~/.m2).
 func CacheDir(r Release) (string, error) {
-	if d := os.Getenv(CacheEnv); d != "" {
-		return filepath.Join(d, r.Version), nil
-	}
-	base, err := os.UserCacheDir()
-	if err != nil {
-		return "", fmt.Errorf("find a cache directory for Apicurio Registry (set %s): %w", CacheEnv, err)
-	}
-	return filepath.Join(base, "keiro-go", "apicurio-"+r.Version), nil
+	return proc.CacheDir(CacheEnv, "apicurio", r.Version, "Apicurio Registry")
 }
 
 // Fetch returns the directory of release r unpacked, asking Maven to download and unpack its
@@ -43,18 +35,11 @@ func Fetch(ctx context.Context, r Release) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("create the Apicurio Registry cache %s: %w", dir, err)
-	}
-	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	unlock, err := proc.LockDir(dir, "Apicurio Registry")
 	if err != nil {
-		return "", fmt.Errorf("open the Apicurio Registry cache lock: %w", err)
+		return "", err
 	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", fmt.Errorf("lock the Apicurio Registry cache: %w", err)
-	}
-	defer func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) }()
+	defer unlock()
 
 	app := filepath.Join(dir, "app")
 	marker := filepath.Join(dir, "unpacked")

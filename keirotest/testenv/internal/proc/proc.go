@@ -4,6 +4,7 @@
 package proc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Process is a child process that gets SIGKILL when the process that started it dies.
@@ -110,4 +112,47 @@ func Tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// WaitReady calls ready every interval until it returns nil, and fails when the process exits
+// first or timeout passes; what names the process in the errors, which end with the last lines
+// of its log (logTail).
+func (p *Process) WaitReady(ctx context.Context, what string, timeout, interval time.Duration, logTail func() string, ready func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		if p.Exited() {
+			return fmt.Errorf("%s exited while starting: %w\n%s", what, p.Err(), logTail())
+		}
+		last := ready(ctx)
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s did not answer within %s: %w\n%s", what, timeout, last, logTail())
+		case <-time.After(interval):
+		}
+	}
+}
+
+// Kill sends SIGKILL and waits up to wait for the process to exit.
+func (p *Process) Kill(wait time.Duration) {
+	if p == nil || p.Cmd == nil {
+		return
+	}
+	_ = p.Signal(syscall.SIGKILL)
+	select {
+	case <-p.done:
+	case <-time.After(wait):
+	}
+}
+
+// TailFile returns the last n lines of the file at path ("" when it cannot be read).
+func TailFile(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return Tail(string(b), n)
 }

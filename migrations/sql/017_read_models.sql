@@ -1,0 +1,2 @@
+-- Reserved: replaced by the read models change.
+SELECT 1;
