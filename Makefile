@@ -38,7 +38,7 @@ build: ## Build every package and the binaries into ./bin (VERSION and COMMIT st
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/relay ./cmd/consumer
 
 .PHONY: test
-test: vet postgres ## Run the whole test suite (PostgreSQL started; a real Kafka broker and a real schema registry (Apicurio) from Maven, kfake and srfake; short fuzz runs; the adversarial suite with a few generated cases per boundary; race detector on the storage packages).
+test: vet postgres ## Run the whole test suite (PostgreSQL started; a real Kafka broker and a real schema registry (Apicurio) from Maven, kfake and srfake; a real Kubernetes API server for the manifests; short fuzz runs; the adversarial suite with a few generated cases per boundary; race detector on the storage packages).
 	$(MAKE) --no-print-directory lint
 	$(GO) run ./keirotest/testenv/kafkabroker/cmd/kafkabroker classpath
 	$(GO) run ./keirotest/testenv/internal/apicurio/cmd/apicurio fetch
@@ -124,8 +124,8 @@ alerts-check: ## Check and unit-test the Prometheus alert rules with promtool (D
 	promtool test rules deploy/prometheus/alerts_test.yml
 
 .PHONY: deploy-check
-deploy-check: ## Decode every Kubernetes manifest strictly into the API types (separate module).
-	cd deploy/kubernetes/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
+deploy-check: ## Decode every Kubernetes manifest strictly into the API types, then submit every object to a real kube-apiserver (etcd, server-side dry run, strict fields; the server is built once per machine) (separate module).
+	cd deploy/kubernetes/validate && $(GO) vet ./... && $(GO) run ./internal/apiserver/cmd/build >/dev/null && $(GO) test -count=1 -timeout 15m ./...
 
 .PHONY: compose-check
 compose-check: ## Validate docker-compose.yml and the Dockerfile, and run its relay and consumer on a real Kafka (no engine needed; a module of its own).
