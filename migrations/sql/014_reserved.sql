@@ -1,3 +1,3 @@
--- Reserved: migration 014 belongs to another change of this release. This placeholder keeps the
--- numbering contiguous until that change lands and replaces it; it does nothing.
+-- Intentionally empty. This number was held for a change that landed under a later number;
+-- databases have recorded it as applied, so it stays, and does nothing.
 SELECT 1;
