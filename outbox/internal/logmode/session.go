@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -297,35 +296,36 @@ type stream struct {
 // while the stream reads on.
 type flusher struct {
 	kick chan struct{}
+	gate chan (<-chan struct{}) // unbuffered: holdUntil's hand-over
 	done chan struct{}
-
-	mu    sync.Mutex
-	after <-chan struct{} // closed once the records before the producer's have settled
 }
 
-// holdUntil makes the flusher flush only once after is closed.
+// holdUntil makes the flusher's next flushes wait until after is closed. The flusher takes it
+// only between two flushes: a flush under way (or a kick left from before) can then send no
+// record buffered after this call.
 func (f *flusher) holdUntil(after <-chan struct{}) {
-	f.mu.Lock()
-	f.after = after
-	f.mu.Unlock()
+	select {
+	case f.gate <- after:
+	case <-f.done:
+	}
 }
 
 // startFlusher starts cl's flusher, which runs until ctx ends.
 func startFlusher(ctx context.Context, cl *kgo.Client) *flusher {
-	f := &flusher{kick: make(chan struct{}, 1), done: make(chan struct{})}
+	f := &flusher{kick: make(chan struct{}, 1), gate: make(chan (<-chan struct{})), done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
+		var after <-chan struct{}
 		for {
 			select {
 			case <-ctx.Done():
 				return
+			case after = <-f.gate:
 			case <-f.kick:
-				f.mu.Lock()
-				after := f.after
-				f.mu.Unlock()
 				if after != nil {
 					select {
 					case <-after:
+						after = nil
 					case <-ctx.Done():
 						return
 					}
