@@ -30,8 +30,9 @@ type window struct {
 	bytes     int // in flight
 	failed    error
 	settled   chan struct{} // receives (without blocking) whenever a record settles
-	// commitSettled receives (without blocking) whenever a record settles, for the Kafka commit
-	// under way (exactly once), which waits on its own records while the stream reads on.
+	// commitSettled receives (without blocking) whenever a transaction's last record settles or
+	// a record fails, for the Kafka commit under way (exactly once), which waits on its own
+	// records while the stream reads on (settledThrough).
 	commitSettled chan struct{}
 	// kafka is, under exactly once, the end of the last PostgreSQL transaction a committed
 	// Kafka transaction holds: a transaction with records in Kafka is confirmed only once
@@ -98,10 +99,15 @@ func (w *window) settle(t *txn, size int, err error) {
 		}
 	}
 	w.advance()
+	last := t.pending == 0 || err != nil
 	w.mu.Unlock()
-	for _, c := range [...]chan struct{}{w.settled, w.commitSettled} {
+	select {
+	case w.settled <- struct{}{}:
+	default:
+	}
+	if last {
 		select {
-		case c <- struct{}{}:
+		case w.commitSettled <- struct{}{}:
 		default:
 		}
 	}
