@@ -266,6 +266,10 @@ type stream struct {
 	// each producer has its flusher (flushNext is eoNext's), so that a flush of the transaction
 	// that is committing never holds back the records of the next.
 	flush, flushNext *flusher
+	// hold, under exactly once, is closed once the records of the transaction committing have
+	// settled; until then the records produced are held (send), nil when nothing holds them.
+	hold <-chan struct{}
+	held []heldRecord
 
 	// Exactly once (eo nil: at least once). Two producers take turns: eo takes the records
 	// while eoNext's transaction commits (committing), so that the stream is read and produced
@@ -289,47 +293,22 @@ type stream struct {
 }
 
 // flusher flushes a client whenever it is kicked, on a goroutine of its own: Flush waits for
-// every record buffered, and the stream must not. Under exactly once, a flusher whose producer
-// takes the records while the other's transaction commits flushes only once that
-// transaction's records have settled (holdUntil): its records then follow them on each
-// partition, so that each key keeps its order. They wait in the client's buffer meanwhile,
-// while the stream reads on.
+// every record buffered, and the stream must not.
 type flusher struct {
 	kick chan struct{}
-	gate chan (<-chan struct{}) // unbuffered: holdUntil's hand-over
 	done chan struct{}
-}
-
-// holdUntil makes the flusher's next flushes wait until after is closed. The flusher takes it
-// only between two flushes: a flush under way (or a kick left from before) can then send no
-// record buffered after this call.
-func (f *flusher) holdUntil(after <-chan struct{}) {
-	select {
-	case f.gate <- after:
-	case <-f.done:
-	}
 }
 
 // startFlusher starts cl's flusher, which runs until ctx ends.
 func startFlusher(ctx context.Context, cl *kgo.Client) *flusher {
-	f := &flusher{kick: make(chan struct{}, 1), gate: make(chan (<-chan struct{})), done: make(chan struct{})}
+	f := &flusher{kick: make(chan struct{}, 1), done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
-		var after <-chan struct{}
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case after = <-f.gate:
 			case <-f.kick:
-				if after != nil {
-					select {
-					case <-after:
-						after = nil
-					case <-ctx.Done():
-						return
-					}
-				}
 				_ = cl.Flush(ctx)
 			}
 		}
@@ -354,8 +333,11 @@ func (s *stream) run(ctx context.Context) error {
 	wait := e.cfg.ShutdownTimeout
 	deadline := time.NewTimer(wait)
 	for s.w.inFlight() > 0 {
+		s.release()
 		select {
 		case <-s.w.settled:
+			continue
+		case <-s.hold:
 			continue
 		case <-deadline.C:
 		}
@@ -401,6 +383,7 @@ func (s *stream) endKafka(ctx context.Context, err error) error {
 		}
 	}
 	keep(s.awaitCommit(ctx))
+	s.release() // the records held for it: committed below, or aborted
 	if !s.eo.Open() {
 		return err
 	}
@@ -441,7 +424,8 @@ func (s *stream) commitReady() bool {
 type kafkaCommit struct {
 	pos pglogrepl.LSN
 	// settled is closed once every record of the transaction has settled (or the commit gave
-	// up on them): the next transaction's records may leave then, after them on every partition.
+	// up on them): the next transaction's records, held until then (send), may leave, after
+	// them on every partition.
 	settled chan struct{}
 	done    chan error
 }
@@ -471,6 +455,7 @@ func (s *stream) commitKafka(ctx context.Context) error {
 	if err := s.awaitCommit(ctx); err != nil {
 		return err
 	}
+	s.release() // the commit before settled its records: those held for it leave first
 	e := s.e
 	pos := s.lastEnd
 	rec := exactlyonce.PositionRecord(s.eo.OffsetsTopic(), s.txnID,
@@ -482,17 +467,19 @@ func (s *stream) commitKafka(ctx context.Context) error {
 	// aborts a transaction past its timeout, so no commit outlives it.
 	c := &kafkaCommit{pos: pos, settled: make(chan struct{}), done: make(chan error, 1)}
 	p, conn := s.eo, s.conn.Conn()
+	// Wake the stream, which may be waiting on the slot: it releases the records held for the
+	// commit, or settles the commit, at once.
+	wake := func() { _ = conn.SetReadDeadline(time.Now()) }
 	go func() {
 		cctx, cancel := context.WithTimeout(context.Background(), e.cfg.ExactlyOnce.TransactionTimeout)
-		c.done <- s.finishKafka(cctx, p, c)
+		c.done <- s.finishKafka(cctx, p, c, wake)
 		cancel()
-		// Wake the stream, which may be waiting on the slot: it settles the commit at once.
-		_ = conn.SetReadDeadline(time.Now())
+		wake()
 	}()
 	s.committing = c
 	s.eo, s.eoNext = s.eoNext, s.eo
 	s.flush, s.flushNext = s.flushNext, s.flush
-	s.flush.holdUntil(c.settled)
+	s.hold = c.settled
 	s.cl = s.eo.Client()
 	s.inKafka = 0
 	if e.onCommitStarted != nil {
@@ -503,13 +490,14 @@ func (s *stream) commitKafka(ctx context.Context) error {
 
 // finishKafka completes c, the commit of p's transaction, off the stream's goroutine
 // (commitKafka): it flushes p's records, waits until every record of the PostgreSQL
-// transactions through c.pos has settled (then closes c.settled, which lets the next
-// transaction's records leave), and commits; a record of them that failed aborts the
-// transaction instead, and so does a session that gave up on its records (abandon). It touches
-// only p and the window: the stream reads on and buffers on the other producer meanwhile.
-func (s *stream) finishKafka(ctx context.Context, p *exactlyonce.Producer, c *kafkaCommit) error {
+// transactions through c.pos has settled (then closes c.settled and wakes the stream, which
+// lets the next transaction's records leave), and commits; a record of them that failed aborts
+// the transaction instead, and so does a session that gave up on its records (abandon). It
+// touches only p and the window: the stream reads on meanwhile.
+func (s *stream) finishKafka(ctx context.Context, p *exactlyonce.Producer, c *kafkaCommit, wake func()) error {
 	err := s.awaitRecords(ctx, p, c.pos)
 	close(c.settled)
+	wake()
 	if err != nil {
 		if aerr := p.Abort(ctx); aerr != nil {
 			return errors.Join(err, aerr)
@@ -649,6 +637,7 @@ func (s *stream) loop(ctx context.Context) error {
 		if err := s.w.err(); err != nil {
 			return fmt.Errorf("produce: %w", err)
 		}
+		s.release()
 		if err := s.pollCommit(); err != nil {
 			return err
 		}
@@ -675,6 +664,7 @@ func (s *stream) loop(ctx context.Context) error {
 			case <-ctx.Done():
 				return nil
 			case <-s.w.settled:
+			case <-s.hold: // the records held leave
 			case <-rctx.Done():
 			}
 			continue
@@ -693,8 +683,9 @@ func (s *stream) loop(ctx context.Context) error {
 			if ctx.Err() != nil { // ended before the deadline was set: AfterFunc's was overwritten
 				return nil
 			}
-			// A commit that completed before the deadline was set had its wake overwritten.
-			if s.committing != nil && len(s.committing.done) > 0 {
+			// A commit that completed (or settled its records) before the deadline was set had
+			// its wake overwritten.
+			if s.committing != nil && (len(s.committing.done) > 0 || s.hold != nil && closed(s.hold)) {
 				continue
 			}
 		}
@@ -871,4 +862,14 @@ func (s *stream) insert(ctx context.Context, data []byte) error {
 		return nil
 	}
 	return s.produce(ctx, s.tx, r)
+}
+
+// closed reports whether c is closed.
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
