@@ -563,10 +563,10 @@ func holdFirstProducer(f *fixture) (held, release chan struct{}) {
 }
 
 // A Kafka transaction's commit waits for its records off the stream: while they are on their
-// way (their produce held by the broker), the stream reads the next PostgreSQL transaction into
-// the other producer, whose records leave only after the first transaction's (each key keeps its
-// order on its partition). Both commit, in order, and a read_committed reader sees each event
-// once.
+// way (their produce held by the broker), the stream reads and decodes the next PostgreSQL
+// transaction for the other producer, whose records the engine holds until the first
+// transaction's have settled (each key keeps its order on its partition). Both commit, in order,
+// and a read_committed reader sees each event once.
 func TestExactlyOnceReadsOnWhileACommitWaitsForItsRecords(t *testing.T) {
 	t.Parallel()
 	f := eoFixture(t, 1)
@@ -595,7 +595,7 @@ func TestExactlyOnceReadsOnWhileACommitWaitsForItsRecords(t *testing.T) {
 		return len(read) > 0 && read[len(read)-1] > started[0]
 	})
 	mu.Lock()
-	require.Empty(t, acked, "no record is acknowledged: the next transaction's wait for the first's")
+	require.Empty(t, acked, "no record is acknowledged: the next transaction's wait for the first's to settle")
 	require.Empty(t, committed, "no Kafka transaction has committed yet")
 	mu.Unlock()
 	close(release)
