@@ -50,6 +50,7 @@ type Engine struct {
 	onReport     func(pos pglogrepl.LSN)    // a status update confirmed pos
 	onCommit     func(end pglogrepl.LSN)    // a transaction's Commit was read
 
+	onCommitStarted   func(pos pglogrepl.LSN) // the stream handed the Kafka transaction through pos to its commit
 	beforeKafkaCommit func(pos pglogrepl.LSN) // a Kafka transaction through pos is about to commit
 	onKafkaCommit     func(pos pglogrepl.LSN) // a Kafka transaction through pos committed
 	holdReports       bool                    // send no status update: the slot's position stays

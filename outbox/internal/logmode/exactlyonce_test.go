@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -539,4 +540,77 @@ func TestExactlyOnceNothingCommitsAfterAFailedCommit(t *testing.T) {
 	_, counters := e.ExactlyOnce()
 	require.GreaterOrEqual(t, counters.Aborted(), int64(2), "the failed transaction and the one after it were aborted")
 	require.GreaterOrEqual(t, e.Sessions(), int64(2), "a session replayed them")
+}
+
+// holdFirstProducer makes the fixture's (kfake) broker hold every produce of the engine's first
+// transactional producer (its id has no LogPipelineID suffix) until release is closed. held is
+// closed when the first arrives.
+func holdFirstProducer(f *fixture) (held, release chan struct{}) {
+	held, release = make(chan struct{}), make(chan struct{})
+	var first sync.Once
+	c := f.kafka.Cluster
+	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kreq.(*kmsg.ProduceRequest)
+		if req.TransactionID == nil || strings.HasSuffix(*req.TransactionID, exactlyonce.LogPipelineID("")) {
+			return nil, nil, false
+		}
+		first.Do(func() { close(held) })
+		c.SleepControl(func() { <-release })
+		return nil, nil, false
+	})
+	return held, release
+}
+
+// A Kafka transaction's commit waits for its records off the stream: while they are on their
+// way (their produce held by the broker), the stream reads and decodes the next PostgreSQL
+// transaction for the other producer, whose records the engine holds until the first
+// transaction's have settled (each key keeps its order on its partition). Both commit, in order,
+// and a read_committed reader sees each event once.
+func TestExactlyOnceReadsOnWhileACommitWaitsForItsRecords(t *testing.T) {
+	t.Parallel()
+	f := eoFixture(t, 1)
+	held, release := holdFirstProducer(f)
+	var mu sync.Mutex
+	var started, read, committed []pglogrepl.LSN
+	var acked []string
+	e := f.newEngine(t, f.cfg, logmode.Hooks{
+		OnCommitStarted: func(pos pglogrepl.LSN) { mu.Lock(); started = append(started, pos); mu.Unlock() },
+		OnCommit:        func(end pglogrepl.LSN) { mu.Lock(); read = append(read, end); mu.Unlock() },
+		OnAck:           func(id string) { mu.Lock(); acked = append(acked, id); mu.Unlock() },
+		OnKafkaCommit:   func(pos pglogrepl.LSN) { mu.Lock(); committed = append(committed, pos); mu.Unlock() },
+	})
+	run(t, e)
+	first := writeEvents(t, f, "first", 1, 5, 2)
+	<-held
+	testenv.WaitFor(t, time.Minute, "the first transaction is handed to its commit", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(started) == 1
+	})
+	second := writeEvents(t, f, "second", 1, 5, 2)
+	testenv.WaitFor(t, time.Minute, "the next transaction is read while the first's records are held", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(read) > 0 && read[len(read)-1] > started[0]
+	})
+	mu.Lock()
+	require.Empty(t, acked, "no record is acknowledged: the next transaction's wait for the first's to settle")
+	require.Empty(t, committed, "no Kafka transaction has committed yet")
+	mu.Unlock()
+	close(release)
+	testenv.WaitFor(t, time.Minute, "every event committed", func() bool {
+		return len(committedRecords(t, f, f.orders())) >= len(first)+len(second)
+	})
+	requireExactlyOnce(t, f, append(first, second...))
+	mu.Lock()
+	defer mu.Unlock()
+	var want []string
+	for _, ev := range append(first, second...) {
+		want = append(want, ev.id)
+	}
+	require.Equal(t, want, acked, "the first transaction's records are acknowledged before the next's")
+	require.True(t, slices.IsSorted(committed), "the commits complete in order: %v", committed)
+	_, counters := e.ExactlyOnce()
+	require.Zero(t, counters.Aborted())
 }

@@ -18,8 +18,12 @@ type Hooks struct {
 	OnCommit func(end pglogrepl.LSN)
 	// OnReport is called with each position a status update confirmed.
 	OnReport func(pos pglogrepl.LSN)
+	// OnCommitStarted is called when the stream hands the Kafka transaction through pos to its
+	// commit (exactly once) and turns to the other producer, before the transaction's records
+	// have settled.
+	OnCommitStarted func(pos pglogrepl.LSN)
 	// BeforeKafkaCommit is called before a Kafka transaction through pos commits (exactly
-	// once); it may block.
+	// once), once its records settled, off the stream's goroutine; it may block.
 	BeforeKafkaCommit func(pos pglogrepl.LSN)
 	// OnKafkaCommit is called once a Kafka transaction through pos committed.
 	OnKafkaCommit func(pos pglogrepl.LSN)
@@ -34,5 +38,5 @@ func SetHooks(e *Engine, h Hooks) {
 	e.onActive, e.onStandby, e.onAck = h.OnActive, h.OnStandby, h.OnAck
 	e.onKeepalive, e.onReport, e.onCommit = h.OnKeepalive, h.OnReport, h.OnCommit
 	e.beforeKafkaCommit, e.onKafkaCommit, e.holdReports = h.BeforeKafkaCommit, h.OnKafkaCommit, h.HoldReports
-	e.holdCommits, e.onSessionEnd = h.HoldCommits, h.OnSessionEnd
+	e.holdCommits, e.onSessionEnd, e.onCommitStarted = h.HoldCommits, h.OnSessionEnd, h.OnCommitStarted
 }

@@ -72,7 +72,7 @@ func (s *stream) produce(ctx context.Context, t *txn, r *row) error {
 	}
 	inTxn := s.eo != nil // the promise does not read s.eo: the stream changes it (commitKafka)
 	s.w.add(t, size, inTxn)
-	s.cl.Produce(context.Background(), rec, func(rec *kgo.Record, err error) {
+	s.send(rec, func(rec *kgo.Record, err error) {
 		send.Done(rec, err, t.at)
 		if err == nil {
 			e.published.Add(1)
@@ -108,12 +108,56 @@ func (s *stream) produce(ctx context.Context, t *txn, r *row) error {
 // drain flushes and waits until no record is in flight, or ctx ends.
 func (s *stream) drain(ctx context.Context) {
 	for s.w.inFlight() > 0 {
+		s.release()
 		s.flushNow()
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.w.settled:
+		case <-s.hold:
 		}
+	}
+}
+
+// heldRecord is a record produced while the Kafka transaction before it waits for its records
+// (exactly once), and its promise.
+type heldRecord struct {
+	rec     *kgo.Record
+	promise func(*kgo.Record, error)
+}
+
+// send hands rec to the stream's producer, or holds it while the committing transaction's
+// records have not all settled (hold): on each partition a record must follow those of the
+// transaction before it, so that each key keeps its order, and franz-go's manual flushing is
+// no gate (a drain under way sends what is buffered). The stream reads on meanwhile; release
+// produces the held records, in order, once hold is closed.
+func (s *stream) send(rec *kgo.Record, promise func(*kgo.Record, error)) {
+	s.release()
+	if s.hold != nil {
+		s.held = append(s.held, heldRecord{rec, promise})
+		return
+	}
+	s.cl.Produce(context.Background(), rec, promise)
+}
+
+// release produces the held records, in order, if the records they wait for have settled.
+func (s *stream) release() {
+	if s.hold == nil {
+		return
+	}
+	select {
+	case <-s.hold:
+	default:
+		return
+	}
+	s.hold = nil
+	for i, h := range s.held {
+		s.cl.Produce(context.Background(), h.rec, h.promise)
+		s.held[i] = heldRecord{}
+	}
+	if len(s.held) > 0 {
+		s.held = s.held[:0]
+		s.flushNow()
 	}
 }
 

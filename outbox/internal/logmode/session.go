@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -263,13 +262,19 @@ type stream struct {
 	cl        *kgo.Client     // the producer: the engine's, or eo's under exactly once
 	lastEnd   pglogrepl.LSN   // the end of the last transaction whose Commit was read
 
-	// flushing is the client the flusher flushes: cl, which changes (exactly once) when the
-	// producers take turns.
-	flushing atomic.Pointer[kgo.Client]
+	// flush flushes cl on a goroutine of its own when kicked (flushNow). Under exactly once
+	// each producer has its flusher (flushNext is eoNext's), so that a flush of the transaction
+	// that is committing never holds back the records of the next.
+	flush, flushNext *flusher
+	// hold, under exactly once, is closed once the records of the transaction committing have
+	// settled; until then the records produced are held (send), nil when nothing holds them.
+	hold <-chan struct{}
+	held []heldRecord
 
 	// Exactly once (eo nil: at least once). Two producers take turns: eo takes the records
 	// while eoNext's transaction commits (committing), so that the stream is read and produced
-	// while Kafka commits. A transaction commits only once the one before it did.
+	// while Kafka commits: the commit, from the flush of its last records to Kafka's answer,
+	// runs on a goroutine of its own. A transaction commits only once the one before it did.
 	eo          *exactlyonce.Producer
 	eoNext      *exactlyonce.Producer
 	txnID       string        // eo's first id: the key of the position in the offsets topic
@@ -279,31 +284,48 @@ type stream struct {
 	inKafka     int           // records produced in the open Kafka transaction
 	kafkaBegan  time.Time     // when its first record was produced
 	sent        pglogrepl.LSN // the last position reported
-	kick        chan struct{} // asks the flusher to flush
 	headers     []envelope.Header
+	// abandon is closed when the session gives up on its records in flight (its end's wait
+	// for them ran out): a commit waiting for its records aborts.
+	abandon chan struct{}
 
 	cancelPeriod context.CancelFunc
+}
+
+// flusher flushes a client whenever it is kicked, on a goroutine of its own: Flush waits for
+// every record buffered, and the stream must not.
+type flusher struct {
+	kick chan struct{}
+	done chan struct{}
+}
+
+// startFlusher starts cl's flusher, which runs until ctx ends.
+func startFlusher(ctx context.Context, cl *kgo.Client) *flusher {
+	f := &flusher{kick: make(chan struct{}, 1), done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-f.kick:
+				_ = cl.Flush(ctx)
+			}
+		}
+	}()
+	return f
 }
 
 // run streams until ctx ends or a failure.
 func (s *stream) run(ctx context.Context) error {
 	e := s.e
-	s.kick = make(chan struct{}, 1)
 	s.ours = map[uint32]bool{}
-	s.flushing.Store(s.cl)
+	s.abandon = make(chan struct{})
 	flushCtx, stopFlush := context.WithCancel(context.Background())
-	flushed := make(chan struct{})
-	go func() {
-		defer close(flushed)
-		for {
-			select {
-			case <-flushCtx.Done():
-				return
-			case <-s.kick:
-				_ = s.flushing.Load().Flush(flushCtx)
-			}
-		}
-	}()
+	s.flush = startFlusher(flushCtx, s.cl)
+	if s.eoNext != nil {
+		s.flushNext = startFlusher(flushCtx, s.eoNext.Client())
+	}
 	err := s.loop(ctx)
 	// Whatever ended the loop, settle what is in flight before the last report: a record
 	// acknowledged now is confirmed now, rather than replayed by the next session.
@@ -311,16 +333,26 @@ func (s *stream) run(ctx context.Context) error {
 	wait := e.cfg.ShutdownTimeout
 	deadline := time.NewTimer(wait)
 	for s.w.inFlight() > 0 {
+		s.release()
 		select {
 		case <-s.w.settled:
+			continue
+		case <-s.hold:
 			continue
 		case <-deadline.C:
 		}
 		break
 	}
 	deadline.Stop()
+	if s.w.inFlight() > 0 {
+		close(s.abandon)
+	}
 	stopFlush()
-	<-flushed
+	for _, f := range []*flusher{s.flush, s.flushNext} {
+		if f != nil {
+			<-f.done
+		}
+	}
 	if s.eo != nil {
 		err = s.endKafka(ctx, err)
 	}
@@ -351,6 +383,7 @@ func (s *stream) endKafka(ctx context.Context, err error) error {
 		}
 	}
 	keep(s.awaitCommit(ctx))
+	s.release() // the records held for it: committed below, or aborted
 	if !s.eo.Open() {
 		return err
 	}
@@ -387,10 +420,14 @@ func (s *stream) commitReady() bool {
 }
 
 // kafkaCommit is a Kafka transaction committing (exactly once): the end of the last
-// PostgreSQL transaction it holds, and its outcome once known.
+// PostgreSQL transaction it holds, when its records have settled, and its outcome once known.
 type kafkaCommit struct {
-	pos  pglogrepl.LSN
-	done chan error
+	pos pglogrepl.LSN
+	// settled is closed once every record of the transaction has settled (or the commit gave
+	// up on them): the next transaction's records, held until then (send), may leave, after
+	// them on every partition.
+	settled chan struct{}
+	done    chan error
 }
 
 // commitKafka starts committing the open Kafka transaction, with the position of the last
@@ -398,67 +435,105 @@ type kafkaCommit struct {
 // reads and produces the next transaction while this one commits. Its PostgreSQL transactions
 // are confirmed once it committed (settleCommit).
 //
-// The position record is staged first, so that it leaves with the transaction's last records
-// in one flush rather than in a produce round trip of its own. Then every record of the window
-// settles, its dead letter included: a rejection's transaction is in Kafka's position once this
-// commits, so the replay would skip it. (The window then holds only this transaction's
-// records: the one before it settled before it began committing.) A record that failed leaves
-// the transaction uncommitted: the session ends, Run's end aborts it, and the next session
-// replays it. Then the commit before it must have succeeded: a transaction never commits after
-// one before it failed, so that what Kafka holds is always a prefix of the stream and its
-// position the end of that prefix.
+// A transaction commits only after the one before it did: if that one is still committing
+// (this transaction reached MaxRecords, or the window is full), the stream waits for it here,
+// and a failure of it ends the session. So what Kafka holds is always a prefix of the stream,
+// and its position the end of that prefix.
 //
-// While it waits (for a broker that is away, the wait lasts up to the transaction timeout) the
-// status reports go on, as in the loop, so that the server does not end the connection after
-// its wal_sender_timeout.
+// The position record is staged first, so that it leaves with the transaction's last records in
+// one flush rather than in a produce round trip of its own. The rest runs on a goroutine of its
+// own (finishKafka), while the stream reads on: the flush, the wait for every record of the
+// transaction to settle, its dead letters included (a rejection's transaction is in Kafka's
+// position once this commits, so the replay would skip it), and the commit. A record that
+// failed leaves the transaction uncommitted: it is aborted, the session ends, and the next one
+// replays it.
+//
+// While it waits for the commit before it (for a broker that is away, the wait lasts up to the
+// transaction timeout) the status reports go on, as in the loop, so that the server does not
+// end the connection after its wal_sender_timeout.
 func (s *stream) commitKafka(ctx context.Context) error {
+	if err := s.awaitCommit(ctx); err != nil {
+		return err
+	}
+	s.release() // the commit before settled its records: those held for it leave first
 	e := s.e
-	tick := time.NewTicker(e.cfg.StatusInterval)
-	defer tick.Stop()
 	pos := s.lastEnd
 	rec := exactlyonce.PositionRecord(s.eo.OffsetsTopic(), s.txnID,
 		exactlyonce.Position{LSN: uint64(pos), Slot: e.cfg.Slot, At: time.Now()})
 	if err := s.eo.Stage(ctx, rec); err != nil {
 		return fmt.Errorf("exactly once: %w", err)
 	}
-	for s.w.inFlight() > 0 {
-		s.flushNow()
-		select {
-		case <-ctx.Done():
-			return nil // Run's end commits or aborts
-		case <-s.w.settled:
-		case <-tick.C:
-			if err := s.report(ctx); err != nil {
-				return err
-			}
-		}
-	}
-	if err := s.w.err(); err != nil {
-		return fmt.Errorf("produce: %w", err) // the transaction is aborted and replayed
-	}
-	if err := s.awaitCommit(ctx); err != nil {
-		return err
-	}
-	if e.beforeKafkaCommit != nil {
-		e.beforeKafkaCommit(pos)
-	}
 	// Not the session's context: a commit cut short leaves its outcome unknown. The broker
 	// aborts a transaction past its timeout, so no commit outlives it.
-	c := &kafkaCommit{pos: pos, done: make(chan error, 1)}
+	c := &kafkaCommit{pos: pos, settled: make(chan struct{}), done: make(chan error, 1)}
 	p, conn := s.eo, s.conn.Conn()
+	// Wake the stream, which may be waiting on the slot: it releases the records held for the
+	// commit, or settles the commit, at once.
+	wake := func() { _ = conn.SetReadDeadline(time.Now()) }
 	go func() {
 		cctx, cancel := context.WithTimeout(context.Background(), e.cfg.ExactlyOnce.TransactionTimeout)
-		c.done <- p.Commit(cctx, nil)
+		c.done <- s.finishKafka(cctx, p, c, wake)
 		cancel()
-		// Wake the stream, which may be waiting on the slot: it settles the commit at once.
-		_ = conn.SetReadDeadline(time.Now())
+		wake()
 	}()
 	s.committing = c
 	s.eo, s.eoNext = s.eoNext, s.eo
+	s.flush, s.flushNext = s.flushNext, s.flush
+	s.hold = c.settled
 	s.cl = s.eo.Client()
-	s.flushing.Store(s.cl)
 	s.inKafka = 0
+	if e.onCommitStarted != nil {
+		e.onCommitStarted(pos)
+	}
 	return nil
+}
+
+// finishKafka completes c, the commit of p's transaction, off the stream's goroutine
+// (commitKafka): it flushes p's records, waits until every record of the PostgreSQL
+// transactions through c.pos has settled (then closes c.settled and wakes the stream, which
+// lets the next transaction's records leave), and commits; a record of them that failed aborts
+// the transaction instead, and so does a session that gave up on its records (abandon). It
+// touches only p and the window: the stream reads on meanwhile.
+func (s *stream) finishKafka(ctx context.Context, p *exactlyonce.Producer, c *kafkaCommit, wake func()) error {
+	err := s.awaitRecords(ctx, p, c.pos)
+	close(c.settled)
+	wake()
+	if err != nil {
+		if aerr := p.Abort(ctx); aerr != nil {
+			return errors.Join(err, aerr)
+		}
+		return err // the transaction is aborted and replayed
+	}
+	if s.e.beforeKafkaCommit != nil {
+		s.e.beforeKafkaCommit(c.pos)
+	}
+	return p.Commit(ctx, nil)
+}
+
+// awaitRecords flushes p's records and waits until every record of the PostgreSQL
+// transactions through pos has settled, its dead letter included: a rejection's transaction is
+// in Kafka's position once the Kafka transaction commits, so the replay would skip it. It
+// returns the failure of one of them, or why the wait ended before.
+func (s *stream) awaitRecords(ctx context.Context, p *exactlyonce.Producer, pos pglogrepl.LSN) error {
+	// The flushers flush the stream's producer; this transaction's last records (and its
+	// position record) leave now.
+	_ = p.Client().Flush(ctx)
+	for {
+		settled, err := s.w.settledThrough(pos)
+		switch {
+		case err != nil:
+			return fmt.Errorf("produce: %w", err)
+		case settled:
+			return nil
+		}
+		select {
+		case <-s.w.commitSettled:
+		case <-s.abandon:
+			return errors.New("the session ended before the transaction's records settled")
+		case <-ctx.Done():
+			return fmt.Errorf("wait for the transaction's records: %w", ctx.Err())
+		}
+	}
 }
 
 // awaitCommit waits for the commit under way, if any, and settles it (settleCommit). The status
@@ -509,10 +584,10 @@ func (s *stream) settleCommit(err error) error {
 	return nil
 }
 
-// flushNow asks the flusher to flush, without waiting.
+// flushNow asks the flusher of the stream's producer to flush, without waiting.
 func (s *stream) flushNow() {
 	select {
-	case s.kick <- struct{}{}:
+	case s.flush.kick <- struct{}{}:
 	default:
 	}
 }
@@ -562,6 +637,7 @@ func (s *stream) loop(ctx context.Context) error {
 		if err := s.w.err(); err != nil {
 			return fmt.Errorf("produce: %w", err)
 		}
+		s.release()
 		if err := s.pollCommit(); err != nil {
 			return err
 		}
@@ -588,6 +664,7 @@ func (s *stream) loop(ctx context.Context) error {
 			case <-ctx.Done():
 				return nil
 			case <-s.w.settled:
+			case <-s.hold: // the records held leave
 			case <-rctx.Done():
 			}
 			continue
@@ -606,8 +683,9 @@ func (s *stream) loop(ctx context.Context) error {
 			if ctx.Err() != nil { // ended before the deadline was set: AfterFunc's was overwritten
 				return nil
 			}
-			// A commit that completed before the deadline was set had its wake overwritten.
-			if s.committing != nil && len(s.committing.done) > 0 {
+			// A commit that completed (or settled its records) before the deadline was set had
+			// its wake overwritten.
+			if s.committing != nil && (len(s.committing.done) > 0 || s.hold != nil && closed(s.hold)) {
 				continue
 			}
 		}
@@ -784,4 +862,14 @@ func (s *stream) insert(ctx context.Context, data []byte) error {
 		return nil
 	}
 	return s.produce(ctx, s.tx, r)
+}
+
+// closed reports whether c is closed.
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }

@@ -30,6 +30,10 @@ type window struct {
 	bytes     int // in flight
 	failed    error
 	settled   chan struct{} // receives (without blocking) whenever a record settles
+	// commitSettled receives (without blocking) whenever a transaction's last record settles or
+	// a record fails, for the Kafka commit under way (exactly once), which waits on its own
+	// records while the stream reads on (settledThrough).
+	commitSettled chan struct{}
 	// kafka is, under exactly once, the end of the last PostgreSQL transaction a committed
 	// Kafka transaction holds: a transaction with records in Kafka is confirmed only once
 	// its end is at or before it.
@@ -49,7 +53,7 @@ type txn struct {
 
 // newWindow starts an empty window at the slot's confirmed position.
 func newWindow(confirmed pglogrepl.LSN) *window {
-	return &window{confirmed: confirmed, settled: make(chan struct{}, 1)}
+	return &window{confirmed: confirmed, settled: make(chan struct{}, 1), commitSettled: make(chan struct{}, 1)}
 }
 
 // begin opens a transaction (a Begin message) that committed at at, its commit record at final.
@@ -95,10 +99,17 @@ func (w *window) settle(t *txn, size int, err error) {
 		}
 	}
 	w.advance()
+	last := t.pending == 0 || err != nil
 	w.mu.Unlock()
 	select {
 	case w.settled <- struct{}{}:
 	default:
+	}
+	if last {
+		select {
+		case w.commitSettled <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -129,6 +140,28 @@ func (w *window) kafkaCommitted(end pglogrepl.LSN) {
 	}
 	w.advance()
 	w.mu.Unlock()
+}
+
+// settledThrough reports whether every record of the transactions that end at or before end
+// has settled (its dead letter, if rejected, written), and the failure of one of them, if any:
+// the records of a Kafka transaction through end (exactly once), which may commit only then
+// and only without such a failure. Transactions after end (the next Kafka transaction's, read
+// meanwhile) do not count.
+func (w *window) settledThrough(end pglogrepl.LSN) (bool, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, t := range w.txns {
+		if !t.committed || t.end > end {
+			break
+		}
+		if t.failed {
+			return true, w.failed
+		}
+		if t.pending > 0 {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // keepalive takes the server's WAL end from a keepalive: confirmed only if nothing is open
