@@ -176,14 +176,14 @@ func slotConfirmed(t *testing.T, f *fixture) string {
 func TestStandbyTakesOver(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, testenv.KafkaConfig{Topics: []string{"orders"}})
-	active := make(chan string, 4)
+	active := make(chan string, 64)
 	standby := make(chan int, 1)
 	firstAcks, secondAcks := &testenv.Progress{}, &testenv.Progress{}
-	first := f.newEngine(t, f.cfg, logmode.Hooks{OnActive: func() { active <- "first" }, OnAck: func(string) { firstAcks.Add(1) }})
+	first := f.newEngine(t, f.cfg, logmode.Hooks{OnActive: func() { sendNoWait(active, "first") }, OnAck: func(string) { firstAcks.Add(1) }})
 	stopFirst := run(t, first)
 	require.Equal(t, "first", <-active)
 	second := f.newEngine(t, f.cfg, logmode.Hooks{
-		OnActive: func() { active <- "second" },
+		OnActive: func() { sendNoWait(active, "second") },
 		OnStandby: func(pid int) {
 			select {
 			case standby <- pid:
@@ -403,12 +403,12 @@ func TestConnectionLostReplaysFromConfirmed(t *testing.T) {
 	ctx := context.Background()
 	hold := holdProduces(f)
 	var sessions atomic.Int64
-	active := make(chan int64, 4)
+	active := make(chan int64, 64)
 	var mu sync.Mutex
 	acked := map[string][]int64{} // message id → the sessions that published it
 	acks := &testenv.Progress{}
 	e := f.newEngine(t, f.cfg, logmode.Hooks{
-		OnActive: func() { active <- sessions.Add(1) },
+		OnActive: func() { sendNoWait(active, sessions.Add(1)) },
 		OnAck: func(id string) {
 			mu.Lock()
 			acked[id] = append(acked[id], sessions.Load())

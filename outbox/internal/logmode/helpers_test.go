@@ -165,3 +165,13 @@ func sweepAbandonedSlots(t testing.TB, pool *pgxpool.Pool) {
 const sqlSweepSlots = `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
 WHERE NOT active AND slot_name ~ '^t_[0-9a-f]{12}_keiro_log$'
   AND pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn) > 1073741824`
+
+// sendNoWait sends v on ch unless ch is full. A hook runs on the engine's goroutine: one that
+// blocks would keep the engine from ever stopping, and a failed test's cleanup, which waits for
+// the engine, would hang the package until its timeout instead of reporting the failure.
+func sendNoWait[T any](ch chan<- T, v T) {
+	select {
+	case ch <- v:
+	default:
+	}
+}
