@@ -429,9 +429,7 @@ func (r *ReadModels) Wait(ctx context.Context, m ReadModel, c Consistency) error
 		}
 		select {
 		case <-wake:
-			if !timer.Stop() {
-				<-timer.C
-			}
+			timer.Stop() // Go 1.23+: no stale fire is delivered after Stop, so Reset needs no drain
 		case <-timer.C:
 		case <-ctx.Done():
 			return fmt.Errorf("wait for read model %s: %w", m.Name, ctx.Err())

@@ -481,7 +481,7 @@ SELECT
         SELECT 1 FROM {{schema}}.keiro_events e
         WHERE e.global_position > s.checkpoint AND e.global_position <= $2
           AND ($3 = '' OR e.category = $3)
-          AND (((hashtextextended(e.stream_name, 0) % s.shard_count) + s.shard_count) % s.shard_count) = s.bucket))`
+          AND (SELECT ` + shardBucketExpr + ` FROM (SELECT e.stream_name, s.shard_count::bigint AS n) b) = s.bucket))`
 	// sqlSubscriptionRewind moves subscription $1's checkpoint, or every bucket's of a sharded
 	// one (locked in bucket order, as the workers do), to $2, and wakes the running instances
 	// (the NOTIFYs are delivered at commit).
