@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
@@ -36,7 +37,8 @@ func (l *lane) isolate(ctx context.Context, batch []RecordedEvent, err error) er
 		if e.GlobalPosition <= l.cp {
 			continue
 		}
-		deliveries, last, held := 0, err, false
+		deliveries, last := 0, err
+		var heldSince, heldLogged time.Time
 		if e.GlobalPosition == failed && !errors.Is(err, ErrReadModelFenced) {
 			deliveries = 1
 		}
@@ -74,11 +76,19 @@ func (l *lane) isolate(ctx context.Context, batch []RecordedEvent, err error) er
 				break
 			}
 			if errors.Is(herr, ErrReadModelFenced) {
-				// The read model is being rebuilt: hold the event, uncounted, until it is live.
-				if !held {
-					held = true
-					s.cfg.Logger.InfoContext(ctx, "keiro: subscription holds an event until its read model is live again",
-						"subscription", s.cfg.Name, "position", e.GlobalPosition, "error", herr)
+				// The read model is being rebuilt (or is not registered at all): hold the event,
+				// uncounted, until it is live. Said at once, then again every heldLogEvery while
+				// it lasts, since a model that is never registered holds the subscription for good.
+				now := time.Now()
+				if heldSince.IsZero() {
+					heldSince = now
+				}
+				if heldLogged.IsZero() || now.Sub(heldLogged) >= heldLogEvery {
+					heldLogged = now
+					s.cfg.Logger.WarnContext(ctx, "keiro: subscription holds an event until its read model is live "+
+						"(a rebuild under way, or a read model that is not registered)",
+						"subscription", s.cfg.Name, "position", e.GlobalPosition, "held_for", now.Sub(heldSince).Round(time.Second),
+						"error", herr)
 				}
 				if err := backoff.Sleep(ctx, s.cfg.PollInterval); err != nil {
 					return err
@@ -90,6 +100,9 @@ func (l *lane) isolate(ctx context.Context, batch []RecordedEvent, err error) er
 	}
 	return nil
 }
+
+// heldLogEvery is how often a subscription held by a fenced read model says so again.
+const heldLogEvery = time.Minute
 
 // deliver applies one event in its own transaction with the checkpoint. herr is the handler's
 // error (the transaction rolled back); err is any other failure.

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -253,13 +255,27 @@ func NewReadModels(store *Store, pool *pgxpool.Pool, cfg ReadModelsConfig) (*Rea
 	return &ReadModels{store: store, pool: pool, cfg: cfg, timeouts: c}, nil
 }
 
+// checkName refuses a name that PostgreSQL cannot store as text, with what is wrong with it:
+// empty, not UTF-8, or holding a NUL byte. field names the name in the error.
+func checkName(field, name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%s is required", field)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%s %q is not valid UTF-8", field, name)
+	case strings.ContainsRune(name, 0):
+		return fmt.Errorf("%s %q contains a NUL byte", field, name)
+	}
+	return nil
+}
+
 // Register registers m at startup: it inserts a live row with m's version and shape hash if
 // the model has none, and otherwise returns the existing row unchanged (never overwritten, so
 // a changed definition is detected by the next query as a stale schema). Concurrent
 // registrations of one model all succeed. Queries never register.
 func (r *ReadModels) Register(ctx context.Context, m ReadModel) (ReadModelInfo, error) {
-	if m.Name == "" {
-		return ReadModelInfo{}, errors.New("register read model: Name is required")
+	if err := checkName("Name", m.Name); err != nil {
+		return ReadModelInfo{}, fmt.Errorf("register read model: %w", err)
 	}
 	for {
 		info, err := scanReadModel(r.pool.QueryRow(ctx, r.store.q.rmRegister, m.Name, m.Version, m.ShapeHash))
@@ -290,6 +306,9 @@ func (r *ReadModels) Lookup(ctx context.Context, name string) (info ReadModelInf
 }
 
 func (r *ReadModels) lookup(ctx context.Context, q keiro.DB, name string) (ReadModelInfo, bool, error) {
+	if err := checkName("read model name", name); err != nil {
+		return ReadModelInfo{}, false, fmt.Errorf("look up read model: %w", err)
+	}
 	info, err := scanReadModel(q.QueryRow(ctx, r.store.q.rmLookup, name))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ReadModelInfo{}, false, nil

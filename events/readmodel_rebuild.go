@@ -34,11 +34,11 @@ func (p AsyncProjection) key(e RecordedEvent) envelope.UUID {
 
 func (p AsyncProjection) validate() error {
 	var errs []error
-	if p.Name == "" {
-		errs = append(errs, errors.New("Name: required"))
+	if err := checkName("Name", p.Name); err != nil {
+		errs = append(errs, err)
 	}
-	if p.ReadModel == "" {
-		errs = append(errs, errors.New("ReadModel: required"))
+	if err := checkName("ReadModel", p.ReadModel); err != nil {
+		errs = append(errs, err)
 	}
 	if p.Apply == nil {
 		errs = append(errs, errors.New("Apply: required"))
@@ -291,8 +291,11 @@ func (r *ReadModels) SetStatus(ctx context.Context, m ReadModel, status ReadMode
 }
 
 func (r *ReadModels) transition(ctx context.Context, tx pgx.Tx, m ReadModel, status ReadModelStatus) (ReadModelInfo, error) {
-	if m.Name == "" || status == "" {
-		return ReadModelInfo{}, errors.New("transition: Name and status are required")
+	if err := checkName("Name", m.Name); err != nil {
+		return ReadModelInfo{}, fmt.Errorf("transition: %w", err)
+	}
+	if err := checkName("status", string(status)); err != nil {
+		return ReadModelInfo{}, fmt.Errorf("transition: %w", err)
 	}
 	info, err := scanReadModel(tx.QueryRow(ctx, r.store.q.rmTransition, m.Name, m.Version, m.ShapeHash, string(status)))
 	if err != nil {
