@@ -43,7 +43,25 @@ func TestComposeFile(t *testing.T) {
 			t.Errorf("service %q runs %s, want %s (testenv.KafkaVersion, the broker the tests run)", name, p.Services[name].Image, want)
 		}
 	}
-	// Interpolation: a host port moved through the environment is honoured and still checked.
+	// So is the compose test's local Kafka image (deploy/compose/local/kafka, built from Maven).
+	pom, err := os.ReadFile(filepath.Join(root, "deploy", "compose", "local", "kafka", "pom.xml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "<kafka.version>" + testenv.KafkaVersion + "</kafka.version>"; !strings.Contains(string(pom), want) {
+		t.Errorf("deploy/compose/local/kafka/pom.xml does not pin %s (testenv.KafkaVersion)", want)
+	}
+	// And its schema registry is the Apicurio release the kit runs on Java 17.
+	for _, f := range []string{"build-images", filepath.Join("apicurio", "Dockerfile")} {
+		b, err := os.ReadFile(filepath.Join(root, "deploy", "compose", "local", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), testenv.SchemaRegistryLegacyVersion) {
+			t.Errorf("deploy/compose/local/%s does not name Apicurio %s (testenv.SchemaRegistryLegacyVersion)", f, testenv.SchemaRegistryLegacyVersion)
+		}
+	}
+		// Interpolation: a host port moved through the environment is honoured and still checked.
 	p, err = validate.LoadProject(context.Background(), filepath.Join(root, "docker-compose.yml"), []string{"KEIRO_RELAY_PORT=9465"})
 	if err != nil {
 		t.Fatal(err)
