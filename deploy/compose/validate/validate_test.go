@@ -61,7 +61,7 @@ func TestComposeFile(t *testing.T) {
 			t.Errorf("deploy/compose/local/%s does not name Apicurio %s (testenv.SchemaRegistryLegacyVersion)", f, testenv.SchemaRegistryLegacyVersion)
 		}
 	}
-		// Interpolation: a host port moved through the environment is honoured and still checked.
+	// Interpolation: a host port moved through the environment is honoured and still checked.
 	p, err = validate.LoadProject(context.Background(), filepath.Join(root, "docker-compose.yml"), []string{"KEIRO_RELAY_PORT=9465"})
 	if err != nil {
 		t.Fatal(err)
