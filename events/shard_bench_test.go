@@ -3,11 +3,7 @@ package events_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,8 +20,9 @@ import (
 // subscription (16 buckets) on one database. The workers first join and balance on a log held
 // back by an open append (the late-commit guard keeps them from reading past it); the timer
 // starts when that append commits. It reports events/s, this process's CPU per event
-// (getrusage) and the CPU per event of the workers' PostgreSQL backends (/proc, by
-// application_name; the server must run on this machine).
+// (getrusage) and the CPU per event of the PostgreSQL processes serving the workers (their
+// backends, by application_name, and the server's background processes: testenv.CPUMeter;
+// the server must run on this machine).
 //
 // Its limit is unsharded: the same drain by one Subscription (one transaction per batch of 256
 // events, no buckets), in the same run.
@@ -146,9 +143,8 @@ func benchmarkSharded(b *testing.B, workers int) {
 		return true
 	})
 
-	cpu0, pg0 := selfCPUTime(), backendCPU(b, db, appName)
+	m := testenv.StartCPU(b, db, appName)
 	b.ResetTimer()
-	start := time.Now()
 	require.NoError(b, hold.Commit(ctx))
 	select {
 	case <-done:
@@ -157,16 +153,11 @@ func benchmarkSharded(b *testing.B, workers int) {
 	case <-time.After(10 * time.Minute):
 		b.Fatalf("drained %d of %d", handled.Load(), total)
 	}
-	elapsed := time.Since(start)
 	b.StopTimer()
-	cpu := selfCPUTime() - cpu0
-	pg := time.Duration(0)
-	for pid, t := range backendCPU(b, db, appName) {
-		pg += t - pg0[pid]
-	}
-	b.ReportMetric(float64(total)/elapsed.Seconds(), "events/s")
-	b.ReportMetric(float64(cpu.Microseconds())/float64(total), "cpu-µs/event")
-	b.ReportMetric(float64(pg.Microseconds())/float64(total), "pg-cpu-µs/event")
+	f := m.Stop(b)
+	b.ReportMetric(float64(total)/f.Elapsed.Seconds(), "events/s")
+	b.ReportMetric(float64(f.Self.Microseconds())/float64(total), "cpu-µs/event")
+	b.ReportMetric(f.PostgresPerMessage(int(total)), "pg-cpu-µs/event")
 	b.ReportMetric(0, "ns/op")
 	var n int64
 	require.NoError(b, db.Pool.QueryRow(ctx, `SELECT count(*) FROM shard_bench`).Scan(&n))
@@ -248,36 +239,4 @@ func BenchmarkShardedSubscriptionFailover(b *testing.B) {
 	}
 	b.ReportMetric(float64(sum.Milliseconds())/float64(b.N), "ms-to-move")
 	b.ReportMetric(float64(worst.Milliseconds()), "worst-ms")
-}
-
-// selfCPUTime is this process's CPU time (user and system).
-func selfCPUTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// backendCPU is the CPU time of each PostgreSQL backend named appName, by pid (USER_HZ ticks
-// of 10 ms from /proc).
-func backendCPU(b *testing.B, db *testenv.DB, appName string) map[int]time.Duration {
-	rows, err := db.Pool.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, appName)
-	require.NoError(b, err)
-	defer rows.Close()
-	out := map[int]time.Duration{}
-	for rows.Next() {
-		var pid int
-		require.NoError(b, rows.Scan(&pid))
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-		utime, _ := strconv.ParseInt(f[11], 10, 64)
-		stime, _ := strconv.ParseInt(f[12], 10, 64)
-		out[pid] = time.Duration(utime+stime) * 10 * time.Millisecond
-	}
-	require.NoError(b, rows.Err())
-	return out
 }
