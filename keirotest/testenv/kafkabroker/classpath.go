@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/keiro-go/keiro/keirotest/testenv/internal/proc"
+	"github.com/keiro-go/keiro/internal/proc"
 )
 
 // Version is the Apache Kafka release the broker runs (pom.xml's kafka.version).

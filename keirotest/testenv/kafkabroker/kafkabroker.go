@@ -31,7 +31,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/keiro-go/keiro/keirotest/testenv/internal/proc"
+	"github.com/keiro-go/keiro/internal/proc"
 )
 
 // Defaults of Config.

@@ -19,7 +19,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/keiro-go/keiro/keirotest/testenv/internal/proc"
+	"github.com/keiro-go/keiro/internal/proc"
 )
 
 // The releases Start knows.

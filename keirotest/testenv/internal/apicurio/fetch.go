@@ -9,7 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 
-	"github.com/keiro-go/keiro/keirotest/testenv/internal/proc"
+	"github.com/keiro-go/keiro/internal/proc"
 )
 
 // CacheEnv names the environment variable that moves the per-machine cache of unpacked

@@ -20,7 +20,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/keiro-go/keiro/keirotest/testenv/internal/proc"
+	"github.com/keiro-go/keiro/internal/proc"
 )
 
 // Version is the release of github.com/jaegertracing/jaeger whose cmd/jaeger (Jaeger v2) is built.

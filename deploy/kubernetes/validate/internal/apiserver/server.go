@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/keiro-go/keiro/internal/proc"
 )
 
 // EtcdEnv names the environment variable that points at the etcd binary to run instead of the
@@ -40,7 +42,9 @@ type Server struct {
 	// Config reaches the server over TLS as an administrator.
 	Config *rest.Config
 
-	etcd, apiserver *process
+	etcd, apiserver *proc.Process
+	// etcdLog and apiserverLog are the processes' output.
+	etcdLog, apiserverLog string
 }
 
 // Start starts etcd and the kube-apiserver binary bin (see [Build]) on free loopback ports,
@@ -53,7 +57,7 @@ func Start(ctx context.Context, bin, dir string) (*Server, error) {
 	etcdBin := os.Getenv(EtcdEnv)
 	if etcdBin == "" {
 		var err error
-		if etcdBin, err = lookPath("etcd", "/usr/bin", "/usr/local/bin"); err != nil {
+		if etcdBin, err = proc.LookPath("etcd", "/usr/bin", "/usr/local/bin"); err != nil {
 			return nil, errors.New("etcd not found: the API server stores its objects in etcd " +
 				"(install Debian's etcd-server package: apt-get install etcd-server), or set " + EtcdEnv + " to an etcd binary")
 		}
@@ -80,7 +84,7 @@ func start(ctx context.Context, etcdBin, bin, dir string) (*Server, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create %s: %w", dir, err)
 	}
-	ports, err := freePorts(3)
+	ports, err := proc.FreePorts(3)
 	if err != nil {
 		return nil, err
 	}
@@ -90,10 +94,10 @@ func start(ctx context.Context, etcdBin, bin, dir string) (*Server, error) {
 		return nil, err
 	}
 
-	s := &Server{}
+	s := &Server{etcdLog: filepath.Join(dir, "etcd.log"), apiserverLog: filepath.Join(dir, "kube-apiserver.log")}
 	clientURL := "http://127.0.0.1:" + strconv.Itoa(etcdClient)
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(etcdPeer)
-	s.etcd, err = startProcess(etcdBin, []string{
+	s.etcd, err = proc.Start(s.etcdLog, "", etcdBin, []string{
 		"--name=default",
 		"--data-dir=" + filepath.Join(dir, "etcd"),
 		"--listen-client-urls=" + clientURL,
@@ -104,9 +108,9 @@ func start(ctx context.Context, etcdBin, bin, dir string) (*Server, error) {
 		"--initial-cluster-state=new",
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: install Debian's etcd-server package, or set %s to an etcd binary", err, EtcdEnv)
+		return nil, fmt.Errorf("start %s: %w: install Debian's etcd-server package, or set %s to an etcd binary", etcdBin, err, EtcdEnv)
 	}
-	s.apiserver, err = startProcess(bin, []string{
+	s.apiserver, err = proc.Start(s.apiserverLog, "", bin, []string{
 		"--etcd-servers=" + clientURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -126,7 +130,7 @@ func start(ctx context.Context, etcdBin, bin, dir string) (*Server, error) {
 	})
 	if err != nil {
 		s.Stop()
-		return nil, err
+		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
 	s.Config = &rest.Config{
 		Host:            "https://127.0.0.1:" + strconv.Itoa(securePort),
@@ -143,13 +147,12 @@ func start(ctx context.Context, etcdBin, bin, dir string) (*Server, error) {
 
 // Stop kills the API server and etcd and waits for them to exit.
 func (s *Server) Stop() {
-	if s.apiserver != nil {
-		s.apiserver.stop()
-	}
-	if s.etcd != nil {
-		s.etcd.stop()
-	}
+	s.apiserver.Kill(stopWait)
+	s.etcd.Kill(stopWait)
 }
+
+// stopWait bounds Stop's wait for each process to exit once killed.
+const stopWait = 10 * time.Second
 
 // waitReady polls /readyz until it answers ok, a process exits or StartTimeout passes.
 func (s *Server) waitReady(ctx context.Context) error {
@@ -159,17 +162,18 @@ func (s *Server) waitReady(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, StartTimeout)
 	defer cancel()
-	last := "no answer yet"
+	var last string // the last /readyz answer or error
 	for {
 		for _, p := range []struct {
-			name string
-			*process
-		}{{"etcd", s.etcd}, {"kube-apiserver", s.apiserver}} {
-			if !p.exited() {
+			name, log string
+			*proc.Process
+		}{{"etcd", s.etcdLog, s.etcd}, {"kube-apiserver", s.apiserverLog, s.apiserver}} {
+			if !p.Exited() {
 				continue
 			}
-			err := fmt.Errorf("%s exited: %v\n%s", p.name, p.err, p.tail(30))
-			if strings.Contains(p.out.String(), "address already in use") {
+			out, _ := os.ReadFile(p.log)
+			err := fmt.Errorf("%s exited: %v\n%s", p.name, p.Err(), proc.Tail(string(out), 30))
+			if strings.Contains(string(out), "address already in use") {
 				err = fmt.Errorf("%w: %w", errPortTaken, err)
 			}
 			return err
@@ -185,14 +189,14 @@ func (s *Server) waitReady(ctx context.Context) error {
 			if resp.StatusCode == http.StatusOK {
 				return nil
 			}
-			last = fmt.Sprintf("%s: %s", resp.Status, tail(string(body), 10))
+			last = fmt.Sprintf("%s: %s", resp.Status, proc.Tail(string(body), 10))
 		} else {
 			last = err.Error()
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("kube-apiserver not ready after %s (last /readyz: %s)\nkube-apiserver:\n%s\netcd:\n%s",
-				StartTimeout, last, s.apiserver.tail(20), s.etcd.tail(10))
+				StartTimeout, last, proc.TailFile(s.apiserverLog, 20), proc.TailFile(s.etcdLog, 10))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

@@ -1,6 +1,9 @@
-// Package proc runs the child processes of the test environment (the Kafka broker's and the
-// schema registry's JVMs): each dies with the process that started it, its output goes to a
-// log file, and its exit can be waited for. It also finds free loopback ports for them.
+// Package proc runs the servers the test kit and the deployment checks start as child processes
+// (the Kafka broker's and the schema registry's JVMs, Jaeger, etcd and kube-apiserver): each
+// dies with the process that started it, its output goes to a log file, and its exit can be
+// waited for. It finds free loopback ports for them, keeps their downloads and builds in a
+// per-machine cache under a lock, and builds the ones written in Go from pinned modules
+// (GoBinary).
 package proc
 
 import (
@@ -10,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -155,4 +159,18 @@ func TailFile(path string, n int) string {
 		return ""
 	}
 	return Tail(string(b), n)
+}
+
+// LookPath finds a program on PATH, then in the given directories.
+func LookPath(name string, dirs ...string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	for _, d := range dirs {
+		p := filepath.Join(d, name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s not found on PATH", name)
 }
