@@ -21,8 +21,8 @@ func TestGoBinaryBuildsOnceAndRebuildsOnChange(t *testing.T) {
 	t.Setenv("KEIRO_TEST_GOBINARY", "")
 	g := proc.GoBinary{
 		Name: "gofmt", What: "gofmt", Version: "test",
-		Package: "cmd/gofmt", // a command of the toolchain: builds without the network
-		GoMod:   []byte("module example.com/gobinary\n\ngo 1.26\n"),
+		Package:  "cmd/gofmt", // a command of the toolchain: builds without the network
+		GoMod:    []byte("module example.com/gobinary\n\ngo 1.26\n"),
 		CacheEnv: "KEIRO_TEST_GOBINARY_CACHE", BinaryEnv: "KEIRO_TEST_GOBINARY",
 	}
 	dir, err := g.CacheDir()
