@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -340,6 +341,16 @@ func runChild(ctx context.Context, o options) error {
 		_, _ = bufio.NewReader(os.Stdin).ReadString(0) // returns at EOF
 		cancel()
 	}()
+	// The parent finds this process's PostgreSQL backends by their application_name when a
+	// proxy hides the client ports (-net-latency): name them in the URL itself, which the
+	// log-mode relay's replication connection is opened with too (keiro's relay names its own
+	// sessions .../<pid> as well).
+	if u, err := url.Parse(o.dsn); err == nil && u.Scheme != "" && u.Query().Get("application_name") == "" {
+		q := u.Query()
+		q.Set("application_name", fmt.Sprintf("keiro-peers/%d", os.Getpid()))
+		u.RawQuery = q.Encode()
+		o.dsn = u.String()
+	}
 	cfg, err := pgxpool.ParseConfig(o.dsn)
 	if err != nil {
 		return err

@@ -74,6 +74,10 @@ type options struct {
 	maxConnsChild int
 	kafka         string
 	debeziumDir   string
+	// netLatency puts a proxy adding it each way between the contenders and PostgreSQL and
+	// the broker (0: loopback); cpuLimit limits each contender to that many cores (0: none).
+	netLatency time.Duration
+	cpuLimit   float64
 }
 
 func main() {
@@ -94,6 +98,8 @@ func main() {
 	flag.IntVar(&o.maxConnsChild, "pool", 8, "pgxpool max connections of every contender")
 	flag.StringVar(&o.kafka, "kafka", "real", "the broker: real (Apache Kafka started by keirotest/testenv/kafkabroker), kfake (in process), or brokers=host:port[,host:port] (a running cluster)")
 	flag.StringVar(&o.debeziumDir, "debezium-dir", "debezium", "the Maven project of the debezium contenders (bench/debezium)")
+	flag.DurationVar(&o.netLatency, "net-latency", 0, "put a proxy adding this latency each way between the contenders and PostgreSQL and the broker, e.g. 1ms (needs -kafka real; 0: loopback)")
+	flag.Float64Var(&o.cpuLimit, "cpu-limit", 0, "run each contender in a cgroup limited to this many cores, e.g. 0.25 (cgroup v1 cpu controller; 0: no limit)")
 	flag.StringVar(&o.child, "child", "", "internal: run one contender (used by the parent)")
 	flag.StringVar(&o.childSchema, "child-schema", "", "internal")
 	flag.StringVar(&o.childTopic, "child-topic", "", "internal")
@@ -251,7 +257,16 @@ func runParent(ctx context.Context, o options) error {
 	if o.contenders != "" {
 		only = strings.Split(o.contenders, ",")
 	}
-	p := &parent{o: o}
+	if o.netLatency < 0 || o.cpuLimit < 0 {
+		return errors.New("-net-latency and -cpu-limit must not be negative")
+	}
+	if o.netLatency > 0 && o.kafka != "real" {
+		return fmt.Errorf("-net-latency needs -kafka real (a broker started here can advertise its proxy; -kafka %s cannot)", o.kafka)
+	}
+	if o.netLatency > 0 && slices.ContainsFunc(only, func(n string) bool { return strings.HasPrefix(n, "debezium") }) {
+		return errors.New("-net-latency: the debezium contenders cannot run behind the proxies here (their PostgreSQL CPU is found by the process's own sockets); run them on loopback")
+	}
+	p := &parent{o: o, childDSN: o.dsn}
 	stopKafka, err := p.startKafka(ctx)
 	if err != nil {
 		return err
@@ -267,8 +282,8 @@ func runParent(ctx context.Context, o options) error {
 	}
 	defer p.admin.Close()
 
-	fmt.Printf("peers: kafka %s, GOMAXPROCS=%d, drain n=%d (cut at %s), steady %d/s for %s, consume n=%d, %d run(s), payload ≈%d B, %d keys, %d partitions\n",
-		o.kafka, numCPU(), o.drainN, o.maxDrain, o.rate, o.steady, o.consumeN, o.runs, o.payloadBytes, o.keyCount, o.partitions)
+	fmt.Printf("peers: kafka %s, GOMAXPROCS=%d, drain n=%d (cut at %s), steady %d/s for %s, consume n=%d, %d run(s), payload ≈%d B, %d keys, %d partitions; %s\n",
+		o.kafka, numCPU(), o.drainN, o.maxDrain, o.rate, o.steady, o.consumeN, o.runs, o.payloadBytes, o.keyCount, o.partitions, networkNote(o))
 	var all []result
 	for _, sc := range scenarios {
 		var cs []contender
@@ -306,6 +321,8 @@ func runParent(ctx context.Context, o options) error {
 type parent struct {
 	o       options
 	brokers []string
+	// childDSN is the PostgreSQL URL the contenders connect with: -dsn, or its proxy's.
+	childDSN string
 	// brokerPid is the broker's process when the command started it as one (-kafka real).
 	brokerPid  int
 	debeziumCP string
@@ -326,6 +343,8 @@ func (p *parent) startKafka(ctx context.Context) (func(), error) {
 		}
 		p.brokers = cluster.ListenAddrs()
 		return cluster.Close, nil
+	case k == "real" && p.o.netLatency > 0:
+		return p.startNetworkKafka(ctx)
 	case k == "real":
 		fmt.Fprintf(os.Stderr, "  starting Apache Kafka %s (KRaft, one node)…\n", kafkabroker.Version)
 		cluster, err := kafkabroker.Start(ctx, kafkabroker.Config{})
@@ -434,6 +453,8 @@ type childProc struct {
 	pg            *backendCPU
 	brokerPid     int
 	cpu0, broker0 time.Duration
+	// uncgroup removes the child's cgroup (-cpu-limit) once it exited.
+	uncgroup func()
 }
 
 // markReady records the child's and the broker's CPU time at the child's "ready".
@@ -458,7 +479,7 @@ func (p *parent) startChild(c contender, schema, topic, group string, expect int
 	}
 	cmd := exec.Command(exe, "-child", c.name, "-child-schema", schema, "-child-topic", topic,
 		"-child-brokers", strings.Join(p.brokers, ","), "-child-group", group,
-		"-child-expect", fmt.Sprint(expect), "-dsn", p.o.dsn, "-pool", fmt.Sprint(p.o.maxConnsChild))
+		"-child-expect", fmt.Sprint(expect), "-dsn", p.childDSN, "-pool", fmt.Sprint(p.o.maxConnsChild))
 	if c.kind == kindDebezium {
 		variant := "documented"
 		if strings.HasSuffix(c.name, "-tuned") {
@@ -481,7 +502,16 @@ func (p *parent) startChild(c contender, schema, topic, group string, expect int
 		return nil, fmt.Errorf("start child: %w", err)
 	}
 	cp := &childProc{cmd: cmd, stdin: stdin, lines: make(chan string, 4), exited: make(chan struct{}), brokerPid: p.brokerPid,
-		pg: startBackendCPU(p.o.dsn, cmd.Process.Pid)}
+		pg: startBackendCPU(p.o.dsn, cmd.Process.Pid), uncgroup: func() {}}
+	if p.o.cpuLimit > 0 {
+		// The child waits for its settings on nothing: the first milliseconds of its start-up
+		// may run before the limit applies.
+		if cp.uncgroup, err = limitCPU(cmd.Process.Pid, p.o.cpuLimit); err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return nil, err
+		}
+	}
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
@@ -547,6 +577,7 @@ read:
 	if err := cp.cmd.Wait(); err != nil {
 		errs = append(errs, err)
 	}
+	cp.uncgroup()
 	ru, ok := cp.cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	if !ok {
 		return 0, 0, errors.Join(append(errs, errors.New("no rusage"))...)

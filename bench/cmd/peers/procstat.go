@@ -102,8 +102,8 @@ func parseTCPPorts(r io.Reader, inodes map[string]bool) []int32 {
 }
 
 // backendCPU follows the PostgreSQL backends serving one contender process (the backends
-// whose client port is one of the process's sockets: its pool and, in log mode, its
-// walsender) and adds up their CPU time. It samples every interval until stopped; a backend's
+// whose client port is one of the process's sockets, or whose application_name ends in
+// /<pid>: its pool and, in log mode, its walsender) and adds up their CPU time. It samples every interval until stopped; a backend's
 // CPU is its last sample, so a backend that exits between two samples loses at most one
 // interval (backends here live as long as the contender).
 type backendCPU struct {
@@ -150,10 +150,10 @@ func (b *backendCPU) loop() {
 
 func (b *backendCPU) sample(ctx context.Context, conn *pgx.Conn) {
 	ports := socketPorts(b.pid)
-	if len(ports) == 0 {
-		return
-	}
-	rows, err := conn.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE client_addr IS NOT NULL AND client_port = ANY($1)`, ports)
+	// By the client port (a direct connection), or by the application_name a contender gives
+	// its sessions, ending in /<pid> (through a proxy, whose ports these are not).
+	rows, err := conn.Query(ctx, `SELECT pid FROM pg_stat_activity
+		WHERE (client_addr IS NOT NULL AND client_port = ANY($1)) OR application_name LIKE '%/' || $2::text`, ports, strconv.Itoa(b.pid))
 	if err != nil {
 		return
 	}

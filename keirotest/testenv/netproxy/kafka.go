@@ -2,6 +2,7 @@ package netproxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -25,8 +26,19 @@ type Kafka struct {
 // cfg.Advertise must be nil: StartKafka sets it.
 func StartKafka(t testing.TB, s *Server, cfg kafkabroker.Config, proxy ProxyConfig) *Kafka {
 	t.Helper()
+	k, err := StartKafkaContext(context.Background(), s, cfg, proxy)
+	if err != nil {
+		t.Fatalf("netproxy: %v", err)
+	}
+	t.Cleanup(k.Cluster.Close)
+	return k
+}
+
+// StartKafkaContext is StartKafka for code without a test at hand (a benchmark command): the
+// caller stops the cluster (Cluster.Close) and the proxies (Server.Close).
+func StartKafkaContext(ctx context.Context, s *Server, cfg kafkabroker.Config, proxy ProxyConfig) (*Kafka, error) {
 	if cfg.Advertise != nil {
-		t.Fatal("netproxy.StartKafka: Config.Advertise is set by StartKafka")
+		return nil, errors.New("start Kafka behind proxies: Config.Advertise is set by StartKafka")
 	}
 	var (
 		mu      sync.Mutex
@@ -49,16 +61,15 @@ func StartKafka(t testing.TB, s *Server, cfg kafkabroker.Config, proxy ProxyConf
 		mu.Unlock()
 		return p.Addr(), nil
 	}
-	c, err := kafkabroker.Start(context.Background(), cfg)
+	c, err := kafkabroker.Start(ctx, cfg)
 	if err != nil {
-		t.Fatalf("netproxy: start Kafka behind proxies: %v", err)
+		return nil, fmt.Errorf("start Kafka behind proxies: %w", err)
 	}
-	t.Cleanup(c.Close)
 	k := &Kafka{Cluster: c}
 	for _, b := range c.Brokers {
 		k.Proxies = append(k.Proxies, proxies[b.ID])
 	}
-	return k
+	return k, nil
 }
 
 // Seeds returns the proxies' addresses, which the brokers advertise: seed a client with them.
