@@ -389,7 +389,14 @@ func (r *engine) newLogEngine() (logsource.Engine, error) {
 	if n := r.pub.MaxBufferedRecords(); n > 0 && n < inFlight {
 		inFlight = n
 	}
+	// The replication session carries the process's name, as its pool's sessions and its own
+	// do, so that pg_stat_replication tells which relay holds the slot.
+	name := r.pool.Config().ConnConfig.RuntimeParams["application_name"]
+	if name == "" {
+		name = ApplicationName(r.cfg.Schema)
+	}
 	return r.cfg.LogEngine(conn, r.pub, logsource.Config{
+		ApplicationName:     name,
 		Schema:              r.cfg.Schema,
 		Slot:                r.cfg.LogSlot,
 		Destinations:        r.cfg.Destinations,

@@ -90,6 +90,9 @@ func New(connString string, pub *publish.Publisher, cfg logsource.Config) (*Engi
 		errs = append(errs, fmt.Errorf("connection string: %w", err))
 	} else {
 		conn.RuntimeParams["replication"] = "database"
+		if cfg.ApplicationName != "" {
+			conn.RuntimeParams["application_name"] = cfg.ApplicationName
+		}
 	}
 	if pub == nil {
 		errs = append(errs, errors.New("publisher is nil"))

@@ -101,6 +101,10 @@ type Config struct {
 	// (exactlyonce.Config; the engine sets its TransactionalID from the slot). nil: at
 	// least once.
 	ExactlyOnce *exactlyonce.Config
+	// ApplicationName names the replication session (its walsender) in pg_stat_activity
+	// and pg_stat_replication, as the relay process's other sessions are named. Empty: the
+	// connection string's application_name, if any.
+	ApplicationName string
 	// Logger receives the engine's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 }
