@@ -284,6 +284,36 @@ func runKeiroConsumer(ctx context.Context, o options, pool *pgxpool.Pool, batchS
 	return c.Run(ctx)
 }
 
+// runKeiroConsumerBatch is runKeiroConsumer with a BatchHandler: one INSERT per batch, so
+// the handler's round trips do not grow with the batch.
+func runKeiroConsumerBatch(ctx context.Context, o options, pool *pgxpool.Pool) error {
+	insert := `INSERT INTO ` + o.childSchema + `.bench_effects (id, payload) SELECT * FROM unnest($1::text[], $2::bytea[])`
+	var committed atomic.Int64
+	var once sync.Once
+	c, err := inbox.NewConsumer(pool, inbox.ConsumerConfig{
+		Brokers: strings.Split(o.childBrokers, ","), Group: o.childGroup, Topics: []string{o.childTopic},
+		Store: inbox.StoreConfig{Schema: o.childSchema}, Logger: slog.New(slog.DiscardHandler),
+		OnCommitted: func(cm inbox.Commit) {
+			if committed.Add(int64(cm.Records)) >= int64(o.childExpect) {
+				once.Do(func() { fmt.Println("done") })
+			}
+		},
+		BatchHandler: func(ctx context.Context, tx pgx.Tx, evs []envelope.Event) error {
+			ids, payloads := make([]string, len(evs)), make([][]byte, len(evs))
+			for i, ev := range evs {
+				ids[i], payloads[i] = ev.MessageID, ev.Payload
+			}
+			_, err := tx.Exec(ctx, insert, ids, payloads)
+			return err
+		},
+	}, nil)
+	if err != nil {
+		return err
+	}
+	ready()
+	return c.Run(ctx)
+}
+
 func runWatermillConsumer(ctx context.Context, o options, pool *pgxpool.Pool, byUUID bool) error {
 	logger := watermill.NopLogger{}
 	sc := kafka.DefaultSaramaSubscriberConfig()
@@ -392,6 +422,8 @@ func runChild(ctx context.Context, o options) error {
 		runErr = runKeiroConsumer(ctx, o, pool, 0)
 	case "keiro-consumer-b100":
 		runErr = runKeiroConsumer(ctx, o, pool, 100)
+	case "keiro-consumer-batch":
+		runErr = runKeiroConsumerBatch(ctx, o, pool)
 	case "watermill-consumer":
 		runErr = runWatermillConsumer(ctx, o, pool, false)
 	case "watermill-consumer-uuid":
