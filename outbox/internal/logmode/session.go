@@ -17,6 +17,7 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/outbox/internal/exactlyonce"
 	"github.com/keiro-go/keiro/outbox/internal/kafkaerr"
+	"github.com/keiro-go/keiro/outbox/internal/logmsg"
 	"github.com/keiro-go/keiro/outbox/internal/logslot"
 )
 
@@ -54,6 +55,8 @@ func (e *Engine) session(ctx context.Context) error {
 			"proto_version '1'",
 			"publication_names '" + e.cfg.Publication + "'",
 			"binary 'true'",
+			// The events Store.EmitTx writes (transactional logical messages, PostgreSQL 14+).
+			"messages 'true'",
 		},
 	})
 	if err != nil {
@@ -67,7 +70,8 @@ func (e *Engine) session(ctx context.Context) error {
 	if e.onActive != nil {
 		e.onActive()
 	}
-	s := &stream{e: e, conn: conn, w: newWindow(start), relations: map[uint32]*layout{}, cl: e.producer}
+	s := &stream{e: e, conn: conn, w: newWindow(start), relations: map[uint32]*layout{}, cl: e.producer,
+		prefix: logmsg.Prefix(e.cfg.Schema)}
 	if e.cfg.ExactlyOnce != nil {
 		// Only now, the slot held: a standby that initialized the id would fence the active
 		// engine.
@@ -261,6 +265,7 @@ type stream struct {
 	tx        *txn            // the open transaction
 	cl        *kgo.Client     // the producer: the engine's, or eo's under exactly once
 	lastEnd   pglogrepl.LSN   // the end of the last transaction whose Commit was read
+	prefix    string          // the prefix of the schema's logical messages (logmsg.Prefix)
 
 	// flush flushes cl on a goroutine of its own when kicked (flushNow). Under exactly once
 	// each producer has its flusher (flushNext is eoNext's), so that a flush of the transaction
@@ -779,6 +784,9 @@ func (s *stream) endPeriod() {
 func (s *stream) handle(ctx context.Context, data []byte) error {
 	if len(data) > 0 && data[0] == byte(pglogrepl.MessageTypeInsert) {
 		return s.insert(ctx, data)
+	}
+	if len(data) > 0 && data[0] == byte(pglogrepl.MessageTypeMessage) {
+		return s.logicalMessage(ctx, data)
 	}
 	m, err := pglogrepl.Parse(data)
 	if err != nil {
