@@ -65,6 +65,9 @@ func enqueue(ctx context.Context, conn *pgx.Conn, c contender, schema, topic str
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		switch c.kind {
 		case kindKeiro, kindDebezium:
+			if c.emit {
+				return emitKeiro(ctx, tx, schema, topic, msgs)
+			}
 			return enqueueKeiro(ctx, tx, schema, topic, msgs)
 		case kindWatermill:
 			return enqueueWatermill(ctx, tx, schema, topic, msgs)
