@@ -135,7 +135,8 @@ func (s *Store) EmitTx(ctx context.Context, tx pgx.Tx, events ...envelope.Event)
 	return nil
 }
 
-// countEmitted adds events to keiro.outbox.enqueued, per source, with outcome "emitted".
+// countEmitted adds events to keiro.outbox.enqueued, per source, with outcome
+// tracing.OutcomeEmitted.
 func (s *Store) countEmitted(ctx context.Context, events []envelope.Event) {
 	n := map[string]int64{}
 	for i := range events {
@@ -143,6 +144,6 @@ func (s *Store) countEmitted(ctx context.Context, events []envelope.Event) {
 	}
 	for source, c := range n {
 		s.inst.Enqueued.Add(ctx, c, metric.WithAttributeSet(attribute.NewSet(
-			attribute.String("source", source), attribute.String("outcome", "emitted"))))
+			attribute.String("source", source), attribute.String(string(tracing.OutcomeKey), tracing.OutcomeEmitted))))
 	}
 }

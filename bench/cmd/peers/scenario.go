@@ -95,6 +95,8 @@ func (p *parent) drain(ctx context.Context, conn *pgx.Conn, schema, topic string
 		done += k
 	}
 	enqueueTook := time.Since(start)
+	fmt.Fprintf(os.Stderr, "    enqueue: %d events in 1000-event transactions in %.2fs (%.0f events/s)\n",
+		n, enqueueTook.Seconds(), float64(n)/enqueueTook.Seconds())
 	wal1, err := walLSN(ctx, conn)
 	if err != nil {
 		return result{}, err
