@@ -242,3 +242,43 @@ func TestBadMessagesAreDeadLetteredAndOthersIgnored(t *testing.T) {
 	require.Equal(t, map[string]int{"unknown format version 7": 1, "format 1: column 21": 1, "no format version": 1,
 		"column message_id is null": 1}, reasons)
 }
+
+// Under exactly once, emitted events go into the Kafka transactions with the rows of their
+// PostgreSQL transactions: a read_committed reader sees each once, each key's in commit order.
+func TestExactlyOnceEmittedEvents(t *testing.T) {
+	t.Parallel()
+	f := eoFixture(t, 2)
+	ctx := context.Background()
+	_, err := f.db.Pool.Exec(ctx, `UPDATE keiro_outbox_settings SET mode = 'log'`)
+	require.NoError(t, err)
+	st, err := outbox.NewStore(f.db.Schema)
+	require.NoError(t, err)
+	run(t, f.newEngine(t, f.cfg, logmode.Hooks{}))
+	var want []event
+	for i := range 12 {
+		k := fmt.Sprintf("k%d", i%3)
+		row := event{id: fmt.Sprintf("r-%02d", i), dest: f.orders(), key: k}
+		ev := emitted(fmt.Sprintf("e-%02d", i), f.orders(), k)
+		require.NoError(t, pgx.BeginFunc(ctx, f.db.Pool, func(tx pgx.Tx) error {
+			if i%2 == 0 {
+				if err := st.EmitTx(ctx, tx, ev); err != nil {
+					return err
+				}
+				return enqueue(ctx, tx, row)
+			}
+			if err := enqueue(ctx, tx, row); err != nil {
+				return err
+			}
+			return st.EmitTx(ctx, tx, ev)
+		}))
+		if i%2 == 0 {
+			want = append(want, event{id: ev.MessageID, key: k}, row)
+		} else {
+			want = append(want, row, event{id: ev.MessageID, key: k})
+		}
+	}
+	testenv.WaitFor(t, time.Minute, "every transaction committed to Kafka", func() bool {
+		return len(committedRecords(t, f, f.orders())) >= len(want)
+	})
+	requireExactlyOnce(t, f, want)
+}
