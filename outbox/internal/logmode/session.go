@@ -64,6 +64,10 @@ func (e *Engine) session(ctx context.Context) error {
 		if errors.As(err, &pgErr) && pgErr.Code == "55006" { // object_in_use
 			return &slotActiveError{}
 		}
+		if pgErr != nil && pgErr.Code == "22023" { // invalid_parameter_value: an option pgoutput does not know
+			return fmt.Errorf("%w: start replication from slot %s: %w; log mode needs PostgreSQL 14 or later "+
+				"(pgoutput's messages option, for the events of EmitTx)", errConfig, e.cfg.Slot, err)
+		}
 		return fmt.Errorf("start replication from slot %s at %s: %w", e.cfg.Slot, start, err)
 	}
 	e.sessions.Add(1)
