@@ -32,6 +32,7 @@ var msgLayout = func() *layout {
 	if err != nil {
 		panic(err) // logmsg.Columns and columns disagree: a programmer's error
 	}
+	l.what = "emitted event"
 	return l
 }()
 
@@ -71,8 +72,8 @@ func parseMessage(data []byte) (logicalMessage, error) {
 }
 
 // decodeMessage decodes a message's content into a row. A content that is not a known format
-// or whose tuple is broken is an error (undecodableError); a whole tuple whose values do not
-// make an event is a badRowError, as for a row.
+// or whose tuple is broken is an error; a whole tuple whose values do not make an event is a
+// badRowError, as for a row, with what decoded.
 func decodeMessage(content []byte) (*row, error) {
 	tuple, err := logmsg.Tuple(content)
 	if err != nil {
@@ -105,7 +106,7 @@ func undecodableMessage(m logicalMessage, at time.Time) *row {
 	return r
 }
 
-// message handles a pgoutput 'M' message: a transactional message of the stream's prefix is
+// logicalMessage handles a pgoutput 'M' message: a transactional message of the stream's prefix is
 // an event, produced like an inserted row; one whose content does not decode is rejected with
 // kafkaerr.CodeUndecodableMessage (its dead letter written, the stream moves on). Messages of
 // other prefixes are skipped; a non-transactional message of the prefix (EmitTx never writes
@@ -138,9 +139,9 @@ func (s *stream) logicalMessage(ctx context.Context, data []byte) error {
 		// Not even the destination is known: every slot of the schema dead-letters it, under
 		// the same identity, so it is written once.
 		r = undecodableMessage(m, s.tx.at)
-		bad = &badRowError{r: r, err: fmt.Errorf("decode the logical message at %s of prefix %q: %w", m.lsn, s.prefix, err)}
+		err = fmt.Errorf("decode the logical message at %s of prefix %q: %w", m.lsn, s.prefix, err)
 		s.w.add(s.tx, 0, false)
-		s.reject(s.tx, 0, &r.ev, kafkaerr.CodeUndecodableMessage, bad, false)
+		s.reject(s.tx, 0, &r.ev, kafkaerr.CodeUndecodableMessage, err, false)
 		return nil
 	}
 	if len(s.e.cfg.Destinations) > 0 && !slices.Contains(s.e.cfg.Destinations, r.ev.Destination) {
@@ -148,8 +149,9 @@ func (s *stream) logicalMessage(ctx context.Context, data []byte) error {
 		return nil
 	}
 	if bad != nil {
+		err := fmt.Errorf("the logical message at %s of prefix %q: %w", m.lsn, s.prefix, bad.err)
 		s.w.add(s.tx, 0, false)
-		s.reject(s.tx, 0, &r.ev, kafkaerr.CodeUndecodableMessage, bad, false)
+		s.reject(s.tx, 0, &r.ev, kafkaerr.CodeUndecodableMessage, err, false)
 		return nil
 	}
 	return s.produce(ctx, s.tx, r)
