@@ -84,6 +84,14 @@
 // A sleeping relay is woken at commit (see "Wake-ups" below); [StoreOptions].DisableNotify turns
 // that off, and [Store.Notify] wakes relays after commit.
 //
+// [Store.EmitTx] is an opt-in for a schema in log mode: it writes each event as a transactional
+// logical decoding message instead of a row, which the log-mode relay publishes exactly as a row,
+// in commit order with them. It is the cheapest enqueue, and it gives up duplicate detection
+// (a retried transaction publishes twice), any copy outside the WAL until the slot confirms the
+// event (a lost slot loses it; nothing lists it), and claim mode: on a schema in claim mode, or
+// at REPEATABLE READ or SERIALIZABLE, it emits nothing and returns an error
+// ([ErrEmitNeedsLogMode], [ErrEmitIsolation]).
+//
 // # Relay
 //
 // A relay claims batches (BatchSize rows, one statement, FOR UPDATE SKIP LOCKED) in seq order,

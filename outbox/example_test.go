@@ -167,6 +167,33 @@ func ExampleStore_EnqueueTx() {
 	// conflict: true
 }
 
+// A producer of a schema in log mode may opt into EmitTx: each event is a logical decoding
+// message in the caller's transaction, the cheapest enqueue, without duplicate detection or a
+// row to list or recover. It refuses, writing nothing, while the schema is in claim mode (whose
+// relays read no message): roll back, or enqueue with EnqueueTx.
+func ExampleStore_EmitTx() {
+	ctx := context.Background()
+	db, dropDB := testenv.NewExampleDB()
+	defer dropDB()
+	store, err := outbox.NewStore(db.Schema)
+	if err != nil {
+		log.Fatal(err)
+	}
+	key := "order-42"
+	placed := envelope.Event{
+		MessageID: "order-42-placed", Source: "ordering", Destination: "billing.orders.v1", Key: &key,
+		EventType: "OrderPlaced", ContentType: envelope.ContentTypeJSON,
+		Payload: []byte(`{"order":42,"total":1250}`), OccurredAt: time.Now(),
+	}
+	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		// ... INSERT INTO orders ... through tx ...
+		return store.EmitTx(ctx, tx, placed)
+	})
+	fmt.Println("claim mode refused:", errors.Is(err, outbox.ErrEmitNeedsLogMode))
+	// Output:
+	// claim mode refused: true
+}
+
 // The package-level EnqueueTx writes to the outbox of the schema the transaction's search_path
 // resolves (else schema keiro), so a service whose connections already use its own schema
 // needs no Store.

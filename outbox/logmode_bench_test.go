@@ -15,6 +15,7 @@ import (
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/keirotest/testenv"
+	"github.com/keiro-go/keiro/outbox/internal/logmsg"
 	"github.com/keiro-go/keiro/outbox/logrelay"
 )
 
@@ -156,8 +157,8 @@ func cpuTime() time.Duration {
 }
 
 // BenchmarkEnqueueModes8 commits single-event transactions (one 200-byte event each, a key per
-// writer) from 8 writers at once with EnqueueTx in log mode and in claim mode, next to the
-// floor: BEGIN, a plain INSERT of the same row into a plain table with keiro_outbox_log's
+// writer) from 8 writers at once with EnqueueTx in log mode and in claim mode, and with EmitTx
+// (log mode's logical decoding messages, "emit"), next to the floor: BEGIN, a plain INSERT of the same row into a plain table with keiro_outbox_log's
 // columns and its one unique index (source, message_id), COMMIT. Run it several times and
 // compare within a run:
 //
@@ -194,6 +195,34 @@ VALUES ($1, $2, 'ordering', 'orders', $3, 'E', 1, 'application/json', $4, now())
 		run(b, func(ctx context.Context, w, i int) error {
 			return pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 				_, err := tx.Exec(ctx, q, [16]byte(envelope.NewUUIDv7()), "m"+strconv.Itoa(i), "k"+strconv.Itoa(w), payload)
+				return err
+			})
+		})
+	})
+	b.Run("emit", func(b *testing.B) {
+		db := testenv.NewDB(b)
+		st, err := NewStore(db.Schema)
+		require.NoError(b, err)
+		useLogMode(b, db, st)
+		run(b, func(ctx context.Context, w, i int) error {
+			k := "k" + strconv.Itoa(w)
+			e := envelope.Event{MessageID: "m" + strconv.Itoa(i), Source: "ordering", Destination: "orders",
+				Key: &k, EventType: "E", ContentType: envelope.ContentTypeJSON, Payload: payload, OccurredAt: time.Now().UTC()}
+			return pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+				return st.EmitTx(ctx, tx, e)
+			})
+		})
+	})
+	b.Run("emit-bare", func(b *testing.B) {
+		// EmitTx's message alone, without its fence and mode read: what the fence costs.
+		db := testenv.NewDB(b)
+		k := "k"
+		e := envelope.Event{MessageID: "m", Source: "ordering", Destination: "orders",
+			Key: &k, EventType: "E", ContentType: envelope.ContentTypeJSON, Payload: payload, OccurredAt: time.Now().UTC()}
+		content := logmsg.Append(nil, &e, nil)
+		run(b, func(ctx context.Context, w, i int) error {
+			return pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, `SELECT pg_logical_emit_message(true, 'bench', $1::bytea)`, content)
 				return err
 			})
 		})

@@ -20,6 +20,7 @@ import (
 	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/schemaname"
+	"github.com/keiro-go/keiro/outbox/internal/logmsg"
 	"github.com/keiro-go/keiro/outbox/internal/metrics"
 	"github.com/keiro-go/keiro/outbox/internal/sqlq"
 	"github.com/keiro-go/keiro/tracing"
@@ -122,6 +123,8 @@ type Store struct {
 	// logEnqueue is whether the last enqueue found the schema in log mode: the next one runs
 	// log mode's statement first (Store.insert).
 	logEnqueue atomic.Bool
+	// prefix is the prefix of EmitTx's logical decoding messages (logmsg.Prefix).
+	prefix string
 }
 
 // NewStore returns a Store for the outbox in schema, which must be a valid schema name
@@ -133,7 +136,7 @@ func NewStore(schema string, opts ...StoreOptions) (*Store, error) {
 	if len(opts) > 1 {
 		return nil, errors.New("new outbox store: at most one StoreOptions")
 	}
-	s := &Store{schema: schema, q: sqlq.New(schema)}
+	s := &Store{schema: schema, q: sqlq.New(schema), prefix: logmsg.Prefix(schema)}
 	if len(opts) == 1 {
 		s.opts = opts[0]
 	}

@@ -79,8 +79,8 @@ const (
 const (
 	// SourceKey is "source": the producing bounded context (keiro.outbox.enqueued).
 	SourceKey = attribute.Key("source")
-	// OutcomeKey is "outcome": [OutcomeInserted], [OutcomeDuplicate] or [OutcomeConflict]
-	// (keiro.outbox.enqueued).
+	// OutcomeKey is "outcome": [OutcomeInserted], [OutcomeDuplicate], [OutcomeConflict] or
+	// [OutcomeEmitted] (keiro.outbox.enqueued).
 	OutcomeKey = attribute.Key("outcome")
 	// DestinationKey is "messaging.destination.name": the topic an outbox row targets or a
 	// consumer reads.
@@ -115,6 +115,9 @@ const (
 	OutcomeDuplicate = "duplicate"
 	// OutcomeConflict: the enqueue found a row with the same identity but different content.
 	OutcomeConflict = "conflict"
+	// OutcomeEmitted: the event was written as a logical decoding message (outbox's EmitTx),
+	// with no row and no duplicate check.
+	OutcomeEmitted = "emitted"
 
 	// InboxOutcomeProcessed: the handler ran and its effects committed with the inbox row.
 	InboxOutcomeProcessed = "processed"

@@ -58,6 +58,22 @@ func enqueueKeiro(ctx context.Context, tx pgx.Tx, schema, topic string, msgs []m
 	return err
 }
 
+// emitKeiro is enqueueKeiro through Store.EmitTx (log mode's logical decoding messages).
+func emitKeiro(ctx context.Context, tx pgx.Tx, schema, topic string, msgs []msg) error {
+	store, err := outbox.NewStore(schema)
+	if err != nil {
+		return err
+	}
+	evs := make([]envelope.Event, len(msgs))
+	now := time.Now().UTC()
+	for i := range msgs {
+		evs[i] = envelope.Event{MessageID: "m-" + strconv.Itoa(msgs[i].n), Source: "bench", Destination: topic,
+			Key: &msgs[i].key, EventType: "OrderPlaced", SchemaVersion: 1, ContentType: envelope.ContentTypeJSON,
+			Payload: msgs[i].payload, OccurredAt: now}
+	}
+	return store.EmitTx(ctx, tx, evs...)
+}
+
 func runKeiroRelay(ctx context.Context, o options, pool *pgxpool.Pool, mode outbox.Mode, batchSize, inFlight, claimers int) error {
 	cl, err := kgo.NewClient(append(outbox.ProducerOpts(), kgo.SeedBrokers(strings.Split(o.childBrokers, ",")...))...)
 	if err != nil {
@@ -404,7 +420,7 @@ func runChild(ctx context.Context, o options) error {
 	switch o.child {
 	case "keiro", "claim":
 		runErr = runKeiroRelay(ctx, o, pool, outbox.ModeClaim, 0, 0, 0)
-	case "log":
+	case "log", "log-emit":
 		runErr = runKeiroRelay(ctx, o, pool, outbox.ModeLog, 0, 0, 0)
 	case "keiro-b2048":
 		runErr = runKeiroRelay(ctx, o, pool, outbox.ModeClaim, 2048, 0, 0)

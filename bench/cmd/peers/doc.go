@@ -17,6 +17,8 @@
 //   - claim and log (named in -contenders): keiro's claim relay under that name, and keiro's
 //     log mode (RelayConfig{Mode: ModeLog}): the run switches its schema to log mode before
 //     the events are written, so they go to keiro_outbox_log and the relay follows its slot;
+//   - log-emit (named in -contenders): as log, but the events are written with Store.EmitTx
+//     (logical decoding messages, no row), which the same relay decodes from its slot;
 //   - debezium and debezium-tuned (named in -contenders): Debezium embedded (bench/debezium, a
 //     Maven project built once, offline after the first resolution) on a slot and
 //     publication of its own over keiro_outbox_log, the table whose rows are insert-only,

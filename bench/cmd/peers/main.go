@@ -143,6 +143,9 @@ type contender struct {
 	// logMode: the run switches the schema to log mode before its events are written, so
 	// that they go to keiro_outbox_log (the log relay and Debezium read it).
 	logMode bool
+	// emit: the contender's events are written with Store.EmitTx (logical decoding messages)
+	// instead of EnqueueTx.
+	emit bool
 }
 
 var contenders = []contender{
@@ -164,6 +167,9 @@ var contenders = []contender{
 	{name: "log", scenarios: []string{"drain", "steady"}, kind: kindKeiro, logMode: true,
 		settings:  "outbox.ProducerOpts(); RelayConfig{Mode: ModeLog, LogEngine: logrelay.Engine}: producers write keiro_outbox_log (insert only), the relay follows its own pgoutput slot in commit order",
 		guarantee: "at least once, per-key order (commit order), durable (the slot confirms after Kafka acknowledged)", optional: true},
+	{name: "log-emit", scenarios: []string{"drain", "steady"}, kind: kindKeiro, logMode: true, emit: true,
+		settings:  "as log, but producers write with Store.EmitTx: each event a transactional logical decoding message (pg_logical_emit_message), no row; the relay decodes them from its slot",
+		guarantee: "as log, but no duplicate detection at enqueue and no copy outside the WAL until the slot confirms", optional: true},
 	{name: "debezium", scenarios: []string{"drain", "steady"}, kind: kindDebezium, logMode: true,
 		settings:  "Debezium embedded 3.6.1.Final (bench/debezium), PostgreSQL connector on its own pgoutput slot and publication over keiro_outbox_log, snapshot.mode no_data, in-memory offsets, EventRouter (route by destination, key message_key, payload payload_bytes, id message_id); documented engine defaults (max.batch.size 2048, max.queue.size 8192, poll.interval.ms 500); KafkaProducer acks=all, idempotent, otherwise defaults; a batch is committed after every record of it was acknowledged; JVM defaults",
 		guarantee: "at least once, per-key order (commit order; offsets in memory, so a restart in this setup re-reads from the slot's confirmed position)", optional: true},

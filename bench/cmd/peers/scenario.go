@@ -65,6 +65,9 @@ func enqueue(ctx context.Context, conn *pgx.Conn, c contender, schema, topic str
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		switch c.kind {
 		case kindKeiro, kindDebezium:
+			if c.emit {
+				return emitKeiro(ctx, tx, schema, topic, msgs)
+			}
 			return enqueueKeiro(ctx, tx, schema, topic, msgs)
 		case kindWatermill:
 			return enqueueWatermill(ctx, tx, schema, topic, msgs)
@@ -92,6 +95,8 @@ func (p *parent) drain(ctx context.Context, conn *pgx.Conn, schema, topic string
 		done += k
 	}
 	enqueueTook := time.Since(start)
+	fmt.Fprintf(os.Stderr, "    enqueue: %d events in 1000-event transactions in %.2fs (%.0f events/s)\n",
+		n, enqueueTook.Seconds(), float64(n)/enqueueTook.Seconds())
 	wal1, err := walLSN(ctx, conn)
 	if err != nil {
 		return result{}, err

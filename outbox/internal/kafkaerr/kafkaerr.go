@@ -34,6 +34,10 @@ const (
 	// CodeUndecodable rejects, in log mode, a row of keiro_outbox_log whose column values
 	// do not make an event (an occurred_at of infinity, ...).
 	CodeUndecodable = "undecodable_row"
+	// CodeUndecodableMessage rejects, in log mode, an event written by Store.EmitTx (a logical
+	// decoding message of the outbox's prefix) whose content does not decode: a format version
+	// the relay does not know, a truncated content, or values that do not make an event.
+	CodeUndecodableMessage = "undecodable_message"
 )
 
 // CheckTopic is the check both relay modes make of a record's destination where they build

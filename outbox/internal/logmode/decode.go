@@ -88,6 +88,7 @@ var columns = [numColumns]struct {
 type layout struct {
 	pos   [numColumns]int // tuple position of each column
 	field []int           // column of each tuple position; -1 for a column the engine does not read
+	what  string          // what a tuple is, for errors: "keiro_outbox_log row" unless set
 }
 
 // newLayout checks a Relation message of keiro_outbox_log against the columns the engine
@@ -118,6 +119,14 @@ func newLayout(rel *pglogrepl.RelationMessage) (*layout, error) {
 		}
 	}
 	return l, nil
+}
+
+// name is what the layout's tuples are, for errors.
+func (l *layout) name() string {
+	if l.what == "" {
+		return "keiro_outbox_log row"
+	}
+	return l.what
 }
 
 // pgEpoch is the origin of PostgreSQL's timestamps.
@@ -166,7 +175,7 @@ func (l *layout) row(tuple []byte) (*row, error) {
 	c.bytes(r)
 	if len(c.errs) > 0 {
 		e := &r.ev
-		return nil, &badRowError{r: r, err: fmt.Errorf("decode keiro_outbox_log row %q of source %q: %w", e.MessageID, e.Source, errors.Join(c.errs...))}
+		return nil, &badRowError{r: r, err: fmt.Errorf("decode %s %q of source %q: %w", l.name(), e.MessageID, e.Source, errors.Join(c.errs...))}
 	}
 	return r, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/outbox/internal/exactlyonce"
 	"github.com/keiro-go/keiro/outbox/internal/kafkaerr"
+	"github.com/keiro-go/keiro/outbox/internal/logmsg"
 	"github.com/keiro-go/keiro/outbox/internal/logslot"
 )
 
@@ -54,6 +55,8 @@ func (e *Engine) session(ctx context.Context) error {
 			"proto_version '1'",
 			"publication_names '" + e.cfg.Publication + "'",
 			"binary 'true'",
+			// The events Store.EmitTx writes (transactional logical messages, PostgreSQL 14+).
+			"messages 'true'",
 		},
 	})
 	if err != nil {
@@ -61,13 +64,18 @@ func (e *Engine) session(ctx context.Context) error {
 		if errors.As(err, &pgErr) && pgErr.Code == "55006" { // object_in_use
 			return &slotActiveError{}
 		}
+		if pgErr != nil && pgErr.Code == "22023" { // invalid_parameter_value: an option pgoutput does not know
+			return fmt.Errorf("%w: start replication from slot %s: %w; log mode needs PostgreSQL 14 or later "+
+				"(pgoutput's messages option, for the events of EmitTx)", errConfig, e.cfg.Slot, err)
+		}
 		return fmt.Errorf("start replication from slot %s at %s: %w", e.cfg.Slot, start, err)
 	}
 	e.sessions.Add(1)
 	if e.onActive != nil {
 		e.onActive()
 	}
-	s := &stream{e: e, conn: conn, w: newWindow(start), relations: map[uint32]*layout{}, cl: e.producer}
+	s := &stream{e: e, conn: conn, w: newWindow(start), relations: map[uint32]*layout{}, cl: e.producer,
+		prefix: logmsg.Prefix(e.cfg.Schema)}
 	if e.cfg.ExactlyOnce != nil {
 		// Only now, the slot held: a standby that initialized the id would fence the active
 		// engine.
@@ -261,6 +269,7 @@ type stream struct {
 	tx        *txn            // the open transaction
 	cl        *kgo.Client     // the producer: the engine's, or eo's under exactly once
 	lastEnd   pglogrepl.LSN   // the end of the last transaction whose Commit was read
+	prefix    string          // the prefix of the schema's logical messages (logmsg.Prefix)
 
 	// flush flushes cl on a goroutine of its own when kicked (flushNow). Under exactly once
 	// each producer has its flusher (flushNext is eoNext's), so that a flush of the transaction
@@ -779,6 +788,9 @@ func (s *stream) endPeriod() {
 func (s *stream) handle(ctx context.Context, data []byte) error {
 	if len(data) > 0 && data[0] == byte(pglogrepl.MessageTypeInsert) {
 		return s.insert(ctx, data)
+	}
+	if len(data) > 0 && data[0] == byte(pglogrepl.MessageTypeMessage) {
+		return s.logicalMessage(ctx, data)
 	}
 	m, err := pglogrepl.Parse(data)
 	if err != nil {

@@ -18,6 +18,9 @@ type Queries struct {
 	EnqueueLogMany, EnqueueLogOne string
 	// LockOutbox takes keiro_outbox's ROW EXCLUSIVE lock before log mode's statement.
 	LockOutbox string
+	// EmitOne and EmitMany write EmitTx's events as logical decoding messages (sqlEmitOne,
+	// sqlEmitMany), after LockOutbox.
+	EmitOne, EmitMany string
 	// ClaimKey is the claim of the per-key policies (PerKeyHeadOfLine, StopTheLine),
 	// ClaimSource that of PerSourceStream and ClaimAny that of BestEffort (sqlClaim).
 	ClaimKey, ClaimSource, ClaimAny string
@@ -127,6 +130,8 @@ func New(schema string) *Queries {
 		EnqueueLogMany:       r(enqueue(sqlEnqueueLog, many("$23"))),
 		EnqueueLogOne:        r(enqueue(sqlEnqueueLog, sqlEnqueueOne)),
 		LockOutbox:           r(sqlLockOutbox),
+		EmitOne:              r(sqlEmitOne),
+		EmitMany:             r(sqlEmitMany),
 		DeclareSource:        r(sqlDeclareSource),
 		RevokeSource:         r(sqlRevokeSource),
 		ListSources:          r(sqlListSources),

@@ -116,6 +116,33 @@ SELECT outbox_id, 0 FROM ins_log
 UNION ALL
 SELECT NULL, log::int FROM mode`
 
+// sqlEmitOne and sqlEmitMany write Store.EmitTx's events as transactional logical decoding
+// messages of prefix $1 (logmsg), one message per event, in the caller's order: sqlEmitOne the
+// content $2, sqlEmitMany the contents cut from one bytea $2 by the spans $3 (each the offset
+// shifted left by 32 bits plus the length, as sqlEnqueueMany's payloads). Both are sent after
+// sqlLockOutbox, in the same round trip, so that the mode switch's fence holds them back as it
+// holds back EnqueueTx, and each reads the mode the switch left. They emit only when the schema
+// is in log mode and the transaction is at READ COMMITTED (its statement's snapshot is taken
+// after the lock; an older snapshot could read the mode from before a switch back to claim and
+// emit events that no relay reads), and answer one row: the mode is log, the isolation is read
+// committed, and the number of messages written.
+const (
+	sqlEmitOne = `
+WITH m AS (SELECT coalesce((SELECT s.mode = 'log' FROM {{schema}}.keiro_outbox_settings s), false) AS log,
+    current_setting('transaction_isolation') = 'read committed' AS rc)
+SELECT m.log, m.rc, CASE WHEN m.log AND m.rc
+    THEN (pg_logical_emit_message(true, $1::text, $2::bytea) IS NOT NULL)::int ELSE 0 END
+FROM m`
+	sqlEmitMany = `
+WITH m AS (SELECT coalesce((SELECT s.mode = 'log' FROM {{schema}}.keiro_outbox_settings s), false) AS log,
+    current_setting('transaction_isolation') = 'read committed' AS rc)
+SELECT m.log, m.rc, (SELECT count(pg_logical_emit_message(true, $1::text,
+        substring((SELECT $2::bytea) FROM (u.span >> 32)::int + 1 FOR (u.span & 4294967295)::int)))
+    FROM unnest((SELECT $3::int8[])) AS u(span)
+    WHERE m.log AND m.rc)
+FROM m`
+)
+
 // sqlLockOutbox is what log mode's enqueue statement is sent after (see sqlEnqueueLog).
 const sqlLockOutbox = `LOCK TABLE {{schema}}.keiro_outbox IN ROW EXCLUSIVE MODE`
 
