@@ -25,6 +25,11 @@ const debeziumMain = "keiro.bench.DebeziumRelay"
 // build; Maven runs offline first (the jars are in its local repository after the first
 // resolution) and online only if that fails.
 func debeziumBuild(ctx context.Context, dir string) (string, error) {
+	// Maven resolves a relative output file against the project's directory, not ours.
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
 	cpFile := filepath.Join(dir, "target", "classpath")
 	classes := filepath.Join(dir, "target", "classes")
 	if fresh(dir, cpFile) {
