@@ -89,7 +89,7 @@ func BenchmarkDeepBacklogDrain(b *testing.B) {
 						b.ReportMetric(float64(n)/f.elapsed.Seconds(), "msgs/s")
 						b.ReportMetric(float64(f.cpu.Microseconds())/float64(n), "cpu-us/msg")
 						b.ReportMetric(float64((f.cpu-f.selfCPU).Microseconds())/float64(n), "pg-cpu-us/msg")
-						b.ReportMetric(float64(numCPU())*float64(n)/f.cpu.Seconds(), "bound-msgs/s")
+						b.ReportMetric(float64(f.cores)*float64(n)/f.cpu.Seconds(), "bound-msgs/s")
 						b.ReportMetric(float64(f.idxBlocks)/float64(n), "idx-blks/msg")
 						b.ReportMetric(float64(f.misses)/float64(n), "buf-misses/msg")
 						b.ReportMetric(float64(f.vacuums), "vacuums")

@@ -5,11 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,7 +20,7 @@ import (
 // and client as in N processes, drain one backlog (benchSizes). Besides msgs/s each reports the
 // CPU the drain cost the machine per message: this process (the relays and the in-process
 // kfake) and the PostgreSQL processes serving it (its backends and the server's background
-// processes), read from getrusage and /proc, and the drain rate that CPU allows on the
+// processes), measured by testenv.CPUMeter, and the drain rate that CPU allows on the
 // machine's cores (bound-msgs/s = cores / CPU seconds per message), so that the bound is
 // measured in the same run; idx-tup/msg is the outbox's index entries read per message
 // published (pg_stat_user_indexes: the claims' scans, head lookups and the marks' lookups by
@@ -39,7 +36,7 @@ func benchRelays(b *testing.B, n, keys int) {
 				kc.CreateTopic(b, "orders", 6)
 				db, _ := filledOutbox(b, n, keys)
 				f := drainRelays(b, db, kc, n, relays)
-				cores := float64(numCPU())
+				cores := float64(f.cores)
 				b.ReportMetric(float64(n)/f.elapsed.Seconds(), "msgs/s")
 				b.ReportMetric(float64(f.cpu.Microseconds())/float64(n), "cpu-us/msg")
 				b.ReportMetric(float64((f.cpu-f.selfCPU).Microseconds())/float64(n), "pg-cpu-us/msg")
@@ -62,6 +59,8 @@ type drainFigures struct {
 	cpu, machineBusy time.Duration
 	// selfCPU is the part of cpu spent in this process (the rest is PostgreSQL's).
 	selfCPU time.Duration
+	// cores is the machine's number of cores.
+	cores int
 	// claimIdxTuples is the outbox's index entries read during the drain, and idxBlocks its
 	// index pages read (dead entries a lookup steps over cost pages, not entries).
 	claimIdxTuples, idxBlocks int64
@@ -113,8 +112,7 @@ func drainRelays(b *testing.B, db *testenv.DB, kc *testenv.Kafka, n, relays int)
 	require.NoError(b, err)
 	_, err = db.Pool.Exec(ctx, `SELECT pg_stat_reset_single_table_counters(($1 || '.keiro_outbox')::regclass)`, db.Schema)
 	require.NoError(b, err)
-	pgBefore := pgCPU(b, db, appName)
-	selfBefore, busyBefore := selfCPU(), machineBusy()
+	m := testenv.StartCPU(b, db, appName)
 	runCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	errs := make(chan error, relays)
@@ -127,12 +125,8 @@ func drainRelays(b *testing.B, db *testenv.DB, kc *testenv.Kafka, n, relays int)
 	<-all
 	f := drainFigures{elapsed: time.Since(start)}
 	b.StopTimer()
-	f.machineBusy = machineBusy() - busyBefore
-	f.selfCPU = selfCPU() - selfBefore
-	f.cpu = f.selfCPU
-	for pid, t := range pgCPU(b, db, appName) {
-		f.cpu += t - pgBefore[pid]
-	}
+	cf := m.Stop(b)
+	f.machineBusy, f.selfCPU, f.cpu, f.cores = cf.MachineBusy, cf.Self, cf.Total(), cf.Cores
 	cancel()
 	wg.Wait()
 	close(errs)
@@ -165,73 +159,4 @@ func drainRelays(b *testing.B, db *testenv.DB, kc *testenv.Kafka, n, relays int)
 	require.NoError(b, db.Pool.QueryRow(ctx, `SELECT coalesce(heap_blks_read, 0) + coalesce(idx_blks_read, 0) FROM pg_statio_user_tables
 		WHERE schemaname = $1 AND relname = 'keiro_outbox'`, db.Schema).Scan(&f.misses))
 	return f
-}
-
-// clockTick is the unit of /proc's CPU times (USER_HZ, 100 on Linux).
-const clockTick = 10 * time.Millisecond
-
-// selfCPU is this process's CPU time (user and system).
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// pgCPU is the CPU time of each PostgreSQL process serving this benchmark: the sessions named
-// appName (the relays' pools and own sessions) and the server's background processes
-// (WAL writer, checkpointer, autovacuum, ...), by pid. It needs the server on this machine.
-func pgCPU(b *testing.B, db *testenv.DB, appName string) map[int]time.Duration {
-	rows, err := db.Pool.Query(context.Background(), `SELECT pid FROM pg_stat_activity
-		WHERE backend_type <> 'client backend' OR application_name = $1`, appName)
-	require.NoError(b, err)
-	defer rows.Close()
-	out := map[int]time.Duration{}
-	for rows.Next() {
-		var pid int
-		require.NoError(b, rows.Scan(&pid))
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue // ended, or another machine's
-		}
-		f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-		utime, _ := strconv.ParseInt(f[11], 10, 64)
-		stime, _ := strconv.ParseInt(f[12], 10, 64)
-		out[pid] = time.Duration(utime+stime) * clockTick
-	}
-	require.NoError(b, rows.Err())
-	return out
-}
-
-// machineBusy is the busy time of every core since boot (/proc/stat: all but idle and iowait).
-func machineBusy() time.Duration {
-	data, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(strings.SplitN(string(data), "\n", 2)[0])[1:]
-	var busy int64
-	for i, v := range f {
-		n, _ := strconv.ParseInt(v, 10, 64)
-		if i != 3 && i != 4 && i < 8 { // idle, iowait; guest times are in user already
-			busy += n
-		}
-	}
-	return time.Duration(busy) * clockTick
-}
-
-// numCPU is the number of cores the machine has (not GOMAXPROCS: the database uses them too).
-func numCPU() int {
-	data, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 1
-	}
-	n := 0
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "cpu") && !strings.HasPrefix(line, "cpu ") {
-			n++
-		}
-	}
-	return max(n, 1)
 }
