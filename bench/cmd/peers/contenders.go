@@ -47,14 +47,7 @@ func enqueueKeiro(ctx context.Context, tx pgx.Tx, schema, topic string, msgs []m
 	if err != nil {
 		return err
 	}
-	evs := make([]envelope.Event, len(msgs))
-	now := time.Now().UTC()
-	for i := range msgs {
-		evs[i] = envelope.Event{MessageID: "m-" + strconv.Itoa(msgs[i].n), Source: "bench", Destination: topic,
-			Key: &msgs[i].key, EventType: "OrderPlaced", SchemaVersion: 1, ContentType: envelope.ContentTypeJSON,
-			Payload: msgs[i].payload, OccurredAt: now}
-	}
-	_, err = store.EnqueueTx(ctx, tx, evs...)
+	_, err = store.EnqueueTx(ctx, tx, keiroEvents(topic, msgs)...)
 	return err
 }
 
@@ -64,6 +57,11 @@ func emitKeiro(ctx context.Context, tx pgx.Tx, schema, topic string, msgs []msg)
 	if err != nil {
 		return err
 	}
+	return store.EmitTx(ctx, tx, keiroEvents(topic, msgs)...)
+}
+
+// keiroEvents are msgs as the events keiro's contenders enqueue to topic.
+func keiroEvents(topic string, msgs []msg) []envelope.Event {
 	evs := make([]envelope.Event, len(msgs))
 	now := time.Now().UTC()
 	for i := range msgs {
@@ -71,7 +69,7 @@ func emitKeiro(ctx context.Context, tx pgx.Tx, schema, topic string, msgs []msg)
 			Key: &msgs[i].key, EventType: "OrderPlaced", SchemaVersion: 1, ContentType: envelope.ContentTypeJSON,
 			Payload: msgs[i].payload, OccurredAt: now}
 	}
-	return store.EmitTx(ctx, tx, evs...)
+	return evs
 }
 
 func runKeiroRelay(ctx context.Context, o options, pool *pgxpool.Pool, mode outbox.Mode, batchSize, inFlight, claimers int) error {
