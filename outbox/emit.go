@@ -1,9 +1,11 @@
 package outbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
@@ -35,8 +37,9 @@ var ErrEmitIsolation = errors.New("outbox: EmitTx needs a READ COMMITTED transac
 // PostgreSQL decodes transactional messages at commit, in commit order with the transaction's
 // inserts, so the relay publishes them exactly as rows of keiro_outbox_log (the same headers,
 // destinations, per-key order in commit order with EnqueueTx's events, dead letters and
-// exactly-once publication). Every event is validated first; if any is invalid nothing is
-// written and the joined problems are returned. An event without a TraceContext gets the
+// exactly-once publication). Every event is validated first, as EnqueueTx's would be stored
+// (Validate, and no NUL character in its text nor \u0000 in its attributes, which no row could
+// hold); if any is invalid nothing is written and the joined problems are returned. An event without a TraceContext gets the
 // trace context of ctx's span. All events are written in one round trip.
 //
 // What it gives up, compared with EnqueueTx:
@@ -69,6 +72,9 @@ func (s *Store) EmitTx(ctx context.Context, tx pgx.Tx, events ...envelope.Event)
 	for i := range events {
 		e := &events[i]
 		if err := e.Validate(); err != nil {
+			problems = append(problems, fmt.Errorf("event %d (message id %q): %w", i, e.MessageID, err))
+		}
+		if err := rowStorable(e); err != nil {
 			problems = append(problems, fmt.Errorf("event %d (message id %q): %w", i, e.MessageID, err))
 		}
 		tc := e.TraceContext
@@ -145,5 +151,62 @@ func (s *Store) countEmitted(ctx context.Context, events []envelope.Event) {
 	for source, c := range n {
 		s.inst.Enqueued.Add(ctx, c, metric.WithAttributeSet(attribute.NewSet(
 			attribute.String("source", source), attribute.String(string(tracing.OutcomeKey), tracing.OutcomeEmitted))))
+	}
+}
+
+// rowStorable reports what of e no row of keiro_outbox could hold, beyond what Validate checks:
+// a NUL character in a text field (PostgreSQL's text refuses it) or \u0000 in the attributes
+// (jsonb refuses it). EnqueueTx meets the same refusal from PostgreSQL; EmitTx checks it
+// itself, since its messages are not typed columns, and an event no row can hold could not be
+// dead-lettered either.
+func rowStorable(e *envelope.Event) error {
+	var errs []error
+	text := func(field, v string) {
+		if strings.IndexByte(v, 0) >= 0 {
+			errs = append(errs, fmt.Errorf("%s holds a NUL character, which PostgreSQL text cannot store", field))
+		}
+	}
+	textPtr := func(field string, v *string) {
+		if v != nil {
+			text(field, *v)
+		}
+	}
+	text("MessageID", e.MessageID)
+	text("Source", e.Source)
+	textPtr("Key", e.Key)
+	text("EventType", e.EventType)
+	text("ContentType", e.ContentType)
+	if r := e.SchemaRef; r != nil {
+		textPtr("SchemaRef.Registry", r.Registry)
+		textPtr("SchemaRef.Subject", r.Subject)
+		textPtr("SchemaRef.Fingerprint", r.Fingerprint)
+	}
+	if tc := e.TraceContext; tc != nil {
+		text("TraceContext.Traceparent", tc.Traceparent)
+		text("TraceContext.Tracestate", tc.Tracestate)
+	}
+	if jsonHasNUL(e.Attributes) {
+		errs = append(errs, errors.New(`Attributes holds \u0000, which PostgreSQL jsonb cannot store`))
+	}
+	return errors.Join(errs...)
+}
+
+// jsonHasNUL reports whether the JSON text doc holds the escape \u0000 (an escaping backslash:
+// an odd run of backslashes before the u, so "\\u0000" is a backslash and text, not a NUL).
+func jsonHasNUL(doc []byte) bool {
+	for i := 0; ; {
+		j := bytes.Index(doc[i:], []byte(`u0000`))
+		if j < 0 {
+			return false
+		}
+		at := i + j
+		n := 0
+		for k := at - 1; k >= 0 && doc[k] == '\\'; k-- {
+			n++
+		}
+		if n%2 == 1 {
+			return true
+		}
+		i = at + 1
 	}
 }

@@ -178,3 +178,66 @@ func waitSlotRead(t *testing.T, db *testenv.DB, st *outbox.Store) {
 		return err == nil && walsender
 	})
 }
+
+// EmitTx accepts exactly what EnqueueTx can store: an event whose text holds a NUL character
+// (which no PostgreSQL text column stores) or whose attributes hold \u0000 (which jsonb
+// refuses) is refused up front, naming the field, and nothing of the call is emitted; EnqueueTx
+// refuses the same events. Were such an event emitted, its dead letter, a row of keiro_outbox,
+// could never be written.
+func TestEmitTxRefusesWhatNoRowCouldHold(t *testing.T) {
+	t.Parallel()
+	db, _, st := rig(t, 1)
+	ctx := context.Background()
+	dropLogSlot(t, db.Pool, outbox.DefaultLogSlot(db.Schema))
+	_, err := outbox.AdminOf(st).SetMode(ctx, db.Pool, outbox.ModeLog, "")
+	require.NoError(t, err)
+	nul := "a\x00b"
+	for _, tc := range []struct {
+		field string
+		bad   func(e *envelope.Event)
+	}{
+		{"MessageID", func(e *envelope.Event) { e.MessageID = nul }},
+		{"Source", func(e *envelope.Event) { e.Source = nul }},
+		{"Key", func(e *envelope.Event) { e.Key = &nul }},
+		{"EventType", func(e *envelope.Event) { e.EventType = nul }},
+		{"ContentType", func(e *envelope.Event) { e.ContentType = nul }},
+		{"SchemaRef.Subject", func(e *envelope.Event) { e.SchemaRef = &envelope.SchemaRef{Subject: &nul} }},
+		{"TraceContext.Tracestate", func(e *envelope.Event) {
+			e.TraceContext = &envelope.TraceContext{Traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", Tracestate: nul}
+		}},
+		{"Attributes", func(e *envelope.Event) { e.Attributes = []byte(`{"note":"a\u0000b"}`) }},
+	} {
+		t.Run(tc.field, func(t *testing.T) {
+			bad := event("bad-"+tc.field, "orders", ptr("k"), `{}`)
+			tc.bad(&bad)
+			good := event("good-"+tc.field, "orders", ptr("k"), `{}`)
+			tx, err := db.Pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			err = st.EmitTx(ctx, tx, good, bad)
+			require.ErrorContains(t, err, "event 1 (message id ")
+			require.ErrorContains(t, err, tc.field)
+			require.NoError(t, tx.Rollback(ctx))
+
+			err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+				_, err := st.EnqueueTx(ctx, tx, bad)
+				return err
+			})
+			require.Error(t, err, "EnqueueTx refuses the same event")
+		})
+	}
+	require.Zero(t, count(t, db.Pool, "keiro_outbox_log")+count(t, db.Pool, "keiro_outbox"), "no row")
+
+	// An escaped backslash before u0000 is text, which jsonb stores: accepted by both.
+	for i, attrs := range []string{`{"note":"\\u0000"}`, `{"u0000":"\\\\u0000 and u0000"}`} {
+		ok := event(fmt.Sprintf("escaped-%d", i), "orders", ptr("k"), `{}`)
+		ok.Attributes = []byte(attrs)
+		require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { return st.EmitTx(ctx, tx, ok) }), attrs)
+		require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			_, err := st.EnqueueTx(ctx, tx, ok)
+			return err
+		}), attrs)
+		_, err = db.Pool.Exec(ctx, "DELETE FROM keiro_outbox_log")
+		require.NoError(t, err)
+	}
+}
