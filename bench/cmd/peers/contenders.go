@@ -275,11 +275,15 @@ func effectsDDL(schema string) string {
 	return `CREATE TABLE ` + schema + `.bench_effects (id text NOT NULL, payload bytea NOT NULL);`
 }
 
-func runKeiroConsumer(ctx context.Context, o options, pool *pgxpool.Pool, batchSize int) error {
+// runKeiroConsumer runs keiro's consumer with a handler that INSERTs each record's effect in
+// the inbox transaction, or, batched, a BatchHandler that INSERTs a batch's effects in one
+// statement (its round trips do not grow with the batch).
+func runKeiroConsumer(ctx context.Context, o options, pool *pgxpool.Pool, batchSize int, batched bool) error {
 	insert := `INSERT INTO ` + o.childSchema + `.bench_effects (id, payload) VALUES ($1, $2)`
+	insertMany := `INSERT INTO ` + o.childSchema + `.bench_effects (id, payload) SELECT * FROM unnest($1::text[], $2::bytea[])`
 	var committed atomic.Int64
 	var once sync.Once
-	c, err := inbox.NewConsumer(pool, inbox.ConsumerConfig{
+	cfg := inbox.ConsumerConfig{
 		Brokers: strings.Split(o.childBrokers, ","), Group: o.childGroup, Topics: []string{o.childTopic},
 		Store: inbox.StoreConfig{Schema: o.childSchema}, BatchSize: batchSize, Logger: slog.New(slog.DiscardHandler),
 		OnCommitted: func(cm inbox.Commit) {
@@ -287,40 +291,21 @@ func runKeiroConsumer(ctx context.Context, o options, pool *pgxpool.Pool, batchS
 				once.Do(func() { fmt.Println("done") })
 			}
 		},
-	}, func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
-		_, err := tx.Exec(ctx, insert, ev.MessageID, ev.Payload)
-		return err
-	})
-	if err != nil {
-		return err
 	}
-	ready()
-	return c.Run(ctx)
-}
-
-// runKeiroConsumerBatch is runKeiroConsumer with a BatchHandler: one INSERT per batch, so
-// the handler's round trips do not grow with the batch.
-func runKeiroConsumerBatch(ctx context.Context, o options, pool *pgxpool.Pool) error {
-	insert := `INSERT INTO ` + o.childSchema + `.bench_effects (id, payload) SELECT * FROM unnest($1::text[], $2::bytea[])`
-	var committed atomic.Int64
-	var once sync.Once
-	c, err := inbox.NewConsumer(pool, inbox.ConsumerConfig{
-		Brokers: strings.Split(o.childBrokers, ","), Group: o.childGroup, Topics: []string{o.childTopic},
-		Store: inbox.StoreConfig{Schema: o.childSchema}, Logger: slog.New(slog.DiscardHandler),
-		OnCommitted: func(cm inbox.Commit) {
-			if committed.Add(int64(cm.Records)) >= int64(o.childExpect) {
-				once.Do(func() { fmt.Println("done") })
-			}
-		},
-		BatchHandler: func(ctx context.Context, tx pgx.Tx, evs []envelope.Event) error {
+	if batched {
+		cfg.BatchHandler = func(ctx context.Context, tx pgx.Tx, evs []envelope.Event) error {
 			ids, payloads := make([]string, len(evs)), make([][]byte, len(evs))
 			for i, ev := range evs {
 				ids[i], payloads[i] = ev.MessageID, ev.Payload
 			}
-			_, err := tx.Exec(ctx, insert, ids, payloads)
+			_, err := tx.Exec(ctx, insertMany, ids, payloads)
 			return err
-		},
-	}, nil)
+		}
+	}
+	c, err := inbox.NewConsumer(pool, cfg, func(ctx context.Context, tx pgx.Tx, ev envelope.Event) error {
+		_, err := tx.Exec(ctx, insert, ev.MessageID, ev.Payload)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -433,11 +418,11 @@ func runChild(ctx context.Context, o options) error {
 	case "skiplocked":
 		runErr = runSkipLocked(ctx, o, pool)
 	case "keiro-consumer":
-		runErr = runKeiroConsumer(ctx, o, pool, 0)
+		runErr = runKeiroConsumer(ctx, o, pool, 0, false)
 	case "keiro-consumer-b100":
-		runErr = runKeiroConsumer(ctx, o, pool, 100)
+		runErr = runKeiroConsumer(ctx, o, pool, 100, false)
 	case "keiro-consumer-batch":
-		runErr = runKeiroConsumerBatch(ctx, o, pool)
+		runErr = runKeiroConsumer(ctx, o, pool, 0, true)
 	case "watermill-consumer":
 		runErr = runWatermillConsumer(ctx, o, pool, false)
 	case "watermill-consumer-uuid":
