@@ -1,7 +1,6 @@
 package outbox
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/internal/pgtext"
 	"github.com/keiro-go/keiro/outbox/internal/logmsg"
 	"github.com/keiro-go/keiro/tracing"
 )
@@ -185,28 +185,8 @@ func rowStorable(e *envelope.Event) error {
 		text("TraceContext.Traceparent", tc.Traceparent)
 		text("TraceContext.Tracestate", tc.Tracestate)
 	}
-	if jsonHasNUL(e.Attributes) {
+	if pgtext.JSONHasNUL(e.Attributes) {
 		errs = append(errs, errors.New(`Attributes holds \u0000, which PostgreSQL jsonb cannot store`))
 	}
 	return errors.Join(errs...)
-}
-
-// jsonHasNUL reports whether the JSON text doc holds the escape \u0000 (an escaping backslash:
-// an odd run of backslashes before the u, so "\\u0000" is a backslash and text, not a NUL).
-func jsonHasNUL(doc []byte) bool {
-	for i := 0; ; {
-		j := bytes.Index(doc[i:], []byte(`u0000`))
-		if j < 0 {
-			return false
-		}
-		at := i + j
-		n := 0
-		for k := at - 1; k >= 0 && doc[k] == '\\'; k-- {
-			n++
-		}
-		if n%2 == 1 {
-			return true
-		}
-		i = at + 1
-	}
 }

@@ -1,7 +1,6 @@
 package workflow
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -27,30 +26,10 @@ func encodeJSON(v any) (json.RawMessage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode: %w", err)
 	}
-	if hasNUL(b) {
+	if pgtext.JSONHasNUL(b) {
 		return nil, errors.New("encode: the value holds a NUL character (\\u0000), which PostgreSQL jsonb cannot store; remove it or encode the bytes (base64)")
 	}
 	return b, nil
-}
-
-// hasNUL reports whether JSON text b escapes a NUL character: a \u0000 whose backslash is not
-// itself escaped.
-func hasNUL(b []byte) bool {
-	for i := 0; ; {
-		j := bytes.Index(b[i:], []byte(`u0000`))
-		if j < 0 {
-			return false
-		}
-		k := i + j
-		n := 0
-		for p := k - 1; p >= 0 && b[p] == '\\'; p-- {
-			n++
-		}
-		if n%2 == 1 {
-			return true
-		}
-		i = k + 1
-	}
 }
 
 // maxErrorText bounds a stored error.

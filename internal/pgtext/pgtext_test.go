@@ -20,3 +20,19 @@ func TestStorable(t *testing.T) {
 	require.Len(t, Storable(long, 20), 20)
 	require.Equal(t, "ab", Storable("ab€", 4), "a 3-byte character across the cut is dropped whole")
 }
+
+func TestJSONHasNUL(t *testing.T) {
+	for doc, want := range map[string]bool{
+		`{}`:                       false,
+		`{"a":"\u0000"}`:           true,
+		`{"a":"\\u0000"}`:          false,
+		`{"a":"\\\u0000"}`:         true,
+		`{"u0000":"u0000"}`:        false,
+		`{"a":"\\\\u0000 \u0000"}`: true,
+		`\u0000`:                   true,
+	} {
+		if got := JSONHasNUL([]byte(doc)); got != want {
+			t.Errorf("JSONHasNUL(%s) = %v, want %v", doc, got, want)
+		}
+	}
+}
