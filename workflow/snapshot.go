@@ -115,16 +115,21 @@ func (e *Engine) Snapshot(ctx context.Context, q keiro.DB, name, id string) (s S
 	return s, true, nil
 }
 
-// encodeStepMap encodes a step map as a snapshot's state: a JSON object (keys sorted).
+// encodeStepMap encodes a step map as a snapshot's state: a JSON object (keys sorted) whose
+// values are the steps' values as they were recorded, only compacted. json.Marshal would also
+// rewrite <, > and & in them as \u003c, \u003e and \u0026 (HTML escaping): the same JSON
+// values, but not the same bytes as the journal holds.
 func encodeStepMap(m map[string]json.RawMessage) ([]byte, error) {
 	if m == nil {
 		m = map[string]json.RawMessage{}
 	}
-	b, err := json.Marshal(m)
-	if err != nil {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
 		return nil, fmt.Errorf("encode step map: %w", err)
 	}
-	return b, nil
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // decodeStepMap decodes a snapshot's state, which must be a JSON object.
