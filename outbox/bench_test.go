@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -273,8 +274,8 @@ func leaseDrain(b *testing.B, db *testenv.DB, n, workers int) float64 {
 
 // rawDrain drains n rows with workers loops of claim + mark, each pair in one transaction if
 // inTx (the single-write loop), else as two statements (two transactions).
-func rawDrain(b *testing.B, db *testenv.DB, n, workers int, claim, mark string, inTx bool) float64 {
-	claimSQL, markSQL := fmt.Sprintf(claim, db.Schema), fmt.Sprintf(mark, db.Schema)
+func rawDrain(b *testing.B, pool *pgxpool.Pool, schema string, n, workers int, claim, mark string, inTx bool) float64 {
+	claimSQL, markSQL := fmt.Sprintf(claim, schema), fmt.Sprintf(mark, schema)
 	ctx := context.Background()
 	var done atomic.Int64
 	start := time.Now()
@@ -306,9 +307,9 @@ func rawDrain(b *testing.B, db *testenv.DB, n, workers int, claim, mark string, 
 			var got int64
 			var err error
 			if inTx {
-				err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { got, err = step(tx); return err })
+				err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { got, err = step(tx); return err })
 			} else {
-				got, err = step(db.Pool)
+				got, err = step(pool)
 			}
 			if err != nil {
 				return err
@@ -337,8 +338,9 @@ func parallel(workers int, f func(worker int) error) error {
 
 // BenchmarkDrain drains pre-enqueued rows (1 KiB payload, default policy) with the relay and,
 // in the same run, with raw loops (the limits, no ordering, no Kafka): raw-skip-locked is the
-// simplest SKIP LOCKED claim + mark (two writes per row) in one loop, -x2 in two concurrent
-// loops (the relay pipelines too); raw-locked-tx-x2 is the single-write loop in two;
+// simplest SKIP LOCKED claim + mark (two writes per row) in one loop, -x2 and -x4 in two and
+// four concurrent loops (the relay pipelines too; with their CPU and WAL per message, the limit
+// of relays-N's scale-out on this machine); raw-locked-tx-x2 is the single-write loop in two;
 // lease-table-x2 an ordered single-write design in two (see leaseClaim). claim-mark
 // is the relay's own claim and mark statements in one loop, without Kafka. All use the
 // relay's batch size. relays-1, relays-2 and relays-4 are that many relays on the backlog, with
@@ -347,16 +349,35 @@ func BenchmarkDrain(b *testing.B) {
 	n, keys := benchSizes()
 	raw := func(name string, workers int, claim, mark string, inTx bool) {
 		b.Run(name, func(b *testing.B) {
+			ctx := context.Background()
 			for range b.N {
 				b.StopTimer()
 				db, _ := filledOutbox(b, n, keys)
+				pc, err := pgxpool.ParseConfig(db.ConnString)
+				require.NoError(b, err)
+				pc.ConnConfig.RuntimeParams["application_name"] = "bench-raw-drain"
+				pool, err := pgxpool.NewWithConfig(ctx, pc)
+				require.NoError(b, err)
+				wm, err := testenv.StartWAL(ctx, db.Pool, db.Schema)
+				require.NoError(b, err)
+				m := testenv.StartCPU(b, db, "bench-raw-drain")
 				b.StartTimer()
-				b.ReportMetric(rawDrain(b, db, n, workers, claim, mark, inTx), "msgs/s")
+				rate := rawDrain(b, pool, db.Schema, n, workers, claim, mark, inTx)
+				b.StopTimer()
+				cf := m.Stop(b)
+				wf, err := wm.Stop(ctx, db.Pool)
+				require.NoError(b, err)
+				pool.Close()
+				b.ReportMetric(rate, "msgs/s")
+				b.ReportMetric(cf.PerMessage(n), "cpu-us/msg")
+				b.ReportMetric(cf.PostgresPerMessage(n), "pg-cpu-us/msg")
+				b.ReportMetric(wf.PerMessage(n), "wal-B/msg")
 			}
 		})
 	}
 	raw("raw-skip-locked", 1, rawClaim, rawMark, false)
 	raw("raw-skip-locked-x2", 2, rawClaim, rawMark, false)
+	raw("raw-skip-locked-x4", 4, rawClaim, rawMark, false)
 	raw("raw-locked-tx-x2", 2, rawLockClaim, rawLockMark, true)
 	b.Run("lease-table-x2", func(b *testing.B) {
 		for range b.N {

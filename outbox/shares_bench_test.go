@@ -24,7 +24,8 @@ import (
 // machine's cores (bound-msgs/s = cores / CPU seconds per message), so that the bound is
 // measured in the same run; idx-tup/msg is the outbox's index entries read per message
 // published (pg_stat_user_indexes: the claims' scans, head lookups and the marks' lookups by
-// id), which stays flat when the relays do not waste claims.
+// id), which stays flat when the relays do not waste claims; wal-B/msg is the WAL the drain
+// wrote for the benchmark's schema per message (testenv.WALMeter).
 // KEIRO_BENCH_SHARES=off runs the relays without claim shares (racing over one front, as
 // before them).
 func benchRelays(b *testing.B, n, keys int) {
@@ -46,6 +47,7 @@ func benchRelays(b *testing.B, n, keys int) {
 				b.ReportMetric(float64(f.claims)/float64(f.batches), "claims/batch")
 				b.ReportMetric(float64(f.shareClaims)/float64(max(f.claims, 1)), "share-claims/claim")
 				b.ReportMetric(float64(f.drained), "shares-drained")
+				b.ReportMetric(float64(f.wal)/float64(n), "wal-B/msg")
 			}
 		})
 	}
@@ -73,6 +75,8 @@ type drainFigures struct {
 	claims, shareClaims, batches int64
 	// drained counts the claims of a relay's own shares that came back empty.
 	drained int64
+	// wal is the WAL bytes the drain wrote for the benchmark's schema (testenv.WALMeter).
+	wal int64
 }
 
 // drainRelays runs relays relays over n pre-enqueued rows until all are published.
@@ -112,6 +116,8 @@ func drainRelays(b *testing.B, db *testenv.DB, kc *testenv.Kafka, n, relays int)
 	require.NoError(b, err)
 	_, err = db.Pool.Exec(ctx, `SELECT pg_stat_reset_single_table_counters(($1 || '.keiro_outbox')::regclass)`, db.Schema)
 	require.NoError(b, err)
+	wm, err := testenv.StartWAL(ctx, db.Pool, db.Schema)
+	require.NoError(b, err)
 	m := testenv.StartCPU(b, db, appName)
 	runCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -127,6 +133,9 @@ func drainRelays(b *testing.B, db *testenv.DB, kc *testenv.Kafka, n, relays int)
 	b.StopTimer()
 	cf := m.Stop(b)
 	f.machineBusy, f.selfCPU, f.cpu, f.cores = cf.MachineBusy, cf.Self, cf.Total(), cf.Cores
+	wf, err := wm.Stop(ctx, db.Pool)
+	require.NoError(b, err)
+	f.wal = wf.Schema
 	cancel()
 	wg.Wait()
 	close(errs)

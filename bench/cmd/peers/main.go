@@ -337,9 +337,8 @@ type parent struct {
 	debeziumCP string
 	admin      *kgo.Client
 	seq        int
-	// slot is the current run's Debezium slot, wal its WAL attribution (nil: cluster-wide).
+	// slot is the current run's Debezium slot.
 	slot string
-	wal  *walAttribution
 }
 
 // startKafka starts or finds the broker -kafka names and returns what stops it.
@@ -399,9 +398,6 @@ func (p *parent) run(ctx context.Context, scenario string, c contender) (result,
 		}
 	}
 	p.slot = slot
-	if p.wal = newWALAttribution(ctx, conn, schema); p.wal == nil {
-		fmt.Fprintln(os.Stderr, "    pg_walinspect unavailable: WAL figures are cluster-wide")
-	}
 	switch scenario {
 	case "drain":
 		return p.drain(ctx, conn, schema, topic, c, gen)

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/keirotest/testenv"
 )
 
 // generator builds the benchmark's events: a sequence number, the enqueue time and padding,
@@ -82,7 +83,7 @@ func enqueue(ctx context.Context, conn *pgx.Conn, c contender, schema, topic str
 // seen every event on the topic (or max-drain passed).
 func (p *parent) drain(ctx context.Context, conn *pgx.Conn, schema, topic string, c contender, gen *generator) (result, error) {
 	n := p.o.drainN
-	wal0, err := walLSN(ctx, conn)
+	walEnqueue, err := testenv.StartWAL(ctx, conn, schema)
 	if err != nil {
 		return result{}, err
 	}
@@ -97,7 +98,7 @@ func (p *parent) drain(ctx context.Context, conn *pgx.Conn, schema, topic string
 	enqueueTook := time.Since(start)
 	fmt.Fprintf(os.Stderr, "    enqueue: %d events in 1000-event transactions in %.2fs (%.0f events/s)\n",
 		n, enqueueTook.Seconds(), float64(n)/enqueueTook.Seconds())
-	wal1, err := walLSN(ctx, conn)
+	enqueueWAL, err := walEnqueue.Stop(ctx, conn)
 	if err != nil {
 		return result{}, err
 	}
@@ -105,7 +106,7 @@ func (p *parent) drain(ctx context.Context, conn *pgx.Conn, schema, topic string
 	if _, err := conn.Exec(ctx, fmt.Sprintf("VACUUM ANALYZE %[1]s.keiro_outbox, %[1]s.keiro_outbox_log, %[1]s.bench_outbox, %[1]s.watermill_forwarder_topic", schema)); err != nil {
 		return result{}, fmt.Errorf("vacuum: %w", err)
 	}
-	wal2, err := walLSN(ctx, conn)
+	walRelay, err := testenv.StartWAL(ctx, conn, schema)
 	if err != nil {
 		return result{}, err
 	}
@@ -125,7 +126,7 @@ func (p *parent) drain(ctx context.Context, conn *pgx.Conn, schema, topic string
 	}
 	cp.markReady()
 	v.wait(ctx, p.o.maxDrain, cp.exited)
-	wal3, werr := walLSN(ctx, conn)
+	relayWAL, werr := walRelay.Stop(ctx, conn)
 	var u result
 	cp.usage(&u)
 	cpu, rss, err := cp.stop()
@@ -134,8 +135,8 @@ func (p *parent) drain(ctx context.Context, conn *pgx.Conn, schema, topic string
 	}
 	r := v.result(c.name, "drain", t0, cpu, rss)
 	r.enqueue = enqueueTook
-	r.walEnqueue, r.walRelay = p.attributeWAL(ctx, conn, schema, wal0, wal1), p.attributeWAL(ctx, conn, schema, wal2, wal3)
-	fmt.Fprintf(os.Stderr, "    WAL cluster-wide: enqueue %d B/ev, relay %d B/ev\n", (wal1-wal0)/int64(n), (wal3-wal2)/int64(n))
+	r.walEnqueue, r.walRelay = reportWAL(enqueueWAL), reportWAL(relayWAL)
+	fmt.Fprintf(os.Stderr, "    WAL cluster-wide: enqueue %d B/ev, relay %d B/ev\n", enqueueWAL.Cluster/int64(n), relayWAL.Cluster/int64(n))
 	r.relayCPU, r.pgCPU, r.brokerCPU = u.relayCPU, u.pgCPU, u.brokerCPU
 	return r, nil
 }
@@ -159,7 +160,7 @@ func (p *parent) steadyState(ctx context.Context, conn *pgx.Conn, schema, topic 
 		return result{}, err
 	}
 	cp.markReady()
-	wal0, err := walLSN(ctx, conn)
+	wal, err := testenv.StartWAL(ctx, conn, schema)
 	if err != nil {
 		_, _, _ = cp.stop()
 		return result{}, err
@@ -181,7 +182,7 @@ func (p *parent) steadyState(ctx context.Context, conn *pgx.Conn, schema, topic 
 	}
 	tick.Stop()
 	v.wait(ctx, 60*time.Second, cp.exited)
-	wal1, werr := walLSN(ctx, conn)
+	steadyWAL, werr := wal.Stop(ctx, conn)
 	var u result
 	cp.usage(&u)
 	cpu, rss, err := cp.stop()
@@ -189,8 +190,8 @@ func (p *parent) steadyState(ctx context.Context, conn *pgx.Conn, schema, topic 
 		return result{}, err
 	}
 	r := v.result(c.name, "steady", t0, cpu, rss)
-	r.walRelay = p.attributeWAL(ctx, conn, schema, wal0, wal1) // enqueue and relay alike: they overlap
-	fmt.Fprintf(os.Stderr, "    WAL cluster-wide: %d B/ev\n", (wal1-wal0)/int64(max(1, n)))
+	r.walRelay = reportWAL(steadyWAL) // enqueue and relay alike: they overlap
+	fmt.Fprintf(os.Stderr, "    WAL cluster-wide: %d B/ev\n", steadyWAL.Cluster/int64(max(1, n)))
 	r.relayCPU, r.pgCPU, r.brokerCPU = u.relayCPU, u.pgCPU, u.brokerCPU
 	return r, nil
 }
@@ -256,27 +257,13 @@ func (p *parent) consume(ctx context.Context, conn *pgx.Conn, schema, topic stri
 	return res, nil
 }
 
-// attributeWAL returns the WAL bytes between from and to that belong to schema's relations,
-// or the cluster's between them when they cannot be told apart (no pg_walinspect).
-func (p *parent) attributeWAL(ctx context.Context, conn *pgx.Conn, schema string, from, to int64) int64 {
-	if p.wal == nil {
-		return to - from
+// reportWAL returns the run's WAL bytes, saying when they are the cluster's (the server has no
+// pg_walinspect to tell the schema's apart).
+func reportWAL(f testenv.WALFigures) int64 {
+	if !f.Attributed {
+		fmt.Fprintln(os.Stderr, "    pg_walinspect unavailable: WAL figures are cluster-wide")
 	}
-	n, err := p.wal.bytes(ctx, conn, schema, from, to)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "    WAL attribution:", err)
-		return to - from
-	}
-	return n
-}
-
-// walLSN returns the cluster's current WAL position in bytes.
-func walLSN(ctx context.Context, conn *pgx.Conn) (int64, error) {
-	var v int64
-	if err := conn.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint`).Scan(&v); err != nil {
-		return 0, fmt.Errorf("read the WAL position: %w", err)
-	}
-	return v, nil
+	return f.Schema
 }
 
 // verifier reads a topic back from the start and records, for each distinct event, the time

@@ -1,0 +1,105 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/keiro-go/keiro"
+)
+
+// WALMeter counts the WAL a benchmark's timed part wrote for one schema, where a difference of
+// pg_current_wal_lsn counts the whole cluster's (on a shared server other work adds to it, and
+// more to a slower contender). It reads the WAL records between its two positions with
+// pg_walinspect and keeps the transactions that touched a relation of the schema (their commit
+// records too) and the records of no transaction on those relations (a vacuum's, a prune's).
+// Replication slots' confirmations write no WAL, so a log-mode relay's share is what it writes
+// through SQL.
+//
+//	m, err := testenv.StartWAL(ctx, db.Pool, db.Schema)
+//	// ... the timed part ...
+//	f, err := m.Stop(ctx, db.Pool)
+//	b.ReportMetric(f.PerMessage(n), "wal-B/msg")
+type WALMeter struct {
+	schema string
+	// fn is the schema-qualified pg_get_wal_records_info, "" when the server has no
+	// pg_walinspect (the figures are then the cluster's).
+	fn   string
+	from int64
+}
+
+// WALFigures are what a WALMeter measured between StartWAL and Stop.
+type WALFigures struct {
+	// Schema is the WAL bytes of the schema's transactions and relations; Cluster the whole
+	// cluster's between the same positions.
+	Schema, Cluster int64
+	// Attributed is false when the server offers no pg_walinspect: Schema is then Cluster.
+	Attributed bool
+}
+
+// PerMessage is Schema in bytes per message, for n messages.
+func (f WALFigures) PerMessage(n int) float64 { return float64(f.Schema) / float64(max(n, 1)) }
+
+// StartWAL starts counting schema's WAL. It installs pg_walinspect in schema (dropped with it)
+// unless the database has it already; without it (PostgreSQL before 15, or a server that does
+// not ship it) the meter counts the cluster's WAL and says so in WALFigures.Attributed.
+func StartWAL(ctx context.Context, db keiro.DB, schema string) (*WALMeter, error) {
+	m := &WALMeter{schema: schema}
+	if _, err := db.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_walinspect SCHEMA "+pgx.Identifier{schema}.Sanitize()); err == nil {
+		var ns string
+		if err := db.QueryRow(ctx, `SELECT extnamespace::regnamespace::text FROM pg_extension WHERE extname = 'pg_walinspect'`).Scan(&ns); err == nil {
+			m.fn = ns + ".pg_get_wal_records_info"
+		}
+	}
+	var err error
+	m.from, err = walPosition(ctx, db)
+	return m, err
+}
+
+// Stop ends the count and returns it.
+func (m *WALMeter) Stop(ctx context.Context, db keiro.DB) (WALFigures, error) {
+	to, err := walPosition(ctx, db)
+	if err != nil {
+		return WALFigures{}, err
+	}
+	f := WALFigures{Schema: to - m.from, Cluster: to - m.from}
+	if m.fn == "" {
+		return f, nil
+	}
+	rows, err := db.Query(ctx, `SELECT c.relfilenode FROM pg_class c WHERE c.relnamespace = $1::regnamespace AND c.relfilenode <> 0
+		UNION SELECT t.relfilenode FROM pg_class c JOIN pg_class t ON t.oid = c.reltoastrelid WHERE c.relnamespace = $1::regnamespace`, m.schema)
+	if err != nil {
+		return f, fmt.Errorf("list the schema's relations: %w", err)
+	}
+	nodes, err := pgx.CollectRows(rows, pgx.RowTo[uint32])
+	if err != nil {
+		return f, fmt.Errorf("list the schema's relations: %w", err)
+	}
+	ids := make([]string, len(nodes))
+	for i, n := range nodes {
+		ids[i] = fmt.Sprint(n)
+	}
+	// A block reference reads "blkref #0: rel <tablespace>/<database>/<relfilenode> …".
+	pattern := `rel \d+/\d+/(` + strings.Join(ids, "|") + `)\y`
+	err = db.QueryRow(ctx, `WITH r AS (
+			SELECT xid, record_length, block_ref FROM `+m.fn+`('0/0'::pg_lsn + $1::numeric, '0/0'::pg_lsn + $2::numeric)),
+		ours AS (SELECT DISTINCT xid FROM r WHERE xid <> '0' AND block_ref ~ $3)
+		SELECT coalesce(sum(record_length), 0)::bigint FROM r
+		WHERE xid IN (SELECT xid FROM ours) OR (xid = '0' AND block_ref ~ $3)`, m.from, to, pattern).Scan(&f.Schema)
+	if err != nil {
+		return f, fmt.Errorf("read the WAL with pg_walinspect: %w", err)
+	}
+	f.Attributed = true
+	return f, nil
+}
+
+// walPosition returns the cluster's current WAL position in bytes.
+func walPosition(ctx context.Context, db keiro.DB) (int64, error) {
+	var v int64
+	if err := db.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint`).Scan(&v); err != nil {
+		return 0, fmt.Errorf("read the WAL position: %w", err)
+	}
+	return v, nil
+}
