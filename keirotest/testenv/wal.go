@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"strings"
 
@@ -18,12 +19,22 @@ import (
 // Replication slots' confirmations write no WAL, so a log-mode relay's share is what it writes
 // through SQL.
 //
-//	m, err := testenv.StartWAL(ctx, db.Pool, db.Schema)
+// The WAL it reads must still be on the server when it stops: a drain can write more than
+// max_wal_size, and a checkpoint would recycle the first segments. So the meter holds them with
+// a temporary physical replication slot of its session, which PostgreSQL drops when the session
+// ends, however the benchmark ends. Give it one session for its whole life (a *pgx.Conn or an
+// acquired *pgxpool.Conn) whose role may create replication slots:
+//
+//	conn, err := db.Pool.Acquire(ctx)
+//	defer conn.Release()
+//	m, err := testenv.StartWAL(ctx, conn, db.Schema)
 //	// ... the timed part ...
-//	f, err := m.Stop(ctx, db.Pool)
+//	f, err := m.Stop(ctx, conn)
 //	b.ReportMetric(f.PerMessage(n), "wal-B/msg")
 type WALMeter struct {
 	schema string
+	// slot holds the WAL from the start on ("" when the meter could not create it).
+	slot string
 	// fn is the schema-qualified pg_get_wal_records_info, "" when the server has no
 	// pg_walinspect (the figures are then the cluster's).
 	fn   string
@@ -53,18 +64,28 @@ func StartWAL(ctx context.Context, db keiro.DB, schema string) (*WALMeter, error
 			m.fn = ns + ".pg_get_wal_records_info"
 		}
 	}
+	slot := "keiro_walmeter_" + strings.ToLower(rand.Text()) // lower-case letters and digits, as slot names want
+	if _, err := db.Exec(ctx, `SELECT pg_create_physical_replication_slot($1, true, true)`, slot); err != nil {
+		return nil, fmt.Errorf("hold the WAL to measure with a temporary replication slot: %w", err)
+	}
+	m.slot = slot
 	var err error
 	m.from, err = walPosition(ctx, db)
 	return m, err
 }
 
-// Stop ends the count and returns it.
-func (m *WALMeter) Stop(ctx context.Context, db keiro.DB) (WALFigures, error) {
+// Stop ends the count and returns it. db must be the session StartWAL was given.
+func (m *WALMeter) Stop(ctx context.Context, db keiro.DB) (f WALFigures, err error) {
+	defer func() {
+		if _, derr := db.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, m.slot); derr != nil && err == nil {
+			err = fmt.Errorf("drop the WAL meter's replication slot: %w", derr)
+		}
+	}()
 	to, err := walPosition(ctx, db)
 	if err != nil {
 		return WALFigures{}, err
 	}
-	f := WALFigures{Schema: to - m.from, Cluster: to - m.from}
+	f = WALFigures{Schema: to - m.from, Cluster: to - m.from}
 	if m.fn == "" {
 		return f, nil
 	}

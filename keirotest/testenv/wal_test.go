@@ -21,7 +21,10 @@ func TestWALMeterCountsItsSchemaOnly(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	m, err := testenv.StartWAL(ctx, db.Pool, db.Schema)
+	conn, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	m, err := testenv.StartWAL(ctx, conn, db.Schema)
 	require.NoError(t, err)
 	insert := func(schema string, rows int) {
 		_, err := db.Pool.Exec(ctx, "INSERT INTO "+pgx.Identifier{schema, "t"}.Sanitize()+
@@ -30,8 +33,18 @@ func TestWALMeterCountsItsSchemaOnly(t *testing.T) {
 	}
 	insert(db.Schema, 1000) // about 0.5 MB of heap tuples, each in the WAL
 	insert(other, 10_000)   // ten times as much, not the meter's
-	f, err := m.Stop(ctx, db.Pool)
+	// A checkpoint may recycle the WAL the meter will read: its temporary slot holds the WAL
+	// from before its start.
+	var held bool
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots
+		WHERE slot_name LIKE 'keiro_walmeter_%' AND temporary AND active_pid = $1
+		  AND restart_lsn <= pg_current_wal_lsn())`, conn.Conn().PgConn().PID()).Scan(&held))
+	require.True(t, held, "the meter's session holds the WAL with a temporary slot")
+	f, err := m.Stop(ctx, conn)
 	require.NoError(t, err)
+	var slots int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'keiro_walmeter_%'").Scan(&slots))
+	require.Zero(t, slots, "the meter's slot is gone once it stopped")
 
 	require.True(t, f.Attributed, "the suite's PostgreSQL ships pg_walinspect")
 	require.GreaterOrEqual(t, f.Schema, int64(1000*500), "every inserted tuple is counted")
