@@ -360,6 +360,7 @@ func BenchmarkDrain(b *testing.B) {
 				require.NoError(b, err)
 				walConn, err := db.Pool.Acquire(ctx)
 				require.NoError(b, err)
+				b.Cleanup(walConn.Release) // before the pool's own cleanup closes it
 				wm, err := testenv.StartWAL(ctx, walConn, db.Schema)
 				require.NoError(b, err)
 				m := testenv.StartCPU(b, db, "bench-raw-drain")

@@ -116,10 +116,12 @@ func (m *WALMeter) Stop(ctx context.Context, db keiro.DB) (f WALFigures, err err
 	return f, nil
 }
 
-// walPosition returns the cluster's current WAL position in bytes.
+// walPosition returns the cluster's WAL position in bytes: the flushed one, which is as far as
+// pg_walinspect reads ("cannot accept future end LSN" past it) and holds every committed
+// transaction's records (a commit waits for its flush).
 func walPosition(ctx context.Context, db keiro.DB) (int64, error) {
 	var v int64
-	if err := db.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint`).Scan(&v); err != nil {
+	if err := db.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_flush_lsn(), '0/0')::bigint`).Scan(&v); err != nil {
 		return 0, fmt.Errorf("read the WAL position: %w", err)
 	}
 	return v, nil
