@@ -59,6 +59,7 @@ type Publisher struct {
 	cloudEvents    bool
 	ceDests        []string
 	tracer         trace.Tracer
+	noopTracer     bool // tracer is a no-op one: sends start no span (StartSend)
 	inst           *instruments
 	deadLetter     func(Rejection) error
 	deadLetters    chan struct{} // the slots of DeadLetter calls running at once
@@ -74,6 +75,7 @@ func New(cfg Config) (*Publisher, error) {
 	if cfg.Tracer == nil {
 		cfg.Tracer = tracenoop.NewTracerProvider().Tracer("")
 	}
+	_, noopTracer := cfg.Tracer.(tracenoop.Tracer)
 	if cfg.Meter == nil {
 		cfg.Meter = otel.GetMeterProvider().Meter(tracing.ScopeName) // the global provider, a no-op until one is set
 	}
@@ -85,7 +87,7 @@ func New(cfg Config) (*Publisher, error) {
 		return nil, err
 	}
 	return &Publisher{client: cfg.Client, maxRecordBytes: maxRecord, cloudEvents: cfg.CloudEvents,
-		ceDests: cfg.CloudEventsDestinations, tracer: cfg.Tracer, inst: inst, deadLetter: cfg.DeadLetter,
+		ceDests: cfg.CloudEventsDestinations, tracer: cfg.Tracer, noopTracer: noopTracer, inst: inst, deadLetter: cfg.DeadLetter,
 		deadLetters: make(chan struct{}, maxDeadLetterWrites), log: cfg.Logger}, nil
 }
 
