@@ -374,7 +374,7 @@ func (p *parent) startKafka(ctx context.Context) (func(), error) {
 }
 
 // warmBrokerRecords is how many records warmBroker writes and reads back.
-const warmBrokerRecords = 100_000
+const warmBrokerRecords = 300_000
 
 // warmBroker writes warmBrokerRecords records shaped as the runs' (keyed, of the payload's
 // size, to a topic of as many partitions, acks=all) to a topic of its own, half compressed
