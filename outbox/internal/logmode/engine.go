@@ -1,11 +1,9 @@
 package logmode
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"slices"
@@ -14,7 +12,6 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keiro-go/keiro/outbox/internal/exactlyonce"
@@ -94,7 +91,6 @@ func New(connString string, pub *publish.Publisher, cfg logsource.Config) (*Engi
 		errs = append(errs, fmt.Errorf("connection string: %w", err))
 	} else {
 		conn.RuntimeParams["replication"] = "database"
-		conn.BuildFrontend = replicationFrontend
 		if cfg.ApplicationName != "" {
 			conn.RuntimeParams["application_name"] = cfg.ApplicationName
 		}
@@ -112,18 +108,6 @@ func New(connString string, pub *publish.Publisher, cfg logsource.Config) (*Engi
 		e.eoCounters = cfg.ExactlyOnce.Counters // set by WithDefaults: the relay's metrics read them
 	}
 	return e, nil
-}
-
-// replicationReadBuffer is the read buffer of the replication connection. pgproto3 reads a
-// connection 8 KiB at a time, which suits queries; a slot that streams a backlog sends a
-// message per row (1–2 KiB for a 1 KiB payload), so that each read took only a few of them and
-// the reads' system calls were most of what receiving cost. The walsender writes faster than
-// that when it is behind: with this buffer a read takes what the socket holds.
-const replicationReadBuffer = 256 << 10
-
-// replicationFrontend is pgproto3's frontend reading through a replicationReadBuffer.
-func replicationFrontend(r io.Reader, w io.Writer) *pgproto3.Frontend {
-	return pgproto3.NewFrontend(bufio.NewReaderSize(r, replicationReadBuffer), w)
 }
 
 // Published counts the records Kafka acknowledged (logsource.Engine).
