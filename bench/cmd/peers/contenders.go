@@ -73,11 +73,14 @@ func keiroEvents(topic string, msgs []msg) []envelope.Event {
 }
 
 func runKeiroRelay(ctx context.Context, o options, pool *pgxpool.Pool, mode outbox.Mode, batchSize, inFlight, claimers int) error {
-	cl, err := kgo.NewClient(append(outbox.ProducerOpts(), kgo.SeedBrokers(strings.Split(o.childBrokers, ",")...))...)
+	opts := append(outbox.ProducerOpts(), kgo.SeedBrokers(strings.Split(o.childBrokers, ",")...))
+	opts = append(opts, experimentOpts()...)
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
+	defer printProduceStats()
 	logger := slog.New(slog.DiscardHandler)
 	if os.Getenv("PEERS_DEBUG") != "" { // the relay's debug log (claims, produce times) on stderr
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -36,6 +36,11 @@
 // when the server offers it; pg_current_wal_lsn deltas, cluster-wide, otherwise). The load
 // average is printed beside every run.
 //
+// A broker the command starts is warmed before the first run (300 000 records written and read
+// back, then a wait until the broker is idle), so that the JVM's warm-up is no contender's CPU.
+// PEERS_PRODUCE_STATS=1 prints the keiro relays' produce requests and record batches;
+// PEERS_KGO=compression=…,batchmax=…,linger=… varies their producer (producerenv.go).
+//
 // Scenarios: drain of pre-enqueued events (msgs/s from the child's "ready" to the last record
 // seen on the topic) and a steady offered rate (enqueue→consumed latency p50/p99). Latency is
 // measured by a franz-go consumer in the parent from the enqueue time written into each payload

@@ -360,12 +360,93 @@ func (p *parent) startKafka(ctx context.Context) (func(), error) {
 			return nil, fmt.Errorf("start Kafka: %w", err)
 		}
 		p.brokers, p.brokerPid = cluster.Seeds(), cluster.Brokers[0].Pid()
+		if err := p.warmBroker(ctx); err != nil {
+			cluster.Close()
+			return nil, err
+		}
 		return cluster.Close, nil
 	case strings.HasPrefix(k, "brokers="):
 		p.brokers = strings.Split(strings.TrimPrefix(k, "brokers="), ",")
 		return func() {}, nil
 	}
 	return nil, fmt.Errorf("-kafka %q: want real, kfake or brokers=host:port", p.o.kafka)
+}
+
+// warmBrokerRecords is how many records warmBroker writes and reads back.
+const warmBrokerRecords = 300_000
+
+// warmBroker writes warmBrokerRecords records shaped as the runs' (keyed, of the payload's
+// size, to a topic of as many partitions, acks=all) to a topic of its own, half compressed
+// as franz-go compresses by default (snappy) and half not (as a Java producer's default), and
+// reads them back, before any run. A broker just started compiles its produce and fetch paths
+// (the JVM's JIT) during its first few seconds of traffic: without this, the run that came
+// first was charged about a second of broker CPU more than the same run later.
+func (p *parent) warmBroker(ctx context.Context) error {
+	topic := "bench-warmup-" + randomHex(4)
+	admin, err := kgo.NewClient(kgo.SeedBrokers(p.brokers...))
+	if err != nil {
+		return fmt.Errorf("warm-up client: %w", err)
+	}
+	defer admin.Close()
+	adm := kadm.NewClient(admin)
+	if _, err := adm.CreateTopic(ctx, int32(p.o.partitions), 1, nil, topic); err != nil {
+		return fmt.Errorf("create warm-up topic: %w", err)
+	}
+	defer func() { _, _ = adm.DeleteTopics(context.Background(), topic) }()
+	t0 := time.Now()
+	gen := newGenerator(p.o.keyCount, p.o.payloadBytes)
+	for i, codec := range []kgo.CompressionCodec{kgo.SnappyCompression(), kgo.NoCompression()} {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(p.brokers...), kgo.DefaultProduceTopic(topic), kgo.ProducerBatchCompression(codec))
+		if err != nil {
+			return fmt.Errorf("warm-up producer: %w", err)
+		}
+		for n := 0; n < warmBrokerRecords/2; n += 1000 {
+			recs := make([]*kgo.Record, 0, 1000)
+			for _, m := range gen.batch(1000) {
+				recs = append(recs, &kgo.Record{Key: []byte(m.key), Value: m.payload})
+			}
+			if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				cl.Close()
+				return fmt.Errorf("warm-up produce (%d): %w", i, err)
+			}
+		}
+		cl.Close()
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(p.brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		return fmt.Errorf("warm-up consumer: %w", err)
+	}
+	defer cl.Close()
+	for read := 0; read < warmBrokerRecords; {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		read += fs.NumRecords()
+	}
+	warm := time.Since(t0)
+	settled := p.brokerSettle(ctx)
+	fmt.Fprintf(os.Stderr, "  broker warmed up: %d records written and read in %s, then idle after %s\n",
+		warmBrokerRecords, warm.Round(time.Millisecond), settled.Round(time.Second))
+	return nil
+}
+
+// brokerSettle waits until the broker is idle (under 5 % of a core over a second) or 30 s
+// passed, and returns how long it waited: the JIT compiles the code the warm-up ran on
+// threads of its own, after the traffic, and that CPU is no run's.
+func (p *parent) brokerSettle(ctx context.Context) time.Duration {
+	t0 := time.Now()
+	prev := procCPU(p.brokerPid)
+	for time.Since(t0) < 30*time.Second && ctx.Err() == nil {
+		time.Sleep(time.Second)
+		cur := procCPU(p.brokerPid)
+		if cur-prev < 50*time.Millisecond {
+			break
+		}
+		prev = cur
+	}
+	return time.Since(t0)
 }
 
 func (p *parent) run(ctx context.Context, scenario string, c contender) (result, error) {

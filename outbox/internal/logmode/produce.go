@@ -17,8 +17,9 @@ import (
 
 // produce sends r's record as part of t. A record larger than MaxRecordBytes is rejected
 // without being sent. A suspect (publish.Suspects) is produced alone: after every record before
-// it settled, and settled itself before the next one is produced. r is not reused: franz-go
-// holds r.rec, and its promise r.ev, until the promise ran.
+// it settled, and settled itself before the next one is produced. franz-go holds r.rec, and
+// its promise r.ev, until the promise ran; the promise recycles r once Kafka acknowledged it
+// (row.recycle), after its last read of it.
 //
 // Under exactly once the record goes into the stream's open Kafka transaction (begun here if
 // none is open), and a record Kafka refused for itself when produced alone is rejected and the
@@ -98,6 +99,9 @@ func (s *stream) produce(ctx context.Context, t *txn, r *row) error {
 			}
 		}
 		s.w.settle(t, size, err)
+		if err == nil {
+			r.recycle()
+		}
 	})
 	if alone {
 		s.drain(ctx)

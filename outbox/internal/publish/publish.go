@@ -59,6 +59,7 @@ type Publisher struct {
 	cloudEvents    bool
 	ceDests        []string
 	tracer         trace.Tracer
+	noopTracer     bool // tracer is a no-op one: sends start no span (StartSend)
 	inst           *instruments
 	deadLetter     func(Rejection) error
 	deadLetters    chan struct{} // the slots of DeadLetter calls running at once
@@ -74,6 +75,7 @@ func New(cfg Config) (*Publisher, error) {
 	if cfg.Tracer == nil {
 		cfg.Tracer = tracenoop.NewTracerProvider().Tracer("")
 	}
+	_, noopTracer := cfg.Tracer.(tracenoop.Tracer)
 	if cfg.Meter == nil {
 		cfg.Meter = otel.GetMeterProvider().Meter(tracing.ScopeName) // the global provider, a no-op until one is set
 	}
@@ -85,7 +87,7 @@ func New(cfg Config) (*Publisher, error) {
 		return nil, err
 	}
 	return &Publisher{client: cfg.Client, maxRecordBytes: maxRecord, cloudEvents: cfg.CloudEvents,
-		ceDests: cfg.CloudEventsDestinations, tracer: cfg.Tracer, inst: inst, deadLetter: cfg.DeadLetter,
+		ceDests: cfg.CloudEventsDestinations, tracer: cfg.Tracer, noopTracer: noopTracer, inst: inst, deadLetter: cfg.DeadLetter,
 		deadLetters: make(chan struct{}, maxDeadLetterWrites), log: cfg.Logger}, nil
 }
 
@@ -139,13 +141,18 @@ func (p *Publisher) MaxBufferedRecords() int {
 
 // Record fills rec's topic, value and headers from ev (the key is the caller's: the claim
 // engine copies it, the log engine keeps its decoding's bytes), with the header encoding of
-// ev's destination. headers is scratch space, returned for the next call.
+// ev's destination. rec.Headers is reused when it has the room: rec must not be in flight.
+// headers is scratch space, returned for the next call.
 func (p *Publisher) Record(rec *kgo.Record, ev *envelope.Event, headers []envelope.Header) []envelope.Header {
 	rec.Topic, rec.Value = ev.Destination, ev.Payload
 	headers = ev.AppendHeaders(headers[:0], envelope.EncodeOptions{
 		CloudEvents: p.cloudEvents || slices.Contains(p.ceDests, ev.Destination),
 	})
-	rec.Headers = make([]kgo.RecordHeader, len(headers))
+	if cap(rec.Headers) >= len(headers) {
+		rec.Headers = rec.Headers[:len(headers)] // a recycled record's (the log engine recycles its rows)
+	} else {
+		rec.Headers = make([]kgo.RecordHeader, len(headers))
+	}
 	for i, h := range headers {
 		rec.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
 	}

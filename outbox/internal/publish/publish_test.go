@@ -2,9 +2,15 @@ package publish_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/outbox/internal/publish"
@@ -82,4 +88,73 @@ func TestSuspects(t *testing.T) {
 	s.Add("b")
 	s.Remove("b")
 	require.False(t, s.Has("b"))
+}
+
+// attrSampler samples every span and keeps the attributes each was started with.
+type attrSampler struct{ started [][]attribute.KeyValue }
+
+func (s *attrSampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	s.started = append(s.started, p.Attributes)
+	return sdktrace.SamplingResult{Decision: sdktrace.RecordAndSample}
+}
+
+func (s *attrSampler) Description() string { return "attrSampler" }
+
+// A recorded send span carries the messaging attributes: those of its destination from its
+// start (a sampler sees them), the record's own (message id, key) once recorded; its trace
+// context goes into the record's headers.
+func TestStartSendRecordedSpan(t *testing.T) {
+	sampler := &attrSampler{}
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler), sdktrace.WithSpanProcessor(rec))
+	c := newClient(t, kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ManualFlushing())
+	p, err := publish.New(publish.Config{Client: c, Tracer: tp.Tracer("test")})
+	require.NoError(t, err)
+	key := "k1"
+	for _, dest := range []string{"orders", "orders", "payments"} {
+		ev := envelope.Event{MessageID: "m-" + dest, Source: "s", EventType: "t", Destination: dest, Key: &key, Payload: []byte(`{}`)}
+		send, tc := p.StartSend(&ev, attribute.Int("keiro.outbox.attempt", 2))
+		require.NotNil(t, tc, "a recorded span's trace context goes into the headers")
+		send.Done(&kgo.Record{Topic: dest, Partition: 3, Offset: 7}, nil, time.Now())
+	}
+	spans := rec.Ended()
+	require.Len(t, spans, 3)
+	for i, dest := range []string{"orders", "orders", "payments"} {
+		s := spans[i]
+		require.Equal(t, "send "+dest, s.Name())
+		require.Equal(t, trace.SpanKindProducer, s.SpanKind())
+		attrs := attribute.NewSet(s.Attributes()...)
+		for k, want := range map[attribute.Key]string{"messaging.system": "kafka", "messaging.operation.type": "send",
+			"messaging.destination.name": dest, "messaging.message.id": "m-" + dest, "messaging.kafka.message.key": "k1",
+			"messaging.destination.partition.id": "3"} {
+			v, ok := attrs.Value(k)
+			require.True(t, ok, "span %d has no %s", i, k)
+			require.Equal(t, want, v.AsString(), "span %d: %s", i, k)
+		}
+		v, ok := attrs.Value("keiro.outbox.attempt")
+		require.True(t, ok)
+		require.Equal(t, int64(2), v.AsInt64())
+		started := attribute.NewSet(sampler.started[i]...)
+		v, ok = started.Value("messaging.destination.name")
+		require.True(t, ok, "the sampler sees the destination")
+		require.Equal(t, dest, v.AsString())
+	}
+}
+
+// With a no-op tracer (no trace exporter) a send records no span, its record carries the row's
+// own trace context, and the send itself allocates once.
+func TestStartSendNoopTracer(t *testing.T) {
+	c := newClient(t, kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ManualFlushing())
+	p, err := publish.New(publish.Config{Client: c, Meter: metricnoop.NewMeterProvider().Meter("")})
+	require.NoError(t, err)
+	key := "k1"
+	ev := envelope.Event{MessageID: "m1", Source: "s", EventType: "t", Destination: "orders", Key: &key, Payload: []byte(`{}`),
+		TraceContext: &envelope.TraceContext{Traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}
+	rec := &kgo.Record{Topic: "orders"}
+	allocs := testing.AllocsPerRun(100, func() {
+		send, tc := p.StartSend(&ev)
+		require.Nil(t, tc)
+		send.Done(rec, nil, time.Now())
+	})
+	require.LessOrEqual(t, allocs, 1.0)
 }

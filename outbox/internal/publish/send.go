@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/tracing"
@@ -29,24 +31,38 @@ type Send struct {
 // StartSend starts ev's send span, a child of the trace context of ev's row, and returns it
 // with the span's trace context for the record's headers (nil when the span is not
 // recorded: the record then carries the row's own).
+//
+// A send costs the stream no tracing work when the publisher's tracer is a no-op one (no
+// trace exporter configured): no context, no span, no attributes. Otherwise the span's name
+// and the attributes of its destination, the same for every record of it, are built once per
+// destination and given to the tracer at the start, where a sampler sees them; the record's
+// own (message id, key) are set only on a span that is recorded.
 func (p *Publisher) StartSend(ev *envelope.Event, attrs ...attribute.KeyValue) (*Send, *envelope.TraceContext) {
-	spanCtx, span := p.tracer.Start(tracing.ContextWith(context.Background(), ev.TraceContext),
-		"send "+ev.Destination, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
-			attribute.String("messaging.system", "kafka"),
-			attribute.String("messaging.operation.type", "send"),
-			attribute.String("messaging.operation.name", "send"),
-			attribute.String("messaging.destination.name", ev.Destination),
-			attribute.String("messaging.message.id", ev.MessageID),
-		), trace.WithAttributes(attrs...))
-	if ev.Key != nil {
-		span.SetAttributes(attribute.String("messaging.kafka.message.key", *ev.Key))
+	if p.noopTracer {
+		return &Send{p: p, span: noopSpan, start: time.Now()}, nil
 	}
+	sets := p.inst.setsOf(ev.Destination)
+	opts := sets.spanStart
+	if len(attrs) > 0 {
+		opts = append(slices.Clip(opts), trace.WithAttributes(attrs...))
+	}
+	spanCtx, span := p.tracer.Start(tracing.ContextWith(context.Background(), ev.TraceContext), sets.spanName, opts...)
 	s := &Send{p: p, span: span, start: time.Now()}
 	if !span.IsRecording() {
 		return s, nil
 	}
+	span.SetAttributes(attribute.String("messaging.message.id", ev.MessageID))
+	if ev.Key != nil {
+		span.SetAttributes(attribute.String("messaging.kafka.message.key", *ev.Key))
+	}
 	return s, tracing.FromContext(spanCtx)
 }
+
+// noopSpan is the span of every send of a publisher whose tracer is a no-op one.
+var noopSpan = func() trace.Span {
+	_, span := tracenoop.NewTracerProvider().Tracer("").Start(context.Background(), "")
+	return span
+}()
 
 // Rejected ends the span of a record rejected before it was sent, with its rejection code.
 func (s *Send) Rejected(code string) {
@@ -82,7 +98,7 @@ func (s *Send) Done(rec *kgo.Record, err error, origin time.Time) {
 // AddPublished counts n rows of destination published (Kafka acknowledged them, and the
 // claim engine marked them sent).
 func (p *Publisher) AddPublished(ctx context.Context, n int64, destination string) {
-	p.inst.published.Add(ctx, n, p.inst.setsOf(destination).dest)
+	p.inst.published.Add(ctx, n, p.inst.setsOf(destination).destAdd...)
 }
 
 // instruments are the publisher's metrics.
@@ -119,36 +135,53 @@ func DestinationAttr(d string) metric.MeasurementOption {
 // recordSend records one produce of rec in the semantic-convention client metrics: sent
 // messages and operation duration, with error.type on failures.
 func (in *instruments) recordSend(rec *kgo.Record, err error, start time.Time) {
-	var set metric.MeasurementOption
-	if err == nil {
-		set = in.setsOf(rec.Topic).sent
-	} else {
-		set = metric.WithAttributeSet(attribute.NewSet(
-			tracing.MessagingSystemKey.String(tracing.MessagingSystemKafka),
-			tracing.MessagingOperationNameKey.String(tracing.OperationSend),
-			tracing.DestinationKey.String(rec.Topic),
-			tracing.ErrorTypeKey.String(ErrorType(err))))
-	}
 	ctx := context.Background()
+	if err == nil {
+		sets := in.setsOf(rec.Topic)
+		in.sent.Add(ctx, 1, sets.sentAdd...)
+		in.sendDuration.Record(ctx, time.Since(start).Seconds(), sets.sentRecord...)
+		return
+	}
+	set := metric.WithAttributeSet(attribute.NewSet(
+		tracing.MessagingSystemKey.String(tracing.MessagingSystemKafka),
+		tracing.MessagingOperationNameKey.String(tracing.OperationSend),
+		tracing.DestinationKey.String(rec.Topic),
+		tracing.ErrorTypeKey.String(ErrorType(err))))
 	in.sent.Add(ctx, 1, set)
 	in.sendDuration.Record(ctx, time.Since(start).Seconds(), set)
 }
 
-// sendSets are a destination's attribute sets, built once: the outbox metrics' and the
-// successful sends'.
-type sendSets struct{ dest, sent metric.MeasurementOption }
+// sendSets are a destination's attribute sets, built once: the outbox metrics', the
+// successful sends', and its send spans' name and start options. The options are kept as the
+// slices the instruments take, so that a measurement allocates none.
+type sendSets struct {
+	destAdd    []metric.AddOption
+	sentAdd    []metric.AddOption
+	sentRecord []metric.RecordOption
+	spanName   string
+	spanStart  []trace.SpanStartOption
+}
 
 // setsOf returns topic's attribute sets.
 func (in *instruments) setsOf(topic string) *sendSets {
 	if v, ok := in.sendSets.Load(topic); ok {
 		return v.(*sendSets)
 	}
+	sent := metric.WithAttributeSet(attribute.NewSet(
+		tracing.MessagingSystemKey.String(tracing.MessagingSystemKafka),
+		tracing.MessagingOperationNameKey.String(tracing.OperationSend),
+		tracing.DestinationKey.String(topic)))
 	v, _ := in.sendSets.LoadOrStore(topic, &sendSets{
-		dest: DestinationAttr(topic),
-		sent: metric.WithAttributeSet(attribute.NewSet(
-			tracing.MessagingSystemKey.String(tracing.MessagingSystemKafka),
-			tracing.MessagingOperationNameKey.String(tracing.OperationSend),
-			tracing.DestinationKey.String(topic))),
+		destAdd:    []metric.AddOption{DestinationAttr(topic)},
+		sentAdd:    []metric.AddOption{sent},
+		sentRecord: []metric.RecordOption{sent},
+		spanName:   "send " + topic,
+		spanStart: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
+			attribute.String("messaging.system", "kafka"),
+			attribute.String("messaging.operation.type", "send"),
+			attribute.String("messaging.operation.name", "send"),
+			attribute.String("messaging.destination.name", topic),
+		)},
 	})
 	return v.(*sendSets)
 }
