@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/keirotest/testenv"
 	"github.com/keiro-go/keiro/outbox/logrelay"
 )
@@ -120,8 +121,12 @@ func newEOSBench(b *testing.B, mode Mode, eos bool, onRecord func(id string, at 
 	require.NoError(b, err)
 	e.relay = r
 
+	// The reader fetches as the inbox consumer does by default (read_committed, its
+	// FetchMaxWait): what a user of both sides runs. The broker answers a fetch waiting at the
+	// last stable offset as soon as the offset moves (the markers' append), not at the wait's
+	// end, so the wait bounds only an idle partition's refetch.
 	cl := e.kc.NewClient(b, kgo.ConsumeTopics(e.topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(100*time.Millisecond))
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(inbox.DefaultFetchMaxWait))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

@@ -44,6 +44,19 @@ const (
 	DefaultStartTimeout = 2 * time.Minute
 )
 
+// DefaultJVMOptions are the JVM's memory and collector options unless Config.JVMOptions
+// replaces them: a small initial heap and the serial collector, the least memory and CPU for a
+// test suite, at the price of stop-the-world young collections of tens of milliseconds under
+// load.
+var DefaultJVMOptions = []string{"-Xms128m", "-XX:+UseSerialGC"}
+
+// KafkaJVMOptions are the options Apache Kafka's own start scripts give a broker
+// (kafka-server-start.sh's KAFKA_HEAP_OPTS and kafka-run-class.sh's
+// KAFKA_JVM_PERFORMANCE_OPTS): a 1 GiB heap and the G1 collector aiming at pauses under 20
+// ms, what a production broker runs. Config.HeapMB's -Xmx comes after them and bounds the heap.
+var KafkaJVMOptions = []string{"-Xms1g", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+	"-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent"}
+
 // Config configures Start.
 type Config struct {
 	// Brokers is the number of brokers. 1 runs one process that is broker and controller;
@@ -56,6 +69,9 @@ type Config struct {
 	// HeapMB is the maximum heap of each JVM. Defaults to DefaultSingleHeapMB for one broker
 	// and DefaultClusterHeapMB per JVM for a cluster.
 	HeapMB int
+	// JVMOptions replace DefaultJVMOptions, the JVM's initial heap and collector options (for
+	// example KafkaJVMOptions). Defaults to DefaultJVMOptions.
+	JVMOptions []string
 	// Props are server properties set on every node after the package's own (see
 	// baseProps), for example "auto.create.topics.enable": "false". Defaults to none.
 	Props map[string]string
@@ -70,6 +86,13 @@ type Config struct {
 	// (Cluster.AdvertisedSeeds) reaches every broker through them, while Node.Addr, the
 	// brokers' own listener, stays direct. Defaults to nil: one client listener.
 	Advertise func(id int32, external string) (advertised string, err error)
+}
+
+// applyJVMDefaults sets JVMOptions to DefaultJVMOptions if none are given.
+func (c *Config) applyJVMDefaults() {
+	if len(c.JVMOptions) == 0 {
+		c.JVMOptions = DefaultJVMOptions
+	}
 }
 
 // Cluster is a running Kafka cluster on loopback.
@@ -98,6 +121,7 @@ type Node struct {
 	dir       string
 	classpath string
 	heapMB    int
+	jvmOpts   []string
 	timeout   time.Duration
 	isBroker  bool
 
@@ -123,6 +147,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.StartTimeout == 0 {
 		cfg.StartTimeout = DefaultStartTimeout
 	}
+	cfg.applyJVMDefaults()
 	if _, err := exec.LookPath("java"); err != nil {
 		return nil, errors.New("kafkabroker: java not found: the real Kafka broker needs Java 17 " +
 			"(e.g. Debian's openjdk-17-jre-headless), or point the tests at a running broker with KEIRO_TEST_KAFKA_BROKERS=host:port")
@@ -169,7 +194,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	newNode := func(id int32, isBroker bool) *Node {
 		return &Node{ID: id, dir: filepath.Join(c.cfg.Dir, fmt.Sprintf("node-%d", id)), classpath: cp,
-			heapMB: cfg.HeapMB, timeout: cfg.StartTimeout, isBroker: isBroker}
+			heapMB: cfg.HeapMB, jvmOpts: cfg.JVMOptions, timeout: cfg.StartTimeout, isBroker: isBroker}
 	}
 	var voters string
 	if cfg.Brokers == 1 {
@@ -491,12 +516,10 @@ func (n *Node) propsPath() string { return filepath.Join(n.dir, "server.properti
 func (n *Node) LogPath() string { return filepath.Join(n.dir, "server.log") }
 
 func (n *Node) jvmArgs(main string, args ...string) []string {
-	out := []string{
-		"-Xms128m", fmt.Sprintf("-Xmx%dm", n.heapMB), "-XX:+UseSerialGC",
+	out := append(slices.Clone(n.jvmOpts), fmt.Sprintf("-Xmx%dm", n.heapMB),
 		"-Djava.awt.headless=true",
-		"-Dlog4j2.configurationFile=" + filepath.Join(n.dir, "log4j2.properties"),
-		"-cp", n.classpath, main,
-	}
+		"-Dlog4j2.configurationFile="+filepath.Join(n.dir, "log4j2.properties"),
+		"-cp", n.classpath, main)
 	return append(out, args...)
 }
 

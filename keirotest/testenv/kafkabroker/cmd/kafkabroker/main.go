@@ -1,10 +1,12 @@
 // Command kafkabroker resolves and runs the Apache Kafka broker of keiro-go's test suite.
 //
 //	go run ./keirotest/testenv/kafkabroker/cmd/kafkabroker classpath    # resolve the jars (once per machine)
-//	go run ./keirotest/testenv/kafkabroker/cmd/kafkabroker run [-brokers 3]
+//	go run ./keirotest/testenv/kafkabroker/cmd/kafkabroker run [-brokers 3] [-jvm kafka]
 //
 // run starts a cluster on loopback, prints KEIRO_TEST_KAFKA_BROKERS=host:port,… for the tests
-// to use, and stops it on SIGINT or SIGTERM.
+// to use, and stops it on SIGINT or SIGTERM. -jvm kafka runs the JVMs with Apache Kafka's own
+// heap and collector options (kafkabroker.KafkaJVMOptions: G1, 1 GiB) instead of the test
+// suite's small serial-collector heap; any other value is a space-separated list of JVM options.
 package main
 
 import (
@@ -43,10 +45,20 @@ func run(args []string) error {
 	case "run":
 		fs := flag.NewFlagSet("run", flag.ContinueOnError)
 		brokers := fs.Int("brokers", 1, "number of brokers (more than 1 adds a controller of their own)")
+		jvm := fs.String("jvm", "", `the JVMs' heap and collector options: "kafka" for Apache Kafka's own (G1, 1 GiB), or a space-separated list; the test suite's small serial-collector heap when empty`)
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
-		c, err := kafkabroker.Start(ctx, kafkabroker.Config{Brokers: *brokers,
+		var opts []string
+		var heapMB int
+		switch *jvm {
+		case "":
+		case "kafka":
+			opts, heapMB = kafkabroker.KafkaJVMOptions, 1024
+		default:
+			opts = strings.Fields(*jvm)
+		}
+		c, err := kafkabroker.Start(ctx, kafkabroker.Config{Brokers: *brokers, JVMOptions: opts, HeapMB: heapMB,
 			Props: map[string]string{"auto.create.topics.enable": "false"}})
 		if err != nil {
 			return err
