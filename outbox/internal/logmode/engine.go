@@ -50,12 +50,11 @@ type Engine struct {
 	onReport     func(pos pglogrepl.LSN)    // a status update confirmed pos
 	onCommit     func(end pglogrepl.LSN)    // a transaction's Commit was read
 
-	onCommitStarted   func(pos pglogrepl.LSN)      // the stream handed the Kafka transaction through pos to its commit
-	beforeKafkaCommit func(pos pglogrepl.LSN)      // a Kafka transaction through pos is about to commit
-	onKafkaCommit     func(pos pglogrepl.LSN)      // a Kafka transaction through pos committed
-	onJoinClosed      func(pos, end pglogrepl.LSN) // the Kafka transaction committing through pos took its last record: it holds the transactions through end
-	holdReports       bool                         // send no status update: the slot's position stays
-	holdCommits       bool                         // the stream commits no Kafka transaction; Run's end does
+	onCommitStarted   func(pos pglogrepl.LSN) // the stream handed the Kafka transaction through pos to its commit
+	beforeKafkaCommit func(pos pglogrepl.LSN) // a Kafka transaction through pos is about to commit
+	onKafkaCommit     func(pos pglogrepl.LSN) // a Kafka transaction through pos committed
+	holdReports       bool                    // send no status update: the slot's position stays
+	holdCommits       bool                    // the stream commits no Kafka transaction; Run's end does
 }
 
 // Stats are an engine's counters since New.

@@ -27,10 +27,6 @@ type Hooks struct {
 	BeforeKafkaCommit func(pos pglogrepl.LSN)
 	// OnKafkaCommit is called once a Kafka transaction through pos committed.
 	OnKafkaCommit func(pos pglogrepl.LSN)
-	// OnJoinClosed is called when the Kafka transaction whose commit started through pos takes
-	// no more records (exactly once): it holds the PostgreSQL transactions through end, those read
-	// while its records were on their way included.
-	OnJoinClosed func(pos, end pglogrepl.LSN)
 	// HoldReports sends no status update: the slot's confirmed position stays where it is.
 	HoldReports bool
 	// HoldCommits makes the stream commit no Kafka transaction: only Run's end does.
@@ -43,5 +39,4 @@ func SetHooks(e *Engine, h Hooks) {
 	e.onKeepalive, e.onReport, e.onCommit = h.OnKeepalive, h.OnReport, h.OnCommit
 	e.beforeKafkaCommit, e.onKafkaCommit, e.holdReports = h.BeforeKafkaCommit, h.OnKafkaCommit, h.HoldReports
 	e.holdCommits, e.onSessionEnd, e.onCommitStarted = h.HoldCommits, h.OnSessionEnd, h.OnCommitStarted
-	e.onJoinClosed = h.OnJoinClosed
 }

@@ -285,16 +285,13 @@ type stream struct {
 	// while eoNext's transaction commits (committing), so that the stream is read and produced
 	// while Kafka commits: the commit, from the flush of its last records to Kafka's answer,
 	// runs on a goroutine of its own. A transaction commits only once the one before it did.
-	// While the committing transaction's records are on their way (joining), eo is still its
-	// producer: the records read meanwhile join it (closeJoin).
 	eo          *exactlyonce.Producer
 	eoNext      *exactlyonce.Producer
 	txnID       string        // eo's first id: the key of the position in the offsets topic
 	committing  *kafkaCommit  // the commit under way, nil if none
-	joining     bool          // committing's transaction still takes the records read (eo is its producer)
 	skipThrough pglogrepl.LSN // Kafka's position: transactions that end at or before it are skipped
 	skip        bool          // the open transaction is skipped
-	inKafka     int           // records produced in the open Kafka transaction (joining: since its commit started)
+	inKafka     int           // records produced in the open Kafka transaction
 	kafkaBegan  time.Time     // when its first record was produced
 	sent        pglogrepl.LSN // the last position reported
 	headers     []envelope.Header
@@ -395,11 +392,6 @@ func (s *stream) endKafka(ctx context.Context, err error) error {
 			err = errors.Join(kerr, err)
 		}
 	}
-	if s.joining {
-		// It commits only if the session ended cleanly between two PostgreSQL transactions with
-		// every record settled; a session that gave up on its records aborts it.
-		s.closeJoin(ctx, err != nil || s.tx != nil || s.w.err() != nil || s.w.inFlight() > 0 || closed(s.abandon))
-	}
 	keep(s.awaitCommit(ctx))
 	s.release() // the records held for it: committed below, or aborted
 	if !s.eo.Open() {
@@ -408,9 +400,6 @@ func (s *stream) endKafka(ctx context.Context, err error) error {
 	if err == nil && s.tx == nil && s.w.err() == nil && s.w.inFlight() == 0 {
 		cerr := s.commitKafka(context.Background())
 		if cerr == nil {
-			if s.joining {
-				s.closeJoin(ctx, false) // nothing more is read
-			}
 			cerr = s.awaitCommit(ctx)
 		}
 		keep(cerr)
@@ -441,30 +430,20 @@ func (s *stream) commitReady() bool {
 }
 
 // kafkaCommit is a Kafka transaction committing (exactly once): the end of the last
-// PostgreSQL transaction it held when its commit started, and the end of the last it holds
-// once it took its last record, when its records have settled, and its outcome once known.
+// PostgreSQL transaction it holds, when its records have settled, and its outcome once known.
 type kafkaCommit struct {
 	pos pglogrepl.LSN
-	// settled is closed once the records of the transactions through pos have settled (or the
-	// commit gave up on them): the transaction then takes no more records once the stream is
-	// between two PostgreSQL transactions (closeJoin).
+	// settled is closed once every record of the transaction has settled (or the commit gave
+	// up on them): the next transaction's records, held until then (send), may leave, after
+	// them on every partition.
 	settled chan struct{}
-	// closed is closed by the stream once the transaction takes no more records (closeJoin):
-	// end is then the end of the last PostgreSQL transaction it holds (pos or later), and abort
-	// whether it must be aborted (the session ended without it whole).
-	closed chan struct{}
-	end    pglogrepl.LSN
-	abort  bool
-	// all is closed once every record of the transaction, those that joined it included, has
-	// settled (or the commit gave up on them): the next transaction's records, held until then
-	// (send), may leave, after them on every partition.
-	all  chan struct{}
-	done chan error
+	done    chan error
 }
 
 // commitKafka starts committing the open Kafka transaction, with the position of the last
-// PostgreSQL transaction it holds. Its PostgreSQL transactions are confirmed once it committed
-// (settleCommit).
+// PostgreSQL transaction it holds, and turns the stream to the other producer: the stream
+// reads and produces the next transaction while this one commits. Its PostgreSQL transactions
+// are confirmed once it committed (settleCommit).
 //
 // A transaction commits only after the one before it did: if that one is still committing
 // (this transaction reached MaxRecords, or the window is full), the stream waits for it here,
@@ -479,41 +458,27 @@ type kafkaCommit struct {
 // failed leaves the transaction uncommitted: it is aborted, the session ends, and the next one
 // replays it.
 //
-// Until those records have settled the transaction takes the records the stream reads
-// meanwhile (joining): they leave at once, on the producer whose records are already on their
-// way, rather than wait for those to settle before leaving on the other producer, and they
-// commit with them. Once the records through pos have settled, the stream closes the
-// transaction at its next boundary between PostgreSQL transactions (closeJoin) and turns to
-// the other producer.
-//
 // While it waits for the commit before it (for a broker that is away, the wait lasts up to the
 // transaction timeout) the status reports go on, as in the loop, so that the server does not
 // end the connection after its wal_sender_timeout.
 func (s *stream) commitKafka(ctx context.Context) error {
-	if s.joining {
-		// The committing transaction still takes records, and reached MaxRecords or filled
-		// the window: it takes no more, and the stream waits for its commit.
-		s.closeJoin(ctx, false)
-	}
 	if err := s.awaitCommit(ctx); err != nil {
 		return err
 	}
 	s.release() // the commit before settled its records: those held for it leave first
-	if !s.eo.Open() {
-		return nil // its records all joined the transaction before
-	}
 	e := s.e
 	pos := s.lastEnd
-	if err := s.stagePosition(ctx, pos); err != nil {
-		return err
+	rec := exactlyonce.PositionRecord(s.eo.OffsetsTopic(), s.txnID,
+		exactlyonce.Position{LSN: uint64(pos), Slot: e.cfg.Slot, At: time.Now()})
+	if err := s.eo.Stage(ctx, rec); err != nil {
+		return fmt.Errorf("exactly once: %w", err)
 	}
 	// Not the session's context: a commit cut short leaves its outcome unknown. The broker
 	// aborts a transaction past its timeout, so no commit outlives it.
-	c := &kafkaCommit{pos: pos, end: pos, settled: make(chan struct{}), closed: make(chan struct{}),
-		all: make(chan struct{}), done: make(chan error, 1)}
+	c := &kafkaCommit{pos: pos, settled: make(chan struct{}), done: make(chan error, 1)}
 	p, conn := s.eo, s.conn.Conn()
-	// Wake the stream, which may be waiting on the slot: it closes the transaction, releases
-	// the records held for the commit, or settles the commit, at once.
+	// Wake the stream, which may be waiting on the slot: it releases the records held for the
+	// commit, or settles the commit, at once.
 	wake := func() { _ = conn.SetReadDeadline(time.Now()) }
 	go func() {
 		cctx, cancel := context.WithTimeout(context.Background(), e.cfg.ExactlyOnce.TransactionTimeout)
@@ -521,88 +486,27 @@ func (s *stream) commitKafka(ctx context.Context) error {
 		cancel()
 		wake()
 	}()
-	s.committing, s.joining = c, true
-	s.inKafka = 0 // from now on, the records that join it
+	s.committing = c
+	s.eo, s.eoNext = s.eoNext, s.eo
+	s.flush, s.flushNext = s.flushNext, s.flush
+	s.hold = c.settled
+	s.cl = s.eo.Client()
+	s.inKafka = 0
 	if e.onCommitStarted != nil {
 		e.onCommitStarted(pos)
 	}
 	return nil
 }
 
-// stagePosition stages the position record of pos in the open Kafka transaction.
-func (s *stream) stagePosition(ctx context.Context, pos pglogrepl.LSN) error {
-	rec := exactlyonce.PositionRecord(s.eo.OffsetsTopic(), s.txnID,
-		exactlyonce.Position{LSN: uint64(pos), Slot: s.e.cfg.Slot, At: time.Now()})
-	if err := s.eo.Stage(ctx, rec); err != nil {
-		return fmt.Errorf("exactly once: %w", err)
-	}
-	return nil
-}
-
-// closeJoin ends the committing transaction's intake (joining) and turns the stream to the
-// other producer, whose records are held until every record of the committing transaction has
-// settled. Called between two PostgreSQL transactions unless abort: if records joined, a
-// second position record, of the end of the last PostgreSQL transaction read, leaves with them
-// (the offsets topic's last record of the key is the position, and its partition is already in
-// the transaction). abort makes the commit abort instead (the session ends without the
-// transaction whole); no record is staged then.
-func (s *stream) closeJoin(ctx context.Context, abort bool) {
-	c := s.committing
-	s.joining = false
-	if !abort && s.lastEnd > c.pos {
-		if err := s.stagePosition(ctx, s.lastEnd); err != nil {
-			abort = true
-		} else {
-			c.end = s.lastEnd
-			s.flushNow()
-		}
-	}
-	c.abort = abort
-	close(c.closed)
-	if s.e.onJoinClosed != nil {
-		s.e.onJoinClosed(c.pos, c.end)
-	}
-	s.eo, s.eoNext = s.eoNext, s.eo
-	s.flush, s.flushNext = s.flushNext, s.flush
-	s.hold = c.all
-	s.cl = s.eo.Client()
-	s.inKafka = 0
-}
-
-// maybeCloseJoin closes the committing transaction's intake (closeJoin) once the records it held
-// when its commit started have settled and the stream is between two PostgreSQL transactions.
-func (s *stream) maybeCloseJoin(ctx context.Context) {
-	if s.joining && s.tx == nil && closed(s.committing.settled) {
-		s.closeJoin(ctx, false)
-	}
-}
-
 // finishKafka completes c, the commit of p's transaction, off the stream's goroutine
-// (commitKafka): it flushes p's records and waits until every record of the PostgreSQL
+// (commitKafka): it flushes p's records, waits until every record of the PostgreSQL
 // transactions through c.pos has settled (then closes c.settled and wakes the stream, which
-// closes the transaction's intake), waits for the stream to close it (closeJoin) and for the
-// records that joined it, then closes c.all (the next transaction's records may leave) and
-// commits; a record of them that failed aborts the transaction instead, and so does a session
-// that gave up on its records (abandon) or ended without the transaction whole (c.abort). It
-// touches only p and the window, and p only once the stream no longer produces to it.
+// lets the next transaction's records leave), and commits; a record of them that failed aborts
+// the transaction instead, and so does a session that gave up on its records (abandon). It
+// touches only p and the window: the stream reads on meanwhile.
 func (s *stream) finishKafka(ctx context.Context, p *exactlyonce.Producer, c *kafkaCommit, wake func()) error {
 	err := s.awaitRecords(ctx, p, c.pos)
 	close(c.settled)
-	wake()
-	select {
-	case <-c.closed:
-		switch {
-		case c.abort && err == nil:
-			err = errors.New("the session ended before the transaction was whole")
-		case err == nil && c.end > c.pos:
-			err = s.awaitRecords(ctx, p, c.end)
-		}
-	case <-s.abandon: // the stream produces no more
-		if err == nil {
-			err = errors.New("the session ended before the transaction's records settled")
-		}
-	}
-	close(c.all)
 	wake()
 	if err != nil {
 		if aerr := p.Abort(ctx); aerr != nil {
@@ -611,7 +515,7 @@ func (s *stream) finishKafka(ctx context.Context, p *exactlyonce.Producer, c *ka
 		return err // the transaction is aborted and replayed
 	}
 	if s.e.beforeKafkaCommit != nil {
-		s.e.beforeKafkaCommit(c.end)
+		s.e.beforeKafkaCommit(c.pos)
 	}
 	return p.Commit(ctx, nil)
 }
@@ -681,11 +585,11 @@ func (s *stream) settleCommit(err error) error {
 	c := s.committing
 	s.committing = nil
 	if err != nil {
-		return fmt.Errorf("exactly once: commit the Kafka transaction through %s: %w", c.end, err)
+		return fmt.Errorf("exactly once: commit the Kafka transaction through %s: %w", c.pos, err)
 	}
-	s.w.kafkaCommitted(c.end)
+	s.w.kafkaCommitted(c.pos)
 	if s.e.onKafkaCommit != nil {
-		s.e.onKafkaCommit(c.end)
+		s.e.onKafkaCommit(c.pos)
 	}
 	return nil
 }
@@ -747,7 +651,6 @@ func (s *stream) loop(ctx context.Context) error {
 		if err := s.pollCommit(); err != nil {
 			return err
 		}
-		s.maybeCloseJoin(ctx)
 		now := time.Now()
 		if !now.Before(next) {
 			if err := s.report(ctx); err != nil {
@@ -757,11 +660,6 @@ func (s *stream) loop(ctx context.Context) error {
 			rctx = s.period(ctx, next)
 		}
 		if s.w.full(e.cfg.MaxInFlightRecords, e.cfg.MaxInFlightBytes) {
-			if s.joining && s.tx == nil {
-				// The committing transaction takes no more: the next records wait for it.
-				s.closeJoin(ctx, false)
-				continue
-			}
 			if s.commitDue() {
 				// The commit flushes and waits for every record.
 				if err := s.commitKafka(ctx); err != nil || ctx.Err() != nil {
@@ -797,8 +695,7 @@ func (s *stream) loop(ctx context.Context) error {
 			}
 			// A commit that completed (or settled its records) before the deadline was set had
 			// its wake overwritten.
-			if s.committing != nil && (len(s.committing.done) > 0 || s.hold != nil && closed(s.hold) ||
-				s.joining && s.tx == nil && closed(s.committing.settled)) {
+			if s.committing != nil && (len(s.committing.done) > 0 || s.hold != nil && closed(s.hold)) {
 				continue
 			}
 		}
@@ -827,9 +724,6 @@ func (s *stream) loop(ctx context.Context) error {
 		}
 		if reply {
 			next = time.Time{}
-		}
-		if s.joining && s.tx == nil && s.inKafka >= e.cfg.ExactlyOnce.MaxRecords {
-			s.closeJoin(ctx, false) // enough joined the committing transaction
 		}
 		if s.commitDue() && s.inKafka >= e.cfg.ExactlyOnce.MaxRecords ||
 			s.commitReady() && time.Since(s.kafkaBegan) >= e.cfg.ExactlyOnce.Linger {
