@@ -131,7 +131,7 @@ type heldRecord struct {
 }
 
 // send hands rec to the stream's producer, or holds it while the committing transaction's
-// records, those that joined it included, have not all settled (hold): on each partition a record must follow those of the
+// records have not all settled (hold): on each partition a record must follow those of the
 // transaction before it, so that each key keeps its order, and franz-go's manual flushing is
 // no gate (a drain under way sends what is buffered). The stream reads on meanwhile; release
 // produces the held records, in order, once hold is closed.

@@ -275,9 +275,8 @@ type stream struct {
 	// each producer has its flusher (flushNext is eoNext's), so that a flush of the transaction
 	// that is committing never holds back the records of the next.
 	flush, flushNext *flusher
-	// hold, under exactly once, is closed once every record of the transaction committing (the
-	// records that joined it included) has settled; until then the records produced on the other
-	// producer are held (send), nil when nothing holds them.
+	// hold, under exactly once, is closed once the records of the transaction committing have
+	// settled; until then the records produced are held (send), nil when nothing holds them.
 	hold <-chan struct{}
 	held []heldRecord
 
