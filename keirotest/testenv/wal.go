@@ -3,10 +3,12 @@ package testenv
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/keiro-go/keiro"
 )
@@ -57,6 +59,11 @@ func (f WALFigures) PerMessage(n int) float64 { return float64(f.Schema) / float
 // unless the database has it already; without it (PostgreSQL before 15, or a server that does
 // not ship it) the meter counts the cluster's WAL and says so in WALFigures.Attributed.
 func StartWAL(ctx context.Context, db keiro.DB, schema string) (*WALMeter, error) {
+	if _, ok := db.(*pgxpool.Pool); ok {
+		// Its temporary slot would live on one of the pool's sessions and the drop could run
+		// on another, where PostgreSQL refuses it.
+		return nil, errors.New("testenv: StartWAL needs one session (a *pgx.Conn or an acquired *pgxpool.Conn), not a pool")
+	}
 	m := &WALMeter{schema: schema}
 	if _, err := db.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_walinspect SCHEMA "+pgx.Identifier{schema}.Sanitize()); err == nil {
 		var ns string

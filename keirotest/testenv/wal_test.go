@@ -21,6 +21,9 @@ func TestWALMeterCountsItsSchemaOnly(t *testing.T) {
 		require.NoError(t, err)
 	}
 
+	_, err := testenv.StartWAL(ctx, db.Pool, db.Schema)
+	require.ErrorContains(t, err, "needs one session", "a pool's sessions would hold and drop the slot apart")
+
 	conn, err := db.Pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
