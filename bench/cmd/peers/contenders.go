@@ -74,8 +74,11 @@ func keiroEvents(topic string, msgs []msg) []envelope.Event {
 
 func runKeiroRelay(ctx context.Context, o options, pool *pgxpool.Pool, mode outbox.Mode, batchSize, inFlight, claimers int) error {
 	opts := append(outbox.ProducerOpts(), kgo.SeedBrokers(strings.Split(o.childBrokers, ",")...))
-	opts = append(opts, experimentOpts()...)
-	cl, err := kgo.NewClient(opts...)
+	extra, err := experimentOpts()
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(append(opts, extra...)...)
 	if err != nil {
 		return err
 	}

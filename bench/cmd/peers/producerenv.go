@@ -49,25 +49,44 @@ func printProduceStats() {
 		req, b, float64(r)/float64(b), float64(r)/float64(req), float64(produceStats.compressed.Load())/float64(b), float64(produceStats.uncompressed.Load())/float64(b))
 }
 
-// experimentOpts are the options PEERS_PRODUCE_STATS and PEERS_KGO add to the keiro relays' producer.
-func experimentOpts() []kgo.Opt {
+// experimentOpts are the options PEERS_PRODUCE_STATS and PEERS_KGO add to the keiro relays'
+// producer. A PEERS_KGO entry it does not know, or a value it cannot parse, is an error naming
+// it: a run must not silently measure the defaults instead of what was asked.
+func experimentOpts() ([]kgo.Opt, error) {
 	var opts []kgo.Opt
 	if os.Getenv("PEERS_PRODUCE_STATS") != "" {
 		opts = append(opts, kgo.WithHooks(statsHook{}))
 	}
-	for _, kv := range strings.Split(os.Getenv("PEERS_KGO"), ",") {
+	spec := os.Getenv("PEERS_KGO")
+	if spec == "" {
+		return opts, nil
+	}
+	codecs := map[string]kgo.CompressionCodec{"none": kgo.NoCompression(), "lz4": kgo.Lz4Compression(),
+		"zstd": kgo.ZstdCompression(), "snappy": kgo.SnappyCompression(), "gzip": kgo.GzipCompression()}
+	for _, kv := range strings.Split(spec, ",") {
 		k, v, _ := strings.Cut(kv, "=")
 		switch k {
 		case "compression":
-			c := map[string]kgo.CompressionCodec{"none": kgo.NoCompression(), "lz4": kgo.Lz4Compression(), "zstd": kgo.ZstdCompression(), "snappy": kgo.SnappyCompression(), "gzip": kgo.GzipCompression()}[v]
+			c, ok := codecs[v]
+			if !ok {
+				return nil, fmt.Errorf("PEERS_KGO: compression %q is not one of none, snappy, lz4, zstd, gzip", v)
+			}
 			opts = append(opts, kgo.ProducerBatchCompression(c))
 		case "batchmax":
-			n, _ := strconv.Atoi(v)
+			n, err := strconv.ParseInt(v, 10, 32)
+			if err != nil || n <= 0 {
+				return nil, fmt.Errorf("PEERS_KGO: batchmax %q is not a positive number of bytes", v)
+			}
 			opts = append(opts, kgo.ProducerBatchMaxBytes(int32(n)))
 		case "linger":
-			d, _ := time.ParseDuration(v)
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return nil, fmt.Errorf("PEERS_KGO: linger %q is not a duration of 0 or more", v)
+			}
 			opts = append(opts, kgo.ProducerLinger(d))
+		default:
+			return nil, fmt.Errorf("PEERS_KGO: unknown entry %q (want compression=, batchmax= or linger=)", kv)
 		}
 	}
-	return opts
+	return opts, nil
 }
