@@ -330,24 +330,24 @@ func (in *instruments) startProcessSpan(ctx context.Context, group string, d *De
 		return ctx, span // no SDK or not sampled: skip building the attributes
 	}
 	attrs := []attribute.KeyValue{
-		attribute.String("messaging.system", "kafka"),
-		attribute.String("messaging.operation.type", "process"),
-		attribute.String("messaging.operation.name", "process"),
-		attribute.String("messaging.destination.name", topic),
+		tracing.MessagingSystemKey.String(tracing.MessagingSystemKafka),
+		tracing.MessagingOperationTypeKey.String(tracing.OperationProcess),
+		tracing.MessagingOperationNameKey.String(tracing.OperationProcess),
+		tracing.MessagingDestinationNameKey.String(topic),
 	}
 	if d.Kafka != nil {
 		attrs = append(attrs,
-			attribute.String("messaging.destination.partition.id", strconv.Itoa(int(d.Kafka.Partition))),
-			attribute.Int64("messaging.kafka.offset", d.Kafka.Offset))
+			tracing.MessagingDestinationPartitionIDKey.String(tracing.PartitionID(d.Kafka.Partition)),
+			tracing.MessagingKafkaOffsetKey.Int64(d.Kafka.Offset))
 	}
 	if d.Event.Key != nil {
-		attrs = append(attrs, attribute.String("messaging.kafka.message.key", *d.Event.Key))
+		attrs = append(attrs, tracing.MessagingKafkaMessageKeyKey.String(*d.Event.Key))
 	}
 	if group != "" {
-		attrs = append(attrs, attribute.String("messaging.consumer.group.name", group))
+		attrs = append(attrs, tracing.MessagingConsumerGroupNameKey.String(group))
 	}
 	if d.Event.MessageID != "" {
-		attrs = append(attrs, attribute.String("messaging.message.id", d.Event.MessageID))
+		attrs = append(attrs, tracing.MessagingMessageIDKey.String(d.Event.MessageID))
 	}
 	span.SetAttributes(attrs...)
 	return ctx, span
@@ -387,7 +387,7 @@ func endProcessSpan(span trace.Span, res Result, err error) {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	} else {
-		span.SetAttributes(attribute.String("keiro.inbox.outcome", outcome))
+		span.SetAttributes(tracing.InboxOutcomeKey.String(outcome))
 		if res.Err != nil {
 			span.RecordError(res.Err)
 			span.SetStatus(codes.Error, res.Err.Error())

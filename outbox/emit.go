@@ -150,7 +150,7 @@ func (s *Store) countEmitted(ctx context.Context, events []envelope.Event) {
 	}
 	for source, c := range n {
 		s.inst.Enqueued.Add(ctx, c, metric.WithAttributeSet(attribute.NewSet(
-			attribute.String("source", source), attribute.String(string(tracing.OutcomeKey), tracing.OutcomeEmitted))))
+			tracing.SourceKey.String(source), tracing.OutcomeKey.String(tracing.OutcomeEmitted))))
 	}
 }
 

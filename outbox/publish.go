@@ -6,10 +6,10 @@ import (
 	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/outbox/internal/kafkaerr"
+	"github.com/keiro-go/keiro/tracing"
 )
 
 // topicPartition names a topic partition.
@@ -233,7 +233,7 @@ func (r *engine) flushRecords(ctx context.Context, cl *kgo.Client, refs []rowRef
 		if e.Key != nil {
 			rec.Key = []byte(*e.Key)
 		}
-		send, tc := r.pub.StartSend(e, attribute.Int("keiro.outbox.attempt", row.Attempt))
+		send, tc := r.pub.StartSend(e, tracing.OutboxAttemptKey.Int(row.Attempt))
 		ev := *e
 		if tc != nil {
 			ev.TraceContext = tc

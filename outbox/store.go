@@ -455,7 +455,7 @@ func (s *Store) count(ctx context.Context, events []envelope.Event, results []En
 	}
 	for key, c := range n {
 		s.inst.Enqueued.Add(ctx, c, metric.WithAttributeSet(attribute.NewSet(
-			attribute.String("source", key.source), attribute.String("outcome", key.outcome.String()))))
+			tracing.SourceKey.String(key.source), tracing.OutcomeKey.String(key.outcome.String()))))
 	}
 }
 

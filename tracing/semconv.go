@@ -55,6 +55,9 @@ const (
 	// OutboxAttemptKey is "keiro.outbox.attempt" on the send span: the row's attempt number for
 	// this publish (1 for the first try).
 	OutboxAttemptKey = attribute.Key("keiro.outbox.attempt")
+	// OutboxRejectionCodeKey is "keiro.outbox.rejection_code" on the send span of a record
+	// rejected before it was sent: the row's rejection code.
+	OutboxRejectionCodeKey = attribute.Key("keiro.outbox.rejection_code")
 	// OutboxBatchSizeKey is "keiro.outbox.batch.size": rows in a claimed batch (keiro's key).
 	OutboxBatchSizeKey = attribute.Key("keiro.outbox.batch.size")
 	// InboxOutcomeKey is "keiro.inbox.outcome" on the process span: one of

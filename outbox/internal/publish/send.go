@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -51,9 +50,9 @@ func (p *Publisher) StartSend(ev *envelope.Event, attrs ...attribute.KeyValue) (
 	if !span.IsRecording() {
 		return s, nil
 	}
-	span.SetAttributes(attribute.String("messaging.message.id", ev.MessageID))
+	span.SetAttributes(tracing.MessagingMessageIDKey.String(ev.MessageID))
 	if ev.Key != nil {
-		span.SetAttributes(attribute.String("messaging.kafka.message.key", *ev.Key))
+		span.SetAttributes(tracing.MessagingKafkaMessageKeyKey.String(*ev.Key))
 	}
 	return s, tracing.FromContext(spanCtx)
 }
@@ -66,7 +65,7 @@ var noopSpan = func() trace.Span {
 
 // Rejected ends the span of a record rejected before it was sent, with its rejection code.
 func (s *Send) Rejected(code string) {
-	s.span.SetAttributes(attribute.String("keiro.outbox.rejection_code", code))
+	s.span.SetAttributes(tracing.OutboxRejectionCodeKey.String(code))
 	s.span.End()
 }
 
@@ -86,8 +85,8 @@ func (s *Send) Done(rec *kgo.Record, err error, origin time.Time) {
 	}
 	if err == nil {
 		span.SetAttributes(
-			attribute.String("messaging.destination.partition.id", strconv.Itoa(int(rec.Partition))),
-			attribute.Int64("messaging.kafka.offset", rec.Offset))
+			tracing.MessagingDestinationPartitionIDKey.String(tracing.PartitionID(rec.Partition)),
+			tracing.MessagingKafkaOffsetKey.Int64(rec.Offset))
 	} else {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
@@ -177,10 +176,10 @@ func (in *instruments) setsOf(topic string) *sendSets {
 		sentRecord: []metric.RecordOption{sent},
 		spanName:   "send " + topic,
 		spanStart: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
-			attribute.String("messaging.system", "kafka"),
-			attribute.String("messaging.operation.type", "send"),
-			attribute.String("messaging.operation.name", "send"),
-			attribute.String("messaging.destination.name", topic),
+			tracing.MessagingSystemKey.String(tracing.MessagingSystemKafka),
+			tracing.MessagingOperationTypeKey.String(tracing.OperationSend),
+			tracing.MessagingOperationNameKey.String(tracing.OperationSend),
+			tracing.MessagingDestinationNameKey.String(topic),
 		)},
 	})
 	return v.(*sendSets)
