@@ -193,12 +193,19 @@ func runOnce(ctx context.Context, relay, dsn string, mode outbox.Mode, n, keys, 
 	stopSampling()
 	res.hwmKiB = max(<-sampled, vmHWM(pid))
 	_ = cmd.Process.Signal(syscall.SIGTERM)
+	// The relay stops cleanly on SIGTERM: an exit status other than 0, or a relay that had
+	// to be killed, fails the run after the drain's own failure.
+	var stopErr error
 	select {
-	case <-exited:
+	case e := <-exited:
+		if e != nil {
+			stopErr = fmt.Errorf("relay's stop after the drain: %w", e)
+		}
 	case <-time.After(30 * time.Second):
 		_ = cmd.Process.Kill()
-		<-exited
+		stopErr = fmt.Errorf("relay did not stop within 30 s of SIGTERM (killed: %v)", <-exited)
 	}
+	err = errors.Join(err, stopErr)
 	if ps := cmd.ProcessState; ps != nil {
 		res.cpu = ps.UserTime() + ps.SystemTime()
 	}
