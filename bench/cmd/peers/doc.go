@@ -37,7 +37,11 @@
 // average is printed beside every run.
 //
 // A broker the command starts is warmed before the first run (300 000 records written and read
-// back, then a wait until the broker is idle), so that the JVM's warm-up is no contender's CPU.
+// back, then a wait until the broker is idle), and each scenario starts with two unrecorded
+// runs of every contender (-warmup-runs), then again a wait until the broker is idle: the
+// broker's JIT compiles the paths each client's traffic takes over that traffic's first runs
+// (the broker's CPU in a contender's first recorded run was 1.7–2× its second's after one
+// warm-up run, the same after two), and that CPU is no contender's.
 // PEERS_PRODUCE_STATS=1 prints the keiro relays' produce requests and record batches;
 // PEERS_KGO=compression=…,batchmax=…,linger=… varies their producer (producerenv.go).
 //

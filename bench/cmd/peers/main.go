@@ -58,6 +58,7 @@ type options struct {
 	steady        time.Duration
 	consumeN      int
 	runs          int
+	warmupRuns    int
 	scenarios     string
 	contenders    string
 	dsn           string
@@ -88,6 +89,7 @@ func main() {
 	flag.DurationVar(&o.steady, "steady", DefaultSteadyDuration, "duration of the steady scenario")
 	flag.IntVar(&o.consumeN, "consume-n", DefaultConsumeEvents, "records pre-produced for the consumer scenario")
 	flag.IntVar(&o.runs, "runs", 1, "runs per contender and scenario (contenders alternate)")
+	flag.IntVar(&o.warmupRuns, "warmup-runs", 2, "unrecorded runs of each contender before a scenario's runs (the broker compiles the paths each contender's traffic takes)")
 	flag.StringVar(&o.scenarios, "scenarios", "drain,steady,consume", "comma-separated scenarios to run")
 	flag.StringVar(&o.contenders, "contenders", "", "comma-separated contenders to run (default all)")
 	flag.StringVar(&o.dsn, "dsn", databaseURL(), "PostgreSQL URL (KEIRO_TEST_DATABASE_URL or DATABASE_URL)")
@@ -291,8 +293,8 @@ func runParent(ctx context.Context, o options) error {
 	}
 	defer p.admin.Close()
 
-	fmt.Printf("peers: kafka %s, GOMAXPROCS=%d, drain n=%d (cut at %s), steady %d/s for %s, consume n=%d, %d run(s), payload ≈%d B, %d keys, %d partitions; %s\n",
-		o.kafka, numCPU(), o.drainN, o.maxDrain, o.rate, o.steady, o.consumeN, o.runs, o.payloadBytes, o.keyCount, o.partitions, networkNote(o))
+	fmt.Printf("peers: kafka %s, GOMAXPROCS=%d, drain n=%d (cut at %s), steady %d/s for %s, consume n=%d, %d run(s) after %d unrecorded, payload ≈%d B, %d keys, %d partitions; %s\n",
+		o.kafka, numCPU(), o.drainN, o.maxDrain, o.rate, o.steady, o.consumeN, o.runs, o.warmupRuns, o.payloadBytes, o.keyCount, o.partitions, networkNote(o))
 	var all []result
 	for _, sc := range scenarios {
 		var cs []contender
@@ -300,6 +302,9 @@ func runParent(ctx context.Context, o options) error {
 			if slices.Contains(c.scenarios, sc) && (only == nil && !c.optional || slices.Contains(only, c.name)) {
 				cs = append(cs, c)
 			}
+		}
+		if err := p.warmUp(ctx, sc, cs); err != nil {
+			return err
 		}
 		// Alternate: run 1 of every contender, then run 2 of every contender (in rotated
 		// order), so that load from elsewhere on a shared machine hits all alike.
@@ -323,6 +328,30 @@ func runParent(ctx context.Context, o options) error {
 		printTable(os.Stdout, sc, cs, all)
 	}
 	printSettings(os.Stdout, only)
+	return nil
+}
+
+// warmUp runs each contender of scenario sc -warmup-runs times, unrecorded, then waits until
+// the broker is idle. The broker's JIT compiles the paths each client's traffic takes (its
+// request versions, batch shapes, compression, headers) when that traffic first comes: the
+// compilation, seconds of broker CPU over a contender's first run (measured: 1.2 s against
+// 0.3 s in later runs of the same contender, with about 300 more methods compiled), would
+// otherwise be charged to whichever contender's traffic it follows.
+func (p *parent) warmUp(ctx context.Context, sc string, cs []contender) error {
+	if p.o.warmupRuns <= 0 {
+		return nil
+	}
+	for range p.o.warmupRuns {
+		for _, c := range cs {
+			fmt.Fprintf(os.Stderr, "  %s: %s warm-up run (not recorded)…\n", sc, c.name)
+			if _, err := p.run(ctx, sc, c); err != nil {
+				return fmt.Errorf("%s %s warm-up: %w", sc, c.name, err)
+			}
+		}
+	}
+	if p.brokerPid != 0 {
+		fmt.Fprintf(os.Stderr, "  broker idle after %s\n", p.brokerSettle(ctx).Round(time.Second))
+	}
 	return nil
 }
 
@@ -372,8 +401,12 @@ func (p *parent) startKafka(ctx context.Context) (func(), error) {
 	return nil, fmt.Errorf("-kafka %q: want real, kfake or brokers=host:port", p.o.kafka)
 }
 
-// warmBrokerRecords is how many records warmBroker writes and reads back.
-const warmBrokerRecords = 300_000
+// warmBrokerRecords is how many records warmBroker writes and reads back, warmBrokerRequest
+// records to a produce request.
+const (
+	warmBrokerRecords = 300_000
+	warmBrokerRequest = 50
+)
 
 // warmBroker writes warmBrokerRecords records shaped as the runs' (keyed, of the payload's
 // size, to a topic of as many partitions, acks=all) to a topic of its own, half compressed
@@ -400,9 +433,9 @@ func (p *parent) warmBroker(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("warm-up producer: %w", err)
 		}
-		for n := 0; n < warmBrokerRecords/2; n += 1000 {
-			recs := make([]*kgo.Record, 0, 1000)
-			for _, m := range gen.batch(1000) {
+		for n := 0; n < warmBrokerRecords/2; n += warmBrokerRequest {
+			recs := make([]*kgo.Record, 0, warmBrokerRequest)
+			for _, m := range gen.batch(warmBrokerRequest) {
 				recs = append(recs, &kgo.Record{Key: []byte(m.key), Value: m.payload})
 			}
 			if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
