@@ -110,7 +110,7 @@ func (p *parent) drain(ctx context.Context, conn *pgx.Conn, schema, topic string
 	if err != nil {
 		return result{}, err
 	}
-	v, err := newVerifier(p.brokers, topic, n)
+	v, err := newVerifier(ctx, p.brokers, topic, p.o.partitions, n)
 	if err != nil {
 		return result{}, err
 	}
@@ -146,7 +146,7 @@ func (p *parent) drain(ctx context.Context, conn *pgx.Conn, schema, topic string
 // offered rate) and waits until the verifier has seen them all.
 func (p *parent) steadyState(ctx context.Context, conn *pgx.Conn, schema, topic string, c contender, gen *generator) (result, error) {
 	n := int(float64(p.o.rate) * p.o.steady.Seconds())
-	v, err := newVerifier(p.brokers, topic, n)
+	v, err := newVerifier(ctx, p.brokers, topic, p.o.partitions, n)
 	if err != nil {
 		return result{}, err
 	}
@@ -279,19 +279,62 @@ type verifier struct {
 	last      time.Time
 	done      chan struct{}
 	cancel    context.CancelFunc
+	// sentinels is how many sentinel records are still to be read; live is closed once none is.
+	sentinels int
+	live      chan struct{}
 }
 
-func newVerifier(brokers []string, topic string, want int) (*verifier, error) {
+// sentinelHeader marks the verifier's own records (newVerifier), which it does not count.
+const sentinelHeader = "peers-sentinel"
+
+// newVerifier starts reading topic, of partitions partitions, and returns once its fetches are
+// live on every partition: it writes one sentinel record to each and waits until it has read
+// them all. A verifier that returned before would read a run's first records when its first
+// fetch of their partition came, up to a second after they were acknowledged (the client
+// learning the new topic's leaders), and charge that to the contender that started first.
+func newVerifier(ctx context.Context, brokers []string, topic string, partitions, want int) (*verifier, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
 	if err != nil {
 		return nil, fmt.Errorf("verifier client: %w", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	lctx, cancel := context.WithCancel(context.Background())
 	v := &verifier{cl: cl, want: want, seen: make(map[int]struct{}, want), latencies: make([]time.Duration, 0, want),
-		done: make(chan struct{}), cancel: cancel}
-	go v.loop(ctx)
-	return v, nil
+		done: make(chan struct{}), cancel: cancel, sentinels: partitions, live: make(chan struct{})}
+	go v.loop(lctx)
+	if err := writeSentinels(ctx, brokers, topic, partitions); err != nil {
+		v.cancel()
+		v.close()
+		return nil, err
+	}
+	select {
+	case <-v.live:
+		return v, nil
+	case <-time.After(30 * time.Second):
+		err = fmt.Errorf("verifier: the sentinel records of %s were not read back within 30 s", topic)
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	v.cancel()
+	v.close()
+	return nil, err
+}
+
+// writeSentinels writes one sentinel record to each of topic's partitions.
+func writeSentinels(ctx context.Context, brokers []string, topic string, partitions int) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		return fmt.Errorf("sentinel producer: %w", err)
+	}
+	defer cl.Close()
+	recs := make([]*kgo.Record, partitions)
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: topic, Partition: int32(i), Headers: []kgo.RecordHeader{{Key: sentinelHeader}}}
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return fmt.Errorf("sentinel records: %w", err)
+	}
+	return nil
 }
 
 func (v *verifier) loop(ctx context.Context) {
@@ -303,6 +346,12 @@ func (v *verifier) loop(ctx context.Context) {
 		}
 		now := time.Now()
 		fs.EachRecord(func(r *kgo.Record) {
+			if len(r.Headers) == 1 && r.Headers[0].Key == sentinelHeader {
+				if v.sentinels--; v.sentinels == 0 {
+					close(v.live)
+				}
+				return
+			}
 			var s stamp
 			if err := json.Unmarshal(r.Value, &s); err != nil {
 				return
