@@ -167,13 +167,15 @@ func envInt(name string) int {
 // that the mark commits, so each row is written once (unordered, no lease: a publisher must
 // hold the transaction open across the produce).
 const (
-	rawClaim = `
+	// rawClaimUpdate is the raw claim's write, without its RETURNING.
+	rawClaimUpdate = `
 UPDATE %[1]s.keiro_outbox o SET status = 'publishing', claim_token = $1,
     lease_until = now() + interval '1 minute', attempt_count = o.attempt_count + 1, updated_at = now()
 WHERE o.outbox_id IN (
     SELECT outbox_id FROM %[1]s.keiro_outbox
     WHERE phase = 0 AND status IN ('pending', 'failed') AND next_attempt_at <= now()
-    ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED)
+    ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED)`
+	rawClaim = rawClaimUpdate + `
 RETURNING o.outbox_id, o.seq, o.source, o.message_id, o.destination, o.message_key, o.event_type,
     o.content_type, o.traceparent, o.tracestate, o.payload_bytes, o.attributes, o.occurred_at, o.created_at`
 	rawMark = `
@@ -211,13 +213,7 @@ var payloadReshape = []string{
 }
 
 const payloadClaim = `
-WITH c AS (
-    UPDATE %[1]s.keiro_outbox o SET status = 'publishing', claim_token = $1,
-        lease_until = now() + interval '1 minute', attempt_count = o.attempt_count + 1, updated_at = now()
-    WHERE o.outbox_id IN (
-        SELECT outbox_id FROM %[1]s.keiro_outbox
-        WHERE phase = 0 AND status IN ('pending', 'failed') AND next_attempt_at <= now()
-        ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED)
+WITH c AS (` + rawClaimUpdate + `
     RETURNING o.outbox_id, o.seq, o.source, o.message_id, o.destination, o.message_key, o.event_type,
         o.content_type, o.traceparent, o.tracestate, o.attributes, o.occurred_at, o.created_at)
 SELECT c.outbox_id, c.seq, c.source, c.message_id, c.destination, c.message_key, c.event_type,
