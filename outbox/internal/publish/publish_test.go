@@ -1,19 +1,24 @@
 package publish_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/outbox/internal/publish"
+	"github.com/keiro-go/keiro/tracing"
 )
 
 // newClient returns a client that never connects (no record is produced).
@@ -157,4 +162,43 @@ func TestStartSendNoopTracer(t *testing.T) {
 		send.Done(rec, nil, time.Now())
 	})
 	require.LessOrEqual(t, allocs, 1.0)
+}
+
+// The send metrics carry the semantic conventions' attributes: the destination on every send,
+// and error.type (the Kafka error's name) on a failed one, counted apart from the successes.
+func TestSendMetricsAttributes(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	c := newClient(t, kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ManualFlushing())
+	p, err := publish.New(publish.Config{Client: c, Meter: mp.Meter("test")})
+	require.NoError(t, err)
+	ev := envelope.Event{MessageID: "m1", Source: "s", EventType: "t", Destination: "orders", Payload: []byte(`{}`)}
+	for _, err := range []error{nil, nil, kerr.NotEnoughReplicas} {
+		send, _ := p.StartSend(&ev)
+		send.Done(&kgo.Record{Topic: "orders"}, err, time.Now())
+	}
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	counts := map[string]int64{} // error.type ("" for none) → sends
+	found := false
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != tracing.MetricClientSentMessages {
+				continue
+			}
+			found = true
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				for k, want := range map[attribute.Key]string{"messaging.system": "kafka",
+					"messaging.operation.name": "send", "messaging.destination.name": "orders"} {
+					v, ok := dp.Attributes.Value(k)
+					require.True(t, ok, "no %s", k)
+					require.Equal(t, want, v.AsString())
+				}
+				et, _ := dp.Attributes.Value("error.type")
+				counts[et.AsString()] += dp.Value
+			}
+		}
+	}
+	require.True(t, found, "no %s", tracing.MetricClientSentMessages)
+	require.Equal(t, map[string]int64{"": 2, "NOT_ENOUGH_REPLICAS": 1}, counts)
 }

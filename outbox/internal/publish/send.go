@@ -141,11 +141,7 @@ func (in *instruments) recordSend(rec *kgo.Record, err error, start time.Time) {
 		in.sendDuration.Record(ctx, time.Since(start).Seconds(), sets.sentRecord...)
 		return
 	}
-	set := metric.WithAttributeSet(attribute.NewSet(
-		tracing.MessagingSystemKey.String(tracing.MessagingSystemKafka),
-		tracing.MessagingOperationNameKey.String(tracing.OperationSend),
-		tracing.DestinationKey.String(rec.Topic),
-		tracing.ErrorTypeKey.String(ErrorType(err))))
+	set := sendMetricSet(rec.Topic, tracing.ErrorTypeKey.String(ErrorType(err)))
 	in.sent.Add(ctx, 1, set)
 	in.sendDuration.Record(ctx, time.Since(start).Seconds(), set)
 }
@@ -161,15 +157,21 @@ type sendSets struct {
 	spanStart  []trace.SpanStartOption
 }
 
+// sendMetricSet is the attribute set of the send metrics of topic, with extra (error.type for
+// a failed send).
+func sendMetricSet(topic string, extra ...attribute.KeyValue) metric.MeasurementOption {
+	return metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{
+		tracing.MessagingSystemKey.String(tracing.MessagingSystemKafka),
+		tracing.MessagingOperationNameKey.String(tracing.OperationSend),
+		tracing.DestinationKey.String(topic)}, extra...)...))
+}
+
 // setsOf returns topic's attribute sets.
 func (in *instruments) setsOf(topic string) *sendSets {
 	if v, ok := in.sendSets.Load(topic); ok {
 		return v.(*sendSets)
 	}
-	sent := metric.WithAttributeSet(attribute.NewSet(
-		tracing.MessagingSystemKey.String(tracing.MessagingSystemKafka),
-		tracing.MessagingOperationNameKey.String(tracing.OperationSend),
-		tracing.DestinationKey.String(topic)))
+	sent := sendMetricSet(topic)
 	v, _ := in.sendSets.LoadOrStore(topic, &sendSets{
 		destAdd:    []metric.AddOption{DestinationAttr(topic)},
 		sentAdd:    []metric.AddOption{sent},
