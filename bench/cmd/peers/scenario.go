@@ -279,9 +279,11 @@ type verifier struct {
 	last      time.Time
 	done      chan struct{}
 	cancel    context.CancelFunc
-	// sentinels is how many sentinel records are still to be read; live is closed once none is.
-	sentinels int
-	live      chan struct{}
+	// sentinels are the partitions whose sentinel record was read; live is closed once every
+	// partition's (partitions) was.
+	sentinels  map[int32]struct{}
+	partitions int
+	live       chan struct{}
 }
 
 // sentinelHeader marks the verifier's own records (newVerifier), which it does not count.
@@ -300,7 +302,8 @@ func newVerifier(ctx context.Context, brokers []string, topic string, partitions
 	}
 	lctx, cancel := context.WithCancel(context.Background())
 	v := &verifier{cl: cl, want: want, seen: make(map[int]struct{}, want), latencies: make([]time.Duration, 0, want),
-		done: make(chan struct{}), cancel: cancel, sentinels: partitions, live: make(chan struct{})}
+		done: make(chan struct{}), cancel: cancel,
+		sentinels: make(map[int32]struct{}, partitions), partitions: partitions, live: make(chan struct{})}
 	go v.loop(lctx)
 	if err := writeSentinels(ctx, brokers, topic, partitions); err != nil {
 		v.cancel()
@@ -347,8 +350,11 @@ func (v *verifier) loop(ctx context.Context) {
 		now := time.Now()
 		fs.EachRecord(func(r *kgo.Record) {
 			if len(r.Headers) == 1 && r.Headers[0].Key == sentinelHeader {
-				if v.sentinels--; v.sentinels == 0 {
-					close(v.live)
+				if _, seen := v.sentinels[r.Partition]; !seen {
+					v.sentinels[r.Partition] = struct{}{}
+					if len(v.sentinels) == v.partitions {
+						close(v.live)
+					}
 				}
 				return
 			}
