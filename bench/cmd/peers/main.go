@@ -268,8 +268,11 @@ func runParent(ctx context.Context, o options) error {
 	if o.contenders != "" {
 		only = strings.Split(o.contenders, ",")
 	}
-	if o.netLatency < 0 || o.cpuLimit < 0 {
-		return errors.New("-net-latency and -cpu-limit must not be negative")
+	if o.netLatency < 0 || o.cpuLimit < 0 || o.warmupRuns < 0 {
+		return errors.New("-net-latency, -cpu-limit and -warmup-runs must not be negative")
+	}
+	if o.runs < 1 {
+		return fmt.Errorf("-runs must be at least 1, got %d", o.runs)
 	}
 	if o.netLatency > 0 && o.kafka != "real" {
 		return fmt.Errorf("-net-latency needs -kafka real (a broker started here can advertise its proxy; -kafka %s cannot)", o.kafka)
