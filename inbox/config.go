@@ -142,7 +142,8 @@ type ConsumerConfig struct {
 	// Retry is the backoff between handler retries (below the attempt ceiling), deferred
 	// handler failures (contention, outages of the handler's dependencies; an outage's
 	// RetryAfter, up to 5 minutes, is the least wait), database outages, transient
-	// SchemaDecoder failures and failed dead-letter produces. A negative Retry.Initial
+	// SchemaDecoder failures, failed dead-letter produces and failed offset commits (retried
+	// on their own when no record follows). A negative Retry.Initial
 	// retries at once. Defaults to {DefaultRetryInitial, DefaultRetryMax,
 	// DefaultRetryMultiplier}.
 	Retry keiro.Backoff

@@ -135,17 +135,38 @@ func (w *partitionWorker) run() {
 	}()
 	// The worker takes one batch (BatchSize records; a chunk of records in one-at-a-time
 	// mode) per turn and commits offsets between them, as inbox/internal/pacing decides.
-	commits := pacing.NewCommits(w.c.cfg.CommitEvery, time.Now())
+	// A commit that fails stays pending and is retried after the Retry backoff: with the next
+	// batch's, or on its own when the partition is quiet.
+	commits := pacing.NewCommits(w.c.cfg.CommitEvery, time.Now(), w.c.cfg.Retry.Delay)
 	flush := func() {
-		if last, n := commits.Flush(time.Now()); last != nil {
-			w.commit(last, n)
+		last, n := commits.Flush(time.Now())
+		if last == nil {
+			return
+		}
+		if w.commit(last, n) {
+			commits.Committed()
+		} else {
+			commits.Failed(last, n, time.Now())
 		}
 	}
 	defer flush()
+	retry := time.NewTimer(time.Hour)
+	defer retry.Stop()
 	for {
+		retry.Stop()
+		var retryC <-chan time.Time
+		if at, ok := commits.RetryAt(); ok {
+			retry.Reset(time.Until(at))
+			retryC = retry.C
+		}
 		select {
 		case <-w.quit:
 			return
+		case <-retryC:
+			if commits.Due(time.Now(), true) {
+				flush()
+			}
+			continue
 		case <-w.wake:
 		}
 		for !w.quitting() {
@@ -166,7 +187,7 @@ func (w *partitionWorker) run() {
 				return // abandoned while stopping
 			}
 			w.finish(recs)
-			if commits.Due(time.Now()) || w.idle() {
+			if commits.Due(time.Now(), w.idle()) {
 				flush()
 			}
 		}
@@ -235,25 +256,27 @@ func (w *partitionWorker) release() {
 	}
 }
 
-// commit commits the offset after last, unless the partition was lost. n counts the records
+// commit commits the offset after last, unless the partition was lost, and reports whether the
+// offset is settled: false means the commit failed and is to be retried. n counts the records
 // it covers that went through the inbox; last may be a transaction's marker, which the commit
 // steps over (n = 0 when nothing else is covered).
-func (w *partitionWorker) commit(last *kgo.Record, n int) {
+func (w *partitionWorker) commit(last *kgo.Record, n int) bool {
 	if w.noCommit.Load() {
-		return
+		return true // no longer this worker's to commit
 	}
 	ctx, cancel := context.WithTimeout(w.c.baseCtx, w.c.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := w.cl.CommitRecords(ctx, last); err != nil {
-		w.c.log.WarnContext(ctx, "offset commit failed; the records will be redelivered and classify as duplicates",
+		w.c.log.WarnContext(ctx, "offset commit failed; it is retried after a backoff (if the partition moves to another consumer first, the records are redelivered and classify as duplicates)",
 			"topic", last.Topic, "partition", last.Partition, "offset", last.Offset+1, "error", err)
-		return
+		return false
 	}
 	w.c.committed.Add(int64(n))
 	w.track.committedTo(last.Offset + 1)
 	if w.c.cfg.OnCommitted != nil {
 		w.c.cfg.OnCommitted(Commit{Topic: last.Topic, Partition: last.Partition, Offset: last.Offset + 1, Records: n})
 	}
+	return true
 }
 
 // logCtx is the worker's context carrying r's trace context (its traceparent header, read

@@ -182,3 +182,21 @@ func ProduceError(req *kmsg.ProduceRequest, code int16) *kmsg.ProduceResponse {
 	}
 	return resp
 }
+
+// OffsetCommitError is the broker's answer to req that refuses every partition's commit with
+// code, for a kfake control function that fails offset commits.
+func OffsetCommitError(req *kmsg.OffsetCommitRequest, code int16) *kmsg.OffsetCommitResponse {
+	resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+	resp.Version = req.Version
+	for _, t := range req.Topics {
+		rt := kmsg.NewOffsetCommitResponseTopic()
+		rt.Topic, rt.TopicID = t.Topic, t.TopicID
+		for _, p := range t.Partitions {
+			rp := kmsg.NewOffsetCommitResponseTopicPartition()
+			rp.Partition, rp.ErrorCode = p.Partition, code
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return resp
+}

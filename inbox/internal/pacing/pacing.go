@@ -3,7 +3,8 @@
 // are committed when the worker runs out of buffered records, after CommitEvery of them, or
 // CommitInterval after the last commit, so that a commit's round trip to Kafka seldom holds up
 // records that are waiting; the worker takes one batch per turn so that those bounds are
-// checked between batches.
+// checked between batches. A commit that failed stays pending and is retried after a backoff,
+// whether or not more records come: a quiet partition's committed offset does not stay behind.
 package pacing
 
 import (
@@ -34,15 +35,22 @@ func TakeSize(batchSize, commitEvery int) int {
 // by the worker's goroutine alone.
 type Commits struct {
 	every     int
+	retry     func(n int) time.Duration
 	last      *kgo.Record
 	pending   int
 	committed time.Time
+
+	// failures counts the commits that failed in a row; retryAt is when the last of them is
+	// to be tried again.
+	failures int
+	retryAt  time.Time
 }
 
 // NewCommits returns a count of done records that is due after every records (CommitEvery)
-// or CommitInterval after now.
-func NewCommits(every int, now time.Time) *Commits {
-	return &Commits{every: every, committed: now}
+// or CommitInterval after now. retry is the backoff after the nth failed commit in a row
+// (keiro.Backoff.Delay).
+func NewCommits(every int, now time.Time, retry func(n int) time.Duration) *Commits {
+	return &Commits{every: every, retry: retry, committed: now}
 }
 
 // Done records that the partition is done up to r, and that n more records were handled on
@@ -55,16 +63,43 @@ func (c *Commits) Done(r *kgo.Record, n int) {
 	c.pending += max(n, 0)
 }
 
-// Due reports that the pending offsets are to be committed at now: every records are
-// pending, or CommitInterval has passed since the last commit. A worker whose buffer has run
-// dry commits too, whether due or not.
-func (c *Commits) Due(now time.Time) bool {
-	return c.last != nil && (c.pending >= c.every || now.Sub(c.committed) >= CommitInterval)
+// Due reports that the pending offsets are to be committed at now: the worker's buffer has
+// run dry (idle), every records are pending, or CommitInterval has passed since the last
+// commit. After a failed commit nothing is due until its backoff has passed (RetryAt).
+func (c *Commits) Due(now time.Time, idle bool) bool {
+	if c.last == nil || now.Before(c.retryAt) {
+		return false
+	}
+	return idle || c.pending >= c.every || now.Sub(c.committed) >= CommitInterval
+}
+
+// Failed puts back the commit Flush returned (last, covering n records) after it failed at
+// now: it stays pending, merged into any that followed, and is due again once the backoff
+// after this many failures in a row has passed.
+func (c *Commits) Failed(last *kgo.Record, n int, now time.Time) {
+	if c.last == nil {
+		c.last = last
+	}
+	c.pending += max(n, 0)
+	c.failures++
+	c.retryAt = now.Add(c.retry(c.failures))
+}
+
+// Committed records that the commit Flush returned succeeded: the backoff starts over.
+func (c *Commits) Committed() {
+	c.failures, c.retryAt = 0, time.Time{}
+}
+
+// RetryAt is when a failed commit is to be tried again; ok is false when none waits.
+func (c *Commits) RetryAt() (at time.Time, ok bool) {
+	return c.retryAt, c.failures > 0 && c.last != nil
 }
 
 // Flush returns the record whose offset to commit past and how many handled records that
 // commit covers, and starts the next interval at now. last = nil means the partition has not
-// moved since the last flush (and the interval goes on).
+// moved since the last flush (and the interval goes on). It ignores a failed commit's
+// backoff: a worker that stops flushes what it has. The caller reports the commit's outcome
+// with Committed or Failed.
 func (c *Commits) Flush(now time.Time) (last *kgo.Record, n int) {
 	if c.last == nil {
 		return nil, 0
