@@ -11,13 +11,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/internal/backoff"
+	"github.com/keiro-go/keiro/tracing"
 )
 
 // Runner defaults.
@@ -219,15 +219,15 @@ func (r *Runner[S, C, E]) Run(ctx context.Context, db keiro.DB, stream string, c
 		o = opts[0]
 	}
 	ctx, span := r.tracer.Start(ctx, stream, trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithAttributes(attribute.String(attrStreamName, stream)))
+		trace.WithAttributes(tracing.StreamNameKey.String(stream)))
 	var class string
 	defer func() {
-		span.SetAttributes(attribute.String(attrDBSystem, "postgresql"), attribute.Int64(attrRetryAttempt, int64(res.Attempts)))
+		span.SetAttributes(tracing.DBSystemNameKey.String("postgresql"), tracing.RetryAttemptKey.Int64(int64(res.Attempts)))
 		if err != nil {
-			span.SetAttributes(attribute.String(attrErrorType, class))
+			span.SetAttributes(tracing.ErrorTypeKey.String(class))
 			span.SetStatus(codes.Error, truncate(err.Error(), 256))
 		} else {
-			span.SetAttributes(attribute.Int64(attrEventsAppended, int64(len(res.Events))))
+			span.SetAttributes(tracing.EventsAppendedKey.Int64(int64(len(res.Events))))
 		}
 		span.End()
 	}()
@@ -528,7 +528,7 @@ func (r *Runner[S, C, E]) maybeSnapshot(ctx context.Context, db keiro.DB, stream
 	}
 	if why := r.replayDivergence(stream, before, pre, recorded, raw); why != "" {
 		r.store.metrics.snapshotApplyDivergence.Add(ctx, 1)
-		trace.SpanFromContext(ctx).SetAttributes(attribute.String(attrReplayDivergence, truncate(why, 256)))
+		trace.SpanFromContext(ctx).SetAttributes(tracing.ReplayDivergenceKey.String(truncate(why, 256)))
 		r.cfg.Logger.WarnContext(ctx, "keiro: the appended events do not replay to the decided state; no snapshot written, and the next hydration will see the difference",
 			"stream", stream, "version", post, "divergence", why)
 		return

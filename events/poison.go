@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/keiro-go/keiro/internal/backoff"
 	"github.com/keiro-go/keiro/internal/pgtext"
+	"github.com/keiro-go/keiro/tracing"
 )
 
 // errMoved reports that the checkpoint moved under the worker (Rebuild): the worker drops what
@@ -211,7 +211,7 @@ func (l *lane) replayOne(ctx context.Context) (more bool, err error) {
 		if err := tx.Commit(ctx); err != nil {
 			return false, fmt.Errorf("run subscription %s: commit replay of dead letter %d: %w", s.cfg.Name, id, err)
 		}
-		s.replayed.Add(ctx, 1, metric.WithAttributes(attribute.String(attrSubscription, s.cfg.Name), attribute.String("outcome", "replayed")))
+		s.replayed.Add(ctx, 1, metric.WithAttributes(tracing.SubscriptionNameKey.String(s.cfg.Name), tracing.OutcomeKey.String("replayed")))
 		s.cfg.Logger.InfoContext(ctx, "keiro: dead letter replayed", "subscription", s.cfg.Name, "dead_letter_id", id, "position", pos)
 		l.after(l.cp)
 		return true, nil
@@ -227,7 +227,7 @@ func (l *lane) replayOne(ctx context.Context) (more bool, err error) {
 	if _, err := l.conn.Exec(ctx, s.store.q.deadReplayFailed, id, class, errorText(herr)); err != nil {
 		return false, fmt.Errorf("run subscription %s: record failed replay of dead letter %d: %w", s.cfg.Name, id, err)
 	}
-	s.replayed.Add(ctx, 1, metric.WithAttributes(attribute.String(attrSubscription, s.cfg.Name), attribute.String("outcome", "failed")))
+	s.replayed.Add(ctx, 1, metric.WithAttributes(tracing.SubscriptionNameKey.String(s.cfg.Name), tracing.OutcomeKey.String("failed")))
 	s.cfg.Logger.WarnContext(ctx, "keiro: dead letter replay failed; it stays dead", "subscription", s.cfg.Name,
 		"dead_letter_id", id, "position", pos, "error", herr)
 	l.after(l.cp)

@@ -13,12 +13,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/outbox"
+	"github.com/keiro-go/keiro/tracing"
 )
 
 // ProducerIdentityVersion is the version of the deterministic producer identity (keiro's
@@ -282,7 +282,7 @@ func (p *Producer) handle(ctx context.Context, tx pgx.Tx, batch []RecordedEvent)
 		all, ids = append(all, out...), append(ids, oids...)
 	}
 	if len(skipped) > 0 {
-		p.skipped.Add(ctx, int64(len(skipped)), metric.WithAttributes(attribute.String(attrSubscription, p.cfg.Name)))
+		p.skipped.Add(ctx, int64(len(skipped)), metric.WithAttributes(tracing.SubscriptionNameKey.String(p.cfg.Name)))
 		p.sub.cfg.Logger.WarnContext(ctx, "keiro: integration producer replay skipped events it had already enqueued; set ProducerConfig.Republish to publish them again",
 			"producer", p.cfg.Name, "events", len(skipped), "first_position", skipped[0].GlobalPosition,
 			"last_position", skipped[len(skipped)-1].GlobalPosition, "mark", mark)

@@ -12,10 +12,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/keiro-go/keiro"
+	"github.com/keiro-go/keiro/tracing"
 )
 
 // Read-model wait defaults (keiro's defaultStrongWaitOptions).
@@ -437,7 +437,7 @@ func (r *ReadModels) Wait(ctx context.Context, m ReadModel, c Consistency) error
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			r.timeouts.Add(ctx, 1, metric.WithAttributes(attribute.String(attrSubscription, m.Subscription)))
+			r.timeouts.Add(ctx, 1, metric.WithAttributes(tracing.SubscriptionNameKey.String(m.Subscription)))
 			return &ReadModelWaitTimeoutError{Name: m.Name, Target: p.target, LastObserved: observed}
 		}
 		d := min(p.poll, left)

@@ -10,10 +10,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/keiro-go/keiro/envelope"
+	"github.com/keiro-go/keiro/tracing"
 )
 
 // Sharded subscription defaults (keiro's ShardedWorkerOptions: a 30 s lease renewed every 10 s).
@@ -323,7 +323,7 @@ func (s *ShardedSubscription) Run(ctx context.Context) (err error) {
 			return s.sub.exit(ctx, fmt.Errorf("run sharded subscription %s: listen: %w", s.cfg.Name, err))
 		}
 	}
-	attrs := metric.WithAttributes(attribute.String(attrSubscription, s.cfg.Name))
+	attrs := metric.WithAttributes(tracing.SubscriptionNameKey.String(s.cfg.Name))
 	reg, err := s.sub.store.metricsMeter(s.cfg.MeterProvider).RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(s.sub.lag, max(0, s.sub.head.Load()-s.sub.position.Load()), attrs)
 		o.ObserveInt64(s.owned, s.ownedN.Load(), attrs)

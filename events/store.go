@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -344,12 +343,12 @@ func (s *Store) Notify(ctx context.Context, q keiro.DB) error {
 
 func (s *Store) appendTx(ctx context.Context, tx keiro.DB, stream string, expected ExpectedVersion, notify bool, events []EventData) (res AppendResult, err error) {
 	ctx, span := s.tracer.Start(ctx, "append "+Category(stream), trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithAttributes(attribute.String(attrStreamName, stream), attribute.String(attrDBSystem, "postgresql")))
+		trace.WithAttributes(tracing.StreamNameKey.String(stream), tracing.DBSystemNameKey.String("postgresql")))
 	defer func() {
 		if err != nil {
 			span.SetStatus(codes.Error, truncate(err.Error(), 256))
 		} else {
-			span.SetAttributes(attribute.Int64(attrEventsAppended, int64(len(res.Events))))
+			span.SetAttributes(tracing.EventsAppendedKey.Int64(int64(len(res.Events))))
 		}
 		span.End()
 	}()

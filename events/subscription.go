@@ -11,8 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/keiro-go/keiro/tracing"
 )
 
 // Subscription defaults.
@@ -194,7 +195,7 @@ func NewBatchSubscription(store *Store, pool *pgxpool.Pool, cfg SubscriptionConf
 	if err := errors.Join(cerrs...); err != nil {
 		return nil, fmt.Errorf("new subscription %q: %w", cfg.Name, err)
 	}
-	s.nameAttr = metric.WithAttributes(attribute.String(attrSubscription, cfg.Name))
+	s.nameAttr = metric.WithAttributes(tracing.SubscriptionNameKey.String(cfg.Name))
 	return s, nil
 }
 
@@ -272,7 +273,7 @@ func (s *Subscription) Run(ctx context.Context) (err error) {
 		}
 	}
 	reg, err := s.store.metricsMeter(s.cfg.MeterProvider).RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		o.ObserveInt64(s.lag, max(0, s.head.Load()-s.position.Load()), metric.WithAttributes(attribute.String(attrSubscription, s.cfg.Name)))
+		o.ObserveInt64(s.lag, max(0, s.head.Load()-s.position.Load()), metric.WithAttributes(tracing.SubscriptionNameKey.String(s.cfg.Name)))
 		return nil
 	}, s.lag)
 	if err != nil {

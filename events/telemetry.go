@@ -10,19 +10,6 @@ import (
 // instrumentationScope is the OpenTelemetry scope of every span and instrument of the package.
 const instrumentationScope = "keiro"
 
-// Span attribute keys (keiro §1.6.1 and the OpenTelemetry database conventions).
-const (
-	attrStreamName     = "keiro.stream.name"
-	attrRetryAttempt   = "keiro.retry.attempt"
-	attrEventsAppended = "keiro.events.appended"
-	attrDBSystem       = "db.system.name"
-	attrErrorType      = "error.type"
-	attrSubscription   = "keiro.subscription.name"
-	// attrReplayDivergence describes a just-appended batch that does not replay to the state
-	// decided in memory (Runner.maybeSnapshot).
-	attrReplayDivergence = "keiro.replay.divergence"
-)
-
 // metrics are the store's and command runners' instruments. Data points carry no attributes
 // except the bounded subscription name on keiro.projection.lag.
 type metrics struct {

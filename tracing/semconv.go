@@ -58,6 +58,9 @@ const (
 	// OutboxRejectionCodeKey is "keiro.outbox.rejection_code" on the send span of a record
 	// rejected before it was sent: the row's rejection code.
 	OutboxRejectionCodeKey = attribute.Key("keiro.outbox.rejection_code")
+	// OutboxSlotKey is "keiro.outbox.slot" on log mode's slot gauges: the replication slot's
+	// name.
+	OutboxSlotKey = attribute.Key("keiro.outbox.slot")
 	// OutboxBatchSizeKey is "keiro.outbox.batch.size": rows in a claimed batch (keiro's key).
 	OutboxBatchSizeKey = attribute.Key("keiro.outbox.batch.size")
 	// InboxOutcomeKey is "keiro.inbox.outcome" on the process span: one of

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/keiro-go/keiro"
@@ -215,7 +214,7 @@ func (r *Starter) SlotGauges() (metric.Registration, error) {
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return nil, fmt.Errorf("create slot gauges: %w", err)
 	}
-	attrs := metric.WithAttributes(attribute.String("keiro.outbox.slot", r.cfg.Slot))
+	attrs := metric.WithAttributes(tracing.OutboxSlotKey.String(r.cfg.Slot))
 	return m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		qctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
