@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -358,22 +359,34 @@ func readOutcome(t *testing.T, db *testenv.DB, kc *testenv.Kafka, topic string, 
 
 // committedAll reports whether group committed every record of topic.
 func committedAll(ctx context.Context, adm *kadm.Client, group, topic string) bool {
+	gaps, err := commitGaps(ctx, adm, group, topic)
+	return err == nil && len(gaps) == 0
+}
+
+// commitGaps lists topic's partitions whose records group has not all committed, each as
+// "partition: committed/end" (committed -1: none).
+func commitGaps(ctx context.Context, adm *kadm.Client, group, topic string) ([]string, error) {
 	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
-		return false
+		return nil, err
 	}
 	offs, err := adm.FetchOffsets(ctx, group)
 	if err != nil {
-		return false
+		return nil, err
 	}
-	ok := true
+	var gaps []string
 	ends.Each(func(o kadm.ListedOffset) {
 		c, found := offs.Lookup(o.Topic, o.Partition)
-		if o.Offset > 0 && (!found || c.At != o.Offset) {
-			ok = false
+		at := int64(-1)
+		if found {
+			at = c.At
+		}
+		if o.Offset > 0 && at != o.Offset {
+			gaps = append(gaps, fmt.Sprintf("%d: %d/%d", o.Partition, at, o.Offset))
 		}
 	})
-	return ok
+	slices.Sort(gaps)
+	return gaps, nil
 }
 
 // consumeAll reads every record of topics from the start until n records were read or the
