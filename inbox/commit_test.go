@@ -10,6 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
@@ -33,7 +35,7 @@ func TestConsumerRetriesAFailedCommitOnAQuietPartition(t *testing.T) {
 	produceEvents(t, kc.NewClient(t), evs...)
 
 	// Refuse every commit short of the last record, and the first two that reach it.
-	var refusedAtEnd atomic.Int64
+	var refusedAtEnd, refused atomic.Int64
 	kc.Cluster.ControlKey(int16(kmsg.OffsetCommit), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		kc.Cluster.KeepControl()
 		req := kreq.(*kmsg.OffsetCommitRequest)
@@ -49,21 +51,45 @@ func TestConsumerRetriesAFailedCommitOnAQuietPartition(t *testing.T) {
 		if atEnd && refusedAtEnd.Add(1) > 2 {
 			return nil, nil, false
 		}
+		refused.Add(1)
 		return testenv.OffsetCommitError(req, kerr.OffsetMetadataTooLarge.Code), nil, true
 	})
 
 	p := newProgress()
+	reader := sdkmetric.NewManualReader()
 	r := startConsumer(t, db.Pool, inbox.ConsumerConfig{
 		Brokers: kc.Seeds, Group: group, Topics: []string{topic},
-		Store:       inbox.StoreConfig{Schema: db.Schema},
-		Retry:       keiro.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
-		OnCommitted: p.onCommitted,
+		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+		Store:         inbox.StoreConfig{Schema: db.Schema},
+		Retry:         keiro.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
+		OnCommitted:   p.onCommitted,
 	}, fx.handler())
 	p.waitCommitted(t, topic, int64(len(evs)), 30*time.Second)
 
 	require.EqualValues(t, 3, refusedAtEnd.Load(), "two refusals at the end, then the retry that landed")
 	require.EqualValues(t, len(evs), r.c.Stats().Processed)
 	require.EqualValues(t, len(evs), r.c.Stats().Committed, "each record counted once across the retries")
+	// Every refusal is one failed commit, counted and measured with the partition and the
+	// Kafka error.
+	require.EqualValues(t, refused.Load(), r.c.Stats().CommitFailures)
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	failures := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "keiro.consumer.commit.failures" {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				g, _ := dp.Attributes.Value("messaging.consumer.group.name")
+				tp, _ := dp.Attributes.Value("messaging.destination.name")
+				part, _ := dp.Attributes.Value("messaging.destination.partition.id")
+				et, _ := dp.Attributes.Value("error.type")
+				failures[g.AsString()+" "+tp.AsString()+"/"+part.AsString()+" "+et.AsString()] += dp.Value
+			}
+		}
+	}
+	require.Equal(t, map[string]int64{group + " " + topic + "/0 offset_metadata_too_large": refused.Load()}, failures)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	offs, err := kadm.NewClient(kc.NewClient(t)).FetchOffsets(ctx, group)

@@ -34,6 +34,10 @@ type Stats struct {
 	// full while another partition needed a poll (each costs a re-fetch of what the client had
 	// already fetched for it; see MaxBufferedRecords).
 	FetchPauses int64
+	// CommitFailures counts the offset commits that failed (the group coordinator out or slow,
+	// a rebalance under way); each is retried after the Retry backoff, merged with what was done
+	// since (keiro.consumer.commit.failures).
+	CommitFailures int64
 	// DeadLetterBlocked is the number of partitions waiting now on a failing dead-letter
 	// produce (the dead-letter topic missing, not writable, or Kafka unavailable).
 	DeadLetterBlocked int64
@@ -67,7 +71,7 @@ type Consumer struct {
 	baseCtx context.Context
 
 	processed, duplicates, handlerFailures, deadLettered, committed, storageErrors, deferred atomic.Int64
-	fetchPauses, dlqBlocked, dlqValueOmitted                                                 atomic.Int64
+	fetchPauses, commitFailures, dlqBlocked, dlqValueOmitted                                 atomic.Int64
 }
 
 type topicPartition struct {
@@ -116,7 +120,7 @@ func (c *Consumer) Stats() Stats {
 		Processed: c.processed.Load(), Duplicates: c.duplicates.Load(),
 		HandlerFailures: c.handlerFailures.Load(), DeadLettered: c.deadLettered.Load(),
 		Committed: c.committed.Load(), StorageErrors: c.storageErrors.Load(), Deferred: c.deferred.Load(),
-		FetchPauses: c.fetchPauses.Load(), DeadLetterBlocked: c.dlqBlocked.Load(), DeadLetterValueOmitted: c.dlqValueOmitted.Load(),
+		FetchPauses: c.fetchPauses.Load(), CommitFailures: c.commitFailures.Load(), DeadLetterBlocked: c.dlqBlocked.Load(), DeadLetterValueOmitted: c.dlqValueOmitted.Load(),
 	}
 }
 

@@ -36,6 +36,8 @@ type instruments struct {
 	consumed        metric.Int64Counter
 	processDuration metric.Float64Histogram
 	fetchPauses     metric.Int64Counter
+	// commitFailures counts the offset commits that failed (each is retried).
+	commitFailures metric.Int64Counter
 	// dlqOmitted and dlqFailures count dead letters sent without their value and failed
 	// dead-letter produces; dlqBlocked, set by a Consumer, is its count of partitions
 	// waiting on a failing dead-letter produce (the keiro.inbox.deadletter.blocked gauge).
@@ -69,7 +71,7 @@ func newInstruments(mp metric.MeterProvider, tp trace.TracerProvider) (*instrume
 	}
 	m := mp.Meter(scope)
 	in := &instruments{tracer: tp.Tracer(scope)}
-	var errs [15]error
+	var errs [16]error
 	in.processed, errs[0] = m.Int64Counter(tracing.MetricInboxProcessed, metric.WithUnit("{message}"),
 		metric.WithDescription("Messages whose handler committed."))
 	in.duplicates, errs[1] = m.Int64Counter(tracing.MetricInboxDuplicates, metric.WithUnit("{message}"),
@@ -101,6 +103,8 @@ func newInstruments(mp metric.MeterProvider, tp trace.TracerProvider) (*instrume
 	_, errs[14] = m.Int64ObservableGauge(tracing.MetricInboxDeadLetterBlocked, metric.WithUnit("{partition}"),
 		metric.WithDescription("Partitions waiting on a failing dead-letter produce."),
 		metric.WithInt64Callback(in.observeBlocked))
+	in.commitFailures, errs[15] = m.Int64Counter(tracing.MetricConsumerCommitFailures, metric.WithUnit("{commit}"),
+		metric.WithDescription("Offset commits that failed and are retried after the consumer's backoff."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, fmt.Errorf("create inbox instruments: %w", err)
 	}
@@ -301,6 +305,17 @@ func (in *instruments) deadLetterFailed(ctx context.Context, consumer, code stri
 		kvs = append(kvs, tracing.GroupKey.String(in.group))
 	}
 	in.dlqFailures.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(kvs...)))
+}
+
+// commitFailed counts a failed offset commit of group's partition of topic; code is the Kafka
+// error's name ("" for another error, a timeout among them: error.type _OTHER).
+func (in *instruments) commitFailed(ctx context.Context, group, topic string, partition int32, code string) {
+	if code == "" {
+		code = "_OTHER"
+	}
+	in.commitFailures.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(
+		tracing.GroupKey.String(group), tracing.DestinationKey.String(topic),
+		tracing.PartitionKey.String(strconv.Itoa(int(partition))), tracing.ErrorTypeKey.String(code))))
 }
 
 // processSpan is the process span with what messaging.process.duration needs when it ends.

@@ -11,6 +11,7 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox/internal/buffer"
 	"github.com/keiro-go/keiro/inbox/internal/pacing"
+	"github.com/keiro-go/keiro/internal/kafkaerr"
 	"github.com/keiro-go/keiro/tracing"
 )
 
@@ -267,6 +268,8 @@ func (w *partitionWorker) commit(last *kgo.Record, n int) bool {
 	ctx, cancel := context.WithTimeout(w.c.baseCtx, w.c.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := w.cl.CommitRecords(ctx, last); err != nil {
+		w.c.commitFailures.Add(1)
+		w.c.in.commitFailed(ctx, w.c.cfg.Group, last.Topic, last.Partition, kafkaerr.Code(err))
 		w.c.log.WarnContext(ctx, "offset commit failed; it is retried after a backoff (if the partition moves to another consumer first, the records are redelivered and classify as duplicates)",
 			"topic", last.Topic, "partition", last.Partition, "offset", last.Offset+1, "error", err)
 		return false

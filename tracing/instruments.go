@@ -159,6 +159,12 @@ const (
 	// re-fetch of what the client held for it); attributes messaging.consumer.group.name,
 	// messaging.destination.name, messaging.destination.partition.id.
 	MetricConsumerFetchPauses = "keiro.consumer.fetch.pauses"
+	// MetricConsumerCommitFailures names a counter in {commit}: offset commits Kafka refused or
+	// did not answer in time (the group coordinator out, a rebalance under way), each retried
+	// after the consumer's Retry backoff; attributes messaging.consumer.group.name,
+	// messaging.destination.name, messaging.destination.partition.id, error.type (the Kafka
+	// error's name, or _OTHER).
+	MetricConsumerCommitFailures = "keiro.consumer.commit.failures"
 
 	// MetricCommandConflicts names a counter in {conflict}: appends that met a version conflict.
 	MetricCommandConflicts = "keiro.command.conflicts"
@@ -319,6 +325,8 @@ var MetricNames = []Metric{
 		Description: "Records between the group's committed offset and the partition's end offset, measured from Kafka for the partitions this member owns."},
 	{Name: MetricConsumerFetchPauses, Kind: Counter, Unit: "{pause}", Attributes: []attribute.Key{GroupKey, DestinationKey, PartitionKey},
 		Description: "Partition fetches paused because the partition's buffer was full while another partition needed a poll."},
+	{Name: MetricConsumerCommitFailures, Kind: Counter, Unit: "{commit}", Attributes: []attribute.Key{GroupKey, DestinationKey, PartitionKey, ErrorTypeKey},
+		Description: "Offset commits that failed and are retried after the consumer's backoff."},
 
 	{Name: MetricCommandConflicts, Kind: Counter, Unit: "{conflict}",
 		Description: "Appends of a command that met a version conflict."},
