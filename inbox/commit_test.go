@@ -11,12 +11,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/keiro-go/keiro"
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/keirotest/testenv"
+	"github.com/keiro-go/keiro/tracing"
 )
 
 // TestConsumerRetriesAFailedCommitOnAQuietPartition: the offset commit that covers a
@@ -72,24 +72,9 @@ func TestConsumerRetriesAFailedCommitOnAQuietPartition(t *testing.T) {
 	// Every refusal is one failed commit, counted and measured with the partition and the
 	// Kafka error.
 	require.EqualValues(t, refused.Load(), r.c.Stats().CommitFailures)
-	var rm metricdata.ResourceMetrics
-	require.NoError(t, reader.Collect(context.Background(), &rm))
-	failures := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != "keiro.consumer.commit.failures" {
-				continue
-			}
-			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-				g, _ := dp.Attributes.Value("messaging.consumer.group.name")
-				tp, _ := dp.Attributes.Value("messaging.destination.name")
-				part, _ := dp.Attributes.Value("messaging.destination.partition.id")
-				et, _ := dp.Attributes.Value("error.type")
-				failures[g.AsString()+" "+tp.AsString()+"/"+part.AsString()+" "+et.AsString()] += dp.Value
-			}
-		}
-	}
-	require.Equal(t, map[string]int64{group + " " + topic + "/0 offset_metadata_too_large": refused.Load()}, failures)
+	failures := counterBy(t, reader, tracing.MetricConsumerCommitFailures,
+		tracing.GroupKey, tracing.DestinationKey, tracing.PartitionKey, tracing.ErrorTypeKey)
+	require.Equal(t, map[string]int64{group + " " + topic + " 0 offset_metadata_too_large": refused.Load()}, failures)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	offs, err := kadm.NewClient(kc.NewClient(t)).FetchOffsets(ctx, group)

@@ -194,11 +194,25 @@ func TestDeadLetterSinkOutage(t *testing.T) {
 // deadLetterFailures returns keiro.inbox.deadletter.failures by error.type.
 func deadLetterFailures(t testing.TB, reader *sdkmetric.ManualReader) map[string]int64 {
 	t.Helper()
+	return counterBy(t, reader, tracing.MetricInboxDeadLetterFailures, tracing.ErrorTypeKey)
+}
+
+// counterBy returns the counter's points summed by the values of keys, joined with spaces
+// ("billing orders.v1 0" for a group, a topic and a partition).
+func counterBy(t testing.TB, reader *sdkmetric.ManualReader, name string, keys ...attribute.Key) map[string]int64 {
+	t.Helper()
 	out := map[string]int64{}
-	eachMetric(t, reader, tracing.MetricInboxDeadLetterFailures, func(data metricdata.Aggregation) {
+	eachMetric(t, reader, name, func(data metricdata.Aggregation) {
 		for _, p := range data.(metricdata.Sum[int64]).DataPoints {
-			code, _ := p.Attributes.Value(attribute.Key("error.type"))
-			out[code.AsString()] += p.Value
+			var b strings.Builder
+			for i, k := range keys {
+				if i > 0 {
+					b.WriteByte(' ')
+				}
+				v, _ := p.Attributes.Value(k)
+				b.WriteString(v.AsString())
+			}
+			out[b.String()] += p.Value
 		}
 	})
 	return out

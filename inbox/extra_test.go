@@ -23,6 +23,7 @@ import (
 	"github.com/keiro-go/keiro/envelope"
 	"github.com/keiro-go/keiro/inbox"
 	"github.com/keiro-go/keiro/keirotest/testenv"
+	"github.com/keiro-go/keiro/tracing"
 )
 
 func TestProcessBatchWithBatchHandler(t *testing.T) {
@@ -400,26 +401,10 @@ func testFullPartition(t *testing.T, bound func(*inbox.ConsumerConfig), payload 
 	// keiro.consumer.fetch.pauses names the partition (the partition may still be paused
 	// meanwhile: the count lies between the stats read before and after the collection).
 	before := r.c.Stats().FetchPauses
-	var rm metricdata.ResourceMetrics
-	require.NoError(t, reader.Collect(context.Background(), &rm))
+	paused := counterBy(t, reader, tracing.MetricConsumerFetchPauses, tracing.GroupKey, tracing.DestinationKey, tracing.PartitionKey)
 	after := r.c.Stats().FetchPauses
-	paused := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != "keiro.consumer.fetch.pauses" {
-				continue
-			}
-			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-				tp, _ := dp.Attributes.Value("messaging.destination.name")
-				part, _ := dp.Attributes.Value("messaging.destination.partition.id")
-				g, _ := dp.Attributes.Value("messaging.consumer.group.name")
-				require.Equal(t, "billing", g.AsString())
-				paused[tp.AsString()+"/"+part.AsString()] += dp.Value
-			}
-		}
-	}
-	require.GreaterOrEqual(t, paused[slow+"/0"], before, "pauses counted for the slow partition: %v", paused)
-	require.LessOrEqual(t, paused[slow+"/0"], after, "pauses counted for the slow partition: %v", paused)
+	require.GreaterOrEqual(t, paused["billing "+slow+" 0"], before, "pauses counted for the slow partition: %v", paused)
+	require.LessOrEqual(t, paused["billing "+slow+" 0"], after, "pauses counted for the slow partition: %v", paused)
 	require.Len(t, paused, 1, "only the slow partition is ever full")
 	close(release)
 	p.waitCommitted(t, slow, int64(len(backlog)), 60*time.Second)
