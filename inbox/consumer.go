@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/keiro-go/keiro/inbox/internal/offsets"
 )
 
 // Stats are cumulative counters of a Consumer, for tests and health endpoints.
@@ -69,6 +71,8 @@ type Consumer struct {
 	workers map[topicPartition]*partitionWorker
 	cl      *kgo.Client
 	baseCtx context.Context
+	// offsets commits the partitions' offsets, gathered into one request at a time.
+	offsets *offsets.Committer
 
 	processed, duplicates, handlerFailures, deadLettered, committed, storageErrors, deferred atomic.Int64
 	fetchPauses, commitFailures, dlqBlocked, dlqValueOmitted                                 atomic.Int64
@@ -163,6 +167,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return errors.New("inbox consumer: Run called twice; create a new Consumer")
 	}
 	c.baseCtx = context.WithoutCancel(ctx)
+	c.offsets = offsets.New(c.baseCtx, c.cfg.ShutdownTimeout)
 	c.mu.Unlock()
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {

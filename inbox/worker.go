@@ -267,7 +267,7 @@ func (w *partitionWorker) commit(last *kgo.Record, n int) bool {
 	}
 	ctx, cancel := context.WithTimeout(w.c.baseCtx, w.c.cfg.ShutdownTimeout)
 	defer cancel()
-	if err := w.cl.CommitRecords(ctx, last); err != nil {
+	if err := w.c.offsets.Commit(ctx, w.cl, last); err != nil {
 		w.c.commitFailures.Add(1)
 		w.c.in.commitFailed(ctx, w.c.cfg.Group, last.Topic, last.Partition, kafkaerr.Code(err))
 		w.c.log.WarnContext(ctx, "offset commit failed; it is retried after a backoff (if the partition moves to another consumer first, the records are redelivered and classify as duplicates)",
