@@ -21,9 +21,12 @@ const (
 	parts = 8
 )
 
-// member returns a client that has joined group on kc and been assigned topic's partitions.
-func member(t *testing.T, kc *testenv.Kafka) *kgo.Client {
+// joined returns a Kafka with topic and a client that has joined group there and been assigned
+// topic's partitions.
+func joined(t *testing.T) (*testenv.Kafka, *kgo.Client) {
 	t.Helper()
+	kc := testenv.NewKafka(t)
+	kc.CreateTopic(t, topic, parts)
 	assigned := make(chan struct{})
 	var once sync.Once
 	cl := kc.NewClient(t, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit(),
@@ -42,7 +45,14 @@ func member(t *testing.T, kc *testenv.Kafka) *kgo.Client {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the member was not assigned its partitions")
 	}
-	return cl
+	return kc, cl
+}
+
+// inFlight commits r and returns once its request reached Kafka, which holds it (hold).
+func inFlight(c *Committer, cl *kgo.Client, h *held, r *kgo.Record) <-chan map[int32]error {
+	res := commitAll(c, cl, r)
+	<-h.first
+	return res
 }
 
 // held holds the group's first offset commit request until release is closed, and records
@@ -124,14 +134,11 @@ func rec(partition int32, offset int64) *kgo.Record {
 // partition's answer, and the group's offsets are where they were asked to be.
 func TestCommitterGathersWhatWaitedIntoOneRequest(t *testing.T) {
 	t.Parallel()
-	kc := testenv.NewKafka(t)
-	kc.CreateTopic(t, topic, parts)
-	cl := member(t, kc)
+	kc, cl := joined(t)
 	h := hold(kc, nil)
 	c := New(context.Background(), 30*time.Second)
 
-	first := commitAll(c, cl, rec(0, 9))
-	<-h.first
+	first := inFlight(c, cl, h, rec(0, 9))
 	var rest []*kgo.Record
 	for p := int32(1); p < parts; p++ {
 		rest = append(rest, rec(p, int64(10*p+9)))
@@ -169,14 +176,11 @@ func TestCommitterGathersWhatWaitedIntoOneRequest(t *testing.T) {
 // the later offset, and both callers get its answer.
 func TestCommitterAnswersEachPartition(t *testing.T) {
 	t.Parallel()
-	kc := testenv.NewKafka(t)
-	kc.CreateTopic(t, topic, parts)
-	cl := member(t, kc)
+	kc, cl := joined(t)
 	h := hold(kc, map[int32]int16{2: kerr.OffsetMetadataTooLarge.Code})
 	c := New(context.Background(), 30*time.Second)
 
-	first := commitAll(c, cl, rec(0, 4))
-	<-h.first
+	first := inFlight(c, cl, h, rec(0, 4))
 	refused := commitAll(c, cl, rec(2, 4))
 	earlier := commitAll(c, cl, rec(1, 3))
 	later := commitAll(c, cl, rec(1, 7))
@@ -197,14 +201,11 @@ func TestCommitterAnswersEachPartition(t *testing.T) {
 // at once, and its commit is not sent; the others' go out.
 func TestCommitterCallerGivesUp(t *testing.T) {
 	t.Parallel()
-	kc := testenv.NewKafka(t)
-	kc.CreateTopic(t, topic, parts)
-	cl := member(t, kc)
+	kc, cl := joined(t)
 	h := hold(kc, nil)
 	c := New(context.Background(), 30*time.Second)
 
-	first := commitAll(c, cl, rec(0, 4))
-	<-h.first
+	first := inFlight(c, cl, h, rec(0, 4))
 	ctx, cancel := context.WithCancel(context.Background())
 	gaveUp := make(chan error, 1)
 	go func() { gaveUp <- c.Commit(ctx, cl, rec(1, 4)) }()
@@ -225,9 +226,7 @@ func TestCommitterCallerGivesUp(t *testing.T) {
 // given up (the fault holds Kafka's answer), not kept for New's timeout.
 func TestCommitterRequestEndsAtItsCallersDeadline(t *testing.T) {
 	t.Parallel()
-	kc := testenv.NewKafka(t)
-	kc.CreateTopic(t, topic, parts)
-	cl := member(t, kc)
+	kc, cl := joined(t)
 	h := hold(kc, nil)
 	defer close(h.release)
 	c := New(context.Background(), time.Hour)
