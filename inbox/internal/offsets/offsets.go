@@ -4,7 +4,7 @@
 // franz-go runs one offset commit of a client at a time: a commit waits for the one in flight.
 // A consumer whose partition workers each committed on their own waited, with N partitions, for
 // up to N round trips in a row before its commit went out (measured with 32 partitions on a real
-// broker: the workers spent 24 of every 32 seconds waiting on commits). A Committer sends what
+// broker: on average 24 of the 32 workers were waiting on a commit). A Committer sends what
 // every partition asked for while a request was in flight as the next request, so a commit waits
 // for at most the request in flight and its own.
 package offsets
