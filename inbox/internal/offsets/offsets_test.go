@@ -2,6 +2,7 @@ package offsets
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -62,11 +63,27 @@ type held struct {
 	requests [][]int32
 	first    chan struct{} // closed when the first request arrived
 	release  chan struct{}
-	refuse   map[int32]int16 // partition → error code to answer with (Kafka does not see the request then)
 }
 
-func hold(kc *testenv.Kafka, refuse map[int32]int16) *held {
-	h := &held{first: make(chan struct{}), release: make(chan struct{}), refuse: refuse}
+// answer makes the response to a commit request in place of Kafka (which then does not see
+// it); nil lets Kafka answer.
+type answer func(*kmsg.OffsetCommitRequest) *kmsg.OffsetCommitResponse
+
+// refusing answers each partition with its code in refuse (0, taken, for the others).
+func refusing(refuse map[int32]int16) answer {
+	return func(req *kmsg.OffsetCommitRequest) *kmsg.OffsetCommitResponse {
+		resp := testenv.OffsetCommitError(req, 0)
+		for i := range resp.Topics {
+			for j := range resp.Topics[i].Partitions {
+				resp.Topics[i].Partitions[j].ErrorCode = refuse[resp.Topics[i].Partitions[j].Partition]
+			}
+		}
+		return resp
+	}
+}
+
+func hold(kc *testenv.Kafka, answer answer) *held {
+	h := &held{first: make(chan struct{}), release: make(chan struct{})}
 	kc.Cluster.ControlKey(int16(kmsg.OffsetCommit), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		kc.Cluster.KeepControl()
 		req := kreq.(*kmsg.OffsetCommitRequest)
@@ -87,16 +104,10 @@ func hold(kc *testenv.Kafka, refuse map[int32]int16) *held {
 			close(h.first)
 			<-h.release
 		}
-		if len(h.refuse) == 0 {
+		if answer == nil {
 			return nil, nil, false
 		}
-		resp := testenv.OffsetCommitError(req, 0)
-		for i := range resp.Topics {
-			for j := range resp.Topics[i].Partitions {
-				resp.Topics[i].Partitions[j].ErrorCode = h.refuse[resp.Topics[i].Partitions[j].Partition]
-			}
-		}
-		return resp, nil, true
+		return answer(req), nil, true
 	})
 	return h
 }
@@ -177,7 +188,7 @@ func TestCommitterGathersWhatWaitedIntoOneRequest(t *testing.T) {
 func TestCommitterAnswersEachPartition(t *testing.T) {
 	t.Parallel()
 	kc, cl := joined(t)
-	h := hold(kc, map[int32]int16{2: kerr.OffsetMetadataTooLarge.Code})
+	h := hold(kc, refusing(map[int32]int16{2: kerr.OffsetMetadataTooLarge.Code}))
 	c := New(context.Background(), 30*time.Second)
 
 	first := inFlight(c, cl, h, rec(0, 4))
@@ -240,4 +251,80 @@ func TestCommitterRequestEndsAtItsCallersDeadline(t *testing.T) {
 		defer c.mu.Unlock()
 		return !c.sending
 	}, 30*time.Second, time.Millisecond, "the request outlived its only caller's deadline")
+}
+
+// TestCommitterOddResponses: responses nobody chose (a partition left out, an error code no
+// Kafka version has, topics named by id alone, nothing at all, a topic nobody asked for) end
+// as a clear error for the partitions they leave unanswered, and the partition answered in the
+// same response still goes through.
+func TestCommitterOddResponses(t *testing.T) {
+	t.Parallel()
+	odd := func(edit func(resp *kmsg.OffsetCommitResponse)) answer {
+		return func(req *kmsg.OffsetCommitRequest) *kmsg.OffsetCommitResponse {
+			resp := refusing(nil)(req)
+			edit(resp)
+			return resp
+		}
+	}
+	eachPartition := func(resp *kmsg.OffsetCommitResponse, f func(*kmsg.OffsetCommitResponseTopicPartition)) {
+		for i := range resp.Topics {
+			for j := range resp.Topics[i].Partitions {
+				f(&resp.Topics[i].Partitions[j])
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		answer answer
+		p1     func(t *testing.T, err error) // partition 1's result; partition 0's is nil unless said
+		p0     func(t *testing.T, err error)
+	}{
+		{"partition left out", odd(func(resp *kmsg.OffsetCommitResponse) {
+			for i := range resp.Topics {
+				resp.Topics[i].Partitions = slices.DeleteFunc(resp.Topics[i].Partitions,
+					func(p kmsg.OffsetCommitResponseTopicPartition) bool { return p.Partition == 1 })
+			}
+		}), func(t *testing.T, err error) { require.ErrorIs(t, err, errUnanswered) }, nil},
+		{"unknown error code", odd(func(resp *kmsg.OffsetCommitResponse) {
+			eachPartition(resp, func(p *kmsg.OffsetCommitResponseTopicPartition) {
+				if p.Partition == 1 {
+					p.ErrorCode = 32767
+				}
+			})
+		}), func(t *testing.T, err error) { require.Error(t, err) }, nil},
+		{"topics named by id alone", odd(func(resp *kmsg.OffsetCommitResponse) {
+			for i := range resp.Topics {
+				resp.Topics[i].Topic = ""
+			}
+		}), func(t *testing.T, err error) { require.NoError(t, err) }, nil},
+		{"a topic nobody asked for", odd(func(resp *kmsg.OffsetCommitResponse) {
+			extra := kmsg.NewOffsetCommitResponseTopic()
+			extra.Topic = "\x00\xffunknown"
+			rp := kmsg.NewOffsetCommitResponseTopicPartition()
+			rp.Partition, rp.ErrorCode = 1, kerr.UnknownTopicOrPartition.Code
+			extra.Partitions = append(extra.Partitions, rp)
+			resp.Topics = append(resp.Topics, extra)
+		}), func(t *testing.T, err error) { require.NoError(t, err) }, nil},
+		{"nothing at all", odd(func(resp *kmsg.OffsetCommitResponse) { resp.Topics = nil }),
+			func(t *testing.T, err error) { require.ErrorIs(t, err, errUnanswered) },
+			func(t *testing.T, err error) { require.ErrorIs(t, err, errUnanswered) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			kc, cl := joined(t)
+			h := hold(kc, tc.answer)
+			c := New(context.Background(), 30*time.Second)
+			inFlight(c, cl, h, rec(3, 4))
+			both := commitAll(c, cl, rec(0, 4), rec(1, 4))
+			require.Eventually(t, func() bool { return c.queued() == 2 }, 30*time.Second, time.Millisecond)
+			close(h.release)
+			got := <-both
+			tc.p1(t, got[1])
+			if tc.p0 != nil {
+				tc.p0(t, got[0])
+			} else {
+				require.NoError(t, got[0])
+			}
+		})
+	}
 }
